@@ -1,0 +1,3 @@
+from polyrec.cli import main
+
+main()

@@ -1,0 +1,15 @@
+"""The ``polyrec`` command: one typer app, one sub-app per module of ``polyrec/cli/``."""
+
+from __future__ import annotations
+
+import typer
+
+from polyrec.cli import hw
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Train recommendation models fast on NVIDIA and AMD GPUs from one code base.")
+app.add_typer(hw.app, name="hw")
+
+
+def main() -> None:
+    app()

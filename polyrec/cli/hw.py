@@ -1,0 +1,189 @@
+"""``polyrec hw``: the hardware catalog, detection, calibration and compile checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from polyrec.hardware import catalog, get_device
+from polyrec.hardware.catalog import UnknownDeviceError
+from polyrec.hardware.types import DeviceSpec
+
+app = typer.Typer(no_args_is_help=True, help="Hardware: catalog, detection, calibration, compile checks.")
+console = Console()
+err = Console(stderr=True)
+
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
+
+
+def spec_dict(spec: DeviceSpec) -> dict[str, Any]:
+    return dataclasses.asdict(spec)
+
+
+def _print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=1, default=str))
+
+
+def _device_or_exit(name: str) -> DeviceSpec:
+    try:
+        return get_device(name)
+    except UnknownDeviceError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def _tb(x: float) -> str:
+    return f"{x / 1e12:.2f}"
+
+
+@app.command("list")
+def list_devices(as_json: bool = JSON_OPT) -> None:
+    """List the catalog's devices."""
+    specs = catalog()
+    if as_json:
+        _print_json([spec_dict(s) for s in specs.values()])
+        return
+    table = Table(title="polyrec hardware catalog (datasheet values)")
+    for col in ("name", "arch", "CUs", "HBM GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
+                "LDS/smem KB", "L2 MB", "TDP W"):
+        table.add_column(col, justify="right" if col != "name" else "left")
+    for s in specs.values():
+        table.add_row(s.name, s.arch, str(s.compute_units), f"{s.hbm_bytes / 1e9:.0f}", _tb(s.hbm_bandwidth),
+                      f"{s.peak_flops['bf16'] / 1e12:.0f}", f"{s.peak_flops['fp8'] / 1e12:.0f}",
+                      f"{s.smem_per_block / 1024:.0f}", f"{s.l2_bytes / 2**20:.0f}", f"{s.tdp_watts:.0f}")
+    console.print(table)
+
+
+@app.command()
+def show(name: str = typer.Argument(..., help="Device name, e.g. H200 or MI350X."),
+         as_json: bool = JSON_OPT) -> None:
+    """Show every field of one device with its source."""
+    spec = _device_or_exit(name)
+    if as_json:
+        _print_json(spec_dict(spec))
+        return
+    table = Table(title=f"{spec.full_name}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    table.add_column("source")
+    for f in dataclasses.fields(spec):
+        if f.name in ("sources", "peak_flops"):
+            continue
+        table.add_row(f.name, str(getattr(spec, f.name)), spec.source_of(f.name))
+    for dtype, value in spec.peak_flops.items():
+        table.add_row(f"peak_flops.{dtype}", f"{value / 1e12:.1f} T", spec.source_of(f"peak_flops.{dtype}"))
+    console.print(table)
+
+
+@app.command()
+def detect(as_json: bool = JSON_OPT) -> None:
+    """Name the present device (the CPU when there is no GPU)."""
+    from polyrec.hardware.detect import detect as run_detect
+
+    found = run_detect()
+    if found.warning:
+        err.print(f"[yellow]warning:[/] {found.warning}")
+    if as_json:
+        _print_json({"how": found.how, "props": dataclasses.asdict(found.props) if found.props else None,
+                     "spec": spec_dict(found.spec), "warning": found.warning})
+        return
+    s = found.spec
+    console.print(f"[bold]{s.name}[/] ({s.full_name}), matched by {found.how}")
+    if found.props:
+        p = found.props
+        console.print(f"  torch reports: '{p.name}' {p.gcn_arch_name or f'sm_{p.major}{p.minor}'}, "
+                      f"{p.multi_processor_count} SMs/CUs, {p.total_memory / 2**30:.1f} GiB, "
+                      f"L2 {p.l2_cache_size / 2**20:.0f} MiB")
+
+
+def _ceiling_rows(spec: DeviceSpec, measured: dict[str, Any] | None) -> list[dict[str, Any]]:
+    from polyrec.hardware.calibrate import ceilings
+
+    c = ceilings(spec, measured)
+    rows = [{"ceiling": "copy bandwidth", "value": f"{c.copy_bandwidth.value / 1e12:.2f} TB/s",
+             "origin": c.copy_bandwidth.origin},
+            {"ceiling": "L2 bandwidth", "value": f"{c.l2_bandwidth.value / 1e12:.2f} TB/s",
+             "origin": c.l2_bandwidth.origin}]
+    rows += [{"ceiling": f"matmul {d}", "value": f"{v.value / 1e12:.0f} TFLOP/s", "origin": v.origin}
+             for d, v in c.matmul_flops.items()]
+    rows.append({"ceiling": "launch latency", "value": f"{c.launch_latency.value * 1e6:.1f} us",
+                 "origin": c.launch_latency.origin})
+    return rows
+
+
+@app.command()
+def calibrate(as_json: bool = JSON_OPT,
+              save: bool = typer.Option(True, help="Store the result in the user's cache directory.")) -> None:
+    """Measure copy and L2 bandwidth, matmul rates and launch latency of the present GPU (<60 s)."""
+    from rich.progress import Progress
+
+    from polyrec.hardware.calibrate import calibrate as run_calibrate
+    from polyrec.hardware.calibrate import save_calibration
+    from polyrec.hardware.detect import detect as run_detect
+
+    found = run_detect()
+    if found.how == "cpu":
+        err.print("[red]error:[/] hw calibrate needs a CUDA or ROCm GPU; torch sees none")
+        raise typer.Exit(2)
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("calibrating", total=7)
+        measured = run_calibrate(found.spec, progress=lambda step: bar.update(task, advance=1, description=step))
+    path = save_calibration(found.spec.name, measured) if save else None
+    rows = _ceiling_rows(found.spec, measured)
+    if as_json:
+        _print_json({"measured": measured, "ceilings": rows, "saved_to": str(path) if path else None})
+        return
+    table = Table(title=f"{found.spec.name} ceilings")
+    for col in ("ceiling", "value", "origin"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row.values())
+    console.print(table)
+    if path:
+        console.print(f"saved to {path}")
+
+
+def _load_jobs_fn(ref: str):
+    module_name, _, attr = ref.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr or "compile_jobs")
+
+
+@app.command("compile-check")
+def compile_check(
+    device: list[str] = typer.Option([], "--device", "-d", help="Device(s) to compile for; default: every distinct target."),
+    kernel: list[str] = typer.Option([], "--kernel", "-k",
+                                     help="module:function returning compile jobs for a spec; default: polyrec's kernels."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Compile kernels for NVIDIA and AMD targets without a GPU; report shared memory, registers, spills."""
+    from polyrec.hardware.compile import compile_for, distinct_targets
+    from polyrec.kernels.registry import KERNEL_MODULES
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        err.print("[red]error:[/] compile-check needs TRITON_INTERPRET unset")
+        raise typer.Exit(2)
+    specs = [_device_or_exit(d) for d in device] if device else distinct_targets(list(catalog().values()))
+    refs = kernel or [f"{m}:compile_jobs" for m in KERNEL_MODULES]
+    if not refs:
+        err.print("[yellow]no kernels registered in polyrec.kernels.registry; pass --kernel module:function[/]")
+    reports = [compile_for(job, spec) for ref in refs for spec in specs for job in _load_jobs_fn(ref)(spec)]
+    if as_json:
+        _print_json([dataclasses.asdict(r) | {"fits": r.fits} for r in reports])
+    else:
+        table = Table(title="compile check")
+        for col in ("kernel/config", "device", "target", "smem/LDS B", "regs", "spills", "fits"):
+            table.add_column(col)
+        for r in reports:
+            table.add_row(r.label, r.device, r.target, str(r.shared_bytes), str(r.registers), str(r.spill_bytes),
+                          "yes" if r.fits else "[red]NO: " + "; ".join(r.problems) + "[/]")
+        console.print(table)
+    if any(not r.fits for r in reports):
+        raise typer.Exit(1)

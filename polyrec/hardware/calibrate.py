@@ -1,0 +1,182 @@
+"""Calibration: measure the ceilings of the present GPU and prefer them over datasheet numbers.
+
+``polyrec hw calibrate`` measures, in well under 60 s: device-to-device copy bandwidth (bytes read
+plus written), L2 bandwidth (the same copy on a working set that fits in L2), the rate of a large
+matmul per dtype on random data, and back-to-back kernel launch latency. The numbers go to
+``<cache>/polyrec/calibration/<device>.json`` (``$POLYREC_CACHE_DIR``, else ``$XDG_CACHE_HOME``, else
+``~/.cache``). ``ceilings(spec)`` returns them where present, else the datasheet's, and every value
+says which it is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from polyrec.hardware.types import MATMUL_DTYPES, Ceiling, Ceilings, DeviceSpec
+
+#: Launch latency assumed when none was measured: seconds between back-to-back launches of an empty
+#: kernel. ~4-6 us is typical of CUDA and HIP (e.g. arXiv 2306.00478 measured launch overheads of a
+#: few microseconds on A100 and MI250X); the calibration replaces it.
+DEFAULT_LAUNCH_LATENCY_S = 5e-6
+#: L2 bandwidth assumed when none was measured, as a multiple of HBM bandwidth. Hopper's L2 is about
+#: 2.5x its HBM (Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023); the
+#: calibration replaces it.
+DEFAULT_L2_OVER_HBM = 2.5
+#: Matmul size for the rate measurement: large enough to fill every SM/CU of any catalog device.
+MATMUL_SIZE = 8192
+#: Copy size for HBM bandwidth: 2 GiB per buffer, many times any L2 / Infinity Cache (256 MB).
+COPY_BYTES = 2 << 30
+_TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("POLYREC_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "polyrec" / "calibration"
+
+
+def calibration_path(device: str) -> Path:
+    return cache_dir() / f"{device.lower()}.json"
+
+
+def load_calibration(device: str) -> dict[str, Any] | None:
+    """The stored calibration of a device, or None."""
+    path = calibration_path(device)
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def save_calibration(device: str, measured: dict[str, Any]) -> Path:
+    """Store a calibration atomically (write to a temporary file, then rename)."""
+    path = calibration_path(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        json.dump(measured, tmp, indent=1)
+    os.replace(tmp.name, path)
+    return path
+
+
+def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilings:
+    """The ceilings of a device: calibrated where measured, else datasheet, else a stated estimate.
+
+    ``measured`` defaults to the stored calibration of ``spec.name``.
+    """
+    measured = load_calibration(spec.name) if measured is None else measured
+    cal = f"calibrated {measured.get('date', '?')}" if measured else ""
+
+    def pick(key: str, fallback: float, origin: str) -> Ceiling:
+        if measured and measured.get(key):
+            return Ceiling(value=float(measured[key]), origin=cal)
+        return Ceiling(value=fallback, origin=origin)
+
+    matmul = {}
+    for dtype in MATMUL_DTYPES:
+        matmul[dtype] = pick(f"matmul_{dtype}", spec.peak_flops[dtype], "datasheet")
+    return Ceilings(
+        device=spec.name,
+        copy_bandwidth=pick("copy_bandwidth", spec.hbm_bandwidth, "datasheet"),
+        l2_bandwidth=pick("l2_bandwidth", DEFAULT_L2_OVER_HBM * spec.hbm_bandwidth,
+                          f"estimate: {DEFAULT_L2_OVER_HBM}x HBM bandwidth"),
+        matmul_flops=matmul,
+        launch_latency=pick("launch_latency", DEFAULT_LAUNCH_LATENCY_S,
+                            f"estimate: {DEFAULT_LAUNCH_LATENCY_S * 1e6:.0f} us"),
+    )
+
+
+def _median_ms(fn, *, warmup: int = 3, reps: int = 10) -> float:
+    """Median milliseconds of ``fn`` timed with CUDA events, after warmup."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def measure_copy_bandwidth(nbytes: int) -> float:
+    """bytes/s of a device-to-device copy of ``nbytes``, counting bytes read plus written."""
+    import torch
+
+    src = torch.rand(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    ms = _median_ms(lambda: dst.copy_(src))
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def measure_l2_bandwidth(l2_bytes: int) -> float:
+    """bytes/s of repeated copies whose source and destination fit in L2 together."""
+    import torch
+
+    nbytes = max(l2_bytes // 4, 1 << 20)  # src + dst = half of L2, so both stay resident
+    src = torch.rand(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    inner = 50  # copies per timed region, so launch gaps do not dominate
+
+    def run() -> None:
+        for _ in range(inner):
+            dst.copy_(src)
+
+    ms = _median_ms(run)
+    return 2 * nbytes * inner / (ms * 1e-3)
+
+
+def measure_matmul(dtype: str, size: int = MATMUL_SIZE) -> float:
+    """FLOP/s of a ``size``^3 matmul on random data through torch (cuBLAS / hipBLASLt)."""
+    import torch
+
+    torch_dtype = getattr(torch, _TORCH_DTYPES[dtype])
+    a = torch.randn(size, size, device="cuda", dtype=torch_dtype)
+    b = torch.randn(size, size, device="cuda", dtype=torch_dtype)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    try:
+        ms = _median_ms(lambda: a @ b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return 2 * size**3 / (ms * 1e-3)
+
+
+def measure_launch_latency(launches: int = 2000) -> float:
+    """Seconds per launch of a tiny kernel, back to back (includes the launch gap)."""
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+
+    def run() -> None:
+        for _ in range(launches):
+            x.add_(1.0)
+
+    ms = _median_ms(run, warmup=1, reps=5)
+    return ms * 1e-3 / launches
+
+
+def calibrate(spec: DeviceSpec, *, progress=None) -> dict[str, Any]:
+    """Measure the present GPU's ceilings; ``progress(step_name)`` is called before each step."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("hw calibrate needs a CUDA or ROCm GPU; none is visible to torch")
+    steps = [("copy_bandwidth", lambda: measure_copy_bandwidth(COPY_BYTES)),
+             ("l2_bandwidth", lambda: measure_l2_bandwidth(spec.l2_bytes or 32 << 20))]
+    steps += [(f"matmul_{d}", lambda d=d: measure_matmul(d)) for d in MATMUL_DTYPES]
+    steps.append(("launch_latency", measure_launch_latency))
+    measured: dict[str, Any] = {"device": spec.name, "gpu": torch.cuda.get_device_name(0),
+                                "date": dt.date.today().isoformat()}
+    for key, step in steps:
+        if progress is not None:
+            progress(key)
+        measured[key] = step()
+        torch.cuda.empty_cache()
+    return measured

@@ -1,0 +1,170 @@
+"""Portability harness: compile a Triton kernel for any catalog device's target without its GPU.
+
+Triton 3.6 compiles on a CPU-only machine for ``GPUTarget("cuda", 80 | 90 | 100, 32)`` and
+``GPUTarget("hip", "gfx942" | "gfx950", 64)``. From the result this module reads the shared memory /
+LDS bytes, the registers (NVIDIA: ``cuobjdump --dump-resource-usage`` on the cubin; AMD: the
+``.vgpr_count`` / ``.sgpr_count`` / spill counts in the AMDGCN assembly) and spills, and checks them
+against the device's limits. Kernel modules expose ``compile_jobs(spec) -> list[CompileJob]`` so that
+every config they may select can be proven to fit every target.
+
+Compilation needs real ``JITFunction`` objects: run this with ``TRITON_INTERPRET`` unset.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from polyrec.hardware.types import DeviceSpec
+
+#: Options ``triton.compile`` accepts on the AMD backend only.
+AMD_ONLY_OPTIONS = frozenset({"waves_per_eu", "matrix_instr_nonkdim", "kpack"})
+
+
+class CompileHarnessError(RuntimeError):
+    """The harness cannot compile (interpreter mode, a CPU spec, a missing tool)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompileJob:
+    """One kernel with one launch configuration, ready for ``triton.compile``."""
+
+    label: str  # what the job is, e.g. "gemm bf16 BM128 BN128 BK64 w8 s3"
+    kernel: Any  # a triton JITFunction
+    signature: dict[str, str]  # argument name -> Triton type ("*fp32", "i32", "constexpr")
+    constexprs: dict[str, Any] = field(default_factory=dict)  # values of the constexpr arguments
+    num_warps: int = 4
+    num_stages: int = 2
+    options: dict[str, Any] = field(default_factory=dict)  # extra backend options (AMD: waves_per_eu...)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompileReport:
+    """What one job compiled to on one device, and whether it fits."""
+
+    label: str
+    device: str
+    target: str  # e.g. "cuda:90" or "hip:gfx942"
+    shared_bytes: int  # static + dynamic shared memory / LDS per block
+    registers: int  # per thread (NVIDIA) / VGPRs per lane (AMD, arch + acc)
+    scalar_registers: int  # SGPRs (AMD); 0 on NVIDIA
+    spill_bytes: int  # NVIDIA: local memory bytes per thread; AMD: spilled VGPRs+SGPRs
+    seconds: float  # compile time
+    problems: tuple[str, ...]  # why it does not fit; empty when it fits
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+
+def _check_compilable(kernel: Any) -> None:
+    from triton.runtime.jit import JITFunction
+
+    if not isinstance(kernel, JITFunction):
+        raise CompileHarnessError(
+            f"{getattr(kernel, '__name__', kernel)!r} is not a JITFunction; compile-only checks need "
+            "TRITON_INTERPRET unset (the interpreter replaces @triton.jit functions)"
+        )
+
+
+def _nvidia_resources(cubin: bytes) -> tuple[int, int]:
+    """(registers per thread, local-memory bytes per thread) of the one function in a cubin."""
+    import triton
+
+    tool = triton.knobs.nvidia.cuobjdump.path
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        out = subprocess.run([tool, "--dump-resource-usage", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+    match = re.search(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:\d+\s+LOCAL:(\d+)", out)
+    if match is None:
+        raise CompileHarnessError(f"cuobjdump printed no resource usage:\n{out}")
+    return int(match.group(1)), int(match.group(3))
+
+
+def _amd_field(asm: str, name: str) -> int:
+    match = re.search(rf"\.{name}:\s+(\d+)", asm)
+    if match is None:
+        raise CompileHarnessError(f"AMDGCN assembly has no .{name}")
+    return int(match.group(1))
+
+
+def _amd_resources(asm: str) -> tuple[int, int, int]:
+    """(VGPRs incl. AGPRs, SGPRs, spilled registers) from the AMDGCN metadata."""
+    vgprs = _amd_field(asm, "vgpr_count")
+    agpr = re.search(r"\.agpr_count:\s+(\d+)", asm)
+    if agpr is not None:
+        vgprs += int(agpr.group(1))
+    spills = _amd_field(asm, "vgpr_spill_count") + _amd_field(asm, "sgpr_spill_count")
+    return vgprs, _amd_field(asm, "sgpr_count"), spills
+
+
+def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int) -> tuple[str, ...]:
+    found = []
+    if shared > spec.smem_per_block:
+        found.append(f"shared memory {shared} B > {spec.smem_per_block} B per block on {spec.name}")
+    if registers > spec.max_registers_per_thread:
+        found.append(f"{registers} registers > {spec.max_registers_per_thread} per thread on {spec.name}")
+    if spills:
+        found.append(f"spills {spills} (register spills to scratch/local memory)")
+    return tuple(found)
+
+
+def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
+    """Compile one job for one device's target and report its footprint and fit."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if spec.triton is None:
+        raise CompileHarnessError(f"{spec.name} has no Triton target")
+    _check_compilable(job.kernel)
+    target = GPUTarget(spec.triton.backend, spec.triton.arch, spec.triton.warp_size)
+    options = {"num_warps": job.num_warps, "num_stages": job.num_stages}
+    options |= {k: v for k, v in job.options.items()
+                if spec.triton.backend == "hip" or k not in AMD_ONLY_OPTIONS}
+    start = time.perf_counter()
+    src = ASTSource(job.kernel, signature=job.signature, constexprs=job.constexprs)
+    compiled = triton.compile(src, target=target, options=options)
+    seconds = time.perf_counter() - start
+    shared = int(compiled.metadata.shared)
+    if spec.triton.backend == "cuda":
+        registers, spills = _nvidia_resources(compiled.asm["cubin"])
+        scalar = 0
+    else:
+        registers, scalar, spills = _amd_resources(compiled.asm["amdgcn"])
+    return CompileReport(
+        label=job.label,
+        device=spec.name,
+        target=f"{spec.triton.backend}:{spec.triton.arch}",
+        shared_bytes=shared,
+        registers=registers,
+        scalar_registers=scalar,
+        spill_bytes=spills,
+        seconds=seconds,
+        problems=_problems(spec, shared, registers, spills),
+    )
+
+
+def distinct_targets(specs: list[DeviceSpec]) -> list[DeviceSpec]:
+    """One spec per distinct (Triton target, shared-memory limit), in the order given.
+
+    H100 and H200 compile identically, so compiling for both would only double the time; devices
+    with the same target but different limits stay separate.
+    """
+    seen: set[tuple[Any, ...]] = set()
+    chosen = []
+    for spec in specs:
+        if spec.triton is None:
+            continue
+        key = (spec.triton.backend, spec.triton.arch, spec.smem_per_block, spec.max_registers_per_thread)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(spec)
+    return chosen

@@ -1,0 +1,7 @@
+"""Kernel modules whose ``compile_jobs(spec)`` every compile check covers (``polyrec hw compile-check``).
+
+Each listed module defines ``compile_jobs(spec: DeviceSpec) -> list[CompileJob]``: the configs its
+selector can choose for that device, so that CI proves they all fit every target.
+"""
+
+KERNEL_MODULES: tuple[str, ...] = ()
