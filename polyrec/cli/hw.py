@@ -76,7 +76,8 @@ def show(name: str = typer.Argument(..., help="Device name, e.g. H200 or MI350X.
     for f in dataclasses.fields(spec):
         if f.name in ("sources", "peak_flops"):
             continue
-        table.add_row(f.name, str(getattr(spec, f.name)), spec.source_of(f.name))
+        source = spec.source_of(f.name) if f.name in spec.sources else ""
+        table.add_row(f.name, str(getattr(spec, f.name)), source)
     for dtype, value in spec.peak_flops.items():
         table.add_row(f"peak_flops.{dtype}", f"{value / 1e12:.1f} T", spec.source_of(f"peak_flops.{dtype}"))
     console.print(table)

@@ -1,0 +1,41 @@
+"""Ceilings: measured values win over datasheet values, and each says where it came from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from polyrec.hardware import get_device
+from polyrec.hardware.calibrate import (DEFAULT_L2_OVER_HBM, calibration_path, ceilings, load_calibration,
+                                        save_calibration)
+
+
+def test_datasheet_when_not_calibrated():
+    spec = get_device("H200")
+    c = ceilings(spec)
+    assert c.copy_bandwidth.value == spec.hbm_bandwidth and c.copy_bandwidth.origin == "datasheet"
+    assert c.matmul_flops["bf16"].value == spec.peak_flops["bf16"]
+    assert c.l2_bandwidth.value == pytest.approx(DEFAULT_L2_OVER_HBM * spec.hbm_bandwidth)
+    assert c.l2_bandwidth.origin.startswith("estimate") and c.launch_latency.origin.startswith("estimate")
+
+
+def test_calibrated_values_are_preferred_and_labelled():
+    spec = get_device("H200")
+    measured = {"date": "2026-11-29", "copy_bandwidth": 4.25e12, "matmul_bf16": 686e12, "launch_latency": 4e-6}
+    save_calibration(spec.name, measured)
+    c = ceilings(spec)
+    assert c.copy_bandwidth.value == 4.25e12 and c.copy_bandwidth.origin == "calibrated 2026-11-29"
+    assert c.matmul_flops["bf16"].value == 686e12
+    assert c.matmul_flops["fp16"].origin == "datasheet"  # not measured: falls back per value
+    assert c.launch_latency.value == 4e-6
+
+
+def test_save_is_atomic_and_round_trips(tmp_path):
+    save_calibration("MI350X", {"copy_bandwidth": 1.0})
+    save_calibration("MI350X", {"copy_bandwidth": 2.0})
+    path = calibration_path("MI350X")
+    assert json.loads(path.read_text()) == {"copy_bandwidth": 2.0}
+    assert load_calibration("MI350X") == {"copy_bandwidth": 2.0}
+    assert not list(path.parent.glob("*.tmp"))
+    assert load_calibration("H100") is None
