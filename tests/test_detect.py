@@ -45,6 +45,22 @@ def test_h100_pcie_is_not_taken_for_sxm():
     assert spec.smem_per_block == 227 * 1024 and spec.peak_flops["bf16"] == 0.0
 
 
+@pytest.mark.parametrize("name, sms, memory", [("NVIDIA GH200 480GB", 132, 96 * GIB),
+                                               ("NVIDIA A100-SXM4-40GB", 108, 40 * GIB),
+                                               ("NVIDIA GB200", 152, 186 * GIB)])
+def test_look_alikes_are_not_taken_for_catalog_entries(name, sms, memory):
+    found = detect_from(DeviceProps(name=name, total_memory=memory, multi_processor_count=sms, major=9))
+    assert found.how == "properties", found.spec.name
+
+
+def test_ambiguous_amd_device_warns_and_takes_the_slower():
+    props = DeviceProps(name="AMD Radeon Graphics", total_memory=288 * GIB, multi_processor_count=256,
+                        gcn_arch_name="gfx950:sramecc+:xnack-", warp_size=64)
+    found = detect_from(props)
+    assert found.spec.name == "MI350X"
+    assert "MI350X" in found.warning and "MI355X" in found.warning
+
+
 def test_unknown_amd_gpu_gets_hip_target():
     props = DeviceProps(name="AMD Instinct MI210", total_memory=64 * GIB, multi_processor_count=104,
                         gcn_arch_name="gfx90a:sramecc+:xnack-", warp_size=64)

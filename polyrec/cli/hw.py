@@ -51,9 +51,10 @@ def list_devices(as_json: bool = JSON_OPT) -> None:
         _print_json([spec_dict(s) for s in specs.values()])
         return
     table = Table(title="polyrec hardware catalog (datasheet values)")
-    for col in ("name", "arch", "CUs", "HBM GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
+    table.add_column("name", no_wrap=True, min_width=6)
+    for col in ("arch", "CUs", "HBM GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
                 "LDS/smem KB", "L2 MB", "TDP W"):
-        table.add_column(col, justify="right" if col != "name" else "left")
+        table.add_column(col, justify="right")
     for s in specs.values():
         table.add_row(s.name, s.arch, str(s.compute_units), f"{s.hbm_bytes / 1e9:.0f}", _tb(s.hbm_bandwidth),
                       f"{s.peak_flops['bf16'] / 1e12:.0f}", f"{s.peak_flops['fp8'] / 1e12:.0f}",

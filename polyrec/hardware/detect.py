@@ -9,6 +9,7 @@ without a GPU the host CPU gets a spec, so every command works everywhere.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,8 @@ def read_props(index: int = 0) -> DeviceProps:
         name=p.name,
         total_memory=p.total_memory,
         multi_processor_count=p.multi_processor_count,
-        gcn_arch_name=getattr(p, "gcnArchName", "") or "",
+        # CUDA builds of torch 2.11 also fill gcnArchName (with the device name): ROCm only.
+        gcn_arch_name=(getattr(p, "gcnArchName", "") or "") if torch.version.hip else "",
         warp_size=getattr(p, "warp_size", 64 if torch.version.hip else 32),
         l2_cache_size=getattr(p, "L2_cache_size", 0),
         shared_memory_per_block_optin=getattr(p, "shared_memory_per_block_optin", 0),
@@ -75,24 +77,25 @@ def _memory_close(spec: DeviceSpec, props: DeviceProps) -> bool:
     return abs(props.total_memory - spec.hbm_bytes) <= MEMORY_MATCH_TOLERANCE * spec.hbm_bytes
 
 
-def match_catalog(props: DeviceProps, specs: dict[str, DeviceSpec] | None = None) -> DeviceSpec | None:
-    """The catalog entry these properties describe, or None."""
+def _named(spec: DeviceSpec, props: DeviceProps) -> bool:
+    """A match name as a whole word of the device name: "H200" matches "NVIDIA H200", not "GH200"."""
+    return any(re.search(rf"(?<![A-Za-z0-9]){re.escape(m)}(?![A-Za-z0-9])", props.name, re.IGNORECASE)
+               for m in spec.match_names)
+
+
+def candidates(props: DeviceProps, specs: dict[str, DeviceSpec] | None = None) -> list[DeviceSpec]:
+    """Catalog entries these properties fit: same vendor, arch and compute units, close memory.
+
+    Where several fit, those whose name matches are kept; more than one left is ambiguous.
+    """
     specs = catalog() if specs is None else specs
     if props.gcn_arch_name:
-        arch = _amd_arch(props)
-        same = [s for s in specs.values() if s.vendor == "amd" and s.arch == arch
-                and s.compute_units == props.multi_processor_count]
-        named = [s for s in same if any(m.lower() in props.name.lower() for m in s.match_names)]
-        if len(named) == 1:
-            return named[0]
-        sized = [s for s in same if _memory_close(s, props)]
-        return min(sized, key=lambda s: abs(s.hbm_bytes - props.total_memory)) if sized else None
-    named = [s for s in specs.values() if s.vendor == "nvidia"
-             and any(m.lower() in props.name.lower() for m in s.match_names)
-             and s.compute_units == props.multi_processor_count]
-    if len(named) > 1:
-        named = [s for s in named if _memory_close(s, props)] or named
-    return named[0] if len(named) == 1 else None
+        fit = [s for s in specs.values() if s.vendor == "amd" and s.arch == _amd_arch(props)]
+    else:
+        fit = [s for s in specs.values() if s.vendor == "nvidia" and _named(s, props)]
+    fit = [s for s in fit if s.compute_units == props.multi_processor_count and _memory_close(s, props)]
+    named = [s for s in fit if _named(s, props)]
+    return named or fit
 
 
 def spec_from_props(props: DeviceProps) -> DeviceSpec:
@@ -163,9 +166,15 @@ def detect_from(props: DeviceProps | None) -> Detection:
     """Detection from given properties (None: no GPU)."""
     if props is None:
         return Detection(spec=cpu_spec(), how="cpu", props=None)
-    spec = match_catalog(props)
-    if spec is not None:
-        return Detection(spec=spec, how="catalog", props=props)
+    found = candidates(props)
+    if len(found) == 1:
+        return Detection(spec=found[0], how="catalog", props=props)
+    if found:
+        slowest = min(found, key=lambda s: s.peak_flops["bf16"])
+        names = ", ".join(s.name for s in found)
+        return Detection(spec=slowest, how="catalog", props=props,
+                         warning=f"'{props.name}' fits {names} equally; using {slowest.name}, the lowest "
+                                 "peak rate (run `polyrec hw calibrate` to measure the real ceilings)")
     warning = (f"'{props.name}' ({props.gcn_arch_name or f'sm_{props.major}{props.minor}'}, "
                f"{props.multi_processor_count} CUs, {props.total_memory / 1e9:.0f} GB) is not in the "
                "catalog: using its reported properties; peak rates and bandwidths are unknown until "
