@@ -90,3 +90,11 @@ def test_distinct_targets_dedupes_same_chip():
     assert not {"H100", "H200"} <= names  # same sm_90 target and limits: compile once
     arches = {(s.triton.backend, s.triton.arch) for s in specs}
     assert {("cuda", 90), ("hip", "gfx942"), ("hip", "gfx950")} <= arches
+
+
+@pytest.mark.parametrize("device", TARGETS)
+def test_calibration_probe_compiles_everywhere(device):
+    from polyrec.hardware.probes import compile_jobs
+
+    spec = get_device(device)
+    assert all(compile_for(job, spec).fits for job in compile_jobs(spec))

@@ -1,7 +1,7 @@
 """Calibration: measure the ceilings of the present GPU and prefer them over datasheet numbers.
 
 ``polyrec hw calibrate`` measures, in well under 60 s: device-to-device copy bandwidth (bytes read
-plus written), L2 bandwidth (the same copy on a working set that fits in L2), the rate of a large
+plus written), L2 read bandwidth (a Triton probe re-reading half of L2), the rate of a large
 matmul per dtype on random data, and back-to-back kernel launch latency. The numbers go to
 ``<cache>/polyrec/calibration/<device>.json`` (``$POLYREC_CACHE_DIR``, else ``$XDG_CACHE_HOME``, else
 ``~/.cache``). ``ceilings(spec)`` returns them where present, else the datasheet's, and every value
@@ -31,6 +31,10 @@ DEFAULT_L2_OVER_HBM = 2.5
 MATMUL_SIZE = 8192
 #: Copy size for HBM bandwidth: 2 GiB per buffer, many times any L2 / Infinity Cache (256 MB).
 COPY_BYTES = 2 << 30
+#: L2 probe shape: programs per SM/CU (enough to hide latency) and passes over the buffer (so one
+#: launch runs ~1 ms, far above the launch gap).
+L2_PROBE_WAVES = 4
+L2_PROBE_REPS = 256
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
 
 
@@ -115,21 +119,19 @@ def measure_copy_bandwidth(nbytes: int) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def measure_l2_bandwidth(l2_bytes: int) -> float:
-    """bytes/s of repeated copies whose source and destination fit in L2 together."""
+def measure_l2_bandwidth(spec: DeviceSpec) -> float:
+    """bytes/s read from L2: one launch re-reads a buffer of half the L2 many times (L1 bypassed)."""
     import torch
 
-    nbytes = max(l2_bytes // 4, 1 << 20)  # src + dst = half of L2, so both stay resident
-    src = torch.rand(nbytes // 4, device="cuda")
-    dst = torch.empty_like(src)
-    inner = 50  # copies per timed region, so launch gaps do not dominate
+    from polyrec.hardware.probes import l2_read
 
-    def run() -> None:
-        for _ in range(inner):
-            dst.copy_(src)
-
-    ms = _median_ms(run)
-    return 2 * nbytes * inner / (ms * 1e-3)
+    programs = L2_PROBE_WAVES * spec.compute_units
+    block = 1024
+    chunk = max(block, (spec.l2_bytes // 2 // 4 // programs) // block * block)  # fp32 elements
+    x = torch.rand(programs * chunk, device="cuda")
+    reps = L2_PROBE_REPS
+    ms = _median_ms(lambda: l2_read(x, programs, reps, block))
+    return 4 * x.numel() * reps / (ms * 1e-3)
 
 
 def measure_matmul(dtype: str, size: int = MATMUL_SIZE) -> float:
@@ -169,7 +171,7 @@ def calibrate(spec: DeviceSpec, *, progress=None) -> dict[str, Any]:
     if not torch.cuda.is_available():
         raise RuntimeError("hw calibrate needs a CUDA or ROCm GPU; none is visible to torch")
     steps = [("copy_bandwidth", lambda: measure_copy_bandwidth(COPY_BYTES)),
-             ("l2_bandwidth", lambda: measure_l2_bandwidth(spec.l2_bytes or 32 << 20))]
+             ("l2_bandwidth", lambda: measure_l2_bandwidth(spec))]
     steps += [(f"matmul_{d}", lambda d=d: measure_matmul(d)) for d in MATMUL_DTYPES]
     steps.append(("launch_latency", measure_launch_latency))
     measured: dict[str, Any] = {"device": spec.name, "gpu": torch.cuda.get_device_name(0),

@@ -4,4 +4,6 @@ Each listed module defines ``compile_jobs(spec: DeviceSpec) -> list[CompileJob]`
 selector can choose for that device, so that CI proves they all fit every target.
 """
 
-KERNEL_MODULES: tuple[str, ...] = ()
+KERNEL_MODULES: tuple[str, ...] = (
+    "polyrec.hardware.probes",
+)
