@@ -1,0 +1,263 @@
+"""CUDA / C++ hazards, found on the tree-sitter-cuda syntax tree (rules PM101-PM109).
+
+tree-sitter and tree-sitter-cuda are optional dependencies: ``ParserMissing`` says how to install them,
+and the scanner then reports CUDA files as not scanned instead of scanning them some weaker way.
+Code inside a preprocessor conditional that names HIP / ROCm / __CUDA_ARCH__ is treated as already
+ported (HIP-Clang does not define __CUDA_ARCH__, so such a branch is not what runs on AMD).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from polyrec.migrate.cexpr import TYPE_BYTES, evaluate, resolve
+from polyrec.migrate.rules import AMD_WAVEFRONT, LDS_BYTES_GFX942, LDS_BYTES_GFX950
+from polyrec.migrate.types import Finding
+
+INSTALL_HINT = "pip install tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 (or the cuda-parse extra)"
+
+_GUARD = re.compile(r"HIP|ROCM|ROCm|CUDA_ARCH|AMDGCN|AMDGPU")
+_WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|warp_?sz|kwarp", re.IGNORECASE)
+_THREAD_INDEX = re.compile(r"threadIdx|\btid\b|\blane\w*|\bthread_?id\w*|\bthread_?idx\w*", re.IGNORECASE)
+_LANE_MATH = {"%": 32, "&": 31, "/": 32, ">>": 5}
+_SYNC_MASKED = re.compile(r"^__(shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|uni|match_any|match_all|"
+                          r"reduce_\w+)_sync$|^__syncwarp$")
+_BALLOT = re.compile(r"^__(ballot_sync|ballot|activemask)$")
+_NARROW_TYPES = re.compile(r"^(unsigned|unsigned int|int|uint32_t|int32_t|unsigned long)$")
+_LIBRARIES = (  # (include regex, namespace or call prefix, rule, library name)
+    (re.compile(r"^(cutlass|cute)/"), ("cutlass", "cute"), "PM104", "CUTLASS/CuTe"),
+    (re.compile(r"^cub/"), ("cub",), "PM105", "CUB"),
+    (re.compile(r"^cublasLt\.h$"), ("cublasLt",), "PM106", "cuBLASLt"),
+    (re.compile(r"^cudnn(_\w+)?\.h$|^cudnn_frontend"), ("cudnn",), "PM107", "cuDNN"),
+)
+_QUERIES = {
+    "define": "(preproc_def name: (identifier) @name value: (preproc_arg) @value) @node",
+    "const": "(declaration declarator: (init_declarator declarator: (identifier) @name value: (_) @value)) @node",
+    "call": "(call_expression function: (_) @fn arguments: (argument_list) @args) @node",
+    "binary": "(binary_expression left: (_) @left right: (number_literal) @right) @node",
+    "asm": "(gnu_asm_expression) @node",
+    "include": "(preproc_include path: (_) @path) @node",
+    "qualified": "(qualified_identifier scope: (namespace_identifier) @ns) @node",
+    "using": "(using_declaration) @node",
+    "for": "(for_statement) @node",
+    "shared": "(declaration (type_qualifier) @qual) @node",
+    "launch": "(call_expression (kernel_call_syntax) @launch) @node",
+}
+
+
+class ParserMissing(RuntimeError):
+    """tree-sitter or tree-sitter-cuda is not installed."""
+
+
+@functools.cache
+def _language() -> tuple[Any, dict[str, Any]]:
+    try:
+        import tree_sitter
+        import tree_sitter_cuda
+    except ImportError as exc:
+        raise ParserMissing(f"scanning CUDA/C++ needs tree-sitter-cuda: {INSTALL_HINT} ({exc})") from exc
+    lang = tree_sitter.Language(tree_sitter_cuda.language())
+    return lang, {k: tree_sitter.Query(lang, q) for k, q in _QUERIES.items()}
+
+
+def parser_available() -> bool:
+    try:
+        _language()
+    except ParserMissing:
+        return False
+    return True
+
+
+def _text(node: Any) -> str:
+    return node.text.decode("utf-8", "replace")
+
+
+def _guarded(node: Any) -> bool:
+    """Inside #if/#ifdef whose condition mentions HIP, ROCm or __CUDA_ARCH__."""
+    parent = node.parent
+    while parent is not None:
+        if parent.type.startswith("preproc_if") or parent.type.startswith("preproc_elif"):
+            cond = parent.child_by_field_name("condition") or parent.child_by_field_name("name")
+            if cond is not None and _GUARD.search(_text(cond)):
+                return True
+        parent = parent.parent
+    return False
+
+
+class _CudaScan:
+    def __init__(self, path: str, data: bytes) -> None:
+        lang, self.queries = _language()
+        import tree_sitter
+
+        self._cursor = tree_sitter.QueryCursor
+        self.path = path
+        self.root = tree_sitter.Parser(lang).parse(data).root_node
+        self.lines = data.decode("utf-8", "replace").splitlines()
+        self.findings: list[Finding] = []
+        self.consts = self._constants()
+
+    def captures(self, key: str) -> list[dict[str, list[Any]]]:
+        return [m for _, m in self._cursor(self.queries[key]).matches(self.root)]
+
+    def add(self, rule: str, node: Any, message: str) -> None:
+        row, col = node.start_point
+        snippet = self.lines[row].strip() if row < len(self.lines) else ""
+        self.findings.append(Finding(rule=rule, path=self.path, line=row + 1, column=col + 1, message=message,
+                                     snippet=snippet[:200]))
+
+    def _constants(self) -> dict[str, int]:
+        defs = {_text(m["name"][0]): _text(m["value"][0]) for m in self.captures("define")}
+        for m in self.captures("const"):
+            defs.setdefault(_text(m["name"][0]), _text(m["value"][0]))
+        return resolve(defs)
+
+    def run(self) -> list[Finding]:
+        for check in (self._warp_constants, self._lane_math, self._calls, self._asm, self._libraries,
+                      self._reductions, self._static_shared, self._launches):
+            check()
+        return self.findings
+
+    def _warp_constants(self) -> None:
+        for key in ("define", "const"):
+            for m in self.captures(key):
+                name = _text(m["name"][0])
+                if _WARP_SIZE_NAME.search(name) and self.consts.get(name) == 32 and not _guarded(m["node"][0]):
+                    self.add("PM101", m["node"][0], f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
+                                                    f"{AMD_WAVEFRONT} wide (use warpSize)")
+
+    def _lane_math(self) -> None:
+        for m in self.captures("binary"):
+            node, left = m["node"][0], m["left"][0]
+            op = _text(node.child_by_field_name("operator"))
+            value = evaluate(_text(m["right"][0]), {})
+            if _LANE_MATH.get(op) == value and _THREAD_INDEX.search(_text(left)) and not _guarded(node):
+                self.add("PM101", node, f"`{_text(node)}` is lane/warp arithmetic for 32-wide warps; use "
+                                        "warpSize (64 on AMD)")
+
+    def _reductions(self) -> None:
+        for m in self.captures("for"):
+            node = m["node"][0]
+            init = node.child_by_field_name("initializer")
+            body = node.child_by_field_name("body")
+            if init is None or body is None or "__shfl" not in _text(body) or _guarded(node):
+                continue
+            value = init.child_by_field_name("declarator")
+            value = value.child_by_field_name("value") if value is not None else None
+            if value is not None and evaluate(_text(value), self.consts) == 16:
+                self.add("PM101", node, "shuffle reduction starts at offset 16 (32-wide warp); on AMD start at "
+                                        "warpSize / 2 = 32")
+
+    def _calls(self) -> None:
+        for m in self.captures("call"):
+            node, name = m["node"][0], _text(m["fn"][0])
+            args = [c for c in m["args"][0].named_children if c.type != "comment"]
+            if _SYNC_MASKED.match(name) and args and self._is_mask32(args[0]) and not _guarded(node):
+                self.add("PM102", node, f"{name} with 32-bit mask `{_text(args[0])}`; AMD lane masks are 64-bit")
+            if _BALLOT.match(name) and not _guarded(node):
+                self._narrow_ballot(node, name)
+            if name == "cudaFuncSetAttribute" and len(args) == 3 and \
+                    _text(args[1]).endswith("MaxDynamicSharedMemorySize"):
+                self._dynamic_smem(node, args[2], "cudaFuncSetAttribute opts in to")
+
+    def _is_mask32(self, arg: Any) -> bool:
+        text = _text(arg).replace(" ", "")
+        if re.fullmatch(r"~0[uU]?", text):
+            return True
+        return evaluate(text, self.consts) == 0xFFFFFFFF
+
+    def _narrow_ballot(self, node: Any, name: str) -> None:
+        parent = node.parent
+        outer = parent.parent if parent.type == "argument_list" else None
+        if outer is not None and _text(outer.child_by_field_name("function")) == "__popc":
+            self.add("PM102", outer, f"__popc of {name}: counts only lanes 0-31; use __popcll")
+            return
+        if parent.type == "init_declarator" and parent.parent.type == "declaration":
+            type_node = parent.parent.child_by_field_name("type")
+            if type_node is not None and _NARROW_TYPES.match(" ".join(_text(type_node).split())):
+                self.add("PM102", node, f"{name} stored in 32-bit `{_text(type_node)}`: lanes 32-63 are "
+                                        "dropped on AMD (use unsigned long long / uint64_t)")
+
+    def _asm(self) -> None:
+        for m in self.captures("asm"):
+            node = m["node"][0]
+            if not _guarded(node):
+                self.add("PM103", node, "inline PTX asm(); HIP-Clang cannot compile PTX")
+
+    def _libraries(self) -> None:
+        included: set[str] = set()
+        for m in self.captures("include"):
+            path = _text(m["path"][0]).strip('<>"')
+            for pattern, _, rule, lib in _LIBRARIES:
+                if pattern.search(path) and not _guarded(m["node"][0]):
+                    self.add(rule, m["node"][0], f"includes {lib} ({path})")
+                    included.add(rule)
+        uses = [(m["ns"][0], _text(m["ns"][0])) for m in self.captures("qualified")]
+        uses += [(m["fn"][0], _text(m["fn"][0])) for m in self.captures("call")]
+        uses += [(m["node"][0], _text(m["node"][0]).split()[-1].rstrip(";")) for m in self.captures("using")]
+        for _, prefixes, rule, lib in _LIBRARIES:
+            if rule in included:
+                continue
+            for node, text in uses:
+                if text.startswith(prefixes) and not _guarded(node):
+                    self.add(rule, node, f"uses {lib} ({text})")
+                    break
+
+    def _static_shared(self) -> None:
+        totals: dict[int, int] = {}
+        for m in self.captures("shared"):
+            node = m["node"][0]
+            if _text(m["qual"][0]) != "__shared__" or _guarded(node):
+                continue
+            size = self._declared_bytes(node)
+            if size is None:
+                continue
+            kernel = node.parent
+            while kernel is not None and kernel.type != "function_definition":
+                kernel = kernel.parent
+            key = kernel.id if kernel is not None else -1
+            before = totals.get(key, 0)
+            totals[key] = before + size
+            if before <= LDS_BYTES_GFX942 < totals[key]:
+                self.add("PM108", node, f"static shared memory reaches {totals[key]} B in this kernel: "
+                                        f"{_fit_text(totals[key])}")
+
+    def _declared_bytes(self, node: Any) -> int | None:
+        type_node = node.child_by_field_name("type")
+        elem = TYPE_BYTES.get(" ".join(_text(type_node).split())) if type_node is not None else None
+        if elem is None:
+            return None
+        total = 0
+        for decl in node.children_by_field_name("declarator"):
+            count = 1
+            while decl is not None and decl.type == "array_declarator":
+                size = decl.child_by_field_name("size")
+                value = evaluate(_text(size), self.consts) if size is not None else None
+                if value is None:
+                    return None
+                count *= value
+                decl = decl.child_by_field_name("declarator")
+            total += count * elem
+        return total
+
+    def _launches(self) -> None:
+        for m in self.captures("launch"):
+            config = [c for c in m["launch"][0].named_children if c.type != "comment"]
+            if len(config) >= 3:
+                self._dynamic_smem(m["node"][0], config[2], "kernel launch asks for")
+
+    def _dynamic_smem(self, node: Any, size_node: Any, what: str) -> None:
+        size = evaluate(_text(size_node), self.consts)
+        if size is not None and size > LDS_BYTES_GFX942 and not _guarded(node):
+            self.add("PM109", node, f"{what} {size} B of dynamic shared memory: {_fit_text(size)}")
+
+
+def _fit_text(size: int) -> str:
+    where = "fits MI350X (160 KiB)" if size <= LDS_BYTES_GFX950 else "exceeds MI350X too (160 KiB)"
+    return f"exceeds MI300X LDS ({LDS_BYTES_GFX942 // 1024} KiB), {where}"
+
+
+def scan_cuda(path: str, data: bytes) -> list[Finding]:
+    """Findings of every CUDA/C++ rule in one file (raises ParserMissing without tree-sitter-cuda)."""
+    return _CudaScan(path, data).run()

@@ -1,0 +1,224 @@
+"""Python hazards, found with the ``ast`` module (rules PM101, PM103, PM110, PM2xx).
+
+What already works on ROCm is never flagged: torch.cuda.* device APIs, torch.cuda.nvtx, the "nccl"
+backend name, device="cuda". A check guarded by a ROCm test (an enclosing ``if`` or boolean expression
+that mentions ``hip`` / ``rocm``) counts as handled.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from polyrec.migrate.rules import AMD_MAX_WORKGROUP, AMD_WAVEFRONT
+from polyrec.migrate.types import Finding
+
+_HIP_WORD = re.compile(r"hip|rocm|fnuz", re.IGNORECASE)
+_WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|lanes_per_warp", re.IGNORECASE)
+_WARPS_NAME = re.compile(r"warp", re.IGNORECASE)
+_PTX = re.compile(r"(^|[\s;{])(cvt|mov|prmt|lop3|shf|ld|st|mma|ldmatrix|cp|fma|ex2|rcp|bfe|bfi|and|or|add|mul)"
+                  r"(\.[a-z0-9]+)+\s|\.reg\s+\.|%laneid|%%laneid")
+_AMDGCN = re.compile(r"\b[vs]_[a-z0-9_]+\b")
+_CUPY_CUDA_ONLY = re.compile(r"\basm\s*(volatile\s*)?\(|__shfl\w*_sync\s*\(\s*0x[fF]{8}\b|__ballot_sync|"
+                             r"__activemask|%laneid|cuda_fp8\.h|__nv_fp8|cuda/barrier|cuda/pipeline")
+_FP8_OCP = {"float8_e4m3fn", "float8_e5m2", "float8e4nv", "float8e5"}
+_CUDA_PYTHON = ("cuda.bindings", "cuda.core", "cuda.cuda", "cuda.cudart", "cuda.nvrtc")
+_NVML_MODULES = ("pynvml", "nvidia_smi", "py3nvml")
+
+
+def _dotted(node: ast.AST) -> str:
+    """'torch.version.cuda' for an Attribute chain; '' for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _mentions_hip(node: ast.AST) -> bool:
+    return bool(_HIP_WORD.search(ast.unparse(node)))
+
+
+def _is_capability_source(node: ast.AST) -> bool:
+    """get_device_capability(...)[i] or get_device_properties(...).major/.minor."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call):
+        return _dotted(node.func).endswith("get_device_capability")
+    if isinstance(node, ast.Attribute) and node.attr in ("major", "minor"):
+        inner = node.value
+        return isinstance(inner, ast.Call) and _dotted(inner.func).endswith("get_device_properties")
+    return False
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, path: str, lines: list[str], source: str) -> None:
+        self.path, self.lines = path, lines
+        self.findings: list[Finding] = []
+        self.guard = 0  # depth of enclosing ROCm-aware conditionals
+        self.capability_names: set[str] = set()  # names bound from get_device_capability()
+        self.file_has_fnuz = "fnuz" in source or "float8e4b8" in source
+        self.str_constants: dict[str, str] = {}
+
+    def add(self, rule: str, node: ast.AST, message: str) -> None:
+        line = getattr(node, "lineno", 1)
+        snippet = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        self.findings.append(Finding(rule=rule, path=self.path, line=line, column=getattr(node, "col_offset", 0) + 1,
+                                     message=message, snippet=snippet[:200]))
+
+    def _guarded_visit(self, node: ast.AST, test: ast.AST) -> None:
+        guarded = _mentions_hip(test)
+        self.guard += guarded
+        self.generic_visit(node)
+        self.guard -= guarded
+
+    def visit_If(self, node: ast.If) -> None:
+        self._check_test(node.test)
+        self._guarded_visit(node, node.test)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._check_test(node.test)
+        self._guarded_visit(node, node.test)
+
+    def visit_While(self, node: ast.While) -> None:
+        self._check_test(node.test)
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self._check_test(node.test)
+        self.generic_visit(node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        self._guarded_visit(node, node)
+
+    def _check_test(self, test: ast.AST) -> None:
+        if self.guard or _mentions_hip(test):
+            return
+        for sub in ast.walk(test):
+            if _dotted(sub) == "torch.version.cuda":
+                self.add("PM203", sub, "branch on torch.version.cuda: it is None on ROCm, so AMD GPUs take "
+                                       "the non-CUDA branch")
+                return
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        value = node.value
+        if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_device_capability"):
+            for target in node.targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        self.capability_names.add(sub.id)
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    self.str_constants[target.id] = value.value
+        if isinstance(value, ast.Constant) and value.value == 32 and not self.guard:
+            for target in node.targets:
+                name = _dotted(target)
+                if name and _WARP_SIZE_NAME.search(name.split(".")[-1]):
+                    self.add("PM101", node, f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
+                                            f"{AMD_WAVEFRONT} wide")
+        if isinstance(value, (ast.Compare, ast.BoolOp)):
+            self._check_test(value)
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if not self.guard:
+            for operand in (node.left, *node.comparators):
+                if _is_capability_source(operand) or (isinstance(operand, ast.Name)
+                                                       and operand.id in self.capability_names):
+                    self.add("PM202", node, f"`{ast.unparse(node)[:80]}` compares an NVIDIA SM version; ROCm "
+                                            "reports (9, 4) on MI300X and (9, 5) on MI350X")
+                    break
+        self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.Mult) and not self.guard:
+            for a, b in ((node.left, node.right), (node.right, node.left)):
+                if isinstance(a, ast.Constant) and a.value == 32 and _WARPS_NAME.search(_dotted(b)):
+                    self.add("PM101", node, f"`{ast.unparse(node)}` assumes 32 threads per warp; AMD "
+                                            f"wavefronts are {AMD_WAVEFRONT} wide")
+                    break
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in _FP8_OCP and not self.guard and not self.file_has_fnuz:
+            if _dotted(node).split(".")[0] in ("torch", "tl", "triton", "language"):
+                self.add("PM201", node, f"{_dotted(node)} is the OCP fp8 format; MI300X/MI325X (gfx942) need "
+                                        "the fnuz variant")
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._check_module(node, alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level == 0:
+            if module == "cuda":
+                self.add("PM207", node, "imports NVIDIA cuda-python (from cuda import ...)")
+            else:
+                self._check_module(node, module)
+
+    def _check_module(self, node: ast.AST, module: str) -> None:
+        if self.guard:
+            return
+        top = module.split(".")[0]
+        if top == "nvtx":
+            self.add("PM204", node, "the nvtx package is NVIDIA-only; use torch.cuda.nvtx")
+        elif top in _NVML_MODULES:
+            self.add("PM205", node, f"{module} needs NVML, absent on AMD systems")
+        elif module == "cuda" or module.startswith(_CUDA_PYTHON):
+            self.add("PM207", node, f"imports NVIDIA cuda-python ({module})")
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _dotted(node.func)
+        if not self.guard:
+            self._check_call(node, name)
+        self.generic_visit(node)
+
+    def _check_call(self, node: ast.Call, name: str) -> None:
+        last = name.split(".")[-1]
+        if last == "inline_asm_elementwise":
+            asm = self._string_arg(node, 0, "asm")
+            if asm is not None and _PTX.search(asm) and not _AMDGCN.search(asm):
+                self.add("PM103", node, "tl.inline_asm_elementwise with PTX assembly; Triton's AMD backend "
+                                        "cannot compile it")
+        elif last in ("RawKernel", "RawModule", "ElementwiseKernel", "ReductionKernel"):
+            code = self._string_arg(node, 0, "code")
+            if code is not None and _CUPY_CUDA_ONLY.search(code):
+                self.add("PM206", node, f"{last} source uses CUDA-only constructs "
+                                        f"({_CUPY_CUDA_ONLY.search(code).group(0).strip()})")
+        elif last == "Config" or isinstance(node.func, ast.Subscript):
+            self._check_num_warps(node)
+        if name.startswith("subprocess.") or name in ("os.system", "os.popen", "check_output", "run"):
+            text = " ".join(ast.unparse(a) for a in node.args)
+            if "nvidia-smi" in text:
+                self.add("PM205", node, "runs nvidia-smi, absent on AMD systems")
+
+    def _check_num_warps(self, node: ast.Call) -> None:
+        for kw in node.keywords:
+            if kw.arg == "num_warps" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, int):
+                warps = kw.value.value
+                if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP:
+                    self.add("PM110", kw.value, f"num_warps={warps} is {warps * AMD_WAVEFRONT} work-items on "
+                                                f"AMD (limit {AMD_MAX_WORKGROUP})")
+
+    def _string_arg(self, node: ast.Call, index: int, keyword: str) -> str | None:
+        arg = node.args[index] if len(node.args) > index else next(
+            (kw.value for kw in node.keywords if kw.arg == keyword), None)
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return arg.value
+        if isinstance(arg, ast.Name):
+            return self.str_constants.get(arg.id)
+        return None
+
+
+def scan_python(path: str, source: str) -> list[Finding]:
+    """Findings of every Python rule in one file. Raises SyntaxError for a file ast cannot parse."""
+    tree = ast.parse(source, filename=path)
+    visitor = _Visitor(path, source.splitlines(), source)
+    visitor.visit(tree)
+    return visitor.findings
