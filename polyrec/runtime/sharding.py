@@ -1,0 +1,229 @@
+"""Sharded embeddings over torch.distributed: table-wise, row-wise and column-wise shards.
+
+Every rank holds a local batch of ``B`` samples of all ``F`` features and some shards of the tables.
+A step moves data in three all-to-alls (TorchRec's pattern, our own code):
+
+1. input: each rank sends every shard owner the ids of that shard's feature for its ``B`` samples
+   (row-wise shards get only the ids in their row range, rebased): lengths first, then values;
+2. lookup: each owner runs its local table-batched embedding over ``world * B`` samples;
+3. output: pooled rows go back to the samples' ranks; column-wise pieces are concatenated and
+   row-wise partial sums added, giving ``[B, sum of feature dims]`` in feature order.
+
+Backward reverses step 3 through autograd (``_AllToAllRows``), so each owner's fused optimizer sees
+the gradients of all ranks' samples. Each rank's loss is a mean over its own ``B`` samples, while the
+single-process equivalent is a mean over ``world * B``: the reverse all-to-all scales the gradient
+by ``1 / world`` so that sharded training takes the same steps as one process on the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from polyrec.kernels.jagged import JaggedBatch
+
+SHARDING_KINDS = ("table", "row", "column")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TableSharding:
+    """How one table is split: ``kind`` and the ranks of its shards, in shard order."""
+
+    kind: str  # "table" (one rank), "row" (row ranges) or "column" (column ranges)
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Shard:
+    """One piece of one table, on one rank."""
+
+    table: int  # index of the table
+    kind: str  # the table's sharding kind
+    rank: int
+    rows: tuple[int, int]  # [start, end) of the table's rows held here
+    cols: tuple[int, int]  # [start, end) of the table's columns held here
+
+    @property
+    def dim(self) -> int:
+        return self.cols[1] - self.cols[0]
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows[1] - self.rows[0]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardFeature:
+    """A feature as one shard sees it: the lookups of ``feature`` served by ``shard``."""
+
+    feature: int
+    shard: Shard
+    out_cols: tuple[int, int]  # [start, end) of the output columns this piece lands in
+
+
+def _split(total: int, parts: int, quantum: int = 1) -> list[tuple[int, int]]:
+    """``parts`` contiguous ranges covering [0, total), sizes multiples of ``quantum`` but the last."""
+    step = math.ceil(total / parts / quantum) * quantum
+    return [(min(i * step, total), min((i + 1) * step, total)) for i in range(parts)]
+
+
+def make_shards(rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
+                world_size: int) -> list[Shard]:
+    """The shards of every table, table by table, shard order within a table."""
+    if not (len(rows) == len(dims) == len(shardings)):
+        raise ValueError(f"rows, dims and shardings differ in length: {len(rows)}, {len(dims)}, {len(shardings)}")
+    shards = []
+    for t, (n_rows, dim, plan) in enumerate(zip(rows, dims, shardings)):
+        if plan.kind not in SHARDING_KINDS:
+            raise ValueError(f"table {t}: sharding kind must be one of {SHARDING_KINDS}, got {plan.kind!r}")
+        if not plan.ranks or any(not 0 <= r < world_size for r in plan.ranks):
+            raise ValueError(f"table {t}: ranks {plan.ranks} must be non-empty and within [0, {world_size})")
+        if plan.kind == "table" and len(plan.ranks) != 1:
+            raise ValueError(f"table {t}: table-wise sharding takes exactly one rank, got {plan.ranks}")
+        n = len(plan.ranks)
+        if plan.kind == "column" and dim % n:
+            raise ValueError(f"table {t}: dim {dim} does not split into {n} equal column shards")
+        row_ranges = _split(n_rows, n) if plan.kind == "row" else [(0, n_rows)] * n
+        col_ranges = _split(dim, n) if plan.kind == "column" else [(0, dim)] * n
+        shards += [Shard(table=t, kind=plan.kind, rank=r, rows=rr, cols=cc) for r, rr, cc in zip(plan.ranks, row_ranges, col_ranges)]
+    return shards
+
+
+def shard_features(shards: Sequence[Shard], feature_to_table: Sequence[int],
+                   dims: Sequence[int]) -> list[list[ShardFeature]]:
+    """Per rank, the shard-features it serves, in (feature, shard) order."""
+    starts = [0]
+    for f in feature_to_table:
+        starts.append(starts[-1] + dims[f])
+    world = 1 + max(s.rank for s in shards)
+    per_rank: list[list[ShardFeature]] = [[] for _ in range(world)]
+    for feature, table in enumerate(feature_to_table):
+        for shard in (s for s in shards if s.table == table):
+            cols = (starts[feature] + shard.cols[0], starts[feature] + shard.cols[1])
+            per_rank[shard.rank].append(ShardFeature(feature=feature, shard=shard, out_cols=cols))
+    return per_rank
+
+
+class _AllToAllRows(torch.autograd.Function):
+    """all_to_all_single of a flat tensor whose backward sends the gradient back, scaled."""
+
+    @staticmethod
+    def forward(ctx, flat: Tensor, send: list[int], recv: list[int], grad_scale: float) -> Tensor:
+        ctx.send, ctx.recv, ctx.grad_scale = send, recv, grad_scale
+        out = flat.new_empty(sum(recv))
+        dist.all_to_all_single(out, flat.contiguous(), recv, send)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        back = grad.new_empty(sum(ctx.send))
+        dist.all_to_all_single(back, (grad * ctx.grad_scale).contiguous(), ctx.send, ctx.recv)
+        return back, None, None, None
+
+
+def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
+    out = tensor.new_empty(sum(recv))
+    dist.all_to_all_single(out, tensor.contiguous(), recv, send)
+    return out
+
+
+def _bag_ids(lengths: Tensor) -> Tensor:
+    """[nnz] index of the bag each value belongs to."""
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+
+
+def _slice_for(piece: ShardFeature, batch: JaggedBatch, bounds: list[int]) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The (lengths [B], values, weights) of one shard-feature from a local batch."""
+    b, f = batch.batch_size, piece.feature
+    lengths = batch.offsets[f * b + 1:(f + 1) * b + 1] - batch.offsets[f * b:(f + 1) * b]
+    values = batch.values[bounds[f]:bounds[f + 1]]
+    weights = None if batch.weights is None else batch.weights[bounds[f]:bounds[f + 1]]
+    if piece.shard.kind != "row":
+        return lengths, values, weights
+    lo, hi = piece.shard.rows
+    keep = (values >= lo) & (values < hi)
+    lengths = torch.bincount(_bag_ids(lengths)[keep], minlength=b)
+    return lengths, values[keep] - lo, None if weights is None else weights[keep]
+
+
+def _regroup(lengths: Tensor, values: Tensor, weights: Tensor | None, world: int, features: int,
+             batch: int) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Reorder bags from (source rank, feature, sample) to (feature, source rank, sample)."""
+    old_offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
+    torch.cumsum(lengths, 0, out=old_offsets[1:])
+    order = torch.arange(lengths.numel(), device=lengths.device).view(world, features, batch)
+    order = order.permute(1, 0, 2).reshape(-1)  # new bag k' reads old bag order[k']
+    new_lengths = lengths[order]
+    new_offsets = torch.zeros_like(old_offsets)
+    torch.cumsum(new_lengths, 0, out=new_offsets[1:])
+    gather = (torch.repeat_interleave(old_offsets[:-1][order] - new_offsets[:-1], new_lengths)
+              + torch.arange(values.numel(), device=values.device))
+    return new_offsets, values[gather], None if weights is None else weights[gather]
+
+
+class ShardedEmbedding(nn.Module):
+    """Embedding tables sharded over the ranks of the default process group.
+
+    ``local_factory(shards, local_feature_to_shard)`` builds this rank's module: one table per shard
+    (``shard.num_rows`` x ``shard.dim``), one feature per shard-feature, whose
+    ``forward(JaggedBatch) -> [samples, sum of dims]`` pools sum-wise and whose backward applies its
+    optimizer (polyrec's TableBatchedEmbedding).
+    """
+
+    def __init__(self, *, rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
+                 feature_to_table: Sequence[int], local_factory: Callable[[list[Shard], list[int]], nn.Module],
+                 rank: int, world_size: int):
+        super().__init__()
+        self.rank, self.world = rank, world_size
+        self.shards = make_shards(rows, dims, shardings, world_size)
+        self.pieces = shard_features(self.shards, feature_to_table, dims)
+        self.pieces += [[] for _ in range(world_size - len(self.pieces))]
+        self.out_dim = sum(dims[t] for t in feature_to_table)
+        self.num_features = len(feature_to_table)
+        self.local_shards = [s for s in self.shards if s.rank == rank]
+        local_index = {id(s): i for i, s in enumerate(self.local_shards)}
+        self.local = local_factory(self.local_shards, [local_index[id(p.shard)] for p in self.pieces[rank]])
+        self.register_buffer("_out_cols", torch.tensor(
+            [c for pieces in self.pieces for p in pieces for c in range(*p.out_cols)], dtype=torch.int64),
+            persistent=False)
+
+    def _send_inputs(self, batch: JaggedBatch) -> JaggedBatch:
+        b, world = batch.batch_size, self.world
+        bounds = batch.offsets[::b].tolist() if b else [0] * (batch.num_features + 1)
+        parts = [_slice_for(p, batch, bounds) for dest in range(world) for p in self.pieces[dest]]
+        lengths = torch.cat([p[0] for p in parts]) if parts else batch.offsets.new_zeros(0)
+        values = torch.cat([p[1] for p in parts]) if parts else batch.values.new_zeros(0)
+        weighted = batch.weights is not None
+        weights = torch.cat([p[2] for p in parts]) if weighted and parts else None
+        counts = [len(self.pieces[d]) * b for d in range(world)]
+        mine = len(self.pieces[self.rank])
+        recv_lengths = _all_to_all(lengths, counts, [mine * b] * world)
+        send_values = [int(x) for x in torch.stack([c.sum() for c in lengths.split(counts)]).tolist()]
+        recv_values = [int(x) for x in recv_lengths.view(world, -1).sum(dim=1).tolist()]
+        got_values = _all_to_all(values, send_values, recv_values)
+        got_weights = _all_to_all(weights, send_values, recv_values) if weighted else None
+        offsets, values, weights = _regroup(recv_lengths, got_values, got_weights, world, mine, b)
+        return JaggedBatch(values=values, offsets=offsets, batch_size=world * b, num_features=mine,
+                           weights=weights)
+
+    def forward(self, batch: JaggedBatch) -> Tensor:
+        """Local batch [B samples x F features] -> pooled [B, sum of feature dims], feature order."""
+        if batch.num_features != self.num_features:
+            raise ValueError(f"batch has {batch.num_features} features, the sharded tables serve {self.num_features}")
+        b, world = batch.batch_size, self.world
+        local_batch = self._send_inputs(batch)
+        local_dim = sum(p.shard.dim for p in self.pieces[self.rank])
+        pooled = self.local(local_batch) if local_batch.num_features else batch.values.new_zeros(
+            (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
+        dims = [sum(p.shard.dim for p in self.pieces[d]) for d in range(world)]
+        flat = _AllToAllRows.apply(pooled.reshape(-1), [b * local_dim] * world, [b * d for d in dims],
+                                   1.0 / world)
+        blocks = [blk.view(b, d) for blk, d in zip(flat.split([b * d for d in dims]), dims)]
+        gathered = torch.cat(blocks, dim=1)  # [B, sum of all shard-feature dims], rank order
+        out = gathered.new_zeros(b, self.out_dim)
+        return out.index_add(1, self._out_cols, gathered)

@@ -1,0 +1,132 @@
+"""Sharded embeddings over 2 gloo processes equal one process on the whole batch.
+
+The local module here is a test double (dense per-shard weights pooled with torch ops) so the data
+movement is checked on its own; test_sharding_tbe.py runs the same with polyrec's fused TBE.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from distributed_util import run_on_ranks
+from polyrec.kernels.jagged import JaggedBatch
+from polyrec.runtime.sharding import Shard, ShardedEmbedding, TableSharding, make_shards
+
+ROWS = (50, 37, 64)
+DIMS = (8, 4, 8)
+FEATURE_TO_TABLE = (0, 1, 2, 0)  # feature 3 shares table 0
+B = 5  # local batch per rank
+
+
+class PooledTablesDouble(nn.Module):
+    """Test double: one dense weight per table, sum-pooled with index_add (differentiable)."""
+
+    def __init__(self, weights: list[torch.Tensor], feature_to_table: list[int]):
+        super().__init__()
+        self.weights = nn.ParameterList(nn.Parameter(w.clone()) for w in weights)
+        self.feature_to_table = feature_to_table
+
+    def forward(self, batch: JaggedBatch) -> torch.Tensor:
+        b = batch.batch_size
+        outs = []
+        for f, t in enumerate(self.feature_to_table):
+            lengths = batch.offsets[f * b + 1:(f + 1) * b + 1] - batch.offsets[f * b:(f + 1) * b]
+            ids = batch.values[int(batch.offsets[f * b]):int(batch.offsets[(f + 1) * b])]
+            rows = self.weights[t][ids]
+            if batch.weights is not None:
+                rows = rows * batch.weights[int(batch.offsets[f * b]):int(batch.offsets[(f + 1) * b])][:, None]
+            bag = torch.repeat_interleave(torch.arange(b), lengths)
+            outs.append(rows.new_zeros(b, rows.shape[1]).index_add(0, bag, rows))
+        return torch.cat(outs, dim=1)
+
+
+def full_weights(seed: int = 7) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(r, d, generator=gen, dtype=torch.float64) for r, d in zip(ROWS, DIMS)]
+
+
+def global_batch(world: int, seed: int = 3, weighted: bool = False) -> JaggedBatch:
+    """A batch of world*B samples with empty bags, duplicates and a weight per id."""
+    gen = torch.Generator().manual_seed(seed)
+    n = world * B
+    lengths = torch.randint(0, 4, (len(FEATURE_TO_TABLE), n), generator=gen)
+    lengths[:, 1] = 0  # an empty bag in every feature
+    values = [torch.randint(0, ROWS[t], (int(lengths[f].sum()),), generator=gen)
+              for f, t in enumerate(FEATURE_TO_TABLE)]
+    values = torch.cat(values)
+    weights = torch.rand(values.numel(), generator=gen, dtype=torch.float64) if weighted else None
+    return JaggedBatch.from_lengths(values=values, lengths=lengths.reshape(-1), batch_size=n,
+                                    num_features=len(FEATURE_TO_TABLE), weights=weights)
+
+
+def local_part(batch: JaggedBatch, rank: int, world: int) -> JaggedBatch:
+    """The samples [rank*B, (rank+1)*B) of every feature."""
+    n, f = batch.batch_size, batch.num_features
+    lengths = batch.lengths().view(f, n)[:, rank * B:(rank + 1) * B]
+    pick = torch.cat([torch.arange(int(batch.offsets[i * n + rank * B]), int(batch.offsets[i * n + (rank + 1) * B]))
+                      for i in range(f)])
+    weights = None if batch.weights is None else batch.weights[pick]
+    return JaggedBatch.from_lengths(values=batch.values[pick], lengths=lengths.reshape(-1), batch_size=B,
+                                    num_features=f, weights=weights)
+
+
+def double_factory(weights: list[torch.Tensor]):
+    def build(shards: list[Shard], feature_to_shard: list[int]) -> nn.Module:
+        pieces = [weights[s.table][s.rows[0]:s.rows[1], s.cols[0]:s.cols[1]] for s in shards]
+        return PooledTablesDouble(pieces, feature_to_shard)
+    return build
+
+
+def _check_sharded_matches_single(rank: int, world: int, kinds: tuple[str, ...], weighted: bool) -> None:
+    torch.manual_seed(0)
+    shardings = [TableSharding(kind=k, ranks=(t % world,) if k == "table" else tuple(range(world)))
+                 for t, k in enumerate(kinds)]
+    weights = full_weights()
+    batch = global_batch(world, weighted=weighted)
+    reference = PooledTablesDouble(weights, list(FEATURE_TO_TABLE))
+    ref_out = reference(batch)  # [world*B, sum D]
+    grad_out = torch.randn(ref_out.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    (ref_out * grad_out).sum().div(world * B).backward()  # loss = mean over the global batch
+
+    sharded = ShardedEmbedding(rows=ROWS, dims=DIMS, shardings=shardings, feature_to_table=FEATURE_TO_TABLE,
+                               local_factory=double_factory(weights), rank=rank, world_size=world)
+    out = sharded(local_part(batch, rank, world))
+    torch.testing.assert_close(out, ref_out[rank * B:(rank + 1) * B], rtol=1e-12, atol=1e-12)
+    (out * grad_out[rank * B:(rank + 1) * B]).sum().div(B).backward()  # loss = mean over the local batch
+    for shard, param in zip(sharded.local_shards, sharded.local.weights):
+        expected = reference.weights[shard.table].grad[shard.rows[0]:shard.rows[1], shard.cols[0]:shard.cols[1]]
+        torch.testing.assert_close(param.grad, expected, rtol=1e-12, atol=1e-12)
+
+
+KIND_MIXES = [(("table", "table", "table"), False), (("row", "row", "row"), False),
+              (("column", "column", "column"), False), (("row", "table", "column"), False),
+              (("row", "column", "table"), True)]
+
+
+def _check_all_mixes(rank: int, world: int) -> None:
+    for kinds, weighted in KIND_MIXES:  # one process pair for all mixes: spawning costs seconds
+        _check_sharded_matches_single(rank, world, kinds, weighted)
+
+
+def test_sharded_forward_and_gradients_match_single_process():
+    run_on_ranks(_check_all_mixes, 2)
+
+
+def test_make_shards_splits_rows_and_columns():
+    shards = make_shards((10, 7), (8, 4), [TableSharding(kind="row", ranks=(0, 1, 2)),
+                                           TableSharding(kind="column", ranks=(1, 0))], 3)
+    assert [s.rows for s in shards[:3]] == [(0, 4), (4, 8), (8, 10)]
+    assert [s.cols for s in shards[3:]] == [(0, 2), (2, 4)] and [s.rank for s in shards[3:]] == [1, 0]
+
+
+@pytest.mark.parametrize("plan, message", [
+    (TableSharding(kind="diagonal", ranks=(0,)), "sharding kind"),
+    (TableSharding(kind="table", ranks=(0, 1)), "exactly one rank"),
+    (TableSharding(kind="row", ranks=(0, 5)), "within"),
+    (TableSharding(kind="column", ranks=(0, 1, 2)), "does not split"),
+])
+def test_bad_sharding_is_named(plan, message):
+    with pytest.raises(ValueError, match=message):
+        make_shards((10,), (8,), [plan], 3)
