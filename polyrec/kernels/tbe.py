@@ -1,0 +1,408 @@
+"""Table-batched embedding: many tables in one flat buffer, pooled and sequence lookups, and a
+backward that applies the optimizer in place (no dense gradient). See docs/tbe.md.
+
+Output of ``forward``: ``[B, sum of the pooled features' dims]`` in ``output_dtype`` (fp32 by
+default, whatever the weight precision), features in order, features of pooling "none" tables left
+out (they are read with ``lookup_sequence``). Its autograd backward sorts the ids, reduces duplicates
+exactly and updates weights and optimizer state in place: call ``loss.backward()`` and the
+embeddings have taken their step; there is no ``.grad`` and no separate ``optimizer.step()``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+from torch import Tensor
+
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels import tbe_select
+from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
+from polyrec.kernels.tbe_backward import CHUNK, MERGE_BLOCK, merge_kernel, piece_starts, update_kernel
+from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
+                                         sort_keys_kernel, vector_width)
+from polyrec.kernels.tbe_optim import OPTIM_CODE, STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
+
+POOLINGS = ("sum", "mean", "none")
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+__all__ = ["EmbeddingOptimizer", "TableSpec", "TableBatchedEmbedding", "JaggedBatch"]
+
+
+@dataclass(kw_only=True, slots=True)
+class TableSpec:
+    """One embedding table."""
+
+    name: str
+    rows: int  # number of rows (ids 0 .. rows-1)
+    dim: int  # embedding dimension
+    pooling: str = "sum"  # "sum" | "mean" | "none" (sequence: read with lookup_sequence)
+
+    def __post_init__(self) -> None:
+        if self.rows <= 0 or self.dim <= 0:
+            raise ValueError(f"table '{self.name}': rows and dim must be > 0, got {self.rows}, {self.dim}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"table '{self.name}': pooling must be one of {POOLINGS}, got '{self.pooling}'")
+
+
+def _selection_spec(device: torch.device) -> DeviceSpec:
+    """The device spec configs are chosen for; on the CPU (interpreter) the H200's stands in."""
+    from polyrec.hardware.catalog import get_device
+    from polyrec.hardware.detect import detect
+
+    if device.type == "cuda":
+        spec = detect(device.index or 0).spec
+        if spec.triton is not None:
+            return spec
+    return get_device("H200")
+
+
+class TableBatchedEmbedding(torch.nn.Module):
+    """All tables of one weight precision in one flat buffer, with a fused sparse optimizer."""
+
+    def __init__(self, tables: list[TableSpec], *, optimizer: EmbeddingOptimizer, weight_dtype=torch.float32,
+                 feature_to_table: list[int] | None = None, device=None, seed: int = 0, deterministic: bool = False,
+                 init_scale: float | None = None, output_dtype=torch.float32, debug_checks: bool = False):
+        super().__init__()
+        if not tables:
+            raise ValueError("TableBatchedEmbedding needs at least one table")
+        if weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype}")
+        feature_to_table = list(range(len(tables))) if feature_to_table is None else list(feature_to_table)
+        for f, t in enumerate(feature_to_table):
+            if not 0 <= t < len(tables):
+                raise ValueError(f"feature_to_table[{f}] = {t} is not a table index (0..{len(tables) - 1})")
+        self.tables, self.feature_to_table, self.optimizer = list(tables), feature_to_table, optimizer
+        self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
+        self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, seed
+        self.step = 0
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        dims = [t.dim for t in tables]
+        self.block_d = block_d(dims)
+        self.vec = vector_width(dims, torch.tensor([], dtype=weight_dtype).element_size())
+        self.t_pad = triton.next_power_of_2(len(tables))
+        self._build_layout(device)
+        self._allocate(device, init_scale)
+        self._configs: dict[tuple, object] = {}
+        self._pending_flags: tuple[Tensor, torch.cuda.Event] | None = None
+
+    # ---- construction -------------------------------------------------------------------------
+    def _build_layout(self, device: torch.device) -> None:
+        rows = [t.rows for t in self.tables]
+        elems = [t.rows * t.dim for t in self.tables]
+        row_base = [0] + list(_cumsum(rows))[:-1]
+        elem_base = [0] + list(_cumsum(elems))[:-1]
+        self.total_rows, self.total_elems = sum(rows), sum(elems)
+        col, cols = 0, []
+        for t in self.feature_to_table:
+            spec = self.tables[t]
+            cols.append(-1 if spec.pooling == "none" else col)
+            col += 0 if spec.pooling == "none" else spec.dim
+        self.output_dim = col
+        self.pooled_features = [f for f, c in enumerate(cols) if c >= 0]
+        self.sequence_features = [f for f, c in enumerate(cols) if c < 0]
+        seq_dims = {self.tables[self.feature_to_table[f]].dim for f in self.sequence_features}
+        self.sequence_dim = seq_dims.pop() if len(seq_dims) == 1 else (0 if not seq_dims else -1)
+        i32, i64 = torch.int32, torch.int64
+        self.layout = TableLayout(
+            feat_table=torch.tensor(self.feature_to_table, dtype=i32, device=device),
+            feat_col=torch.tensor(cols, dtype=i32, device=device),
+            feat_mean=torch.tensor([self.tables[t].pooling == "mean" for t in self.feature_to_table], dtype=i32,
+                                   device=device),
+            table_rows=torch.tensor(rows, dtype=i64, device=device),
+            table_row_base=torch.tensor(row_base, dtype=i64, device=device),
+            table_elem_base=torch.tensor(elem_base, dtype=i64, device=device),
+            table_dim=torch.tensor([t.dim for t in self.tables], dtype=i32, device=device),
+            total_rows=self.total_rows)
+        self._pooled_ids = torch.tensor(self.pooled_features, dtype=i32, device=device)
+        self._sequence_ids = torch.tensor(self.sequence_features, dtype=i32, device=device)
+        self.key_dtype = torch.int32 if self.total_rows < 2**31 - 1 else torch.int64
+
+    def _allocate(self, device: torch.device, init_scale: float | None) -> None:
+        weights = torch.empty(self.total_elems, dtype=self.weight_dtype, device=device)
+        gen = torch.Generator(device=device).manual_seed(self.seed)
+        for t, view in zip(self.tables, self._split(weights)):
+            scale = init_scale if init_scale is not None else math.sqrt(1.0 / t.rows)
+            view.uniform_(-scale, scale, generator=gen)
+        self.register_buffer("weights", weights)
+        kind, init = self.optimizer.kind, self.optimizer.initial_accumulator_value
+        per_elem, per_row = STATE_PER_ELEMENT[kind], STATE_PER_ROW[kind]
+        state1 = torch.empty(0, dtype=torch.float32, device=device)
+        state2 = torch.empty(0, dtype=torch.float32, device=device)
+        if per_row:
+            state1 = torch.full((self.total_rows,), init, dtype=torch.float32, device=device)
+        elif per_elem:
+            state1 = torch.full((self.total_elems,), init if kind == "adagrad" else 0.0, dtype=torch.float32,
+                                device=device)
+        if per_elem == 2:
+            state2 = torch.zeros(self.total_elems, dtype=torch.float32, device=device)
+        self.register_buffer("state1", state1)
+        self.register_buffer("state2", state2)
+        self.register_buffer("flags", torch.zeros(len(self.feature_to_table), dtype=torch.int32, device=device),
+                             persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        self.layout = self.layout.to(self.weights.device)
+        self._pooled_ids = self._pooled_ids.to(self.weights.device)
+        self._sequence_ids = self._sequence_ids.to(self.weights.device)
+        return self
+
+    def _split(self, flat: Tensor) -> list[Tensor]:
+        out, start = [], 0
+        for t in self.tables:
+            out.append(flat[start: start + t.rows * t.dim].view(t.rows, t.dim))
+            start += t.rows * t.dim
+        return out
+
+    def table_weights(self) -> list[Tensor]:
+        """Views [rows, dim] of each table's weights in the flat buffer."""
+        return self._split(self.weights)
+
+    def table_state(self) -> list[Tensor]:
+        """Views of each table's first optimizer state: [rows] (rowwise), [rows, dim] (per element)."""
+        if self.optimizer.kind == "rowwise_adagrad":
+            bounds = [0] + list(_cumsum([t.rows for t in self.tables]))
+            return [self.state1[a:b] for a, b in zip(bounds, bounds[1:])]
+        return self._split(self.state1) if self.state1.numel() else []
+
+    def get_extra_state(self) -> dict:
+        return {"step": self.step, "optimizer": self.optimizer.kind}
+
+    def set_extra_state(self, state: dict) -> None:
+        if state.get("optimizer") != self.optimizer.kind:
+            raise ValueError(f"checkpoint optimizer '{state.get('optimizer')}' != module's '{self.optimizer.kind}'")
+        self.step = int(state["step"])
+
+    # ---- checks -------------------------------------------------------------------------------
+    def _feature_label(self, f: int) -> str:
+        t = self.feature_to_table[f]
+        return f"feature {f} (table '{self.tables[t].name}', rows {self.tables[t].rows})"
+
+    def _validate(self, batch: JaggedBatch) -> None:
+        if batch.num_features != len(self.feature_to_table):
+            raise JaggedBatchError(f"batch has {batch.num_features} features, module has "
+                                   f"{len(self.feature_to_table)}")
+        names = [self.tables[t].name for t in self.feature_to_table]
+        batch.validate(rows=[self.tables[t].rows for t in self.feature_to_table], full=self.debug_checks,
+                       table_names=names, device=self.weights.device)
+        self.check_errors(wait=False)
+
+    def check_errors(self, *, wait: bool = True) -> None:
+        """Raise for bad ids / offsets seen by an earlier lookup (the kernels mask them and flag).
+
+        On a GPU the flags of the last lookup are copied back without blocking; ``wait=False`` only
+        looks when that copy has landed, ``wait=True`` synchronises.
+        """
+        if self._pending_flags is None:
+            return
+        host, event = self._pending_flags
+        if not wait and event is not None and not event.query():
+            return
+        if event is not None:
+            event.synchronize()
+        self._pending_flags = None
+        bad = [(f, int(v)) for f, v in enumerate(host.tolist()) if v]
+        if bad:
+            self.flags.zero_()
+            what = {1: "an id out of range or negative", 2: "offsets that decrease or exceed nnz",
+                    3: "ids out of range and bad offsets"}
+            lines = "; ".join(f"{self._feature_label(f)}: {what[v]}" for f, v in bad)
+            raise JaggedBatchError(f"bad input in a recent batch (masked, not applied): {lines}. "
+                                   "Construct with debug_checks=True to locate it before launch")
+
+    def _record_flags(self) -> None:
+        if self.flags.device.type == "cpu":
+            self._pending_flags = (self.flags.clone(), None)
+            self.check_errors()
+            return
+        host = torch.empty(self.flags.shape, dtype=self.flags.dtype, pin_memory=True)
+        host.copy_(self.flags, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._pending_flags = (host, event)
+
+    # ---- configs ------------------------------------------------------------------------------
+    def _forward_config(self, batch: JaggedBatch, features: int) -> tbe_select.ForwardConfig:
+        mean_bag = batch.nnz / max(batch.batch_size * batch.num_features, 1)
+        key = ("fwd", batch.batch_size, features, round(mean_bag, 1))
+        if key not in self._configs:
+            row_bytes = self.block_d * self.weights.element_size()
+            self._configs[key] = tbe_select.select_forward(
+                _selection_spec(self.weights.device), batch_size=batch.batch_size, num_features=features,
+                mean_bag=mean_bag, block_d=self.block_d, row_bytes=row_bytes)
+        return self._configs[key]
+
+    def _update_config(self, nnz: int) -> tbe_select.UpdateConfig:
+        key = ("upd", max(nnz, 1).bit_length())
+        if key not in self._configs:
+            self._configs[key] = tbe_select.select_update(
+                _selection_spec(self.weights.device), nnz=nnz, block_d=self.block_d,
+                row_bytes=self.block_d * self.weights.element_size(), state_tiles=STATE_PER_ELEMENT[self.optimizer.kind])
+        return self._configs[key]
+
+    # ---- lookups ------------------------------------------------------------------------------
+    def forward(self, batch: JaggedBatch) -> Tensor:
+        """Pooled lookup: [B, output_dim] in ``output_dtype``; backward updates the weights in place."""
+        self._validate(batch)
+        anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
+        return _PooledLookup.apply(anchor, self, batch.values, batch.offsets, batch.weights, batch.batch_size)
+
+    def lookup_sequence(self, batch: JaggedBatch) -> Tensor:
+        """Unpooled rows of the pooling-"none" features: [n, D], row i = the table row of the i-th id of
+        those features in ``batch.values`` order (feature-major: all of the first such feature's ids,
+        samples in order, then the next). All such tables must share D. Per-sample weights are not
+        applied. Synchronises once (the output size depends on the offsets). Backward updates in place.
+        """
+        if not self.sequence_features:
+            raise ValueError("no table has pooling 'none'; lookup_sequence has nothing to read")
+        if self.sequence_dim < 0:
+            raise ValueError("lookup_sequence needs all pooling-'none' tables to share one dim")
+        self._validate(batch)
+        anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
+        return _SequenceLookup.apply(anchor, self, batch.values, batch.offsets, batch.batch_size)
+
+    def _pooled_forward(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int) -> Tensor:
+        batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
+                            num_features=len(self.feature_to_table), weights=per_sample)
+        out = torch.empty(batch_size, self.output_dim, dtype=self.output_dtype, device=self.weights.device)
+        if not self.pooled_features or batch_size == 0:
+            return out.zero_()
+        cfg = self._forward_config(batch, len(self.pooled_features))
+        lay = self.layout
+        grid = (triton.cdiv(batch_size, cfg.bags), len(self.pooled_features))
+        pooled_forward_kernel[grid](
+            self.weights, values, offsets, per_sample, out, self.flags,
+            self._pooled_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
+            lay.table_dim, batch_size, values.numel(), out.stride(0),
+            BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
+            HAS_PER_SAMPLE=per_sample is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
+            num_warps=cfg.num_warps)
+        self._record_flags()
+        return out
+
+    def _sequence_ranges(self, offsets: Tensor, batch_size: int) -> list[tuple[int, int, int, int]]:
+        """(feature, first id position, id count, first output row) per sequence feature (synchronises)."""
+        marks = offsets[:: max(batch_size, 1)].tolist()
+        out, row = [], 0
+        for f in self.sequence_features:
+            start, end = int(marks[f]), int(marks[f + 1])
+            out.append((f, start, max(end - start, 0), row))
+            row += max(end - start, 0)
+        return out
+
+    def _sequence_forward(self, values: Tensor, offsets: Tensor, batch_size: int) -> tuple[Tensor, list]:
+        ranges = self._sequence_ranges(offsets, batch_size)
+        total = sum(r[2] for r in ranges)
+        out = torch.empty(total, self.sequence_dim, dtype=self.output_dtype, device=self.weights.device)
+        positions = tbe_select.sequence_positions(self.block_d)
+        warps = tbe_select.warps_for(positions * self.block_d, _selection_spec(self.weights.device).warp_size)
+        for f, start, count, row0 in ranges:
+            if count == 0:
+                continue
+            t = self.tables[self.feature_to_table[f]]
+            base = sum(x.rows * x.dim for x in self.tables[: self.feature_to_table[f]])
+            sequence_forward_kernel[(triton.cdiv(count, positions),)](
+                self.weights, values, out, self.flags, f, start, count, row0, out.stride(0), t.rows, base, t.dim,
+                POSITIONS=positions, BLOCK_D=self.block_d, num_warps=warps)
+        self._record_flags()
+        return out, ranges
+
+    # ---- fused backward -----------------------------------------------------------------------
+    def _next_seed(self) -> int:
+        if self.deterministic:
+            return (self.seed * 1_000_003 + self.step * 7_919 + 1) & 0x7FFFFFFF
+        return int(torch.randint(0, 2**31 - 1, (1,)))
+
+    def _fused_backward(self, grad: Tensor, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
+                        batch_size: int, sequence: list | None) -> None:
+        """Sort the ids, reduce duplicates, apply the optimizer in place; one optimizer step."""
+        n, dev, lay = values.numel(), self.weights.device, self.layout
+        self.step += 1
+        if n == 0 or batch_size == 0:
+            return
+        feats = self._sequence_ids if sequence is not None else self._pooled_ids
+        if feats.numel() == 0:
+            return
+        grad = grad.contiguous()
+        has_mean = sequence is None and any(self.tables[self.feature_to_table[f]].pooling == "mean"
+                                            for f in self.pooled_features)
+        has_scale = sequence is None and (per_sample is not None or has_mean)
+        keys = torch.full((n,), self.total_rows, dtype=self.key_dtype, device=dev)
+        src = torch.empty(n, dtype=torch.int32, device=dev)
+        scale = torch.empty(n, dtype=torch.float32, device=dev) if has_scale else None
+        seq_base = (torch.tensor([r[3] for r in sequence], dtype=torch.int64, device=dev)
+                    if sequence is not None else None)
+        batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
+                            num_features=len(self.feature_to_table))
+        fcfg = self._forward_config(batch, feats.numel())
+        sort_keys_kernel[(triton.cdiv(batch_size, fcfg.bags), feats.numel())](
+            values, offsets, per_sample if has_scale else None, keys, src, scale,
+            feats, lay.feat_table, lay.feat_mean, lay.table_rows, lay.table_row_base, seq_base,
+            batch_size, n, self.total_rows,
+            BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=has_scale,
+            num_warps=fcfg.num_warps)
+        sorted_keys, perm = torch.sort(keys, stable=self.deterministic)
+        starts, num_pieces = piece_starts(sorted_keys)
+        partial = torch.empty(triton.cdiv(n, CHUNK) * 2, self.block_d, dtype=torch.float32, device=dev)
+        opt = self.optimizer
+        common = dict(lr=opt.step_size(self.step), eps=opt.eps, beta1=opt.beta1, beta2=opt.beta2,
+                      weight_decay=opt.weight_decay, seed=self._next_seed())
+        flags = dict(OPTIM=OPTIM_CODE[opt.kind], HAS_WD=opt.weight_decay > 0,
+                     STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
+                     T_PAD=self.t_pad, CHUNK_SIZE=CHUNK)
+        ucfg = self._update_config(n)
+        update_kernel[(triton.cdiv(n, ucfg.pieces),)](
+            self.weights, self.state1, self.state2, grad, partial,
+            sorted_keys, perm, src, scale, starts, num_pieces,
+            lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
+            n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
+            SEQUENCE=sequence is not None, HAS_SCALE=has_scale, PIECES=ucfg.pieces, num_warps=ucfg.num_warps,
+            **flags)
+        warp_size = _selection_spec(dev).warp_size
+        merge_kernel[(triton.cdiv(n, CHUNK),)](
+            self.weights, self.state1, self.state2, partial, sorted_keys,
+            lay.table_row_base, lay.table_elem_base, lay.table_dim,
+            n, len(self.tables), self.total_rows, **common, MERGE=MERGE_BLOCK,
+            num_warps=tbe_select.merge_warps(self.block_d, MERGE_BLOCK, warp_size), **flags)
+
+
+def _cumsum(xs: list[int]) -> list[int]:
+    out, acc = [], 0
+    for x in xs:
+        acc += x
+        out.append(acc)
+    return out
+
+
+class _PooledLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, anchor, module, values, offsets, per_sample, batch_size):
+        ctx.module, ctx.batch_size = module, batch_size
+        ctx.save_for_backward(values, offsets, per_sample)
+        return module._pooled_forward(values, offsets, per_sample, batch_size)
+
+    @staticmethod
+    def backward(ctx, grad):
+        values, offsets, per_sample = ctx.saved_tensors
+        with torch.no_grad():
+            ctx.module._fused_backward(grad, values, offsets, per_sample, ctx.batch_size, None)
+        return None, None, None, None, None, None
+
+
+class _SequenceLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, anchor, module, values, offsets, batch_size):
+        out, ranges = module._sequence_forward(values, offsets, batch_size)
+        ctx.module, ctx.batch_size, ctx.ranges = module, batch_size, ranges
+        ctx.save_for_backward(values, offsets)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        values, offsets = ctx.saved_tensors
+        with torch.no_grad():
+            ctx.module._fused_backward(grad, values, offsets, None, ctx.batch_size, ctx.ranges)
+        return None, None, None, None, None

@@ -1,0 +1,183 @@
+"""Forward kernels of the table-batched embedding: pooled lookup, sequence lookup, sort-key preparation.
+
+All tables of one precision live in one flat buffer; table ``t`` holds rows ``[rows_t, dim_t]`` at
+element offset ``elem_base[t]``, and its rows have global ids ``row_base[t] + local id``.
+
+The pooled kernel runs one program per (block of BAGS samples, feature). Each iteration of its loop
+gathers a [BAGS, HOTS, BLOCK_D] tile: HOTS consecutive ids of each of the BAGS bags, so that
+BAGS * HOTS rows are in flight per program, and sums over the HOTS axis in fp32. Out-of-range ids and
+malformed offsets are masked (they read nothing and contribute zero) and flagged per feature in
+``flags`` (bit 1: id out of range, bit 2: bad offsets), which the module turns into an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+FLAG_BAD_ID = 1
+FLAG_BAD_OFFSETS = 2
+
+
+@dataclass(kw_only=True, slots=True)
+class TableLayout:
+    """Device-side description of the tables and features (small int tensors)."""
+
+    feat_table: Tensor  # [F] int32: table each feature reads
+    feat_col: Tensor  # [F] int32: first output column of the feature (-1: pooling "none")
+    feat_mean: Tensor  # [F] int32: 1 where the feature's table pools by mean
+    table_rows: Tensor  # [T] int64
+    table_row_base: Tensor  # [T] int64: global id of the table's row 0
+    table_elem_base: Tensor  # [T] int64: element offset of the table in the flat buffer
+    table_dim: Tensor  # [T] int32
+    total_rows: int  # sum of rows: the invalid-key sentinel
+
+    def to(self, device: torch.device) -> TableLayout:
+        fields = {k: getattr(self, k).to(device) for k in ("feat_table", "feat_col", "feat_mean", "table_rows",
+                                                           "table_row_base", "table_elem_base", "table_dim")}
+        return TableLayout(**fields, total_rows=self.total_rows)
+
+
+@triton.jit
+def _bag_bounds(offsets_ptr, f, b0, batch_size, nnz, BAGS: tl.constexpr):
+    """Samples [BAGS], their validity, start and length of feature ``f``'s bags, and a bad-offset mask."""
+    bags = b0 + tl.arange(0, BAGS)
+    bag_ok = bags < batch_size
+    bag_idx = f.to(tl.int64) * batch_size + bags
+    start = tl.load(offsets_ptr + bag_idx, mask=bag_ok, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + bag_idx + 1, mask=bag_ok, other=0).to(tl.int64)
+    bad = bag_ok & ((end < start) | (start < 0) | (end > nnz))
+    length = tl.where(bad, 0, end - start)
+    return bags, bag_ok, start, length, bad
+
+
+@triton.jit
+def _raise_flags(flags_ptr, f, bad_ids, bad_offsets):
+    n_ids = tl.sum(bad_ids.to(tl.int32))
+    n_off = tl.sum(bad_offsets.to(tl.int32))
+    code = tl.where(n_ids > 0, 1, 0) + tl.where(n_off > 0, 2, 0)
+    if code > 0:
+        tl.atomic_or(flags_ptr + f, code)
+
+
+@triton.jit
+def pooled_forward_kernel(
+    weights_ptr, values_ptr, offsets_ptr, per_sample_ptr, out_ptr, flags_ptr,
+    feat_ids_ptr, feat_table_ptr, feat_col_ptr, feat_mean_ptr, table_rows_ptr, table_elem_base_ptr, table_dim_ptr,
+    batch_size, nnz, out_stride,
+    BAGS: tl.constexpr, HOTS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
+    HAS_PER_SAMPLE: tl.constexpr, HAS_MEAN: tl.constexpr,
+):
+    """out[b, col_f : col_f + dim] = pool over the bag of (feature f, sample b) of weight rows."""
+    f = tl.load(feat_ids_ptr + tl.program_id(1))
+    t = tl.load(feat_table_ptr + f)
+    rows = tl.load(table_rows_ptr + t)
+    base = tl.multiple_of(tl.load(table_elem_base_ptr + t), VEC)
+    dim = tl.multiple_of(tl.load(table_dim_ptr + t), VEC)
+    bags, bag_ok, start, length, bad_off = _bag_bounds(offsets_ptr, f, tl.program_id(0) * BAGS, batch_size, nnz,
+                                                       BAGS)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < dim
+    h = tl.arange(0, HOTS)
+    acc = tl.zeros([BAGS, BLOCK_D], dtype=tl.float32)
+    bad_ids = tl.zeros([BAGS, HOTS], dtype=tl.int1)
+    for j0 in range(0, tl.max(length, axis=0), HOTS):
+        in_bag = (j0 + h[None, :]) < length[:, None]  # [BAGS, HOTS]
+        pos = start[:, None] + j0 + h[None, :]
+        idx = tl.load(values_ptr + pos, mask=in_bag, other=0).to(tl.int64)
+        ok = in_bag & (idx >= 0) & (idx < rows)
+        bad_ids = bad_ids | (in_bag & ~ok)
+        row = base + idx * dim  # [BAGS, HOTS] element offset of each row
+        vals = tl.load(weights_ptr + row[:, :, None] + d[None, None, :],
+                       mask=ok[:, :, None] & d_ok[None, None, :], other=0.0).to(tl.float32)
+        if HAS_PER_SAMPLE:
+            w = tl.load(per_sample_ptr + pos, mask=ok, other=0.0).to(tl.float32)
+            vals = vals * w[:, :, None]
+        acc += tl.sum(vals, axis=1)
+    if HAS_MEAN:
+        is_mean = tl.load(feat_mean_ptr + f) != 0
+        scale = tl.where(is_mean & (length > 0), 1.0 / tl.maximum(length, 1).to(tl.float32), 1.0)
+        acc = acc * scale[:, None]
+    col = tl.load(feat_col_ptr + f)
+    out = out_ptr + bags[:, None].to(tl.int64) * out_stride + col + d[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=bag_ok[:, None] & d_ok[None, :])
+    _raise_flags(flags_ptr, f, bad_ids, bad_off)
+
+
+@triton.jit
+def sequence_forward_kernel(
+    weights_ptr, values_ptr, out_ptr, flags_ptr,
+    f, start, count, out_row0, out_stride, rows, base, dim,
+    POSITIONS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """out[out_row0 + i, :dim] = weights row of values[start + i] for i < count (one feature)."""
+    i = tl.program_id(0) * POSITIONS + tl.arange(0, POSITIONS)
+    in_range = i < count
+    idx = tl.load(values_ptr + start + i, mask=in_range, other=0).to(tl.int64)
+    ok = in_range & (idx >= 0) & (idx < rows)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < dim
+    row = base + idx * dim
+    vals = tl.load(weights_ptr + row[:, None] + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+    out = out_ptr + (out_row0 + i[:, None]).to(tl.int64) * out_stride + d[None, :]
+    tl.store(out, vals.to(out_ptr.dtype.element_ty), mask=in_range[:, None] & d_ok[None, :])
+    _raise_flags(flags_ptr, f, in_range & ~ok, i < 0)
+
+
+@triton.jit
+def sort_keys_kernel(
+    values_ptr, offsets_ptr, per_sample_ptr, keys_ptr, src_ptr, scale_ptr,
+    feat_ids_ptr, feat_table_ptr, feat_mean_ptr, table_rows_ptr, table_row_base_ptr, seq_base_ptr,
+    batch_size, nnz, invalid_key,
+    BAGS: tl.constexpr, HOTS: tl.constexpr, SEQUENCE: tl.constexpr, HAS_SCALE: tl.constexpr,
+):
+    """Per id position: its global row id (the sort key; ``invalid_key`` if out of range), the
+    output-gradient row it reads (pooled: the bag f*B + b; sequence: the output row), and its scale
+    (per-sample weight times 1/len for mean pooling)."""
+    fi = tl.program_id(1)
+    f = tl.load(feat_ids_ptr + fi)
+    t = tl.load(feat_table_ptr + f)
+    rows = tl.load(table_rows_ptr + t)
+    row_base = tl.load(table_row_base_ptr + t)
+    bags, bag_ok, start, length, bad_off = _bag_bounds(offsets_ptr, f, tl.program_id(0) * BAGS, batch_size, nnz,
+                                                       BAGS)
+    h = tl.arange(0, HOTS)
+    if SEQUENCE:
+        feat_start = tl.load(offsets_ptr + f.to(tl.int64) * batch_size).to(tl.int64)
+        seq_base = tl.load(seq_base_ptr + fi)
+    if HAS_SCALE:
+        is_mean = tl.load(feat_mean_ptr + f) != 0
+        inv_len = tl.where(is_mean, 1.0 / tl.maximum(length, 1).to(tl.float32), 1.0)
+    for j0 in range(0, tl.max(length, axis=0), HOTS):
+        in_bag = (j0 + h[None, :]) < length[:, None]
+        pos = start[:, None] + j0 + h[None, :]
+        idx = tl.load(values_ptr + pos, mask=in_bag, other=0).to(tl.int64)
+        ok = (idx >= 0) & (idx < rows)
+        key = tl.where(ok, row_base + idx, invalid_key)
+        tl.store(keys_ptr + pos, key.to(keys_ptr.dtype.element_ty), mask=in_bag)
+        if SEQUENCE:
+            src = seq_base + pos - feat_start
+        else:
+            src = f.to(tl.int64) * batch_size + bags[:, None] + 0 * pos
+        tl.store(src_ptr + pos, src.to(tl.int32), mask=in_bag)
+        if HAS_SCALE:
+            scale = inv_len[:, None] + 0.0 * pos.to(tl.float32)
+            if per_sample_ptr is not None:
+                scale = scale * tl.load(per_sample_ptr + pos, mask=in_bag, other=0.0).to(tl.float32)
+            tl.store(scale_ptr + pos, scale, mask=in_bag)
+
+
+def vector_width(dims: list[int], elem_bytes: int) -> int:
+    """Largest power-of-two element count dividing every dim, up to one 16-byte vector access."""
+    vec = 16 // elem_bytes
+    while vec > 1 and any(d % vec for d in dims):
+        vec //= 2
+    return vec
+
+
+def block_d(dims: list[int]) -> int:
+    return triton.next_power_of_2(max(dims))

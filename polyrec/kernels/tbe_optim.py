@@ -1,0 +1,135 @@
+"""Optimizers fused into the embedding backward: their config, state layout and in-register update.
+
+Each unique row's summed gradient ``g`` (fp32, duplicates already reduced) is applied in registers:
+
+- ``sgd``:             ``w -= lr * g``
+- ``rowwise_adagrad``: ``s += mean_d(g_d^2)``; ``w -= lr * g / (sqrt(s) + eps)`` with one fp32 ``s``
+  per row. This is FBGEMM's definition (fbgemm_gpu/codegen/genscript/optimizers.py,
+  ``rowwise_adagrad``: ``g_avg_square = sum(g^2) / D``, ``momentum1 += g_avg_square``,
+  ``multiplier = lr / (sqrt(momentum1) + eps)``), which TorchRec uses for its fused tables.
+- ``adagrad``:         ``s += g^2`` per element; ``w -= lr * g / (sqrt(s) + eps)`` (torch.optim.Adagrad
+  with lr_decay = 0, applied to the coalesced sparse gradient).
+- ``adam``:            lazy Adam as torch.optim.SparseAdam: only rows present in the batch move;
+  ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g^2``,
+  ``w -= lr * sqrt(1-b2^t) / (1-b1^t) * m / (sqrt(v) + eps)`` with ``t`` the module's step count.
+
+``weight_decay`` is L2 (FBGEMM's ``WeightDecayMode.L2``): ``g += weight_decay * w`` before the update.
+Low-precision weights (fp16/bf16) are updated in fp32 and rounded stochastically (unbiased).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+OPTIMIZERS: tuple[str, ...] = ("sgd", "rowwise_adagrad", "adagrad", "adam")
+#: Kernel code of each optimizer (the ``OPTIM`` constexpr).
+OPTIM_CODE = {name: code for code, name in enumerate(OPTIMIZERS)}
+#: fp32 state values per embedding element (``adagrad``, ``adam``) or per row (``rowwise_adagrad``).
+STATE_PER_ELEMENT = {"sgd": 0, "rowwise_adagrad": 0, "adagrad": 1, "adam": 2}
+STATE_PER_ROW = {"sgd": 0, "rowwise_adagrad": 1, "adagrad": 0, "adam": 0}
+
+
+@dataclass(kw_only=True, slots=True)
+class EmbeddingOptimizer:
+    """The sparse optimizer the backward applies in place."""
+
+    kind: str = "rowwise_adagrad"  # one of OPTIMIZERS
+    lr: float = 0.01  # learning rate
+    eps: float = 1e-8  # added to the denominator (outside the square root, as torch and FBGEMM)
+    beta1: float = 0.9  # adam: first-moment decay
+    beta2: float = 0.999  # adam: second-moment decay
+    weight_decay: float = 0.0  # L2 penalty added to the gradient
+    initial_accumulator_value: float = 0.0  # adagrad / rowwise_adagrad: starting value of the sum of squares
+
+    def __post_init__(self) -> None:
+        if self.kind not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer kind '{self.kind}'; valid: {', '.join(OPTIMIZERS)}")
+        if self.lr < 0 or self.eps < 0 or self.weight_decay < 0 or self.initial_accumulator_value < 0:
+            raise ValueError(f"lr, eps, weight_decay and initial_accumulator_value must be >= 0: {self}")
+        if not (0.0 <= self.beta1 < 1.0 and 0.0 <= self.beta2 < 1.0):
+            raise ValueError(f"beta1 and beta2 must be in [0, 1): {self}")
+
+    def step_size(self, step: int) -> float:
+        """The learning rate the kernel multiplies by at 1-based ``step`` (Adam: bias-corrected)."""
+        if self.kind != "adam":
+            return self.lr
+        return self.lr * math.sqrt(1.0 - self.beta2**step) / (1.0 - self.beta1**step)
+
+
+@triton.jit
+def _mix32(x):
+    """A 32-bit integer finaliser (Chris Wellons' "lowbias32", hash-prospector): bijective, well mixed."""
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x846CA68B
+    x = x ^ (x >> 16)
+    return x
+
+
+@triton.jit
+def random_u32(seed, addr):
+    """Counter-based random uint32 per element from a seed and an int64 element address."""
+    lo = (addr & 0xFFFFFFFF).to(tl.uint32)
+    hi = (addr >> 32).to(tl.uint32)
+    x = _mix32(lo ^ seed.to(tl.uint32))
+    return _mix32(x ^ (hi * 0x9E3779B9))
+
+
+@triton.jit
+def round_stochastic(x, bits, OUT_DTYPE: tl.constexpr):
+    """Round fp32 ``x`` to OUT_DTYPE up or down with probability proportional to the distance.
+
+    Truncate toward zero, then move one ulp away from zero with probability (|x| - |low|) / ulp,
+    using 24 random bits: unbiased in expectation, including subnormals.
+    """
+    low = x.to(OUT_DTYPE, fp_downcast_rounding="rtz")
+    low_bits = low.to(tl.int16, bitcast=True)
+    high = (low_bits + 1).to(OUT_DTYPE, bitcast=True)
+    low32 = low.to(tl.float32)
+    gap = tl.abs(high.to(tl.float32)) - tl.abs(low32)
+    frac = (tl.abs(x) - tl.abs(low32)) / gap
+    u = (bits >> 8).to(tl.float32) * (1.0 / 16777216.0)
+    return tl.where(u < frac, high, low)
+
+
+@triton.jit
+def apply_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g,
+                 lr, eps, beta1, beta2, weight_decay, dim, seed,
+                 OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
+    """Apply the optimizer to rows ``row`` ([R] global row ids) at element addresses ``addr``.
+
+    addr: [R, BLOCK_D] int64 element offsets into the flat weight (and per-element state) buffers;
+    mask: [R, BLOCK_D]; g: [R, BLOCK_D] fp32 summed gradient (zero where masked).
+    """
+    w = tl.load(weights_ptr + addr, mask=mask, other=0.0).to(tl.float32)
+    if HAS_WD:
+        g = tl.where(mask, g + weight_decay * w, 0.0)
+    if OPTIM == 0:
+        new = w - lr * g
+    elif OPTIM == 1:
+        row_mask = tl.max(mask.to(tl.int32), axis=1) > 0
+        s = tl.load(state1_ptr + row, mask=row_mask, other=0.0)
+        s = s + tl.sum(g * g, axis=1) / dim.to(tl.float32)
+        tl.store(state1_ptr + row, s, mask=row_mask)
+        new = w - lr * g / (tl.sqrt(s)[:, None] + eps)
+    elif OPTIM == 2:
+        s = tl.load(state1_ptr + addr, mask=mask, other=0.0) + g * g
+        tl.store(state1_ptr + addr, s, mask=mask)
+        new = w - lr * g / (tl.sqrt(s) + eps)
+    else:
+        m = tl.load(state1_ptr + addr, mask=mask, other=0.0)
+        v = tl.load(state2_ptr + addr, mask=mask, other=0.0)
+        m = beta1 * m + (1.0 - beta1) * g
+        v = beta2 * v + (1.0 - beta2) * g * g
+        tl.store(state1_ptr + addr, m, mask=mask)
+        tl.store(state2_ptr + addr, v, mask=mask)
+        new = w - lr * m / (tl.sqrt(v) + eps)
+    out_dtype = weights_ptr.dtype.element_ty
+    if STOCHASTIC:
+        new = round_stochastic(new, random_u32(seed, addr), out_dtype)
+    tl.store(weights_ptr + addr, new.to(out_dtype), mask=mask)

@@ -1,0 +1,117 @@
+"""Zero-warmup launch configs of the embedding kernels, chosen by ``polyrec.perfmodel.tbe``.
+
+No timed runs: each candidate's time is predicted from the problem shape, the device spec and the
+ceilings (``polyrec.hardware.calibrate.ceilings``), and the fastest prediction wins. The warp count
+follows from the tile: about ELEMS_PER_THREAD tile elements per thread (warp_size 32 or 64, so AMD's
+wave64 halves the warps of the same tile).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from polyrec.hardware.calibrate import ceilings
+from polyrec.hardware.types import DeviceSpec
+from polyrec.perfmodel.tbe import DRAM_LATENCY_S, GatherConfig, achieved_bandwidth, programs_per_cu
+
+#: Tile elements (rows in flight x BLOCK_D) a forward program may load per iteration.
+FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
+#: Ids per bag loaded per iteration (the HOTS axis): 1 suits one-hot features, 16 long bags.
+FORWARD_HOTS: tuple[int, ...] = (1, 4, 16)
+#: Tile elements (pieces x BLOCK_D) of the update kernel.
+UPDATE_TILE_ELEMS: tuple[int, ...] = (1024, 2048, 4096)
+#: Target fp32 tile elements per thread; sets the warp count (keeps registers well under 255).
+ELEMS_PER_THREAD = 16
+MAX_WARPS = 8
+#: Positions per program of the sequence lookup, and its tile elements.
+SEQUENCE_TILE_ELEMS = 4096
+#: Dependent memory round trips per forward loop iteration (id load, then row load).
+ROUND_TRIPS_PER_ITER = 2
+#: ... per update loop iteration (perm, source row, gradient slice).
+UPDATE_ROUND_TRIPS = 3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ForwardConfig:
+    bags: int  # samples per program
+    hots: int  # ids per bag per loop iteration
+    num_warps: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UpdateConfig:
+    pieces: int  # sorted pieces per program
+    num_warps: int
+
+
+def warps_for(tile_elems: int, warp_size: int) -> int:
+    return max(1, min(MAX_WARPS, tile_elems // (warp_size * ELEMS_PER_THREAD)))
+
+
+def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
+    """Every forward config the selector may return for a BLOCK_D."""
+    out = []
+    for tile in FORWARD_TILE_ELEMS:
+        for hots in FORWARD_HOTS:
+            bags = tile // (hots * block_d)
+            if bags >= 1 and bags * hots * block_d == tile:
+                out.append(ForwardConfig(bags=bags, hots=hots, num_warps=warps_for(tile, warp_size)))
+    if not out:  # rows wider than the largest tile: one row at a time
+        out.append(ForwardConfig(bags=1, hots=1, num_warps=warps_for(block_d, warp_size)))
+    return out
+
+
+def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
+    out = [UpdateConfig(pieces=tile // block_d, num_warps=warps_for(tile, warp_size))
+           for tile in UPDATE_TILE_ELEMS if tile >= block_d]
+    return out or [UpdateConfig(pieces=1, num_warps=warps_for(block_d, warp_size))]
+
+
+def _predict_gather(cfg: GatherConfig, spec: DeviceSpec, total_bytes: float, row_bytes: float, iters: float,
+                    round_trips: int, live_tiles: int) -> float:
+    """Seconds: bytes at the achieved bandwidth, or the latency chain of the programs, whichever is longer."""
+    ceil = ceilings(spec)
+    bw = achieved_bandwidth(cfg, spec, ceil, row_bytes, live_tiles)
+    if bw <= 0:
+        return math.inf
+    slots = max(programs_per_cu(cfg, spec, live_tiles) * spec.compute_units, 1)
+    chain = math.ceil(cfg.programs / slots) * iters * round_trips * DRAM_LATENCY_S[spec.vendor]
+    return max(total_bytes / bw, chain)
+
+
+def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
+                   row_bytes: int) -> ForwardConfig:
+    """The forward (and sort-key) config with the least predicted time."""
+    best, best_s = None, math.inf
+    nnz = batch_size * num_features * mean_bag
+    for cand in forward_candidates(block_d, spec.warp_size):
+        in_flight = cand.bags * max(1.0, min(cand.hots, mean_bag))
+        cfg = GatherConfig(rows_in_flight=max(1, int(in_flight)), block_d=block_d, num_warps=cand.num_warps,
+                           programs=math.ceil(batch_size / cand.bags) * num_features)
+        iters = max(1.0, math.ceil(mean_bag / cand.hots))
+        seconds = _predict_gather(cfg, spec, nnz * row_bytes, row_bytes, iters, ROUND_TRIPS_PER_ITER, 2)
+        if seconds < best_s:
+            best, best_s = cand, seconds
+    return best
+
+
+def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int) -> UpdateConfig:
+    """The update-kernel config with the least predicted time (``state_tiles``: per-element state tiles)."""
+    best, best_s = None, math.inf
+    for cand in update_candidates(block_d, spec.warp_size):
+        cfg = GatherConfig(rows_in_flight=cand.pieces, block_d=block_d, num_warps=cand.num_warps,
+                           programs=max(1, math.ceil(nnz / cand.pieces)))
+        seconds = _predict_gather(cfg, spec, 3 * nnz * row_bytes, row_bytes, 1.0, UPDATE_ROUND_TRIPS,
+                                  3 + state_tiles)
+        if seconds < best_s:
+            best, best_s = cand, seconds
+    return best
+
+
+def merge_warps(block_d: int, merge_block: int, warp_size: int) -> int:
+    return warps_for(block_d * merge_block, warp_size)
+
+
+def sequence_positions(block_d: int) -> int:
+    return max(1, SEQUENCE_TILE_ELEMS // block_d)

@@ -1,0 +1,199 @@
+"""Cost model of the table-batched embedding kernels (pure Python; no GPU, no torch).
+
+Everything is bytes over a bandwidth, with three corrections:
+
+* **Gather efficiency.** A row is fetched in whole DRAM access units (``granularity``): 32-byte
+  sectors on NVIDIA (CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory":
+  https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/#coalesced-access-to-global-memory),
+  64-byte requests between L2 and memory on AMD CDNA3, whose L2 line is 128 B (ROCm Compute
+  Profiler, "L2 cache (TCC)", L2-Fabric transactions:
+  https://rocm.docs.amd.com/projects/rocprofiler-compute/en/latest/conceptual/l2-cache.html).
+* **L2 reuse under skew.** Ids of a table follow a distribution over ranks (uniform, or the
+  log-uniform skew of the benchmark: rank = floor((rows+1)^u) - 1, which is Zipf with exponent ~1).
+  L2 is modelled as an ideal frequency cache shared by all tables: the hottest rows, over all tables,
+  that fit stay resident; each resident row still misses once (compulsory miss).
+* **Latency-bound occupancy.** Little's law: bandwidth needs ``bandwidth * latency`` bytes in flight;
+  a config keeps ``programs per CU * rows in flight per program * row bytes`` in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from polyrec.hardware.types import Ceilings, DeviceSpec
+
+#: DRAM access granularity in bytes, per vendor (sources in the module docstring).
+GATHER_GRANULARITY = {"nvidia": 32, "amd": 64}
+#: Loaded DRAM latency, seconds. NVIDIA: ~0.5-0.6 us on H100 (Chips and Cheese, "Nvidia's H100: Funny
+#: L2, and Tons of Bandwidth", 2023); AMD: ~0.7-0.8 us on MI300X (Chips and Cheese, "Testing AMD's
+#: Giant MI300X", 2024). Estimates: the occupancy term only ranks configs, it does not set the floor.
+DRAM_LATENCY_S = {"nvidia": 600e-9, "amd": 800e-9}
+#: Resident warps (waves) per SM / CU: 64 on Hopper (CUDA C++ Programming Guide, "Technical
+#: Specifications per Compute Capability"); CDNA3 holds 8 waves per SIMD x 4 SIMDs (estimate from the
+#: CDNA3 ISA guide's wave slots).
+MAX_WARPS_PER_CU = {"nvidia": 64, "amd": 32}
+#: Resident programs (thread blocks / workgroups) per SM / CU: 32 on Hopper (CUDA guide, same table).
+MAX_PROGRAMS_PER_CU = {"nvidia": 32, "amd": 32}
+#: Registers a thread needs beyond its tile: addresses, loop state, masks (estimate, checked by compiles).
+REGISTER_OVERHEAD = 40
+#: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
+SORT_DIGIT_BITS = 8
+#: Element-wise passes over the sorted keys outside the kernels (flag, cumsum, scatter, arange):
+#: each reads or writes ~8 bytes per position. Counted from ``tbe_backward.piece_starts``.
+BOUNDARY_PASS_BYTES = 40
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TableLoad:
+    """One table's traffic in one step."""
+
+    rows: int  # rows of the table
+    row_bytes: int  # bytes of one row (dim * element size)
+    accesses: float  # ids looked up in the table per step
+    skew: str = "uniform"  # "uniform" or "log_uniform"
+
+
+def gather_efficiency(row_bytes: int, granularity: int) -> float:
+    """Useful fraction of the bytes fetched for one random row read.
+
+    A row of ``r`` bytes starting at a multiple of ``gcd(r, granularity)`` touches on average
+    ``(r + granularity - gcd) / granularity`` access units.
+    """
+    g = math.gcd(row_bytes, granularity)
+    units = (row_bytes + granularity - g) / granularity
+    return row_bytes / (units * granularity)
+
+
+def _rank_buckets(rows: int, skew: str, buckets: int = 48) -> list[tuple[float, float]]:
+    """(rows in bucket, probability mass of bucket) over geometrically growing rank ranges."""
+    if skew == "uniform":
+        return [(float(rows), 1.0)]
+    if skew != "log_uniform":
+        raise ValueError(f"unknown skew '{skew}'; valid: uniform, log_uniform")
+    # P(rank < r) = log(r + 1) / log(rows + 1)
+    edges = sorted({0, *(int(round((rows) ** (i / buckets))) for i in range(buckets + 1))})
+    total = math.log(rows + 1)
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        out.append((float(hi - lo), (math.log(hi + 1) - math.log(lo + 1)) / total))
+    return out
+
+
+def unique_rows(table: TableLoad) -> float:
+    """Expected distinct rows touched in one step: sum over rows of 1 - exp(-accesses * p_row)."""
+    total = 0.0
+    for n, mass in _rank_buckets(table.rows, table.skew):
+        total += n * -math.expm1(-table.accesses * mass / n)
+    return total
+
+
+def l2_hits(tables: list[TableLoad], l2_bytes: int) -> list[float]:
+    """Expected L2-hit accesses per table, for an ideal frequency cache of ``l2_bytes``.
+
+    The threshold access rate (per row) above which rows are resident is found by bisection so the
+    resident rows fill the cache; hits are the accesses to resident rows minus one miss per
+    resident row touched.
+    """
+    buckets = [[(n, t.accesses * m / n, t.row_bytes) for n, m in _rank_buckets(t.rows, t.skew)] for t in tables]
+
+    def resident_bytes(rate: float) -> float:
+        return sum(n * rb for bs in buckets for n, r, rb in bs if r >= rate)
+
+    lo, hi = 0.0, max((r for bs in buckets for _, r, _ in bs), default=0.0) + 1.0
+    if resident_bytes(lo) > l2_bytes:
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if resident_bytes(mid) > l2_bytes else (lo, mid)
+        threshold = hi
+    else:
+        threshold = lo
+    hits = []
+    for bs in buckets:
+        h = sum(n * r - n * -math.expm1(-r) for n, r, _ in bs if r >= threshold)
+        hits.append(max(h, 0.0))
+    return hits
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GatherConfig:
+    """Launch shape of a gather kernel: ``rows_in_flight`` rows per program, BLOCK_D, warps."""
+
+    rows_in_flight: int  # rows one program loads per loop iteration (BAGS * HOTS or PIECES)
+    block_d: int  # padded row width, elements
+    num_warps: int
+    programs: int  # grid size
+
+
+def registers_per_thread(cfg: GatherConfig, warp_size: int, live_tiles: int = 2) -> int:
+    """Estimated 32-bit registers per thread: ``live_tiles`` fp32 tiles of the loop plus overhead."""
+    elems = cfg.rows_in_flight * cfg.block_d / (cfg.num_warps * warp_size)
+    return int(live_tiles * elems) + REGISTER_OVERHEAD
+
+
+def programs_per_cu(cfg: GatherConfig, spec: DeviceSpec, live_tiles: int = 2) -> int:
+    regs = registers_per_thread(cfg, spec.warp_size, live_tiles)
+    by_regs = spec.registers_per_cu // max(regs * cfg.num_warps * spec.warp_size, 1)
+    by_warps = MAX_WARPS_PER_CU[spec.vendor] // cfg.num_warps
+    return max(0, min(by_regs, by_warps, MAX_PROGRAMS_PER_CU[spec.vendor]))
+
+
+def achieved_bandwidth(cfg: GatherConfig, spec: DeviceSpec, ceil: Ceilings, row_bytes: float,
+                       live_tiles: int = 2) -> float:
+    """bytes/s a gather config sustains: the copy rate, capped by bytes in flight / latency and by
+    the fraction of the last wave of programs that is busy."""
+    per_cu = programs_per_cu(cfg, spec, live_tiles)
+    if per_cu == 0:
+        return 0.0
+    resident = min(per_cu * spec.compute_units, cfg.programs)
+    in_flight = resident * cfg.rows_in_flight * row_bytes
+    bw = min(ceil.copy_bandwidth.value, in_flight / DRAM_LATENCY_S[spec.vendor])
+    slots = per_cu * spec.compute_units
+    waves = cfg.programs / slots
+    tail = waves / math.ceil(waves) if waves > 1 else 1.0
+    return bw * tail
+
+
+def sort_seconds(n: int, key_bytes: int, ceil: Ceilings) -> float:
+    """Radix sort of n (key, int64 index) pairs: one pass per digit, each reading and writing both."""
+    passes = math.ceil(8 * key_bytes / SORT_DIGIT_BITS)
+    bytes_moved = passes * 2 * n * (key_bytes + 8) + n * key_bytes  # + the histogram pass
+    return bytes_moved / ceil.copy_bandwidth.value + passes * ceil.launch_latency.value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepEstimate:
+    """Predicted time and bytes of the forward and of the fused backward."""
+
+    forward_s: float
+    backward_s: float
+    forward_bytes: float  # DRAM bytes the forward moves (after L2 hits and sector rounding)
+    backward_bytes: float
+    unique_rows: float
+
+
+def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
+             spec: DeviceSpec, ceil: Ceilings, fwd: GatherConfig, bwd: GatherConfig) -> StepEstimate:
+    """Time of one forward and one fused backward + update over ``tables`` (each feature's load)."""
+    gran = GATHER_GRANULARITY[spec.vendor]
+    hits = l2_hits(tables, spec.l2_bytes)
+    nnz = sum(t.accesses for t in tables)
+    gathered = sum((t.accesses - h) * t.row_bytes / gather_efficiency(t.row_bytes, gran)
+                   for t, h in zip(tables, hits))
+    out = batch_size * out_dim * out_bytes
+    mean_row = sum(t.accesses * t.row_bytes for t in tables) / max(nnz, 1)
+    fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8
+    fwd_s = fwd_bytes / max(achieved_bandwidth(fwd, spec, ceil, mean_row), 1.0) + ceil.launch_latency.value
+    uniq = sum(unique_rows(t) for t in tables)
+    grad_row = mean_row / max(out_bytes, 1) * 4  # fp32 gradient slice per id
+    key_bytes = 4
+    prep = nnz * (8 + key_bytes + 4) + batch_size * len(tables) * 8
+    update = (nnz * grad_row / gather_efficiency(int(grad_row), gran)  # gradient slices, one per id
+              + nnz * (8 + gran)  # perm (sequential) and source row (one access unit each)
+              + 2 * uniq * mean_row + 2 * uniq * state_bytes_per_row)
+    bwd_bytes = prep + nnz * BOUNDARY_PASS_BYTES + update
+    bwd_s = (prep + nnz * BOUNDARY_PASS_BYTES) / ceil.copy_bandwidth.value + sort_seconds(int(nnz), key_bytes, ceil)
+    bwd_s += update / max(achieved_bandwidth(bwd, spec, ceil, mean_row, live_tiles=3), 1.0)
+    bwd_s += 8 * ceil.launch_latency.value
+    return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
+                        unique_rows=uniq)
