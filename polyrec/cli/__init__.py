@@ -5,10 +5,14 @@ from __future__ import annotations
 import typer
 
 from polyrec.cli import hw
+from polyrec.cli import train
+from polyrec.cli import bench
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train recommendation models fast on NVIDIA and AMD GPUs from one code base.")
 app.add_typer(hw.app, name="hw")
+app.add_typer(train.app, name="train")
+app.add_typer(bench.app, name="bench")
 
 
 def main() -> None:

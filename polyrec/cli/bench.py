@@ -1,0 +1,57 @@
+"""``polyrec bench``: end-to-end training throughput, the direct port against polyrec's path."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from polyrec.models import PRESETS
+from polyrec.runtime import TrainConfig
+
+app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
+
+COLUMNS = ("path", "embeddings", "dense", "dtype", "embedding_optimizer", "batch", "samples_per_s", "ms_per_step",
+           "first_steps_s", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms", "peak_gb")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+    return str(value)
+
+
+@app.command("e2e")
+def e2e_command(
+    preset: str = typer.Option("dcnv2-small", help=f"Model preset: {', '.join(PRESETS)}."),
+    data: str = typer.Option("synthetic", help="Data spec, as for polyrec train."),
+    batch_size: int = typer.Option(512, help="Samples per step."),
+    steps: int = typer.Option(20, help="Timed steps per path."),
+    warmup: int = typer.Option(5, help="Untimed first steps per path (their wall time is reported)."),
+    row_cap: int | None = typer.Option(None, help="Cut every table to at most this many rows."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="polyrec's path with CUDA graphs (GPU)."),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Train the direct port and polyrec's path on the same model and data; print samples/s and the ratio."""
+    from polyrec.runtime.bench import e2e
+
+    base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
+                       device=device, cuda_graphs=cuda_graphs, seed=seed)
+    out = e2e(base, warmup=warmup, steps=steps)
+    if as_json:
+        typer.echo(json.dumps(out, indent=1))
+        return
+    table = Table(title=f"polyrec bench e2e: {preset}, batch {batch_size}, {steps} timed steps")
+    for col in COLUMNS:
+        table.add_column(col, justify="left" if col == "path" else "right")
+    for row in out["rows"]:
+        table.add_row(*(_cell(row.get(c)) for c in COLUMNS))
+    console = Console()
+    console.print(table)
+    console.print(f"polyrec / direct port: [bold]{out['speedup']:.2f}x[/] samples/s")

@@ -1,0 +1,94 @@
+"""``polyrec train``: train a DLRM / DLRM-DCNv2 preset on synthetic, Criteo, MLPerf or MovieLens data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from polyrec.data import DataError
+from polyrec.models import PRESETS
+from polyrec.runtime import TrainConfig, Trainer, TrainResult
+
+app = typer.Typer(help="Train a model preset.")
+err = Console(stderr=True)
+
+
+def summary_table(result: TrainResult, trainer: Trainer) -> Table:
+    table = Table(title=f"polyrec train: {trainer.cfg.preset} on {trainer.cfg.data}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [("status", result.status), ("steps", str(result.step)),
+            ("device / precision", f"{trainer.rt.device} / {str(trainer.rt.compute_dtype).removeprefix('torch.')}"),
+            ("embeddings / dense", f"{trainer.rt.embedding_backend} / {trainer.rt.dense_backend}"),
+            ("samples/s", f"{result.samples_per_s:,.0f}")]
+    if result.final_auc is not None:
+        rows.append(("eval AUC", f"{result.final_auc:.4f}"))
+    rows += [(f"ms/step {phase}", f"{ms:.2f}") for phase, ms in result.timing_ms.items()]
+    if result.bad_rows:
+        rows.append(("bad rows skipped", str(result.bad_rows)))
+    if result.checkpoint:
+        rows.append(("checkpoint", str(result.checkpoint)))
+    for what, value in rows:
+        table.add_row(what, value)
+    return table
+
+
+@app.callback(invoke_without_command=True)
+def train(
+    preset: str = typer.Option("dcnv2-small", help=f"Model preset: {', '.join(PRESETS)}."),
+    data: str = typer.Option("synthetic", help="synthetic[:zipf|uniform] | criteo:PATH[,PATH] | mlperf:PATH | movielens:PATH"),
+    eval_data: str | None = typer.Option(None, help="Held-out data of the same kind (criteo:PATH / mlperf:PATH)."),
+    steps: int = typer.Option(1000, help="Total optimizer steps."),
+    batch_size: int = typer.Option(512, help="Samples per step."),
+    lr: float = typer.Option(0.005, help="Dense learning rate (MLPerf reference: 0.005)."),
+    embedding_lr: float | None = typer.Option(None, help="Embedding learning rate (default: --lr)."),
+    dense_optimizer: str = typer.Option("adagrad", help="adagrad (MLPerf) or adam."),
+    embedding_optimizer: str = typer.Option("rowwise_adagrad", help="sgd, rowwise_adagrad, adagrad or adam."),
+    seed: int = typer.Option(0, help="Seed of model init, synthetic data and shuffles."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
+    precision: str = typer.Option("auto", help="Dense matmuls: auto (bf16 on GPU), bf16 or fp32."),
+    embedding_backend: str = typer.Option("auto", help="auto, torch or polyrec."),
+    dense_backend: str = typer.Option("auto", help="auto, torch or polyrec."),
+    row_cap: int | None = typer.Option(None, help="Cut every table to at most this many rows."),
+    eval_every: int = typer.Option(0, help="Steps between evaluations (0: at the end only)."),
+    eval_batches: int = typer.Option(8, help="Batches per evaluation (synthetic, criteo, mlperf)."),
+    log_every: int = typer.Option(50, help="Steps between metric lines and NaN checks."),
+    checkpoint_dir: Path | None = typer.Option(None, help="Where checkpoint.pt and metrics.jsonl go."),
+    checkpoint_every: int = typer.Option(0, help="Steps between checkpoints (0: at the end and on SIGTERM)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from CHECKPOINT_DIR/checkpoint.pt."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Count and skip malformed rows."),
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA-graph the dense forward+backward (GPU)."),
+    metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a progress bar and table."),
+) -> None:
+    """Train; Ctrl-C-safe checkpoints on SIGTERM; exit 1 on a non-finite loss, 2 on bad input."""
+    cfg = TrainConfig(preset=preset, data=data, eval_data=eval_data, steps=steps, batch_size=batch_size, seed=seed,
+                      device=device, precision=precision, embedding_backend=embedding_backend,
+                      dense_backend=dense_backend, dense_optimizer=dense_optimizer, lr=lr,
+                      embedding_optimizer=embedding_optimizer, embedding_lr=embedding_lr, row_cap=row_cap,
+                      eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
+                      skip_bad_rows=skip_bad_rows, cuda_graphs=cuda_graphs, metrics_path=metrics)
+    try:
+        trainer = Trainer(cfg, echo_json=as_json)
+        result = trainer.train()
+    except (DataError, ValueError, FileNotFoundError, ImportError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps({"event": "result", "status": result.status, "step": result.step,
+                               "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
+                               "message": result.message}))
+    else:
+        Console().print(summary_table(result, trainer))
+        if result.bad_row_examples:
+            err.print(f"[yellow]skipped {result.bad_rows} bad rows[/], e.g. " + "; ".join(result.bad_row_examples))
+    if result.status == "nan":
+        err.print(f"[red]error:[/] {result.message}")
+        raise typer.Exit(1)
+    if result.status == "sigterm":
+        err.print(result.message)

@@ -1,0 +1,6 @@
+"""Training data: synthetic Criteo-like batches, Criteo TSV / MLPerf binary readers, MovieLens-100k."""
+
+from polyrec.data.sources import open_source, parse_spec
+from polyrec.data.types import BadRows, Batch, DataError, Source
+
+__all__ = ["BadRows", "Batch", "DataError", "Source", "open_source", "parse_spec"]

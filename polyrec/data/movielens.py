@@ -1,0 +1,137 @@
+"""MovieLens-100k as click data: (user, item) -> "liked" (rating >= 4), for quality checks on real data.
+
+Two formats of the same ratings:
+- GroupLens ``u.data``: ``user id \\t item id \\t rating \\t timestamp`` per line, no header
+  (GroupLens ml-100k README);
+- RecBole's atomic ``.inter`` file: a typed header (``user_id:token\\titem_id:token\\trating:float\\t
+  timestamp:float``) then tab-separated rows; ``recbole==1.2.1`` ships ml-100k as
+  ``recbole/dataset_example/ml-100k/ml-100k.inter`` (RecBole docs, "Atomic Files").
+
+The 100k rows are read once (a few MB). Users and items become two embedding tables (ids indexed in
+sorted order); the one dense feature is the rating time scaled to [0, 1]. A seeded permutation puts
+TEST_FRACTION of the rows in the test set; each training epoch is a fresh seeded shuffle.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from polyrec.data.types import BadRows, Batch, DataError
+from polyrec.models.config import ModelConfig
+
+#: Share of the ratings held out for the test AUC (a common 80/20 split, e.g. GroupLens' u1.base/u1.test).
+TEST_FRACTION = 0.2
+#: A rating at or above this counts as a positive ("liked"); 4 of 5 stars is the usual implicit cut.
+POSITIVE_RATING = 4.0
+UDATA_COLUMNS = ("user_id", "item_id", "rating", "timestamp")
+
+
+def _header(first: str, path: str) -> list[str] | None:
+    """Column names of an .inter header (``name:type`` fields), or None for a headerless u.data file."""
+    fields = first.rstrip("\r\n").split("\t")
+    if all(":" in f for f in fields):
+        names = [f.split(":", 1)[0] for f in fields]
+        missing = [c for c in UDATA_COLUMNS if c not in names]
+        if missing:
+            raise DataError(path, 1, f".inter header lacks column(s) {', '.join(missing)}")
+        return names
+    return None
+
+
+def read_ratings(path: Path, bad_rows: BadRows) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """(user tokens, item tokens, ratings float64, timestamps float64), one entry per good row."""
+    users, items, ratings, times = [], [], [], []
+    with open(path, encoding="utf-8") as f:
+        lines = iter(f)
+        first = next(lines, None)
+        if first is None:
+            raise DataError(str(path), 0, "file is empty")
+        names = _header(first, str(path))
+        cols = [names.index(c) for c in UDATA_COLUMNS] if names else [0, 1, 2, 3]
+        start = 2 if names else 1
+        rows = lines if names else [first, *lines]
+        for line_no, line in enumerate(rows, start=start):
+            fields = line.rstrip("\r\n").split("\t")
+            try:
+                if len(fields) < max(cols) + 1:
+                    raise DataError(str(path), line_no, f"expected {max(cols) + 1} tab-separated columns, found {len(fields)}")
+                try:
+                    rating, stamp = float(fields[cols[2]]), float(fields[cols[3]])
+                except ValueError:
+                    raise DataError(str(path), line_no, "rating and timestamp must be numbers") from None
+                if not fields[cols[0]] or not fields[cols[1]]:
+                    raise DataError(str(path), line_no, "user and item ids must not be empty")
+            except DataError as err:
+                bad_rows.handle(err)
+                continue
+            users.append(fields[cols[0]])
+            items.append(fields[cols[1]])
+            ratings.append(rating)
+            times.append(stamp)
+    if not users:
+        raise DataError(str(path), 0, "no good rows")
+    return users, items, np.asarray(ratings), np.asarray(times)
+
+
+def _index(tokens: list[str]) -> tuple[np.ndarray, int]:
+    """Tokens -> dense indices in sorted-token order, and how many distinct tokens."""
+    vocab, idx = np.unique(np.asarray(tokens), return_inverse=True)
+    return idx.astype(np.int64), len(vocab)
+
+
+class MovieLensSource:
+    """Shuffled training batches and a fixed test split of MovieLens ratings."""
+
+    def __init__(self, path: Path, *, batch_size: int, seed: int, bad_rows: BadRows) -> None:
+        self.path, self.batch_size, self.seed, self.bad_rows = Path(path), batch_size, seed, bad_rows
+        if not self.path.is_file():
+            raise FileNotFoundError(f"MovieLens file not found: {self.path}")
+        users, items, ratings, times = read_ratings(self.path, bad_rows)
+        self.user, self.num_users = _index(users)
+        self.item, self.num_items = _index(items)
+        span = max(times.max() - times.min(), 1.0)
+        self.time = ((times - times.min()) / span).astype(np.float32)  # [N] in [0, 1]
+        self.label = (ratings >= POSITIVE_RATING).astype(np.float32)  # [N]
+        order = np.random.default_rng(seed).permutation(len(ratings))
+        n_test = int(round(len(ratings) * TEST_FRACTION))
+        self.test_rows, self.train_rows = order[:n_test], order[n_test:]
+        if len(self.train_rows) < batch_size:
+            raise ValueError(f"{self.path}: {len(self.train_rows)} training rows, fewer than one batch of {batch_size}")
+        self.epoch, self.cursor = 0, 0
+        self._order = self._epoch_order()
+
+    def adapt(self, config: ModelConfig) -> ModelConfig:
+        """Two tables (users, items) and one dense feature (time); the preset's layer sizes stay."""
+        return config.replace(num_dense=1, table_rows=(self.num_users, self.num_items), multi_hot=(1, 1))
+
+    def _epoch_order(self) -> np.ndarray:
+        return self.train_rows[np.random.default_rng([self.seed, self.epoch]).permutation(len(self.train_rows))]
+
+    def _batch(self, rows: np.ndarray) -> Batch:
+        values = np.concatenate([self.user[rows], self.item[rows]])  # [2*B] feature-major
+        return Batch(dense=torch.from_numpy(self.time[rows][:, None].copy()),
+                     values=torch.from_numpy(values),
+                     offsets=torch.arange(2 * len(rows) + 1, dtype=torch.int64),
+                     labels=torch.from_numpy(self.label[rows].copy()))
+
+    def next_batch(self) -> Batch:
+        if self.cursor + self.batch_size > len(self._order):
+            self.epoch, self.cursor = self.epoch + 1, 0
+            self._order = self._epoch_order()
+        rows = self._order[self.cursor:self.cursor + self.batch_size]
+        self.cursor += self.batch_size
+        return self._batch(rows)
+
+    def eval_batches(self) -> list[Batch]:
+        return [self._batch(self.test_rows[i:i + self.batch_size])
+                for i in range(0, len(self.test_rows), self.batch_size)]
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
+        self._order = self._epoch_order()

@@ -1,0 +1,54 @@
+"""Open a data source from its command-line spec: ``synthetic``, ``criteo:PATH``, ``mlperf:PATH``, ``movielens:PATH``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource
+from polyrec.data.movielens import MovieLensSource
+from polyrec.data.synthetic import SyntheticSource
+from polyrec.data.types import BadRows, Source
+from polyrec.models.config import ModelConfig
+
+KINDS = ("synthetic", "criteo", "mlperf", "movielens")
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``"criteo:/a/b.tsv"`` -> ("criteo", "/a/b.tsv"); ``"synthetic"`` or ``"synthetic:uniform"`` too."""
+    kind, _, arg = spec.partition(":")
+    if kind not in KINDS:
+        raise ValueError(f"unknown data {spec!r}; use one of: synthetic, criteo:PATH, mlperf:PATH, movielens:PATH")
+    if kind != "synthetic" and not arg:
+        raise ValueError(f"data {kind!r} needs a path: {kind}:PATH")
+    return kind, arg
+
+
+def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
+                skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8) -> Source:
+    """The source named by ``spec``; ``eval_spec`` (same kind, file formats only) gives held-out data."""
+    kind, arg = parse_spec(spec)
+    bad = BadRows(skip=skip_bad_rows)
+    if kind == "synthetic":
+        return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device,
+                               distribution=arg or "zipf", num_eval_batches=num_eval_batches)
+    if kind == "movielens":
+        return MovieLensSource(Path(arg), batch_size=batch_size, seed=seed, bad_rows=bad)
+    eval_source = None
+    if eval_spec:
+        eval_kind, eval_arg = parse_spec(eval_spec)
+        if eval_kind != kind:
+            raise ValueError(f"eval data {eval_spec!r} must be the same kind as the training data ({kind})")
+        eval_source = _open_file_source(kind, eval_arg, config, batch_size, bad, None, 0)
+    return _open_file_source(kind, arg, config, batch_size, bad, eval_source, num_eval_batches)
+
+
+def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int, bad: BadRows,
+                      eval_source: Source | None, num_eval_batches: int) -> Source:
+    if kind == "criteo":
+        paths = [Path(p) for p in arg.split(",")]
+        return CriteoTSVSource(paths, config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
+                               num_eval_batches=num_eval_batches)
+    return MLPerfBinarySource(Path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
+                              num_eval_batches=num_eval_batches)

@@ -1,0 +1,130 @@
+"""Synthetic Criteo-like batches, generated on the device, labelled by a hidden model.
+
+Batch ``i`` is a pure function of (seed, stream, i): resuming needs only the batch counter, and any
+batch can be regenerated. Categorical indices follow the model's table sizes and multi-hot sizes
+(MLPerf's for ``mlperf-dcnv2``), uniform or power-law ("Zipf") distributed. Labels are drawn from a
+fixed hidden model, logistic in (dense features, a pseudo-random value per table row), so a model
+that learns shows an AUC above 0.5 and a perfect one reaches the hidden model's own AUC.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from polyrec.data.types import Batch, BadRows, offsets_from_lengths
+from polyrec.models.config import ModelConfig
+
+#: Prime modulus of the per-row hash (2^31 - 1, a Mersenne prime): products stay below 2^62 in int64.
+HASH_PRIME = 2_147_483_647
+#: Odd multiplier of the per-row hash (the 32-bit golden-ratio constant 0x9E3779B9, cut to 31 bits).
+HASH_MULTIPLIER = 0x1E3779B9
+#: Default power-law exponent of "zipf" indices; 1.05 is the skew commonly used for Criteo-like
+#: synthetic embedding traffic (FBGEMM's TBE benchmark ``--alpha`` values are 1.0-1.2).
+DEFAULT_ZIPF_ALPHA = 1.05
+#: Hidden-model weights: dense and categorical parts each have logit std about this, chosen so the
+#: hidden model's own AUC is about 0.8 (measured by tests/test_data_synthetic.py).
+HIDDEN_PART_STD = 1.0
+#: Hidden-model intercept: sigmoid(-1.0) gives a click rate near 0.3, Kaggle-Criteo-like (about 0.26).
+HIDDEN_INTERCEPT = -1.0
+#: Std of the log of synthetic dense counts: counts = floor(exp(N(0, 1.5^2))), spanning 0 to ~100s,
+#: a made-up but Criteo-like range (Criteo's integer features are counts, most small, a long tail).
+DENSE_LOG_STD = 1.5
+#: Samples used once to standardize the dense features inside the hidden model.
+DENSE_REFERENCE_SAMPLES = 65_536
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+
+
+def row_hash(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """A pseudo-random value in [-1, 1) for each (table, row); table, rows int64 [n] -> float32 [n]."""
+    x = (rows * HASH_MULTIPLIER + (table + 1) * 1_000_003) % HASH_PRIME
+    x = (x * x + table) % HASH_PRIME
+    return (x.to(torch.float64) / HASH_PRIME * 2.0 - 1.0).float()
+
+
+def power_law_rows(u: torch.Tensor, rows: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Inverse CDF of a continuous power law x^-alpha on [1, rows+1): u float64 [n] -> row int64 [n]."""
+    if abs(alpha - 1.0) < 1e-9:
+        x = torch.exp(u * torch.log(rows + 1.0))
+    else:
+        x = ((torch.pow(rows + 1.0, 1.0 - alpha) - 1.0) * u + 1.0).pow(1.0 / (1.0 - alpha))
+    return torch.minimum(x.floor().long() - 1, rows.long() - 1).clamp_(min=0)
+
+
+class SyntheticSource:
+    """Criteo-like batches of one model config: ``num_dense`` counts, ``multi_hot[f]`` lookups per feature."""
+
+    def __init__(self, config: ModelConfig, *, batch_size: int, seed: int = 0, device: torch.device | str = "cpu",
+                 distribution: str = "zipf", alpha: float = DEFAULT_ZIPF_ALPHA, num_eval_batches: int = 8) -> None:
+        if distribution not in ("zipf", "uniform"):
+            raise ValueError(f"synthetic distribution must be 'zipf' or 'uniform', got {distribution!r}")
+        self.config, self.batch_size, self.seed = config, batch_size, seed
+        self.device = torch.device(device)
+        self.distribution, self.alpha, self.num_eval_batches = distribution, alpha, num_eval_batches
+        self.bad_rows = BadRows(skip=False)
+        self.position = 0
+        b, hot = batch_size, torch.tensor(config.multi_hot)
+        lengths = hot.repeat_interleave(b)  # [F*B] feature-major
+        self.offsets = offsets_from_lengths(lengths).to(self.device)
+        rows = torch.tensor(config.table_rows, dtype=torch.float64)
+        self.elem_rows = rows.repeat_interleave(hot * b).to(self.device)  # [nnz] table size of each lookup
+        self.elem_bag = torch.arange(len(hot) * b).repeat_interleave(lengths).to(self.device)  # [nnz] bag id
+        self.elem_table = torch.arange(len(hot)).repeat_interleave(hot * b).to(self.device)  # [nnz]
+        gen = torch.Generator().manual_seed(seed)
+        self.dense_w = (torch.randn(config.num_dense, generator=gen) * HIDDEN_PART_STD
+                        / math.sqrt(config.num_dense)).to(self.device)  # [num_dense]
+        self.table_w = (torch.randn(len(hot), generator=gen) * HIDDEN_PART_STD
+                        / math.sqrt(len(hot))).to(self.device)  # [F]
+        ref = self._dense(torch.Generator().manual_seed(seed), DENSE_REFERENCE_SAMPLES)
+        self.dense_mean, self.dense_std = ref.mean(0).to(self.device), ref.std(0).to(self.device)  # [num_dense]
+        self.bag_scale = (1.0 / hot.float().sqrt()).repeat_interleave(b).to(self.device)  # [F*B]
+
+    def adapt(self, config: ModelConfig) -> ModelConfig:
+        return config
+
+    def _generator(self, stream: int, index: int) -> torch.Generator:
+        seed = (self.seed * 1_000_003 + stream * 998_244_353 + index * 7_919) % (2**63 - 1)
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def batch(self, stream: int, index: int) -> Batch:
+        """Batch ``index`` of ``stream`` (TRAIN_STREAM or EVAL_STREAM)."""
+        gen, b, dev = self._generator(stream, index), self.batch_size, self.device
+        dense = self._dense(gen, b)  # [B, num_dense]
+        u = torch.rand(self.elem_rows.shape, generator=gen, device=dev, dtype=torch.float64)
+        if self.distribution == "uniform":
+            values = torch.minimum((u * self.elem_rows).long(), self.elem_rows.long() - 1)
+        else:
+            values = power_law_rows(u, self.elem_rows, self.alpha)  # [nnz]
+        logits = self._hidden_logits(dense, values)
+        labels = (torch.rand(b, generator=gen, device=dev) < torch.sigmoid(logits)).float()
+        return Batch(dense=dense, values=values, offsets=self.offsets, labels=labels)
+
+    def _dense(self, gen: torch.Generator, batch_size: int) -> torch.Tensor:
+        """Log-normal counts, log1p-transformed as Criteo's dense features are -> [B, num_dense]."""
+        shape = (batch_size, self.config.num_dense)
+        counts = torch.exp(torch.randn(shape, generator=gen, device=gen.device) * DENSE_LOG_STD).floor()
+        return torch.log1p(counts)
+
+    def _hidden_logits(self, dense: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """The hidden model: standardized dense features and per-row hash values, weighted. -> [B]."""
+        num_f = len(self.config.multi_hot)
+        h = row_hash(self.elem_table, values)  # [nnz]
+        bags = torch.zeros(num_f * self.batch_size, device=self.device).index_add_(0, self.elem_bag, h)
+        cat = (bags * self.bag_scale).view(num_f, self.batch_size) * self.table_w[:, None]  # [F, B]
+        z = (dense - self.dense_mean) / self.dense_std
+        return HIDDEN_INTERCEPT + z @ self.dense_w + cat.sum(0) * math.sqrt(3.0)
+
+    def next_batch(self) -> Batch:
+        batch = self.batch(TRAIN_STREAM, self.position)
+        self.position += 1
+        return batch
+
+    def eval_batches(self) -> list[Batch]:
+        return [self.batch(EVAL_STREAM, i) for i in range(self.num_eval_batches)]
+
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = int(state["position"])

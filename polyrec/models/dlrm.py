@@ -1,0 +1,81 @@
+"""DLRM and DLRM-DCNv2: embeddings -> (bottom MLP, interaction) -> top MLP -> one logit per sample.
+
+The model is split in two halves that the trainer runs (and times) separately: :meth:`DLRM.embed`
+(the sparse half, whose parameters take the embedding optimizer) and :meth:`DLRM.dense_forward`
+(the dense half, fp32 master weights, matmuls in ``compute_dtype``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from polyrec.models.config import ModelConfig
+from polyrec.models.embeddings import (
+    EmbeddingOptimConfig,
+    build_embeddings,
+    polyrec_embedding_available,
+)
+from polyrec.models.layers import MLP, DenseOps, LowRankCross, dot_interaction, polyrec_dense_available
+
+
+def default_backends(device: torch.device) -> tuple[str, str]:
+    """(embedding, dense) backends: polyrec's Triton kernels on a GPU where they are installed, else torch.
+
+    On the CPU Triton runs only in its interpreter (orders of magnitude slower), so torch is the default.
+    """
+    on_gpu = device.type == "cuda"
+    return ("polyrec" if on_gpu and polyrec_embedding_available() else "torch",
+            "polyrec" if on_gpu and polyrec_dense_available() else "torch")
+
+
+class DLRM(nn.Module):
+    """DLRM (dot interaction) or DLRM-DCNv2 (cross network), as ``config.interaction`` says."""
+
+    def __init__(self, config: ModelConfig, *, embedding_backend: str = "torch", dense_backend: str = "torch",
+                 embedding_optimizer: EmbeddingOptimConfig | None = None, device: torch.device | str = "cpu",
+                 seed: int = 0) -> None:
+        super().__init__()
+        device = torch.device(device)
+        self.config = config
+        self.embedding_backend = embedding_backend
+        self.dense_backend = dense_backend
+        self.ops = DenseOps(dense_backend)
+        self.embeddings = build_embeddings(embedding_backend, config.table_rows, config.embedding_dim,
+                                           optimizer=embedding_optimizer or EmbeddingOptimConfig(),
+                                           device=device, seed=seed)
+        gen = torch.Generator().manual_seed(seed)
+        self.bottom = MLP(config.num_dense, config.bottom_mlp, last_relu=True, gen=gen)
+        self.cross = (LowRankCross(config.interaction_dim, config.dcn_layers, config.dcn_rank, gen=gen)
+                      if config.interaction == "dcnv2" else None)
+        self.top = MLP(config.interaction_dim, config.top_mlp, last_relu=False, gen=gen)
+        for part in self.dense_parts():
+            part.to(device)
+
+    def dense_parts(self) -> list[nn.Module]:
+        return [m for m in (self.bottom, self.cross, self.top) if m is not None]
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Parameters the dense optimizer owns (everything but the embedding tables)."""
+        return [p for part in self.dense_parts() for p in part.parameters()]
+
+    def embed(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] -> pooled embeddings [B, F, D] (fp32)."""
+        return self.embeddings(values, offsets, batch_size)
+
+    def dense_forward(self, dense: torch.Tensor, emb: torch.Tensor,
+                      compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """dense [B, num_dense], emb [B, F, D] -> logits [B] (fp32)."""
+        bottom = self.bottom(dense.to(compute_dtype), self.ops, compute_dtype)  # [B, D]
+        emb = emb.to(compute_dtype)
+        if self.cross is not None:
+            x0 = torch.cat([bottom, emb.flatten(1)], dim=1)  # [B, (F+1) D]
+            inter = self.cross(x0, self.ops, compute_dtype)
+        else:
+            inter = dot_interaction(bottom, emb)  # [B, D + (F+1)F/2]
+        return self.top(inter, self.ops, compute_dtype).squeeze(1).float()
+
+    def forward(self, dense: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor,
+                compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Logits [B] of a batch: dense [B, num_dense], values [nnz], offsets [F*B+1]."""
+        return self.dense_forward(dense, self.embed(values, offsets, dense.shape[0]), compute_dtype)

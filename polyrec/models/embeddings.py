@@ -1,0 +1,175 @@
+"""Embedding tables of DLRM, from one of two backends with one interface.
+
+- "torch": one ``nn.EmbeddingBag(mode="sum", sparse=True)`` per table and a torch sparse optimizer
+  (the "direct port" and the eager reference);
+- "polyrec": polyrec.kernels.tbe.TableBatchedEmbedding (issue 4), one Triton launch for all tables,
+  whose backward applies the optimizer in place (fused; no ``.grad`` on its weights).
+
+Both take the feature-major jagged layout of TorchRec's KeyedJaggedTensor: ``values`` [nnz] int64 and
+``offsets`` [F*B+1] int64, bag (f, b) being ``values[offsets[f*B+b]:offsets[f*B+b+1]]``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+EMBEDDING_BACKENDS = ("torch", "polyrec")
+EMBEDDING_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
+
+
+def polyrec_embedding_available() -> bool:
+    """Whether polyrec.kernels.tbe and polyrec.kernels.jagged (issue 4) are present."""
+    return all(importlib.util.find_spec(m) is not None for m in ("polyrec.kernels.tbe", "polyrec.kernels.jagged"))
+
+
+@dataclass(kw_only=True, slots=True)
+class EmbeddingOptimConfig:
+    """The sparse optimizer of the embedding tables (fields as in polyrec.kernels.tbe.EmbeddingOptimizer)."""
+
+    kind: str = "rowwise_adagrad"  # one of EMBEDDING_OPTIMIZERS
+    lr: float = 0.005  # MLPerf DLRM-DCNv2 reference: --adagrad --learning_rate 0.005 (mlcommons/training README)
+    eps: float = 1e-8  # Adagrad/Adam denominator guard (torch.optim default 1e-10 / 1e-8)
+    beta1: float = 0.9  # Adam only (Kingma & Ba defaults)
+    beta2: float = 0.999  # Adam only
+    weight_decay: float = 0.0
+    initial_accumulator_value: float = 0.0  # Adagrad's starting sum of squares
+
+    def __post_init__(self) -> None:
+        if self.kind not in EMBEDDING_OPTIMIZERS:
+            raise ValueError(f"embedding optimizer must be one of {EMBEDDING_OPTIMIZERS}, got {self.kind!r}")
+
+
+class SparseRowwiseAdagrad(torch.optim.Optimizer):
+    """Row-wise Adagrad on sparse gradients: one accumulator per row, the mean of its squared gradient.
+
+    state += mean_j(g_j^2); w -= lr * g / (sqrt(state) + eps), on the rows present in the gradient
+    (FBGEMM's EXACT_ROWWISE_ADAGRAD, the MLPerf DLRM-DCNv2 embedding optimizer). torch has none.
+    """
+
+    def __init__(self, params, *, lr: float, eps: float, initial_accumulator_value: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "eps": eps, "init": initial_accumulator_value})
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "sum" not in state:
+                    state["sum"] = torch.full((p.shape[0],), group["init"], dtype=p.dtype, device=p.device)
+                grad = p.grad.coalesce()
+                rows, g = grad.indices()[0], grad.values()  # [n], [n, D]
+                acc = state["sum"].index_add_(0, rows, g.pow(2).mean(dim=1))[rows]  # [n]
+                p.index_add_(0, rows, g * (-group["lr"] / (acc.sqrt() + group["eps"])).unsqueeze(1))
+
+
+def torch_sparse_optimizer(params: list[nn.Parameter], cfg: EmbeddingOptimConfig) -> torch.optim.Optimizer:
+    """The torch optimizer matching ``cfg`` for sparse-gradient embedding weights."""
+    if cfg.weight_decay and cfg.kind != "sgd":
+        raise ValueError(f"the torch embedding backend has no weight decay for sparse {cfg.kind}")
+    if cfg.kind == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=cfg.lr, eps=cfg.eps, initial_accumulator_value=cfg.initial_accumulator_value)
+    if cfg.kind == "adam":
+        return torch.optim.SparseAdam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    return SparseRowwiseAdagrad(params, lr=cfg.lr, eps=cfg.eps, initial_accumulator_value=cfg.initial_accumulator_value)
+
+
+def bag_bounds(offsets: torch.Tensor, batch_size: int) -> list[int]:
+    """Where each feature's values start and end: offsets[0], offsets[B], ..., offsets[F*B] (one host sync)."""
+    return offsets[::batch_size].tolist()
+
+
+class TorchEmbeddings(nn.Module):
+    """One nn.EmbeddingBag(sparse=True) per table with a torch sparse optimizer (the direct port)."""
+
+    fused = False
+
+    def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
+                 device: torch.device, seed: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.bags = nn.ModuleList(nn.EmbeddingBag(rows, dim, mode="sum", sparse=True, device=device)
+                                  for rows in table_rows)
+        gen = torch.Generator(device=device)
+        for t, bag in enumerate(self.bags):
+            gen.manual_seed(seed * 1_000_003 + t)
+            bound = math.sqrt(1.0 / bag.num_embeddings)  # DLRM reference create_emb: U(-sqrt(1/n), sqrt(1/n))
+            with torch.no_grad():
+                bag.weight.uniform_(-bound, bound, generator=gen)
+        self.optimizer = torch_sparse_optimizer(list(self.parameters()), optimizer)
+
+    def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
+        bounds = bag_bounds(offsets, batch_size)
+        pooled = [bag(values[bounds[f]:bounds[f + 1]], offsets[f * batch_size:(f + 1) * batch_size] - bounds[f])
+                  for f, bag in enumerate(self.bags)]  # F x [B, D]
+        return torch.stack(pooled, dim=1)
+
+    def apply_gradients(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def export_state(self) -> dict:
+        """Weights and optimizer state, for checkpoints."""
+        return {"weights": self.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def import_state(self, state: dict) -> None:
+        self.load_state_dict(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class PolyrecEmbeddings(nn.Module):
+    """polyrec's table-batched embedding with its fused optimizer (state lives in its state_dict)."""
+
+    fused = True
+
+    def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
+                 device: torch.device, seed: int, weight_dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        if not polyrec_embedding_available():
+            raise ImportError("embedding backend 'polyrec' needs polyrec.kernels.tbe and polyrec.kernels.jagged, "
+                              "which are not installed")
+        from polyrec.kernels.jagged import JaggedBatch
+        from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+
+        self._jagged = JaggedBatch
+        self.dim = dim
+        tables = [TableSpec(name=f"t{t}", rows=rows, dim=dim, pooling="sum") for t, rows in enumerate(table_rows)]
+        opt = EmbeddingOptimizer(kind=optimizer.kind, lr=optimizer.lr, eps=optimizer.eps, beta1=optimizer.beta1,
+                                 beta2=optimizer.beta2, weight_decay=optimizer.weight_decay,
+                                 initial_accumulator_value=optimizer.initial_accumulator_value)
+        self.tbe = TableBatchedEmbedding(tables, optimizer=opt, weight_dtype=weight_dtype, device=device, seed=seed)
+
+    def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
+        num_features = (offsets.numel() - 1) // batch_size
+        batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features)
+        out = self.tbe(batch)  # [B, F*D]
+        return out.view(batch_size, num_features, self.dim)
+
+    def apply_gradients(self) -> None:
+        """Nothing to do: the backward pass already updated the rows."""
+
+    def export_state(self) -> dict:
+        """Weights and optimizer state (the TBE's state_dict carries both), for checkpoints."""
+        return {"tbe": self.tbe.state_dict()}
+
+    def import_state(self, state: dict) -> None:
+        self.tbe.load_state_dict(state["tbe"])
+
+
+def build_embeddings(backend: str, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
+                     device: torch.device, seed: int) -> TorchEmbeddings | PolyrecEmbeddings:
+    if backend == "torch":
+        return TorchEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed)
+    if backend == "polyrec":
+        return PolyrecEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed)
+    raise ValueError(f"embedding backend must be one of {EMBEDDING_BACKENDS}, got {backend!r}")

@@ -1,0 +1,121 @@
+"""Dense layers of DLRM: MLPs, the DCN-v2 low-rank cross network and the DLRM dot interaction.
+
+Each layer holds fp32 master weights and runs its matmuls through a :class:`DenseOps` backend:
+"torch" (``F.linear``, the eager reference) or "polyrec" (polyrec.kernels.gemm: Triton GEMMs with a
+fused bias/ReLU epilogue and the fused cross update). ``compute_dtype`` casts inputs and weights
+for the matmuls (bf16 on a GPU, what autocast does); the casts are differentiable, so gradients
+land on the fp32 masters.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DENSE_BACKENDS = ("torch", "polyrec")
+
+
+def polyrec_dense_available() -> bool:
+    """Whether polyrec.kernels.gemm (issue 3) is present."""
+    return importlib.util.find_spec("polyrec.kernels.gemm") is not None
+
+
+class DenseOps:
+    """The two matmul shapes DLRM needs, from one backend."""
+
+    def __init__(self, backend: str) -> None:
+        if backend not in DENSE_BACKENDS:
+            raise ValueError(f"dense backend must be one of {DENSE_BACKENDS}, got {backend!r}")
+        self.backend = backend
+        if backend == "polyrec":
+            if not polyrec_dense_available():
+                raise ImportError("dense backend 'polyrec' needs polyrec.kernels.gemm, which is not installed")
+            from polyrec.kernels import gemm
+
+            self._gemm = gemm
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+        """act(x @ weight.T + bias); x [B, in], weight [out, in] -> [B, out]."""
+        if self.backend == "polyrec":
+            return self._gemm.linear(x, weight, bias, activation="relu" if relu else "none")
+        y = F.linear(x, weight, bias)
+        return F.relu(y) if relu else y
+
+    def cross(self, x0: torch.Tensor, v: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+              bias: torch.Tensor) -> torch.Tensor:
+        """x0 * (v @ weight.T + bias) + x; x0, x [B, D], v [B, r], weight [D, r] -> [B, D]."""
+        if self.backend == "polyrec":
+            return self._gemm.cross_linear(x0, v, x, weight, bias)
+        return x0 * F.linear(v, weight, bias) + x
+
+
+def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    return t if t is None or t.dtype == dtype else t.to(dtype)
+
+
+def init_linear_(weight: torch.Tensor, bias: torch.Tensor | None, gen: torch.Generator) -> None:
+    """DLRM reference init: W ~ N(0, 2/(in+out)), b ~ N(0, 1/out) (facebookresearch/dlrm create_mlp)."""
+    out_dim, in_dim = weight.shape
+    with torch.no_grad():
+        weight.copy_(torch.randn(weight.shape, generator=gen) * math.sqrt(2.0 / (in_dim + out_dim)))
+        if bias is not None:
+            bias.copy_(torch.randn(bias.shape, generator=gen) * math.sqrt(1.0 / out_dim))
+
+
+class MLP(nn.Module):
+    """Linear layers with ReLU after each, except the last when ``last_relu`` is False."""
+
+    def __init__(self, in_dim: int, sizes: tuple[int, ...], *, last_relu: bool, gen: torch.Generator) -> None:
+        super().__init__()
+        dims = (in_dim, *sizes)
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(o, i)) for i, o in zip(dims, dims[1:]))
+        self.biases = nn.ParameterList(nn.Parameter(torch.empty(o)) for o in sizes)
+        self.last_relu = last_relu
+        for w, b in zip(self.weights, self.biases):
+            init_linear_(w, b, gen)
+
+    def forward(self, x: torch.Tensor, ops: DenseOps, dtype: torch.dtype) -> torch.Tensor:
+        n = len(self.weights)
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            x = ops.linear(x, _cast(w, dtype), _cast(b, dtype), relu=i < n - 1 or self.last_relu)
+        return x
+
+
+class LowRankCross(nn.Module):
+    """DCN-v2 cross network, low-rank form: x_{l+1} = x0 * (U_l (V_l x_l) + b_l) + x_l.
+
+    Source: Wang et al., "DCN V2" (arXiv 2008.13535), eq. (2) with the low-rank W = U V of sec. 5.
+    V_l is stored [r, D] (a linear layer D -> r), U_l [D, r], b_l [D].
+    """
+
+    def __init__(self, dim: int, layers: int, rank: int, *, gen: torch.Generator) -> None:
+        super().__init__()
+        self.v = nn.ParameterList(nn.Parameter(torch.empty(rank, dim)) for _ in range(layers))
+        self.u = nn.ParameterList(nn.Parameter(torch.empty(dim, rank)) for _ in range(layers))
+        self.b = nn.ParameterList(nn.Parameter(torch.empty(dim)) for _ in range(layers))
+        for v, u, b in zip(self.v, self.u, self.b):
+            init_linear_(v, None, gen)
+            init_linear_(u, b, gen)
+
+    def forward(self, x0: torch.Tensor, ops: DenseOps, dtype: torch.dtype) -> torch.Tensor:
+        x = x0  # [B, D]
+        for v, u, b in zip(self.v, self.u, self.b):
+            low = ops.linear(x, _cast(v, dtype), None, relu=False)  # [B, r]
+            x = ops.cross(x0, low, x, _cast(u, dtype), _cast(b, dtype))  # [B, D]
+        return x
+
+
+def dot_interaction(bottom: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+    """DLRM's pairwise dot products: bottom [B, D], emb [B, F, D] -> [B, D + (F+1)F/2].
+
+    The strictly lower triangle of T T^T over T = [bottom, emb_1..emb_F], appended to the bottom
+    output (facebookresearch/dlrm ``interact_features``, ``arch_interaction_itself=False``).
+    """
+    t = torch.cat([bottom.unsqueeze(1), emb], dim=1)  # [B, F+1, D]
+    z = torch.bmm(t, t.transpose(1, 2))  # [B, F+1, F+1]
+    li, lj = torch.tril_indices(t.shape[1], t.shape[1], offset=-1, device=t.device)
+    return torch.cat([bottom, z[:, li, lj]], dim=1)

@@ -1,0 +1,82 @@
+"""The trainer's configuration and how its "auto" choices resolve on the present machine."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from polyrec.models import default_backends
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    """One training run. "auto" fields resolve by device: see :func:`resolve`."""
+
+    preset: str = "dcnv2-small"  # model preset (polyrec.models.PRESETS)
+    data: str = "synthetic"  # synthetic[:zipf|uniform] | criteo:PATH[,PATH..] | mlperf:PATH | movielens:PATH
+    eval_data: str | None = None  # held-out data of the same kind (criteo/mlperf); synthetic/movielens have their own
+    steps: int = 1000  # total optimizer steps (a resumed run continues up to this number)
+    batch_size: int = 512
+    seed: int = 0  # model init, synthetic data, MovieLens split and shuffles
+    device: str = "auto"  # "auto" (cuda when present), "cpu" or "cuda[:N]"
+    precision: str = "auto"  # dense matmul dtype: "auto" (bf16 on GPU, fp32 on CPU), "bf16" or "fp32"
+    embedding_backend: str = "auto"  # "auto", "torch" or "polyrec" (polyrec.models.default_backends)
+    dense_backend: str = "auto"  # "auto", "torch" or "polyrec"
+    dense_optimizer: str = "adagrad"  # "adagrad" (MLPerf) or "adam"
+    lr: float = 0.005  # dense learning rate (MLPerf DLRM-DCNv2 reference: --adagrad --learning_rate 0.005)
+    embedding_optimizer: str = "rowwise_adagrad"  # sgd | rowwise_adagrad (MLPerf, FBGEMM) | adagrad | adam
+    embedding_lr: float | None = None  # None: same as lr
+    row_cap: int | None = None  # cut every table to at most this many rows (benchmarks on small memory)
+    eval_every: int = 0  # steps between evaluations; 0: only at the end
+    eval_batches: int = 8  # synthetic/Criteo/MLPerf eval size in batches (MovieLens: its whole test split)
+    log_every: int = 50  # steps between metric lines (and NaN checks: one device sync each)
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 0  # steps between checkpoints; 0: only at the end and on SIGTERM
+    resume: bool = False  # continue from checkpoint_dir/checkpoint.pt
+    skip_bad_rows: bool = False  # count and skip malformed input rows instead of stopping at the first
+    cuda_graphs: bool = False  # capture the dense forward+backward in a CUDA graph (GPU only)
+    metrics_path: Path | None = None  # JSON-lines log; default checkpoint_dir/metrics.jsonl when there is one
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values only (checkpoints are loaded with weights_only=True)."""
+        return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(kw_only=True, slots=True)
+class Resolved:
+    """What "auto" became on this machine."""
+
+    device: torch.device
+    compute_dtype: torch.dtype
+    embedding_backend: str
+    dense_backend: str
+
+
+def resolve(cfg: TrainConfig) -> Resolved:
+    """Resolve the "auto" fields; errors name the field."""
+    if cfg.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {cfg.device!r} asked for, but torch sees no CUDA/ROCm GPU")
+    if cfg.precision not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"precision must be auto, bf16 or fp32, got {cfg.precision!r}")
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    emb_default, dense_default = default_backends(device)
+    if cfg.cuda_graphs and device.type != "cuda":
+        raise ValueError("--cuda-graphs needs a CUDA/ROCm GPU")
+    if cfg.dense_optimizer not in ("adagrad", "adam"):
+        raise ValueError(f"dense optimizer must be adagrad or adam, got {cfg.dense_optimizer!r}")
+    for name in ("steps", "batch_size", "log_every", "eval_batches"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")
+    if cfg.resume and cfg.checkpoint_dir is None:
+        raise ValueError("--resume needs --checkpoint-dir")
+    return Resolved(device=device, compute_dtype=torch.bfloat16 if bf16 else torch.float32,
+                    embedding_backend=emb_default if cfg.embedding_backend == "auto" else cfg.embedding_backend,
+                    dense_backend=dense_default if cfg.dense_backend == "auto" else cfg.dense_backend)

@@ -1,0 +1,84 @@
+"""Training metrics: AUC, per-phase timing without per-step device syncs, and a JSON-lines log."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+from torchmetrics.functional.classification import binary_auroc
+
+PHASES = ("data", "emb_fwd", "dense", "emb_bwd", "optimizer")
+"""Timed parts of a step: data loading/generation, embedding forward, dense forward+backward (loss
+included), embedding backward (with the fused update for polyrec's TBE), optimizer steps."""
+
+
+def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """ROC AUC of scores [N] against labels [N] in {0, 1} (torchmetrics' binary AUROC)."""
+    return float(binary_auroc(scores.float(), labels.long()))
+
+
+class PhaseTimer:
+    """Accumulates time per phase. On a GPU, CUDA events are read only at :meth:`flush` (one sync)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.pending: list[tuple[str, Any, Any]] = []
+        self.totals: dict[str, float] = defaultdict(float)  # seconds
+        self._open: tuple[str, Any] | None = None
+
+    def _mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def start(self, phase: str) -> None:
+        self._open = (phase, self._mark())
+
+    def stop(self) -> None:
+        phase, begin = self._open
+        self.pending.append((phase, begin, self._mark()))
+        self._open = None
+
+    def flush(self) -> dict[str, float]:
+        """Fold the recorded marks into the totals; return the totals (seconds)."""
+        if self.cuda and self.pending:
+            self.pending[-1][2].synchronize()
+        for phase, begin, end in self.pending:
+            self.totals[phase] += begin.elapsed_time(end) / 1e3 if self.cuda else end - begin
+        self.pending.clear()
+        return dict(self.totals)
+
+    def per_step_ms(self, steps: int) -> dict[str, float]:
+        totals = self.flush()
+        return {p: 1e3 * totals.get(p, 0.0) / max(steps, 1) for p in PHASES}
+
+
+class MetricsLog:
+    """Appends one JSON object per line to a file (and optionally echoes it to stdout)."""
+
+    def __init__(self, path: Path | None, *, echo: TextIO | None = None) -> None:
+        self.path, self.echo = path, echo
+        self._file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, default=str)
+        if self._file is not None:
+            self._file.write(line + "\n")
+            self._file.flush()
+        if self.echo is not None:
+            self.echo.write(line + "\n")
+            self.echo.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,338 @@
+"""The training loop: data -> embeddings -> dense (bf16 on GPU, fp32 masters) -> optimizers.
+
+A step runs in four timed parts: the embedding forward; the dense forward and backward up to a leaf
+that stands in for the embeddings; the embedding backward from that leaf's gradient (polyrec's TBE
+applies its fused optimizer here); the dense (and torch-embedding) optimizer steps. Losses stay on the
+device and are read every ``log_every`` steps, which is also when a non-finite loss is caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polyrec.data import Batch, open_source
+from polyrec.models import DLRM, EmbeddingOptimConfig, preset
+from polyrec.runtime.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from polyrec.runtime.config import TrainConfig, resolve
+from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
+
+#: Elements checked per chunk when testing a (possibly 100 GB) table for NaN/inf: 2^26 bools = 64 MiB.
+FINITE_CHECK_CHUNK = 1 << 26
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainResult:
+    """How a run ended and what it measured."""
+
+    status: str  # "done", "sigterm" (checkpoint saved, clean exit) or "nan" (stopped, last good checkpoint kept)
+    step: int  # steps completed in total (including those before a resume)
+    message: str
+    losses: list[float] = field(default_factory=list)  # loss of every step this process ran
+    evals: list[dict[str, Any]] = field(default_factory=list)  # {"step", "auc", "logloss"} per evaluation
+    samples_per_s: float = 0.0  # training throughput, eval and checkpoint time excluded
+    timing_ms: dict[str, float] = field(default_factory=dict)  # mean ms per step of each phase
+    checkpoint: Path | None = None
+    bad_rows: int = 0
+    bad_row_examples: list[str] = field(default_factory=list)
+
+    @property
+    def final_auc(self) -> float | None:
+        return self.evals[-1]["auc"] if self.evals else None
+
+
+class DenseLoss(nn.Module):
+    """The dense half of a step as one module (what a CUDA graph captures): mean BCE of the logits."""
+
+    def __init__(self, model: DLRM, compute_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.parts = nn.ModuleList(model.dense_parts())
+        self.model_ref = [model]  # a list, so the model is not registered twice as a submodule
+        self.compute_dtype = compute_dtype
+
+    def forward(self, dense: torch.Tensor, emb: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.model_ref[0].dense_forward(dense, emb, self.compute_dtype)  # [B]
+        return F.binary_cross_entropy_with_logits(logits, labels)
+
+
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """No NaN/inf in any floating tensor (chunked, so a 100 GB table needs no 25 GB mask)."""
+    for t in tensors:
+        if not t.is_floating_point():
+            continue
+        flat = t.detach().reshape(-1)
+        for start in range(0, flat.numel(), FINITE_CHECK_CHUNK):
+            if not bool(torch.isfinite(flat[start:start + FINITE_CHECK_CHUNK]).all()):
+                return False
+    return True
+
+
+def _state_tensors(state: Any) -> list[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in _state_tensors(v)]
+    return []
+
+
+class Trainer:
+    """Builds the data source, model and optimizers of a TrainConfig, and runs or benchmarks it."""
+
+    def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
+        self.cfg, self.rt = cfg, resolve(cfg)
+        base = preset(cfg.preset)
+        if cfg.row_cap:
+            base = base.with_capped_rows(cfg.row_cap)
+        self.source = open_source(cfg.data, base, batch_size=cfg.batch_size, seed=cfg.seed, device=self.rt.device,
+                                  skip_bad_rows=cfg.skip_bad_rows, eval_spec=cfg.eval_data,
+                                  num_eval_batches=cfg.eval_batches)
+        self.model_config = self.source.adapt(base)
+        torch.manual_seed(cfg.seed)
+        emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
+        self.model = DLRM(self.model_config, embedding_backend=self.rt.embedding_backend,
+                          dense_backend=self.rt.dense_backend, embedding_optimizer=emb_opt, device=self.rt.device,
+                          seed=cfg.seed)
+        params = self.model.dense_parameters()
+        self.optimizer = (torch.optim.Adagrad(params, lr=cfg.lr) if cfg.dense_optimizer == "adagrad"
+                          else torch.optim.Adam(params, lr=cfg.lr))
+        self.dense_loss: nn.Module | Any = DenseLoss(self.model, self.rt.compute_dtype)
+        self._graphed = False
+        self.step = 0
+        self.timer = PhaseTimer(self.rt.device)
+        metrics_path = cfg.metrics_path or (Path(cfg.checkpoint_dir) / "metrics.jsonl" if cfg.checkpoint_dir else None)
+        self.log = MetricsLog(metrics_path, echo=sys.stdout if echo_json else None)
+        self.echo_json = echo_json
+        self.progress = progress if progress is not None else (not echo_json and sys.stdout.isatty())
+        self._stop_signal: int | None = None
+        if cfg.resume:
+            self.restore()
+
+    # --- one step -------------------------------------------------------------------------------------
+
+    def _maybe_graph(self, batch: Batch, emb: torch.Tensor) -> None:
+        """Replace the dense loss by a CUDA-graphed copy, captured on the first batch's shapes."""
+        if not self.cfg.cuda_graphs or self._graphed:
+            return
+        sample = (batch.dense.clone(), emb.detach().clone().requires_grad_(), batch.labels.clone())
+        self.dense_loss = torch.cuda.make_graphed_callables(self.dense_loss, sample)
+        self._graphed = True
+
+    def train_step(self) -> torch.Tensor:
+        """One optimizer step; returns the loss (a device scalar, not synced)."""
+        t = self.timer
+        t.start("data")
+        batch = self.source.next_batch().to(self.rt.device, non_blocking=True)
+        t.stop()
+        t.start("emb_fwd")
+        emb = self.model.embed(batch.values, batch.offsets, batch.batch_size)  # [B, F, D]
+        t.stop()
+        self._maybe_graph(batch, emb)
+        t.start("dense")
+        leaf = emb.detach().requires_grad_()
+        loss = self.dense_loss(batch.dense, leaf, batch.labels)
+        loss.backward()
+        t.stop()
+        t.start("emb_bwd")
+        emb.backward(leaf.grad)
+        t.stop()
+        t.start("optimizer")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.embeddings.apply_gradients()
+        t.stop()
+        self.step += 1
+        return loss.detach()
+
+    # --- evaluation, checkpoints ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any] | None:
+        """AUC and log loss on the source's held-out batches, or None when it has none."""
+        batches = self.source.eval_batches()
+        if not batches:
+            return None
+        scores, labels = [], []
+        for b in batches:
+            b = b.to(self.rt.device)
+            scores.append(self.model(b.dense, b.values, b.offsets, self.rt.compute_dtype))
+            labels.append(b.labels)
+        logits, y = torch.cat(scores), torch.cat(labels)
+        return {"step": self.step, "auc": auc(torch.sigmoid(logits), y),
+                "logloss": float(F.binary_cross_entropy_with_logits(logits, y)), "samples": int(y.numel())}
+
+    def finite_state(self) -> bool:
+        return all_finite(list(self.model.dense_parameters()) + _state_tensors(self.model.embeddings.export_state()))
+
+    def save(self) -> Path:
+        state = {"step": self.step,
+                 "dense": {name: part.state_dict() for name, part in self._dense_named()},
+                 "embeddings": self.model.embeddings.export_state(),
+                 "dense_optimizer": self.optimizer.state_dict(),
+                 "data": self.source.state_dict(),
+                 "rng": rng_state(self.rt.device),
+                 "train_config": self.cfg.as_dict(),
+                 "model_config": dataclasses.asdict(self.model_config)}
+        return save_checkpoint(Path(self.cfg.checkpoint_dir), state)
+
+    def _dense_named(self) -> list[tuple[str, nn.Module]]:
+        return [(n, m) for n, m in (("bottom", self.model.bottom), ("cross", self.model.cross), ("top", self.model.top))
+                if m is not None]
+
+    def restore(self) -> None:
+        """Continue from checkpoint_dir/checkpoint.pt: weights, optimizer states, data position, RNG."""
+        state = load_checkpoint(Path(self.cfg.checkpoint_dir))
+        if state["model_config"] != dataclasses.asdict(self.model_config):
+            raise ValueError(f"{checkpoint_path(Path(self.cfg.checkpoint_dir))} was written for model "
+                             f"{state['model_config']['name']!r} with other sizes; it does not fit this run's model")
+        for name, part in self._dense_named():
+            part.load_state_dict(state["dense"][name])
+        self.model.embeddings.import_state(state["embeddings"])
+        self.optimizer.load_state_dict(state["dense_optimizer"])
+        self.source.load_state_dict(state["data"])
+        set_rng_state(state["rng"], self.rt.device)
+        self.step = int(state["step"])
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop_signal = signum
+
+    def train(self) -> TrainResult:
+        """Run to ``cfg.steps``; returns how it ended. Installs a SIGTERM handler while it runs."""
+        handler_installed = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, self._on_signal) if handler_installed else None
+        try:
+            return self._loop()
+        finally:
+            if handler_installed:
+                signal.signal(signal.SIGTERM, previous)
+            self.log.close()
+
+    def _progress_bar(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[rate]} samples/s  loss {task.fields[loss]}"),
+                        TimeRemainingColumn(), disable=not self.progress, transient=False)
+
+    def _loop(self) -> TrainResult:
+        cfg = self.cfg
+        result = TrainResult(status="done", step=self.step, message="")
+        self.log.write({"event": "start", "step": self.step, "config": cfg.as_dict(), "device": str(self.rt.device),
+                        "embedding_backend": self.rt.embedding_backend, "dense_backend": self.rt.dense_backend,
+                        "compute_dtype": str(self.rt.compute_dtype).removeprefix("torch."),
+                        "model": dataclasses.asdict(self.model_config)})
+        start_step, train_seconds = self.step, 0.0
+        pending: list[torch.Tensor] = []
+        with self._progress_bar() as bar:
+            task = bar.add_task("train", total=cfg.steps, completed=self.step, rate="-", loss="-")
+            window_start, window_first = time.perf_counter(), self.step
+            while self.step < cfg.steps and self._stop_signal is None:
+                pending.append(self.train_step())
+                bar.update(task, completed=self.step)
+                due_eval = cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps
+                due_ckpt = (cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0)
+                last = self.step == cfg.steps or self._stop_signal is not None
+                if not (self.step % cfg.log_every == 0 or due_eval or due_ckpt or last):
+                    continue
+                losses = torch.stack(pending).float().cpu().tolist()
+                pending.clear()
+                elapsed = time.perf_counter() - window_start
+                train_seconds += elapsed
+                rate = (self.step - window_first) * cfg.batch_size / max(elapsed, 1e-9)
+                bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+                if bad is not None:
+                    return self._stop_on_nan(result, self.step - len(losses) + bad + 1, losses[bad])
+                result.losses += losses
+                self.log.write({"event": "train", "step": self.step, "loss": sum(losses) / len(losses),
+                                "last_loss": losses[-1], "samples_per_s": rate})
+                bar.update(task, rate=f"{rate:,.0f}", loss=f"{losses[-1]:.4f}")
+                if not self.progress and not self.echo_json:
+                    print(f"step {self.step}/{cfg.steps}  loss {losses[-1]:.4f}  {rate:,.0f} samples/s", flush=True)
+                if due_eval:
+                    self._eval_and_log(result)
+                if due_ckpt:
+                    if not self.finite_state():
+                        return self._stop_on_nan(result, self.step, float("nan"))
+                    result.checkpoint = self.save()
+                window_start, window_first = time.perf_counter(), self.step
+        return self._finish(result, start_step, train_seconds)
+
+    def _eval_and_log(self, result: TrainResult) -> None:
+        ev = self.evaluate()
+        if ev is None:
+            return
+        result.evals.append(ev)
+        self.log.write({"event": "eval", **ev})
+        if not self.echo_json:
+            print(f"eval at step {ev['step']}: AUC {ev['auc']:.4f}  logloss {ev['logloss']:.4f}", flush=True)
+
+    def _stop_on_nan(self, result: TrainResult, step: int, value: float) -> TrainResult:
+        ckpt = checkpoint_path(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
+        kept = (f"the last good checkpoint is {ckpt}" if ckpt and ckpt.is_file()
+                else "no checkpoint was written before it")
+        result.status, result.step = "nan", step
+        result.checkpoint = ckpt if ckpt and ckpt.is_file() else None
+        result.message = (f"loss became {value} at step {step}: training stopped; {kept}. "
+                          "Try a lower learning rate (--lr) or fp32 (--precision fp32).")
+        self.log.write({"event": "stopped", "reason": "nan", "step": step, "message": result.message})
+        self.log.close()
+        return result
+
+    def _finish(self, result: TrainResult, start_step: int, train_seconds: float) -> TrainResult:
+        ran = self.step - start_step
+        result.step = self.step
+        result.samples_per_s = ran * self.cfg.batch_size / train_seconds if train_seconds > 0 else 0.0
+        result.timing_ms = self.timer.per_step_ms(ran)
+        if self._stop_signal is not None:
+            result.status = "sigterm"
+        else:
+            self._eval_and_log(result)
+        if self.cfg.checkpoint_dir:
+            if not self.finite_state():
+                return self._stop_on_nan(result, self.step, float("nan"))
+            result.checkpoint = self.save()
+        bad = self.source.bad_rows
+        result.bad_rows, result.bad_row_examples = bad.count, list(bad.examples)
+        where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
+        result.message = (f"stopped by signal {self._stop_signal} at step {self.step}{where}" if result.status == "sigterm"
+                          else f"trained {ran} steps (to step {self.step}){where}")
+        self.log.write({"event": "end", "status": result.status, "step": self.step, "message": result.message,
+                        "samples_per_s": result.samples_per_s, "timing_ms_per_step": result.timing_ms,
+                        "final_auc": result.final_auc, "bad_rows": result.bad_rows,
+                        "bad_row_examples": result.bad_row_examples})
+        return result
+
+    # --- benchmarking -----------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        if self.rt.device.type == "cuda":
+            torch.cuda.synchronize(self.rt.device)
+
+    def benchmark(self, *, warmup: int, steps: int) -> dict[str, float]:
+        """Wall time of the first ``warmup`` steps (compiles included) and samples/s of the next ``steps``."""
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            self.train_step()
+        self.sync()
+        t1 = time.perf_counter()
+        self.timer = PhaseTimer(self.rt.device)
+        for _ in range(steps):
+            loss = self.train_step()
+        self.sync()
+        t2 = time.perf_counter()
+        return {"first_steps_s": t1 - t0, "samples_per_s": steps * self.cfg.batch_size / (t2 - t1),
+                "ms_per_step": 1e3 * (t2 - t1) / steps, "last_loss": float(loss),
+                **{f"{k}_ms": v for k, v in self.timer.per_step_ms(steps).items()}}
