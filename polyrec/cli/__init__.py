@@ -7,12 +7,14 @@ import typer
 from polyrec.cli import hw
 from polyrec.cli import train
 from polyrec.cli import bench
+from polyrec.cli import migrate
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train recommendation models fast on NVIDIA and AMD GPUs from one code base.")
 app.add_typer(hw.app, name="hw")
 app.add_typer(train.app, name="train")
 app.add_typer(bench.app, name="bench")
+app.add_typer(migrate.app, name="migrate")
 
 
 def main() -> None:

@@ -1,0 +1,183 @@
+"""``polyrec migrate``: scan for AMD hazards, hipify, port with a propose/verify loop, verify."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True, help="Migrate CUDA code to AMD: scan, hipify, port, verify.")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+@app.command()
+def scan(
+    paths: list[Path] = typer.Argument(..., help="Files or directories (.py .cu .cuh .cpp .h)."),
+    as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
+    sarif: Path | None = typer.Option(None, "--sarif", help="Also write SARIF 2.1.0 to this file."),
+    rule: list[str] = typer.Option([], "--rule", "-r", help="Only these rule IDs (repeatable)."),
+    fail_on: str = typer.Option("warning", help="Exit 1 when a finding is at least: note | warning | error."),
+) -> None:
+    """Find what breaks on AMD. Exit 0 clean, 1 findings at --fail-on or above, 2 files not scanned."""
+    from polyrec.migrate.rules import RULES
+    from polyrec.migrate.sarif import to_sarif
+    from polyrec.migrate.scan import exit_code, scan_paths
+    from polyrec.migrate.types import Severity
+
+    try:
+        threshold = Severity(fail_on)
+        result = scan_paths(paths, rules=set(rule) if rule else None)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from exc
+    if sarif is not None:
+        sarif.write_text(json.dumps(to_sarif(result), indent=1) + "\n")
+    if as_json:
+        typer.echo(json.dumps({"findings": [dataclasses.asdict(f) | {"severity": RULES[f.rule].severity.value,
+                                                                     "name": RULES[f.rule].name}
+                                            for f in result.findings],
+                               "not_scanned": result.not_scanned, "files": result.files_scanned,
+                               "lines": result.lines_scanned}, indent=1))
+    else:
+        _print_table(result)
+    raise typer.Exit(exit_code(result, threshold))
+
+
+def _print_table(result) -> None:
+    from polyrec.migrate.rules import RULES
+
+    table = Table(title=f"AMD hazards: {len(result.findings)} in {result.files_scanned} files "
+                        f"({result.lines_scanned} lines, {result.seconds:.2f} s)")
+    for col in ("location", "rule", "severity", "finding"):
+        table.add_column(col, overflow="fold")
+    colors = {"error": "red", "warning": "yellow", "note": "cyan"}
+    for f in result.findings:
+        r = RULES[f.rule]
+        table.add_row(f"{f.path}:{f.line}", f"{r.id} {r.name}", f"[{colors[r.severity.value]}]{r.severity.value}[/]",
+                      f.message)
+    console.print(table)
+    for rule_id in sorted({f.rule for f in result.findings}):
+        console.print(f"[bold]{rule_id}[/] fix: {RULES[rule_id].fix}")
+    for path, why in result.not_scanned.items():
+        err.print(f"[red]not scanned:[/] {path}: {why}")
+
+
+@app.command()
+def rules(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the rule catalog (IDs are stable)."""
+    from polyrec.migrate.rules import RULES
+
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(r) for r in RULES.values()], indent=1, default=str))
+        return
+    table = Table(title="polyrec migrate rules")
+    for col in ("id", "name", "severity", "languages", "summary"):
+        table.add_column(col, overflow="fold")
+    for r in RULES.values():
+        table.add_row(r.id, r.name, r.severity.value, ",".join(r.languages), r.summary)
+    console.print(table)
+
+
+@app.command()
+def hipify(
+    path: Path = typer.Argument(..., help="A CUDA file or a directory."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory (same relative file names)."),
+    launch_ggl: bool = typer.Option(False, "--launch-ggl",
+                                    help="Rewrite <<<>>> to hipLaunchKernelGGL (hipify-clang --hip-kernel-execution-syntax)."),
+    pytorch_extension: bool = typer.Option(False, help="Also apply torch's PyTorch/c10-specific names."),
+) -> None:
+    """Translate CUDA to HIP; write the files, hipify.diff and hipify-report.json into OUT."""
+    from polyrec.migrate.hipify import hipify_tree
+    from polyrec.migrate.scan import scan_paths
+
+    try:
+        reports, diff = hipify_tree(path, out, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension)
+    except FileNotFoundError as exc:
+        raise _fail(str(exc)) from exc
+    (out / "hipify.diff").write_text(diff)
+    remaining = scan_paths([out / r.path for r in reports])
+    doc = {"files": [dataclasses.asdict(r) for r in reports],
+           "left": [dataclasses.asdict(f) for f in remaining.findings], "not_scanned": remaining.not_scanned}
+    (out / "hipify-report.json").write_text(json.dumps(doc, indent=1) + "\n")
+    table = Table(title=f"hipify {path} -> {out}")
+    for col in ("file", "renamed", "headers", "launches", "fixes", "unmapped", "hazards left"):
+        table.add_column(col, overflow="fold")
+    for r in reports:
+        left = [f"{f.rule}:{f.line}" for f in remaining.findings if f.path == str(out / r.path)]
+        table.add_row(r.path, str(len(r.renamed)), str(len(r.headers)), str(r.launches_rewritten),
+                      "\n".join(r.fixes) or "-", ", ".join(r.unmapped) or "-", ", ".join(left) or "-")
+    console.print(table)
+    console.print(f"diff: {out / 'hipify.diff'}  report: {out / 'hipify-report.json'}")
+
+
+@app.command()
+def verify(
+    candidate: Path = typer.Argument(..., help="Python file with @triton.jit kernels and run(*inputs)."),
+    reference: str = typer.Option(..., "--reference", help="MODULE:FUNC (module defines SHAPES, make_inputs)."),
+    seeds: int = typer.Option(3, help="Random seeds per shape."),
+    compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile for sm_90, gfx942, gfx950."),
+    timeout: float = typer.Option(300.0, help="Seconds per sandboxed subprocess."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Verify a hand-written kernel. Exit 0 accepted, 1 rejected, 2 bad input."""
+    from polyrec.migrate.verify import VerifyConfig
+    from polyrec.migrate.verify import verify as run_verify
+
+    sys.path.insert(0, str(Path.cwd()))
+    config = VerifyConfig(seeds=tuple(range(seeds)), timeout_s=timeout, compile=compile_)
+    try:
+        report = run_verify(candidate, reference, config)
+    except (ImportError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=1))
+    else:
+        verdict = "[green]ACCEPTED[/]" if report.accepted else "[red]REJECTED[/]"
+        console.print(f"{candidate}: {verdict}  " + "  ".join(f"{k}={v}" for k, v in report.stages.items()))
+        for failure in report.failures:
+            console.print(f"  - {failure}")
+    raise typer.Exit(0 if report.accepted else 1)
+
+
+@app.command()
+def port(
+    kernel: Path = typer.Argument(..., help="CUDA kernel or Python op source to port."),
+    reference: str = typer.Option(..., "--reference", help="MODULE:FUNC the port must match."),
+    out: Path = typer.Option(Path("port-out"), "--out", "-o", help="Work directory (attempts, transcript)."),
+    url: str | None = typer.Option(None, help="OpenAI-compatible base URL (else $POLYREC_LLM_URL)."),
+    model: str | None = typer.Option(None, help="Model name (else $POLYREC_LLM_MODEL)."),
+    api_key: str | None = typer.Option(None, help="API key (else $POLYREC_LLM_API_KEY); never logged."),
+    rounds: int = typer.Option(4, help="Propose/verify rounds at most."),
+    compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile stage of verification."),
+) -> None:
+    """Port a kernel to portable Triton with a propose/verify loop. Exit 0 ported, 1 not (yet)."""
+    from polyrec.migrate.port import port as run_port
+    from polyrec.migrate.providers import OpenAICompatibleProvider, ProviderError
+    from polyrec.migrate.verify import VerifyConfig
+
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        provider = OpenAICompatibleProvider.from_env(url, model, api_key)
+        report = run_port(kernel, reference, provider, work_dir=out, rounds=rounds,
+                          config=VerifyConfig(compile=compile_))
+    except (ProviderError, ImportError, ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from exc
+    (out / "port-report.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+    status = "[green]ported[/]" if report.accepted else "[yellow]not ported[/]"
+    console.print(f"{kernel}: {status} (provider: {report.provider or 'none'}, rounds: {report.rounds_used})")
+    for item in (report.result_path, report.hipified_path, report.transcript_path):
+        if item:
+            console.print(f"  wrote {item}")
+    for item in report.left:
+        console.print(f"  left: {item}")
+    raise typer.Exit(0 if report.accepted else 1)

@@ -1,0 +1,129 @@
+"""``polyrec migrate port``: propose / verify loop that ports a CUDA kernel or a PyTorch op to Triton.
+
+Each round asks the provider for a complete Python module (``@triton.jit`` kernels and ``run(*inputs)``),
+verifies it (verify.py), and feeds the failures back, up to ``rounds`` times. Every attempt (prompt,
+reply, extracted code, verdict) is appended to a JSON-lines transcript. Without a provider only the
+deterministic stages run (scan, and hipify for CUDA sources) and the report says what is left.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from polyrec.migrate.hipify import HIPIFY_SUFFIXES, hipify_source
+from polyrec.migrate.providers import Provider, ProviderError
+from polyrec.migrate.scan import scan_paths
+from polyrec.migrate.verify import VerifyConfig, load_reference, verify
+
+SYSTEM_PROMPT = """You port GPU kernels to portable Triton that runs on NVIDIA (sm_90) and AMD (gfx942, gfx950).
+Reply with one complete Python module in a ```python block. It must:
+- import only torch, triton, triton.language as tl and math;
+- define @triton.jit kernel(s) with no torch calls and no try/except inside them, and no autotune;
+- define run(*inputs) -> torch.Tensor that allocates the output, launches the kernel(s) and returns it;
+- handle every shape (mask the tails), never cache results, never call or import the reference;
+- keep num_warps <= 16 and tiles small enough for 64 KiB of LDS (gfx942)."""
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(kw_only=True, slots=True)
+class PortReport:
+    """Outcome of one port."""
+
+    kernel: str
+    reference: str
+    provider: str | None
+    accepted: bool = False
+    rounds_used: int = 0
+    result_path: str | None = None  # the accepted candidate
+    transcript_path: str | None = None
+    scan_findings: list[str] = field(default_factory=list)
+    hipified_path: str | None = None
+    left: list[str] = field(default_factory=list)  # what a person (or a configured LLM) still has to do
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def extract_code(reply: str) -> str:
+    """The last fenced Python block of a reply, or the whole reply when it has no fence."""
+    blocks = _CODE_BLOCK.findall(reply)
+    return (blocks[-1] if blocks else reply).strip() + "\n"
+
+
+def first_prompt(kernel: Path, reference: str, findings: list[str]) -> list[dict[str, str]]:
+    module, func = load_reference(reference)
+    ref_src = inspect.getsource(func) + "\n" + inspect.getsource(module.make_inputs)
+    user = (f"Port this kernel ({kernel.name}):\n```\n{kernel.read_text(errors='replace')}\n```\n"
+            f"The result must match this reference ({reference}) on shapes {list(module.SHAPES)}:\n"
+            f"```python\n{ref_src}```\n")
+    if findings:
+        user += "AMD hazards found in the source:\n" + "\n".join(f"- {f}" for f in findings) + "\n"
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> None:
+    scan = scan_paths([kernel])
+    report.scan_findings = [f"{f.rule} line {f.line}: {f.message}" for f in scan.findings]
+    report.scan_findings += [f"not scanned: {why}" for why in scan.not_scanned.values()]
+    if kernel.suffix in HIPIFY_SUFFIXES:
+        text, _ = hipify_source(kernel.read_bytes().decode("utf-8", "surrogateescape"), kernel.name)
+        out = work_dir / f"{kernel.stem}.hip{kernel.suffix}"
+        out.write_bytes(text.encode("utf-8", "surrogateescape"))
+        report.hipified_path = str(out)
+
+
+def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: Path, rounds: int = 4,
+         config: VerifyConfig | None = None) -> PortReport:
+    """Run the loop; write attempts, the transcript and (when accepted) ``port_result.py`` in ``work_dir``."""
+    if rounds < 1:
+        raise ValueError(f"port: rounds must be >= 1, got {rounds}")
+    if not kernel.is_file():
+        raise FileNotFoundError(f"port: kernel file {kernel} does not exist")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    report = PortReport(kernel=str(kernel), reference=reference,
+                        provider=provider.describe() if provider is not None else None)
+    _deterministic(kernel, work_dir, report)
+    if provider is None:
+        report.left = ["no LLM endpoint configured (--url/--model or POLYREC_LLM_URL/POLYREC_LLM_MODEL): "
+                       "write a Triton candidate by hand and check it with `polyrec migrate verify`",
+                       *[f"hazard: {f}" for f in report.scan_findings]]
+        return report
+    transcript = work_dir / "transcript.jsonl"
+    transcript.write_text("")
+    report.transcript_path = str(transcript)
+    messages = first_prompt(kernel, reference, report.scan_findings)
+    for round_ in range(1, rounds + 1):
+        report.rounds_used = round_
+        entry: dict[str, Any] = {"round": round_, "provider": report.provider, "request": messages}
+        try:
+            reply = provider.complete(messages)
+        except ProviderError as exc:
+            entry["error"] = str(exc)
+            _append(transcript, entry)
+            report.left.append(f"provider failed in round {round_}: {exc}")
+            return report
+        candidate = work_dir / f"attempt_{round_}.py"
+        candidate.write_text(extract_code(reply))
+        verdict = verify(candidate, reference, config)
+        entry |= {"response": reply, "candidate": str(candidate), "verdict": verdict.as_dict()}
+        _append(transcript, entry)
+        if verdict.accepted:
+            result = work_dir / "port_result.py"
+            result.write_text(candidate.read_text())
+            report.accepted, report.result_path = True, str(result)
+            return report
+        feedback = "The candidate failed verification:\n" + "\n".join(f"- {f}" for f in verdict.failures[:20])
+        messages = [*messages, {"role": "assistant", "content": reply},
+                    {"role": "user", "content": feedback + "\nReply with the corrected complete module."}]
+    report.left.append(f"no candidate passed verification in {rounds} rounds; see {transcript}")
+    return report
+
+
+def _append(path: Path, entry: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(entry, default=str) + "\n")

@@ -1,0 +1,253 @@
+"""``polyrec migrate verify``: checks a candidate Triton port cannot fool.
+
+A candidate is a Python file defining ``run(*inputs) -> Tensor`` that launches ``@triton.jit`` kernels.
+The reference is ``module:function`` in a module that also defines ``SHAPES`` (at least three
+distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of which must pass:
+
+1. static bans (AST): only torch / triton / math imports; in kernels no torch and no try/except; no
+   ``__dunder__`` access, eval/exec/open/globals; no autotune; nothing named after the reference;
+2. numerics: every shape x several seeds, fresh random inputs, outputs poisoned (NaN), against the
+   reference in float64, in a sandboxed subprocess (CPU seconds, memory and file-size limits, no
+   network, no processes, the reference module not importable) through the Triton interpreter on a
+   CPU or on the GPU when present; outputs that alias an input are rejected;
+3. compile: every launch the candidate makes is compiled for sm_90, gfx942 and gfx950 and must fit.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
+BANNED_CALLS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
+                          "getattr", "setattr", "delattr", "breakpoint", "input"})
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Comparison tolerances per output dtype (atol, rtol): a few units in the last place of the dtype.
+TOLERANCES = {"torch.float32": (1e-4, 1e-4), "torch.float16": (1e-2, 1e-2), "torch.bfloat16": (3e-2, 3e-2),
+              "torch.float64": (1e-10, 1e-10)}
+
+
+@dataclass(kw_only=True, slots=True)
+class VerifyConfig:
+    """How hard verification pushes a candidate."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)  # fresh random inputs per seed and shape
+    timeout_s: float = 300.0  # wall-clock limit of each sandboxed subprocess, seconds
+    cpu_s: int = 300  # RLIMIT_CPU of the subprocess, CPU seconds
+    memory_bytes: int = 8 << 30  # RLIMIT_AS of the subprocess, bytes (torch + triton need ~3 GiB virtual)
+    compile: bool = True  # run the compile stage (needs TRITON_INTERPRET unset in the child; ~10-60 s)
+
+
+@dataclass(kw_only=True, slots=True)
+class VerifyReport:
+    """Verdict and the reasons; ``failures`` is what a person or the LLM gets back."""
+
+    candidate: str
+    accepted: bool = False
+    failures: list[str] = field(default_factory=list)
+    stages: dict[str, str] = field(default_factory=dict)  # stage -> "pass" | "fail" | "skipped: why"
+    compile_reports: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"candidate": self.candidate, "accepted": self.accepted, "failures": self.failures,
+                "stages": self.stages, "compile_reports": self.compile_reports}
+
+
+def _is_jit(node: ast.FunctionDef) -> bool:
+    return any("jit" in ast.unparse(d) for d in node.decorator_list)
+
+
+def static_check(source: str, reference_module: str, reference_func: str) -> list[str]:
+    """Why the candidate's source is not acceptable; empty when it is."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [f"syntax error line {exc.lineno}: {exc.msg}"]
+    problems = []
+    ref_names = {reference_module.split(".")[0], reference_module.split(".")[-1], reference_func}
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for mod in mods:
+                if mod.split(".")[0] not in ALLOWED_IMPORTS:
+                    problems.append(f"line {line}: import of {mod!r} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})")
+        elif isinstance(node, ast.Name) and (node.id in BANNED_CALLS or node.id in ref_names):
+            problems.append(f"line {line}: use of {node.id!r} is not allowed")
+        elif isinstance(node, ast.Attribute) and (node.attr.startswith("__") or node.attr == "autotune"):
+            problems.append(f"line {line}: attribute {node.attr!r} is not allowed")
+        elif isinstance(node, ast.FunctionDef) and _is_jit(node):
+            problems += _kernel_problems(node)
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
+        problems.append("no top-level run(*inputs) function")
+    if not any(isinstance(n, ast.FunctionDef) and _is_jit(n) for n in ast.walk(tree)):
+        problems.append("no @triton.jit kernel: the port must be a Triton kernel")
+    return problems
+
+
+def _kernel_problems(kernel: ast.FunctionDef) -> list[str]:
+    problems = []
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Name) and node.id == "torch":
+            problems.append(f"line {node.lineno}: torch used inside kernel {kernel.name}")
+        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            problems.append(f"line {node.lineno}: try/except inside kernel {kernel.name}")
+    return problems
+
+
+def _limits(cpu_s: int, memory_bytes: int) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
+        os.setsid()
+    return apply
+
+
+def _sandbox_env(interpret: bool) -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "TMPDIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def run_sandboxed(mode: str, candidate: Path, cases_file: Path, out_file: Path, blocked: str,
+                  config: VerifyConfig, *, interpret: bool) -> str | None:
+    """Run the sandbox child; None on success, else why it failed (stderr tail, timeout, limit)."""
+    cmd = [sys.executable, "-m", "polyrec.migrate.sandbox", mode, str(candidate.resolve()), str(cases_file),
+           str(out_file), blocked]
+    try:
+        proc = subprocess.run(cmd, env=_sandbox_env(interpret), capture_output=True, text=True,
+                              timeout=config.timeout_s, preexec_fn=_limits(config.cpu_s, config.memory_bytes),
+                              cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"{mode}: timed out after {config.timeout_s:.0f} s"
+    if proc.returncode != 0:
+        return f"{mode}: exit code {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+    return None
+
+
+def load_reference(ref: str) -> tuple[Any, Any]:
+    """(module, function) of 'package.module:function', checking the protocol verify needs."""
+    module_name, _, func_name = ref.partition(":")
+    if not func_name:
+        raise ValueError(f"reference {ref!r}: expected MODULE:FUNCTION")
+    module = importlib.import_module(module_name)
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ValueError(f"reference {ref!r}: {module_name} has no function {func_name}")
+    shapes = getattr(module, "SHAPES", None)
+    if not shapes or len({tuple(s) for s in shapes}) < 3 or not callable(getattr(module, "make_inputs", None)):
+        raise ValueError(f"reference {ref!r}: {module_name} must define SHAPES (>= 3 distinct shapes) and "
+                         "make_inputs(shape, generator)")
+    return module, func
+
+
+def make_cases(module: Any, seeds: tuple[int, ...]) -> list[tuple]:
+    """One input tuple per (seed, shape), each from its own generator."""
+    import torch
+
+    cases = []
+    for seed in seeds:
+        for i, shape in enumerate(module.SHAPES):
+            gen = torch.Generator().manual_seed(seed * 1000 + i)
+            cases.append(tuple(module.make_inputs(tuple(shape), gen)))
+    return cases
+
+
+def compare(out: Any, inputs: tuple, func: Any, where: str) -> str | None:
+    """Why ``out`` does not match the float64 reference of ``func(*inputs)``; None when it does."""
+    import torch
+
+    expected = func(*inputs)
+    if out.shape != expected.shape or out.dtype != expected.dtype:
+        return f"{where}: got {tuple(out.shape)} {out.dtype}, expected {tuple(expected.shape)} {expected.dtype}"
+    to64 = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+    ref = func(*to64).double() if expected.is_floating_point() else expected
+    got = out.double() if expected.is_floating_point() else out
+    if expected.is_floating_point() and torch.isnan(got).any() and not torch.isnan(ref).any():
+        return f"{where}: NaN in output (poisoned output not fully written)"
+    atol, rtol = TOLERANCES.get(str(expected.dtype), (0.0, 0.0))
+    if not torch.allclose(got, ref, atol=atol, rtol=rtol, equal_nan=True):
+        err = (got - ref).abs().max().item() if expected.is_floating_point() else "n/a"
+        return f"{where}: wrong values (max abs error {err}, atol {atol}, rtol {rtol})"
+    return None
+
+
+def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) -> VerifyReport:
+    """All stages on one candidate file."""
+    import torch
+
+    config = config or VerifyConfig()
+    report = VerifyReport(candidate=str(candidate))
+    module, func = load_reference(reference)
+    module_name, _, func_name = reference.partition(":")
+    problems = static_check(candidate.read_text(), module_name, func_name)
+    report.stages["static"] = "fail" if problems else "pass"
+    report.failures += [f"static: {p}" for p in problems]
+    if problems:
+        return report
+    cases = make_cases(module, config.seeds)
+    top = module_name.split(".")[0]
+    blocked = ",".join({module_name} | ({top} if top != "polyrec" else set()))
+    with tempfile.TemporaryDirectory(prefix="polyrec-verify-") as tmp:
+        cases_file, out_file = Path(tmp) / "cases.pt", Path(tmp) / "out.pt"
+        torch.save(cases, cases_file)
+        error = run_sandboxed("run", candidate, cases_file, out_file, blocked, config,
+                              interpret=not torch.cuda.is_available())
+        report.failures += [f"numerics: {error}"] if error else _check_outputs(out_file, cases, func, module)
+        report.stages["numerics"] = "fail" if report.failures else "pass"
+        if config.compile:
+            _compile_stage(report, candidate, cases[:len(module.SHAPES)], Path(tmp), blocked, config)
+        else:
+            report.stages["compile"] = "skipped: disabled"
+    report.accepted = not report.failures and all(v in ("pass", "skipped: disabled") for v in report.stages.values())
+    return report
+
+
+def _check_outputs(out_file: Path, cases: list[tuple], func: Any, module: Any) -> list[str]:
+    import torch
+
+    result = torch.load(out_file, weights_only=True)
+    failures = []
+    for i, (inputs, out, aliased) in enumerate(zip(cases, result["outputs"], result["aliased"], strict=True)):
+        shape = module.SHAPES[i % len(module.SHAPES)]
+        where = f"case {i} (shape {tuple(shape)}, seed {i // len(module.SHAPES)})"
+        if aliased:
+            failures.append(f"numerics: {where}: output shares memory with an input")
+            continue
+        problem = compare(out, inputs, func, where)
+        if problem:
+            failures.append(f"numerics: {problem}")
+    return failures
+
+
+def _compile_stage(report: VerifyReport, candidate: Path, cases: list[tuple], tmp: Path, blocked: str,
+                   config: VerifyConfig) -> None:
+    import torch
+
+    cases_file, out_file = tmp / "compile_cases.pt", tmp / "compile.json"
+    torch.save(cases, cases_file)
+    error = run_sandboxed("compile", candidate, cases_file, out_file, blocked, config, interpret=False)
+    if error:
+        report.failures.append(f"compile: {error}")
+        report.stages["compile"] = "fail"
+        return
+    report.compile_reports = json.loads(out_file.read_text())
+    bad = [f"compile: {r['device']} {r.get('label', '')}: {r.get('error') or '; '.join(r['problems'])}"
+           for r in report.compile_reports if r.get("error") or r.get("problems")]
+    if not report.compile_reports:
+        bad.append("compile: run() launched no Triton kernel")
+    report.failures += bad
+    report.stages["compile"] = "fail" if bad else "pass"
