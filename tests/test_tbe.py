@@ -1,0 +1,289 @@
+"""TableBatchedEmbedding through the Triton interpreter vs nn.EmbeddingBag + torch optimizers and a
+float64 reference: several steps, duplicates, hot rows longer than a chunk, empty bags, mixed dims."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe_backward import CHUNK
+
+TABLES = [TableSpec(name="big", rows=40, dim=8), TableSpec(name="hot", rows=2, dim=16),
+          TableSpec(name="mid", rows=9, dim=4, pooling="mean")]
+FEATURES = [0, 1, 2, 1]  # table 1 read by two features: duplicates across features too
+B = 40
+
+
+def make_batch(gen: torch.Generator, *, weighted: bool = False, tables=TABLES, features=FEATURES,
+               batch_size: int = B, max_len: int = 5) -> JaggedBatch:
+    """Random bags (some empty); the 'hot' table gets > CHUNK ids on 2 rows (runs cross chunks)."""
+    lengths = torch.randint(0, max_len + 1, (len(features) * batch_size,), generator=gen)
+    lengths[::7] = 0
+    vals = []
+    for i, t in enumerate(features):
+        n = int(lengths[i * batch_size:(i + 1) * batch_size].sum())
+        vals.append(torch.randint(0, tables[t].rows, (n,), generator=gen))
+    values = torch.cat(vals)
+    weights = torch.rand(values.numel(), generator=gen) + 0.5 if weighted else None
+    return JaggedBatch.from_lengths(values=values, lengths=lengths, batch_size=batch_size,
+                                    num_features=len(features), weights=weights)
+
+
+def ref_pooled(weights: list[torch.Tensor], batch: JaggedBatch, tables=TABLES, features=FEATURES) -> torch.Tensor:
+    """float64 pooled forward from per-table weights."""
+    cols = []
+    off = batch.offsets.tolist()
+    for f, t in enumerate(features):
+        if tables[t].pooling == "none":
+            continue
+        out = torch.zeros(batch.batch_size, tables[t].dim, dtype=torch.float64)
+        for b in range(batch.batch_size):
+            s, e = off[f * batch.batch_size + b], off[f * batch.batch_size + b + 1]
+            rows = weights[t][batch.values[s:e]]
+            if batch.weights is not None:
+                rows = rows * batch.weights[s:e, None].double()
+            if e > s:
+                out[b] = rows.sum(0) / ((e - s) if tables[t].pooling == "mean" else 1)
+        cols.append(out)
+    return torch.cat(cols, 1)
+
+
+def ref_step(weights, states, batch, grad, opt: EmbeddingOptimizer, step: int, tables=TABLES, features=FEATURES):
+    """One float64 sparse optimizer step (only rows present move); returns new weights and states."""
+    w64 = [w.detach().double().clone().requires_grad_(True) for w in weights]
+    (ref_pooled(w64, batch, tables, features) * grad.double()).sum().backward()
+    new_w, new_s = [], []
+    for t, (w, g) in enumerate(zip(w64, (x.grad for x in w64))):
+        w = w.detach().clone()
+        touched = torch.zeros(w.shape[0], dtype=torch.bool)
+        for f, tt in enumerate(features):
+            if tt == t:
+                off = batch.offsets[f * batch.batch_size: (f + 1) * batch.batch_size + 1]
+                touched[batch.values[int(off[0]): int(off[-1])]] = True
+        g = g[touched] + opt.weight_decay * w[touched]
+        s = [x.clone() for x in states[t]]
+        if opt.kind == "sgd":
+            w[touched] -= opt.lr * g
+        elif opt.kind == "rowwise_adagrad":
+            s[0][touched] += (g * g).mean(1)
+            w[touched] -= opt.lr * g / (s[0][touched].sqrt()[:, None] + opt.eps)
+        elif opt.kind == "adagrad":
+            s[0][touched] += g * g
+            w[touched] -= opt.lr * g / (s[0][touched].sqrt() + opt.eps)
+        else:
+            s[0][touched] = opt.beta1 * s[0][touched] + (1 - opt.beta1) * g
+            s[1][touched] = opt.beta2 * s[1][touched] + (1 - opt.beta2) * g * g
+            size = opt.lr * math.sqrt(1 - opt.beta2**step) / (1 - opt.beta1**step)
+            w[touched] -= size * s[0][touched] / (s[1][touched].sqrt() + opt.eps)
+        new_w.append(w)
+        new_s.append(s)
+    return new_w, new_s
+
+
+def init_states(opt: EmbeddingOptimizer, tables=TABLES):
+    out = []
+    for t in tables:
+        if opt.kind == "rowwise_adagrad":
+            out.append([torch.full((t.rows,), opt.initial_accumulator_value, dtype=torch.float64)])
+        elif opt.kind == "adagrad":
+            out.append([torch.full((t.rows, t.dim), opt.initial_accumulator_value, dtype=torch.float64)])
+        elif opt.kind == "adam":
+            out.append([torch.zeros(t.rows, t.dim, dtype=torch.float64) for _ in range(2)])
+        else:
+            out.append([])
+    return out
+
+
+def test_hot_table_runs_cross_chunks():
+    batch = make_batch(torch.Generator().manual_seed(0))
+    off = batch.offsets
+    hot = torch.cat([batch.values[int(off[B]): int(off[2 * B])], batch.values[int(off[3 * B]):]])
+    assert int((hot == 0).sum()) > CHUNK and int((hot == 1).sum()) > CHUNK
+
+
+@pytest.mark.parametrize("kind,wd", [("sgd", 0.0), ("rowwise_adagrad", 0.0), ("rowwise_adagrad", 0.01),
+                                     ("adagrad", 0.0), ("adam", 0.0)])
+def test_training_matches_float64_reference(kind, wd):
+    gen = torch.Generator().manual_seed(1)
+    opt = EmbeddingOptimizer(kind=kind, lr=0.05, weight_decay=wd, initial_accumulator_value=0.1 if "ada" in kind else 0)
+    module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=3)
+    weights = [w.double().clone() for w in module.table_weights()]
+    states = init_states(opt)
+    for step in range(1, 4):
+        batch = make_batch(gen, weighted=step == 2)
+        out = module(batch)
+        torch.testing.assert_close(out.double(), ref_pooled(weights, batch), rtol=1e-5, atol=1e-6)
+        grad = torch.randn(out.shape, generator=gen)
+        out.backward(grad)
+        weights, states = ref_step(weights, states, batch, grad, opt, step)
+        for got, want in zip(module.table_weights(), weights):
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    if kind in ("rowwise_adagrad", "adagrad"):
+        for got, want in zip(module.table_state(), states):
+            torch.testing.assert_close(got.double(), want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+def test_matches_embedding_bag_and_torch_optimizer(kind):
+    """Same tables as nn.EmbeddingBag(sparse=True) + torch.optim.SGD / Adagrad, three steps."""
+    gen = torch.Generator().manual_seed(2)
+    tables = [TableSpec(name="a", rows=30, dim=8), TableSpec(name="b", rows=3, dim=4)]
+    opt = EmbeddingOptimizer(kind=kind, lr=0.1, eps=1e-10)
+    module = TableBatchedEmbedding(tables, optimizer=opt)
+    bags = [torch.nn.EmbeddingBag(t.rows, t.dim, mode="sum", sparse=True) for t in tables]
+    for bag, w in zip(bags, module.table_weights()):
+        bag.weight.data.copy_(w)
+    params = [b.weight for b in bags]
+    torch_opt = torch.optim.SGD(params, lr=0.1) if kind == "sgd" else torch.optim.Adagrad(params, lr=0.1, eps=1e-10)
+    for _ in range(3):
+        batch = make_batch(gen, tables=tables, features=[0, 1], batch_size=16)
+        off = batch.offsets
+        want = torch.cat([bags[f](batch.values[int(off[f * 16]): int(off[(f + 1) * 16])],
+                                  off[f * 16:(f + 1) * 16] - off[f * 16]) for f in range(2)], 1)
+        got = module(batch)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        grad = torch.randn(got.shape, generator=gen)
+        got.backward(grad)
+        torch_opt.zero_grad()
+        want.backward(grad)
+        torch_opt.step()
+        for bag, w in zip(bags, module.table_weights()):
+            torch.testing.assert_close(w, bag.weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_weights_track_reference(dtype):
+    gen = torch.Generator().manual_seed(4)
+    opt = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05)
+    module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, weight_dtype=dtype)
+    weights = [w.double().clone() for w in module.table_weights()]
+    states = init_states(opt)
+    ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
+    for step in range(1, 3):
+        batch = make_batch(gen)
+        out = module(batch)
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out.double(), ref_pooled(weights, batch), rtol=1e-5, atol=1e-6)
+        grad = torch.randn(out.shape, generator=gen)
+        out.backward(grad)
+        weights, states = ref_step(weights, states, batch, grad, opt, step)
+        for got, want in zip(module.table_weights(), weights):
+            err = (got.double() - want).abs() / want.abs().clamp_min(2.0 ** -14)
+            assert float(err.max()) <= 2 * ulp
+        weights = [w.double().clone() for w in module.table_weights()]  # continue from the rounded values
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_stochastic_rounding_is_unbiased(dtype):
+    """All rows start at 1.0; one SGD step of lr * g = delta, a fraction of an ulp. Round-to-nearest
+    would leave every row at 1.0; stochastic rounding must average to 1 - delta."""
+    rows, dim = 512, 16
+    ulp_below_one = 2.0 ** -11 if dtype == torch.float16 else 2.0 ** -8
+    delta = 0.3 * ulp_below_one
+    module = TableBatchedEmbedding([TableSpec(name="t", rows=rows, dim=dim)], optimizer=EmbeddingOptimizer(
+        kind="sgd", lr=delta), weight_dtype=dtype, init_scale=0.0, deterministic=True, seed=11)
+    module.weights.fill_(1.0)
+    batch = JaggedBatch.from_lengths(values=torch.arange(rows), lengths=torch.ones(rows, dtype=torch.int64),
+                                     batch_size=rows, num_features=1)
+    module(batch).backward(torch.ones(rows, dim))
+    w = module.weights.double()
+    assert set(w.unique().tolist()) <= {1.0, 1.0 - ulp_below_one}
+    frac_down = float((w < 1.0).double().mean())  # expected 0.3, n = 8192 draws
+    sigma = math.sqrt(0.3 * 0.7 / w.numel())
+    assert abs(frac_down - 0.3) < 5 * sigma
+
+
+def test_sequence_lookup_and_update():
+    tables = [TableSpec(name="pooled", rows=10, dim=8), TableSpec(name="seq", rows=6, dim=8, pooling="none")]
+    gen = torch.Generator().manual_seed(5)
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=0.5))
+    batch = make_batch(gen, tables=tables, features=[0, 1], batch_size=10)
+    before = [w.clone() for w in module.table_weights()]
+    seq = module.lookup_sequence(batch)
+    s, e = int(batch.offsets[10]), int(batch.offsets[20])
+    torch.testing.assert_close(seq, before[1][batch.values[s:e]])
+    assert module(batch).shape == (10, 8)  # the sequence feature is left out of the pooled output
+    grad = torch.randn(seq.shape, generator=gen)
+    seq.backward(grad)
+    want = before[1].double().index_add(0, batch.values[s:e], -0.5 * grad.double())
+    torch.testing.assert_close(module.table_weights()[1].double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(module.table_weights()[0], before[0])
+
+
+def test_deterministic_mode_is_bitwise_repeatable():
+    def run() -> torch.Tensor:
+        gen = torch.Generator().manual_seed(6)
+        module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="adam", lr=0.01),
+                                       feature_to_table=FEATURES, weight_dtype=torch.bfloat16, deterministic=True)
+        for _ in range(2):
+            batch = make_batch(gen)
+            out = module(batch)
+            out.backward(torch.randn(out.shape, generator=gen))
+        return module.weights.clone()
+
+    assert torch.equal(run().view(torch.int16), run().view(torch.int16))
+
+
+def test_checkpoint_resume_is_exact():
+    gen = torch.Generator().manual_seed(7)
+    opt = EmbeddingOptimizer(kind="adam", lr=0.01)
+    batches = [make_batch(gen) for _ in range(2)]
+    grads = [torch.randn(B, 8 + 16 + 4 + 16, generator=gen) for _ in range(2)]
+    a = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    a(batches[0]).backward(grads[0])
+    b = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True, seed=99)
+    b.load_state_dict(a.state_dict())
+    assert b.step == 1
+    for m in (a, b):
+        m(batches[1]).backward(grads[1])
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.state2, b.state2)
+
+
+def test_out_of_range_and_negative_ids_name_feature_and_table():
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES)
+    batch = make_batch(torch.Generator().manual_seed(8))
+    before = module.weights.clone()
+    for bad in (9, -1):
+        values = batch.values.clone()
+        values[int(batch.offsets[2 * B])] = bad if bad < 0 else 9  # feature 2 reads table 'mid' (9 rows)
+        broken = JaggedBatch(values=values, offsets=batch.offsets, batch_size=B, num_features=4)
+        with pytest.raises(JaggedBatchError, match=r"feature 2 \(table 'mid', rows 9\)"):
+            module(broken)
+        debug = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES,
+                                      debug_checks=True)
+        with pytest.raises(JaggedBatchError, match=rf"feature 2 of table 'mid': id {bad} at values\["):
+            debug(broken)
+    assert torch.equal(module.weights, before)
+
+
+def test_bad_offsets_dtype_and_shape_errors():
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES,
+                                   debug_checks=True)
+    batch = make_batch(torch.Generator().manual_seed(9))
+    offsets = batch.offsets.clone()
+    offsets[5] = offsets[7] + 1
+    with pytest.raises(JaggedBatchError, match="offsets decrease at bag"):
+        module(JaggedBatch(values=batch.values, offsets=offsets, batch_size=B, num_features=4))
+    cheap = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES)
+    with pytest.raises(JaggedBatchError, match="offsets that decrease"):
+        cheap(JaggedBatch(values=batch.values, offsets=offsets, batch_size=B, num_features=4))
+    with pytest.raises(JaggedBatchError, match="values must be int64 or int32"):
+        module(JaggedBatch(values=batch.values.float(), offsets=batch.offsets, batch_size=B, num_features=4))
+    with pytest.raises(JaggedBatchError, match="offsets must have F\\*B\\+1"):
+        module(JaggedBatch(values=batch.values, offsets=batch.offsets[:-1], batch_size=B, num_features=4))
+    with pytest.raises(JaggedBatchError, match="batch has 3 features"):
+        module(JaggedBatch(values=batch.values, offsets=batch.offsets[: 3 * B + 1], batch_size=B, num_features=3))
+    with pytest.raises(JaggedBatchError, match="values is on meta"):
+        module(JaggedBatch(values=batch.values.to("meta"), offsets=batch.offsets, batch_size=B, num_features=4))
+
+
+def test_int32_inputs_and_no_grad():
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES)
+    batch = make_batch(torch.Generator().manual_seed(10))
+    small = JaggedBatch(values=batch.values.int(), offsets=batch.offsets.int(), batch_size=B, num_features=4)
+    with torch.no_grad():
+        torch.testing.assert_close(module(small), module(batch))
