@@ -1,0 +1,99 @@
+"""polyrec's backends (TBE embeddings, Triton GEMMs) against the torch reference path, through the
+Triton interpreter on tiny shapes: forward, and a few training steps with the same optimizers."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run on the CPU only through the interpreter
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from polyrec.models import DLRM, EmbeddingOptimConfig, ModelConfig  # noqa: E402
+from polyrec.models.embeddings import polyrec_embedding_available  # noqa: E402
+from polyrec.models.layers import polyrec_dense_available  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(not polyrec_embedding_available(), reason="polyrec.kernels.tbe is not installed"),
+    pytest.mark.skipif(not polyrec_dense_available(), reason="polyrec.kernels.gemm is not installed"),
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                       reason="polyrec's kernels run on the CPU only with TRITON_INTERPRET=1"),
+]
+
+
+def tiny(interaction: str) -> ModelConfig:
+    return ModelConfig(name=f"tiny-{interaction}", num_dense=3, table_rows=(11, 5, 17), embedding_dim=8,
+                       multi_hot=(2, 1, 3), bottom_mlp=(16, 8), top_mlp=(16, 1), interaction=interaction,
+                       dcn_layers=2 if interaction == "dcnv2" else 0, dcn_rank=4 if interaction == "dcnv2" else 0)
+
+
+def batch(config: ModelConfig, b: int, gen: torch.Generator):
+    lengths = torch.randint(0, 4, (config.num_tables * b,), generator=gen)
+    lengths[0] = 0
+    tables = torch.tensor(config.table_rows).repeat_interleave(b)
+    values = torch.cat([torch.randint(0, int(r), (int(n),), generator=gen) for r, n in zip(tables, lengths)])
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+    offsets[1:] = lengths.cumsum(0)
+    return (torch.rand(b, config.num_dense, generator=gen), values, offsets,
+            torch.randint(0, 2, (b,), generator=gen).float())
+
+
+def pair(config: ModelConfig, kind: str) -> tuple[DLRM, DLRM]:
+    opt = EmbeddingOptimConfig(kind=kind, lr=0.05)
+    ref = DLRM(config, embedding_optimizer=opt, seed=7)
+    ours = DLRM(config, embedding_backend="polyrec", dense_backend="polyrec", embedding_optimizer=opt, seed=7)
+    for w, bag in zip(ours.embeddings.tbe.table_weights(), ref.embeddings.bags):
+        w.copy_(bag.weight.detach())
+    return ref, ours
+
+
+def train_steps(model: DLRM, batches) -> list[float]:
+    dense_opt = torch.optim.Adagrad(model.dense_parameters(), lr=0.05)
+    losses = []
+    for dense, values, offsets, labels in batches:
+        emb = model.embed(values, offsets, dense.shape[0])
+        leaf = emb.detach().requires_grad_()
+        loss = F.binary_cross_entropy_with_logits(model.dense_forward(dense, leaf), labels)
+        loss.backward()
+        emb.backward(leaf.grad)
+        dense_opt.step()
+        dense_opt.zero_grad()
+        model.embeddings.apply_gradients()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("interaction", ["dot", "dcnv2"])
+def test_polyrec_forward_equals_torch(interaction):
+    gen = torch.Generator().manual_seed(3)
+    config = tiny(interaction)
+    ref, ours = pair(config, "rowwise_adagrad")
+    dense, values, offsets, _ = batch(config, 5, gen)
+    torch.testing.assert_close(ours(dense, values, offsets), ref(dense, values, offsets), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adagrad"])
+def test_polyrec_training_steps_equal_torch(kind):
+    gen = torch.Generator().manual_seed(5)
+    config = tiny("dcnv2")
+    ref, ours = pair(config, kind)
+    batches = [batch(config, 6, gen) for _ in range(3)]
+    ref_losses, our_losses = train_steps(ref, batches), train_steps(ours, batches)
+    torch.testing.assert_close(torch.tensor(our_losses), torch.tensor(ref_losses), rtol=1e-4, atol=1e-5)
+    for w, bag in zip(ours.embeddings.tbe.table_weights(), ref.embeddings.bags):
+        torch.testing.assert_close(w, bag.weight.detach(), rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours.dense_parameters(), ref.dense_parameters()):
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_polyrec_embedding_state_round_trips():
+    config = tiny("dot")
+    _, ours = pair(config, "rowwise_adagrad")
+    train_steps(ours, [batch(config, 4, torch.Generator().manual_seed(1))])
+    state = ours.embeddings.export_state()
+    _, other = pair(config, "rowwise_adagrad")
+    other.embeddings.import_state(state)
+    assert torch.equal(other.embeddings.tbe.weights, ours.embeddings.tbe.weights)
+    assert torch.equal(other.embeddings.tbe.state1, ours.embeddings.tbe.state1)
