@@ -38,7 +38,7 @@ def scan_file(path: str, data: bytes) -> list[Finding]:
     """
     suffix = Path(path).suffix
     if suffix in PYTHON_SUFFIXES:
-        return scan_python(path, data.decode("utf-8", "surrogateescape"))
+        return scan_python(path, data.decode("utf-8", "replace"))
     if suffix in CUDA_SUFFIXES:
         return scan_cuda(path, data)
     raise ValueError(f"scan: {path}: unsupported file type {suffix!r} (expected .py, .cu, .cuh, .cpp, .h)")

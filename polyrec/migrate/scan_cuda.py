@@ -21,6 +21,7 @@ INSTALL_HINT = "pip install tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 (or the
 _GUARD = re.compile(r"HIP|ROCM|ROCm|CUDA_ARCH|AMDGCN|AMDGPU")
 _WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|warp_?sz|kwarp", re.IGNORECASE)
 _THREAD_INDEX = re.compile(r"threadIdx|\btid\b|\blane\w*|\bthread_?id\w*|\bthread_?idx\w*", re.IGNORECASE)
+_COMMENT = re.compile(r"//.*|/\*.*?\*/", re.DOTALL)
 _LANE_MATH = {"%": 32, "&": 31, "/": 32, ">>": 5}
 _SYNC_MASKED = re.compile(r"^__(shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|uni|match_any|match_all|"
                           r"reduce_\w+)_sync$|^__syncwarp$")
@@ -108,7 +109,7 @@ class _CudaScan:
                                      snippet=snippet[:200]))
 
     def _constants(self) -> dict[str, int]:
-        defs = {_text(m["name"][0]): _text(m["value"][0]) for m in self.captures("define")}
+        defs = {_text(m["name"][0]): _COMMENT.sub("", _text(m["value"][0])) for m in self.captures("define")}
         for m in self.captures("const"):
             defs.setdefault(_text(m["name"][0]), _text(m["value"][0]))
         return resolve(defs)

@@ -55,12 +55,13 @@ def _is_capability_source(node: ast.AST) -> bool:
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, path: str, lines: list[str], source: str) -> None:
+    def __init__(self, path: str, lines: list[str], tree: ast.AST) -> None:
         self.path, self.lines = path, lines
         self.findings: list[Finding] = []
         self.guard = 0  # depth of enclosing ROCm-aware conditionals
         self.capability_names: set[str] = set()  # names bound from get_device_capability()
-        self.file_has_fnuz = "fnuz" in source or "float8e4b8" in source
+        self.file_has_fnuz = any(isinstance(n, ast.Attribute) and ("fnuz" in n.attr or n.attr == "float8e4b8")
+                                 for n in ast.walk(tree))
         self.str_constants: dict[str, str] = {}
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
@@ -219,6 +220,6 @@ class _Visitor(ast.NodeVisitor):
 def scan_python(path: str, source: str) -> list[Finding]:
     """Findings of every Python rule in one file. Raises SyntaxError for a file ast cannot parse."""
     tree = ast.parse(source, filename=path)
-    visitor = _Visitor(path, source.splitlines(), source)
+    visitor = _Visitor(path, source.splitlines(), tree)
     visitor.visit(tree)
     return visitor.findings
