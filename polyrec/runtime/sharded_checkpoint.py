@@ -1,0 +1,159 @@
+"""Sharded embedding checkpoints: one file per rank, resumable on a different number of ranks.
+
+Layout of a checkpoint directory::
+
+    manifest.json            world size, step, tables (rows, dims), the shards of every rank
+    emb-rank<r>.pt           rank r's shards: weights and optimizer state, one entry per shard
+
+Every file is written to a temporary name and renamed into place (atomic on one filesystem), and
+the manifest is written last by rank 0 after all ranks have finished theirs, so a directory with a
+manifest is complete. Loading reads the pieces of every old rank that overlap the new shards, so
+a checkpoint from 2 ranks resumes on 1 or on 4 (resharding by the new plan).
+
+Row-wise Adagrad keeps one accumulator per row of each shard; a column-wise shard's accumulator is
+the mean over its own columns. Resharding column-wise pieces into a different column split takes
+the width-weighted mean of the old accumulators: exact for table- and row-wise changes, an
+approximation across column-split changes (documented in docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from polyrec.runtime.sharding import Shard, ShardedEmbedding
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        torch.save(obj, tmp)
+    os.replace(tmp.name, path)
+
+
+def _shard_key(shard: Shard) -> dict[str, Any]:
+    return {"table": shard.table, "kind": shard.kind, "rows": list(shard.rows), "cols": list(shard.cols)}
+
+
+def _local_pieces(module: ShardedEmbedding) -> list[dict[str, torch.Tensor]]:
+    """Per local shard: weights [rows, dim] and optimizer states ([rows] or [rows, dim])."""
+    tbe = module.local
+    weights = tbe.table_weights()
+    pieces = []
+    for i, _ in enumerate(module.local_shards):
+        piece = {"weights": weights[i].detach().cpu()}
+        for name in ("state1", "state2"):
+            views = _state_views(tbe, name)
+            if views:
+                piece[name] = views[i].detach().cpu()
+        pieces.append(piece)
+    return pieces
+
+
+def _state_views(tbe, name: str) -> list[torch.Tensor]:
+    flat = getattr(tbe, name)
+    if not flat.numel():
+        return []
+    if tbe.optimizer.kind == "rowwise_adagrad":  # one value per row
+        bounds = [0]
+        for t in tbe.tables:
+            bounds.append(bounds[-1] + t.rows)
+        return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+    return tbe._split(flat)
+
+
+def save_sharded(directory: str | Path, module: ShardedEmbedding, *, step: int, extra: dict | None = None) -> None:
+    """Every rank writes its shards; rank 0 writes the manifest once all have (collective)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = {"shards": [_shard_key(s) for s in module.local_shards], "pieces": _local_pieces(module),
+               "tbe_step": module.local.step}
+    _atomic_save(payload, directory / f"emb-rank{module.rank}.pt")
+    if dist.is_initialized():
+        dist.barrier()
+    if module.rank == 0:
+        manifest = {"version": FORMAT_VERSION, "world_size": module.world, "step": step, "extra": extra or {},
+                    "optimizer": module.local.optimizer.kind}
+        tmp = directory / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=1))
+        os.replace(tmp, directory / MANIFEST)
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(f"{directory}: no {MANIFEST}: not a complete sharded checkpoint")
+    manifest = json.loads(path.read_text())
+    if manifest.get("version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: format version {manifest.get('version')} != {FORMAT_VERSION}")
+    return manifest
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
+    lo, hi = max(a[0], b[0]), min(a[1], b[1])
+    return (lo, hi) if lo < hi else None
+
+
+def _fill(shard: Shard, old: list[tuple[dict, dict]], name: str, target: torch.Tensor) -> None:
+    """Copy the overlap of every old piece of the shard's table into ``target`` (this shard's view)."""
+    per_row = target.dim() == 1
+    covered = torch.zeros(target.shape[0], dtype=torch.float64)
+    acc = torch.zeros(target.shape, dtype=torch.float64)
+    for key, piece in old:
+        if key["table"] != shard.table or name not in piece:
+            continue
+        rows = _overlap(tuple(key["rows"]), shard.rows)
+        cols = _overlap(tuple(key["cols"]), shard.cols)
+        if rows is None or cols is None:
+            continue
+        src = piece[name][rows[0] - key["rows"][0]:rows[1] - key["rows"][0]].double()
+        dst = slice(rows[0] - shard.rows[0], rows[1] - shard.rows[0])
+        if per_row:  # width-weighted mean of the overlapping column pieces' accumulators
+            width = cols[1] - cols[0]
+            acc[dst] += src * width
+            covered[dst] += width
+        else:
+            acc[dst, cols[0] - shard.cols[0]:cols[1] - shard.cols[0]] = src[:, cols[0] - key["cols"][0]:
+                                                                            cols[1] - key["cols"][0]]
+            covered[dst] += cols[1] - cols[0]
+    if per_row:
+        if bool((covered == 0).any()):
+            raise ValueError(f"checkpoint lacks optimizer state for part of table {shard.table}")
+        acc /= covered
+    elif not bool((covered == shard.dim).all()):
+        raise ValueError(f"checkpoint lacks {name} for part of table {shard.table} rows {shard.rows}")
+    target.copy_(acc.to(target.dtype))
+
+
+def load_sharded(directory: str | Path, module: ShardedEmbedding) -> dict[str, Any]:
+    """Fill this rank's shards from a checkpoint written by any number of ranks; return its manifest."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    if manifest["optimizer"] != module.local.optimizer.kind:
+        raise ValueError(f"checkpoint optimizer '{manifest['optimizer']}' != '{module.local.optimizer.kind}'")
+    old: list[tuple[dict, dict]] = []
+    steps = set()
+    for rank in range(manifest["world_size"]):
+        payload = torch.load(directory / f"emb-rank{rank}.pt", map_location="cpu", weights_only=True)
+        old += list(zip(payload["shards"], payload["pieces"]))
+        steps.add(payload["tbe_step"])
+    tbe = module.local
+    with torch.no_grad():
+        for i, shard in enumerate(module.local_shards):
+            _fill(shard, old, "weights", tbe.table_weights()[i])
+            for name in ("state1", "state2"):
+                views = _state_views(tbe, name)
+                if views:
+                    _fill(shard, old, name, views[i])
+    tbe.step = max(steps)
+    return manifest
