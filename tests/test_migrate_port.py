@@ -1,0 +1,109 @@
+"""port: the loop end to end with a recorded-transcript test double and over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from polyrec.migrate.port import extract_code, port
+from polyrec.migrate.providers import OpenAICompatibleProvider, ProviderError, RecordedTranscriptProvider
+from polyrec.migrate.verify import VerifyConfig
+
+HERE = Path(__file__).parent / "migrate_corpus" / "verify"
+KERNEL = Path(__file__).parent / "migrate_corpus" / "port" / "axpy.cu"
+REFERENCE = "migrate_ref_ops:axpy"
+CONFIG = VerifyConfig(compile=False, seeds=(0, 1))  # two seeds: one seed cannot expose a result cache
+SECRET = "sk-test-never-log-me"
+
+
+@pytest.fixture(autouse=True)
+def _reference_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+
+
+def _reply(name: str) -> str:
+    return f"Here is the port.\n```python\n{(HERE / name).read_text()}```\n"
+
+
+def test_loop_feeds_failures_back_until_accepted(tmp_path):
+    provider = RecordedTranscriptProvider(replies=[_reply("adv_one_shape.py"), _reply("good_axpy.py")])
+    report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=3, config=CONFIG)
+    assert report.accepted and report.rounds_used == 2
+    assert Path(report.result_path).read_text() == (HERE / "good_axpy.py").read_text()
+    assert "shape (4097,)" in provider.calls[1][-1]["content"]  # round 2 saw round 1's failure
+    entries = [json.loads(line) for line in Path(report.transcript_path).read_text().splitlines()]
+    assert [e["verdict"]["accepted"] for e in entries] == [False, True]
+    assert any("PM101" in f for f in report.scan_findings)
+    replay = RecordedTranscriptProvider.from_file(Path(report.transcript_path))
+    assert replay.replies == provider.replies
+
+
+def test_loop_stops_after_n_rounds(tmp_path):
+    provider = RecordedTranscriptProvider(replies=[_reply("adv_cached.py")] * 2)
+    report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=2, config=CONFIG)
+    assert not report.accepted and report.rounds_used == 2 and "no candidate passed" in report.left[0]
+
+
+def test_without_provider_only_deterministic_stages_run(tmp_path):
+    report = port(KERNEL, REFERENCE, None, work_dir=tmp_path, config=CONFIG)
+    assert not report.accepted and report.transcript_path is None
+    assert "hipMalloc" in Path(report.hipified_path).read_text() or "hip_runtime" in Path(report.hipified_path).read_text()
+    assert "no LLM endpoint configured" in report.left[0]
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    replies: list[str] = []
+    seen: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        content = type(self).replies[len(type(self).seen) - 1]
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_real_http_call_to_loopback_stub(tmp_path):
+    _StubHandler.replies, _StubHandler.seen = [_reply("good_axpy.py")], []
+    server = HTTPServer(("127.0.0.1", 0), _StubHandler)
+    server.timeout = 30
+    thread = threading.Thread(target=server.handle_request, daemon=True)  # serves one request, then stops
+    thread.start()
+    try:
+        provider = OpenAICompatibleProvider(url=f"http://127.0.0.1:{server.server_port}/v1", model="stub",
+                                            api_key=SECRET, timeout_s=30)
+        assert SECRET not in repr(provider)
+        report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=1, config=CONFIG)
+    finally:
+        thread.join(timeout=30)
+        server.server_close()
+    assert report.accepted, report.left
+    assert _StubHandler.seen[0]["path"] == "/v1/chat/completions"
+    assert _StubHandler.seen[0]["auth"] == f"Bearer {SECRET}"
+    assert _StubHandler.seen[0]["body"]["model"] == "stub"
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), path
+
+
+def test_http_errors_do_not_leak_the_key():
+    provider = OpenAICompatibleProvider(url="http://127.0.0.1:9/v1", model="m", api_key=SECRET, timeout_s=2)
+    with pytest.raises(ProviderError) as info:
+        provider.complete([{"role": "user", "content": "hi"}])
+    assert SECRET not in str(info.value)
+
+
+def test_extract_code_takes_last_python_block():
+    assert extract_code("a\n```python\nx = 1\n```\nb\n```python\ny = 2\n```") == "y = 2\n"
+    assert extract_code("z = 3") == "z = 3\n"
