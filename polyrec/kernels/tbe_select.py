@@ -24,6 +24,9 @@ UPDATE_TILE_ELEMS: tuple[int, ...] = (1024, 2048, 4096)
 #: Target fp32 tile elements per thread; sets the warp count (keeps registers well under 255).
 ELEMS_PER_THREAD = 16
 MAX_WARPS = 8
+#: Update-kernel elements per thread on wave64: with 16, gfx942 compiles of 8-16 pieces spill SGPRs
+#: (to VGPR lanes); with 4 they compile clean (checked by tests/test_tbe_compile.py).
+UPDATE_ELEMS_PER_THREAD_WAVE64 = 4
 #: Positions per program of the sequence lookup, and its tile elements.
 SEQUENCE_TILE_ELEMS = 4096
 #: Dependent memory round trips per forward loop iteration (id load, then row load).
@@ -45,8 +48,8 @@ class UpdateConfig:
     num_warps: int
 
 
-def warps_for(tile_elems: int, warp_size: int) -> int:
-    return max(1, min(MAX_WARPS, tile_elems // (warp_size * ELEMS_PER_THREAD)))
+def warps_for(tile_elems: int, warp_size: int, elems_per_thread: int = ELEMS_PER_THREAD) -> int:
+    return max(1, min(MAX_WARPS, tile_elems // (warp_size * elems_per_thread)))
 
 
 def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
@@ -63,7 +66,8 @@ def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
 
 
 def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
-    out = [UpdateConfig(pieces=tile // block_d, num_warps=warps_for(tile, warp_size))
+    per_thread = UPDATE_ELEMS_PER_THREAD_WAVE64 if warp_size == 64 else ELEMS_PER_THREAD
+    out = [UpdateConfig(pieces=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread))
            for tile in UPDATE_TILE_ELEMS if tile >= block_d]
     return out or [UpdateConfig(pieces=1, num_warps=warps_for(block_d, warp_size))]
 

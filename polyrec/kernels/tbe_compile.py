@@ -1,0 +1,103 @@
+"""Compile jobs of the embedding kernels: every config ``tbe_select`` can choose, for ``polyrec hw compile-check``.
+
+Coverage: at BLOCK_D = 128 (the MLPerf dims) every forward candidate in fp32 and bf16 weights, every
+update candidate for each optimizer (fp32, plus stochastic-rounding bf16 for rowwise Adagrad), the
+merge kernel per optimizer, the sort-key kernel per forward tile and the sequence kernel; plus the
+largest forward and update tiles at BLOCK_D = 512 (the widest rows, the most registers per thread).
+The selector sizes warps from the tile (ELEMS_PER_THREAD per thread), so register use per thread
+does not grow with BLOCK_D; the 512 jobs check that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from polyrec.hardware.compile import CompileJob
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels import tbe_select
+from polyrec.kernels.tbe_backward import CHUNK, MERGE_BLOCK, merge_kernel, update_kernel
+from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
+from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS
+
+_TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+_SCALARS = {"batch_size": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
+            "out_row0": "i32", "rows": "i64", "base": "i64", "dim": "i32", "invalid_key": "i64", "n_pos": "i32",
+            "grad_stride": "i64", "num_tables": "i32", "lr": "fp32", "eps": "fp32", "beta1": "fp32",
+            "beta2": "fp32", "weight_decay": "fp32", "seed": "i32"}
+_POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp32", "out_ptr": "*fp32",
+             "flags_ptr": "*i32", "feat_ids_ptr": "*i32", "feat_table_ptr": "*i32", "feat_col_ptr": "*i32",
+             "feat_mean_ptr": "*i32", "table_rows_ptr": "*i64", "table_elem_base_ptr": "*i64",
+             "table_dim_ptr": "*i32", "table_row_base_ptr": "*i64", "seq_base_ptr": "*i64", "keys_ptr": "*i32",
+             "src_ptr": "*i32", "scale_ptr": "*fp32", "state1_ptr": "*fp32", "state2_ptr": "*fp32",
+             "grad_ptr": "*fp32", "partial_ptr": "*fp32", "perm_ptr": "*i64", "piece_start_ptr": "*i64",
+             "num_pieces_ptr": "*i64", "row_base_ptr": "*i64", "elem_base_ptr": "*i64", "dim_ptr": "*i32"}
+
+
+def _signature(kernel: Any, weights: str, constexprs: dict[str, Any]) -> dict[str, str]:
+    sig = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name == "weights_ptr":
+            sig[name] = f"*{_TRITON_DTYPE[weights]}"
+        else:
+            sig[name] = _POINTERS.get(name) or _SCALARS[name]
+    return sig
+
+
+def _job(label: str, kernel: Any, weights: str, constexprs: dict[str, Any], num_warps: int) -> CompileJob:
+    return CompileJob(label=label, kernel=kernel, signature=_signature(kernel, weights, constexprs),
+                      constexprs=constexprs, num_warps=num_warps)
+
+
+def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], largest_only: bool) -> list[CompileJob]:
+    cands = tbe_select.forward_candidates(block_d, spec.warp_size)
+    if largest_only:
+        cands = [max(cands, key=lambda c: c.bags * c.hots)]
+    jobs = []
+    for dtype in dtypes:
+        for c in cands:
+            consts = dict(BAGS=c.bags, HOTS=c.hots, BLOCK_D=block_d, VEC=16 // (4 if dtype == "fp32" else 2),
+                          HAS_PER_SAMPLE=True, HAS_MEAN=True)
+            jobs.append(_job(f"tbe fwd {dtype} D{block_d} bags{c.bags} hots{c.hots} w{c.num_warps}",
+                             pooled_forward_kernel, dtype, consts, c.num_warps))
+    return jobs
+
+
+def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[CompileJob]:
+    cands = tbe_select.update_candidates(block_d, spec.warp_size)
+    if largest_only:
+        cands = [max(cands, key=lambda c: c.pieces)]
+    variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
+    jobs = []
+    for kind, dtype in variants:
+        common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
+                      VEC=16 // (4 if dtype == "fp32" else 2), T_PAD=32, CHUNK_SIZE=CHUNK)
+        for c in cands:
+            consts = dict(common, SEQUENCE=False, HAS_SCALE=True, PIECES=c.pieces)
+            jobs.append(_job(f"tbe update {kind} {dtype} D{block_d} pieces{c.pieces} w{c.num_warps}",
+                             update_kernel, dtype, consts, c.num_warps))
+        if not largest_only:
+            warps = tbe_select.merge_warps(block_d, MERGE_BLOCK, spec.warp_size)
+            jobs.append(_job(f"tbe merge {kind} {dtype} D{block_d} w{warps}", merge_kernel, dtype,
+                             dict(common, MERGE=MERGE_BLOCK), warps))
+    return jobs
+
+
+def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:
+    jobs = []
+    for c in tbe_select.forward_candidates(block_d, spec.warp_size):
+        consts = dict(BAGS=c.bags, HOTS=c.hots, SEQUENCE=False, HAS_SCALE=True)
+        jobs.append(_job(f"tbe sort-keys bags{c.bags} hots{c.hots} w{c.num_warps}", sort_keys_kernel, "fp32",
+                         consts, c.num_warps))
+    positions = tbe_select.sequence_positions(block_d)
+    warps = tbe_select.warps_for(positions * block_d, spec.warp_size)
+    jobs.append(_job(f"tbe sequence D{block_d} pos{positions} w{warps}", sequence_forward_kernel, "fp32",
+                     dict(POSITIONS=positions, BLOCK_D=block_d), warps))
+    return jobs
+
+
+def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
+    """The embedding kernels' configs the selector can choose on ``spec`` (see the module docstring)."""
+    return (_forward_jobs(spec, 128, ("fp32", "bf16"), False) + _update_jobs(spec, 128, False)
+            + _prep_jobs(spec, 128) + _forward_jobs(spec, 512, ("fp32",), True) + _update_jobs(spec, 512, True))
