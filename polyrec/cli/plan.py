@@ -1,0 +1,186 @@
+"""``polyrec plan``: a training plan for a model on a fleet, co-design, and the fleet what-if report."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from polyrec.hardware.catalog import UnknownDeviceError
+from polyrec.planner.codesign import codesign
+from polyrec.planner.propose import NoFitError, make_plan
+from polyrec.planner.report import COLUMNS, format_cell, what_if, write_report
+from polyrec.planner.serialize import plan_to_json
+from polyrec.planner.types import (
+    FLEET_SYNTAX,
+    INDEX_DISTRIBUTIONS,
+    FleetError,
+    ModelSpec,
+    Plan,
+    PlanConstraints,
+    model_config_fields,
+    model_spec_from_config,
+    parse_fleet,
+)
+
+app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
+err = Console(stderr=True)
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def load_model(name: str, distribution: str) -> ModelSpec:
+    from polyrec.models.config import preset
+
+    return model_spec_from_config(preset(name), index_distribution=distribution)
+
+
+def plan_table(plan: Plan) -> Table:
+    s = plan.step
+    t = Table(title=f"{plan.model.name} on {plan.fleet.text}: {plan.samples_per_s / 1e6:.2f}M samples/s predicted "
+                    f"(batch {plan.batch_per_gpu}/GPU, step {s.total_ms:.2f} ms)")
+    t.add_column("step term")
+    t.add_column("ms", justify="right")
+    for label, value in (("embedding fwd", s.embedding_fwd_ms), ("embedding bwd + update", s.embedding_bwd_ms),
+                         ("dense fwd", s.dense_fwd_ms), ("dense bwd", s.dense_bwd_ms),
+                         ("all-to-all", s.all_to_all_ms), ("all-reduce", s.all_reduce_ms),
+                         ("dense optimizer", s.optimizer_ms), ("other", s.other_ms), ("overlap (hidden)", -s.overlap_ms),
+                         ("total", s.total_ms)):
+        t.add_row(label, f"{value:.3f}")
+    return t
+
+
+def tables_table(plan: Plan) -> Table:
+    t = Table(title="tables")
+    for col in ("table", "rows", "sharding", "ranks", "memory", "dtype", "optimizer", "fwd ms", "bwd ms"):
+        t.add_column(col)
+    for tp in plan.tables:
+        ranks = ",".join(map(str, tp.ranks)) if len(tp.ranks) <= 4 else f"{tp.ranks[0]}..{tp.ranks[-1]}"
+        memory = tp.memory + (f" ({tp.cache_rows:,} cached)" if tp.memory == "host_cached" else "")
+        t.add_row(tp.table, f"{plan.model.table(tp.table).rows:,}", tp.sharding, ranks, memory, tp.weight_dtype,
+                  tp.optimizer, f"{tp.fwd_ms:.3f}", f"{tp.bwd_ms:.3f}")
+    return t
+
+
+def memory_table(plan: Plan) -> Table:
+    t = Table(title="memory per GPU (GB)")
+    for col in ("rank", "device", "weights", "opt state", "activations", "workspace", "reserve", "used", "capacity"):
+        t.add_column(col)
+    busiest = sorted(plan.memory, key=lambda m: -m.used)[:4]
+    for m in busiest:
+        t.add_row(str(m.rank), m.device, *(f"{v / 1e9:.2f}" for v in (m.weights, m.optimizer_state, m.activations,
+                                                                        m.workspace, m.reserve, m.used, m.capacity)))
+    return t
+
+
+def origins_table(plan: Plan) -> Table:
+    t = Table(title="where the numbers came from")
+    t.add_column("number")
+    t.add_column("origin")
+    for key, origin in plan.origins.items():
+        t.add_row(key, origin)
+    return t
+
+
+def _print_plan(plan: Plan, console: Console) -> None:
+    for table in (plan_table(plan), tables_table(plan), memory_table(plan), origins_table(plan)):
+        console.print(table)
+    for note in plan.notes:
+        console.print(f"note: {note}")
+
+
+def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out_dir: Path, as_json: bool) -> None:
+    rows = what_if(model, list(devices), c)
+    title = f"{model.name}: the same model on each accelerator"
+    png, page = write_report(rows, out_dir, title=title, stem=f"whatif_{model.name}")
+    if as_json:
+        print(json.dumps({"rows": [{k: getattr(r, k) for k, _ in COLUMNS} for r in rows],
+                          "png": str(png), "html": str(page)}, indent=1))
+        return
+    t = Table(title=title)
+    for _, label in COLUMNS:
+        t.add_column(label)
+    for r in rows:
+        t.add_row(*(format_cell(getattr(r, k)) for k, _ in COLUMNS))
+    Console().print(t)
+    Console().print(f"wrote {png} and {page}")
+
+
+def _codesign(model: ModelSpec, fleets: list[str], target: float, c: PlanConstraints, as_json: bool) -> None:
+    results = [codesign(model, parse_fleet(f), target, c) for f in fleets]
+    if as_json:
+        print(json.dumps([{"fleet": r.fleet.text, "params": r.params, "reason": r.reason,
+                           "model": model_config_fields(r.model) if r.model else None,
+                           "samples_per_s": r.plan.samples_per_s if r.plan else None} for r in results], indent=1))
+        return
+    t = Table(title=f"co-design of {model.name} for >= {target:,.0f} samples/s")
+    for col in ("fleet", "params (B)", "table rows (M)", "emb dim", "DCN rank x layers", "bottom MLP", "top MLP",
+                "samples/s", "peak GB/GPU"):
+        t.add_column(col)
+    for r in results:
+        if r.model is None:
+            t.add_row(r.fleet.text, "-", "-", "-", "-", "-", "-", "-", r.reason)
+            continue
+        d = r.model.dense
+        t.add_row(r.fleet.text, f"{r.params / 1e9:.2f}", f"{r.model.total_rows / 1e6:.0f}", str(r.model.embedding_dim),
+                  f"{d.dcn_rank} x {d.dcn_layers}", "-".join(map(str, d.bottom_mlp)), "-".join(map(str, d.top_mlp)),
+                  f"{r.plan.samples_per_s:,.0f}", f"{max(m.used for m in r.plan.memory) / 1e9:.1f}")
+    Console().print(t)
+
+
+@app.callback(invoke_without_command=True)
+def plan(
+    model: str = typer.Option("mlperf-dcnv2", "--model", help="model preset (polyrec.models presets)"),
+    fleet: str = typer.Option("H200x1", "--fleet", help=f"devices: {FLEET_SYNTAX}"),
+    weight_dtypes: str = typer.Option("fp32,fp16", help="embedding weight precisions allowed, preferred first"),
+    optimizers: str = typer.Option("rowwise_adagrad", help="embedding optimizers allowed, preferred first"),
+    batch_per_gpu: int | None = typer.Option(None, help="fix the batch per GPU (default: the planner chooses)"),
+    max_batch_per_gpu: int = typer.Option(65536, help="largest batch per GPU the planner may choose"),
+    no_host_cache: bool = typer.Option(False, help="never place tables in host memory"),
+    overlap: str = typer.Option("ddp", help="what the runtime overlaps: none, ddp or pipeline"),
+    distribution: str = typer.Option("uniform", help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)}"),
+    compare: str | None = typer.Option(None, help="device kinds to compare, e.g. H100,H200,B200,MI300X,MI350X,MI355X "
+                                                  "(with --codesign: co-design on each, as many per host as --fleet)"),
+    codesign_: bool = typer.Option(False, "--codesign", help="search model dimensions for the largest model that fits"),
+    target_samples_per_s: float = typer.Option(0.0, help="throughput target of --codesign, samples/s"),
+    out_dir: Path = typer.Option(Path("plan_report"), help="where --compare writes its PNG and HTML"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="write the plan JSON here (for polyrec train --plan)"),
+) -> None:
+    """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target."""
+    try:
+        spec = load_model(model, distribution)
+        c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
+                            max_batch_per_gpu=max_batch_per_gpu, allow_host_cache=not no_host_cache, overlap=overlap)
+        if codesign_:
+            fleets = [f"{d}x{parse_fleet(fleet).per_host}" for d in _csv(compare or "")] or [fleet]
+            _codesign(spec, fleets, target_samples_per_s, c, as_json)
+            return
+        if compare:
+            _compare(spec, _csv(compare), c, out_dir, as_json)
+            return
+        start = time.perf_counter()
+        result = make_plan(spec, parse_fleet(fleet), c)
+        elapsed = time.perf_counter() - start
+    except (FleetError, UnknownDeviceError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    except NoFitError as exc:
+        err.print(f"[red]does not fit:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if output is not None:
+        output.write_text(plan_to_json(result))
+    if as_json:
+        print(plan_to_json(result))
+        return
+    _print_plan(result, Console())
+    Console().print(f"planned in {elapsed:.2f} s" + (f"; wrote {output}" if output else ""))

@@ -1,0 +1,96 @@
+"""Alpha-beta time of the collectives a sharded training step runs.
+
+A message of ``b`` bytes over a link costs ``alpha + b / beta`` (Hockney's model; the collective
+algorithms and their costs follow Thakur, Rabenseifner & Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 2005). ``beta`` is the bandwidth one GPU drives per
+direction; topologies:
+
+- ``switch``: every GPU reaches any peer at its full bandwidth (NVLink through NVSwitch; a
+  non-blocking network fabric);
+- ``mesh``: direct links to every peer (AMD Infinity Fabric on an 8-GPU platform); an all-to-all
+  uses all links at once, so a GPU's aggregate bandwidth applies as with a switch;
+- ``ring``: each GPU has one link to each neighbour (bandwidth ``beta`` per direction, split over
+  both neighbours): a message to a peer ``d`` hops away crosses ``d`` links (shortest way round).
+
+All functions are pure; bytes and seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TOPOLOGIES: tuple[str, ...] = ("switch", "mesh", "ring")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Link:
+    """One class of link between GPUs, as the alpha-beta model sees it."""
+
+    name: str  # "nvlink", "infinity_fabric", "pcie", "network"
+    alpha_s: float  # seconds of latency per message (per algorithm step)
+    bandwidth: float  # bytes/s one GPU sends per direction (effective: peak x efficiency)
+    topology: str  # one of TOPOLOGIES
+    origin: str = "datasheet"  # where the bandwidth came from
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"link {self.name}: topology must be one of {TOPOLOGIES}, got {self.topology!r}")
+        if self.bandwidth <= 0 or self.alpha_s < 0:
+            raise ValueError(f"link {self.name}: bandwidth must be > 0 and alpha >= 0")
+
+
+def ring_hops(ranks: int) -> int:
+    """Sum over peers of the shortest hop count on a bidirectional ring of ``ranks``."""
+    return sum(min(d, ranks - d) for d in range(1, ranks))
+
+
+def all_to_all_time(bytes_per_rank: float, ranks: int, link: Link) -> float:
+    """Each rank holds ``bytes_per_rank`` split evenly over all ranks and keeps its own part.
+
+    switch / mesh: ``(n-1) alpha + (n-1)/n * bytes / beta``. ring: the busiest link direction carries
+    ``bytes/n * ring_hops(n) / 2`` (each rank's traffic, both directions used), plus ``(n-1) alpha``.
+    """
+    if ranks <= 1 or bytes_per_rank <= 0:
+        return 0.0
+    latency = (ranks - 1) * link.alpha_s
+    if link.topology == "ring":
+        return latency + bytes_per_rank / ranks * ring_hops(ranks) / 2 / link.bandwidth
+    return latency + (ranks - 1) / ranks * bytes_per_rank / link.bandwidth
+
+
+def reduce_scatter_time(total_bytes: float, ranks: int, link: Link) -> float:
+    """Ring reduce-scatter of a ``total_bytes`` buffer: ``(n-1) alpha + (n-1)/n * bytes / beta``."""
+    if ranks <= 1 or total_bytes <= 0:
+        return 0.0
+    return (ranks - 1) * link.alpha_s + (ranks - 1) / ranks * total_bytes / link.bandwidth
+
+
+def all_gather_time(total_bytes: float, ranks: int, link: Link) -> float:
+    """Ring all-gather into a ``total_bytes`` buffer: same cost as the reduce-scatter."""
+    return reduce_scatter_time(total_bytes, ranks, link)
+
+
+def all_reduce_time(total_bytes: float, ranks: int, link: Link) -> float:
+    """Ring all-reduce (reduce-scatter then all-gather): ``2(n-1) alpha + 2(n-1)/n * bytes / beta``."""
+    return 2 * reduce_scatter_time(total_bytes, ranks, link)
+
+
+def hierarchical_all_reduce_time(total_bytes: float, per_host: int, hosts: int, intra: Link, inter: Link) -> float:
+    """Reduce-scatter inside each host, all-reduce of each GPU's 1/per_host slice across hosts over
+    its own NIC, all-gather inside the host (NCCL's tree/ring hybrid, to first order)."""
+    inside = reduce_scatter_time(total_bytes, per_host, intra) + all_gather_time(total_bytes, per_host, intra)
+    return inside + all_reduce_time(total_bytes / per_host, hosts, inter)
+
+
+def hierarchical_all_to_all_time(bytes_per_rank: float, per_host: int, hosts: int, intra: Link,
+                                 inter: Link) -> float:
+    """All-to-all over ``per_host`` x ``hosts`` ranks: the parts for peers on the same host go over the
+    scale-up link, the rest over each GPU's network link, concurrently (the slower one bounds)."""
+    ranks = per_host * hosts
+    if ranks <= 1 or bytes_per_rank <= 0:
+        return 0.0
+    if hosts == 1:
+        return all_to_all_time(bytes_per_rank, per_host, intra)
+    local = bytes_per_rank * (per_host - 1) / ranks / intra.bandwidth + (per_host - 1) * intra.alpha_s
+    remote = bytes_per_rank * (ranks - per_host) / ranks / inter.bandwidth + (ranks - per_host) * inter.alpha_s
+    return max(local, remote)

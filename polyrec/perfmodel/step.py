@@ -1,0 +1,86 @@
+"""Time of one whole training step from the time of its parts (pure; seconds).
+
+A synchronous data-parallel DLRM step on each rank runs, in order: the input all-to-all (ids and
+lengths to the ranks that own each table), the embedding forward, the pooled-output all-to-all, the
+dense forward and backward, the gradient all-to-all, the embedding backward with its fused optimizer
+update, the dense all-reduce and the dense optimizer. The collectives synchronise the ranks, so each
+compute phase costs its slowest rank. Overlap:
+
+- ``none``: everything in sequence;
+- ``ddp``: DDP all-reduces gradient buckets while the dense backward runs; only the last bucket
+  (PyTorch DDP's ``bucket_cap_mb`` = 25 MiB by default) and whatever exceeds the backward are exposed;
+- ``pipeline``: additionally the embedding all-to-alls run under the previous / next step's dense
+  compute (TorchRec's TrainPipelineSparseDist), exposed only where they exceed it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: PyTorch DDP's default gradient bucket size, bytes (torch.nn.parallel.DistributedDataParallel,
+#: ``bucket_cap_mb=25``).
+DDP_BUCKET_BYTES = 25 * 2**20
+OVERLAP_MODES: tuple[str, ...] = ("none", "ddp", "pipeline")
+
+
+@dataclass(kw_only=True, slots=True)
+class StepParts:
+    """Per-rank compute times and fleet-wide collective times of one step, seconds."""
+
+    embedding_fwd_s: list[float]  # per rank
+    embedding_bwd_s: list[float]  # per rank, fused optimizer update included
+    dense_fwd_s: list[float]  # per rank
+    dense_bwd_s: list[float]  # per rank
+    dense_optimizer_s: list[float]  # per rank
+    other_s: list[float]  # per rank: elementwise glue, loss, launch gaps
+    input_all_to_all_s: float = 0.0  # ids + lengths
+    output_all_to_all_s: float = 0.0  # pooled embeddings forward
+    grad_all_to_all_s: float = 0.0  # their gradients backward
+    all_reduce_s: float = 0.0  # dense gradients
+    all_reduce_bytes: float = 0.0  # size of the dense gradients (for the DDP last-bucket term)
+    overlap: str = "ddp"  # one of OVERLAP_MODES
+
+
+@dataclass(kw_only=True, slots=True)
+class StepTime:
+    """The step's predicted time by term (seconds); ``total_s`` = sum of terms - ``overlap_s``."""
+
+    embedding_fwd_s: float
+    embedding_bwd_s: float
+    dense_fwd_s: float
+    dense_bwd_s: float
+    all_to_all_s: float
+    all_reduce_s: float
+    optimizer_s: float
+    other_s: float
+    overlap_s: float
+    total_s: float
+
+
+def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s: float) -> float:
+    """All-reduce time DDP cannot hide under the dense backward: the last bucket always, and the
+    rest where it outlasts the backward."""
+    if all_reduce_s <= 0:
+        return 0.0
+    last = all_reduce_s * min(1.0, DDP_BUCKET_BYTES / max(all_reduce_bytes, 1.0))
+    return last + max(0.0, all_reduce_s - last - dense_bwd_s)
+
+
+def step_time(parts: StepParts) -> StepTime:
+    """Combine the parts into the step time (see the module docstring for the overlap rules)."""
+    if parts.overlap not in OVERLAP_MODES:
+        raise ValueError(f"overlap must be one of {OVERLAP_MODES}, got {parts.overlap!r}")
+    emb_f, emb_b = max(parts.embedding_fwd_s), max(parts.embedding_bwd_s)
+    dense_f, dense_b = max(parts.dense_fwd_s), max(parts.dense_bwd_s)
+    opt, other = max(parts.dense_optimizer_s), max(parts.other_s)
+    a2a = parts.input_all_to_all_s + parts.output_all_to_all_s + parts.grad_all_to_all_s
+    overlap = 0.0
+    if parts.overlap in ("ddp", "pipeline"):
+        overlap += parts.all_reduce_s - exposed_all_reduce(parts.all_reduce_s, parts.all_reduce_bytes, dense_b)
+    if parts.overlap == "pipeline":
+        room = max(0.0, dense_f + dense_b - overlap)
+        overlap += min(a2a, room)
+    total = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
+    return StepTime(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
+                    all_to_all_s=a2a, all_reduce_s=parts.all_reduce_s, optimizer_s=opt, other_s=other,
+                    overlap_s=overlap, total_s=total)

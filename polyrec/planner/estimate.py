@@ -1,0 +1,275 @@
+"""Predicted step time and memory of a candidate plan, from the per-op cost models.
+
+Per-op terms come from the kernels' own models, never from a second copy here: embedding lookups
+and the fused backward from ``polyrec.perfmodel.tbe`` with the configs ``polyrec.kernels.tbe_select``
+picks, dense GEMMs from ``polyrec.kernels.gemm_select`` (which ranks configs with
+``polyrec.perfmodel.gemm`` and chooses Triton or the vendor library). Collectives use the alpha-beta
+model of ``planner.comms``; ``perfmodel.step`` combines everything.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from polyrec.hardware.calibrate import ceilings
+from polyrec.hardware.types import Ceilings, DeviceSpec
+from polyrec.kernels import gemm_select, tbe_select
+from polyrec.perfmodel import tbe
+from polyrec.perfmodel.step import StepParts, StepTime, step_time
+from polyrec.planner import memory as mem
+from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
+from polyrec.planner.dense import dense_matmuls, dense_params, gemm_shapes
+from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
+
+#: Bytes per pooled value crossing the all-to-all (fp32 pooled embeddings and their gradients).
+POOLED_BYTES = 4
+#: Kernel launches per dense matmul per step besides its GEMMs (weight cast, bias/activation
+#: backward, gradient cast; counted from polyrec.models.layers with autograd) and per step
+#: outside them (loss, interaction, embedding glue, optimizer); estimate.
+LAUNCHES_PER_MATMUL = 5
+LAUNCHES_PER_STEP = 40
+#: fp32 values the dense optimizer reads plus writes per parameter, torch's foreach implementation:
+#: Adagrad addcmul_ (3), sqrt (2), add_ (2), addcdiv_ (4); Adam about twice that (torch/optim/adagrad.py,
+#: adam.py ``_multi_tensor_*``).
+DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 11, "adam": 22}
+#: Map the planner's epilogue names to polyrec.perfmodel.gemm's.
+_EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
+#: Bytes of an id / a length crossing the input all-to-all (int64, polyrec.kernels.jagged).
+ID_BYTES = 8
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardLoad:
+    """One shard of one table on one rank, and the lookups it serves per step."""
+
+    table: str
+    rank: int
+    rows: int
+    dim: int
+    accesses: float  # ids looked up per step
+    bags: int  # pooled outputs produced per step (samples of all ranks)
+    weight_dtype: str
+    optimizer: str
+    memory: str
+    cache_rows: int
+    skew: str
+
+
+@dataclass(kw_only=True, slots=True)
+class Estimate:
+    """Everything the planner predicts about one candidate."""
+
+    step: StepTime
+    memory: list[DeviceMemory]
+    kernels: dict[str, str]
+    table_times: dict[str, tuple[float, float]]  # table -> (fwd s, bwd s) of its slowest shard
+
+    @property
+    def fits(self) -> bool:
+        return all(m.fits for m in self.memory)
+
+
+def shard_loads(model: ModelSpec, plans: Sequence[TablePlan], batch_per_gpu: int, world: int) -> list[ShardLoad]:
+    """The shards of every table with their per-step lookups (ids spread evenly over row shards)."""
+    global_batch = batch_per_gpu * world
+    loads = []
+    for tp in plans:
+        t = model.table(tp.table)
+        shapes = mem.shard_shapes(t.rows, t.dim, tp.sharding, len(tp.ranks))
+        for rank, (rows, dim) in zip(tp.ranks, shapes):
+            share = rows / t.rows if tp.sharding == "row_wise" else 1.0
+            loads.append(ShardLoad(table=t.name, rank=rank, rows=rows, dim=dim, accesses=global_batch * t.pooling * share,
+                                   bags=global_batch, weight_dtype=tp.weight_dtype, optimizer=tp.optimizer,
+                                   memory=tp.memory, cache_rows=tp.cache_rows, skew=model.index_distribution))
+    return loads
+
+
+def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
+    """Fraction of lookups an HBM cache of the ``cache_rows`` hottest rows serves."""
+    if cache_rows >= rows:
+        return 1.0
+    if skew == "log_uniform":  # P(rank < k) = ln(k+1) / ln(rows+1)
+        return math.log(cache_rows + 1) / math.log(rows + 1)
+    return cache_rows / rows
+
+
+def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings) -> tuple[float, float, str]:
+    """(fwd s, bwd+update s, config label) of one table-batched module holding ``loads`` (same dtype, optimizer)."""
+    wb = WEIGHT_BYTES[loads[0].weight_dtype]
+    block_d = 1 << (max(s.dim for s in loads) - 1).bit_length()
+    bags = loads[0].bags
+    tables = []
+    for s in loads:
+        cached = s.memory == "host_cached"
+        rows = min(s.cache_rows, s.rows) if cached else s.rows
+        tables.append(tbe.TableLoad(rows=rows, row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew))
+    nnz = sum(t.accesses for t in tables)
+    mean_bag = nnz / (bags * len(loads))
+    fcfg = tbe_select.select_forward(spec, batch_size=bags, num_features=len(loads), mean_bag=max(mean_bag, 1e-3),
+                                     block_d=block_d, row_bytes=block_d * wb)
+    ucfg = tbe_select.select_update(spec, nnz=max(int(nnz), 1), block_d=block_d, row_bytes=block_d * wb,
+                                    state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer])
+    fwd = tbe.GatherConfig(rows_in_flight=max(1, int(fcfg.bags * max(1.0, min(fcfg.hots, mean_bag)))),
+                           block_d=block_d, num_warps=fcfg.num_warps,
+                           programs=math.ceil(bags / fcfg.bags) * len(loads))
+    bwd = tbe.GatherConfig(rows_in_flight=ucfg.pieces, block_d=block_d, num_warps=ucfg.num_warps,
+                           programs=max(1, math.ceil(nnz / ucfg.pieces)))
+    state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
+    est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
+                       state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd)
+    label = (f"fwd bags={fcfg.bags} hots={fcfg.hots} warps={fcfg.num_warps}; "
+             f"update pieces={ucfg.pieces} warps={ucfg.num_warps}")
+    return est.forward_s, est.backward_s, label
+
+
+def _host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
+    """PCIe time of a host-cached shard: missed unique rows (and their state) fetched, evicted rows written back."""
+    if s.memory != "host_cached":
+        return 0.0
+    miss = 1.0 - cache_hit_rate(s.rows, s.cache_rows, s.skew)
+    cold = tbe.TableLoad(rows=max(s.rows - s.cache_rows, 1), row_bytes=s.dim * WEIGHT_BYTES[s.weight_dtype],
+                         accesses=s.accesses * miss, skew="uniform")
+    row_bytes = mem.weight_bytes(1, s.dim, s.weight_dtype) + mem.state_bytes(1, s.dim, s.optimizer)
+    return 2 * tbe.unique_rows(cold) * row_bytes / spec.host_link_bandwidth
+
+
+class Estimator:
+    """Predicts plans of one model on one fleet; per-op answers are cached across candidates."""
+
+    def __init__(self, model: ModelSpec, fleet: Fleet, *, dense_dtype: str = "bf16", dense_optimizer: str = "adagrad",
+                 overlap: str = "ddp") -> None:
+        self.model, self.fleet = model, fleet
+        self.dense_dtype, self.dense_optimizer, self.overlap = dense_dtype, dense_optimizer, overlap
+        self.specs = fleet.specs()
+        self.ceilings = {name: ceilings(spec) for name, spec in self.specs.items()}
+        self.rank_devices = fleet.rank_devices()
+        self.links: FleetLinks = fleet_links(fleet)
+        self.matmuls = dense_matmuls(model)
+        self.params = dense_params(model)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
+    def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, str]:
+        return _tbe_group_seconds(loads, self.specs[device], self.ceilings[device])
+
+    def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, dict[str, str]]:
+        """(fwd, bwd+update) seconds of one rank: one TBE module per (weight dtype, optimizer)."""
+        device = self.rank_devices[rank]
+        groups: dict[tuple[str, str], list[ShardLoad]] = {}
+        for s in loads:
+            groups.setdefault((s.weight_dtype, s.optimizer), []).append(s)
+        fwd = bwd = 0.0
+        labels = {}
+        for (dtype, opt), group in sorted(groups.items()):
+            key = tuple(sorted((_anonymous(s) for s in group), key=lambda s: (s.rows, s.dim, s.accesses)))
+            f, b, label = self.tbe_seconds(device, key)
+            host = sum(_host_traffic_seconds(s, self.specs[device]) for s in group)
+            fwd, bwd = fwd + f + host / 2, bwd + b + host / 2
+            labels[f"tbe.{dtype}.{opt}"] = label
+        return fwd, bwd, labels
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019
+    def dense_seconds(self, device: str, batch: int) -> tuple[float, float, float, float, tuple[tuple[str, str], ...]]:
+        """(fwd, bwd, optimizer, other) seconds of the dense half on one device kind, and kernel labels."""
+        spec, ceil = self.specs[device], self.ceilings[device]
+        fwd = bwd = 0.0
+        labels = []
+        for mat in self.matmuls:
+            for shape in gemm_shapes(mat, batch):
+                epi = _EPILOGUE[(mat.epilogue, mat.bias)] if shape.op.endswith(".fwd") else "none"
+                choice = gemm_select.select_gemm(shape.m, shape.n, shape.k, self.dense_dtype, spec, epilogue=epi)
+                seconds = min(choice.triton_seconds, choice.library_seconds)
+                if shape.op.endswith(".fwd"):
+                    fwd += seconds
+                else:
+                    bwd += seconds
+                labels.append((shape.op, f"{choice.backend} {choice.config.label}"))
+        copy = ceil.copy_bandwidth.value
+        cb = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
+        glue = sum(batch * m.out_dim * cb * 4 for m in self.matmuls) + batch * self.model.interaction_dim * 4 * 4
+        launches = LAUNCHES_PER_MATMUL * len(self.matmuls) + LAUNCHES_PER_STEP
+        other = glue / copy + launches * ceil.launch_latency.value
+        opt = 4 * self.params * DENSE_OPTIMIZER_VALUES[self.dense_optimizer] / copy
+        return fwd, bwd, opt, other, tuple(labels)
+
+    def rank_memory(self, rank: int, loads: list[ShardLoad], batch: int) -> DeviceMemory:
+        device = self.rank_devices[rank]
+        capacity = self.specs[device].hbm_bytes
+        weights = state = host = 0
+        for s in loads:
+            w, st, h = mem.shard_device_bytes(s.rows, s.dim, weight_dtype=s.weight_dtype, optimizer=s.optimizer,
+                                              memory=s.memory, cache_rows=s.cache_rows)
+            weights, state, host = weights + w, state + st, host + h
+        dense_w, dense_state = mem.dense_parameter_bytes(self.model, dense_optimizer=self.dense_optimizer,
+                                                         world_size=self.fleet.world_size)
+        saved, dense_ws = mem.dense_activation_bytes(self.model, batch, self.dense_dtype)
+        f_d = len(self.model.tables) * self.model.embedding_dim
+        emb_act = mem.embedding_activation_bytes(
+            lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads),
+            pooled_values=sum(s.bags * s.dim for s in loads), local_batch=batch, local_features_dim=f_d)
+        tbe_ws = sum(mem.tbe_workspace_bytes(lookups=s.accesses, dim=s.dim) for s in loads)
+        return DeviceMemory(rank=rank, device=device, weights=weights + dense_w, optimizer_state=state + dense_state,
+                            activations=saved + emb_act, workspace=max(tbe_ws, dense_ws),
+                            reserve=mem.reserve_bytes(capacity), capacity=capacity, host_bytes=host)
+
+    def collective_seconds(self, loads: list[ShardLoad], batch: int) -> tuple[float, float, float, float]:
+        """(input, output, gradient) all-to-all and dense all-reduce seconds; the busiest rank bounds."""
+        world = self.fleet.world_size
+        if world == 1:
+            return 0.0, 0.0, 0.0, 0.0
+        out_bytes = [0.0] * world  # pooled values each rank sends back (its shards x all samples)
+        in_bytes = [0.0] * world  # ids each rank receives
+        for s in loads:
+            out_bytes[s.rank] += s.bags * s.dim * POOLED_BYTES
+            in_bytes[s.rank] += (s.accesses + s.bags) * ID_BYTES
+        a2a_in = all_to_all_seconds(max(in_bytes), self.links)
+        a2a_out = all_to_all_seconds(max(out_bytes), self.links)
+        all_reduce = all_reduce_seconds(4.0 * self.params, self.links)
+        return a2a_in, a2a_out, a2a_out, all_reduce
+
+    def evaluate(self, plans: Sequence[TablePlan], batch: int) -> Estimate:
+        world = self.fleet.world_size
+        loads = shard_loads(self.model, plans, batch, world)
+        per_rank: list[list[ShardLoad]] = [[] for _ in range(world)]
+        for s in loads:
+            per_rank[s.rank].append(s)
+        emb_f, emb_b, dense_f, dense_b, opt, other, memory = [], [], [], [], [], [], []
+        kernels: dict[str, str] = {}
+        for rank in range(world):
+            f, b, labels = self.embedding_seconds(rank, per_rank[rank])
+            df, db, o, oth, dlabels = self.dense_seconds(self.rank_devices[rank], batch)
+            emb_f.append(f)
+            emb_b.append(b)
+            dense_f.append(df)
+            dense_b.append(db)
+            opt.append(o)
+            other.append(oth)
+            memory.append(self.rank_memory(rank, per_rank[rank], batch))
+            kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
+            kernels |= {f"{self.rank_devices[rank]}.gemm.{op}": v for op, v in dlabels}
+        a2a_in, a2a_out, a2a_grad, ar = self.collective_seconds(loads, batch)
+        parts = StepParts(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
+                          dense_optimizer_s=opt, other_s=other, input_all_to_all_s=a2a_in,
+                          output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
+                          all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none")
+        return Estimate(step=step_time(parts), memory=memory, kernels=kernels, table_times={})
+
+    def table_times(self, plans: Sequence[TablePlan], batch: int) -> dict[str, tuple[float, float]]:
+        """Per table, (fwd, bwd+update) seconds of its slowest shard run alone (for the report)."""
+        out: dict[str, tuple[float, float]] = {}
+        for s in shard_loads(self.model, plans, batch, self.fleet.world_size):
+            device = self.rank_devices[s.rank]
+            f, b, _ = self.tbe_seconds(device, (_anonymous(s),))
+            host = _host_traffic_seconds(s, self.specs[device])
+            prev = out.get(s.table, (0.0, 0.0))
+            out[s.table] = (max(prev[0], f + host / 2), max(prev[1], b + host / 2))
+        return out
+
+
+def _anonymous(s: ShardLoad) -> ShardLoad:
+    """The shard without its name and rank, so equal shards share one cache entry."""
+    return ShardLoad(table="", rank=0, rows=s.rows, dim=s.dim, accesses=s.accesses, bags=s.bags,
+                     weight_dtype=s.weight_dtype, optimizer=s.optimizer, memory=s.memory, cache_rows=s.cache_rows,
+                     skew=s.skew)

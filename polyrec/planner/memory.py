@@ -1,0 +1,130 @@
+"""Bytes on each device: embedding shards and their optimizer state, dense parameters, activations,
+workspace and the reserve the planner keeps free.
+
+Embedding optimizer state is fp32, per row (rowwise Adagrad) or per element (Adagrad: 1, Adam: 2),
+as ``polyrec.kernels.tbe_optim`` stores it. Anchor (DESIGN.md): MLPerf DLRM-DCNv2's 204,184,588 rows
+x 128 in fp32 are 104.5 GB of weights; rowwise Adagrad adds 0.8 GB, full Adagrad 104.5 GB more.
+"""
+
+from __future__ import annotations
+
+import math
+
+from polyrec.planner.dense import dense_matmuls, dense_params
+from polyrec.planner.types import WEIGHT_BYTES, ModelSpec
+
+#: fp32 values of optimizer state per embedding row and per element (polyrec.kernels.tbe_optim
+#: STATE_PER_ROW / STATE_PER_ELEMENT; the planner keeps its own copy so it imports no Triton).
+STATE_PER_ROW: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 1, "adagrad": 0, "adam": 0}
+STATE_PER_ELEMENT: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 0, "adagrad": 1, "adam": 2}
+#: fp32 values of dense optimizer state per parameter: Adagrad's sum of squares, Adam's two moments
+#: (torch.optim.Adagrad / Adam).
+DENSE_STATE_PER_PARAM: dict[str, int] = {"sgd": 0, "adagrad": 1, "adam": 2}
+#: Bytes per value of the dense matmul inputs.
+DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
+#: Bytes of an index (int64 values and offsets, the jagged layout of polyrec.kernels.jagged).
+INDEX_BYTES = 8
+#: Bytes per lookup of the TBE backward's sort-and-segment buffers: int64 key + int32 position, each
+#: double-buffered by the radix sort (estimate from the sort + segment-reduce design of issue 4).
+SORT_BYTES_PER_LOOKUP = 2 * (8 + 4)
+#: Bytes per row of HBM-cache metadata (row id int64 + last-use step int64), as FBGEMM's LRU/LFU
+#: cache keeps ``lxu_cache_state`` and ``lxu_state`` per cache slot (estimate).
+CACHE_META_BYTES_PER_ROW = 16
+#: BLAS workspace: PyTorch gives cuBLAS a 32 MiB workspace on Hopper-class GPUs
+#: (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize) plus cuBLASLt's; 64 MiB for both (estimate).
+BLAS_WORKSPACE_BYTES = 64 << 20
+#: Device memory outside the allocator: CUDA / HIP context, kernels and library handles (estimate:
+#: ~0.5-1 GB for a torch process on current GPUs as nvidia-smi / rocm-smi show it).
+CONTEXT_BYTES = 1_000_000_000
+#: Fraction of HBM kept free for caching-allocator fragmentation (estimate; planner_accuracy checks it).
+ALLOCATOR_MARGIN = 0.03
+
+
+def weight_bytes(rows: int, dim: int, weight_dtype: str) -> int:
+    return rows * dim * WEIGHT_BYTES[weight_dtype]
+
+
+def state_bytes(rows: int, dim: int, optimizer: str) -> int:
+    """fp32 optimizer state of an embedding shard of ``rows`` x ``dim``."""
+    return 4 * rows * (STATE_PER_ROW[optimizer] + dim * STATE_PER_ELEMENT[optimizer])
+
+
+def reserve_bytes(capacity: int) -> int:
+    """Bytes of a device the planner never fills: context plus allocator margin."""
+    return CONTEXT_BYTES + int(ALLOCATOR_MARGIN * capacity)
+
+
+def shard_shapes(rows: int, dim: int, sharding: str, shards: int) -> list[tuple[int, int]]:
+    """(rows, dim) of each shard, as ``polyrec.runtime.sharding.make_shards`` cuts them: row-wise in
+    ranges of ``ceil(rows / shards)`` (the last shard takes what is left); column-wise in ``shards``
+    equal slices (``dim`` must divide)."""
+    if sharding == "table_wise" or shards == 1:
+        return [(rows, dim)]
+    if sharding == "row_wise":
+        step = math.ceil(rows / shards)
+        return [(max(0, min((i + 1) * step, rows) - min(i * step, rows)), dim) for i in range(shards)]
+    if sharding == "column_wise":
+        if dim % shards:
+            raise ValueError(f"column-wise sharding needs dim {dim} divisible by {shards} shards")
+        return [(rows, dim // shards)] * shards
+    raise ValueError(f"unknown sharding {sharding!r}")
+
+
+def shard_device_bytes(rows: int, dim: int, *, weight_dtype: str, optimizer: str, memory: str,
+                       cache_rows: int) -> tuple[int, int, int]:
+    """(HBM weight bytes, HBM optimizer-state bytes, host bytes) of one shard.
+
+    A host-cached shard keeps rows and state in host memory; HBM holds ``cache_rows`` rows plus metadata.
+    """
+    weights, state = weight_bytes(rows, dim, weight_dtype), state_bytes(rows, dim, optimizer)
+    if memory == "hbm":
+        return weights, state, 0
+    cached = min(cache_rows, rows)
+    return weight_bytes(cached, dim, weight_dtype) + cached * CACHE_META_BYTES_PER_ROW, 0, weights + state
+
+
+def embedding_activation_bytes(*, lookups: float, bags: int, pooled_values: int, local_batch: int,
+                               local_features_dim: int) -> int:
+    """Embedding tensors alive through the step on one rank.
+
+    ``lookups`` / ``bags``: ids and bags (one per sample per shard) this rank's shards process;
+    ``pooled_values``: values of their pooled outputs (fp32, and the gradient of each);
+    ``local_features_dim``: F x D of the rank's own samples after the all-to-all (and its gradient).
+    """
+    indices = INDEX_BYTES * (math.ceil(lookups) + bags + 1)
+    return indices + 2 * 4 * pooled_values + 2 * 4 * local_batch * local_features_dim
+
+
+def tbe_workspace_bytes(*, lookups: float, dim: int) -> int:
+    """Transient TBE backward buffers: sort of the indices and the unique rows' summed gradients (fp32)."""
+    return int(lookups * (SORT_BYTES_PER_LOOKUP + 4 * dim))
+
+
+def dense_parameter_bytes(model: ModelSpec, *, dense_optimizer: str, world_size: int) -> tuple[int, int]:
+    """(weights, optimizer state + gradients) of the dense layers on each rank (data parallel).
+
+    fp32 master weights; fp32 gradients; DDP's gradient buckets (a second gradient-sized buffer when
+    more than one rank); the optimizer's fp32 state.
+    """
+    params = dense_params(model)
+    grads = 4 * params * (2 if world_size > 1 else 1)
+    return 4 * params, grads + 4 * params * DENSE_STATE_PER_PARAM[dense_optimizer]
+
+
+def dense_activation_bytes(model: ModelSpec, batch: int, dense_dtype: str) -> tuple[int, int]:
+    """(saved activations, backward workspace) of the dense layers at ``batch`` samples per rank.
+
+    Saved: each matmul's input and output in the compute dtype (ReLU and the cross epilogue need
+    them), low-precision copies of the weights, the interaction input; workspace: the two largest
+    fp32 gradient tensors alive at once, plus the BLAS workspace.
+    """
+    cb = DENSE_DTYPE_BYTES[dense_dtype]
+    mats = dense_matmuls(model)
+    saved = sum(batch * (m.in_dim + m.out_dim) * cb + m.params * cb for m in mats)
+    width = model.interaction_dim
+    saved += batch * width * (cb + 4)  # interaction output in fp32 and its cast
+    if model.dense.interaction == "dcnv2":
+        saved += batch * width * cb * model.dense.dcn_layers  # x0 * y products kept by the cross epilogue
+    widest = max(max(m.in_dim, m.out_dim) for m in mats)
+    workspace = 2 * 4 * batch * widest + BLAS_WORKSPACE_BYTES
+    return saved, workspace

@@ -1,0 +1,232 @@
+"""Search: strategies x batch sizes x storage, priced by the estimator; the best plan wins.
+
+Order of preference: the user's earliest optimizer, then plans that keep the first weight precision
+everywhere, then those that only lower precision, then host caching; among equals, predicted
+samples/s. Fallbacks, tried in order until the tables
+fit: a later optimizer of ``constraints.optimizers``; lower precision for the largest tables, one at
+a time (``constraints.weight_dtypes``); host memory with an HBM cache for the largest tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyrec.hardware.catalog import catalog
+from polyrec.planner import memory as mem
+from polyrec.planner.comms import link_origins
+from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
+from polyrec.planner.estimate import Estimate, Estimator
+from polyrec.planner.partition import Placement, Storage, partition, size_caches
+from polyrec.planner.types import (
+    DeviceGroup,
+    Fleet,
+    ModelSpec,
+    Plan,
+    PlanConstraints,
+    StepBreakdown,
+    TablePlan,
+)
+
+#: Batch sizes per GPU the planner tries when none is fixed (powers of two; DLRM training runs
+#: 1K-64K per GPU: MLPerf's reference uses a global batch of 65536).
+BATCH_CHOICES: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+#: Fleet sizes tried when looking for the smallest fleet that fits: devices per host, then hosts.
+PER_HOST_CHOICES: tuple[int, ...] = (1, 2, 4, 8)
+HOST_CHOICES: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+
+
+class NoFitError(ValueError):
+    """The model fits no plan on the fleet; the message names fleets that would fit."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Candidate:
+    tables: list[TablePlan]
+    batch: int
+    estimate: Estimate
+    fallbacks: tuple[int, int]  # (optimizer index, 0 = preferred storage, 1 = lower precision, 2 = host cache)
+    strategy: str
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch * len(self.estimate.memory) / self.estimate.step.total_s
+
+
+def rank_budgets(est: Estimator, batch: int) -> list[int]:
+    """HBM bytes each rank has for embedding shards at ``batch``: capacity minus reserve, the dense
+    parameters and activations, and an even share of the embedding activations and workspace."""
+    model, world = est.model, est.fleet.world_size
+    dense_w, dense_state = mem.dense_parameter_bytes(model, dense_optimizer=est.dense_optimizer, world_size=world)
+    saved, workspace = mem.dense_activation_bytes(model, batch, est.dense_dtype)
+    lookups = batch * sum(t.pooling for t in model.tables)
+    share = mem.embedding_activation_bytes(
+        lookups=lookups, bags=batch * len(model.tables),
+        pooled_values=batch * sum(t.dim for t in model.tables), local_batch=batch,
+        local_features_dim=len(model.tables) * model.embedding_dim)
+    tbe_ws = max(mem.tbe_workspace_bytes(lookups=lookups, dim=model.embedding_dim) - workspace, 0)
+    budgets = []
+    for device in est.rank_devices:
+        capacity = est.specs[device].hbm_bytes
+        budgets.append(capacity - mem.reserve_bytes(capacity) - dense_w - dense_state - saved - workspace - share - tbe_ws)
+    return budgets
+
+
+def _fit(model: ModelSpec, splits: list[TableSplit], est: Estimator, batch: int,
+         c: PlanConstraints) -> tuple[Placement, tuple[int, int]] | None:
+    """Place the tables with the fewest fallbacks (see the module docstring)."""
+    budgets = rank_budgets(est, batch)
+    speeds = [est.ceilings[d].copy_bandwidth.value for d in est.rank_devices]
+    world_batch = batch * est.fleet.world_size
+    by_size = sorted(model.tables, key=lambda t: (-t.rows * t.dim, t.name))
+    for opt_index, optimizer in enumerate(c.optimizers):
+        dtype_index = {t.name: 0 for t in model.tables}
+        demoted = False
+        while True:
+            storage = {n: Storage(weight_dtype=c.weight_dtypes[i], optimizer=optimizer) for n, i in dtype_index.items()}
+            placed = partition(model, splits, storage, budgets, speeds, world_batch)
+            if placed is not None:
+                return placed, (opt_index, 1 if demoted else 0)
+            nxt = next((t for t in by_size if dtype_index[t.name] < len(c.weight_dtypes) - 1), None)
+            if nxt is None:
+                break
+            dtype_index[nxt.name] += 1
+            demoted = True
+    if not c.allow_host_cache:
+        return None
+    lowest, optimizer = c.weight_dtypes[-1], c.optimizers[-1]
+    storage = {t.name: Storage(weight_dtype=lowest, optimizer=optimizer) for t in model.tables}
+    for t in by_size:
+        storage[t.name] = Storage(weight_dtype=lowest, optimizer=optimizer, memory="host_cached")
+        placed = partition(model, splits, storage, budgets, speeds, world_batch)
+        if placed is not None and size_caches(model, placed, budgets):
+            return placed, (len(c.optimizers) - 1, 2)
+    return None
+
+
+def _batches(c: PlanConstraints) -> list[int]:
+    if c.batch_per_gpu is not None:
+        return [c.batch_per_gpu]
+    return [b for b in BATCH_CHOICES if b <= c.max_batch_per_gpu] or [c.max_batch_per_gpu]
+
+
+def candidates(model: ModelSpec, fleet: Fleet, c: PlanConstraints, est: Estimator | None = None) -> list[Candidate]:
+    """Every candidate that fits, over strategies and batch sizes."""
+    est = est or Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer,
+                           overlap=c.overlap)
+    world = fleet.world_size
+    out = []
+    for strategy in STRATEGIES:
+        splits = strategy_splits(model, strategy, world, c.shardings)
+        if splits is None:
+            continue
+        for batch in _batches(c):
+            fitted = _fit(model, splits, est, batch, c)
+            if fitted is None:
+                continue
+            placed, fallbacks = fitted
+            estimate = est.evaluate(placed.tables, batch)
+            if estimate.fits:
+                out.append(Candidate(tables=placed.tables, batch=batch, estimate=estimate, fallbacks=fallbacks,
+                                     strategy=strategy))
+    return out
+
+
+def best_candidate(cands: list[Candidate]) -> Candidate:
+    return min(cands, key=lambda k: (k.fallbacks, -k.samples_per_s, k.batch))
+
+
+def _origins(est: Estimator) -> dict[str, str]:
+    out = {}
+    for name, ceil in est.ceilings.items():
+        out[f"{name}.hbm_bytes"] = "datasheet"
+        out[f"{name}.copy_bandwidth"] = ceil.copy_bandwidth.origin
+        out[f"{name}.l2_bandwidth"] = ceil.l2_bandwidth.origin
+        out[f"{name}.matmul_{est.dense_dtype}"] = ceil.matmul_flops.get(est.dense_dtype, ceil.matmul_flops["bf16"]).origin
+        out[f"{name}.launch_latency"] = ceil.launch_latency.origin
+        out[f"{name}.tdp_watts"] = "datasheet"
+    return out | link_origins(est.links)
+
+
+def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candidate, est: Estimator) -> Plan:
+    """The Plan of a candidate, with per-table times and every number's origin."""
+    times = est.table_times(best.tables, best.batch)
+    for tp in best.tables:
+        tp.fwd_ms, tp.bwd_ms = (1e3 * s for s in times[tp.table])
+    s = best.estimate.step
+    step = StepBreakdown(embedding_fwd_ms=1e3 * s.embedding_fwd_s, embedding_bwd_ms=1e3 * s.embedding_bwd_s,
+                         dense_fwd_ms=1e3 * s.dense_fwd_s, dense_bwd_ms=1e3 * s.dense_bwd_s,
+                         all_to_all_ms=1e3 * s.all_to_all_s, all_reduce_ms=1e3 * s.all_reduce_s,
+                         optimizer_ms=1e3 * s.optimizer_s, other_ms=1e3 * s.other_s, overlap_ms=1e3 * s.overlap_s,
+                         total_ms=1e3 * s.total_s)
+    notes = [f"strategy {best.strategy}"]
+    demoted = [t.table for t in best.tables if t.weight_dtype != c.weight_dtypes[0]]
+    if demoted:
+        notes.append(f"{c.weight_dtypes[-1]} rows for {', '.join(demoted)} to fit")
+    cached = [t.table for t in best.tables if t.memory == "host_cached"]
+    if cached:
+        notes.append(f"host memory with an HBM cache for {', '.join(cached)}")
+    return Plan(model=model, fleet=fleet, batch_per_gpu=best.batch, dense_dtype=c.dense_dtype,
+                dense_optimizer=c.dense_optimizer, overlap=c.overlap if fleet.world_size > 1 else "none",
+                tables=tuple(best.tables), kernels=dict(sorted(best.estimate.kernels.items())), step=step,
+                memory=tuple(best.estimate.memory), samples_per_s=best.samples_per_s, origins=_origins(est),
+                notes=tuple(notes))
+
+
+def fits(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> bool:
+    """Whether any plan fits, checking memory only at the smallest batch (fast)."""
+    est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
+    batch = min(_batches(c))
+    for strategy in STRATEGIES:
+        splits = strategy_splits(model, strategy, fleet.world_size, c.shardings)
+        if splits is not None and _fit(model, splits, est, batch, c) is not None:
+            return True
+    return False
+
+
+def smallest_fleet(model: ModelSpec, device: str, c: PlanConstraints) -> Fleet | None:
+    """The fewest devices of one kind (one host of 1-8, then hosts of 8) on which the model fits."""
+    options = [Fleet(groups=(DeviceGroup(device=device, count=n),)) for n in PER_HOST_CHOICES]
+    options += [Fleet(groups=(DeviceGroup(device=device, count=PER_HOST_CHOICES[-1]),), hosts=h) for h in HOST_CHOICES]
+    return next((f for f in options if fits(model, f, c)), None)
+
+
+def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
+    """Why nothing fits, and the smallest fleets that would."""
+    need = sum(mem.weight_bytes(t.rows, t.dim, c.weight_dtypes[0]) + mem.state_bytes(t.rows, t.dim, c.optimizers[0])
+               for t in model.tables)
+    usable = sum(s.hbm_bytes - mem.reserve_bytes(s.hbm_bytes) for s in
+                 (fleet.specs()[d] for d in fleet.rank_devices()))
+    lines = [f"{model.name} does not fit {fleet.text}: its tables need {need / 1e9:.1f} GB "
+             f"({c.weight_dtypes[0]} rows, {c.optimizers[0]} state) and the fleet has {usable / 1e9:.1f} GB usable "
+             "(before activations)."]
+    kinds = [g.device for g in fleet.groups]
+    for kind in kinds:
+        smallest = smallest_fleet(model, kind, c)
+        lines.append(f"Smallest {kind} fleet that fits: {smallest.text if smallest else 'none up to 512 GPUs'}.")
+        if "fp16" not in c.weight_dtypes:
+            relaxed = PlanConstraints(**{**_fields(c), "weight_dtypes": (*c.weight_dtypes, "fp16")})
+            if fits(model, fleet, relaxed):
+                lines.append(f"It fits {fleet.text} with fp16 rows where needed (--weight-dtypes {','.join(relaxed.weight_dtypes)}).")
+    others = []
+    for name in sorted(catalog()):
+        if name not in kinds:
+            smallest = smallest_fleet(model, name, c)
+            if smallest is not None:
+                others.append(smallest.text)
+    if others:
+        lines.append("On other devices: " + ", ".join(others) + ".")
+    return "\n".join(lines)
+
+
+def _fields(c: PlanConstraints) -> dict:
+    return {name: getattr(c, name) for name in PlanConstraints.__dataclass_fields__}
+
+
+def make_plan(model: ModelSpec, fleet: Fleet, constraints: PlanConstraints | None = None) -> Plan:
+    """The best plan of ``model`` on ``fleet``; NoFitError (naming fleets that fit) when there is none."""
+    c = constraints or PlanConstraints()
+    est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
+    cands = candidates(model, fleet, c, est)
+    if not cands:
+        raise NoFitError(no_fit_message(model, fleet, c))
+    return build_plan(model, fleet, c, best_candidate(cands), est)

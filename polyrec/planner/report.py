@@ -1,0 +1,130 @@
+"""Fleet what-if: the same model on each accelerator, as rows, a matplotlib PNG and an HTML page.
+
+For each device kind: the fewest GPUs on which the model fits (``propose.smallest_fleet``), the best
+plan there, and its predicted samples/s in total, per GPU and per watt (board power from the
+catalog's datasheet TDP). Every row says where its ceilings came from (datasheet or calibration).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyrec.hardware.catalog import get_device
+from polyrec.planner.propose import make_plan, smallest_fleet
+from polyrec.planner.types import ModelSpec, Plan, PlanConstraints
+
+
+@dataclass(kw_only=True, slots=True)
+class WhatIfRow:
+    device: str
+    fleet: str | None  # smallest fleet that fits; None when none up to the largest tried
+    gpus: int
+    samples_per_s: float
+    samples_per_s_per_gpu: float
+    samples_per_s_per_watt: float
+    step_ms: float
+    peak_gb_per_gpu: float  # predicted allocator peak of the busiest GPU
+    batch_per_gpu: int
+    notes: str
+    origin: str  # where the rates came from (copy bandwidth, matmul)
+
+
+def what_if(model: ModelSpec, devices: list[str], constraints: PlanConstraints | None = None) -> list[WhatIfRow]:
+    """One row per device kind (names as in the catalog)."""
+    c = constraints or PlanConstraints()
+    rows = []
+    for name in devices:
+        spec = get_device(name)
+        fleet = smallest_fleet(model, spec.name, c)
+        if fleet is None:
+            rows.append(WhatIfRow(device=spec.name, fleet=None, gpus=0, samples_per_s=0.0, samples_per_s_per_gpu=0.0,
+                                  samples_per_s_per_watt=0.0, step_ms=0.0, peak_gb_per_gpu=0.0, batch_per_gpu=0,
+                                  notes="fits no fleet up to 512 GPUs", origin=""))
+            continue
+        plan = make_plan(model, fleet, c)
+        rows.append(_row(spec.name, plan, spec.tdp_watts))
+    return rows
+
+
+def _row(device: str, plan: Plan, tdp_watts: float) -> WhatIfRow:
+    gpus = plan.fleet.world_size
+    per_gpu = plan.samples_per_s / gpus
+    o = plan.origins
+    origin = (f"copy {o.get(f'{device}.copy_bandwidth', '?')}; matmul {o.get(f'{device}.matmul_{plan.dense_dtype}', '?')}; "
+              "HBM, TDP datasheet")
+    return WhatIfRow(device=device, fleet=plan.fleet.text, gpus=gpus, samples_per_s=plan.samples_per_s,
+                     samples_per_s_per_gpu=per_gpu, samples_per_s_per_watt=per_gpu / tdp_watts,
+                     step_ms=plan.step.total_ms, peak_gb_per_gpu=max(m.used for m in plan.memory) / 1e9,
+                     batch_per_gpu=plan.batch_per_gpu, notes="; ".join(plan.notes), origin=origin)
+
+
+def render_png(rows: list[WhatIfRow], path: Path, *, title: str) -> Path:
+    """Three bar charts side by side: GPUs needed, samples/s per GPU, samples/s per watt."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r.device for r in rows]
+    panels = [("GPUs needed", [r.gpus for r in rows], "{:.0f}"),
+              ("samples/s per GPU (M)", [r.samples_per_s_per_gpu / 1e6 for r in rows], "{:.2f}"),
+              ("samples/s per watt (k)", [r.samples_per_s_per_watt / 1e3 for r in rows], "{:.2f}")]
+    colors = ["#76b900" if get_device(n).vendor == "nvidia" else "#ed1c24" for n in names]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    for ax, (label, values, fmt) in zip(axes, panels):
+        bars = ax.bar(names, values, color=colors)
+        ax.set_title(label)
+        ax.tick_params(axis="x", rotation=30)
+        for bar, v in zip(bars, values):
+            ax.annotate(fmt.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        va="bottom", fontsize=8)
+        ax.margins(y=0.15)
+    fig.suptitle(title)
+    fig.text(0.5, 0.01, "predicted by polyrec plan (green: NVIDIA, red: AMD); rates from datasheet unless calibrated",
+             ha="center", fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+COLUMNS = (("device", "device"), ("fleet", "smallest fleet"), ("gpus", "GPUs"), ("samples_per_s", "samples/s"),
+           ("samples_per_s_per_gpu", "samples/s per GPU"), ("samples_per_s_per_watt", "samples/s per W"),
+           ("step_ms", "step ms"), ("peak_gb_per_gpu", "peak GB/GPU"), ("batch_per_gpu", "batch/GPU"),
+           ("notes", "plan notes"), ("origin", "numbers from"))
+
+
+def format_cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return "-" if value is None else str(value)
+
+
+def render_html(rows: list[WhatIfRow], png: Path, path: Path, *, title: str) -> Path:
+    """A self-contained page: the table and the PNG embedded."""
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(format_cell(getattr(r, key)))}</td>" for key, _ in COLUMNS)
+                   + "</tr>" for r in rows)
+    image = base64.b64encode(png.read_bytes()).decode()
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><table><tr>{head}</tr>{body}</table>"
+            f"<p><img alt='what-if chart' src='data:image/png;base64,{image}'></p>"
+            "<p>Predicted by <code>polyrec plan --compare</code>: per-op times from polyrec's GEMM and TBE cost "
+            "models, collectives from an alpha-beta model of the links. Per watt uses the datasheet board power.</p>"
+            "</body></html>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def write_report(rows: list[WhatIfRow], out_dir: Path, *, title: str, stem: str = "whatif") -> tuple[Path, Path]:
+    """Write ``<stem>.png`` and ``<stem>.html`` under ``out_dir``; return both paths."""
+    png = render_png(rows, out_dir / f"{stem}.png", title=title)
+    return png, render_html(rows, png, out_dir / f"{stem}.html", title=title)

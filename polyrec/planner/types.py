@@ -1,0 +1,316 @@
+"""The planner's small interfaces: what it plans for (ModelSpec, Fleet) and what it answers (Plan).
+
+A ModelSpec is built from a model config of ``polyrec.models`` by :func:`model_spec_from_config` (the
+planner layer sits above ``models/`` and reads the config's fields, it does not import it). A Fleet is
+parsed from ``KINDxCOUNT[,KINDxCOUNT][@HOSTS]``: devices per host, and hosts. A Plan says, per table,
+where it lives and in which precision, plus the batch, kernel configs and the predicted step time and
+memory; it is JSON (``Plan.to_json`` / ``Plan.from_json``, see ``planner/serialize.py``).
+Units: bytes, seconds (``*_ms`` fields in milliseconds), samples per second.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from polyrec.hardware.catalog import UnknownDeviceError, catalog, get_device
+from polyrec.hardware.types import DeviceSpec
+
+#: Version of the plan JSON format; ``from_json`` refuses any other.
+PLAN_VERSION = 1
+#: Embedding weight precisions and their bytes per value.
+WEIGHT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+#: Embedding optimizers, named as in ``polyrec.kernels.tbe_optim.OPTIMIZERS`` and ``polyrec.models``.
+OPTIMIZERS: tuple[str, ...] = ("sgd", "rowwise_adagrad", "adagrad", "adam")
+#: How a table is split over GPUs (TorchRec's names): whole table on one GPU, rows split, columns split.
+SHARDINGS: tuple[str, ...] = ("table_wise", "row_wise", "column_wise")
+#: Where a shard's rows live: device memory, or host memory behind an HBM cache of ``cache_rows`` rows.
+MEMORY_KINDS: tuple[str, ...] = ("hbm", "host_cached")
+#: Index distributions the cost model knows: uniform over rows, or the log-uniform skew of the TBE
+#: benchmark (rank = floor((rows+1)^u) - 1, u uniform: P(rank < k) = ln(k+1) / ln(rows+1)).
+INDEX_DISTRIBUTIONS: tuple[str, ...] = ("uniform", "log_uniform")
+#: How much of the step the runtime overlaps: nothing, DDP's all-reduce under the dense backward, or
+#: also the embedding all-to-alls under the dense compute (a pipelined trainer).
+OVERLAP_MODES: tuple[str, ...] = ("none", "ddp", "pipeline")
+
+
+class FleetError(ValueError):
+    """A fleet string that does not parse; the message shows the syntax."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TableSpec:
+    """One embedding table as the planner sees it."""
+
+    name: str  # unique within the model
+    rows: int  # hash size
+    dim: int  # embedding dimension D
+    pooling: float  # mean lookups per sample (multi-hot size; 1 = one-hot)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DenseSpec:
+    """The dense half of a DLRM-family model (same fields as ``polyrec.models.ModelConfig``)."""
+
+    num_dense: int  # dense input features per sample
+    bottom_mlp: tuple[int, ...]  # bottom MLP output widths; the last equals the embedding dim
+    top_mlp: tuple[int, ...]  # top MLP output widths; the last is 1
+    interaction: str  # "dot" or "dcnv2"
+    dcn_layers: int = 0  # cross layers (dcnv2)
+    dcn_rank: int = 0  # low rank of each cross layer (dcnv2)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """Tables plus dense architecture: everything the cost model needs about a model."""
+
+    name: str
+    tables: tuple[TableSpec, ...]
+    dense: DenseSpec
+    index_distribution: str = "uniform"  # one of INDEX_DISTRIBUTIONS
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.tables[0].dim
+
+    @property
+    def interaction_dim(self) -> int:
+        """Width of the top MLP's input (as ``ModelConfig.interaction_dim``)."""
+        f = len(self.tables) + 1
+        if self.dense.interaction == "dot":
+            return self.embedding_dim + f * (f - 1) // 2
+        return f * self.embedding_dim
+
+    @property
+    def total_rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+    def table(self, name: str) -> TableSpec:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(f"model {self.name!r} has no table {name!r}")
+
+
+def model_spec_from_config(config: Any, *, index_distribution: str = "uniform") -> ModelSpec:
+    """The ModelSpec of a ``polyrec.models.ModelConfig`` (tables named t0, t1, ... as the models do)."""
+    tables = tuple(TableSpec(name=f"t{i}", rows=int(rows), dim=int(config.embedding_dim), pooling=float(hot))
+                   for i, (rows, hot) in enumerate(zip(config.table_rows, config.multi_hot, strict=True)))
+    dense = DenseSpec(num_dense=config.num_dense, bottom_mlp=tuple(config.bottom_mlp), top_mlp=tuple(config.top_mlp),
+                      interaction=config.interaction, dcn_layers=config.dcn_layers, dcn_rank=config.dcn_rank)
+    if index_distribution not in INDEX_DISTRIBUTIONS:
+        raise ValueError(f"index_distribution must be one of {INDEX_DISTRIBUTIONS}, got {index_distribution!r}")
+    return ModelSpec(name=config.name, tables=tables, dense=dense, index_distribution=index_distribution)
+
+
+def model_config_fields(spec: ModelSpec) -> dict[str, Any]:
+    """Keyword arguments that rebuild the ``polyrec.models.ModelConfig`` of a spec (e.g. a co-designed one)."""
+    dims = {t.dim for t in spec.tables}
+    if len(dims) != 1:
+        raise ValueError(f"model {spec.name!r}: ModelConfig needs one embedding dim, tables have {sorted(dims)}")
+    return {"name": spec.name, "num_dense": spec.dense.num_dense, "table_rows": tuple(t.rows for t in spec.tables),
+            "embedding_dim": dims.pop(), "multi_hot": tuple(max(1, round(t.pooling)) for t in spec.tables),
+            "bottom_mlp": spec.dense.bottom_mlp, "top_mlp": spec.dense.top_mlp,
+            "interaction": spec.dense.interaction, "dcn_layers": spec.dense.dcn_layers,
+            "dcn_rank": spec.dense.dcn_rank}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceGroup:
+    """``count`` devices of one kind on every host."""
+
+    device: str  # catalog name, e.g. "H200"
+    count: int  # devices of this kind per host
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fleet:
+    """Identical hosts, each with the same device groups; ranks are numbered host by host."""
+
+    groups: tuple[DeviceGroup, ...]
+    hosts: int = 1
+
+    @property
+    def per_host(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @property
+    def world_size(self) -> int:
+        return self.per_host * self.hosts
+
+    @property
+    def text(self) -> str:
+        body = ",".join(f"{g.device}x{g.count}" for g in self.groups)
+        return body + (f"@{self.hosts}" if self.hosts > 1 else "")
+
+    def rank_devices(self) -> list[str]:
+        """Device name of every rank, in rank order."""
+        one_host = [g.device for g in self.groups for _ in range(g.count)]
+        return one_host * self.hosts
+
+    def specs(self) -> dict[str, DeviceSpec]:
+        return {g.device: get_device(g.device) for g in self.groups}
+
+    def host_of(self, rank: int) -> int:
+        return rank // self.per_host
+
+
+_FLEET_ITEM = re.compile(r"^\s*([A-Za-z0-9_.-]+?)\s*[xX\*]\s*(\d+)\s*$")
+FLEET_SYNTAX = "KINDxCOUNT[,KINDxCOUNT][@HOSTS], e.g. H200x8, MI300Xx8@4 or H100x4,H200x4"
+
+
+def parse_fleet(text: str) -> Fleet:
+    """Parse ``KINDxCOUNT[,KINDxCOUNT][@HOSTS]`` (a bare ``KIND`` means one device)."""
+    body, _, hosts_text = text.strip().partition("@")
+    hosts = 1
+    if hosts_text:
+        if not hosts_text.strip().isdigit() or int(hosts_text) < 1:
+            raise FleetError(f"fleet {text!r}: hosts after '@' must be a positive integer; syntax {FLEET_SYNTAX}")
+        hosts = int(hosts_text)
+    groups: list[DeviceGroup] = []
+    valid = sorted(catalog())
+    for item in body.split(","):
+        match = _FLEET_ITEM.match(item)
+        name, count = (match.group(1), int(match.group(2))) if match else (item.strip(), 1)
+        if not name:
+            raise FleetError(f"fleet {text!r}: empty device entry; syntax {FLEET_SYNTAX}")
+        try:
+            spec = get_device(name)
+        except UnknownDeviceError:
+            raise FleetError(f"fleet {text!r}: unknown device {name!r}; valid devices: {', '.join(valid)}") from None
+        if count < 1:
+            raise FleetError(f"fleet {text!r}: count of {name} must be >= 1")
+        if any(g.device == spec.name for g in groups):
+            raise FleetError(f"fleet {text!r}: {spec.name} is listed twice")
+        groups.append(DeviceGroup(device=spec.name, count=count))
+    return Fleet(groups=tuple(groups), hosts=hosts)
+
+
+@dataclass(kw_only=True, slots=True)
+class PlanConstraints:
+    """What the user allows the planner to choose from (first entry = preferred)."""
+
+    weight_dtypes: tuple[str, ...] = ("fp32", "fp16")  # demoted in this order only where needed to fit
+    optimizers: tuple[str, ...] = ("rowwise_adagrad",)  # embedding optimizer state, same preference order
+    shardings: tuple[str, ...] = SHARDINGS
+    allow_host_cache: bool = True  # host memory with an HBM cache, where HBM is not enough
+    batch_per_gpu: int | None = None  # fixed batch per GPU, or None to choose
+    max_batch_per_gpu: int = 65536  # largest batch per GPU the planner may choose (convergence bound)
+    dense_dtype: str = "bf16"  # matmul inputs of the dense layers (fp32 master weights)
+    dense_optimizer: str = "adagrad"  # MLPerf DLRM-DCNv2 uses Adagrad for the dense layers too
+    overlap: str = "ddp"  # one of OVERLAP_MODES: what the runtime overlaps
+
+    def __post_init__(self) -> None:
+        checks = (("weight_dtypes", self.weight_dtypes, tuple(WEIGHT_BYTES)), ("optimizers", self.optimizers, OPTIMIZERS),
+                  ("shardings", self.shardings, SHARDINGS))
+        for name, values, valid in checks:
+            bad = [v for v in values if v not in valid]
+            if not values or bad:
+                raise ValueError(f"constraint {name}: {bad or 'empty'} not allowed; valid: {', '.join(valid)}")
+        if self.overlap not in OVERLAP_MODES:
+            raise ValueError(f"constraint overlap: {self.overlap!r}; valid: {', '.join(OVERLAP_MODES)}")
+        for name in ("batch_per_gpu", "max_batch_per_gpu"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"constraint {name} must be >= 1, got {value}")
+
+
+@dataclass(kw_only=True, slots=True)
+class TablePlan:
+    """Where one table lives and how it is stored, with its predicted cost."""
+
+    table: str  # TableSpec.name
+    sharding: str  # one of SHARDINGS
+    ranks: tuple[int, ...]  # ranks holding its shards (one for table_wise)
+    memory: str = "hbm"  # one of MEMORY_KINDS
+    cache_rows: int = 0  # rows of the HBM cache per shard (host_cached only)
+    weight_dtype: str = "fp32"  # one of WEIGHT_BYTES
+    optimizer: str = "rowwise_adagrad"  # one of OPTIMIZERS
+    fwd_ms: float = 0.0  # predicted forward time of its slowest shard
+    bwd_ms: float = 0.0  # predicted backward + fused update time of its slowest shard
+
+
+@dataclass(kw_only=True, slots=True)
+class StepBreakdown:
+    """Predicted time of one training step (ms), by term; ``total_ms`` = sum of terms - overlap."""
+
+    embedding_fwd_ms: float  # slowest rank's embedding lookups
+    embedding_bwd_ms: float  # slowest rank's embedding backward with the fused optimizer update
+    dense_fwd_ms: float  # bottom MLP, interaction, top MLP, loss
+    dense_bwd_ms: float  # their backward (dgrad + wgrad)
+    all_to_all_ms: float  # embedding input, pooled output and gradient exchanges
+    all_reduce_ms: float  # dense gradient all-reduce
+    optimizer_ms: float  # dense optimizer
+    other_ms: float  # launch gaps and small elementwise work
+    overlap_ms: float  # time hidden by overlapping communication with compute (subtracted)
+    total_ms: float
+
+
+@dataclass(kw_only=True, slots=True)
+class DeviceMemory:
+    """Predicted bytes on one rank."""
+
+    rank: int
+    device: str
+    weights: int  # embedding shards (or their HBM caches) + dense parameters
+    optimizer_state: int  # embedding optimizer state in HBM + dense optimizer state and gradients
+    activations: int  # tensors saved for backward and the embedding inputs/outputs
+    workspace: int  # transient buffers: TBE backward sort/segment, largest gradient, BLAS workspace
+    reserve: int  # context and allocator margin kept free
+    capacity: int  # the device's HBM bytes
+    host_bytes: int = 0  # host memory used by host-cached tables of this rank
+
+    @property
+    def used(self) -> int:
+        """Bytes the allocator holds at the peak (what max_memory_allocated reports)."""
+        return self.weights + self.optimizer_state + self.activations + self.workspace
+
+    @property
+    def fits(self) -> bool:
+        return self.used + self.reserve <= self.capacity
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    """The planner's answer: a complete, JSON-serialisable training plan."""
+
+    version: int = PLAN_VERSION
+    model: ModelSpec
+    fleet: Fleet
+    batch_per_gpu: int
+    dense_dtype: str = "bf16"
+    dense_optimizer: str = "adagrad"
+    overlap: str = "ddp"
+    tables: tuple[TablePlan, ...]
+    kernels: dict[str, str] = field(default_factory=dict)  # op -> selected kernel config label
+    step: StepBreakdown
+    memory: tuple[DeviceMemory, ...]
+    samples_per_s: float
+    origins: dict[str, str] = field(default_factory=dict)  # "<device>.<ceiling>" -> datasheet / calibrated / estimate
+    notes: tuple[str, ...] = ()
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_per_gpu * self.fleet.world_size
+
+    @property
+    def fits(self) -> bool:
+        return all(m.fits for m in self.memory)
+
+    def table_plan(self, name: str) -> TablePlan:
+        for t in self.tables:
+            if t.table == name:
+                return t
+        raise KeyError(f"plan has no table {name!r}")
+
+    def to_json(self, *, indent: int | None = 1) -> str:
+        from polyrec.planner.serialize import plan_to_json
+
+        return plan_to_json(self, indent=indent)
+
+    @staticmethod
+    def from_json(text: str) -> Plan:
+        from polyrec.planner.serialize import plan_from_json
+
+        return plan_from_json(text)
