@@ -77,7 +77,7 @@ def train(
         trainer = Trainer(cfg, echo_json=as_json)
         result = trainer.train()
     except (DataError, ValueError, FileNotFoundError, ImportError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if as_json:
         typer.echo(json.dumps({"event": "result", "status": result.status, "step": result.step,
@@ -88,7 +88,7 @@ def train(
         if result.bad_row_examples:
             err.print(f"[yellow]skipped {result.bad_rows} bad rows[/], e.g. " + "; ".join(result.bad_row_examples))
     if result.status == "nan":
-        err.print(f"[red]error:[/] {result.message}")
+        typer.echo(f"error: {result.message}", err=True)
         raise typer.Exit(1)
     if result.status == "sigterm":
-        err.print(result.message)
+        typer.echo(result.message, err=True)

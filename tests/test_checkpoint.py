@@ -1,0 +1,68 @@
+"""Checkpoints: atomic writes, weights_only loads, and resume that continues the same loss curve bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime.checkpoint import load_checkpoint, save_checkpoint
+
+DATA = Path(__file__).parent / "data"
+
+
+def config(tmp: Path, steps: int, data: str = "synthetic", **kw) -> TrainConfig:
+    return TrainConfig(preset="dcnv2-small", data=data, steps=steps, batch_size=32, row_cap=2000, log_every=1,
+                       checkpoint_dir=tmp, device="cpu", **kw)
+
+
+@pytest.mark.parametrize("data,optimizer", [
+    ("synthetic", "rowwise_adagrad"),
+    (f"criteo:{DATA / 'criteo_sample.tsv'}", "adagrad"),  # 48 rows: the stream wraps into a new epoch
+    (f"movielens:{DATA / 'ml_sample.inter'}", "adam"),
+])
+def test_resume_continues_the_same_losses_bitwise(tmp_path, data, optimizer):
+    kw = {"data": data, "embedding_optimizer": optimizer, "dense_optimizer": "adam" if optimizer == "adam" else "adagrad"}
+    straight = Trainer(config(tmp_path / "a", 10, **kw), progress=False).train()
+    first = Trainer(config(tmp_path / "b", 5, **kw), progress=False).train()
+    assert first.status == "done" and first.checkpoint == tmp_path / "b" / "checkpoint.pt"
+    resumed = Trainer(config(tmp_path / "b", 10, resume=True, **kw), progress=False).train()
+    assert len(straight.losses) == 10 and len(resumed.losses) == 5
+    assert first.losses == straight.losses[:5]
+    assert resumed.losses == straight.losses[5:]  # bitwise: same floats, not merely close
+    assert resumed.step == 10
+
+
+def test_checkpoint_holds_only_plain_data(tmp_path):
+    Trainer(config(tmp_path, 3), progress=False).train()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 3 and state["data"] == {"position": 3}
+    assert set(state) >= {"dense", "embeddings", "dense_optimizer", "rng", "train_config", "model_config"}
+    assert not list(tmp_path.glob(".checkpoint-*"))  # no temp file left behind
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, {"step": 1})
+
+    def broken_save(obj, f):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path, {"step": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path)["step"] == 1
+    assert not list(tmp_path.glob(".checkpoint-*"))
+
+
+def test_resume_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint to resume from"):
+        Trainer(config(tmp_path / "none", 3, resume=True), progress=False)
+    Trainer(config(tmp_path, 2), progress=False).train()
+    other = TrainConfig(preset="dcnv2-small", steps=4, batch_size=32, row_cap=500, checkpoint_dir=tmp_path,
+                        device="cpu", resume=True)
+    with pytest.raises(ValueError, match="does not fit this run's model"):
+        Trainer(other, progress=False)
