@@ -7,4 +7,5 @@ selector can choose for that device, so that CI proves they all fit every target
 KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.hardware.probes",
     "polyrec.kernels.tbe_compile",
+    "polyrec.kernels.gemm_configs",
 )

@@ -1,0 +1,282 @@
+"""Zero-warmup GEMM selection against an exhaustive sweep, torch.matmul and triton.autotune.
+
+For every shape of ``dlrm_suite()`` (DLRM-DCNv2 forward / dgrad / wgrad, square, skinny, odd): times
+every config of ``configs_for_shape(config_space(spec, dtype))`` with ``triton.testing.do_bench``
+(median, L2 flushed between runs), the selector's config, torch.matmul alone and with the epilogue as
+torch ops, and records each config's measured and predicted time (for checking the model offline).
+Summary: geomean best/selected, p10, worst, Kendall tau predicted vs measured, rank of the best, and
+the library choice against min(best Triton, torch). ``triton.autotune``'s wall time on two shapes is
+the baseline (constructed here only).
+
+Run on the GPU machine: ``PYTHONPATH=. python3 benchmarks/gemm_selection.py`` (about 8 minutes,
+``--budget-s`` caps the sweeps: shapes that would overrun are skipped and listed); ``--quick`` runs 3
+shapes x 10 configs (about 1 minute, mostly compiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from polyrec.hardware.calibrate import calibrate, ceilings, save_calibration
+from polyrec.hardware.detect import detect
+from polyrec.kernels import gemm_select
+from polyrec.kernels.gemm import gemm_kernel, matmul, reference_matmul
+from polyrec.kernels.gemm_configs import GemmConfig, GemmShape, config_space, configs_for_shape, dlrm_suite
+from polyrec.kernels.gemm_select import select_gemm
+from polyrec.perfmodel.gemm import GemmProblem, estimate
+from polyrec.results import write_results
+
+DTYPES = {"bf16": torch.bfloat16}
+#: do_bench settings (ms): short, since each config is one of ~150 per shape; median of the reps.
+BENCH_WARMUP_MS, BENCH_REP_MS = 1, 4
+#: Shapes whose triton.autotune wall time is measured (its compiles are already cached, so this is
+#: the timed-trial part alone).
+AUTOTUNE_SHAPES = ("fwd top1 B65536", "wgrad cross-U B65536")
+COMPILE_THREADS = 16
+
+
+def _inputs(shape: GemmShape, dtype: torch.dtype) -> dict:
+    """Fresh random operands in the shape's layout, and the epilogue's tensors."""
+    m, n, k = shape.m, shape.n, shape.k
+    a = torch.randn((k, m) if shape.layout[0] == "T" else (m, k), device="cuda", dtype=dtype)
+    b = torch.randn((n, k) if shape.layout[1] == "T" else (k, n), device="cuda", dtype=dtype)
+    args = {"a": a, "b": b, "trans_a": shape.layout[0] == "T", "trans_b": shape.layout[1] == "T"}
+    if shape.epilogue in ("bias", "bias_relu", "cross"):
+        args["bias"] = torch.randn(n, device="cuda", dtype=dtype)
+    if shape.epilogue in ("relu", "bias_relu"):
+        args["activation"] = "relu"
+    if shape.epilogue == "cross":
+        args["cross"] = (torch.randn(m, n, device="cuda", dtype=dtype), torch.randn(m, n, device="cuda", dtype=dtype))
+    return args
+
+
+def _library(args: dict, with_epilogue: bool):
+    a = args["a"].t() if args["trans_a"] else args["a"]
+    b = args["b"].t() if args["trans_b"] else args["b"]
+    if not with_epilogue:
+        return lambda: torch.matmul(a, b)
+
+    def run():
+        y = torch.matmul(a, b)
+        if "bias" in args:
+            y = y + args["bias"]
+        if args.get("activation") == "relu":
+            y = torch.relu(y)
+        if "cross" in args:
+            y = args["cross"][0] * y + args["cross"][1]
+        return y
+    return run
+
+
+def _error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Max abs error relative to the reference's max magnitude."""
+    return ((out.float() - ref).abs().max() / (ref.abs().max() + 1e-6)).item()
+
+
+def _reference(args: dict) -> torch.Tensor:
+    """float64 on the GPU (tens of ms for the largest suite shape), returned as fp32."""
+    return reference_matmul(**args).float()
+
+
+def _precompile(shape_args: list[tuple[dict, list[GemmConfig]]]) -> float:
+    """Compile every (shape, config) in parallel threads; returns wall seconds."""
+    from triton.runtime._async_compile import AsyncCompileMode
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(COMPILE_THREADS) as pool, AsyncCompileMode(pool):
+        for args, configs in shape_args:
+            for config in configs:
+                matmul(**args, config=config, warmup=True)
+    return time.perf_counter() - start
+
+
+def kendall_tau(x: list[float], y: list[float]) -> float:
+    """Kendall's tau-b of two paired lists."""
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif (dx > 0) == (dy > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return (concordant - discordant) / denom if denom else float("nan")
+
+
+def _selection_times(shape: GemmShape, dtype: str, spec) -> tuple[float, float]:
+    """(cold seconds, warm median seconds) of select_gemm for one shape."""
+    gemm_select.clear_cache()
+    select_gemm(1, 1, 1, dtype, spec)  # ceilings loaded once, as in a process
+    start = time.perf_counter()
+    select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue)
+    cold = time.perf_counter() - start
+    warm = []
+    for _ in range(200):
+        start = time.perf_counter()
+        select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue)
+        warm.append(time.perf_counter() - start)
+    return cold, statistics.median(warm)
+
+
+def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], args: dict) -> dict:
+    """Time every config of one shape; correctness of each against the reference first."""
+    ceil = ceilings(spec)
+    problem = GemmProblem(m=shape.m, n=shape.n, k=shape.k, dtype=dtype, epilogue=shape.epilogue)
+    ref = _reference(args)
+    records = []
+    for config in configs:
+        out = matmul(**args, config=config)
+        err = _error(out, ref)
+        ms = do_bench(lambda: matmul(**args, config=config), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
+                      return_mode="median") if err < 2e-2 else float("nan")
+        est = estimate(problem, config, spec, ceil)
+        records.append({"config": config.label, "measured_ms": ms, "predicted_ms": est.seconds * 1e3,
+                        "error": err, "parts": {k: round(v, 9) for k, v in est.parts.items()}})
+    choice = select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue)
+    selected = next((r for r, c in zip(records, configs) if c == choice.config), None)
+    if selected is None:
+        ms = do_bench(lambda: matmul(**args, config=choice.config), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
+                      return_mode="median")
+        selected = {"config": choice.config.label, "measured_ms": ms}
+    library_err = _error(matmul(**args), ref)
+    torch_ms = do_bench(_library(args, False), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS, return_mode="median")
+    torch_epi_ms = do_bench(_library(args, True), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS, return_mode="median")
+    valid = [r for r in records if math.isfinite(r["measured_ms"])]
+    best = min(valid, key=lambda r: r["measured_ms"])
+    if selected["measured_ms"] < best["measured_ms"]:  # the selected config was outside the sweep
+        best = selected
+    by_prediction = sorted(valid, key=lambda r: r["predicted_ms"])
+    cold, warm = _selection_times(shape, dtype, spec)
+    choice_ms = selected["measured_ms"] if choice.backend == "triton" else torch_epi_ms
+    return {
+        "shape": shape.name, "m": shape.m, "n": shape.n, "k": shape.k, "layout": shape.layout,
+        "epilogue": shape.epilogue, "configs": len(configs), "failed_configs": len(records) - len(valid),
+        "best_config": best["config"], "best_ms": best["measured_ms"],
+        "selected_config": selected["config"], "selected_ms": selected["measured_ms"],
+        "best_over_selected": best["measured_ms"] / selected["measured_ms"],
+        "rank_of_best_in_prediction": by_prediction.index(best) + 1 if best in by_prediction else 0,
+        "kendall_tau": kendall_tau([r["predicted_ms"] for r in valid], [r["measured_ms"] for r in valid]),
+        "torch_ms": torch_ms, "torch_epilogue_ms": torch_epi_ms, "backend_chosen": choice.backend,
+        "choice_ms": choice_ms, "oracle_ms": min(best["measured_ms"], torch_epi_ms),
+        "predicted_selected_ms": choice.triton_seconds * 1e3, "predicted_library_ms": choice.library_seconds * 1e3,
+        "library_path_error": library_err, "select_cold_us": cold * 1e6, "select_warm_us": warm * 1e6,
+        "sweep": records,
+    }
+
+
+def autotune_wall(shape: GemmShape, configs: list[GemmConfig], args: dict) -> dict:
+    """Wall seconds of triton.autotune's first call over the split_k = 1 configs (compiles cached)."""
+    plain = [c for c in configs if c.split_k == 1]
+    tuned = triton.autotune(
+        configs=[triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k,
+                                "GROUP_M": c.group_m, "SPLIT_K": 1}, num_warps=c.num_warps, num_stages=c.num_stages)
+                 for c in plain],
+        key=["M", "N", "K"])(gemm_kernel)
+    a = args["a"].t() if args["trans_a"] else args["a"]
+    b = args["b"].t() if args["trans_b"] else args["b"]
+    m, n, k = shape.m, shape.n, shape.k
+    out = torch.empty((m, n), device="cuda", dtype=a.dtype)
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), 1)  # noqa: E731
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    tuned[grid](a, b, out, out, out, out, m, n, k, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 0,
+                out.stride(0), out.stride(1), 0, 0, 0, 0, HAS_BIAS=False, RELU=False, CROSS=False,
+                INPUT_PRECISION="ieee")
+    torch.cuda.synchronize()
+    return {"shape": shape.name, "configs": len(plain), "autotune_wall_s": time.perf_counter() - start}
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summarize(rows: list[dict]) -> dict:
+    ratios = sorted(r["best_over_selected"] for r in rows)
+    return {
+        "shapes": len(rows),
+        "geomean_best_over_selected": _geomean(ratios),
+        "p10_best_over_selected": ratios[max(0, math.ceil(0.1 * len(ratios)) - 1)] if ratios else float("nan"),
+        "worst_best_over_selected": ratios[0] if ratios else float("nan"),
+        "median_kendall_tau": statistics.median(r["kendall_tau"] for r in rows) if rows else float("nan"),
+        "median_rank_of_best": statistics.median(r["rank_of_best_in_prediction"] for r in rows) if rows else float("nan"),
+        "geomean_oracle_over_choice": _geomean([r["oracle_ms"] / r["choice_ms"] for r in rows]),
+        "geomean_best_triton_over_torch": _geomean([r["torch_ms"] / r["best_ms"] for r in rows]),
+        "max_select_cold_us": max((r["select_cold_us"] for r in rows), default=float("nan")),
+        "median_select_warm_us": statistics.median(r["select_warm_us"] for r in rows) if rows else float("nan"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 shapes x 10 configs (smoke test)")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="wall seconds for compiles + sweeps")
+    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    opts = parser.parse_args()
+    start = time.perf_counter()
+    spec = detect().spec
+    save_calibration(spec.name, calibrate(spec))  # the model divides by this GPU's measured ceilings
+    gemm_select.clear_cache()
+    dtype = opts.dtype
+    space = config_space(spec, dtype)
+    suite = dlrm_suite()
+    if opts.quick:
+        suite = [s for s in suite if s.name in ("fwd cross-U B16384", "wgrad top1 B16384", "odd 17x33x29")]
+    rows, skipped, compile_s = [], [], 0.0
+    for shape in suite:
+        torch.manual_seed(len(rows))
+        configs = configs_for_shape(space, shape.m, shape.n, shape.k)
+        if opts.quick:
+            ranked = gemm_select.rank_configs(GemmProblem(m=shape.m, n=shape.n, k=shape.k, dtype=dtype,
+                                                          epilogue=shape.epilogue), spec, configs=configs)
+            configs = [c for _, c in ranked[:5]] + [c for _, c in ranked[5::max(1, len(ranked) // 5)]][:5]
+        elapsed = time.perf_counter() - start
+        if rows and elapsed + 1.5 * (elapsed / (len(rows) + len(skipped))) > opts.budget_s:
+            skipped.append(shape.name)
+            continue
+        args = _inputs(shape, DTYPES[dtype])
+        compile_s += _precompile([(args, configs)])
+        row = sweep_shape(shape, dtype, spec, configs, args)
+        rows.append(row)
+        print(f"{shape.name:24s} best {row['best_ms']:.4f} ms  selected {row['selected_ms']:.4f} ms  "
+              f"ratio {row['best_over_selected']:.3f}  torch {row['torch_ms']:.4f}  tau {row['kendall_tau']:.2f}  "
+              f"[{time.perf_counter() - start:.0f} s]", flush=True)
+        del args
+    autotune = []
+    for shape in suite:
+        if shape.name in AUTOTUNE_SHAPES and time.perf_counter() - start < opts.budget_s + 50 and not opts.quick:
+            args = _inputs(shape, DTYPES[dtype])
+            autotune.append(autotune_wall(shape, configs_for_shape(space, shape.m, shape.n, shape.k), args))
+    summary = summarize(rows) | {"compile_wall_s": compile_s, "skipped_shapes": skipped,
+                                 "total_wall_s": time.perf_counter() - start, "dtype": dtype,
+                                 "space_size": len(space), "ceilings": str(ceilings(spec))}
+    for a in autotune:
+        summary[f"autotune_wall_s {a['shape']}"] = a["autotune_wall_s"]
+    table = [{k: v for k, v in r.items() if k != "sweep"} for r in rows]
+    write_results("gemm_selection" + ("_quick" if opts.quick else ""), {"rows": rows, "autotune": autotune},
+                  rows=table, summary=summary)
+    print()
+    print(f"{'shape':24s} {'best/sel':>8s} {'tau':>5s} {'rank':>4s} {'backend':>8s} {'oracle/choice':>13s}")
+    for r in rows:
+        print(f"{r['shape']:24s} {r['best_over_selected']:8.3f} {r['kendall_tau']:5.2f} "
+              f"{r['rank_of_best_in_prediction']:4d} {r['backend_chosen']:>8s} {r['oracle_ms'] / r['choice_ms']:13.3f}")
+    for key, value in summary.items():
+        print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()

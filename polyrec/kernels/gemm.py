@@ -1,0 +1,401 @@
+"""Triton GEMM with fp32 accumulation, every training layout, fused epilogues and split-K.
+
+``matmul(a, b)`` computes ``A @ B`` for A [M, K] (or [K, M] with ``trans_a``) and B [K, N] (or [N, K]
+with ``trans_b``), so forward (x @ Wᵀ), dgrad (g @ W) and wgrad (gᵀ @ x) all run without copies:
+layouts are strides. Epilogues, fused into the store: ``+ bias[N]``, ReLU, and the DCN-v2 cross update
+``x0 * (acc + bias) + x``. Programs walk the output grid in groups of ``group_m`` rows (L2 reuse);
+``split_k > 1`` writes fp32 partials that a second kernel sums and finishes with the epilogue.
+The config comes from ``polyrec.kernels.gemm_select`` (a performance model; nothing is timed), which
+may also hand the GEMM to the vendor library (torch.matmul) with the epilogue applied by torch.
+
+``linear`` and ``cross_linear`` are autograd layers on top: their backward GEMMs go through
+``matmul`` as well.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from polyrec.hardware.compile import CompileJob
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
+from polyrec.kernels.gemm_select import select_gemm
+
+ACTIVATIONS = ("none", "relu")
+_TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
+#: Largest element offset the kernels compute in 32-bit arithmetic.
+MAX_ELEMENTS = 2**31 - 1
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, stride_x0n,
+              stride_xrm, stride_xrn, N, HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr):
+    """acc [BM, BN] fp32 -> (+ bias[N]) -> ReLU or cross ``x0 * y + x``, in fp32."""
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
+        acc = acc + bias[None, :]
+    if RELU:
+        acc = tl.maximum(acc, 0.0)
+    if CROSS:
+        x0 = tl.load(x0_ptr + offs_m[:, None] * stride_x0m + offs_n[None, :] * stride_x0n, mask=mask)
+        xr = tl.load(xr_ptr + offs_m[:, None] * stride_xrm + offs_n[None, :] * stride_xrn, mask=mask)
+        acc = x0.to(tl.float32) * acc + xr.to(tl.float32)
+    return acc
+
+
+@triton.jit(do_not_specialize=["M", "N"])
+def gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
+    stride_x0m, stride_x0n, stride_xrm, stride_xrn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, WIDEN_OPERANDS: tl.constexpr = False,
+):
+    """C[M, N] (or fp32 partials [SPLIT_K, M, N]) of A[M, K] @ B[K, N]; program (pid, split).
+
+    WIDEN_OPERANDS (interpreter only): Triton 3.6's interpreter multiplies bf16 bit patterns as
+    integers (``interpreter.py``, ``create_dot``), so on the CPU the operands are widened to fp32
+    first; bf16/fp16 products are exact in fp32, so the result is what the matrix unit computes.
+    """
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * tiles_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    offs_k = tl.arange(0, BLOCK_K)  # [BK]
+    k_start = tl.multiple_of(pid_k * K_PER_SPLIT, BLOCK_K)  # K_PER_SPLIT is a multiple of BLOCK_K
+    k_left = tl.minimum(K - k_start, K_PER_SPLIT)  # this split's depth
+    # Out-of-range rows / columns wrap (loads stay in bounds without masks); the store masks them.
+    # The K mask is what limits vector width: K divisible by 16 (specialized) keeps the loads
+    # vectorized and software-pipelined (cp.async / LDS buffers).
+    a_ptrs = a_ptr + (rows % M)[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak  # [BM, BK]
+    b_ptrs = b_ptr + (k_start + offs_k)[:, None] * stride_bk + (cols % N)[None, :] * stride_bn  # [BK, BN]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(0, tl.cdiv(k_left, BLOCK_K)):
+        k_mask = offs_k < k_left - step * BLOCK_K
+        a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
+        if WIDEN_OPERANDS:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    if SPLIT_K == 1:
+        acc = _epilogue(acc, rows, cols, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, stride_x0n,
+                        stride_xrm, stride_xrn, N, HAS_BIAS, RELU, CROSS)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def split_k_reduce_kernel(
+    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr,
+    M, N,
+    stride_ps, stride_pm, stride_pn, stride_cm, stride_cn, stride_x0m, stride_x0n, stride_xrm, stride_xrn,
+    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr,
+):
+    """C = epilogue(sum over s of partials[s]) for one [BLOCK_M, BLOCK_N] block."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    ptrs = p_ptr + rows[:, None] * stride_pm + cols[None, :] * stride_pn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(SPLIT_K):
+        acc += tl.load(ptrs + s * stride_ps, mask=mask, other=0.0)
+    acc = _epilogue(acc, rows, cols, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, stride_x0n,
+                    stride_xrm, stride_xrn, N, HAS_BIAS, RELU, CROSS)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def gemm_dtype(t: torch.Tensor) -> str:
+    """The GEMM dtype of an input: bf16, fp16, or for fp32 "tf32" / "fp32" following
+    ``torch.get_float32_matmul_precision()`` (as torch.matmul does)."""
+    if t.dtype not in _TORCH_TO_GEMM:
+        raise TypeError(f"matmul: dtype {t.dtype} is not supported; use bfloat16, float16 or float32")
+    name = _TORCH_TO_GEMM[t.dtype]
+    if name == "fp32" and torch.get_float32_matmul_precision() != "highest":
+        return "tf32"
+    return name
+
+
+def _input_precision(dtype: str, backend: str) -> str:
+    """tl.dot's input_precision: Triton 3.6 has no TF32 dot on AMD, so fp32 stays IEEE there."""
+    return "tf32" if dtype == "tf32" and backend == "cuda" else "ieee"
+
+
+def epilogue_name(bias: bool, activation: str, cross: bool) -> str:
+    """The model's epilogue key: "none", "bias", "relu", "bias_relu" or "cross"."""
+    if cross:
+        return "cross"
+    if activation == "relu":
+        return "bias_relu" if bias else "relu"
+    return "bias" if bias else "none"
+
+
+def _validate(a, b, trans_a, trans_b, bias, activation, cross) -> tuple[int, int, int]:
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"matmul: a and b must be 2-D, got a {tuple(a.shape)}, b {tuple(b.shape)}")
+    m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    k_b, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if k != k_b:
+        raise ValueError(f"matmul: inner sizes differ: a gives K={k} (trans_a={trans_a}), b gives K={k_b} "
+                         f"(trans_b={trans_b})")
+    if a.dtype != b.dtype or a.device != b.device:
+        raise ValueError(f"matmul: a and b must share dtype and device, got {a.dtype}/{a.device} and "
+                         f"{b.dtype}/{b.device}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"matmul: activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if bias is not None and (bias.shape != (n,) or bias.device != a.device):
+        raise ValueError(f"matmul: bias must be [{n}] on {a.device}, got {tuple(bias.shape)} on {bias.device}")
+    if cross is not None:
+        if activation != "none":
+            raise ValueError("matmul: the cross epilogue takes no activation")
+        for name, t in zip(("x0", "x"), cross):
+            if t.shape != (m, n) or t.device != a.device:
+                raise ValueError(f"matmul: cross {name} must be [{m}, {n}] on {a.device}, got "
+                                 f"{tuple(t.shape)} on {t.device}")
+    for name, t in (("a", a), ("b", b)):
+        if t.numel() > MAX_ELEMENTS:
+            raise ValueError(f"matmul: {name} has {t.numel()} elements, more than {MAX_ELEMENTS}")
+    return m, n, k
+
+
+def _library(a, b, bias, activation, cross, out_dtype) -> torch.Tensor:
+    """torch.matmul (cuBLAS / hipBLASLt) with the epilogue as separate torch ops."""
+    y = torch.matmul(a, b)
+    if bias is not None:
+        y = y + bias.to(y.dtype)
+    if activation == "relu":
+        y = torch.relu(y)
+    if cross is not None:
+        y = cross[0].to(y.dtype) * y + cross[1].to(y.dtype)
+    return y.to(out_dtype)
+
+
+def _call(kernel, grid, warmup: bool):
+    """Launch on ``grid``, or with ``warmup`` only compile (in parallel under AsyncCompileMode)."""
+    return (lambda *args, **kwargs: kernel.warmup(*args, grid=grid, **kwargs)) if warmup else kernel[grid]
+
+
+def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, m, n, k, sa, sb,
+            warmup: bool = False) -> None:
+    backend = "hip" if torch.version.hip else "cuda"
+    options = config.launch_options(backend) if a.is_cuda else {"WIDEN_OPERANDS": True}
+    precision = _input_precision(dtype, backend)
+    dummy = out  # never read: its flag is off
+    bias_t = bias if bias is not None else dummy
+    x0, xr = cross if cross is not None else (dummy, dummy)
+    flags = {"HAS_BIAS": bias is not None, "RELU": activation == "relu", "CROSS": cross is not None}
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+    if config.split_k == 1:
+        _call(gemm_kernel, (tiles, 1), warmup)(
+            a, b, out, bias_t, x0, xr, m, n, k, k_per_split, *sa, *sb, 0, out.stride(0), out.stride(1),
+            x0.stride(0), x0.stride(1), xr.stride(0), xr.stride(1),
+            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+            SPLIT_K=1, INPUT_PRECISION=precision, **flags, **options)
+        return
+    partials = torch.empty((config.split_k, m, n), device=a.device, dtype=torch.float32)  # [S, M, N]
+    _call(gemm_kernel, (tiles, config.split_k), warmup)(
+        a, b, partials, bias_t, x0, xr, m, n, k, k_per_split, *sa, *sb, *partials.stride(),
+        x0.stride(0), x0.stride(1), xr.stride(0), xr.stride(1),
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        SPLIT_K=config.split_k, INPUT_PRECISION=precision, HAS_BIAS=False, RELU=False, CROSS=False, **options)
+    grid = (triton.cdiv(m, REDUCE_BLOCK_M), triton.cdiv(n, REDUCE_BLOCK_N))
+    _call(split_k_reduce_kernel, grid, warmup)(
+        partials, out, bias_t, x0, xr, m, n, *partials.stride(), out.stride(0), out.stride(1),
+        x0.stride(0), x0.stride(1), xr.stride(0), xr.stride(1), SPLIT_K=config.split_k,
+        BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, num_warps=REDUCE_NUM_WARPS, **flags)
+
+
+def _device_spec(t: torch.Tensor) -> DeviceSpec:
+    from polyrec.hardware.detect import cpu_spec, detect
+
+    index = (t.device.index or 0) if t.is_cuda else -1
+    spec = _SPEC_BY_DEVICE.get(index)
+    if spec is None:
+        spec = detect(index).spec if t.is_cuda else cpu_spec()
+        _SPEC_BY_DEVICE[index] = spec
+    return spec
+
+
+_SPEC_BY_DEVICE: dict[int, DeviceSpec] = {}
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bool = False,
+           bias: torch.Tensor | None = None, activation: str = "none",
+           cross: tuple[torch.Tensor, torch.Tensor] | None = None, out_dtype: torch.dtype | None = None,
+           config: GemmConfig | None = None, warmup: bool = False) -> torch.Tensor:
+    """``epilogue(op(a) @ op(b))`` with fp32 accumulation; returns [M, N] in ``out_dtype`` (default a's).
+
+    a: [M, K] ([K, M] with ``trans_a``); b: [K, N] ([N, K] with ``trans_b``); bias: [N];
+    cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``. ``config=None`` asks the selector,
+    which may run torch.matmul instead when it predicts that faster (epilogue pass included).
+    ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
+    """
+    m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross)
+    out_dtype = out_dtype or a.dtype
+    dtype = gemm_dtype(a)
+    a_op = a.t() if trans_a else a  # [M, K] view
+    b_op = b.t() if trans_b else b  # [K, N] view
+    if config is None:
+        out_bytes = torch.empty((), dtype=out_dtype).element_size()
+        choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue_name(bias is not None, activation,
+                             cross is not None), out_bytes=out_bytes)
+        if choice.backend == "library":
+            return _library(a_op, b_op, bias, activation, cross, out_dtype)
+        config = choice.config
+    out = torch.empty((m, n), device=a.device, dtype=out_dtype)  # [M, N]
+    _launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
+            (a_op.stride(0), a_op.stride(1)), (b_op.stride(0), b_op.stride(1)), warmup)
+    return out
+
+
+def reference_matmul(a, b, *, trans_a=False, trans_b=False, bias=None, activation="none", cross=None):
+    """float64 reference of ``matmul`` (same arguments), for tests."""
+    a64 = (a.t() if trans_a else a).double()
+    b64 = (b.t() if trans_b else b).double()
+    y = a64 @ b64
+    if bias is not None:
+        y = y + bias.double()
+    if activation == "relu":
+        y = torch.relu(y)
+    if cross is not None:
+        y = cross[0].double() * y + cross[1].double()
+    return y
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, activation):
+        y = matmul(x, weight, trans_b=True, bias=bias, activation=activation)  # [B, out]
+        ctx.save_for_backward(x, weight, y if activation == "relu" else None)
+        ctx.activation, ctx.has_bias = activation, bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, y = ctx.saved_tensors
+        grad = grad.contiguous()
+        if ctx.activation == "relu":
+            grad = grad * (y > 0)
+        dx = matmul(grad, weight) if ctx.needs_input_grad[0] else None  # [B, out] @ [out, in]
+        dw = matmul(grad, x, trans_a=True) if ctx.needs_input_grad[1] else None  # [out, B] @ [B, in]
+        db = grad.sum(0, dtype=torch.float32).to(grad.dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None
+
+
+class _CrossLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x0, v, x_residual, weight, bias):
+        out = matmul(v, weight, trans_b=True, bias=bias, cross=(x0, x_residual))  # [B, D]
+        ctx.save_for_backward(x0, v, weight, bias)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x0, v, weight, bias = ctx.saved_tensors
+        grad = grad.contiguous()
+        g = grad * x0  # d out / d (v @ Wᵀ + b): [B, D]
+        d_x0 = None
+        if ctx.needs_input_grad[0]:  # the layer output before the cross update, recomputed
+            d_x0 = grad * matmul(v, weight, trans_b=True, bias=bias)
+        dv = matmul(g, weight) if ctx.needs_input_grad[1] else None  # [B, D] @ [D, r]
+        dw = matmul(g, v, trans_a=True) if ctx.needs_input_grad[3] else None  # [D, B] @ [B, r]
+        db = g.sum(0, dtype=torch.float32).to(g.dtype) if ctx.needs_input_grad[4] else None
+        return d_x0, dv, grad if ctx.needs_input_grad[2] else None, dw, db
+
+
+def _autocast(*tensors):
+    """Cast to the autocast dtype where autocast is on for these tensors' device (as F.linear does)."""
+    device_type = tensors[0].device.type
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           activation: str = "none") -> torch.Tensor:
+    """``activation(x @ weight.T + bias)``: x [B, in], weight [out, in], bias [out] -> [B, out].
+
+    Autograd-capable; forward (A @ Bᵀ), dgrad (A @ B) and wgrad (Aᵀ @ B) all go through ``matmul``.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
+    x, weight, bias = _autocast(x, weight, bias)
+    return _Linear.apply(x, weight, bias, activation)
+
+
+def cross_linear(x0: torch.Tensor, v: torch.Tensor, x_residual: torch.Tensor, weight: torch.Tensor,
+                 bias: torch.Tensor) -> torch.Tensor:
+    """One low-rank DCN-v2 cross layer's up-projection with the cross update fused:
+    ``x0 * (v @ weight.T + bias) + x_residual``.
+
+    x0: [B, D] the cross network's input; v: [B, r] the rank-r projection ``x_l @ V`` of the layer
+    input; x_residual: [B, D] the layer input x_l; weight: [D, r]; bias: [D] -> [B, D].
+    Autograd-capable (the backward recomputes ``v @ weight.T + bias`` for x0's gradient).
+    """
+    x0, v, x_residual, weight, bias = _autocast(x0, v, x_residual, weight, bias)
+    return _CrossLinear.apply(x0, v, x_residual, weight, bias)
+
+
+def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogue: str = "cross",
+                    trans_b: bool = True) -> CompileJob:
+    """The GEMM kernel with one config, for ``polyrec.hardware.compile.compile_for`` (forward layout:
+    A row-major, B given as [N, K] row-major; ``epilogue`` "none", "bias_relu" or "cross")."""
+    ptr = _TRITON_TYPES[dtype]
+    fused = config.split_k == 1
+    ints = ["M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_bn", "stride_cs", "stride_cm",
+            "stride_x0m", "stride_xrm"]
+    unit = {"stride_ak": 1, "stride_cn": 1, "stride_x0n": 1, "stride_xrn": 1}  # row-major A, C, x0, x
+    unit["stride_bk" if trans_b else "stride_bn"] = 1
+    constexprs = unit | {
+        "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+        "GROUP_M": config.group_m, "SPLIT_K": config.split_k, "HAS_BIAS": fused and epilogue != "none",
+        "RELU": fused and epilogue == "bias_relu", "CROSS": fused and epilogue == "cross",
+        "INPUT_PRECISION": _input_precision(dtype, spec.triton.backend if spec.triton else "cuda"),
+        "WIDEN_OPERANDS": False}
+    signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr if fused else "*fp32", "bias_ptr": ptr,
+                 "x0_ptr": ptr, "xr_ptr": ptr}
+    signature |= {name: "i32" for name in ints if name not in unit}
+    signature |= {name: "constexpr" for name in constexprs}
+    order = list(gemm_kernel.arg_names)
+    signature = {name: signature[name] for name in order}
+    options = config.launch_options("hip")
+    del options["num_warps"], options["num_stages"]
+    return CompileJob(label=f"gemm {dtype} {config.label} {epilogue}", kernel=gemm_kernel, signature=signature,
+                      constexprs=constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
+                      options=options)
+
+
+def reduce_compile_job(dtype: str, split_k: int = 4) -> CompileJob:
+    """The split-K reduction kernel with the cross epilogue."""
+    ptr = _TRITON_TYPES[dtype]
+    names = ["M", "N", "stride_ps", "stride_pm", "stride_pn", "stride_cm", "stride_cn", "stride_x0m",
+             "stride_x0n", "stride_xrm", "stride_xrn"]
+    signature = {"p_ptr": "*fp32", "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr}
+    signature |= {n: "i32" for n in names}
+    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N,
+                  "HAS_BIAS": True, "RELU": False, "CROSS": True}
+    signature |= {k: "constexpr" for k in constexprs}
+    signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
+    return CompileJob(label=f"gemm split-k reduce {dtype}", kernel=split_k_reduce_kernel, signature=signature,
+                      constexprs=constexprs, num_warps=REDUCE_NUM_WARPS, num_stages=1)

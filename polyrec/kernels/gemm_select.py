@@ -1,0 +1,138 @@
+"""Zero-warmup GEMM selection: the config (and Triton vs the vendor library) from the performance model.
+
+No kernel is ever timed: ``select_gemm`` ranks the device's config space with
+``polyrec.perfmodel.gemm.estimate`` and keeps the fastest predicted config; it then predicts the vendor
+library (torch.matmul: cuBLAS / hipBLASLt) at the measured matmul ceiling, plus a separate epilogue
+pass when the GEMM has one, and picks whichever is faster. Answers are cached per shape bucket, so a
+repeated shape costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from polyrec.hardware.calibrate import ceilings as device_ceilings
+from polyrec.hardware.types import Ceilings, DeviceSpec
+from polyrec.kernels.gemm_configs import GemmConfig, config_space, configs_for_shape
+from polyrec.perfmodel.gemm import (EPILOGUE_READS, GEMM_DTYPES, GemmProblem, epilogue_pass_seconds, estimate,
+                                    rate_dtype)
+
+#: Dimensions up to this size are bucketed to a multiple of 16 (the smallest tile side, so every
+#: tile count ``cdiv(x, block)`` is the same as for the exact size); larger ones to 1/16 octave.
+EXACT_BUCKET_LIMIT = 8192
+#: The config used where there is no GPU target and the Triton interpreter runs the kernel (tests on
+#: the CPU): small tiles keep the interpreter's per-program numpy work small.
+INTERPRETER_CONFIG = GemmConfig(block_m=32, block_n=32, block_k=32, group_m=4, num_warps=4, num_stages=2)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GemmChoice:
+    """What runs a GEMM: the Triton kernel with ``config``, or the vendor library."""
+
+    backend: str  # "triton" or "library"
+    config: GemmConfig  # the best Triton config (also kept when the library is chosen)
+    triton_seconds: float  # predicted, inf where unknown
+    library_seconds: float  # predicted, epilogue pass included; inf where unknown
+
+
+_CACHE: dict[tuple, GemmChoice] = {}
+_SPECS: dict[int, tuple[DeviceSpec, tuple, Ceilings]] = {}
+
+
+def bucket(x: int) -> int:
+    """The cache bucket of one dimension (see EXACT_BUCKET_LIMIT)."""
+    if x <= EXACT_BUCKET_LIMIT:
+        return max(16, -(-x // 16) * 16)
+    step = 1 << (x.bit_length() - 5)
+    return -(-x // step) * step
+
+
+def _spec_entry(spec: DeviceSpec) -> tuple[DeviceSpec, tuple, Ceilings]:
+    """(spec kept alive, hashable key of the numbers the model reads, ceilings), cached by identity."""
+    entry = _SPECS.get(id(spec))
+    if entry is None:
+        key = (spec.name, spec.arch, spec.compute_units, spec.smem_per_block, spec.smem_per_cu,
+               spec.registers_per_cu, spec.max_registers_per_thread, spec.l2_bytes, spec.xcd_count,
+               spec.infinity_cache_bytes, spec.boost_clock_hz, spec.hbm_bandwidth,
+               tuple(sorted(spec.peak_flops.items())))
+        ceil = device_ceilings(spec) if spec.triton is not None else None
+        entry = (spec, key, ceil)
+        _SPECS[id(spec)] = entry
+    return entry
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _check(m: int, n: int, k: int, dtype: str, epilogue: str) -> None:
+    if min(m, n, k) < 1:
+        raise ValueError(f"select_gemm: sizes must be >= 1, got M={m} N={n} K={k}")
+    if dtype not in GEMM_DTYPES:
+        raise ValueError(f"select_gemm: dtype must be one of {GEMM_DTYPES}, got {dtype!r}")
+    if epilogue not in EPILOGUE_READS:
+        raise ValueError(f"select_gemm: epilogue must be one of {tuple(EPILOGUE_READS)}, got {epilogue!r}")
+
+
+def rank_configs(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings | None = None,
+                 configs: list[GemmConfig] | None = None) -> list[tuple[float, GemmConfig]]:
+    """(predicted seconds, config) for every config that fits, fastest first, ties in space order."""
+    ceil = ceil or _spec_entry(spec)[2]
+    if configs is None:
+        configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)
+    scored = [(estimate(problem, c, spec, ceil).seconds, i, c) for i, c in enumerate(configs)]
+    return [(s, c) for s, _, c in sorted(scored, key=lambda t: (t[0], t[1])) if math.isfinite(s)]
+
+
+def _choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice:
+    rated = rate_dtype(problem.dtype, spec)
+    if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
+        fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)[0]
+        return GemmChoice(backend="library", config=fallback, triton_seconds=math.inf, library_seconds=math.inf)
+    ranked = rank_configs(problem, spec, ceil)
+    if not ranked:
+        raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
+    seconds, config = ranked[0]
+    library = estimate(problem, config, spec, ceil, efficiency=1.0).seconds + epilogue_pass_seconds(problem, ceil)
+    backend = "library" if library <= seconds else "triton"
+    return GemmChoice(backend=backend, config=config, triton_seconds=seconds, library_seconds=library)
+
+
+def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
+                out_bytes: int = 0) -> GemmChoice:
+    """Triton config and backend for C[m, n] = A[m, k] @ B[k, n] on ``spec``; no timed runs.
+
+    ``epilogue`` is one of "none", "bias", "relu", "bias_relu", "cross"; ``out_bytes`` the output
+    element size (0 = as the inputs). Deterministic; cached per (device, dtype, bucketed shape).
+    Without a GPU target (the CPU), the Triton interpreter runs ``INTERPRETER_CONFIG`` when
+    ``TRITON_INTERPRET`` is set, otherwise the library (torch) runs the GEMM.
+    """
+    entry = _SPECS.get(id(spec)) or _spec_entry(spec)
+    key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes)
+    choice = _CACHE.get(key)
+    if choice is not None:
+        return choice
+    _check(m, n, k, dtype, epilogue)
+    if spec.triton is None:
+        backend = "triton" if _interpreting() else "library"
+        choice = GemmChoice(backend=backend, config=INTERPRETER_CONFIG, triton_seconds=math.inf,
+                            library_seconds=math.inf)
+    else:
+        problem = GemmProblem(m=key[2], n=key[3], k=key[4], dtype=dtype, out_bytes=out_bytes, epilogue=epilogue)
+        choice = _choose(problem, spec, entry[2])
+    _CACHE[key] = choice
+    return choice
+
+
+def select_gemm_config(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
+                       out_bytes: int = 0) -> GemmConfig:
+    """The Triton config ``select_gemm`` predicts fastest (whatever the backend choice)."""
+    return select_gemm(m, n, k, dtype, spec, epilogue=epilogue, out_bytes=out_bytes).config
+
+
+def clear_cache() -> None:
+    """Forget every cached selection (tests; a new calibration)."""
+    _CACHE.clear()
+    _SPECS.clear()

@@ -1,0 +1,345 @@
+"""Analytical time of a tiled GEMM on a DeviceSpec, from first principles (no GPU, no torch).
+
+One program computes a ``block_m x block_n`` tile of C over a ``K / split_k`` slice, stepping
+``block_k`` at a time through a software pipeline of ``num_stages`` buffers. The model follows one
+main-loop step of one program through the resources it uses, then the grid over the device:
+
+1. **Footprint** (``footprint``): shared memory / LDS of the pipeline buffers, registers per thread
+   (accumulator tile + operand fragments + prefetch registers on AMD), hence programs per CU.
+2. **Step time on one CU**, in clock cycles: the matrix unit (``2 BM BN BK`` FLOP at the CU's rate for
+   the instruction Triton emits: Hopper ``wgmma`` or ``mma.sync``, AMD MFMA, FMA for IEEE fp32), the
+   shared-memory / LDS traffic of the operand reads (each warp / warpgroup reads its A rows and B
+   columns) and the tile writes, and the CU's share of L2 bandwidth for the tile loads. Cycles become
+   seconds at the clock implied by the *measured* matmul ceiling (``ceilings(spec)``).
+3. **Latency**: each program keeps ``num_stages - 1`` steps of loads in flight, so a step cannot take
+   less than memory latency / (stages - 1) (Little's law); programs resident on one CU overlap.
+4. **Grid**: ``cdiv(programs, CUs)`` programs land on the busiest CU (wave quantization); they run
+   ``min(occupancy, that)`` at a time, sharing the matrix unit.
+5. **Memory system**: HBM bytes (compulsory, plus re-reads when an operand's panels do not stay in
+   L2 under the ``group_m`` ordering; AMD: XCDs take programs round-robin, each with its own L2,
+   behind the Infinity Cache), the epilogue's reads and writes, the split-K partials and their
+   reduction kernel, and a fixed cost per kernel.
+
+The time is the largest of the per-CU time and the device-wide memory times, plus what cannot
+overlap. Constants below carry their unit and source; the ones marked *estimate* are to be checked
+against ``benchmarks/gemm_selection.py``'s per-config measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from polyrec.hardware.types import Ceilings, DeviceSpec
+
+GEMM_DTYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32")
+#: Extra bytes read per output element by each epilogue, in units of the output element size.
+EPILOGUE_READS: dict[str, int] = {"none": 0, "bias": 0, "relu": 0, "bias_relu": 0, "cross": 2}
+
+#: Shared memory / LDS bytes per clock per SM / CU. NVIDIA: 32 banks x 4 B per clock (CUDA C
+#: Programming Guide, "Shared Memory" of compute capability 8.x/9.x). AMD CDNA3: 128 B/clk per CU
+#: (AMD CDNA3 ISA guide, LDS: 32 banks x 4 B); CDNA4 doubles the LDS read bandwidth with its 160 KB
+#: LDS (AMD CDNA4 architecture white paper, 2025).
+SMEM_BYTES_PER_CLOCK: dict[str, int] = {"sm_80": 128, "sm_90": 128, "sm_100": 128, "gfx942": 128,
+                                        "gfx950": 256}
+#: Loaded global-memory latency, seconds. Pointer-chasing measures ~0.5 us unloaded on H100 HBM3
+#: (Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", arXiv 2402.13499:
+#: ~480 cycles at 1.7 GHz is 0.28 us for a global load that hits DRAM, more under load) and ~0.8 us on
+#: MI300X (Chips and Cheese, "Testing AMD's Giant MI300X", 2024). *Estimate* for the loaded case.
+MEMORY_LATENCY_S: dict[str, float] = {"nvidia": 0.6e-6, "amd": 0.9e-6}
+#: Hopper's legacy ``mma.sync`` path reaches about 2/3 of the ``wgmma`` dense rate (Luo et al.,
+#: arXiv 2402.13499, tensor-core throughput of mma vs wgmma on H800). *Estimate*.
+MMA_SYNC_FRACTION_SM90 = 0.65
+#: Cycles of fixed work per main-loop step: loop counter, pointer increments, the barrier / async
+#: wait that hands a pipeline buffer to the matrix unit. *Estimate* (tens of cycles per barrier).
+STEP_OVERHEAD_CYCLES = 40
+#: Registers per thread besides accumulator and operands: pointers, offsets, masks, loop state.
+#: *Estimate*, checked by the compile-fit test (registers and spills read from the compiled kernel).
+BASE_REGISTERS = 40
+#: AMD CDNA3/CDNA4: of the 512 registers per lane, 256 are architectural VGPRs; loads and arithmetic
+#: (the epilogue's) use those, the other 256 (AGPRs) hold MFMA accumulators (AMD CDNA3 ISA guide).
+AMD_ARCH_VGPRS = 256
+#: Registers the cross epilogue adds per accumulator register: the x0 and x tiles as loaded and
+#: widened to fp32. *Estimate*, checked by the compile-fit test (gfx942 spills above it).
+CROSS_EPILOGUE_REGISTERS_PER_ACC = 3
+#: Operand fragments in registers at once on AMD: Triton's AMD pipeline reads the next K sub-step from
+#: LDS while the MFMAs consume the current one. *Estimate*, from the compile-fit test (gfx950,
+#: 256x128x128 with 4 waves compiles to 726 registers).
+AMD_OPERAND_BUFFERS = 2
+#: Resident threads per SM (NVIDIA Hopper: 2048, CUDA C Programming Guide, compute capability 9.0)
+#: and per CU (AMD CDNA3: 4 SIMDs x 8 waves x 64 lanes, AMD Instinct MI300 ISA guide).
+MAX_THREADS_PER_CU = 2048
+#: Programs per SM at most (CUDA C Programming Guide, compute capability 9.0: 32 blocks per SM).
+MAX_PROGRAMS_PER_CU = 32
+#: Fraction of an L2 that holds reused operand panels while other data streams through. *Estimate*.
+L2_USABLE_FRACTION = 0.5
+#: AMD Infinity Cache (MALL) peak bandwidth, B/s: 17.2 TB/s on MI300X (AMD CDNA3 white paper); the
+#: same figure is assumed for CDNA4 parts (*estimate*).
+MALL_BANDWIDTH = 17.2e12
+#: GPU time of a kernel beyond its work: grid launch, program start-up and drain. *Estimate*: the
+#: shortest kernels timed with CUDA events on Hopper / CDNA3 take ~2-3 us.
+KERNEL_OVERHEAD_S = 2.5e-6
+#: Triton's main loop against the vendor library's at the same tile: the best swept Triton GEMM ran
+#: at 0.82x-1.02x cuBLAS's speed on 9 DLRM shapes (H200, DESIGN.md, 2026-11-29); 0.92 is that range's
+#: middle. The library is modelled at the measured matmul ceiling (``hw calibrate`` times cuBLAS /
+#: hipBLASLt), Triton at this fraction of it.
+TRITON_MAINLOOP_EFFICIENCY = 0.92
+
+
+class TileConfig(Protocol):
+    """What the model reads of a launch configuration (``polyrec.kernels.gemm_configs.GemmConfig``)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+    waves_per_eu: int
+    matrix_instr_nonkdim: int
+    kpack: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GemmProblem:
+    """One GEMM: C[m, n] = A[m, k] @ B[k, n] with an epilogue."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str  # input dtype, one of GEMM_DTYPES (accumulation is fp32)
+    out_bytes: int = 0  # bytes per output element; 0 = same as the inputs
+    epilogue: str = "none"  # a key of EPILOGUE_READS
+
+    @property
+    def in_bytes(self) -> int:
+        return 2 if self.dtype in ("bf16", "fp16") else 4
+
+    @property
+    def c_bytes(self) -> int:
+        return self.out_bytes or self.in_bytes
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Footprint:
+    """Per-program resources of one config on one device."""
+
+    smem_bytes: int  # shared memory / LDS per program
+    registers: int  # estimated 32-bit registers per thread (AMD: VGPRs incl. AGPRs)
+    register_limit: int  # the most a thread may use without spilling
+    programs_per_cu: int  # resident programs per SM / CU
+    instruction: str  # "wgmma", "mma.sync", "mfma" or "fma"
+    problems: tuple[str, ...]  # why it cannot run; empty when it fits
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GemmEstimate:
+    """Predicted time of one GEMM with one config, and the parts it was built from (seconds)."""
+
+    seconds: float  # inf when the config does not fit
+    footprint: Footprint
+    parts: dict[str, float]
+
+
+def _instruction(cfg: TileConfig, dtype: str, spec: DeviceSpec) -> str:
+    """The matrix instruction Triton 3.6 emits for this tile (TritonGPU AccelerateMatmul pass)."""
+    if spec.vendor == "amd":
+        return "mfma"
+    if dtype == "fp32":
+        return "fma"  # IEEE fp32 dot: no tensor-core path
+    if spec.arch in ("sm_90", "sm_100") and cfg.num_warps % 4 == 0 and cfg.block_m % 64 == 0:
+        return "wgmma"  # warpgroup MMA, operands from shared memory (tcgen05 on sm_100 alike)
+    return "mma.sync"
+
+
+def _warp_grid(cfg: TileConfig, instruction: str) -> tuple[int, int]:
+    """(groups along M, groups along N) of the units that issue MMAs: warpgroups for wgmma, warps
+    otherwise; Triton places them along M first while each keeps at least one instruction's rows."""
+    units = cfg.num_warps // 4 if instruction == "wgmma" else cfg.num_warps
+    rows = {"wgmma": 64, "mfma": cfg.matrix_instr_nonkdim or 16}.get(instruction, 16)
+    along_m = max(1, min(units, cfg.block_m // rows))
+    return along_m, max(1, units // along_m)
+
+
+def _smem_bytes(cfg: TileConfig, dtype: str, spec: DeviceSpec) -> int:
+    """Pipeline buffers of the A and B tiles. NVIDIA (cp.async pipelining): ``num_stages`` buffers;
+    AMD (stream pipeliner, global loads prefetched into registers): ``max(1, num_stages - 1)``.
+    Checked against ``compiled.metadata.shared`` by the compile-fit test."""
+    elem = 2 if dtype in ("bf16", "fp16") else 4
+    buffers = max(1, cfg.num_stages - 1) if spec.vendor == "amd" else cfg.num_stages
+    return buffers * (cfg.block_m + cfg.block_n) * cfg.block_k * elem
+
+
+def _registers(cfg: TileConfig, dtype: str, spec: DeviceSpec, instruction: str) -> int:
+    threads = cfg.num_warps * spec.warp_size
+    elem = 2 if dtype in ("bf16", "fp16") else 4
+    accumulator = cfg.block_m * cfg.block_n // threads  # fp32, one register each
+    operands = 0
+    if instruction != "wgmma":  # operand fragments of one K step held in registers
+        grid_m, grid_n = _warp_grid(cfg, instruction)
+        per_unit = (cfg.block_m // grid_m + cfg.block_n // grid_n) * cfg.block_k * elem
+        operands = per_unit // (4 * spec.warp_size) * (AMD_OPERAND_BUFFERS if spec.vendor == "amd" else 1)
+    prefetch = 0
+    if spec.vendor == "amd":  # the next step's global loads wait in registers
+        prefetch = (cfg.block_m + cfg.block_n) * cfg.block_k * elem // (4 * threads)
+    return accumulator + operands + prefetch + BASE_REGISTERS
+
+
+def _epilogue_registers(cfg: TileConfig, spec: DeviceSpec, epilogue: str) -> int:
+    """Registers live at the store: the accumulator plus, for the cross update, the x0 and x tiles."""
+    accumulator = cfg.block_m * cfg.block_n // (cfg.num_warps * spec.warp_size)
+    extra = CROSS_EPILOGUE_REGISTERS_PER_ACC * accumulator if epilogue == "cross" else 0
+    return accumulator + extra + BASE_REGISTERS
+
+
+def footprint(cfg: TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "none") -> Footprint:
+    """Shared memory, registers and occupancy of one config, and whether it fits ``spec``."""
+    instruction = _instruction(cfg, dtype, spec)
+    smem = _smem_bytes(cfg, dtype, spec)
+    regs = max(_registers(cfg, dtype, spec, instruction), _epilogue_registers(cfg, spec, epilogue))
+    limit = spec.max_registers_per_thread
+    if spec.vendor == "amd" and cfg.waves_per_eu:
+        limit = min(limit, spec.max_registers_per_thread // cfg.waves_per_eu)
+    threads = cfg.num_warps * spec.warp_size
+    problems = []
+    if smem > spec.smem_per_block:
+        problems.append(f"shared memory {smem} B > {spec.smem_per_block} B per block")
+    if regs > limit:
+        problems.append(f"~{regs} registers per thread > {limit} (would spill)")
+    if spec.vendor == "amd" and _epilogue_registers(cfg, spec, epilogue) > AMD_ARCH_VGPRS:
+        problems.append(f"{epilogue} epilogue needs more than {AMD_ARCH_VGPRS} architectural VGPRs")
+    if instruction == "wgmma" and cfg.block_n // _warp_grid(cfg, instruction)[1] < 8:
+        problems.append("wgmma needs at least 8 columns per warpgroup")
+    by_smem = spec.smem_per_cu // smem if smem else MAX_PROGRAMS_PER_CU
+    by_regs = spec.registers_per_cu // (max(regs, 1) * threads) if spec.registers_per_cu else 1
+    programs = max(0, min(by_smem, by_regs, MAX_THREADS_PER_CU // threads, MAX_PROGRAMS_PER_CU))
+    if spec.vendor == "amd" and cfg.waves_per_eu:  # waves per SIMD x 4 SIMDs, in programs
+        programs = min(programs, max(1, cfg.waves_per_eu * 4 // cfg.num_warps))
+    if programs == 0 and not problems:
+        problems.append("no program fits one CU")
+    return Footprint(smem_bytes=smem, registers=regs, register_limit=limit, programs_per_cu=programs,
+                     instruction=instruction, problems=tuple(problems))
+
+
+def rate_dtype(dtype: str, spec: DeviceSpec) -> str:
+    """The ceiling that bounds this dtype: Triton 3.6 has no TF32 dot on AMD (ieee only)."""
+    if dtype == "tf32" and (spec.vendor == "amd" or not spec.peak_flops.get("tf32")):
+        return "fp32"
+    return dtype
+
+
+def _step_cycles(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, fp: Footprint) -> tuple[float, float]:
+    """(matrix-unit cycles, shared-memory cycles) of one main-loop step of one program on one CU."""
+    peak = spec.peak_flops[rate_dtype(p.dtype, spec)]
+    flops_per_cycle = peak / (spec.compute_units * spec.boost_clock_hz)  # per CU, datasheet
+    if fp.instruction == "mma.sync" and spec.arch == "sm_90":
+        flops_per_cycle *= MMA_SYNC_FRACTION_SM90
+    mma = 2.0 * cfg.block_m * cfg.block_n * cfg.block_k / flops_per_cycle
+    grid_m, grid_n = _warp_grid(cfg, fp.instruction)
+    reads = (grid_n * cfg.block_m + grid_m * cfg.block_n) * cfg.block_k * p.in_bytes
+    writes = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes
+    smem = (reads + writes) / SMEM_BYTES_PER_CLOCK.get(spec.arch, 128)
+    return mma, smem
+
+
+def _operand_rereads(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, slots: int) -> tuple[float, float]:
+    """How many times A and B are fetched into L2 (1 = once) under grouped ordering.
+
+    Programs are numbered down ``g = min(group_m, tiles_m)`` rows, then along N. On AMD, program i
+    goes to XCD ``i % xcds`` (round-robin dispatch, AMD ROCm docs "MI300X workload optimization"),
+    each XCD with its own L2: an XCD sees ``g / gcd(g, xcds)`` rows of a group and ``gcd(g, xcds) /
+    xcds`` of its columns, so A is fetched ``xcds / gcd`` times and B ``gcd`` times per group.
+    An operand panel that does not stay resident is fetched again for every wave that needs it.
+    """
+    tiles_m = math.ceil(p.m / cfg.block_m)
+    tiles_n = math.ceil(p.n / cfg.block_n)
+    g = min(cfg.group_m, tiles_m)
+    domains = max(1, spec.xcd_count)
+    share = math.gcd(g, domains)
+    l2 = spec.l2_bytes / domains * L2_USABLE_FRACTION
+    k_bytes = p.k * p.in_bytes
+    groups = math.ceil(tiles_m / g)
+    reads_a, reads_b = domains / share, float(share) if domains > 1 else 1.0
+    if p.n * k_bytes * share / domains > l2:  # B's panels seen by one L2 do not stay for the next group
+        reads_b *= groups
+    if (g / share) * cfg.block_m * k_bytes > l2:  # one group's A rows re-read for every wave
+        reads_a *= max(1, math.ceil(g * tiles_n / max(1, slots)))
+    return reads_a, reads_b
+
+
+def _memory_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Ceilings, slots: int) -> dict[str, float]:
+    """Device-wide memory times: L2 fills (from HBM, or the Infinity Cache on AMD) and HBM."""
+    reads_a, reads_b = _operand_rereads(cfg, p, spec, slots)
+    unique = (p.m + p.n) * p.k * p.in_bytes
+    fills = (p.m * reads_a + p.n * reads_b) * p.k * p.in_bytes
+    epilogue = p.m * p.n * p.c_bytes * (1 + EPILOGUE_READS[p.epilogue])
+    hbm = ceil.copy_bandwidth.value
+    if spec.infinity_cache_bytes >= unique:
+        return {"l2_fill": fills / MALL_BANDWIDTH, "hbm": (unique + epilogue) / hbm}
+    return {"l2_fill": (fills + epilogue) / hbm, "hbm": (unique + epilogue) / hbm}
+
+
+def _split_k_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> float:
+    """The fp32 partials' round trip and the reduction kernel (epilogue moves there)."""
+    if cfg.split_k == 1:
+        return 0.0
+    partials = cfg.split_k * p.m * p.n * 4
+    rate = ceil.l2_bandwidth.value if 2 * partials <= spec.l2_bytes * L2_USABLE_FRACTION else ceil.copy_bandwidth.value
+    return 2 * partials / rate + KERNEL_OVERHEAD_S
+
+
+def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, *,
+             efficiency: float = TRITON_MAINLOOP_EFFICIENCY) -> GemmEstimate:
+    """Predicted seconds of ``p`` with ``cfg`` on ``spec``; ``efficiency`` scales the main loop's
+    matrix-unit rate against the measured library ceiling (1.0 models the vendor library)."""
+    fp = footprint(cfg, p.dtype, spec, p.epilogue)
+    if not fp.fits:
+        return GemmEstimate(seconds=math.inf, footprint=fp, parts={})
+    rate = ceil.matmul_flops[rate_dtype(p.dtype, spec)].value
+    peak = spec.peak_flops[rate_dtype(p.dtype, spec)]
+    clock = spec.boost_clock_hz * rate / peak * efficiency  # sustained clock implied by the ceiling
+    mma, smem = _step_cycles(cfg, p, spec, fp)
+    port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (ceil.l2_bandwidth.value / spec.compute_units / clock)
+    step = max(mma, smem, port) + STEP_OVERHEAD_CYCLES
+    tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
+    programs = tiles * cfg.split_k
+    k_steps = math.ceil(math.ceil(p.k / cfg.split_k) / cfg.block_k)
+    per_cu = math.ceil(programs / spec.compute_units)
+    resident = min(fp.programs_per_cu, per_cu)
+    rounds = math.ceil(per_cu / resident)
+    latency = MEMORY_LATENCY_S[spec.vendor]
+    in_flight = max(1, cfg.num_stages - 1)
+    step_s = max(resident * step / clock, latency / in_flight)
+    compute = rounds * (k_steps * step_s + 2 * latency)  # + pipeline fill and epilogue store per round
+    memory = _memory_seconds(cfg, p, spec, ceil, fp.programs_per_cu * spec.compute_units)
+    split = _split_k_seconds(cfg, p, spec, ceil)
+    total = max(compute, *memory.values()) + split + KERNEL_OVERHEAD_S
+    parts = {"compute": compute, "mma_cycles": mma, "smem_cycles": smem, "port_cycles": port,
+             "rounds": rounds, "resident": resident, "split_k": split} | memory
+    return GemmEstimate(seconds=total, footprint=fp, parts=parts)
+
+
+def epilogue_pass_seconds(p: GemmProblem, ceil: Ceilings) -> float:
+    """A separate elementwise pass applying the epilogue to a library GEMM's output (read C and the
+    epilogue inputs, write C); 0 when there is no epilogue."""
+    if p.epilogue == "none":
+        return 0.0
+    bytes_moved = p.m * p.n * p.c_bytes * (2 + EPILOGUE_READS[p.epilogue])
+    return bytes_moved / ceil.copy_bandwidth.value + KERNEL_OVERHEAD_S
+
+
+def roofline_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> float:
+    """The floor: FLOPs at the measured matmul rate or compulsory bytes at the copy rate."""
+    rate = ceil.matmul_flops[rate_dtype(p.dtype, spec)].value
+    bytes_moved = (p.m + p.n) * p.k * p.in_bytes + p.m * p.n * p.c_bytes * (1 + EPILOGUE_READS[p.epilogue])
+    return max(p.flops / rate, bytes_moved / ceil.copy_bandwidth.value)

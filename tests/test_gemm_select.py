@@ -1,0 +1,120 @@
+"""GEMM selection and performance model: no timers, deterministic, fast, sane, feasible."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import pytest
+
+from polyrec.hardware.calibrate import ceilings
+from polyrec.hardware.catalog import catalog, get_device
+from polyrec.kernels import gemm_select
+from polyrec.kernels.gemm_configs import GemmConfig, config_space, dlrm_suite
+from polyrec.kernels.gemm_select import bucket, select_gemm
+from polyrec.perfmodel.gemm import GemmProblem, estimate, footprint
+
+DEVICES = [name for name in ("H200", "MI300X", "MI350X") if name in catalog()]
+_perf_counter = time.perf_counter  # taken before any test can patch it
+
+
+def test_selector_never_calls_a_timer(monkeypatch):
+    import torch
+    import triton.testing
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the selector called a timer")
+
+    for module, name in ((time, "perf_counter"), (time, "time"), (time, "monotonic"),
+                         (time, "perf_counter_ns"), (time, "time_ns"), (triton.testing, "do_bench"),
+                         (torch.cuda, "Event"), (torch.cuda, "synchronize")):
+        monkeypatch.setattr(module, name, forbidden)
+    gemm_select.clear_cache()
+    for name in DEVICES:
+        for shape in dlrm_suite():
+            choice = select_gemm(shape.m, shape.n, shape.k, "bf16", get_device(name), epilogue=shape.epilogue)
+            assert choice.backend in ("triton", "library")
+
+
+def test_selection_is_deterministic():
+    spec = get_device("H200")
+    first = [select_gemm(s.m, s.n, s.k, "bf16", spec, epilogue=s.epilogue) for s in dlrm_suite()]
+    gemm_select.clear_cache()
+    again = [select_gemm(s.m, s.n, s.k, "bf16", spec, epilogue=s.epilogue) for s in reversed(dlrm_suite())]
+    assert first == list(reversed(again))
+
+
+def test_selection_time_budget():
+    spec = get_device("H200")
+    gemm_select.clear_cache()
+    select_gemm(1, 1, 1, "bf16", spec)  # load the ceilings once
+    cold = []
+    for s in dlrm_suite():
+        start = _perf_counter()
+        select_gemm(s.m, s.n, s.k, "bf16", spec, epilogue=s.epilogue)
+        cold.append(_perf_counter() - start)
+    # Cold: one model evaluation per config of the space (~180 on the H200, ~10 us each).
+    assert max(cold) < 0.05, f"slowest cold selection {max(cold) * 1e3:.1f} ms"
+    warm = []
+    for _ in range(200):
+        for s in dlrm_suite()[:5]:
+            start = _perf_counter()
+            select_gemm(s.m, s.n, s.k, "bf16", spec, epilogue=s.epilogue)
+            warm.append(_perf_counter() - start)
+    assert statistics.median(warm) < 100e-6, f"median warm selection {statistics.median(warm) * 1e6:.1f} us"
+
+
+def test_bucket_keeps_tile_counts():
+    for x in (1, 13, 17, 512, 3456, 8192):
+        assert bucket(x) % 16 == 0 and bucket(x) >= x and bucket(x) - x < 16
+        assert all(-(-bucket(x) // t) == -(-x // t) for t in (16, 32, 64, 128, 256))
+    assert bucket(65536) == 65536 and bucket(65537) > 65536
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_time_grows_with_k(name):
+    spec = get_device(name)
+    ceil = ceilings(spec)
+    config = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=2)
+    times = [estimate(GemmProblem(m=4096, n=4096, k=k, dtype="bf16"), config, spec, ceil).seconds
+             for k in (256, 512, 1024, 4096, 16384)]
+    assert all(a < b for a, b in zip(times, times[1:])), times
+
+
+def test_bigger_device_is_faster():
+    spec = get_device("H200")
+    half = dataclasses.replace(spec, name="H200-half", compute_units=spec.compute_units // 2,
+                               peak_flops={k: v / 2 for k, v in spec.peak_flops.items()})
+    problem = GemmProblem(m=16384, n=4096, k=4096, dtype="bf16")
+    best = {}
+    for s in (spec, half):
+        best[s.name] = gemm_select.rank_configs(problem, s, ceilings(spec))[0][0]
+    assert best["H200"] < best["H200-half"]
+
+
+@pytest.mark.parametrize("name", [n for n in ("MI300X",) if n in DEVICES])
+def test_config_over_lds_limit_is_infeasible_and_excluded(name):
+    spec = get_device(name)
+    big = GemmConfig(block_m=256, block_n=256, block_k=128, num_warps=8, num_stages=2, matrix_instr_nonkdim=16)
+    fp = footprint(big, "bf16", spec)
+    assert fp.smem_bytes > spec.smem_per_block and not fp.fits
+    assert big not in config_space(spec, "bf16")
+    assert estimate(GemmProblem(m=4096, n=4096, k=4096, dtype="bf16"), big, spec, ceilings(spec)).seconds == float("inf")
+    assert all(footprint(c, "bf16", spec).smem_bytes <= spec.smem_per_block for c in config_space(spec, "bf16"))
+
+
+def test_library_only_without_fusion_or_when_predicted_faster():
+    spec = get_device("H200")
+    for s in dlrm_suite():
+        choice = select_gemm(s.m, s.n, s.k, "bf16", spec, epilogue=s.epilogue)
+        if choice.backend == "library":
+            assert choice.library_seconds <= choice.triton_seconds
+        else:
+            assert choice.triton_seconds < choice.library_seconds
+
+
+def test_h200_space_is_bounded_for_the_benchmark():
+    spec = get_device("H200")
+    for dtype in ("bf16", "tf32", "fp32"):
+        assert 100 <= len(config_space(spec, dtype)) <= 200
