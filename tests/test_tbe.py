@@ -11,6 +11,7 @@ import torch
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_backward import CHUNK
+from polyrec.kernels.tbe_reference import init_states, ref_pooled, ref_step
 
 TABLES = [TableSpec(name="big", rows=40, dim=8), TableSpec(name="hot", rows=2, dim=16),
           TableSpec(name="mid", rows=9, dim=4, pooling="mean")]
@@ -33,71 +34,6 @@ def make_batch(gen: torch.Generator, *, weighted: bool = False, tables=TABLES, f
                                     num_features=len(features), weights=weights)
 
 
-def ref_pooled(weights: list[torch.Tensor], batch: JaggedBatch, tables=TABLES, features=FEATURES) -> torch.Tensor:
-    """float64 pooled forward from per-table weights."""
-    cols = []
-    off = batch.offsets.tolist()
-    for f, t in enumerate(features):
-        if tables[t].pooling == "none":
-            continue
-        out = torch.zeros(batch.batch_size, tables[t].dim, dtype=torch.float64)
-        for b in range(batch.batch_size):
-            s, e = off[f * batch.batch_size + b], off[f * batch.batch_size + b + 1]
-            rows = weights[t][batch.values[s:e]]
-            if batch.weights is not None:
-                rows = rows * batch.weights[s:e, None].double()
-            if e > s:
-                out[b] = rows.sum(0) / ((e - s) if tables[t].pooling == "mean" else 1)
-        cols.append(out)
-    return torch.cat(cols, 1)
-
-
-def ref_step(weights, states, batch, grad, opt: EmbeddingOptimizer, step: int, tables=TABLES, features=FEATURES):
-    """One float64 sparse optimizer step (only rows present move); returns new weights and states."""
-    w64 = [w.detach().double().clone().requires_grad_(True) for w in weights]
-    (ref_pooled(w64, batch, tables, features) * grad.double()).sum().backward()
-    new_w, new_s = [], []
-    for t, (w, g) in enumerate(zip(w64, (x.grad for x in w64))):
-        w = w.detach().clone()
-        touched = torch.zeros(w.shape[0], dtype=torch.bool)
-        for f, tt in enumerate(features):
-            if tt == t:
-                off = batch.offsets[f * batch.batch_size: (f + 1) * batch.batch_size + 1]
-                touched[batch.values[int(off[0]): int(off[-1])]] = True
-        g = g[touched] + opt.weight_decay * w[touched]
-        s = [x.clone() for x in states[t]]
-        if opt.kind == "sgd":
-            w[touched] -= opt.lr * g
-        elif opt.kind == "rowwise_adagrad":
-            s[0][touched] += (g * g).mean(1)
-            w[touched] -= opt.lr * g / (s[0][touched].sqrt()[:, None] + opt.eps)
-        elif opt.kind == "adagrad":
-            s[0][touched] += g * g
-            w[touched] -= opt.lr * g / (s[0][touched].sqrt() + opt.eps)
-        else:
-            s[0][touched] = opt.beta1 * s[0][touched] + (1 - opt.beta1) * g
-            s[1][touched] = opt.beta2 * s[1][touched] + (1 - opt.beta2) * g * g
-            size = opt.lr * math.sqrt(1 - opt.beta2**step) / (1 - opt.beta1**step)
-            w[touched] -= size * s[0][touched] / (s[1][touched].sqrt() + opt.eps)
-        new_w.append(w)
-        new_s.append(s)
-    return new_w, new_s
-
-
-def init_states(opt: EmbeddingOptimizer, tables=TABLES):
-    out = []
-    for t in tables:
-        if opt.kind == "rowwise_adagrad":
-            out.append([torch.full((t.rows,), opt.initial_accumulator_value, dtype=torch.float64)])
-        elif opt.kind == "adagrad":
-            out.append([torch.full((t.rows, t.dim), opt.initial_accumulator_value, dtype=torch.float64)])
-        elif opt.kind == "adam":
-            out.append([torch.zeros(t.rows, t.dim, dtype=torch.float64) for _ in range(2)])
-        else:
-            out.append([])
-    return out
-
-
 def test_hot_table_runs_cross_chunks():
     batch = make_batch(torch.Generator().manual_seed(0))
     off = batch.offsets
@@ -112,14 +48,14 @@ def test_training_matches_float64_reference(kind, wd):
     opt = EmbeddingOptimizer(kind=kind, lr=0.05, weight_decay=wd, initial_accumulator_value=0.1 if "ada" in kind else 0)
     module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=3)
     weights = [w.double().clone() for w in module.table_weights()]
-    states = init_states(opt)
+    states = init_states(opt, TABLES)
     for step in range(1, 4):
         batch = make_batch(gen, weighted=step == 2)
         out = module(batch)
-        torch.testing.assert_close(out.double(), ref_pooled(weights, batch), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.double(), ref_pooled(weights, batch, TABLES, FEATURES), rtol=1e-5, atol=1e-6)
         grad = torch.randn(out.shape, generator=gen)
         out.backward(grad)
-        weights, states = ref_step(weights, states, batch, grad, opt, step)
+        weights, states = ref_step(weights, states, batch, grad, opt, step, TABLES, FEATURES)
         for got, want in zip(module.table_weights(), weights):
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
     if kind in ("rowwise_adagrad", "adagrad"):
@@ -161,16 +97,16 @@ def test_low_precision_weights_track_reference(dtype):
     opt = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05)
     module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, weight_dtype=dtype)
     weights = [w.double().clone() for w in module.table_weights()]
-    states = init_states(opt)
+    states = init_states(opt, TABLES)
     ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
     for step in range(1, 3):
         batch = make_batch(gen)
         out = module(batch)
         assert out.dtype == torch.float32
-        torch.testing.assert_close(out.double(), ref_pooled(weights, batch), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.double(), ref_pooled(weights, batch, TABLES, FEATURES), rtol=1e-5, atol=1e-6)
         grad = torch.randn(out.shape, generator=gen)
         out.backward(grad)
-        weights, states = ref_step(weights, states, batch, grad, opt, step)
+        weights, states = ref_step(weights, states, batch, grad, opt, step, TABLES, FEATURES)
         for got, want in zip(module.table_weights(), weights):
             err = (got.double() - want).abs() / want.abs().clamp_min(2.0 ** -14)
             assert float(err.max()) <= 2 * ulp

@@ -1,0 +1,71 @@
+"""TableBatchedEmbedding on the GPU vs the float64 reference: every optimizer and precision, hot rows,
+determinism. Run on the device machine: PYTHONPATH=. python3 -m pytest -q tests/gpu/test_tbe_gpu.py"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe_reference import init_states, ref_pooled, ref_step
+
+TABLES = [TableSpec(name="big", rows=5000, dim=128), TableSpec(name="hot", rows=3, dim=64),
+          TableSpec(name="mean", rows=100, dim=32, pooling="mean")]
+FEATURES = [0, 1, 2, 0]
+B = 96
+
+
+def batch(gen: torch.Generator, weighted: bool) -> JaggedBatch:
+    lengths = torch.randint(0, 9, (len(FEATURES) * B,), device="cuda", generator=gen)
+    vals = [torch.randint(0, TABLES[t].rows, (int(lengths[i * B:(i + 1) * B].sum()),), device="cuda", generator=gen)
+            for i, t in enumerate(FEATURES)]
+    values = torch.cat(vals)
+    weights = torch.rand(values.numel(), device="cuda", generator=gen) + 0.5 if weighted else None
+    return JaggedBatch.from_lengths(values=values, lengths=lengths, batch_size=B, num_features=len(FEATURES),
+                                    weights=weights)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["sgd", "rowwise_adagrad", "adagrad", "adam"])
+def test_steps_match_reference(kind, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    opt = EmbeddingOptimizer(kind=kind, lr=0.02, weight_decay=0.001)
+    module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, weight_dtype=dtype, device="cuda")
+    weights = [w.double().clone() for w in module.table_weights()]
+    states = init_states(opt, TABLES, device="cuda")
+    tol = 1e-5 if dtype == torch.float32 else (2e-3 if dtype == torch.float16 else 1.6e-2)
+    for step in range(1, 4):
+        b = batch(gen, weighted=step == 2)
+        out = module(b)
+        torch.testing.assert_close(out.detach().double(), ref_pooled(weights, b, TABLES, FEATURES), rtol=tol,
+                                   atol=1e-5)
+        grad = torch.randn(out.shape, device="cuda", generator=gen)
+        out.backward(grad)
+        weights, states = ref_step(weights, states, b, grad, opt, step, TABLES, FEATURES)
+        for got, want in zip(module.table_weights(), weights):
+            torch.testing.assert_close(got.double(), want, rtol=tol, atol=1e-5)
+        weights = [w.double().clone() for w in module.table_weights()]
+
+
+@pytest.mark.gpu
+def test_deterministic_bitwise_and_bad_ids():
+    def run() -> torch.Tensor:
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad"),
+                                       feature_to_table=FEATURES, weight_dtype=torch.float16, device="cuda",
+                                       deterministic=True)
+        for _ in range(3):
+            out = module(batch(gen, False))
+            out.backward(torch.randn(out.shape, device="cuda", generator=gen))
+        return module.weights.clone()
+
+    assert torch.equal(run().view(torch.int16), run().view(torch.int16))
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES,
+                                   device="cuda")
+    b = batch(torch.Generator(device="cuda").manual_seed(2), False)
+    b.values[int(b.offsets[B])] = 3  # feature 1 reads 'hot' (3 rows)
+    module(b)
+    with pytest.raises(JaggedBatchError, match="feature 1 \\(table 'hot'"):
+        module.check_errors()
