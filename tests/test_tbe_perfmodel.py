@@ -1,0 +1,76 @@
+"""Cost model and zero-warmup selector of the embedding kernels (pure Python)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from polyrec.hardware.calibrate import ceilings
+from polyrec.hardware.catalog import get_device
+from polyrec.kernels import tbe_select
+from polyrec.perfmodel.tbe import (GatherConfig, TableLoad, estimate, gather_efficiency, l2_hits, unique_rows)
+
+
+def test_gather_efficiency_by_row_size():
+    assert gather_efficiency(512, 32) == 1.0  # fp32 D=128: 16 whole sectors
+    assert gather_efficiency(96, 64) == pytest.approx(0.75)  # touches 2 units of 64 B on average
+    assert gather_efficiency(16, 32) == pytest.approx(0.5)
+    assert gather_efficiency(64, 64) > gather_efficiency(48, 64)
+
+
+def test_unique_rows_uniform_and_skewed():
+    uni = TableLoad(rows=1000, row_bytes=512, accesses=1000)
+    assert unique_rows(uni) == pytest.approx(1000 * (1 - math.exp(-1)), rel=1e-6)
+    assert unique_rows(TableLoad(rows=3, row_bytes=512, accesses=65536)) == pytest.approx(3)
+    skew = TableLoad(rows=40_000_000, row_bytes=512, accesses=6_553_600, skew="log_uniform")
+    flat = TableLoad(rows=40_000_000, row_bytes=512, accesses=6_553_600)
+    assert unique_rows(skew) < 0.5 * unique_rows(flat)
+
+
+def test_l2_reuse_grows_with_skew_and_cache():
+    tables = [TableLoad(rows=40_000_000, row_bytes=512, accesses=6e6, skew=s) for s in ("uniform", "log_uniform")]
+    small, big = l2_hits(tables, 8 << 20), l2_hits(tables, 64 << 20)
+    assert small[1] > 10 * small[0] and big[1] >= small[1]
+    hot = [TableLoad(rows=3, row_bytes=512, accesses=65536)]
+    assert l2_hits(hot, 1 << 20)[0] == pytest.approx(65536 - 3, rel=1e-6)  # all but compulsory misses
+
+
+@pytest.mark.parametrize("device", ["H200", "MI300X", "MI350X"])
+def test_selector_picks_from_compiled_space_without_timing(device):
+    spec = get_device(device)
+    cfg = tbe_select.select_forward(spec, batch_size=65536, num_features=26, mean_bag=8.2, block_d=128, row_bytes=512)
+    assert cfg in tbe_select.forward_candidates(128, spec.warp_size)
+    upd = tbe_select.select_update(spec, nnz=14_000_000, block_d=128, row_bytes=512, state_tiles=0)
+    assert upd in tbe_select.update_candidates(128, spec.warp_size)
+
+
+def test_wave64_halves_warps_of_a_tile():
+    nv = tbe_select.forward_candidates(128, 32)
+    amd = tbe_select.forward_candidates(128, 64)
+    assert [(c.bags, c.hots) for c in nv] == [(c.bags, c.hots) for c in amd]
+    for n, a in zip(nv, amd):  # the same tile: half the warps, unless capped at MAX_WARPS
+        assert a.num_warps == max(1, n.num_warps // 2) or n.num_warps == tbe_select.MAX_WARPS
+
+
+def test_long_bags_prefer_more_hots():
+    spec = get_device("H200")
+    one_hot = tbe_select.select_forward(spec, batch_size=65536, num_features=26, mean_bag=1, block_d=128,
+                                        row_bytes=512)
+    long = tbe_select.select_forward(spec, batch_size=65536, num_features=1, mean_bag=100, block_d=128, row_bytes=512)
+    assert long.hots >= one_hot.hots
+
+
+def test_mlperf_estimate_is_bandwidth_bound():
+    spec = get_device("H200")
+    rows = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209, 11938,
+            155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
+    hots = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
+    loads = [TableLoad(rows=r, row_bytes=512, accesses=65536 * h) for r, h in zip(rows, hots)]
+    cfg = GatherConfig(rows_in_flight=32, block_d=128, num_warps=4, programs=100_000)
+    est = estimate(loads, batch_size=65536, out_dim=26 * 128, out_bytes=4, state_bytes_per_row=4, spec=spec,
+                   ceil=ceilings(spec), fwd=cfg, bwd=cfg)
+    floor = est.forward_bytes / ceilings(spec).copy_bandwidth.value
+    assert floor <= est.forward_s < 1.5 * floor
+    assert est.backward_s > est.forward_s
+    assert 10e6 < est.unique_rows < 14e6
