@@ -10,6 +10,7 @@ embeddings have taken their step; there is no ``.grad`` and no separate ``optimi
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -47,8 +48,10 @@ class TableSpec:
             raise ValueError(f"table '{self.name}': pooling must be one of {POOLINGS}, got '{self.pooling}'")
 
 
+@functools.cache
 def _selection_spec(device: torch.device) -> DeviceSpec:
-    """The device spec configs are chosen for; on the CPU (interpreter) the H200's stands in."""
+    """The device spec configs are chosen for (detected once per device); on the CPU (interpreter) the
+    H200's stands in."""
     from polyrec.hardware.catalog import get_device
     from polyrec.hardware.detect import detect
 
