@@ -51,6 +51,7 @@ def plan_table(plan: Plan) -> Table:
                          ("dense fwd", s.dense_fwd_ms), ("dense bwd", s.dense_bwd_ms),
                          ("all-to-all", s.all_to_all_ms), ("all-reduce", s.all_reduce_ms),
                          ("dense optimizer", s.optimizer_ms), ("other", s.other_ms), ("overlap (hidden)", -s.overlap_ms),
+                         ("CPU issue beyond GPU", s.host_excess_ms),
                          ("total", s.total_ms)):
         t.add_row(label, f"{value:.3f}")
     return t
@@ -104,11 +105,14 @@ def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out
                           "png": str(png), "html": str(page)}, indent=1))
         return
     t = Table(title=title)
-    for _, label in COLUMNS:
+    shown = [c for c in COLUMNS if c[0] not in ("notes", "origin")]
+    for _, label in shown:
         t.add_column(label)
     for r in rows:
-        t.add_row(*(format_cell(getattr(r, k)) for k, _ in COLUMNS))
+        t.add_row(*(format_cell(getattr(r, k)) for k, _ in shown))
     Console().print(t)
+    for r in rows:
+        Console().print(f"{r.device}: {r.notes or '-'}; numbers from: {r.origin}")
     Console().print(f"wrote {png} and {page}")
 
 

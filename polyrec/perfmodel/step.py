@@ -4,7 +4,9 @@ A synchronous data-parallel DLRM step on each rank runs, in order: the input all
 lengths to the ranks that own each table), the embedding forward, the pooled-output all-to-all, the
 dense forward and backward, the gradient all-to-all, the embedding backward with its fused optimizer
 update, the dense all-reduce and the dense optimizer. The collectives synchronise the ranks, so each
-compute phase costs its slowest rank. Overlap:
+compute phase costs its slowest rank. The CPU issues the kernels asynchronously: when issuing them
+takes longer than the GPU runs them (small models in eager mode), the step takes the CPU's time.
+Overlap:
 
 - ``none``: everything in sequence;
 - ``ddp``: DDP all-reduces gradient buckets while the dense backward runs; only the last bucket
@@ -39,6 +41,7 @@ class StepParts:
     all_reduce_s: float = 0.0  # dense gradients
     all_reduce_bytes: float = 0.0  # size of the dense gradients (for the DDP last-bucket term)
     overlap: str = "ddp"  # one of OVERLAP_MODES
+    host_s: list[float] | None = None  # per rank: CPU time to issue the step's kernels (eager dispatch)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -54,6 +57,7 @@ class StepTime:
     optimizer_s: float
     other_s: float
     overlap_s: float
+    host_excess_s: float  # CPU dispatch time beyond the GPU time (small models are launch bound)
     total_s: float
 
 
@@ -80,7 +84,8 @@ def step_time(parts: StepParts) -> StepTime:
     if parts.overlap == "pipeline":
         room = max(0.0, dense_f + dense_b - overlap)
         overlap += min(a2a, room)
-    total = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
+    device = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
+    excess = max(0.0, max(parts.host_s or [0.0]) - device)
     return StepTime(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
                     all_to_all_s=a2a, all_reduce_s=parts.all_reduce_s, optimizer_s=opt, other_s=other,
-                    overlap_s=overlap, total_s=total)
+                    overlap_s=overlap, host_excess_s=excess, total_s=device + excess)

@@ -31,6 +31,14 @@ POOLED_BYTES = 4
 #: outside them (loss, interaction, embedding glue, optimizer); estimate.
 LAUNCHES_PER_MATMUL = 5
 LAUNCHES_PER_STEP = 40
+#: CPU seconds to issue one kernel from eager PyTorch (Python + dispatcher + launch): ~10 us per op
+#: (Horace He, "Making Deep Learning Go Brrrr From First Principles", 2022; estimate, checked by
+#: benchmarks/planner_accuracy.py on the small presets).
+HOST_SECONDS_PER_LAUNCH = 10e-6
+#: Kernels of the embedding forward and fused backward per TBE module (lookup, sort passes,
+#: boundaries, update; counted from polyrec.kernels.tbe) and of the dense optimizer (torch foreach).
+LAUNCHES_PER_TBE = 20
+LAUNCHES_OPTIMIZER = 8
 #: fp32 values the dense optimizer reads plus writes per parameter, torch's foreach implementation:
 #: Adagrad addcmul_ (3), sqrt (2), add_ (2), addcdiv_ (4); Adam about twice that (torch/optim/adagrad.py,
 #: adam.py ``_multi_tensor_*``).
@@ -235,7 +243,7 @@ class Estimator:
         per_rank: list[list[ShardLoad]] = [[] for _ in range(world)]
         for s in loads:
             per_rank[s.rank].append(s)
-        emb_f, emb_b, dense_f, dense_b, opt, other, memory = [], [], [], [], [], [], []
+        emb_f, emb_b, dense_f, dense_b, opt, other, memory, host = [], [], [], [], [], [], [], []
         kernels: dict[str, str] = {}
         for rank in range(world):
             f, b, labels = self.embedding_seconds(rank, per_rank[rank])
@@ -246,6 +254,9 @@ class Estimator:
             dense_b.append(db)
             opt.append(o)
             other.append(oth)
+            modules = len({(s.weight_dtype, s.optimizer) for s in per_rank[rank]})
+            launches = (3 + LAUNCHES_PER_MATMUL) * len(self.matmuls) + LAUNCHES_PER_STEP + LAUNCHES_OPTIMIZER
+            host.append((launches + LAUNCHES_PER_TBE * modules) * HOST_SECONDS_PER_LAUNCH)
             memory.append(self.rank_memory(rank, per_rank[rank], batch))
             kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
             kernels |= {f"{self.rank_devices[rank]}.gemm.{op}": v for op, v in dlabels}
@@ -253,7 +264,8 @@ class Estimator:
         parts = StepParts(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
                           dense_optimizer_s=opt, other_s=other, input_all_to_all_s=a2a_in,
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
-                          all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none")
+                          all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
+                          host_s=host)
         return Estimate(step=step_time(parts), memory=memory, kernels=kernels, table_times={})
 
     def table_times(self, plans: Sequence[TablePlan], batch: int) -> dict[str, tuple[float, float]]:

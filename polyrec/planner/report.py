@@ -83,6 +83,7 @@ def render_png(rows: list[WhatIfRow], path: Path, *, title: str) -> Path:
             ax.annotate(fmt.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                         va="bottom", fontsize=8)
         ax.margins(y=0.15)
+    axes[0].yaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(title)
     fig.text(0.5, 0.01, "predicted by polyrec plan (green: NVIDIA, red: AMD); rates from datasheet unless calibrated",
              ha="center", fontsize=8)

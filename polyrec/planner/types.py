@@ -233,7 +233,7 @@ class TablePlan:
 
 @dataclass(kw_only=True, slots=True)
 class StepBreakdown:
-    """Predicted time of one training step (ms), by term; ``total_ms`` = sum of terms - overlap."""
+    """Predicted time of one training step (ms), by term; ``total_ms`` = sum of terms - overlap + host excess."""
 
     embedding_fwd_ms: float  # slowest rank's embedding lookups
     embedding_bwd_ms: float  # slowest rank's embedding backward with the fused optimizer update
@@ -245,6 +245,7 @@ class StepBreakdown:
     other_ms: float  # launch gaps and small elementwise work
     overlap_ms: float  # time hidden by overlapping communication with compute (subtracted)
     total_ms: float
+    host_excess_ms: float = 0.0  # CPU kernel-issue time beyond the GPU time (added)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -1,0 +1,226 @@
+"""Planner accuracy on one GPU: predicted vs measured step time and peak memory, and the planner's pick.
+
+For each configuration (model preset, table size, batch, embedding optimizer, dense precision, index
+distribution) the planner predicts a one-GPU plan with those choices fixed; the trainer
+(``polyrec.runtime.bench.measure``: polyrec's TBE and GEMMs, CUDA-event phase timing) runs it.
+Compared: step time (the trainer's ms/step minus its synthetic-data phase, which the plan does not
+model; both are reported), and peak memory (``torch.cuda.max_memory_allocated`` against the plan's
+allocator bytes). Then, for each model measured at several batch sizes, the plan the planner picks
+among those batches against the fastest measured. The ceilings come from ``hw calibrate`` (run first
+when the device has no stored calibration; ``--quick`` skips it).
+
+Run on the GPU machine: ``PYTHONPATH=. python3 benchmarks/planner_accuracy.py`` (about 6-8 minutes on
+an H200; a global deadline skips what is left after ``--budget-s``), ``--quick`` for a smoke test
+(~1 minute). Targets (issue 6): step-time geomean |error| <= 7%, peak memory within 5%, the chosen
+plan within 5% of the fastest measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import time
+from dataclasses import dataclass
+
+#: Configurations: (preset, row cap or None, batch, embedding optimizer, dense precision, index distribution).
+FULL: tuple[tuple[str, int | None, int, str, str, str], ...] = (
+    ("mlperf-dcnv2", 4_000_000, 8192, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", 4_000_000, 16384, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", 4_000_000, 32768, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "sgd", "bf16", "uniform"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "adam", "bf16", "uniform"),
+    ("mlperf-dcnv2", 4_000_000, 32768, "rowwise_adagrad", "bf16", "zipf"),
+    ("mlperf-dcnv2", 4_000_000, 16384, "rowwise_adagrad", "fp32", "uniform"),
+    ("mlperf-dcnv2", 1_000_000, 65536, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", 16_000_000, 65536, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", None, 32768, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", None, 65536, "rowwise_adagrad", "bf16", "uniform"),
+    ("mlperf-dcnv2", None, 65536, "rowwise_adagrad", "bf16", "zipf"),
+    ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform"),
+    ("dcnv2-small", None, 16384, "rowwise_adagrad", "bf16", "uniform"),
+    ("dcnv2-small", None, 65536, "rowwise_adagrad", "bf16", "uniform"),
+    ("dcnv2-small", None, 16384, "adam", "bf16", "uniform"),
+    ("dlrm-criteo-kaggle", None, 8192, "rowwise_adagrad", "bf16", "uniform"),
+    ("dlrm-criteo-kaggle", None, 32768, "rowwise_adagrad", "bf16", "uniform"),
+    ("dlrm-criteo-kaggle", None, 65536, "rowwise_adagrad", "bf16", "uniform"),
+    ("dlrm-criteo-kaggle", None, 65536, "rowwise_adagrad", "bf16", "zipf"),
+    ("dlrm-criteo-kaggle", None, 32768, "adagrad", "bf16", "uniform"),
+    ("dlrm-criteo-kaggle", None, 16384, "rowwise_adagrad", "fp32", "uniform"),
+)
+QUICK = (("dcnv2-small", None, 2048, "rowwise_adagrad", "bf16", "uniform"),
+         ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform"),
+         ("dlrm-criteo-kaggle", 100_000, 2048, "rowwise_adagrad", "bf16", "zipf"))
+#: Synthetic "zipf" indices (polyrec.data.synthetic, exponent ~1.05) are modelled by the TBE cost
+#: model's log-uniform skew (Zipf with exponent ~1).
+DISTRIBUTION = {"uniform": "uniform", "zipf": "log_uniform"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Case:
+    preset: str
+    row_cap: int | None
+    batch: int
+    optimizer: str
+    precision: str
+    distribution: str
+
+    @property
+    def model_label(self) -> str:
+        cap = f" cap {self.row_cap / 1e6:g}M" if self.row_cap else ""
+        return f"{self.preset}{cap} {self.optimizer} {self.precision} {self.distribution}"
+
+
+def predict(case: Case, device_name: str):
+    from polyrec.models.config import preset
+    from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
+
+    cfg = preset(case.preset)
+    if case.row_cap:
+        cfg = cfg.with_capped_rows(case.row_cap)
+    spec = model_spec_from_config(cfg, index_distribution=DISTRIBUTION[case.distribution])
+    c = PlanConstraints(weight_dtypes=("fp32",), optimizers=(case.optimizer,), batch_per_gpu=case.batch,
+                        allow_host_cache=False, dense_dtype=case.precision, overlap="none")
+    return make_plan(spec, parse_fleet(device_name), c)
+
+
+def measure(case: Case, *, warmup: int, steps: int) -> dict:
+    import torch
+
+    from polyrec.runtime import bench
+    from polyrec.runtime.config import TrainConfig
+
+    cfg = TrainConfig(preset=case.preset, data=f"synthetic:{case.distribution}", batch_size=case.batch,
+                      steps=warmup + steps, device="cuda", precision=case.precision,
+                      embedding_optimizer=case.optimizer, row_cap=case.row_cap, log_every=10**9)
+    row = bench.measure(cfg, label=case.model_label, warmup=warmup, steps=steps)
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row
+
+
+def ensure_calibration(spec) -> str:
+    from polyrec.hardware.calibrate import calibrate, load_calibration, save_calibration
+
+    if load_calibration(spec.name) is None:
+        save_calibration(spec.name, calibrate(spec))
+        return "calibrated in this run"
+    return "stored calibration"
+
+
+def check_planner_matches_trainer_shapes() -> None:
+    """Correctness first: the planner's model is the trainer's (same dense parameter count)."""
+    from polyrec.models import DLRM, preset
+    from polyrec.planner import model_spec_from_config
+    from polyrec.planner.dense import dense_params
+
+    for name in ("dcnv2-small", "dlrm-criteo-kaggle"):
+        cfg = preset(name).with_capped_rows(1000)
+        model = DLRM(cfg, device="cpu")
+        real = sum(p.numel() for p in model.dense_parameters())
+        planned = dense_params(model_spec_from_config(cfg))
+        if real != planned:
+            raise SystemExit(f"{name}: planner counts {planned} dense parameters, the model has {real}")
+
+
+def geomean_abs_error(pairs: list[tuple[float, float]]) -> float:
+    logs = [abs(math.log(p / m)) for p, m in pairs if p > 0 and m > 0]
+    return math.exp(sum(logs) / len(logs)) - 1 if logs else float("nan")
+
+
+def plan_choice(rows: list[dict], device_name: str) -> list[dict]:
+    """Per model measured at several batches: the planner's pick among them vs the fastest measured."""
+    out = []
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["model"], []).append(r)
+    for label, group in groups.items():
+        if len(group) < 2:
+            continue
+        case = group[0]["case"]
+        scores = {}
+        for r in group:
+            plan = predict(r["case"], device_name)
+            scores[r["case"].batch] = plan.samples_per_s
+        picked = max(scores, key=scores.get)
+        fastest = max(group, key=lambda r: r["measured_samples_per_s"])
+        chosen = next(r for r in group if r["case"].batch == picked)
+        out.append({"model": label, "alternatives": len(group), "picked_batch": picked,
+                    "fastest_batch": fastest["case"].batch,
+                    "picked_vs_fastest": chosen["measured_samples_per_s"] / fastest["measured_samples_per_s"],
+                    "preset": case.preset})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="three tiny configurations (smoke test)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per configuration")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="stop starting new configurations after this")
+    args = parser.parse_args()
+
+    import torch
+
+    from polyrec.hardware.detect import detect
+    from polyrec.results import write_results
+
+    if not torch.cuda.is_available():
+        raise SystemExit("planner_accuracy needs a GPU")
+    check_planner_matches_trainer_shapes()
+    spec = detect().spec
+    calibration = "skipped (--quick): datasheet ceilings" if args.quick else ensure_calibration(spec)
+    cases = [Case(preset=p, row_cap=r, batch=b, optimizer=o, precision=d, distribution=x)
+             for p, r, b, o, d, x in (QUICK if args.quick else FULL)]
+    warmup, steps = (3, args.steps or 5) if args.quick else (5, args.steps or 20)
+    start = time.perf_counter()
+    rows, skipped = [], []
+    for case in cases:
+        if time.perf_counter() - start > args.budget_s:
+            skipped.append(case.model_label + f" batch {case.batch}")
+            continue
+        plan = predict(case, spec.name)
+        got = measure(case, warmup=warmup, steps=steps)
+        measured_ms = got["ms_per_step"] - got.get("data_ms", 0.0)
+        predicted_gb = plan.memory[0].used / 1e9
+        rows.append({"model": case.model_label, "case": case, "batch": case.batch,
+                     "embeddings": got["embeddings"], "dense": got["dense"],
+                     "predicted_ms": plan.step.total_ms, "measured_ms": measured_ms, "data_ms": got.get("data_ms", 0.0),
+                     "error": plan.step.total_ms / measured_ms - 1,
+                     "pred_emb_ms": plan.step.embedding_fwd_ms + plan.step.embedding_bwd_ms,
+                     "meas_emb_ms": got.get("emb_fwd_ms", 0.0) + got.get("emb_bwd_ms", 0.0),
+                     "pred_dense_ms": plan.step.dense_fwd_ms + plan.step.dense_bwd_ms + plan.step.other_ms,
+                     "meas_dense_ms": got.get("dense_ms", 0.0),
+                     "predicted_gb": predicted_gb, "measured_gb": got["peak_gb"],
+                     "memory_error": predicted_gb / got["peak_gb"] - 1 if got["peak_gb"] else float("nan"),
+                     "predicted_samples_per_s": plan.samples_per_s,
+                     "measured_samples_per_s": case.batch / (measured_ms / 1e3)})
+        print(f"{rows[-1]['model']:<58} B={case.batch:<6} pred {plan.step.total_ms:8.2f} ms  "
+              f"meas {measured_ms:8.2f} ms  ({rows[-1]['error']:+.1%})  mem {predicted_gb:6.2f} / {got['peak_gb']:6.2f} GB",
+              flush=True)
+    choices = plan_choice(rows, spec.name)
+    table = [{k: v for k, v in r.items() if k != "case"} for r in rows]
+    summary = {
+        "device": spec.name, "ceilings": calibration, "configurations": len(rows), "skipped": len(skipped),
+        "step_geomean_abs_error": geomean_abs_error([(r["predicted_ms"], r["measured_ms"]) for r in rows]),
+        "memory_max_abs_error": max((abs(r["memory_error"]) for r in rows), default=float("nan")),
+        "memory_geomean_abs_error": geomean_abs_error([(r["predicted_gb"], r["measured_gb"]) for r in rows]),
+        "plan_choice_worst": min((c["picked_vs_fastest"] for c in choices), default=float("nan")),
+        "wall_s": time.perf_counter() - start,
+    }
+    write_results("planner_accuracy", {"rows": table, "plan_choice": choices, "skipped": skipped}, rows=table,
+                  summary=summary)
+    print()
+    print(f"{'model':<58} {'batch':>6} {'pred ms':>8} {'meas ms':>8} {'err':>7} {'pred GB':>8} {'meas GB':>8}")
+    for r in rows:
+        print(f"{r['model']:<58} {r['batch']:>6} {r['predicted_ms']:8.2f} {r['measured_ms']:8.2f} "
+              f"{r['error']:+7.1%} {r['predicted_gb']:8.2f} {r['measured_gb']:8.2f}")
+    for c in choices:
+        print(f"plan choice {c['model']}: picked batch {c['picked_batch']}, fastest {c['fastest_batch']}, "
+              f"picked/fastest {c['picked_vs_fastest']:.3f}")
+    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Whole-step time model: terms, slowest-rank rule and overlap, against hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from polyrec.perfmodel.step import DDP_BUCKET_BYTES, StepParts, exposed_all_reduce, step_time
+
+
+def _parts(**kw) -> StepParts:
+    base = dict(embedding_fwd_s=[1.0, 2.0], embedding_bwd_s=[3.0, 1.0], dense_fwd_s=[4.0, 4.0], dense_bwd_s=[8.0, 8.0],
+                dense_optimizer_s=[0.5, 0.5], other_s=[0.25, 0.25], input_all_to_all_s=0.1, output_all_to_all_s=0.2,
+                grad_all_to_all_s=0.2, all_reduce_s=2.0, all_reduce_bytes=4.0 * DDP_BUCKET_BYTES)
+    return StepParts(**(base | kw))
+
+
+def test_no_overlap_sums_slowest_ranks():
+    t = step_time(_parts(overlap="none"))
+    assert t.embedding_fwd_s == 2.0 and t.embedding_bwd_s == 3.0
+    assert t.all_to_all_s == pytest.approx(0.5)
+    assert t.total_s == pytest.approx(2 + 3 + 4 + 8 + 0.5 + 2 + 0.5 + 0.25)
+    assert t.overlap_s == 0
+
+
+def test_ddp_hides_all_but_last_bucket():
+    t = step_time(_parts(overlap="ddp"))
+    # 4 buckets: the last (0.5 s) is exposed, the other 1.5 s fit under the 8 s backward
+    assert t.overlap_s == pytest.approx(1.5)
+    assert t.total_s == pytest.approx(2 + 3 + 4 + 8 + 0.5 + 0.5 + 0.5 + 0.25)
+
+
+def test_ddp_exposes_what_outlasts_the_backward():
+    assert exposed_all_reduce(10.0, 4.0 * DDP_BUCKET_BYTES, 1.0) == pytest.approx(2.5 + 6.5)
+    assert exposed_all_reduce(1.0, DDP_BUCKET_BYTES / 2, 5.0) == pytest.approx(1.0)
+    assert exposed_all_reduce(0.0, 0.0, 5.0) == 0.0
+
+
+def test_pipeline_also_hides_all_to_all():
+    t = step_time(_parts(overlap="pipeline"))
+    assert t.overlap_s == pytest.approx(1.5 + 0.5)
+    tight = step_time(_parts(overlap="pipeline", dense_fwd_s=[0.1, 0.1], dense_bwd_s=[0.1, 0.1], all_reduce_s=0.0))
+    assert tight.overlap_s == pytest.approx(0.2)  # no more than the dense compute there is to hide under
+
+
+def test_cpu_bound_step_takes_the_cpu_time():
+    fast = dict(embedding_fwd_s=[0.1], embedding_bwd_s=[0.1], dense_fwd_s=[0.1], dense_bwd_s=[0.1],
+                dense_optimizer_s=[0.0], other_s=[0.0], all_reduce_s=0.0, overlap="none")
+    t = step_time(StepParts(**fast, host_s=[1.0]))
+    assert t.host_excess_s == pytest.approx(0.6) and t.total_s == pytest.approx(1.0)
+    assert step_time(StepParts(**fast, host_s=[0.2])).total_s == pytest.approx(0.4)
+
+
+def test_bad_overlap():
+    with pytest.raises(ValueError, match="overlap"):
+        step_time(_parts(overlap="magic"))

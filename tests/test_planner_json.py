@@ -1,0 +1,54 @@
+"""Plan JSON: round trip, and errors that name the malformed field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from polyrec.models.config import dcnv2_small
+from polyrec.planner import Plan, PlanFormatError, make_plan, model_spec_from_config, parse_fleet
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return make_plan(model_spec_from_config(dcnv2_small()), parse_fleet("H200x2"))
+
+
+def test_round_trip(plan):
+    again = Plan.from_json(plan.to_json())
+    assert again == plan
+    assert again.to_json() == plan.to_json()
+    assert isinstance(again.tables[0].ranks, tuple)
+
+
+def _broken(plan: Plan, edit) -> str:
+    doc = json.loads(plan.to_json())
+    edit(doc)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda d: d.__setitem__("version", 99), "plan.version"),
+    (lambda d: d.pop("batch_per_gpu"), "plan.batch_per_gpu: missing"),
+    (lambda d: d.__setitem__("batch_per_gpu", "big"), "plan.batch_per_gpu: expected an integer"),
+    (lambda d: d["tables"][3].__setitem__("weight_dtype", "fp8"), "plan.tables[3].weight_dtype: must be one of"),
+    (lambda d: d["tables"][0].__setitem__("sharding", "diagonal"), "plan.tables[0].sharding"),
+    (lambda d: d["tables"][1].__setitem__("ranks", [5]), "plan.tables[1].ranks"),
+    (lambda d: d["tables"].pop(), "no entry for table"),
+    (lambda d: d["step"].__setitem__("total_ms", None), "plan.step.total_ms: expected a number"),
+    (lambda d: d["memory"][0].__setitem__("colour", 1), "plan.memory[0].colour: unknown field"),
+    (lambda d: d["model"]["dense"].__setitem__("interaction", "mlp"), "plan.model.dense.interaction"),
+    (lambda d: d["fleet"]["groups"][0].__setitem__("count", 1.5), "plan.fleet.groups[0].count"),
+])
+def test_malformed_plan_names_the_field(plan, edit, where):
+    with pytest.raises(PlanFormatError) as info:
+        Plan.from_json(_broken(plan, edit))
+    assert where in str(info.value)
+
+
+def test_not_json():
+    with pytest.raises(PlanFormatError, match="not valid JSON"):
+        Plan.from_json("{")
+    with pytest.raises(PlanFormatError, match="expected a JSON object"):
+        Plan.from_json("[]")

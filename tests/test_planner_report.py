@@ -1,0 +1,54 @@
+"""What-if report (PNG + HTML) and the ``polyrec plan`` command."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from polyrec.cli import app
+from polyrec.models.config import dcnv2_small
+from polyrec.planner import Plan, model_spec_from_config
+from polyrec.planner.report import what_if, write_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_what_if_report_renders(tmp_path):
+    rows = what_if(model_spec_from_config(dcnv2_small()), ["H100", "H200", "MI300X", "MI350X"])
+    assert [r.gpus for r in rows] == [1, 1, 1, 1]
+    assert all(r.samples_per_s_per_watt > 0 and "datasheet" in r.origin for r in rows)
+    png, page = write_report(rows, tmp_path, title="test")
+    data = png.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000
+    text = page.read_text()
+    assert "MI350X" in text and "data:image/png;base64," in text
+
+
+def test_cli_plan_json_round_trip(tmp_path):
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", "--fleet", "H200x2", "--json", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    plan = Plan.from_json(out.read_text())
+    assert plan.fleet.world_size == 2 and json.loads(result.stdout)["batch_per_gpu"] == plan.batch_per_gpu
+
+
+def test_cli_unknown_device_lists_valid_ones():
+    result = CliRunner().invoke(app, ["plan", "--fleet", "H300x8"])
+    assert result.exit_code == 2
+    assert "unknown device 'H300'" in result.output and "MI355X" in result.output
+
+
+def test_cli_fits_nowhere_names_smallest_fleet():
+    result = CliRunner().invoke(app, ["plan", "--fleet", "H100x1", "--weight-dtypes", "fp32", "--no-host-cache"])
+    assert result.exit_code == 1
+    assert "Smallest H100 fleet that fits: H100x2" in result.output
+
+
+def test_cli_compare_writes_report(tmp_path):
+    result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", "--compare", "H200,MI355X", "--json",
+                                      "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert [r["device"] for r in doc["rows"]] == ["H200", "MI355X"]
+    assert (tmp_path / "whatif_dcnv2-small.png").stat().st_size > 0
