@@ -14,25 +14,8 @@ pytestmark = [pytest.mark.compile,
                                  reason="compile-only checks need TRITON_INTERPRET unset")]
 
 
-@pytest.fixture
-def divisibility(monkeypatch):
-    """Compile with the specialization a real launch gets: pointers 16-byte aligned, strides and K
-    divisible by 16 (what Triton's JIT passes as ``attrs``; ``CompileJob`` has no field for it)."""
-    import triton.compiler
-
-    original = triton.compiler.ASTSource
-
-    class Specialized(original):
-        def __init__(self, fn, signature, constexprs=None, attrs=None):
-            attrs = attrs or {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items())
-                              if kind.startswith("*") or (kind == "i32" and name.startswith(("stride", "K")))}
-            super().__init__(fn, signature, constexprs, attrs)
-
-    monkeypatch.setattr(triton.compiler, "ASTSource", Specialized)
-
-
 @pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
-def test_selected_configs_compile_and_fit(name, divisibility):
+def test_selected_configs_compile_and_fit(name):
     from polyrec.hardware.compile import compile_for
     from polyrec.kernels.gemm import compile_job_for, reduce_compile_job
     from polyrec.kernels.gemm_configs import dlrm_suite

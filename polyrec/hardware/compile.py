@@ -3,7 +3,7 @@
 Triton 3.6 compiles on a CPU-only machine for ``GPUTarget("cuda", 80 | 90 | 100, 32)`` and
 ``GPUTarget("hip", "gfx942" | "gfx950", 64)``. From the result this module reads the shared memory /
 LDS bytes, the registers (NVIDIA: ``cuobjdump --dump-resource-usage`` on the cubin; AMD: the
-``.vgpr_count`` / ``.sgpr_count`` / spill counts in the AMDGCN assembly) and spills, and checks them
+``.vgpr_count`` (unified VGPR+AGPR total) / ``.sgpr_count`` / spill counts in the AMDGCN assembly) and spills, and checks them
 against the device's limits. Kernel modules expose ``compile_jobs(spec) -> list[CompileJob]`` so that
 every config they may select can be proven to fit every target.
 
@@ -41,6 +41,10 @@ class CompileJob:
     num_warps: int = 4
     num_stages: int = 2
     options: dict[str, Any] = field(default_factory=dict)  # extra backend options (AMD: waves_per_eu...)
+    # Arguments a real launch specializes as divisible by 16 (pointers 16-byte aligned, strides and
+    # sizes multiples of 16): Triton's JIT passes this as ``tt.divisibility`` and only then
+    # vectorizes and pipelines, so leaving it out understates shared memory and registers.
+    divisible_by_16: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,7 +55,7 @@ class CompileReport:
     device: str
     target: str  # e.g. "cuda:90" or "hip:gfx942"
     shared_bytes: int  # static + dynamic shared memory / LDS per block
-    registers: int  # per thread (NVIDIA) / VGPRs per lane (AMD, arch + acc)
+    registers: int  # per thread (NVIDIA) / VGPRs per lane (AMD: unified arch + acc total)
     scalar_registers: int  # SGPRs (AMD); 0 on NVIDIA
     spill_bytes: int  # NVIDIA: local memory bytes per thread; AMD: spilled VGPRs+SGPRs
     seconds: float  # compile time
@@ -96,13 +100,14 @@ def _amd_field(asm: str, name: str) -> int:
 
 
 def _amd_resources(asm: str) -> tuple[int, int, int]:
-    """(VGPRs incl. AGPRs, SGPRs, spilled registers) from the AMDGCN metadata."""
-    vgprs = _amd_field(asm, "vgpr_count")
-    agpr = re.search(r"\.agpr_count:\s+(\d+)", asm)
-    if agpr is not None:
-        vgprs += int(agpr.group(1))
+    """(VGPRs, SGPRs, spilled registers) from the AMDGCN metadata.
+
+    On gfx90a and later ``.vgpr_count`` is already the unified total (architectural VGPRs aligned,
+    plus AGPRs): the assembly's comments read e.g. NumVgprs 256, NumAgprs 192, TotalNumVgprs 448
+    with ``.vgpr_count: 448``.
+    """
     spills = _amd_field(asm, "vgpr_spill_count") + _amd_field(asm, "sgpr_spill_count")
-    return vgprs, _amd_field(asm, "sgpr_count"), spills
+    return _amd_field(asm, "vgpr_count"), _amd_field(asm, "sgpr_count"), spills
 
 
 def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int) -> tuple[str, ...]:
@@ -130,7 +135,12 @@ def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
     options |= {k: v for k, v in job.options.items()
                 if spec.triton.backend == "hip" or k not in AMD_ONLY_OPTIONS}
     start = time.perf_counter()
-    src = ASTSource(job.kernel, signature=job.signature, constexprs=job.constexprs)
+    names = list(job.signature)
+    unknown = set(job.divisible_by_16) - set(names)
+    if unknown:
+        raise CompileHarnessError(f"{job.label}: divisible_by_16 names unknown arguments {sorted(unknown)}")
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in job.divisible_by_16}
+    src = ASTSource(job.kernel, signature=job.signature, constexprs=job.constexprs, attrs=attrs)
     compiled = triton.compile(src, target=target, options=options)
     seconds = time.perf_counter() - start
     shared = int(compiled.metadata.shared)

@@ -381,9 +381,11 @@ def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogu
     signature = {name: signature[name] for name in order}
     options = config.launch_options("hip")
     del options["num_warps"], options["num_stages"]
+    # As launched on the DLRM shapes: 16-byte aligned pointers, K and the strides multiples of 16.
+    aligned = tuple(n for n, kind in signature.items() if kind.startswith("*") or n.startswith("stride") or n == "K")
     return CompileJob(label=f"gemm {dtype} {config.label} {epilogue}", kernel=gemm_kernel, signature=signature,
                       constexprs=constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
-                      options=options)
+                      options=options, divisible_by_16=tuple(n for n in aligned if signature[n] != "constexpr"))
 
 
 def reduce_compile_job(dtype: str, split_k: int = 4) -> CompileJob:
