@@ -17,6 +17,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/polyrec hw detect
 	$(BIN)/polyrec hw list
+	$(BIN)/polyrec train --preset dcnv2-small --data synthetic --steps 600 --batch-size 512 --eval-every 300 --log-every 100 --cpu-threads 1
 
 # Two passes: kernels run through Triton's CPU interpreter; compile-only checks (marked `compile`)
 # need real JITFunctions, so they run with the interpreter off. Exit code 5 means "no tests collected".

@@ -206,11 +206,13 @@ def test_torch_embedding_optimizers_update_only_touched_rows(kind):
     assert changed == [[0, 2], [0], [5, 11]]
 
 
-def test_polyrec_backend_missing_is_a_clear_error():
-    from polyrec.models.embeddings import polyrec_embedding_available
-    from polyrec.models.layers import polyrec_dense_available
+def test_polyrec_backend_missing_is_a_clear_error(monkeypatch):
+    import polyrec.models.embeddings as embeddings
+    import polyrec.models.layers as layers
 
-    if polyrec_embedding_available() and polyrec_dense_available():
-        pytest.skip("polyrec.kernels.tbe and polyrec.kernels.gemm are both installed")
-    with pytest.raises(ImportError, match="polyrec.kernels"):
-        DLRM(tiny("dot"), embedding_backend="polyrec", dense_backend="polyrec")
+    monkeypatch.setattr(embeddings, "polyrec_embedding_available", lambda: False)
+    monkeypatch.setattr(layers, "polyrec_dense_available", lambda: False)
+    with pytest.raises(ImportError, match="needs polyrec.kernels.tbe and polyrec.kernels.jagged"):
+        DLRM(tiny("dot"), embedding_backend="polyrec")
+    with pytest.raises(ImportError, match="needs polyrec.kernels.gemm"):
+        DLRM(tiny("dot"), dense_backend="polyrec")

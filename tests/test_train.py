@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -23,13 +24,25 @@ ROOT = Path(__file__).parent.parent
 runner = CliRunner()
 
 
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """--cpu-threads 1 (fast when other test workers share the cores) changes a process-wide setting."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def invoke(args: list[str]):
+    return runner.invoke(app, [*args, "--cpu-threads", "1"] if args[0] == "train" else args)
+
+
 def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def test_demo_path_learns(tmp_path):
     """What `make demo` runs, shortened: dcnv2-small on synthetic data, AUC clearly above chance."""
-    result = runner.invoke(app, ["train", "--steps", "120", "--batch-size", "256", "--eval-every", "60",
+    result = invoke(["train", "--steps", "120", "--batch-size", "256", "--eval-every", "60",
                                  "--log-every", "20", "--checkpoint-dir", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     lines = json_lines(result.output)
@@ -44,14 +57,14 @@ def test_demo_path_learns(tmp_path):
 
 
 def test_table_output_without_json(tmp_path):
-    result = runner.invoke(app, ["train", "--steps", "4", "--batch-size", "32", "--row-cap", "1000", "--log-every", "2"])
+    result = invoke(["train", "--steps", "4", "--batch-size", "32", "--row-cap", "1000", "--log-every", "2"])
     assert result.exit_code == 0, result.output
     assert "samples/s" in result.output and "eval AUC" in result.output and "ms/step dense" in result.output
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     cfg = TrainConfig(steps=8, batch_size=32, row_cap=1000, log_every=2, checkpoint_every=4, checkpoint_dir=tmp_path,
-                      device="cpu")
+                      device="cpu", cpu_threads=1)
     trainer = Trainer(cfg, progress=False)
     assert trainer.train().status == "done"
     with torch.no_grad():
@@ -66,7 +79,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
 
 
 def test_nan_loss_exit_code_from_cli(tmp_path):
-    result = runner.invoke(app, ["train", "--steps", "30", "--batch-size", "32", "--row-cap", "1000", "--lr", "1e30",
+    result = invoke(["train", "--steps", "30", "--batch-size", "32", "--row-cap", "1000", "--lr", "1e30",
                                  "--log-every", "1", "--checkpoint-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert "training stopped; no checkpoint was written before it" in result.output
@@ -74,9 +87,9 @@ def test_nan_loss_exit_code_from_cli(tmp_path):
 
 def test_bad_rows_cli(tmp_path):
     bad = f"criteo:{DATA / 'criteo_bad.tsv'}"
-    result = runner.invoke(app, ["train", "--data", bad, "--steps", "2", "--batch-size", "8", "--row-cap", "100"])
+    result = invoke(["train", "--data", bad, "--steps", "2", "--batch-size", "8", "--row-cap", "100"])
     assert result.exit_code == 2 and "criteo_bad.tsv:5: expected 40 tab-separated columns" in result.output
-    result = runner.invoke(app, ["train", "--data", bad, "--steps", "2", "--batch-size", "8", "--row-cap", "100",
+    result = invoke(["train", "--data", bad, "--steps", "2", "--batch-size", "8", "--row-cap", "100",
                                  "--skip-bad-rows", "--json"])
     assert result.exit_code == 0, result.output
     end = [r for r in json_lines(result.output) if r.get("event") == "end"][0]
@@ -84,7 +97,7 @@ def test_bad_rows_cli(tmp_path):
 
 
 def test_movielens_cli(tmp_path):
-    result = runner.invoke(app, ["train", "--data", f"movielens:{DATA / 'ml_sample.data'}", "--steps", "20",
+    result = invoke(["train", "--data", f"movielens:{DATA / 'ml_sample.data'}", "--steps", "20",
                                  "--batch-size", "64", "--json"])
     assert result.exit_code == 0, result.output
     start = [r for r in json_lines(result.output) if r.get("event") == "start"][0]
@@ -95,7 +108,7 @@ def test_movielens_cli(tmp_path):
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "polyrec", "train", "--steps", "1000000", "--batch-size", "32", "--row-cap", "1000",
-           "--log-every", "5", "--checkpoint-dir", str(tmp_path), "--json"]
+           "--log-every", "5", "--checkpoint-dir", str(tmp_path), "--json", "--cpu-threads", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 120
@@ -115,7 +128,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
 
 
 def test_bench_e2e_cli():
-    result = runner.invoke(app, ["bench", "e2e", "--steps", "3", "--warmup", "1", "--batch-size", "32",
+    result = invoke(["bench", "e2e", "--steps", "3", "--warmup", "1", "--batch-size", "32",
                                  "--row-cap", "1000", "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)

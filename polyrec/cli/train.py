@@ -62,6 +62,8 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from CHECKPOINT_DIR/checkpoint.pt."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Count and skip malformed rows."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA-graph the dense forward+backward (GPU)."),
+    cpu_threads: int = typer.Option(0, help="CPU intra-op threads (0: torch's default). 1 avoids OpenMP "
+                                    "spin-waits when other jobs share the cores."),
     metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a progress bar and table."),
 ) -> None:
@@ -72,7 +74,8 @@ def train(
                       embedding_optimizer=embedding_optimizer, embedding_lr=embedding_lr, row_cap=row_cap,
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                      skip_bad_rows=skip_bad_rows, cuda_graphs=cuda_graphs, metrics_path=metrics)
+                      skip_bad_rows=skip_bad_rows, cuda_graphs=cuda_graphs, cpu_threads=cpu_threads,
+                      metrics_path=metrics)
     try:
         trainer = Trainer(cfg, echo_json=as_json)
         result = trainer.train()

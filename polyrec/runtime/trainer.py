@@ -91,6 +91,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
         self.cfg, self.rt = cfg, resolve(cfg)
+        if cfg.cpu_threads:
+            torch.set_num_threads(cfg.cpu_threads)
         base = preset(cfg.preset)
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
