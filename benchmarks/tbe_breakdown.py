@@ -1,0 +1,84 @@
+"""Where the embedding step's time goes on the MLPerf shapes: every forward launch config timed, and
+the forward+backward kernels timed one by one with the torch profiler. A diagnostic for tuning the
+TBE cost model; it writes ``tbe_breakdown_<gpu>_<date>.json``.
+
+    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import triton
+from torch.profiler import ProfilerActivity, profile
+
+from polyrec.kernels import tbe_select
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.results import write_results
+from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch
+
+
+def forward_sweep(module: TableBatchedEmbedding, batch, warp_size: int) -> list[dict]:
+    """Time the forward with every candidate config (and 2x / 0.5x warps) forced."""
+    key = next(iter(module._configs))
+    chosen = module._configs[key]
+    rows = []
+    for cand in tbe_select.forward_candidates(module.block_d, warp_size):
+        for warps in sorted({max(1, cand.num_warps // 2), cand.num_warps, min(16, cand.num_warps * 2)}):
+            cfg = tbe_select.ForwardConfig(bags=cand.bags, hots=cand.hots, num_warps=warps)
+            module._configs[key] = cfg
+            with torch.no_grad():
+                ms = triton.testing.do_bench(lambda: module(batch), warmup=20, rep=100, return_mode="median")
+            rows.append({"bags": cfg.bags, "hots": cfg.hots, "warps": warps, "fwd_ms": ms,
+                         "selected": cfg == chosen})
+    module._configs[key] = chosen
+    return rows
+
+
+def kernel_table(module: TableBatchedEmbedding, batch, grad, reps: int = 3) -> list[dict]:
+    for _ in range(2):
+        module(batch).backward(grad)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            module(batch).backward(grad)
+        torch.cuda.synchronize()
+    rows = []
+    for evt in prof.key_averages():
+        cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        if cuda_us > 0:
+            rows.append({"kernel": evt.key[:90], "calls_per_step": evt.count / reps, "ms_per_step": cuda_us / 1e3 / reps})
+    return sorted(rows, key=lambda r: -r["ms_per_step"])[:25]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    batch_size = 2048 if args.quick else 65536
+    rows_per_table = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
+                                   device="cuda")
+    batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, False, gen)
+    grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen)
+    with torch.no_grad():
+        module(batch)
+    sweep = forward_sweep(module, batch, torch.cuda.get_device_properties(0).warp_size)
+    kernels = kernel_table(module, batch, grad)
+    sort_keys = torch.randint(0, sum(rows_per_table), (batch.nnz,), device="cuda", dtype=torch.int32)
+    sort_ms = triton.testing.do_bench(lambda: torch.sort(sort_keys), warmup=10, rep=100, return_mode="median")
+    write_results("tbe_breakdown", {"forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms,
+                                    "nnz": batch.nnz}, rows=kernels, summary={"sort_int32_ms": sort_ms})
+    print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
+    for r in sorted(sweep, key=lambda r: r["fwd_ms"]):
+        print(f"{r['bags']:>5} {r['hots']:>5} {r['warps']:>5} {r['fwd_ms']:>8.3f}{'  <- selected' if r['selected'] else ''}")
+    print(f"torch.sort of {batch.nnz} int32 keys: {sort_ms:.3f} ms")
+    for r in kernels:
+        print(f"{r['ms_per_step']:8.3f} ms  x{r['calls_per_step']:.0f}  {r['kernel']}")
+
+
+if __name__ == "__main__":
+    main()
