@@ -53,6 +53,13 @@ def test_synthetic_is_deterministic_and_resumable():
     assert not torch.equal(other.values, batches[0].values)
 
 
+def test_synthetic_pool_repeats_the_first_batches():
+    src = SyntheticSource(small(), batch_size=16, seed=2, pool=2)
+    a, b, c = src.next_batch(), src.next_batch(), src.next_batch()
+    assert c is a and not torch.equal(a.values, b.values)
+    assert torch.equal(a.values, SyntheticSource(small(), batch_size=16, seed=2).next_batch().values)
+
+
 def test_synthetic_zipf_is_skewed_and_uniform_is_not():
     config = small().replace(table_rows=(1000,) * 26, multi_hot=(1,) * 26)
     zipf = SyntheticSource(config, batch_size=2048, seed=0).next_batch().values

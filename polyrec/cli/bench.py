@@ -13,8 +13,8 @@ from polyrec.runtime import TrainConfig
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
 
-COLUMNS = ("path", "embeddings", "dense", "dtype", "embedding_optimizer", "batch", "samples_per_s", "ms_per_step",
-           "first_steps_s", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms", "peak_gb")
+COLUMNS = ("path", "samples_per_s", "ms_per_step", "first_steps_s", "peak_gb")
+PHASE_COLUMNS = ("path", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms")
 
 
 def _cell(value) -> str:
@@ -35,6 +35,7 @@ def e2e_command(
     row_cap: int | None = typer.Option(None, help="Cut every table to at most this many rows."),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="polyrec's path with CUDA graphs (GPU)."),
+    synthetic_pool: int = typer.Option(4, help="Synthetic batches generated once and cycled (0: a new one per step)."),
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
@@ -42,16 +43,21 @@ def e2e_command(
     from polyrec.runtime.bench import e2e
 
     base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
-                       device=device, cuda_graphs=cuda_graphs, seed=seed)
+                       device=device, cuda_graphs=cuda_graphs, seed=seed, synthetic_pool=synthetic_pool)
     out = e2e(base, warmup=warmup, steps=steps)
     if as_json:
         typer.echo(json.dumps(out, indent=1))
         return
-    table = Table(title=f"polyrec bench e2e: {preset}, batch {batch_size}, {steps} timed steps")
-    for col in COLUMNS:
-        table.add_column(col, justify="left" if col == "path" else "right")
-    for row in out["rows"]:
-        table.add_row(*(_cell(row.get(c)) for c in COLUMNS))
     console = Console()
-    console.print(table)
+    for title, cols in ((f"polyrec bench e2e: {preset}, batch {batch_size}, {steps} timed steps", COLUMNS),
+                        ("ms per step by phase", PHASE_COLUMNS)):
+        table = Table(title=title)
+        for col in cols:
+            table.add_column(col, justify="left" if col == "path" else "right")
+        for row in out["rows"]:
+            table.add_row(*(_cell(row.get(c)) for c in cols))
+        console.print(table)
+    for row in out["rows"]:
+        console.print(f"{row['path']}: embeddings {row['embeddings']} ({row['embedding_optimizer']}), "
+                      f"dense {row['dense']} in {row['dtype']}")
     console.print(f"polyrec / direct port: [bold]{out['speedup']:.2f}x[/] samples/s")

@@ -26,13 +26,15 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 
 def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
-                skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8) -> Source:
-    """The source named by ``spec``; ``eval_spec`` (same kind, file formats only) gives held-out data."""
+                skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8,
+                synthetic_pool: int = 0) -> Source:
+    """The source named by ``spec``; ``eval_spec`` (same kind, file formats only) gives held-out data;
+    ``synthetic_pool`` > 0 makes synthetic training batches repeat with that period (benchmarks)."""
     kind, arg = parse_spec(spec)
     bad = BadRows(skip=skip_bad_rows)
     if kind == "synthetic":
         return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device,
-                               distribution=arg or "zipf", num_eval_batches=num_eval_batches)
+                               distribution=arg or "zipf", num_eval_batches=num_eval_batches, pool=synthetic_pool)
     if kind == "movielens":
         return MovieLensSource(Path(arg), batch_size=batch_size, seed=seed, bad_rows=bad)
     eval_source = None

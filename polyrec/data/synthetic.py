@@ -56,12 +56,15 @@ class SyntheticSource:
     """Criteo-like batches of one model config: ``num_dense`` counts, ``multi_hot[f]`` lookups per feature."""
 
     def __init__(self, config: ModelConfig, *, batch_size: int, seed: int = 0, device: torch.device | str = "cpu",
-                 distribution: str = "zipf", alpha: float = DEFAULT_ZIPF_ALPHA, num_eval_batches: int = 8) -> None:
+                 distribution: str = "zipf", alpha: float = DEFAULT_ZIPF_ALPHA, num_eval_batches: int = 8,
+                 pool: int = 0) -> None:
         if distribution not in ("zipf", "uniform"):
             raise ValueError(f"synthetic distribution must be 'zipf' or 'uniform', got {distribution!r}")
         self.config, self.batch_size, self.seed = config, batch_size, seed
         self.device = torch.device(device)
         self.distribution, self.alpha, self.num_eval_batches = distribution, alpha, num_eval_batches
+        self.pool = pool  # > 0: training batches repeat with this period, generated once (benchmarks)
+        self._cache: dict[int, Batch] = {}
         self.bad_rows = BadRows(skip=False)
         self.position = 0
         b, hot = batch_size, torch.tensor(config.multi_hot)
@@ -116,7 +119,14 @@ class SyntheticSource:
         return HIDDEN_INTERCEPT + z @ self.dense_w + cat.sum(0) * math.sqrt(3.0)
 
     def next_batch(self) -> Batch:
-        batch = self.batch(TRAIN_STREAM, self.position)
+        """Training batch number ``position``; with a pool, batch ``position % pool``, kept after first use."""
+        if not self.pool:
+            batch = self.batch(TRAIN_STREAM, self.position)
+        else:
+            key = self.position % self.pool
+            if key not in self._cache:
+                self._cache[key] = self.batch(TRAIN_STREAM, key)
+            batch = self._cache[key]
         self.position += 1
         return batch
 

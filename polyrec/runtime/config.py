@@ -39,6 +39,7 @@ class TrainConfig:
     resume: bool = False  # continue from checkpoint_dir/checkpoint.pt
     skip_bad_rows: bool = False  # count and skip malformed input rows instead of stopping at the first
     cuda_graphs: bool = False  # capture the dense forward+backward in a CUDA graph (GPU only)
+    synthetic_pool: int = 0  # > 0: synthetic training batches repeat with this period (no generation cost)
     cpu_threads: int = 0  # torch intra-op threads on the CPU; 0 keeps torch's default (one per core)
     metrics_path: Path | None = None  # JSON-lines log; default checkpoint_dir/metrics.jsonl when there is one
 

@@ -98,7 +98,7 @@ class Trainer:
             base = base.with_capped_rows(cfg.row_cap)
         self.source = open_source(cfg.data, base, batch_size=cfg.batch_size, seed=cfg.seed, device=self.rt.device,
                                   skip_bad_rows=cfg.skip_bad_rows, eval_spec=cfg.eval_data,
-                                  num_eval_batches=cfg.eval_batches)
+                                  num_eval_batches=cfg.eval_batches, synthetic_pool=cfg.synthetic_pool)
         self.model_config = self.source.adapt(base)
         torch.manual_seed(cfg.seed)
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
