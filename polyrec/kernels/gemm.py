@@ -46,7 +46,7 @@ def _epilogue(acc, offs_m, offs_n, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, s
     return acc
 
 
-@triton.jit(do_not_specialize=["M", "N"])
+@triton.jit
 def gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr,
     M, N, K, K_PER_SPLIT,
@@ -78,8 +78,10 @@ def gemm_kernel(
     k_start = tl.multiple_of(pid_k * K_PER_SPLIT, BLOCK_K)  # K_PER_SPLIT is a multiple of BLOCK_K
     k_left = tl.minimum(K - k_start, K_PER_SPLIT)  # this split's depth
     # Out-of-range rows / columns wrap (loads stay in bounds without masks); the store masks them.
-    # The K mask is what limits vector width: K divisible by 16 (specialized) keeps the loads
-    # vectorized and software-pipelined (cp.async / LDS buffers).
+    # M, N and K must stay specializable (no do_not_specialize): when they are multiples of 16 the
+    # compiler knows ``rows % M`` / ``cols % N`` and the masks keep 16-element runs, so loads along
+    # a contiguous M or N (the TN / NN layouts) and the epilogue stay vectorized. Unspecialized, a
+    # bf16 8192^3 NN product ran at 36 TFLOP/s on the H200 instead of hundreds.
     a_ptrs = a_ptr + (rows % M)[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak  # [BM, BK]
     b_ptrs = b_ptr + (k_start + offs_k)[:, None] * stride_bk + (cols % N)[None, :] * stride_bn  # [BK, BN]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -381,8 +383,9 @@ def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogu
     signature = {name: signature[name] for name in order}
     options = config.launch_options("hip")
     del options["num_warps"], options["num_stages"]
-    # As launched on the DLRM shapes: 16-byte aligned pointers, K and the strides multiples of 16.
-    aligned = tuple(n for n, kind in signature.items() if kind.startswith("*") or n.startswith("stride") or n == "K")
+    # As launched on the DLRM shapes: 16-byte aligned pointers, M, N, K and the strides multiples of 16.
+    aligned = tuple(n for n, kind in signature.items()
+                    if kind.startswith("*") or n.startswith("stride") or n in ("M", "N", "K"))
     return CompileJob(label=f"gemm {dtype} {config.label} {epilogue}", kernel=gemm_kernel, signature=signature,
                       constexprs=constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
                       options=options, divisible_by_16=tuple(n for n in aligned if signature[n] != "constexpr"))
