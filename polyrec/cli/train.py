@@ -67,7 +67,7 @@ def train(
     metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a progress bar and table."),
 ) -> None:
-    """Train; Ctrl-C-safe checkpoints on SIGTERM; exit 1 on a non-finite loss, 2 on bad input."""
+    """Train; SIGTERM saves a checkpoint and exits 0; exit 1 on a non-finite loss, 2 on bad input."""
     cfg = TrainConfig(preset=preset, data=data, eval_data=eval_data, steps=steps, batch_size=batch_size, seed=seed,
                       device=device, precision=precision, embedding_backend=embedding_backend,
                       dense_backend=dense_backend, dense_optimizer=dense_optimizer, lr=lr,
