@@ -98,3 +98,25 @@ def test_polyrec_embedding_state_round_trips(tmp_path):
     other.embeddings.import_state(state)
     assert torch.equal(other.embeddings.tbe.weights, ours.embeddings.tbe.weights)
     assert torch.equal(other.embeddings.tbe.state1, ours.embeddings.tbe.state1)
+
+
+def test_bf16_embedding_output_feeds_bf16_dense():
+    """The trainer's GPU path: TBE pooled output in bf16, dense matmuls in bf16, fp32 weights underneath."""
+    gen = torch.Generator().manual_seed(9)
+    config = tiny("dcnv2")
+    ref, _ = pair(config, "rowwise_adagrad")
+    ours = DLRM(config, embedding_backend="polyrec", dense_backend="polyrec", seed=7,
+                embedding_optimizer=EmbeddingOptimConfig(kind="rowwise_adagrad", lr=0.05),
+                embedding_output_dtype=torch.bfloat16)
+    for w, bag in zip(ours.embeddings.tbe.table_weights(), ref.embeddings.bags):
+        w.copy_(bag.weight.detach())
+    dense, values, offsets, labels = batch(config, 6, gen)
+    emb = ours.embed(values, offsets, 6)
+    assert emb.dtype == torch.bfloat16
+    torch.testing.assert_close(emb.float(), ref.embed(values, offsets, 6), rtol=1e-2, atol=1e-2)
+    logits = ours.dense_forward(dense, emb, torch.bfloat16)
+    torch.testing.assert_close(logits, ref(dense, values, offsets), rtol=0.05, atol=0.05)
+    before = ours.embeddings.tbe.weights.clone()
+    F.binary_cross_entropy_with_logits(logits, labels).backward()
+    assert not torch.equal(ours.embeddings.tbe.weights, before)  # the fused update ran from a bf16 gradient
+    assert torch.isfinite(ours.embeddings.tbe.weights).all()

@@ -34,7 +34,7 @@ class DLRM(nn.Module):
 
     def __init__(self, config: ModelConfig, *, embedding_backend: str = "torch", dense_backend: str = "torch",
                  embedding_optimizer: EmbeddingOptimConfig | None = None, device: torch.device | str = "cpu",
-                 seed: int = 0) -> None:
+                 seed: int = 0, embedding_output_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         device = torch.device(device)
         self.config = config
@@ -43,7 +43,7 @@ class DLRM(nn.Module):
         self.ops = DenseOps(dense_backend)
         self.embeddings = build_embeddings(embedding_backend, config.table_rows, config.embedding_dim,
                                            optimizer=embedding_optimizer or EmbeddingOptimConfig(),
-                                           device=device, seed=seed)
+                                           device=device, seed=seed, output_dtype=embedding_output_dtype)
         gen = torch.Generator().manual_seed(seed)
         self.bottom = MLP(config.num_dense, config.bottom_mlp, last_relu=True, gen=gen)
         self.cross = (LowRankCross(config.interaction_dim, config.dcn_layers, config.dcn_rank, gen=gen)
@@ -60,7 +60,7 @@ class DLRM(nn.Module):
         return [p for part in self.dense_parts() for p in part.parameters()]
 
     def embed(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
-        """values [nnz], offsets [F*B+1] -> pooled embeddings [B, F, D] (fp32)."""
+        """values [nnz], offsets [F*B+1] -> pooled embeddings [B, F, D] (fp32, or the polyrec output dtype)."""
         return self.embeddings(values, offsets, batch_size)
 
     def dense_forward(self, dense: torch.Tensor, emb: torch.Tensor,

@@ -132,7 +132,8 @@ class PolyrecEmbeddings(nn.Module):
     fused = True
 
     def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
-                 device: torch.device, seed: int, weight_dtype: torch.dtype = torch.float32) -> None:
+                 device: torch.device, seed: int, weight_dtype: torch.dtype = torch.float32,
+                 output_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         if not polyrec_embedding_available():
             raise ImportError("embedding backend 'polyrec' needs polyrec.kernels.tbe and polyrec.kernels.jagged, "
@@ -146,7 +147,8 @@ class PolyrecEmbeddings(nn.Module):
         opt = EmbeddingOptimizer(kind=optimizer.kind, lr=optimizer.lr, eps=optimizer.eps, beta1=optimizer.beta1,
                                  beta2=optimizer.beta2, weight_decay=optimizer.weight_decay,
                                  initial_accumulator_value=optimizer.initial_accumulator_value)
-        self.tbe = TableBatchedEmbedding(tables, optimizer=opt, weight_dtype=weight_dtype, device=device, seed=seed)
+        self.tbe = TableBatchedEmbedding(tables, optimizer=opt, weight_dtype=weight_dtype, device=device, seed=seed,
+                                         output_dtype=output_dtype)
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
@@ -167,9 +169,13 @@ class PolyrecEmbeddings(nn.Module):
 
 
 def build_embeddings(backend: str, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
-                     device: torch.device, seed: int) -> TorchEmbeddings | PolyrecEmbeddings:
+                     device: torch.device, seed: int,
+                     output_dtype: torch.dtype = torch.float32) -> TorchEmbeddings | PolyrecEmbeddings:
+    """The tables of one backend; ``output_dtype`` (polyrec only) is the pooled output's dtype: bf16 there
+    saves the fp32 round trip when the dense layers run in bf16 (torch's EmbeddingBag returns fp32)."""
     if backend == "torch":
         return TorchEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed)
     if backend == "polyrec":
-        return PolyrecEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed)
+        return PolyrecEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed,
+                                 output_dtype=output_dtype)
     raise ValueError(f"embedding backend must be one of {EMBEDDING_BACKENDS}, got {backend!r}")

@@ -104,7 +104,7 @@ class Trainer:
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
         self.model = DLRM(self.model_config, embedding_backend=self.rt.embedding_backend,
                           dense_backend=self.rt.dense_backend, embedding_optimizer=emb_opt, device=self.rt.device,
-                          seed=cfg.seed)
+                          seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype)
         params = self.model.dense_parameters()
         self.optimizer = (torch.optim.Adagrad(params, lr=cfg.lr) if cfg.dense_optimizer == "adagrad"
                           else torch.optim.Adam(params, lr=cfg.lr))
