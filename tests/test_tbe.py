@@ -10,18 +10,25 @@ import torch
 
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
-from polyrec.kernels.tbe_backward import CHUNK
+from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe_reference import init_states, ref_pooled, ref_step
 
 TABLES = [TableSpec(name="big", rows=40, dim=8), TableSpec(name="hot", rows=2, dim=16),
           TableSpec(name="mid", rows=9, dim=4, pooling="mean")]
 FEATURES = [0, 1, 2, 1]  # table 1 read by two features: duplicates across features too
 B = 40
+#: Sorted positions per update program in these tests: small, so hot rows' runs cross many tiles.
+TILE = 8
+
+
+@pytest.fixture(autouse=True)
+def small_update_tiles(monkeypatch):
+    monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: tbe_select.UpdateConfig(tile=TILE, num_warps=1))
 
 
 def make_batch(gen: torch.Generator, *, weighted: bool = False, tables=TABLES, features=FEATURES,
                batch_size: int = B, max_len: int = 5) -> JaggedBatch:
-    """Random bags (some empty); the 'hot' table gets > CHUNK ids on 2 rows (runs cross chunks)."""
+    """Random bags (some empty); the 'hot' table gets > 2 * TILE ids on 2 rows (runs cross tiles)."""
     lengths = torch.randint(0, max_len + 1, (len(features) * batch_size,), generator=gen)
     lengths[::7] = 0
     vals = []
@@ -34,11 +41,11 @@ def make_batch(gen: torch.Generator, *, weighted: bool = False, tables=TABLES, f
                                     num_features=len(features), weights=weights)
 
 
-def test_hot_table_runs_cross_chunks():
+def test_hot_table_runs_cross_tiles():
     batch = make_batch(torch.Generator().manual_seed(0))
     off = batch.offsets
     hot = torch.cat([batch.values[int(off[B]): int(off[2 * B])], batch.values[int(off[3 * B]):]])
-    assert int((hot == 0).sum()) > CHUNK and int((hot == 1).sum()) > CHUNK
+    assert int((hot == 0).sum()) > 2 * TILE and int((hot == 1).sum()) > 2 * TILE
 
 
 @pytest.mark.parametrize("kind,wd", [("sgd", 0.0), ("rowwise_adagrad", 0.0), ("rowwise_adagrad", 0.01),
@@ -52,7 +59,8 @@ def test_training_matches_float64_reference(kind, wd):
     for step in range(1, 4):
         batch = make_batch(gen, weighted=step == 2)
         out = module(batch)
-        torch.testing.assert_close(out.double(), ref_pooled(weights, batch, TABLES, FEATURES), rtol=1e-5, atol=1e-6)
+        current = [w.double() for w in module.table_weights()]  # the forward is checked on the module's weights
+        torch.testing.assert_close(out.double(), ref_pooled(current, batch, TABLES, FEATURES), rtol=1e-5, atol=1e-6)
         grad = torch.randn(out.shape, generator=gen)
         out.backward(grad)
         weights, states = ref_step(weights, states, batch, grad, opt, step, TABLES, FEATURES)

@@ -21,7 +21,7 @@ from torch import Tensor
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
-from polyrec.kernels.tbe_backward import CHUNK, MERGE_BLOCK, merge_kernel, piece_starts, update_kernel
+from polyrec.kernels.tbe_backward import MERGE_BLOCK, MERGE_OWNERS, merge_kernel, update_kernel
 from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
                                          sort_keys_kernel, vector_width)
 from polyrec.kernels.tbe_optim import OPTIM_CODE, STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
@@ -348,27 +348,25 @@ class TableBatchedEmbedding(torch.nn.Module):
             BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=has_scale,
             num_warps=fcfg.num_warps)
         sorted_keys, perm = torch.sort(keys, stable=self.deterministic)
-        starts, num_pieces = piece_starts(sorted_keys)
-        partial = torch.empty(triton.cdiv(n, CHUNK) * 2, self.block_d, dtype=torch.float32, device=dev)
+        ucfg = self._update_config(n)
+        tiles = triton.cdiv(n, ucfg.tile)
+        partial = torch.empty(tiles * 2, self.block_d, dtype=torch.float32, device=dev)  # [tiles * 2, BLOCK_D]
         opt = self.optimizer
         common = dict(lr=opt.step_size(self.step), eps=opt.eps, beta1=opt.beta1, beta2=opt.beta2,
                       weight_decay=opt.weight_decay, seed=self._next_seed())
         flags = dict(OPTIM=OPTIM_CODE[opt.kind], HAS_WD=opt.weight_decay > 0,
                      STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
-                     T_PAD=self.t_pad, CHUNK_SIZE=CHUNK)
-        ucfg = self._update_config(n)
-        update_kernel[(triton.cdiv(n, ucfg.pieces),)](
-            self.weights, self.state1, self.state2, grad, partial,
-            sorted_keys, perm, src, scale, starts, num_pieces,
+                     T_PAD=self.t_pad, TILE=ucfg.tile)
+        update_kernel[(tiles,)](
+            self.weights, self.state1, self.state2, grad, partial, sorted_keys, perm, src, scale,
             lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
             n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
-            SEQUENCE=sequence is not None, HAS_SCALE=has_scale, PIECES=ucfg.pieces, num_warps=ucfg.num_warps,
-            **flags)
+            SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
         warp_size = _selection_spec(dev).warp_size
-        merge_kernel[(triton.cdiv(n, CHUNK),)](
+        merge_kernel[(triton.cdiv(tiles, MERGE_OWNERS),)](
             self.weights, self.state1, self.state2, partial, sorted_keys,
             lay.table_row_base, lay.table_elem_base, lay.table_dim,
-            n, len(self.tables), self.total_rows, **common, MERGE=MERGE_BLOCK,
+            n, len(self.tables), self.total_rows, **common, OWNERS=MERGE_OWNERS, MERGE=MERGE_BLOCK,
             num_warps=tbe_select.merge_warps(self.block_d, MERGE_BLOCK, warp_size), **flags)
 
 

@@ -1,49 +1,40 @@
 """Fused backward + optimizer of the table-batched embedding: sort, segment-reduce, update in place.
 
-1. ``sort_keys_kernel`` writes each id position's global row id (key), its output-gradient row and
-   scale; ``torch.sort`` (a radix sort on GPUs) orders positions by key, ties in input order when
-   deterministic.
-2. The sorted positions are cut into *pieces*: runs of equal keys, also cut at every multiple of
-   CHUNK positions, so no piece is longer than CHUNK (a hot row of a skewed table cannot serialise
-   one program). Piece starts come from a cumulative sum and a scatter: no host synchronisation.
-3. ``update_kernel``: PIECES pieces per program; it sums each piece's gradient slices in fp32 (in
-   sorted order: deterministic) and, for a piece that is a whole run (the common case), applies the
-   optimizer to that row in registers: one read and one write of each unique row and its state.
-   A piece of a longer run stores its partial sum in ``partial[chunk, slot]`` (slot 0: the first
-   piece of a chunk continuing a run; slot 1: the last piece of a chunk whose run continues).
-4. ``merge_kernel``: one program per chunk owning a run that crosses its end adds the run's
-   partial sums in order and applies the optimizer once.
+1. ``sort_keys_kernel`` (tbe_forward.py) writes each id position's global row id (key), its
+   output-gradient row and scale; ``torch.sort`` (a radix sort on GPUs) orders positions by key,
+   ties in input order when deterministic.
+2. ``update_kernel``: one program per tile of TILE consecutive sorted positions. It loads the tile's
+   keys, permutation, source rows and scales, gathers all TILE gradient slices at once (a
+   [TILE, BLOCK_D] gather: TILE * row bytes in flight per program, so the kernel is bandwidth-bound,
+   not a chain of dependent loads per duplicate), and sums runs of equal keys in registers with a
+   segmented inclusive scan (``tl.associative_scan`` on (segment-start flag, value) pairs). At the
+   last position of every run that starts and ends inside the tile it applies the optimizer: one read
+   and one write of each unique row and its state. A run crossing the tile's start parks its in-tile
+   sum in ``partial[tile, 0]`` (head); a run that starts inside the tile and continues past its end
+   parks it in ``partial[tile, 1]`` (tail).
+3. ``merge_kernel``: OWNERS tile boundaries per program; for each run that starts in tile c and
+   crosses its end, it adds tail(c) + head(c+1) + head(c+2) + ... in that order and applies the
+   optimizer once.
+Summation order is fixed by the sort and by the scan's and merge's trees: reproducible.
 No atomics, no dense gradient, no O(rows) temporaries: memory is O(nnz).
+
+Why a scan and not a [TILE, TILE] segment-membership matrix through ``tl.dot``: the matrix costs
+2 * TILE^2 * BLOCK_D FLOPs per tile (~0.2 TFLOP per MLPerf step at TILE = 32, and fp32 dots run
+as TF32 unless forced to IEEE), while the scan is log2(TILE) adds per element; both are exact
+segment sums in a fixed order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
 import triton
 import triton.language as tl
-from torch import Tensor
 
 from polyrec.kernels.tbe_optim import apply_update
 
-#: Longest piece (sorted positions) one program sums before handing over to the merge kernel.
-CHUNK = 64
-#: Chunks whose partials the merge kernel sums per loop iteration.
+#: Tile boundaries one merge program inspects (vectorised; almost all have no crossing run).
+MERGE_OWNERS = 64
+#: Tiles whose head partials the merge adds per loop iteration.
 MERGE_BLOCK = 16
-
-
-@dataclass(kw_only=True, slots=True)
-class UpdateArgs:
-    """Scalars of one optimizer step."""
-
-    optim_code: int
-    lr: float  # already bias-corrected for adam
-    eps: float
-    beta1: float
-    beta2: float
-    weight_decay: float
-    seed: int  # stochastic-rounding stream of this step (31-bit)
 
 
 @triton.jit
@@ -66,103 +57,106 @@ def _row_addresses(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d,
 
 
 @triton.jit
+def _segment_add(flag_a, sum_a, flag_b, sum_b):
+    """Combine of a segmented sum: b restarts the sum where it holds a segment start."""
+    return flag_a | flag_b, tl.where(flag_b != 0, sum_b, sum_a + sum_b)
+
+
+@triton.jit(do_not_specialize=["seed"])
 def update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr,
-    keys_ptr, perm_ptr, src_ptr, scale_ptr, piece_start_ptr, num_pieces_ptr,
+    keys_ptr, perm_ptr, src_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr, feat_col_ptr,
     n_pos, batch_size, grad_stride, num_tables, invalid_key,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, SEQUENCE: tl.constexpr,
-    HAS_SCALE: tl.constexpr, PIECES: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    T_PAD: tl.constexpr, CHUNK_SIZE: tl.constexpr,
+    HAS_SCALE: tl.constexpr, TILE: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
+    T_PAD: tl.constexpr,
 ):
-    """Sum each piece's gradient; update whole-run pieces in place, park partial sums of the others."""
-    num_pieces = tl.load(num_pieces_ptr)
-    p = tl.program_id(0) * PIECES + tl.arange(0, PIECES)
-    p_ok = p < num_pieces
-    start = tl.load(piece_start_ptr + p, mask=p_ok, other=0)
-    has_next = p_ok & (p + 1 < num_pieces)
-    end = tl.where(has_next, tl.load(piece_start_ptr + p + 1, mask=has_next, other=0), n_pos)
-    key = tl.load(keys_ptr + start, mask=p_ok, other=invalid_key).to(tl.int64)
-    p_ok = p_ok & (key != invalid_key)
-    length = tl.where(p_ok, end - start, 0)
+    """Segment-sum TILE sorted positions; update runs inside the tile, park partials of crossing runs."""
+    tile = tl.program_id(0).to(tl.int64)
+    i = tl.arange(0, TILE)
+    pos = tile * TILE + i  # [TILE] sorted positions
+    in_range = pos < n_pos
+    key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
+    prev = tl.load(keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1).to(tl.int64)
+    nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
+    ok = in_range & (key != invalid_key)
+    is_start = key != prev  # [TILE] a run starts here
+    is_end = key != nxt  # [TILE] a run ends here
+    orig = tl.load(perm_ptr + pos, mask=ok, other=0)
+    src = tl.load(src_ptr + orig, mask=ok, other=0).to(tl.int64)
+    if SEQUENCE:
+        g_row = src * grad_stride
+    else:
+        f = src // batch_size
+        g_row = (src - f * batch_size) * grad_stride + tl.load(feat_col_ptr + f, mask=ok, other=0)
     d = tl.arange(0, BLOCK_D)
-    addr, d_mask, dim = _row_addresses(key, p_ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
-    acc = tl.zeros([PIECES, BLOCK_D], dtype=tl.float32)
-    for j in range(0, tl.max(length, axis=0)):
-        m = j < length
-        orig = tl.load(perm_ptr + start + j, mask=m, other=0)
-        src = tl.load(src_ptr + orig, mask=m, other=0).to(tl.int64)
-        if SEQUENCE:
-            g_row = src * grad_stride
-        else:
-            f = src // batch_size
-            g_row = (src - f * batch_size) * grad_stride + tl.load(feat_col_ptr + f, mask=m, other=0)
-        g = tl.load(grad_ptr + g_row[:, None] + d[None, :], mask=m[:, None] & d_mask, other=0.0).to(tl.float32)
-        if HAS_SCALE:
-            g = g * tl.load(scale_ptr + orig, mask=m, other=0.0)[:, None]
-        acc += g
-    prev_key = tl.load(keys_ptr + start - 1, mask=p_ok & (start > 0), other=invalid_key).to(tl.int64)
-    next_key = tl.load(keys_ptr + end, mask=p_ok & (end < n_pos), other=invalid_key).to(tl.int64)
-    true_start = (start == 0) | (prev_key != key)
-    true_end = (end == n_pos) | (next_key != key)
-    whole = p_ok & true_start & true_end
-    mask = d_mask & whole[:, None]
-    apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, mask, acc, lr, eps, beta1, beta2, weight_decay,
-                 dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    slot = (start // CHUNK_SIZE) * 2 + true_start.to(tl.int64)
-    part = p_ok & ~whole
-    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=part[:, None])
+    addr, d_mask, dim = _row_addresses(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
+    g = tl.load(grad_ptr + g_row[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
+    if HAS_SCALE:
+        g = g * tl.load(scale_ptr + orig, mask=ok, other=0.0)[:, None]
+    flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
+    _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
+    started = tl.cumsum(is_start.to(tl.int32), 0) > 0  # [TILE] i's run started inside the tile
+    whole = ok & is_end & started
+    apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
+                 beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+    last = i == TILE - 1
+    head = ok & ~started & (is_end | last)
+    tail = ok & started & ~is_end & last
+    slot = tile * 2 + tail.to(tl.int64)
+    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | tail)[:, None])
 
 
 @triton.jit
+def _merge_run(weights_ptr, state1_ptr, state2_ptr, partial_ptr, keys_ptr, row_base_ptr, elem_base_ptr, dim_ptr,
+               owner, key, n_pos, num_tables, lr, eps, beta1, beta2, weight_decay, seed,
+               OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr,
+               VEC: tl.constexpr, T_PAD: tl.constexpr, TILE: tl.constexpr, MERGE: tl.constexpr):
+    """tail(owner) + head(owner+1) + head(owner+2) + ... while the run continues; update its row once."""
+    d = tl.arange(0, BLOCK_D)
+    acc = tl.load(partial_ptr + (owner * 2 + 1) * BLOCK_D + d[None, :])  # [1, BLOCK_D]
+    k = owner + 1
+    more = key >= 0
+    while more:
+        ks = k + tl.arange(0, MERGE)
+        kin = ks * TILE < n_pos
+        kkey = tl.load(keys_ptr + ks * TILE, mask=kin, other=-1).to(tl.int64)
+        match = kin & (kkey == key)  # a prefix of the block: keys are sorted
+        heads = tl.load(partial_ptr + (ks * 2)[:, None] * BLOCK_D + d[None, :], mask=match[:, None], other=0.0)
+        acc += tl.sum(heads, axis=0)[None, :]
+        more = tl.sum(match.to(tl.int32), axis=0) == MERGE
+        k += MERGE
+    row = key + tl.zeros([1], dtype=tl.int64)
+    addr, mask, dim = _row_addresses(row, row >= 0, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
+    acc = tl.where(mask, acc, 0.0)
+    apply_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, acc, lr, eps, beta1, beta2, weight_decay,
+                 dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+
+
+@triton.jit(do_not_specialize=["seed"])
 def merge_kernel(
     weights_ptr, state1_ptr, state2_ptr, partial_ptr, keys_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr,
     n_pos, num_tables, invalid_key,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    T_PAD: tl.constexpr, CHUNK_SIZE: tl.constexpr, MERGE: tl.constexpr,
+    T_PAD: tl.constexpr, TILE: tl.constexpr, OWNERS: tl.constexpr, MERGE: tl.constexpr,
 ):
-    """For the run that starts in this chunk and crosses its end: add its partials, update once."""
-    c = tl.program_id(0).to(tl.int64)
-    last = (c + 1) * CHUNK_SIZE - 1  # last position of the chunk
-    one = tl.arange(0, 1)
-    inside = (last + 1 + one) < n_pos
-    key = tl.load(keys_ptr + last + one, mask=inside, other=invalid_key).to(tl.int64)  # [1]
-    after = tl.load(keys_ptr + last + 1 + one, mask=inside, other=invalid_key).to(tl.int64)
-    first = tl.load(keys_ptr + c * CHUNK_SIZE - 1 + one, mask=inside & (c > 0), other=invalid_key).to(tl.int64)
-    owns = inside & (key == after) & (key != invalid_key) & ((c == 0) | (first != key))  # [1]
-    d = tl.arange(0, BLOCK_D)
-    acc = tl.load(partial_ptr + (c * 2 + 1) * BLOCK_D + d[None, :], mask=owns[:, None], other=0.0)
-    k = c + 1
-    more = tl.max(owns.to(tl.int32), axis=0) > 0
-    while more:
-        ks = k + tl.arange(0, MERGE)
-        kin = ks * CHUNK_SIZE < n_pos
-        kkey = tl.load(keys_ptr + ks * CHUNK_SIZE, mask=kin, other=invalid_key).to(tl.int64)
-        match = kin & (kkey == tl.max(key, axis=0))
-        heads = tl.load(partial_ptr + (ks * 2)[:, None] * BLOCK_D + d[None, :], mask=match[:, None], other=0.0)
-        acc += tl.sum(heads, axis=0)[None, :]
-        more = tl.min(match.to(tl.int32), axis=0) > 0
-        k += MERGE
-    addr, mask, dim = _row_addresses(key, owns, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
-    acc = tl.where(mask, acc, 0.0)
-    apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, mask, acc, lr, eps, beta1, beta2, weight_decay,
-                 dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-
-
-def piece_starts(sorted_keys: Tensor) -> tuple[Tensor, Tensor]:
-    """Start positions of the pieces ([n + 1] int64, valid up to num_pieces) and num_pieces ([1]).
-
-    A piece starts where the key changes and at every multiple of CHUNK; computed on the device
-    without synchronising (the tail of ``starts`` past num_pieces is garbage and never read).
-    """
-    n = sorted_keys.numel()
-    pos = torch.arange(n, device=sorted_keys.device)
-    flag = pos % CHUNK == 0
-    flag[1:] |= sorted_keys[1:] != sorted_keys[:-1]
-    piece = torch.cumsum(flag, 0) - 1  # [n] piece index of each position
-    starts = torch.empty(n + 1, dtype=torch.int64, device=sorted_keys.device)
-    starts.scatter_(0, torch.where(flag, piece, n), pos)
-    return starts, piece[-1:] + 1
+    """For each of OWNERS tiles: if a run starts in it and crosses its end, add its partials, update once."""
+    j = tl.arange(0, OWNERS)
+    c = tl.program_id(0).to(tl.int64) * OWNERS + j  # [OWNERS] tiles
+    last = (c + 1) * TILE - 1  # last position of each tile
+    inside = last + 1 < n_pos
+    key = tl.load(keys_ptr + last, mask=inside, other=invalid_key).to(tl.int64)
+    after = tl.load(keys_ptr + last + 1, mask=inside, other=-1).to(tl.int64)
+    before = tl.load(keys_ptr + c * TILE - 1, mask=inside & (c > 0), other=-1).to(tl.int64)
+    owns = inside & (key == after) & (key != invalid_key) & (before != key)  # [OWNERS]
+    for s in range(0, OWNERS):
+        pick = owns & (j == s)
+        if tl.sum(pick.to(tl.int32), axis=0) > 0:
+            _merge_run(weights_ptr, state1_ptr, state2_ptr, partial_ptr, keys_ptr, row_base_ptr, elem_base_ptr,
+                       dim_ptr, tl.sum(tl.where(pick, c, 0), axis=0), tl.sum(tl.where(pick, key, 0), axis=0),
+                       n_pos, num_tables, lr, eps, beta1, beta2, weight_decay, seed,
+                       OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, MERGE)

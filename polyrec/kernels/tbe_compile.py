@@ -15,7 +15,7 @@ from typing import Any
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
-from polyrec.kernels.tbe_backward import CHUNK, MERGE_BLOCK, merge_kernel, update_kernel
+from polyrec.kernels.tbe_backward import MERGE_BLOCK, MERGE_OWNERS, merge_kernel, update_kernel
 from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
 from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS
 
@@ -67,20 +67,20 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
 def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[CompileJob]:
     cands = tbe_select.update_candidates(block_d, spec.warp_size)
     if largest_only:
-        cands = [max(cands, key=lambda c: c.pieces)]
+        cands = [max(cands, key=lambda c: c.tile)]
     variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
     jobs = []
     for kind, dtype in variants:
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
-                      VEC=16 // (4 if dtype == "fp32" else 2), T_PAD=32, CHUNK_SIZE=CHUNK)
+                      VEC=16 // (4 if dtype == "fp32" else 2), T_PAD=32)
         for c in cands:
-            consts = dict(common, SEQUENCE=False, HAS_SCALE=True, PIECES=c.pieces)
-            jobs.append(_job(f"tbe update {kind} {dtype} D{block_d} pieces{c.pieces} w{c.num_warps}",
+            consts = dict(common, SEQUENCE=False, HAS_SCALE=True, TILE=c.tile)
+            jobs.append(_job(f"tbe update {kind} {dtype} D{block_d} tile{c.tile} w{c.num_warps}",
                              update_kernel, dtype, consts, c.num_warps))
-        if not largest_only:
-            warps = tbe_select.merge_warps(block_d, MERGE_BLOCK, spec.warp_size)
-            jobs.append(_job(f"tbe merge {kind} {dtype} D{block_d} w{warps}", merge_kernel, dtype,
-                             dict(common, MERGE=MERGE_BLOCK), warps))
+            if not largest_only:
+                warps = tbe_select.merge_warps(block_d, MERGE_BLOCK, spec.warp_size)
+                jobs.append(_job(f"tbe merge {kind} {dtype} D{block_d} tile{c.tile} w{warps}", merge_kernel, dtype,
+                                 dict(common, TILE=c.tile, OWNERS=MERGE_OWNERS, MERGE=MERGE_BLOCK), warps))
     return jobs
 
 

@@ -20,7 +20,7 @@ FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
 #: Ids per bag loaded per iteration (the HOTS axis): 1 suits one-hot features, 16 long bags.
 FORWARD_HOTS: tuple[int, ...] = (1, 4, 16)
 #: Tile elements (pieces x BLOCK_D) of the update kernel.
-UPDATE_TILE_ELEMS: tuple[int, ...] = (1024, 2048, 4096)
+UPDATE_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
 #: Target fp32 tile elements per thread; sets the warp count (keeps registers well under 255).
 ELEMS_PER_THREAD = 16
 MAX_WARPS = 8
@@ -44,7 +44,7 @@ class ForwardConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UpdateConfig:
-    pieces: int  # sorted pieces per program
+    tile: int  # sorted positions per program
     num_warps: int
 
 
@@ -67,9 +67,9 @@ def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
 
 def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
     per_thread = UPDATE_ELEMS_PER_THREAD_WAVE64 if warp_size == 64 else ELEMS_PER_THREAD
-    out = [UpdateConfig(pieces=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread))
-           for tile in UPDATE_TILE_ELEMS if tile >= block_d]
-    return out or [UpdateConfig(pieces=1, num_warps=warps_for(block_d, warp_size))]
+    out = [UpdateConfig(tile=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread))
+           for tile in UPDATE_TILE_ELEMS if tile >= 2 * block_d]
+    return out or [UpdateConfig(tile=2, num_warps=warps_for(2 * block_d, warp_size))]
 
 
 def _predict_gather(cfg: GatherConfig, spec: DeviceSpec, total_bytes: float, row_bytes: float, iters: float,
@@ -104,8 +104,8 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     """The update-kernel config with the least predicted time (``state_tiles``: per-element state tiles)."""
     best, best_s = None, math.inf
     for cand in update_candidates(block_d, spec.warp_size):
-        cfg = GatherConfig(rows_in_flight=cand.pieces, block_d=block_d, num_warps=cand.num_warps,
-                           programs=max(1, math.ceil(nnz / cand.pieces)))
+        cfg = GatherConfig(rows_in_flight=cand.tile, block_d=block_d, num_warps=cand.num_warps,
+                           programs=max(1, math.ceil(nnz / cand.tile)))
         seconds = _predict_gather(cfg, spec, 3 * nnz * row_bytes, row_bytes, 1.0, UPDATE_ROUND_TRIPS,
                                   3 + state_tiles)
         if seconds < best_s:
