@@ -72,7 +72,7 @@ class SyntheticSource:
         self.offsets = offsets_from_lengths(lengths).to(self.device)
         rows = torch.tensor(config.table_rows, dtype=torch.float64)
         self.elem_rows = rows.repeat_interleave(hot * b).to(self.device)  # [nnz] table size of each lookup
-        self.elem_bag = torch.arange(len(hot) * b).repeat_interleave(lengths).to(self.device)  # [nnz] bag id
+        self.feature_sizes = (hot * b).tolist()  # lookups of each feature in a batch (contiguous, feature-major)
         self.elem_table = torch.arange(len(hot)).repeat_interleave(hot * b).to(self.device)  # [nnz]
         gen = torch.Generator().manual_seed(seed)
         self.dense_w = (torch.randn(config.num_dense, generator=gen) * HIDDEN_PART_STD
@@ -113,7 +113,8 @@ class SyntheticSource:
         """The hidden model: standardized dense features and per-row hash values, weighted. -> [B]."""
         num_f = len(self.config.multi_hot)
         h = row_hash(self.elem_table, values)  # [nnz]
-        bags = torch.zeros(num_f * self.batch_size, device=self.device).index_add_(0, self.elem_bag, h)
+        # fixed bag sizes: feature f's lookups are a [B, hot_f] block; summing rows is deterministic on a GPU
+        bags = torch.cat([part.view(self.batch_size, -1).sum(1) for part in h.split(self.feature_sizes)])  # [F*B]
         cat = (bags * self.bag_scale).view(num_f, self.batch_size) * self.table_w[:, None]  # [F, B]
         z = (dense - self.dense_mean) / self.dense_std
         return HIDDEN_INTERCEPT + z @ self.dense_w + cat.sum(0) * math.sqrt(3.0)
