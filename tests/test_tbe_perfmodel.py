@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
-from polyrec.perfmodel.tbe import (GatherConfig, TableLoad, estimate, gather_efficiency, l2_hits, unique_rows)
+from polyrec.perfmodel.tbe import (ForwardTile, GatherConfig, TableLoad, estimate, forward_seconds, gather_efficiency,
+                                  l2_hits, unique_rows)
 
 
 def test_gather_efficiency_by_row_size():
@@ -74,3 +77,27 @@ def test_mlperf_estimate_is_bandwidth_bound():
     assert floor <= est.forward_s < 1.5 * floor
     assert est.backward_s > est.forward_s
     assert 10e6 < est.unique_rows < 14e6
+
+
+def test_forward_model_ranks_the_measured_h200_sweep():
+    """Regression check against the committed H200 forward sweep (MLPerf shapes, fp32, uniform): the
+    config the selector picks was measured within ~10% of the fastest config of the whole sweep, and
+    the model puts the hots-16 configs (all >= 2.6 ms measured) behind the pick."""
+    path = Path(__file__).parents[1] / "benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json"
+    sweep = json.loads(path.read_text())["results"]["forward_sweep"]
+    measured = {(r["bags"], r["hots"], r["warps"]): r["fwd_ms"] for r in sweep}
+    spec = get_device("H200")
+    hots = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
+    cfg = tbe_select.select_forward(spec, batch_size=65536, num_features=26, mean_bag=sum(hots) / 26, block_d=128,
+                                    row_bytes=512, bag_lengths=hots)
+    assert measured[(cfg.bags, cfg.hots, cfg.num_warps)] <= 1.10 * min(measured.values())
+
+    def predict(key):
+        tile = ForwardTile(bags=key[0], hots=key[1], block_d=128, num_warps=key[2])
+        return forward_seconds(tile, spec, ceilings(spec), batch_size=65536, bag_lengths=hots, row_bytes=512,
+                               out_bytes=4)
+
+    chosen = predict((cfg.bags, cfg.hots, cfg.num_warps))
+    assert all(predict(k) > chosen for k in measured if k[1] == 16)
+    slow = [k for k, ms in measured.items() if ms > 2 * min(measured.values())]
+    assert all(predict(k) > chosen for k in slow)

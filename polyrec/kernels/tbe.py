@@ -235,8 +235,15 @@ class TableBatchedEmbedding(torch.nn.Module):
             row_bytes = self.block_d * self.weights.element_size()
             self._configs[key] = tbe_select.select_forward(
                 _selection_spec(self.weights.device), batch_size=batch.batch_size, num_features=features,
-                mean_bag=mean_bag, block_d=self.block_d, row_bytes=row_bytes)
+                mean_bag=mean_bag, block_d=self.block_d, row_bytes=row_bytes,
+                bag_lengths=self._bag_lengths(batch) if features == len(self.pooled_features) else None)
         return self._configs[key]
+
+    def _bag_lengths(self, batch: JaggedBatch) -> list[float]:
+        """Mean bag length of each pooled feature (reads F+1 offsets: synchronises, once per config key)."""
+        marks = batch.offsets[:: max(batch.batch_size, 1)].tolist()
+        size = max(batch.batch_size, 1)
+        return [max(marks[f + 1] - marks[f], 0) / size for f in self.pooled_features]
 
     def _update_config(self, nnz: int) -> tbe_select.UpdateConfig:
         key = ("upd", max(nnz, 1).bit_length())

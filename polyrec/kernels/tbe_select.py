@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
-from polyrec.perfmodel.tbe import DRAM_LATENCY_S, GatherConfig, achieved_bandwidth, programs_per_cu
+from polyrec.perfmodel.tbe import (DRAM_LATENCY_S, ForwardTile, GatherConfig, achieved_bandwidth, forward_seconds,
+                                   programs_per_cu)
 
 #: Tile elements (rows in flight x BLOCK_D) a forward program may load per iteration.
 FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
@@ -24,13 +25,14 @@ UPDATE_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
 #: Target fp32 tile elements per thread; sets the warp count (keeps registers well under 255).
 ELEMS_PER_THREAD = 16
 MAX_WARPS = 8
+#: Forward tile elements per thread: 32 (the H200 sweep, benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29,
+#: has the 2048/4096/8192-element tiles fastest at 2/4/8 warps).
+FORWARD_ELEMS_PER_THREAD = 32
 #: Update-kernel elements per thread on wave64: with 16, gfx942 compiles of 8-16 pieces spill SGPRs
 #: (to VGPR lanes); with 4 they compile clean (checked by tests/test_tbe_compile.py).
 UPDATE_ELEMS_PER_THREAD_WAVE64 = 4
 #: Positions per program of the sequence lookup, and its tile elements.
 SEQUENCE_TILE_ELEMS = 4096
-#: Dependent memory round trips per forward loop iteration (id load, then row load).
-ROUND_TRIPS_PER_ITER = 2
 #: ... per update loop iteration (perm, source row, gradient slice).
 UPDATE_ROUND_TRIPS = 3
 
@@ -59,7 +61,8 @@ def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
         for hots in FORWARD_HOTS:
             bags = tile // (hots * block_d)
             if bags >= 1 and bags * hots * block_d == tile:
-                out.append(ForwardConfig(bags=bags, hots=hots, num_warps=warps_for(tile, warp_size)))
+                out.append(ForwardConfig(bags=bags, hots=hots,
+                                         num_warps=warps_for(tile, warp_size, FORWARD_ELEMS_PER_THREAD)))
     if not out:  # rows wider than the largest tile: one row at a time
         out.append(ForwardConfig(bags=1, hots=1, num_warps=warps_for(block_d, warp_size)))
     return out
@@ -85,16 +88,19 @@ def _predict_gather(cfg: GatherConfig, spec: DeviceSpec, total_bytes: float, row
 
 
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
-                   row_bytes: int) -> ForwardConfig:
-    """The forward (and sort-key) config with the least predicted time."""
+                   row_bytes: int, bag_lengths: list[float] | None = None) -> ForwardConfig:
+    """The forward (and sort-key) config with the least predicted time (``polyrec.perfmodel.tbe.forward_seconds``).
+
+    ``bag_lengths``: mean bag length of each feature (HOTS > a feature's bags wastes lanes, long bags
+    want HOTS); without it every feature is taken at ``mean_bag``.
+    """
+    lengths = list(bag_lengths) if bag_lengths is not None else [mean_bag] * num_features
+    ceil = ceilings(spec)
     best, best_s = None, math.inf
-    nnz = batch_size * num_features * mean_bag
     for cand in forward_candidates(block_d, spec.warp_size):
-        in_flight = cand.bags * max(1.0, min(cand.hots, mean_bag))
-        cfg = GatherConfig(rows_in_flight=max(1, int(in_flight)), block_d=block_d, num_warps=cand.num_warps,
-                           programs=math.ceil(batch_size / cand.bags) * num_features)
-        iters = max(1.0, math.ceil(mean_bag / cand.hots))
-        seconds = _predict_gather(cfg, spec, nnz * row_bytes, row_bytes, iters, ROUND_TRIPS_PER_ITER, 2)
+        tile = ForwardTile(bags=cand.bags, hots=cand.hots, block_d=block_d, num_warps=cand.num_warps)
+        seconds = forward_seconds(tile, spec, ceil, batch_size=batch_size, bag_lengths=lengths, row_bytes=row_bytes,
+                                  out_bytes=4)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best

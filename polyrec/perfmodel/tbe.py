@@ -197,3 +197,65 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     bwd_s += 8 * ceil.launch_latency.value
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
                         unique_rows=uniq)
+
+
+#: Loaded DRAM latency under a full gather load, seconds: about twice the idle latency above (queueing
+#: at ~100% of the memory bandwidth); fitted to the forward sweep of
+#: benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json (tests/test_tbe_perfmodel.py checks it).
+LOADED_LATENCY_S = {"nvidia": 1.0e-6, "amd": 1.4e-6}
+#: Dependent round trips before a forward program's first id load: feature -> table -> its row count,
+#: base and dim (the bag offsets load in parallel). Counted from ``pooled_forward_kernel``.
+FORWARD_SETUP_TRIPS = 3
+#: Dependent round trips per forward loop iteration: the ids, then the rows they address.
+FORWARD_TRIPS_PER_ITER = 1
+#: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
+#: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
+#: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
+LSU_BYTES_PER_CLK = {"nvidia": 128, "amd": 64}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ForwardTile:
+    """Launch shape of the pooled forward: a [bags, hots, block_d] tile per loop iteration."""
+
+    bags: int
+    hots: int
+    block_d: int
+    num_warps: int
+
+
+def forward_registers(tile: ForwardTile, warp_size: int) -> int:
+    """32-bit registers per thread: the fp32 accumulator [bags, block_d] with its 64-bit row base per
+    element (2 per element), the loaded [bags, hots, block_d] tile (1 per element) and ~32 for indices,
+    masks and loop state; capped at the 255 the compiler allows. Matches the cuda:90 compiles of the
+    candidates within ~30% (tests/test_tbe_compile.py prints them)."""
+    threads = tile.num_warps * warp_size
+    acc = tile.bags * tile.block_d / threads
+    loaded = tile.bags * tile.hots * tile.block_d / threads
+    return int(min(255, 32 + 2 * acc + loaded))
+
+
+def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
+    """Programs resident on the whole device (registers, warp slots, block slots)."""
+    regs = -(-forward_registers(tile, spec.warp_size) // 8) * 8  # allocation granule of 8 registers
+    threads = tile.num_warps * spec.warp_size
+    per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // tile.num_warps,
+                 MAX_PROGRAMS_PER_CU[spec.vendor])
+    return max(per_cu, 1) * spec.compute_units
+
+
+def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
+                    bag_lengths: list[float], row_bytes: int, out_bytes: int) -> float:
+    """Predicted pooled-forward time: the longer of the bytes at the copy rate and the programs' chains
+    of dependent round trips over the resident slots, plus the load-issue time of the whole tile
+    (masked lanes included) and the last program's chain (the tail of the grid)."""
+    lat = LOADED_LATENCY_S[spec.vendor]
+    programs = -(-batch_size // tile.bags)
+    iters = [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths]
+    chains = [FORWARD_SETUP_TRIPS + FORWARD_TRIPS_PER_ITER * it for it in iters]
+    latency_s = programs * sum(chains) * lat / forward_slots(tile, spec)
+    nnz = batch_size * sum(bag_lengths)
+    bytes_s = (nnz * row_bytes + batch_size * len(bag_lengths) * out_bytes) / ceil.copy_bandwidth.value
+    issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
+    issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
+    return max(bytes_s, latency_s) + issue_s + max(chains, default=0) * lat
