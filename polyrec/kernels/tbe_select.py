@@ -70,8 +70,9 @@ def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
 
 def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
     per_thread = UPDATE_ELEMS_PER_THREAD_WAVE64 if warp_size == 64 else ELEMS_PER_THREAD
+    tiles = UPDATE_TILE_ELEMS[:-1] if warp_size == 64 else UPDATE_TILE_ELEMS  # gfx942: 8192 spills VGPRs
     out = [UpdateConfig(tile=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread))
-           for tile in UPDATE_TILE_ELEMS if tile >= 2 * block_d]
+           for tile in tiles if tile >= 2 * block_d]
     return out or [UpdateConfig(tile=2, num_warps=warps_for(2 * block_d, warp_size))]
 
 
