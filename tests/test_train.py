@@ -75,6 +75,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     assert "loss became nan at step 9" in result.message and str(tmp_path / "checkpoint.pt") in result.message
     state = load_checkpoint(tmp_path)
     assert state["step"] == 8
+    stopped = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert stopped["event"] == "stopped" and stopped["reason"] == "nan" and stopped["step"] == 9
     assert all(torch.isfinite(t).all() for t in state["dense"]["top"].values())
 
 

@@ -60,18 +60,19 @@ class PhaseTimer:
 
 
 class MetricsLog:
-    """Appends one JSON object per line to a file (and optionally echoes it to stdout)."""
+    """Appends one JSON object per line to a file (opened on first write, reopened after close), and
+    optionally echoes it to stdout."""
 
     def __init__(self, path: Path | None, *, echo: TextIO | None = None) -> None:
         self.path, self.echo = path, echo
         self._file = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, default=str)
-        if self._file is not None:
+        if self.path is not None:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
             self._file.write(line + "\n")
             self._file.flush()
         if self.echo is not None:

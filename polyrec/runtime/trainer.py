@@ -236,6 +236,7 @@ class Trainer:
                         "compute_dtype": str(self.rt.compute_dtype).removeprefix("torch."),
                         "model": dataclasses.asdict(self.model_config)})
         start_step, train_seconds = self.step, 0.0
+        self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
         pending: list[torch.Tensor] = []
         with self._progress_bar() as bar:
             task = bar.add_task("train", total=cfg.steps, completed=self.step, rate="-", loss="-")
