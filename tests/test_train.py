@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -96,6 +97,18 @@ def test_bad_rows_cli(tmp_path):
     assert result.exit_code == 0, result.output
     end = [r for r in json_lines(result.output) if r.get("event") == "end"][0]
     assert end["bad_rows"] == 4 and "criteo_bad.tsv:10" in end["bad_row_examples"][1]
+
+
+def test_mlperf_binary_cli_with_eval_data(tmp_path):
+    rng = np.random.default_rng(0)
+    for name, n in (("train.bin", 64), ("eval.bin", 32)):
+        rec = np.concatenate([rng.integers(0, 2, (n, 1)), rng.integers(0, 50, (n, 13)), rng.integers(0, 10**6, (n, 26))], 1)
+        rec.astype("<i4").tofile(tmp_path / name)
+    result = invoke(["train", "--data", f"mlperf:{tmp_path / 'train.bin'}", "--eval-data", f"mlperf:{tmp_path / 'eval.bin'}",
+                     "--eval-batches", "2", "--steps", "6", "--batch-size", "16", "--row-cap", "1000", "--json"])
+    assert result.exit_code == 0, result.output
+    evals = [r for r in json_lines(result.output) if r.get("event") == "eval"]
+    assert len(evals) == 1 and evals[0]["samples"] == 32
 
 
 def test_movielens_cli(tmp_path):
