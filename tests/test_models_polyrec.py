@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run on the CPU only through the interpreter
+import pytest
+import torch
+import torch.nn.functional as F
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from polyrec.models import DLRM, EmbeddingOptimConfig, ModelConfig  # noqa: E402
-from polyrec.models.embeddings import polyrec_embedding_available  # noqa: E402
-from polyrec.models.layers import polyrec_dense_available  # noqa: E402
+from polyrec.models import DLRM, EmbeddingOptimConfig, ModelConfig
+from polyrec.models.embeddings import polyrec_embedding_available
+from polyrec.models.layers import polyrec_dense_available
 
 pytestmark = [
     pytest.mark.skipif(not polyrec_embedding_available(), reason="polyrec.kernels.tbe is not installed"),
     pytest.mark.skipif(not polyrec_dense_available(), reason="polyrec.kernels.gemm is not installed"),
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                       reason="polyrec's kernels run on the CPU only with TRITON_INTERPRET=1"),
+                       reason="polyrec's kernels run on the CPU only through Triton's interpreter: set "
+                              "TRITON_INTERPRET=1 (make test does)"),
 ]
 
 
