@@ -74,3 +74,12 @@ def test_resume_errors(tmp_path):
                         device="cpu", resume=True)
     with pytest.raises(ValueError, match="does not fit this run's model"):
         Trainer(other, progress=False)
+
+
+def test_semi_sync_resume_is_bitwise_too(tmp_path):
+    """The semi-sync pipeline's batch in flight (and its one-update-old lookup) travels in the checkpoint."""
+    straight = Trainer(config(tmp_path / "a", 8, pipeline="semi-sync"), progress=False).train()
+    Trainer(config(tmp_path / "b", 3, pipeline="semi-sync"), progress=False).train()
+    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["prefetched"]["emb"].shape == (32, 26, 16)
+    resumed = Trainer(config(tmp_path / "b", 8, resume=True, pipeline="semi-sync"), progress=False).train()
+    assert resumed.losses == straight.losses[3:]

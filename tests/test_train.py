@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -151,3 +152,31 @@ def test_bench_e2e_cli():
     assert direct["path"] == "direct port" and direct["embedding_optimizer"] == "adagrad" and direct["dtype"] == "float32"
     assert ours["path"] == "polyrec" and ours["embedding_optimizer"] == "rowwise_adagrad"
     assert math.isclose(out["speedup"], ours["samples_per_s"] / direct["samples_per_s"])
+
+
+def test_semi_sync_reads_tables_one_update_old():
+    """Reference written out: batch i+1's lookup happens before batch i's embedding update."""
+    cfg = TrainConfig(steps=4, batch_size=32, row_cap=1000, device="cpu", cpu_threads=1, pipeline="semi-sync")
+    trainer = Trainer(cfg, progress=False)
+    losses = [float(trainer.train_step()) for _ in range(4)]
+
+    ref = Trainer(dataclasses.replace(cfg, pipeline="sync"), progress=False)
+    model, source = ref.model, ref.source
+    batch = source.next_batch()
+    emb = model.embed(batch.values, batch.offsets, batch.batch_size)
+    want = []
+    for _ in range(4):
+        nxt = source.next_batch()
+        nxt_emb = model.embed(nxt.values, nxt.offsets, nxt.batch_size)  # before this step's update
+        leaf = emb.detach().requires_grad_()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model.dense_forward(batch.dense, leaf), batch.labels)
+        loss.backward()
+        emb.backward(leaf.grad)
+        ref.optimizer.step()
+        ref.optimizer.zero_grad()
+        model.embeddings.apply_gradients()
+        want.append(float(loss))
+        batch, emb = nxt, nxt_emb
+    assert losses == want
+    sync_losses = [float(Trainer(dataclasses.replace(cfg, pipeline="sync"), progress=False).train_step())]
+    assert sync_losses[0] == losses[0]  # the first step has nothing stale yet

@@ -61,6 +61,8 @@ def train(
     checkpoint_every: int = typer.Option(0, help="Steps between checkpoints (0: at the end and on SIGTERM)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from CHECKPOINT_DIR/checkpoint.pt."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Count and skip malformed rows."),
+    pipeline: str = typer.Option("sync", help="sync, or semi-sync: each lookup reads the tables one update old "
+                                 "and overlaps the dense layers (TorchRec's semi-synchronous pipeline)."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA-graph the dense forward+backward (GPU)."),
     cpu_threads: int = typer.Option(0, help="CPU intra-op threads (0: torch's default). 1 avoids OpenMP "
                                     "spin-waits when other jobs share the cores."),
@@ -74,7 +76,7 @@ def train(
                       embedding_optimizer=embedding_optimizer, embedding_lr=embedding_lr, row_cap=row_cap,
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                      skip_bad_rows=skip_bad_rows, cuda_graphs=cuda_graphs, cpu_threads=cpu_threads,
+                      skip_bad_rows=skip_bad_rows, pipeline=pipeline, cuda_graphs=cuda_graphs, cpu_threads=cpu_threads,
                       metrics_path=metrics)
     try:
         trainer = Trainer(cfg, echo_json=as_json)

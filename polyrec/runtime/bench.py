@@ -39,7 +39,7 @@ def measure(cfg: TrainConfig, *, label: str, warmup: int, steps: int) -> dict[st
     trainer = Trainer(cfg, progress=False)
     trainer.sync()
     build_s = time.perf_counter() - t0
-    row: dict[str, Any] = {"path": label, "embeddings": trainer.rt.embedding_backend,
+    row: dict[str, Any] = {"path": label, "pipeline": cfg.pipeline, "embeddings": trainer.rt.embedding_backend,
                            "dense": trainer.rt.dense_backend,
                            "dtype": str(trainer.rt.compute_dtype).removeprefix("torch."),
                            "embedding_optimizer": cfg.embedding_optimizer, "batch": cfg.batch_size,

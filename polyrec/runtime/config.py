@@ -38,6 +38,8 @@ class TrainConfig:
     checkpoint_every: int = 0  # steps between checkpoints; 0: only at the end and on SIGTERM
     resume: bool = False  # continue from checkpoint_dir/checkpoint.pt
     skip_bad_rows: bool = False  # count and skip malformed input rows instead of stopping at the first
+    pipeline: str = "sync"  # "sync", or "semi-sync": lookups one update stale, overlapped on a side stream
+    overlap_streams: bool = True  # semi-sync on a GPU: False keeps its order on one stream (for checking)
     cuda_graphs: bool = False  # capture the dense forward+backward in a CUDA graph (GPU only)
     synthetic_pool: int = 0  # > 0: synthetic training batches repeat with this period (no generation cost)
     cpu_threads: int = 0  # torch intra-op threads on the CPU; 0 keeps torch's default (one per core)
@@ -72,6 +74,8 @@ def resolve(cfg: TrainConfig) -> Resolved:
     emb_default, dense_default = default_backends(device)
     if cfg.cuda_graphs and device.type != "cuda":
         raise ValueError("--cuda-graphs needs a CUDA/ROCm GPU")
+    if cfg.pipeline not in ("sync", "semi-sync"):
+        raise ValueError(f"pipeline must be sync or semi-sync, got {cfg.pipeline!r}")
     if cfg.dense_optimizer not in ("adagrad", "adam"):
         raise ValueError(f"dense optimizer must be adagrad or adam, got {cfg.dense_optimizer!r}")
     for name in ("steps", "batch_size", "log_every", "eval_batches"):

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,9 @@ class Trainer:
         self.echo_json = echo_json
         self.progress = progress if progress is not None else (not echo_json and sys.stdout.isatty())
         self._stop_signal: int | None = None
+        use_side = cfg.pipeline == "semi-sync" and cfg.overlap_streams and self.rt.device.type == "cuda"
+        self._side = torch.cuda.Stream(self.rt.device) if use_side else None
+        self._prefetched: tuple[Batch, torch.Tensor, Any] | None = None
         if cfg.resume:
             self.restore()
 
@@ -132,6 +136,8 @@ class Trainer:
 
     def train_step(self) -> torch.Tensor:
         """One optimizer step; returns the loss (a device scalar, not synced)."""
+        if self.cfg.pipeline == "semi-sync":
+            return self._semi_sync_step()
         t = self.timer
         t.start("data")
         batch = self.source.next_batch().to(self.rt.device, non_blocking=True)
@@ -139,28 +145,83 @@ class Trainer:
         t.start("emb_fwd")
         emb = self.model.embed(batch.values, batch.offsets, batch.batch_size)  # [B, F, D]
         t.stop()
-        self._maybe_graph(batch, emb)
-        t.start("dense")
-        leaf = emb.detach().requires_grad_()
-        loss = self.dense_loss(batch.dense, leaf, batch.labels)
-        loss.backward()
-        t.stop()
+        loss, leaf = self._dense_step(batch, emb)
         t.start("emb_bwd")
         emb.backward(leaf.grad)
         t.stop()
-        t.start("optimizer")
+        self._optimizer_step()
+        return loss
+
+    def _dense_step(self, batch: Batch, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dense forward and backward from a leaf standing in for ``emb``; returns (loss, leaf)."""
+        self._maybe_graph(batch, emb)
+        self.timer.start("dense")
+        leaf = emb.detach().requires_grad_()
+        loss = self.dense_loss(batch.dense, leaf, batch.labels)
+        loss.backward()
+        self.timer.stop()
+        return loss.detach(), leaf
+
+    def _optimizer_step(self) -> None:
+        self.timer.start("optimizer")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.embeddings.apply_gradients()
-        t.stop()
+        self.timer.stop()
         self.step += 1
-        return loss.detach()
+
+    # --- semi-synchronous pipeline ------------------------------------------------------------------------
+
+    def _prefetch(self) -> tuple[Batch, torch.Tensor, Any]:
+        """Next batch and its lookup, on the side stream when there is one: (batch, emb [B, F, D], ready event)."""
+        with torch.cuda.stream(self._side) if self._side is not None else _nullcontext():
+            self.timer.start("data")
+            batch = self.source.next_batch().to(self.rt.device, non_blocking=True)
+            self.timer.stop()
+            self.timer.start("emb_fwd")
+            emb = self.model.embed(batch.values, batch.offsets, batch.batch_size)
+            self.timer.stop()
+            ready = None
+            if self._side is not None:
+                ready = torch.cuda.Event()
+                ready.record(self._side)
+        return batch, emb, ready
+
+    def _semi_sync_step(self) -> torch.Tensor:
+        """TorchRec-style semi-synchronous step: the lookup of batch i+1 is issued before batch i's
+        embedding update, so it reads tables one update old, and on a GPU it runs on a side stream
+        while the dense layers of batch i run (the update of batch i then overlaps batch i+1's dense)."""
+        if self._prefetched is None:
+            self._prefetched = self._prefetch()
+        batch, emb, ready = self._prefetched
+        self._prefetched = self._prefetch()  # reads the tables before this step's update
+        main = torch.cuda.current_stream() if self._side is not None else None
+        if ready is not None:
+            main.wait_event(ready)
+            for t in (batch.dense, batch.labels, emb):
+                t.record_stream(main)  # made on the side stream, used here: keep them until main is done
+        loss, leaf = self._dense_step(batch, emb)
+        with torch.cuda.stream(self._side) if self._side is not None else _nullcontext():
+            if self._side is not None:
+                self._side.wait_stream(main)
+                leaf.grad.record_stream(self._side)
+            self.timer.start("emb_bwd")
+            emb.backward(leaf.grad)
+            self.timer.stop()
+        self._optimizer_step()
+        return loss
+
+    def drain(self) -> None:
+        """Make the main stream wait for the side stream (before reading tables: eval, checkpoints)."""
+        if self._side is not None:
+            torch.cuda.current_stream().wait_stream(self._side)
 
     # --- evaluation, checkpoints ------------------------------------------------------------------------
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any] | None:
         """AUC and log loss on the source's held-out batches, or None when it has none."""
+        self.drain()
         batches = self.source.eval_batches()
         if not batches:
             return None
@@ -174,18 +235,42 @@ class Trainer:
                 "logloss": float(F.binary_cross_entropy_with_logits(logits, y)), "samples": int(y.numel())}
 
     def finite_state(self) -> bool:
+        self.drain()
         return all_finite(list(self.model.dense_parameters()) + _state_tensors(self.model.embeddings.export_state()))
 
     def save(self) -> Path:
+        self.drain()
         state = {"step": self.step,
                  "dense": {name: part.state_dict() for name, part in self._dense_named()},
                  "embeddings": self.model.embeddings.export_state(),
                  "dense_optimizer": self.optimizer.state_dict(),
                  "data": self.source.state_dict(),
                  "rng": rng_state(self.rt.device),
+                 "prefetched": self._prefetched_state(),
                  "train_config": self.cfg.as_dict(),
                  "model_config": dataclasses.asdict(self.model_config)}
         return save_checkpoint(Path(self.cfg.checkpoint_dir), state)
+
+    def _prefetched_state(self) -> dict[str, torch.Tensor] | None:
+        """The semi-sync pipeline's batch in flight and its (one update old) lookup, so resume is exact."""
+        if self._prefetched is None:
+            return None
+        batch, emb, _ = self._prefetched
+        return {"dense": batch.dense, "values": batch.values, "offsets": batch.offsets, "labels": batch.labels,
+                "emb": emb.detach()}
+
+    def _restore_prefetched(self, state: dict[str, torch.Tensor] | None) -> None:
+        if state is None:
+            return
+        dev = self.rt.device
+        batch = Batch(dense=state["dense"].to(dev), values=state["values"].to(dev), offsets=state["offsets"].to(dev),
+                      labels=state["labels"].to(dev))
+        # re-run the lookup for its autograd graph (the backward applies this batch's update), then put
+        # back the saved output, which was read from the tables one update before the checkpoint
+        emb = self.model.embed(batch.values, batch.offsets, batch.batch_size)
+        with torch.no_grad():
+            emb.copy_(state["emb"].to(dev))
+        self._prefetched = (batch, emb, None)
 
     def _dense_named(self) -> list[tuple[str, nn.Module]]:
         return [(n, m) for n, m in (("bottom", self.model.bottom), ("cross", self.model.cross), ("top", self.model.top))
@@ -204,6 +289,7 @@ class Trainer:
         self.source.load_state_dict(state["data"])
         set_rng_state(state["rng"], self.rt.device)
         self.step = int(state["step"])
+        self._restore_prefetched(state.get("prefetched"))
 
     # --- the loop ---------------------------------------------------------------------------------------
 
