@@ -22,7 +22,8 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 class PhaseTimer:
-    """Accumulates time per phase. On a GPU, CUDA events are read only at :meth:`flush` (one sync)."""
+    """Accumulates time per phase. On a GPU, CUDA events (on the stream each phase runs on) are read only
+    at :meth:`flush` (one device sync)."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -48,7 +49,7 @@ class PhaseTimer:
     def flush(self) -> dict[str, float]:
         """Fold the recorded marks into the totals; return the totals (seconds)."""
         if self.cuda and self.pending:
-            self.pending[-1][2].synchronize()
+            torch.cuda.synchronize()  # phases may sit on two streams: wait for both
         for phase, begin, end in self.pending:
             self.totals[phase] += begin.elapsed_time(end) / 1e3 if self.cuda else end - begin
         self.pending.clear()

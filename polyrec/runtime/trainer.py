@@ -208,6 +208,8 @@ class Trainer:
             self.timer.start("emb_bwd")
             emb.backward(leaf.grad)
             self.timer.stop()
+        if self._side is not None and not self.model.embeddings.fused:
+            main.wait_stream(self._side)  # torch's sparse optimizer steps on the gradients the side stream made
         self._optimizer_step()
         return loss
 
