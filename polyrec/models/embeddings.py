@@ -117,6 +117,9 @@ class TorchEmbeddings(nn.Module):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def check_errors(self) -> None:
+        """Nothing deferred: nn.EmbeddingBag raises on a bad id at the lookup."""
+
     def export_state(self) -> dict:
         """Weights and optimizer state, for checkpoints."""
         return {"weights": self.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -159,6 +162,10 @@ class PolyrecEmbeddings(nn.Module):
 
     def apply_gradients(self) -> None:
         """Nothing to do: the backward pass already updated the rows."""
+
+    def check_errors(self) -> None:
+        """Raise for bad ids the TBE kernels masked and flagged in recent lookups (waits for the flags)."""
+        self.tbe.check_errors(wait=True)
 
     def export_state(self) -> dict:
         """Weights and optimizer state (the TBE's state_dict carries both), for checkpoints."""

@@ -339,6 +339,7 @@ class Trainer:
                     continue
                 losses = torch.stack(pending).float().cpu().tolist()
                 pending.clear()
+                self.model.embeddings.check_errors()
                 elapsed = time.perf_counter() - window_start
                 train_seconds += elapsed
                 rate = (self.step - window_first) * cfg.batch_size / max(elapsed, 1e-9)
