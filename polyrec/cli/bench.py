@@ -35,6 +35,7 @@ def e2e_command(
     row_cap: int | None = typer.Option(None, help="Cut every table to at most this many rows."),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="polyrec's path with CUDA graphs (GPU)."),
+    pipeline: str = typer.Option("sync", help="polyrec's path: sync or semi-sync (see polyrec train --help)."),
     synthetic_pool: int = typer.Option(4, help="Synthetic batches generated once and cycled (0: a new one per step)."),
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -43,7 +44,8 @@ def e2e_command(
     from polyrec.runtime.bench import e2e
 
     base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
-                       device=device, cuda_graphs=cuda_graphs, seed=seed, synthetic_pool=synthetic_pool)
+                       device=device, cuda_graphs=cuda_graphs, seed=seed, synthetic_pool=synthetic_pool,
+                       pipeline=pipeline)
     out = e2e(base, warmup=warmup, steps=steps)
     if as_json:
         typer.echo(json.dumps(out, indent=1))

@@ -21,7 +21,8 @@ from polyrec.runtime.trainer import Trainer
 
 def direct_port_config(base: TrainConfig) -> TrainConfig:
     return dataclasses.replace(base, embedding_backend="torch", dense_backend="torch", precision="fp32",
-                               embedding_optimizer="adagrad", dense_optimizer="adagrad", cuda_graphs=False)
+                               embedding_optimizer="adagrad", dense_optimizer="adagrad", cuda_graphs=False,
+                               pipeline="sync")
 
 
 def peak_memory_gb(device: torch.device) -> float | None:
