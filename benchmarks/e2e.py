@@ -2,8 +2,8 @@
 
 1. Full-size ``mlperf-dcnv2`` (204M rows x 128, fp32 rows, row-wise Adagrad, all on the one GPU),
    batch 65536: samples/s (target >= 4.0M), peak memory, wall time of the first 5 steps with every
-   Triton compile and kernel selection in it (target < 20 s; a fresh Triton cache is used unless
-   ``--warm-cache``); eager, with CUDA graphs, and with the semi-synchronous pipeline (lookups one
+   Triton compile and kernel selection in it (target < 20 s; measured in a new process with an empty
+   Triton cache, so nothing compiled by the checks counts as warm); eager, with CUDA graphs, and with the semi-synchronous pipeline (lookups one
    update old, overlapped with the dense layers on a side stream; reported apart, as it changes the
    math; first checked against the same order on one stream). The direct port cannot hold these
    tables with full Adagrad; the bytes it would need are reported instead of an out-of-memory error.
@@ -25,9 +25,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -126,16 +129,46 @@ def safe_measure(cfg: TrainConfig, label: str, warmup: int, steps: int) -> dict[
     return row
 
 
+def full_config(quick: bool) -> TrainConfig:
+    return TrainConfig(preset="dcnv2-small" if quick else "mlperf-dcnv2", data="synthetic:uniform",
+                       batch_size=4096 if quick else 65536, steps=10**9, synthetic_pool=4, device="cuda")
+
+
+def first_steps_child(quick: bool) -> None:
+    """In a fresh process (``--first5-child``): build the full-size model, time its first 5 steps, print JSON."""
+    t0 = time.perf_counter()
+    trainer = Trainer(full_config(quick), progress=False)
+    trainer.sync()
+    t1 = time.perf_counter()
+    for _ in range(5):
+        trainer.train_step()
+    trainer.sync()
+    print(json.dumps({"build_s": t1 - t0, "first_steps_s": time.perf_counter() - t1,
+                      "peak_gb": torch.cuda.max_memory_allocated() / 1e9}))
+
+
+def cold_first_steps(quick: bool) -> dict[str, Any]:
+    """First 5 steps in a new process with an empty Triton cache: every compile and selection counted."""
+    gc.collect()
+    torch.cuda.empty_cache()  # the child needs the whole GPU for the full-size tables
+    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="polyrec-e2e-cold-")}
+    cmd = [sys.executable, __file__, "--first5-child"] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    if proc.returncode != 0:
+        return {"section": "full", "path": "polyrec, cold process", "error": proc.stderr.strip()[-300:]}
+    return {"section": "full", "path": "polyrec, cold process", "pipeline": "sync",
+            **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
 def full_size(args) -> list[dict[str, Any]]:
-    name = "dcnv2-small" if args.quick else "mlperf-dcnv2"
-    base = TrainConfig(preset=name, data="synthetic:uniform", batch_size=4096 if args.quick else 65536,
-                       steps=10**9, synthetic_pool=4, device="cuda")
-    config = preset(name)
+    base = full_config(args.quick)
+    config = preset(base.preset)
     need = config.embedding_bytes() * ADAGRAD_STATE_FACTOR
     hbm = torch.cuda.get_device_properties(0).total_memory
     rows = [{"section": "full", "path": "direct port", "error": (
         f"not run: fp32 tables + full Adagrad state need {need / 1e9:.1f} GB, the GPU has {hbm / 1e9:.1f} GB")
         if need > hbm else "not run: the direct port is measured on capped tables"}]
+    rows.append(cold_first_steps(args.quick))
     warmup, steps = (5, 5) if args.quick else (5, 40)
     rows.append({"section": "full", **safe_measure(base, "polyrec", warmup, steps)})
     graphs = dataclasses.replace(base, cuda_graphs=True)
@@ -189,17 +222,18 @@ def auc_gap(rows: list[dict[str, Any]]) -> float | None:
 
 
 def summarize(full: list[dict], cap: list[dict], ml: list[dict]) -> dict[str, Any]:
+    cold = next((r for r in full if r.get("path") == "polyrec, cold process" and "first_steps_s" in r), None)
     exact = [r for r in full if "samples_per_s" in r and r.get("pipeline") == "sync"]
     best = max(exact, key=lambda r: r["samples_per_s"], default=None)  # same math as the reference
     semi = next((r for r in full if "samples_per_s" in r and r.get("pipeline") == "semi-sync"), None)
     speedups = [r["speedup"] for r in cap if r.get("speedup")]
     gap = auc_gap(ml)
     return {"full_size_samples_per_s": best and best["samples_per_s"], "full_size_path": best and best["path"],
-            "full_size_first5_s": best and best["first_steps_s"], "full_size_peak_gb": best and best["peak_gb"],
+            "full_size_first5_s_cold": cold and cold["first_steps_s"], "full_size_peak_gb": best and best["peak_gb"],
             "meets_4M": bool(best and best["samples_per_s"] >= TARGET_SAMPLES_PER_S),
             "semi_sync_samples_per_s": semi and semi["samples_per_s"],
             "semi_sync_meets_4M": bool(semi and semi["samples_per_s"] >= TARGET_SAMPLES_PER_S),
-            "meets_first5_20s": bool(best and best["first_steps_s"] < TARGET_FIRST_STEPS_S),
+            "meets_first5_20s": bool(cold and cold["first_steps_s"] < TARGET_FIRST_STEPS_S),
             "capped_speedups": speedups, "meets_10x": bool(speedups and min(speedups) >= TARGET_SPEEDUP),
             "movielens_auc_gap": gap, "meets_auc_gap": gap is not None and gap <= TARGET_AUC_GAP,
             "triton_cache": "warm" if "--warm-cache" in sys.argv else "fresh (compiles counted)",
@@ -214,9 +248,13 @@ def main() -> None:
     parser.add_argument("--movielens", help="path to ml-100k.inter (RecBole) or u.data (GroupLens)")
     parser.add_argument("--skip-full", action="store_true", help="skip the full-size run")
     parser.add_argument("--warm-cache", action="store_true", help="keep the user's Triton cache")
+    parser.add_argument("--first5-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/e2e.py needs a CUDA or ROCm GPU")
+    if args.first5_child:
+        first_steps_child(args.quick)
+        return
     device = torch.device("cuda")
     check_correctness(device)
     semi_check = check_semi_sync_streams(args)
