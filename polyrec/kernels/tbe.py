@@ -21,7 +21,8 @@ from torch import Tensor
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
-from polyrec.kernels.tbe_backward import MERGE_BLOCK, MERGE_OWNERS, merge_kernel, update_kernel
+from polyrec.kernels.tbe_backward import (MERGE_BLOCK, MERGE_OWNERS, PERMUTE_BLOCK, lane_update_kernel, merge_kernel,
+                                          permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
                                          sort_keys_kernel, vector_width)
 from polyrec.kernels.tbe_optim import OPTIM_CODE, STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
@@ -67,7 +68,10 @@ class TableBatchedEmbedding(torch.nn.Module):
 
     def __init__(self, tables: list[TableSpec], *, optimizer: EmbeddingOptimizer, weight_dtype=torch.float32,
                  feature_to_table: list[int] | None = None, device=None, seed: int = 0, deterministic: bool = False,
-                 init_scale: float | None = None, output_dtype=torch.float32, debug_checks: bool = False):
+                 init_scale: float | None = None, output_dtype=torch.float32, debug_checks: bool = False,
+                 update_config: tbe_select.UpdateConfig | None = None):
+        """``update_config`` forces the update kernel's variant, tile and warps (benchmarks compare
+        variants with it); by default the cost model chooses (``tbe_select.select_update``)."""
         super().__init__()
         if not tables:
             raise ValueError("TableBatchedEmbedding needs at least one table")
@@ -80,6 +84,7 @@ class TableBatchedEmbedding(torch.nn.Module):
         self.tables, self.feature_to_table, self.optimizer = list(tables), feature_to_table, optimizer
         self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
         self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, seed
+        self.update_config = update_config
         self.step = 0
         device = torch.device(device) if device is not None else torch.device("cpu")
         dims = [t.dim for t in tables]
@@ -246,6 +251,8 @@ class TableBatchedEmbedding(torch.nn.Module):
         return [max(marks[f + 1] - marks[f], 0) / size for f in self.pooled_features]
 
     def _update_config(self, nnz: int) -> tbe_select.UpdateConfig:
+        if self.update_config is not None:
+            return self.update_config
         key = ("upd", max(nnz, 1).bit_length())
         if key not in self._configs:
             self._configs[key] = tbe_select.select_update(
@@ -364,17 +371,44 @@ class TableBatchedEmbedding(torch.nn.Module):
         flags = dict(OPTIM=OPTIM_CODE[opt.kind], HAS_WD=opt.weight_decay > 0,
                      STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
                      T_PAD=self.t_pad, TILE=ucfg.tile)
-        update_kernel[(tiles,)](
-            self.weights, self.state1, self.state2, grad, partial, sorted_keys, perm, src, scale,
-            lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
-            n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
-            SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
+        if ucfg.variant == "scan":
+            update_kernel[(tiles,)](
+                self.weights, self.state1, self.state2, grad, partial, sorted_keys, perm, src, scale,
+                lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
+                n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
+                SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
+        else:
+            g_off, sorted_scale = self._permute(grad, sorted_keys, perm, src, scale, batch_size, sequence is not None)
+            lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
+            lane_update_kernel[(tiles,)](
+                self.weights, self.state1, self.state2, grad, partial, sorted_keys, g_off, sorted_scale,
+                lay.table_row_base, lay.table_elem_base, lay.table_dim, n, len(self.tables), self.total_rows,
+                **common, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **lane_flags)
         warp_size = _selection_spec(dev).warp_size
         merge_kernel[(triton.cdiv(tiles, MERGE_OWNERS),)](
             self.weights, self.state1, self.state2, partial, sorted_keys,
             lay.table_row_base, lay.table_elem_base, lay.table_dim,
             n, len(self.tables), self.total_rows, **common, OWNERS=MERGE_OWNERS, MERGE=MERGE_BLOCK,
             num_warps=tbe_select.merge_warps(self.block_d, MERGE_BLOCK, warp_size), **flags)
+
+
+    def _grad_vec(self, grad: Tensor) -> int:
+        """Elements per vector access of the output-gradient slices (every slice offset is a multiple)."""
+        dims = [t.dim for t in self.tables] + [grad.stride(0)]
+        return vector_width(dims, grad.element_size()) if grad.data_ptr() % 16 == 0 else 1
+
+    def _permute(self, grad: Tensor, sorted_keys: Tensor, perm: Tensor, src: Tensor, scale: Tensor | None,
+                 batch_size: int, sequence: bool) -> tuple[Tensor, Tensor | None]:
+        """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order."""
+        n = sorted_keys.numel()
+        off_dtype = torch.int32 if grad.numel() < 2**31 else torch.int64
+        g_off = torch.empty(n, dtype=off_dtype, device=grad.device)
+        sorted_scale = torch.empty_like(scale) if scale is not None else None
+        permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
+            sorted_keys, perm, src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
+            grad.stride(0), self.total_rows, SEQUENCE=sequence, HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK,
+            num_warps=4)
+        return g_off, sorted_scale
 
 
 def _cumsum(xs: list[int]) -> list[int]:

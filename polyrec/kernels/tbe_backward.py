@@ -29,12 +29,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from polyrec.kernels.tbe_optim import apply_update
+from polyrec.kernels.tbe_optim import apply_update, load_rows, store_update
 
 #: Tile boundaries one merge program inspects (vectorised; almost all have no crossing run).
 MERGE_OWNERS = 64
 #: Tiles whose head partials the merge adds per loop iteration.
 MERGE_BLOCK = 16
+#: Sorted positions per program of ``permute_kernel`` (a streaming gather: 8 per thread at 4 warps).
+PERMUTE_BLOCK = 1024
 
 
 @triton.jit
@@ -102,6 +104,97 @@ def update_kernel(
     whole = ok & is_end & started
     apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
                  beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+    last = i == TILE - 1
+    head = ok & ~started & (is_end | last)
+    tail = ok & started & ~is_end & last
+    slot = tile * 2 + tail.to(tl.int64)
+    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | tail)[:, None])
+
+
+@triton.jit
+def permute_kernel(
+    keys_ptr, perm_ptr, src_ptr, scale_ptr, feat_col_ptr, g_off_ptr, sorted_scale_ptr,
+    n_pos, batch_size, grad_stride, invalid_key,
+    SEQUENCE: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Per sorted position: the element offset of its output-gradient slice and its scale, so the
+    update reads them coalesced with its key (one round trip instead of perm -> src -> column)."""
+    pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    in_range = pos < n_pos
+    key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key)
+    ok = in_range & (key != invalid_key)  # invalid positions have no source row (never written)
+    orig = tl.load(perm_ptr + pos, mask=ok, other=0)
+    src = tl.load(src_ptr + orig, mask=ok, other=0).to(tl.int64)
+    if SEQUENCE:
+        g_off = src * grad_stride
+    else:
+        f = src // batch_size
+        g_off = (src - f * batch_size) * grad_stride + tl.load(feat_col_ptr + f, mask=ok, other=0)
+    tl.store(g_off_ptr + pos, g_off.to(g_off_ptr.dtype.element_ty), mask=in_range)
+    if HAS_SCALE:
+        tl.store(sorted_scale_ptr + pos, tl.load(scale_ptr + orig, mask=ok, other=0.0), mask=in_range)
+
+
+@triton.jit
+def _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: tl.constexpr):
+    """(table row base, element base, dim) of each global row id, selected from the T_PAD-wide table
+    vectors (loaded independently of ``key``: no dependent round trip after the keys)."""
+    tb = tl.arange(0, T_PAD)
+    in_t = tb < num_tables
+    bases = tl.load(row_base_ptr + tb, mask=in_t, other=0x7FFFFFFFFFFFFFFF)
+    elem = tl.load(elem_base_ptr + tb, mask=in_t, other=0)
+    dims = tl.load(dim_ptr + tb, mask=in_t, other=0)
+    t = tl.maximum(tl.sum((bases[None, :] <= key[:, None]).to(tl.int32), axis=1) - 1, 0)
+    hit = tb[None, :] == t[:, None]  # [R, T_PAD] one-hot table of each row
+    return (tl.sum(tl.where(hit, bases[None, :], 0), axis=1), tl.sum(tl.where(hit, elem[None, :], 0), axis=1),
+            tl.sum(tl.where(hit, dims[None, :], 0), axis=1))
+
+
+@triton.jit(do_not_specialize=["seed"])
+def lane_update_kernel(
+    weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr,
+    keys_ptr, g_off_ptr, scale_ptr,
+    row_base_ptr, elem_base_ptr, dim_ptr,
+    n_pos, num_tables, invalid_key,
+    lr, eps, beta1, beta2, weight_decay, seed,
+    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
+    TILE: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
+):
+    """``update_kernel``'s result with two dependent round trips: (keys, gradient offsets, scales)
+    coalesced, then the gradient slices together with the weight rows and state of the tile's runs.
+
+    Launched with warps along BLOCK_D only (BLOCK_D / (lanes * VEC) warps), so each lane holds all
+    TILE positions of its VEC columns and the segmented scan runs inside the lane, in registers.
+    """
+    tile = tl.program_id(0).to(tl.int64)
+    i = tl.arange(0, TILE)
+    pos = tile * TILE + i  # [TILE] sorted positions
+    in_range = pos < n_pos
+    key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
+    nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
+    prev = tl.load(keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1).to(tl.int64)
+    g_off = tl.multiple_of(tl.load(g_off_ptr + pos, mask=in_range, other=0).to(tl.int64), [VEC])
+    if HAS_SCALE:
+        scale = tl.load(scale_ptr + pos, mask=in_range, other=0.0)
+    before = tl.load(keys_ptr + tile * TILE - 1, mask=tile > 0, other=-1).to(tl.int64)
+    ok = in_range & (key != invalid_key)
+    is_start = key != prev  # [TILE] a run starts here
+    is_end = key != nxt  # [TILE] a run ends here
+    started = key != before  # [TILE] i's run started inside the tile (keys are sorted)
+    whole = ok & is_end & started  # [TILE] last position of a run that lies inside the tile
+    row_base, elem_base, dim = _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
+    dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
+    d = tl.arange(0, BLOCK_D)
+    d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
+    addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
+    w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], OPTIM)
+    g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
+    if HAS_SCALE:
+        g = g * scale[:, None]
+    flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
+    _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
+    store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr, eps,
+                 beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     last = i == TILE - 1
     head = ok & ~started & (is_end | last)
     tail = ok & started & ~is_end & last

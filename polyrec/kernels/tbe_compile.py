@@ -15,7 +15,8 @@ from typing import Any
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
-from polyrec.kernels.tbe_backward import MERGE_BLOCK, MERGE_OWNERS, merge_kernel, update_kernel
+from polyrec.kernels.tbe_backward import (MERGE_BLOCK, MERGE_OWNERS, PERMUTE_BLOCK, lane_update_kernel, merge_kernel,
+                                          permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
 from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS
 
@@ -30,7 +31,8 @@ _POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp
              "table_dim_ptr": "*i32", "table_row_base_ptr": "*i64", "seq_base_ptr": "*i64", "keys_ptr": "*i32",
              "src_ptr": "*i32", "scale_ptr": "*fp32", "state1_ptr": "*fp32", "state2_ptr": "*fp32",
              "grad_ptr": "*fp32", "partial_ptr": "*fp32", "perm_ptr": "*i64", "piece_start_ptr": "*i64",
-             "num_pieces_ptr": "*i64", "row_base_ptr": "*i64", "elem_base_ptr": "*i64", "dim_ptr": "*i32"}
+             "num_pieces_ptr": "*i64", "row_base_ptr": "*i64", "elem_base_ptr": "*i64", "dim_ptr": "*i32",
+             "g_off_ptr": "*i32", "sorted_scale_ptr": "*fp32"}
 
 
 def _signature(kernel: Any, weights: str, constexprs: dict[str, Any]) -> dict[str, str]:
@@ -46,8 +48,10 @@ def _signature(kernel: Any, weights: str, constexprs: dict[str, Any]) -> dict[st
 
 
 def _job(label: str, kernel: Any, weights: str, constexprs: dict[str, Any], num_warps: int) -> CompileJob:
-    return CompileJob(label=label, kernel=kernel, signature=_signature(kernel, weights, constexprs),
-                      constexprs=constexprs, num_warps=num_warps)
+    sig = _signature(kernel, weights, constexprs)
+    aligned = tuple(n for n, t in sig.items() if t.startswith("*") or n == "grad_stride")  # as torch launches them
+    return CompileJob(label=label, kernel=kernel, signature=sig, constexprs=constexprs, num_warps=num_warps,
+                      divisible_by_16=aligned)
 
 
 def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], largest_only: bool) -> list[CompileJob]:
@@ -67,16 +71,21 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
 def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[CompileJob]:
     cands = tbe_select.update_candidates(block_d, spec.warp_size)
     if largest_only:
-        cands = [max(cands, key=lambda c: c.tile)]
+        cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
     variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
     jobs = []
     for kind, dtype in variants:
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
                       VEC=16 // (4 if dtype == "fp32" else 2), T_PAD=32)
         for c in cands:
-            consts = dict(common, SEQUENCE=False, HAS_SCALE=True, TILE=c.tile)
-            jobs.append(_job(f"tbe update {kind} {dtype} D{block_d} tile{c.tile} w{c.num_warps}",
-                             update_kernel, dtype, consts, c.num_warps))
+            if c.variant == "scan":
+                consts = dict(common, SEQUENCE=False, HAS_SCALE=True, TILE=c.tile)
+                kernel = update_kernel
+            else:
+                consts = dict(common, HAS_SCALE=True, TILE=c.tile, VEC=min(common["VEC"], tbe_select.LANE_VEC))
+                kernel = lane_update_kernel
+            jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile} w{c.num_warps}",
+                             kernel, dtype, consts, c.num_warps))
             if not largest_only:
                 warps = tbe_select.merge_warps(block_d, MERGE_BLOCK, spec.warp_size)
                 jobs.append(_job(f"tbe merge {kind} {dtype} D{block_d} tile{c.tile} w{warps}", merge_kernel, dtype,
@@ -90,6 +99,9 @@ def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:
         consts = dict(BAGS=c.bags, HOTS=c.hots, SEQUENCE=False, HAS_SCALE=True)
         jobs.append(_job(f"tbe sort-keys bags{c.bags} hots{c.hots} w{c.num_warps}", sort_keys_kernel, "fp32",
                          consts, c.num_warps))
+    for seq in (False, True):
+        jobs.append(_job(f"tbe permute sequence={seq}", permute_kernel, "fp32",
+                         dict(SEQUENCE=seq, HAS_SCALE=not seq, BLOCK=PERMUTE_BLOCK), 4))
     positions = tbe_select.sequence_positions(block_d)
     warps = tbe_select.warps_for(positions * block_d, spec.warp_size)
     jobs.append(_job(f"tbe sequence D{block_d} pos{positions} w{warps}", sequence_forward_kernel, "fp32",

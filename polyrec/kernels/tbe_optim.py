@@ -98,34 +98,45 @@ def round_stochastic(x, bits, OUT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def apply_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g,
+def load_rows(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, OPTIM: tl.constexpr):
+    """Issue the loads of rows ``row`` ([R] global ids) before their gradient is summed: the fp32
+    weights [R, BLOCK_D] and the optimizer state (rowwise: [R]; per element: [R, BLOCK_D]; unused: 0)."""
+    w = tl.load(weights_ptr + addr, mask=mask, other=0.0).to(tl.float32)
+    s1 = 0.0
+    s2 = 0.0
+    if OPTIM == 1:
+        s1 = tl.load(state1_ptr + row, mask=tl.max(mask.to(tl.int32), axis=1) > 0, other=0.0)
+    elif OPTIM >= 2:
+        s1 = tl.load(state1_ptr + addr, mask=mask, other=0.0)
+    if OPTIM == 3:
+        s2 = tl.load(state2_ptr + addr, mask=mask, other=0.0)
+    return w, s1, s2
+
+
+@triton.jit
+def store_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g, w, s1, s2,
                  lr, eps, beta1, beta2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
-    """Apply the optimizer to rows ``row`` ([R] global row ids) at element addresses ``addr``.
+    """Apply the optimizer to rows loaded by ``load_rows`` and store weights and state.
 
     addr: [R, BLOCK_D] int64 element offsets into the flat weight (and per-element state) buffers;
     mask: [R, BLOCK_D]; g: [R, BLOCK_D] fp32 summed gradient (zero where masked).
     """
-    w = tl.load(weights_ptr + addr, mask=mask, other=0.0).to(tl.float32)
     if HAS_WD:
         g = tl.where(mask, g + weight_decay * w, 0.0)
     if OPTIM == 0:
         new = w - lr * g
     elif OPTIM == 1:
-        row_mask = tl.max(mask.to(tl.int32), axis=1) > 0
-        s = tl.load(state1_ptr + row, mask=row_mask, other=0.0)
-        s = s + tl.sum(g * g, axis=1) / dim.to(tl.float32)
-        tl.store(state1_ptr + row, s, mask=row_mask)
+        s = s1 + tl.sum(g * g, axis=1) / dim.to(tl.float32)
+        tl.store(state1_ptr + row, s, mask=tl.max(mask.to(tl.int32), axis=1) > 0)
         new = w - lr * g / (tl.sqrt(s)[:, None] + eps)
     elif OPTIM == 2:
-        s = tl.load(state1_ptr + addr, mask=mask, other=0.0) + g * g
+        s = s1 + g * g
         tl.store(state1_ptr + addr, s, mask=mask)
         new = w - lr * g / (tl.sqrt(s) + eps)
     else:
-        m = tl.load(state1_ptr + addr, mask=mask, other=0.0)
-        v = tl.load(state2_ptr + addr, mask=mask, other=0.0)
-        m = beta1 * m + (1.0 - beta1) * g
-        v = beta2 * v + (1.0 - beta2) * g * g
+        m = beta1 * s1 + (1.0 - beta1) * g
+        v = beta2 * s2 + (1.0 - beta2) * g * g
         tl.store(state1_ptr + addr, m, mask=mask)
         tl.store(state2_ptr + addr, v, mask=mask)
         new = w - lr * m / (tl.sqrt(v) + eps)
@@ -133,3 +144,13 @@ def apply_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g,
     if STOCHASTIC:
         new = round_stochastic(new, random_u32(seed, addr), out_dtype)
     tl.store(weights_ptr + addr, new.to(out_dtype), mask=mask)
+
+
+@triton.jit
+def apply_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g,
+                 lr, eps, beta1, beta2, weight_decay, dim, seed,
+                 OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
+    """``load_rows`` then ``store_update``: the update of rows whose gradient is already summed."""
+    w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, OPTIM)
+    store_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g, w, s1, s2, lr, eps, beta1, beta2,
+                 weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)

@@ -44,10 +44,30 @@ class ForwardConfig:
     num_warps: int
 
 
+#: Update-kernel variants (``tbe_backward``): "scan" (``update_kernel``: perm -> source row -> column ->
+#: gradient chain, warps along the tile) and "lane" (``permute_kernel`` + ``lane_update_kernel``: two
+#: round trips, warps along BLOCK_D only, the segmented scan inside each lane).
+UPDATE_VARIANTS: tuple[str, ...] = ("scan", "lane")
+#: Sorted positions per program of the lane variant: TILE * VEC fp32 gradient values per lane.
+LANE_TILES: tuple[int, ...] = (8, 16, 32)
+#: Elements per lane vector access in the lane kernel's warp count (16 B of fp32; narrower types keep 4 so the
+#: gradient and the weight loads share one layout).
+LANE_VEC = 4
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UpdateConfig:
+    """Launch config of the fused update: kernel variant (UPDATE_VARIANTS), tile, warps."""
+
     tile: int  # sorted positions per program
     num_warps: int
+    variant: str = "lane"  # one of UPDATE_VARIANTS
+
+    def __post_init__(self) -> None:
+        if self.variant not in UPDATE_VARIANTS:
+            raise ValueError(f"UpdateConfig.variant must be one of {UPDATE_VARIANTS}, got '{self.variant}'")
+        if self.tile < 2 or self.tile & (self.tile - 1) or self.num_warps < 1:
+            raise ValueError(f"UpdateConfig: tile must be a power of two >= 2 and num_warps >= 1, got {self}")
 
 
 def warps_for(tile_elems: int, warp_size: int, elems_per_thread: int = ELEMS_PER_THREAD) -> int:
@@ -68,12 +88,27 @@ def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
     return out
 
 
-def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
+def scan_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
+    """The "scan" variant's configs (the previous default): tiles of UPDATE_TILE_ELEMS elements."""
     per_thread = UPDATE_ELEMS_PER_THREAD_WAVE64 if warp_size == 64 else ELEMS_PER_THREAD
     tiles = UPDATE_TILE_ELEMS[:-1] if warp_size == 64 else UPDATE_TILE_ELEMS  # gfx942: 8192 spills VGPRs
-    out = [UpdateConfig(tile=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread))
+    out = [UpdateConfig(tile=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread), variant="scan")
            for tile in tiles if tile >= 2 * block_d]
-    return out or [UpdateConfig(tile=2, num_warps=warps_for(2 * block_d, warp_size))]
+    return out or [UpdateConfig(tile=2, num_warps=warps_for(2 * block_d, warp_size), variant="scan")]
+
+
+def lane_warps(block_d: int, warp_size: int) -> int:
+    """Warps of the lane variant: along BLOCK_D only (one LANE_VEC-wide column block per lane)."""
+    return max(1, block_d // (warp_size * LANE_VEC))
+
+
+def lane_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
+    return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane") for t in LANE_TILES]
+
+
+def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
+    """Every update config the selector may return (both variants)."""
+    return scan_candidates(block_d, warp_size) + lane_candidates(block_d, warp_size)
 
 
 def _predict_gather(cfg: GatherConfig, spec: DeviceSpec, total_bytes: float, row_bytes: float, iters: float,
