@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
-from polyrec.perfmodel.tbe import (DRAM_LATENCY_S, ForwardTile, GatherConfig, achieved_bandwidth, forward_seconds,
-                                   programs_per_cu)
+from polyrec.kernels.tbe_backward import MERGE_OWNERS
+from polyrec.perfmodel.tbe import ForwardTile, UpdateShape, forward_seconds, update_seconds
 
 #: Tile elements (rows in flight x BLOCK_D) a forward program may load per iteration.
 FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
@@ -33,8 +33,9 @@ FORWARD_ELEMS_PER_THREAD = 32
 UPDATE_ELEMS_PER_THREAD_WAVE64 = 4
 #: Positions per program of the sequence lookup, and its tile elements.
 SEQUENCE_TILE_ELEMS = 4096
-#: ... per update loop iteration (perm, source row, gradient slice).
-UPDATE_ROUND_TRIPS = 3
+#: Unique rows / ids assumed when the selector is not told (MLPerf uniform: 10.21M of 14.02M ids,
+#: benchmarks/results/tbe_nvidia-h200_2026-11-29.json); sets the merge's share of crossing runs.
+UNIQUE_FRACTION = 0.73
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,18 +112,6 @@ def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
     return scan_candidates(block_d, warp_size) + lane_candidates(block_d, warp_size)
 
 
-def _predict_gather(cfg: GatherConfig, spec: DeviceSpec, total_bytes: float, row_bytes: float, iters: float,
-                    round_trips: int, live_tiles: int) -> float:
-    """Seconds: bytes at the achieved bandwidth, or the latency chain of the programs, whichever is longer."""
-    ceil = ceilings(spec)
-    bw = achieved_bandwidth(cfg, spec, ceil, row_bytes, live_tiles)
-    if bw <= 0:
-        return math.inf
-    slots = max(programs_per_cu(cfg, spec, live_tiles) * spec.compute_units, 1)
-    chain = math.ceil(cfg.programs / slots) * iters * round_trips * DRAM_LATENCY_S[spec.vendor]
-    return max(total_bytes / bw, chain)
-
-
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
                    row_bytes: int, bag_lengths: list[float] | None = None) -> ForwardConfig:
     """The forward (and sort-key) config with the least predicted time (``polyrec.perfmodel.tbe.forward_seconds``).
@@ -142,14 +131,19 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
     return best
 
 
-def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int) -> UpdateConfig:
-    """The update-kernel config with the least predicted time (``state_tiles``: per-element state tiles)."""
+def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
+                  unique: float | None = None) -> UpdateConfig:
+    """The update config (variant, tile, warps) with the least predicted time
+    (``polyrec.perfmodel.tbe.update_seconds``); ``state_tiles``: per-element fp32 state tiles (0, 1, 2)."""
+    ceil = ceilings(spec)
+    unique = nnz * UNIQUE_FRACTION if unique is None else unique
+    state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, math.inf
     for cand in update_candidates(block_d, spec.warp_size):
-        cfg = GatherConfig(rows_in_flight=cand.tile, block_d=block_d, num_warps=cand.num_warps,
-                           programs=max(1, math.ceil(nnz / cand.tile)))
-        seconds = _predict_gather(cfg, spec, 3 * nnz * row_bytes, row_bytes, 1.0, UPDATE_ROUND_TRIPS,
-                                  3 + state_tiles)
+        shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps,
+                            elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
+        seconds = update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
+                                 grad_row_bytes=4 * block_d, state_bytes_per_row=state_row, merge_owners=MERGE_OWNERS)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best

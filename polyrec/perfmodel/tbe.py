@@ -259,3 +259,78 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
     issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
     return max(bytes_s, latency_s) + issue_s + max(chains, default=0) * lat
+
+
+#: Dependent DRAM round trips of one update program, per variant (counted from ``tbe_backward``):
+#: "scan": keys -> perm -> source row -> gradient slices -> weight rows (the column lookup hits L1);
+#: "lane": keys with sorted gradient offsets -> gradient slices together with the weight rows.
+UPDATE_TRIPS = {"scan": 5, "lane": 2}
+#: Registers per thread of an update program = 40 + this x fp32 tile elements per thread, fitted to the
+#: cuda:90 compiles of the candidates (rowwise Adagrad, fp32; tests/test_tbe_compile.py compiles them):
+#: scan 16 elements -> 128-148, lane TILE 8 (32 elements) -> 168; capped at 255.
+UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
+#: Merge programs resident per SM / CU (63 registers x 4 warps in the cuda:90 compile: 8 by registers).
+MERGE_RESIDENT_PER_CU = 8
+#: Dependent round trips per crossing run a merge program handles in turn (head partials, weight row,
+#: state; the stores do not wait), and before the first (tile-boundary keys).
+MERGE_TRIPS_PER_RUN = 3
+MERGE_SETUP_TRIPS = 3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UpdateShape:
+    """One update config on one problem: the terms of ``update_seconds``."""
+
+    variant: str  # "scan" or "lane"
+    tile: int  # sorted positions per program
+    num_warps: int
+    elems_per_thread: float  # fp32 gradient-tile elements per thread
+
+
+def update_registers(shape: UpdateShape) -> int:
+    return int(min(255, 40 + UPDATE_REGS_PER_ELEM[shape.variant] * shape.elems_per_thread))
+
+
+def update_resident(shape: UpdateShape, spec: DeviceSpec) -> int:
+    """Update programs resident on the whole device (registers, warp slots, block slots)."""
+    regs = -(-update_registers(shape) // 8) * 8
+    threads = shape.num_warps * spec.warp_size
+    per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // shape.num_warps,
+                 MAX_PROGRAMS_PER_CU[spec.vendor])
+    return max(per_cu, 1) * spec.compute_units
+
+
+def update_bytes(variant: str, *, nnz: float, unique: float, row_bytes: float, grad_row_bytes: float,
+                 state_bytes_per_row: float, gran: int) -> float:
+    """DRAM bytes of the update (and, for "lane", its permute pass): gradient slices one per id, unique
+    rows and state read and written (at least one access unit each), and the per-position metadata."""
+    state = 2 * unique * max(state_bytes_per_row, gran) if state_bytes_per_row else 0.0
+    common = nnz * grad_row_bytes + 2 * unique * row_bytes + state
+    if variant == "scan":  # keys, perm (8 B), source row and scale gathered (one access unit each)
+        return common + nnz * (4 + 8 + 2 * gran)
+    # permute: keys, perm, source row and scale gathered, offset and scale written; update: keys, offset, scale
+    return common + nnz * (4 + 8 + 2 * gran + 8) + nnz * 12
+
+
+def merge_seconds(*, nnz: float, unique: float, tile: int, owners: int, spec: DeviceSpec) -> float:
+    """Merge of runs crossing tile ends: each program walks its owned runs one after the other."""
+    boundaries = nnz / tile
+    crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))  # chance the next sorted id has the same key
+    programs = math.ceil(boundaries / owners)
+    waves = math.ceil(programs / (MERGE_RESIDENT_PER_CU * spec.compute_units))
+    chain = MERGE_SETUP_TRIPS + MERGE_TRIPS_PER_RUN * owners * crossing
+    return waves * chain * LOADED_LATENCY_S[spec.vendor]
+
+
+def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
+                   row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float, merge_owners: int) -> float:
+    """Predicted update (+ permute) + merge time: the longer of the bytes at the copy rate and the
+    programs' dependent round trips over the resident programs (Little's law), plus the merge."""
+    gran = GATHER_GRANULARITY[spec.vendor]
+    moved = update_bytes(shape.variant, nnz=nnz, unique=unique, row_bytes=row_bytes, grad_row_bytes=grad_row_bytes,
+                         state_bytes_per_row=state_bytes_per_row, gran=gran)
+    programs = math.ceil(nnz / shape.tile)
+    lat = LOADED_LATENCY_S[spec.vendor]
+    chain_s = programs * UPDATE_TRIPS[shape.variant] * lat / update_resident(shape, spec)
+    return (max(moved / ceil.copy_bandwidth.value, chain_s) + UPDATE_TRIPS[shape.variant] * lat
+            + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile, owners=merge_owners, spec=spec))
