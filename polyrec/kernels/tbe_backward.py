@@ -12,6 +12,10 @@
    and one write of each unique row and its state. A run crossing the tile's start parks its in-tile
    sum in ``partial[tile, 0]`` (head); a run that starts inside the tile and continues past its end
    parks it in ``partial[tile, 1]`` (tail).
+   The "lane" variant splits this: ``permute_kernel`` writes each sorted position's gradient offset
+   and scale in sorted order, and ``lane_update_kernel`` needs two dependent round trips (keys and
+   offsets, then gradient slices with the weight rows and state of its runs), one warp per program at
+   D = 128 with the scan inside each lane (docs/tbe.md compares the two).
 3. ``merge_kernel``: OWNERS tile boundaries per program; for each run that starts in tile c and
    crosses its end, it adds tail(c) + head(c+1) + head(c+2) + ... in that order and applies the
    optimizer once.
