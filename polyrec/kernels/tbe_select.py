@@ -104,7 +104,8 @@ def lane_warps(block_d: int, warp_size: int) -> int:
 
 
 def lane_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
-    return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane") for t in LANE_TILES]
+    tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
+    return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane") for t in tiles]
 
 
 def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
