@@ -118,3 +118,47 @@ def test_h200_space_is_bounded_for_the_benchmark():
     spec = get_device("H200")
     for dtype in ("bf16", "tf32", "fp32"):
         assert 100 <= len(config_space(spec, dtype)) <= 200
+
+
+def test_operand_alignment_follows_the_contiguous_dimension():
+    from polyrec.perfmodel.gemm import operand_alignment
+
+    assert operand_alignment(65536, 512, 13, "NT") == (False, False)  # both contiguous along K = 13
+    assert operand_alignment(512, 13, 65536, "TN") == (True, False)  # A along M = 512, B along N = 13
+    assert operand_alignment(1024, 1024, 1024, "NN") == (True, True)
+
+
+def test_unaligned_loads_are_slower_and_cost_registers():
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    config = GemmConfig(block_m=128, block_n=64, block_k=64, num_warps=8, num_stages=3)
+    aligned = GemmProblem(m=1008, n=1008, k=1008, dtype="bf16")
+    scalar = dataclasses.replace(aligned, a_aligned=False, b_aligned=False)
+    assert estimate(scalar, config, spec, ceil).seconds > 2 * estimate(aligned, config, spec, ceil).seconds
+    assert footprint(config, "bf16", spec, "none", (False, False)).registers > footprint(config, "bf16", spec).registers
+    big = GemmConfig(block_m=64, block_n=256, block_k=64, num_warps=4, num_stages=3)
+    assert footprint(big, "bf16", spec).fits and not footprint(big, "bf16", spec, "none", (False, False)).fits
+
+
+def test_odd_sizes_select_differently_from_their_bucket():
+    spec = get_device("H200")
+    odd = select_gemm(1000, 999, 1001, "bf16", spec, epilogue="bias")
+    even = select_gemm(1008, 1008, 1008, "bf16", spec, epilogue="bias")
+    assert odd.triton_seconds > even.triton_seconds
+
+
+@pytest.mark.parametrize("name", [n for n in ("MI300X", "MI350X") if n in DEVICES])
+def test_amd_register_limit_shrinks_with_more_than_four_waves(name):
+    spec = get_device(name)
+    four = footprint(GemmConfig(block_m=128, block_n=128, block_k=32, num_warps=4, num_stages=2), "bf16", spec)
+    eight = footprint(GemmConfig(block_m=128, block_n=128, block_k=32, num_warps=8, num_stages=2), "bf16", spec)
+    assert eight.register_limit <= spec.max_registers_per_thread // 2 < four.register_limit
+
+
+def test_library_time_includes_each_eager_epilogue_pass():
+    from polyrec.perfmodel.gemm import epilogue_pass_seconds
+
+    ceil = ceilings(get_device("H200"))
+    base = dict(m=4096, n=4096, k=512, dtype="bf16")
+    times = {e: epilogue_pass_seconds(GemmProblem(**base, epilogue=e), ceil) for e in ("none", "bias", "bias_relu", "cross")}
+    assert times["none"] == 0 < times["bias"] < times["bias_relu"] < times["cross"]

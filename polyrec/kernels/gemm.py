@@ -241,6 +241,14 @@ def _device_spec(t: torch.Tensor) -> DeviceSpec:
 _SPEC_BY_DEVICE: dict[int, DeviceSpec] = {}
 
 
+def _vectorizable(t: torch.Tensor) -> bool:
+    """Whether Triton can vectorize loads of a 2-D operand view: 16-byte aligned base, and the
+    contiguous extent and the other stride multiples of 16 elements (its divisibility specialization)."""
+    inner = 1 if t.stride(1) == 1 else 0  # the contiguous dimension
+    return (t.data_ptr() % 16 == 0 and t.stride(inner) == 1 and t.shape[inner] % 16 == 0
+            and t.stride(1 - inner) % 16 == 0)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bool = False,
            bias: torch.Tensor | None = None, activation: str = "none",
            cross: tuple[torch.Tensor, torch.Tensor] | None = None, out_dtype: torch.dtype | None = None,
@@ -260,7 +268,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     if config is None:
         out_bytes = torch.empty((), dtype=out_dtype).element_size()
         choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue_name(bias is not None, activation,
-                             cross is not None), out_bytes=out_bytes)
+                             cross is not None), out_bytes=out_bytes, a_aligned=_vectorizable(a_op),
+                             b_aligned=_vectorizable(b_op))
         if choice.backend == "library":
             return _library(a_op, b_op, bias, activation, cross, out_dtype)
         config = choice.config

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from polyrec.hardware.calibrate import ceilings as device_ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels.gemm_configs import GemmConfig, config_space, configs_for_shape
-from polyrec.perfmodel.gemm import (EPILOGUE_READS, GEMM_DTYPES, GemmProblem, epilogue_pass_seconds, estimate,
-                                    rate_dtype)
+from polyrec.perfmodel.gemm import (ALIGNMENT_ELEMENTS, EPILOGUE_READS, GEMM_DTYPES, GemmProblem,
+                                    epilogue_pass_seconds, estimate, library_seconds, rate_dtype)
 
 #: Dimensions up to this size are bucketed to a multiple of 16 (the smallest tile side, so every
 #: tile count ``cdiv(x, block)`` is the same as for the exact size); larger ones to 1/16 octave.
@@ -86,7 +86,9 @@ def rank_configs(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings | None =
     return [(s, c) for s, _, c in sorted(scored, key=lambda t: (t[0], t[1])) if math.isfinite(s)]
 
 
-def _choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice:
+def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice:
+    """The fastest predicted Triton config for ``problem`` and the backend (uncached; ``select_gemm``
+    caches it). The library is chosen when its predicted time, epilogue pass included, is lower."""
     rated = rate_dtype(problem.dtype, spec)
     if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
         fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)[0]
@@ -95,22 +97,29 @@ def _choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoic
     if not ranked:
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
     seconds, config = ranked[0]
-    library = estimate(problem, config, spec, ceil, efficiency=1.0).seconds + epilogue_pass_seconds(problem, ceil)
+    configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)
+    library = library_seconds(problem, spec, ceil, configs) + epilogue_pass_seconds(problem, ceil)
     backend = "library" if library <= seconds else "triton"
     return GemmChoice(backend=backend, config=config, triton_seconds=seconds, library_seconds=library)
 
 
 def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
-                out_bytes: int = 0) -> GemmChoice:
+                out_bytes: int = 0, a_aligned: bool | None = None, b_aligned: bool | None = None) -> GemmChoice:
     """Triton config and backend for C[m, n] = A[m, k] @ B[k, n] on ``spec``; no timed runs.
 
     ``epilogue`` is one of "none", "bias", "relu", "bias_relu", "cross"; ``out_bytes`` the output
-    element size (0 = as the inputs). Deterministic; cached per (device, dtype, bucketed shape).
+    element size (0 = as the inputs); ``a_aligned`` / ``b_aligned`` whether each operand's loads
+    vectorize (``polyrec.perfmodel.gemm.operand_alignment``; None = every size a multiple of 16).
+    Deterministic; cached per (device, dtype, bucketed shape, epilogue, alignment).
     Without a GPU target (the CPU), the Triton interpreter runs ``INTERPRETER_CONFIG`` when
     ``TRITON_INTERPRET`` is set, otherwise the library (torch) runs the GEMM.
     """
     entry = _SPECS.get(id(spec)) or _spec_entry(spec)
-    key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes)
+    if a_aligned is None or b_aligned is None:
+        every = m % ALIGNMENT_ELEMENTS == 0 and n % ALIGNMENT_ELEMENTS == 0 and k % ALIGNMENT_ELEMENTS == 0
+        a_aligned = every if a_aligned is None else a_aligned
+        b_aligned = every if b_aligned is None else b_aligned
+    key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes, a_aligned, b_aligned)
     choice = _CACHE.get(key)
     if choice is not None:
         return choice
@@ -120,16 +129,19 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
         choice = GemmChoice(backend=backend, config=INTERPRETER_CONFIG, triton_seconds=math.inf,
                             library_seconds=math.inf)
     else:
-        problem = GemmProblem(m=key[2], n=key[3], k=key[4], dtype=dtype, out_bytes=out_bytes, epilogue=epilogue)
-        choice = _choose(problem, spec, entry[2])
+        problem = GemmProblem(m=key[2], n=key[3], k=key[4], dtype=dtype, out_bytes=out_bytes, epilogue=epilogue,
+                              a_aligned=a_aligned, b_aligned=b_aligned)
+        choice = choose(problem, spec, entry[2])
     _CACHE[key] = choice
     return choice
 
 
 def select_gemm_config(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
-                       out_bytes: int = 0) -> GemmConfig:
+                       out_bytes: int = 0, a_aligned: bool | None = None,
+                       b_aligned: bool | None = None) -> GemmConfig:
     """The Triton config ``select_gemm`` predicts fastest (whatever the backend choice)."""
-    return select_gemm(m, n, k, dtype, spec, epilogue=epilogue, out_bytes=out_bytes).config
+    return select_gemm(m, n, k, dtype, spec, epilogue=epilogue, out_bytes=out_bytes, a_aligned=a_aligned,
+                       b_aligned=b_aligned).config
 
 
 def clear_cache() -> None:

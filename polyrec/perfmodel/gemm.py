@@ -9,10 +9,13 @@ main-loop step of one program through the resources it uses, then the grid over 
 2. **Step time on one CU**, in clock cycles: the matrix unit (``2 BM BN BK`` FLOP at the CU's rate for
    the instruction Triton emits: Hopper ``wgmma`` or ``mma.sync``, AMD MFMA, FMA for IEEE fp32), the
    shared-memory / LDS traffic of the operand reads (each warp / warpgroup reads its A rows and B
-   columns) and the tile writes, and the CU's share of L2 bandwidth for the tile loads. Cycles become
-   seconds at the clock implied by the *measured* matmul ceiling (``ceilings(spec)``).
-3. **Latency**: each program keeps ``num_stages - 1`` steps of loads in flight, so a step cannot take
-   less than memory latency / (stages - 1) (Little's law); programs resident on one CU overlap.
+   columns) and the tile writes, the CU's share of L2 bandwidth for the tile loads, and for operands
+   whose loads cannot vectorize (``GemmProblem.a_aligned``) the scalar loads, serial with the MMAs.
+   Cycles become seconds at the clock implied by the *measured* matmul ceiling (``ceilings(spec)``).
+3. **Latency**: each program keeps ``num_stages - 1`` steps of loads in flight (one for scalar
+   loads, which cannot be cp.async-pipelined), so a step cannot take less than memory latency /
+   (stages - 1) (Little's law); programs resident on one CU overlap. Each round of programs also pays
+   the pipeline fill and its epilogue (C written, x0 / x read), partly hidden (``EPILOGUE_OVERLAP``).
 4. **Grid**: ``cdiv(programs, CUs)`` programs land on the busiest CU (wave quantization); they run
    ``min(occupancy, that)`` at a time, sharing the matrix unit.
 5. **Memory system**: HBM bytes (compulsory, plus re-reads when an operand's panels do not stay in
@@ -60,13 +63,24 @@ BASE_REGISTERS = 40
 #: AMD CDNA3/CDNA4: of the 512 registers per lane, 256 are architectural VGPRs; loads and arithmetic
 #: (the epilogue's) use those, the other 256 (AGPRs) hold MFMA accumulators (AMD CDNA3 ISA guide).
 AMD_ARCH_VGPRS = 256
-#: Registers the cross epilogue adds per accumulator register: the x0 and x tiles as loaded and
-#: widened to fp32. *Estimate*, checked by the compile-fit test (gfx942 spills above it).
-CROSS_EPILOGUE_REGISTERS_PER_ACC = 3
-#: Operand fragments in registers at once on AMD: Triton's AMD pipeline reads the next K sub-step from
-#: LDS while the MFMAs consume the current one. *Estimate*, from the compile-fit test (gfx950,
-#: 256x128x128 with 4 waves compiles to 726 registers).
-AMD_OPERAND_BUFFERS = 2
+#: Registers the cross epilogue adds per accumulator register: the x0 and x tiles as loaded (NVIDIA:
+#: two 16-bit elements per register, each tile half a register per accumulator) and, on AMD, widened
+#: to fp32 before the FMA. Checked against compiled kernels by benchmarks/gemm_compile_fit.py.
+CROSS_EPILOGUE_REGISTERS_PER_ACC: dict[str, float] = {"nvidia": 1.0, "amd": 3.0}
+#: AMD (Triton 3.6 stream pipeliner): VGPRs per register of one main-loop step's A + B tile per
+#: thread (``(BM + BN) * BK * elem / (4 * threads)``): the global prefetch of the next step plus the
+#: operand fragments read from LDS for the MFMAs of the current one. Registers are modelled as
+#: accumulator + this x tile + ``AMD_BASE_REGISTERS``. Least-squares fit to the compiled kernels
+#: without spills in benchmarks/results/gemm_compile_fit_cpu_2026-11-29.json (gfx942, gfx950).
+AMD_TILE_REGISTER_FACTOR: dict[str, float] = {"gfx942": 7.5, "gfx950": 7.5}
+#: AMD registers besides accumulator and tile (pointers, offsets, loop state); same fit as above.
+AMD_BASE_REGISTERS = 32
+#: Registers kept free of the AMD estimate before a config counts as fitting: the largest
+#: under-prediction of the fit above, so that a config predicted to fit compiles without spills.
+AMD_REGISTER_MARGIN = 24
+#: AMD VGPRs per lane of one SIMD (512 on CDNA3/CDNA4, AMD Instinct MI300 ISA guide, "VGPRs"): a
+#: workgroup's waves are spread over the CU's 4 SIMDs, so with more than 4 waves each gets a share.
+AMD_SIMDS_PER_CU = 4
 #: Resident threads per SM (NVIDIA Hopper: 2048, CUDA C Programming Guide, compute capability 9.0)
 #: and per CU (AMD CDNA3: 4 SIMDs x 8 waves x 64 lanes, AMD Instinct MI300 ISA guide).
 MAX_THREADS_PER_CU = 2048
@@ -77,6 +91,16 @@ L2_USABLE_FRACTION = 0.5
 #: AMD Infinity Cache (MALL) peak bandwidth, B/s: 17.2 TB/s on MI300X (AMD CDNA3 white paper); the
 #: same figure is assumed for CDNA4 parts (*estimate*).
 MALL_BANDWIDTH = 17.2e12
+#: Global-load bytes per clock per SM / CU when an operand's loads cannot vectorize (scalar 2- or
+#: 4-byte loads; ``GemmProblem.a_aligned``): they issue as one element per thread per instruction,
+#: go through registers (no cp.async, so no pipelining) and serialise with the MMAs of the step.
+#: Fitted to benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json, fold A (shape names
+#: sorted, even positions; ``benchmarks/gemm_model_check.py --fit``).
+SCALAR_LOAD_BYTES_PER_CLOCK = 4.0
+#: Fraction of a program's epilogue (reading x0 / x, writing C) hidden behind the main loops of the
+#: other programs of its round (0 = serial after the main loop, 1 = fully hidden). Fitted to
+#: benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json, fold A (as above).
+EPILOGUE_OVERLAP = 0.25
 #: GPU time of a kernel beyond its work: grid launch, program start-up and drain. *Estimate*: the
 #: shortest kernels timed with CUDA events on Hopper / CDNA3 take ~2-3 us.
 KERNEL_OVERHEAD_S = 2.5e-6
@@ -112,6 +136,11 @@ class GemmProblem:
     dtype: str  # input dtype, one of GEMM_DTYPES (accumulation is fp32)
     out_bytes: int = 0  # bytes per output element; 0 = same as the inputs
     epilogue: str = "none"  # a key of EPILOGUE_READS
+    # Whether each operand's loads vectorize: 16-byte aligned base, and its contiguous extent and
+    # leading stride multiples of 16 elements (Triton's divisibility specialization). Otherwise the
+    # loads are scalar and cannot be cp.async-pipelined (see ``operand_aligned``).
+    a_aligned: bool = True
+    b_aligned: bool = True
 
     @property
     def in_bytes(self) -> int:
@@ -124,6 +153,20 @@ class GemmProblem:
     @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
+
+
+#: Triton 3.6 specializes an integer argument as "divisible by 16" (``tt.divisibility = 16``) and
+#: only then proves 16-element runs for vector loads (``triton/runtime/jit.py``, specialization).
+ALIGNMENT_ELEMENTS = 16
+
+
+def operand_alignment(m: int, n: int, k: int, layout: str) -> tuple[bool, bool]:
+    """(A aligned, B aligned) for contiguous operands in a layout "NN" / "NT" / "TN" / "TT" (first
+    letter A, second B; "T" = stored transposed). An operand's contiguous extent is also its leading
+    stride, so it alone decides: A is contiguous along K ("N") or M ("T"), B along N ("N") or K ("T")."""
+    a_contig = k if layout[0] == "N" else m
+    b_contig = n if layout[1] == "N" else k
+    return a_contig % ALIGNMENT_ELEMENTS == 0, b_contig % ALIGNMENT_ELEMENTS == 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,36 +223,57 @@ def _smem_bytes(cfg: TileConfig, dtype: str, spec: DeviceSpec) -> int:
     return buffers * (cfg.block_m + cfg.block_n) * cfg.block_k * elem
 
 
-def _registers(cfg: TileConfig, dtype: str, spec: DeviceSpec, instruction: str) -> int:
+def _registers(cfg: TileConfig, dtype: str, spec: DeviceSpec, instruction: str,
+               aligned: tuple[bool, bool] = (True, True)) -> int:
     threads = cfg.num_warps * spec.warp_size
     elem = 2 if dtype in ("bf16", "fp16") else 4
     accumulator = cfg.block_m * cfg.block_n // threads  # fp32, one register each
+    if spec.vendor == "amd":
+        factor = AMD_TILE_REGISTER_FACTOR.get(spec.arch, max(AMD_TILE_REGISTER_FACTOR.values()))
+        tile = _tile_registers(cfg, dtype, spec, aligned, (False, False))
+        return accumulator + math.ceil(factor * tile) + AMD_BASE_REGISTERS
     operands = 0
     if instruction != "wgmma":  # operand fragments of one K step held in registers
         grid_m, grid_n = _warp_grid(cfg, instruction)
         per_unit = (cfg.block_m // grid_m + cfg.block_n // grid_n) * cfg.block_k * elem
-        operands = per_unit // (4 * spec.warp_size) * (AMD_OPERAND_BUFFERS if spec.vendor == "amd" else 1)
-    prefetch = 0
-    if spec.vendor == "amd":  # the next step's global loads wait in registers
-        prefetch = (cfg.block_m + cfg.block_n) * cfg.block_k * elem // (4 * threads)
-    return accumulator + operands + prefetch + BASE_REGISTERS
+        operands = per_unit // (4 * spec.warp_size)
+    # Operands that cannot use cp.async are loaded into registers, then stored to shared memory.
+    staged = _tile_registers(cfg, dtype, spec, aligned, aligned)
+    return accumulator + operands + staged + BASE_REGISTERS
+
+
+def _tile_registers(cfg: TileConfig, dtype: str, spec: DeviceSpec, aligned: tuple[bool, bool],
+                    skip: tuple[bool, bool]) -> int:
+    """32-bit registers per thread holding one step's A and B tiles as loaded from global memory
+    (operands whose ``skip`` is True are left out): vector loads pack 16-bit elements two to a
+    register, scalar (unaligned) loads take one register per element."""
+    elem = 2 if dtype in ("bf16", "fp16") else 4
+    threads = cfg.num_warps * spec.warp_size
+    total = 0.0
+    for rows, ok, left_out in ((cfg.block_m, aligned[0], skip[0]), (cfg.block_n, aligned[1], skip[1])):
+        if not left_out:
+            total += rows * cfg.block_k * (elem / 4 if ok else 1) / threads
+    return math.ceil(total)
 
 
 def _epilogue_registers(cfg: TileConfig, spec: DeviceSpec, epilogue: str) -> int:
     """Registers live at the store: the accumulator plus, for the cross update, the x0 and x tiles."""
     accumulator = cfg.block_m * cfg.block_n // (cfg.num_warps * spec.warp_size)
-    extra = CROSS_EPILOGUE_REGISTERS_PER_ACC * accumulator if epilogue == "cross" else 0
+    extra = int(CROSS_EPILOGUE_REGISTERS_PER_ACC[spec.vendor] * accumulator) if epilogue == "cross" else 0
     return accumulator + extra + BASE_REGISTERS
 
 
-def footprint(cfg: TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "none") -> Footprint:
-    """Shared memory, registers and occupancy of one config, and whether it fits ``spec``."""
+def footprint(cfg: TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "none",
+              aligned: tuple[bool, bool] = (True, True)) -> Footprint:
+    """Shared memory, registers and occupancy of one config, and whether it fits ``spec``;
+    ``aligned``: whether the A and B loads vectorize (``GemmProblem.a_aligned``)."""
     instruction = _instruction(cfg, dtype, spec)
     smem = _smem_bytes(cfg, dtype, spec)
-    regs = max(_registers(cfg, dtype, spec, instruction), _epilogue_registers(cfg, spec, epilogue))
+    regs = max(_registers(cfg, dtype, spec, instruction, aligned), _epilogue_registers(cfg, spec, epilogue))
     limit = spec.max_registers_per_thread
-    if spec.vendor == "amd" and cfg.waves_per_eu:
-        limit = min(limit, spec.max_registers_per_thread // cfg.waves_per_eu)
+    if spec.vendor == "amd":
+        waves_per_simd = max(cfg.waves_per_eu, math.ceil(cfg.num_warps / AMD_SIMDS_PER_CU))
+        limit = spec.max_registers_per_thread // waves_per_simd - AMD_REGISTER_MARGIN
     threads = cfg.num_warps * spec.warp_size
     problems = []
     if smem > spec.smem_per_block:
@@ -298,11 +362,25 @@ def _split_k_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Ce
     return 2 * partials / rate + KERNEL_OVERHEAD_S
 
 
+def _scalar_load_cycles(cfg: TileConfig, p: GemmProblem) -> float:
+    """Cycles one program spends issuing a step's unvectorized operand loads (0 when aligned)."""
+    rows = (0 if p.a_aligned else cfg.block_m) + (0 if p.b_aligned else cfg.block_n)
+    return rows * cfg.block_k * p.in_bytes / SCALAR_LOAD_BYTES_PER_CLOCK
+
+
+def _epilogue_round_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Ceilings,
+                            resident: int) -> float:
+    """One round's epilogue on one CU: its programs' C tiles written (and x0 / x read for the cross
+    update) at the CU's share of the copy bandwidth, after one memory latency."""
+    tile_bytes = cfg.block_m * cfg.block_n * p.c_bytes * (1 + EPILOGUE_READS[p.epilogue])
+    return MEMORY_LATENCY_S[spec.vendor] + resident * tile_bytes / (ceil.copy_bandwidth.value / spec.compute_units)
+
+
 def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, *,
              efficiency: float = TRITON_MAINLOOP_EFFICIENCY) -> GemmEstimate:
     """Predicted seconds of ``p`` with ``cfg`` on ``spec``; ``efficiency`` scales the main loop's
     matrix-unit rate against the measured library ceiling (1.0 models the vendor library)."""
-    fp = footprint(cfg, p.dtype, spec, p.epilogue)
+    fp = footprint(cfg, p.dtype, spec, p.epilogue, (p.a_aligned, p.b_aligned))
     if not fp.fits:
         return GemmEstimate(seconds=math.inf, footprint=fp, parts={})
     rate = ceil.matmul_flops[rate_dtype(p.dtype, spec)].value
@@ -310,7 +388,8 @@ def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, 
     clock = spec.boost_clock_hz * rate / peak * efficiency  # sustained clock implied by the ceiling
     mma, smem = _step_cycles(cfg, p, spec, fp)
     port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (ceil.l2_bandwidth.value / spec.compute_units / clock)
-    step = max(mma, smem, port) + STEP_OVERHEAD_CYCLES
+    scalar = _scalar_load_cycles(cfg, p)
+    step = max(mma, smem, port) + scalar + STEP_OVERHEAD_CYCLES
     tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
     programs = tiles * cfg.split_k
     k_steps = math.ceil(math.ceil(p.k / cfg.split_k) / cfg.block_k)
@@ -318,24 +397,44 @@ def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, 
     resident = min(fp.programs_per_cu, per_cu)
     rounds = math.ceil(per_cu / resident)
     latency = MEMORY_LATENCY_S[spec.vendor]
-    in_flight = max(1, cfg.num_stages - 1)
+    in_flight = max(1, cfg.num_stages - 1) if not scalar else 1  # scalar loads are not pipelined
     step_s = max(resident * step / clock, latency / in_flight)
-    compute = rounds * (k_steps * step_s + 2 * latency)  # + pipeline fill and epilogue store per round
+    main = k_steps * step_s + latency  # + pipeline fill
+    epilogue = _epilogue_round_seconds(cfg, p, spec, ceil, resident) if cfg.split_k == 1 else 0.0
+    compute = rounds * (main + epilogue - EPILOGUE_OVERLAP * min(main, epilogue))
     memory = _memory_seconds(cfg, p, spec, ceil, fp.programs_per_cu * spec.compute_units)
     split = _split_k_seconds(cfg, p, spec, ceil)
     total = max(compute, *memory.values()) + split + KERNEL_OVERHEAD_S
     parts = {"compute": compute, "mma_cycles": mma, "smem_cycles": smem, "port_cycles": port,
-             "rounds": rounds, "resident": resident, "split_k": split} | memory
+             "scalar_cycles": scalar, "epilogue_round": epilogue, "rounds": rounds, "resident": resident,
+             "split_k": split} | memory
     return GemmEstimate(seconds=total, footprint=fp, parts=parts)
 
 
+#: Elementwise passes eager torch runs to apply each epilogue after a library GEMM, as (elements
+#: read, elements written) per output element, one kernel each: ``y + bias`` (1, 1), ``relu(y)``
+#: (1, 1), ``x0 * y`` (2, 1), ``+ x`` (2, 1) (benchmarks/gemm_selection.py ``_library``).
+EAGER_EPILOGUE_PASSES: dict[str, tuple[tuple[int, int], ...]] = {
+    "none": (), "bias": ((1, 1),), "relu": ((1, 1),), "bias_relu": ((1, 1), (1, 1)),
+    "cross": ((1, 1), (2, 1), (2, 1)),
+}
+
+
 def epilogue_pass_seconds(p: GemmProblem, ceil: Ceilings) -> float:
-    """A separate elementwise pass applying the epilogue to a library GEMM's output (read C and the
-    epilogue inputs, write C); 0 when there is no epilogue."""
-    if p.epilogue == "none":
-        return 0.0
-    bytes_moved = p.m * p.n * p.c_bytes * (2 + EPILOGUE_READS[p.epilogue])
-    return bytes_moved / ceil.copy_bandwidth.value + KERNEL_OVERHEAD_S
+    """The eager torch ops applying the epilogue to a library GEMM's output, one kernel per op, each
+    moving its bytes at the copy rate; 0 when there is no epilogue."""
+    seconds = 0.0
+    for reads, writes in EAGER_EPILOGUE_PASSES[p.epilogue]:
+        seconds += p.m * p.n * p.c_bytes * (reads + writes) / ceil.copy_bandwidth.value + KERNEL_OVERHEAD_S
+    return seconds
+
+
+def library_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings, configs: list) -> float:
+    """The vendor library (cuBLAS / hipBLASLt) on ``p`` without its epilogue: the best of ``configs``
+    at the full measured matmul ceiling, loads always vectorized (the library handles unaligned
+    sizes with its own kernels), the output stored as in a plain GEMM."""
+    plain = GemmProblem(m=p.m, n=p.n, k=p.k, dtype=p.dtype, out_bytes=p.out_bytes)
+    return min((estimate(plain, c, spec, ceil, efficiency=1.0).seconds for c in configs), default=math.inf)
 
 
 def roofline_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> float:
