@@ -86,10 +86,12 @@ def _nvidia_resources(cubin: bytes) -> tuple[int, int]:
         path.write_bytes(cubin)
         out = subprocess.run([tool, "--dump-resource-usage", str(path)], capture_output=True, text=True,
                              check=True).stdout
-    match = re.search(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:\d+\s+LOCAL:(\d+)", out)
-    if match is None:
+    # One line per function in the cubin (the kernel, and any function it did not inline): the
+    # largest use is what the launch needs.
+    found = re.findall(r"REG:(\d+)\s+STACK:\d+\s+SHARED:\d+\s+LOCAL:(\d+)", out)
+    if not found:
         raise CompileHarnessError(f"cuobjdump printed no resource usage:\n{out}")
-    return int(match.group(1)), int(match.group(3))
+    return max(int(r) for r, _ in found), max(int(local) for _, local in found)
 
 
 def _amd_field(asm: str, name: str) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.tbe_backward import MERGE_OWNERS
-from polyrec.perfmodel.tbe import ForwardTile, UpdateShape, forward_seconds, update_seconds
+from polyrec.perfmodel.tbe import ForwardTile, UpdateShape, forward_seconds, update_fits_registers, update_seconds
 
 #: Tile elements (rows in flight x BLOCK_D) a forward program may load per iteration.
 FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
@@ -143,6 +143,8 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     for cand in update_candidates(block_d, spec.warp_size):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
+        if not update_fits_registers(shape, spec):
+            continue
         seconds = update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
                                  grad_row_bytes=4 * block_d, state_bytes_per_row=state_row, merge_owners=MERGE_OWNERS)
         if seconds < best_s:

@@ -287,8 +287,23 @@ class UpdateShape:
     elems_per_thread: float  # fp32 gradient-tile elements per thread
 
 
+def update_registers_needed(shape: UpdateShape) -> int:
+    """Registers per thread the tile asks for, before the compiler's 255 cap."""
+    return int(40 + UPDATE_REGS_PER_ELEM[shape.variant] * shape.elems_per_thread)
+
+
 def update_registers(shape: UpdateShape) -> int:
-    return int(min(255, 40 + UPDATE_REGS_PER_ELEM[shape.variant] * shape.elems_per_thread))
+    return min(255, update_registers_needed(shape))
+
+
+def update_fits_registers(shape: UpdateShape, spec: DeviceSpec) -> bool:
+    """Whether the tile fits the per-thread register limit without the compiler serialising its loads.
+
+    Measured on the H200 (benchmarks/results/tbe_update_variants_nvidia-h200_2026-11-29.json): the
+    lane update at TILE 8 (~168 registers) took 5.25 ms, at TILE 16 and 32 (asking ~296 and ~552,
+    compiled to 255) 7.25 and 13.86 ms for the same bytes, so a tile over the limit is not a candidate.
+    """
+    return update_registers_needed(shape) <= spec.max_registers_per_thread
 
 
 def update_resident(shape: UpdateShape, spec: DeviceSpec) -> int:

@@ -123,13 +123,13 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     fwd = tbe.GatherConfig(rows_in_flight=max(1, int(fcfg.bags * max(1.0, min(fcfg.hots, mean_bag)))),
                            block_d=block_d, num_warps=fcfg.num_warps,
                            programs=math.ceil(bags / fcfg.bags) * len(loads))
-    bwd = tbe.GatherConfig(rows_in_flight=ucfg.pieces, block_d=block_d, num_warps=ucfg.num_warps,
-                           programs=max(1, math.ceil(nnz / ucfg.pieces)))
+    bwd = tbe.GatherConfig(rows_in_flight=ucfg.tile, block_d=block_d, num_warps=ucfg.num_warps,
+                           programs=max(1, math.ceil(nnz / ucfg.tile)))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
     est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
                        state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd)
     label = (f"fwd bags={fcfg.bags} hots={fcfg.hots} warps={fcfg.num_warps}; "
-             f"update pieces={ucfg.pieces} warps={ucfg.num_warps}")
+             f"update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
     return est.forward_s, est.backward_s, label
 
 
