@@ -70,8 +70,11 @@ CROSS_EPILOGUE_REGISTERS_PER_ACC: dict[str, float] = {"nvidia": 1.0, "amd": 3.0}
 #: AMD (Triton 3.6 stream pipeliner): VGPRs per register of one main-loop step's A + B tile per
 #: thread (``(BM + BN) * BK * elem / (4 * threads)``): the global prefetch of the next step plus the
 #: operand fragments read from LDS for the MFMAs of the current one. Registers are modelled as
-#: accumulator + this x tile + ``AMD_BASE_REGISTERS``. Least-squares fit to the compiled kernels
-#: without spills in benchmarks/results/gemm_compile_fit_cpu_2026-11-29.json (gfx942, gfx950).
+#: accumulator + this x tile + ``AMD_BASE_REGISTERS``. Least-squares fit to the 68 spill-free gfx950
+#: compiles ("none" epilogue, waves_per_eu 0) of the CPU compile-fit probe run on 2026-11-29 (factor
+#: 7.53, base 32.3, largest under-prediction 23.9 VGPRs); gfx942 assumed the same until
+#: ``benchmarks/gemm_compile_fit.py`` (which reproduces the fit per target) has run for it. The
+#: compile test (tests/test_gemm_compile.py) checks every selected config on gfx942 and gfx950.
 AMD_TILE_REGISTER_FACTOR: dict[str, float] = {"gfx942": 7.5, "gfx950": 7.5}
 #: AMD registers besides accumulator and tile (pointers, offsets, loop state); same fit as above.
 AMD_BASE_REGISTERS = 32
@@ -95,12 +98,13 @@ MALL_BANDWIDTH = 17.2e12
 #: 4-byte loads; ``GemmProblem.a_aligned``): they issue as one element per thread per instruction,
 #: go through registers (no cp.async, so no pipelining) and serialise with the MMAs of the step.
 #: Fitted to benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json, fold A (shape names
-#: sorted, even positions; ``benchmarks/gemm_model_check.py --fit``; fold B alone gives 1.5).
-SCALAR_LOAD_BYTES_PER_CLOCK = 2.0
+#: sorted, even positions; ``benchmarks/gemm_model_check.py --fit``, grid 1.5 / 2 / 3; fold B alone gives 1.5).
+SCALAR_LOAD_BYTES_PER_CLOCK = 3.0
 #: Fraction of a program's epilogue (reading x0 / x, writing C) hidden behind the main loops of the
 #: other programs of its round (0 = serial after the main loop, 1 = fully hidden). Fitted to
-#: benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json, fold A (as above; fold B: 0.75).
-EPILOGUE_OVERLAP = 1.0
+#: benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json, fold A (as above, grid 0.75 / 1; fold B
+#: gives the same).
+EPILOGUE_OVERLAP = 0.75
 #: GPU time of a kernel beyond its work: grid launch, program start-up and drain. *Estimate*: the
 #: shortest kernels timed with CUDA events on Hopper / CDNA3 take ~2-3 us.
 KERNEL_OVERHEAD_S = 2.5e-6
