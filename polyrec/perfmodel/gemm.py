@@ -358,12 +358,13 @@ def _memory_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Cei
 
 
 def _split_k_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> float:
-    """The fp32 partials' round trip and the reduction kernel (epilogue moves there)."""
+    """The fp32 partials' round trip and the reduction kernel (epilogue moves there), which costs one
+    more launch at the measured back-to-back launch latency (``hw calibrate``)."""
     if cfg.split_k == 1:
         return 0.0
     partials = cfg.split_k * p.m * p.n * 4
     rate = ceil.l2_bandwidth.value if 2 * partials <= spec.l2_bytes * L2_USABLE_FRACTION else ceil.copy_bandwidth.value
-    return 2 * partials / rate + KERNEL_OVERHEAD_S
+    return 2 * partials / rate + ceil.launch_latency.value  # a second launch, back to back
 
 
 def _scalar_load_cycles(cfg: TileConfig, p: GemmProblem) -> float:
