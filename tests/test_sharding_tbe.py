@@ -103,13 +103,13 @@ OPT = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.1)
 def _save_after_two_steps(rank: int, world: int, directory: str) -> None:
     module = _sharded(rank, world, KINDS, OPT)
     _train_sharded(module, rank, world, range(2))
-    save_sharded(directory, module, step=2)
+    save_sharded(directory, module.local_shards, module.local, rank=rank, world_size=world, step=2)
 
 
 def _resume_resharded(rank: int, world: int, directory: str) -> None:
     """On 2 ranks with another sharding, the first loss after resuming is the single-process step-3 loss."""
     module = _sharded(rank, world, ("table", "row", "column"), OPT)
-    manifest = load_sharded(directory, module)
+    manifest = load_sharded(directory, module.local_shards, module.local)
     assert manifest["step"] == 2 and manifest["world_size"] == 2
     expected, _ = _losses_single(OPT, world)
     got = _train_sharded(module, rank, world, range(2, 3))
@@ -119,7 +119,7 @@ def _resume_resharded(rank: int, world: int, directory: str) -> None:
 def _resume_one_rank_matches(rank: int, world: int, directory: str) -> None:
     """On 1 rank the resumed tables equal the single-process tables after 2 steps."""
     module = _sharded(rank, world, ("table", "row", "row"), OPT)
-    load_sharded(directory, module)
+    load_sharded(directory, module.local_shards, module.local)
     full = _reference(OPT)
     w, y = _readout(2)
     for step in range(2):

@@ -12,6 +12,7 @@ from rich.table import Table
 from polyrec.data import DataError
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
+from polyrec.runtime.dist import shutdown
 
 app = typer.Typer(help="Train a model preset.")
 err = Console(stderr=True)
@@ -68,6 +69,7 @@ def train(
                                     "spin-waits when other jobs share the cores."),
     metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a progress bar and table."),
+    plan: Path | None = typer.Option(None, help="Plan JSON from `polyrec plan`: table shardings of a torchrun job."),
 ) -> None:
     """Train; SIGTERM saves a checkpoint and exits 0; exit 1 on a non-finite loss, 2 on bad input."""
     cfg = TrainConfig(preset=preset, data=data, eval_data=eval_data, steps=steps, batch_size=batch_size, seed=seed,
@@ -77,23 +79,30 @@ def train(
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
                       skip_bad_rows=skip_bad_rows, pipeline=pipeline, cuda_graphs=cuda_graphs, cpu_threads=cpu_threads,
-                      metrics_path=metrics)
+                      metrics_path=metrics, plan=plan)
     try:
         trainer = Trainer(cfg, echo_json=as_json)
         result = trainer.train()
     except (DataError, ValueError, FileNotFoundError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    if as_json:
-        typer.echo(json.dumps({"event": "result", "status": result.status, "step": result.step,
-                               "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
-                               "message": result.message}))
-    else:
-        Console().print(summary_table(result, trainer))
-        if result.bad_row_examples:
-            err.print(f"[yellow]skipped {result.bad_rows} bad rows[/], e.g. " + "; ".join(result.bad_row_examples))
+    finally:
+        shutdown()
+    if trainer.ctx.is_main:  # one rank reports
+        _report(result, trainer, as_json)
     if result.status == "nan":
         typer.echo(f"error: {result.message}", err=True)
         raise typer.Exit(1)
     if result.status == "sigterm":
         typer.echo(result.message, err=True)
+
+
+def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"event": "result", "status": result.status, "step": result.step,
+                               "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
+                               "message": result.message}))
+        return
+    Console().print(summary_table(result, trainer))
+    if result.bad_row_examples:
+        err.print(f"[yellow]skipped {result.bad_rows} bad rows[/], e.g. " + "; ".join(result.bad_row_examples))

@@ -44,6 +44,7 @@ class TrainConfig:
     synthetic_pool: int = 0  # > 0: synthetic training batches repeat with this period (no generation cost)
     cpu_threads: int = 0  # torch intra-op threads on the CPU; 0 keeps torch's default (one per core)
     metrics_path: Path | None = None  # JSON-lines log; default checkpoint_dir/metrics.jsonl when there is one
+    plan: Path | None = None  # `polyrec plan` JSON: table shardings of a multi-rank (torchrun) job
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values only (checkpoints are loaded with weights_only=True)."""

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from polyrec.runtime.sharding import Shard, ShardedEmbedding
+from polyrec.runtime.sharding import Shard
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -43,12 +43,11 @@ def _shard_key(shard: Shard) -> dict[str, Any]:
     return {"table": shard.table, "kind": shard.kind, "rows": list(shard.rows), "cols": list(shard.cols)}
 
 
-def _local_pieces(module: ShardedEmbedding) -> list[dict[str, torch.Tensor]]:
+def _local_pieces(shards: list[Shard], tbe) -> list[dict[str, torch.Tensor]]:
     """Per local shard: weights [rows, dim] and optimizer states ([rows] or [rows, dim])."""
-    tbe = module.local
     weights = tbe.table_weights()
     pieces = []
-    for i, _ in enumerate(module.local_shards):
+    for i, _ in enumerate(shards):
         piece = {"weights": weights[i].detach().cpu()}
         for name in ("state1", "state2"):
             views = _state_views(tbe, name)
@@ -70,18 +69,26 @@ def _state_views(tbe, name: str) -> list[torch.Tensor]:
     return tbe._split(flat)
 
 
-def save_sharded(directory: str | Path, module: ShardedEmbedding, *, step: int, extra: dict | None = None) -> None:
-    """Every rank writes its shards; rank 0 writes the manifest once all have (collective)."""
+def full_tables(tbe) -> list[Shard]:
+    """One shard per table covering all of it: an unsharded TableBatchedEmbedding as ``shards``."""
+    return [Shard(table=t, kind="table", rank=0, rows=(0, spec.rows), cols=(0, spec.dim))
+            for t, spec in enumerate(tbe.tables)]
+
+
+def save_sharded(directory: str | Path, shards: list[Shard], tbe, *, rank: int, world_size: int, step: int,
+                 extra: dict | None = None) -> None:
+    """Every rank writes its ``shards`` (held in ``tbe``, one table per shard); rank 0 writes the
+    manifest once all have (collective when a process group is up)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    payload = {"shards": [_shard_key(s) for s in module.local_shards], "pieces": _local_pieces(module),
-               "tbe_step": module.local.step}
-    _atomic_save(payload, directory / f"emb-rank{module.rank}.pt")
+    payload = {"shards": [_shard_key(s) for s in shards], "pieces": _local_pieces(shards, tbe),
+               "tbe_step": tbe.step}
+    _atomic_save(payload, directory / f"emb-rank{rank}.pt")
     if dist.is_initialized():
         dist.barrier()
-    if module.rank == 0:
-        manifest = {"version": FORMAT_VERSION, "world_size": module.world, "step": step, "extra": extra or {},
-                    "optimizer": module.local.optimizer.kind}
+    if rank == 0:
+        manifest = {"version": FORMAT_VERSION, "world_size": world_size, "step": step, "extra": extra or {},
+                    "optimizer": tbe.optimizer.kind}
         tmp = directory / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, directory / MANIFEST)
@@ -135,21 +142,21 @@ def _fill(shard: Shard, old: list[tuple[dict, dict]], name: str, target: torch.T
     target.copy_(acc.to(target.dtype))
 
 
-def load_sharded(directory: str | Path, module: ShardedEmbedding) -> dict[str, Any]:
-    """Fill this rank's shards from a checkpoint written by any number of ranks; return its manifest."""
+def load_sharded(directory: str | Path, shards: list[Shard], tbe) -> dict[str, Any]:
+    """Fill ``shards`` (held in ``tbe``) from a checkpoint written by any number of ranks; return its
+    manifest. ``full_tables(tbe)`` as ``shards`` loads a sharded checkpoint into unsharded tables."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    if manifest["optimizer"] != module.local.optimizer.kind:
-        raise ValueError(f"checkpoint optimizer '{manifest['optimizer']}' != '{module.local.optimizer.kind}'")
+    if manifest["optimizer"] != tbe.optimizer.kind:
+        raise ValueError(f"checkpoint optimizer '{manifest['optimizer']}' != '{tbe.optimizer.kind}'")
     old: list[tuple[dict, dict]] = []
     steps = set()
     for rank in range(manifest["world_size"]):
         payload = torch.load(directory / f"emb-rank{rank}.pt", map_location="cpu", weights_only=True)
         old += list(zip(payload["shards"], payload["pieces"]))
         steps.add(payload["tbe_step"])
-    tbe = module.local
     with torch.no_grad():
-        for i, shard in enumerate(module.local_shards):
+        for i, shard in enumerate(shards):
             _fill(shard, old, "weights", tbe.table_weights()[i])
             for name in ("state1", "state2"):
                 views = _state_views(tbe, name)

@@ -26,7 +26,9 @@ from torch import nn
 from polyrec.data import Batch, open_source
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
 from polyrec.runtime.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, resolve
+from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 
 #: Elements checked per chunk when testing a (possibly 100 GB) table for NaN/inf: 2^26 bools = 64 MiB.
@@ -79,6 +81,17 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return True
 
 
+def _to_cpu(state: Any) -> Any:
+    """A copy of a nested state with every tensor on the CPU (to gather it across ranks)."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {k: _to_cpu(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_to_cpu(v) for v in state)
+    return state
+
+
 def _state_tensors(state: Any) -> list[torch.Tensor]:
     if isinstance(state, torch.Tensor):
         return [state]
@@ -92,37 +105,59 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
         self.cfg, self.rt = cfg, resolve(cfg)
+        self.distributed = launched_by_torchrun()
+        self.ctx = init_distributed()
+        if self.distributed:
+            self._check_distributed()
+            self.rt.device = self.ctx.device
         if cfg.cpu_threads:
             torch.set_num_threads(cfg.cpu_threads)
         base = preset(cfg.preset)
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
-        self.source = open_source(cfg.data, base, batch_size=cfg.batch_size, seed=cfg.seed, device=self.rt.device,
+        data_seed = parallel.rank_seed(cfg.seed, self.ctx) if self.distributed else cfg.seed
+        self.source = open_source(cfg.data, base, batch_size=cfg.batch_size, seed=data_seed, device=self.rt.device,
                                   skip_bad_rows=cfg.skip_bad_rows, eval_spec=cfg.eval_data,
                                   num_eval_batches=cfg.eval_batches, synthetic_pool=cfg.synthetic_pool)
         self.model_config = self.source.adapt(base)
         torch.manual_seed(cfg.seed)
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
+        sharded = (parallel.sharded_embeddings(self.model_config, emb_opt, self.ctx, seed=cfg.seed,
+                                               output_dtype=self.rt.compute_dtype, plan=cfg.plan)
+                   if self.distributed else None)
         self.model = DLRM(self.model_config, embedding_backend=self.rt.embedding_backend,
                           dense_backend=self.rt.dense_backend, embedding_optimizer=emb_opt, device=self.rt.device,
-                          seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype)
+                          seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype, embeddings=sharded)
         params = self.model.dense_parameters()
         self.optimizer = (torch.optim.Adagrad(params, lr=cfg.lr) if cfg.dense_optimizer == "adagrad"
                           else torch.optim.Adam(params, lr=cfg.lr))
         self.dense_loss: nn.Module | Any = DenseLoss(self.model, self.rt.compute_dtype)
+        if self.distributed:
+            self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx)
         self._graphed = False
         self.step = 0
         self.timer = PhaseTimer(self.rt.device)
         metrics_path = cfg.metrics_path or (Path(cfg.checkpoint_dir) / "metrics.jsonl" if cfg.checkpoint_dir else None)
-        self.log = MetricsLog(metrics_path, echo=sys.stdout if echo_json else None)
+        main = self.ctx.is_main  # one rank logs, prints and shows the progress bar
+        self.log = MetricsLog(metrics_path if main else None, echo=sys.stdout if echo_json and main else None)
         self.echo_json = echo_json
-        self.progress = progress if progress is not None else (not echo_json and sys.stdout.isatty())
+        self.quiet = not main
+        self.progress = main and (progress if progress is not None else (not echo_json and sys.stdout.isatty()))
         self._stop_signal: int | None = None
         use_side = cfg.pipeline == "semi-sync" and cfg.overlap_streams and self.rt.device.type == "cuda"
         self._side = torch.cuda.Stream(self.rt.device) if use_side else None
         self._prefetched: tuple[Batch, torch.Tensor, Any] | None = None
         if cfg.resume:
             self.restore()
+
+    def _check_distributed(self) -> None:
+        """What a torchrun job cannot combine, named before anything is built."""
+        cfg = self.cfg
+        if self.rt.embedding_backend != "polyrec":
+            raise ValueError("training on several ranks shards the tables with polyrec's TBE: use "
+                             "--embedding-backend polyrec (or auto on a GPU)")
+        if cfg.pipeline != "sync" or cfg.cuda_graphs:
+            raise ValueError("training on several ranks supports --pipeline sync without --cuda-graphs")
 
     # --- one step -------------------------------------------------------------------------------------
 
@@ -233,25 +268,38 @@ class Trainer:
             scores.append(self.model(b.dense, b.values, b.offsets, self.rt.compute_dtype))
             labels.append(b.labels)
         logits, y = torch.cat(scores), torch.cat(labels)
+        if self.distributed:  # AUC over every rank's held-out samples
+            logits, y = (torch.cat([t.to(self.rt.device) for t in parallel.gather(x.cpu())]) for x in (logits, y))
         return {"step": self.step, "auc": auc(torch.sigmoid(logits), y),
                 "logloss": float(F.binary_cross_entropy_with_logits(logits, y)), "samples": int(y.numel())}
 
     def finite_state(self) -> bool:
         self.drain()
-        return all_finite(list(self.model.dense_parameters()) + _state_tensors(self.model.embeddings.export_state()))
+        finite = all_finite(list(self.model.dense_parameters()) + _state_tensors(self.model.embeddings.export_state()))
+        return parallel.all_ranks_true(finite, self.rt.device) if self.distributed else finite
 
     def save(self) -> Path:
         self.drain()
+        directory = Path(self.cfg.checkpoint_dir)
         state = {"step": self.step,
                  "dense": {name: part.state_dict() for name, part in self._dense_named()},
-                 "embeddings": self.model.embeddings.export_state(),
                  "dense_optimizer": self.optimizer.state_dict(),
                  "data": self.source.state_dict(),
                  "rng": rng_state(self.rt.device),
                  "prefetched": self._prefetched_state(),
                  "train_config": self.cfg.as_dict(),
                  "model_config": dataclasses.asdict(self.model_config)}
-        return save_checkpoint(Path(self.cfg.checkpoint_dir), state)
+        if not self.distributed:
+            return save_checkpoint(directory, state | {"embeddings": self.model.embeddings.export_state()})
+        # every rank writes its shards; rank 0 writes the rest with every rank's data and RNG position
+        pointer = parallel.save_shards(directory, self.model.embeddings, self.step)
+        state |= {"embeddings": pointer, "data_by_rank": parallel.gather(_to_cpu(state["data"])),
+                  "rng_by_rank": parallel.gather(_to_cpu(state["rng"]))}
+        if self.ctx.is_main:
+            save_checkpoint(directory, state)
+            parallel.drop_old_shards(directory, pointer["sharded"])
+        parallel.barrier()
+        return checkpoint_path(directory)
 
     def _prefetched_state(self) -> dict[str, torch.Tensor] | None:
         """The semi-sync pipeline's batch in flight and its (one update old) lookup, so resume is exact."""
@@ -286,10 +334,18 @@ class Trainer:
                              f"{state['model_config']['name']!r} with other sizes; it does not fit this run's model")
         for name, part in self._dense_named():
             part.load_state_dict(state["dense"][name])
-        self.model.embeddings.import_state(state["embeddings"])
+        if "sharded" in state["embeddings"]:
+            parallel.load_shards(Path(self.cfg.checkpoint_dir), self.model.embeddings, state["embeddings"])
+        else:
+            self.model.embeddings.import_state(state["embeddings"])
         self.optimizer.load_state_dict(state["dense_optimizer"])
-        self.source.load_state_dict(state["data"])
-        set_rng_state(state["rng"], self.rt.device)
+        data, rng = state["data"], state["rng"]
+        if self.distributed:  # this rank's stream position; a rank the checkpoint lacks starts its stream anew
+            datas, rngs, rank = state.get("data_by_rank") or [data], state.get("rng_by_rank") or [rng], self.ctx.rank
+            data, rng = (datas[rank], rngs[rank]) if rank < len(datas) else (None, None)
+        if data is not None:
+            self.source.load_state_dict(data)
+            set_rng_state(rng, self.rt.device)
         self.step = int(state["step"])
         self._restore_prefetched(state.get("prefetched"))
 
@@ -337,7 +393,8 @@ class Trainer:
                 last = self.step == cfg.steps or self._stop_signal is not None
                 if not (self.step % cfg.log_every == 0 or due_eval or due_ckpt or last):
                     continue
-                losses = torch.stack(pending).float().cpu().tolist()
+                stacked = torch.stack(pending)
+                losses = (parallel.global_mean(stacked) if self.distributed else stacked).float().cpu().tolist()
                 pending.clear()
                 self.model.embeddings.check_errors()
                 elapsed = time.perf_counter() - window_start
@@ -350,7 +407,7 @@ class Trainer:
                 self.log.write({"event": "train", "step": self.step, "loss": sum(losses) / len(losses),
                                 "last_loss": losses[-1], "samples_per_s": rate})
                 bar.update(task, rate=f"{rate:,.0f}", loss=f"{losses[-1]:.4f}")
-                if not self.progress and not self.echo_json:
+                if not (self.progress or self.echo_json or self.quiet):
                     print(f"step {self.step}/{cfg.steps}  loss {losses[-1]:.4f}  {rate:,.0f} samples/s", flush=True)
                 if due_eval:
                     self._eval_and_log(result)
@@ -367,7 +424,7 @@ class Trainer:
             return
         result.evals.append(ev)
         self.log.write({"event": "eval", **ev})
-        if not self.echo_json:
+        if not (self.echo_json or self.quiet):
             print(f"eval at step {ev['step']}: AUC {ev['auc']:.4f}  logloss {ev['logloss']:.4f}", flush=True)
 
     def _stop_on_nan(self, result: TrainResult, step: int, value: float) -> TrainResult:

@@ -1,0 +1,60 @@
+"""Training throughput on N GPUs of one host against 1, per-GPU batch fixed (issue 7's scaling check).
+
+    torchrun --nproc-per-node 1 benchmarks/multi_gpu.py     # writes multi_gpu_world1_<gpu>_<date>.json
+    torchrun --nproc-per-node 2 benchmarks/multi_gpu.py     # ... world2 ..., with the ratio to world1
+
+MLPerf DLRM-DCNv2 (tables full size unless ``--row-cap``), batch 65536 per GPU, fp32 rows with
+row-wise Adagrad sharded table-wise (bytes balanced), bf16 dense under DDP. The N-rank run reads the
+1-rank results file from the same results directory, when present, and reports the scaling ratio
+(target >= 1.8x at 2 GPUs). Keep NCCL_NVLS_ENABLE=0 set on the device machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from polyrec.results import RESULTS_DIR, write_results
+from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime.dist import shutdown
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=65536, help="samples per GPU per step")
+    parser.add_argument("--row-cap", type=int, default=None, help="cap every table (default: full size)")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (after 5 warmup steps)")
+    parser.add_argument("--dense-backend", default="polyrec", help="polyrec (GPU) or torch (a CPU smoke run)")
+    parser.add_argument("--preset", default="mlperf-dcnv2", help="model preset (dcnv2-small for a smoke run)")
+    args = parser.parse_args()
+    cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
+                      synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend)
+    trainer = Trainer(cfg)
+    measured = trainer.benchmark(warmup=5, steps=args.steps)
+    world = trainer.ctx.world_size
+    peak = torch.tensor(torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else 0.0,
+                        device=trainer.rt.device)
+    torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
+    if trainer.ctx.is_main:
+        row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
+               "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],
+               "peak_gb_max_rank": float(peak), "row_cap": args.row_cap,
+               **{k: v for k, v in measured.items() if k.endswith("_ms") and k != "ms_per_step"}}
+        summary = dict(row)
+        out_dir = Path(os.environ.get("POLYREC_RESULTS_DIR") or RESULTS_DIR)
+        single = sorted(out_dir.glob("multi_gpu_world1_*.json"))
+        if world > 1 and single:
+            one = json.loads(single[-1].read_text())["summary"]
+            summary["scaling_vs_1_gpu"] = row["global_samples_per_s"] / one["global_samples_per_s"]
+            summary["efficiency"] = summary["scaling_vs_1_gpu"] / world
+        write_results(f"multi_gpu_world{world}", {"measured": measured}, rows=[row], summary=summary)
+        print(json.dumps(summary, indent=1))
+    shutdown()
+
+
+if __name__ == "__main__":
+    main()

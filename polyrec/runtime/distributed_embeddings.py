@@ -1,0 +1,98 @@
+"""DLRM's embedding tables sharded over the ranks of a torch.distributed job.
+
+``DistributedEmbeddings`` has the interface of the single-GPU embedding backends of
+``polyrec.models.embeddings`` (``forward(values, offsets, batch_size) -> [B, F, D]``,
+``apply_gradients``, ``export_state`` / ``import_state``), so the model and the trainer use it
+unchanged: each rank holds its shards in one polyrec TableBatchedEmbedding (the fused optimizer runs
+on each shard) and the all-to-alls of ``polyrec.runtime.sharding`` move ids and pooled rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.runtime.sharding import Shard, ShardedEmbedding, TableSharding
+
+#: Each rank initialises its shards from seed * _SEED_STRIDE + rank: distinct streams per rank, so
+#: initial values depend on the sharding (a resumed or resharded checkpoint carries exact values).
+_SEED_STRIDE = 1_000_003
+
+
+def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
+                      row_wise_above: int | None = None) -> list[TableSharding]:
+    """Table-wise placement balancing bytes per rank (largest tables first onto the lightest rank);
+    tables with more than ``row_wise_above`` rows are split row-wise over every rank instead."""
+    load = [0] * world_size
+    plans: list[TableSharding | None] = [None] * len(table_rows)
+    for t in sorted(range(len(table_rows)), key=lambda t: -table_rows[t]):
+        if row_wise_above is not None and table_rows[t] > row_wise_above and world_size > 1:
+            plans[t] = TableSharding(kind="row", ranks=tuple(range(world_size)))
+            for r in range(world_size):
+                load[r] += table_rows[t] * dim // world_size
+            continue
+        rank = min(range(world_size), key=lambda r: load[r])
+        plans[t] = TableSharding(kind="table", ranks=(rank,))
+        load[rank] += table_rows[t] * dim
+    return [p for p in plans if p is not None]
+
+
+class DistributedEmbeddings(nn.Module):
+    """Sharded embedding tables with the single-GPU backends' interface."""
+
+    fused = True
+
+    def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimizer,
+                 shardings: Sequence[TableSharding], rank: int, world_size: int, device: torch.device,
+                 seed: int, weight_dtype: torch.dtype = torch.float32,
+                 output_dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.dim, self.num_tables = dim, len(table_rows)
+
+        def build(shards: list[Shard], feature_to_shard: list[int]) -> nn.Module:
+            tables = [TableSpec(name=f"t{s.table}[{s.rows[0]}:{s.rows[1]},{s.cols[0]}:{s.cols[1]}]",
+                                rows=s.num_rows, dim=s.dim) for s in shards]
+            if not tables:
+                raise ValueError(f"rank {rank} holds no shard; give every rank at least one table or shard")
+            return TableBatchedEmbedding(tables, optimizer=optimizer, weight_dtype=weight_dtype,
+                                         feature_to_table=feature_to_shard, device=device,
+                                         seed=seed * _SEED_STRIDE + rank, output_dtype=output_dtype)
+
+        self.sharded = ShardedEmbedding(rows=table_rows, dims=[dim] * len(table_rows), shardings=shardings,
+                                        feature_to_table=list(range(len(table_rows))), local_factory=build,
+                                        rank=rank, world_size=world_size)
+
+    @property
+    def local(self) -> TableBatchedEmbedding:
+        return self.sharded.local
+
+    def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] of this rank's B samples -> pooled [B, F, D]."""
+        batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables)
+        return self.sharded(batch).view(batch_size, self.num_tables, self.dim)
+
+    def apply_gradients(self) -> None:
+        """Nothing to do: each shard's backward already applied its optimizer."""
+
+    def check_errors(self) -> None:
+        """Raise for bad ids this rank's shards flagged in an earlier lookup (one device sync)."""
+        self.local.check_errors()
+
+    def export_state(self) -> dict:
+        """This rank's shards (weights and optimizer state) with their place in the tables."""
+        return {"shards": [{"table": s.table, "kind": s.kind, "rows": list(s.rows), "cols": list(s.cols)}
+                           for s in self.sharded.local_shards],
+                "tbe": self.local.state_dict()}
+
+    def import_state(self, state: dict) -> None:
+        """Load a state exported by this rank under the same sharding (see sharded_checkpoint for resharding)."""
+        mine = [{"table": s.table, "kind": s.kind, "rows": list(s.rows), "cols": list(s.cols)}
+                for s in self.sharded.local_shards]
+        if state["shards"] != mine:
+            raise ValueError("checkpoint shards differ from this rank's shards; load it with "
+                             "polyrec.runtime.sharded_checkpoint.load_sharded to reshard")
+        self.local.load_state_dict(state["tbe"])

@@ -1,0 +1,131 @@
+"""What the trainer does differently on several ranks: sharded embeddings, DDP for the dense half,
+per-rank data streams, global losses, and sharded checkpoints.
+
+Launch: ``torchrun --nproc-per-node N -m polyrec train ...`` (multi-host: torchrun's rendezvous
+flags). Each rank trains on its own ``batch_size`` samples; the global batch is ``N * batch_size``.
+The embedding tables are sharded by the plan (``--plan plan.json``, from ``polyrec plan``) or, without
+one, table-wise with bytes balanced over the ranks. Dense gradients are averaged by DDP (bucketed
+all-reduce overlapped with the backward) and the embedding all-to-all scales its gradient by
+1/N, so N ranks take the steps one process would take on the global batch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from polyrec.kernels.tbe import EmbeddingOptimizer
+from polyrec.models import ModelConfig
+from polyrec.runtime.dist import DistContext
+from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, default_shardings
+from polyrec.runtime.sharded_checkpoint import full_tables, load_sharded, save_sharded
+from polyrec.runtime.sharding import TableSharding
+
+#: Offset between the data seeds of consecutive ranks (a prime, so streams never coincide).
+RANK_SEED_STRIDE = 7_919
+#: Plan sharding names (TorchRec's, used by polyrec.planner) -> polyrec.runtime.sharding kinds.
+PLAN_KINDS = {"table_wise": "table", "row_wise": "row", "column_wise": "column"}
+#: Sub-directory of a checkpoint that holds the embedding shards.
+SHARDS_DIR = "embedding_shards"
+
+
+def rank_seed(seed: int, ctx: DistContext) -> int:
+    """The data seed of this rank: each rank reads its own stream."""
+    return seed + RANK_SEED_STRIDE * ctx.rank
+
+
+def shardings_from_plan(path: Path, config: ModelConfig, world_size: int) -> list[TableSharding]:
+    """The per-table shardings of a ``polyrec plan`` JSON; it must be for this model and world size."""
+    from polyrec.planner.types import Plan
+
+    plan = Plan.from_json(Path(path).read_text())
+    if plan.fleet.world_size != world_size:
+        raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
+                         f"this job has {world_size} ranks")
+    rows = [t.rows for t in plan.model.tables]
+    if tuple(rows) != tuple(config.table_rows):
+        raise ValueError(f"{path}: plan's tables ({len(rows)} tables, {sum(rows)} rows) are not this run's model "
+                         f"'{config.name}' ({config.num_tables} tables, {sum(config.table_rows)} rows)")
+    return [TableSharding(kind=PLAN_KINDS[plan.table_plan(t.name).sharding], ranks=plan.table_plan(t.name).ranks)
+            for t in plan.model.tables]
+
+
+def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *, seed: int,
+                       output_dtype: torch.dtype, plan: Path | None) -> DistributedEmbeddings:
+    """This rank's part of the model's tables, with the fused TBE optimizer on each shard."""
+    shardings = (shardings_from_plan(plan, config, ctx.world_size) if plan is not None
+                 else default_shardings(config.table_rows, config.embedding_dim, ctx.world_size))
+    opt = EmbeddingOptimizer(kind=optimizer.kind, lr=optimizer.lr, eps=optimizer.eps, beta1=optimizer.beta1,
+                             beta2=optimizer.beta2, weight_decay=optimizer.weight_decay,
+                             initial_accumulator_value=optimizer.initial_accumulator_value)
+    return DistributedEmbeddings(config.table_rows, config.embedding_dim, optimizer=opt, shardings=shardings,
+                                 rank=ctx.rank, world_size=ctx.world_size, device=ctx.device, seed=seed,
+                                 output_dtype=output_dtype)
+
+
+def data_parallel(module: nn.Module, ctx: DistContext) -> nn.Module:
+    """DDP around the dense half (gradients averaged over ranks, all-reduce overlapped with backward)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=ids)
+
+
+def global_mean(values: torch.Tensor) -> torch.Tensor:
+    """The mean over ranks of a tensor (every rank gets it): losses every rank agrees on."""
+    total = values.detach().float().clone()
+    dist.all_reduce(total)
+    return total / dist.get_world_size()
+
+
+def all_ranks_true(flag: bool, device: torch.device) -> bool:
+    """True only if ``flag`` is true on every rank (so all ranks take the same branch)."""
+    t = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def barrier() -> None:
+    dist.barrier()
+
+
+def gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (picklable), in rank order."""
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def save_shards(directory: Path, embeddings: DistributedEmbeddings, step: int) -> dict[str, str]:
+    """Write every rank's shards to a directory of their own step (collective); returns the pointer
+    the main checkpoint stores. Earlier shard directories stay until the main checkpoint that points
+    to the new one is in place (``drop_old_shards``), so a crash in between loses nothing."""
+    name = f"{SHARDS_DIR}-step{step}"
+    sharded = embeddings.sharded
+    save_sharded(Path(directory) / name, sharded.local_shards, sharded.local, rank=sharded.rank,
+                 world_size=sharded.world, step=step)
+    return {"sharded": name}
+
+
+def drop_old_shards(directory: Path, keep: str) -> None:
+    """Remove shard directories other than ``keep`` (rank 0, after the main checkpoint is written)."""
+    for old in Path(directory).glob(f"{SHARDS_DIR}-step*"):
+        if old.name != keep:
+            shutil.rmtree(old)
+
+
+def load_shards(directory: Path, embeddings: nn.Module, pointer: dict[str, str]) -> None:
+    """Fill the tables from sharded checkpoint files of any number of ranks (resharding as needed):
+    this rank's shards of a DistributedEmbeddings, or every table of a single-process polyrec one."""
+    path = Path(directory) / pointer["sharded"]
+    if isinstance(embeddings, DistributedEmbeddings):
+        load_sharded(path, embeddings.sharded.local_shards, embeddings.sharded.local)
+    elif hasattr(embeddings, "tbe"):
+        load_sharded(path, full_tables(embeddings.tbe), embeddings.tbe)
+    else:
+        raise ValueError(f"{path} holds sharded polyrec tables; resume with the polyrec embedding backend")

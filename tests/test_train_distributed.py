@@ -1,0 +1,150 @@
+"""Multi-rank training (2 gloo processes, TBE through the interpreter): the sharded model equals the
+single-process model on the global batch for every sharding kind, and `polyrec train` under
+torchrun trains, checkpoints, and resumes on 2 ranks, on 1 rank and without torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from distributed_util import free_port, run_on_ranks
+from polyrec.models import DLRM, EmbeddingOptimConfig, preset
+from polyrec.runtime import parallel
+from polyrec.runtime.dist import DistContext
+from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
+from polyrec.runtime.sharding import TableSharding
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="the TBE runs on the CPU only through Triton's interpreter")
+
+B, STEPS = 8, 3  # local batch per rank, optimizer steps
+CONFIG = preset("dcnv2-small").with_capped_rows(40).replace(table_rows=(40, 3, 17, 40), multi_hot=(2, 1, 3, 1))
+# Row-wise Adagrad keeps one accumulator per row of each shard, so a column-wise shard's differs
+# from the whole table's (as in TorchRec): column-wise cases use full Adagrad to compare exactly.
+KINDS = {"table": (("table", "table", "table", "table"), "rowwise_adagrad"),
+         "row": (("row", "row", "row", "row"), "rowwise_adagrad"),
+         "column": (("column", "column", "column", "column"), "adagrad"),
+         "mixed": (("row", "table", "column", "table"), "adagrad")}
+
+
+def _batches(world: int) -> list[tuple[torch.Tensor, ...]]:
+    """Global batches (dense, values, lengths [F, world*B], labels), one per step."""
+    gen = torch.Generator().manual_seed(3)
+    out = []
+    for _ in range(STEPS):
+        n = world * B
+        lengths = torch.stack([torch.randint(0, h + 2, (n,), generator=gen) for h in CONFIG.multi_hot])
+        values = torch.cat([torch.randint(0, r, (int(lengths[f].sum()),), generator=gen)
+                            for f, r in enumerate(CONFIG.table_rows)])
+        out.append((torch.randn(n, CONFIG.num_dense, generator=gen), values, lengths,
+                    torch.randint(0, 2, (n,), generator=gen).float()))
+    return out
+
+
+def _offsets(lengths: torch.Tensor) -> torch.Tensor:
+    return F.pad(torch.cumsum(lengths.reshape(-1), 0), (1, 0))
+
+
+def _local(batch, rank: int):
+    dense, values, lengths, labels = batch
+    n = lengths.shape[1]
+    starts = F.pad(torch.cumsum(lengths.reshape(-1), 0), (1, 0)).view(-1)[:-1].view(lengths.shape)
+    pick = torch.cat([values[int(starts[f, rank * B]):int(starts[f, rank * B]) + int(lengths[f, rank * B:(rank + 1) * B].sum())]
+                      for f in range(lengths.shape[0])])
+    keep = slice(rank * B, (rank + 1) * B)
+    assert n % B == 0
+    return dense[keep], pick, _offsets(lengths[:, keep]), labels[keep]
+
+
+def _train(model: DLRM, dense_loss, steps_batches, rank: int | None) -> list[float]:
+    opt = torch.optim.Adagrad(model.dense_parameters(), lr=0.05)
+    losses = []
+    for batch in steps_batches:
+        dense, values, offsets, labels = (_local(batch, rank) if rank is not None else
+                                          (batch[0], batch[1], _offsets(batch[2]), batch[3]))
+        emb = model.embed(values, offsets, dense.shape[0])
+        leaf = emb.detach().requires_grad_()
+        loss = dense_loss(dense, leaf, labels)
+        loss.backward()
+        emb.backward(leaf.grad)
+        opt.step()
+        opt.zero_grad()
+        loss = loss.detach()
+        losses.append(float(parallel.global_mean(loss)) if rank is not None else float(loss))
+    return losses
+
+
+def _model(kind: str) -> DLRM:
+    return DLRM(CONFIG, embedding_backend="polyrec", embedding_optimizer=EmbeddingOptimConfig(kind=kind, lr=0.1), seed=1)
+
+
+def _check(rank: int, world: int) -> None:
+    from polyrec.runtime.trainer import DenseLoss
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, device=torch.device("cpu"), backend="gloo")
+    for name, (kinds, kind) in KINDS.items():
+        single = _model(kind)
+        expected = _train(single, DenseLoss(single, torch.float32), _batches(world), None)
+        start = _model(kind)
+        shardings = [TableSharding(kind=k, ranks=(t % world,) if k == "table" else tuple(range(world)))
+                     for t, k in enumerate(kinds)]
+        opt = start.embeddings.tbe.optimizer
+        sharded = DistributedEmbeddings(CONFIG.table_rows, CONFIG.embedding_dim, optimizer=opt, shardings=shardings,
+                                        rank=rank, world_size=world, device=ctx.device, seed=1)
+        with torch.no_grad():  # the single-process model's initial tables, sliced
+            for view, s in zip(sharded.local.table_weights(), sharded.sharded.local_shards):
+                view.copy_(start.embeddings.tbe.table_weights()[s.table][s.rows[0]:s.rows[1], s.cols[0]:s.cols[1]])
+        model = DLRM(CONFIG, embedding_backend="polyrec", seed=1, embeddings=sharded)
+        got = _train(model, parallel.data_parallel(DenseLoss(model, torch.float32), ctx), _batches(world), rank)
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_sharded_model_with_ddp_matches_single_process():
+    run_on_ranks(_check, 2)
+
+
+def _torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", "-m", "polyrec", "train", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def _polyrec(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "polyrec", "train", *args], capture_output=True, text=True,
+                          timeout=240)
+
+
+COMMON = ["--preset", "dcnv2-small", "--row-cap", "64", "--batch-size", "16", "--device", "cpu",
+          "--embedding-backend", "polyrec", "--dense-backend", "torch", "--log-every", "2", "--json"]
+
+
+def _result(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = [x for x in lines if x.get("event") == "result"]
+    assert len(results) == 1, "exactly one rank reports: " + proc.stdout[-2000:]
+    return results[0]
+
+
+def test_torchrun_trains_checkpoints_and_resumes_on_other_rank_counts(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    first = _result(_torchrun(2, *COMMON, "--steps", "4", "--checkpoint-dir", str(ckpt)))
+    assert first["status"] == "done" and first["step"] == 4
+    assert (ckpt / "checkpoint.pt").is_file() and len(list(ckpt.glob("embedding_shards-step4/emb-rank*.pt"))) == 2
+    again = _result(_torchrun(2, *COMMON, "--steps", "6", "--checkpoint-dir", str(ckpt), "--resume"))
+    assert again["step"] == 6 and not list(ckpt.glob("embedding_shards-step4"))  # old shards dropped
+    one = _result(_torchrun(1, *COMMON, "--steps", "8", "--checkpoint-dir", str(ckpt), "--resume"))
+    assert one["step"] == 8
+    plain = _result(_polyrec(*COMMON, "--steps", "10", "--checkpoint-dir", str(ckpt), "--resume"))
+    assert plain["step"] == 10 and plain["status"] == "done"
+
+
+def test_torch_backend_is_refused_on_several_ranks(tmp_path):
+    proc = _torchrun(2, *[a if a != "polyrec" else "torch" for a in COMMON], "--steps", "2")
+    assert proc.returncode != 0 and "polyrec's TBE" in proc.stderr + proc.stdout
