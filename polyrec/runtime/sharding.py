@@ -188,9 +188,10 @@ class ShardedEmbedding(nn.Module):
         self.local_shards = [s for s in self.shards if s.rank == rank]
         local_index = {id(s): i for i, s in enumerate(self.local_shards)}
         self.local = local_factory(self.local_shards, [local_index[id(p.shard)] for p in self.pieces[rank]])
+        device = next(iter(self.local.buffers()), torch.empty(0)).device  # where the local tables live
         self.register_buffer("_out_cols", torch.tensor(
-            [c for pieces in self.pieces for p in pieces for c in range(*p.out_cols)], dtype=torch.int64),
-            persistent=False)
+            [c for pieces in self.pieces for p in pieces for c in range(*p.out_cols)], dtype=torch.int64,
+            device=device), persistent=False)
 
     def _send_inputs(self, batch: JaggedBatch) -> JaggedBatch:
         b, world = batch.batch_size, self.world
