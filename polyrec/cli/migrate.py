@@ -28,6 +28,9 @@ def scan(
     sarif: Path | None = typer.Option(None, "--sarif", help="Also write SARIF 2.1.0 to this file."),
     rule: list[str] = typer.Option([], "--rule", "-r", help="Only these rule IDs (repeatable)."),
     fail_on: str = typer.Option("warning", help="Exit 1 when a finding is at least: note | warning | error."),
+    compile_jobs: list[str] = typer.Option([], "--compile-jobs",
+                                           help="MODULE:FUNC returning Triton compile jobs for a DeviceSpec: "
+                                                "compile them for gfx942/gfx950 (rule PM111; imports the module)."),
 ) -> None:
     """Find what breaks on AMD. Exit 0 clean, 1 findings at --fail-on or above, 2 files not scanned."""
     from polyrec.migrate.rules import RULES
@@ -38,7 +41,11 @@ def scan(
     try:
         threshold = Severity(fail_on)
         result = scan_paths(paths, rules=set(rule) if rule else None)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
+        if compile_jobs and (not rule or "PM111" in rule):
+            from polyrec.migrate.compile_fit import compile_fit_findings
+
+            result.findings += compile_fit_findings(compile_jobs)
+    except (ValueError, KeyError, FileNotFoundError, ImportError, AttributeError) as exc:
         raise _fail(str(exc)) from exc
     if sarif is not None:
         sarif.write_text(json.dumps(to_sarif(result), indent=1) + "\n")
