@@ -33,6 +33,7 @@ from polyrec.kernels.gemm_configs import GemmConfig, config_space, configs_for_s
 from polyrec.kernels.gemm_select import choose
 from polyrec.perfmodel import gemm as model
 from polyrec.results import write_results
+from stats import kendall_tau
 
 SWEEP = Path(__file__).parent / "results" / "gemm_selection_nvidia-h200_2026-11-29.json"
 LABEL = "offline re-scoring of the 2026-11-29 H200 sweep on the CPU, not a GPU run"
@@ -43,26 +44,6 @@ FIT_GRID: dict[str, tuple[float, ...]] = {
     "SCALAR_LOAD_BYTES_PER_CLOCK": (1.5, 2.0, 3.0),
     "EPILOGUE_OVERLAP": (0.75, 1.0),
 }
-
-
-def kendall_tau(x: list[float], y: list[float]) -> float:
-    """Kendall's tau-b of two paired lists (as benchmarks/gemm_selection.py computes it)."""
-    concordant = discordant = ties_x = ties_y = 0
-    for i in range(len(x)):
-        for j in range(i + 1, len(x)):
-            dx, dy = x[i] - x[j], y[i] - y[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    return (concordant - discordant) / denom if denom else float("nan")
 
 
 def parse_label(label: str) -> GemmConfig:

@@ -33,6 +33,7 @@ from polyrec.kernels.gemm_configs import GemmConfig, GemmShape, config_space, co
 from polyrec.kernels.gemm_select import select_gemm
 from polyrec.perfmodel.gemm import GemmProblem, estimate
 from polyrec.results import write_results
+from stats import kendall_tau
 
 DTYPES = {"bf16": torch.bfloat16}
 #: do_bench settings (ms): short, since each config is one of ~150 per shape; median of the reps.
@@ -96,26 +97,6 @@ def _precompile(shape_args: list[tuple[dict, list[GemmConfig]]]) -> float:
             for config in configs:
                 matmul(**args, config=config, warmup=True)
     return time.perf_counter() - start
-
-
-def kendall_tau(x: list[float], y: list[float]) -> float:
-    """Kendall's tau-b of two paired lists."""
-    concordant = discordant = ties_x = ties_y = 0
-    for i in range(len(x)):
-        for j in range(i + 1, len(x)):
-            dx, dy = x[i] - x[j], y[i] - y[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    return (concordant - discordant) / denom if denom else float("nan")
 
 
 def _selection_times(shape: GemmShape, dtype: str, spec) -> tuple[float, float]:

@@ -98,6 +98,12 @@ def candidates(props: DeviceProps, specs: dict[str, DeviceSpec] | None = None) -
     return named or fit
 
 
+def _unknown_rates() -> dict[str, Any]:
+    """The DeviceSpec fields no device property gives: 0 (unknown) until a data file or calibration."""
+    return {"hbm_bandwidth": 0.0, "peak_flops": {d: 0.0 for d in PEAK_DTYPES}, "boost_clock_hz": 0.0,
+            "scaleup_bandwidth": 0.0, "host_link_bandwidth": 0.0, "tdp_watts": 0.0}
+
+
 def spec_from_props(props: DeviceProps) -> DeviceSpec:
     """A spec for a GPU the catalog lacks: what the properties say, zeros for the rest.
 
@@ -125,12 +131,7 @@ def spec_from_props(props: DeviceProps) -> DeviceSpec:
         smem_per_cu=props.shared_memory_per_multiprocessor,
         l2_bytes=props.l2_cache_size,
         hbm_bytes=props.total_memory,
-        hbm_bandwidth=0.0,
-        peak_flops={d: 0.0 for d in PEAK_DTYPES},
-        boost_clock_hz=0.0,
-        scaleup_bandwidth=0.0,
-        host_link_bandwidth=0.0,
-        tdp_watts=0.0,
+        **_unknown_rates(),
         sources=sources,
     )
 
@@ -152,12 +153,7 @@ def cpu_spec() -> DeviceSpec:
         smem_per_cu=0,
         l2_bytes=0,
         hbm_bytes=memory,
-        hbm_bandwidth=0.0,
-        peak_flops={d: 0.0 for d in PEAK_DTYPES},
-        boost_clock_hz=0.0,
-        scaleup_bandwidth=0.0,
-        host_link_bandwidth=0.0,
-        tdp_watts=0.0,
+        **_unknown_rates(),
         sources={"compute_units": "os.cpu_count()", "hbm_bytes": "os.sysconf (physical memory)"},
     )
 
