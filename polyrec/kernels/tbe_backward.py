@@ -68,6 +68,17 @@ def _segment_add(flag_a, sum_a, flag_b, sum_b):
     return flag_a | flag_b, tl.where(flag_b != 0, sum_b, sum_a + sum_b)
 
 
+@triton.jit
+def _park_partials(partial_ptr, acc, i, ok, started, is_end, tile, d, TILE: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Store the partial sums of runs crossing the tile's edges for the merge kernel: slot 2*tile
+    holds the head (a run that started in an earlier tile), slot 2*tile+1 the tail (one that goes on)."""
+    last = i == TILE - 1
+    head = ok & ~started & (is_end | last)
+    tail = ok & started & ~is_end & last
+    slot = tile * 2 + tail.to(tl.int64)
+    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | tail)[:, None])
+
+
 @triton.jit(do_not_specialize=["seed"])
 def update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr,
@@ -108,11 +119,7 @@ def update_kernel(
     whole = ok & is_end & started
     apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
                  beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    last = i == TILE - 1
-    head = ok & ~started & (is_end | last)
-    tail = ok & started & ~is_end & last
-    slot = tile * 2 + tail.to(tl.int64)
-    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | tail)[:, None])
+    _park_partials(partial_ptr, acc, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
 
 
 @triton.jit
@@ -199,11 +206,7 @@ def lane_update_kernel(
     _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
     store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr, eps,
                  beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    last = i == TILE - 1
-    head = ok & ~started & (is_end | last)
-    tail = ok & started & ~is_end & last
-    slot = tile * 2 + tail.to(tl.int64)
-    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | tail)[:, None])
+    _park_partials(partial_ptr, acc, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
 
 
 @triton.jit
