@@ -55,22 +55,25 @@ def kernel_table(module: TableBatchedEmbedding, batch, grad, reps: int = 3) -> l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="weight precision of the tables")
+    parser.add_argument("--skip-sweep", action="store_true", help="only the kernel table (no forward sweep)")
     args = parser.parse_args()
+    weight_dtype = {"fp32": torch.float32, "fp16": torch.float16}[args.dtype]
     batch_size = 2048 if args.quick else 65536
     rows_per_table = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
     gen = torch.Generator(device="cuda").manual_seed(0)
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
-                                   device="cuda")
+                                   weight_dtype=weight_dtype, device="cuda")
     batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, False, gen)
     grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen)
     with torch.no_grad():
         module(batch)
-    sweep = forward_sweep(module, batch, torch.cuda.get_device_properties(0).warp_size)
+    sweep = [] if args.skip_sweep else forward_sweep(module, batch, torch.cuda.get_device_properties(0).warp_size)
     kernels = kernel_table(module, batch, grad)
     sort_keys = torch.randint(0, sum(rows_per_table), (batch.nnz,), device="cuda", dtype=torch.int32)
     sort_ms = triton.testing.do_bench(lambda: torch.sort(sort_keys), warmup=10, rep=100, return_mode="median")
-    write_results("tbe_breakdown", {"forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms,
+    write_results(f"tbe_breakdown_{args.dtype}", {"dtype": args.dtype, "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms,
                                     "nnz": batch.nnz}, rows=kernels, summary={"sort_int32_ms": sort_ms})
     print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
     for r in sorted(sweep, key=lambda r: r["fwd_ms"]):

@@ -1,0 +1,67 @@
+"""Where a full training step's time goes: every GPU kernel of the trainer's step, by the torch profiler.
+
+A diagnostic for the training issue: the dense phase of MLPerf DLRM-DCNv2 measured about 2x its
+floor (96 MFLOP per sample over the measured matmul rate). This script runs polyrec's trainer on the
+MLPerf model (tables capped: the dense work does not depend on the row counts) and lists the kernels
+of a step grouped by name, with their share of the step. It writes ``e2e_profile_<gpu>_<date>.json``.
+
+    PYTHONPATH=. python3 benchmarks/e2e_profile.py [--quick] [--batch 65536] [--row-cap 4000000]
+
+About 1 minute on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from polyrec.results import write_results
+from polyrec.runtime import TrainConfig, Trainer
+
+DENSE_FLOP_PER_SAMPLE = 96e6  # issue 5: MLPerf DLRM-DCNv2 forward + backward dense work per sample
+
+
+def kernel_rows(prof, steps: int) -> list[dict]:
+    """Kernels grouped by name: calls and ms per step, largest first."""
+    rows = []
+    for evt in prof.key_averages():
+        cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        if cuda_us > 0 and evt.device_type == torch.autograd.DeviceType.CUDA:
+            rows.append({"kernel": evt.key[:110], "calls_per_step": evt.count / steps,
+                         "ms_per_step": cuda_us / 1e3 / steps})
+    return sorted(rows, key=lambda r: -r["ms_per_step"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 1024 (smoke test)")
+    parser.add_argument("--batch", type=int, default=65536)
+    parser.add_argument("--row-cap", type=int, default=4_000_000)
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    cfg = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", batch_size=1024 if args.quick else args.batch,
+                      row_cap=args.row_cap, steps=10_000, synthetic_pool=4)
+    trainer = Trainer(cfg, progress=False)
+    timing = trainer.benchmark(warmup=3, steps=5)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            trainer.train_step()
+        torch.cuda.synchronize()
+    rows = kernel_rows(prof, args.steps)
+    total = sum(r["ms_per_step"] for r in rows)
+    for r in rows:
+        r["share"] = r["ms_per_step"] / total
+    floor_ms = DENSE_FLOP_PER_SAMPLE * cfg.batch_size / 686e12 * 1e3
+    summary = {"preset": cfg.preset, "batch": cfg.batch_size, "kernel_ms_per_step": total,
+               "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
+    write_results("e2e_profile", {"rows": rows, "timing": timing}, rows=rows[:60], summary=summary)
+    print(f"kernel time per step {total:.2f} ms; timer: {timing}")
+    for r in rows[:40]:
+        print(f"{r['ms_per_step']:8.3f} ms {r['share']:6.1%}  x{r['calls_per_step']:<4.0f} {r['kernel']}")
+
+
+if __name__ == "__main__":
+    main()
