@@ -13,6 +13,9 @@ About 1 minute on an H200.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -34,12 +37,28 @@ def kernel_rows(prof, steps: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["ms_per_step"])
 
 
+def host_profile(trainer: Trainer, steps: int) -> str:
+    """The Python functions that take the host's time in ``steps`` steps (cProfile, by own time)."""
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    for _ in range(steps):
+        trainer.train_step()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    return text.getvalue()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 1024 (smoke test)")
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--row-cap", type=int, default=4_000_000)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--host", action="store_true",
+                        help="also profile the host side (cProfile of the Python calls of a step)")
     args = parser.parse_args()
     cfg = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", batch_size=1024 if args.quick else args.batch,
                       row_cap=args.row_cap, steps=10_000, synthetic_pool=4)
@@ -51,16 +70,20 @@ def main() -> None:
             trainer.train_step()
         torch.cuda.synchronize()
     rows = kernel_rows(prof, args.steps)
+    host = host_profile(trainer, args.steps) if args.host else None
     total = sum(r["ms_per_step"] for r in rows)
     for r in rows:
         r["share"] = r["ms_per_step"] / total
     floor_ms = DENSE_FLOP_PER_SAMPLE * cfg.batch_size / 686e12 * 1e3
     summary = {"preset": cfg.preset, "batch": cfg.batch_size, "kernel_ms_per_step": total,
                "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
-    write_results("e2e_profile", {"rows": rows, "timing": timing}, rows=rows[:60], summary=summary)
+    write_results("e2e_profile", {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
+                  summary=summary)
     print(f"kernel time per step {total:.2f} ms; timer: {timing}")
     for r in rows[:40]:
         print(f"{r['ms_per_step']:8.3f} ms {r['share']:6.1%}  x{r['calls_per_step']:<4.0f} {r['kernel']}")
+    if host:
+        print(host)
 
 
 if __name__ == "__main__":
