@@ -37,13 +37,30 @@ from stats import kendall_tau
 
 SWEEP = Path(__file__).parent / "results" / "gemm_selection_nvidia-h200_2026-11-29.json"
 LABEL = "offline re-scoring of the 2026-11-29 H200 sweep on the CPU, not a GPU run"
-#: Constants ``--fit`` searches, with the grid of each (their units are in polyrec/perfmodel/gemm.py).
-#: TRITON_MAINLOOP_EFFICIENCY is not searched: the selection metrics do not depend on it within
-#: 0.64-0.92 (tried); it is the fold-A ratio torch / best Triton, computed directly.
+#: Constants ``--fit`` searches, with the grid of each (their units are in polyrec/perfmodel/gemm.py);
+#: "NAME[key]" is one entry of a dict constant. TRITON_MAINLOOP_EFFICIENCY is not searched: it is the
+#: fold-A ratio torch / best Triton, computed directly.
 FIT_GRID: dict[str, tuple[float, ...]] = {
-    "SCALAR_LOAD_BYTES_PER_CLOCK": (1.5, 2.0, 3.0),
+    "SCALAR_LOAD_BYTES_PER_CLOCK": (1.5, 3.0),
     "EPILOGUE_OVERLAP": (0.75, 1.0),
+    "MEMORY_LATENCY_S[nvidia]": (0.8e-6, 1.0e-6, 1.2e-6),
+    "WGMMA_HELD_BUFFERS": (0, 1),
+    "L2_OPERAND_OVER_PROBE[nvidia]": (1.0, 1.2, 1.4),
+    "KMAJOR_B_WIDE_TILE_FACTOR[sm_90]": (1.0, 1.2),
 }
+
+
+def get_constant(name: str):
+    """A model constant by FIT_GRID name ("NAME" or "NAME[key]")."""
+    base, _, key = name.rstrip("]").partition("[")
+    value = getattr(model, base)
+    return value[key] if key else value
+
+
+def set_constant(name: str, value) -> None:
+    """Set a model constant by FIT_GRID name; a dict constant is replaced by an updated copy."""
+    base, _, key = name.rstrip("]").partition("[")
+    setattr(model, base, getattr(model, base) | {key: value} if key else value)
 
 
 def parse_label(label: str) -> GemmConfig:
@@ -74,7 +91,7 @@ def score_shape(row: dict, spec, ceil: Ceilings) -> dict:
     """The current model's choice for one swept shape, scored with the sweep's measurements."""
     a_ok, b_ok = model.operand_alignment(row["m"], row["n"], row["k"], row["layout"])
     problem = model.GemmProblem(m=row["m"], n=row["n"], k=row["k"], dtype="bf16", epilogue=row["epilogue"],
-                                a_aligned=a_ok, b_aligned=b_ok)
+                                a_aligned=a_ok, b_aligned=b_ok, b_k_major=row["layout"][1] == "T")
     measured = {r["config"]: r["measured_ms"] for r in row["sweep"] if math.isfinite(r["measured_ms"])}
     choice = choose(problem, spec, ceil)
     selected_ms = measured.get(choice.config.label, math.nan)
@@ -129,18 +146,18 @@ def _objective(rows: list[dict], spec, ceil: Ceilings) -> float:
 
 def fit(train: list[dict], spec, ceil: Ceilings) -> dict[str, float]:
     """Grid search of FIT_GRID on ``train``; returns the best values (module constants restored)."""
-    saved = {name: getattr(model, name) for name in FIT_GRID}
+    saved = {name: get_constant(name) for name in FIT_GRID}
     best, best_values = -math.inf, saved
     try:
         for values in itertools.product(*FIT_GRID.values()):
             for name, value in zip(FIT_GRID, values):
-                setattr(model, name, value)
+                set_constant(name, value)
             objective = _objective(train, spec, ceil)
             if objective > best:
                 best, best_values = objective, dict(zip(FIT_GRID, values))
     finally:
         for name, value in saved.items():
-            setattr(model, name, value)
+            set_constant(name, value)
     return best_values
 
 
@@ -149,15 +166,15 @@ def _cross_validate(data: dict[str, list[dict]], spec, ceil: Ceilings) -> dict:
     out = {}
     for train, test in (("A", "B"), ("B", "A")):
         values = fit(data[train], spec, ceil)
-        saved = {name: getattr(model, name) for name in values}
+        saved = {name: get_constant(name) for name in values}
         for name, value in values.items():
-            setattr(model, name, value)
+            set_constant(name, value)
         try:
             out[f"fit on {train}, scored on {test}"] = {"constants": values} | metrics(
                 [score_shape(r, spec, ceil) for r in data[test]])
         finally:
             for name, value in saved.items():
-                setattr(model, name, value)
+                set_constant(name, value)
         print(f"fit on {train}: {values} -> fold {test}: {out[f'fit on {train}, scored on {test}']}", flush=True)
     return out
 
@@ -185,7 +202,7 @@ def main() -> None:
     summary |= {f"all {k}": v for k, v in metrics(scored["A"] + scored["B"]).items()}
     summary |= {f"fold A {k}": v for k, v in metrics(scored["A"]).items()}
     summary |= {f"fold B {k}": v for k, v in metrics(scored["B"]).items()}
-    summary |= {f"constant {name}": getattr(model, name) for name in FIT_GRID}
+    summary |= {f"constant {name}": get_constant(name) for name in FIT_GRID}
     cross = _cross_validate(data, spec, ceil) if opts.fit else {}
     table = sorted(scored["A"] + scored["B"], key=lambda r: r["shape"])
     for r in table:

@@ -162,3 +162,36 @@ def test_library_time_includes_each_eager_epilogue_pass():
     base = dict(m=4096, n=4096, k=512, dtype="bf16")
     times = {e: epilogue_pass_seconds(GemmProblem(**base, epilogue=e), ceil) for e in ("none", "bias", "bias_relu", "cross")}
     assert times["none"] == 0 < times["bias"] < times["bias_relu"] < times["cross"]
+
+
+def test_k_major_b_slows_only_wide_hopper_tiles():
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    n_major = GemmProblem(m=65536, n=1024, k=3456, dtype="bf16", epilogue="bias_relu")
+    k_major = dataclasses.replace(n_major, b_k_major=True)
+    wide = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4)
+    tall = GemmConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=4)
+    assert estimate(k_major, wide, spec, ceil).seconds > estimate(n_major, wide, spec, ceil).seconds
+    assert estimate(k_major, tall, spec, ceil).seconds == estimate(n_major, tall, spec, ceil).seconds
+    forward = select_gemm(65536, 1024, 3456, "bf16", spec, epilogue="bias_relu", b_k_major=True).config
+    assert forward.block_n < 256  # the forward (x @ Wᵀ) picks a tile the K-major B does not slow
+    for name in [n for n in ("MI300X", "MI350X") if n in DEVICES]:  # no AMD measurement: layout-neutral
+        amd, amd_ceil = get_device(name), ceilings(get_device(name))
+        tile = GemmConfig(block_m=128, block_n=256, block_k=32, num_warps=8, num_stages=2, matrix_instr_nonkdim=16)
+        assert estimate(k_major, tile, amd, amd_ceil).seconds == estimate(n_major, tile, amd, amd_ceil).seconds
+
+
+def test_wgmma_loads_run_one_stage_less_ahead():
+    from polyrec.perfmodel.gemm import MEMORY_LATENCY_S, WGMMA_HELD_BUFFERS
+
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    problem = GemmProblem(m=8192, n=8192, k=8192, dtype="bf16")
+    shallow = GemmConfig(block_m=128, block_n=256, block_k=32, num_warps=8, num_stages=3)
+    deep = dataclasses.replace(shallow, num_stages=4)
+    slow, fast = (estimate(problem, c, spec, ceil) for c in (shallow, deep))
+    k_steps = 8192 // 32
+    # 3 stages: one step of loads in flight behind the buffer wgmma holds, so a step takes a latency.
+    assert WGMMA_HELD_BUFFERS == 1
+    assert slow.seconds >= slow.parts["rounds"] * k_steps * MEMORY_LATENCY_S["nvidia"]
+    assert fast.seconds < slow.seconds

@@ -31,9 +31,35 @@ MAX_ELEMENTS = 2**31 - 1
 
 
 @triton.jit
-def _epilogue(acc, offs_m, offs_n, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, stride_x0n,
-              stride_xrm, stride_xrn, N, HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr):
-    """acc [BM, BN] fp32 -> (+ bias[N]) -> ReLU or cross ``x0 * y + x``, in fp32."""
+def _cross_grad(y, offs_m, offs_n, mask, row_block, x0_ptr, grad_ptr, dx0_ptr, db_ptr, stride_x0m, stride_x0n,
+                stride_gm, stride_gn, stride_dx0m, stride_dx0n, N, DX0_READ: tl.constexpr,
+                DX0_PLUS_GRAD: tl.constexpr, BIAS_GRAD: tl.constexpr):
+    """The cross layer's backward on y [BM, BN] = v @ Wᵀ + b (fp32): returns g = grad * x0, updates
+    d_x0 (+)= grad * y (+ grad) in place and writes this row block's column sums of g (fp32)."""
+    grad = tl.load(grad_ptr + offs_m[:, None] * stride_gm + offs_n[None, :] * stride_gn, mask=mask,
+                   other=0.0).to(tl.float32)
+    x0 = tl.load(x0_ptr + offs_m[:, None] * stride_x0m + offs_n[None, :] * stride_x0n, mask=mask,
+                 other=0.0).to(tl.float32)
+    g = grad * x0
+    if BIAS_GRAD:
+        tl.store(db_ptr + row_block * N + offs_n, tl.sum(g, axis=0), mask=offs_n < N)
+    if DX0_PLUS_GRAD:
+        y = y + 1.0
+    term = grad * y
+    dx0_ptrs = dx0_ptr + offs_m[:, None] * stride_dx0m + offs_n[None, :] * stride_dx0n
+    if DX0_READ:
+        term += tl.load(dx0_ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dx0_ptrs, term.to(dx0_ptr.dtype.element_ty), mask=mask)
+    return g
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, mask, row_block, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+              stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS: tl.constexpr,
+              RELU: tl.constexpr, CROSS: tl.constexpr, RESIDUAL: tl.constexpr, CROSS_GRAD: tl.constexpr,
+              DX0_READ: tl.constexpr, DX0_PLUS_GRAD: tl.constexpr, BIAS_GRAD: tl.constexpr):
+    """acc [BM, BN] fp32 -> (+ bias[N]) -> ReLU, cross ``x0 * y + x``, residual ``y + x`` or the cross
+    backward (``_cross_grad``, x is the gradient there), in fp32."""
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
         acc = acc + bias[None, :]
@@ -43,18 +69,27 @@ def _epilogue(acc, offs_m, offs_n, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, s
         x0 = tl.load(x0_ptr + offs_m[:, None] * stride_x0m + offs_n[None, :] * stride_x0n, mask=mask)
         xr = tl.load(xr_ptr + offs_m[:, None] * stride_xrm + offs_n[None, :] * stride_xrn, mask=mask)
         acc = x0.to(tl.float32) * acc + xr.to(tl.float32)
+    if RESIDUAL:
+        xr = tl.load(xr_ptr + offs_m[:, None] * stride_xrm + offs_n[None, :] * stride_xrn, mask=mask)
+        acc = acc + xr.to(tl.float32)
+    if CROSS_GRAD:
+        acc = _cross_grad(acc, offs_m, offs_n, mask, row_block, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+                          stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, DX0_READ,
+                          DX0_PLUS_GRAD, BIAS_GRAD)
     return acc
 
 
 @triton.jit
 def gemm_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr,
+    a_ptr, b_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
     M, N, K, K_PER_SPLIT,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
-    stride_x0m, stride_x0n, stride_xrm, stride_xrn,
+    stride_x0m, stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, WIDEN_OPERANDS: tl.constexpr = False,
+    INPUT_PRECISION: tl.constexpr, RESIDUAL: tl.constexpr = False, CROSS_GRAD: tl.constexpr = False,
+    DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False, BIAS_GRAD: tl.constexpr = False,
+    WIDEN_OPERANDS: tl.constexpr = False,
 ):
     """C[M, N] (or fp32 partials [SPLIT_K, M, N]) of A[M, K] @ B[K, N]; program (pid, split).
 
@@ -99,18 +134,22 @@ def gemm_kernel(
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     if SPLIT_K == 1:
-        acc = _epilogue(acc, rows, cols, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, stride_x0n,
-                        stride_xrm, stride_xrn, N, HAS_BIAS, RELU, CROSS)
+        acc = _epilogue(acc, rows, cols, mask, pid_m, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+                        stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS, RELU, CROSS,
+                        RESIDUAL, CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD, BIAS_GRAD)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def split_k_reduce_kernel(
-    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr,
+    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
     M, N,
     stride_ps, stride_pm, stride_pn, stride_cm, stride_cn, stride_x0m, stride_x0n, stride_xrm, stride_xrn,
+    stride_dx0m, stride_dx0n,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr, RESIDUAL: tl.constexpr = False,
+    CROSS_GRAD: tl.constexpr = False, DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False,
+    BIAS_GRAD: tl.constexpr = False,
 ):
     """C = epilogue(sum over s of partials[s]) for one [BLOCK_M, BLOCK_N] block."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
@@ -120,8 +159,9 @@ def split_k_reduce_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for s in range(SPLIT_K):
         acc += tl.load(ptrs + s * stride_ps, mask=mask, other=0.0)
-    acc = _epilogue(acc, rows, cols, mask, bias_ptr, x0_ptr, xr_ptr, stride_x0m, stride_x0n,
-                    stride_xrm, stride_xrn, N, HAS_BIAS, RELU, CROSS)
+    acc = _epilogue(acc, rows, cols, mask, tl.program_id(0), bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
+                    stride_x0m, stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS, RELU,
+                    CROSS, RESIDUAL, CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD, BIAS_GRAD)
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
              acc.to(c_ptr.dtype.element_ty), mask=mask)
 
@@ -269,7 +309,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
         out_bytes = torch.empty((), dtype=out_dtype).element_size()
         choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue_name(bias is not None, activation,
                              cross is not None), out_bytes=out_bytes, a_aligned=_vectorizable(a_op),
-                             b_aligned=_vectorizable(b_op))
+                             b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1)
         if choice.backend == "library":
             return _library(a_op, b_op, bias, activation, cross, out_dtype)
         config = choice.config

@@ -133,7 +133,8 @@ def compile_jobs(spec: DeviceSpec, configs: list[GemmConfig] | None = None,
     jobs = []
     for dtype in dtypes:
         if configs is None:
-            chosen = {(select_gemm(s.m, s.n, s.k, dtype, spec, epilogue=s.epilogue).config,
+            chosen = {(select_gemm(s.m, s.n, s.k, dtype, spec, epilogue=s.epilogue,
+                                   b_k_major=s.layout[1] == "T").config,
                        s.epilogue if s.epilogue in ("none", "cross") else "bias_relu"): None for s in dlrm_suite()}
         else:
             chosen = {(c, "cross"): None for c in configs}

@@ -104,13 +104,15 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice
 
 
 def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
-                out_bytes: int = 0, a_aligned: bool | None = None, b_aligned: bool | None = None) -> GemmChoice:
+                out_bytes: int = 0, a_aligned: bool | None = None, b_aligned: bool | None = None,
+                b_k_major: bool = False) -> GemmChoice:
     """Triton config and backend for C[m, n] = A[m, k] @ B[k, n] on ``spec``; no timed runs.
 
     ``epilogue`` is one of "none", "bias", "relu", "bias_relu", "cross"; ``out_bytes`` the output
     element size (0 = as the inputs); ``a_aligned`` / ``b_aligned`` whether each operand's loads
-    vectorize (``polyrec.perfmodel.gemm.operand_alignment``; None = every size a multiple of 16).
-    Deterministic; cached per (device, dtype, bucketed shape, epilogue, alignment).
+    vectorize (``polyrec.perfmodel.gemm.operand_alignment``; None = every size a multiple of 16);
+    ``b_k_major`` whether B is stored K-major (the forward ``x @ Wᵀ``: ``GemmProblem.b_k_major``).
+    Deterministic; cached per (device, dtype, bucketed shape, epilogue, alignment, B's layout).
     Without a GPU target (the CPU), the Triton interpreter runs ``INTERPRETER_CONFIG`` when
     ``TRITON_INTERPRET`` is set, otherwise the library (torch) runs the GEMM.
     """
@@ -119,7 +121,7 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
         every = m % ALIGNMENT_ELEMENTS == 0 and n % ALIGNMENT_ELEMENTS == 0 and k % ALIGNMENT_ELEMENTS == 0
         a_aligned = every if a_aligned is None else a_aligned
         b_aligned = every if b_aligned is None else b_aligned
-    key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes, a_aligned, b_aligned)
+    key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes, a_aligned, b_aligned, b_k_major)
     choice = _CACHE.get(key)
     if choice is not None:
         return choice
@@ -130,7 +132,7 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
                             library_seconds=math.inf)
     else:
         problem = GemmProblem(m=key[2], n=key[3], k=key[4], dtype=dtype, out_bytes=out_bytes, epilogue=epilogue,
-                              a_aligned=a_aligned, b_aligned=b_aligned)
+                              a_aligned=a_aligned, b_aligned=b_aligned, b_k_major=b_k_major)
         choice = choose(problem, spec, entry[2])
     _CACHE[key] = choice
     return choice
@@ -138,10 +140,10 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
 
 def select_gemm_config(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
                        out_bytes: int = 0, a_aligned: bool | None = None,
-                       b_aligned: bool | None = None) -> GemmConfig:
+                       b_aligned: bool | None = None, b_k_major: bool = False) -> GemmConfig:
     """The Triton config ``select_gemm`` predicts fastest (whatever the backend choice)."""
     return select_gemm(m, n, k, dtype, spec, epilogue=epilogue, out_bytes=out_bytes, a_aligned=a_aligned,
-                       b_aligned=b_aligned).config
+                       b_aligned=b_aligned, b_k_major=b_k_major).config
 
 
 def clear_cache() -> None:

@@ -46,11 +46,35 @@ EPILOGUE_READS: dict[str, int] = {"none": 0, "bias": 0, "relu": 0, "bias_relu": 
 #: LDS (AMD CDNA4 architecture white paper, 2025).
 SMEM_BYTES_PER_CLOCK: dict[str, int] = {"sm_80": 128, "sm_90": 128, "sm_100": 128, "gfx942": 128,
                                         "gfx950": 256}
-#: Loaded global-memory latency, seconds. Pointer-chasing measures ~0.5 us unloaded on H100 HBM3
-#: (Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", arXiv 2402.13499:
-#: ~480 cycles at 1.7 GHz is 0.28 us for a global load that hits DRAM, more under load) and ~0.8 us on
-#: MI300X (Chips and Cheese, "Testing AMD's Giant MI300X", 2024). *Estimate* for the loaded case.
-MEMORY_LATENCY_S: dict[str, float] = {"nvidia": 0.6e-6, "amd": 0.9e-6}
+#: Loaded global-memory latency, seconds: the time a step's loads take to land while the memory
+#: system is busy. Unloaded pointer-chasing gives ~0.3-0.5 us on H100 HBM3 (Luo et al.,
+#: "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", arXiv 2402.13499) and ~0.8 us on
+#: MI300X (Chips and Cheese, "Testing AMD's Giant MI300X", 2024); queueing under load adds to it.
+#: NVIDIA: fitted on fold A of benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json
+#: (``benchmarks/gemm_model_check.py --fit``, grid 0.8 / 1.0 / 1.2 us; the stage-depth effect the
+#: sweep shows: 3 stages with 32-deep steps run 1.16-1.20x slower than 4 on the largest tiles).
+#: AMD: *estimate* (no AMD measurement yet).
+MEMORY_LATENCY_S: dict[str, float] = {"nvidia": 1.0e-6, "amd": 0.9e-6}
+#: Pipeline buffers the matrix unit still holds while the next loads are issued: Triton 3.6 runs
+#: Hopper ``wgmma`` asynchronously with one group in flight (``warpgroup.wait 1``), so the buffer it
+#: reads cannot be refilled yet and loads run ``num_stages - 2`` steps ahead instead of
+#: ``num_stages - 1`` (TritonGPU pipeliner, MMAv3 path). Checked on fold A of the H200 sweep
+#: (``--fit`` grid 0 / 1).
+WGMMA_HELD_BUFFERS = 1
+#: Operand bandwidth from L2 into the SMs over the L2 probe's rate (``hw calibrate``, a plain
+#: read kernel with 4 warps). The sweep's tiles up to 128x128, which are L2-bound, sustain 9.5-11
+#: TB/s of operand traffic on the H200 (``(BM + BN) / (BM BN)`` bytes per FLOP x their TFLOP/s)
+#: against the probe's 8.5 (1.1-1.3x). NVIDIA: fitted on fold A of the H200 sweep (``--fit`` grid 1.0 / 1.2 /
+#: 1.4); AMD: 1.0 (no measurement).
+L2_OPERAND_OVER_PROBE: dict[str, float] = {"nvidia": 1.4, "amd": 1.0}
+#: Slowdown of the whole per-CU time of a tile 256 columns wide whose B operand is K-major (B = Wᵀ
+#: of a row-major W [N, K]: the forward ``x @ Wᵀ``) on Hopper. Measured, not derived: on every
+#: forward (NT) shape of the H200 sweep, BM128 x BN256 runs 0.97-1.44x the time of BM256 x BN128 at 8
+#: warps (geomean 1.15 on fold A), while on the NN shapes the 256-wide tile is the faster one (0.88-0.98)
+#: and 64 x 256 is slower than 256 x 64 only in NT. The mechanism (a K-major B tile of 256 rows in
+#: shared memory for ``wgmma``) is not identified. Fitted on fold A (``--fit`` grid 1.0 / 1.2;
+#: fold A is flat from 1.1 up). Other architectures: 1.0 (no measurement).
+KMAJOR_B_WIDE_TILE_FACTOR: dict[str, float] = {"sm_90": 1.2}
 #: Hopper's legacy ``mma.sync`` path reaches about 2/3 of the ``wgmma`` dense rate (Luo et al.,
 #: arXiv 2402.13499, tensor-core throughput of mma vs wgmma on H800). *Estimate*.
 MMA_SYNC_FRACTION_SM90 = 0.65
@@ -145,6 +169,9 @@ class GemmProblem:
     # loads are scalar and cannot be cp.async-pipelined (see ``operand_aligned``).
     a_aligned: bool = True
     b_aligned: bool = True
+    # Whether B is stored K-major (B = Wᵀ of a row-major W [N, K]: the forward ``x @ Wᵀ``, layout
+    # "NT"); False = N-major (row-major B [K, N]), the default.
+    b_k_major: bool = False
 
     @property
     def in_bytes(self) -> int:
@@ -392,7 +419,8 @@ def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, 
     peak = spec.peak_flops[rate_dtype(p.dtype, spec)]
     clock = spec.boost_clock_hz * rate / peak * efficiency  # sustained clock implied by the ceiling
     mma, smem = _step_cycles(cfg, p, spec, fp)
-    port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (ceil.l2_bandwidth.value / spec.compute_units / clock)
+    operand_bw = ceil.l2_bandwidth.value * L2_OPERAND_OVER_PROBE[spec.vendor]
+    port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (operand_bw / spec.compute_units / clock)
     scalar = _scalar_load_cycles(cfg, p)
     step = max(mma, smem, port) + scalar + STEP_OVERHEAD_CYCLES
     tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
@@ -402,11 +430,14 @@ def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, 
     resident = min(fp.programs_per_cu, per_cu)
     rounds = math.ceil(per_cu / resident)
     latency = MEMORY_LATENCY_S[spec.vendor]
-    in_flight = max(1, cfg.num_stages - 1) if not scalar else 1  # scalar loads are not pipelined
+    held = WGMMA_HELD_BUFFERS if fp.instruction == "wgmma" else 0
+    in_flight = max(1, cfg.num_stages - 1 - held) if not scalar else 1  # scalar loads: not pipelined
     step_s = max(resident * step / clock, latency / in_flight)
     main = k_steps * step_s + latency  # + pipeline fill
     epilogue = _epilogue_round_seconds(cfg, p, spec, ceil, resident) if cfg.split_k == 1 else 0.0
     compute = rounds * (main + epilogue - EPILOGUE_OVERLAP * min(main, epilogue))
+    if p.b_k_major and cfg.block_n >= 256:
+        compute *= KMAJOR_B_WIDE_TILE_FACTOR.get(spec.arch, 1.0)  # see the constant
     memory = _memory_seconds(cfg, p, spec, ceil, fp.programs_per_cu * spec.compute_units)
     split = _split_k_seconds(cfg, p, spec, ceil)
     total = max(compute, *memory.values()) + split + KERNEL_OVERHEAD_S
