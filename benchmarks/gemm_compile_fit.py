@@ -1,17 +1,17 @@
-"""Compile-fit of the GEMM config candidates for MI350X, MI300X and H200 on the CPU (no GPU run).
+"""Compile-fit of the GEMM configs the selector picks for the DLRM suite on MI300X and MI350X (CPU only).
 
-Compiles every split_k = 1 candidate of the GEMM config space *before* the footprint filter (what an
-exhaustive autotuner would try; AMD: ``waves_per_eu`` = 0) with the "none" and "cross" epilogues,
-through ``polyrec.hardware.compile`` (Triton 3.6 ``triton.compile`` for cuda:90 / gfx942 / gfx950,
-with the divisibility-by-16 specialization a real launch gets), and records the compiled registers,
-spills and shared memory / LDS next to the model's ``footprint`` prediction. Summary: configs the model
-says fit but spill (the dangerous kind: the selector could pick them), configs it rejects that fit,
-and a least-squares fit of AMD registers = accumulator + c * step-tile registers + base over the
-configs that compiled without spills (the source of ``AMD_TILE_REGISTER_FACTOR`` /
-``AMD_BASE_REGISTERS`` / ``AMD_REGISTER_MARGIN`` in polyrec/perfmodel/gemm.py).
+For every shape of ``dlrm_suite()`` the selector's Triton config (``select_gemm`` with the shape's
+epilogue and B layout; kept whatever the backend choice, since a user may force Triton) is compiled
+through ``polyrec.hardware.compile`` (Triton 3.6 ``triton.compile`` for gfx942 / gfx950, with the
+divisibility-by-16 specialization a real launch gets), plus the split-K reduction kernel. Each row
+records the compiled registers, spills and LDS next to the model's ``footprint`` prediction. Summary:
+configs that do not fit (spill / over LDS: the issue's target is zero), configs the model says fit
+but do not, and a least-squares fit of AMD registers = accumulator + c * step-tile registers + base
+over the spill-free compiles (a check of ``AMD_TILE_REGISTER_FACTOR`` / ``AMD_BASE_REGISTERS``).
 
 Run on the CPU with TRITON_INTERPRET unset: ``.venv/bin/python benchmarks/gemm_compile_fit.py``
-(20+ minutes on 2 busy cores: ptxas is slow on the large H200 tiles); ``--quick`` compiles 4 configs per device (about 30 s).
+(a few minutes on 2 cores, one compile per process); ``--devices H200`` adds cuda:90 (ptxas is slow on
+the large tiles); ``--quick`` compiles 4 configs per device (about 30 s).
 """
 
 from __future__ import annotations
@@ -23,50 +23,70 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from polyrec.hardware import get_device
-from polyrec.kernels.gemm_configs import GemmConfig, _amd_candidates, _nvidia_candidates
+from polyrec.kernels.gemm_configs import GemmConfig, dlrm_suite
+from polyrec.kernels.gemm_select import select_gemm
 from polyrec.perfmodel import gemm as model
 from polyrec.results import write_results
 
-DEVICES = ("MI350X", "MI300X", "H200")
-EPILOGUES = ("none", "cross")
+DEVICES = ("MI350X", "MI300X")
 DTYPE = "bf16"
+#: The kernel variants the compile jobs exist for: a shape's epilogue maps to one of these.
+COMPILED_EPILOGUE = {"none": "none", "bias": "bias_relu", "relu": "bias_relu", "bias_relu": "bias_relu",
+                     "cross": "cross"}
 
 
-def candidates(device: str) -> list[GemmConfig]:
-    """The unfiltered split_k = 1 candidates of a device (AMD: waves_per_eu = 0)."""
+def selected(device: str) -> list[tuple[str, bool, GemmConfig, str]]:
+    """(epilogue, B K-major, config, first shape) the selector picks for the suite, deduplicated."""
     spec = get_device(device)
-    make = _amd_candidates if spec.vendor == "amd" else _nvidia_candidates
-    return [c for c in make(spec, DTYPE) if c.split_k == 1 and c.waves_per_eu == 0]
+    out: dict[tuple[str, bool, GemmConfig], str] = {}
+    for s in dlrm_suite():
+        k_major = s.layout[1] == "T"
+        config = select_gemm(s.m, s.n, s.k, DTYPE, spec, epilogue=s.epilogue, b_k_major=k_major).config
+        out.setdefault((COMPILED_EPILOGUE[s.epilogue], k_major, config), s.name)
+    return [(e, t, c, name) for (e, t, c), name in out.items()]
 
 
-def compile_one(task: tuple[str, str, GemmConfig]) -> dict:
-    """Compile one (device, epilogue, config); actual resources and the model's prediction."""
+def compile_one(task: tuple[str, str, bool, GemmConfig, str]) -> dict:
+    """Compile one (device, epilogue, B layout, config); actual resources and the model's prediction."""
     from polyrec.hardware.compile import compile_for
     from polyrec.kernels.gemm import compile_job_for
 
-    device, epilogue, c = task
+    device, epilogue, trans_b, c, shape = task
     spec = get_device(device)
     fp = model.footprint(c, DTYPE, spec, epilogue)
-    row = {"device": device, "epilogue": epilogue, "config": c.label, "bm": c.block_m, "bn": c.block_n,
+    row = {"device": device, "shape": shape, "epilogue": epilogue, "trans_b": trans_b, "config": c.label,
+           "bm": c.block_m, "bn": c.block_n,
            "bk": c.block_k, "warps": c.num_warps, "stages": c.num_stages, "mi": c.matrix_instr_nonkdim,
            "kpack": c.kpack, "pred_registers": fp.registers, "pred_limit": fp.register_limit,
            "pred_smem": fp.smem_bytes, "pred_fits": fp.fits}
     if fp.smem_bytes > spec.smem_per_block:  # the shared-memory model is exact; ptxas takes minutes on these
         return row | {"skipped": f"shared memory {fp.smem_bytes} B > {spec.smem_per_block} B per block"}
     try:
-        r = compile_for(compile_job_for(c, DTYPE, spec, epilogue=epilogue), spec)
+        r = compile_for(compile_job_for(c, DTYPE, spec, epilogue=epilogue, trans_b=trans_b), spec)
     except Exception as exc:  # recorded, not hidden: a compile failure is a result here
         return row | {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
     return row | {"registers": r.registers, "spill_bytes": r.spill_bytes, "smem": r.shared_bytes,
                   "fits": r.fits, "problems": list(r.problems)}
 
 
-def register_fit(rows: list[dict], device: str, epilogue: str) -> dict:
-    """Least squares: registers = acc + factor * tile + base over spill-free compiles (AMD)."""
+def reduce_row(device: str) -> dict:
+    """Compile the split-K reduction kernel for one device."""
+    from polyrec.hardware.compile import compile_for
+    from polyrec.kernels.gemm import reduce_compile_job
+
+    r = compile_for(reduce_compile_job(DTYPE), get_device(device))
+    return {"device": device, "shape": "split-K reduction", "epilogue": "cross", "config": "reduce",
+            "registers": r.registers, "spill_bytes": r.spill_bytes, "smem": r.shared_bytes, "fits": r.fits,
+            "pred_fits": True, "problems": list(r.problems)}
+
+
+def register_fit(rows: list[dict], device: str) -> dict:
+    """Least squares: registers = acc + factor * tile + base over spill-free "none"-epilogue compiles."""
     import numpy as np
 
     spec = get_device(device)
-    ok = [r for r in rows if r["device"] == device and r["epilogue"] == epilogue and r.get("fits")]
+    ok = [r for r in rows if r["device"] == device and r["epilogue"] != "cross" and r.get("fits")
+          and r["config"] != "reduce"]
     if len(ok) < 3:
         return {}
     threads = [r["warps"] * spec.warp_size for r in ok]
@@ -83,32 +103,35 @@ def register_fit(rows: list[dict], device: str, epilogue: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 configs per device (smoke test)")
+    parser.add_argument("--devices", nargs="+", default=list(DEVICES), help="catalog names")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     opts = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("gemm_compile_fit: unset TRITON_INTERPRET (compiling needs real JIT functions)")
     start = time.perf_counter()
     tasks = []
-    for device in DEVICES:
-        configs = candidates(device)
+    for device in opts.devices:
+        picks = selected(device)
         if opts.quick:
-            configs = configs[:: max(1, len(configs) // 4)][:4]
-        tasks += [(device, epilogue, c) for epilogue in EPILOGUES for c in configs]
+            picks = picks[:4]
+        tasks += [(device, epilogue, trans_b, c, shape) for epilogue, trans_b, c, shape in picks]
     with ProcessPoolExecutor(opts.workers) as pool:
-        rows = list(pool.map(compile_one, tasks, chunksize=4))
+        rows = list(pool.map(compile_one, tasks)) + list(pool.map(reduce_row, opts.devices))
     done = [r for r in rows if "error" not in r and "skipped" not in r]
-    summary = {"what": "compile-only on the CPU (Triton 3.6 cross-compilation), no GPU; AMD targets never ran",
+    summary = {"what": "compile-only on the CPU (Triton 3.6 cross-compilation) of the configs the selector picks "
+                       "for dlrm_suite(); no GPU; AMD targets never ran",
                "compiled": len(done), "errors": sum("error" in r for r in rows),
-               "skipped_over_shared_memory": sum("skipped" in r for r in rows), "wall_s": round(time.perf_counter() - start, 1)}
-    for device in DEVICES:
-        for epilogue in EPILOGUES:
-            mine = [r for r in done if r["device"] == device and r["epilogue"] == epilogue]
-            false_fit = [r["config"] for r in mine if r["pred_fits"] and not r["fits"]]
-            summary[f"{device} {epilogue} predicted fit but spills/overflows"] = len(false_fit)
-            summary[f"{device} {epilogue} predicted no fit but fits"] = sum(r["fits"] and not r["pred_fits"] for r in mine)
-            summary[f"{device} {epilogue} false fits"] = false_fit
-            if get_device(device).vendor == "amd":
-                summary[f"{device} {epilogue} register fit"] = register_fit(done, device, epilogue)
+               "skipped_over_shared_memory": sum("skipped" in r for r in rows),
+               "wall_s": round(time.perf_counter() - start, 1)}
+    for device in opts.devices:
+        mine = [r for r in done if r["device"] == device]
+        summary[f"{device} compiled"] = len(mine)
+        summary[f"{device} not fitting (spills / over LDS)"] = [f"{r['config']} ({r['shape']})" for r in mine
+                                                               if not r["fits"]]
+        summary[f"{device} predicted fit but does not"] = sum(r["pred_fits"] and not r["fits"] for r in mine)
+        summary[f"{device} max registers"] = max((r["registers"] for r in mine), default=0)
+        if get_device(device).vendor == "amd":
+            summary[f"{device} register fit"] = register_fit(done, device)
     table = [{k: v for k, v in r.items() if k != "problems"} for r in rows]
     write_results("gemm_compile_fit" + ("_quick" if opts.quick else ""), {"rows": rows}, rows=table, summary=summary)
     for key, value in summary.items():
