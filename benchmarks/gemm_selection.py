@@ -104,12 +104,14 @@ def _selection_times(shape: GemmShape, dtype: str, spec) -> tuple[float, float]:
     gemm_select.clear_cache()
     select_gemm(1, 1, 1, dtype, spec)  # ceilings loaded once, as in a process
     start = time.perf_counter()
-    select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue)
+    select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
+                b_k_major=shape.layout[1] == "T")
     cold = time.perf_counter() - start
     warm = []
     for _ in range(200):
         start = time.perf_counter()
-        select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue)
+        select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
+                b_k_major=shape.layout[1] == "T")
         warm.append(time.perf_counter() - start)
     return cold, statistics.median(warm)
 
@@ -117,7 +119,8 @@ def _selection_times(shape: GemmShape, dtype: str, spec) -> tuple[float, float]:
 def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], args: dict) -> dict:
     """Time every config of one shape; correctness of each against the reference first."""
     ceil = ceilings(spec)
-    problem = GemmProblem(m=shape.m, n=shape.n, k=shape.k, dtype=dtype, epilogue=shape.epilogue)
+    problem = GemmProblem(m=shape.m, n=shape.n, k=shape.k, dtype=dtype, epilogue=shape.epilogue,
+                          b_k_major=shape.layout[1] == "T")
     ref = _reference(args)
     records = []
     for config in configs:
@@ -128,7 +131,8 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
         est = estimate(problem, config, spec, ceil)
         records.append({"config": config.label, "measured_ms": ms, "predicted_ms": est.seconds * 1e3,
                         "error": err, "parts": {k: round(v, 9) for k, v in est.parts.items()}})
-    choice = select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue)
+    choice = select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
+                b_k_major=shape.layout[1] == "T")
     selected = next((r for r, c in zip(records, configs) if c == choice.config), None)
     if selected is None:
         ms = do_bench(lambda: matmul(**args, config=choice.config), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
