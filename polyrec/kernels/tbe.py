@@ -21,7 +21,7 @@ from torch import Tensor
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
-from polyrec.kernels.tbe_backward import (MERGE_BLOCK, MERGE_OWNERS, PERMUTE_BLOCK, lane_update_kernel, merge_kernel,
+from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
                                           permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
                                          sort_keys_kernel, vector_width)
@@ -365,6 +365,7 @@ class TableBatchedEmbedding(torch.nn.Module):
         ucfg = self._update_config(n)
         tiles = triton.cdiv(n, ucfg.tile)
         partial = torch.empty(tiles * 2, self.block_d, dtype=torch.float32, device=dev)  # [tiles * 2, BLOCK_D]
+        part_key = torch.empty(tiles * 2, dtype=torch.int64, device=dev)  # [tiles * 2] row of each piece, -1: none
         opt = self.optimizer
         common = dict(lr=opt.step_size(self.step), eps=opt.eps, beta1=opt.beta1, beta2=opt.beta2,
                       weight_decay=opt.weight_decay, seed=self._next_seed())
@@ -373,7 +374,7 @@ class TableBatchedEmbedding(torch.nn.Module):
                      T_PAD=self.t_pad, TILE=ucfg.tile)
         if ucfg.variant == "scan":
             update_kernel[(tiles,)](
-                self.weights, self.state1, self.state2, grad, partial, sorted_keys, perm, src, scale,
+                self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, perm, src, scale,
                 lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
                 n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
                 SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
@@ -381,16 +382,31 @@ class TableBatchedEmbedding(torch.nn.Module):
             g_off, sorted_scale = self._permute(grad, sorted_keys, perm, src, scale, batch_size, sequence is not None)
             lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
             lane_update_kernel[(tiles,)](
-                self.weights, self.state1, self.state2, grad, partial, sorted_keys, g_off, sorted_scale,
+                self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
                 lay.table_row_base, lay.table_elem_base, lay.table_dim, n, len(self.tables), self.total_rows,
                 **common, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **lane_flags)
-        warp_size = _selection_spec(dev).warp_size
-        merge_kernel[(triton.cdiv(tiles, MERGE_OWNERS),)](
-            self.weights, self.state1, self.state2, partial, sorted_keys,
-            lay.table_row_base, lay.table_elem_base, lay.table_dim,
-            n, len(self.tables), self.total_rows, **common, OWNERS=MERGE_OWNERS, MERGE=MERGE_BLOCK,
-            num_warps=tbe_select.merge_warps(self.block_d, MERGE_BLOCK, warp_size), **flags)
+        self._merge(partial, part_key, common, flags)
 
+    def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict) -> None:
+        """Finish the runs that cross tile ends, level by level (``merge_level_kernel``): each level
+        reads the pieces the one before parked and parks 2 per ``per`` slots; the last level is one
+        program, so every run ends in it."""
+        lay, dev = self.layout, self.weights.device
+        warp_size = _selection_spec(dev).warp_size
+        per = tbe_select.merge_level_tile(self.block_d, warp_size)
+        warps = tbe_select.merge_warps(self.block_d, per, warp_size)
+        level_flags = dict(flags, TILE=per)
+        while True:
+            programs = triton.cdiv(part_key.numel(), per)
+            out = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
+            out_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)
+            merge_level_kernel[(programs,)](
+                self.weights, self.state1, self.state2, partial, part_key, out, out_key,
+                lay.table_row_base, lay.table_elem_base, lay.table_dim, part_key.numel(), len(self.tables),
+                **common, num_warps=warps, **level_flags)
+            if programs == 1:
+                return
+            partial, part_key = out, out_key
 
     def _grad_vec(self, grad: Tensor) -> int:
         """Elements per vector access of the output-gradient slices (every slice offset is a multiple)."""

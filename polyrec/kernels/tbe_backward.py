@@ -16,9 +16,14 @@
    and scale in sorted order, and ``lane_update_kernel`` needs two dependent round trips (keys and
    offsets, then gradient slices with the weight rows and state of its runs), one warp per program at
    D = 128 with the scan inside each lane (docs/tbe.md compares the two).
-3. ``merge_kernel``: OWNERS tile boundaries per program; for each run that starts in tile c and
-   crosses its end, it adds tail(c) + head(c+1) + head(c+2) + ... in that order and applies the
-   optimizer once.
+3. ``merge_level_kernel``: a run that crosses tile ends left pieces in ``partial``: slot 2t holds the
+   piece at the head of tile t (a run that began earlier), slot 2t+1 the piece at its tail (a run that
+   goes on; zero when the head piece already covers the whole tile), and ``part_key`` their row ids
+   (-1: no piece). In slot order these pieces are again sorted by key, so the same segmented sum over
+   L slots per program (``polyrec.perfmodel.tbe.level_tile``: 64 at D = 128) finishes every run that
+   lies inside its slots and parks the pieces of the rest for the next level: about log_{L/2}(tiles)
+   launches, each over 2/L of the slots of the one before, and no program walks a long run alone (a row with 400k duplicates,
+   Zipf-skewed inputs, was one program's serial walk over 50k tiles in the previous one-pass merge).
 Summation order is fixed by the sort and by the scan's and merge's trees: reproducible.
 No atomics, no dense gradient, no O(rows) temporaries: memory is O(nnz).
 
@@ -35,10 +40,6 @@ import triton.language as tl
 
 from polyrec.kernels.tbe_optim import apply_update, load_rows, store_update
 
-#: Tile boundaries one merge program inspects (vectorised; almost all have no crossing run).
-MERGE_OWNERS = 64
-#: Tiles whose head partials the merge adds per loop iteration.
-MERGE_BLOCK = 16
 #: Sorted positions per program of ``permute_kernel`` (a streaming gather: 8 per thread at 4 warps).
 PERMUTE_BLOCK = 1024
 
@@ -69,19 +70,25 @@ def _segment_add(flag_a, sum_a, flag_b, sum_b):
 
 
 @triton.jit
-def _park_partials(partial_ptr, acc, i, ok, started, is_end, tile, d, TILE: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Store the partial sums of runs crossing the tile's edges for the merge kernel: slot 2*tile
-    holds the head (a run that started in an earlier tile), slot 2*tile+1 the tail (one that goes on)."""
+def _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d,
+                   TILE: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Store the pieces of runs crossing the tile's edges for the next merge level: slot 2*tile the
+    head piece (a run that started in an earlier tile), slot 2*tile+1 the tail piece (a run that goes
+    on past the tile; zero if that run is the head's, whose piece already holds the whole tile), and
+    each slot's row id, -1 where there is no piece."""
     last = i == TILE - 1
-    head = ok & ~started & (is_end | last)
-    tail = ok & started & ~is_end & last
-    slot = tile * 2 + tail.to(tl.int64)
-    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | tail)[:, None])
+    head = ok & ~started & (is_end | last)  # [TILE] at most one position
+    tail = ok & last & ~is_end
+    row = d[None, :] + tl.zeros([TILE], dtype=tl.int64)[:, None]
+    tl.store(partial_ptr + tile * 2 * BLOCK_D + row, acc, mask=head[:, None])
+    tl.store(partial_ptr + (tile * 2 + 1) * BLOCK_D + row, tl.where(started[:, None], acc, 0.0), mask=tail[:, None])
+    tl.store(part_key_ptr + tile * 2, tl.max(tl.where(head, key, -1), axis=0))
+    tl.store(part_key_ptr + tile * 2 + 1, tl.max(tl.where(tail, key, -1), axis=0))
 
 
 @triton.jit(do_not_specialize=["seed"])
 def update_kernel(
-    weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr,
+    weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
     keys_ptr, perm_ptr, src_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr, feat_col_ptr,
     n_pos, batch_size, grad_stride, num_tables, invalid_key,
@@ -119,7 +126,7 @@ def update_kernel(
     whole = ok & is_end & started
     apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
                  beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    _park_partials(partial_ptr, acc, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
+    _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
 
 
 @triton.jit
@@ -163,7 +170,7 @@ def _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: 
 
 @triton.jit(do_not_specialize=["seed"])
 def lane_update_kernel(
-    weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr,
+    weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
     keys_ptr, g_off_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr,
     n_pos, num_tables, invalid_key,
@@ -206,57 +213,36 @@ def lane_update_kernel(
     _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
     store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr, eps,
                  beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    _park_partials(partial_ptr, acc, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
-
-
-@triton.jit
-def _merge_run(weights_ptr, state1_ptr, state2_ptr, partial_ptr, keys_ptr, row_base_ptr, elem_base_ptr, dim_ptr,
-               owner, key, n_pos, num_tables, lr, eps, beta1, beta2, weight_decay, seed,
-               OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr,
-               VEC: tl.constexpr, T_PAD: tl.constexpr, TILE: tl.constexpr, MERGE: tl.constexpr):
-    """tail(owner) + head(owner+1) + head(owner+2) + ... while the run continues; update its row once."""
-    d = tl.arange(0, BLOCK_D)
-    acc = tl.load(partial_ptr + (owner * 2 + 1) * BLOCK_D + d[None, :])  # [1, BLOCK_D]
-    k = owner + 1
-    more = key >= 0
-    while more:
-        ks = k + tl.arange(0, MERGE)
-        kin = ks * TILE < n_pos
-        kkey = tl.load(keys_ptr + ks * TILE, mask=kin, other=-1).to(tl.int64)
-        match = kin & (kkey == key)  # a prefix of the block: keys are sorted
-        heads = tl.load(partial_ptr + (ks * 2)[:, None] * BLOCK_D + d[None, :], mask=match[:, None], other=0.0)
-        acc += tl.sum(heads, axis=0)[None, :]
-        more = tl.sum(match.to(tl.int32), axis=0) == MERGE
-        k += MERGE
-    row = key + tl.zeros([1], dtype=tl.int64)
-    addr, mask, dim = _row_addresses(row, row >= 0, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
-    acc = tl.where(mask, acc, 0.0)
-    apply_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, acc, lr, eps, beta1, beta2, weight_decay,
-                 dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+    _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["seed"])
-def merge_kernel(
-    weights_ptr, state1_ptr, state2_ptr, partial_ptr, keys_ptr,
-    row_base_ptr, elem_base_ptr, dim_ptr,
-    n_pos, num_tables, invalid_key,
+def merge_level_kernel(
+    weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
+    row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    T_PAD: tl.constexpr, TILE: tl.constexpr, OWNERS: tl.constexpr, MERGE: tl.constexpr,
+    T_PAD: tl.constexpr, TILE: tl.constexpr,
 ):
-    """For each of OWNERS tiles: if a run starts in it and crosses its end, add its partials, update once."""
-    j = tl.arange(0, OWNERS)
-    c = tl.program_id(0).to(tl.int64) * OWNERS + j  # [OWNERS] tiles
-    last = (c + 1) * TILE - 1  # last position of each tile
-    inside = last + 1 < n_pos
-    key = tl.load(keys_ptr + last, mask=inside, other=invalid_key).to(tl.int64)
-    after = tl.load(keys_ptr + last + 1, mask=inside, other=-1).to(tl.int64)
-    before = tl.load(keys_ptr + c * TILE - 1, mask=inside & (c > 0), other=-1).to(tl.int64)
-    owns = inside & (key == after) & (key != invalid_key) & (before != key)  # [OWNERS]
-    for s in range(0, OWNERS):
-        pick = owns & (j == s)
-        if tl.sum(pick.to(tl.int32), axis=0) > 0:
-            _merge_run(weights_ptr, state1_ptr, state2_ptr, partial_ptr, keys_ptr, row_base_ptr, elem_base_ptr,
-                       dim_ptr, tl.sum(tl.where(pick, c, 0), axis=0), tl.sum(tl.where(pick, key, 0), axis=0),
-                       n_pos, num_tables, lr, eps, beta1, beta2, weight_decay, seed,
-                       OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, MERGE)
+    """One merge level over TILE partial slots: sum the pieces of each run in slot order, update the
+    rows of runs that end inside these slots, park the pieces of runs that go on (``_park_partials``)."""
+    tile = tl.program_id(0).to(tl.int64)
+    i = tl.arange(0, TILE)
+    pos = tile * TILE + i  # [TILE] slots
+    in_range = pos < n_slots
+    key = tl.load(part_key_ptr + pos, mask=in_range, other=-1)
+    prev = tl.load(part_key_ptr + pos - 1, mask=in_range & (pos > 0), other=-1)
+    nxt = tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1)
+    before = tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1)
+    ok = key >= 0
+    is_end = key != nxt
+    started = key != before  # the run's first piece is in these slots (pieces are sorted by key)
+    d = tl.arange(0, BLOCK_D)
+    g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=ok[:, None], other=0.0)  # [TILE, BLOCK_D]
+    flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
+    _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
+    addr, d_mask, dim = _row_addresses(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
+    whole = ok & is_end & started
+    apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
+                 beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+    _park_partials(out_ptr, out_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)

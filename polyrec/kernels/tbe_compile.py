@@ -2,7 +2,7 @@
 
 Coverage: at BLOCK_D = 128 (the MLPerf dims) every forward candidate in fp32 and bf16 weights, every
 update candidate for each optimizer (fp32, plus stochastic-rounding bf16 for rowwise Adagrad), the
-merge kernel per optimizer, the sort-key kernel per forward tile and the sequence kernel; plus the
+merge-level kernel per optimizer, the sort-key kernel per forward tile and the sequence kernel; plus the
 largest forward and update tiles at BLOCK_D = 512 (the widest rows, the most registers per thread).
 The selector sizes warps from the tile (ELEMS_PER_THREAD per thread), so register use per thread
 does not grow with BLOCK_D; the 512 jobs check that.
@@ -15,7 +15,7 @@ from typing import Any
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
-from polyrec.kernels.tbe_backward import (MERGE_BLOCK, MERGE_OWNERS, PERMUTE_BLOCK, lane_update_kernel, merge_kernel,
+from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
                                           permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
 from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS
@@ -24,7 +24,7 @@ _TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 _SCALARS = {"batch_size": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
             "out_row0": "i32", "rows": "i64", "base": "i64", "dim": "i32", "invalid_key": "i64", "n_pos": "i32",
             "grad_stride": "i64", "num_tables": "i32", "lr": "fp32", "eps": "fp32", "beta1": "fp32",
-            "beta2": "fp32", "weight_decay": "fp32", "seed": "i32"}
+            "beta2": "fp32", "weight_decay": "fp32", "seed": "i32", "n_slots": "i32"}
 _POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp32", "out_ptr": "*fp32",
              "flags_ptr": "*i32", "feat_ids_ptr": "*i32", "feat_table_ptr": "*i32", "feat_col_ptr": "*i32",
              "feat_mean_ptr": "*i32", "table_rows_ptr": "*i64", "table_elem_base_ptr": "*i64",
@@ -32,7 +32,8 @@ _POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp
              "src_ptr": "*i32", "scale_ptr": "*fp32", "state1_ptr": "*fp32", "state2_ptr": "*fp32",
              "grad_ptr": "*fp32", "partial_ptr": "*fp32", "perm_ptr": "*i64", "piece_start_ptr": "*i64",
              "num_pieces_ptr": "*i64", "row_base_ptr": "*i64", "elem_base_ptr": "*i64", "dim_ptr": "*i32",
-             "g_off_ptr": "*i32", "sorted_scale_ptr": "*fp32"}
+             "g_off_ptr": "*i32", "sorted_scale_ptr": "*fp32", "part_key_ptr": "*i64", "part_ptr": "*fp32",
+             "out_key_ptr": "*i64"}
 
 
 def _signature(kernel: Any, weights: str, constexprs: dict[str, Any]) -> dict[str, str]:
@@ -86,10 +87,10 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
                 kernel = lane_update_kernel
             jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile} w{c.num_warps}",
                              kernel, dtype, consts, c.num_warps))
-            if not largest_only:
-                warps = tbe_select.merge_warps(block_d, MERGE_BLOCK, spec.warp_size)
-                jobs.append(_job(f"tbe merge {kind} {dtype} D{block_d} tile{c.tile} w{warps}", merge_kernel, dtype,
-                                 dict(common, TILE=c.tile, OWNERS=MERGE_OWNERS, MERGE=MERGE_BLOCK), warps))
+        per = tbe_select.merge_level_tile(block_d, spec.warp_size)
+        warps = tbe_select.merge_warps(block_d, per, spec.warp_size)
+        jobs.append(_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{per} w{warps}", merge_level_kernel,
+                         dtype, dict(common, TILE=per), warps))
     return jobs
 
 

@@ -73,28 +73,29 @@ def _mix32(x):
 
 @triton.jit
 def random_u32(seed, addr):
-    """Counter-based random uint32 per element from a seed and an int64 element address."""
+    """Counter-based random uint32 per element from a seed and an int64 element address: the address's
+    high word is folded in by a multiplicative (Fibonacci) hash, then one finaliser round (the rounding
+    only needs bits uncorrelated with the value; one round instead of two: the fp16 update was
+    ALU-bound, benchmarks/results/tbe_breakdown_fp16_nvidia-h200_2026-11-29)."""
     lo = (addr & 0xFFFFFFFF).to(tl.uint32)
     hi = (addr >> 32).to(tl.uint32)
-    x = _mix32(lo ^ seed.to(tl.uint32))
-    return _mix32(x ^ (hi * 0x9E3779B9))
+    return _mix32(lo ^ (hi * 0x9E3779B9) ^ seed.to(tl.uint32))
 
 
 @triton.jit
 def round_stochastic(x, bits, OUT_DTYPE: tl.constexpr):
     """Round fp32 ``x`` to OUT_DTYPE up or down with probability proportional to the distance.
 
-    Truncate toward zero, then move one ulp away from zero with probability (|x| - |low|) / ulp,
-    using 24 random bits: unbiased in expectation, including subnormals.
+    Truncate toward zero, then move one ulp away from zero when u * ulp < |x| - |low| with u uniform in
+    [0, 1) from 24 random bits: unbiased in expectation, including subnormals (no division).
     """
     low = x.to(OUT_DTYPE, fp_downcast_rounding="rtz")
     low_bits = low.to(tl.int16, bitcast=True)
     high = (low_bits + 1).to(OUT_DTYPE, bitcast=True)
     low32 = low.to(tl.float32)
     gap = tl.abs(high.to(tl.float32)) - tl.abs(low32)
-    frac = (tl.abs(x) - tl.abs(low32)) / gap
     u = (bits >> 8).to(tl.float32) * (1.0 / 16777216.0)
-    return tl.where(u < frac, high, low)
+    return tl.where(u * gap < tl.abs(x) - tl.abs(low32), high, low)
 
 
 @triton.jit

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.tbe_backward import MERGE_OWNERS
-from polyrec.perfmodel.tbe import ForwardTile, UpdateShape, forward_seconds, update_fits_registers, update_seconds
+from polyrec.perfmodel.tbe import (ForwardTile, UpdateShape, forward_seconds, level_tile, update_fits_registers,
+                                   update_seconds)
 
 #: Tile elements (rows in flight x BLOCK_D) a forward program may load per iteration.
 FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
@@ -146,10 +146,15 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
         if not update_fits_registers(shape, spec):
             continue
         seconds = update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
-                                 grad_row_bytes=4 * block_d, state_bytes_per_row=state_row, merge_owners=MERGE_OWNERS)
+                                 grad_row_bytes=4 * block_d, state_bytes_per_row=state_row)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best
+
+
+def merge_level_tile(block_d: int, warp_size: int) -> int:
+    """Partial slots per merge-level program (``polyrec.perfmodel.tbe.level_tile``)."""
+    return level_tile(block_d, warp_size)
 
 
 def merge_warps(block_d: int, merge_block: int, warp_size: int) -> int:

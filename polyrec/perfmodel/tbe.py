@@ -269,12 +269,18 @@ UPDATE_TRIPS = {"scan": 5, "lane": 2}
 #: cuda:90 compiles of the candidates (rowwise Adagrad, fp32; tests/test_tbe_compile.py compiles them):
 #: scan 16 elements -> 128-148, lane TILE 8 (32 elements) -> 168; capped at 255.
 UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
-#: Merge programs resident per SM / CU (63 registers x 4 warps in the cuda:90 compile: 8 by registers).
-MERGE_RESIDENT_PER_CU = 8
-#: Dependent round trips per crossing run a merge program handles in turn (head partials, weight row,
-#: state; the stores do not wait), and before the first (tile-boundary keys).
-MERGE_TRIPS_PER_RUN = 3
-MERGE_SETUP_TRIPS = 3
+#: Partial-slot elements (slots x BLOCK_D) per merge-level program (``tbe_backward.merge_level_kernel``),
+#: per warp size. 32: 64 slots at D = 128, 8 warps, 32 fp32 values per thread per tile; at D = 512 the
+#: same 16-slot tile keeps the cross-warp scan in shared memory (64 x 512 asked for 256 KB on sm_90,
+#: over the 227 KB limit). 64 (wave64): 8192 spilled VGPRs to scratch on gfx942; 2048 (4 values per
+#: thread at 8 waves, as the update's UPDATE_ELEMS_PER_THREAD_WAVE64) compiles clean
+#: (tests/test_tbe_compile.py).
+LEVEL_TILE_ELEMS = {32: 8192, 64: 2048}
+#: Dependent DRAM round trips of one merge level: slot keys -> pieces with the rows of the runs it ends
+#: (stores do not wait). The levels run one after another.
+LEVEL_TRIPS = 2
+#: Bytes per partial slot a level reads (its row id) and writes (two per program: negligible).
+SLOT_KEY_BYTES = 8
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -327,18 +333,37 @@ def update_bytes(variant: str, *, nnz: float, unique: float, row_bytes: float, g
     return common + nnz * (4 + 8 + 2 * gran + 8) + nnz * 12
 
 
-def merge_seconds(*, nnz: float, unique: float, tile: int, owners: int, spec: DeviceSpec) -> float:
-    """Merge of runs crossing tile ends: each program walks its owned runs one after the other."""
-    boundaries = nnz / tile
-    crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))  # chance the next sorted id has the same key
-    programs = math.ceil(boundaries / owners)
-    waves = math.ceil(programs / (MERGE_RESIDENT_PER_CU * spec.compute_units))
-    chain = MERGE_SETUP_TRIPS + MERGE_TRIPS_PER_RUN * owners * crossing
-    return waves * chain * LOADED_LATENCY_S[spec.vendor]
+def level_tile(block_d: int, warp_size: int) -> int:
+    """Partial slots per merge-level program: each level leaves 2 per this many slots."""
+    return max(4, LEVEL_TILE_ELEMS[warp_size] // block_d)
+
+
+def merge_levels(tiles: int, block_d: int, warp_size: int) -> int:
+    """Launches of ``merge_level_kernel`` after an update over ``tiles`` tiles (as ``TableBatchedEmbedding._merge``)."""
+    slots, levels, per = 2 * tiles, 1, level_tile(block_d, warp_size)
+    while slots > per:
+        slots, levels = 2 * math.ceil(slots / per), levels + 1
+    return levels
+
+
+def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float, spec: DeviceSpec,
+                  ceil: Ceilings) -> float:
+    """Merge of runs crossing tile ends: the pieces the update parks (written, then read by the first
+    level: a tile end splits a run with the chance that the next sorted id repeats the key), the slot
+    keys of every level, and each level's dependent round trips plus a launch."""
+    tiles = math.ceil(nnz / tile)
+    crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
+    pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
+    block_d = int(grad_row_bytes) // 4  # the update's gradient tile is fp32
+    per = level_tile(block_d, spec.warp_size)
+    keys = 2 * 2 * tiles * SLOT_KEY_BYTES * (1 + 2 / per)  # first two levels; the rest are tiny
+    levels = merge_levels(tiles, block_d, spec.warp_size)
+    return (pieces + keys) / ceil.copy_bandwidth.value + levels * (
+        LEVEL_TRIPS * LOADED_LATENCY_S[spec.vendor] + ceil.launch_latency.value)
 
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
-                   row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float, merge_owners: int) -> float:
+                   row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float) -> float:
     """Predicted update (+ permute) + merge time: the longer of the bytes at the copy rate and the
     programs' dependent round trips over the resident programs (Little's law), plus the merge."""
     gran = GATHER_GRANULARITY[spec.vendor]
@@ -348,4 +373,5 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     lat = LOADED_LATENCY_S[spec.vendor]
     chain_s = programs * UPDATE_TRIPS[shape.variant] * lat / update_resident(shape, spec)
     return (max(moved / ceil.copy_bandwidth.value, chain_s) + UPDATE_TRIPS[shape.variant] * lat
-            + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile, owners=merge_owners, spec=spec))
+            + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile, grad_row_bytes=grad_row_bytes, spec=spec,
+                            ceil=ceil))
