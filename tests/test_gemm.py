@@ -1,5 +1,6 @@
 """GEMM numerics through the Triton interpreter against float64: every layout, epilogue and dtype,
-odd sizes, split-K, poisoned outputs; autograd of linear and cross_linear against torch."""
+odd sizes, split-K, poisoned outputs; the cross network's backward epilogues (CrossGrad, residual) on
+the Triton and library paths; autograd of linear and cross_linear against torch."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import itertools
 import pytest
 import torch
 
-from polyrec.kernels.gemm import cross_linear, linear, matmul, reference_matmul
+from polyrec.kernels.gemm import CrossGrad, cross_linear, linear, matmul, reference_matmul
 from polyrec.kernels.gemm_configs import GemmConfig
+from polyrec.kernels.gemm_select import GemmChoice
 
 pytestmark = pytest.mark.skipif(
     __import__("os").environ.get("TRITON_INTERPRET", "0") in ("", "0"),
@@ -150,3 +152,89 @@ def test_linear_under_autocast_casts_like_f_linear():
     assert y.dtype == torch.bfloat16
     y.float().sum().backward()
     assert w.grad is not None and w.grad.dtype == torch.float32
+
+
+def _cross_grad_case(dtype: torch.dtype, acc_dtype: torch.dtype, m=M, n=N):
+    """Operands of the CrossGrad epilogue: grad, x0 and a d_x0 accumulator holding earlier terms."""
+    grad, x0 = torch.randn(m, n, dtype=dtype), torch.randn(m, n, dtype=dtype)
+    return grad, x0, torch.randn(m, n, dtype=acc_dtype)
+
+
+@pytest.mark.parametrize("layout,dtype_name,accumulate,plus_grad,acc_dtype,split_k", [
+    ("NT", "bf16", True, False, torch.bfloat16, 1), ("NT", "bf16", False, True, torch.float32, 1),
+    ("NN", "fp32", True, True, torch.float32, 1), ("NT", "fp32", False, False, torch.float32, 3),
+    ("NT", "bf16", True, True, torch.bfloat16, 2)])
+def test_cross_grad_epilogue_matches_float64(layout, dtype_name, accumulate, plus_grad, acc_dtype, split_k,
+                                             poisoned, precision):
+    precision(dtype_name)
+    dtype, tol = DTYPES[dtype_name]
+    m, k = (45, 97) if split_k > 1 else (M, K)  # split-K: two row blocks of the reduction kernel too
+    a, b = _operands(layout, dtype, m=m, k=k)
+    bias = torch.randn(N, dtype=dtype)
+    grad, x0, d_x0 = _cross_grad_case(dtype, acc_dtype, m=m)
+    earlier = d_x0.double()
+    if not accumulate:
+        d_x0.fill_(float("nan"))  # must be overwritten
+    bias_grad = torch.full((N,), float("nan"))
+    config = GemmConfig(block_m=16, block_n=32, block_k=16, split_k=split_k, num_warps=4, num_stages=2)
+    g = matmul(a, b, trans_b=layout[1] == "T", bias=bias, config=config,
+               cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=accumulate, plus_grad=plus_grad,
+                                    bias_grad=bias_grad))
+    y = reference_matmul(a, b, trans_b=layout[1] == "T", bias=bias)
+    g_ref = grad.double() * x0.double()
+    d_x0_ref = grad.double() * (y + 1 if plus_grad else y) + (earlier if accumulate else 0)
+    assert g.dtype == dtype and d_x0.dtype == acc_dtype
+    _check(g, g_ref, 1, tol)
+    if acc_dtype == torch.bfloat16:  # y is exact to fp32; the bf16 rounding of d_x0 dominates
+        _check(d_x0, d_x0_ref, 1, 1e-2)
+    else:
+        _check(d_x0, d_x0_ref, k, 1e-5)
+    _check(bias_grad, g_ref.sum(0), m, tol)
+
+
+@pytest.mark.parametrize("layout,dtype_name,split_k", [("NN", "bf16", 1), ("NT", "fp32", 1), ("NN", "fp32", 4)])
+def test_residual_epilogue_matches_float64(layout, dtype_name, split_k, poisoned, precision):
+    precision(dtype_name)
+    dtype, tol = DTYPES[dtype_name]
+    k = 97 if split_k > 1 else K
+    a, b = _operands(layout, dtype, k=k)
+    residual = torch.randn(M, N, dtype=dtype)
+    config = GemmConfig(block_m=16, block_n=32, block_k=16, split_k=split_k, num_warps=4, num_stages=2)
+    out = matmul(a, b, trans_b=layout[1] == "T", residual=residual, config=config)
+    _check(out, reference_matmul(a, b, trans_b=layout[1] == "T") + residual.double(), k, tol)
+
+
+def test_fused_epilogues_on_the_library_path(monkeypatch, poisoned):
+    """When the selector hands the GEMM to torch, the residual and CrossGrad epilogues run as torch ops."""
+    import polyrec.kernels.gemm as gemm
+
+    choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
+    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    a, b = _operands("NT", torch.float32)
+    bias, residual = torch.randn(N), torch.randn(M, N)
+    grad, x0, d_x0 = _cross_grad_case(torch.float32, torch.float32)
+    earlier = d_x0.double()
+    bias_grad = torch.full((N,), float("nan"))
+    g = matmul(a, b, trans_b=True, bias=bias,
+               cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, plus_grad=True, bias_grad=bias_grad))
+    y = reference_matmul(a, b, trans_b=True, bias=bias)
+    _check(g, grad.double() * x0.double(), 1, 1e-5)
+    _check(d_x0, earlier + grad.double() * (y + 1), K, 1e-5)
+    _check(bias_grad, (grad.double() * x0.double()).sum(0), M, 1e-5)
+    out = matmul(a, b, trans_b=True, residual=residual)
+    _check(out, reference_matmul(a, b, trans_b=True) + residual.double(), K, 1e-5)
+
+
+def test_fused_epilogues_reject_bad_inputs():
+    a, b = _operands("NN", torch.float32)
+    grad, x0, d_x0 = _cross_grad_case(torch.float32, torch.float32)
+    with pytest.raises(ValueError, match="residual must be"):
+        matmul(a, b, residual=torch.zeros(M, N + 1))
+    with pytest.raises(ValueError, match="d_x0 must be"):
+        matmul(a, b, cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0[:, 1:]))
+    with pytest.raises(ValueError, match="bias_grad must be fp32"):
+        matmul(a, b, cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, bias_grad=torch.zeros(N, dtype=torch.float64)))
+    with pytest.raises(ValueError, match="exclusive"):
+        matmul(a, b, residual=grad, cross=(x0, grad))
+    with pytest.raises(ValueError, match="no activation"):
+        matmul(a, b, residual=grad, activation="relu")

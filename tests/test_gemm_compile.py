@@ -37,3 +37,21 @@ def test_selected_configs_compile_and_fit(name):
         if not report.fits:
             failures.append(f"{job.label}: {', '.join(report.problems)}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
+def test_fused_cross_backward_epilogues_compile_and_fit(name):
+    """The cross network's backward epilogues (CrossGrad on the recompute GEMM, residual on the
+    projection dgrad, and both in the split-K reduction) with the configs the selector picks."""
+    from polyrec.hardware.compile import compile_for
+    from polyrec.kernels.dcn import compile_jobs
+
+    if name not in catalog():
+        pytest.skip(f"{name} data file not in the catalog yet")
+    spec = get_device(name)
+    failures = []
+    for job in compile_jobs(spec):
+        report = compile_for(job, spec)
+        if not report.fits:
+            failures.append(f"{job.label}: {', '.join(report.problems)}")
+    assert not failures, "\n".join(failures)

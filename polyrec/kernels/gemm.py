@@ -14,6 +14,8 @@ may also hand the GEMM to the vendor library (torch.matmul) with the epilogue ap
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -182,16 +184,55 @@ def _input_precision(dtype: str, backend: str) -> str:
     return "tf32" if dtype == "tf32" and backend == "cuda" else "ieee"
 
 
-def epilogue_name(bias: bool, activation: str, cross: bool) -> str:
-    """The model's epilogue key: "none", "bias", "relu", "bias_relu" or "cross"."""
-    if cross:
+@dataclass(kw_only=True, slots=True)
+class CrossGrad:
+    """The DCN-v2 cross layer's backward as an epilogue of the recompute GEMM y = v @ Wᵀ + b: the
+    GEMM's output is g = grad * x0 (the gradient of y), and ``d_x0`` is updated in place with
+    grad * y (x0's gradient through the cross update)."""
+
+    grad: torch.Tensor  # [M, N] the gradient of the layer output x_{l+1}
+    x0: torch.Tensor  # [M, N] the cross network's input
+    d_x0: torch.Tensor  # [M, N] x0's gradient accumulator, updated in place (any float dtype)
+    accumulate: bool = True  # d_x0 += ...; False overwrites it (the first layer of the backward)
+    plus_grad: bool = False  # add grad too: x0 is also this layer's residual input (layer 0)
+    bias_grad: torch.Tensor | None = None  # [N] fp32, written with the sum over M of g
+
+    def tensors(self) -> tuple[tuple[str, torch.Tensor], ...]:
+        return (("grad", self.grad), ("x0", self.x0), ("d_x0", self.d_x0))
+
+
+def epilogue_name(bias: bool, activation: str, cross: bool, fused_backward: bool = False) -> str:
+    """The model's epilogue key: "none", "bias", "relu", "bias_relu" or "cross".
+
+    ``fused_backward`` (a residual add or ``CrossGrad``): the model has no key of its own for these;
+    "cross" (two extra [M, N] reads in the kernel; x0 * y and + x as eager passes after the library)
+    is the closest in extra traffic: residual reads one tensor (one eager add), CrossGrad reads three
+    and writes one more (four eager passes)."""
+    if cross or fused_backward:
         return "cross"
     if activation == "relu":
         return "bias_relu" if bias else "relu"
     return "bias" if bias else "none"
 
 
-def _validate(a, b, trans_a, trans_b, bias, activation, cross) -> tuple[int, int, int]:
+def _validate_fused(m, n, device, activation, residual, cross_grad) -> None:
+    """The residual / CrossGrad epilogues: [m, n] tensors on ``device``, no activation."""
+    named = [("residual", residual)] if residual is not None else []
+    if cross_grad is not None:
+        named += list(cross_grad.tensors())
+        db = cross_grad.bias_grad
+        if db is not None and (db.shape != (n,) or db.dtype != torch.float32 or db.device != device):
+            raise ValueError(f"matmul: cross_grad bias_grad must be fp32 [{n}] on {device}, got {db.dtype} "
+                             f"{tuple(db.shape)} on {db.device}")
+    if named and activation != "none":
+        raise ValueError("matmul: the residual and cross_grad epilogues take no activation")
+    for name, t in named:
+        if t.shape != (m, n) or t.device != device:
+            raise ValueError(f"matmul: {name} must be [{m}, {n}] on {device}, got {tuple(t.shape)} on {t.device}")
+
+
+def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
+              cross_grad=None) -> tuple[int, int, int]:
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"matmul: a and b must be 2-D, got a {tuple(a.shape)}, b {tuple(b.shape)}")
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
@@ -213,13 +254,16 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross) -> tuple[int, int
             if t.shape != (m, n) or t.device != a.device:
                 raise ValueError(f"matmul: cross {name} must be [{m}, {n}] on {a.device}, got "
                                  f"{tuple(t.shape)} on {t.device}")
+    if sum(x is not None for x in (cross, residual, cross_grad)) > 1:
+        raise ValueError("matmul: cross, residual and cross_grad are exclusive epilogues")
+    _validate_fused(m, n, a.device, activation, residual, cross_grad)
     for name, t in (("a", a), ("b", b)):
         if t.numel() > MAX_ELEMENTS:
             raise ValueError(f"matmul: {name} has {t.numel()} elements, more than {MAX_ELEMENTS}")
     return m, n, k
 
 
-def _library(a, b, bias, activation, cross, out_dtype) -> torch.Tensor:
+def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad=None) -> torch.Tensor:
     """torch.matmul (cuBLAS / hipBLASLt) with the epilogue as separate torch ops."""
     y = torch.matmul(a, b)
     if bias is not None:
@@ -228,7 +272,25 @@ def _library(a, b, bias, activation, cross, out_dtype) -> torch.Tensor:
         y = torch.relu(y)
     if cross is not None:
         y = cross[0].to(y.dtype) * y + cross[1].to(y.dtype)
+    if residual is not None:
+        y = y + residual.to(y.dtype)
+    if cross_grad is not None:
+        y = _library_cross_grad(y, cross_grad)
     return y.to(out_dtype)
+
+
+def _library_cross_grad(y: torch.Tensor, cg: CrossGrad) -> torch.Tensor:
+    """CrossGrad as eager torch ops on the library GEMM's y [M, N]; returns g = grad * x0."""
+    grad = cg.grad.to(y.dtype)
+    g = grad * cg.x0.to(y.dtype)  # [M, N]
+    term = grad * (y + 1) if cg.plus_grad else grad * y
+    if cg.accumulate:
+        cg.d_x0.add_(term)
+    else:
+        cg.d_x0.copy_(term)
+    if cg.bias_grad is not None:
+        cg.bias_grad.copy_(g.sum(0, dtype=torch.float32))
+    return g
 
 
 def _call(kernel, grid, warmup: bool):
@@ -236,35 +298,56 @@ def _call(kernel, grid, warmup: bool):
     return (lambda *args, **kwargs: kernel.warmup(*args, grid=grid, **kwargs)) if warmup else kernel[grid]
 
 
+def _epilogue_operands(out, bias, cross, residual, cross_grad, activation, row_blocks: int):
+    """(tensors bias, x0, x, d_x0, column-sum partials [row_blocks, N] fp32 or None; their strides;
+    the kernel's epilogue flags). Unused pointers get ``out`` (never read: their flag is off)."""
+    bias_t = bias if bias is not None else out
+    x0 = xr = dx0 = out
+    db = None
+    if cross is not None:
+        x0, xr = cross
+    if residual is not None:
+        xr = residual
+    if cross_grad is not None:
+        x0, xr, dx0 = cross_grad.x0, cross_grad.grad, cross_grad.d_x0
+        if cross_grad.bias_grad is not None:
+            db = torch.empty((row_blocks, out.shape[1]), device=out.device, dtype=torch.float32)  # [R, N]
+    strides = (x0.stride(0), x0.stride(1), xr.stride(0), xr.stride(1), dx0.stride(0), dx0.stride(1))
+    flags = {"HAS_BIAS": bias is not None, "RELU": activation == "relu", "CROSS": cross is not None,
+             "RESIDUAL": residual is not None, "CROSS_GRAD": cross_grad is not None,
+             "DX0_READ": cross_grad is not None and cross_grad.accumulate,
+             "DX0_PLUS_GRAD": cross_grad is not None and cross_grad.plus_grad, "BIAS_GRAD": db is not None}
+    return (bias_t, x0, xr, dx0, db if db is not None else out), strides, flags, db
+
+
 def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, m, n, k, sa, sb,
-            warmup: bool = False) -> None:
+            warmup: bool = False, residual=None, cross_grad=None) -> None:
     backend = "hip" if torch.version.hip else "cuda"
     options = config.launch_options(backend) if a.is_cuda else {"WIDEN_OPERANDS": True}
     precision = _input_precision(dtype, backend)
-    dummy = out  # never read: its flag is off
-    bias_t = bias if bias is not None else dummy
-    x0, xr = cross if cross is not None else (dummy, dummy)
-    flags = {"HAS_BIAS": bias is not None, "RELU": activation == "relu", "CROSS": cross is not None}
+    row_block = config.block_m if config.split_k == 1 else REDUCE_BLOCK_M
+    ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
+                                                  triton.cdiv(m, row_block))
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+    tile_args = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+                 "GROUP_M": config.group_m, "INPUT_PRECISION": precision}
     if config.split_k == 1:
         _call(gemm_kernel, (tiles, 1), warmup)(
-            a, b, out, bias_t, x0, xr, m, n, k, k_per_split, *sa, *sb, 0, out.stride(0), out.stride(1),
-            x0.stride(0), x0.stride(1), xr.stride(0), xr.stride(1),
-            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-            SPLIT_K=1, INPUT_PRECISION=precision, **flags, **options)
-        return
-    partials = torch.empty((config.split_k, m, n), device=a.device, dtype=torch.float32)  # [S, M, N]
-    _call(gemm_kernel, (tiles, config.split_k), warmup)(
-        a, b, partials, bias_t, x0, xr, m, n, k, k_per_split, *sa, *sb, *partials.stride(),
-        x0.stride(0), x0.stride(1), xr.stride(0), xr.stride(1),
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        SPLIT_K=config.split_k, INPUT_PRECISION=precision, HAS_BIAS=False, RELU=False, CROSS=False, **options)
-    grid = (triton.cdiv(m, REDUCE_BLOCK_M), triton.cdiv(n, REDUCE_BLOCK_N))
-    _call(split_k_reduce_kernel, grid, warmup)(
-        partials, out, bias_t, x0, xr, m, n, *partials.stride(), out.stride(0), out.stride(1),
-        x0.stride(0), x0.stride(1), xr.stride(0), xr.stride(1), SPLIT_K=config.split_k,
-        BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, num_warps=REDUCE_NUM_WARPS, **flags)
+            a, b, out, *ptrs, m, n, k, k_per_split, *sa, *sb, 0, out.stride(0), out.stride(1), *strides,
+            SPLIT_K=1, **tile_args, **flags, **options)
+    else:
+        partials = torch.empty((config.split_k, m, n), device=a.device, dtype=torch.float32)  # [S, M, N]
+        _call(gemm_kernel, (tiles, config.split_k), warmup)(
+            a, b, partials, *ptrs, m, n, k, k_per_split, *sa, *sb, *partials.stride(), *strides,
+            SPLIT_K=config.split_k, HAS_BIAS=False, RELU=False, CROSS=False, **tile_args, **options)
+        grid = (triton.cdiv(m, REDUCE_BLOCK_M), triton.cdiv(n, REDUCE_BLOCK_N))
+        _call(split_k_reduce_kernel, grid, warmup)(
+            partials, out, *ptrs, m, n, *partials.stride(), out.stride(0), out.stride(1), *strides,
+            SPLIT_K=config.split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, num_warps=REDUCE_NUM_WARPS,
+            **flags)
+    if db is not None and not warmup:
+        torch.sum(db, 0, out=cross_grad.bias_grad)
 
 
 def _device_spec(t: torch.Tensor) -> DeviceSpec:
@@ -291,31 +374,36 @@ def _vectorizable(t: torch.Tensor) -> bool:
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bool = False,
            bias: torch.Tensor | None = None, activation: str = "none",
-           cross: tuple[torch.Tensor, torch.Tensor] | None = None, out_dtype: torch.dtype | None = None,
+           cross: tuple[torch.Tensor, torch.Tensor] | None = None, residual: torch.Tensor | None = None,
+           cross_grad: CrossGrad | None = None, out_dtype: torch.dtype | None = None,
            config: GemmConfig | None = None, warmup: bool = False) -> torch.Tensor:
     """``epilogue(op(a) @ op(b))`` with fp32 accumulation; returns [M, N] in ``out_dtype`` (default a's).
 
     a: [M, K] ([K, M] with ``trans_a``); b: [K, N] ([N, K] with ``trans_b``); bias: [N];
-    cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``. ``config=None`` asks the selector,
+    cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``; residual [M, N]: ``out = acc + bias +
+    residual``; cross_grad: ``out = grad * x0`` and x0's gradient updated (``CrossGrad``).
+    ``config=None`` asks the selector,
     which may run torch.matmul instead when it predicts that faster (epilogue pass included).
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
     """
-    m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross)
+    m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
     out_dtype = out_dtype or a.dtype
     dtype = gemm_dtype(a)
     a_op = a.t() if trans_a else a  # [M, K] view
     b_op = b.t() if trans_b else b  # [K, N] view
     if config is None:
         out_bytes = torch.empty((), dtype=out_dtype).element_size()
-        choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue_name(bias is not None, activation,
-                             cross is not None), out_bytes=out_bytes, a_aligned=_vectorizable(a_op),
+        epilogue = epilogue_name(bias is not None, activation, cross is not None,
+                                 residual is not None or cross_grad is not None)
+        choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue, out_bytes=out_bytes,
+                             a_aligned=_vectorizable(a_op),
                              b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1)
         if choice.backend == "library":
-            return _library(a_op, b_op, bias, activation, cross, out_dtype)
+            return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad)
         config = choice.config
     out = torch.empty((m, n), device=a.device, dtype=out_dtype)  # [M, N]
     _launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
-            (a_op.stride(0), a_op.stride(1)), (b_op.stride(0), b_op.stride(1)), warmup)
+            (a_op.stride(0), a_op.stride(1)), (b_op.stride(0), b_op.stride(1)), warmup, residual, cross_grad)
     return out
 
 
@@ -374,7 +462,7 @@ class _CrossLinear(torch.autograd.Function):
         return d_x0, dv, grad if ctx.needs_input_grad[2] else None, dw, db
 
 
-def _autocast(*tensors):
+def autocast_inputs(*tensors):
     """Cast to the autocast dtype where autocast is on for these tensors' device (as F.linear does)."""
     device_type = tensors[0].device.type
     if not torch.is_autocast_enabled(device_type):
@@ -391,7 +479,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    x, weight, bias = _autocast(x, weight, bias)
+    x, weight, bias = autocast_inputs(x, weight, bias)
     return _Linear.apply(x, weight, bias, activation)
 
 
@@ -404,28 +492,28 @@ def cross_linear(x0: torch.Tensor, v: torch.Tensor, x_residual: torch.Tensor, we
     input; x_residual: [B, D] the layer input x_l; weight: [D, r]; bias: [D] -> [B, D].
     Autograd-capable (the backward recomputes ``v @ weight.T + bias`` for x0's gradient).
     """
-    x0, v, x_residual, weight, bias = _autocast(x0, v, x_residual, weight, bias)
+    x0, v, x_residual, weight, bias = autocast_inputs(x0, v, x_residual, weight, bias)
     return _CrossLinear.apply(x0, v, x_residual, weight, bias)
 
 
 def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogue: str = "cross",
                     trans_b: bool = True) -> CompileJob:
-    """The GEMM kernel with one config, for ``polyrec.hardware.compile.compile_for`` (forward layout:
-    A row-major, B given as [N, K] row-major; ``epilogue`` "none", "bias_relu" or "cross")."""
+    """The GEMM kernel with one config, for ``polyrec.hardware.compile.compile_for`` (A row-major, B
+    given as [N, K] row-major with ``trans_b``, else [K, N]; ``epilogue`` "none", "bias_relu", "cross",
+    "residual" or "cross_grad" (its largest form: d_x0 read and the bias-gradient partials written))."""
     ptr = _TRITON_TYPES[dtype]
     fused = config.split_k == 1
     ints = ["M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_bn", "stride_cs", "stride_cm",
-            "stride_x0m", "stride_xrm"]
-    unit = {"stride_ak": 1, "stride_cn": 1, "stride_x0n": 1, "stride_xrn": 1}  # row-major A, C, x0, x
+            "stride_x0m", "stride_xrm", "stride_dx0m"]
+    unit = {"stride_ak": 1, "stride_cn": 1, "stride_x0n": 1, "stride_xrn": 1, "stride_dx0n": 1}  # row-major
     unit["stride_bk" if trans_b else "stride_bn"] = 1
     constexprs = unit | {
         "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
-        "GROUP_M": config.group_m, "SPLIT_K": config.split_k, "HAS_BIAS": fused and epilogue != "none",
-        "RELU": fused and epilogue == "bias_relu", "CROSS": fused and epilogue == "cross",
+        "GROUP_M": config.group_m, "SPLIT_K": config.split_k,
         "INPUT_PRECISION": _input_precision(dtype, spec.triton.backend if spec.triton else "cuda"),
-        "WIDEN_OPERANDS": False}
+        "WIDEN_OPERANDS": False} | _epilogue_flags(epilogue if fused else "none")
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr if fused else "*fp32", "bias_ptr": ptr,
-                 "x0_ptr": ptr, "xr_ptr": ptr}
+                 "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr, "db_ptr": "*fp32"}
     signature |= {name: "i32" for name in ints if name not in unit}
     signature |= {name: "constexpr" for name in constexprs}
     order = list(gemm_kernel.arg_names)
@@ -440,16 +528,24 @@ def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogu
                       options=options, divisible_by_16=tuple(n for n in aligned if signature[n] != "constexpr"))
 
 
-def reduce_compile_job(dtype: str, split_k: int = 4) -> CompileJob:
-    """The split-K reduction kernel with the cross epilogue."""
+def _epilogue_flags(epilogue: str) -> dict[str, bool]:
+    """The kernels' epilogue constexprs for a compile job's epilogue name (see ``compile_job_for``)."""
+    return {"HAS_BIAS": epilogue in ("bias_relu", "cross", "cross_grad"), "RELU": epilogue == "bias_relu",
+            "CROSS": epilogue == "cross", "RESIDUAL": epilogue == "residual", "CROSS_GRAD": epilogue == "cross_grad",
+            "DX0_READ": epilogue == "cross_grad", "DX0_PLUS_GRAD": False, "BIAS_GRAD": epilogue == "cross_grad"}
+
+
+def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross") -> CompileJob:
+    """The split-K reduction kernel with an epilogue (``compile_job_for``'s names)."""
     ptr = _TRITON_TYPES[dtype]
     names = ["M", "N", "stride_ps", "stride_pm", "stride_pn", "stride_cm", "stride_cn", "stride_x0m",
-             "stride_x0n", "stride_xrm", "stride_xrn"]
-    signature = {"p_ptr": "*fp32", "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr}
+             "stride_x0n", "stride_xrm", "stride_xrn", "stride_dx0m", "stride_dx0n"]
+    signature = {"p_ptr": "*fp32", "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr,
+                 "db_ptr": "*fp32"}
     signature |= {n: "i32" for n in names}
-    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N,
-                  "HAS_BIAS": True, "RELU": False, "CROSS": True}
+    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N} | _epilogue_flags(epilogue)
     signature |= {k: "constexpr" for k in constexprs}
     signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
-    return CompileJob(label=f"gemm split-k reduce {dtype}", kernel=split_k_reduce_kernel, signature=signature,
+    suffix = "" if epilogue == "cross" else f" {epilogue}"
+    return CompileJob(label=f"gemm split-k reduce {dtype}{suffix}", kernel=split_k_reduce_kernel, signature=signature,
                       constexprs=constexprs, num_warps=REDUCE_NUM_WARPS, num_stages=1)

@@ -8,4 +8,5 @@ KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.hardware.probes",
     "polyrec.kernels.tbe_compile",
     "polyrec.kernels.gemm_configs",
+    "polyrec.kernels.dcn",
 )

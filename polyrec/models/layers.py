@@ -2,7 +2,8 @@
 
 Each layer holds fp32 master weights and runs its matmuls through a :class:`DenseOps` backend:
 "torch" (``F.linear``, the eager reference) or "polyrec" (polyrec.kernels.gemm: Triton GEMMs with a
-fused bias/ReLU epilogue and the fused cross update). ``compute_dtype`` casts inputs and weights
+fused bias/ReLU epilogue and the fused cross update; the whole cross network as one autograd Function
+with its backward fused into the GEMMs, polyrec.kernels.dcn). ``compute_dtype`` casts inputs and weights
 for the matmuls (bf16 on a GPU, what autocast does); the casts are differentiable, so gradients
 land on the fp32 masters.
 """
@@ -34,9 +35,10 @@ class DenseOps:
         if backend == "polyrec":
             if not polyrec_dense_available():
                 raise ImportError("dense backend 'polyrec' needs polyrec.kernels.gemm, which is not installed")
-            from polyrec.kernels import gemm
+            from polyrec.kernels import dcn, gemm
 
             self._gemm = gemm
+            self._dcn = dcn
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
         """act(x @ weight.T + bias); x [B, in], weight [out, in] -> [B, out]."""
@@ -51,6 +53,14 @@ class DenseOps:
         if self.backend == "polyrec":
             return self._gemm.cross_linear(x0, v, x, weight, bias)
         return x0 * F.linear(v, weight, bias) + x
+
+    def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
+                      bs: list[torch.Tensor]) -> torch.Tensor:
+        """The whole low-rank cross network with the fused backward (polyrec backend only).
+        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]."""
+        if self.backend != "polyrec":
+            raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
+        return self._dcn.cross_network(x0, vs, us, bs)
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -90,6 +100,10 @@ class LowRankCross(nn.Module):
 
     Source: Wang et al., "DCN V2" (arXiv 2008.13535), eq. (2) with the low-rank W = U V of sec. 5.
     V_l is stored [r, D] (a linear layer D -> r), U_l [D, r], b_l [D].
+    ``fused`` (default): with the polyrec backend the network is one autograd Function whose backward
+    is fused into its GEMMs (``polyrec.kernels.dcn``); False runs the per-layer composition of
+    ``linear`` and ``cross_linear`` (autograd sums the gradients), the baseline of
+    ``benchmarks/dcn_backward.py``. The torch backend always runs the per-layer composition.
     """
 
     def __init__(self, dim: int, layers: int, rank: int, *, gen: torch.Generator) -> None:
@@ -100,8 +114,12 @@ class LowRankCross(nn.Module):
         for v, u, b in zip(self.v, self.u, self.b):
             init_linear_(v, None, gen)
             init_linear_(u, b, gen)
+        self.fused = True
 
     def forward(self, x0: torch.Tensor, ops: DenseOps, dtype: torch.dtype) -> torch.Tensor:
+        if self.fused and ops.backend == "polyrec":
+            return ops.cross_network(x0, [_cast(v, dtype) for v in self.v], [_cast(u, dtype) for u in self.u],
+                                     [_cast(b, dtype) for b in self.b])  # [B, D]
         x = x0  # [B, D]
         for v, u, b in zip(self.v, self.u, self.b):
             low = ops.linear(x, _cast(v, dtype), None, relu=False)  # [B, r]

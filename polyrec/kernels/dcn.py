@@ -1,0 +1,123 @@
+"""The DCN-v2 low-rank cross network as one autograd Function whose backward is fused into its GEMMs.
+
+Layer l (Wang et al., DCN V2, arXiv 2008.13535, eq. 2 with the low-rank W = U V):
+``v_l = x_l @ V_lᵀ`` [B, r], ``y_l = v_l @ U_lᵀ + b_l`` [B, D], ``x_{l+1} = x0 * y_l + x_l``.
+
+Backward of layer l, from G = dL/dx_{l+1} (five GEMMs, no full-size elementwise torch op):
+1. recompute GEMM ``v_l @ U_lᵀ`` whose epilogue (``CrossGrad``) adds b_l, writes ``g = G * x0`` as the
+   GEMM's output, accumulates ``d_x0 += G * y_l`` in place (layer 0 adds G too: x_0 is x0) and the
+   column sums of g (b_l's gradient, from fp32 partials per row block);
+2. ``dv = g @ U_l`` [B, r]; 3. ``dU_l = gᵀ @ v_l``; 4. ``dV_l = dvᵀ @ x_l``;
+5. ``dv @ V_l`` with the residual gradient added in the epilogue: ``dL/dx_l = dv @ V_l + G``; for
+   layer 0 the residual is the accumulated d_x0, so the last GEMM writes x0's whole gradient.
+
+The unfused composition (``cross_linear`` + ``linear``: autograd sums the gradients of x0 and of
+each x_l with separate adds, and the cross backward multiplies with torch ops) is kept in
+``polyrec.models.layers.LowRankCross`` (``fused=False``) as the baseline of ``benchmarks/dcn_backward.py``.
+
+Precision: x0's gradient is accumulated in the compute dtype (bf16 on a GPU), each term added in
+fp32 and rounded once per layer; the unfused path rounds the same way (autograd adds the bf16
+gradient tensors), and an fp32 accumulator would double its read-modify-write traffic (0.9 GB ->
+1.8 GB per layer at batch 65536, D 3456).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from polyrec.hardware.compile import CompileJob
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.gemm import CrossGrad, autocast_inputs, compile_job_for, matmul, reduce_compile_job
+
+#: Batch sizes whose fused-backward GEMM configs ``compile_jobs`` covers (MLPerf DLRM-DCNv2 runs
+#: 65536; 16384 is the e2e benchmark's smaller batch).
+COMPILE_BATCHES = (16384, 65536)
+#: MLPerf DLRM-DCNv2 cross network: 3456 = 27 x 128 features, rank 512 (MLPerf Training
+#: recommendation_v2/torchrec_dlrm README).
+MLPERF_DIM, MLPERF_RANK = 3456, 512
+
+
+class _CrossNetwork(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x0, *params):
+        layers = len(params) // 3
+        vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
+        xs, lows = [x0], []
+        for v_w, u_w, b in zip(vs, us, bs):
+            low = matmul(xs[-1], v_w, trans_b=True)  # [B, r]
+            lows.append(low)
+            xs.append(matmul(low, u_w, trans_b=True, bias=b, cross=(x0, xs[-1])))  # [B, D]
+        ctx.layers = layers
+        ctx.save_for_backward(*xs[:-1], *lows, *params)
+        return xs[-1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        layers = ctx.layers
+        saved = ctx.saved_tensors
+        xs, lows, params = saved[:layers], saved[layers:2 * layers], saved[2 * layers:]
+        vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
+        need = ctx.needs_input_grad
+        x0 = xs[0]
+        d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
+        d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
+        grad = grad.contiguous()  # [B, D] dL/dx_{l+1}
+        for l in reversed(range(layers)):
+            bias_grad = None
+            if need[1 + 2 * layers + l]:
+                bias_grad = torch.empty(x0.shape[1], device=x0.device, dtype=torch.float32)  # [D]
+            epilogue = CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=l < layers - 1, plus_grad=l == 0,
+                                 bias_grad=bias_grad)
+            g = matmul(lows[l], us[l], trans_b=True, bias=bs[l], cross_grad=epilogue)  # [B, D] = G * x0
+            dlow = matmul(g, us[l])  # [B, D] @ [D, r]
+            if need[1 + layers + l]:
+                d_u[l] = matmul(g, lows[l], trans_a=True)  # [D, B] @ [B, r]
+            if bias_grad is not None:
+                d_b[l] = bias_grad.to(bs[l].dtype)
+            if need[1 + l]:
+                d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
+            if l > 0:
+                grad = matmul(dlow, vs[l], residual=grad)  # [B, D] dL/dx_l
+            elif need[0]:
+                d_x0 = matmul(dlow, vs[0], residual=d_x0)  # [B, D] x0's whole gradient
+        return (d_x0 if need[0] else None), *d_v, *d_u, *d_b
+
+
+def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
+                  bs: list[torch.Tensor]) -> torch.Tensor:
+    """The low-rank cross network's output x_L with the fused backward.
+
+    x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
+    tensors [D] -> [B, D]. Under autocast, inputs and weights are cast as ``F.linear`` would.
+    """
+    if not (len(vs) == len(us) == len(bs) >= 1):
+        raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "
+                         f"{len(bs)}")
+    if x0.dim() != 2:
+        raise ValueError(f"cross_network: x0 must be [B, D], got {tuple(x0.shape)}")
+    d = x0.shape[1]
+    for l, (v_w, u_w, b) in enumerate(zip(vs, us, bs)):
+        r = v_w.shape[0]
+        if v_w.shape != (r, d) or u_w.shape != (d, r) or b.shape != (d,):
+            raise ValueError(f"cross_network: layer {l} needs V [r, {d}], U [{d}, r], b [{d}]; got V "
+                             f"{tuple(v_w.shape)}, U {tuple(u_w.shape)}, b {tuple(b.shape)}")
+    x0, *params = autocast_inputs(x0, *vs, *us, *bs)
+    return _CrossNetwork.apply(x0, *params)
+
+
+def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
+    """Compile jobs for the fused backward's epilogues with the configs the selector picks for the
+    MLPerf shapes (it is asked with the "cross" epilogue: ``polyrec.kernels.gemm.epilogue_name``): the
+    recompute GEMM (NT, CrossGrad) and the projection dgrad (NN, residual), plus the split-K reduction
+    kernel with each epilogue."""
+    from polyrec.kernels.gemm_select import select_gemm
+
+    jobs = []
+    for batch in COMPILE_BATCHES:
+        for epilogue, trans_b in (("cross_grad", True), ("residual", False)):
+            config = select_gemm(batch, MLPERF_DIM, MLPERF_RANK, "bf16", spec, epilogue="cross",
+                                 b_k_major=trans_b).config
+            job = compile_job_for(config, "bf16", spec, epilogue=epilogue, trans_b=trans_b)
+            if job.label not in {j.label for j in jobs}:
+                jobs.append(job)
+    return jobs + [reduce_compile_job("bf16", epilogue=e) for e in ("cross_grad", "residual")]

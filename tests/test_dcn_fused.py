@@ -1,0 +1,141 @@
+"""The DCN-v2 cross network with the fused backward (polyrec.kernels.dcn) against a float64 eager
+reference built from torch.nn ops: output and every gradient (x0, each V, U, b), odd sizes, poisoned
+buffers, the Triton interpreter and the library path, and the model's fused vs unfused paths."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from polyrec.kernels.dcn import compile_jobs, cross_network
+from polyrec.kernels.gemm_configs import GemmConfig
+from polyrec.kernels.gemm_select import GemmChoice
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+                                reason="CPU kernel tests run the Triton interpreter (TRITON_INTERPRET=1)")
+
+B, D, R = 37, 24, 8  # odd batch, D and rank not multiples of the 32-wide interpreter tiles
+#: Relative tolerance (of the largest reference value) per compute dtype: fp32 is IEEE here
+#: ("highest"); bf16 rounds every stored [B, D] tensor to 8 bits of mantissa.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 5e-2}
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """torch.empty / empty_like of a float dtype start as NaN, so buffers a kernel must write show."""
+    for name in ("empty", "empty_like"):
+        real = getattr(torch, name)
+
+        def nan_fill(*args, _real=real, **kwargs):
+            t = _real(*args, **kwargs)
+            return t.fill_(float("nan")) if t.is_floating_point() else t
+
+        monkeypatch.setattr(torch, name, nan_fill)
+
+
+@pytest.fixture(autouse=True)
+def _ieee_fp32():
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(previous)
+
+
+def _problem(layers: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """float64 x0 [B, D], V_l [R, D], U_l [D, R], b_l [D] at the DLRM init scales."""
+    x0 = torch.randn(B, D, generator=gen, dtype=torch.float64)
+    vs = [torch.randn(R, D, generator=gen, dtype=torch.float64) * (2 / (R + D)) ** 0.5 for _ in range(layers)]
+    us = [torch.randn(D, R, generator=gen, dtype=torch.float64) * (2 / (R + D)) ** 0.5 for _ in range(layers)]
+    bs = [torch.randn(D, generator=gen, dtype=torch.float64) * D ** -0.5 for _ in range(layers)]
+    return [x0, *vs, *us, *bs]
+
+
+def _reference(leaves: list[torch.Tensor], layers: int) -> torch.Tensor:
+    """x_{l+1} = x0 * U_l(V_l x_l) + x_l from nn.functional.linear, in float64."""
+    x0 = x = leaves[0]
+    for l in range(layers):
+        low = F.linear(x, leaves[1 + l])  # [B, R]
+        x = x0 * F.linear(low, leaves[1 + layers + l], leaves[1 + 2 * layers + l]) + x
+    return x
+
+
+def _run_and_compare(layers: int, dtype: torch.dtype, gen: torch.Generator, frozen: tuple[int, ...] = ()):
+    tensors = _problem(layers, gen)
+    grad = torch.randn(B, D, generator=gen, dtype=torch.float64)
+    ref = [t.clone().requires_grad_(i not in frozen) for i, t in enumerate(tensors)]
+    ours = [t.to(dtype).requires_grad_(i not in frozen) for i, t in enumerate(tensors)]
+    out_ref = _reference(ref, layers)
+    out_ref.backward(grad)
+    out = cross_network(ours[0], ours[1:1 + layers], ours[1 + layers:1 + 2 * layers], ours[1 + 2 * layers:])
+    out.backward(grad.to(dtype))
+    tol = TOLERANCE[dtype]
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), out_ref.detach(), rtol=0, atol=tol * out_ref.abs().max().item())
+    names = ["x0"] + [f"{p}{l}" for p in "VUb" for l in range(layers)]
+    for name, got, want in zip(names, ours, ref):
+        if want.grad is None:
+            assert got.grad is None, f"{name} needs no gradient but got one"
+            continue
+        assert got.grad is not None and got.grad.dtype == dtype, name
+        assert not torch.isnan(got.grad).any(), f"{name}'s gradient has unwritten (NaN) elements"
+        torch.testing.assert_close(got.grad.double(), want.grad, rtol=0, atol=tol * want.grad.abs().max().item(),
+                                   msg=lambda m, name=name: f"gradient of {name}: {m}")
+
+
+@pytest.mark.parametrize("layers,dtype", [(3, torch.float32), (1, torch.float32), (3, torch.bfloat16)])
+def test_fused_cross_network_matches_float64(layers, dtype, poisoned, rng):
+    _run_and_compare(layers, dtype, rng)
+
+
+def test_frozen_inputs_get_no_gradient(poisoned, rng):
+    """x0 without a gradient (layer 0's dgrad is skipped), one frozen V and one frozen b."""
+    _run_and_compare(2, torch.float32, rng, frozen=(0, 1, 6))
+
+
+def test_fused_cross_network_on_the_library_path(monkeypatch, poisoned, rng):
+    """Every GEMM handed to torch (as the selector may on a GPU): the epilogues run as torch ops."""
+    import polyrec.kernels.gemm as gemm
+
+    choice = GemmChoice(backend="library", config=GemmConfig(block_m=32, block_n=32, block_k=32),
+                        triton_seconds=1.0, library_seconds=0.0)
+    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    _run_and_compare(3, torch.float32, rng)
+
+
+def test_model_fused_and_unfused_paths_agree(rng):
+    """LowRankCross with the polyrec backend: the fused Function and the per-layer composition give the
+    same output and fp32 master gradients."""
+    from polyrec.models.layers import DenseOps, LowRankCross
+
+    ops = DenseOps("polyrec")
+    grads = []
+    for fused in (True, False):
+        cross = LowRankCross(D, 3, R, gen=torch.Generator().manual_seed(3))
+        cross.fused = fused
+        x0 = torch.randn(B, D, generator=torch.Generator().manual_seed(4)).requires_grad_()
+        out = cross(x0, ops, torch.float32)
+        out.backward(torch.randn(B, D, generator=torch.Generator().manual_seed(5)))
+        grads.append([out.detach(), x0.grad] + [p.grad for p in cross.parameters()])
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_shapes_name_the_layer():
+    x0 = torch.randn(B, D)
+    vs, us, bs = [torch.randn(R, D)] * 2, [torch.randn(D, R), torch.randn(D, R + 1)], [torch.randn(D)] * 2
+    with pytest.raises(ValueError, match="layer 1 needs"):
+        cross_network(x0, vs, us, bs)
+    with pytest.raises(ValueError, match="as many V, U and b"):
+        cross_network(x0, vs, us[:1], bs)
+
+
+def test_compile_jobs_cover_both_epilogues():
+    """The compile jobs (compiled for real by tests/test_gemm_compile.py) name each new epilogue."""
+    from polyrec.hardware.catalog import get_device
+
+    labels = [job.label for job in compile_jobs(get_device("H200"))]
+    assert any(label.endswith("cross_grad") for label in labels), labels
+    assert any(label.endswith("residual") for label in labels), labels
