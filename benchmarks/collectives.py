@@ -8,11 +8,17 @@ Sizes: the pooled-embedding all-to-all of MLPerf DLRM-DCNv2 (per rank: local bat
 128 dims, bf16) at local batches 4K-64K, and all-reduces from 1 MB to the dense model's gradient
 (about 25M fp32 parameters, ~100 MB). Rank 0 writes ``collectives_<gpu>_<date>.json``. Keep the
 NVLink-multicast-off variables of the device machines set (NCCL_NVLS_ENABLE=0).
+
+Calibration first: where the device kind has no stored link calibration, the script measures an
+all-to-all and an all-reduce at sizes it does not check (CALIBRATION_SIZES), fits the link's
+per-call overhead, per-step latency and bandwidth (``polyrec.planner.comms.fit_link``) and stores it;
+the predictions compared below then come from that calibration, never from the checked sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 
 import torch
@@ -20,12 +26,17 @@ import torch.distributed as dist
 
 from polyrec.hardware.detect import detect
 from polyrec.models.config import preset
-from polyrec.planner.comms import all_reduce_seconds, all_to_all_seconds, fleet_links
+from polyrec.hardware.calibrate import load_calibration, save_calibration
+from polyrec.planner.comms import (CollectiveSample, all_reduce_seconds, all_to_all_seconds, fit_link, fleet_links,
+                                   link_calibration_name)
 from polyrec.planner.types import parse_fleet
 from polyrec.results import write_results
 from polyrec.runtime.dist import init_distributed, shutdown
 
 BF16 = 2
+#: Calibration message sizes, bytes: none is among the checked sizes (all-to-all 27-436 MB per rank,
+#: all-reduce 1 MB to ~64 MB).
+CALIBRATION_SIZES = {"all_to_all": (8 << 20, 256 << 20), "all_reduce": (4 << 20, 256 << 20)}
 
 
 def dense_parameter_count() -> int:
@@ -53,6 +64,34 @@ def _median_ms(fn, reps: int) -> float:
     return float(t)
 
 
+def _collective(kind: str, nbytes: int):
+    """A callable running one ``kind`` collective of ``nbytes`` (per rank / buffer) on fresh random data."""
+    if kind == "all_to_all":
+        send = torch.randn(nbytes // BF16, device="cuda", dtype=torch.bfloat16)
+        recv = torch.empty_like(send)
+        return lambda: dist.all_to_all_single(recv, send)
+    buf = torch.randn(nbytes // 4, device="cuda")
+    return lambda: dist.all_reduce(buf)
+
+
+def ensure_link_calibration(device: str, link: str, world: int, reps: int, is_main: bool) -> str:
+    """Measure and store the link calibration of ``device`` unless stored; says which. ``reps`` 0: skip."""
+    name = link_calibration_name(device, link)
+    if load_calibration(name) is not None:
+        return "stored link calibration"
+    if reps == 0:
+        return "not calibrated (--quick): datasheet x efficiency"
+    samples = [CollectiveSample(collective=kind, nbytes=n, seconds=_median_ms(_collective(kind, n), reps) / 1e3)
+               for kind, sizes in CALIBRATION_SIZES.items() for n in sizes]
+    fitted = fit_link(samples, world)
+    sizes = "; ".join(f"{k} {', '.join(f'{n >> 20} MiB' for n in v)}" for k, v in CALIBRATION_SIZES.items())
+    fitted |= {"date": dt.date.today().isoformat(), "method": f"{sizes} on {world} GPUs"}
+    if is_main:
+        save_calibration(name, fitted)
+    dist.barrier()
+    return "link calibrated in this run"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -62,30 +101,30 @@ def main() -> None:
         raise SystemExit("collectives.py needs GPUs (NCCL/RCCL)")
     world = ctx.world_size
     spec = detect(ctx.local_rank).spec
-    links = fleet_links(parse_fleet(f"{spec.name}x{world}"))
     reps = 5 if args.quick else 30
+    link_name = fleet_links(parse_fleet(f"{spec.name}x{world}")).intra.name
+    calibration = ensure_link_calibration(spec.name, link_name, world, 0 if args.quick else reps, ctx.is_main)
+    links = fleet_links(parse_fleet(f"{spec.name}x{world}"))
     model = preset("mlperf-dcnv2")
     features, dim = model.num_tables, model.embedding_dim
     rows = []
     batches = (4096,) if args.quick else (4096, 16384, 65536)
     for batch in batches:
         per_rank = batch * features * dim * BF16  # bytes each rank holds before the exchange
-        send = torch.randn(per_rank // BF16, device="cuda", dtype=torch.bfloat16)
-        recv = torch.empty_like(send)
-        ms = _median_ms(lambda: dist.all_to_all_single(recv, send), reps)
+        ms = _median_ms(_collective("all_to_all", per_rank), reps)
         pred = all_to_all_seconds(per_rank, links) * 1e3
         rows.append({"collective": "all_to_all", "bytes_per_rank": per_rank, "measured_ms": ms,
                      "predicted_ms": pred, "error": pred / ms - 1})
     sizes = (1 << 20,) if args.quick else (1 << 20, 16 << 20, dense_parameter_count() * 4)
     for nbytes in sizes:
-        buf = torch.randn(nbytes // 4, device="cuda")
-        ms = _median_ms(lambda: dist.all_reduce(buf), reps)
+        ms = _median_ms(_collective("all_reduce", nbytes), reps)
         pred = all_reduce_seconds(nbytes, links) * 1e3
         rows.append({"collective": "all_reduce", "bytes_per_rank": nbytes, "measured_ms": ms,
                      "predicted_ms": pred, "error": pred / ms - 1})
     if ctx.is_main:
         summary = {"world_size": world, "device": spec.name, "link": links.intra.name,
-                   "link_bandwidth_assumed": links.intra.bandwidth, "link_origin": links.intra.origin,
+                   "link_bandwidth_assumed": links.intra.bandwidth, "link_overhead_s": links.intra.overhead_s,
+                   "link_alpha_s": links.intra.alpha_s, "link_origin": links.intra.origin, "calibration": calibration,
                    "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE")}
         write_results("collectives" + ("_quick" if args.quick else ""), {}, rows=rows, summary=summary)
         for r in rows:

@@ -1,6 +1,7 @@
 """Alpha-beta time of the collectives a sharded training step runs.
 
-A message of ``b`` bytes over a link costs ``alpha + b / beta`` (Hockney's model; the collective
+A collective call costs a fixed ``overhead`` (the library's launch and proxy start, paid once per
+call) and, per algorithm step, a message of ``b`` bytes costs ``alpha + b / beta`` (Hockney's model; the collective
 algorithms and their costs follow Thakur, Rabenseifner & Gropp, "Optimization of Collective
 Communication Operations in MPICH", IJHPCA 2005). ``beta`` is the bandwidth one GPU drives per
 direction; topologies:
@@ -31,12 +32,13 @@ class Link:
     bandwidth: float  # bytes/s one GPU sends per direction (effective: peak x efficiency)
     topology: str  # one of TOPOLOGIES
     origin: str = "datasheet"  # where the bandwidth came from
+    overhead_s: float = 0.0  # seconds per collective call, paid once (NCCL / RCCL launch and proxy)
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"link {self.name}: topology must be one of {TOPOLOGIES}, got {self.topology!r}")
-        if self.bandwidth <= 0 or self.alpha_s < 0:
-            raise ValueError(f"link {self.name}: bandwidth must be > 0 and alpha >= 0")
+        if self.bandwidth <= 0 or self.alpha_s < 0 or self.overhead_s < 0:
+            raise ValueError(f"link {self.name}: bandwidth must be > 0, alpha and overhead >= 0")
 
 
 def ring_hops(ranks: int) -> int:
@@ -49,10 +51,11 @@ def all_to_all_time(bytes_per_rank: float, ranks: int, link: Link) -> float:
 
     switch / mesh: ``(n-1) alpha + (n-1)/n * bytes / beta``. ring: the busiest link direction carries
     ``bytes/n * ring_hops(n) / 2`` (each rank's traffic, both directions used), plus ``(n-1) alpha``.
+    Plus the link's per-call overhead.
     """
     if ranks <= 1 or bytes_per_rank <= 0:
         return 0.0
-    latency = (ranks - 1) * link.alpha_s
+    latency = link.overhead_s + (ranks - 1) * link.alpha_s
     if link.topology == "ring":
         return latency + bytes_per_rank / ranks * ring_hops(ranks) / 2 / link.bandwidth
     return latency + (ranks - 1) / ranks * bytes_per_rank / link.bandwidth
@@ -71,8 +74,11 @@ def all_gather_time(total_bytes: float, ranks: int, link: Link) -> float:
 
 
 def all_reduce_time(total_bytes: float, ranks: int, link: Link) -> float:
-    """Ring all-reduce (reduce-scatter then all-gather): ``2(n-1) alpha + 2(n-1)/n * bytes / beta``."""
-    return 2 * reduce_scatter_time(total_bytes, ranks, link)
+    """Ring all-reduce (reduce-scatter then all-gather): ``2(n-1) alpha + 2(n-1)/n * bytes / beta``,
+    plus the per-call overhead once."""
+    if ranks <= 1 or total_bytes <= 0:
+        return 0.0
+    return link.overhead_s + 2 * (ranks - 1) * link.alpha_s + 2 * (ranks - 1) / ranks * total_bytes / link.bandwidth
 
 
 def hierarchical_all_reduce_time(total_bytes: float, per_host: int, hosts: int, intra: Link, inter: Link) -> float:
@@ -93,4 +99,4 @@ def hierarchical_all_to_all_time(bytes_per_rank: float, per_host: int, hosts: in
         return all_to_all_time(bytes_per_rank, per_host, intra)
     local = bytes_per_rank * (per_host - 1) / ranks / intra.bandwidth + (per_host - 1) * intra.alpha_s
     remote = bytes_per_rank * (ranks - per_host) / ranks / inter.bandwidth + (ranks - per_host) * inter.alpha_s
-    return max(local, remote)
+    return max(intra.overhead_s, inter.overhead_s) + max(local, remote)

@@ -4,8 +4,9 @@ A synchronous data-parallel DLRM step on each rank runs, in order: the input all
 lengths to the ranks that own each table), the embedding forward, the pooled-output all-to-all, the
 dense forward and backward, the gradient all-to-all, the embedding backward with its fused optimizer
 update, the dense all-reduce and the dense optimizer. The collectives synchronise the ranks, so each
-compute phase costs its slowest rank. The CPU issues the kernels asynchronously: when issuing them
-takes longer than the GPU runs them (small models in eager mode), the step takes the CPU's time.
+compute phase costs its slowest rank. The CPU issues the kernels asynchronously and, with no
+synchronisation inside a step, runs ahead of the GPU: in steady state a step takes the longer of the
+GPU's time and the CPU's time to issue it (small models in eager mode take the CPU's).
 Overlap:
 
 - ``none``: everything in sequence;
@@ -59,6 +60,7 @@ class StepTime:
     overlap_s: float
     host_excess_s: float  # CPU dispatch time beyond the GPU time (small models are launch bound)
     total_s: float
+    host_s: float = 0.0  # CPU time to issue the step (slowest rank)
 
 
 def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s: float) -> float:
@@ -85,7 +87,8 @@ def step_time(parts: StepParts) -> StepTime:
         room = max(0.0, dense_f + dense_b - overlap)
         overlap += min(a2a, room)
     device = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
-    excess = max(0.0, max(parts.host_s or [0.0]) - device)
+    host = max(parts.host_s or [0.0])
+    excess = max(0.0, host - device)
     return StepTime(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
                     all_to_all_s=a2a, all_reduce_s=parts.all_reduce_s, optimizer_s=opt, other_s=other,
-                    overlap_s=overlap, host_excess_s=excess, total_s=device + excess)
+                    overlap_s=overlap, host_excess_s=excess, total_s=device + excess, host_s=host)

@@ -2,14 +2,20 @@
 
 Inside a host: NVLink through NVSwitch (NVIDIA, ``switch``), Infinity Fabric peer links (AMD,
 ``mesh``), or PCIe through the host where there is no scale-up link or the host mixes vendors.
-Between hosts: one network port per GPU (``switch``). Bandwidths are the catalog's per-direction
-numbers times an efficiency; each link carries the origin of its numbers.
+Between hosts: one network port per GPU (``switch``). A scale-up link of a device kind that has a
+link calibration (:func:`fit_link`, stored by ``benchmarks/collectives.py`` as
+``<cache>/polyrec/calibration/<device>-<link>.json``) uses its measured bandwidth and per-call
+overhead; otherwise the catalog's per-direction bandwidth times an efficiency. Each link carries
+the origin of its numbers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from polyrec.hardware.calibrate import load_calibration
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.collectives import (
     Link,
@@ -20,13 +26,20 @@ from polyrec.perfmodel.collectives import (
 )
 from polyrec.planner.types import Fleet
 
-#: Fraction of a link's datasheet bandwidth that NCCL / RCCL collectives reach with large messages
-#: (estimate: nccl-tests on 8-GPU NVLink systems report bus bandwidths around 80% of the per-direction
-#: peak without NVLS; the multi-GPU benchmark of issue 7 measures it).
-COLLECTIVE_EFFICIENCY = 0.80
+#: Fraction of a scale-up link's datasheet bandwidth that NCCL / RCCL collectives reach with large
+#: messages when the link is not calibrated: 0.62, measured on 2 H200s over NVLink with NVLS off
+#: (all-to-all and all-reduce slopes ~280 GB/s per direction of 450;
+#: benchmarks/results/collectives_nvidia-h200_2026-11-29). nccl-tests on 8-GPU NVSwitch systems
+#: report more (~0.8 without NVLS); one measured point, hence an estimate elsewhere.
+COLLECTIVE_EFFICIENCY = 0.62
 #: Seconds of latency per algorithm step over NVLink / Infinity Fabric / PCIe (estimate: a few
 #: microseconds per NCCL ring step for small messages, nccl-tests latency columns).
 SCALEUP_ALPHA_S = 3e-6
+#: Seconds per collective call over the scale-up link when not calibrated: 60 us, the fixed cost of
+#: one NCCL call measured on 2 H200s (same results file: all-to-all intercept 69 us, all-reduce 78 us).
+SCALEUP_OVERHEAD_S = 60e-6
+#: Seconds per collective call over the network (estimate: as over NVLink; not measured).
+NETWORK_OVERHEAD_S = 60e-6
 #: Seconds of latency per step over the network (estimate: InfiniBand / RoCE ~2 us wire + NCCL proxy).
 NETWORK_ALPHA_S = 8e-6
 #: Network bandwidth per GPU per direction: one 400 Gb/s port per GPU, as in NVIDIA DGX H100/H200
@@ -56,15 +69,24 @@ def intra_host_link(specs: list[DeviceSpec]) -> Link:
     if len(vendors) > 1 or scaleup <= 0:
         pcie = min(s.host_link_bandwidth for s in specs)
         return Link(name="pcie", alpha_s=SCALEUP_ALPHA_S, bandwidth=COLLECTIVE_EFFICIENCY * pcie, topology="switch",
+                    overhead_s=SCALEUP_OVERHEAD_S,
                     origin=f"datasheet host_link_bandwidth x {COLLECTIVE_EFFICIENCY} (estimate)")
     name, topology = ("nvlink", "switch") if vendors == {"nvidia"} else ("infinity_fabric", "mesh")
+    measured = [load_calibration(link_calibration_name(s.name, name)) for s in specs]
+    if all(measured):
+        slowest = min(measured, key=lambda m: m["bandwidth"])
+        return Link(name=name, alpha_s=float(slowest["alpha_s"]), bandwidth=float(slowest["bandwidth"]),
+                    overhead_s=float(slowest["overhead_s"]), topology=topology,
+                    origin=f"calibrated {slowest.get('date', '?')} ({slowest.get('method', '?')})")
     return Link(name=name, alpha_s=SCALEUP_ALPHA_S, bandwidth=COLLECTIVE_EFFICIENCY * scaleup, topology=topology,
-                origin=f"datasheet scaleup_bandwidth x {COLLECTIVE_EFFICIENCY} (estimate)")
+                overhead_s=SCALEUP_OVERHEAD_S,
+                origin=f"datasheet scaleup_bandwidth x {COLLECTIVE_EFFICIENCY}, {SCALEUP_OVERHEAD_S * 1e6:.0f} us per "
+                       "call (measured on 2 H200s; estimate elsewhere)")
 
 
 def network_link() -> Link:
     return Link(name="network", alpha_s=NETWORK_ALPHA_S, bandwidth=COLLECTIVE_EFFICIENCY * NETWORK_BANDWIDTH,
-                topology="switch", origin=f"assumed 400 Gb/s per GPU x {COLLECTIVE_EFFICIENCY} (estimate)")
+                topology="switch", overhead_s=NETWORK_OVERHEAD_S, origin=f"assumed 400 Gb/s per GPU x {COLLECTIVE_EFFICIENCY} (estimate)")
 
 
 def fleet_links(fleet: Fleet) -> FleetLinks:
@@ -93,3 +115,57 @@ def link_origins(links: FleetLinks) -> dict[str, str]:
         out[f"link.{links.inter.name}"] = (f"{links.inter.bandwidth / 1e9:.0f} GB/s per direction, "
                                            f"{links.inter.origin}")
     return out
+
+
+def link_calibration_name(device: str, link: str) -> str:
+    return f"{device}-{link}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveSample:
+    """One measured collective for a link calibration."""
+
+    collective: str  # "all_to_all" or "all_reduce"
+    nbytes: float  # bytes per rank (all-to-all) or of the buffer (all-reduce)
+    seconds: float
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve a 3x3 linear system (Gaussian elimination with partial pivoting)."""
+    m = [row[:] + [v] for row, v in zip(a, b)]
+    for c in range(3):
+        p = max(range(c, 3), key=lambda r: abs(m[r][c]))
+        m[c], m[p] = m[p], m[c]
+        if abs(m[c][c]) < 1e-30:
+            raise ValueError("link calibration: the samples do not determine overhead, latency and bandwidth")
+        for r in range(c + 1, 3):
+            f = m[r][c] / m[c][c]
+            m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    out = [0.0, 0.0, 0.0]
+    for r in (2, 1, 0):
+        out[r] = (m[r][3] - sum(m[r][j] * out[j] for j in range(r + 1, 3))) / m[r][r]
+    return out
+
+
+def fit_link(samples: Sequence[CollectiveSample], ranks: int) -> dict[str, Any]:
+    """Least-squares (overhead, alpha per step, bandwidth) of a switch link from measured all-to-alls
+    and all-reduces on ``ranks`` GPUs, under the models of ``perfmodel.collectives``: all-to-all
+    ``o + (n-1) alpha + (n-1)/n b / beta``, ring all-reduce ``o + 2(n-1) alpha + 2(n-1)/n b / beta``.
+    Needs both kinds (they separate the per-call overhead from the per-step latency) and two sizes."""
+    if ranks < 2:
+        raise ValueError("link calibration needs at least 2 ranks")
+    kinds = {s.collective for s in samples}
+    if kinds != {"all_to_all", "all_reduce"} or len({s.nbytes for s in samples}) < 2:
+        raise ValueError("link calibration needs all-to-all and all-reduce samples at two sizes or more")
+    rows, ys = [], []
+    for s in samples:
+        steps = ranks - 1 if s.collective == "all_to_all" else 2 * (ranks - 1)
+        volume = (ranks - 1) / ranks * s.nbytes * (1 if s.collective == "all_to_all" else 2)
+        rows.append((1.0, float(steps), volume))
+        ys.append(s.seconds)
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys)) for i in range(3)]
+    overhead, alpha, inv_bw = _solve3(ata, aty)
+    if inv_bw <= 0:
+        raise ValueError("link calibration: time does not grow with size; use larger messages")
+    return {"overhead_s": max(overhead, 0.0), "alpha_s": max(alpha, 0.0), "bandwidth": 1.0 / inv_bw, "ranks": ranks}

@@ -21,30 +21,21 @@ from polyrec.perfmodel import tbe
 from polyrec.perfmodel.step import StepParts, StepTime, step_time
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
-from polyrec.planner.dense import dense_matmuls, dense_params, gemm_shapes
+from polyrec.planner.dense import dense_matmuls, dense_params
+from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
+from polyrec.planner.ops import RATE_CLASSES, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
 
 #: Bytes per pooled value crossing the all-to-all (fp32 pooled embeddings and their gradients).
 POOLED_BYTES = 4
-#: Kernel launches per dense matmul per step besides its GEMMs (weight cast, bias/activation
-#: backward, gradient cast; counted from polyrec.models.layers with autograd) and per step
-#: outside them (loss, interaction, embedding glue, optimizer); estimate.
-LAUNCHES_PER_MATMUL = 5
-LAUNCHES_PER_STEP = 40
-#: CPU seconds to issue one kernel from eager PyTorch (Python + dispatcher + launch): ~10 us per op
-#: (Horace He, "Making Deep Learning Go Brrrr From First Principles", 2022; estimate, checked by
-#: benchmarks/planner_accuracy.py on the small presets).
-HOST_SECONDS_PER_LAUNCH = 10e-6
-#: Kernels of the embedding forward and fused backward per TBE module (lookup, sort passes,
-#: boundaries, update; counted from polyrec.kernels.tbe) and of the dense optimizer (torch foreach).
-LAUNCHES_PER_TBE = 20
-LAUNCHES_OPTIMIZER = 8
 #: fp32 values the dense optimizer reads plus writes per parameter, torch's foreach implementation:
 #: Adagrad addcmul_ (3), sqrt (2), add_ (2), addcdiv_ (4); Adam about twice that (torch/optim/adagrad.py,
 #: adam.py ``_multi_tensor_*``).
 DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 11, "adam": 22}
 #: Map the planner's epilogue names to polyrec.perfmodel.gemm's.
 _EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
+#: Parameter tensors of a dense matmul with a bias (weight and bias) the optimizer walks.
+TENSORS_PER_BIAS_MATMUL = 2
 #: Bytes of an id / a length crossing the input all-to-all (int64, polyrec.kernels.jagged).
 ID_BYTES = 8
 
@@ -64,6 +55,18 @@ class ShardLoad:
     memory: str
     cache_rows: int
     skew: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DenseTimes:
+    """The dense half on one device kind: device seconds by phase, and what the host issues."""
+
+    fwd_s: float
+    bwd_s: float
+    optimizer_s: float
+    launches: Launches  # forward + backward
+    optimizer_launches: Launches
+    labels: tuple[tuple[str, str], ...]  # (GEMM op, chosen kernel)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -153,6 +156,8 @@ class Estimator:
         self.dense_dtype, self.dense_optimizer, self.overlap = dense_dtype, dense_optimizer, overlap
         self.specs = fleet.specs()
         self.ceilings = {name: ceilings(spec) for name, spec in self.specs.items()}
+        self.host = {name: host_costs(name, c.launch_latency.value if c.launch_latency.origin.startswith("calibrated")
+                                      else None) for name, c in self.ceilings.items()}
         self.rank_devices = fleet.rank_devices()
         self.links: FleetLinks = fleet_links(fleet)
         self.matmuls = dense_matmuls(model)
@@ -179,32 +184,47 @@ class Estimator:
         return fwd, bwd, labels
 
     @functools.lru_cache(maxsize=256)  # noqa: B019
-    def dense_seconds(self, device: str, batch: int) -> tuple[float, float, float, float, tuple[tuple[str, str], ...]]:
-        """(fwd, bwd, optimizer, other) seconds of the dense half on one device kind, and kernel labels."""
+    def dense_seconds(self, device: str, batch: int) -> DenseTimes:
+        """Device seconds of the dense half on one device kind (every op of ``planner.ops``: GEMMs as the
+        selector runs them, memory-bound ops at their rate class of the copy bandwidth), and its launches."""
         spec, ceil = self.specs[device], self.ceilings[device]
-        fwd = bwd = 0.0
-        labels = []
-        for mat in self.matmuls:
-            for shape in gemm_shapes(mat, batch):
-                epi = _EPILOGUE[(mat.epilogue, mat.bias)] if shape.op.endswith(".fwd") else "none"
-                choice = gemm_select.select_gemm(shape.m, shape.n, shape.k, self.dense_dtype, spec, epilogue=epi)
-                seconds = min(choice.triton_seconds, choice.library_seconds)
-                if shape.op.endswith(".fwd"):
-                    fwd += seconds
-                else:
-                    bwd += seconds
-                labels.append((shape.op, f"{choice.backend} {choice.config.label}"))
         copy = ceil.copy_bandwidth.value
-        cb = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
-        glue = sum(batch * m.out_dim * cb * 4 for m in self.matmuls) + batch * self.model.interaction_dim * 4 * 4
-        launches = LAUNCHES_PER_MATMUL * len(self.matmuls) + LAUNCHES_PER_STEP
-        other = glue / copy + launches * ceil.launch_latency.value
+        epilogues = {f"{m.name}.fwd": _EPILOGUE[(m.epilogue, m.bias)] for m in self.matmuls}
+        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype])
+        seconds = {"fwd": 0.0, "bwd": 0.0}
+        launches = Launches(torch_ops=inv.autograd_nodes)
+        labels = []
+        for op in inv.ops:
+            if op.gemm is not None:
+                epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
+                choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi)
+                seconds[op.phase] += min(choice.triton_seconds, choice.library_seconds)
+                launches += gemm_launches(choice.backend, choice.config.split_k, epi)
+                labels.append((op.gemm.op, f"{choice.backend} {choice.config.label}"))
+            else:
+                seconds[op.phase] += op.bytes / (copy * RATE_CLASSES[op.rate])
+                launches += Launches(torch_ops=op.torch_ops)
         opt = 4 * self.params * DENSE_OPTIMIZER_VALUES[self.dense_optimizer] / copy
-        return fwd, bwd, opt, other, tuple(labels)
+        tensors = sum(TENSORS_PER_BIAS_MATMUL if m.bias else 1 for m in self.matmuls)
+        return DenseTimes(fwd_s=seconds["fwd"], bwd_s=seconds["bwd"], optimizer_s=opt, launches=launches,
+                          optimizer_launches=optimizer_launches(self.dense_optimizer, tensors), labels=tuple(labels))
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019
+    def tbe_workspace(self, device: str, lookups: float, dim: int, weight_dtype: str, optimizer: str) -> int:
+        """Backward buffers of one TBE module with ``lookups`` ids (at the update tile its selector picks)."""
+        block_d = 1 << (dim - 1).bit_length()
+        ucfg = tbe_select.select_update(self.specs[device], nnz=max(int(lookups), 1), block_d=block_d,
+                                        row_bytes=block_d * WEIGHT_BYTES[weight_dtype],
+                                        state_tiles=mem.STATE_PER_ELEMENT[optimizer])
+        return mem.tbe_workspace_bytes(lookups=lookups, block_d=block_d, tile=ucfg.tile,
+                                       wide_keys=self.model.total_rows >= 2**31 - 1)
 
     def rank_memory(self, rank: int, loads: list[ShardLoad], batch: int) -> DeviceMemory:
+        """Allocator bytes of one rank at its peak: the larger of the dense backward (saved activations and
+        backward buffers) and the embedding backward (the pooled outputs' gradient and the TBE buffers)."""
         device = self.rank_devices[rank]
         capacity = self.specs[device].hbm_bytes
+        cb = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
         weights = state = host = 0
         for s in loads:
             w, st, h = mem.shard_device_bytes(s.rows, s.dim, weight_dtype=s.weight_dtype, optimizer=s.optimizer,
@@ -212,14 +232,23 @@ class Estimator:
             weights, state, host = weights + w, state + st, host + h
         dense_w, dense_state = mem.dense_parameter_bytes(self.model, dense_optimizer=self.dense_optimizer,
                                                          world_size=self.fleet.world_size)
-        saved, dense_ws = mem.dense_activation_bytes(self.model, batch, self.dense_dtype)
-        f_d = len(self.model.tables) * self.model.embedding_dim
+        dense_act, blas = mem.dense_activation_bytes(self.model, batch, self.dense_dtype)
+        pooled = sum(s.bags * s.dim for s in loads)
         emb_act = mem.embedding_activation_bytes(
-            lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads),
-            pooled_values=sum(s.bags * s.dim for s in loads), local_batch=batch, local_features_dim=f_d)
-        tbe_ws = sum(mem.tbe_workspace_bytes(lookups=s.accesses, dim=s.dim) for s in loads)
+            lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads), pooled_values=pooled,
+            local_batch=batch, local_features_dim=len(self.model.tables) * self.model.embedding_dim,
+            num_dense=self.model.dense.num_dense, compute_bytes=cb)
+        groups: dict[tuple[str, str], float] = {}
+        for s in loads:
+            groups[(s.weight_dtype, s.optimizer)] = groups.get((s.weight_dtype, s.optimizer), 0.0) + s.accesses
+        dim = max((s.dim for s in loads), default=self.model.embedding_dim)
+        tbe_ws = max((self.tbe_workspace(device, n, dim, dt, opt) for (dt, opt), n in groups.items()), default=0)
+        if dense_act + blas >= cb * pooled + tbe_ws:
+            activations, workspace = emb_act + dense_act, blas
+        else:
+            activations, workspace = emb_act + cb * pooled, tbe_ws
         return DeviceMemory(rank=rank, device=device, weights=weights + dense_w, optimizer_state=state + dense_state,
-                            activations=saved + emb_act, workspace=max(tbe_ws, dense_ws),
+                            activations=activations, workspace=workspace,
                             reserve=mem.reserve_bytes(capacity), capacity=capacity, host_bytes=host)
 
     def collective_seconds(self, loads: list[ShardLoad], batch: int) -> tuple[float, float, float, float]:
@@ -237,6 +266,13 @@ class Estimator:
         all_reduce = all_reduce_seconds(4.0 * self.params, self.links)
         return a2a_in, a2a_out, a2a_out, all_reduce
 
+    def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes) -> float:
+        """CPU seconds to issue one step on ``rank`` (``planner.host``)."""
+        modules = len({(s.weight_dtype, s.optimizer) for s in loads})
+        emb_f, emb_b = tbe_launches(modules)
+        costs: HostCosts = self.host[self.rank_devices[rank]]
+        return (emb_f + emb_b + dense.launches + dense.optimizer_launches).seconds(costs) + costs.step_fixed_s
+
     def evaluate(self, plans: Sequence[TablePlan], batch: int) -> Estimate:
         world = self.fleet.world_size
         loads = shard_loads(self.model, plans, batch, world)
@@ -247,19 +283,17 @@ class Estimator:
         kernels: dict[str, str] = {}
         for rank in range(world):
             f, b, labels = self.embedding_seconds(rank, per_rank[rank])
-            df, db, o, oth, dlabels = self.dense_seconds(self.rank_devices[rank], batch)
+            dense = self.dense_seconds(self.rank_devices[rank], batch)
             emb_f.append(f)
             emb_b.append(b)
-            dense_f.append(df)
-            dense_b.append(db)
-            opt.append(o)
-            other.append(oth)
-            modules = len({(s.weight_dtype, s.optimizer) for s in per_rank[rank]})
-            launches = (3 + LAUNCHES_PER_MATMUL) * len(self.matmuls) + LAUNCHES_PER_STEP + LAUNCHES_OPTIMIZER
-            host.append((launches + LAUNCHES_PER_TBE * modules) * HOST_SECONDS_PER_LAUNCH)
+            dense_f.append(dense.fwd_s)
+            dense_b.append(dense.bwd_s)
+            opt.append(dense.optimizer_s)
+            other.append(0.0)
+            host.append(self.host_seconds(rank, per_rank[rank], dense))
             memory.append(self.rank_memory(rank, per_rank[rank], batch))
             kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
-            kernels |= {f"{self.rank_devices[rank]}.gemm.{op}": v for op, v in dlabels}
+            kernels |= {f"{self.rank_devices[rank]}.gemm.{op}": v for op, v in dense.labels}
         a2a_in, a2a_out, a2a_grad, ar = self.collective_seconds(loads, batch)
         parts = StepParts(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
                           dense_optimizer_s=opt, other_s=other, input_all_to_all_s=a2a_in,

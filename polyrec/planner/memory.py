@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from polyrec.planner.dense import dense_matmuls, dense_params
+from polyrec.planner.dense import dense_params
+from polyrec.planner.ops import activation_peak_per_sample, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, ModelSpec
 
 #: fp32 values of optimizer state per embedding row and per element (polyrec.kernels.tbe_optim
@@ -24,9 +25,12 @@ DENSE_STATE_PER_PARAM: dict[str, int] = {"sgd": 0, "adagrad": 1, "adam": 2}
 DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
 #: Bytes of an index (int64 values and offsets, the jagged layout of polyrec.kernels.jagged).
 INDEX_BYTES = 8
-#: Bytes per lookup of the TBE backward's sort-and-segment buffers: int64 key + int32 position, each
-#: double-buffered by the radix sort (estimate from the sort + segment-reduce design of issue 4).
-SORT_BYTES_PER_LOOKUP = 2 * (8 + 4)
+#: Bytes per lookup the TBE backward allocates besides its per-tile partials
+#: (polyrec.kernels.tbe ``_fused_backward``, lane update): sort keys and source positions (int32);
+#: torch.sort's sorted keys, int64 permutation, int64 iota input and radix double buffer (int32 keys +
+#: int64 values); the permute's int32 gradient offsets. Keys are int64 past 2^31 rows (+16).
+TBE_BYTES_PER_LOOKUP = 4 + 4 + (4 + 8) + 8 + (4 + 8) + 4
+TBE_WIDE_KEY_EXTRA = 16
 #: Bytes per row of HBM-cache metadata (row id int64 + last-use step int64), as FBGEMM's LRU/LFU
 #: cache keeps ``lxu_cache_state`` and ``lxu_state`` per cache slot (estimate).
 CACHE_META_BYTES_PER_ROW = 16
@@ -84,20 +88,25 @@ def shard_device_bytes(rows: int, dim: int, *, weight_dtype: str, optimizer: str
 
 
 def embedding_activation_bytes(*, lookups: float, bags: int, pooled_values: int, local_batch: int,
-                               local_features_dim: int) -> int:
-    """Embedding tensors alive through the step on one rank.
+                               local_features_dim: int, num_dense: int, compute_bytes: int) -> int:
+    """Embedding-side tensors alive through the step on one rank.
 
-    ``lookups`` / ``bags``: ids and bags (one per sample per shard) this rank's shards process;
-    ``pooled_values``: values of their pooled outputs (fp32, and the gradient of each);
-    ``local_features_dim``: F x D of the rank's own samples after the all-to-all (and its gradient).
+    ``lookups`` / ``bags``: ids and bags this rank's shards process (int64 values and offsets, kept by
+    the lookup for its backward); ``pooled_values``: values of their pooled outputs (in the dense
+    compute dtype, polyrec.kernels.tbe ``output_dtype``); on several ranks, also the rank's own samples
+    after the all-to-all (``local_batch`` x ``local_features_dim``); the dense inputs and labels (fp32).
     """
     indices = INDEX_BYTES * (math.ceil(lookups) + bags + 1)
-    return indices + 2 * 4 * pooled_values + 2 * 4 * local_batch * local_features_dim
+    local = local_batch * local_features_dim
+    exchanged = compute_bytes * local if pooled_values != local else 0
+    return indices + compute_bytes * pooled_values + exchanged + 4 * local_batch * (num_dense + 1)
 
 
-def tbe_workspace_bytes(*, lookups: float, dim: int) -> int:
-    """Transient TBE backward buffers: sort of the indices and the unique rows' summed gradients (fp32)."""
-    return int(lookups * (SORT_BYTES_PER_LOOKUP + 4 * dim))
+def tbe_workspace_bytes(*, lookups: float, block_d: int, tile: int, wide_keys: bool = False) -> int:
+    """Transient buffers of one TBE module's backward (see TBE_BYTES_PER_LOOKUP) plus its partial rows
+    (``[2 * ceil(lookups / tile), block_d]`` fp32)."""
+    per_lookup = TBE_BYTES_PER_LOOKUP + (TBE_WIDE_KEY_EXTRA if wide_keys else 0)
+    return int(lookups * per_lookup + 2 * math.ceil(lookups / max(tile, 1)) * block_d * 4)
 
 
 def dense_parameter_bytes(model: ModelSpec, *, dense_optimizer: str, world_size: int) -> tuple[int, int]:
@@ -112,19 +121,12 @@ def dense_parameter_bytes(model: ModelSpec, *, dense_optimizer: str, world_size:
 
 
 def dense_activation_bytes(model: ModelSpec, batch: int, dense_dtype: str) -> tuple[int, int]:
-    """(saved activations, backward workspace) of the dense layers at ``batch`` samples per rank.
+    """(activations, workspace) of the dense layers at the peak of their backward, ``batch`` samples.
 
-    Saved: each matmul's input and output in the compute dtype (ReLU and the cross epilogue need
-    them), low-precision copies of the weights, the interaction input; workspace: the two largest
-    fp32 gradient tensors alive at once, plus the BLAS workspace.
+    Activations: per sample, the saved tensors and backward buffers of ``planner.ops`` at the worst
+    layer, plus the compute-dtype copies of the weights the forward casts and keeps; workspace: BLAS.
     """
     cb = DENSE_DTYPE_BYTES[dense_dtype]
-    mats = dense_matmuls(model)
-    saved = sum(batch * (m.in_dim + m.out_dim) * cb + m.params * cb for m in mats)
-    width = model.interaction_dim
-    saved += batch * width * (cb + 4)  # interaction output in fp32 and its cast
-    if model.dense.interaction == "dcnv2":
-        saved += batch * width * cb * model.dense.dcn_layers  # x0 * y products kept by the cross epilogue
-    widest = max(max(m.in_dim, m.out_dim) for m in mats)
-    workspace = 2 * 4 * batch * widest + BLAS_WORKSPACE_BYTES
-    return saved, workspace
+    inv = dense_inventory(model, batch, cb)
+    casts = cb * dense_params(model) if cb < 4 else 0
+    return int(activation_peak_per_sample(inv) * batch) + casts, BLAS_WORKSPACE_BYTES

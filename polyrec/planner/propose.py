@@ -54,20 +54,23 @@ class Candidate:
 
 def rank_budgets(est: Estimator, batch: int) -> list[int]:
     """HBM bytes each rank has for embedding shards at ``batch``: capacity minus reserve, the dense
-    parameters and activations, and an even share of the embedding activations and workspace."""
+    parameters, and the larger of the dense backward peak and an even share of the embedding backward's."""
     model, world = est.model, est.fleet.world_size
+    cb = mem.DENSE_DTYPE_BYTES[est.dense_dtype]
     dense_w, dense_state = mem.dense_parameter_bytes(model, dense_optimizer=est.dense_optimizer, world_size=world)
-    saved, workspace = mem.dense_activation_bytes(model, batch, est.dense_dtype)
+    dense_act, blas = mem.dense_activation_bytes(model, batch, est.dense_dtype)
     lookups = batch * sum(t.pooling for t in model.tables)
+    pooled = batch * sum(t.dim for t in model.tables)
     share = mem.embedding_activation_bytes(
-        lookups=lookups, bags=batch * len(model.tables),
-        pooled_values=batch * sum(t.dim for t in model.tables), local_batch=batch,
-        local_features_dim=len(model.tables) * model.embedding_dim)
-    tbe_ws = max(mem.tbe_workspace_bytes(lookups=lookups, dim=model.embedding_dim) - workspace, 0)
+        lookups=lookups, bags=batch * len(model.tables), pooled_values=pooled, local_batch=batch,
+        local_features_dim=len(model.tables) * model.embedding_dim, num_dense=model.dense.num_dense,
+        compute_bytes=cb)
+    tbe_ws = mem.tbe_workspace_bytes(lookups=lookups, block_d=1 << (model.embedding_dim - 1).bit_length(), tile=1)
+    peak = share + max(dense_act + blas, cb * pooled + tbe_ws)
     budgets = []
     for device in est.rank_devices:
         capacity = est.specs[device].hbm_bytes
-        budgets.append(capacity - mem.reserve_bytes(capacity) - dense_w - dense_state - saved - workspace - share - tbe_ws)
+        budgets.append(capacity - mem.reserve_bytes(capacity) - dense_w - dense_state - peak)
     return budgets
 
 
@@ -143,6 +146,7 @@ def _origins(est: Estimator) -> dict[str, str]:
         out[f"{name}.l2_bandwidth"] = ceil.l2_bandwidth.origin
         out[f"{name}.matmul_{est.dense_dtype}"] = ceil.matmul_flops.get(est.dense_dtype, ceil.matmul_flops["bf16"]).origin
         out[f"{name}.launch_latency"] = ceil.launch_latency.origin
+        out[f"{name}.host_costs"] = est.host[name].origin
         out[f"{name}.tdp_watts"] = "datasheet"
     return out | link_origins(est.links)
 
@@ -157,7 +161,8 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
                          dense_fwd_ms=1e3 * s.dense_fwd_s, dense_bwd_ms=1e3 * s.dense_bwd_s,
                          all_to_all_ms=1e3 * s.all_to_all_s, all_reduce_ms=1e3 * s.all_reduce_s,
                          optimizer_ms=1e3 * s.optimizer_s, other_ms=1e3 * s.other_s, overlap_ms=1e3 * s.overlap_s,
-                         host_excess_ms=1e3 * s.host_excess_s, total_ms=1e3 * s.total_s)
+                         host_excess_ms=1e3 * s.host_excess_s, total_ms=1e3 * s.total_s,
+                         host_ms=1e3 * s.host_s)
     notes = [f"strategy {best.strategy}"]
     demoted = [t.table for t in best.tables if t.weight_dtype != c.weight_dtypes[0]]
     if demoted:

@@ -246,6 +246,7 @@ class StepBreakdown:
     overlap_ms: float  # time hidden by overlapping communication with compute (subtracted)
     total_ms: float
     host_excess_ms: float = 0.0  # CPU kernel-issue time beyond the GPU time (added)
+    host_ms: float = 0.0  # CPU time to issue the whole step (launches x host cost + fixed part)
 
 
 @dataclass(kw_only=True, slots=True)

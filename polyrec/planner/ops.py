@@ -1,0 +1,190 @@
+"""What the dense half of a training step issues, op by op, derived from the model's layers.
+
+Mirrors the code that runs: ``polyrec.models.layers`` (fp32 master weights cast to the compute dtype
+for every matmul; MLPs; the DCN-v2 cross network; the DLRM dot interaction) on top of the autograd
+layers of ``polyrec.kernels.gemm`` (``_Linear``: GEMM with fused bias/ReLU, backward ``grad * (y > 0)``,
+dgrad, wgrad, ``grad.sum(0)``; ``_CrossLinear``: fused ``x0 * (v Uᵀ + b) + x``, backward recomputes
+``v Uᵀ + b``). Each :class:`Op` carries what the time model needs (a GEMM shape, or bytes moved at a
+rate class) and what the host model needs (eager torch ops issued besides the GEMMs' own launches).
+Each :class:`LayerMemory` says, per sample, which tensors a layer keeps for backward and which its
+backward allocates, for the activation peak in ``planner.memory``.
+
+The cross network is one function, :func:`cross_layer`, so a change of its kernels (fused backward)
+is one edit here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes
+from polyrec.planner.types import ModelSpec
+
+#: Rate classes of non-GEMM ops, as fractions of the copy bandwidth (bytes read + written), measured
+#: on the H200 in benchmarks/results/e2e_profile_nvidia-h200_2026-11-29 (MLPerf DLRM-DCNv2, batch 65536):
+#: same-dtype vectorized elementwise (mul/add/cat/copy/compare: 1.0 of copy), mixed-dtype
+#: ``grad * (y > 0)`` (torch's unrolled kernel: 243M elements x 5 B in 0.849 ms = 0.34 of copy), and
+#: column sums for bias gradients (``reduce_kernel``: 1.85 GB in 0.819 ms = 0.53 of copy).
+RATE_CLASSES: dict[str, float] = {"vector": 1.0, "mixed": 0.34, "column_sum": 0.53}
+#: Bytes of a bool mask element (torch.bool).
+BOOL_BYTES = 1
+#: Bytes of an fp32 value (master weights, their gradients, the loss).
+FP32 = 4
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Op:
+    """One op of the dense step: a GEMM (``gemm`` set) or a memory-bound op (``bytes`` at ``rate``)."""
+
+    name: str  # "top.0.relu_mask", "cross.1.u.fwd", ...
+    phase: str  # "fwd" or "bwd"
+    gemm: GemmShape | None = None
+    bytes: float = 0.0  # bytes read + written (memory-bound ops)
+    rate: str = "vector"  # key of RATE_CLASSES
+    torch_ops: int = 1  # eager torch ops this issues (host); a GEMM's own launches are counted apart
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerMemory:
+    """Per-sample bytes of one layer (in forward order): kept for its backward, and at its backward's peak."""
+
+    name: str
+    saved: float  # new tensors kept from the forward until this layer's backward ends
+    backward_peak: float  # its incoming gradient plus what its backward allocates, at the same time
+    carried: float = 0.0  # gradient buffers alive from this layer's backward down to the layers before it
+    freed_early: float = 0.0  # part of ``saved`` only the next layer keeps: freed before this backward runs
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DenseInventory:
+    ops: tuple[Op, ...]
+    layers: tuple[LayerMemory, ...]
+    autograd_nodes: int  # backward nodes the autograd engine runs (host)
+
+
+def _gemm_ops(mat: Matmul, batch: int) -> list[Op]:
+    return [Op(name=s.op, phase="fwd" if s.op.endswith(".fwd") else "bwd", gemm=s, torch_ops=0)
+            for s in gemm_shapes(mat, batch)]
+
+
+def _weight_casts(mat: Matmul) -> list[Op]:
+    """fp32 master -> compute dtype for the forward (``_cast``), and the gradient back (ToCopyBackward)."""
+    out = []
+    for what, n in (("w", mat.in_dim * mat.out_dim), ("b", mat.out_dim if mat.bias else 0)):
+        if n:
+            out.append(Op(name=f"{mat.name}.cast_{what}", phase="fwd", bytes=n * (FP32 + 2)))
+            out.append(Op(name=f"{mat.name}.cast_{what}_grad", phase="bwd", bytes=n * (FP32 + 2)))
+    return out
+
+
+def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
+    """One ``linear`` (``_Linear``): fused bias/ReLU forward; backward mask, dgrad, wgrad, bias sum."""
+    n, k, b = mat.out_dim, mat.in_dim, batch
+    ops = _gemm_ops(mat, batch) + _weight_casts(mat)
+    relu = mat.epilogue == "relu"
+    if relu:
+        ops.append(Op(name=f"{mat.name}.relu_gt", phase="bwd", bytes=b * n * (cb + BOOL_BYTES)))
+        ops.append(Op(name=f"{mat.name}.relu_mask", phase="bwd", bytes=b * n * (2 * cb + BOOL_BYTES), rate="mixed"))
+    if mat.bias:
+        ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, rate="column_sum", torch_ops=2))
+    # saved: its output (ReLU's mask source and the next layer's input); the first layer also its input
+    saved = n * cb + (k * cb if not mat.needs_dgrad else 0)
+    # backward: incoming grad, the masked grad and the bool mask, then dgrad's output
+    peak = n * cb + (n * cb + n * BOOL_BYTES if relu else 0) + (k * cb if mat.needs_dgrad else 0)
+    return ops, LayerMemory(name=mat.name, saved=saved, backward_peak=peak)
+
+
+def cross_layer(v: Matmul, u: Matmul, batch: int, cb: int, *, first: bool) -> tuple[list[Op], LayerMemory]:
+    """One low-rank DCN-v2 layer: ``low = x_l Vᵀ`` (``linear``) and ``x_{l+1} = x0 * (low Uᵀ + b) + x_l``
+    (``cross_linear``, fused forward).
+
+    Backward of ``_CrossLinear`` (polyrec.kernels.gemm): ``g = grad * x0``; ``d_x0 = grad * (v Uᵀ + b)``
+    (the GEMM recomputed, then a mul); dgrad/wgrad GEMMs from ``g``; ``g.sum(0)``. Autograd then adds
+    the gradients that meet: ``x_l`` gets the residual and ``V``'s dgrad (one add), ``x0`` gets every
+    layer's ``d_x0`` (one add each after the first; layer 0's ``x_l`` is ``x0``).
+    """
+    w, r, b = u.out_dim, v.out_dim, batch
+    ops = _gemm_ops(v, batch) + _gemm_ops(u, batch) + _weight_casts(v) + _weight_casts(u)
+    ops.append(Op(name=f"{u.name}.recompute", phase="bwd", gemm=GemmShape(op=f"{u.name}.recompute", m=b, n=w, k=r,
+                                                                          epilogue="bias"), torch_ops=0))
+    ops.append(Op(name=f"{u.name}.grad_x0", phase="bwd", bytes=3 * b * w * cb))  # g = grad * x0
+    ops.append(Op(name=f"{u.name}.grad_cross", phase="bwd", bytes=3 * b * w * cb))  # grad * recomputed
+    ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=b * w * cb, rate="column_sum", torch_ops=2))
+    ops.append(Op(name=f"{v.name}.grad_add", phase="bwd", bytes=3 * b * w * cb))  # residual + V's dgrad
+    if not first:
+        ops.append(Op(name=f"{u.name}.grad_x0_add", phase="bwd", bytes=3 * b * w * cb))  # into x0's gradient
+    # saved: the rank-r projection, and the layer output, which only the next layer keeps (its input)
+    saved = (r + w) * cb
+    # backward peak: incoming grad, g, the recomputed product and d_x0, with dv [B, r]
+    peak = 4 * w * cb + r * cb
+    return ops, LayerMemory(name=u.name, saved=saved, backward_peak=peak, carried=w * cb, freed_early=w * cb)
+
+
+def dot_interaction(model: ModelSpec, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
+    """``polyrec.models.layers.dot_interaction``: cat -> bmm(T, Tᵀ) -> lower triangle -> cat, and its backward."""
+    f1, d, b = len(model.tables) + 1, model.embedding_dim, batch
+    t, z, tri = f1 * d * cb, f1 * f1 * cb, (f1 * (f1 - 1) // 2) * cb  # per sample: T, T Tᵀ, its lower triangle
+    out = d * cb + tri
+    ops = [Op(name="interaction.cat", phase="fwd", bytes=2 * b * t),
+           Op(name="interaction.bmm", phase="fwd", bytes=b * (2 * t + z)),
+           Op(name="interaction.tril_indices", phase="fwd", bytes=0),
+           Op(name="interaction.gather", phase="fwd", bytes=2 * b * tri),
+           Op(name="interaction.cat_out", phase="fwd", bytes=2 * b * out),
+           Op(name="interaction.scatter", phase="bwd", bytes=b * (z + 2 * tri), torch_ops=2),
+           Op(name="interaction.bmm_grad", phase="bwd", bytes=2 * b * (2 * t + z), torch_ops=2),
+           Op(name="interaction.grad_add", phase="bwd", bytes=3 * b * t),
+           Op(name="interaction.grad_split", phase="bwd", bytes=2 * b * t)]
+    # saved: T, both operands of the bmm (the gather keeps only its indices); backward: the scattered
+    # product gradient, T's two gradients and their sum, and the incoming gradient
+    return ops, LayerMemory(name="interaction", saved=t, backward_peak=z + 3 * t + out)
+
+
+def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int) -> DenseInventory:
+    """Every op of the dense forward and backward at ``batch`` samples, and the per-layer memory."""
+    cb, b = dense_dtype_bytes, batch
+    mats = dense_matmuls(model)
+    bottom = [m for m in mats if m.name.startswith("bottom.")]
+    top = [m for m in mats if m.name.startswith("top.")]
+    ops: list[Op] = [Op(name="input.cast", phase="fwd", bytes=b * model.dense.num_dense * (FP32 + cb))]
+    layers: list[LayerMemory] = []
+    for m in bottom:
+        o, lm = mlp_layer(m, batch, cb)
+        ops += o
+        layers.append(lm)
+    fd = len(model.tables) * model.embedding_dim
+    if model.dense.interaction == "dcnv2":
+        width = model.interaction_dim
+        ops.append(Op(name="cross.cat", phase="fwd", bytes=2 * b * width * cb))
+        # the embedding part of x0's gradient made contiguous: 2 copies per step in e2e_profile
+        ops.append(Op(name="cross.emb_grad_copy", phase="bwd", bytes=2 * 2 * b * fd * cb, torch_ops=2))
+        layers.append(LayerMemory(name="cross.x0", saved=width * cb, backward_peak=width * cb + fd * cb))
+        cross = [m for m in mats if m.name.startswith("cross.")]
+        for i, (v, u) in enumerate(zip(cross[::2], cross[1::2])):
+            o, lm = cross_layer(v, u, batch, cb, first=i == 0)
+            ops += o
+            layers.append(lm)
+    else:
+        o, lm = dot_interaction(model, batch, cb)
+        ops += o
+        layers.append(lm)
+    for m in top:
+        o, lm = mlp_layer(m, batch, cb)
+        ops += o
+        layers.append(lm)
+    ops.append(Op(name="loss", phase="fwd", bytes=b * (cb + 3 * FP32), torch_ops=3))  # squeeze/float, BCE
+    ops.append(Op(name="loss_grad", phase="bwd", bytes=b * (cb + 3 * FP32), torch_ops=3))
+    nodes = sum(2 + 2 * (1 if m.bias else 0) for m in mats) + 4
+    return DenseInventory(ops=tuple(ops), layers=tuple(layers), autograd_nodes=nodes)
+
+
+def activation_peak_per_sample(inv: DenseInventory) -> float:
+    """Per-sample bytes at the dense backward's peak: every layer's saved tensors down to the one whose
+    backward runs, its backward's own buffers, and gradient buffers carried from the layers after it."""
+    saved = [lm.saved for lm in inv.layers]
+    peak = sum(saved)  # the end of the forward
+    carried = 0.0
+    for i in range(len(inv.layers) - 1, -1, -1):
+        lm = inv.layers[i]
+        peak = max(peak, sum(saved[: i + 1]) - lm.freed_early + lm.backward_peak + carried)
+        carried = max(carried, lm.carried)
+    return peak

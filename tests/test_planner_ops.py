@@ -1,0 +1,127 @@
+"""The planner's op inventory, memory peak, host-launch model and link calibration, on hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from polyrec.models.config import preset
+from polyrec.perfmodel.collectives import Link, all_reduce_time, all_to_all_time
+from polyrec.perfmodel.step import StepParts, step_time
+from polyrec.planner import memory as mem
+from polyrec.planner import model_spec_from_config
+from polyrec.planner.comms import CollectiveSample, fit_link
+from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs
+from polyrec.planner.ops import LayerMemory, activation_peak_per_sample, dense_inventory
+
+
+def _spec(name: str):
+    return model_spec_from_config(preset(name).with_capped_rows(1000))
+
+
+def test_inventory_issues_the_elementwise_ops_of_the_autograd_layers():
+    """MLPerf DCN-v2: one ReLU mask per ReLU layer (bottom 3, top 4), two muls and a bias sum per cross
+    layer, two gradient adds per cross layer but the first (one), 11 bias sums (as e2e_profile counts)."""
+    inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
+    names = [op.name for op in inv.ops]
+    assert sum(n.endswith(".relu_mask") for n in names) == 7
+    assert sum(n.endswith((".grad_x0", ".grad_cross")) for n in names) == 6
+    assert sum(n.endswith((".grad_add", ".grad_x0_add")) for n in names) == 5
+    assert sum(n.endswith(".bias_grad") for n in names) == 11
+    gemms = [op for op in inv.ops if op.gemm is not None]
+    # 3 bottom (the first without dgrad) + 3 x (V, U) + 5 top, fwd/dgrad/wgrad, plus 3 recomputes
+    assert len(gemms) == (3 * 3 - 1) + 3 * 2 * 3 + 5 * 3 + 3
+
+
+def test_elementwise_bytes_scale_with_batch_and_dtype():
+    spec = _spec("dcnv2-small")
+    small, big = dense_inventory(spec, 128, 2), dense_inventory(spec, 256, 2)
+    wide = dense_inventory(spec, 128, 4)
+    by = lambda inv: {op.name: op.bytes for op in inv.ops if op.gemm is None and "cast" not in op.name}  # noqa: E731
+    for name, b in by(small).items():
+        assert by(big)[name] == pytest.approx(2 * b)
+        assert by(wide)[name] >= b
+
+
+def test_activation_peak_walks_the_backward():
+    """Two layers: forward keeps 10 + 20; layer 1's backward needs 5 more (peak 35); layer 0's
+    backward, after layer 1 freed its 20, needs 8 with a carried 3 (21)."""
+    layers = (LayerMemory(name="a", saved=10, backward_peak=8), LayerMemory(name="b", saved=20, backward_peak=5,
+                                                                            carried=3))
+    from polyrec.planner.ops import DenseInventory
+
+    assert activation_peak_per_sample(DenseInventory(ops=(), layers=layers, autograd_nodes=0)) == 35
+    layers = (LayerMemory(name="a", saved=10, backward_peak=30), LayerMemory(name="b", saved=20, backward_peak=5,
+                                                                             carried=3, freed_early=20))
+    assert activation_peak_per_sample(DenseInventory(ops=(), layers=layers, autograd_nodes=0)) == 10 + 30 + 3
+
+
+def test_tbe_workspace_by_hand():
+    # keys 4 + sources 4 + sorted keys 4 + permutation 8 + iota 8 + radix buffers 4 + 8 + offsets 4 = 44 B
+    # per lookup, + ceil(1000 / 8) tiles x 2 partial rows x 128 fp32
+    assert mem.tbe_workspace_bytes(lookups=1000, block_d=128, tile=8) == 1000 * 44 + 125 * 2 * 128 * 4
+    assert mem.tbe_workspace_bytes(lookups=1000, block_d=128, tile=8, wide_keys=True) == 1000 * 60 + 125 * 1024
+
+
+def test_dense_activation_bytes_grow_linearly_with_batch():
+    spec = _spec("mlperf-dcnv2")
+    a1, ws = mem.dense_activation_bytes(spec, 1024, "bf16")
+    a2, _ = mem.dense_activation_bytes(spec, 2048, "bf16")
+    casts = 2 * sum(m.params for m in __import__("polyrec.planner.dense", fromlist=["x"]).dense_matmuls(spec))
+    assert a2 - casts == pytest.approx(2 * (a1 - casts))
+    assert ws == mem.BLAS_WORKSPACE_BYTES
+
+
+def test_gemm_launches_follow_the_backend():
+    assert gemm_launches("triton", 1, "bias_relu") == Launches(triton=1, torch_ops=2)
+    assert gemm_launches("triton", 4, "none") == Launches(triton=2, torch_ops=3)
+    lib = gemm_launches("library", 1, "cross")
+    assert lib.triton == 0 and lib.torch_ops == 1 + 3 + 1
+
+
+def test_host_costs_prefer_a_stored_measurement():
+    measured = {"date": "2026-11-30", "triton_launch_s": 20e-6, "torch_op_s": 6e-6}
+    c = host_costs("H200", measured=measured)
+    assert (c.triton_launch_s, c.torch_op_s) == (20e-6, 6e-6) and "calibrated 2026-11-30" in c.origin
+    d = host_costs("H200", launch_latency=9e-6, measured={})
+    assert d.torch_op_s == 9e-6 and d.origin.startswith("estimate")
+    assert Launches(triton=3, torch_ops=10).seconds(HostCosts(triton_launch_s=1.0, torch_op_s=0.5, step_fixed_s=0,
+                                                              origin="")) == 8.0
+
+
+def test_step_takes_the_longer_of_host_and_device():
+    kw = dict(embedding_fwd_s=[1e-3], embedding_bwd_s=[2e-3], dense_fwd_s=[1e-3], dense_bwd_s=[1e-3],
+              dense_optimizer_s=[0.0], other_s=[0.0], overlap="none")
+    assert step_time(StepParts(**kw, host_s=[3e-3])).total_s == pytest.approx(5e-3)
+    slow = step_time(StepParts(**kw, host_s=[9e-3]))
+    assert slow.total_s == pytest.approx(9e-3) and slow.host_excess_s == pytest.approx(4e-3) and slow.host_s == 9e-3
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_fit_link_recovers_a_known_link(ranks):
+    rng = random.Random(ranks)
+    truth = Link(name="nvlink", alpha_s=rng.uniform(1e-6, 8e-6), bandwidth=rng.uniform(1e11, 5e11), topology="switch",
+                 overhead_s=rng.uniform(2e-5, 8e-5))
+    samples = [CollectiveSample(collective="all_to_all", nbytes=n, seconds=all_to_all_time(n, ranks, truth))
+               for n in (8 << 20, 256 << 20)]
+    samples += [CollectiveSample(collective="all_reduce", nbytes=n, seconds=all_reduce_time(n, ranks, truth))
+                for n in (4 << 20, 256 << 20)]
+    fit = fit_link(samples, ranks)
+    assert fit["bandwidth"] == pytest.approx(truth.bandwidth, rel=1e-6)
+    assert fit["overhead_s"] == pytest.approx(truth.overhead_s, rel=1e-6)
+    assert fit["alpha_s"] == pytest.approx(truth.alpha_s, rel=1e-6)
+
+
+def test_fit_link_rejects_what_cannot_determine_it():
+    one_kind = [CollectiveSample(collective="all_to_all", nbytes=n, seconds=1e-4 + n / 3e11) for n in (1e6, 1e8)]
+    with pytest.raises(ValueError, match="all-to-all and all-reduce"):
+        fit_link(one_kind, 2)
+    flat = [CollectiveSample(collective=k, nbytes=n, seconds=1e-4) for k in ("all_to_all", "all_reduce")
+            for n in (1e6, 1e8)]
+    with pytest.raises(ValueError):
+        fit_link(flat, 2)
+    assert math.isfinite(fit_link(one_kind + [CollectiveSample(collective="all_reduce", nbytes=1e6, seconds=2e-4),
+                                             CollectiveSample(collective="all_reduce", nbytes=1e8, seconds=9e-4)],
+                                  2)["bandwidth"])
