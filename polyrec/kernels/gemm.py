@@ -434,7 +434,7 @@ class _Linear(torch.autograd.Function):
         x, weight, y = ctx.saved_tensors
         grad = grad.contiguous()
         if ctx.activation == "relu":
-            grad = grad * (y > 0)
+            grad = torch.ops.aten.threshold_backward(grad, y, 0)  # one kernel: grad where y > 0, else 0
         dx = matmul(grad, weight) if ctx.needs_input_grad[0] else None  # [B, out] @ [out, in]
         dw = matmul(grad, x, trans_a=True) if ctx.needs_input_grad[1] else None  # [out, B] @ [B, in]
         db = grad.sum(0, dtype=torch.float32).to(grad.dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
