@@ -3,14 +3,12 @@
 Mirrors the code that runs: ``polyrec.models.layers`` (fp32 master weights cast to the compute dtype
 for every matmul; MLPs; the DCN-v2 cross network; the DLRM dot interaction) on top of the autograd
 layers of ``polyrec.kernels.gemm`` (``_Linear``: GEMM with fused bias/ReLU, backward ``grad * (y > 0)``,
-dgrad, wgrad, ``grad.sum(0)``; ``_CrossLinear``: fused ``x0 * (v Uᵀ + b) + x``, backward recomputes
-``v Uᵀ + b``). Each :class:`Op` carries what the time model needs (a GEMM shape, or bytes moved at a
+dgrad, wgrad, ``grad.sum(0)``) and ``polyrec.kernels.dcn`` (the cross network, backward in its GEMMs). Each :class:`Op` carries what the time model needs (a GEMM shape, or bytes moved at a
 rate class) and what the host model needs (eager torch ops issued besides the GEMMs' own launches).
 Each :class:`LayerMemory` says, per sample, which tensors a layer keeps for backward and which its
 backward allocates, for the activation peak in ``planner.memory``.
 
-The cross network is one function, :func:`cross_layer`, so a change of its kernels (fused backward)
-is one edit here.
+The cross network is one function, :func:`cross_network`, so a change of its kernels is one edit here.
 """
 
 from __future__ import annotations
@@ -94,30 +92,38 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     return ops, LayerMemory(name=mat.name, saved=saved, backward_peak=peak)
 
 
-def cross_layer(v: Matmul, u: Matmul, batch: int, cb: int, *, first: bool) -> tuple[list[Op], LayerMemory]:
-    """One low-rank DCN-v2 layer: ``low = x_l Vᵀ`` (``linear``) and ``x_{l+1} = x0 * (low Uᵀ + b) + x_l``
-    (``cross_linear``, fused forward).
-
-    Backward of ``_CrossLinear`` (polyrec.kernels.gemm): ``g = grad * x0``; ``d_x0 = grad * (v Uᵀ + b)``
-    (the GEMM recomputed, then a mul); dgrad/wgrad GEMMs from ``g``; ``g.sum(0)``. Autograd then adds
-    the gradients that meet: ``x_l`` gets the residual and ``V``'s dgrad (one add), ``x0`` gets every
-    layer's ``d_x0`` (one add each after the first; layer 0's ``x_l`` is ``x0``).
+def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
+    """The low-rank DCN-v2 network as ``polyrec.kernels.dcn.cross_network`` runs it (one autograd
+    Function, backward fused into its GEMMs). Forward per layer: ``low = x_l Vᵀ``, then
+    ``x_{l+1} = x0 * (low Uᵀ + b) + x_l`` in the GEMM's epilogue. Backward per layer: the recomputed
+    ``low Uᵀ`` whose ``CrossGrad`` epilogue writes ``g = grad * x0``, accumulates x0's gradient and the
+    bias-gradient partials (reads grad, x0, d_x0; writes g, d_x0: one [B, D] read and write more than the
+    "cross" epilogue the selector prices it with); ``g U``, ``gᵀ low``, ``dlowᵀ x_l``; ``dlow V`` with the
+    residual gradient added in its epilogue. No elementwise torch op of size [B, D].
     """
-    w, r, b = u.out_dim, v.out_dim, batch
-    ops = _gemm_ops(v, batch) + _gemm_ops(u, batch) + _weight_casts(v) + _weight_casts(u)
-    ops.append(Op(name=f"{u.name}.recompute", phase="bwd", gemm=GemmShape(op=f"{u.name}.recompute", m=b, n=w, k=r,
-                                                                          epilogue="bias"), torch_ops=0))
-    ops.append(Op(name=f"{u.name}.grad_x0", phase="bwd", bytes=3 * b * w * cb))  # g = grad * x0
-    ops.append(Op(name=f"{u.name}.grad_cross", phase="bwd", bytes=3 * b * w * cb))  # grad * recomputed
-    ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=b * w * cb, rate="column_sum", torch_ops=2))
-    ops.append(Op(name=f"{v.name}.grad_add", phase="bwd", bytes=3 * b * w * cb))  # residual + V's dgrad
-    if not first:
-        ops.append(Op(name=f"{u.name}.grad_x0_add", phase="bwd", bytes=3 * b * w * cb))  # into x0's gradient
-    # saved: the rank-r projection, and the layer output, which only the next layer keeps (its input)
-    saved = (r + w) * cb
-    # backward peak: incoming grad, g, the recomputed product and d_x0, with dv [B, r]
-    peak = 4 * w * cb + r * cb
-    return ops, LayerMemory(name=u.name, saved=saved, backward_peak=peak, carried=w * cb, freed_early=w * cb)
+    ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
+    b = batch
+    for v, u in pairs:
+        w, r = u.out_dim, v.out_dim
+        ops += [Op(name=f"{v.name}.fwd", phase="fwd", gemm=GemmShape(op=f"{v.name}.fwd", m=b, n=r, k=w,
+                                                                     epilogue="none"), torch_ops=0),
+                Op(name=f"{u.name}.fwd", phase="fwd", gemm=GemmShape(op=f"{u.name}.fwd", m=b, n=w, k=r,
+                                                                     epilogue="cross"), torch_ops=0)]
+        ops += _weight_casts(v) + _weight_casts(u)
+        backward = (GemmShape(op=f"{u.name}.recompute", m=b, n=w, k=r, epilogue="cross"),
+                    GemmShape(op=f"{u.name}.dgrad", m=b, n=r, k=w, epilogue="none"),
+                    GemmShape(op=f"{u.name}.wgrad", m=w, n=r, k=b, epilogue="none"),
+                    GemmShape(op=f"{v.name}.wgrad", m=r, n=w, k=b, epilogue="none"),
+                    GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="cross"))
+        ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
+        ops.append(Op(name=f"{u.name}.cross_grad_extra", phase="bwd", bytes=2 * b * w * cb, torch_ops=0))
+        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2))  # fp32 buffer, cast
+    w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
+    layers = len(pairs)
+    # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat) and every low; the
+    # output x_L only the top MLP keeps. Backward peak: grad, d_x0, g, the next grad and dlow.
+    return ops, LayerMemory(name="cross", saved=layers * (r + w) * cb, backward_peak=(4 * w + r) * cb,
+                            freed_early=w * cb)
 
 
 def dot_interaction(model: ModelSpec, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
@@ -159,10 +165,9 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int) -> Den
         ops.append(Op(name="cross.emb_grad_copy", phase="bwd", bytes=2 * 2 * b * fd * cb, torch_ops=2))
         layers.append(LayerMemory(name="cross.x0", saved=width * cb, backward_peak=width * cb + fd * cb))
         cross = [m for m in mats if m.name.startswith("cross.")]
-        for i, (v, u) in enumerate(zip(cross[::2], cross[1::2])):
-            o, lm = cross_layer(v, u, batch, cb, first=i == 0)
-            ops += o
-            layers.append(lm)
+        o, lm = cross_network(list(zip(cross[::2], cross[1::2])), batch, cb)
+        ops += o
+        layers.append(lm)
     else:
         o, lm = dot_interaction(model, batch, cb)
         ops += o
