@@ -179,8 +179,8 @@ def autotune_wall(shape: GemmShape, configs: list[GemmConfig], args: dict) -> di
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), 1)  # noqa: E731
     torch.cuda.synchronize()
     start = time.perf_counter()
-    tuned[grid](a, b, out, out, out, out, m, n, k, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 0,
-                out.stride(0), out.stride(1), 0, 0, 0, 0, HAS_BIAS=False, RELU=False, CROSS=False,
+    tuned[grid](a, b, out, out, out, out, out, out, m, n, k, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 0,
+                out.stride(0), out.stride(1), 0, 0, 0, 0, 0, 0, HAS_BIAS=False, RELU=False, CROSS=False,
                 INPUT_PRECISION="ieee")
     torch.cuda.synchronize()
     return {"shape": shape.name, "configs": len(plain), "autotune_wall_s": time.perf_counter() - start}

@@ -55,9 +55,11 @@ def test_unique_rows_and_long_runs_mixed():
 
 
 @pytest.mark.parametrize("shift", [0, 5])
-def test_runs_merged_over_many_levels(monkeypatch, shift):
-    """With 4 slots per merge program, runs of 2.5-20 tiles go through five merge levels; the pieces
-    of one run meet across program edges at every level."""
-    monkeypatch.setattr(tbe_select, "merge_level_tile", lambda block_d, warp_size: 4)
+def test_runs_merged_over_many_levels(shift):
+    """Runs of 2.5-20 tiles go through three merge levels (8 slots per program); the pieces of one
+    run meet across program edges at every level."""
+    from polyrec.perfmodel.tbe import merge_levels
+
     ids = [7] * shift + [0] * (20 * P + 3) + list(range(8, 12)) + [1] * (5 * P // 2) + [2] + [3] * (11 * P - 1)
+    assert merge_levels(-(-len(ids) // P)) >= 3
     _step_and_check(ids, rows=12, kind="rowwise_adagrad")

@@ -20,9 +20,9 @@
    piece at the head of tile t (a run that began earlier), slot 2t+1 the piece at its tail (a run that
    goes on; zero when the head piece already covers the whole tile), and ``part_key`` their row ids
    (-1: no piece). In slot order these pieces are again sorted by key, so the same segmented sum over
-   L slots per program (``polyrec.perfmodel.tbe.level_tile``: 64 at D = 128) finishes every run that
-   lies inside its slots and parks the pieces of the rest for the next level: about log_{L/2}(tiles)
-   launches, each over 2/L of the slots of the one before, and no program walks a long run alone (a row with 400k duplicates,
+   LEVEL_TILE slots per program (in-lane, as the lane update) finishes every run that lies inside its
+   slots and parks the pieces of the rest for the next level: about log_{LEVEL_TILE/2}(tiles)
+   launches, each over 2/LEVEL_TILE of the slots of the one before, and no program walks a long run alone (a row with 400k duplicates,
    Zipf-skewed inputs, was one program's serial walk over 50k tiles in the previous one-pass merge).
 Summation order is fixed by the sort and by the scan's and merge's trees: reproducible.
 No atomics, no dense gradient, no O(rows) temporaries: memory is O(nnz).
@@ -225,24 +225,33 @@ def merge_level_kernel(
     T_PAD: tl.constexpr, TILE: tl.constexpr,
 ):
     """One merge level over TILE partial slots: sum the pieces of each run in slot order, update the
-    rows of runs that end inside these slots, park the pieces of runs that go on (``_park_partials``)."""
+    rows of runs that end inside these slots, park the pieces of runs that go on (``_park_partials``).
+    Launched like ``lane_update_kernel`` (warps along BLOCK_D only: the scan stays inside each lane);
+    slots without any piece (most of them) cost one load of their keys."""
     tile = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, TILE)
     pos = tile * TILE + i  # [TILE] slots
-    in_range = pos < n_slots
-    key = tl.load(part_key_ptr + pos, mask=in_range, other=-1)
-    prev = tl.load(part_key_ptr + pos - 1, mask=in_range & (pos > 0), other=-1)
-    nxt = tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1)
-    before = tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1)
-    ok = key >= 0
-    is_end = key != nxt
-    started = key != before  # the run's first piece is in these slots (pieces are sorted by key)
-    d = tl.arange(0, BLOCK_D)
-    g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=ok[:, None], other=0.0)  # [TILE, BLOCK_D]
-    flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
-    _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
-    addr, d_mask, dim = _row_addresses(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
-    whole = ok & is_end & started
-    apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
-                 beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    _park_partials(out_ptr, out_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
+    key = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
+    if tl.max(key, axis=0) >= 0:
+        prev = tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1)
+        nxt = tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1)
+        before = tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1)
+        ok = key >= 0
+        is_end = key != nxt
+        started = key != before  # the run's first piece is in these slots (pieces are sorted by key)
+        whole = ok & is_end & started
+        row_base, elem_base, dim = _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
+        dim = (dim // VEC) * VEC  # every dim is a multiple of VEC (as in lane_update_kernel)
+        d = tl.arange(0, BLOCK_D)
+        d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
+        addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
+        w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], OPTIM)
+        g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=ok[:, None], other=0.0)  # [TILE, BLOCK_D]
+        flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
+        _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
+        store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
+                     eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+        _park_partials(out_ptr, out_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
+    else:
+        tl.store(out_key_ptr + tile * 2, -1)
+        tl.store(out_key_ptr + tile * 2 + 1, -1)

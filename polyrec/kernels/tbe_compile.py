@@ -19,6 +19,7 @@ from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, mer
                                           permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
 from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS
+from polyrec.perfmodel.tbe import LEVEL_TILE
 
 _TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 _SCALARS = {"batch_size": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
@@ -87,10 +88,9 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
                 kernel = lane_update_kernel
             jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile} w{c.num_warps}",
                              kernel, dtype, consts, c.num_warps))
-        per = tbe_select.merge_level_tile(block_d, spec.warp_size)
-        warps = tbe_select.merge_warps(block_d, per, spec.warp_size)
-        jobs.append(_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{per} w{warps}", merge_level_kernel,
-                         dtype, dict(common, TILE=per), warps))
+        warps = tbe_select.lane_warps(block_d, spec.warp_size)
+        jobs.append(_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} w{warps}", merge_level_kernel,
+                         dtype, dict(common, TILE=LEVEL_TILE, VEC=min(common["VEC"], tbe_select.LANE_VEC)), warps))
     return jobs
 
 

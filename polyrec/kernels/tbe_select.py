@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
-from polyrec.perfmodel.tbe import (ForwardTile, UpdateShape, forward_seconds, level_tile, update_fits_registers,
-                                   update_seconds)
+from polyrec.perfmodel.tbe import ForwardTile, UpdateShape, forward_seconds, update_fits_registers, update_seconds
 
 #: Tile elements (rows in flight x BLOCK_D) a forward program may load per iteration.
 FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
@@ -150,15 +149,6 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
         if seconds < best_s:
             best, best_s = cand, seconds
     return best
-
-
-def merge_level_tile(block_d: int, warp_size: int) -> int:
-    """Partial slots per merge-level program (``polyrec.perfmodel.tbe.level_tile``)."""
-    return level_tile(block_d, warp_size)
-
-
-def merge_warps(block_d: int, merge_block: int, warp_size: int) -> int:
-    return warps_for(block_d * merge_block, warp_size)
 
 
 def sequence_positions(block_d: int) -> int:

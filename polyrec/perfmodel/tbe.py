@@ -269,18 +269,17 @@ UPDATE_TRIPS = {"scan": 5, "lane": 2}
 #: cuda:90 compiles of the candidates (rowwise Adagrad, fp32; tests/test_tbe_compile.py compiles them):
 #: scan 16 elements -> 128-148, lane TILE 8 (32 elements) -> 168; capped at 255.
 UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
-#: Partial-slot elements (slots x BLOCK_D) per merge-level program (``tbe_backward.merge_level_kernel``),
-#: per warp size. 32: 64 slots at D = 128, 8 warps, 32 fp32 values per thread per tile; at D = 512 the
-#: same 16-slot tile keeps the cross-warp scan in shared memory (64 x 512 asked for 256 KB on sm_90,
-#: over the 227 KB limit). 64 (wave64): 8192 spilled VGPRs to scratch on gfx942; 2048 (4 values per
-#: thread at 8 waves, as the update's UPDATE_ELEMS_PER_THREAD_WAVE64) compiles clean
-#: (tests/test_tbe_compile.py).
-LEVEL_TILE_ELEMS = {32: 8192, 64: 2048}
+#: Partial slots per merge-level program (``tbe_backward.merge_level_kernel``, laid out as the lane update:
+#: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16 asks ~296
+#: registers per thread, over the 255 limit); each level leaves 2 slots per 8.
+LEVEL_TILE = 8
 #: Dependent DRAM round trips of one merge level: slot keys -> pieces with the rows of the runs it ends
 #: (stores do not wait). The levels run one after another.
 LEVEL_TRIPS = 2
-#: Bytes per partial slot a level reads (its row id) and writes (two per program: negligible).
+#: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
+#: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
+LANE_VEC_ELEMS = 4
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -333,14 +332,9 @@ def update_bytes(variant: str, *, nnz: float, unique: float, row_bytes: float, g
     return common + nnz * (4 + 8 + 2 * gran + 8) + nnz * 12
 
 
-def level_tile(block_d: int, warp_size: int) -> int:
-    """Partial slots per merge-level program: each level leaves 2 per this many slots."""
-    return max(4, LEVEL_TILE_ELEMS[warp_size] // block_d)
-
-
-def merge_levels(tiles: int, block_d: int, warp_size: int) -> int:
+def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
     """Launches of ``merge_level_kernel`` after an update over ``tiles`` tiles (as ``TableBatchedEmbedding._merge``)."""
-    slots, levels, per = 2 * tiles, 1, level_tile(block_d, warp_size)
+    slots, levels = 2 * tiles, 1
     while slots > per:
         slots, levels = 2 * math.ceil(slots / per), levels + 1
     return levels
@@ -350,16 +344,17 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
                   ceil: Ceilings) -> float:
     """Merge of runs crossing tile ends: the pieces the update parks (written, then read by the first
     level: a tile end splits a run with the chance that the next sorted id repeats the key), the slot
-    keys of every level, and each level's dependent round trips plus a launch."""
+    keys, and the levels' dependent round trips over the resident programs (as the lane update's)
+    plus a launch each."""
     tiles = math.ceil(nnz / tile)
     crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
     pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
-    block_d = int(grad_row_bytes) // 4  # the update's gradient tile is fp32
-    per = level_tile(block_d, spec.warp_size)
-    keys = 2 * 2 * tiles * SLOT_KEY_BYTES * (1 + 2 / per)  # first two levels; the rest are tiny
-    levels = merge_levels(tiles, block_d, spec.warp_size)
-    return (pieces + keys) / ceil.copy_bandwidth.value + levels * (
-        LEVEL_TRIPS * LOADED_LATENCY_S[spec.vendor] + ceil.launch_latency.value)
+    programs = 2 * tiles / LEVEL_TILE * (1 + 2 / LEVEL_TILE)  # the first two levels; the rest are small
+    keys = programs * LEVEL_TILE * SLOT_KEY_BYTES * 2  # read, and written by the level before
+    lane = UpdateShape(variant="lane", tile=LEVEL_TILE, num_warps=1, elems_per_thread=LEVEL_TILE * LANE_VEC_ELEMS)
+    chain_s = programs * LEVEL_TRIPS * LOADED_LATENCY_S[spec.vendor] / update_resident(lane, spec)
+    levels = merge_levels(tiles)
+    return max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + levels * ceil.launch_latency.value
 
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
