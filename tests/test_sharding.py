@@ -47,14 +47,30 @@ def full_weights(seed: int = 7) -> list[torch.Tensor]:
     return [torch.randn(r, d, generator=gen, dtype=torch.float64) for r, d in zip(ROWS, DIMS)]
 
 
-def global_batch(world: int, seed: int = 3, weighted: bool = False) -> JaggedBatch:
-    """A batch of world*B samples with empty bags, duplicates and a weight per id."""
+def _row_edges(rows: int, world: int) -> list[int]:
+    """The first and last row of each of ``world`` row shards of a table (make_shards' ranges)."""
+    shards = make_shards((rows,), (1,), [TableSharding(kind="row", ranks=tuple(range(world)))], world)
+    return sorted({x for s in shards for x in (s.rows[0], s.rows[1] - 1) if s.num_rows})
+
+
+def global_batch(world: int, seed: int = 3, weighted: bool = False, edges: bool = False) -> JaggedBatch:
+    """A batch of world*B samples with empty bags, duplicates and a weight per id. ``edges``: every
+    row-shard boundary of every table in the bags of sample 2, and feature 1's bags all empty."""
     gen = torch.Generator().manual_seed(seed)
     n = world * B
     lengths = torch.randint(0, 4, (len(FEATURE_TO_TABLE), n), generator=gen)
     lengths[:, 1] = 0  # an empty bag in every feature
     values = [torch.randint(0, ROWS[t], (int(lengths[f].sum()),), generator=gen)
               for f, t in enumerate(FEATURE_TO_TABLE)]
+    if edges:
+        lengths[1] = 0
+        values[1] = values[1][:0]
+        for f, t in enumerate(FEATURE_TO_TABLE):
+            if f != 1:
+                at = int(lengths[f, :2].sum())  # where sample 2's bag starts
+                extra = torch.tensor(_row_edges(ROWS[t], world))
+                values[f] = torch.cat([values[f][:at], extra, values[f][at:]])
+                lengths[f, 2] += extra.numel()
     values = torch.cat(values)
     weights = torch.rand(values.numel(), generator=gen, dtype=torch.float64) if weighted else None
     return JaggedBatch.from_lengths(values=values, lengths=lengths.reshape(-1), batch_size=n,
@@ -79,12 +95,12 @@ def double_factory(weights: list[torch.Tensor]):
     return build
 
 
-def _check_sharded_matches_single(rank: int, world: int, kinds: tuple[str, ...], weighted: bool) -> None:
+def _check_sharded_matches_single(rank: int, world: int, kinds: tuple[str, ...], weighted: bool, edges: bool) -> None:
     torch.manual_seed(0)
     shardings = [TableSharding(kind=k, ranks=(t % world,) if k == "table" else tuple(range(world)))
                  for t, k in enumerate(kinds)]
     weights = full_weights()
-    batch = global_batch(world, weighted=weighted)
+    batch = global_batch(world, weighted=weighted, edges=edges)
     reference = PooledTablesDouble(weights, list(FEATURE_TO_TABLE))
     ref_out = reference(batch)  # [world*B, sum D]
     grad_out = torch.randn(ref_out.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
@@ -100,14 +116,15 @@ def _check_sharded_matches_single(rank: int, world: int, kinds: tuple[str, ...],
         torch.testing.assert_close(param.grad, expected, rtol=1e-12, atol=1e-12)
 
 
-KIND_MIXES = [(("table", "table", "table"), False), (("row", "row", "row"), False),
-              (("column", "column", "column"), False), (("row", "table", "column"), False),
-              (("row", "column", "table"), True)]
+KIND_MIXES = [(("table", "table", "table"), False, False), (("row", "row", "row"), False, False),
+              (("column", "column", "column"), False, False), (("row", "table", "column"), False, False),
+              (("row", "column", "table"), True, False), (("row", "row", "column"), True, True),
+              (("table", "column", "row"), False, True)]
 
 
 def _check_all_mixes(rank: int, world: int) -> None:
-    for kinds, weighted in KIND_MIXES:  # one process pair for all mixes: spawning costs seconds
-        _check_sharded_matches_single(rank, world, kinds, weighted)
+    for kinds, weighted, edges in KIND_MIXES:  # one process pair for all mixes: spawning costs seconds
+        _check_sharded_matches_single(rank, world, kinds, weighted, edges)
 
 
 def test_sharded_forward_and_gradients_match_single_process():

@@ -4,7 +4,9 @@ Every rank holds a local batch of ``B`` samples of all ``F`` features and some s
 A step moves data in three all-to-alls (TorchRec's pattern, our own code):
 
 1. input: each rank sends every shard owner the ids of that shard's feature for its ``B`` samples
-   (row-wise shards get only the ids in their row range, rebased): lengths first, then values;
+   (row-wise shards get only the ids in their row range, rebased): lengths first, then values,
+   bucketed by destination with vectorised ops (``polyrec.runtime.input_dist``) and one host sync
+   for the value split sizes;
 2. lookup: each owner runs its local table-batched embedding over ``world * B`` samples;
 3. output: pooled rows go back to the samples' ranks; column-wise pieces are concatenated and
    row-wise partial sums added, giving ``[B, sum of feature dims]`` in feature order.
@@ -26,6 +28,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from polyrec.kernels.jagged import JaggedBatch
+from polyrec.runtime.input_dist import InputRouter, regroup
 
 SHARDING_KINDS = ("table", "row", "column")
 
@@ -126,44 +129,33 @@ class _AllToAllRows(torch.autograd.Function):
         return back, None, None, None
 
 
+class _PlaceColumns(torch.autograd.Function):
+    """Pooled rows received from every rank -> ``[B, out_dim]`` in feature order, one op per rank:
+    columns copied, or added where row-wise partial sums meet; backward gathers each rank's columns."""
+
+    @staticmethod
+    def forward(ctx, flat: Tensor, b: int, dims: list[int], cols: tuple[Tensor, ...], out_dim: int,
+                add: bool) -> Tensor:
+        ctx.b, ctx.dims, ctx.cols = b, dims, cols
+        out = flat.new_zeros(b, out_dim) if add else flat.new_empty(b, out_dim)  # [B, out_dim]
+        for block, rank_cols, d in zip(flat.split([b * d for d in dims]), cols, dims):
+            if d:
+                (out.index_add_ if add else out.index_copy_)(1, rank_cols, block.view(b, d))
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        flat = grad.new_empty(ctx.b * sum(ctx.dims))
+        for part, rank_cols, d in zip(flat.split([ctx.b * d for d in ctx.dims]), ctx.cols, ctx.dims):
+            if d:
+                torch.index_select(grad, 1, rank_cols, out=part.view(ctx.b, d))
+        return flat, None, None, None, None, None
+
+
 def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
     out = tensor.new_empty(sum(recv))
     dist.all_to_all_single(out, tensor.contiguous(), recv, send)
     return out
-
-
-def _bag_ids(lengths: Tensor) -> Tensor:
-    """[nnz] index of the bag each value belongs to."""
-    return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
-
-
-def _slice_for(piece: ShardFeature, batch: JaggedBatch, bounds: list[int]) -> tuple[Tensor, Tensor, Tensor | None]:
-    """The (lengths [B], values, weights) of one shard-feature from a local batch."""
-    b, f = batch.batch_size, piece.feature
-    lengths = batch.offsets[f * b + 1:(f + 1) * b + 1] - batch.offsets[f * b:(f + 1) * b]
-    values = batch.values[bounds[f]:bounds[f + 1]]
-    weights = None if batch.weights is None else batch.weights[bounds[f]:bounds[f + 1]]
-    if piece.shard.kind != "row":
-        return lengths, values, weights
-    lo, hi = piece.shard.rows
-    keep = (values >= lo) & (values < hi)
-    lengths = torch.bincount(_bag_ids(lengths)[keep], minlength=b)
-    return lengths, values[keep] - lo, None if weights is None else weights[keep]
-
-
-def _regroup(lengths: Tensor, values: Tensor, weights: Tensor | None, world: int, features: int,
-             batch: int) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Reorder bags from (source rank, feature, sample) to (feature, source rank, sample)."""
-    old_offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
-    torch.cumsum(lengths, 0, out=old_offsets[1:])
-    order = torch.arange(lengths.numel(), device=lengths.device).view(world, features, batch)
-    order = order.permute(1, 0, 2).reshape(-1)  # new bag k' reads old bag order[k']
-    new_lengths = lengths[order]
-    new_offsets = torch.zeros_like(old_offsets)
-    torch.cumsum(new_lengths, 0, out=new_offsets[1:])
-    gather = (torch.repeat_interleave(old_offsets[:-1][order] - new_offsets[:-1], new_lengths)
-              + torch.arange(values.numel(), device=values.device))
-    return new_offsets, values[gather], None if weights is None else weights[gather]
 
 
 class ShardedEmbedding(nn.Module):
@@ -173,6 +165,10 @@ class ShardedEmbedding(nn.Module):
     (``shard.num_rows`` x ``shard.dim``), one feature per shard-feature, whose
     ``forward(JaggedBatch) -> [samples, sum of dims]`` pools sum-wise and whose backward applies its
     optimizer (polyrec's TableBatchedEmbedding).
+
+    A step's host work does not grow with the number of features: the input distribution is a fixed
+    number of vectorised ops (``polyrec.runtime.input_dist``), its one host sync reads the split
+    sizes of the value all-to-all, and the outputs are placed with one op per source rank.
     """
 
     def __init__(self, *, rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
@@ -189,28 +185,36 @@ class ShardedEmbedding(nn.Module):
         local_index = {id(s): i for i, s in enumerate(self.local_shards)}
         self.local = local_factory(self.local_shards, [local_index[id(p.shard)] for p in self.pieces[rank]])
         device = next(iter(self.local.buffers()), torch.empty(0)).device  # where the local tables live
-        self.register_buffer("_out_cols", torch.tensor(
-            [c for pieces in self.pieces for p in pieces for c in range(*p.out_cols)], dtype=torch.int64,
-            device=device), persistent=False)
+        self.router = InputRouter(self.pieces, self.num_features, device)
+        self.rank_dims = [sum(p.shard.dim for p in self.pieces[d]) for d in range(world_size)]
+        out_cols = [c for pieces in self.pieces for p in pieces for c in range(*p.out_cols)]
+        # Row-wise pieces of a feature land on the same columns (partial sums to add); otherwise every
+        # output column is written exactly once and the outputs are copied, not added.
+        self.sums_partials = any(p.shard.kind == "row" for pieces in self.pieces for p in pieces)
+        if not self.sums_partials and sorted(out_cols) != list(range(self.out_dim)):
+            raise ValueError("the shards do not cover every output column exactly once")
+        self.register_buffer("_out_cols", torch.tensor(out_cols, dtype=torch.int64, device=device), persistent=False)
 
     def _send_inputs(self, batch: JaggedBatch) -> JaggedBatch:
-        b, world = batch.batch_size, self.world
-        bounds = batch.offsets[::b].tolist() if b else [0] * (batch.num_features + 1)
-        parts = [_slice_for(p, batch, bounds) for dest in range(world) for p in self.pieces[dest]]
-        lengths = torch.cat([p[0] for p in parts]) if parts else batch.offsets.new_zeros(0)
-        values = torch.cat([p[1] for p in parts]) if parts else batch.values.new_zeros(0)
-        weighted = batch.weights is not None
-        weights = torch.cat([p[2] for p in parts]) if weighted and parts else None
-        counts = [len(self.pieces[d]) * b for d in range(world)]
-        mine = len(self.pieces[self.rank])
-        recv_lengths = _all_to_all(lengths, counts, [mine * b] * world)
-        send_values = [int(x) for x in torch.stack([c.sum() for c in lengths.split(counts)]).tolist()]
-        recv_values = [int(x) for x in recv_lengths.view(world, -1).sum(dim=1).tolist()]
-        got_values = _all_to_all(values, send_values, recv_values)
-        got_weights = _all_to_all(weights, send_values, recv_values) if weighted else None
-        offsets, values, weights = _regroup(recv_lengths, got_values, got_weights, world, mine, b)
-        return JaggedBatch(values=values, offsets=offsets, batch_size=world * b, num_features=mine,
-                           weights=weights)
+        """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B].
+
+        Collectives: lengths (fixed sizes), values, weights when present. One host sync: the ids this
+        rank sends to and receives from every rank, read together as one small tensor.
+        """
+        b, world, mine = batch.batch_size, self.world, self.router.pieces_per_rank[self.rank]
+        if batch.nnz >= 2**31:
+            raise ValueError(f"rank {self.rank}: {batch.nnz} ids in one local batch; bag lengths are exchanged "
+                             "as int32, so at most 2**31 - 1 ids per rank per step")
+        counted = self.router.count(batch)
+        send_lengths = counted.send_lengths.to(torch.int32).reshape(-1)  # [P * B]
+        recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world)
+        recv_counts = recv_lengths.view(world, mine * b).sum(1)  # [world]
+        sizes = torch.cat([counted.send_counts, recv_counts]).tolist()  # the step's one host sync
+        send, recv = sizes[:world], sizes[world:]
+        values, weights = self.router.pack(batch, counted, sum(send))
+        got_values = _all_to_all(values, send, recv)
+        got_weights = None if weights is None else _all_to_all(weights, send, recv)
+        return regroup(recv_lengths, got_values, got_weights, world=world, features=mine, batch=b)
 
     def forward(self, batch: JaggedBatch) -> Tensor:
         """Local batch [B samples x F features] -> pooled [B, sum of feature dims], feature order."""
@@ -218,13 +222,10 @@ class ShardedEmbedding(nn.Module):
             raise ValueError(f"batch has {batch.num_features} features, the sharded tables serve {self.num_features}")
         b, world = batch.batch_size, self.world
         local_batch = self._send_inputs(batch)
-        local_dim = sum(p.shard.dim for p in self.pieces[self.rank])
+        local_dim = self.rank_dims[self.rank]
         pooled = self.local(local_batch) if local_batch.num_features else batch.values.new_zeros(
             (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
-        dims = [sum(p.shard.dim for p in self.pieces[d]) for d in range(world)]
-        flat = _AllToAllRows.apply(pooled.reshape(-1), [b * local_dim] * world, [b * d for d in dims],
+        flat = _AllToAllRows.apply(pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims],
                                    1.0 / world)
-        blocks = [blk.view(b, d) for blk, d in zip(flat.split([b * d for d in dims]), dims)]
-        gathered = torch.cat(blocks, dim=1)  # [B, sum of all shard-feature dims], rank order
-        out = gathered.new_zeros(b, self.out_dim)
-        return out.index_add(1, self._out_cols, gathered)
+        return _PlaceColumns.apply(flat, b, self.rank_dims, self._out_cols.split(self.rank_dims), self.out_dim,
+                                   self.sums_partials)

@@ -1,0 +1,222 @@
+"""Input distribution of sharded embeddings: every id of a local batch to the shards that serve it.
+
+A batch of ``F`` features x ``B`` samples is sent, per destination rank, as that rank's
+shard-features ("pieces") in its order, each as ``B`` bag lengths and then the bags' ids:
+table-wise and column-wise pieces get all ids of their feature; a row-wise table's ids go to the one
+piece whose row range holds them, rebased to that range (an id outside the table goes to the first or
+last piece, where the shard's lookup flags it as out of range).
+
+Bucketing by destination is vectorised: a fixed number of torch ops whatever the number of features
+and ranks, no per-feature Python loop, and no host synchronisation. It runs in two phases around the
+one host sync of a step (the split sizes that ``all_to_all_single`` needs on the host):
+
+1. ``InputRouter.count`` (device only): each id's feature and first route (its feature's first
+   piece, or for a row-wise table the piece whose rows hold it: one ``searchsorted`` over the row
+   ranges of all tables), the ``[P, B]`` send lengths and the number of ids sent to each rank; with
+   row-wise tables also each id's rank among the ids of its bag bound to the same piece;
+2. ``InputRouter.pack`` (given that total on the host): the (id, route) pairs (a table-wise id is one
+   pair, a column-wise id one per column shard) scattered straight to their places in the send
+   buffer, ordered (destination rank, piece, sample, order within the bag). A table- or column-wise
+   piece takes its feature's ids in batch order, so its pairs only shift by one offset per piece.
+
+``regroup`` reorders what a rank received, (source rank, piece, sample), into the feature-major
+batch its local tables read, (piece, source rank, sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from polyrec.kernels.jagged import JaggedBatch
+
+if TYPE_CHECKING:
+    from polyrec.runtime.sharding import ShardFeature
+
+
+@dataclass(kw_only=True, slots=True)
+class Counted:
+    """Phase 1 of the bucketing: per id and per piece, everything but the send buffer."""
+
+    feature: Tensor  # [nnz] int64: the feature of each id
+    route: Tensor  # [nnz] int64: each id's first route (its feature's first, or its row range's)
+    feature_starts: Tensor  # [F + 1] int64: where each feature's ids start in the batch
+    send_lengths: Tensor  # [P, B] int64: bag lengths per piece, send order (destination-major)
+    send_counts: Tensor  # [world] int64: ids sent to each rank
+    sample: Tensor | None = None  # [nnz] int64, row-wise shardings only: the bag of each id in its feature
+    rank: Tensor | None = None  # [nnz] int64, row-wise only: ids of its bag before it bound to the same piece
+
+
+def _exclusive_cumsum(x: Tensor) -> Tensor:
+    """[n] -> [n] sums of the elements before each one."""
+    return torch.cumsum(x, 0) - x
+
+
+def _take(x: Tensor, source: Tensor | None) -> Tensor:
+    """``x[source]``, or ``x`` itself where ``source`` is the identity (None)."""
+    return x if source is None else x[source]
+
+
+def _rank_in_bucket(bucket: Tensor, bag_start: Tensor, buckets: int) -> Tensor:
+    """For each id, how many ids of its bag before it share its bucket: [nnz] int64.
+
+    One cumulative count per bucket over all ids ([buckets, nnz] int32 scratch), read at the id and
+    at its bag's start. ``buckets`` is at most the number of row shards of one table.
+    """
+    n = bucket.numel()
+    onehot = bucket.unsqueeze(0) == torch.arange(buckets, device=bucket.device).unsqueeze(1)  # [K, nnz]
+    before = (torch.cumsum(onehot, 1, dtype=torch.int32) - onehot.to(torch.int32)).view(-1)  # [K * nnz]
+    at = bucket * n
+    positions = torch.arange(n, device=bucket.device)
+    return (before[at + positions] - before[at + bag_start]).to(torch.int64)
+
+
+class InputRouter:
+    """The static routing tables of one sharding, built once; ``count`` / ``pack`` use them per step.
+
+    Pieces are numbered in send order: destination rank by rank, each rank's pieces in its order.
+    Routes are the same pieces numbered feature by feature (row-wise pieces by ascending rows), so a
+    feature's ``copies`` routes are consecutive from its ``first_route``.
+    """
+
+    def __init__(self, pieces: Sequence[Sequence[ShardFeature]], num_features: int, device: torch.device):
+        send = [(dest, p) for dest, ranked in enumerate(pieces) for p in ranked]
+        self.world, self.num_features = len(pieces), num_features
+        self.pieces_per_rank = [len(ranked) for ranked in pieces]
+        routes = sorted(range(len(send)), key=lambda i: (send[i][1].feature, *send[i][1].shard.rows))
+        per_feature: list[list[int]] = [[] for _ in range(num_features)]
+        for i in routes:
+            per_feature[send[i][1].feature].append(i)
+        for f, ids in enumerate(per_feature):
+            kinds = {send[i][1].shard.kind for i in ids}
+            if len(kinds) != 1:
+                raise ValueError(f"feature {f}: needs shards of exactly one sharding kind, got {sorted(kinds)}")
+        row = [send[ids[0]][1].shard.kind == "row" for ids in per_feature]
+        copies = [1 if r else len(ids) for r, ids in zip(row, per_feature)]  # routes each id takes
+        self.has_rows = any(row)
+        self.max_copies = max(copies, default=1)
+        self.buckets = max((len(ids) for r, ids in zip(row, per_feature) if r), default=1)
+        firsts = [sum(len(ids) for ids in per_feature[:f]) for f in range(num_features)]
+        i64 = dict(dtype=torch.int64, device=device)
+        self.first_route = torch.tensor(firsts, **i64)  # [F]
+        self.copies = torch.tensor(copies, **i64)  # [F]
+        self.is_row = torch.tensor(row, dtype=torch.bool, device=device)  # [F]
+        self.route_piece = torch.tensor(routes, **i64)  # [R]: send index of route r
+        self.piece_feature = torch.tensor([p.feature for _, p in send], **i64)  # [P]
+        self.piece_dest = torch.tensor([d for d, _ in send], **i64)  # [P]
+        self.piece_row_lo = torch.tensor([p.shard.rows[0] for _, p in send], **i64)  # [P]
+        self.piece_is_row = torch.tensor([p.shard.kind == "row" for _, p in send], dtype=torch.bool, device=device)
+        self._build_row_search(send, per_feature, firsts, row, device)
+
+    def _build_row_search(self, send: list[tuple[int, ShardFeature]], per_feature: list[list[int]],
+                          firsts: list[int], row: list[bool], device: torch.device) -> None:
+        """Row ranges of all row-wise features on one sorted key line: feature f's id v has key
+        ``key_base[f] + clamp(v, 0, rows_f - 1)``; the last range start <= key is its route."""
+        bases, limits, starts, start_routes, base = [], [], [], [], 0
+        for f, ids in enumerate(per_feature):
+            rows = max(send[i][1].shard.rows[1] for i in ids)
+            bases.append(base if row[f] else 0)
+            limits.append(max(rows - 1, 0) if row[f] else 0)
+            if row[f]:
+                starts += [base + send[i][1].shard.rows[0] for i in ids]
+                start_routes += range(firsts[f], firsts[f] + len(ids))
+                base += rows + 1  # a gap, so no range start of feature f+1 ties with one of f
+        i64 = dict(dtype=torch.int64, device=device)
+        self.key_base = torch.tensor(bases, **i64)  # [F]
+        self.key_limit = torch.tensor(limits, **i64)  # [F]
+        self.row_starts = torch.tensor(starts, **i64)  # [R_row], ascending
+        self.row_start_route = torch.tensor(start_routes, **i64)  # [R_row]
+
+    def _row_routes(self, values: Tensor, feature: Tensor) -> Tensor:
+        """[nnz] route of each id of a row-wise feature (meaningless for the other ids)."""
+        key = self.key_base[feature] + torch.minimum(values.to(torch.int64).clamp_min(0), self.key_limit[feature])
+        found = torch.searchsorted(self.row_starts, key, right=True) - 1
+        return self.row_start_route[found.clamp_min(0)]
+
+    def count(self, batch: JaggedBatch) -> Counted:
+        """Phase 1: routes, send lengths and per-rank counts (and in-bag ranks for row-wise); no host sync."""
+        if batch.num_features != self.num_features:
+            raise ValueError(f"batch has {batch.num_features} features, the router serves {self.num_features}")
+        b, n, dev = batch.batch_size, batch.nnz, batch.values.device
+        offsets = batch.offsets.to(torch.int64)
+        lengths = offsets[1:] - offsets[:-1]  # [F * B]
+        feature_starts = offsets[::b] if b else offsets.new_zeros(self.num_features + 1)  # [F + 1]
+        feature = torch.repeat_interleave(feature_starts[1:] - feature_starts[:-1], output_size=n)  # [nnz]
+        route = self.first_route[feature]
+        send_lengths = lengths.view(self.num_features, b)[self.piece_feature]  # [P, B]
+        sample = rank = None
+        if self.has_rows:
+            bag = torch.repeat_interleave(lengths, output_size=n)  # [nnz]
+            sample = bag - feature * b
+            is_row = self.is_row[feature]
+            route = torch.where(is_row, self._row_routes(batch.values, feature), route)
+            rank = _rank_in_bucket(route - self.first_route[feature], offsets[bag], self.buckets)
+            row_lengths = torch.zeros(send_lengths.numel(), dtype=torch.int64, device=dev)
+            row_lengths.index_add_(0, self.route_piece[route] * b + sample, is_row.to(torch.int64))
+            send_lengths = torch.where(self.piece_is_row.unsqueeze(1), row_lengths.view_as(send_lengths), send_lengths)
+        send_counts = torch.zeros(self.world, dtype=torch.int64, device=dev)
+        send_counts.index_add_(0, self.piece_dest, send_lengths.sum(1))
+        return Counted(feature=feature, route=route, feature_starts=feature_starts, send_lengths=send_lengths,
+                       send_counts=send_counts, sample=sample, rank=rank)
+
+    def _places(self, counted: Counted, b: int, route: Tensor, piece: Tensor | None, source: Tensor | None,
+                position: Tensor) -> Tensor:
+        """[total] place in the send buffer of each (id, route) pair: ``route`` [total] its route,
+        ``piece`` its piece (given with row-wise tables only), ``position`` the id's index in the
+        batch, ``source`` the same or None for the identity."""
+        send_offsets = _exclusive_cumsum(counted.send_lengths.reshape(-1))  # [P * B]
+        # A table- or column-wise piece takes all of its feature's ids in batch order: one shift per piece.
+        shift = send_offsets[::b] - counted.feature_starts[self.piece_feature]  # [P]
+        places = position + shift[self.route_piece][route]
+        if piece is None:
+            return places
+        row_places = send_offsets[piece * b + _take(counted.sample, source)] + _take(counted.rank, source)
+        return torch.where(self.piece_is_row[piece], row_places, places)
+
+    def pack(self, batch: JaggedBatch, counted: Counted, total: int) -> tuple[Tensor, Tensor | None]:
+        """Phase 2: the send buffers (values [total], weights [total] or None) in send order, given
+        ``total`` = the sum of ``counted.send_counts`` (read on the host by the caller)."""
+        dev, weights = batch.values.device, batch.weights
+        values = torch.empty(total, dtype=batch.values.dtype, device=dev)
+        sent_weights = None if weights is None else torch.empty(total, dtype=weights.dtype, device=dev)
+        if total == 0:
+            return values, sent_weights
+        source = None  # each id goes to one route: the pairs are the ids themselves
+        route, position = counted.route, torch.arange(total, device=dev)
+        if self.max_copies > 1:  # table- and column-wise ids go to every piece of their feature
+            copies = self.copies[counted.feature]  # [nnz]
+            source = torch.repeat_interleave(copies, output_size=total)  # [total]: the id of each pair
+            route = counted.route[source] + position - _exclusive_cumsum(copies)[source]
+            position = source
+        piece = self.route_piece[route] if self.has_rows else None
+        places = self._places(counted, batch.batch_size, route, piece, source, position)
+        ids = _take(batch.values, source)
+        if piece is not None:
+            ids = (ids - self.piece_row_lo[piece]).to(ids.dtype)
+        values.index_copy_(0, places, ids)
+        if weights is not None:
+            sent_weights.index_copy_(0, places, _take(weights, source))
+        return values, sent_weights
+
+
+def regroup(lengths: Tensor, values: Tensor, weights: Tensor | None, *, world: int, features: int,
+            batch: int) -> JaggedBatch:
+    """Bags received as (source rank, feature, sample) -> a batch of ``world * batch`` samples,
+    feature-major: lengths [world * features * batch], values and weights [nnz]."""
+    lengths = lengths.to(torch.int64)
+    old_offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
+    torch.cumsum(lengths, 0, out=old_offsets[1:])
+    order = torch.arange(lengths.numel(), device=lengths.device).view(world, features, batch)
+    order = order.permute(1, 0, 2).reshape(-1)  # new bag k reads old bag order[k]
+    new_lengths = lengths[order]
+    new_offsets = torch.zeros_like(old_offsets)
+    torch.cumsum(new_lengths, 0, out=new_offsets[1:])
+    n = values.numel()
+    gather = (torch.repeat_interleave(old_offsets[:-1][order] - new_offsets[:-1], new_lengths, output_size=n)
+              + torch.arange(n, device=values.device))
+    return JaggedBatch(values=values[gather], offsets=new_offsets, batch_size=world * batch, num_features=features,
+                       weights=None if weights is None else weights[gather])
