@@ -144,6 +144,7 @@ def first_steps_child(quick: bool) -> None:
         trainer.train_step()
     trainer.sync()
     print(json.dumps({"build_s": t1 - t0, "first_steps_s": time.perf_counter() - t1,
+                      "embeddings": trainer.rt.embedding_backend, "dense": trainer.rt.dense_backend,
                       "peak_gb": torch.cuda.max_memory_allocated() / 1e9}))
 
 
