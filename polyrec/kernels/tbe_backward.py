@@ -74,16 +74,24 @@ def _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, 
                    TILE: tl.constexpr, BLOCK_D: tl.constexpr):
     """Store the pieces of runs crossing the tile's edges for the next merge level: slot 2*tile the
     head piece (a run that started in an earlier tile), slot 2*tile+1 the tail piece (a run that goes
-    on past the tile; zero if that run is the head's, whose piece already holds the whole tile), and
-    each slot's row id, -1 where there is no piece."""
+    on past the tile), and each slot's row id: -1 where there is no piece, -(row + 2) for the tail of
+    a run that is also the head's (a tile it passes through: the head piece already holds the whole
+    tile, so the tail has the row but no value, and nothing is stored for it)."""
     last = i == TILE - 1
     head = ok & ~started & (is_end | last)  # [TILE] at most one position
     tail = ok & last & ~is_end
-    row = d[None, :] + tl.zeros([TILE], dtype=tl.int64)[:, None]
-    tl.store(partial_ptr + tile * 2 * BLOCK_D + row, acc, mask=head[:, None])
-    tl.store(partial_ptr + (tile * 2 + 1) * BLOCK_D + row, tl.where(started[:, None], acc, 0.0), mask=tail[:, None])
-    tl.store(part_key_ptr + tile * 2, tl.max(tl.where(head, key, -1), axis=0))
-    tl.store(part_key_ptr + tile * 2 + 1, tl.max(tl.where(tail, key, -1), axis=0))
+    own_tail = tail & started
+    slot = tile * 2 + own_tail.to(tl.int64)
+    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | own_tail)[:, None])
+    tail_code = tl.where(started, key, -key - 2)
+    tl.store(part_key_ptr + tile * 2, tl.sum(tl.where(head, key + 1, 0), axis=0) - 1)
+    tl.store(part_key_ptr + tile * 2 + 1, tl.sum(tl.where(tail, tail_code + 1, 0), axis=0) - 1)
+
+
+@triton.jit
+def _slot_row(code):
+    """Row id of partial-slot codes (``_park_partials``): -(row + 2) -> row; -1 (no piece) stays."""
+    return tl.where(code <= -2, -code - 2, code)
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -231,11 +239,12 @@ def merge_level_kernel(
     tile = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, TILE)
     pos = tile * TILE + i  # [TILE] slots
-    key = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
+    code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
+    key = _slot_row(code)
     if tl.max(key, axis=0) >= 0:
-        prev = tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1)
-        nxt = tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1)
-        before = tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1)
+        prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
+        nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
+        before = _slot_row(tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1))
         ok = key >= 0
         is_end = key != nxt
         started = key != before  # the run's first piece is in these slots (pieces are sorted by key)
@@ -246,7 +255,7 @@ def merge_level_kernel(
         d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
         addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], OPTIM)
-        g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=ok[:, None], other=0.0)  # [TILE, BLOCK_D]
+        g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
         store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
