@@ -1,16 +1,19 @@
-"""The cross network's GEMMs one by one: each fused-epilogue GEMM against the same GEMM without its
-epilogue and against torch.matmul, and a sweep of the configs for the two fused epilogues.
+"""The cross network's GEMMs one by one: each fused-epilogue GEMM on its Triton config and on the
+library path (torch.matmul + one fused Triton epilogue pass), against the same GEMM without its
+epilogue and torch.matmul alone, and a sweep of the configs for the fused epilogues.
 
 A diagnostic for the training issue: the fused cross-network backward measured only 1.03x of the
 unfused one (``dcn_backward_nvidia-h200_2026-11-29``) where 1.3x was predicted. MLPerf shapes (batch
 65536, D 3456, rank 512, bf16). For each GEMM: the selected config's time, the time of the same GEMM
-with no epilogue (same config), torch.matmul, the floor (FLOPs at the calibrated bf16 rate + the
-unique bytes at the copy rate), and the fastest config of a sweep over ``configs_for_shape`` for the
-fused epilogues. Writes ``dcn_gemms_<gpu>_<date>.json``.
+with no epilogue (same config), torch.matmul, the library path with its epilogue pass (forced, so
+timed whatever the selector picks; checked against the Triton path first), the floor (FLOPs at the
+calibrated bf16 rate + the unique bytes at the copy rate), the model's predictions for both paths,
+and the fastest config of a sweep over ``configs_for_shape`` for the fused epilogues. Writes
+``dcn_gemms_<gpu>_<date>.json``.
 
     PYTHONPATH=. python3 benchmarks/dcn_gemms.py [--quick] [--sweep 40]
 
-About 2 minutes on an H200 (mostly compiles of the swept configs).
+About 2 minutes on an H200 (mostly compiles of the swept configs; ``--quick`` under a minute).
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from triton.testing import do_bench
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.detect import detect
-from polyrec.kernels.gemm import CrossGrad, matmul
+import polyrec.kernels.gemm as gemm
+from polyrec.kernels.gemm import CrossGrad, epilogue_name, matmul
 from polyrec.kernels.gemm_configs import config_space, configs_for_shape
-from polyrec.kernels.gemm_select import select_gemm
+from polyrec.kernels.gemm_select import GemmChoice, select_gemm
 from polyrec.results import write_results
 
 BATCH, DIM, RANK = 65536, 3456, 512  # MLPerf DLRM-DCNv2 cross network
@@ -56,6 +60,36 @@ def _cases(b: int, d: int, r: int) -> dict:
     }
 
 
+def _library_path(a, w, kw: dict, choice: GemmChoice):
+    """``matmul`` with the selector's answer replaced by the library backend (torch.matmul + the
+    fused epilogue pass), whatever the model predicts."""
+    forced = GemmChoice(backend="library", config=choice.config, triton_seconds=choice.triton_seconds,
+                        library_seconds=choice.library_seconds)
+
+    def run():
+        real = gemm.select_gemm
+        gemm.select_gemm = lambda *args, **kwargs: forced
+        try:
+            return matmul(a, w, **kw)
+        finally:
+            gemm.select_gemm = real
+    return run
+
+
+def _check_library(a, w, kw: dict, cfg, choice: GemmChoice) -> None:
+    """The library path's output (and CrossGrad's d_x0 / bias gradient) against the Triton path's."""
+    cg = kw.get("cross_grad")
+    saved = cg.d_x0.clone() if cg is not None else None
+    outs = []
+    for run in (lambda: matmul(a, w, **kw, config=cfg), _library_path(a, w, kw, choice)):
+        if cg is not None:
+            cg.d_x0.copy_(saved)
+        out = run()
+        outs.append([out.float()] + ([cg.d_x0.float(), cg.bias_grad.clone()] if cg is not None else []))
+    for got, want in zip(*outs):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
 def _torch_time(a, b, kw) -> float:
     a_op = a.t() if kw.get("trans_a") else a
     b_op = b.t() if kw.get("trans_b") else b
@@ -79,15 +113,20 @@ def main() -> None:
         k = a.shape[0] if case["kw"].get("trans_a") else a.shape[1]
         m = a.shape[1] if case["kw"].get("trans_a") else a.shape[0]
         n = w.shape[0] if case["kw"].get("trans_b") else w.shape[1]
-        choice = select_gemm(m, n, k, "bf16", spec, epilogue="cross" if fused else "none",
-                             b_k_major=bool(case["kw"].get("trans_b")))
+        kw = case["kw"]
+        epilogue = epilogue_name("bias" in kw, "none", "cross" in kw, "residual" in kw, "cross_grad" in kw)
+        choice = select_gemm(m, n, k, "bf16", spec, epilogue=epilogue, b_k_major=bool(kw.get("trans_b")))
         cfg = choice.config
-        row = {"gemm": name, "m": m, "n": n, "k": k, "backend": choice.backend, "config": cfg.label,
+        if fused:
+            _check_library(a, w, kw, cfg, choice)
+        row = {"gemm": name, "m": m, "n": n, "k": k, "epilogue": epilogue, "backend": choice.backend,
+               "config": cfg.label,
                "floor_ms": 1e3 * (case["flops"] / flops_rate + case["bytes"] / copy_rate),
                "selected_ms": _time(lambda: matmul(a, w, **case["kw"])),
                "config_with_epilogue_ms": _time(lambda: matmul(a, w, **case["kw"], config=cfg)),
                "config_no_epilogue_ms": _time(lambda: matmul(a, w, **case["plain"], config=cfg)),
                "torch_matmul_ms": _torch_time(a, w, case["plain"]),
+               "library_fused_pass_ms": _time(_library_path(a, w, kw, choice)) if fused else None,
                "predicted_triton_ms": 1e3 * choice.triton_seconds, "predicted_library_ms": 1e3 * choice.library_seconds}
         if fused:
             space = configs_for_shape(config_space(spec, "bf16"), m, n, k)
@@ -104,7 +143,9 @@ def main() -> None:
         rows.append(row)
         print(f"{name:32s} sel {row['selected_ms']:.3f} ({row['backend']}, {cfg.label})  no-epi "
               f"{row['config_no_epilogue_ms']:.3f}  torch {row['torch_matmul_ms']:.3f}  floor {row['floor_ms']:.3f}"
-              + (f"  sweep best {row['sweep_best_ms']:.3f} {row['sweep_best_config']}" if fused else ""))
+              + (f"  lib+pass {row['library_fused_pass_ms']:.3f} (pred {row['predicted_library_ms']:.3f}, "
+                 f"triton pred {row['predicted_triton_ms']:.3f})  sweep best {row['sweep_best_ms']:.3f} "
+                 f"{row['sweep_best_config']}" if fused else ""))
     table = [{k: v for k, v in r.items() if k != "sweep"} for r in rows]
     write_results("dcn_gemms", {"batch": b, "dim": DIM, "rank": RANK, "rows": rows}, rows=table,
                   summary={"batch": b, "quick": args.quick})

@@ -96,12 +96,14 @@ def test_frozen_inputs_get_no_gradient(poisoned, rng):
 
 
 def test_fused_cross_network_on_the_library_path(monkeypatch, poisoned, rng):
-    """Every GEMM handed to torch (as the selector may on a GPU): the epilogues run as torch ops."""
+    """Every GEMM handed to torch (as the selector may on a GPU): torch.matmul, then the one Triton
+    epilogue pass."""
     import polyrec.kernels.gemm as gemm
 
     choice = GemmChoice(backend="library", config=GemmConfig(block_m=32, block_n=32, block_k=32),
                         triton_seconds=1.0, library_seconds=0.0)
     monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    monkeypatch.setattr(gemm, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
     _run_and_compare(3, torch.float32, rng)
 
 
@@ -139,3 +141,4 @@ def test_compile_jobs_cover_both_epilogues():
     labels = [job.label for job in compile_jobs(get_device("H200"))]
     assert any(label.endswith("cross_grad") for label in labels), labels
     assert any(label.endswith("residual") for label in labels), labels
+    assert sum("library epilogue pass" in label for label in labels) == 2, labels

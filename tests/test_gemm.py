@@ -204,25 +204,58 @@ def test_residual_epilogue_matches_float64(layout, dtype_name, split_k, poisoned
     _check(out, reference_matmul(a, b, trans_b=layout[1] == "T") + residual.double(), k, tol)
 
 
-def test_fused_epilogues_on_the_library_path(monkeypatch, poisoned):
-    """When the selector hands the GEMM to torch, the residual and CrossGrad epilogues run as torch ops."""
+LIBRARY_EPILOGUES = EPILOGUES + ("residual", "cross_grad")
+
+
+@pytest.mark.parametrize("epilogue,dtype_name,out_dtype", [(e, "fp32", None) for e in LIBRARY_EPILOGUES] + [
+    ("cross", "bf16", None), ("bias_relu", "bf16", torch.float32), ("cross_grad", "bf16", None),
+    ("residual", "fp16", torch.float32)])
+def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype, monkeypatch, poisoned, precision):
+    """The selector hands the GEMM to torch: torch.matmul, then the one Triton epilogue pass (never
+    the eager torch ops) applies every epilogue; 45 rows = two row blocks of the pass."""
     import polyrec.kernels.gemm as gemm
 
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
     monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
-    a, b = _operands("NT", torch.float32)
-    bias, residual = torch.randn(N), torch.randn(M, N)
-    grad, x0, d_x0 = _cross_grad_case(torch.float32, torch.float32)
+    monkeypatch.setattr(gemm, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
+    precision(dtype_name)
+    dtype, tol = DTYPES[dtype_name]
+    m = 45
+    a, b = _operands("NT", dtype, m=m)
+    args = _epilogue_args(epilogue, dtype, m=m)
+    ref = reference_matmul(a, b, trans_b=True, **args)
+    if epilogue == "residual":
+        args["residual"] = torch.randn(m, N, dtype=dtype)
+        ref = ref + args["residual"].double()
+    if epilogue != "cross_grad":
+        out = matmul(a, b, trans_b=True, out_dtype=out_dtype, **args)
+        assert out.dtype == (out_dtype or dtype)
+        _check(out, ref, K, tol)
+        return
+    bias = torch.randn(N, dtype=dtype)
+    grad, x0, d_x0 = _cross_grad_case(dtype, dtype, m=m)
     earlier = d_x0.double()
     bias_grad = torch.full((N,), float("nan"))
     g = matmul(a, b, trans_b=True, bias=bias,
                cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, plus_grad=True, bias_grad=bias_grad))
     y = reference_matmul(a, b, trans_b=True, bias=bias)
+    g_ref = grad.double() * x0.double()
+    _check(g, g_ref, 1, tol)
+    _check(d_x0, earlier + grad.double() * (y + 1), K, tol)
+    _check(bias_grad, g_ref.sum(0), m, tol)
+
+
+def test_library_path_overwrites_d_x0_without_reading_it(monkeypatch, poisoned):
+    import polyrec.kernels.gemm as gemm
+
+    choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
+    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    a, b = _operands("NN", torch.float32)
+    grad, x0, d_x0 = _cross_grad_case(torch.float32, torch.float32)
+    d_x0.fill_(float("nan"))
+    g = matmul(a, b, cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=False))
     _check(g, grad.double() * x0.double(), 1, 1e-5)
-    _check(d_x0, earlier + grad.double() * (y + 1), K, 1e-5)
-    _check(bias_grad, (grad.double() * x0.double()).sum(0), M, 1e-5)
-    out = matmul(a, b, trans_b=True, residual=residual)
-    _check(out, reference_matmul(a, b, trans_b=True) + residual.double(), K, 1e-5)
+    _check(d_x0, grad.double() * reference_matmul(a, b), K, 1e-5)
 
 
 def test_fused_epilogues_reject_bad_inputs():

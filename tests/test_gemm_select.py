@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 
@@ -155,13 +156,39 @@ def test_amd_register_limit_shrinks_with_more_than_four_waves(name):
     assert eight.register_limit <= spec.max_registers_per_thread // 2 < four.register_limit
 
 
-def test_library_time_includes_each_eager_epilogue_pass():
-    from polyrec.perfmodel.gemm import epilogue_pass_seconds
+def test_library_time_is_one_fused_pass_over_the_epilogue_bytes():
+    from polyrec.perfmodel.gemm import KERNEL_OVERHEAD_S, fused_pass_seconds
 
     ceil = ceilings(get_device("H200"))
     base = dict(m=4096, n=4096, k=512, dtype="bf16")
-    times = {e: epilogue_pass_seconds(GemmProblem(**base, epilogue=e), ceil) for e in ("none", "bias", "bias_relu", "cross")}
-    assert times["none"] == 0 < times["bias"] < times["bias_relu"] < times["cross"]
+    times = {e: fused_pass_seconds(GemmProblem(**base, epilogue=e), ceil, 32)
+             for e in ("none", "bias", "relu", "bias_relu", "residual", "cross", "cross_grad")}
+    assert times["none"] == 0 < times["bias"] == times["relu"] == times["bias_relu"]
+    assert times["bias_relu"] < times["residual"] < times["cross"] < times["cross_grad"]
+    tensor = 4096 * 4096 * 2 / ceil.copy_bandwidth.value  # one bf16 [M, N] at the copy rate
+    assert times["cross"] == pytest.approx(4 * tensor + KERNEL_OVERHEAD_S)  # product, x0, x read; C written
+
+
+def test_epilogue_kinds_price_their_extra_tensors():
+    from polyrec.kernels.gemm import epilogue_name
+
+    assert epilogue_name(True, "none", False, residual=True) == "residual"
+    assert epilogue_name(True, "none", False, cross_grad=True) == "cross_grad"
+    assert epilogue_name(True, "none", True) == "cross"
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    config = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4)
+    seconds = {e: estimate(GemmProblem(m=65536, n=3456, k=512, dtype="bf16", epilogue=e), config, spec, ceil).seconds
+               for e in ("none", "residual", "cross", "cross_grad")}
+    assert seconds["none"] < seconds["residual"] < seconds["cross"] < seconds["cross_grad"]
+
+
+def test_mlperf_cross_gemms_pick_the_faster_predicted_backend():
+    spec = get_device("H200")
+    for epilogue, k_major in (("cross", True), ("cross_grad", True), ("residual", False)):
+        choice = select_gemm(65536, 3456, 512, "bf16", spec, epilogue=epilogue, b_k_major=k_major)
+        assert choice.backend == ("library" if choice.library_seconds <= choice.triton_seconds else "triton")
+        assert math.isfinite(choice.library_seconds) and math.isfinite(choice.triton_seconds)
 
 
 def test_k_major_b_slows_only_wide_hopper_tiles():

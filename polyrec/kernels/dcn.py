@@ -107,17 +107,16 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """Compile jobs for the fused backward's epilogues with the configs the selector picks for the
-    MLPerf shapes (it is asked with the "cross" epilogue: ``polyrec.kernels.gemm.epilogue_name``): the
-    recompute GEMM (NT, CrossGrad) and the projection dgrad (NN, residual), plus the split-K reduction
-    kernel with each epilogue."""
+    MLPerf shapes: the recompute GEMM (NT, CrossGrad) and the projection dgrad (NN, residual), plus
+    the split-K reduction kernel and the library path's epilogue pass with each epilogue."""
     from polyrec.kernels.gemm_select import select_gemm
 
     jobs = []
     for batch in COMPILE_BATCHES:
         for epilogue, trans_b in (("cross_grad", True), ("residual", False)):
-            config = select_gemm(batch, MLPERF_DIM, MLPERF_RANK, "bf16", spec, epilogue="cross",
+            config = select_gemm(batch, MLPERF_DIM, MLPERF_RANK, "bf16", spec, epilogue=epilogue,
                                  b_k_major=trans_b).config
             job = compile_job_for(config, "bf16", spec, epilogue=epilogue, trans_b=trans_b)
             if job.label not in {j.label for j in jobs}:
                 jobs.append(job)
-    return jobs + [reduce_compile_job("bf16", epilogue=e) for e in ("cross_grad", "residual")]
+    return jobs + [reduce_compile_job("bf16", split_k=s, epilogue=e) for e in ("cross_grad", "residual") for s in (4, 1)]

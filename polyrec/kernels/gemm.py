@@ -6,7 +6,8 @@ layouts are strides. Epilogues, fused into the store: ``+ bias[N]``, ReLU, and t
 ``x0 * (acc + bias) + x``. Programs walk the output grid in groups of ``group_m`` rows (L2 reuse);
 ``split_k > 1`` writes fp32 partials that a second kernel sums and finishes with the epilogue.
 The config comes from ``polyrec.kernels.gemm_select`` (a performance model; nothing is timed), which
-may also hand the GEMM to the vendor library (torch.matmul) with the epilogue applied by torch.
+may also hand the GEMM to the vendor library (torch.matmul), whose product that same second kernel
+(one elementwise pass, ``SPLIT_K=1``) finishes with the epilogue.
 
 ``linear`` and ``cross_linear`` are autograd layers on top: their backward GEMMs go through
 ``matmul`` as well.
@@ -23,7 +24,7 @@ import triton.language as tl
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
-from polyrec.kernels.gemm_select import select_gemm
+from polyrec.kernels.gemm_select import interpreting, select_gemm
 
 ACTIVATIONS = ("none", "relu")
 _TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -153,7 +154,10 @@ def split_k_reduce_kernel(
     CROSS_GRAD: tl.constexpr = False, DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False,
     BIAS_GRAD: tl.constexpr = False,
 ):
-    """C = epilogue(sum over s of partials[s]) for one [BLOCK_M, BLOCK_N] block."""
+    """C = epilogue(sum over s of partials[s]) for one [BLOCK_M, BLOCK_N] block: the split-K
+    reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass over a library GEMM's product
+    (any float dtype, summed in fp32; C may be the product itself: each element is read, then written,
+    by the same program)."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -201,14 +205,14 @@ class CrossGrad:
         return (("grad", self.grad), ("x0", self.x0), ("d_x0", self.d_x0))
 
 
-def epilogue_name(bias: bool, activation: str, cross: bool, fused_backward: bool = False) -> str:
-    """The model's epilogue key: "none", "bias", "relu", "bias_relu" or "cross".
-
-    ``fused_backward`` (a residual add or ``CrossGrad``): the model has no key of its own for these;
-    "cross" (two extra [M, N] reads in the kernel; x0 * y and + x as eager passes after the library)
-    is the closest in extra traffic: residual reads one tensor (one eager add), CrossGrad reads three
-    and writes one more (four eager passes)."""
-    if cross or fused_backward:
+def epilogue_name(bias: bool, activation: str, cross: bool, residual: bool = False, cross_grad: bool = False) -> str:
+    """The model's epilogue key (``polyrec.perfmodel.gemm.EPILOGUE_TENSORS``): "none", "bias", "relu",
+    "bias_relu", "cross", "residual" or "cross_grad"."""
+    if cross_grad:
+        return "cross_grad"
+    if residual:
+        return "residual"
+    if cross:
         return "cross"
     if activation == "relu":
         return "bias_relu" if bias else "relu"
@@ -263,9 +267,26 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
     return m, n, k
 
 
-def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad=None) -> torch.Tensor:
-    """torch.matmul (cuBLAS / hipBLASLt) with the epilogue as separate torch ops."""
-    y = torch.matmul(a, b)
+def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad=None,
+             warmup: bool = False) -> torch.Tensor:
+    """torch.matmul (cuBLAS / hipBLASLt) writes the product; one Triton pass applies the epilogue
+    (where Triton cannot run — CPU tensors without the interpreter — torch ops apply it)."""
+    y = torch.matmul(a, b)  # [M, N] in the inputs' dtype
+    if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None:
+        return y.to(out_dtype)
+    if not (y.is_cuda or interpreting()):
+        return _eager_epilogue(y, bias, activation, cross, residual, cross_grad).to(out_dtype)
+    out = y if out_dtype == y.dtype else torch.empty(y.shape, device=y.device, dtype=out_dtype)  # [M, N]
+    ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
+                                                  triton.cdiv(y.shape[0], REDUCE_BLOCK_M))
+    _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup)
+    if db is not None and not warmup:
+        torch.sum(db, 0, out=cross_grad.bias_grad)
+    return out
+
+
+def _eager_epilogue(y, bias, activation, cross, residual, cross_grad) -> torch.Tensor:
+    """The epilogue as torch ops on the product y [M, N] (CPU without the Triton interpreter)."""
     if bias is not None:
         y = y + bias.to(y.dtype)
     if activation == "relu":
@@ -275,12 +296,12 @@ def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad
     if residual is not None:
         y = y + residual.to(y.dtype)
     if cross_grad is not None:
-        y = _library_cross_grad(y, cross_grad)
-    return y.to(out_dtype)
+        y = _eager_cross_grad(y, cross_grad)
+    return y
 
 
-def _library_cross_grad(y: torch.Tensor, cg: CrossGrad) -> torch.Tensor:
-    """CrossGrad as eager torch ops on the library GEMM's y [M, N]; returns g = grad * x0."""
+def _eager_cross_grad(y: torch.Tensor, cg: CrossGrad) -> torch.Tensor:
+    """CrossGrad as torch ops on y [M, N]; returns g = grad * x0."""
     grad = cg.grad.to(y.dtype)
     g = grad * cg.x0.to(y.dtype)  # [M, N]
     term = grad * (y + 1) if cg.plus_grad else grad * y
@@ -341,13 +362,19 @@ def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, 
         _call(gemm_kernel, (tiles, config.split_k), warmup)(
             a, b, partials, *ptrs, m, n, k, k_per_split, *sa, *sb, *partials.stride(), *strides,
             SPLIT_K=config.split_k, HAS_BIAS=False, RELU=False, CROSS=False, **tile_args, **options)
-        grid = (triton.cdiv(m, REDUCE_BLOCK_M), triton.cdiv(n, REDUCE_BLOCK_N))
-        _call(split_k_reduce_kernel, grid, warmup)(
-            partials, out, *ptrs, m, n, *partials.stride(), out.stride(0), out.stride(1), *strides,
-            SPLIT_K=config.split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, num_warps=REDUCE_NUM_WARPS,
-            **flags)
+        _reduce(partials, out, ptrs, strides, flags, config.split_k, partials.stride(), warmup)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
+
+
+def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, warmup: bool) -> None:
+    """``split_k_reduce_kernel`` over out [M, N]: partials [S, M, N] (``partial_strides``), or with
+    ``split_k`` 1 a library product [M, N] (its strides after a leading 0)."""
+    m, n = out.shape
+    grid = (triton.cdiv(m, REDUCE_BLOCK_M), triton.cdiv(n, REDUCE_BLOCK_N))
+    _call(split_k_reduce_kernel, grid, warmup)(
+        partials, out, *ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
+        SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, num_warps=REDUCE_NUM_WARPS, **flags)
 
 
 def _device_spec(t: torch.Tensor) -> DeviceSpec:
@@ -383,7 +410,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``; residual [M, N]: ``out = acc + bias +
     residual``; cross_grad: ``out = grad * x0`` and x0's gradient updated (``CrossGrad``).
     ``config=None`` asks the selector,
-    which may run torch.matmul instead when it predicts that faster (epilogue pass included).
+    which may run torch.matmul instead, followed by one fused epilogue pass, when it predicts that faster.
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
     """
     m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
@@ -393,13 +420,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     b_op = b.t() if trans_b else b  # [K, N] view
     if config is None:
         out_bytes = torch.empty((), dtype=out_dtype).element_size()
-        epilogue = epilogue_name(bias is not None, activation, cross is not None,
-                                 residual is not None or cross_grad is not None)
+        epilogue = epilogue_name(bias is not None, activation, cross is not None, residual is not None,
+                                 cross_grad is not None)
         choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue, out_bytes=out_bytes,
                              a_aligned=_vectorizable(a_op),
                              b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1)
         if choice.backend == "library":
-            return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad)
+            return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup)
         config = choice.config
     out = torch.empty((m, n), device=a.device, dtype=out_dtype)  # [M, N]
     _launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
@@ -536,16 +563,18 @@ def _epilogue_flags(epilogue: str) -> dict[str, bool]:
 
 
 def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross") -> CompileJob:
-    """The split-K reduction kernel with an epilogue (``compile_job_for``'s names)."""
+    """The split-K reduction kernel with an epilogue (``compile_job_for``'s names); ``split_k`` 1 is
+    the epilogue pass after a library GEMM (it reads the product in ``dtype``)."""
     ptr = _TRITON_TYPES[dtype]
     names = ["M", "N", "stride_ps", "stride_pm", "stride_pn", "stride_cm", "stride_cn", "stride_x0m",
              "stride_x0n", "stride_xrm", "stride_xrn", "stride_dx0m", "stride_dx0n"]
-    signature = {"p_ptr": "*fp32", "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr,
+    signature = {"p_ptr": "*fp32" if split_k > 1 else ptr, "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr,
                  "db_ptr": "*fp32"}
     signature |= {n: "i32" for n in names}
     constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N} | _epilogue_flags(epilogue)
     signature |= {k: "constexpr" for k in constexprs}
     signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
     suffix = "" if epilogue == "cross" else f" {epilogue}"
-    return CompileJob(label=f"gemm split-k reduce {dtype}{suffix}", kernel=split_k_reduce_kernel, signature=signature,
+    kind = "split-k reduce" if split_k > 1 else "library epilogue pass"
+    return CompileJob(label=f"gemm {kind} {dtype}{suffix}", kernel=split_k_reduce_kernel, signature=signature,
                       constexprs=constexprs, num_warps=REDUCE_NUM_WARPS, num_stages=1)

@@ -2,8 +2,9 @@
 
 No kernel is ever timed: ``select_gemm`` ranks the device's config space with
 ``polyrec.perfmodel.gemm.estimate`` and keeps the fastest predicted config; it then predicts the vendor
-library (torch.matmul: cuBLAS / hipBLASLt) at the measured matmul ceiling, plus a separate epilogue
-pass when the GEMM has one, and picks whichever is faster. Answers are cached per shape bucket, so a
+library (torch.matmul: cuBLAS / hipBLASLt) at the measured matmul ceiling, plus the one Triton pass
+that applies the epilogue to the library's product when the GEMM has one, and picks whichever is
+faster. Answers are cached per shape bucket, so a
 repeated shape costs one dictionary lookup.
 """
 
@@ -15,9 +16,9 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings as device_ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.kernels.gemm_configs import GemmConfig, config_space, configs_for_shape
-from polyrec.perfmodel.gemm import (ALIGNMENT_ELEMENTS, EPILOGUE_READS, GEMM_DTYPES, GemmProblem,
-                                    epilogue_pass_seconds, estimate, library_seconds, rate_dtype)
+from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape
+from polyrec.perfmodel.gemm import (ALIGNMENT_ELEMENTS, EPILOGUE_TENSORS, GEMM_DTYPES, GemmProblem, estimate,
+                                    fused_pass_seconds, library_seconds, rate_dtype)
 
 #: Dimensions up to this size are bucketed to a multiple of 16 (the smallest tile side, so every
 #: tile count ``cdiv(x, block)`` is the same as for the exact size); larger ones to 1/16 octave.
@@ -34,7 +35,7 @@ class GemmChoice:
     backend: str  # "triton" or "library"
     config: GemmConfig  # the best Triton config (also kept when the library is chosen)
     triton_seconds: float  # predicted, inf where unknown
-    library_seconds: float  # predicted, epilogue pass included; inf where unknown
+    library_seconds: float  # predicted, the fused epilogue pass included; inf where unknown
 
 
 _CACHE: dict[tuple, GemmChoice] = {}
@@ -63,7 +64,8 @@ def _spec_entry(spec: DeviceSpec) -> tuple[DeviceSpec, tuple, Ceilings]:
     return entry
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """Whether the Triton CPU interpreter runs kernels (``TRITON_INTERPRET`` set)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -72,8 +74,8 @@ def _check(m: int, n: int, k: int, dtype: str, epilogue: str) -> None:
         raise ValueError(f"select_gemm: sizes must be >= 1, got M={m} N={n} K={k}")
     if dtype not in GEMM_DTYPES:
         raise ValueError(f"select_gemm: dtype must be one of {GEMM_DTYPES}, got {dtype!r}")
-    if epilogue not in EPILOGUE_READS:
-        raise ValueError(f"select_gemm: epilogue must be one of {tuple(EPILOGUE_READS)}, got {epilogue!r}")
+    if epilogue not in EPILOGUE_TENSORS:
+        raise ValueError(f"select_gemm: epilogue must be one of {tuple(EPILOGUE_TENSORS)}, got {epilogue!r}")
 
 
 def rank_configs(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings | None = None,
@@ -88,7 +90,8 @@ def rank_configs(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings | None =
 
 def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice:
     """The fastest predicted Triton config for ``problem`` and the backend (uncached; ``select_gemm``
-    caches it). The library is chosen when its predicted time, epilogue pass included, is lower."""
+    caches it). The library is chosen when its predicted time, its fused epilogue pass included
+    (``polyrec.perfmodel.gemm.fused_pass_seconds``), is lower."""
     rated = rate_dtype(problem.dtype, spec)
     if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
         fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)[0]
@@ -98,7 +101,7 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
     seconds, config = ranked[0]
     configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)
-    library = library_seconds(problem, spec, ceil, configs) + epilogue_pass_seconds(problem, ceil)
+    library = library_seconds(problem, spec, ceil, configs) + fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M)
     backend = "library" if library <= seconds else "triton"
     return GemmChoice(backend=backend, config=config, triton_seconds=seconds, library_seconds=library)
 
@@ -108,7 +111,8 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
                 b_k_major: bool = False) -> GemmChoice:
     """Triton config and backend for C[m, n] = A[m, k] @ B[k, n] on ``spec``; no timed runs.
 
-    ``epilogue`` is one of "none", "bias", "relu", "bias_relu", "cross"; ``out_bytes`` the output
+    ``epilogue`` is one of "none", "bias", "relu", "bias_relu", "cross", "residual", "cross_grad"
+    (``polyrec.kernels.gemm.epilogue_name``); ``out_bytes`` the output
     element size (0 = as the inputs); ``a_aligned`` / ``b_aligned`` whether each operand's loads
     vectorize (``polyrec.perfmodel.gemm.operand_alignment``; None = every size a multiple of 16);
     ``b_k_major`` whether B is stored K-major (the forward ``x @ Wᵀ``: ``GemmProblem.b_k_major``).
@@ -127,7 +131,7 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
         return choice
     _check(m, n, k, dtype, epilogue)
     if spec.triton is None:
-        backend = "triton" if _interpreting() else "library"
+        backend = "triton" if interpreting() else "library"
         choice = GemmChoice(backend=backend, config=INTERPRETER_CONFIG, triton_seconds=math.inf,
                             library_seconds=math.inf)
     else:

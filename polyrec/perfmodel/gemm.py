@@ -37,8 +37,15 @@ from typing import Protocol
 from polyrec.hardware.types import Ceilings, DeviceSpec
 
 GEMM_DTYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32")
-#: Extra bytes read per output element by each epilogue, in units of the output element size.
-EPILOGUE_READS: dict[str, int] = {"none": 0, "bias": 0, "relu": 0, "bias_relu": 0, "cross": 2}
+#: The [M, N] tensors each epilogue moves besides storing C, as (read, written, dependent load
+#: phases), from the kernels' code (``polyrec.kernels.gemm._epilogue``): the cross update reads x0
+#: and x (one phase: both loads issue together); the residual add reads x; the DCN-v2 CrossGrad reads
+#: grad and x0, then (a second phase, after the bias-gradient column sums) reads and writes d_x0.
+#: Bias vectors and the CrossGrad bias-gradient partials ([M / block_m, N] fp32) are left out here.
+EPILOGUE_TENSORS: dict[str, tuple[int, int, int]] = {
+    "none": (0, 0, 0), "bias": (0, 0, 0), "relu": (0, 0, 0), "bias_relu": (0, 0, 0),
+    "cross": (2, 0, 1), "residual": (1, 0, 1), "cross_grad": (3, 1, 2),
+}
 
 #: Shared memory / LDS bytes per clock per SM / CU. NVIDIA: 32 banks x 4 B per clock (CUDA C
 #: Programming Guide, "Shared Memory" of compute capability 8.x/9.x). AMD CDNA3: 128 B/clk per CU
@@ -129,6 +136,13 @@ SCALAR_LOAD_BYTES_PER_CLOCK = 3.0
 #: benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json, fold A (as above, grid 0.75 / 1; fold B
 #: gives the same).
 EPILOGUE_OVERLAP = 0.75
+#: Fraction of the epilogue's *loads* (x0 / x of the cross update, the residual, CrossGrad's grad,
+#: x0 and d_x0: ``EPILOGUE_TENSORS``) hidden behind other work. They are issued after the last K step
+#: and the store depends on them, so with the short K loops of the DCN-v2 cross GEMMs (K = 512, 8
+#: steps of 64) nothing hides them: fitted on the 24 swept configs of the forward cross GEMM alone
+#: (benchmarks/results/dcn_gemms_nvidia-h200_2026-11-29.json, M 65536, N 3456, K 512; grid
+#: 0 / 0.25 / 0.5 / 0.75). Dimensionless.
+EPILOGUE_LOAD_OVERLAP = 0.0
 #: GPU time of a kernel beyond its work: grid launch, program start-up and drain. *Estimate*: the
 #: shortest kernels timed with CUDA events on Hopper / CDNA3 take ~2-3 us.
 KERNEL_OVERHEAD_S = 2.5e-6
@@ -163,7 +177,7 @@ class GemmProblem:
     k: int
     dtype: str  # input dtype, one of GEMM_DTYPES (accumulation is fp32)
     out_bytes: int = 0  # bytes per output element; 0 = same as the inputs
-    epilogue: str = "none"  # a key of EPILOGUE_READS
+    epilogue: str = "none"  # a key of EPILOGUE_TENSORS
     # Whether each operand's loads vectorize: 16-byte aligned base, and its contiguous extent and
     # leading stride multiples of 16 elements (Triton's divisibility specialization). Otherwise the
     # loads are scalar and cannot be cp.async-pipelined (see ``operand_aligned``).
@@ -184,6 +198,12 @@ class GemmProblem:
     @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
+
+    @property
+    def epilogue_bytes(self) -> int:
+        """Bytes of the [M, N] tensors the epilogue moves, C's store included."""
+        reads, writes, _ = EPILOGUE_TENSORS[self.epilogue]
+        return self.m * self.n * self.c_bytes * (1 + reads + writes)
 
 
 #: Triton 3.6 specializes an integer argument as "divisible by 16" (``tt.divisibility = 16``) and
@@ -288,9 +308,12 @@ def _tile_registers(cfg: TileConfig, dtype: str, spec: DeviceSpec, aligned: tupl
 
 
 def _epilogue_registers(cfg: TileConfig, spec: DeviceSpec, epilogue: str) -> int:
-    """Registers live at the store: the accumulator plus, for the cross update, the x0 and x tiles."""
+    """Registers live at the store: the accumulator plus the [M, N] tiles the epilogue holds at once:
+    two for the cross update (x0, x) and CrossGrad (grad and x0, then d_x0 and g), one for the
+    residual (``CROSS_EPILOGUE_REGISTERS_PER_ACC`` is per two tiles)."""
     accumulator = cfg.block_m * cfg.block_n // (cfg.num_warps * spec.warp_size)
-    extra = int(CROSS_EPILOGUE_REGISTERS_PER_ACC[spec.vendor] * accumulator) if epilogue == "cross" else 0
+    tiles = min(2, EPILOGUE_TENSORS[epilogue][0])
+    extra = int(CROSS_EPILOGUE_REGISTERS_PER_ACC[spec.vendor] * accumulator * tiles / 2)
     return accumulator + extra + BASE_REGISTERS
 
 
@@ -377,7 +400,7 @@ def _memory_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Cei
     reads_a, reads_b = _operand_rereads(cfg, p, spec, slots)
     unique = (p.m + p.n) * p.k * p.in_bytes
     fills = (p.m * reads_a + p.n * reads_b) * p.k * p.in_bytes
-    epilogue = p.m * p.n * p.c_bytes * (1 + EPILOGUE_READS[p.epilogue])
+    epilogue = p.epilogue_bytes
     hbm = ceil.copy_bandwidth.value
     if spec.infinity_cache_bytes >= unique:
         return {"l2_fill": fills / MALL_BANDWIDTH, "hbm": (unique + epilogue) / hbm}
@@ -401,11 +424,17 @@ def _scalar_load_cycles(cfg: TileConfig, p: GemmProblem) -> float:
 
 
 def _epilogue_round_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, ceil: Ceilings,
-                            resident: int) -> float:
-    """One round's epilogue on one CU: its programs' C tiles written (and x0 / x read for the cross
-    update) at the CU's share of the copy bandwidth, after one memory latency."""
-    tile_bytes = cfg.block_m * cfg.block_n * p.c_bytes * (1 + EPILOGUE_READS[p.epilogue])
-    return MEMORY_LATENCY_S[spec.vendor] + resident * tile_bytes / (ceil.copy_bandwidth.value / spec.compute_units)
+                            resident: int) -> tuple[float, float]:
+    """(stores, loads) of one round's epilogue on one CU, at the CU's share of the copy bandwidth.
+    Stores: the programs' C tiles and the epilogue's written tiles, after one memory latency (they
+    drain while the next round starts: ``EPILOGUE_OVERLAP``). Loads: the epilogue's input tiles,
+    issued after the last K step, one memory latency per dependent load phase (``EPILOGUE_TENSORS``):
+    the store waits for them (``EPILOGUE_LOAD_OVERLAP``)."""
+    reads, writes, phases = EPILOGUE_TENSORS[p.epilogue]
+    tile_bytes = resident * cfg.block_m * cfg.block_n * p.c_bytes
+    share = ceil.copy_bandwidth.value / spec.compute_units
+    latency = MEMORY_LATENCY_S[spec.vendor]
+    return latency + tile_bytes * (1 + writes) / share, phases * latency + tile_bytes * reads / share
 
 
 def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, *,
@@ -434,35 +463,32 @@ def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, 
     in_flight = max(1, cfg.num_stages - 1 - held) if not scalar else 1  # scalar loads: not pipelined
     step_s = max(resident * step / clock, latency / in_flight)
     main = k_steps * step_s + latency  # + pipeline fill
-    epilogue = _epilogue_round_seconds(cfg, p, spec, ceil, resident) if cfg.split_k == 1 else 0.0
-    compute = rounds * (main + epilogue - EPILOGUE_OVERLAP * min(main, epilogue))
+    stores, loads = _epilogue_round_seconds(cfg, p, spec, ceil, resident) if cfg.split_k == 1 else (0.0, 0.0)
+    compute = rounds * (main + stores - EPILOGUE_OVERLAP * min(main, stores) + (1 - EPILOGUE_LOAD_OVERLAP) * loads)
     if p.b_k_major and cfg.block_n >= 256:
         compute *= KMAJOR_B_WIDE_TILE_FACTOR.get(spec.arch, 1.0)  # see the constant
     memory = _memory_seconds(cfg, p, spec, ceil, fp.programs_per_cu * spec.compute_units)
     split = _split_k_seconds(cfg, p, spec, ceil)
     total = max(compute, *memory.values()) + split + KERNEL_OVERHEAD_S
     parts = {"compute": compute, "mma_cycles": mma, "smem_cycles": smem, "port_cycles": port,
-             "scalar_cycles": scalar, "epilogue_round": epilogue, "rounds": rounds, "resident": resident,
+             "scalar_cycles": scalar, "epilogue_stores": stores, "epilogue_loads": loads, "rounds": rounds, "resident": resident,
              "split_k": split} | memory
     return GemmEstimate(seconds=total, footprint=fp, parts=parts)
 
 
-#: Elementwise passes eager torch runs to apply each epilogue after a library GEMM, as (elements
-#: read, elements written) per output element, one kernel each: ``y + bias`` (1, 1), ``relu(y)``
-#: (1, 1), ``x0 * y`` (2, 1), ``+ x`` (2, 1) (benchmarks/gemm_selection.py ``_library``).
-EAGER_EPILOGUE_PASSES: dict[str, tuple[tuple[int, int], ...]] = {
-    "none": (), "bias": ((1, 1),), "relu": ((1, 1),), "bias_relu": ((1, 1), (1, 1)),
-    "cross": ((1, 1), (2, 1), (2, 1)),
-}
-
-
-def epilogue_pass_seconds(p: GemmProblem, ceil: Ceilings) -> float:
-    """The eager torch ops applying the epilogue to a library GEMM's output, one kernel per op, each
-    moving its bytes at the copy rate; 0 when there is no epilogue."""
-    seconds = 0.0
-    for reads, writes in EAGER_EPILOGUE_PASSES[p.epilogue]:
-        seconds += p.m * p.n * p.c_bytes * (reads + writes) / ceil.copy_bandwidth.value + KERNEL_OVERHEAD_S
-    return seconds
+def fused_pass_seconds(p: GemmProblem, ceil: Ceilings, row_block: int) -> float:
+    """The one Triton pass that applies the epilogue to a library GEMM's product
+    (``polyrec.kernels.gemm._library``): the product read (input dtype), the epilogue's tensors and
+    C at the copy rate, plus one kernel; CrossGrad also writes fp32 bias-gradient partials per
+    ``row_block`` rows, summed by one more kernel. 0 when there is no epilogue."""
+    if p.epilogue == "none":
+        return 0.0
+    moved = p.m * p.n * p.in_bytes + p.epilogue_bytes
+    kernels = 1
+    if p.epilogue == "cross_grad":
+        moved += 2 * math.ceil(p.m / row_block) * p.n * 4  # partials written, then read by the sum
+        kernels += 1
+    return moved / ceil.copy_bandwidth.value + kernels * KERNEL_OVERHEAD_S
 
 
 def library_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings, configs: list) -> float:
@@ -476,5 +502,5 @@ def library_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings, configs: l
 def roofline_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> float:
     """The floor: FLOPs at the measured matmul rate or compulsory bytes at the copy rate."""
     rate = ceil.matmul_flops[rate_dtype(p.dtype, spec)].value
-    bytes_moved = (p.m + p.n) * p.k * p.in_bytes + p.m * p.n * p.c_bytes * (1 + EPILOGUE_READS[p.epilogue])
+    bytes_moved = (p.m + p.n) * p.k * p.in_bytes + p.epilogue_bytes
     return max(p.flops / rate, bytes_moved / ceil.copy_bandwidth.value)
