@@ -59,7 +59,8 @@ def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *,
                        output_dtype: torch.dtype, plan: Path | None) -> DistributedEmbeddings:
     """This rank's part of the model's tables, with the fused TBE optimizer on each shard."""
     shardings = (shardings_from_plan(plan, config, ctx.world_size) if plan is not None
-                 else default_shardings(config.table_rows, config.embedding_dim, ctx.world_size))
+                 else default_shardings(config.table_rows, config.embedding_dim, ctx.world_size,
+                                        lookups=config.multi_hot))
     opt = EmbeddingOptimizer(kind=optimizer.kind, lr=optimizer.lr, eps=optimizer.eps, beta1=optimizer.beta1,
                              beta2=optimizer.beta2, weight_decay=optimizer.weight_decay,
                              initial_accumulator_value=optimizer.initial_accumulator_value)
