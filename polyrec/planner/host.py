@@ -101,9 +101,10 @@ def host_costs(device: str, launch_latency: float | None = None,
 
 def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:
     """Launches of one ``polyrec.kernels.gemm.matmul`` call as the selector runs it."""
-    if backend == "library":  # torch.matmul, then the epilogue as torch ops (gemm._library)
-        extra = {"none": 0, "bias": 1, "relu": 1, "bias_relu": 2, "cross": 3}.get(epilogue, 0)
-        return Launches(torch_ops=1 + extra + GEMM_CALL_TORCH_OPS - 1)
+    if backend == "library":  # torch.matmul, then one Triton pass for the epilogue (gemm._library)
+        fused_pass = 0 if epilogue == "none" else 1
+        bias_sum = 1 if epilogue == "cross_grad" else 0  # torch.sum of the pass's bias-gradient partials
+        return Launches(triton=fused_pass, torch_ops=GEMM_CALL_TORCH_OPS + bias_sum)
     return Launches(triton=2 if split_k > 1 else 1, torch_ops=GEMM_CALL_TORCH_OPS + (1 if split_k > 1 else 0))
 
 

@@ -13,6 +13,8 @@ The cross network is one function, :func:`cross_network`, so a change of its ker
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes
@@ -97,9 +99,9 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     Function, backward fused into its GEMMs). Forward per layer: ``low = x_l Vᵀ``, then
     ``x_{l+1} = x0 * (low Uᵀ + b) + x_l`` in the GEMM's epilogue. Backward per layer: the recomputed
     ``low Uᵀ`` whose ``CrossGrad`` epilogue writes ``g = grad * x0``, accumulates x0's gradient and the
-    bias-gradient partials (reads grad, x0, d_x0; writes g, d_x0: one [B, D] read and write more than the
-    "cross" epilogue the selector prices it with); ``g U``, ``gᵀ low``, ``dlowᵀ x_l``; ``dlow V`` with the
-    residual gradient added in its epilogue. No elementwise torch op of size [B, D].
+    bias-gradient partials (the selector's "cross_grad" epilogue: reads grad, x0, d_x0; writes g, d_x0);
+    ``g U``, ``gᵀ low``, ``dlowᵀ x_l``; ``dlow V`` with the residual gradient added in its epilogue
+    ("residual"). No elementwise torch op of size [B, D].
     """
     ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
     b = batch
@@ -110,13 +112,12 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
                 Op(name=f"{u.name}.fwd", phase="fwd", gemm=GemmShape(op=f"{u.name}.fwd", m=b, n=w, k=r,
                                                                      epilogue="cross"), torch_ops=0)]
         ops += _weight_casts(v) + _weight_casts(u)
-        backward = (GemmShape(op=f"{u.name}.recompute", m=b, n=w, k=r, epilogue="cross"),
+        backward = (GemmShape(op=f"{u.name}.recompute", m=b, n=w, k=r, epilogue="cross_grad"),
                     GemmShape(op=f"{u.name}.dgrad", m=b, n=r, k=w, epilogue="none"),
                     GemmShape(op=f"{u.name}.wgrad", m=w, n=r, k=b, epilogue="none"),
                     GemmShape(op=f"{v.name}.wgrad", m=r, n=w, k=b, epilogue="none"),
-                    GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="cross"))
+                    GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="residual"))
         ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
-        ops.append(Op(name=f"{u.name}.cross_grad_extra", phase="bwd", bytes=2 * b * w * cb, torch_ops=0))
         ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2))  # fp32 buffer, cast
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
@@ -145,8 +146,10 @@ def dot_interaction(model: ModelSpec, batch: int, cb: int) -> tuple[list[Op], La
     return ops, LayerMemory(name="interaction", saved=t, backward_peak=z + 3 * t + out)
 
 
+@functools.lru_cache(maxsize=1024)
 def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int) -> DenseInventory:
-    """Every op of the dense forward and backward at ``batch`` samples, and the per-layer memory."""
+    """Every op of the dense forward and backward at ``batch`` samples, and the per-layer memory
+    (cached: a 64-GPU plan asks for the same few batches ~1300 times)."""
     cb, b = dense_dtype_bytes, batch
     mats = dense_matmuls(model)
     bottom = [m for m in mats if m.name.startswith("bottom.")]
