@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="weight precision of the tables")
     parser.add_argument("--skip-sweep", action="store_true", help="only the kernel table (no forward sweep)")
+    parser.add_argument("--skewed", action="store_true", help="the benchmark's skewed ids (default uniform)")
     args = parser.parse_args()
     weight_dtype = {"fp32": torch.float32, "fp16": torch.float16}[args.dtype]
     batch_size = 2048 if args.quick else 65536
@@ -65,7 +66,7 @@ def main() -> None:
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
                                    weight_dtype=weight_dtype, device="cuda")
-    batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, False, gen)
+    batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, args.skewed, gen)
     grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen)
     with torch.no_grad():
         module(batch)
@@ -73,7 +74,8 @@ def main() -> None:
     kernels = kernel_table(module, batch, grad)
     sort_keys = torch.randint(0, sum(rows_per_table), (batch.nnz,), device="cuda", dtype=torch.int32)
     sort_ms = triton.testing.do_bench(lambda: torch.sort(sort_keys), warmup=10, rep=100, return_mode="median")
-    write_results(f"tbe_breakdown_{args.dtype}", {"dtype": args.dtype, "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms,
+    write_results(f"tbe_breakdown_{args.dtype}" + ("_skewed" if args.skewed else ""), {"dtype": args.dtype,
+                                                                                  "skewed": args.skewed, "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms,
                                     "nnz": batch.nnz}, rows=kernels, summary={"sort_int32_ms": sort_ms})
     print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
     for r in sorted(sweep, key=lambda r: r["fwd_ms"]):
