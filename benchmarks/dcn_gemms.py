@@ -25,10 +25,9 @@ from triton.testing import do_bench
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.detect import detect
-import polyrec.kernels.gemm as gemm
 from polyrec.kernels.gemm import CrossGrad, epilogue_name, matmul
 from polyrec.kernels.gemm_configs import config_space, configs_for_shape
-from polyrec.kernels.gemm_select import GemmChoice, select_gemm
+from polyrec.kernels.gemm_select import select_gemm
 from polyrec.results import write_results
 
 BATCH, DIM, RANK = 65536, 3456, 512  # MLPerf DLRM-DCNv2 cross network
@@ -60,28 +59,18 @@ def _cases(b: int, d: int, r: int) -> dict:
     }
 
 
-def _library_path(a, w, kw: dict, choice: GemmChoice):
-    """``matmul`` with the selector's answer replaced by the library backend (torch.matmul + the
-    fused epilogue pass), whatever the model predicts."""
-    forced = GemmChoice(backend="library", config=choice.config, triton_seconds=choice.triton_seconds,
-                        library_seconds=choice.library_seconds)
-
-    def run():
-        real = gemm.select_gemm
-        gemm.select_gemm = lambda *args, **kwargs: forced
-        try:
-            return matmul(a, w, **kw)
-        finally:
-            gemm.select_gemm = real
-    return run
+def _library_path(a, w, kw: dict):
+    """``matmul`` on the library backend (torch.matmul + the fused epilogue pass), whatever the model
+    predicts."""
+    return lambda: matmul(a, w, **kw, library=True)
 
 
-def _check_library(a, w, kw: dict, cfg, choice: GemmChoice) -> None:
+def _check_library(a, w, kw: dict, cfg) -> None:
     """The library path's output (and CrossGrad's d_x0 / bias gradient) against the Triton path's."""
     cg = kw.get("cross_grad")
     saved = cg.d_x0.clone() if cg is not None else None
     outs = []
-    for run in (lambda: matmul(a, w, **kw, config=cfg), _library_path(a, w, kw, choice)):
+    for run in (lambda: matmul(a, w, **kw, config=cfg), _library_path(a, w, kw)):
         if cg is not None:
             cg.d_x0.copy_(saved)
         out = run()
@@ -118,7 +107,7 @@ def main() -> None:
         choice = select_gemm(m, n, k, "bf16", spec, epilogue=epilogue, b_k_major=bool(kw.get("trans_b")))
         cfg = choice.config
         if fused:
-            _check_library(a, w, kw, cfg, choice)
+            _check_library(a, w, kw, cfg)
         row = {"gemm": name, "m": m, "n": n, "k": k, "epilogue": epilogue, "backend": choice.backend,
                "config": cfg.label,
                "floor_ms": 1e3 * (case["flops"] / flops_rate + case["bytes"] / copy_rate),
@@ -126,7 +115,7 @@ def main() -> None:
                "config_with_epilogue_ms": _time(lambda: matmul(a, w, **case["kw"], config=cfg)),
                "config_no_epilogue_ms": _time(lambda: matmul(a, w, **case["plain"], config=cfg)),
                "torch_matmul_ms": _torch_time(a, w, case["plain"]),
-               "library_fused_pass_ms": _time(_library_path(a, w, kw, choice)) if fused else None,
+               "library_fused_pass_ms": _time(_library_path(a, w, kw)) if fused else None,
                "predicted_triton_ms": 1e3 * choice.triton_seconds, "predicted_library_ms": 1e3 * choice.library_seconds}
         if fused:
             space = configs_for_shape(config_space(spec, "bf16"), m, n, k)

@@ -271,3 +271,23 @@ def test_fused_epilogues_reject_bad_inputs():
         matmul(a, b, residual=grad, cross=(x0, grad))
     with pytest.raises(ValueError, match="no activation"):
         matmul(a, b, residual=grad, activation="relu")
+
+
+def test_library_flag_runs_the_library_path_whatever_the_selector_says(monkeypatch):
+    """``matmul(library=True)``: torch.matmul + the fused epilogue pass, even where the selector picks
+    Triton; with a Triton config it is an error."""
+    import polyrec.kernels.gemm as gemm_module
+    from polyrec.kernels.gemm_select import INTERPRETER_CONFIG
+
+    calls = []
+    real = gemm_module._library
+    monkeypatch.setattr(gemm_module, "_library", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    gen = torch.Generator().manual_seed(7)
+    a, b = torch.randn(37, 24, generator=gen), torch.randn(24, 19, generator=gen)
+    bias = torch.randn(19, generator=gen)
+    out = gemm_module.matmul(a, b, bias=bias, activation="relu", library=True)
+    assert calls == [1]
+    torch.testing.assert_close(out.double(), gemm_module.reference_matmul(a, b, bias=bias, activation="relu"),
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="no Triton config"):
+        gemm_module.matmul(a, b, library=True, config=INTERPRETER_CONFIG)

@@ -403,14 +403,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
            bias: torch.Tensor | None = None, activation: str = "none",
            cross: tuple[torch.Tensor, torch.Tensor] | None = None, residual: torch.Tensor | None = None,
            cross_grad: CrossGrad | None = None, out_dtype: torch.dtype | None = None,
-           config: GemmConfig | None = None, warmup: bool = False) -> torch.Tensor:
+           config: GemmConfig | None = None, library: bool = False, warmup: bool = False) -> torch.Tensor:
     """``epilogue(op(a) @ op(b))`` with fp32 accumulation; returns [M, N] in ``out_dtype`` (default a's).
 
     a: [M, K] ([K, M] with ``trans_a``); b: [K, N] ([N, K] with ``trans_b``); bias: [N];
     cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``; residual [M, N]: ``out = acc + bias +
     residual``; cross_grad: ``out = grad * x0`` and x0's gradient updated (``CrossGrad``).
     ``config=None`` asks the selector,
-    which may run torch.matmul instead, followed by one fused epilogue pass, when it predicts that faster.
+    which may run torch.matmul instead, followed by one fused epilogue pass, when it predicts that faster;
+    ``library=True`` runs that library path whatever the prediction (benchmarks time both backends).
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
     """
     m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
@@ -418,6 +419,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     dtype = gemm_dtype(a)
     a_op = a.t() if trans_a else a  # [M, K] view
     b_op = b.t() if trans_b else b  # [K, N] view
+    if library:
+        if config is not None:
+            raise ValueError("matmul: library=True runs torch.matmul; it takes no Triton config")
+        return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup)
     if config is None:
         out_bytes = torch.empty((), dtype=out_dtype).element_size()
         epilogue = epilogue_name(bias is not None, activation, cross is not None, residual is not None,
