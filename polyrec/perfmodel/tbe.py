@@ -265,6 +265,14 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
 #: "scan": keys -> perm -> source row -> gradient slices -> weight rows (the column lookup hits L1);
 #: "lane": keys with sorted gradient offsets -> gradient slices together with the weight rows.
 UPDATE_TRIPS = {"scan": 5, "lane": 2}
+#: Extra time of the "scan" variant per sorted position and per unit of TILE, seconds: its cross-warp
+#: segmented scan and layout conversions grow with the tile. Fitted on one row of
+#: benchmarks/results/tbe_update_variants_nvidia-h200_2026-11-29 (scan tile 64, 8 warps: 27.59 ms of
+#: backward where the round-trip model gives 9.4 ms): 18.2 ms / (14.02M positions x 64). Checked on the
+#: others: tile 16 predicted 14.5 ms (measured 13.83), tile 32 18.7 ms (18.63). Without it the model
+#: picked scan tile 64 for Adagrad and Adam (a smaller merge) where it runs 3.5x slower than the lane
+#: update (planner_accuracy_nvidia-h200_2026-11-29: 27-30 ms embedding steps with those optimizers).
+SCAN_SECONDS_PER_POSITION_TILE = 2.02e-11
 #: Registers per thread of an update program = 40 + this x fp32 tile elements per thread, fitted to the
 #: cuda:90 compiles of the candidates (rowwise Adagrad, fp32; tests/test_tbe_compile.py compiles them):
 #: scan 16 elements -> 128-148, lane TILE 8 (32 elements) -> 168; capped at 255.
@@ -376,6 +384,8 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     programs = math.ceil(nnz / shape.tile)
     lat = LOADED_LATENCY_S[spec.vendor]
     chain_s = programs * UPDATE_TRIPS[shape.variant] * lat / update_resident(shape, spec)
-    return (max(moved / (UPDATE_COPY_FRACTION * ceil.copy_bandwidth.value), chain_s) + UPDATE_TRIPS[shape.variant] * lat
+    scan_s = nnz * shape.tile * SCAN_SECONDS_PER_POSITION_TILE if shape.variant == "scan" else 0.0
+    return (max(moved / (UPDATE_COPY_FRACTION * ceil.copy_bandwidth.value), chain_s) + scan_s
+            + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile, grad_row_bytes=grad_row_bytes, spec=spec,
                             ceil=ceil))
