@@ -30,10 +30,10 @@ import argparse
 
 import torch
 import triton
-from torch.profiler import ProfilerActivity, profile
 
 from polyrec.models.layers import DenseOps, LowRankCross
 from polyrec.results import write_results
+from profiling import kernel_table
 
 #: H200 bf16 dense matmul rate for the floor, TFLOP/s: the GEMM sweep's calibrated ceiling (788,
 #: docs/gemm.md), rounded down as issue 5's brief states it.
@@ -115,24 +115,8 @@ def time_paths(dim: int, rank: int, layers: int, batch: int, ops: DenseOps, rep_
         fwd = triton.testing.do_bench(forward, warmup=50, rep=rep_ms, return_mode="median")
         both = triton.testing.do_bench(step, warmup=50, rep=rep_ms, return_mode="median")
         rows.append({"path": "fused" if fused else "unfused", "fwd_ms": fwd, "bwd_ms": both - fwd, "fwd_bwd_ms": both,
-                     "kernels": kernel_table(step)})
+                     "kernels": kernel_table(step, reps=2, warmup=1)[:20]})
     return rows
-
-
-def kernel_table(step, reps: int = 2) -> list[dict]:
-    """GPU kernels of one step (torch profiler), largest first."""
-    step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            step()
-        torch.cuda.synchronize()
-    rows = []
-    for evt in prof.key_averages():
-        cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-        if cuda_us > 0:
-            rows.append({"kernel": evt.key[:80], "calls": evt.count / reps, "ms": cuda_us / 1e3 / reps})
-    return sorted(rows, key=lambda r: -r["ms"])[:20]
 
 
 def main() -> None:
@@ -156,7 +140,7 @@ def main() -> None:
     for r in rows:
         print(f"\n{r['path']} kernels (ms per step):")
         for k in r["kernels"][:12]:
-            print(f"  {k['ms']:7.3f}  x{k['calls']:<4g} {k['kernel']}")
+            print(f"  {k['ms_per_step']:7.3f}  x{k['calls_per_step']:<4g} {k['kernel']}")
     print(f"\ncross network B={batch} D={dim} r={rank} L={layers} bf16; floor {floor:.2f} ms; "
           f"max rel. error vs float64: unfused {errors['unfused']:.2g}, fused {errors['fused']:.2g}")
     print(f"{'path':8s} {'fwd ms':>8s} {'bwd ms':>8s} {'fwd+bwd':>8s} {'/floor':>7s}")

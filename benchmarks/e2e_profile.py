@@ -18,23 +18,12 @@ import io
 import pstats
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
+from profiling import kernel_table
 
 DENSE_FLOP_PER_SAMPLE = 96e6  # issue 5: MLPerf DLRM-DCNv2 forward + backward dense work per sample
-
-
-def kernel_rows(prof, steps: int) -> list[dict]:
-    """Kernels grouped by name: calls and ms per step, largest first."""
-    rows = []
-    for evt in prof.key_averages():
-        cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-        if cuda_us > 0 and evt.device_type == torch.autograd.DeviceType.CUDA:
-            rows.append({"kernel": evt.key[:110], "calls_per_step": evt.count / steps,
-                         "ms_per_step": cuda_us / 1e3 / steps})
-    return sorted(rows, key=lambda r: -r["ms_per_step"])
 
 
 def host_profile(trainer: Trainer, steps: int) -> str:
@@ -64,12 +53,7 @@ def main() -> None:
                       row_cap=args.row_cap, steps=10_000, synthetic_pool=4)
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=3, steps=5)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.steps):
-            trainer.train_step()
-        torch.cuda.synchronize()
-    rows = kernel_rows(prof, args.steps)
+    rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0)
     host = host_profile(trainer, args.steps) if args.host else None
     total = sum(r["ms_per_step"] for r in rows)
     for r in rows:

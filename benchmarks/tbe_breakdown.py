@@ -11,11 +11,11 @@ import argparse
 
 import torch
 import triton
-from torch.profiler import ProfilerActivity, profile
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.results import write_results
+from profiling import kernel_table
 from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch
 
 
@@ -34,22 +34,6 @@ def forward_sweep(module: TableBatchedEmbedding, batch, warp_size: int) -> list[
                          "selected": cfg == chosen})
     module._configs[key] = chosen
     return rows
-
-
-def kernel_table(module: TableBatchedEmbedding, batch, grad, reps: int = 3) -> list[dict]:
-    for _ in range(2):
-        module(batch).backward(grad)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            module(batch).backward(grad)
-        torch.cuda.synchronize()
-    rows = []
-    for evt in prof.key_averages():
-        cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-        if cuda_us > 0:
-            rows.append({"kernel": evt.key[:90], "calls_per_step": evt.count / reps, "ms_per_step": cuda_us / 1e3 / reps})
-    return sorted(rows, key=lambda r: -r["ms_per_step"])[:25]
 
 
 def main() -> None:
@@ -71,7 +55,7 @@ def main() -> None:
     with torch.no_grad():
         module(batch)
     sweep = [] if args.skip_sweep else forward_sweep(module, batch, torch.cuda.get_device_properties(0).warp_size)
-    kernels = kernel_table(module, batch, grad)
+    kernels = kernel_table(lambda: module(batch).backward(grad))[:25]
     sort_keys = torch.randint(0, sum(rows_per_table), (batch.nnz,), device="cuda", dtype=torch.int32)
     sort_ms = triton.testing.do_bench(lambda: torch.sort(sort_keys), warmup=10, rep=100, return_mode="median")
     write_results(f"tbe_breakdown_{args.dtype}" + ("_skewed" if args.skewed else ""), {"dtype": args.dtype,

@@ -1,0 +1,26 @@
+"""The GPU kernels of a repeated step, by the torch profiler: one table format for the benchmarks."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+
+def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2) -> list[dict]:
+    """Run ``step`` ``warmup`` times, then ``reps`` times under the profiler; rows of the CUDA kernels
+    grouped by name with their calls and milliseconds per step, largest first."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            step()
+        torch.cuda.synchronize()
+    rows = []
+    for evt in prof.key_averages():
+        cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        if cuda_us > 0 and evt.device_type == torch.autograd.DeviceType.CUDA:
+            rows.append({"kernel": evt.key[:110], "calls_per_step": evt.count / reps, "ms_per_step": cuda_us / 1e3 / reps})
+    return sorted(rows, key=lambda r: -r["ms_per_step"])
