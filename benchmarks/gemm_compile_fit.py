@@ -49,7 +49,7 @@ def selected(device: str) -> list[tuple[str, bool, GemmConfig, str]]:
 def compile_one(task: tuple[str, str, bool, GemmConfig, str]) -> dict:
     """Compile one (device, epilogue, B layout, config); actual resources and the model's prediction."""
     from polyrec.hardware.compile import compile_for
-    from polyrec.kernels.gemm import compile_job_for
+    from polyrec.kernels.gemm_kernels import compile_job_for
 
     device, epilogue, trans_b, c, shape = task
     spec = get_device(device)
@@ -72,7 +72,7 @@ def compile_one(task: tuple[str, str, bool, GemmConfig, str]) -> dict:
 def reduce_row(device: str) -> dict:
     """Compile the split-K reduction kernel for one device."""
     from polyrec.hardware.compile import compile_for
-    from polyrec.kernels.gemm import reduce_compile_job
+    from polyrec.kernels.gemm_kernels import reduce_compile_job
 
     r = compile_for(reduce_compile_job(DTYPE), get_device(device))
     return {"device": device, "shape": "split-K reduction", "epilogue": "cross", "config": "reduce",

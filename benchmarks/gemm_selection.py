@@ -28,7 +28,8 @@ from triton.testing import do_bench
 from polyrec.hardware.calibrate import calibrate, ceilings, save_calibration
 from polyrec.hardware.detect import detect
 from polyrec.kernels import gemm_select
-from polyrec.kernels.gemm import gemm_kernel, matmul, reference_matmul
+from polyrec.kernels.gemm import matmul, reference_matmul
+from polyrec.kernels.gemm_kernels import gemm_kernel
 from polyrec.kernels.gemm_configs import GemmConfig, GemmShape, config_space, configs_for_shape, dlrm_suite
 from polyrec.kernels.gemm_select import select_gemm
 from polyrec.perfmodel.gemm import GemmProblem, estimate

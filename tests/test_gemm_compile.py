@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.compile,
 @pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
 def test_selected_configs_compile_and_fit(name):
     from polyrec.hardware.compile import compile_for
-    from polyrec.kernels.gemm import compile_job_for, reduce_compile_job
+    from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
     from polyrec.kernels.gemm_configs import dlrm_suite
     from polyrec.kernels.gemm_select import select_gemm
 

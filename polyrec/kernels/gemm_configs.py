@@ -127,7 +127,7 @@ def compile_jobs(spec: DeviceSpec, configs: list[GemmConfig] | None = None,
     """Compile jobs for the GEMM kernels in each dtype: ``configs`` with the cross epilogue (the
     largest), or by default the configs the selector picks for ``dlrm_suite()`` with each shape's own
     epilogue; plus the split-K reduction kernel."""
-    from polyrec.kernels.gemm import compile_job_for, reduce_compile_job
+    from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
     from polyrec.kernels.gemm_select import select_gemm
 
     jobs = []

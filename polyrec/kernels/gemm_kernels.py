@@ -1,0 +1,219 @@
+"""The Triton kernels of ``polyrec.kernels.gemm`` and their compile jobs.
+
+``gemm_kernel``: C = epilogue(A @ B) with fp32 accumulation, grouped tile order, split-K partials;
+``split_k_reduce_kernel``: sums split-K partials (or, with ``SPLIT_K=1``, reads a library GEMM's
+product) and applies the epilogue. ``compile_job_for`` / ``reduce_compile_job`` describe them for
+``polyrec.hardware.compile.compile_for`` (compile-only checks for sm_90 / gfx942 / gfx950).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from polyrec.hardware.compile import CompileJob
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
+
+_TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
+
+
+@triton.jit
+def _cross_grad(y, offs_m, offs_n, mask, row_block, x0_ptr, grad_ptr, dx0_ptr, db_ptr, stride_x0m, stride_x0n,
+                stride_gm, stride_gn, stride_dx0m, stride_dx0n, N, DX0_READ: tl.constexpr,
+                DX0_PLUS_GRAD: tl.constexpr, BIAS_GRAD: tl.constexpr):
+    """The cross layer's backward on y [BM, BN] = v @ Wᵀ + b (fp32): returns g = grad * x0, updates
+    d_x0 (+)= grad * y (+ grad) in place and writes this row block's column sums of g (fp32)."""
+    grad = tl.load(grad_ptr + offs_m[:, None] * stride_gm + offs_n[None, :] * stride_gn, mask=mask,
+                   other=0.0).to(tl.float32)
+    x0 = tl.load(x0_ptr + offs_m[:, None] * stride_x0m + offs_n[None, :] * stride_x0n, mask=mask,
+                 other=0.0).to(tl.float32)
+    g = grad * x0
+    if BIAS_GRAD:
+        tl.store(db_ptr + row_block * N + offs_n, tl.sum(g, axis=0), mask=offs_n < N)
+    if DX0_PLUS_GRAD:
+        y = y + 1.0
+    term = grad * y
+    dx0_ptrs = dx0_ptr + offs_m[:, None] * stride_dx0m + offs_n[None, :] * stride_dx0n
+    if DX0_READ:
+        term += tl.load(dx0_ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dx0_ptrs, term.to(dx0_ptr.dtype.element_ty), mask=mask)
+    return g
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, mask, row_block, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+              stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS: tl.constexpr,
+              RELU: tl.constexpr, CROSS: tl.constexpr, RESIDUAL: tl.constexpr, CROSS_GRAD: tl.constexpr,
+              DX0_READ: tl.constexpr, DX0_PLUS_GRAD: tl.constexpr, BIAS_GRAD: tl.constexpr):
+    """acc [BM, BN] fp32 -> (+ bias[N]) -> ReLU, cross ``x0 * y + x``, residual ``y + x`` or the cross
+    backward (``_cross_grad``, x is the gradient there), in fp32."""
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
+        acc = acc + bias[None, :]
+    if RELU:
+        acc = tl.maximum(acc, 0.0)
+    if CROSS:
+        x0 = tl.load(x0_ptr + offs_m[:, None] * stride_x0m + offs_n[None, :] * stride_x0n, mask=mask)
+        xr = tl.load(xr_ptr + offs_m[:, None] * stride_xrm + offs_n[None, :] * stride_xrn, mask=mask)
+        acc = x0.to(tl.float32) * acc + xr.to(tl.float32)
+    if RESIDUAL:
+        xr = tl.load(xr_ptr + offs_m[:, None] * stride_xrm + offs_n[None, :] * stride_xrn, mask=mask)
+        acc = acc + xr.to(tl.float32)
+    if CROSS_GRAD:
+        acc = _cross_grad(acc, offs_m, offs_n, mask, row_block, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+                          stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, DX0_READ,
+                          DX0_PLUS_GRAD, BIAS_GRAD)
+    return acc
+
+
+@triton.jit
+def gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
+    stride_x0m, stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, RESIDUAL: tl.constexpr = False, CROSS_GRAD: tl.constexpr = False,
+    DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False, BIAS_GRAD: tl.constexpr = False,
+    WIDEN_OPERANDS: tl.constexpr = False,
+):
+    """C[M, N] (or fp32 partials [SPLIT_K, M, N]) of A[M, K] @ B[K, N]; program (pid, split).
+
+    WIDEN_OPERANDS (interpreter only): Triton 3.6's interpreter multiplies bf16 bit patterns as
+    integers (``interpreter.py``, ``create_dot``), so on the CPU the operands are widened to fp32
+    first; bf16/fp16 products are exact in fp32, so the result is what the matrix unit computes.
+    """
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * tiles_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    offs_k = tl.arange(0, BLOCK_K)  # [BK]
+    k_start = tl.multiple_of(pid_k * K_PER_SPLIT, BLOCK_K)  # K_PER_SPLIT is a multiple of BLOCK_K
+    k_left = tl.minimum(K - k_start, K_PER_SPLIT)  # this split's depth
+    # Out-of-range rows / columns wrap (loads stay in bounds without masks); the store masks them.
+    # M, N and K must stay specializable (no do_not_specialize): when they are multiples of 16 the
+    # compiler knows ``rows % M`` / ``cols % N`` and the masks keep 16-element runs, so loads along
+    # a contiguous M or N (the TN / NN layouts) and the epilogue stay vectorized. Unspecialized, a
+    # bf16 8192^3 NN product ran at 36 TFLOP/s on the H200 instead of hundreds.
+    a_ptrs = a_ptr + (rows % M)[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak  # [BM, BK]
+    b_ptrs = b_ptr + (k_start + offs_k)[:, None] * stride_bk + (cols % N)[None, :] * stride_bn  # [BK, BN]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(0, tl.cdiv(k_left, BLOCK_K)):
+        k_mask = offs_k < k_left - step * BLOCK_K
+        a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
+        if WIDEN_OPERANDS:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    if SPLIT_K == 1:
+        acc = _epilogue(acc, rows, cols, mask, pid_m, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+                        stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS, RELU, CROSS,
+                        RESIDUAL, CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD, BIAS_GRAD)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def split_k_reduce_kernel(
+    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
+    M, N,
+    stride_ps, stride_pm, stride_pn, stride_cm, stride_cn, stride_x0m, stride_x0n, stride_xrm, stride_xrn,
+    stride_dx0m, stride_dx0n,
+    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr, RESIDUAL: tl.constexpr = False,
+    CROSS_GRAD: tl.constexpr = False, DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False,
+    BIAS_GRAD: tl.constexpr = False,
+):
+    """C = epilogue(sum over s of partials[s]) for one [BLOCK_M, BLOCK_N] block: the split-K
+    reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass over a library GEMM's product
+    (any float dtype, summed in fp32; C may be the product itself: each element is read, then written,
+    by the same program)."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    ptrs = p_ptr + rows[:, None] * stride_pm + cols[None, :] * stride_pn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(SPLIT_K):
+        acc += tl.load(ptrs + s * stride_ps, mask=mask, other=0.0)
+    acc = _epilogue(acc, rows, cols, mask, tl.program_id(0), bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
+                    stride_x0m, stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS, RELU,
+                    CROSS, RESIDUAL, CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD, BIAS_GRAD)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def input_precision(dtype: str, backend: str) -> str:
+    """tl.dot's input_precision: Triton 3.6 has no TF32 dot on AMD, so fp32 stays IEEE there."""
+    return "tf32" if dtype == "tf32" and backend == "cuda" else "ieee"
+
+
+def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogue: str = "cross",
+                    trans_b: bool = True) -> CompileJob:
+    """The GEMM kernel with one config, for ``polyrec.hardware.compile.compile_for`` (A row-major, B
+    given as [N, K] row-major with ``trans_b``, else [K, N]; ``epilogue`` "none", "bias_relu", "cross",
+    "residual" or "cross_grad" (its largest form: d_x0 read and the bias-gradient partials written))."""
+    ptr = _TRITON_TYPES[dtype]
+    fused = config.split_k == 1
+    ints = ["M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_bn", "stride_cs", "stride_cm",
+            "stride_x0m", "stride_xrm", "stride_dx0m"]
+    unit = {"stride_ak": 1, "stride_cn": 1, "stride_x0n": 1, "stride_xrn": 1, "stride_dx0n": 1}  # row-major
+    unit["stride_bk" if trans_b else "stride_bn"] = 1
+    constexprs = unit | {
+        "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+        "GROUP_M": config.group_m, "SPLIT_K": config.split_k,
+        "INPUT_PRECISION": input_precision(dtype, spec.triton.backend if spec.triton else "cuda"),
+        "WIDEN_OPERANDS": False} | _epilogue_flags(epilogue if fused else "none")
+    signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr if fused else "*fp32", "bias_ptr": ptr,
+                 "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr, "db_ptr": "*fp32"}
+    signature |= {name: "i32" for name in ints if name not in unit}
+    signature |= {name: "constexpr" for name in constexprs}
+    order = list(gemm_kernel.arg_names)
+    signature = {name: signature[name] for name in order}
+    options = config.launch_options("hip")
+    del options["num_warps"], options["num_stages"]
+    # As launched on the DLRM shapes: 16-byte aligned pointers, M, N, K and the strides multiples of 16.
+    aligned = tuple(n for n, kind in signature.items()
+                    if kind.startswith("*") or n.startswith("stride") or n in ("M", "N", "K"))
+    return CompileJob(label=f"gemm {dtype} {config.label} {epilogue}", kernel=gemm_kernel, signature=signature,
+                      constexprs=constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
+                      options=options, divisible_by_16=tuple(n for n in aligned if signature[n] != "constexpr"))
+
+
+def _epilogue_flags(epilogue: str) -> dict[str, bool]:
+    """The kernels' epilogue constexprs for a compile job's epilogue name (see ``compile_job_for``)."""
+    return {"HAS_BIAS": epilogue in ("bias_relu", "cross", "cross_grad"), "RELU": epilogue == "bias_relu",
+            "CROSS": epilogue == "cross", "RESIDUAL": epilogue == "residual", "CROSS_GRAD": epilogue == "cross_grad",
+            "DX0_READ": epilogue == "cross_grad", "DX0_PLUS_GRAD": False, "BIAS_GRAD": epilogue == "cross_grad"}
+
+
+def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross") -> CompileJob:
+    """The split-K reduction kernel with an epilogue (``compile_job_for``'s names); ``split_k`` 1 is
+    the epilogue pass after a library GEMM (it reads the product in ``dtype``)."""
+    ptr = _TRITON_TYPES[dtype]
+    names = ["M", "N", "stride_ps", "stride_pm", "stride_pn", "stride_cm", "stride_cn", "stride_x0m",
+             "stride_x0n", "stride_xrm", "stride_xrn", "stride_dx0m", "stride_dx0n"]
+    signature = {"p_ptr": "*fp32" if split_k > 1 else ptr, "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr,
+                 "db_ptr": "*fp32"}
+    signature |= {n: "i32" for n in names}
+    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N} | _epilogue_flags(epilogue)
+    signature |= {k: "constexpr" for k in constexprs}
+    signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
+    suffix = "" if epilogue == "cross" else f" {epilogue}"
+    kind = "split-k reduce" if split_k > 1 else "library epilogue pass"
+    return CompileJob(label=f"gemm {kind} {dtype}{suffix}", kernel=split_k_reduce_kernel, signature=signature,
+                      constexprs=constexprs, num_warps=REDUCE_NUM_WARPS, num_stages=1)
