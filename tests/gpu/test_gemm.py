@@ -1,4 +1,5 @@
-"""GEMM on the GPU: selected and explicit configs against float64, every layout and epilogue."""
+"""GEMM on the GPU: selected and explicit configs, and the library path (torch.matmul + the fused
+epilogue pass), against float64, every layout and epilogue."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ CONFIGS = [None, GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, n
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN"])
 @pytest.mark.parametrize("epilogue", ["none", "bias_relu", "cross"])
-@pytest.mark.parametrize("config", CONFIGS, ids=["selected", "128x128", "splitk4"])
+@pytest.mark.parametrize("config", CONFIGS + ["library"], ids=["selected", "128x128", "splitk4", "library"])
 def test_matmul_matches_float64(layout, epilogue, config):
     m, n, k = 1000, 771, 1536
     a = torch.randn((k, m) if layout[0] == "T" else (m, k), device="cuda", dtype=torch.bfloat16)
@@ -30,7 +31,7 @@ def test_matmul_matches_float64(layout, epilogue, config):
         args["activation"] = "relu"
     if epilogue == "cross":
         args["cross"] = tuple(torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    out = matmul(a, b, config=config, **args)
+    out = matmul(a, b, library=True, **args) if config == "library" else matmul(a, b, config=config, **args)
     ref = reference_matmul(a, b, **args)
     assert not torch.isnan(out).any()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
