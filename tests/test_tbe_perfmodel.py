@@ -11,8 +11,8 @@ import pytest
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
-from polyrec.perfmodel.tbe import (ForwardTile, GatherConfig, TableLoad, estimate, forward_seconds, gather_efficiency,
-                                  l2_hits, unique_rows)
+from polyrec.perfmodel.tbe import (ForwardTile, GatherConfig, TableLoad, UpdateShape, estimate, forward_seconds,
+                                   gather_efficiency, l2_hits, unique_rows)
 
 
 def test_gather_efficiency_by_row_size():
@@ -71,8 +71,9 @@ def test_mlperf_estimate_is_bandwidth_bound():
     hots = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
     loads = [TableLoad(rows=r, row_bytes=512, accesses=65536 * h) for r, h in zip(rows, hots)]
     cfg = GatherConfig(rows_in_flight=32, block_d=128, num_warps=4, programs=100_000)
+    lane = UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32)
     est = estimate(loads, batch_size=65536, out_dim=26 * 128, out_bytes=4, state_bytes_per_row=4, spec=spec,
-                   ceil=ceilings(spec), fwd=cfg, bwd=cfg)
+                   ceil=ceilings(spec), fwd=cfg, bwd=lane)
     floor = est.forward_bytes / ceilings(spec).copy_bandwidth.value
     assert floor <= est.forward_s < 1.5 * floor
     assert est.backward_s > est.forward_s

@@ -39,9 +39,6 @@ MAX_PROGRAMS_PER_CU = {"nvidia": 32, "amd": 32}
 REGISTER_OVERHEAD = 40
 #: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
 SORT_DIGIT_BITS = 8
-#: Element-wise passes over the sorted keys outside the kernels (flag, cumsum, scatter, arange):
-#: each reads or writes ~8 bytes per position. Counted from ``tbe_backward.piece_starts``.
-BOUNDARY_PASS_BYTES = 40
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -173,8 +170,9 @@ class StepEstimate:
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
-             spec: DeviceSpec, ceil: Ceilings, fwd: GatherConfig, bwd: GatherConfig) -> StepEstimate:
-    """Time of one forward and one fused backward + update over ``tables`` (each feature's load)."""
+             spec: DeviceSpec, ceil: Ceilings, fwd: GatherConfig, bwd: UpdateShape) -> StepEstimate:
+    """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
+    update is ``update_seconds`` of the config the selector runs (``bwd``), the same model that picks it."""
     gran = GATHER_GRANULARITY[spec.vendor]
     hits = l2_hits(tables, spec.l2_bytes)
     nnz = sum(t.accesses for t in tables)
@@ -187,14 +185,12 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     uniq = sum(unique_rows(t) for t in tables)
     grad_row = mean_row / max(out_bytes, 1) * 4  # fp32 gradient slice per id
     key_bytes = 4
-    prep = nnz * (8 + key_bytes + 4) + batch_size * len(tables) * 8
-    update = (nnz * grad_row / gather_efficiency(int(grad_row), gran)  # gradient slices, one per id
-              + nnz * (8 + gran)  # perm (sequential) and source row (one access unit each)
-              + 2 * uniq * mean_row + 2 * uniq * state_bytes_per_row)
-    bwd_bytes = prep + nnz * BOUNDARY_PASS_BYTES + update
-    bwd_s = (prep + nnz * BOUNDARY_PASS_BYTES) / ceil.copy_bandwidth.value + sort_seconds(int(nnz), key_bytes, ceil)
-    bwd_s += update / max(achieved_bandwidth(bwd, spec, ceil, mean_row, live_tiles=3), 1.0)
-    bwd_s += 8 * ceil.launch_latency.value
+    prep = nnz * (8 + key_bytes + 4) + batch_size * len(tables) * 8  # sort-key kernel: ids in, keys/rows out
+    update_kw = dict(nnz=nnz, unique=uniq, row_bytes=mean_row, grad_row_bytes=grad_row,
+                     state_bytes_per_row=state_bytes_per_row)
+    bwd_bytes = prep + update_bytes(bwd.variant, gran=gran, **update_kw)
+    bwd_s = (prep / ceil.copy_bandwidth.value + sort_seconds(int(nnz), key_bytes, ceil)
+             + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value)
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
                         unique_rows=uniq)
 

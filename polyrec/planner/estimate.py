@@ -126,8 +126,8 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     fwd = tbe.GatherConfig(rows_in_flight=max(1, int(fcfg.bags * max(1.0, min(fcfg.hots, mean_bag)))),
                            block_d=block_d, num_warps=fcfg.num_warps,
                            programs=math.ceil(bags / fcfg.bags) * len(loads))
-    bwd = tbe.GatherConfig(rows_in_flight=ucfg.tile, block_d=block_d, num_warps=ucfg.num_warps,
-                           programs=max(1, math.ceil(nnz / ucfg.tile)))
+    bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps,
+                          elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
     est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
                        state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd)
