@@ -269,7 +269,7 @@ class Estimator:
     def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes) -> float:
         """CPU seconds to issue one step on ``rank`` (``planner.host``)."""
         modules = len({(s.weight_dtype, s.optimizer) for s in loads})
-        emb_f, emb_b = tbe_launches(modules)
+        emb_f, emb_b = tbe_launches(modules, sum(s.accesses for s in loads))
         costs: HostCosts = self.host[self.rank_devices[rank]]
         return (emb_f + emb_b + dense.launches + dense.optimizer_launches).seconds(costs) + costs.step_fixed_s
 

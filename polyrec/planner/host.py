@@ -5,8 +5,8 @@ faster than the CPU issues them is host-bound (the small presets at any batch). 
 the model's structure: ``planner.ops`` (the dense ops), the GEMM selector's choice per GEMM (a Triton
 launch, plus a reduce launch under split-K, or torch.matmul and its epilogue ops), the TBE's launches
 (``polyrec.kernels.tbe``: forward ``pooled_forward_kernel``; backward ``sort_keys_kernel``, torch.sort,
-``permute_kernel`` / ``lane_update_kernel`` (or ``update_kernel``), ``merge_kernel``) and the dense
-optimizer (torch's foreach Adagrad / Adam).
+``permute_kernel`` / ``lane_update_kernel`` (or ``update_kernel``), one ``merge_level_kernel`` per
+merge level) and the dense optimizer (torch's foreach Adagrad / Adam).
 
 Costs per launch (:class:`HostCosts`), seconds: a Python-level Triton launch and an eager torch op
 (dispatcher + CUDA launch), from ``measure_host_costs`` on the GPU's host where it was run (stored
@@ -16,11 +16,13 @@ next to the device calibration, ``<device>-host.json``), else the defaults below
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from polyrec.hardware.calibrate import load_calibration, save_calibration
+from polyrec.perfmodel.tbe import merge_levels
 
 #: Seconds per Python-level Triton launch of a cached kernel (JITFunction.run: binder, specialization
 #: key, launcher): 13.2 us with 19 arguments, Triton 3.5 (meta-pytorch/tritonbench PR #669,
@@ -43,9 +45,12 @@ DEFAULT_STEP_FIXED_S = 7.17e-3
 #: ``grad.contiguous`` (9).
 TBE_FWD_TORCH_OPS = 8
 TBE_BWD_TORCH_OPS = 9
-#: Triton launches per TBE module per step: forward 1; backward sort keys, permute, lane update, merge.
+#: Triton launches per TBE module per step: forward 1; backward sort keys, permute, lane update, then
+#: the merge levels (``polyrec.perfmodel.tbe.merge_levels``).
 TBE_FWD_LAUNCHES = 1
-TBE_BWD_LAUNCHES = 4
+TBE_BWD_LAUNCHES = 3
+#: Sorted positions per update program, for counting merge levels (the lane update's TILE, 8).
+TBE_UPDATE_TILE = 8
 #: Torch ops of one dense optimizer step with torch's foreach implementation (torch/optim/adagrad.py
 #: ``_multi_tensor_adagrad``: step counts, addcmul, sqrt, add, addcdiv; adam.py about twice), plus
 #: per parameter tensor the optimizer's Python and ``zero_grad(set_to_none=True)``.
@@ -108,10 +113,11 @@ def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:
     return Launches(triton=2 if split_k > 1 else 1, torch_ops=GEMM_CALL_TORCH_OPS + (1 if split_k > 1 else 0))
 
 
-def tbe_launches(modules: int) -> tuple[Launches, Launches]:
-    """(forward, backward) launches of ``modules`` table-batched embedding modules."""
+def tbe_launches(modules: int, nnz: float) -> tuple[Launches, Launches]:
+    """(forward, backward) launches of ``modules`` table-batched embedding modules over ``nnz`` ids."""
+    levels = merge_levels(max(1, math.ceil(nnz / max(modules, 1) / TBE_UPDATE_TILE))) if modules else 0
     return (Launches(triton=TBE_FWD_LAUNCHES * modules, torch_ops=TBE_FWD_TORCH_OPS * modules),
-            Launches(triton=TBE_BWD_LAUNCHES * modules, torch_ops=TBE_BWD_TORCH_OPS * modules))
+            Launches(triton=(TBE_BWD_LAUNCHES + levels) * modules, torch_ops=TBE_BWD_TORCH_OPS * modules))
 
 
 def optimizer_launches(optimizer: str, tensors: int) -> Launches:
