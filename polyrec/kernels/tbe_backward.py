@@ -94,6 +94,17 @@ def _slot_row(code):
     return tl.where(code <= -2, -code - 2, code)
 
 
+@triton.jit
+def _grad_offset(src_ptr, feat_col_ptr, orig, ok, batch_size, grad_stride, SEQUENCE: tl.constexpr):
+    """Element offset of the output-gradient slice of the ids at input positions ``orig``: their source
+    row (sequence: the output row; pooled: feature f's bag b, at row b and feature f's column)."""
+    src = tl.load(src_ptr + orig, mask=ok, other=0).to(tl.int64)
+    if SEQUENCE:
+        return src * grad_stride
+    f = src // batch_size
+    return (src - f * batch_size) * grad_stride + tl.load(feat_col_ptr + f, mask=ok, other=0)
+
+
 @triton.jit(do_not_specialize=["seed"])
 def update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
@@ -117,12 +128,7 @@ def update_kernel(
     is_start = key != prev  # [TILE] a run starts here
     is_end = key != nxt  # [TILE] a run ends here
     orig = tl.load(perm_ptr + pos, mask=ok, other=0)
-    src = tl.load(src_ptr + orig, mask=ok, other=0).to(tl.int64)
-    if SEQUENCE:
-        g_row = src * grad_stride
-    else:
-        f = src // batch_size
-        g_row = (src - f * batch_size) * grad_stride + tl.load(feat_col_ptr + f, mask=ok, other=0)
+    g_row = _grad_offset(src_ptr, feat_col_ptr, orig, ok, batch_size, grad_stride, SEQUENCE)
     d = tl.arange(0, BLOCK_D)
     addr, d_mask, dim = _row_addresses(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
     g = tl.load(grad_ptr + g_row[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
@@ -150,12 +156,7 @@ def permute_kernel(
     key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key)
     ok = in_range & (key != invalid_key)  # invalid positions have no source row (never written)
     orig = tl.load(perm_ptr + pos, mask=ok, other=0)
-    src = tl.load(src_ptr + orig, mask=ok, other=0).to(tl.int64)
-    if SEQUENCE:
-        g_off = src * grad_stride
-    else:
-        f = src // batch_size
-        g_off = (src - f * batch_size) * grad_stride + tl.load(feat_col_ptr + f, mask=ok, other=0)
+    g_off = _grad_offset(src_ptr, feat_col_ptr, orig, ok, batch_size, grad_stride, SEQUENCE)
     tl.store(g_off_ptr + pos, g_off.to(g_off_ptr.dtype.element_ty), mask=in_range)
     if HAS_SCALE:
         tl.store(sorted_scale_ptr + pos, tl.load(scale_ptr + orig, mask=ok, other=0.0), mask=in_range)
