@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from polyrec.hardware.detect import detect
 from polyrec.models.config import preset
-from polyrec.hardware.calibrate import load_calibration, save_calibration
+from polyrec.hardware.calibrate import load_calibration, median_ms, save_calibration
 from polyrec.planner.comms import (CollectiveSample, all_reduce_seconds, all_to_all_seconds, fit_link, fleet_links,
                                    link_calibration_name)
 from polyrec.planner.types import parse_fleet
@@ -48,19 +48,9 @@ def dense_parameter_count() -> int:
 
 
 def _median_ms(fn, reps: int) -> float:
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(reps):
-        dist.barrier()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    t = torch.tensor(sorted(times)[len(times) // 2], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's median
+    """The slowest rank's median milliseconds of ``fn`` (each timed call after a barrier)."""
+    t = torch.tensor(median_ms(fn, warmup=5, reps=reps, before=dist.barrier), device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t)
 
 

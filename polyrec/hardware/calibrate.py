@@ -92,14 +92,17 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
     )
 
 
-def _median_ms(fn, *, warmup: int = 3, reps: int = 10) -> float:
-    """Median milliseconds of ``fn`` timed with CUDA events, after warmup."""
+def median_ms(fn, *, warmup: int = 3, reps: int = 10, before=None) -> float:
+    """Median milliseconds of ``fn`` timed with CUDA events, after warmup; ``before`` (untimed) runs
+    ahead of each timed call (a barrier, so every rank starts a collective together)."""
     import torch
 
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
+        if before is not None:
+            before()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -115,7 +118,7 @@ def measure_copy_bandwidth(nbytes: int) -> float:
 
     src = torch.rand(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    ms = _median_ms(lambda: dst.copy_(src))
+    ms = median_ms(lambda: dst.copy_(src))
     return 2 * nbytes / (ms * 1e-3)
 
 
@@ -130,7 +133,7 @@ def measure_l2_bandwidth(spec: DeviceSpec) -> float:
     chunk = max(block, (spec.l2_bytes // 2 // 4 // programs) // block * block)  # fp32 elements
     x = torch.rand(programs * chunk, device="cuda")
     reps = L2_PROBE_REPS
-    ms = _median_ms(lambda: l2_read(x, programs, reps, block))
+    ms = median_ms(lambda: l2_read(x, programs, reps, block))
     return 4 * x.numel() * reps / (ms * 1e-3)
 
 
@@ -144,7 +147,7 @@ def measure_matmul(dtype: str, size: int = MATMUL_SIZE) -> float:
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
-        ms = _median_ms(lambda: a @ b)
+        ms = median_ms(lambda: a @ b)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * size**3 / (ms * 1e-3)
@@ -160,7 +163,7 @@ def measure_launch_latency(launches: int = 2000) -> float:
         for _ in range(launches):
             x.add_(1.0)
 
-    ms = _median_ms(run, warmup=1, reps=5)
+    ms = median_ms(run, warmup=1, reps=5)
     return ms * 1e-3 / launches
 
 
