@@ -24,7 +24,7 @@ TILE = 8
 @pytest.fixture(autouse=True)
 def small_update_tiles(monkeypatch):
     """The default (lane) variant; tests/test_tbe_segments.py runs both variants."""
-    monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: tbe_select.UpdateConfig(tile=TILE, num_warps=1, variant="lane"))
+    monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: tbe_select.UpdateConfig(tile=TILE, num_warps=1, variant="lane", chunks=2))
 
 
 def make_batch(gen: torch.Generator, *, weighted: bool = False, tables=TABLES, features=FEATURES,

@@ -13,9 +13,12 @@ from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, Table
 P = 8  # sorted positions per update program
 
 
-@pytest.fixture(autouse=True, params=tbe_select.UPDATE_VARIANTS)
+@pytest.fixture(autouse=True, params=[("scan", 1), ("lane", 1), ("lane", 3)], ids=["scan", "lane", "lane-chunks3"])
 def tile_of_p(monkeypatch, request):
-    monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: tbe_select.UpdateConfig(tile=P, num_warps=1, variant=request.param))
+    """TILE = P; the lane update also with 3 tiles per program (runs carried across tile ends)."""
+    variant, chunks = request.param
+    monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: tbe_select.UpdateConfig(
+        tile=P, num_warps=1, variant=variant, chunks=chunks))
 
 
 def _step_and_check(ids: list[int], rows: int, kind: str, deterministic: bool = False) -> None:

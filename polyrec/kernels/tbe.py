@@ -364,9 +364,9 @@ class TableBatchedEmbedding(torch.nn.Module):
             num_warps=fcfg.num_warps)
         sorted_keys, perm = torch.sort(keys, stable=self.deterministic)
         ucfg = self._update_config(n)
-        tiles = triton.cdiv(n, ucfg.tile)
-        partial = torch.empty(tiles * 2, self.block_d, dtype=torch.float32, device=dev)  # [tiles * 2, BLOCK_D]
-        part_key = torch.empty(tiles * 2, dtype=torch.int64, device=dev)  # [tiles * 2] row of each piece, -1: none
+        programs = triton.cdiv(n, ucfg.span)
+        partial = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
+        part_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)  # [programs * 2] row of each piece
         opt = self.optimizer
         common = dict(lr=opt.step_size(self.step), eps=opt.eps, beta1=opt.beta1, beta2=opt.beta2,
                       weight_decay=opt.weight_decay, seed=self._next_seed())
@@ -374,7 +374,7 @@ class TableBatchedEmbedding(torch.nn.Module):
                      STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
                      T_PAD=self.t_pad, TILE=ucfg.tile)
         if ucfg.variant == "scan":
-            update_kernel[(tiles,)](
+            update_kernel[(programs,)](
                 self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, perm, src, scale,
                 lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
                 n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
@@ -382,10 +382,10 @@ class TableBatchedEmbedding(torch.nn.Module):
         else:
             g_off, sorted_scale = self._permute(grad, sorted_keys, perm, src, scale, batch_size, sequence is not None)
             lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
-            lane_update_kernel[(tiles,)](
+            lane_update_kernel[(programs,)](
                 self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
                 lay.table_row_base, lay.table_elem_base, lay.table_dim, n, len(self.tables), self.total_rows,
-                **common, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **lane_flags)
+                **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **lane_flags)
         self._merge(partial, part_key, common, flags)
 
     def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict) -> None:

@@ -185,44 +185,73 @@ def lane_update_kernel(
     n_pos, num_tables, invalid_key,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
-    TILE: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
+    TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
 ):
-    """``update_kernel``'s result with two dependent round trips: (keys, gradient offsets, scales)
-    coalesced, then the gradient slices together with the weight rows and state of the tile's runs.
+    """``update_kernel``'s result with two dependent round trips per tile: (keys, gradient offsets,
+    scales) coalesced, then the gradient slices together with the weight rows and state of the tile's
+    runs. A program takes CHUNKS tiles of TILE sorted positions one after another and carries the sum
+    of the run open at a tile's end into the next, so only runs crossing its CHUNKS * TILE positions
+    leave pieces for the merge (on Zipf-skewed ids most tiles sit inside a long run).
 
     Launched with warps along BLOCK_D only (BLOCK_D / (lanes * VEC) warps), so each lane holds all
     TILE positions of its VEC columns and the segmented scan runs inside the lane, in registers.
     """
-    tile = tl.program_id(0).to(tl.int64)
+    prog = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, TILE)
-    pos = tile * TILE + i  # [TILE] sorted positions
-    in_range = pos < n_pos
-    key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
-    nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
-    prev = tl.load(keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1).to(tl.int64)
-    g_off = tl.multiple_of(tl.load(g_off_ptr + pos, mask=in_range, other=0).to(tl.int64), [VEC])
-    if HAS_SCALE:
-        scale = tl.load(scale_ptr + pos, mask=in_range, other=0.0)
-    before = tl.load(keys_ptr + tile * TILE - 1, mask=tile > 0, other=-1).to(tl.int64)
-    ok = in_range & (key != invalid_key)
-    is_start = key != prev  # [TILE] a run starts here
-    is_end = key != nxt  # [TILE] a run ends here
-    started = key != before  # [TILE] i's run started inside the tile (keys are sorted)
-    whole = ok & is_end & started  # [TILE] last position of a run that lies inside the tile
-    row_base, elem_base, dim = _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
-    dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
     d = tl.arange(0, BLOCK_D)
-    d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
-    addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
-    w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], OPTIM)
-    g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
-    if HAS_SCALE:
-        g = g * scale[:, None]
-    flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
-    _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
-    store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr, eps,
-                 beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
+    last = i == TILE - 1
+    first = prog * (CHUNKS * TILE)
+    before = tl.load(keys_ptr + first - 1, mask=prog > 0, other=-1).to(tl.int64)
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)  # in-program sum of the run open at the last tile's end
+    carry_key = before * 0 - 3  # that run's row; -3: none
+    head_key = before * 0 - 1  # row of the run that began before this program, once it ends here
+    for c in range(CHUNKS):
+        pos = first + c * TILE + i  # [TILE] sorted positions
+        in_range = pos < n_pos
+        key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
+        nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
+        prev = tl.load(keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1).to(tl.int64)
+        g_off = tl.multiple_of(tl.load(g_off_ptr + pos, mask=in_range, other=0).to(tl.int64), [VEC])
+        ok = in_range & (key != invalid_key)
+        is_start = key != prev  # [TILE] a run starts here
+        is_end = key != nxt  # [TILE] a run ends here
+        started = key != before  # [TILE] i's run started inside the program (keys are sorted)
+        whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
+        row_base, elem_base, dim = _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
+        dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
+        d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
+        addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
+        w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], OPTIM)
+        g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
+        if HAS_SCALE:
+            g = g * tl.load(scale_ptr + pos, mask=in_range, other=0.0)[:, None]
+        flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
+        _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
+        lead = tl.cumsum(is_start.to(tl.int32), 0) == 0  # [TILE] before the tile's first run start
+        acc += tl.where((lead & (key == carry_key))[:, None], carry[None, :], 0.0)
+        store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
+                     eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+        head = ok & ~started & is_end  # the run from before the program ends here
+        tl.store(partial_ptr + prog * 2 * BLOCK_D + d[None, :] + 0 * pos[:, None], acc, mask=head[:, None])
+        head_key = tl.maximum(head_key, tl.max(tl.where(head, key, -1), axis=0))
+        open_run = ok & last & ~is_end  # [TILE] the run going on into the next tile
+        carry = tl.sum(tl.where(open_run[:, None], acc, 0.0), axis=0)
+        carry_key = tl.max(tl.where(open_run, key, -3), axis=0)
+    _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d, BLOCK_D)
+
+
+@triton.jit
+def _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d,
+                       BLOCK_D: tl.constexpr):
+    """The lane update's pieces at its program's end (slot codes as ``_park_partials``): a run open at
+    the end that began before the program is its head piece (the whole program) with a tail code
+    -(row + 2); one that began inside is the tail piece."""
+    through = carry_key == before
+    has_open = carry_key >= 0
+    head_slot = tl.where(through & has_open, prog * 2, prog * 2 + 1)
+    tl.store(partial_ptr + head_slot * BLOCK_D + d, carry, mask=has_open & (d >= 0))
+    tl.store(part_key_ptr + prog * 2, tl.where(through & has_open, carry_key, head_key))
+    tl.store(part_key_ptr + prog * 2 + 1, tl.where(has_open, tl.where(through, -carry_key - 2, carry_key), -1))
 
 
 @triton.jit(do_not_specialize=["seed"])

@@ -84,7 +84,8 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
                 consts = dict(common, SEQUENCE=False, HAS_SCALE=True, TILE=c.tile)
                 kernel = update_kernel
             else:
-                consts = dict(common, HAS_SCALE=True, TILE=c.tile, VEC=min(common["VEC"], tbe_select.LANE_VEC))
+                consts = dict(common, HAS_SCALE=True, TILE=c.tile, CHUNKS=c.chunks,
+                              VEC=min(common["VEC"], tbe_select.LANE_VEC))
                 kernel = lane_update_kernel
             jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile} w{c.num_warps}",
                              kernel, dtype, consts, c.num_warps))

@@ -53,20 +53,31 @@ LANE_TILES: tuple[int, ...] = (8, 16, 32)
 #: Elements per lane vector access in the lane kernel's warp count (16 B of fp32; narrower types keep 4 so the
 #: gradient and the weight loads share one layout).
 LANE_VEC = 4
+#: Tiles a lane-update program takes one after another (carrying the open run): the merge then sees
+#: 2 pieces per LANE_CHUNKS * TILE positions. 8: on Zipf-skewed MLPerf ids the one-tile programs left
+#: a piece at almost every tile end and the merge took 2.3 ms of an 8.7 ms backward
+#: (tbe_breakdown_fp32_skewed_nvidia-h200_2026-11-29).
+LANE_CHUNKS = 8
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UpdateConfig:
     """Launch config of the fused update: kernel variant (UPDATE_VARIANTS), tile, warps."""
 
-    tile: int  # sorted positions per program
+    tile: int  # sorted positions per tile (per program for "scan")
     num_warps: int
     variant: str = "lane"  # one of UPDATE_VARIANTS
+    chunks: int = 1  # "lane": tiles one program takes in turn, carrying the open run's sum
+
+    @property
+    def span(self) -> int:
+        """Sorted positions per program."""
+        return self.tile * self.chunks
 
     def __post_init__(self) -> None:
         if self.variant not in UPDATE_VARIANTS:
             raise ValueError(f"UpdateConfig.variant must be one of {UPDATE_VARIANTS}, got '{self.variant}'")
-        if self.tile < 2 or self.tile & (self.tile - 1) or self.num_warps < 1:
+        if self.tile < 2 or self.tile & (self.tile - 1) or self.num_warps < 1 or self.chunks < 1:
             raise ValueError(f"UpdateConfig: tile must be a power of two >= 2 and num_warps >= 1, got {self}")
 
 
@@ -104,7 +115,8 @@ def lane_warps(block_d: int, warp_size: int) -> int:
 
 def lane_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
-    return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane") for t in tiles]
+    return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane", chunks=LANE_CHUNKS)
+            for t in tiles]
 
 
 def update_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
@@ -140,7 +152,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, math.inf
     for cand in update_candidates(block_d, spec.warp_size):
-        shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps,
+        shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
         if not update_fits_registers(shape, spec):
             continue

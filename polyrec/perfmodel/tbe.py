@@ -300,9 +300,10 @@ class UpdateShape:
     """One update config on one problem: the terms of ``update_seconds``."""
 
     variant: str  # "scan" or "lane"
-    tile: int  # sorted positions per program
+    tile: int  # sorted positions per tile
     num_warps: int
     elems_per_thread: float  # fp32 gradient-tile elements per thread
+    chunks: int = 1  # tiles per program, taken in turn ("lane"): pieces for the merge only at program ends
 
 
 def update_registers_needed(shape: UpdateShape) -> int:
@@ -355,10 +356,10 @@ def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
 
 def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float, spec: DeviceSpec,
                   ceil: Ceilings) -> float:
-    """Merge of runs crossing tile ends: the pieces the update parks (written, then read by the first
-    level: a tile end splits a run with the chance that the next sorted id repeats the key), the slot
-    keys, and the levels' dependent round trips over the resident programs (as the lane update's)
-    plus a launch each."""
+    """Merge of runs crossing update-program ends (``tile``: sorted positions per update program): the
+    pieces the update parks (written, then read by the first level: a program end splits a run with
+    the chance that the next sorted id repeats the key), the slot keys, and the levels' dependent round
+    trips over the resident programs (as the lane update's) plus a launch each."""
     tiles = math.ceil(nnz / tile)
     crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
     pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
@@ -377,11 +378,11 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     gran = GATHER_GRANULARITY[spec.vendor]
     moved = update_bytes(shape.variant, nnz=nnz, unique=unique, row_bytes=row_bytes, grad_row_bytes=grad_row_bytes,
                          state_bytes_per_row=state_bytes_per_row, gran=gran)
-    programs = math.ceil(nnz / shape.tile)
+    tiles = math.ceil(nnz / shape.tile)  # each waits on its round trips, in one program or in turn
     lat = LOADED_LATENCY_S[spec.vendor]
-    chain_s = programs * UPDATE_TRIPS[shape.variant] * lat / update_resident(shape, spec)
+    chain_s = tiles * UPDATE_TRIPS[shape.variant] * lat / update_resident(shape, spec)
     scan_s = nnz * shape.tile * SCAN_SECONDS_PER_POSITION_TILE if shape.variant == "scan" else 0.0
     return (max(moved / (UPDATE_COPY_FRACTION * ceil.copy_bandwidth.value), chain_s) + scan_s
             + UPDATE_TRIPS[shape.variant] * lat
-            + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile, grad_row_bytes=grad_row_bytes, spec=spec,
-                            ceil=ceil))
+            + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
+                            spec=spec, ceil=ceil))
