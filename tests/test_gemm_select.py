@@ -222,3 +222,22 @@ def test_wgmma_loads_run_one_stage_less_ahead():
     assert WGMMA_HELD_BUFFERS == 1
     assert slow.seconds >= slow.parts["rounds"] * k_steps * MEMORY_LATENCY_S["nvidia"]
     assert fast.seconds < slow.seconds
+
+
+def test_library_model_is_the_roofline_of_the_ceilings():
+    from polyrec.perfmodel import gemm as model
+
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    square = GemmProblem(m=8192, n=8192, k=8192, dtype="bf16")  # compute-bound
+    expected = 2 * 8192**3 / ceil.matmul_flops["bf16"].value * model.LIBRARY_COMPUTE_FACTOR + model.LIBRARY_FIXED_S
+    assert model.library_seconds(square, spec, ceil) == pytest.approx(expected)
+    skinny = GemmProblem(m=65536, n=512, k=16, dtype="bf16")  # memory-bound
+    moved = (65536 * 16 + 16 * 512 + 65536 * 512) * 2
+    aligned = moved / ceil.copy_bandwidth.value * model.LIBRARY_MEMORY_FACTOR
+    assert model.library_seconds(skinny, spec, ceil) == pytest.approx(aligned + model.LIBRARY_FIXED_S)
+    unaligned = dataclasses.replace(skinny, k=13, a_aligned=False)
+    moved13 = (65536 * 13 + 13 * 512 + 65536 * 512) * 2
+    assert model.library_seconds(unaligned, spec, ceil) == pytest.approx(
+        moved13 / ceil.copy_bandwidth.value * model.LIBRARY_MEMORY_FACTOR * model.LIBRARY_UNALIGNED_FACTOR
+        + model.LIBRARY_FIXED_S)

@@ -100,8 +100,7 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice
     if not ranked:
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
     seconds, config = ranked[0]
-    configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)
-    library = library_seconds(problem, spec, ceil, configs) + fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M)
+    library = library_seconds(problem, spec, ceil) + fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M)
     backend = "library" if library <= seconds else "triton"
     return GemmChoice(backend=backend, config=config, triton_seconds=seconds, library_seconds=library)
 
