@@ -134,11 +134,12 @@ def test_bad_shapes_name_the_layer():
         cross_network(x0, vs, us[:1], bs)
 
 
-def test_compile_jobs_cover_both_epilogues():
-    """The compile jobs (compiled for real by tests/test_gemm_compile.py) name each new epilogue."""
+def test_compile_jobs_cover_every_pass_and_epilogue():
+    """The compile jobs (compiled for real by tests/test_gemm_compile.py) cover the epilogue passes
+    the cross network runs (cross forward, CrossGrad backward, residual) and the residual GEMM."""
     from polyrec.hardware.catalog import get_device
 
     labels = [job.label for job in compile_jobs(get_device("H200"))]
-    assert any(label.endswith("cross_grad") for label in labels), labels
-    assert any(label.endswith("residual") for label in labels), labels
-    assert sum("library epilogue pass" in label for label in labels) == 2, labels
+    passes = [label for label in labels if "library epilogue pass" in label]
+    assert len(passes) == 3 and {p.split()[-1] for p in passes} == {"bf16", "cross_grad", "residual"}, labels
+    assert any(label.startswith("gemm bf16") and label.endswith("residual") for label in labels), labels

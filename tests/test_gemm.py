@@ -291,3 +291,26 @@ def test_library_flag_runs_the_library_path_whatever_the_selector_says(monkeypat
                                rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="no Triton config"):
         gemm_module.matmul(a, b, library=True, config=INTERPRETER_CONFIG)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_epilogue_pass_on_a_given_product(in_place, poisoned):
+    """``epilogue_pass`` over an existing product: bias + cross and bias + ReLU against float64, into
+    a fresh output (poisoned) or in place."""
+    from polyrec.kernels.gemm import epilogue_pass
+
+    gen = torch.Generator().manual_seed(11)
+    y, x0, x = (torch.randn(M, N, generator=gen) for _ in range(3))
+    bias = torch.randn(N, generator=gen)
+    want_cross = x0.double() * (y.double() + bias.double()) + x.double()
+    want_relu = torch.relu(y.double() + bias.double())
+    got_cross = epilogue_pass(y.clone(), bias=bias, cross=(x0, x)) if not in_place else None
+    if in_place:
+        yy = y.clone()
+        got_cross = epilogue_pass(yy, bias=bias, cross=(x0, x), out=yy)
+        assert got_cross.data_ptr() == yy.data_ptr()
+    got_relu = epilogue_pass(y, bias=bias, activation="relu")
+    torch.testing.assert_close(got_cross.double(), want_cross, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_relu.double(), want_relu, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="cross x0 must be"):
+        epilogue_pass(y, cross=(x0[:-1], x))

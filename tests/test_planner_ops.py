@@ -23,20 +23,25 @@ def _spec(name: str):
 
 def test_inventory_issues_the_ops_of_the_autograd_layers():
     """MLPerf DCN-v2: one ReLU mask per ReLU layer (bottom 3, top 4), a bias sum per MLP layer (8), and
-    the fused cross network (polyrec.kernels.dcn): 2 forward and 5 backward GEMMs per layer (the
-    recompute priced with the "cross_grad" epilogue, the projection dgrad with "residual") and no
-    elementwise op of its own."""
+    the cross network (polyrec.kernels.dcn): 2 forward and 4 backward GEMMs per layer (the projection
+    dgrad priced with the "residual" epilogue), a cross pass in the forward and a CrossGrad pass in the
+    backward over the kept product, and no other elementwise op of its own."""
     inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
     names = [op.name for op in inv.ops]
     assert sum(n.endswith(".relu_mask") for n in names) == 7
     assert sum(n.endswith(".bias_grad") and op.bytes > 0 for n, op in zip(names, inv.ops)) == 8
     cross = [op for op in inv.ops if op.name.startswith("cross.") and op.gemm is None and op.bytes > 0
              and "cast" not in op.name]
-    assert sorted({op.name.split(".")[-1] for op in cross}) == ["cat", "emb_grad_copy"]
+    assert sorted({op.name.split(".")[-1] for op in cross}) == ["cat", "cross_grad_pass", "cross_pass",
+                                                                "emb_grad_copy"]
+    passes = [op for op in cross if op.name.endswith("_pass")]
+    assert len(passes) == 6 and all(op.triton_ops == 1 for op in passes)
+    # the first layer of the backward writes x0's gradient without reading it: 5 tensors, not 6
+    assert sorted(op.bytes / (64 * 3456 * 2) for op in passes) == [4, 4, 4, 5, 6, 6]
     gemms = [op for op in inv.ops if op.gemm is not None]
-    # 3 bottom (the first without dgrad) + 3 cross x 7 + 5 top, fwd/dgrad/wgrad
-    assert len(gemms) == (3 * 3 - 1) + 3 * 7 + 5 * 3
-    assert {g.gemm.epilogue for g in gemms if g.name.endswith(".recompute")} == {"cross_grad"}
+    # 3 bottom (the first without dgrad) + 3 cross x 6 + 5 top, fwd/dgrad/wgrad
+    assert len(gemms) == (3 * 3 - 1) + 3 * 6 + 5 * 3
+    assert {g.gemm.epilogue for g in gemms if g.name.endswith(".product")} == {"none"}
     assert {g.gemm.epilogue for g in gemms if g.name.endswith("v.dgrad")} == {"residual"}
 
 

@@ -123,16 +123,37 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
 
 def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad=None,
              warmup: bool = False) -> torch.Tensor:
-    """torch.matmul (cuBLAS / hipBLASLt) writes the product; one Triton pass applies the epilogue
-    (where Triton cannot run — CPU tensors without the interpreter — torch ops apply it)."""
+    """torch.matmul (cuBLAS / hipBLASLt) writes the product; one Triton pass applies the epilogue in place."""
     y = torch.matmul(a, b)  # [M, N] in the inputs' dtype
-    if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None:
-        return y.to(out_dtype)
-    if not (y.is_cuda or interpreting()):
-        return _eager_epilogue(y, bias, activation, cross, residual, cross_grad).to(out_dtype)
     out = y if out_dtype == y.dtype else torch.empty(y.shape, device=y.device, dtype=out_dtype)  # [M, N]
+    return epilogue_pass(y, bias=bias, activation=activation, cross=cross, residual=residual,
+                         cross_grad=cross_grad, out=out, warmup=warmup)
+
+
+def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
+                  cross: tuple[torch.Tensor, torch.Tensor] | None = None, residual: torch.Tensor | None = None,
+                  cross_grad: CrossGrad | None = None, out: torch.Tensor | None = None,
+                  warmup: bool = False) -> torch.Tensor:
+    """``matmul``'s epilogue applied to an existing product y [M, N] in one Triton pass (where Triton
+    cannot run — CPU tensors without the interpreter — torch ops apply it). ``out`` [M, N] may be y
+    itself (each element is read, then written, by one program); None allocates one like y."""
+    m, n = y.shape
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"epilogue_pass: activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if bias is not None and bias.shape != (n,):
+        raise ValueError(f"epilogue_pass: bias must be [{n}], got {tuple(bias.shape)}")
+    for name, t in (("x0", cross[0]), ("x", cross[1])) if cross is not None else ():
+        if t.shape != (m, n):
+            raise ValueError(f"epilogue_pass: cross {name} must be [{m}, {n}], got {tuple(t.shape)}")
+    _validate_fused(m, n, y.device, activation, residual, cross_grad)
+    if out is None:
+        out = torch.empty_like(y)
+    if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None:
+        return out.copy_(y) if out is not y else out
+    if not (y.is_cuda or interpreting()):
+        return out.copy_(_eager_epilogue(y, bias, activation, cross, residual, cross_grad))
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
-                                                  triton.cdiv(y.shape[0], REDUCE_BLOCK_M))
+                                                  triton.cdiv(m, REDUCE_BLOCK_M))
     _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)

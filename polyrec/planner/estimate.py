@@ -203,7 +203,7 @@ class Estimator:
                 labels.append((op.gemm.op, f"{choice.backend} {choice.config.label}"))
             else:
                 seconds[op.phase] += op.bytes / (copy * RATE_CLASSES[op.rate])
-                launches += Launches(torch_ops=op.torch_ops)
+                launches += Launches(triton=op.triton_ops, torch_ops=op.torch_ops)
         opt = 4 * self.params * DENSE_OPTIMIZER_VALUES[self.dense_optimizer] / copy
         tensors = sum(TENSORS_PER_BIAS_MATMUL if m.bias else 1 for m in self.matmuls)
         return DenseTimes(fwd_s=seconds["fwd"], bwd_s=seconds["bwd"], optimizer_s=opt, launches=launches,

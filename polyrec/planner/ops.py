@@ -42,6 +42,7 @@ class Op:
     bytes: float = 0.0  # bytes read + written (memory-bound ops)
     rate: str = "vector"  # key of RATE_CLASSES
     torch_ops: int = 1  # eager torch ops this issues (host); a GEMM's own launches are counted apart
+    triton_ops: int = 0  # Triton kernels this issues (host), the GEMMs' own apart
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,24 +97,27 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
 
 def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     """The low-rank DCN-v2 network as ``polyrec.kernels.dcn.cross_network`` runs it (one autograd
-    Function, backward fused into its GEMMs). Forward per layer: ``low = x_l Vᵀ``, then
-    ``x_{l+1} = x0 * (low Uᵀ + b) + x_l`` in the GEMM's epilogue. Backward per layer: the recomputed
-    ``low Uᵀ`` whose ``CrossGrad`` epilogue writes ``g = grad * x0``, accumulates x0's gradient and the
-    bias-gradient partials (the selector's "cross_grad" epilogue: reads grad, x0, d_x0; writes g, d_x0);
-    ``g U``, ``gᵀ low``, ``dlowᵀ x_l``; ``dlow V`` with the residual gradient added in its epilogue
-    ("residual"). No elementwise torch op of size [B, D].
+    Function). Forward per layer: ``low = x_l Vᵀ``, the product ``p = low Uᵀ`` (kept for the backward),
+    then one epilogue pass ``x_{l+1} = x0 * (p + b) + x_l`` (reads p, x0, x_l; writes x_{l+1}).
+    Backward per layer: one CrossGrad pass over p that writes ``g = grad * x0``, accumulates x0's
+    gradient (reads grad, x0, d_x0 but in the first layer of the backward; writes g, d_x0) and the
+    bias-gradient partials, summed by torch; ``g U``, ``gᵀ low``, ``dlowᵀ x_l``; ``dlow V`` with the
+    residual gradient added in its epilogue ("residual"). No elementwise torch op of size [B, D].
     """
     ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
     b = batch
-    for v, u in pairs:
+    for i, (v, u) in enumerate(pairs):
         w, r = u.out_dim, v.out_dim
         ops += [Op(name=f"{v.name}.fwd", phase="fwd", gemm=GemmShape(op=f"{v.name}.fwd", m=b, n=r, k=w,
                                                                      epilogue="none"), torch_ops=0),
-                Op(name=f"{u.name}.fwd", phase="fwd", gemm=GemmShape(op=f"{u.name}.fwd", m=b, n=w, k=r,
-                                                                     epilogue="cross"), torch_ops=0)]
+                Op(name=f"{u.name}.product", phase="fwd",
+                   gemm=GemmShape(op=f"{u.name}.product", m=b, n=w, k=r, epilogue="none"), torch_ops=0),
+                Op(name=f"{u.name}.cross_pass", phase="fwd", bytes=4 * b * w * cb, torch_ops=1, triton_ops=1)]
         ops += _weight_casts(v) + _weight_casts(u)
-        backward = (GemmShape(op=f"{u.name}.recompute", m=b, n=w, k=r, epilogue="cross_grad"),
-                    GemmShape(op=f"{u.name}.dgrad", m=b, n=r, k=w, epilogue="none"),
+        first_backward = i == len(pairs) - 1  # d_x0 is written, not read
+        ops.append(Op(name=f"{u.name}.cross_grad_pass", phase="bwd", bytes=(6 - first_backward) * b * w * cb,
+                      torch_ops=3, triton_ops=1))  # g and the partials allocated, the partials summed
+        backward = (GemmShape(op=f"{u.name}.dgrad", m=b, n=r, k=w, epilogue="none"),
                     GemmShape(op=f"{u.name}.wgrad", m=w, n=r, k=b, epilogue="none"),
                     GemmShape(op=f"{v.name}.wgrad", m=r, n=w, k=b, epilogue="none"),
                     GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="residual"))
@@ -121,9 +125,9 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
         ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2))  # fp32 buffer, cast
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
-    # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat) and every low; the
-    # output x_L only the top MLP keeps. Backward peak: grad, d_x0, g, the next grad and dlow.
-    return ops, LayerMemory(name="cross", saved=layers * (r + w) * cb, backward_peak=(4 * w + r) * cb,
+    # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
+    # product p; the output x_L only the top MLP keeps. Backward peak: grad, d_x0, g, the next grad and dlow.
+    return ops, LayerMemory(name="cross", saved=layers * (r + 2 * w) * cb, backward_peak=(4 * w + r) * cb,
                             freed_early=w * cb)
 
 
