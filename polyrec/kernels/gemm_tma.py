@@ -218,13 +218,14 @@ def sm_count(t: torch.Tensor) -> int:
 def gemm_tma(a: torch.Tensor, b: torch.Tensor, *, b_k_major: bool, config: TmaGemmConfig,
              bias: torch.Tensor | None = None, activation: str = "none",
              cross: tuple[torch.Tensor, torch.Tensor] | None = None, out: torch.Tensor | None = None,
-             num_programs: int | None = None) -> torch.Tensor:
+             num_programs: int | None = None, warmup: bool = False) -> torch.Tensor:
     """``epilogue(a @ op(b))`` -> [M, N] in a's dtype.
 
     a: [M, K]; b: [N, K] (``b_k_major``) or [K, N]; bias: [N]; ``activation`` "relu" after the bias;
     cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``. All row-major with 16-byte aligned
     rows (K and N multiples of 8 for 2-byte types). ``num_programs`` overrides the persistent grid
-    size (default ``SMs x config.ctas_per_sm``, at most the number of tiles).
+    size (default ``SMs x config.ctas_per_sm``, at most the number of tiles). ``warmup`` only
+    compiles (in parallel under Triton's ``AsyncCompileMode``) and returns ``out`` unwritten.
     """
     check_device(a)
     m, n, k = _validate(a, b, b_k_major, bias, activation, cross)
@@ -241,7 +242,9 @@ def gemm_tma(a: torch.Tensor, b: torch.Tensor, *, b_k_major: bool, config: TmaGe
     programs = min(tiles, num_programs or sm_count(a) * c.ctas_per_sm)
     options = {"num_warps": c.num_warps, "num_stages": c.num_stages} if a.is_cuda else {}
     x0, xr = cross if cross is not None else (out, out)
-    gemm_tma_kernel[(programs,)](
+    launch = (lambda *args, **kw: gemm_tma_kernel.warmup(*args, grid=(programs,), **kw)) if warmup \
+        else gemm_tma_kernel[(programs,)]
+    launch(
         a_desc, b_desc, c_desc, x0_desc, xr_desc, bias if bias is not None else out, x0, xr, m, n, k,
         x0.stride(0), xr.stride(0), programs,
         BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
