@@ -2,7 +2,7 @@
 the forward+backward kernels timed one by one with the torch profiler. A diagnostic for tuning the
 TBE cost model; it writes ``tbe_breakdown_<gpu>_<date>.json``.
 
-    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick]
+    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--lane-chunks N]
 """
 
 from __future__ import annotations
@@ -42,7 +42,11 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="weight precision of the tables")
     parser.add_argument("--skip-sweep", action="store_true", help="only the kernel table (no forward sweep)")
     parser.add_argument("--skewed", action="store_true", help="the benchmark's skewed ids (default uniform)")
+    parser.add_argument("--lane-chunks", type=int, default=None,
+                        help="force the lane update's tiles per program (default: the selector's)")
     args = parser.parse_args()
+    if args.lane_chunks is not None:
+        tbe_select.LANE_CHUNKS = args.lane_chunks
     weight_dtype = {"fp32": torch.float32, "fp16": torch.float16}[args.dtype]
     batch_size = 2048 if args.quick else 65536
     rows_per_table = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
@@ -58,9 +62,11 @@ def main() -> None:
     kernels = kernel_table(lambda: module(batch).backward(grad))[:25]
     sort_keys = torch.randint(0, sum(rows_per_table), (batch.nnz,), device="cuda", dtype=torch.int32)
     sort_ms = triton.testing.do_bench(lambda: torch.sort(sort_keys), warmup=10, rep=100, return_mode="median")
-    write_results(f"tbe_breakdown_{args.dtype}" + ("_skewed" if args.skewed else ""), {"dtype": args.dtype,
-                                                                                  "skewed": args.skewed, "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms,
-                                    "nnz": batch.nnz}, rows=kernels, summary={"sort_int32_ms": sort_ms})
+    name = (f"tbe_breakdown_{args.dtype}" + ("_skewed" if args.skewed else "")
+            + (f"_chunks{args.lane_chunks}" if args.lane_chunks is not None else ""))
+    write_results(name, {"dtype": args.dtype, "skewed": args.skewed, "lane_chunks": tbe_select.LANE_CHUNKS,
+                         "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms, "nnz": batch.nnz},
+                  rows=kernels, summary={"sort_int32_ms": sort_ms, "lane_chunks": tbe_select.LANE_CHUNKS})
     print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
     for r in sorted(sweep, key=lambda r: r["fwd_ms"]):
         print(f"{r['bags']:>5} {r['hots']:>5} {r['warps']:>5} {r['fwd_ms']:>8.3f}{'  <- selected' if r['selected'] else ''}")
