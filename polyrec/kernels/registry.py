@@ -9,4 +9,5 @@ KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.kernels.tbe_compile",
     "polyrec.kernels.gemm_configs",
     "polyrec.kernels.dcn",
+    "polyrec.kernels.dense_backward",
 )

@@ -1,0 +1,147 @@
+"""The fused dense backward epilogue (ReLU mask + bias-gradient column sums) against float64, through
+the Triton interpreter; its torch fallback; and its compile fit on sm_90 / gfx942 / gfx950."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from polyrec.hardware.catalog import catalog, get_device
+from polyrec.kernels import dense_backward
+from polyrec.kernels.dense_backward import DenseBackwardConfig, relu_bias_backward, select_config
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+needs_interpreter = pytest.mark.skipif(not _INTERPRET, reason="runs Triton kernels through TRITON_INTERPRET=1")
+#: Small tiles so that the interpreter walks several programs in both dimensions and several loop
+#: iterations per program, with ragged edges at odd B and N.
+SMALL = DenseBackwardConfig(block_m=8, block_n=16, rows_per_program=24)
+#: Bias tolerance, relative to the sum of |grad| per column: fp32 accumulation of inputs exact in fp32.
+SUM_TOLERANCE = 1e-5
+
+
+def _inputs(b: int, n: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """grad [b, n] random; y [b, n] with about a third exact zeros, a third negative, a third positive."""
+    gen = torch.Generator().manual_seed(seed)
+    grad = torch.randn(b, n, generator=gen).to(dtype)
+    y = torch.randn(b, n, generator=gen)
+    y[torch.rand(b, n, generator=gen) < 0.3] = 0.0
+    y[0, 0], y[-1, -1] = 0.0, -0.0  # both signed zeros are masked
+    return grad, y.to(dtype)
+
+
+def _reference(grad, y, relu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 masked gradient and its column sums."""
+    g = grad.double()
+    if relu:
+        g = torch.where(y.double() > 0, g, torch.zeros_like(g))
+    return g, g.sum(0)
+
+
+def _check(grad, y, relu: bool, need_bias: bool, config: DenseBackwardConfig | None) -> None:
+    ref_masked, ref_bias = _reference(grad, y, relu)
+    masked, bias = relu_bias_backward(grad, y if relu else None, relu=relu, need_bias=need_bias, config=config)
+    assert masked.dtype == grad.dtype and masked.shape == grad.shape
+    assert torch.equal(masked.double(), ref_masked)  # a select: exact
+    if not relu:
+        assert masked is grad
+    if not need_bias:
+        assert bias is None
+        return
+    assert bias.dtype == torch.float32 and bias.shape == (grad.shape[1],)
+    scale = grad.double().abs().sum(0).clamp_min(1.0)
+    assert ((bias.double() - ref_bias).abs() / scale).max() < SUM_TOLERANCE
+
+
+@needs_interpreter
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("relu", "need_bias"), [(True, True), (True, False), (False, True)])
+def test_kernel_matches_float64(dtype, relu, need_bias):
+    grad, y = _inputs(53, 37, dtype, seed=2 * relu + need_bias + (10 if dtype == torch.bfloat16 else 0))
+    _check(grad, y, relu, need_bias, SMALL)
+
+
+@needs_interpreter
+def test_poisoned_output_is_fully_written(monkeypatch):
+    """The masked gradient and the partials come from freshly allocated memory: poison them."""
+    real_empty = torch.empty
+
+    def poisoned(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(dense_backward.torch, "empty", poisoned)
+    grad, y = _inputs(41, 29, torch.bfloat16, seed=7)
+    _check(grad, y, True, True, SMALL)
+
+
+@needs_interpreter
+def test_selected_config_and_nan_semantics():
+    """The selected config (one program per column block here); NaN grad under the mask gives 0 and a
+    NaN y passes grad, as aten's threshold_backward does."""
+    grad, y = _inputs(70, 130, torch.float32, seed=3)
+    grad[5, 5], y[5, 5] = float("nan"), -1.0
+    y[6, 6] = float("nan")
+    masked, bias = relu_bias_backward(grad, y, relu=True, need_bias=True)
+    expected = torch.ops.aten.threshold_backward(grad, y, 0)
+    assert torch.equal(masked, expected) and masked[5, 5] == 0 and masked[6, 6] == grad[6, 6]
+    assert bias.isfinite().all()
+    torch.testing.assert_close(bias, expected.double().sum(0).float(), rtol=1e-5, atol=1e-5)
+
+
+@needs_interpreter
+def test_strided_grad_and_empty_batch():
+    grad, y = _inputs(33, 40, torch.bfloat16, seed=11)
+    wide = torch.zeros(33, 64, dtype=torch.bfloat16)
+    wide[:, :40] = grad
+    _check(wide[:, :40], y, True, True, SMALL)  # row stride 64, not N
+    masked, bias = relu_bias_backward(grad[:0], y[:0], relu=True, need_bias=True)
+    assert masked.shape == (0, 40) and torch.equal(bias, torch.zeros(40))
+
+
+def test_torch_fallback_matches_float64(monkeypatch):
+    """CPU tensors without the interpreter: the torch ops, same results."""
+    monkeypatch.setattr(dense_backward, "interpreting", lambda: False)
+    for relu, need_bias in ((True, True), (True, False), (False, True)):
+        grad, y = _inputs(19, 23, torch.bfloat16, seed=5)
+        _check(grad, y, relu, need_bias, None)
+
+
+def test_bad_inputs_name_the_problem():
+    grad = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="2-D"):
+        relu_bias_backward(grad[0], grad[0], relu=True, need_bias=True)
+    with pytest.raises(ValueError, match="needs the layer output y"):
+        relu_bias_backward(grad, None, relu=True, need_bias=False)
+    with pytest.raises(ValueError, match="y must match grad"):
+        relu_bias_backward(grad, grad.bfloat16(), relu=True, need_bias=True)
+    with pytest.raises(TypeError, match="not supported"):
+        relu_bias_backward(grad.double(), None, relu=False, need_bias=True)
+
+
+def test_select_config_splits_rows_for_parallelism():
+    """MLPerf shapes on an H200's 132 SMs: fewest partials that still give 4 programs per SM."""
+    wide = select_config(65536, 1024, 132)
+    assert (wide.block_m, wide.block_n, wide.rows_per_program) == (32, 128, 256)  # 256 x 8 programs
+    narrow = select_config(65536, 128, 132)
+    assert narrow.rows_per_program == 64  # 1024 programs; 128 rows would give 512 < 528
+    single = select_config(65536, 1, 132)
+    assert (single.block_m, single.block_n) == (128, 32)
+    tiny = select_config(10, 1024, 132)
+    assert tiny.rows_per_program == tiny.block_m
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(_INTERPRET, reason="compile-only checks need TRITON_INTERPRET unset")
+@pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
+def test_compile_jobs_fit(name):
+    from polyrec.hardware.compile import compile_for
+
+    if name not in catalog():
+        pytest.skip(f"{name} data file not in the catalog yet")
+    spec = get_device(name)
+    failures = [f"{job.label}: {', '.join(report.problems)}"
+                for job in dense_backward.compile_jobs(spec)
+                if not (report := compile_for(job, spec)).fits]
+    assert not failures, "\n".join(failures)
