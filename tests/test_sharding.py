@@ -47,15 +47,17 @@ def full_weights(seed: int = 7) -> list[torch.Tensor]:
     return [torch.randn(r, d, generator=gen, dtype=torch.float64) for r, d in zip(ROWS, DIMS)]
 
 
-def _row_edges(rows: int, world: int) -> list[int]:
-    """The first and last row of each of ``world`` row shards of a table (make_shards' ranges)."""
-    shards = make_shards((rows,), (1,), [TableSharding(kind="row", ranks=tuple(range(world)))], world)
+def _row_edges(rows: int, parts: int) -> list[int]:
+    """The first and last row of each of ``parts`` row shards of a table (make_shards' ranges)."""
+    shards = make_shards((rows,), (1,), [TableSharding(kind="row", ranks=tuple(range(parts)))], parts)
     return sorted({x for s in shards for x in (s.rows[0], s.rows[1] - 1) if s.num_rows})
 
 
-def global_batch(world: int, seed: int = 3, weighted: bool = False, edges: bool = False) -> JaggedBatch:
+def global_batch(world: int, seed: int = 3, weighted: bool = False, edges: bool = False,
+                 row_parts: int | None = None) -> JaggedBatch:
     """A batch of world*B samples with empty bags, duplicates and a weight per id. ``edges``: every
-    row-shard boundary of every table in the bags of sample 2, and feature 1's bags all empty."""
+    boundary of ``row_parts`` (default ``world``) row shards of every table in the bags of sample 2,
+    and feature 1's bags all empty."""
     gen = torch.Generator().manual_seed(seed)
     n = world * B
     lengths = torch.randint(0, 4, (len(FEATURE_TO_TABLE), n), generator=gen)
@@ -68,7 +70,7 @@ def global_batch(world: int, seed: int = 3, weighted: bool = False, edges: bool 
         for f, t in enumerate(FEATURE_TO_TABLE):
             if f != 1:
                 at = int(lengths[f, :2].sum())  # where sample 2's bag starts
-                extra = torch.tensor(_row_edges(ROWS[t], world))
+                extra = torch.tensor(_row_edges(ROWS[t], row_parts or world))
                 values[f] = torch.cat([values[f][:at], extra, values[f][at:]])
                 lengths[f, 2] += extra.numel()
     values = torch.cat(values)
@@ -95,12 +97,17 @@ def double_factory(weights: list[torch.Tensor]):
     return build
 
 
-def _check_sharded_matches_single(rank: int, world: int, kinds: tuple[str, ...], weighted: bool, edges: bool) -> None:
+def _plans(kinds: tuple[str, ...], world: int) -> list[TableSharding]:
+    """One sharding per table: table-wise round-robin, row- and column-wise over every rank."""
+    return [TableSharding(kind=k, ranks=(t % world,) if k == "table" else tuple(range(world)))
+            for t, k in enumerate(kinds)]
+
+
+def _check_sharded_matches_single(rank: int, world: int, shardings: list[TableSharding], weighted: bool,
+                                  edges: bool, row_parts: int | None = None) -> None:
     torch.manual_seed(0)
-    shardings = [TableSharding(kind=k, ranks=(t % world,) if k == "table" else tuple(range(world)))
-                 for t, k in enumerate(kinds)]
     weights = full_weights()
-    batch = global_batch(world, weighted=weighted, edges=edges)
+    batch = global_batch(world, weighted=weighted, edges=edges, row_parts=row_parts)
     reference = PooledTablesDouble(weights, list(FEATURE_TO_TABLE))
     ref_out = reference(batch)  # [world*B, sum D]
     grad_out = torch.randn(ref_out.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
@@ -124,11 +131,44 @@ KIND_MIXES = [(("table", "table", "table"), False, False), (("row", "row", "row"
 
 def _check_all_mixes(rank: int, world: int) -> None:
     for kinds, weighted, edges in KIND_MIXES:  # one process pair for all mixes: spawning costs seconds
-        _check_sharded_matches_single(rank, world, kinds, weighted, edges)
+        _check_sharded_matches_single(rank, world, _plans(kinds, world), weighted, edges)
 
 
 def test_sharded_forward_and_gradients_match_single_process():
     run_on_ranks(_check_all_mixes, 2)
+
+
+#: World of one rank: whole tables of each kind (the batch passes through), and tables split into
+#: several row or column shards on the one rank (routed and placed locally).
+ONE_RANK_PLANS = {
+    "whole": [TableSharding(kind="row", ranks=(0,)), TableSharding(kind="column", ranks=(0,)),
+              TableSharding(kind="table", ranks=(0,))],
+    "split rows": [TableSharding(kind="row", ranks=(0, 0, 0)), TableSharding(kind="row", ranks=(0,)),
+                   TableSharding(kind="table", ranks=(0,))],
+    "split rows and columns": [TableSharding(kind="row", ranks=(0, 0, 0)), TableSharding(kind="table", ranks=(0,)),
+                               TableSharding(kind="column", ranks=(0, 0))],
+}
+
+
+@pytest.mark.parametrize("plan", ONE_RANK_PLANS)
+def test_one_rank_matches_single_process_without_a_process_group(plan):
+    """No process group exists here, so any collective would raise."""
+    assert not torch.distributed.is_initialized()
+    _check_sharded_matches_single(0, 1, ONE_RANK_PLANS[plan], weighted=True, edges=True, row_parts=3)
+
+
+def test_one_rank_hands_the_batch_and_the_pooled_rows_through():
+    """Whole tables on one rank: the local tables read the input batch itself, and their output is
+    the result (no copy on either side)."""
+    weights = full_weights()
+    sharded = ShardedEmbedding(rows=ROWS, dims=DIMS, shardings=ONE_RANK_PLANS["whole"],
+                               feature_to_table=FEATURE_TO_TABLE, local_factory=double_factory(weights),
+                               rank=0, world_size=1)
+    seen = {}
+    sharded.local.register_forward_hook(lambda module, args, out: seen.update(batch=args[0], out=out))
+    batch = global_batch(1, weighted=True)
+    out = sharded(batch)
+    assert seen["batch"] is batch and out is seen["out"]
 
 
 def test_make_shards_splits_rows_and_columns():

@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.runtime.input_dist import InputRouter, regroup
 from polyrec.runtime.sharding import ShardFeature, TableSharding, make_shards, shard_features
@@ -42,9 +44,9 @@ def _pieces(world: int) -> list[list[ShardFeature]]:
     return pieces + [[] for _ in range(world - len(pieces))]
 
 
-def _global_lists(world: int, b: int, seed: int) -> list[list[list[int]]]:
+def _global_lists(world: int, b: int, seed: int, plans: list[TableSharding] | None = None) -> list[list[list[int]]]:
     """[feature][global sample] -> ids: duplicates, empty bags, one all-empty feature, and every
-    row-range boundary (first and last row of each row shard) somewhere."""
+    row-range boundary (first and last row of each row shard of ``plans``, default PLANS[world]) somewhere."""
     gen = torch.Generator().manual_seed(seed)
     bags = []
     for f, t in enumerate(FEATURE_TO_TABLE):
@@ -57,7 +59,7 @@ def _global_lists(world: int, b: int, seed: int) -> list[list[list[int]]]:
     for f, t in enumerate(FEATURE_TO_TABLE):
         if f == EMPTY_FEATURE:
             continue
-        edges = sorted({x for s in make_shards(ROWS, DIMS, PLANS[world], world) if s.table == t
+        edges = sorted({x for s in make_shards(ROWS, DIMS, plans or PLANS[world], world) if s.table == t
                         for x in (s.rows[0], s.rows[1] - 1) if 0 <= x < ROWS[t]})
         bags[f][1] = bags[f][1] + edges + edges[:1]  # boundaries, and a duplicate
     return bags
@@ -190,20 +192,21 @@ def test_features_of_one_table_need_one_kind():
         InputRouter(mixed, len(FEATURE_TO_TABLE), torch.device("cpu"))
 
 
+class _Record(TorchDispatchMode):
+    """Records the aten ops run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        sized = "output_size" in (kwargs or {})  # repeat_interleave without it syncs for its size
+        self.ops.append(f"{func}{'(sized)' if sized else ''}")
+        return func(*args, **(kwargs or {}))
+
+
 def _ops_of_one_step(features: int, kinds: tuple[str, ...], world: int = 2) -> list[str]:
     """The aten ops of count + pack + regroup for ``features`` features, round-robin over ``kinds``."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Record(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            sized = "output_size" in (kwargs or {})  # repeat_interleave without it syncs for its size
-            self.ops.append(f"{func}{'(sized)' if sized else ''}")
-            return func(*args, **(kwargs or {}))
-
     plans = [TableSharding(kind=k, ranks=(t % world,) if k == "table" else tuple(range(world)))
              for t, k in zip(range(features), kinds * features)]
     shards = make_shards([40] * features, [4] * features, plans, world)
@@ -213,7 +216,7 @@ def _ops_of_one_step(features: int, kinds: tuple[str, ...], world: int = 2) -> l
     lengths = torch.randint(0, 4, (features * 3,), generator=gen)
     batch = JaggedBatch.from_lengths(values=torch.randint(0, 40, (int(lengths.sum()),), generator=gen),
                                      lengths=lengths, batch_size=3, num_features=features)
-    with Record() as record:
+    with _Record() as record:
         counted = router.count(batch)
     counts = counted.send_counts.tolist()
     with record:
@@ -235,3 +238,40 @@ def test_step_has_no_host_sync_and_a_fixed_number_of_ops(kinds):
     assert not [op for op in many if any(s in op for s in SYNCING_OPS)]
     assert all(op.endswith("(sized)") for op in many if "repeat_interleave" in op)
     assert len(few) == len(many), (len(few), len(many))
+
+
+def _one_rank_pieces(plans: list[TableSharding]) -> list[ShardFeature]:
+    return shard_features(make_shards(ROWS, DIMS, plans, 1), FEATURE_TO_TABLE, DIMS)[0]
+
+
+def test_one_rank_passes_whole_tables_through_untouched():
+    plans = [TableSharding(kind=k, ranks=(0,)) for k in ("row", "column", "table", "row", "column")]
+    router = InputRouter([_one_rank_pieces(plans)], len(FEATURE_TO_TABLE), torch.device("cpu"))
+    batch = _batch(_global_lists(1, 3, seed=8, plans=plans), range(3), weighted=True)
+    with _Record() as record:
+        got = router.local_batch(batch)
+    assert router.passthrough and got is batch and record.ops == []
+
+
+@pytest.mark.parametrize("split_columns", [False, True])
+def test_one_rank_routes_split_tables_locally(split_columns):
+    """Several shards of a table on the one rank: the batch each piece reads, with no host sync
+    unless a column-wise table is split (its copies' count is read once, as documented)."""
+    plans = [TableSharding(kind="row", ranks=(0, 0)), TableSharding(kind="table", ranks=(0,)),
+             TableSharding(kind="column", ranks=(0, 0) if split_columns else (0,)),
+             TableSharding(kind="row", ranks=(0, 0, 0)), TableSharding(kind="row", ranks=(0,))]
+    pieces, b = _one_rank_pieces(plans), 3
+    router = InputRouter([pieces], len(FEATURE_TO_TABLE), torch.device("cpu"))
+    bags = _global_lists(1, b, seed=9, plans=plans)
+    batch = _batch(bags, range(b), weighted=True)
+    with _Record() as record:
+        got = router.local_batch(batch)
+    syncs = [op for op in record.ops if any(s in op for s in SYNCING_OPS)]
+    assert len(syncs) == (1 if split_columns else 0), syncs
+    assert not router.passthrough and got.batch_size == b and got.num_features == len(pieces)
+    assert got.lengths().tolist() == [len(_served(p, bags[p.feature][s])) for p in pieces for s in range(b)]
+    want = [v for p in pieces for s in range(b) for v in _served(p, bags[p.feature][s])]
+    assert got.values.tolist() == want
+    rows = [v + (p.shard.rows[0] if p.shard.kind == "row" else 0)
+            for p in pieces for s in range(b) for v in _served(p, bags[p.feature][s])]
+    assert got.weights.tolist() == [r * 0.5 + 0.25 for r in rows]

@@ -1,6 +1,7 @@
 """Multi-rank training (2 gloo processes, TBE through the interpreter): the sharded model equals the
-single-process model on the global batch for every sharding kind, and `polyrec train` under
-torchrun trains, checkpoints, and resumes on 2 ranks, on 1 rank and without torchrun."""
+single-process model on the global batch for every sharding kind, on 2 ranks and on 1 (where the
+embeddings issue no all-to-all), and `polyrec train` under torchrun trains, checkpoints, and resumes
+on 2 ranks, on 1 rank and without torchrun."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
+from unittest import mock
 
 import pytest
 import torch
@@ -84,6 +87,22 @@ def _model(kind: str) -> DLRM:
     return DLRM(CONFIG, embedding_backend="polyrec", embedding_optimizer=EmbeddingOptimConfig(kind=kind, lr=0.1), seed=1)
 
 
+@contextmanager
+def _counting_all_to_alls():
+    """Count the calls of the all-to-alls the sharded embeddings use (DDP's all-reduce is not one)."""
+    calls = {"n": 0}
+
+    def wrap(fn):
+        def counted(*args, **kwargs):
+            calls["n"] += 1
+            return fn(*args, **kwargs)
+        return counted
+
+    with (mock.patch.object(torch.distributed, "all_to_all_single", wrap(torch.distributed.all_to_all_single)),
+          mock.patch.object(torch.distributed, "all_to_all", wrap(torch.distributed.all_to_all))):
+        yield calls
+
+
 def _check(rank: int, world: int) -> None:
     from polyrec.runtime.trainer import DenseLoss
 
@@ -101,12 +120,20 @@ def _check(rank: int, world: int) -> None:
             for view, s in zip(sharded.local.table_weights(), sharded.sharded.local_shards):
                 view.copy_(start.embeddings.tbe.table_weights()[s.table][s.rows[0]:s.rows[1], s.cols[0]:s.cols[1]])
         model = DLRM(CONFIG, embedding_backend="polyrec", seed=1, embeddings=sharded)
-        got = _train(model, parallel.data_parallel(DenseLoss(model, torch.float32), ctx), _batches(world), rank)
+        with _counting_all_to_alls() as calls:
+            got = _train(model, parallel.data_parallel(DenseLoss(model, torch.float32), ctx), _batches(world), rank)
         torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5, atol=1e-6, msg=name)
+        # 2 ranks: lengths, values, (weights,) pooled rows forward and back, each step; 1 rank: none.
+        assert (calls["n"] == 0) if world == 1 else (calls["n"] >= 4 * STEPS), (name, world, calls["n"])
 
 
 def test_sharded_model_with_ddp_matches_single_process():
     run_on_ranks(_check, 2)
+
+
+def test_one_rank_sharded_model_matches_single_process_without_all_to_all():
+    """torchrun with one process takes the sharded path: same losses, and no embedding collective."""
+    run_on_ranks(_check, 1)
 
 
 def _torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

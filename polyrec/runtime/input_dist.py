@@ -21,6 +21,11 @@ one host sync of a step (the split sizes that ``all_to_all_single`` needs on the
 
 ``regroup`` reorders what a rank received, (source rank, piece, sample), into the feature-major
 batch its local tables read, (piece, source rank, sample).
+
+In a world of one rank no id is exchanged: ``InputRouter.local_batch`` hands the batch itself to the
+local tables when each feature has one piece (any plan's table-, row- or column-wise shard covers the
+whole table then), and otherwise packs it once without any collective (no host sync, unless one
+column-wise table has several shards on the rank: see ``local_batch``).
 """
 
 from __future__ import annotations
@@ -87,6 +92,10 @@ class InputRouter:
         send = [(dest, p) for dest, ranked in enumerate(pieces) for p in ranked]
         self.world, self.num_features = len(pieces), num_features
         self.pieces_per_rank = [len(ranked) for ranked in pieces]
+        # One rank whose pieces are the features in order, each over its whole table (rows from 0):
+        # the local tables read the input batch unchanged.
+        self.passthrough = self.world == 1 and [(p.feature, p.shard.rows[0]) for p in pieces[0]] == [
+            (f, 0) for f in range(num_features)]
         routes = sorted(range(len(send)), key=lambda i: (send[i][1].feature, *send[i][1].shard.rows))
         per_feature: list[list[int]] = [[] for _ in range(num_features)]
         for i in routes:
@@ -201,6 +210,29 @@ class InputRouter:
         if weights is not None:
             sent_weights.index_copy_(0, places, _take(weights, source))
         return values, sent_weights
+
+    def local_batch(self, batch: JaggedBatch) -> JaggedBatch:
+        """World of one: the batch this rank's pieces read ([P features x B samples]), no collective.
+
+        With one piece per feature this is ``batch`` itself (no op, no copy). Otherwise it is the send
+        buffer of ``count`` / ``pack``, already in the pieces' order. The buffer's size is ``nnz`` when
+        each id has one route (table- and row-wise), known on the host; a column-wise table with
+        several shards on the rank copies its ids once per shard, so the size is the sum of those
+        features' id counts, which live on the device: that plan (never needed on one rank) reads it
+        with one host sync.
+        """
+        if self.world != 1:
+            raise ValueError(f"local_batch serves a world of one rank; this router has {self.world}")
+        if self.passthrough:
+            if batch.num_features != self.num_features:
+                raise ValueError(f"batch has {batch.num_features} features, the router serves {self.num_features}")
+            return batch
+        counted = self.count(batch)
+        total = batch.nnz if self.max_copies == 1 else int(counted.send_counts[0])
+        values, weights = self.pack(batch, counted, total)
+        return JaggedBatch.from_lengths(values=values, lengths=counted.send_lengths.reshape(-1),
+                                        batch_size=batch.batch_size, num_features=self.pieces_per_rank[0],
+                                        weights=weights)
 
 
 def regroup(lengths: Tensor, values: Tensor, weights: Tensor | None, *, world: int, features: int,

@@ -15,6 +15,12 @@ Backward reverses step 3 through autograd (``_AllToAllRows``), so each owner's f
 the gradients of all ranks' samples. Each rank's loss is a mean over its own ``B`` samples, while the
 single-process equivalent is a mean over ``world * B``: the reverse all-to-all scales the gradient
 by ``1 / world`` so that sharded training takes the same steps as one process on the whole batch.
+
+In a world of one rank nothing is exchanged (same code path, no collective, no host sync but in
+the case ``InputRouter.local_batch`` names): the local batch goes to the local tables as it is (or
+packed once, when a table has several shards on the rank), and their pooled output is the result
+when it is already in feature order (otherwise its columns are placed, partial sums added, as after
+the output all-to-all).
 """
 
 from __future__ import annotations
@@ -188,19 +194,25 @@ class ShardedEmbedding(nn.Module):
         self.router = InputRouter(self.pieces, self.num_features, device)
         self.rank_dims = [sum(p.shard.dim for p in self.pieces[d]) for d in range(world_size)]
         out_cols = [c for pieces in self.pieces for p in pieces for c in range(*p.out_cols)]
-        # Row-wise pieces of a feature land on the same columns (partial sums to add); otherwise every
-        # output column is written exactly once and the outputs are copied, not added.
-        self.sums_partials = any(p.shard.kind == "row" for pieces in self.pieces for p in pieces)
+        # Several row-wise pieces of a feature land on the same columns (partial sums to add); otherwise
+        # every output column is written exactly once and the outputs are copied, not added.
+        row_pieces = [p.feature for pieces in self.pieces for p in pieces if p.shard.kind == "row"]
+        self.sums_partials = len(set(row_pieces)) < len(row_pieces)
         if not self.sums_partials and sorted(out_cols) != list(range(self.out_dim)):
             raise ValueError("the shards do not cover every output column exactly once")
+        # One rank whose pooled columns are already the output's: it is returned as it is.
+        self.pooled_is_output = world_size == 1 and out_cols == list(range(self.out_dim))
         self.register_buffer("_out_cols", torch.tensor(out_cols, dtype=torch.int64, device=device), persistent=False)
 
     def _send_inputs(self, batch: JaggedBatch) -> JaggedBatch:
         """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B].
 
-        Collectives: lengths (fixed sizes), values, weights when present. One host sync: the ids this
-        rank sends to and receives from every rank, read together as one small tensor.
+        Collectives: lengths (fixed sizes), values, weights when present; none in a world of one.
+        One host sync: the ids this rank sends to and receives from every rank, read together as one
+        small tensor.
         """
+        if self.world == 1:
+            return self.router.local_batch(batch)
         b, world, mine = batch.batch_size, self.world, self.router.pieces_per_rank[self.rank]
         if batch.nnz >= 2**31:
             raise ValueError(f"rank {self.rank}: {batch.nnz} ids in one local batch; bag lengths are exchanged "
@@ -209,7 +221,16 @@ class ShardedEmbedding(nn.Module):
         send_lengths = counted.send_lengths.to(torch.int32).reshape(-1)  # [P * B]
         recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world)
         recv_counts = recv_lengths.view(world, mine * b).sum(1)  # [world]
-        sizes = torch.cat([counted.send_counts, recv_counts]).tolist()  # the step's one host sync
+        # The step's one host sync, kept on purpose: all_to_all_single takes its split sizes as host
+        # ints, and they depend on the data (every rank's bag lengths; for row-wise tables, which rows
+        # the ids hit), which reach this rank only on the device, through the lengths all-to-all.
+        # Sizing the buffers without it needs host-side counts all ranks agree on: per-feature id
+        # counts from the data source (known on its host: fixed bag sizes, or offsets before their
+        # copy to the device) exchanged between hosts, plus for row-wise tables a pad to the feature's
+        # whole id count (up to world x the id traffic). That is a data-source and trainer change, as
+        # is hiding the sync by distributing the next batch's input a step ahead (TorchRec's
+        # sparse-dist pipeline).
+        sizes = torch.cat([counted.send_counts, recv_counts]).tolist()
         send, recv = sizes[:world], sizes[world:]
         values, weights = self.router.pack(batch, counted, sum(send))
         got_values = _all_to_all(values, send, recv)
@@ -225,7 +246,12 @@ class ShardedEmbedding(nn.Module):
         local_dim = self.rank_dims[self.rank]
         pooled = self.local(local_batch) if local_batch.num_features else batch.values.new_zeros(
             (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
-        flat = _AllToAllRows.apply(pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims],
-                                   1.0 / world)
+        if self.pooled_is_output:
+            return pooled
+        if world == 1:  # nothing to send back; the gradient scale 1 / world is 1
+            flat = pooled.reshape(-1)
+        else:
+            flat = _AllToAllRows.apply(pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims],
+                                       1.0 / world)
         return _PlaceColumns.apply(flat, b, self.rank_dims, self._out_cols.split(self.rank_dims), self.out_dim,
                                    self.sums_partials)
