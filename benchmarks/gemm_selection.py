@@ -4,6 +4,9 @@ For every shape of ``dlrm_suite()`` (DLRM-DCNv2 forward / dgrad / wgrad, square,
 every config of ``configs_for_shape(config_space(spec, dtype))`` with ``triton.testing.do_bench``
 (median, L2 flushed between runs), the selector's config, torch.matmul alone and with the epilogue as
 torch ops, and records each config's measured and predicted time (for checking the model offline).
+On sm_90 the space includes the persistent TMA kernel's configs (where it can run: row-major A,
+aligned rows, bias / ReLU / cross epilogues), timed through ``matmul(config=...)`` like the rest; each
+row says which kind won (classic Triton, TMA, library) and which the selector chose.
 Summary: geomean best/selected, p10, worst, Kendall tau predicted vs measured, rank of the best, and
 the library choice against min(best Triton, torch). ``triton.autotune``'s wall time on two shapes is
 the baseline (constructed here only).
@@ -31,8 +34,8 @@ from polyrec.kernels import gemm_select
 from polyrec.kernels.gemm import matmul, reference_matmul
 from polyrec.kernels.gemm_kernels import gemm_kernel
 from polyrec.kernels.gemm_configs import GemmConfig, GemmShape, config_space, configs_for_shape, dlrm_suite
-from polyrec.kernels.gemm_select import select_gemm
-from polyrec.perfmodel.gemm import GemmProblem, estimate
+from polyrec.kernels.gemm_select import problem_tma, select_gemm
+from polyrec.perfmodel.gemm import GemmProblem, estimate, operand_alignment
 from polyrec.results import write_results
 from stats import kendall_tau
 
@@ -89,19 +92,33 @@ def _precompile(shape_args: list[tuple[dict, list[GemmConfig]]]) -> float:
     return time.perf_counter() - start
 
 
+def _select(shape: GemmShape, dtype: str, spec):
+    """select_gemm as ``matmul`` asks it for this shape's layout (contiguous operands)."""
+    return select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
+                       b_k_major=shape.layout[1] == "T", a_row_major=shape.layout[0] == "N")
+
+
+def _problem(shape: GemmShape, dtype: str) -> GemmProblem:
+    a_aligned, b_aligned = operand_alignment(shape.m, shape.n, shape.k, shape.layout)
+    return GemmProblem(m=shape.m, n=shape.n, k=shape.k, dtype=dtype, epilogue=shape.epilogue,
+                       b_k_major=shape.layout[1] == "T", a_aligned=a_aligned, b_aligned=b_aligned)
+
+
+def _kind(config: GemmConfig) -> str:
+    return "tma" if config.persistent_tma else "triton"
+
+
 def _selection_times(shape: GemmShape, dtype: str, spec) -> tuple[float, float]:
     """(cold seconds, warm median seconds) of select_gemm for one shape."""
     gemm_select.clear_cache()
     select_gemm(1, 1, 1, dtype, spec)  # ceilings loaded once, as in a process
     start = time.perf_counter()
-    select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
-                b_k_major=shape.layout[1] == "T")
+    _select(shape, dtype, spec)
     cold = time.perf_counter() - start
     warm = []
     for _ in range(200):
         start = time.perf_counter()
-        select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
-                b_k_major=shape.layout[1] == "T")
+        _select(shape, dtype, spec)
         warm.append(time.perf_counter() - start)
     return cold, statistics.median(warm)
 
@@ -109,8 +126,7 @@ def _selection_times(shape: GemmShape, dtype: str, spec) -> tuple[float, float]:
 def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], args: dict) -> dict:
     """Time every config of one shape; correctness of each against the reference first."""
     ceil = ceilings(spec)
-    problem = GemmProblem(m=shape.m, n=shape.n, k=shape.k, dtype=dtype, epilogue=shape.epilogue,
-                          b_k_major=shape.layout[1] == "T")
+    problem = _problem(shape, dtype)
     ref = _reference(args)
     records = []
     for config in configs:
@@ -119,15 +135,15 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
         ms = do_bench(lambda: matmul(**args, config=config), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
                       return_mode="median") if err < 2e-2 else float("nan")
         est = estimate(problem, config, spec, ceil)
-        records.append({"config": config.label, "measured_ms": ms, "predicted_ms": est.seconds * 1e3,
+        records.append({"config": config.label, "kind": _kind(config), "measured_ms": ms,
+                        "predicted_ms": est.seconds * 1e3,
                         "error": err, "parts": {k: round(v, 9) for k, v in est.parts.items()}})
-    choice = select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
-                b_k_major=shape.layout[1] == "T")
+    choice = _select(shape, dtype, spec)
     selected = next((r for r, c in zip(records, configs) if c == choice.config), None)
     if selected is None:
         ms = do_bench(lambda: matmul(**args, config=choice.config), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
                       return_mode="median")
-        selected = {"config": choice.config.label, "measured_ms": ms}
+        selected = {"config": choice.config.label, "kind": _kind(choice.config), "measured_ms": ms}
     library_err = _error(matmul(**args), ref)
     torch_ms = do_bench(_torch_plain(args), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS, return_mode="median")
     # polyrec's library path: torch.matmul + one fused Triton epilogue pass (gemm._library)
@@ -140,15 +156,21 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
     by_prediction = sorted(valid, key=lambda r: r["predicted_ms"])
     cold, warm = _selection_times(shape, dtype, spec)
     choice_ms = selected["measured_ms"] if choice.backend == "triton" else torch_epi_ms
+    best_of = {kind: min((r["measured_ms"] for r in valid if r["kind"] == kind), default=math.nan)
+               for kind in ("triton", "tma")}
+    times = {"triton": best_of["triton"], "tma": best_of["tma"], "library": torch_epi_ms}
+    winner = min((k for k in times if math.isfinite(times[k])), key=times.get)
     return {
         "shape": shape.name, "m": shape.m, "n": shape.n, "k": shape.k, "layout": shape.layout,
         "epilogue": shape.epilogue, "configs": len(configs), "failed_configs": len(records) - len(valid),
-        "best_config": best["config"], "best_ms": best["measured_ms"],
+        "best_config": best["config"], "best_kind": best.get("kind", "triton"), "best_ms": best["measured_ms"],
+        "best_classic_ms": best_of["triton"], "best_tma_ms": best_of["tma"], "winner_kind": winner,
         "selected_config": selected["config"], "selected_ms": selected["measured_ms"],
         "best_over_selected": best["measured_ms"] / selected["measured_ms"],
         "rank_of_best_in_prediction": by_prediction.index(best) + 1 if best in by_prediction else 0,
         "kendall_tau": kendall_tau([r["predicted_ms"] for r in valid], [r["measured_ms"] for r in valid]),
         "torch_ms": torch_ms, "torch_epilogue_ms": torch_epi_ms, "backend_chosen": choice.backend,
+        "kernel_chosen": choice.kernel,
         "choice_ms": choice_ms, "oracle_ms": min(best["measured_ms"], torch_epi_ms),
         "predicted_selected_ms": choice.triton_seconds * 1e3, "predicted_library_ms": choice.library_seconds * 1e3,
         "library_path_error": library_err, "select_cold_us": cold * 1e6, "select_warm_us": warm * 1e6,
@@ -158,7 +180,7 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
 
 def autotune_wall(shape: GemmShape, configs: list[GemmConfig], args: dict) -> dict:
     """Wall seconds of triton.autotune's first call over the split_k = 1 configs (compiles cached)."""
-    plain = [c for c in configs if c.split_k == 1]
+    plain = [c for c in configs if c.split_k == 1 and not c.persistent_tma]
     tuned = triton.autotune(
         configs=[triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k,
                                 "GROUP_M": c.group_m, "SPLIT_K": 1}, num_warps=c.num_warps, num_stages=c.num_stages)
@@ -218,10 +240,10 @@ def main() -> None:
     rows, skipped, compile_s = [], [], 0.0
     for shape in suite:
         torch.manual_seed(len(rows))
-        configs = configs_for_shape(space, shape.m, shape.n, shape.k)
+        tma = problem_tma(_problem(shape, dtype), a_row_major=shape.layout[0] == "N")
+        configs = configs_for_shape(space, shape.m, shape.n, shape.k, tma=tma)
         if opts.quick:
-            ranked = gemm_select.rank_configs(GemmProblem(m=shape.m, n=shape.n, k=shape.k, dtype=dtype,
-                                                          epilogue=shape.epilogue), spec, configs=configs)
+            ranked = gemm_select.rank_configs(_problem(shape, dtype), spec, configs=configs)
             configs = [c for _, c in ranked[:5]] + [c for _, c in ranked[5::max(1, len(ranked) // 5)]][:5]
         elapsed = time.perf_counter() - start
         if rows and elapsed + 1.5 * (elapsed / (len(rows) + len(skipped))) > opts.budget_s:
@@ -250,10 +272,13 @@ def main() -> None:
     write_results("gemm_selection" + ("_quick" if opts.quick else ""), {"rows": rows, "autotune": autotune},
                   rows=table, summary=summary)
     print()
-    print(f"{'shape':24s} {'best/sel':>8s} {'tau':>5s} {'rank':>4s} {'backend':>8s} {'oracle/choice':>13s}")
+    print(f"{'shape':24s} {'best/sel':>8s} {'tau':>5s} {'rank':>4s} {'chosen':>8s} {'won':>8s} {'classic':>8s} "
+          f"{'tma':>8s} {'library':>8s} {'oracle/choice':>13s}")
     for r in rows:
         print(f"{r['shape']:24s} {r['best_over_selected']:8.3f} {r['kendall_tau']:5.2f} "
-              f"{r['rank_of_best_in_prediction']:4d} {r['backend_chosen']:>8s} {r['oracle_ms'] / r['choice_ms']:13.3f}")
+              f"{r['rank_of_best_in_prediction']:4d} {r['kernel_chosen']:>8s} {r['winner_kind']:>8s} "
+              f"{r['best_classic_ms']:8.4f} {r['best_tma_ms']:8.4f} {r['torch_epilogue_ms']:8.4f} "
+              f"{r['oracle_ms'] / r['choice_ms']:13.3f}")
     for key, value in summary.items():
         print(f"{key}: {value}")
 

@@ -15,6 +15,12 @@ at the calibrated bf16 matmul rate and unique bytes (A, B, x0, x, output) at the
 About 2-3 minutes on one H200 (about 50 compiles of the swept configs, in parallel threads per shape,
 then ~130 timings);
 ``--quick`` (two small shapes, three configs) well under a minute. NVIDIA sm_90 only.
+
+``--fit RESULTS.json`` (offline, CPU, ~1 minute) fits the TMA model's constants
+(``polyrec.perfmodel.gemm_tma``: main-loop efficiency, held buffers, host seconds per call,
+co-resident overlap) over a grid on fold A of a results file, split two ways (alternate configs of
+each shape; or alternate shapes), and prints the geomean |error| of the predicted time on fold A and
+fold B, and per shape the measured time of the predicted-best config over the measured best.
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ from triton.testing import do_bench
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.detect import detect
 from polyrec.kernels.gemm import matmul
+from polyrec.kernels.gemm_configs import GemmConfig
 from polyrec.kernels.gemm_tma import TmaGemmConfig, check_device, gemm_tma
+from polyrec.perfmodel import gemm_tma as tma_model
+from polyrec.perfmodel.gemm import GemmProblem
 from polyrec.results import write_results
 
 #: Elementwise tolerance of the TMA kernel: one bf16 ulp (2^-7 of the value) plus 1e-3 of the
@@ -247,6 +256,85 @@ def _summary_row(s: Shape, rows: list[dict], floors: dict) -> dict:
     return row
 
 
+#: The fit's grids (see ``polyrec.perfmodel.gemm_tma``).
+FIT_EFFICIENCIES = tuple(0.60 + 0.025 * i for i in range(17))
+FIT_HELD_BUFFERS = (0, 1)
+FIT_HOST_S = tuple(1e-5 * i for i in range(4, 13))
+FIT_CORESIDENT = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _fit_rows(path: str) -> list[tuple[str, GemmProblem, GemmConfig, float]]:
+    """(shape, problem, config as the selector's GemmConfig, measured seconds) of every timed TMA row
+    of a results file whose config the model covers (not warp-specialized: a no-op on sm_90; not L2
+    prefetch: not in the space)."""
+    import json
+
+    by_label = {c.label: c for c in CONFIGS + CROSS_CONFIGS}
+    out = []
+    for r in json.loads(open(path).read())["rows"]:
+        cfg = by_label.get(r["variant"])
+        if r["kind"] != "tma" or r["ms"] is None or cfg is None or cfg.warp_specialize or cfg.l2_prefetch:
+            continue
+        m, n, k = (int(x) for x in r["mnk"].split("x"))
+        problem = GemmProblem(m=m, n=n, k=k, dtype="bf16", epilogue=r["epilogue"], b_k_major=r["b"] == "[N,K]")
+        config = GemmConfig(block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, group_m=cfg.group_m,
+                            num_warps=cfg.num_warps, num_stages=cfg.num_stages, ctas_per_sm=cfg.ctas_per_sm,
+                            epilogue_subtile=cfg.epilogue_subtile, persistent_tma=True)
+        out.append((r["shape"], problem, config, r["ms"] * 1e-3))
+    return out
+
+
+def _log_error(rows, spec, ceil, **params) -> float:
+    """Geomean |predicted / measured - 1| (in log space) over the rows the model deems runnable (a
+    config over its register estimate is left out: the compiler fit it, the model keeps a margin)."""
+    import math
+
+    predicted = [(tma_model.estimate(p, c, spec, ceil, **params).seconds, t) for _, p, c, t in rows]
+    logs = [abs(math.log(s / t)) for s, t in predicted if math.isfinite(s)]
+    return math.exp(sum(logs) / len(logs)) - 1
+
+
+def _folds(rows: list, by: str) -> dict[str, list]:
+    """Two halves of the rows: ``by`` "row" alternates configs within each shape (fold A: even
+    positions in file order); "shape" splits the shapes (names sorted, fold A: even positions)."""
+    if by == "shape":
+        names = sorted({r[0] for r in rows})
+        first = [names.index(r[0]) % 2 == 0 for r in rows]
+    else:
+        first = [[q[0] for q in rows[:i]].count(r[0]) % 2 == 0 for i, r in enumerate(rows)]
+    return {"A": [r for r, a in zip(rows, first) if a], "B": [r for r, a in zip(rows, first) if not a]}
+
+
+def fit(path: str, calibration: str) -> None:
+    """Grid-fit the TMA model on fold A of ``path`` at the ceilings of ``calibration`` (a
+    ``polyrec hw calibrate`` results file), for both fold splits; print both folds' errors, then
+    per shape the measured time of the config the model (its current constants) ranks first."""
+    import itertools
+    import json
+
+    from polyrec.hardware.catalog import get_device
+
+    spec = get_device("H200")
+    ceil = ceilings(spec, json.loads(open(calibration).read())["results"]["measured"])
+    rows = _fit_rows(path)
+    current = {"efficiency": tma_model.TMA_MAINLOOP_EFFICIENCY, "held_buffers": tma_model.TMA_HELD_BUFFERS,
+               "host_s": tma_model.TMA_HOST_S, "coresident": tma_model.TMA_CORESIDENT_OVERLAP}
+    for by in ("row", "shape"):
+        folds = _folds(rows, by)
+        grid = itertools.product(FIT_EFFICIENCIES, FIT_HELD_BUFFERS, FIT_HOST_S, FIT_CORESIDENT)
+        keys = ("efficiency", "held_buffers", "host_s", "coresident")
+        best = min(grid, key=lambda g: _log_error(folds["A"], spec, ceil, **dict(zip(keys, g))))
+        params = {k: round(v, 6) for k, v in zip(keys, best)}
+        for label, p in ((f"split by {by}, fitted on fold A", params), (f"split by {by}, in the model", current)):
+            errors = "  ".join(f"fold {f} {100 * _log_error(rs, spec, ceil, **p):.1f}%" for f, rs in folds.items())
+            print(f"{label}: {p}  geomean |error| {errors}")
+    for name in sorted({r[0] for r in rows}):
+        shape_rows = [r for r in rows if r[0] == name]
+        picked = min(shape_rows, key=lambda r: tma_model.estimate(r[1], r[2], spec, ceil).seconds)
+        fastest = min(r[3] for r in shape_rows)
+        print(f"{name:<32} predicted best {picked[2].label:<36} measured best/picked {fastest / picked[3]:.3f}")
+
+
 def _fmt(v) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
@@ -256,7 +344,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two small shapes, three configs")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="stop sweeping TMA configs after this many seconds (baselines still run)")
+    parser.add_argument("--fit", metavar="RESULTS_JSON", help="offline: fit the TMA model on a results file")
+    parser.add_argument("--calibration", default="benchmarks/results/calibrate_nvidia-h200_2026-11-29.json",
+                        help="--fit: the ceilings, as calibrated on the GPU that ran the probe")
     args = parser.parse_args()
+    if args.fit:
+        fit(args.fit, args.calibration)
+        return
     if not torch.cuda.is_available():
         raise SystemExit("gemm_tma_probe: needs an NVIDIA sm_90 GPU")
     check_device(torch.empty(1, device="cuda"))

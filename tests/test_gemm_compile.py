@@ -16,26 +16,45 @@ pytestmark = [pytest.mark.compile,
 
 @pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
 def test_selected_configs_compile_and_fit(name):
+    """``gemm_configs.compile_jobs``: the selector's config for every suite shape with its epilogue
+    and B layout (on the H200 the persistent TMA kernel's where it is picked), and the reduction."""
     from polyrec.hardware.compile import compile_for
-    from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
-    from polyrec.kernels.gemm_configs import dlrm_suite
-    from polyrec.kernels.gemm_select import select_gemm
+    from polyrec.kernels.gemm_configs import compile_jobs
 
     if name not in catalog():
         pytest.skip(f"{name} data file not in the catalog yet")
     spec = get_device(name)
-    chosen = {}
-    for s in dlrm_suite():
-        config = select_gemm(s.m, s.n, s.k, "bf16", spec, epilogue=s.epilogue).config
-        epilogue = s.epilogue if s.epilogue in ("none", "cross", "bias_relu") else "bias_relu"
-        chosen.setdefault((config, epilogue), s.name)
-    jobs = [compile_job_for(c, "bf16", spec, epilogue=e) for c, e in chosen]
-    jobs.append(reduce_compile_job("bf16"))
     failures = []
-    for job in jobs:
+    for job in compile_jobs(spec):
         report = compile_for(job, spec)
         if not report.fits:
             failures.append(f"{job.label}: {', '.join(report.problems)}")
+    assert not failures, "\n".join(failures)
+
+
+def test_every_tma_config_compiles_for_sm90_with_each_epilogue_it_is_offered_for():
+    """Each TMA config of the H200 space fits sm_90 (shared memory, registers, no spills) with the
+    largest epilogue the footprint model lets the selector offer it for, within the model's shared
+    memory; two programs per SM fit together."""
+    from polyrec.hardware.compile import compile_for
+    from polyrec.kernels.gemm_configs import config_space
+    from polyrec.kernels.gemm_kernels import compile_job_for
+    from polyrec.perfmodel.gemm import footprint
+
+    spec = get_device("H200")
+    failures = []
+    for config in (c for c in config_space(spec, "bf16") if c.persistent_tma):
+        # the largest epilogue the model offers it for: cross (most shared memory and registers)
+        epilogue = "cross" if footprint(config, "bf16", spec, "cross").fits else "bias_relu"
+        fp = footprint(config, "bf16", spec, epilogue)
+        if fp.fits:
+            report = compile_for(compile_job_for(config, "bf16", spec, epilogue=epilogue, trans_b=True), spec)
+            if not report.fits:
+                failures.append(f"{config.label} {epilogue}: {', '.join(report.problems)}")
+            elif report.shared_bytes > fp.smem_bytes:
+                failures.append(f"{config.label} {epilogue}: {report.shared_bytes} B shared > model {fp.smem_bytes}")
+            elif fp.programs_per_cu >= config.ctas_per_sm and config.ctas_per_sm * report.shared_bytes > spec.smem_per_cu:
+                failures.append(f"{config.label} {epilogue}: {config.ctas_per_sm} programs do not fit one SM")
     assert not failures, "\n".join(failures)
 
 

@@ -200,8 +200,8 @@ def test_k_major_b_slows_only_wide_hopper_tiles():
     tall = GemmConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=4)
     assert estimate(k_major, wide, spec, ceil).seconds > estimate(n_major, wide, spec, ceil).seconds
     assert estimate(k_major, tall, spec, ceil).seconds == estimate(n_major, tall, spec, ceil).seconds
-    forward = select_gemm(65536, 1024, 3456, "bf16", spec, epilogue="bias_relu", b_k_major=True).config
-    assert forward.block_n < 256  # the forward (x @ Wᵀ) picks a tile the K-major B does not slow
+    forward = select_gemm(65536, 1024, 3456, "bf16", spec, epilogue="bias_relu", b_k_major=True, tma=False).config
+    assert forward.block_n < 256  # the classic forward (x @ Wᵀ) picks a tile the K-major B does not slow
     for name in [n for n in ("MI300X", "MI350X") if n in DEVICES]:  # no AMD measurement: layout-neutral
         amd, amd_ceil = get_device(name), ceilings(get_device(name))
         tile = GemmConfig(block_m=128, block_n=256, block_k=32, num_warps=8, num_stages=2, matrix_instr_nonkdim=16)
@@ -241,3 +241,73 @@ def test_library_model_is_the_roofline_of_the_ceilings():
     assert model.library_seconds(unaligned, spec, ceil) == pytest.approx(
         moved13 / ceil.copy_bandwidth.value * model.LIBRARY_MEMORY_FACTOR * model.LIBRARY_UNALIGNED_FACTOR
         + model.LIBRARY_FIXED_S)
+
+
+def _kinds_ranked(problem: GemmProblem, spec, tma: bool) -> dict[str, float]:
+    """The best predicted seconds of each kernel kind for a problem."""
+    ranked = gemm_select.rank_configs(problem, spec, tma=tma)
+    return {kind: min((t for t, c in ranked if c.persistent_tma == (kind == "tma")), default=math.inf)
+            for kind in ("triton", "tma")}
+
+
+def test_tma_configs_only_on_hopper_2_byte_spaces():
+    h200 = get_device("H200")
+    tma = [c for c in config_space(h200, "bf16") if c.persistent_tma]
+    assert 8 <= len(tma) <= 20 and len({c.label for c in config_space(h200, "bf16")}) == len(config_space(h200, "bf16"))
+    assert all(c.label.startswith("TMA ") and c.split_k == 1 for c in tma)
+    assert not any(c.persistent_tma for c in config_space(h200, "fp32") + config_space(h200, "tf32"))
+    for name in [n for n in ("MI300X", "MI350X", "A100", "B200") if n in catalog()]:
+        assert not any(c.persistent_tma for c in config_space(get_device(name), "bf16")), name
+
+
+def test_selector_never_picks_tma_where_it_cannot_run():
+    spec = get_device("H200")
+    gemm_select.clear_cache()
+    cases = [dict(m=3456, n=512, k=65536, a_row_major=False),  # wgrad: Aᵀ
+             dict(m=65536, n=3456, k=512, epilogue="residual"), dict(m=65536, n=3456, k=512, epilogue="cross_grad"),
+             dict(m=65536, n=512, k=13, b_k_major=True),  # K = 13: A's rows are 26 bytes
+             dict(m=65536, n=1020, k=1024), dict(m=65536, n=1024, k=1024, out_bytes=4),
+             dict(m=65536, n=1024, k=1024, tma=False), dict(m=65536, n=1024, k=1024, a_aligned=False)]
+    for case in cases:
+        m, n, k = case.pop("m"), case.pop("n"), case.pop("k")
+        assert not select_gemm(m, n, k, "bf16", spec, **case).config.persistent_tma, case
+        assert not select_gemm(m, n, k, "tf32", spec).config.persistent_tma
+    for name in [n for n in ("MI300X", "MI350X") if n in DEVICES]:
+        for s in dlrm_suite():
+            assert not select_gemm(s.m, s.n, s.k, "bf16", get_device(name), epilogue=s.epilogue,
+                                   b_k_major=s.layout[1] == "T").config.persistent_tma
+
+
+def test_selector_takes_the_faster_kind_and_keys_the_cache_on_it():
+    spec = get_device("H200")
+    gemm_select.clear_cache()
+    problem = GemmProblem(m=65536, n=3456, k=512, dtype="bf16", epilogue="cross", b_k_major=True)
+    best = _kinds_ranked(problem, spec, tma=True)
+    assert math.isfinite(best["tma"]) and math.isfinite(best["triton"])
+    choice = select_gemm(65536, 3456, 512, "bf16", spec, epilogue="cross", b_k_major=True)
+    assert choice.triton_seconds == min(best.values())
+    assert choice.config.persistent_tma == (best["tma"] < best["triton"])
+    assert choice.kernel in ("library", "tma" if choice.config.persistent_tma else "triton")
+    classic = select_gemm(65536, 3456, 512, "bf16", spec, epilogue="cross", b_k_major=True, tma=False)
+    assert not classic.config.persistent_tma and classic.triton_seconds == best["triton"]
+    wgrad = select_gemm(65536, 3456, 512, "bf16", spec, epilogue="cross", b_k_major=True, a_row_major=False)
+    assert wgrad == classic  # another cache entry, the same answer as without TMA
+
+
+def test_tma_model_prices_host_rounds_and_epilogue():
+    from polyrec.perfmodel import gemm_tma as model
+
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    tile = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, epilogue_subtile=True,
+                      persistent_tma=True)
+    small = estimate(GemmProblem(m=2048, n=3456, k=512, dtype="bf16", epilogue="cross", b_k_major=True), tile, spec, ceil)
+    assert small.seconds == model.TMA_HOST_S > small.parts["gpu"]  # descriptors on the host bound small calls
+    big = GemmProblem(m=65536, n=3456, k=512, dtype="bf16", b_k_major=True)
+    plain, cross = (estimate(dataclasses.replace(big, epilogue=e), tile, spec, ceil) for e in ("none", "cross"))
+    assert plain.parts["rounds"] == math.ceil(512 * 14 / spec.compute_units)
+    assert cross.seconds > plain.seconds + plain.parts["rounds"] * cross.parts["epilogue_loads"] * 0.99
+    full = dataclasses.replace(tile, epilogue_subtile=False)
+    assert not footprint(full, "bf16", spec, "cross").fits and footprint(full, "bf16", spec, "none").fits
+    assert not footprint(tile, "bf16", spec, "residual").fits
+    assert estimate(GemmProblem(m=4096, n=4096, k=4096, dtype="bf16"), tile, get_device("A100"), ceil).seconds == math.inf

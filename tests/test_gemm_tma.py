@@ -140,3 +140,49 @@ def test_l2_prefetch_reaches_the_ptx():
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": job.num_warps, "num_stages": job.num_stages})
     assert "prefetch.global.L2" in compiled.asm["ptx"]
+
+
+#: The selector's form of a small TMA config (``GemmConfig.persistent_tma``), for ``matmul``.
+def _selector_config(subtile: bool):
+    from polyrec.kernels.gemm_configs import GemmConfig
+
+    return GemmConfig(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2,
+                      epilogue_subtile=subtile, persistent_tma=True)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("layout", ["NT", "NN"])
+@pytest.mark.parametrize("epilogue", ["none", "bias", "bias_relu", "cross"])
+def test_matmul_runs_tma_configs(epilogue, layout, monkeypatch):
+    """``matmul(config=<TMA config>)`` routes to gemm_tma: float64 reference, odd M, both B layouts,
+    an fp32 bias (added in fp32 by the kernel), the output matmul allocates poisoned with NaN."""
+    from polyrec.kernels.gemm import matmul
+
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *shape, **kw: empty(*shape, **kw).fill_(float("nan")))
+
+    gen = torch.Generator().manual_seed(zlib.crc32(f"matmul {epilogue} {layout}".encode()))
+    a, b, args = _inputs("bias_relu" if epilogue == "bias" else epilogue, layout == "NT", gen)
+    if epilogue == "bias":
+        args.pop("activation")
+    if "bias" in args and layout == "NN":
+        args["bias"] = args["bias"].float()
+    out = matmul(a, b, trans_b=layout == "NT", config=_selector_config(subtile=layout == "NN"), **args)
+    _assert_close(out, _reference(a, b, layout == "NT", **args), BF16_REL)
+
+
+def test_matmul_refuses_tma_configs_it_cannot_run():
+    from polyrec.kernels.gemm import _tma_operands, matmul
+
+    a = torch.randn(16, 32).bfloat16()
+    with pytest.raises(ValueError, match="residual"):
+        matmul(a, torch.randn(32, 16).bfloat16(), residual=torch.zeros(16, 16).bfloat16(),
+               config=_selector_config(False))
+    g = torch.randn(48, 16).bfloat16()
+    assert not _tma_operands(g.t(), g, torch.bfloat16, None, None, None)  # wgrad: Aᵀ
+    assert not _tma_operands(a, a.t(), torch.float32, None, None, None)  # fp32 output
+    odd = torch.randn(16, 36).bfloat16()  # rows of 72 bytes
+    assert not _tma_operands(odd, torch.randn(36, 16).bfloat16(), torch.bfloat16, None, None, None)
+    x = torch.randn(16, 16).bfloat16()
+    assert _tma_operands(a, torch.randn(16, 32).bfloat16().t(), torch.bfloat16, (x, x), None, None)
+    assert not _tma_operands(a, torch.randn(32, 16).bfloat16(), torch.bfloat16, (x.float(), x), None, None)

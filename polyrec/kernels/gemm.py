@@ -9,6 +9,10 @@ The config comes from ``polyrec.kernels.gemm_select`` (a performance model; noth
 may also hand the GEMM to the vendor library (torch.matmul), whose product that same second kernel
 (one elementwise pass, ``SPLIT_K=1``) finishes with the epilogue.
 
+On Hopper the selector may instead pick a config of the persistent TMA kernel
+(``polyrec.kernels.gemm_tma``, ``GemmConfig.persistent_tma``) where it can run: row-major A, 16-byte
+aligned rows, 2-byte dtypes, the bias / ReLU / cross epilogues.
+
 ``linear`` and ``cross_linear`` are autograd layers on top: their backward GEMMs go through
 ``matmul`` as well.
 """
@@ -24,6 +28,7 @@ from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import interpreting, select_gemm
+from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
 
 ACTIVATIONS = ("none", "relu")
 _TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -216,8 +221,45 @@ def _epilogue_operands(out, bias, cross, residual, cross_grad, activation, row_b
     return (bias_t, x0, xr, dx0, db if db is not None else out), strides, flags, db
 
 
+def _tma_view(t: torch.Tensor) -> bool:
+    """Whether a 2-D tensor can back a TMA descriptor as it is: row-major, 16-byte aligned base and rows."""
+    return (t.stride(1) == 1 and (t.stride(0) * t.element_size()) % TMA_ALIGN_BYTES == 0
+            and t.data_ptr() % TMA_ALIGN_BYTES == 0)
+
+
+def _tma_operands(a, b, out_dtype, cross, residual, cross_grad) -> bool:
+    """Whether ``gemm_tma`` takes these operands: a [M, K] row-major, b [K, N] row-major or its
+    transpose ([N, K] row-major), x0 / x row-major, all 2-byte in a's dtype, the output too, rows
+    16-byte aligned; no residual / CrossGrad epilogue. (On a GPU the selector only offers TMA configs
+    on sm_90.)"""
+    if a.dtype not in (torch.bfloat16, torch.float16) or out_dtype != a.dtype or residual is not None:
+        return False
+    if cross_grad is not None or (a.shape[1] * a.element_size()) % TMA_ALIGN_BYTES:  # K
+        return False
+    if (b.shape[1] * b.element_size()) % TMA_ALIGN_BYTES:  # N: the output's rows
+        return False
+    tensors = [a, b if b.stride(1) == 1 else b.t(), *(cross or ())]
+    return all(t.dtype == a.dtype and _tma_view(t) for t in tensors)
+
+
+def _launch_tma(a, b, out, bias, cross, activation, config: GemmConfig, warmup: bool) -> None:
+    """``gemm_tma`` with a TMA config of the selector's space: a [M, K], b [K, N] view (row-major, or
+    the transpose of a row-major [N, K]: the forward ``x @ Wᵀ``)."""
+    b_k_major = b.stride(1) != 1
+    tma_config = TmaGemmConfig(block_m=config.block_m, block_n=config.block_n, block_k=config.block_k,
+                               group_m=config.group_m, num_stages=config.num_stages, num_warps=config.num_warps,
+                               ctas_per_sm=config.ctas_per_sm, epilogue_subtile=config.epilogue_subtile)
+    gemm_tma(a, b.t() if b_k_major else b, b_k_major=b_k_major, config=tma_config, bias=bias, activation=activation,
+             cross=cross, out=out, warmup=warmup)
+
+
 def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, m, n, k, sa, sb,
             warmup: bool = False, residual=None, cross_grad=None) -> None:
+    if config.persistent_tma:
+        if residual is not None or cross_grad is not None:
+            raise ValueError(f"matmul: the TMA config {config.label} has no residual / cross_grad epilogue")
+        _launch_tma(a, b, out, bias, cross, activation, config, warmup)
+        return
     backend = "hip" if torch.version.hip else "cuda"
     options = config.launch_options(backend) if a.is_cuda else {"WIDEN_OPERANDS": True}
     precision = input_precision(dtype, backend)
@@ -304,7 +346,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
                                  cross_grad is not None)
         choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue, out_bytes=out_bytes,
                              a_aligned=_vectorizable(a_op),
-                             b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1)
+                             b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1,
+                             a_row_major=a_op.stride(1) == 1,
+                             tma=_tma_operands(a_op, b_op, out_dtype, cross, residual, cross_grad))
         if choice.backend == "library":
             return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup)
         config = choice.config

@@ -2,7 +2,10 @@
 would sweep on each target, and the compile jobs that prove the selectable configs fit every target.
 
 The space is static per (device, dtype): tile shapes x warps x pipeline depth x grouping x split-K,
-and on AMD also ``waves_per_eu``, ``matrix_instr_nonkdim`` and ``kpack``. Configs that cannot fit
+and on AMD also ``waves_per_eu``, ``matrix_instr_nonkdim`` and ``kpack``; on Hopper (sm_90) with 2-byte
+inputs also a few configs of the persistent TMA kernel (``polyrec.kernels.gemm_tma``,
+``GemmConfig.persistent_tma``), which ``configs_for_shape`` keeps only where that kernel can run.
+Configs that cannot fit
 the device (shared memory / LDS, registers: see ``polyrec.perfmodel.gemm.footprint``) are left out,
 so the space is exactly what the selector may choose from.
 """
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.gemm import GEMM_DTYPES, footprint
+from polyrec.perfmodel.gemm_tma import TMA_EPILOGUES
 
 #: Split-K factors an autotuner would try for large-K / small-MN shapes (wgrad: K = batch).
 SPLIT_K_FACTORS: tuple[int, ...] = (2, 4, 8, 16)
@@ -41,9 +45,15 @@ class GemmConfig:
     waves_per_eu: int = 0  # AMD: occupancy hint, waves per SIMD (0 = compiler's choice)
     matrix_instr_nonkdim: int = 0  # AMD: MFMA M=N size, 16 or 32 (0 = compiler's choice)
     kpack: int = 1  # AMD gfx942: elements packed per K step of the MFMA operand load (1 or 2)
+    persistent_tma: bool = False  # sm_90: the persistent TMA kernel (polyrec.kernels.gemm_tma) runs it
+    epilogue_subtile: bool = False  # TMA: finish and store the tile in two [BM, BN/2] halves
+    ctas_per_sm: int = 1  # TMA: persistent programs per SM (grid = min(tiles, SMs x ctas_per_sm))
 
     @property
     def label(self) -> str:
+        if self.persistent_tma:
+            return (f"TMA BM{self.block_m} BN{self.block_n} BK{self.block_k} G{self.group_m} w{self.num_warps} "
+                    f"s{self.num_stages} c{self.ctas_per_sm}" + (" sub" if self.epilogue_subtile else ""))
         text = (f"BM{self.block_m} BN{self.block_n} BK{self.block_k} G{self.group_m} SK{self.split_k} "
                 f"w{self.num_warps} s{self.num_stages}")
         if self.waves_per_eu or self.matrix_instr_nonkdim or self.kpack != 1:
@@ -76,6 +86,36 @@ def _nvidia_candidates(spec: DeviceSpec, dtype: str) -> list[GemmConfig]:
     return out
 
 
+#: The persistent TMA kernel's configs on sm_90 (bf16 / fp16), as (BM, BN, BK, warps, stages,
+#: ctas_per_sm, epilogue_subtile), informed by benchmarks/results/gemm_tma_probe_nvidia-h200_2026-11-29.json:
+#: BM128 x BN256 x BK64, 8 warps, 3 stages won the cross, top1 and top2 forwards (subtiled) and the
+#: NN dgrad (full tile); BM256 x BN128 subtiled was within 2% on the cross forward; BM128 x BN128 at
+#: 4 stages (4 or 8 warps) came next; two programs per SM (2-3 stages) were never best at batch 16K-64K
+#: but are kept for grids of fewer tiles than SMs x 2. Left out: BN256 with 4 stages and any full
+#: 256-wide cross epilogue (out of shared memory in the probe: the footprint model excludes them), L2
+#: prefetch (slower on every shape but the smallest) and warp specialization (a no-op on sm_90 in
+#: Triton 3.6). Smaller tiles (BM 64) serve the small-M / small-N shapes. Order matters only for
+#: ties (the model does not price the subtile's register relief outside the cross epilogue): the
+#: subtiled BN256 comes first (0-7% faster on top1 / top2), the full BN128 before its subtiled twin
+#: (4-6% faster on every non-cross shape).
+TMA_TILES: tuple[tuple[int, int, int, int, int, int, bool], ...] = (
+    (128, 256, 64, 8, 3, 1, True), (128, 256, 64, 8, 3, 1, False), (256, 128, 64, 8, 3, 1, True),
+    (256, 128, 64, 8, 3, 1, False), (128, 128, 64, 8, 4, 1, False), (128, 128, 64, 4, 4, 1, False),
+    (128, 128, 64, 8, 3, 1, False), (128, 128, 64, 8, 4, 1, True), (128, 128, 64, 8, 2, 2, True),
+    (128, 128, 32, 8, 3, 2, True), (128, 64, 64, 4, 3, 2, False), (128, 64, 64, 4, 4, 1, False),
+    (64, 128, 64, 4, 4, 1, False), (64, 256, 64, 4, 3, 1, True), (64, 64, 64, 4, 4, 2, False),
+)
+
+
+def _tma_candidates(spec: DeviceSpec, dtype: str) -> list[GemmConfig]:
+    """The persistent TMA kernel's configs: sm_90 with 2-byte inputs only (``gemm_tma`` is Hopper-only
+    and takes bf16 / fp16)."""
+    if spec.arch != "sm_90" or _element_bytes(dtype) != 2:
+        return []
+    return [GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=st, ctas_per_sm=c,
+                       epilogue_subtile=sub, persistent_tma=True) for bm, bn, bk, w, st, c, sub in TMA_TILES]
+
+
 def _amd_candidates(spec: DeviceSpec, dtype: str) -> list[GemmConfig]:
     block_ks = (32, 64, 128) if _element_bytes(dtype) == 2 else (16, 32, 64)
     tiles = [(bm, bn) for bm in (64, 128, 256) for bn in (64, 128, 256)]
@@ -106,17 +146,36 @@ def config_space(spec: DeviceSpec, dtype: str) -> tuple[GemmConfig, ...]:
     if spec.triton is None:
         raise ValueError(f"config_space: {spec.name} has no Triton target")
     make = _amd_candidates if spec.triton.backend == "hip" else _nvidia_candidates
-    space = tuple(c for c in make(spec, dtype) if footprint(c, dtype, spec).fits)
+    candidates = make(spec, dtype) + _tma_candidates(spec, dtype)
+    space = tuple(c for c in candidates if footprint(c, dtype, spec).fits)
     _SPACES[(id(spec), dtype)] = (spec, space)
     return space
 
 
-def configs_for_shape(space: tuple[GemmConfig, ...], m: int, n: int, k: int) -> list[GemmConfig]:
+#: TMA descriptors need 16-byte aligned rows (global strides; ``polyrec.kernels.gemm_tma.TMA_ALIGN_BYTES``).
+TMA_ROW_BYTES = 16
+
+
+def tma_runs(n: int, k: int, dtype: str, *, epilogue: str = "none", out_bytes: int = 0,
+             a_row_major: bool = True, aligned: bool = True) -> bool:
+    """Whether the persistent TMA kernel can run this GEMM: an epilogue it has, A row-major (not the
+    wgrad's Aᵀ), the output in the inputs' 2-byte dtype, and every row of A [M, K], B ([K, N] or
+    [N, K]) and C / x0 / x [M, N] 16-byte aligned; ``aligned``: the operands' base pointers and
+    strides are (``polyrec.perfmodel.gemm.GemmProblem.a_aligned``)."""
+    elem = _element_bytes(dtype)
+    return (epilogue in TMA_EPILOGUES and a_row_major and aligned and elem == 2 and out_bytes in (0, elem)
+            and (k * elem) % TMA_ROW_BYTES == 0 and (n * elem) % TMA_ROW_BYTES == 0)
+
+
+def configs_for_shape(space: tuple[GemmConfig, ...], m: int, n: int, k: int, *, tma: bool = True) -> list[GemmConfig]:
     """The configs of a space worth running on one shape: split-K only where every split gets at
-    least two K steps and the output grid alone is smaller than the split would make up for."""
+    least two K steps and the output grid alone is smaller than the split would make up for; the
+    persistent TMA kernel's only where ``tma`` (``tma_runs``: the caller knows layout and epilogue)."""
     out = []
     for c in space:
         if c.split_k > 1 and k < 2 * c.split_k * c.block_k:
+            continue
+        if c.persistent_tma and not tma:
             continue
         out.append(c)
     return out
@@ -125,22 +184,28 @@ def configs_for_shape(space: tuple[GemmConfig, ...], m: int, n: int, k: int) -> 
 def compile_jobs(spec: DeviceSpec, configs: list[GemmConfig] | None = None,
                  dtypes: tuple[str, ...] = ("bf16",)) -> list[CompileJob]:
     """Compile jobs for the GEMM kernels in each dtype: ``configs`` with the cross epilogue (the
-    largest), or by default the configs the selector picks for ``dlrm_suite()`` with each shape's own
-    epilogue; plus the split-K reduction kernel."""
+    largest) and a K-major B, or by default the configs the selector picks for ``dlrm_suite()`` with
+    each shape's own epilogue and B layout (TMA configs compile ``gemm_tma_kernel``: sm_90 only, as
+    the space has them there only); plus the split-K reduction kernel."""
     from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
     from polyrec.kernels.gemm_select import select_gemm
 
     jobs = []
     for dtype in dtypes:
         if configs is None:
-            chosen = {(select_gemm(s.m, s.n, s.k, dtype, spec, epilogue=s.epilogue,
-                                   b_k_major=s.layout[1] == "T").config,
-                       s.epilogue if s.epilogue in ("none", "cross") else "bias_relu"): None for s in dlrm_suite()}
+            chosen = {(select_gemm(s.m, s.n, s.k, dtype, spec, epilogue=s.epilogue, b_k_major=s.layout[1] == "T",
+                                   a_row_major=s.layout[0] == "N").config, _compile_epilogue(s.epilogue),
+                       s.layout[1] == "T"): None for s in dlrm_suite()}
         else:
-            chosen = {(c, "cross"): None for c in configs}
-        jobs += [compile_job_for(c, dtype, spec, epilogue=e) for c, e in chosen]
+            chosen = {(c, "cross", True): None for c in configs}
+        jobs += [compile_job_for(c, dtype, spec, epilogue=e, trans_b=t) for c, e, t in chosen]
         jobs.append(reduce_compile_job(dtype))
     return jobs
+
+
+def _compile_epilogue(epilogue: str) -> str:
+    """The compile job's epilogue for a shape's: "none", "cross", else the largest of the rest."""
+    return epilogue if epilogue in ("none", "cross") else "bias_relu"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -166,7 +166,11 @@ def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogu
                     trans_b: bool = True) -> CompileJob:
     """The GEMM kernel with one config, for ``polyrec.hardware.compile.compile_for`` (A row-major, B
     given as [N, K] row-major with ``trans_b``, else [K, N]; ``epilogue`` "none", "bias_relu", "cross",
-    "residual" or "cross_grad" (its largest form: d_x0 read and the bias-gradient partials written))."""
+    "residual" or "cross_grad" (its largest form: d_x0 read and the bias-gradient partials written)).
+    A persistent TMA config compiles ``polyrec.kernels.gemm_tma.gemm_tma_kernel`` (sm_90; epilogues
+    "none", "bias_relu" and "cross")."""
+    if config.persistent_tma:
+        return _tma_compile_job(config, dtype, epilogue, trans_b)
     ptr = _TRITON_TYPES[dtype]
     fused = config.split_k == 1
     ints = ["M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_bn", "stride_cs", "stride_cm",
@@ -192,6 +196,15 @@ def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogu
     return CompileJob(label=f"gemm {dtype} {config.label} {epilogue}", kernel=gemm_kernel, signature=signature,
                       constexprs=constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
                       options=options, divisible_by_16=tuple(n for n in aligned if signature[n] != "constexpr"))
+
+
+def _tma_compile_job(config: GemmConfig, dtype: str, epilogue: str, trans_b: bool) -> CompileJob:
+    from polyrec.kernels.gemm_tma import TmaGemmConfig, compile_job
+
+    tma_config = TmaGemmConfig(block_m=config.block_m, block_n=config.block_n, block_k=config.block_k,
+                               group_m=config.group_m, num_stages=config.num_stages, num_warps=config.num_warps,
+                               ctas_per_sm=config.ctas_per_sm, epilogue_subtile=config.epilogue_subtile)
+    return compile_job(tma_config, epilogue=epilogue, b_k_major=trans_b, dtype=dtype)
 
 
 def _epilogue_flags(epilogue: str) -> dict[str, bool]:

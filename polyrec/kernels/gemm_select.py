@@ -1,7 +1,8 @@
 """Zero-warmup GEMM selection: the config (and Triton vs the vendor library) from the performance model.
 
 No kernel is ever timed: ``select_gemm`` ranks the device's config space with
-``polyrec.perfmodel.gemm.estimate`` and keeps the fastest predicted config; it then predicts the vendor
+``polyrec.perfmodel.gemm.estimate`` and keeps the fastest predicted config (of the classic Triton
+kernel, or on sm_90 of the persistent TMA kernel where it can run); it then predicts the vendor
 library (torch.matmul: cuBLAS / hipBLASLt) at the measured matmul ceiling, plus the one Triton pass
 that applies the epilogue to the library's product when the GEMM has one, and picks whichever is
 faster. Answers are cached per shape bucket, so a
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings as device_ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape
+from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape, tma_runs
 from polyrec.perfmodel.gemm import (ALIGNMENT_ELEMENTS, EPILOGUE_TENSORS, GEMM_DTYPES, GemmProblem, estimate,
                                     fused_pass_seconds, library_seconds, rate_dtype)
 
@@ -33,9 +34,16 @@ class GemmChoice:
     """What runs a GEMM: the Triton kernel with ``config``, or the vendor library."""
 
     backend: str  # "triton" or "library"
-    config: GemmConfig  # the best Triton config (also kept when the library is chosen)
+    config: GemmConfig  # the best Triton config of either kernel (also kept when the library is chosen)
     triton_seconds: float  # predicted, inf where unknown
     library_seconds: float  # predicted, the fused epilogue pass included; inf where unknown
+
+    @property
+    def kernel(self) -> str:
+        """What runs: "library", "tma" (the persistent TMA kernel) or "triton" (the classic kernel)."""
+        if self.backend == "library":
+            return "library"
+        return "tma" if self.config.persistent_tma else "triton"
 
 
 _CACHE: dict[tuple, GemmChoice] = {}
@@ -78,25 +86,35 @@ def _check(m: int, n: int, k: int, dtype: str, epilogue: str) -> None:
         raise ValueError(f"select_gemm: epilogue must be one of {tuple(EPILOGUE_TENSORS)}, got {epilogue!r}")
 
 
+def problem_tma(problem: GemmProblem, a_row_major: bool = True) -> bool:
+    """Whether the persistent TMA kernel can run ``problem`` (``polyrec.kernels.gemm_configs.tma_runs``)."""
+    return tma_runs(problem.n, problem.k, problem.dtype, epilogue=problem.epilogue, out_bytes=problem.out_bytes,
+                    a_row_major=a_row_major, aligned=problem.a_aligned and problem.b_aligned)
+
+
 def rank_configs(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings | None = None,
-                 configs: list[GemmConfig] | None = None) -> list[tuple[float, GemmConfig]]:
-    """(predicted seconds, config) for every config that fits, fastest first, ties in space order."""
+                 configs: list[GemmConfig] | None = None, *, tma: bool | None = None) -> list[tuple[float, GemmConfig]]:
+    """(predicted seconds, config) for every config that fits, fastest first, ties in space order;
+    ``configs`` None = the space's configs for this shape, the TMA kernel's where ``tma`` (None: where
+    ``problem_tma`` says it can run with A row-major)."""
     ceil = ceil or _spec_entry(spec)[2]
     if configs is None:
-        configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)
+        tma = problem_tma(problem) if tma is None else tma
+        configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=tma)
     scored = [(estimate(problem, c, spec, ceil).seconds, i, c) for i, c in enumerate(configs)]
     return [(s, c) for s, _, c in sorted(scored, key=lambda t: (t[0], t[1])) if math.isfinite(s)]
 
 
-def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice:
-    """The fastest predicted Triton config for ``problem`` and the backend (uncached; ``select_gemm``
-    caches it). The library is chosen when its predicted time, its fused epilogue pass included
+def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool | None = None) -> GemmChoice:
+    """The fastest predicted Triton config for ``problem`` (classic or, where ``tma``, the persistent
+    TMA kernel: see ``rank_configs``) and the backend (uncached; ``select_gemm`` caches it). The
+    library is chosen when its predicted time, its fused epilogue pass included
     (``polyrec.perfmodel.gemm.fused_pass_seconds``), is lower."""
     rated = rate_dtype(problem.dtype, spec)
     if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
-        fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k)[0]
+        fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=False)[0]
         return GemmChoice(backend="library", config=fallback, triton_seconds=math.inf, library_seconds=math.inf)
-    ranked = rank_configs(problem, spec, ceil)
+    ranked = rank_configs(problem, spec, ceil, tma=tma)
     if not ranked:
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
     seconds, config = ranked[0]
@@ -107,15 +125,20 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> GemmChoice
 
 def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
                 out_bytes: int = 0, a_aligned: bool | None = None, b_aligned: bool | None = None,
-                b_k_major: bool = False) -> GemmChoice:
+                b_k_major: bool = False, a_row_major: bool = True, tma: bool = True) -> GemmChoice:
     """Triton config and backend for C[m, n] = A[m, k] @ B[k, n] on ``spec``; no timed runs.
 
     ``epilogue`` is one of "none", "bias", "relu", "bias_relu", "cross", "residual", "cross_grad"
     (``polyrec.kernels.gemm.epilogue_name``); ``out_bytes`` the output
     element size (0 = as the inputs); ``a_aligned`` / ``b_aligned`` whether each operand's loads
     vectorize (``polyrec.perfmodel.gemm.operand_alignment``; None = every size a multiple of 16);
-    ``b_k_major`` whether B is stored K-major (the forward ``x @ Wᵀ``: ``GemmProblem.b_k_major``).
-    Deterministic; cached per (device, dtype, bucketed shape, epilogue, alignment, B's layout).
+    ``b_k_major`` whether B is stored K-major (the forward ``x @ Wᵀ``: ``GemmProblem.b_k_major``);
+    ``a_row_major`` whether A is (False for the wgrad's Aᵀ: the persistent TMA kernel needs a
+    row-major A); ``tma`` False keeps the TMA kernel out whatever the sizes say (``matmul`` passes
+    whether the actual tensors suit TMA descriptors). The TMA kernel is a candidate only where
+    ``polyrec.kernels.gemm_configs.tma_runs`` holds.
+    Deterministic; cached per (device, dtype, bucketed shape, epilogue, alignment, B's layout,
+    whether the TMA kernel can run).
     Without a GPU target (the CPU), the Triton interpreter runs ``INTERPRETER_CONFIG`` when
     ``TRITON_INTERPRET`` is set, otherwise the library (torch) runs the GEMM.
     """
@@ -124,7 +147,9 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
         every = m % ALIGNMENT_ELEMENTS == 0 and n % ALIGNMENT_ELEMENTS == 0 and k % ALIGNMENT_ELEMENTS == 0
         a_aligned = every if a_aligned is None else a_aligned
         b_aligned = every if b_aligned is None else b_aligned
-    key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes, a_aligned, b_aligned, b_k_major)
+    tma = tma and tma_runs(n, k, dtype, epilogue=epilogue, out_bytes=out_bytes, a_row_major=a_row_major,
+                           aligned=a_aligned and b_aligned)
+    key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes, a_aligned, b_aligned, b_k_major, tma)
     choice = _CACHE.get(key)
     if choice is not None:
         return choice
@@ -136,17 +161,18 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
     else:
         problem = GemmProblem(m=key[2], n=key[3], k=key[4], dtype=dtype, out_bytes=out_bytes, epilogue=epilogue,
                               a_aligned=a_aligned, b_aligned=b_aligned, b_k_major=b_k_major)
-        choice = choose(problem, spec, entry[2])
+        choice = choose(problem, spec, entry[2], tma=tma)
     _CACHE[key] = choice
     return choice
 
 
 def select_gemm_config(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
                        out_bytes: int = 0, a_aligned: bool | None = None,
-                       b_aligned: bool | None = None, b_k_major: bool = False) -> GemmConfig:
+                       b_aligned: bool | None = None, b_k_major: bool = False, a_row_major: bool = True,
+                       tma: bool = True) -> GemmConfig:
     """The Triton config ``select_gemm`` predicts fastest (whatever the backend choice)."""
     return select_gemm(m, n, k, dtype, spec, epilogue=epilogue, out_bytes=out_bytes, a_aligned=a_aligned,
-                       b_aligned=b_aligned, b_k_major=b_k_major).config
+                       b_aligned=b_aligned, b_k_major=b_k_major, a_row_major=a_row_major, tma=tma).config
 
 
 def clear_cache() -> None:

@@ -22,7 +22,8 @@ probe measures it to confirm, not to win.
 
 Hopper only: AMD keeps ``polyrec.kernels.gemm_kernels.gemm_kernel``. The launcher refuses other
 devices with a clear error; on the CPU it runs under the Triton interpreter (``TRITON_INTERPRET=1``).
-This module is a measured prototype (``benchmarks/gemm_tma_probe.py``): the selector does not know it.
+``polyrec.kernels.gemm.matmul`` runs it for the selector's TMA configs (``GemmConfig.persistent_tma``,
+priced by ``polyrec.perfmodel.gemm_tma``); ``benchmarks/gemm_tma_probe.py`` measured it.
 """
 
 from __future__ import annotations
@@ -200,8 +201,9 @@ def _validate(a, b, b_k_major: bool, bias, activation: str, cross) -> tuple[int,
     _check_operand("b [N, K]" if b_k_major else "b [K, N]", b, (n, k) if b_k_major else (k, n), a.dtype)
     if activation not in ("none", "relu"):
         raise ValueError(f"gemm_tma: activation must be 'none' or 'relu', got {activation!r}")
-    if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != a.dtype):
-        raise ValueError(f"gemm_tma: bias must be [{n}] {a.dtype}, got {list(bias.shape)} {bias.dtype}")
+    if bias is not None and (tuple(bias.shape) != (n,) or not bias.is_floating_point() or bias.device != a.device):
+        raise ValueError(f"gemm_tma: bias must be a float [{n}] on {a.device}, got {list(bias.shape)} {bias.dtype} "
+                         f"on {bias.device}")
     if cross is not None:
         if activation != "none":
             raise ValueError("gemm_tma: cross and relu together are not a supported epilogue")
@@ -221,7 +223,8 @@ def gemm_tma(a: torch.Tensor, b: torch.Tensor, *, b_k_major: bool, config: TmaGe
              num_programs: int | None = None, warmup: bool = False) -> torch.Tensor:
     """``epilogue(a @ op(b))`` -> [M, N] in a's dtype.
 
-    a: [M, K]; b: [N, K] (``b_k_major``) or [K, N]; bias: [N]; ``activation`` "relu" after the bias;
+    a: [M, K]; b: [N, K] (``b_k_major``) or [K, N]; bias: [N] (any float dtype, added in fp32);
+    ``activation`` "relu" after the bias;
     cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``. All row-major with 16-byte aligned
     rows (K and N multiples of 8 for 2-byte types). ``num_programs`` overrides the persistent grid
     size (default ``SMs x config.ctas_per_sm``, at most the number of tiles). ``warmup`` only

@@ -181,6 +181,9 @@ class TileConfig(Protocol):
     waves_per_eu: int
     matrix_instr_nonkdim: int
     kpack: int
+    persistent_tma: bool  # the persistent TMA kernel: modelled by polyrec.perfmodel.gemm_tma
+    epilogue_subtile: bool
+    ctas_per_sm: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -335,7 +338,12 @@ def _epilogue_registers(cfg: TileConfig, spec: DeviceSpec, epilogue: str) -> int
 def footprint(cfg: TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "none",
               aligned: tuple[bool, bool] = (True, True)) -> Footprint:
     """Shared memory, registers and occupancy of one config, and whether it fits ``spec``;
-    ``aligned``: whether the A and B loads vectorize (``GemmProblem.a_aligned``)."""
+    ``aligned``: whether the A and B loads vectorize (``GemmProblem.a_aligned``). A persistent TMA
+    config goes to ``polyrec.perfmodel.gemm_tma.footprint`` (TMA loads need no alignment flag)."""
+    if cfg.persistent_tma:
+        from polyrec.perfmodel import gemm_tma
+
+        return gemm_tma.footprint(cfg, dtype, spec, epilogue)
     instruction = _instruction(cfg, dtype, spec)
     smem = _smem_bytes(cfg, dtype, spec)
     regs = max(_registers(cfg, dtype, spec, instruction, aligned), _epilogue_registers(cfg, spec, epilogue))
@@ -455,7 +463,12 @@ def _epilogue_round_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, c
 def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, *,
              efficiency: float = TRITON_MAINLOOP_EFFICIENCY) -> GemmEstimate:
     """Predicted seconds of ``p`` with ``cfg`` on ``spec``; ``efficiency`` scales the main loop's
-    matrix-unit rate against the measured library ceiling (1.0 models the vendor library)."""
+    matrix-unit rate against the measured library ceiling (1.0 models the vendor library). A
+    persistent TMA config goes to ``polyrec.perfmodel.gemm_tma.estimate`` (its own efficiency)."""
+    if cfg.persistent_tma:
+        from polyrec.perfmodel import gemm_tma
+
+        return gemm_tma.estimate(p, cfg, spec, ceil)
     fp = footprint(cfg, p.dtype, spec, p.epilogue, (p.a_aligned, p.b_aligned))
     if not fp.fits:
         return GemmEstimate(seconds=math.inf, footprint=fp, parts={})
