@@ -25,6 +25,7 @@ import torch
 import triton
 
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import interpreting, select_gemm
@@ -384,12 +385,12 @@ class _Linear(torch.autograd.Function):
     def backward(ctx, grad):
         x, weight, y = ctx.saved_tensors
         grad = grad.contiguous()
-        if ctx.activation == "relu":
-            grad = torch.ops.aten.threshold_backward(grad, y, 0)  # one kernel: grad where y > 0, else 0
+        # one pass: grad where y > 0 (ReLU), and the bias gradient's fp32 column sums
+        grad, db = relu_bias_backward(grad, y, relu=ctx.activation == "relu",
+                                      need_bias=ctx.has_bias and ctx.needs_input_grad[2])
         dx = matmul(grad, weight) if ctx.needs_input_grad[0] else None  # [B, out] @ [out, in]
         dw = matmul(grad, x, trans_a=True) if ctx.needs_input_grad[1] else None  # [out, B] @ [B, in]
-        db = grad.sum(0, dtype=torch.float32).to(grad.dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dx, dw, db, None
+        return dx, dw, db.to(grad.dtype) if db is not None else None, None
 
 
 class _CrossLinear(torch.autograd.Function):

@@ -17,17 +17,15 @@ import functools
 
 from dataclasses import dataclass
 
+from polyrec.kernels.dense_backward import BLOCK_NS, MAX_ITERATIONS, TILE_ELEMENTS
 from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes
 from polyrec.planner.types import ModelSpec
 
-#: Rate classes of non-GEMM ops, as fractions of the copy bandwidth (bytes read + written), measured
-#: on the H200 in benchmarks/results/e2e_profile_nvidia-h200_2026-11-29 (MLPerf DLRM-DCNv2, batch 65536):
-#: same-dtype vectorized elementwise (mul/add/cat/copy/compare: 1.0 of copy), mixed-dtype
-#: ``grad * (y > 0)`` (torch's unrolled kernel: 243M elements x 5 B in 0.849 ms = 0.34 of copy), and
-#: column sums for bias gradients (``reduce_kernel``: 1.85 GB in 0.819 ms = 0.53 of copy).
-RATE_CLASSES: dict[str, float] = {"vector": 1.0, "mixed": 0.34, "column_sum": 0.53}
-#: Bytes of a bool mask element (torch.bool).
-BOOL_BYTES = 1
+#: Rate classes of non-GEMM ops, as fractions of the copy bandwidth (bytes read + written): every
+#: memory-bound op of the step is now a same-dtype vectorized torch op or one of polyrec's Triton
+#: passes, at the copy rate (the cross-network epilogue passes, benchmarks/results/
+#: e2e_profile_nvidia-h200_2026-11-29 at c1a7598: about 13.1 GB in 3.38 ms, 0.93 of copy).
+RATE_CLASSES: dict[str, float] = {"vector": 1.0}
 #: Bytes of an fp32 value (master weights, their gradients, the loss).
 FP32 = 4
 
@@ -36,7 +34,7 @@ FP32 = 4
 class Op:
     """One op of the dense step: a GEMM (``gemm`` set) or a memory-bound op (``bytes`` at ``rate``)."""
 
-    name: str  # "top.0.relu_mask", "cross.1.u.fwd", ...
+    name: str  # "top.0.relu_bias_grad", "cross.1.u.product", ...
     phase: str  # "fwd" or "bwd"
     gemm: GemmShape | None = None
     bytes: float = 0.0  # bytes read + written (memory-bound ops)
@@ -79,19 +77,20 @@ def _weight_casts(mat: Matmul) -> list[Op]:
 
 
 def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
-    """One ``linear`` (``_Linear``): fused bias/ReLU forward; backward mask, dgrad, wgrad, bias sum."""
+    """One ``linear`` (``_Linear``): fused bias/ReLU forward; backward one ReLU-mask + bias-sum pass
+    (``polyrec.kernels.dense_backward``), dgrad, wgrad."""
     n, k, b = mat.out_dim, mat.in_dim, batch
     ops = _gemm_ops(mat, batch) + _weight_casts(mat)
     relu = mat.epilogue == "relu"
-    if relu:
-        ops.append(Op(name=f"{mat.name}.relu_gt", phase="bwd", bytes=b * n * (cb + BOOL_BYTES)))
-        ops.append(Op(name=f"{mat.name}.relu_mask", phase="bwd", bytes=b * n * (2 * cb + BOOL_BYTES), rate="mixed"))
-    if mat.bias:
-        ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, rate="column_sum", torch_ops=2))
+    if relu or mat.bias:  # one relu_bias_backward pass: grad (and y) read, the masked grad written
+        partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
+        moved = (3 if relu else 1) * b * n * cb + (2 * partial_rows * n * FP32 if mat.bias else 0)
+        ops.append(Op(name=f"{mat.name}.relu_bias_grad", phase="bwd", bytes=moved, triton_ops=1,
+                      torch_ops=3 if mat.bias else 1))  # partials and masked grad allocated, summed, cast
     # saved: its output (ReLU's mask source and the next layer's input); the first layer also its input
     saved = n * cb + (k * cb if not mat.needs_dgrad else 0)
-    # backward: incoming grad, the masked grad and the bool mask, then dgrad's output
-    peak = n * cb + (n * cb + n * BOOL_BYTES if relu else 0) + (k * cb if mat.needs_dgrad else 0)
+    # backward: incoming grad and the masked grad, then dgrad's output
+    peak = n * cb + (n * cb if relu else 0) + (k * cb if mat.needs_dgrad else 0)
     return ops, LayerMemory(name=mat.name, saved=saved, backward_peak=peak)
 
 
