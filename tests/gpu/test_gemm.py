@@ -50,3 +50,39 @@ def test_layers_backward_on_gpu():
     bias = torch.zeros(3456, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     cross_linear(x0, v, xr, u, bias).float().sum().backward()
     assert torch.isfinite(u.grad).all() and torch.isfinite(v.grad).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.version.hip is not None
+                    or torch.cuda.get_device_capability() != (9, 0), reason="the TMA kernel is sm_90 only")
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+@pytest.mark.parametrize("epilogue", ["none", "bias_relu", "cross"])
+@pytest.mark.parametrize("subtile", [False, True])
+def test_tma_configs_match_float64(layout, epilogue, subtile):
+    """matmul routed to the persistent TMA kernel (odd M, several tiles per program) against float64."""
+    config = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, persistent_tma=True,
+                        epilogue_subtile=subtile)
+    m, n, k = 1000, 768, 1536  # N and K keep 16-byte rows (TMA); M is odd
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn((n, k) if layout[1] == "T" else (k, n), device="cuda", dtype=torch.bfloat16)
+    args: dict = {"trans_b": layout[1] == "T"}
+    if epilogue != "none":
+        args["bias"] = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    if epilogue == "bias_relu":
+        args["activation"] = "relu"
+    if epilogue == "cross":
+        args["cross"] = tuple(torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out = matmul(a, b, config=config, **args)
+    ref = reference_matmul(a, b, **args)
+    assert not torch.isnan(out).any()
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+
+
+def test_relu_bias_backward_matches_torch():
+    from polyrec.kernels.dense_backward import relu_bias_backward
+
+    grad = torch.randn(65536, 1024, device="cuda", dtype=torch.bfloat16)
+    y = torch.relu(torch.randn(65536, 1024, device="cuda", dtype=torch.bfloat16))
+    masked, db = relu_bias_backward(grad, y, relu=True, need_bias=True)
+    want = torch.ops.aten.threshold_backward(grad, y, 0)
+    assert torch.equal(masked, want)
+    torch.testing.assert_close(db, want.double().sum(0).float(), rtol=1e-4, atol=1e-2)
