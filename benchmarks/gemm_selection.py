@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 from triton.testing import do_bench
 
 from polyrec.hardware.calibrate import calibrate, ceilings, save_calibration
@@ -130,7 +131,13 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
     ref = _reference(args)
     records = []
     for config in configs:
-        out = matmul(**args, config=config)
+        try:
+            out = matmul(**args, config=config)
+        except OutOfResources as exc:  # an exhaustive sweep meets configs the target cannot hold
+            records.append({"config": config.label, "kind": _kind(config), "measured_ms": math.nan,
+                            "predicted_ms": estimate(problem, config, spec, ceil).seconds * 1e3, "error": None,
+                            "failure": str(exc)})
+            continue
         err = _error(out, ref)
         ms = do_bench(lambda: matmul(**args, config=config), warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
                       return_mode="median") if err < 2e-2 else float("nan")
@@ -153,7 +160,7 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
     best = min(valid, key=lambda r: r["measured_ms"])
     if selected["measured_ms"] < best["measured_ms"]:  # the selected config was outside the sweep
         best = selected
-    by_prediction = sorted(valid, key=lambda r: r["predicted_ms"])
+    by_prediction = sorted(valid, key=lambda r: r["predicted_ms"])  # finite for the configs that ran
     cold, warm = _selection_times(shape, dtype, spec)
     choice_ms = selected["measured_ms"] if choice.backend == "triton" else torch_epi_ms
     best_of = {kind: min((r["measured_ms"] for r in valid if r["kind"] == kind), default=math.nan)

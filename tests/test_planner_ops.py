@@ -22,13 +22,15 @@ def _spec(name: str):
 
 
 def test_inventory_issues_the_ops_of_the_autograd_layers():
-    """MLPerf DCN-v2: one fused ReLU-mask + bias-sum pass per MLP layer (8: 7 with ReLU), and
+    """MLPerf DCN-v2: one fused ReLU-mask + bias-sum pass per ReLU layer (7), torch's column sum for
+    the last linear, and
     the cross network (polyrec.kernels.dcn): 2 forward and 4 backward GEMMs per layer (the projection
     dgrad priced with the "residual" epilogue), a cross pass in the forward and a CrossGrad pass in the
     backward over the kept product, and no other elementwise op of its own."""
     inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
     names = [op.name for op in inv.ops]
-    assert sum(n.endswith(".relu_bias_grad") for n in names) == 8  # 7 ReLU layers and the last linear
+    assert sum(n.endswith(".relu_bias_grad") for n in names) == 7  # the ReLU layers
+    assert [n for n in names if n.endswith(".bias_grad") and not n.startswith("cross")] == ["top.4.bias_grad"]
     relu = next(op for op in inv.ops if op.name == "top.0.relu_bias_grad")
     assert relu.bytes == 3 * 64 * 1024 * 2 + 2 * (64 / 256) * 1024 * 4 and relu.triton_ops == 1  # grad, y, out; partials
     cross = [op for op in inv.ops if op.name.startswith("cross.") and op.gemm is None and op.bytes > 0

@@ -148,3 +148,13 @@ def test_scan_variant_time_grows_with_its_tile_and_lane_wins_for_every_optimizer
     for state_tiles in (0, 1, 2):
         cfg = tbe_select.select_update(spec, nnz=14_024_704, block_d=128, row_bytes=512, state_tiles=state_tiles)
         assert cfg.variant == "lane", (state_tiles, cfg)
+
+
+def test_lane_update_chunks_only_for_fp32_rows():
+    """Stochastic rounding (fp16 / bf16 rows) keeps one tile per lane program (measured faster)."""
+    spec = get_device("H200")
+    kw = dict(nnz=14_000_000, block_d=128, state_tiles=0)
+    fp32 = tbe_select.select_update(spec, row_bytes=512, **kw)
+    fp16 = tbe_select.select_update(spec, row_bytes=256, stochastic=True, **kw)
+    assert fp32.variant == fp16.variant == "lane"
+    assert (fp32.chunks, fp16.chunks) == (tbe_select.LANE_CHUNKS, 1)

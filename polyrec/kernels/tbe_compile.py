@@ -71,12 +71,12 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
 
 
 def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[CompileJob]:
-    cands = tbe_select.update_candidates(block_d, spec.warp_size)
-    if largest_only:
-        cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
     variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
     jobs = []
     for kind, dtype in variants:
+        cands = tbe_select.update_candidates(block_d, spec.warp_size, stochastic=dtype != "fp32")
+        if largest_only:
+            cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
                       VEC=16 // (4 if dtype == "fp32" else 2), T_PAD=32)
         for c in cands:

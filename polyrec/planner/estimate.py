@@ -122,11 +122,11 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     fcfg = tbe_select.select_forward(spec, batch_size=bags, num_features=len(loads), mean_bag=max(mean_bag, 1e-3),
                                      block_d=block_d, row_bytes=block_d * wb)
     ucfg = tbe_select.select_update(spec, nnz=max(int(nnz), 1), block_d=block_d, row_bytes=block_d * wb,
-                                    state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer])
+                                    state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], stochastic=wb < 4)
     fwd = tbe.GatherConfig(rows_in_flight=max(1, int(fcfg.bags * max(1.0, min(fcfg.hots, mean_bag)))),
                            block_d=block_d, num_warps=fcfg.num_warps,
                            programs=math.ceil(bags / fcfg.bags) * len(loads))
-    bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps,
+    bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
     est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
@@ -215,7 +215,8 @@ class Estimator:
         block_d = 1 << (dim - 1).bit_length()
         ucfg = tbe_select.select_update(self.specs[device], nnz=max(int(lookups), 1), block_d=block_d,
                                         row_bytes=block_d * WEIGHT_BYTES[weight_dtype],
-                                        state_tiles=mem.STATE_PER_ELEMENT[optimizer])
+                                        state_tiles=mem.STATE_PER_ELEMENT[optimizer],
+                                        stochastic=WEIGHT_BYTES[weight_dtype] < 4)
         return mem.tbe_workspace_bytes(lookups=lookups, block_d=block_d, tile=ucfg.tile,
                                        wide_keys=self.model.total_rows >= 2**31 - 1)
 

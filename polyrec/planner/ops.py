@@ -82,11 +82,13 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     n, k, b = mat.out_dim, mat.in_dim, batch
     ops = _gemm_ops(mat, batch) + _weight_casts(mat)
     relu = mat.epilogue == "relu"
-    if relu or mat.bias:  # one relu_bias_backward pass: grad (and y) read, the masked grad written
+    if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
-        moved = (3 if relu else 1) * b * n * cb + (2 * partial_rows * n * FP32 if mat.bias else 0)
+        moved = 3 * b * n * cb + (2 * partial_rows * n * FP32 if mat.bias else 0)
         ops.append(Op(name=f"{mat.name}.relu_bias_grad", phase="bwd", bytes=moved, triton_ops=1,
                       torch_ops=3 if mat.bias else 1))  # partials and masked grad allocated, summed, cast
+    elif mat.bias:  # torch's column sum of the gradient, then the cast
+        ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, torch_ops=2))
     # saved: its output (ReLU's mask source and the next layer's input); the first layer also its input
     saved = n * cb + (k * cb if not mat.needs_dgrad else 0)
     # backward: incoming grad and the masked grad, then dgrad's output
