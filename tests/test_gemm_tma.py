@@ -11,6 +11,7 @@ import zlib
 import pytest
 import torch
 
+from polyrec.kernels.gemm import reference_matmul
 from polyrec.kernels.gemm_tma import TmaGemmConfig, check_device, gemm_tma
 
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -37,17 +38,6 @@ def _inputs(epilogue: str, b_k_major: bool, gen: torch.Generator, dtype=torch.bf
     return a, b, args
 
 
-def _reference(a, b, b_k_major: bool, bias=None, activation="none", cross=None) -> torch.Tensor:
-    y = a.double() @ (b.double().t() if b_k_major else b.double())  # [M, N]
-    if bias is not None:
-        y = y + bias.double()
-    if activation == "relu":
-        y = torch.relu(y)
-    if cross is not None:
-        y = cross[0].double() * y + cross[1].double()
-    return y
-
-
 def _assert_close(out: torch.Tensor, ref: torch.Tensor, rel: float) -> None:
     got = out.double()
     assert torch.isfinite(got).all(), "output has NaN/inf (an unwritten tile keeps the poison)"
@@ -66,7 +56,7 @@ def test_matches_float64(epilogue, b_k_major, subtile):
     config = TmaGemmConfig(block_m=32, block_n=32, block_k=16, group_m=2, epilogue_subtile=subtile)
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
     gemm_tma(a, b, b_k_major=b_k_major, config=config, out=out, num_programs=3, **args)
-    _assert_close(out, _reference(a, b, b_k_major, **args), BF16_REL)
+    _assert_close(out, reference_matmul(a, b, trans_b=b_k_major, **args), BF16_REL)
 
 
 @needs_interpreter
@@ -76,7 +66,7 @@ def test_fp16_cross_one_program_all_tiles():
     a, b, args = _inputs("cross", True, gen, torch.float16)
     out = torch.full((M, N), float("nan"), dtype=torch.float16)
     gemm_tma(a, b, b_k_major=True, config=SMALL, out=out, num_programs=1, **args)
-    _assert_close(out, _reference(a, b, True, **args), 2.0**-10)
+    _assert_close(out, reference_matmul(a, b, trans_b=True, **args), 2.0**-10)
 
 
 def test_rejects_unaligned_rows():
@@ -168,7 +158,7 @@ def test_matmul_runs_tma_configs(epilogue, layout, monkeypatch):
     if "bias" in args and layout == "NN":
         args["bias"] = args["bias"].float()
     out = matmul(a, b, trans_b=layout == "NT", config=_selector_config(subtile=layout == "NN"), **args)
-    _assert_close(out, _reference(a, b, layout == "NT", **args), BF16_REL)
+    _assert_close(out, reference_matmul(a, b, trans_b=layout == "NT", **args), BF16_REL)
 
 
 def test_matmul_refuses_tma_configs_it_cannot_run():

@@ -17,11 +17,8 @@ CONFIGS = [None, GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, n
            GemmConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3, split_k=4)]
 
 
-@pytest.mark.parametrize("layout", ["NN", "NT", "TN"])
-@pytest.mark.parametrize("epilogue", ["none", "bias_relu", "cross"])
-@pytest.mark.parametrize("config", CONFIGS + ["library"], ids=["selected", "128x128", "splitk4", "library"])
-def test_matmul_matches_float64(layout, epilogue, config):
-    m, n, k = 1000, 771, 1536
+def _operands(layout: str, epilogue: str, m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """bf16 a, b in ``layout`` ("NN", "NT", "TN") and matmul's epilogue arguments."""
     a = torch.randn((k, m) if layout[0] == "T" else (m, k), device="cuda", dtype=torch.bfloat16)
     b = torch.randn((n, k) if layout[1] == "T" else (k, n), device="cuda", dtype=torch.bfloat16)
     args: dict = {"trans_a": layout[0] == "T", "trans_b": layout[1] == "T"}
@@ -31,10 +28,22 @@ def test_matmul_matches_float64(layout, epilogue, config):
         args["activation"] = "relu"
     if epilogue == "cross":
         args["cross"] = tuple(torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    out = matmul(a, b, library=True, **args) if config == "library" else matmul(a, b, config=config, **args)
+    return a, b, args
+
+
+def _assert_matches(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, args: dict) -> None:
     ref = reference_matmul(a, b, **args)
     assert not torch.isnan(out).any()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN"])
+@pytest.mark.parametrize("epilogue", ["none", "bias_relu", "cross"])
+@pytest.mark.parametrize("config", CONFIGS + ["library"], ids=["selected", "128x128", "splitk4", "library"])
+def test_matmul_matches_float64(layout, epilogue, config):
+    a, b, args = _operands(layout, epilogue, 1000, 771, 1536)
+    out = matmul(a, b, library=True, **args) if config == "library" else matmul(a, b, config=config, **args)
+    _assert_matches(out, a, b, args)
 
 
 def test_layers_backward_on_gpu():
@@ -61,20 +70,8 @@ def test_tma_configs_match_float64(layout, epilogue, subtile):
     """matmul routed to the persistent TMA kernel (odd M, several tiles per program) against float64."""
     config = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, persistent_tma=True,
                         epilogue_subtile=subtile)
-    m, n, k = 1000, 768, 1536  # N and K keep 16-byte rows (TMA); M is odd
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn((n, k) if layout[1] == "T" else (k, n), device="cuda", dtype=torch.bfloat16)
-    args: dict = {"trans_b": layout[1] == "T"}
-    if epilogue != "none":
-        args["bias"] = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    if epilogue == "bias_relu":
-        args["activation"] = "relu"
-    if epilogue == "cross":
-        args["cross"] = tuple(torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    out = matmul(a, b, config=config, **args)
-    ref = reference_matmul(a, b, **args)
-    assert not torch.isnan(out).any()
-    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+    a, b, args = _operands(layout, epilogue, 1000, 768, 1536)  # N and K keep 16-byte rows (TMA); M is odd
+    _assert_matches(matmul(a, b, config=config, **args), a, b, args)
 
 
 def test_relu_bias_backward_matches_torch():
