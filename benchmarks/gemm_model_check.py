@@ -38,7 +38,7 @@ from pathlib import Path
 from polyrec.hardware import get_device
 from polyrec.hardware.types import Ceiling, Ceilings
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape
-from polyrec.kernels.gemm_select import choose
+from polyrec.kernels.gemm_select import choose, problem_tma
 from polyrec.perfmodel import gemm as model
 from polyrec.results import write_results
 from stats import kendall_tau
@@ -72,10 +72,13 @@ def set_constant(name: str, value) -> None:
 
 
 def parse_label(label: str) -> GemmConfig:
-    """GemmConfig from its label, e.g. "BM128 BN64 BK64 G8 SK1 w4 s3"."""
+    """GemmConfig from its label: "BM128 BN64 BK64 G8 SK1 w4 s3", or a TMA config's
+    "TMA BM128 BN256 BK64 G8 w8 s3 c1 sub"."""
     f = dict(re.findall(r"([A-Za-z]+)(\d+)", label))
+    tma = label.startswith("TMA ")
     return GemmConfig(block_m=int(f["BM"]), block_n=int(f["BN"]), block_k=int(f["BK"]), group_m=int(f["G"]),
-                      split_k=int(f["SK"]), num_warps=int(f["w"]), num_stages=int(f["s"]))
+                      split_k=int(f.get("SK", 1)), num_warps=int(f["w"]), num_stages=int(f["s"]),
+                      persistent_tma=tma, ctas_per_sm=int(f.get("c", 1)), epilogue_subtile=label.endswith(" sub"))
 
 
 def sweep_ceilings(summary: dict) -> Ceilings:
@@ -121,16 +124,18 @@ def score_shape(row: dict, spec, ceil: Ceilings) -> dict:
     problem = model.GemmProblem(m=row["m"], n=row["n"], k=row["k"], dtype="bf16", epilogue=row["epilogue"],
                                 a_aligned=a_ok, b_aligned=b_ok, b_k_major=row["layout"][1] == "T")
     measured = {r["config"]: r["measured_ms"] for r in row["sweep"] if math.isfinite(r["measured_ms"])}
-    choice = choose(problem, spec, ceil)
+    choice = choose(problem, spec, ceil, tma=problem_tma(problem, a_row_major=row["layout"][0] == "N"))
     selected_ms = measured.get(choice.config.label, math.nan)
     best_label = min(measured, key=measured.get)
     best_ms = measured[best_label]
     predicted = {label: model.estimate(problem, parse_label(label), spec, ceil).seconds for label in measured}
     finite = [label for label in measured if math.isfinite(predicted[label])]
     order = sorted(finite, key=lambda label: predicted[label])
-    # The library path is torch.matmul + one fused Triton epilogue pass (polyrec.kernels.gemm._library);
-    # the sweep timed torch.matmul + eager torch ops, so the pass is its byte floor: an estimate.
-    library_ms = row["torch_ms"] + 1e3 * model.fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M)
+    # The library path is torch.matmul + one fused Triton epilogue pass (polyrec.kernels.gemm._library).
+    # Sweeps since the TMA kernel (their rows name "kernel_chosen") timed that path as
+    # torch_epilogue_ms; older ones timed eager torch ops, so there the pass is its byte floor.
+    library_ms = (row["torch_epilogue_ms"] if "kernel_chosen" in row
+                  else row["torch_ms"] + 1e3 * model.fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M))
     choice_ms = selected_ms if choice.backend == "triton" else library_ms
     return {
         "shape": row["shape"], "slowdown_vs_other": row.get("slowdown_vs_other", math.nan), "m": row["m"], "n": row["n"], "k": row["k"], "layout": row["layout"],

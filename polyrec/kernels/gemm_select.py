@@ -19,7 +19,7 @@ from polyrec.hardware.calibrate import ceilings as device_ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape, tma_runs
 from polyrec.perfmodel.gemm import (ALIGNMENT_ELEMENTS, EPILOGUE_TENSORS, GEMM_DTYPES, GemmProblem, estimate,
-                                    fused_pass_seconds, library_seconds, rate_dtype)
+                                    library_call_seconds, rate_dtype)
 
 #: Dimensions up to this size are bucketed to a multiple of 16 (the smallest tile side, so every
 #: tile count ``cdiv(x, block)`` is the same as for the exact size); larger ones to 1/16 octave.
@@ -35,8 +35,9 @@ class GemmChoice:
 
     backend: str  # "triton" or "library"
     config: GemmConfig  # the best Triton config of either kernel (also kept when the library is chosen)
-    triton_seconds: float  # predicted, inf where unknown
+    triton_seconds: float  # predicted seconds of one call (host launch floor included), inf where unknown
     library_seconds: float  # predicted, the fused epilogue pass included; inf where unknown
+    gpu_seconds: float = math.inf  # predicted GPU time of the chosen backend (no host floor)
 
     @property
     def kernel(self) -> str:
@@ -101,8 +102,18 @@ def rank_configs(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings | None =
     if configs is None:
         tma = problem_tma(problem) if tma is None else tma
         configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=tma)
-    scored = [(estimate(problem, c, spec, ceil).seconds, i, c) for i, c in enumerate(configs)]
-    return [(s, c) for s, _, c in sorted(scored, key=lambda t: (t[0], t[1])) if math.isfinite(s)]
+    return [(s, c) for s, _, _, c in _scored(problem, spec, ceil, configs) if math.isfinite(s)]
+
+
+def _scored(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings,
+            configs: list[GemmConfig]) -> list[tuple[float, float, int, GemmConfig]]:
+    """(call seconds, GPU seconds, space index, config), fastest call first; configs tied on the host
+    launch floor are ordered by their GPU time, then by space order."""
+    scored = []
+    for i, c in enumerate(configs):
+        est = estimate(problem, c, spec, ceil)
+        scored.append((est.seconds, est.parts.get("gpu", est.seconds), i, c))
+    return sorted(scored, key=lambda t: t[:3])
 
 
 def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool | None = None) -> GemmChoice:
@@ -114,13 +125,16 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool 
     if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
         fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=False)[0]
         return GemmChoice(backend="library", config=fallback, triton_seconds=math.inf, library_seconds=math.inf)
-    ranked = rank_configs(problem, spec, ceil, tma=tma)
+    tma = problem_tma(problem) if tma is None else tma
+    configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=tma)
+    ranked = [t for t in _scored(problem, spec, ceil, configs) if math.isfinite(t[0])]
     if not ranked:
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
-    seconds, config = ranked[0]
-    library = library_seconds(problem, spec, ceil) + fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M)
-    backend = "library" if library <= seconds else "triton"
-    return GemmChoice(backend=backend, config=config, triton_seconds=seconds, library_seconds=library)
+    seconds, gpu, _, config = ranked[0]
+    library, library_gpu = library_call_seconds(problem, spec, ceil, REDUCE_BLOCK_M)
+    backend = "library" if (library, library_gpu) <= (seconds, gpu) else "triton"
+    return GemmChoice(backend=backend, config=config, triton_seconds=seconds, library_seconds=library,
+                      gpu_seconds=library_gpu if backend == "library" else gpu)
 
 
 def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",

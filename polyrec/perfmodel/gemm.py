@@ -146,6 +146,18 @@ EPILOGUE_LOAD_OVERLAP = 0.0
 #: GPU time of a kernel beyond its work: grid launch, program start-up and drain. *Estimate*: the
 #: shortest kernels timed with CUDA events on Hopper / CDNA3 take ~2-3 us.
 KERNEL_OVERHEAD_S = 2.5e-6
+#: Host seconds of one ``polyrec.kernels.gemm.matmul`` call on the classic Triton kernel (argument
+#: binding and specialization key of ~35 arguments, the wrapper's checks), and of one epilogue /
+#: split-K reduction pass launch (fewer arguments): calls back to back take at least this much
+#: whatever the GPU time. The sweep's shortest calls show them: classic GEMMs 39-88 us, the library
+#: path with its pass 35 us (benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json, a61797a,
+#: alone on one H200). On a grid (GEMM 0-70 us, pass 0-35 us) fitted to the library-choice score of
+#: fold A (shape names sorted, even positions) with the pass below the GEMM: 50 / 35 us reach the
+#: fold's best, 0.752 -> 0.978; fold B 0.965 -> 0.958 (OFFLINE re-score: benchmarks/gemm_model_check.py;
+#: ties on the floor are broken by GPU time, so the config ranking is unchanged). The TMA kernel's
+#: own host cost: ``polyrec.perfmodel.gemm_tma.TMA_HOST_S``.
+TRITON_GEMM_HOST_S = 50e-6
+TRITON_PASS_HOST_S = 35e-6
 #: Triton's main loop against the vendor library's at the same tile: torch.matmul time / best swept
 #: Triton time, geomean over fold A of benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json
 #: (19 shapes, shape names sorted, even positions): 0.90 (fold B: 0.81). The library is modelled at
@@ -462,9 +474,11 @@ def _epilogue_round_seconds(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, c
 
 def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, *,
              efficiency: float = TRITON_MAINLOOP_EFFICIENCY) -> GemmEstimate:
-    """Predicted seconds of ``p`` with ``cfg`` on ``spec``; ``efficiency`` scales the main loop's
-    matrix-unit rate against the measured library ceiling (1.0 models the vendor library). A
-    persistent TMA config goes to ``polyrec.perfmodel.gemm_tma.estimate`` (its own efficiency)."""
+    """Predicted seconds of one ``matmul`` call of ``p`` with ``cfg`` on ``spec``: the longer of the
+    GPU time (``parts["gpu"]``) and the host time of its launches (``parts["host"]``:
+    ``TRITON_GEMM_HOST_S``, + ``TRITON_PASS_HOST_S`` for split-K's reduction); ``efficiency`` scales the main loop's matrix-unit rate against the
+    measured library ceiling (1.0 models the vendor library). A persistent TMA config goes to
+    ``polyrec.perfmodel.gemm_tma.estimate`` (its own efficiency and host cost)."""
     if cfg.persistent_tma:
         from polyrec.perfmodel import gemm_tma
 
@@ -497,11 +511,12 @@ def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, 
         compute *= KMAJOR_B_WIDE_TILE_FACTOR.get(spec.arch, 1.0)  # see the constant
     memory = _memory_seconds(cfg, p, spec, ceil, fp.programs_per_cu * spec.compute_units)
     split = _split_k_seconds(cfg, p, spec, ceil)
-    total = max(compute, *memory.values()) + split + KERNEL_OVERHEAD_S
+    gpu = max(compute, *memory.values()) + split + KERNEL_OVERHEAD_S
+    host = TRITON_GEMM_HOST_S + (TRITON_PASS_HOST_S if cfg.split_k > 1 else 0.0)  # + the reduction's launch
     parts = {"compute": compute, "mma_cycles": mma, "smem_cycles": smem, "port_cycles": port,
              "scalar_cycles": scalar, "epilogue_stores": stores, "epilogue_loads": loads, "rounds": rounds, "resident": resident,
-             "split_k": split} | memory
-    return GemmEstimate(seconds=total, footprint=fp, parts=parts)
+             "split_k": split, "gpu": gpu, "host": host} | memory
+    return GemmEstimate(seconds=max(gpu, host), footprint=fp, parts=parts)
 
 
 def fused_pass_seconds(p: GemmProblem, ceil: Ceilings, row_block: int) -> float:
@@ -517,6 +532,14 @@ def fused_pass_seconds(p: GemmProblem, ceil: Ceilings, row_block: int) -> float:
         moved += 2 * math.ceil(p.m / row_block) * p.n * 4  # partials written, then read by the sum
         kernels += 1
     return moved / ceil.copy_bandwidth.value + kernels * KERNEL_OVERHEAD_S
+
+
+def library_call_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings, row_block: int) -> tuple[float, float]:
+    """(seconds of one call, GPU seconds) of the library path: torch.matmul, then the Triton epilogue
+    pass where ``p`` has an epilogue (its launch costs ``TRITON_PASS_HOST_S`` of host time)."""
+    gpu = library_seconds(p, spec, ceil) + fused_pass_seconds(p, ceil, row_block)
+    host = TRITON_PASS_HOST_S if p.epilogue != "none" else 0.0
+    return max(gpu, host), gpu
 
 
 def library_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings) -> float:

@@ -198,7 +198,7 @@ class Estimator:
             if op.gemm is not None:
                 epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
                 choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi)
-                seconds[op.phase] += min(choice.triton_seconds, choice.library_seconds)
+                seconds[op.phase] += choice.gpu_seconds  # device time; the host side is the launch model's
                 launches += gemm_launches(choice.backend, choice.config.split_k, epi)
                 labels.append((op.gemm.op, f"{choice.backend} {choice.config.label}"))
             else:
