@@ -1,14 +1,15 @@
 """Offline re-scoring of the GEMM model against a committed H200 sweep (CPU only, no GPU run).
 
-``benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json`` holds, for 29 shapes (the first run: 38), the measured
-median time of every swept config, torch.matmul's time alone and with the epilogue as torch ops.
+``benchmarks/results/gemm_selection_nvidia-h200_2026-11-29.json`` holds, for each swept shape, the
+measured median time of every config (classic and TMA), torch.matmul's time alone and with the
+epilogue (since the TMA kernel: polyrec's library path, torch.matmul + the fused pass, timed).
 This script re-runs the *current* model and selector on those shapes (with the ceilings calibrated
 on the H200 during that sweep) and scores them with the measured times: the selected config's
 measured time (a config outside the swept set is counted as unmeasured and listed), best/selected
 geomean, p10, worst, Kendall tau of predicted vs measured, rank of the best, and the library choice
-against min(best Triton, library). The library path is torch.matmul + one fused Triton epilogue pass,
-which the sweep did not time: its time here is torch.matmul's measured time + the pass's bytes at the
-copy rate (``fused_pass_seconds``), an estimate.
+against min(best Triton, library). The library path is torch.matmul + one fused Triton epilogue pass:
+its measured time where the sweep timed it, else (older sweeps) torch.matmul's measured time + the
+pass's bytes at the copy rate (``fused_pass_seconds``), an estimate.
 
 ``--sweep PATH`` scores another gemm_selection file (default: the committed one). ``--min-with PATH``
 scores against, per config, the lower time of the two sweeps (same device, same config labels) and
