@@ -279,14 +279,15 @@ UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
 LEVEL_TILE = 8
 #: Effective dependent DRAM round trips of one merge-level program. Counted: 2 (slot keys -> pieces with
 #: the rows of the runs it ends; stores do not wait). Measured: the 11 levels of the MLPerf uniform step
-#: took 1.28 ms where 2 trips predict 0.7 ms (benchmarks/results/tbe_breakdown_fp32_nvidia-h200_2026-11-29,
-#: lane tile 8, rowwise Adagrad, fp32): 4, fitted on that row (the branch on empty slots and the table
+#: took 1.28 ms where 2 trips predict 0.7 ms (benchmarks/results/tbe_breakdown_fp32_nvidia-h200_2026-11-29
+#: as committed in 59c9b47 — ``git show 59c9b47:<path>``; the file now holds a later run —, lane tile 8,
+#: rowwise Adagrad, fp32): 4, fitted on that row (the branch on empty slots and the table
 #: vectors add waits the count does not see).
 LEVEL_TRIPS = 4
 #: Fraction of the copy rate the update's traffic reaches: rows read and written back in place plus
 #: gradient slices gathered in sorted order. Fitted on one row: the lane update (tile 8, rowwise
 #: Adagrad, fp32 rows, uniform ids, full MLPerf tables) moved 19.6 GB in 6.04 ms = 0.77 of the 4.24 TB/s
-#: copy (tbe_breakdown_fp32_nvidia-h200_2026-11-29). Not a fit for fp16 rows, whose stochastic
+#: copy (tbe_breakdown_fp32_nvidia-h200_2026-11-29 as committed in 59c9b47). Not a fit for fp16 rows, whose stochastic
 #: rounding is ALU-bound (6.45 ms measured for 14.4 GB, tbe_breakdown_fp16_*; predicted 4.4 ms).
 UPDATE_COPY_FRACTION = 0.77
 #: Bytes of a partial slot's row id.
