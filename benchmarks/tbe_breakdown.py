@@ -2,7 +2,7 @@
 the forward+backward kernels timed one by one with the torch profiler. A diagnostic for tuning the
 TBE cost model; it writes ``tbe_breakdown_<gpu>_<date>.json``.
 
-    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--lane-chunks N]
+    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--lane-chunks N]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import triton
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe_optim import OPTIMIZERS
 from polyrec.results import write_results
 from profiling import kernel_table
 from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch
@@ -42,6 +43,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="weight precision of the tables")
     parser.add_argument("--skip-sweep", action="store_true", help="only the kernel table (no forward sweep)")
     parser.add_argument("--skewed", action="store_true", help="the benchmark's skewed ids (default uniform)")
+    parser.add_argument("--optimizer", default="rowwise_adagrad", choices=OPTIMIZERS,
+                        help="the fused optimizer (row-wise Adagrad is MLPerf's)")
     parser.add_argument("--lane-chunks", type=int, default=None,
                         help="force the lane update's tiles per program (default: the selector's)")
     args = parser.parse_args()
@@ -52,7 +55,7 @@ def main() -> None:
     rows_per_table = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
     gen = torch.Generator(device="cuda").manual_seed(0)
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
-    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind=args.optimizer, lr=0.01),
                                    weight_dtype=weight_dtype, device="cuda")
     batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, args.skewed, gen)
     grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen)
@@ -63,8 +66,10 @@ def main() -> None:
     sort_keys = torch.randint(0, sum(rows_per_table), (batch.nnz,), device="cuda", dtype=torch.int32)
     sort_ms = triton.testing.do_bench(lambda: torch.sort(sort_keys), warmup=10, rep=100, return_mode="median")
     name = (f"tbe_breakdown_{args.dtype}" + ("_skewed" if args.skewed else "")
+            + ("" if args.optimizer == "rowwise_adagrad" else f"_{args.optimizer}")
             + (f"_chunks{args.lane_chunks}" if args.lane_chunks is not None else ""))
-    write_results(name, {"dtype": args.dtype, "skewed": args.skewed, "lane_chunks": tbe_select.LANE_CHUNKS,
+    write_results(name, {"dtype": args.dtype, "skewed": args.skewed, "optimizer": args.optimizer,
+                         "lane_chunks": tbe_select.LANE_CHUNKS,
                          "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms, "nnz": batch.nnz},
                   rows=kernels, summary={"sort_int32_ms": sort_ms, "lane_chunks": tbe_select.LANE_CHUNKS})
     print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
