@@ -41,6 +41,7 @@ from polyrec.hardware.types import Ceiling, Ceilings
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape
 from polyrec.kernels.gemm_select import choose, problem_tma
 from polyrec.perfmodel import gemm as model
+from polyrec.perfmodel.gemm_library import fused_pass_seconds
 from polyrec.results import write_results
 from stats import kendall_tau
 
@@ -136,7 +137,7 @@ def score_shape(row: dict, spec, ceil: Ceilings) -> dict:
     # Sweeps since the TMA kernel (their rows name "kernel_chosen") timed that path as
     # torch_epilogue_ms; older ones timed eager torch ops, so there the pass is its byte floor.
     library_ms = (row["torch_epilogue_ms"] if "kernel_chosen" in row
-                  else row["torch_ms"] + 1e3 * model.fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M))
+                  else row["torch_ms"] + 1e3 * fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M))
     choice_ms = selected_ms if choice.backend == "triton" else library_ms
     return {
         "shape": row["shape"], "slowdown_vs_other": row.get("slowdown_vs_other", math.nan), "m": row["m"], "n": row["n"], "k": row["k"], "layout": row["layout"],

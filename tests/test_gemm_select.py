@@ -175,7 +175,8 @@ def test_amd_register_limit_shrinks_with_more_than_four_waves(name):
 
 
 def test_library_time_is_one_fused_pass_over_the_epilogue_bytes():
-    from polyrec.perfmodel.gemm import KERNEL_OVERHEAD_S, fused_pass_seconds
+    from polyrec.perfmodel.gemm import KERNEL_OVERHEAD_S
+    from polyrec.perfmodel.gemm_library import fused_pass_seconds
 
     ceil = ceilings(get_device("H200"))
     base = dict(m=4096, n=4096, k=512, dtype="bf16")
@@ -243,7 +244,7 @@ def test_wgmma_loads_run_one_stage_less_ahead():
 
 
 def test_library_model_is_the_roofline_of_the_ceilings():
-    from polyrec.perfmodel import gemm as model
+    from polyrec.perfmodel import gemm_library as model
 
     spec = get_device("H200")
     ceil = ceilings(spec)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from polyrec.hardware.calibrate import ceilings as device_ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape, tma_runs
-from polyrec.perfmodel.gemm import (ALIGNMENT_ELEMENTS, EPILOGUE_TENSORS, GEMM_DTYPES, GemmProblem, estimate,
-                                    library_call_seconds, rate_dtype)
+from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS, EPILOGUE_TENSORS, GEMM_DTYPES, GemmProblem, estimate, rate_dtype
+from polyrec.perfmodel.gemm_library import library_call_seconds
 
 #: Dimensions up to this size are bucketed to a multiple of 16 (the smallest tile side, so every
 #: tile count ``cdiv(x, block)`` is the same as for the exact size); larger ones to 1/16 octave.
@@ -120,7 +120,7 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool 
     """The fastest predicted Triton config for ``problem`` (classic or, where ``tma``, the persistent
     TMA kernel: see ``rank_configs``) and the backend (uncached; ``select_gemm`` caches it). The
     library is chosen when its predicted time, its fused epilogue pass included
-    (``polyrec.perfmodel.gemm.fused_pass_seconds``), is lower."""
+    (``polyrec.perfmodel.gemm_library.fused_pass_seconds``), is lower."""
     rated = rate_dtype(problem.dtype, spec)
     if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
         fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=False)[0]
