@@ -154,8 +154,11 @@ KERNEL_OVERHEAD_S = 2.5e-6
 #: alone on one H200). On a grid (GEMM 0-70 us, pass 0-35 us) fitted to the library-choice score of
 #: fold A (shape names sorted, even positions) with the pass below the GEMM: 50 / 35 us reach the
 #: fold's best, 0.752 -> 0.978; fold B 0.965 -> 0.958 (OFFLINE re-score: benchmarks/gemm_model_check.py;
-#: ties on the floor are broken by GPU time, so the config ranking is unchanged). The TMA kernel's
-#: own host cost: ``polyrec.perfmodel.gemm_tma.TMA_HOST_S``.
+#: ties on the floor are broken by GPU time, so the config ranking is unchanged). Against the earlier
+#: c1a7598 sweep, whose short calls ran 2-7x faster (square 1024's pick: 13 us), the floor costs a
+#: little: library choice 0.936 -> 0.920 (fold A), 0.989 -> 0.971 (fold B). The wrapper's own Python
+#: grew 13.6 -> 18.2 us per call on the 2-core dev CPU between the two; the rest of the gap is not
+#: explained. The TMA kernel's own host cost: ``polyrec.perfmodel.gemm_tma.TMA_HOST_S``.
 TRITON_GEMM_HOST_S = 50e-6
 TRITON_PASS_HOST_S = 35e-6
 #: Triton's main loop against the vendor library's at the same tile: torch.matmul time / best swept
