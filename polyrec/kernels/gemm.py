@@ -345,11 +345,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
         out_bytes = torch.empty((), dtype=out_dtype).element_size()
         epilogue = epilogue_name(bias is not None, activation, cross is not None, residual is not None,
                                  cross_grad is not None)
-        choice = select_gemm(m, n, k, dtype, _device_spec(a), epilogue=epilogue, out_bytes=out_bytes,
+        spec = _device_spec(a)
+        choice = select_gemm(m, n, k, dtype, spec, epilogue=epilogue, out_bytes=out_bytes,
                              a_aligned=_vectorizable(a_op),
                              b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1,
                              a_row_major=a_op.stride(1) == 1,
-                             tma=_tma_operands(a_op, b_op, out_dtype, cross, residual, cross_grad))
+                             tma=spec.arch == "sm_90" and _tma_operands(a_op, b_op, out_dtype, cross, residual,
+                                                                       cross_grad))
         if choice.backend == "library":
             return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup)
         config = choice.config
