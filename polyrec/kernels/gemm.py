@@ -342,7 +342,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
             raise ValueError("matmul: library=True runs torch.matmul; it takes no Triton config")
         return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup)
     if config is None:
-        out_bytes = torch.empty((), dtype=out_dtype).element_size()
+        out_bytes = out_dtype.itemsize
         epilogue = epilogue_name(bias is not None, activation, cross is not None, residual is not None,
                                  cross_grad is not None)
         spec = _device_spec(a)
