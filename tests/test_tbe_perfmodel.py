@@ -151,10 +151,12 @@ def test_scan_variant_time_grows_with_its_tile_and_lane_wins_for_every_optimizer
 
 
 def test_lane_update_chunks_only_for_fp32_rows():
-    """Stochastic rounding (fp16 / bf16 rows) keeps one tile per lane program (measured faster)."""
+    """Only fp32 rows with an fp32 output gradient take several tiles per lane program (measured
+    faster there); stochastic rounding or a bf16 gradient (training with bf16 dense) keeps one."""
     spec = get_device("H200")
     kw = dict(nnz=14_000_000, block_d=128, state_tiles=0)
     fp32 = tbe_select.select_update(spec, row_bytes=512, **kw)
     fp16 = tbe_select.select_update(spec, row_bytes=256, stochastic=True, **kw)
-    assert fp32.variant == fp16.variant == "lane"
-    assert (fp32.chunks, fp16.chunks) == (tbe_select.LANE_CHUNKS, 1)
+    bf16_grad = tbe_select.select_update(spec, row_bytes=512, grad_bytes=2, **kw)
+    assert fp32.variant == fp16.variant == bf16_grad.variant == "lane"
+    assert (fp32.chunks, fp16.chunks, bf16_grad.chunks) == (tbe_select.LANE_CHUNKS, 1, 1)

@@ -259,7 +259,7 @@ class TableBatchedEmbedding(torch.nn.Module):
             self._configs[key] = tbe_select.select_update(
                 _selection_spec(self.weights.device), nnz=nnz, block_d=self.block_d,
                 row_bytes=self.block_d * self.weights.element_size(), state_tiles=STATE_PER_ELEMENT[self.optimizer.kind],
-                stochastic=self.weight_dtype != torch.float32)
+                stochastic=self.weight_dtype != torch.float32, grad_bytes=self.output_dtype.itemsize)
         return self._configs[key]
 
     # ---- lookups ------------------------------------------------------------------------------

@@ -74,7 +74,9 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
     variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
     jobs = []
     for kind, dtype in variants:
-        cands = tbe_select.update_candidates(block_d, spec.warp_size, stochastic=dtype != "fp32")
+        cands = list(dict.fromkeys(c for grad_bytes in (4, 2)  # an fp32 or a bf16 / fp16 output gradient
+                                   for c in tbe_select.update_candidates(block_d, spec.warp_size, dtype != "fp32",
+                                                                         grad_bytes)))
         if largest_only:
             cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
@@ -87,7 +89,8 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
                 consts = dict(common, HAS_SCALE=True, TILE=c.tile, CHUNKS=c.chunks,
                               VEC=min(common["VEC"], tbe_select.LANE_VEC))
                 kernel = lane_update_kernel
-            jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile} w{c.num_warps}",
+            chunks = f" chunks{c.chunks}" if c.variant == "lane" else ""
+            jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile}{chunks} w{c.num_warps}",
                              kernel, dtype, consts, c.num_warps))
         warps = tbe_select.lane_warps(block_d, spec.warp_size)
         jobs.append(_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} w{warps}", merge_level_kernel,

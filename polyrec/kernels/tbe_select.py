@@ -56,10 +56,15 @@ LANE_VEC = 4
 #: Tiles a lane-update program takes one after another (carrying the open run): the merge then sees
 #: 2 pieces per LANE_CHUNKS * TILE positions. 8: on Zipf-skewed MLPerf ids the one-tile programs left
 #: a piece at almost every tile end and the merge took 2.3 ms of an 8.7 ms backward
-#: (tbe_breakdown_fp32_skewed_nvidia-h200_2026-11-29). fp32 rows only: with stochastic rounding
-#: (fp16 / bf16 rows) the chunked lane update ran 10.06 ms against 6.50 ms for one tile per program,
-#: more than the merge saved (2.55 -> 0.36 ms; tbe_breakdown_fp16_chunks{1,8}_nvidia-h200_2026-11-29,
-#: uniform ids, same run), so low-precision rows keep one tile (``lane_chunks``).
+#: (tbe_breakdown_fp32_skewed_nvidia-h200_2026-11-29). Only for fp32 rows with an fp32 output
+#: gradient (``lane_chunks``), where it was measured faster (update + merge 7.38 -> 6.56 ms uniform,
+#: 7.66 -> 6.00 skewed, against tbe_breakdown_fp32*_onetile_*). With stochastic rounding (fp16 / bf16
+#: rows) the chunked lane update ran 10.06 ms against 6.50 for one tile, more than the merge saved
+#: (2.55 -> 0.36 ms; tbe_breakdown_fp16_chunks{1,8}_*). In training with a bf16 dense half (bf16
+#: output gradient, Zipf ids on 4M-row tables) it lost too: lane update + merge 5.30 + 2.19 ms
+#: (e2e_profile at 9a17c3a, in git history) -> 7.72 + 0.32 ms (e2e_profile at 00cf272, likewise), and the
+#: full-size embedding backward read 8.5 ms at ef4430d, 9.7 ms at a61797a (e2e_*). Which of the bf16
+#: gradient and the ids causes that is not measured apart; the rule follows the measured cases.
 LANE_CHUNKS = 8
 
 
@@ -116,21 +121,23 @@ def lane_warps(block_d: int, warp_size: int) -> int:
     return max(1, block_d // (warp_size * LANE_VEC))
 
 
-def lane_chunks(stochastic: bool) -> int:
-    """Tiles per lane-update program: LANE_CHUNKS for fp32 rows, 1 with stochastic rounding (see LANE_CHUNKS)."""
-    return 1 if stochastic else LANE_CHUNKS
+def lane_chunks(stochastic: bool, grad_bytes: int = 4) -> int:
+    """Tiles per lane-update program: LANE_CHUNKS for fp32 rows with an fp32 output gradient, else 1
+    (see LANE_CHUNKS)."""
+    return LANE_CHUNKS if not stochastic and grad_bytes == 4 else 1
 
 
-def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False) -> list[UpdateConfig]:
+def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
     return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane",
-                         chunks=lane_chunks(stochastic)) for t in tiles]
+                         chunks=lane_chunks(stochastic, grad_bytes)) for t in tiles]
 
 
-def update_candidates(block_d: int, warp_size: int, stochastic: bool = False) -> list[UpdateConfig]:
+def update_candidates(block_d: int, warp_size: int, stochastic: bool = False,
+                      grad_bytes: int = 4) -> list[UpdateConfig]:
     """Every update config the selector may return (both variants) for fp32 rows or, with
-    ``stochastic``, fp16 / bf16 rows."""
-    return scan_candidates(block_d, warp_size) + lane_candidates(block_d, warp_size, stochastic)
+    ``stochastic``, fp16 / bf16 rows; ``grad_bytes``: the output gradient's element size."""
+    return scan_candidates(block_d, warp_size) + lane_candidates(block_d, warp_size, stochastic, grad_bytes)
 
 
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
@@ -153,15 +160,16 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
 
 
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
-                  unique: float | None = None, stochastic: bool = False) -> UpdateConfig:
+                  unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4) -> UpdateConfig:
     """The update config (variant, tile, warps) with the least predicted time
     (``polyrec.perfmodel.tbe.update_seconds``); ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
-    ``stochastic``: rows below fp32 (updates rounded stochastically)."""
+    ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
+    gradient's element size (the module's output dtype)."""
     ceil = ceilings(spec)
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, math.inf
-    for cand in update_candidates(block_d, spec.warp_size, stochastic):
+    for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
         if not update_fits_registers(shape, spec):

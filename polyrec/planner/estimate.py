@@ -107,8 +107,10 @@ def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
     return cache_rows / rows
 
 
-def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings) -> tuple[float, float, str]:
-    """(fwd s, bwd+update s, config label) of one table-batched module holding ``loads`` (same dtype, optimizer)."""
+def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
+                       grad_bytes: int) -> tuple[float, float, str]:
+    """(fwd s, bwd+update s, config label) of one table-batched module holding ``loads`` (same dtype,
+    optimizer); ``grad_bytes``: its output gradient's element size (the dense half's dtype)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     block_d = 1 << (max(s.dim for s in loads) - 1).bit_length()
     bags = loads[0].bags
@@ -122,7 +124,8 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     fcfg = tbe_select.select_forward(spec, batch_size=bags, num_features=len(loads), mean_bag=max(mean_bag, 1e-3),
                                      block_d=block_d, row_bytes=block_d * wb)
     ucfg = tbe_select.select_update(spec, nnz=max(int(nnz), 1), block_d=block_d, row_bytes=block_d * wb,
-                                    state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], stochastic=wb < 4)
+                                    state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], stochastic=wb < 4,
+                                    grad_bytes=grad_bytes)
     fwd = tbe.GatherConfig(rows_in_flight=max(1, int(fcfg.bags * max(1.0, min(fcfg.hots, mean_bag)))),
                            block_d=block_d, num_warps=fcfg.num_warps,
                            programs=math.ceil(bags / fcfg.bags) * len(loads))
@@ -165,7 +168,8 @@ class Estimator:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
     def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, str]:
-        return _tbe_group_seconds(loads, self.specs[device], self.ceilings[device])
+        return _tbe_group_seconds(loads, self.specs[device], self.ceilings[device],
+                                  mem.DENSE_DTYPE_BYTES[self.dense_dtype])
 
     def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, dict[str, str]]:
         """(fwd, bwd+update) seconds of one rank: one TBE module per (weight dtype, optimizer)."""
@@ -216,7 +220,8 @@ class Estimator:
         ucfg = tbe_select.select_update(self.specs[device], nnz=max(int(lookups), 1), block_d=block_d,
                                         row_bytes=block_d * WEIGHT_BYTES[weight_dtype],
                                         state_tiles=mem.STATE_PER_ELEMENT[optimizer],
-                                        stochastic=WEIGHT_BYTES[weight_dtype] < 4)
+                                        stochastic=WEIGHT_BYTES[weight_dtype] < 4,
+                                        grad_bytes=mem.DENSE_DTYPE_BYTES[self.dense_dtype])
         return mem.tbe_workspace_bytes(lookups=lookups, block_d=block_d, tile=ucfg.tile,
                                        wide_keys=self.model.total_rows >= 2**31 - 1)
 
