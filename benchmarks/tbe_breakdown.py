@@ -2,7 +2,7 @@
 the forward+backward kernels timed one by one with the torch profiler. A diagnostic for tuning the
 TBE cost model; it writes ``tbe_breakdown_<gpu>_<date>.json``.
 
-    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--lane-chunks N]
+    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--grad-dtype bf16] [--lane-chunks N]
 """
 
 from __future__ import annotations
@@ -45,20 +45,25 @@ def main() -> None:
     parser.add_argument("--skewed", action="store_true", help="the benchmark's skewed ids (default uniform)")
     parser.add_argument("--optimizer", default="rowwise_adagrad", choices=OPTIMIZERS,
                         help="the fused optimizer (row-wise Adagrad is MLPerf's)")
+    parser.add_argument("--grad-dtype", choices=("fp32", "bf16"), default="fp32",
+                        help="the pooled output's (and its gradient's) dtype: bf16 as in training with bf16 dense")
     parser.add_argument("--lane-chunks", type=int, default=None,
-                        help="force the lane update's tiles per program (default: the selector's)")
+                        help="force the lane update's tiles per program for any dtype (default: the selector's)")
     args = parser.parse_args()
-    if args.lane_chunks is not None:
+    if args.lane_chunks is not None:  # forced for every row and gradient dtype
         tbe_select.LANE_CHUNKS = args.lane_chunks
+        tbe_select.lane_chunks = lambda stochastic, grad_bytes=4: args.lane_chunks
     weight_dtype = {"fp32": torch.float32, "fp16": torch.float16}[args.dtype]
     batch_size = 2048 if args.quick else 65536
     rows_per_table = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
     gen = torch.Generator(device="cuda").manual_seed(0)
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
+    out_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.grad_dtype]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind=args.optimizer, lr=0.01),
+                                   output_dtype=out_dtype,
                                    weight_dtype=weight_dtype, device="cuda")
     batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, args.skewed, gen)
-    grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen)
+    grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen).to(out_dtype)
     with torch.no_grad():
         module(batch)
     sweep = [] if args.skip_sweep else forward_sweep(module, batch, torch.cuda.get_device_properties(0).warp_size)
@@ -67,8 +72,10 @@ def main() -> None:
     sort_ms = triton.testing.do_bench(lambda: torch.sort(sort_keys), warmup=10, rep=100, return_mode="median")
     name = (f"tbe_breakdown_{args.dtype}" + ("_skewed" if args.skewed else "")
             + ("" if args.optimizer == "rowwise_adagrad" else f"_{args.optimizer}")
+            + ("" if args.grad_dtype == "fp32" else f"_grad{args.grad_dtype}")
             + (f"_chunks{args.lane_chunks}" if args.lane_chunks is not None else ""))
     write_results(name, {"dtype": args.dtype, "skewed": args.skewed, "optimizer": args.optimizer,
+                         "grad_dtype": args.grad_dtype,
                          "lane_chunks": tbe_select.LANE_CHUNKS,
                          "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms, "nnz": batch.nnz},
                   rows=kernels, summary={"sort_int32_ms": sort_ms, "lane_chunks": tbe_select.LANE_CHUNKS})
