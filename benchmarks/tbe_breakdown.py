@@ -74,11 +74,12 @@ def main() -> None:
             + ("" if args.optimizer == "rowwise_adagrad" else f"_{args.optimizer}")
             + ("" if args.grad_dtype == "fp32" else f"_grad{args.grad_dtype}")
             + (f"_chunks{args.lane_chunks}" if args.lane_chunks is not None else ""))
+    update = next(c for key, c in module._configs.items() if key[0] == "upd")  # what the backward ran
+    summary = {"sort_int32_ms": sort_ms, "update_variant": update.variant, "update_tile": update.tile,
+               "lane_chunks": update.chunks}
     write_results(name, {"dtype": args.dtype, "skewed": args.skewed, "optimizer": args.optimizer,
-                         "grad_dtype": args.grad_dtype,
-                         "lane_chunks": tbe_select.LANE_CHUNKS,
-                         "forward_sweep": sweep, "kernels": kernels, "sort_int32_ms": sort_ms, "nnz": batch.nnz},
-                  rows=kernels, summary={"sort_int32_ms": sort_ms, "lane_chunks": tbe_select.LANE_CHUNKS})
+                         "grad_dtype": args.grad_dtype, "forward_sweep": sweep, "kernels": kernels,
+                         "nnz": batch.nnz} | summary, rows=kernels, summary=summary)
     print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
     for r in sorted(sweep, key=lambda r: r["fwd_ms"]):
         print(f"{r['bags']:>5} {r['hots']:>5} {r['warps']:>5} {r['fwd_ms']:>8.3f}{'  <- selected' if r['selected'] else ''}")
