@@ -100,19 +100,25 @@ def rank_configs(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings | None =
     ``problem_tma`` says it can run with A row-major)."""
     ceil = ceil or _spec_entry(spec)[2]
     if configs is None:
-        tma = problem_tma(problem) if tma is None else tma
-        configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=tma)
-    return [(s, c) for s, _, _, c in _scored(problem, spec, ceil, configs) if math.isfinite(s)]
+        configs = _shape_configs(problem, spec, tma)
+    return [(s, c) for s, _, _, c in _scored(problem, spec, ceil, configs)]
+
+
+def _shape_configs(problem: GemmProblem, spec: DeviceSpec, tma: bool | None) -> list[GemmConfig]:
+    """The space's configs for this shape, the TMA kernel's where ``tma`` (None: ``problem_tma``)."""
+    tma = problem_tma(problem) if tma is None else tma
+    return configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=tma)
 
 
 def _scored(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings,
             configs: list[GemmConfig]) -> list[tuple[float, float, int, GemmConfig]]:
-    """(call seconds, GPU seconds, space index, config), fastest call first; configs tied on the host
-    launch floor are ordered by their GPU time, then by space order."""
+    """(call seconds, GPU seconds, space index, config) of the configs that fit, fastest call first;
+    configs tied on the host launch floor are ordered by their GPU time, then by space order."""
     scored = []
     for i, c in enumerate(configs):
         est = estimate(problem, c, spec, ceil)
-        scored.append((est.seconds, est.parts.get("gpu", est.seconds), i, c))
+        if math.isfinite(est.seconds):
+            scored.append((est.seconds, est.parts.get("gpu", est.seconds), i, c))
     return sorted(scored, key=lambda t: t[:3])
 
 
@@ -125,9 +131,7 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool 
     if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
         fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=False)[0]
         return GemmChoice(backend="library", config=fallback, triton_seconds=math.inf, library_seconds=math.inf)
-    tma = problem_tma(problem) if tma is None else tma
-    configs = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=tma)
-    ranked = [t for t in _scored(problem, spec, ceil, configs) if math.isfinite(t[0])]
+    ranked = _scored(problem, spec, ceil, _shape_configs(problem, spec, tma))
     if not ranked:
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
     seconds, gpu, _, config = ranked[0]
