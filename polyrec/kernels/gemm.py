@@ -132,8 +132,7 @@ def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad
     """torch.matmul (cuBLAS / hipBLASLt) writes the product; one Triton pass applies the epilogue in place."""
     y = torch.matmul(a, b)  # [M, N] in the inputs' dtype
     out = y if out_dtype == y.dtype else torch.empty(y.shape, device=y.device, dtype=out_dtype)  # [M, N]
-    return epilogue_pass(y, bias=bias, activation=activation, cross=cross, residual=residual,
-                         cross_grad=cross_grad, out=out, warmup=warmup)
+    return _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup)  # matmul validated
 
 
 def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
@@ -152,14 +151,18 @@ def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activati
         if t.shape != (m, n):
             raise ValueError(f"epilogue_pass: cross {name} must be [{m}, {n}], got {tuple(t.shape)}")
     _validate_fused(m, n, y.device, activation, residual, cross_grad)
-    if out is None:
-        out = torch.empty_like(y)
+    return _apply_epilogue(y, torch.empty_like(y) if out is None else out, bias, activation, cross, residual,
+                           cross_grad, warmup)
+
+
+def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup: bool) -> torch.Tensor:
+    """``epilogue_pass`` on validated arguments: out [M, N] = epilogue(y)."""
     if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None:
         return out.copy_(y) if out is not y else out
     if not (y.is_cuda or interpreting()):
         return out.copy_(_eager_epilogue(y, bias, activation, cross, residual, cross_grad))
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
-                                                  triton.cdiv(m, REDUCE_BLOCK_M))
+                                                  triton.cdiv(y.shape[0], REDUCE_BLOCK_M))
     _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
