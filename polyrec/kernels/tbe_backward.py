@@ -138,7 +138,7 @@ def update_kernel(
     _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
     started = tl.cumsum(is_start.to(tl.int32), 0) > 0  # [TILE] i's run started inside the tile
     whole = ok & is_end & started
-    apply_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
+    apply_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
                  beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
 
@@ -221,7 +221,7 @@ def lane_update_kernel(
         dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
         d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
         addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
-        w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], OPTIM)
+        w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
         if HAS_SCALE:
             g = g * tl.load(scale_ptr + pos, mask=in_range, other=0.0)[:, None]
@@ -229,7 +229,7 @@ def lane_update_kernel(
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
         lead = tl.cumsum(is_start.to(tl.int32), 0) == 0  # [TILE] before the tile's first run start
         acc += tl.where((lead & (key == carry_key))[:, None], carry[None, :], 0.0)
-        store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
+        store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
                      eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
         head = ok & ~started & is_end  # the run from before the program ends here
         tl.store(partial_ptr + prog * 2 * BLOCK_D + d[None, :] + 0 * pos[:, None], acc, mask=head[:, None])
@@ -284,11 +284,11 @@ def merge_level_kernel(
         d = tl.arange(0, BLOCK_D)
         d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
         addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
-        w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], OPTIM)
+        w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
-        store_update(weights_ptr, state1_ptr, state2_ptr, key, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
+        store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
                      eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
         _park_partials(out_ptr, out_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
     else:

@@ -99,14 +99,15 @@ def round_stochastic(x, bits, OUT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def load_rows(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, OPTIM: tl.constexpr):
-    """Issue the loads of rows ``row`` ([R] global ids) before their gradient is summed: the fp32
-    weights [R, BLOCK_D] and the optimizer state (rowwise: [R]; per element: [R, BLOCK_D]; unused: 0)."""
+def load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTIM: tl.constexpr):
+    """Issue the loads of rows ``row`` ([R] global ids; ``row_ok`` [R] the rows updated) before their
+    gradient is summed: the fp32 weights [R, BLOCK_D] and the optimizer state (rowwise: [R]; per
+    element: [R, BLOCK_D]; unused: 0)."""
     w = tl.load(weights_ptr + addr, mask=mask, other=0.0).to(tl.float32)
     s1 = 0.0
     s2 = 0.0
     if OPTIM == 1:
-        s1 = tl.load(state1_ptr + row, mask=tl.max(mask.to(tl.int32), axis=1) > 0, other=0.0)
+        s1 = tl.load(state1_ptr + row, mask=row_ok, other=0.0)
     elif OPTIM >= 2:
         s1 = tl.load(state1_ptr + addr, mask=mask, other=0.0)
     if OPTIM == 3:
@@ -115,13 +116,16 @@ def load_rows(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, OPTIM: tl.co
 
 
 @triton.jit
-def store_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g, w, s1, s2,
+def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g, w, s1, s2,
                  lr, eps, beta1, beta2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """Apply the optimizer to rows loaded by ``load_rows`` and store weights and state.
 
     addr: [R, BLOCK_D] int64 element offsets into the flat weight (and per-element state) buffers;
-    mask: [R, BLOCK_D]; g: [R, BLOCK_D] fp32 summed gradient (zero where masked).
+    mask: [R, BLOCK_D], within ``row_ok`` [R]; g: [R, BLOCK_D] fp32 summed gradient (zero where masked).
+    Row-wise Adagrad divides once per row (FBGEMM's ``multiplier``), not once per element: the
+    per-element IEEE division made its update ~1.9 ms slower than SGD's on the MLPerf step
+    (benchmarks/results/tbe_breakdown_fp32_{,sgd_}gradbf16_nvidia-h200_2026-11-30).
     """
     if HAS_WD:
         g = tl.where(mask, g + weight_decay * w, 0.0)
@@ -129,8 +133,8 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g, w, s1,
         new = w - lr * g
     elif OPTIM == 1:
         s = s1 + tl.sum(g * g, axis=1) / dim.to(tl.float32)
-        tl.store(state1_ptr + row, s, mask=tl.max(mask.to(tl.int32), axis=1) > 0)
-        new = w - lr * g / (tl.sqrt(s)[:, None] + eps)
+        tl.store(state1_ptr + row, s, mask=row_ok)
+        new = w - g * (lr / (tl.sqrt(s) + eps))[:, None]
     elif OPTIM == 2:
         s = s1 + g * g
         tl.store(state1_ptr + addr, s, mask=mask)
@@ -148,10 +152,10 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g, w, s1,
 
 
 @triton.jit
-def apply_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g,
+def apply_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g,
                  lr, eps, beta1, beta2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """``load_rows`` then ``store_update``: the update of rows whose gradient is already summed."""
-    w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, OPTIM)
-    store_update(weights_ptr, state1_ptr, state2_ptr, row, addr, mask, g, w, s1, s2, lr, eps, beta1, beta2,
+    w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTIM)
+    store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g, w, s1, s2, lr, eps, beta1, beta2,
                  weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
