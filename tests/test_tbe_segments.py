@@ -6,22 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from polyrec.kernels import tbe, tbe_select
+from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 
 P = 8  # sorted positions per update program
 
 
-@pytest.fixture(autouse=True, params=[("scan", 1, 1), ("lane", 1, 1), ("lane", 3, 2)],
-                ids=["scan", "lane", "lane-chunks3-merge2"])
+@pytest.fixture(autouse=True, params=[("scan", 1), ("lane", 1), ("lane", 3)], ids=["scan", "lane", "lane-chunks3"])
 def tile_of_p(monkeypatch, request):
-    """TILE = P; the lane update also with 3 tiles per program and the merge levels with 2 (runs
-    carried across tile ends in both)."""
-    variant, chunks, merge_chunks = request.param
+    """TILE = P; the lane update also with 3 tiles per program (runs carried across tile ends)."""
+    variant, chunks = request.param
     monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: tbe_select.UpdateConfig(
         tile=P, num_warps=1, variant=variant, chunks=chunks))
-    monkeypatch.setattr(tbe, "MERGE_CHUNKS", merge_chunks)
 
 
 def _step_and_check(ids: list[int], rows: int, kind: str, deterministic: bool = False) -> None:
@@ -62,10 +59,10 @@ def test_unique_rows_and_long_runs_mixed():
 
 @pytest.mark.parametrize("shift", [0, 5])
 def test_runs_merged_over_many_levels(shift):
-    """Runs of 2.5-20 tiles go through two or three merge levels (8 or 16 slots per program); the
-    pieces of one run meet across program edges at every level."""
-    from polyrec.perfmodel.tbe import LEVEL_TILE, merge_levels
+    """Runs of 2.5-20 tiles go through three merge levels (8 slots per program); the pieces of one
+    run meet across program edges at every level."""
+    from polyrec.perfmodel.tbe import merge_levels
 
     ids = [7] * shift + [0] * (20 * P + 3) + list(range(8, 12)) + [1] * (5 * P // 2) + [2] + [3] * (11 * P - 1)
-    assert merge_levels(-(-len(ids) // P), per=LEVEL_TILE * tbe.MERGE_CHUNKS) >= 2
+    assert merge_levels(-(-len(ids) // P)) >= 3
     _step_and_check(ids, rows=12, kind="rowwise_adagrad")

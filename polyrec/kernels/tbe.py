@@ -26,7 +26,7 @@ from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, mer
 from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
                                          sort_keys_kernel, vector_width)
 from polyrec.kernels.tbe_optim import OPTIM_CODE, STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
-from polyrec.perfmodel.tbe import LEVEL_TILE, MERGE_CHUNKS
+from polyrec.perfmodel.tbe import LEVEL_TILE
 
 POOLINGS = ("sum", "mean", "none")
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -391,13 +391,13 @@ class TableBatchedEmbedding(torch.nn.Module):
 
     def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict) -> None:
         """Finish the runs that cross tile ends, level by level (``merge_level_kernel``): each level
-        reads the pieces the one before parked and parks 2 per LEVEL_TILE * MERGE_CHUNKS slots; the last
-        level is one program, so every run ends in it."""
+        reads the pieces the one before parked and parks 2 per LEVEL_TILE slots; the last level is one
+        program, so every run ends in it."""
         lay, dev = self.layout, self.weights.device
         warps = tbe_select.lane_warps(self.block_d, _selection_spec(dev).warp_size)
-        level_flags = dict(flags, TILE=LEVEL_TILE, CHUNKS=MERGE_CHUNKS, VEC=min(self.vec, tbe_select.LANE_VEC))
+        level_flags = dict(flags, TILE=LEVEL_TILE, VEC=min(self.vec, tbe_select.LANE_VEC))
         while True:
-            programs = triton.cdiv(part_key.numel(), LEVEL_TILE * MERGE_CHUNKS)
+            programs = triton.cdiv(part_key.numel(), LEVEL_TILE)
             out = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
             out_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)
             merge_level_kernel[(programs,)](

@@ -19,7 +19,7 @@ from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, mer
                                           permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
 from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS
-from polyrec.perfmodel.tbe import LEVEL_TILE, MERGE_CHUNKS
+from polyrec.perfmodel.tbe import LEVEL_TILE
 
 _TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 _SCALARS = {"batch_size": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
@@ -93,9 +93,8 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
             jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile}{chunks} w{c.num_warps}",
                              kernel, dtype, consts, c.num_warps))
         warps = tbe_select.lane_warps(block_d, spec.warp_size)
-        jobs.append(_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} chunks{MERGE_CHUNKS} w{warps}",
-                         merge_level_kernel, dtype, dict(common, TILE=LEVEL_TILE, CHUNKS=MERGE_CHUNKS,
-                                                         VEC=min(common["VEC"], tbe_select.LANE_VEC)), warps))
+        jobs.append(_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} w{warps}", merge_level_kernel,
+                         dtype, dict(common, TILE=LEVEL_TILE, VEC=min(common["VEC"], tbe_select.LANE_VEC)), warps))
     return jobs
 
 

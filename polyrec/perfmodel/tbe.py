@@ -277,13 +277,7 @@ UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
 #: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16 asks ~296
 #: registers per thread, over the 255 limit); each level leaves 2 slots per 8.
 LEVEL_TILE = 8
-#: Tiles of LEVEL_TILE slots one merge-level program takes in turn (``merge_level_kernel``'s CHUNKS): a
-#: level parks 2 slots per 64. With one tile per program the 11 levels of the MLPerf training step took
-#: 2.2 ms (benchmarks/results/e2e_profile_nvidia-h200_2026-11-30, 11 launches), mostly scheduling
-#: programs whose slots are all empty; 8 tiles cut the first level's programs 8x and the levels to 5.
-MERGE_CHUNKS = 8
-#: Effective dependent DRAM round trips per tile of LEVEL_TILE slots of a merge level (one program's
-#: tile before MERGE_CHUNKS; the chunked kernel takes its tiles in turn). Counted: 2 (slot keys -> pieces with
+#: Effective dependent DRAM round trips of one merge-level program. Counted: 2 (slot keys -> pieces with
 #: the rows of the runs it ends; stores do not wait). Measured: the 11 levels of the MLPerf uniform step
 #: took 1.28 ms where 2 trips predict 0.7 ms (benchmarks/results/tbe_breakdown_fp32_nvidia-h200_2026-11-29
 #: as committed in 59c9b47 — ``git show 59c9b47:<path>``; the file now holds a later run —, lane tile 8,
@@ -353,7 +347,7 @@ def update_bytes(variant: str, *, nnz: float, unique: float, row_bytes: float, g
     return common + nnz * (4 + 8 + 2 * gran + 8) + nnz * 12
 
 
-def merge_levels(tiles: int, per: int = LEVEL_TILE * MERGE_CHUNKS) -> int:
+def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
     """Launches of ``merge_level_kernel`` after an update over ``tiles`` tiles (as ``TableBatchedEmbedding._merge``)."""
     slots, levels = 2 * tiles, 1
     while slots > per:
@@ -370,11 +364,10 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     tiles = math.ceil(nnz / tile)
     crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
     pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
-    per = LEVEL_TILE * MERGE_CHUNKS
-    slot_tiles = 2 * tiles / LEVEL_TILE * (1 + 2 / per)  # the first two levels' tiles; the rest are small
-    keys = slot_tiles * LEVEL_TILE * SLOT_KEY_BYTES * 2  # read, and written by the level before
+    programs = 2 * tiles / LEVEL_TILE * (1 + 2 / LEVEL_TILE)  # the first two levels; the rest are small
+    keys = programs * LEVEL_TILE * SLOT_KEY_BYTES * 2  # read, and written by the level before
     lane = UpdateShape(variant="lane", tile=LEVEL_TILE, num_warps=1, elems_per_thread=LEVEL_TILE * LANE_VEC_ELEMS)
-    chain_s = slot_tiles * LEVEL_TRIPS * LOADED_LATENCY_S[spec.vendor] / update_resident(lane, spec)
+    chain_s = programs * LEVEL_TRIPS * LOADED_LATENCY_S[spec.vendor] / update_resident(lane, spec)
     levels = merge_levels(tiles)
     return max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + levels * ceil.launch_latency.value
 
