@@ -139,3 +139,10 @@ def test_fit_link_rejects_what_cannot_determine_it():
     assert math.isfinite(fit_link(one_kind + [CollectiveSample(collective="all_reduce", nbytes=1e6, seconds=2e-4),
                                              CollectiveSample(collective="all_reduce", nbytes=1e8, seconds=9e-4)],
                                   2)["bandwidth"])
+
+
+def test_step_host_seconds_scale_the_counted_launches_and_add_the_fixed_part():
+    from polyrec.planner.host import HOST_LAUNCH_SCALE
+
+    costs = HostCosts(triton_launch_s=1.0, torch_op_s=0.5, step_fixed_s=2.0, origin="")
+    assert Launches(triton=3, torch_ops=10).step_seconds(costs) == pytest.approx(HOST_LAUNCH_SCALE * 8.0 + 2.0)

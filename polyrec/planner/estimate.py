@@ -277,7 +277,7 @@ class Estimator:
         modules = len({(s.weight_dtype, s.optimizer) for s in loads})
         emb_f, emb_b = tbe_launches(modules, sum(s.accesses for s in loads))
         costs: HostCosts = self.host[self.rank_devices[rank]]
-        return (emb_f + emb_b + dense.launches + dense.optimizer_launches).seconds(costs) + costs.step_fixed_s
+        return (emb_f + emb_b + dense.launches + dense.optimizer_launches).step_seconds(costs)
 
     def evaluate(self, plans: Sequence[TablePlan], batch: int) -> Estimate:
         world = self.fleet.world_size
