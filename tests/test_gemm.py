@@ -204,6 +204,28 @@ def test_residual_epilogue_matches_float64(layout, dtype_name, split_k, poisoned
     _check(out, reference_matmul(a, b, trans_b=layout[1] == "T") + residual.double(), k, tol)
 
 
+@pytest.mark.parametrize("dtype_name", ["fp32", "bf16"])
+def test_library_path_adds_a_given_up_residual_in_place(dtype_name, monkeypatch, precision):
+    """overwrite_residual on the library path: the GEMM adds the residual itself (no epilogue pass)
+    and returns the residual's own storage; without it the residual is left untouched."""
+    import polyrec.kernels.gemm as gemm
+
+    choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
+    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    precision(dtype_name)
+    dtype, tol = DTYPES[dtype_name]
+    a, b = _operands("NN", dtype)
+    residual = torch.randn(M, N, dtype=dtype)
+    want = reference_matmul(a, b) + residual.double()
+    kept = residual.clone()
+    out = matmul(a, b, residual=residual, config=None)
+    assert out.data_ptr() != residual.data_ptr() and torch.equal(residual, kept)
+    monkeypatch.setattr(gemm, "_apply_epilogue", lambda *args: pytest.fail("epilogue pass ran"))
+    out = matmul(a, b, residual=residual, overwrite_residual=True)
+    assert out.data_ptr() == residual.data_ptr()
+    _check(out, want, K, tol)
+
+
 LIBRARY_EPILOGUES = EPILOGUES + ("residual", "cross_grad")
 
 

@@ -14,7 +14,9 @@ Backward of layer l, from G = dL/dx_{l+1} (four GEMMs, no full-size elementwise 
    partials per row block);
 2. ``dv = g @ U_l`` [B, r]; 3. ``dU_l = gᵀ @ v_l``; 4. ``dV_l = dvᵀ @ x_l``;
 5. ``dv @ V_l`` with the residual gradient added in the epilogue: ``dL/dx_l = dv @ V_l + G``; for
-   layer 0 the residual is the accumulated d_x0, so the last GEMM writes x0's whole gradient.
+   layer 0 the residual is the accumulated d_x0, so the last GEMM writes x0's whole gradient. Where
+   the residual is this function's own buffer (all but the incoming gradient) and the selector picks
+   the library, the library adds it in place (``overwrite_residual``: no [B, D] pass).
 
 The unfused composition (``cross_linear`` + ``linear``: autograd sums the gradients of x0 and of
 each x_l with separate adds, and the cross backward multiplies with torch ops) is kept in
@@ -84,10 +86,10 @@ class _CrossNetwork(torch.autograd.Function):
                 d_b[l] = bias_grad.to(bs[l].dtype)
             if need[1 + l]:
                 d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
-            if l > 0:
-                grad = matmul(dlow, vs[l], residual=grad)  # [B, D] dL/dx_l
+            if l > 0:  # [B, D] dL/dx_l; below the top layer, grad is this function's own buffer to overwrite
+                grad = matmul(dlow, vs[l], residual=grad, overwrite_residual=l < layers - 1)
             elif need[0]:
-                d_x0 = matmul(dlow, vs[0], residual=d_x0)  # [B, D] x0's whole gradient
+                d_x0 = matmul(dlow, vs[0], residual=d_x0, overwrite_residual=True)  # [B, D] x0's whole gradient
         return (d_x0 if need[0] else None), *d_v, *d_u, *d_b
 
 

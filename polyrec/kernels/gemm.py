@@ -128,8 +128,13 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
 
 
 def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad=None,
-             warmup: bool = False) -> torch.Tensor:
-    """torch.matmul (cuBLAS / hipBLASLt) writes the product; one Triton pass applies the epilogue in place."""
+             warmup: bool = False, overwrite_residual: bool = False) -> torch.Tensor:
+    """torch.matmul (cuBLAS / hipBLASLt) writes the product; one Triton pass applies the epilogue in place.
+    A residual alone that the caller gives up (``overwrite_residual``) is added by the library itself:
+    ``residual.addmm_(a, b)`` (beta = 1, no copy, no pass)."""
+    if (overwrite_residual and residual is not None and bias is None and activation == "none"
+            and residual.dtype == a.dtype == out_dtype and residual.is_contiguous()):
+        return residual if warmup else residual.addmm_(a, b)
     y = torch.matmul(a, b)  # [M, N] in the inputs' dtype
     out = y if out_dtype == y.dtype else torch.empty(y.shape, device=y.device, dtype=out_dtype)  # [M, N]
     return _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup)  # matmul validated
@@ -324,7 +329,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
            bias: torch.Tensor | None = None, activation: str = "none",
            cross: tuple[torch.Tensor, torch.Tensor] | None = None, residual: torch.Tensor | None = None,
            cross_grad: CrossGrad | None = None, out_dtype: torch.dtype | None = None,
-           config: GemmConfig | None = None, library: bool = False, warmup: bool = False) -> torch.Tensor:
+           config: GemmConfig | None = None, library: bool = False, warmup: bool = False,
+           overwrite_residual: bool = False) -> torch.Tensor:
     """``epilogue(op(a) @ op(b))`` with fp32 accumulation; returns [M, N] in ``out_dtype`` (default a's).
 
     a: [M, K] ([K, M] with ``trans_a``); b: [K, N] ([N, K] with ``trans_b``); bias: [N];
@@ -334,6 +340,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     which may run torch.matmul instead, followed by one fused epilogue pass, when it predicts that faster;
     ``library=True`` runs that library path whatever the prediction (benchmarks time both backends).
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
+    ``overwrite_residual=True`` gives ``residual``'s storage to the call: the library path then adds it
+    inside the GEMM and returns ``residual`` itself (the selector still prices the separate pass).
     """
     m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
     out_dtype = out_dtype or a.dtype
@@ -343,7 +351,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     if library:
         if config is not None:
             raise ValueError("matmul: library=True runs torch.matmul; it takes no Triton config")
-        return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup)
+        return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup,
+                        overwrite_residual)
     if config is None:
         out_bytes = out_dtype.itemsize
         epilogue = epilogue_name(bias is not None, activation, cross is not None, residual is not None,
@@ -356,7 +365,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
                              tma=spec.arch == "sm_90" and _tma_operands(a_op, b_op, out_dtype, cross, residual,
                                                                        cross_grad))
         if choice.backend == "library":
-            return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup)
+            return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup,
+                            overwrite_residual)
         config = choice.config
     out = torch.empty((m, n), device=a.device, dtype=out_dtype)  # [M, N]
     _launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
