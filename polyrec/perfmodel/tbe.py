@@ -277,13 +277,19 @@ UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
 #: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16 asks ~296
 #: registers per thread, over the 255 limit); each level leaves 2 slots per 8.
 LEVEL_TILE = 8
-#: Effective dependent DRAM round trips of one merge-level program. Counted: 2 (slot keys -> pieces with
-#: the rows of the runs it ends; stores do not wait). Measured: the 11 levels of the MLPerf uniform step
-#: took 1.28 ms where 2 trips predict 0.7 ms (benchmarks/results/tbe_breakdown_fp32_nvidia-h200_2026-11-29
-#: as committed in 59c9b47 — ``git show 59c9b47:<path>``; the file now holds a later run —, lane tile 8,
-#: rowwise Adagrad, fp32): 4, fitted on that row (the branch on empty slots and the table
-#: vectors add waits the count does not see).
-LEVEL_TRIPS = 4
+#: Effective dependent DRAM round trips of one merge-level program: MERGE_EMPTY_TRIPS + crossing x
+#: MERGE_CROSSING_TRIPS, with crossing = 1 - unique / nnz (the chance that a program end splits a run).
+#: Counted: 2 (slot keys -> pieces with the rows of the runs it ends); programs whose slots hold pieces
+#: wait longer, and more of them hold pieces as duplicates grow. Fitted on the lane update's merge
+#: (tile 8, rowwise Adagrad, bf16 output gradient) at two crossings, each the mean of two runs on
+#: different machines (the merge varied by +-30% between runs of the same code):
+#: full MLPerf tables, the benchmark's uniform ids (crossing 0.27): 1.445 and 2.113 ms
+#: (tbe_breakdown_fp32_gradbf16_nvidia-h200_2026-11-30 at 84f645a and 9f87455); tables capped at 4M
+#: rows, the trainer's uniform ids (crossing 0.50): 2.20 and 3.24 ms (e2e_profile_nvidia-h200_2026-11-30
+#: at 84f645a and 9f87455). The earlier constant 4 trips fitted the first point alone and missed the
+#: capped tables' embedding phase by 1-3 ms (planner_accuracy_nvidia-h200_2026-11-30).
+MERGE_EMPTY_TRIPS = 2.0
+MERGE_CROSSING_TRIPS = 11.6
 #: Fraction of the copy rate the update's traffic reaches: rows read and written back in place plus
 #: gradient slices gathered in sorted order. Fitted on one row: the lane update (tile 8, rowwise
 #: Adagrad, fp32 rows, uniform ids, full MLPerf tables) moved 19.6 GB in 6.04 ms = 0.77 of the 4.24 TB/s
@@ -367,7 +373,8 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     programs = 2 * tiles / LEVEL_TILE * (1 + 2 / LEVEL_TILE)  # the first two levels; the rest are small
     keys = programs * LEVEL_TILE * SLOT_KEY_BYTES * 2  # read, and written by the level before
     lane = UpdateShape(variant="lane", tile=LEVEL_TILE, num_warps=1, elems_per_thread=LEVEL_TILE * LANE_VEC_ELEMS)
-    chain_s = programs * LEVEL_TRIPS * LOADED_LATENCY_S[spec.vendor] / update_resident(lane, spec)
+    trips = MERGE_EMPTY_TRIPS + crossing * MERGE_CROSSING_TRIPS
+    chain_s = programs * trips * LOADED_LATENCY_S[spec.vendor] / update_resident(lane, spec)
     levels = merge_levels(tiles)
     return max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + levels * ceil.launch_latency.value
 
