@@ -7,10 +7,10 @@ Compared: step time (the trainer's ms/step minus its synthetic-data phase, which
 model; both are reported), and peak memory (``torch.cuda.max_memory_allocated`` against the plan's
 allocator bytes plus the synthetic source's own device buffers, which a real input pipeline would not
 keep and the plan does not count: ``harness_gb``). Then, for each model measured at several batch sizes, the plan the planner picks
-among those batches against the fastest measured. The ceilings come from ``hw calibrate`` and the
-host costs from ``polyrec.planner.host.measure_host_costs`` (each run first when the device has no
-stored one; ``--quick`` skips both). The planner's per-step host constant was fitted on the
-even-numbered rows of the 2026-11-29 run: the summary reports the error on even and odd rows apart.
+among those batches against the fastest measured. The ceilings come from ``hw calibrate`` (run first
+when the device has no stored one; ``--quick`` skips it). The planner's host costs were fitted on the
+even-numbered rows of an earlier run (``polyrec.planner.host``): the summary reports the error on
+even and odd rows apart.
 
 Run on the GPU machine: ``PYTHONPATH=. python3 benchmarks/planner_accuracy.py`` (about 6-8 minutes on
 an H200; a global deadline skips what is left after ``--budget-s``), ``--quick`` for a smoke test
@@ -106,13 +106,11 @@ def measure(case: Case, *, warmup: int, steps: int) -> dict:
 
 def ensure_calibration(spec) -> str:
     from polyrec.hardware.calibrate import calibrate, load_calibration, save_calibration
-    from polyrec.planner.host import ensure_host_calibration
 
-    said = "stored calibration"
     if load_calibration(spec.name) is None:
         save_calibration(spec.name, calibrate(spec))
-        said = "calibrated in this run"
-    return f"{said}; {ensure_host_calibration(spec.name)}"
+        return "calibrated in this run"
+    return "stored calibration"
 
 
 def harness_bytes(case: Case) -> int:

@@ -13,6 +13,7 @@ from polyrec.perfmodel.step import StepParts, step_time
 from polyrec.planner import memory as mem
 from polyrec.planner import model_spec_from_config
 from polyrec.planner.comms import CollectiveSample, fit_link
+from polyrec.planner import host
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs
 from polyrec.planner.ops import LayerMemory, activation_peak_per_sample, dense_inventory
 
@@ -95,12 +96,10 @@ def test_gemm_launches_follow_the_backend():
     assert gemm_launches("library", 1, "cross_grad") == Launches(triton=1, torch_ops=3)  # + the bias sum
 
 
-def test_host_costs_prefer_a_stored_measurement():
-    measured = {"date": "2026-11-30", "triton_launch_s": 20e-6, "torch_op_s": 6e-6}
-    c = host_costs("H200", measured=measured)
-    assert (c.triton_launch_s, c.torch_op_s) == (20e-6, 6e-6) and "calibrated 2026-11-30" in c.origin
-    d = host_costs("H200", launch_latency=9e-6, measured={})
-    assert d.torch_op_s == 9e-6 and d.origin.startswith("estimate")
+def test_host_costs_are_the_fitted_ones_and_say_so():
+    c = host_costs()
+    assert (c.triton_launch_s, c.torch_op_s) == (host.FITTED_TRITON_LAUNCH_S, host.FITTED_TORCH_OP_S)
+    assert c.origin.startswith("calibrated: fitted")
     assert Launches(triton=3, torch_ops=10).seconds(HostCosts(triton_launch_s=1.0, torch_op_s=0.5, step_fixed_s=0,
                                                               origin="")) == 8.0
 
@@ -141,8 +140,6 @@ def test_fit_link_rejects_what_cannot_determine_it():
                                   2)["bandwidth"])
 
 
-def test_step_host_seconds_scale_the_counted_launches_and_add_the_fixed_part():
-    from polyrec.planner.host import HOST_LAUNCH_SCALE
-
+def test_step_host_seconds_add_the_fixed_part_to_the_launches():
     costs = HostCosts(triton_launch_s=1.0, torch_op_s=0.5, step_fixed_s=2.0, origin="")
-    assert Launches(triton=3, torch_ops=10).step_seconds(costs) == pytest.approx(HOST_LAUNCH_SCALE * 8.0 + 2.0)
+    assert Launches(triton=3, torch_ops=10).step_seconds(costs) == pytest.approx(10.0)

@@ -159,8 +159,7 @@ class Estimator:
         self.dense_dtype, self.dense_optimizer, self.overlap = dense_dtype, dense_optimizer, overlap
         self.specs = fleet.specs()
         self.ceilings = {name: ceilings(spec) for name, spec in self.specs.items()}
-        self.host = {name: host_costs(name, c.launch_latency.value if c.launch_latency.origin.startswith("calibrated")
-                                      else None) for name, c in self.ceilings.items()}
+        self.host = {name: host_costs() for name in self.ceilings}
         self.rank_devices = fleet.rank_devices()
         self.links: FleetLinks = fleet_links(fleet)
         self.matmuls = dense_matmuls(model)
