@@ -5,6 +5,7 @@ on 2 ranks, on 1 rank and without torchrun."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -175,3 +176,28 @@ def test_torchrun_trains_checkpoints_and_resumes_on_other_rank_counts(tmp_path):
 def test_torch_backend_is_refused_on_several_ranks(tmp_path):
     proc = _torchrun(2, *[a if a != "polyrec" else "torch" for a in COMMON], "--steps", "2")
     assert proc.returncode != 0 and "polyrec's TBE" in proc.stderr + proc.stdout
+
+
+def _resume_exactly(rank: int, world: int, ckpt: str) -> None:
+    """3 steps, a checkpoint, 3 more; a trainer resumed from the checkpoint repeats the last 3 losses.
+    On several ranks the trainer takes each batch one step ahead (its input distribution started):
+    the checkpoint must hold the data position before that batch."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.trainer import Trainer
+
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=6, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100, checkpoint_dir=ckpt)
+    first = Trainer(cfg, progress=False)
+    assert first._exchange_ahead == (world > 1)
+    for _ in range(3):
+        first.train_step()
+    first.save()
+    want = [float(first.train_step()) for _ in range(3)]
+    again = Trainer(dataclasses.replace(cfg, resume=True), progress=False)
+    got = [float(again.train_step()) for _ in range(3)]
+    assert got == want, (rank, got, want)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_resume_repeats_the_losses_when_batches_are_taken_ahead(tmp_path, world):
+    run_on_ranks(_resume_exactly, world, str(tmp_path / "ckpt"))

@@ -7,6 +7,8 @@ The model is split in two halves that the trainer runs (and times) separately: :
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -63,9 +65,12 @@ class DLRM(nn.Module):
         """Parameters the dense optimizer owns (everything but the embedding tables)."""
         return [p for part in self.dense_parts() for p in part.parameters()]
 
-    def embed(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
-        """values [nnz], offsets [F*B+1] -> pooled embeddings [B, F, D] (fp32, or the polyrec output dtype)."""
-        return self.embeddings(values, offsets, batch_size)
+    def embed(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int, started: Any = None) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] -> pooled embeddings [B, F, D] (fp32, or the polyrec output dtype).
+        ``started``: sharded tables only, the batch's input distribution begun by ``embeddings.start_inputs``."""
+        if started is None:
+            return self.embeddings(values, offsets, batch_size)
+        return self.embeddings(values, offsets, batch_size, started=started)
 
     def dense_forward(self, dense: torch.Tensor, emb: torch.Tensor,
                       compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:

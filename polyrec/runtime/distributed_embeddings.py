@@ -16,7 +16,7 @@ from torch import nn
 
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
-from polyrec.runtime.sharding import Shard, ShardedEmbedding, TableSharding
+from polyrec.runtime.sharding import Shard, ShardedEmbedding, StartedInputs, TableSharding
 
 #: Each rank initialises its shards from seed * _SEED_STRIDE + rank: distinct streams per rank, so
 #: initial values depend on the sharding (a resumed or resharded checkpoint carries exact values).
@@ -92,10 +92,20 @@ class DistributedEmbeddings(nn.Module):
     def local(self) -> TableBatchedEmbedding:
         return self.sharded.local
 
-    def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
-        """values [nnz], offsets [F*B+1] of this rank's B samples -> pooled [B, F, D]."""
+    def start_inputs(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> StartedInputs | None:
+        """Begin the input distribution of a batch (``ShardedEmbedding.start_inputs``); hand the result
+        to ``forward`` as ``started`` with the same tensors."""
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables)
-        return self.sharded(batch).view(batch_size, self.num_tables, self.dim)
+        return self.sharded.start_inputs(batch)
+
+    def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
+                started: StartedInputs | None = None) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] of this rank's B samples -> pooled [B, F, D]."""
+        batch = (started.batch if started is not None else
+                 JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables))
+        if batch.values is not values or batch.offsets is not offsets:
+            raise ValueError("the started input distribution belongs to other tensors")
+        return self.sharded(batch, started).view(batch_size, self.num_tables, self.dim)
 
     def apply_gradients(self) -> None:
         """Nothing to do: each shard's backward already applied its optimizer."""

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.runtime.input_dist import InputRouter, regroup
+from polyrec.runtime.input_dist import Counted, InputRouter, regroup
 
 SHARDING_KINDS = ("table", "row", "column")
 
@@ -164,6 +164,17 @@ def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
     return out
 
 
+@dataclass(kw_only=True, slots=True)
+class StartedInputs:
+    """A batch whose input distribution ``ShardedEmbedding.start_inputs`` began."""
+
+    batch: JaggedBatch
+    counted: Counted
+    recv_lengths: Tensor  # [world * P_r * B] int32: the bag lengths this rank receives
+    sizes: Tensor  # [2 * world] ids sent to, then received from, each rank (host; pinned on a GPU)
+    ready: torch.cuda.Event | None  # fires once ``sizes`` holds its values (None: already)
+
+
 class ShardedEmbedding(nn.Module):
     """Embedding tables sharded over the ranks of the default process group.
 
@@ -204,15 +215,14 @@ class ShardedEmbedding(nn.Module):
         self.pooled_is_output = world_size == 1 and out_cols == list(range(self.out_dim))
         self.register_buffer("_out_cols", torch.tensor(out_cols, dtype=torch.int64, device=device), persistent=False)
 
-    def _send_inputs(self, batch: JaggedBatch) -> JaggedBatch:
-        """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B].
-
-        Collectives: lengths (fixed sizes), values, weights when present; none in a world of one.
-        One host sync: the ids this rank sends to and receives from every rank, read together as one
-        small tensor.
-        """
+    def start_inputs(self, batch: JaggedBatch) -> StartedInputs | None:
+        """The first half of the input distribution of ``batch``: bucket counts, the lengths
+        all-to-all, and the copy of the split sizes to the host, queued without waiting (on a GPU into
+        pinned memory, with an event). Started one step ahead of its lookup, the host reads the sizes
+        when the device has long passed that point, instead of waiting for the work queued before it.
+        None in a world of one (nothing is exchanged)."""
         if self.world == 1:
-            return self.router.local_batch(batch)
+            return None
         b, world, mine = batch.batch_size, self.world, self.router.pieces_per_rank[self.rank]
         if batch.nnz >= 2**31:
             raise ValueError(f"rank {self.rank}: {batch.nnz} ids in one local batch; bag lengths are exchanged "
@@ -221,28 +231,49 @@ class ShardedEmbedding(nn.Module):
         send_lengths = counted.send_lengths.to(torch.int32).reshape(-1)  # [P * B]
         recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world)
         recv_counts = recv_lengths.view(world, mine * b).sum(1)  # [world]
-        # The step's one host sync, kept on purpose: all_to_all_single takes its split sizes as host
-        # ints, and they depend on the data (every rank's bag lengths; for row-wise tables, which rows
-        # the ids hit), which reach this rank only on the device, through the lengths all-to-all.
-        # Sizing the buffers without it needs host-side counts all ranks agree on: per-feature id
-        # counts from the data source (known on its host: fixed bag sizes, or offsets before their
-        # copy to the device) exchanged between hosts, plus for row-wise tables a pad to the feature's
-        # whole id count (up to world x the id traffic). That is a data-source and trainer change, as
-        # is hiding the sync by distributing the next batch's input a step ahead (TorchRec's
-        # sparse-dist pipeline).
-        sizes = torch.cat([counted.send_counts, recv_counts]).tolist()
+        sizes = torch.cat([counted.send_counts, recv_counts])  # [2 * world] ids sent to / received from each rank
+        ready = None
+        if sizes.is_cuda:
+            host = torch.empty(sizes.shape, dtype=sizes.dtype, pin_memory=True)
+            sizes = host.copy_(sizes, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+        return StartedInputs(batch=batch, counted=counted, recv_lengths=recv_lengths, sizes=sizes, ready=ready)
+
+    def _send_inputs(self, batch: JaggedBatch, started: StartedInputs | None) -> JaggedBatch:
+        """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B].
+
+        Collectives: lengths (fixed sizes), values, weights when present; none in a world of one.
+        One host read: the ids this rank sends to and receives from every rank, as one small tensor
+        (``start_inputs``, here unless the caller started it a step ahead).
+        """
+        if self.world == 1:
+            return self.router.local_batch(batch)
+        started = started or self.start_inputs(batch)
+        if started.batch is not batch:
+            raise ValueError("the started input distribution belongs to another batch")
+        # The host read of the split sizes stays: all_to_all_single takes them as host ints, and they
+        # depend on the data (every rank's bag lengths; for row-wise tables, which rows the ids hit),
+        # which reach this rank only on the device, through the lengths all-to-all. Started a step
+        # ahead (the trainer's sync pipeline on several ranks), the read finds them already copied.
+        if started.ready is not None:
+            started.ready.synchronize()
+        sizes = started.sizes.tolist()
+        world, mine = self.world, self.router.pieces_per_rank[self.rank]
         send, recv = sizes[:world], sizes[world:]
-        values, weights = self.router.pack(batch, counted, sum(send))
+        values, weights = self.router.pack(batch, started.counted, sum(send))
         got_values = _all_to_all(values, send, recv)
         got_weights = None if weights is None else _all_to_all(weights, send, recv)
-        return regroup(recv_lengths, got_values, got_weights, world=world, features=mine, batch=b)
+        return regroup(started.recv_lengths, got_values, got_weights, world=world, features=mine,
+                       batch=batch.batch_size)
 
-    def forward(self, batch: JaggedBatch) -> Tensor:
-        """Local batch [B samples x F features] -> pooled [B, sum of feature dims], feature order."""
+    def forward(self, batch: JaggedBatch, started: StartedInputs | None = None) -> Tensor:
+        """Local batch [B samples x F features] -> pooled [B, sum of feature dims], feature order.
+        ``started``: this batch's ``start_inputs``, when the caller began its distribution earlier."""
         if batch.num_features != self.num_features:
             raise ValueError(f"batch has {batch.num_features} features, the sharded tables serve {self.num_features}")
         b, world = batch.batch_size, self.world
-        local_batch = self._send_inputs(batch)
+        local_batch = self._send_inputs(batch, started)
         local_dim = self.rank_dims[self.rank]
         pooled = self.local(local_batch) if local_batch.num_features else batch.values.new_zeros(
             (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
