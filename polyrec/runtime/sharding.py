@@ -25,7 +25,6 @@ the output all-to-all).
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.runtime.dist import DEFAULT_TIMEOUT_S
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
 
 SHARDING_KINDS = ("table", "row", "column")
@@ -160,9 +158,9 @@ class _PlaceColumns(torch.autograd.Function):
         return flat, None, None, None, None, None
 
 
-def _all_to_all(tensor: Tensor, send: list[int], recv: list[int], group=None) -> Tensor:
+def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
     out = tensor.new_empty(sum(recv))
-    dist.all_to_all_single(out, tensor.contiguous(), recv, send, group=group)
+    dist.all_to_all_single(out, tensor.contiguous(), recv, send)
     return out
 
 
@@ -216,12 +214,6 @@ class ShardedEmbedding(nn.Module):
         # One rank whose pooled columns are already the output's: it is returned as it is.
         self.pooled_is_output = world_size == 1 and out_cols == list(range(self.out_dim))
         self.register_buffer("_out_cols", torch.tensor(out_cols, dtype=torch.int64, device=device), persistent=False)
-        # The input distribution has a process group of its own (with NCCL, its own stream): a batch's
-        # distribution started a step ahead then waits for nothing queued on the default group (the
-        # previous step's DDP all-reduces and embedding all-to-alls). At a364e08, sharing it, the
-        # start took 1.8 ms of the world-2 step (multi_gpu_world2_nvidia-h200_2026-11-30).
-        timeout = dt.timedelta(seconds=DEFAULT_TIMEOUT_S)
-        self.input_group = dist.new_group(ranks=list(range(world_size)), timeout=timeout) if world_size > 1 else None
 
     def start_inputs(self, batch: JaggedBatch) -> StartedInputs | None:
         """The first half of the input distribution of ``batch``: bucket counts, the lengths
@@ -237,8 +229,7 @@ class ShardedEmbedding(nn.Module):
                              "as int32, so at most 2**31 - 1 ids per rank per step")
         counted = self.router.count(batch)
         send_lengths = counted.send_lengths.to(torch.int32).reshape(-1)  # [P * B]
-        recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world,
-                                   self.input_group)
+        recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world)
         recv_counts = recv_lengths.view(world, mine * b).sum(1)  # [world]
         sizes = torch.cat([counted.send_counts, recv_counts])  # [2 * world] ids sent to / received from each rank
         ready = None
@@ -271,8 +262,8 @@ class ShardedEmbedding(nn.Module):
         world, mine = self.world, self.router.pieces_per_rank[self.rank]
         send, recv = sizes[:world], sizes[world:]
         values, weights = self.router.pack(batch, started.counted, sum(send))
-        got_values = _all_to_all(values, send, recv, self.input_group)
-        got_weights = None if weights is None else _all_to_all(weights, send, recv, self.input_group)
+        got_values = _all_to_all(values, send, recv)
+        got_weights = None if weights is None else _all_to_all(weights, send, recv)
         return regroup(started.recv_lengths, got_values, got_weights, world=world, features=mine,
                        batch=batch.batch_size)
 
