@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 from polyrec.perfmodel.tbe import merge_levels
 
-#: Host seconds per counted Triton launch and per counted torch op, and per step besides them, fitted
-#: by least squares on the host-bound even rows (0, 14, 16, 18, 20, 22: predicted device time under half
-#: the host time) of benchmarks/results/planner_accuracy_nvidia-h200_2026-11-30 as committed in 98b6be5
-#: (691c40d, run alone on GPU 0): 42.6 us, 31.6 us and 0.72 ms. Each counted op stands for about 3x a
+#: Host seconds per counted Triton launch and per counted torch op, and per step besides them: 42.6 us,
+#: 31.6 us and 0.72 ms. Fitted on the host-bound even rows (0, 14, 16, 18, 20, 22: predicted device
+#: time under half the host time) of benchmarks/results/planner_accuracy_nvidia-h200_2026-11-30 as
+#: committed in 98b6be5 (691c40d, run alone on GPU 0): the fixed part and one scale (2.98) on the
+#: launches by least squares, the launches priced at that run's measured per-launch costs (14.3 us per
+#: Triton launch, 10.6 us per torch op, back-solved from its predictions). Each counted op stands for about 3x a
 #: bare launch (13.2 us per Triton launch with 19 arguments, meta-pytorch/tritonbench PR #669; ~7-11 us
 #: per eager torch op measured here): the step also runs autograd nodes, module Python and allocator
 #: calls the count does not see, in proportion to the model's size. Measured host-bound steps: MLPerf
