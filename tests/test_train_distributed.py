@@ -196,6 +196,11 @@ def _resume_exactly(rank: int, world: int, ckpt: str) -> None:
     again = Trainer(dataclasses.replace(cfg, resume=True), progress=False)
     got = [float(again.train_step()) for _ in range(3)]
     assert got == want, (rank, got, want)
+    if world > 1:  # a distribution started for one batch is refused for another
+        a, b = again.source.next_batch(), again.source.next_batch()
+        started = again.model.embeddings.start_inputs(a.values, a.offsets, a.batch_size)
+        with pytest.raises(ValueError, match="belongs to another batch"):
+            again.model.embed(b.values, b.offsets, b.batch_size, started=started)
 
 
 @pytest.mark.parametrize("world", [1, 2])

@@ -101,10 +101,7 @@ class DistributedEmbeddings(nn.Module):
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
                 started: StartedInputs | None = None) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] of this rank's B samples -> pooled [B, F, D]."""
-        batch = (started.batch if started is not None else
-                 JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables))
-        if batch.values is not values or batch.offsets is not offsets:
-            raise ValueError("the started input distribution belongs to other tensors")
+        batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables)
         return self.sharded(batch, started).view(batch_size, self.num_tables, self.dim)
 
     def apply_gradients(self) -> None:

@@ -250,7 +250,7 @@ class ShardedEmbedding(nn.Module):
         if self.world == 1:
             return self.router.local_batch(batch)
         started = started or self.start_inputs(batch)
-        if started.batch is not batch:
+        if started.batch.values is not batch.values or started.batch.offsets is not batch.offsets:
             raise ValueError("the started input distribution belongs to another batch")
         # The host read of the split sizes stays: all_to_all_single takes them as host ints, and they
         # depend on the data (every rank's bag lengths; for row-wise tables, which rows the ids hit),
