@@ -135,8 +135,10 @@ def score_shape(row: dict, spec, ceil: Ceilings) -> dict:
     order = sorted(finite, key=lambda label: predicted[label])
     # The library path is torch.matmul + one fused Triton epilogue pass (polyrec.kernels.gemm._library).
     # Sweeps since the TMA kernel (their rows name "kernel_chosen") timed that path as
-    # torch_epilogue_ms; older ones timed eager torch ops, so there the pass is its byte floor.
-    library_ms = (row["torch_epilogue_ms"] if "kernel_chosen" in row
+    # torch_epilogue_ms; older ones timed eager torch ops, so there the pass is its byte floor. The
+    # sweep's samples are eager, so sweeps that also time finalists from a CUDA graph give the eager
+    # library time (torch_epilogue_ms_eager) to compare with them.
+    library_ms = (row.get("torch_epilogue_ms_eager", row["torch_epilogue_ms"]) if "kernel_chosen" in row
                   else row["torch_ms"] + 1e3 * fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M))
     choice_ms = selected_ms if choice.backend == "triton" else library_ms
     return {

@@ -9,8 +9,14 @@ aligned rows, bias / ReLU / cross epilogues), timed through ``matmul(config=...)
 row says which kind won (classic Triton, TMA, library) and which the selector chose.
 Summary: geomean best/selected, p10, worst, Kendall tau predicted vs measured, rank of the best, and
 the library choice against min(best Triton, torch). The finalists of each shape (the sweep's best,
-the selected config, the library path, torch.matmul) are re-timed in interleaved rounds, and the
-summary uses those times (the sweep's single samples are kept as ``*_sweep_ms``).
+the selected config, the library path, torch.matmul) are re-timed in interleaved rounds two ways:
+replayed from a CUDA graph (``do_bench_cudagraph``: the kernels' device time, with no host launch
+cost and a warm L2, as training runs them with CUDA graphs) and eagerly (``do_bench``: host launch
+included, L2 flushed). The summary's headline ratios use the graph times: a config is the kernel's
+launch parameters, and on launch-bound shapes the eager time is the host's launch rate, the same
+code for every config, which varied 2x between configs in one run (17x33x29 at 8cd3e5a: 41 vs 20
+us). The eager ratios are reported beside them (``*_eager``). The sweep's single samples are kept
+as ``*_sweep_ms``.
 ``triton.autotune``'s wall time on two shapes is the baseline (constructed here only).
 
 Run on the GPU machine: ``PYTHONPATH=. python3 benchmarks/gemm_selection.py`` (about 8 minutes,
@@ -29,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import triton
 from triton.runtime.errors import OutOfResources
-from triton.testing import do_bench
+from triton.testing import do_bench, do_bench_cudagraph
 
 from polyrec.hardware.calibrate import calibrate, ceilings, save_calibration
 from polyrec.hardware.detect import detect
@@ -51,6 +57,9 @@ BENCH_WARMUP_MS, BENCH_REP_MS = 1, 4
 #: the sweep against 9-12 us for its neighbours (gemm_selection_nvidia-h200_2026-11-30 as committed in
 #: that run), the "contiguous slow blocks" seen before.
 RETIME_ROUNDS = 5
+#: do_bench_cudagraph repetition time (ms) of one finalist in one round: the graph holds
+#: ``rep / estimate`` unrolled calls, replayed 10 times, median.
+GRAPH_REP_MS = 10
 #: Shapes whose triton.autotune wall time is measured (its compiles are already cached, so this is
 #: the timed-trial part alone).
 AUTOTUNE_SHAPES = ("fwd top1 B65536", "wgrad cross-U B65536")
@@ -166,48 +175,59 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
                  "torch": _torch_plain(args)}
     if choice.config != best_config:  # the same config is timed once (twice, it differed by up to 12%)
         finalists["selected"] = lambda: matmul(**args, config=choice.config)
-    final = _retime(finalists)
-    final.setdefault("selected", final["best"])
-    best = dict(best, sweep_ms=best["measured_ms"], measured_ms=final["best"])
-    selected = dict(selected, sweep_ms=selected["measured_ms"], measured_ms=final["selected"])
-    torch_ms, torch_epi_ms = final["torch"], final["library"]
-    if selected["measured_ms"] < best["measured_ms"]:  # the selected config was outside the sweep, or it won
-        best = selected
+    graph, eager = _retime(finalists)
+    labels = {"best": best, "selected": selected}
+    best_name = "selected" if graph.get("selected", math.inf) < graph["best"] else "best"
+    best = labels[best_name]  # the selected config was outside the sweep, or it won
     by_prediction = sorted(valid, key=lambda r: r["predicted_ms"])  # finite for the configs that ran
     rank = next((i + 1 for i, r in enumerate(by_prediction) if r["config"] == best["config"]), 0)
     cold, warm = _selection_times(shape, dtype, spec)
-    choice_ms = selected["measured_ms"] if choice.backend == "triton" else torch_epi_ms
-    best_of = {kind: min((r["measured_ms"] for r in valid if r["kind"] == kind), default=math.nan)
-               for kind in ("triton", "tma")}
-    times = {"triton": best_of["triton"], "tma": best_of["tma"], "library": torch_epi_ms}
-    winner = min((k for k in times if math.isfinite(times[k])), key=times.get)
+    winner = "library" if graph["library"] < graph[best_name] else best["kind"]
     return {
         "shape": shape.name, "m": shape.m, "n": shape.n, "k": shape.k, "layout": shape.layout,
         "epilogue": shape.epilogue, "configs": len(configs), "failed_configs": len(records) - len(valid),
-        "best_config": best["config"], "best_kind": best.get("kind", "triton"), "best_ms": best["measured_ms"],
-        "best_classic_ms": best_of["triton"], "best_tma_ms": best_of["tma"], "winner_kind": winner,
-        "selected_config": selected["config"], "selected_ms": selected["measured_ms"],
-        "best_over_selected": best["measured_ms"] / selected["measured_ms"],
-        "rank_of_best_in_prediction": rank, "best_sweep_ms": best.get("sweep_ms", math.nan),
-        "selected_sweep_ms": selected.get("sweep_ms", math.nan),
+        "best_config": best["config"], "best_kind": best["kind"],
+        "best_classic_ms": _best_sweep_ms(valid, "triton"), "best_tma_ms": _best_sweep_ms(valid, "tma"),
+        "winner_kind": winner, "selected_config": selected["config"],
+        **_finalist_times(graph, choice.backend, ""), **_finalist_times(eager, choice.backend, "_eager"),
+        "rank_of_best_in_prediction": rank, "best_sweep_ms": best["measured_ms"],
+        "selected_sweep_ms": selected["measured_ms"],
         "kendall_tau": kendall_tau([r["predicted_ms"] for r in valid], [r["measured_ms"] for r in valid]),
-        "torch_ms": torch_ms, "torch_epilogue_ms": torch_epi_ms, "backend_chosen": choice.backend,
-        "kernel_chosen": choice.kernel,
-        "choice_ms": choice_ms, "oracle_ms": min(best["measured_ms"], torch_epi_ms),
+        "backend_chosen": choice.backend, "kernel_chosen": choice.kernel,
         "predicted_selected_ms": choice.triton_seconds * 1e3, "predicted_library_ms": choice.library_seconds * 1e3,
         "library_path_error": library_err, "select_cold_us": cold * 1e6, "select_warm_us": warm * 1e6,
         "sweep": records,
     }
 
 
-def _retime(calls: dict) -> dict[str, float]:
-    """Each call's minimum over RETIME_ROUNDS interleaved rounds of its do_bench median (ms)."""
-    times = {name: math.inf for name in calls}
+def _best_sweep_ms(valid: list[dict], kind: str) -> float:
+    """The sweep's fastest single sample among configs of one kind (classic "triton" or "tma")."""
+    return min((r["measured_ms"] for r in valid if r["kind"] == kind), default=math.nan)
+
+
+def _finalist_times(final: dict[str, float], backend: str, suffix: str) -> dict[str, float]:
+    """One timing mode's row fields: the best and selected configs (the faster of the two is the
+    best), torch.matmul alone and as the library path, the backend chosen and the oracle."""
+    selected = final.get("selected", final["best"])
+    best = min(final["best"], selected)
+    choice = selected if backend == "triton" else final["library"]
+    return {f"best_ms{suffix}": best, f"selected_ms{suffix}": selected,
+            f"best_over_selected{suffix}": best / selected, f"torch_ms{suffix}": final["torch"],
+            f"torch_epilogue_ms{suffix}": final["library"], f"choice_ms{suffix}": choice,
+            f"oracle_ms{suffix}": min(best, final["library"])}
+
+
+def _retime(calls: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """(graph, eager): each call's minimum over RETIME_ROUNDS interleaved rounds of its median (ms)
+    replayed from a CUDA graph and timed eagerly by do_bench."""
+    graph = {name: math.inf for name in calls}
+    eager = dict(graph)
     for _ in range(RETIME_ROUNDS):
         for name, fn in calls.items():
-            ms = do_bench(fn, warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS, return_mode="median")
-            times[name] = min(times[name], ms)
-    return times
+            graph[name] = min(graph[name], do_bench_cudagraph(fn, rep=GRAPH_REP_MS, return_mode="median"))
+            eager[name] = min(eager[name], do_bench(fn, warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
+                                                    return_mode="median"))
+    return graph, eager
 
 
 def autotune_wall(shape: GemmShape, configs: list[GemmConfig], args: dict) -> dict:
@@ -236,19 +256,28 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def _ratio_summary(rows: list[dict], suffix: str) -> dict:
+    """Selection and library-choice ratios over the suite, for one timing mode."""
+    ratios = sorted(r[f"best_over_selected{suffix}"] for r in rows)
+    return {
+        f"geomean_best_over_selected{suffix}": _geomean(ratios),
+        f"p10_best_over_selected{suffix}": ratios[max(0, math.ceil(0.1 * len(ratios)) - 1)] if ratios else math.nan,
+        f"worst_best_over_selected{suffix}": ratios[0] if ratios else math.nan,
+        f"geomean_oracle_over_choice{suffix}": _geomean([r[f"oracle_ms{suffix}"] / r[f"choice_ms{suffix}"] for r in rows]),
+        f"geomean_best_triton_over_torch{suffix}": _geomean([r[f"torch_ms{suffix}"] / r[f"best_ms{suffix}"] for r in rows]),
+    }
+
+
 def summarize(rows: list[dict]) -> dict:
-    ratios = sorted(r["best_over_selected"] for r in rows)
     return {
         "shapes": len(rows),
-        "geomean_best_over_selected": _geomean(ratios),
-        "p10_best_over_selected": ratios[max(0, math.ceil(0.1 * len(ratios)) - 1)] if ratios else float("nan"),
-        "worst_best_over_selected": ratios[0] if ratios else float("nan"),
-        "median_kendall_tau": statistics.median(r["kendall_tau"] for r in rows) if rows else float("nan"),
-        "median_rank_of_best": statistics.median(r["rank_of_best_in_prediction"] for r in rows) if rows else float("nan"),
-        "geomean_oracle_over_choice": _geomean([r["oracle_ms"] / r["choice_ms"] for r in rows]),
-        "geomean_best_triton_over_torch": _geomean([r["torch_ms"] / r["best_ms"] for r in rows]),
-        "max_select_cold_us": max((r["select_cold_us"] for r in rows), default=float("nan")),
-        "median_select_warm_us": statistics.median(r["select_warm_us"] for r in rows) if rows else float("nan"),
+        "timing": "headline ratios: CUDA-graph replay (device time); *_eager: do_bench (host launch included)",
+        **_ratio_summary(rows, ""),
+        **_ratio_summary(rows, "_eager"),
+        "median_kendall_tau": statistics.median(r["kendall_tau"] for r in rows) if rows else math.nan,
+        "median_rank_of_best": statistics.median(r["rank_of_best_in_prediction"] for r in rows) if rows else math.nan,
+        "max_select_cold_us": max((r["select_cold_us"] for r in rows), default=math.nan),
+        "median_select_warm_us": statistics.median(r["select_warm_us"] for r in rows) if rows else math.nan,
     }
 
 
@@ -305,12 +334,12 @@ def main() -> None:
                   rows=table, summary=summary)
     print()
     print(f"{'shape':24s} {'best/sel':>8s} {'tau':>5s} {'rank':>4s} {'chosen':>8s} {'won':>8s} {'classic':>8s} "
-          f"{'tma':>8s} {'library':>8s} {'oracle/choice':>13s}")
+          f"{'tma':>8s} {'library':>8s} {'oracle/choice':>13s} {'eager b/s':>9s}")
     for r in rows:
         print(f"{r['shape']:24s} {r['best_over_selected']:8.3f} {r['kendall_tau']:5.2f} "
               f"{r['rank_of_best_in_prediction']:4d} {r['kernel_chosen']:>8s} {r['winner_kind']:>8s} "
               f"{r['best_classic_ms']:8.4f} {r['best_tma_ms']:8.4f} {r['torch_epilogue_ms']:8.4f} "
-              f"{r['oracle_ms'] / r['choice_ms']:13.3f}")
+              f"{r['oracle_ms'] / r['choice_ms']:13.3f} {r['best_over_selected_eager']:9.3f}")
     for key, value in summary.items():
         print(f"{key}: {value}")
 

@@ -152,6 +152,7 @@ def test_bench_e2e_cli():
     assert direct["path"] == "direct port" and direct["embedding_optimizer"] == "adagrad" and direct["dtype"] == "float32"
     assert ours["path"] == "polyrec" and ours["embedding_optimizer"] == "rowwise_adagrad"
     assert math.isclose(out["speedup"], ours["samples_per_s"] / direct["samples_per_s"])
+    assert ours["median_step_ms"] > 0
 
 
 def test_semi_sync_reads_tables_one_update_old():
@@ -180,3 +181,18 @@ def test_semi_sync_reads_tables_one_update_old():
     assert losses == want
     sync_losses = [float(Trainer(dataclasses.replace(cfg, pipeline="sync"), progress=False).train_step())]
     assert sync_losses[0] == losses[0]  # the first step has nothing stale yet
+
+
+def test_median_step_interval_ignores_a_slow_step(monkeypatch):
+    """PhaseTimer.median_step_ms: the median of the gaps between step boundaries, so one stalled step
+    (a GC pause) does not move it while the mean does."""
+    from polyrec.runtime.metrics import PhaseTimer
+
+    clock = iter([0.0, 0.010, 0.020, 0.130, 0.140, 0.150])  # seconds; the third step stalls 100 ms
+    monkeypatch.setattr("polyrec.runtime.metrics.time.perf_counter", lambda: next(clock))
+    timer = PhaseTimer(torch.device("cpu"))
+    with pytest.raises(ValueError, match="two step boundaries"):
+        timer.median_step_ms()
+    for _ in range(6):
+        timer.step_boundary()
+    assert timer.median_step_ms() == pytest.approx(10.0)

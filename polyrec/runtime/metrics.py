@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -30,6 +31,7 @@ class PhaseTimer:
         self.pending: list[tuple[str, Any, Any]] = []
         self.totals: dict[str, float] = defaultdict(float)  # seconds
         self._open: tuple[str, Any] | None = None
+        self.boundaries: list[Any] = []  # step starts (and the last step's end), see step_boundary
 
     def _mark(self) -> Any:
         if not self.cuda:
@@ -54,6 +56,22 @@ class PhaseTimer:
             self.totals[phase] += begin.elapsed_time(end) / 1e3 if self.cuda else end - begin
         self.pending.clear()
         return dict(self.totals)
+
+    def step_boundary(self) -> None:
+        """Mark where one step ends and the next begins."""
+        self.boundaries.append(self._mark())
+
+    def median_step_ms(self) -> float:
+        """Median interval between consecutive step boundaries (ms). On a GPU the intervals are on the
+        device's timeline: a device-bound step's kernel time, a host-bound step's launch rate."""
+        if len(self.boundaries) < 2:
+            raise ValueError("median_step_ms needs at least two step boundaries")
+        if self.cuda:
+            torch.cuda.synchronize()
+            gaps = [a.elapsed_time(b) for a, b in zip(self.boundaries, self.boundaries[1:])]
+        else:
+            gaps = [1e3 * (b - a) for a, b in zip(self.boundaries, self.boundaries[1:])]
+        return statistics.median(gaps)
 
     def per_step_ms(self, steps: int) -> dict[str, float]:
         totals = self.flush()

@@ -495,7 +495,8 @@ class Trainer:
             torch.cuda.synchronize(self.rt.device)
 
     def benchmark(self, *, warmup: int, steps: int) -> dict[str, float]:
-        """Wall time of the first ``warmup`` steps (compiles included) and samples/s of the next ``steps``."""
+        """Wall time of the first ``warmup`` steps (compiles included), samples/s of the next ``steps``
+        and the median of their step intervals (``PhaseTimer.median_step_ms``)."""
         self.sync()
         t0 = time.perf_counter()
         for _ in range(warmup):
@@ -504,9 +505,12 @@ class Trainer:
         t1 = time.perf_counter()
         self.timer = PhaseTimer(self.rt.device)
         for _ in range(steps):
+            self.timer.step_boundary()
             loss = self.train_step()
+        self.timer.step_boundary()
         self.sync()
         t2 = time.perf_counter()
         return {"first_steps_s": t1 - t0, "samples_per_s": steps * self.cfg.batch_size / (t2 - t1),
-                "ms_per_step": 1e3 * (t2 - t1) / steps, "last_loss": float(loss),
+                "ms_per_step": 1e3 * (t2 - t1) / steps, "median_step_ms": self.timer.median_step_ms(),
+                "last_loss": float(loss),
                 **{f"{k}_ms": v for k, v in self.timer.per_step_ms(steps).items()}}
