@@ -60,6 +60,19 @@ TMA_HELD_BUFFERS = 0
 #: Fraction of a co-resident program's main loop (``ctas_per_sm`` 2) that hides this program's
 #: epilogue. Grid 0 / 0.25 / 0.5 / 0.75 / 1.
 TMA_CORESIDENT_OVERLAP = 0.25
+#: Main-loop cost of a config whose warpgroups issue ``wgmma`` narrower than 256 columns (each
+#: warpgroup's share of BLOCK_N below 256: BM256 x BN128 or BM128 x BN128) against BM128 x BN256,
+#: where each warpgroup issues m64n256 instructions. The model without it called the BM256 x BN128 /
+#: BM128 x BN256 twins equal (or BM256 ahead by wave quantization) where the H200 measured BN256
+#: 5-10% faster in every large shape: the median over 44 twin pairs (TMA BM256 x BN128 and BM128 x
+#: BN128 w4 against BM128 x BN256, shapes over 1e10 MAC, skinny shapes left out) of measured ratio
+#: over predicted ratio in the sweep at 8cd3e5a (``git show 81782fd:benchmarks/results/
+#: gemm_selection_nvidia-h200_2026-11-30.json``) is 1.077. Checked offline (gemm_model_check.py) on
+#: the next sweep (a184b6c, another machine): 4 dgrad shapes now pick BM128 x BN256, 4-6% faster
+#: measured there, no pick got slower.
+TMA_NARROW_WGMMA_FACTOR = 1.075
+#: Widest ``wgmma`` instruction: m64n256k16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply").
+WGMMA_MAX_N = 256
 #: Registers per thread besides the accumulator and the epilogue's pieces: descriptors, tile
 #: indices, loop state (no per-element pointers: TMA computes addresses). From the sm_90 compiles of
 #: the space (``tests/test_gemm_compile.py``, none epilogue): accumulator + 26-28; 32 keeps a margin.
@@ -131,6 +144,8 @@ def estimate(p: base.GemmProblem, cfg: base.TileConfig, spec: DeviceSpec, ceil: 
     operand_bw = ceil.l2_bandwidth.value * base.L2_OPERAND_OVER_PROBE[spec.vendor]
     port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (operand_bw / spec.compute_units / clock)
     step = max(mma, smem, port) + base.STEP_OVERHEAD_CYCLES
+    if cfg.block_n // base._warp_grid(cfg, fp.instruction)[1] < WGMMA_MAX_N:
+        step *= TMA_NARROW_WGMMA_FACTOR
     tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
     together = min(cfg.ctas_per_sm, fp.programs_per_cu)  # programs beyond what fits wait their turn
     slots = spec.compute_units * together
