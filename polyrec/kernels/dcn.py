@@ -90,6 +90,7 @@ class _CrossNetwork(torch.autograd.Function):
                 grad = matmul(dlow, vs[l], residual=grad, overwrite_residual=l < layers - 1)
             elif need[0]:
                 d_x0 = matmul(dlow, vs[0], residual=d_x0, overwrite_residual=True)  # [B, D] x0's whole gradient
+            del g, dlow  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
         return (d_x0 if need[0] else None), *d_v, *d_u, *d_b
 
 

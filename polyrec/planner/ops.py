@@ -18,6 +18,7 @@ import functools
 from dataclasses import dataclass
 
 from polyrec.kernels.dense_backward import BLOCK_NS, MAX_ITERATIONS, TILE_ELEMENTS
+from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M
 from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes
 from polyrec.planner.types import ModelSpec
 
@@ -28,6 +29,11 @@ from polyrec.planner.types import ModelSpec
 RATE_CLASSES: dict[str, float] = {"vector": 1.0}
 #: Bytes of an fp32 value (master weights, their gradients, the loss).
 FP32 = 4
+#: fp32 [B / REDUCE_BLOCK_M, D] buffers alive at the cross backward's peak: the CrossGrad pass's
+#: bias-gradient partials and two of the same size while ``torch.sum`` reduces them (allocator trace
+#: of one step, benchmarks/results/memory_peak_*_nvidia-h200_2026-11-30 at a184b6c: 3 blocks of
+#: 432 B per sample for D = 3456, 54 B for D = 432).
+BIAS_GRAD_PARTIAL_COPIES = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,8 +133,10 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
     # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
-    # product p; the output x_L only the top MLP keeps. Backward peak: grad, d_x0, g, the next grad and dlow.
-    return ops, LayerMemory(name="cross", saved=layers * (r + 2 * w) * cb, backward_peak=(4 * w + r) * cb,
+    # product p; the output x_L only the top MLP keeps. Backward peak: grad, d_x0, g, the next grad and
+    # dlow, and the CrossGrad pass's bias-gradient partials while torch sums them.
+    return ops, LayerMemory(name="cross", saved=layers * (r + 2 * w) * cb,
+                            backward_peak=(4 * w + r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w / REDUCE_BLOCK_M,
                             freed_early=w * cb)
 
 
