@@ -21,6 +21,15 @@ import torch
 from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.dist import shutdown
+from profiling import kernel_table
+
+
+def rank_kernels(trainer: Trainer) -> list[list[dict]]:
+    """Every rank's kernel table of a training step (``profiling.kernel_table``), gathered on all ranks."""
+    table = kernel_table(trainer.train_step)[:40]
+    tables: list[list[dict]] = [[] for _ in range(trainer.ctx.world_size)]
+    torch.distributed.all_gather_object(tables, table)
+    return tables
 
 
 def main() -> None:
@@ -30,6 +39,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps (after 5 warmup steps)")
     parser.add_argument("--dense-backend", default="polyrec", help="polyrec (GPU) or torch (a CPU smoke run)")
     parser.add_argument("--preset", default="mlperf-dcnv2", help="model preset (dcnv2-small for a smoke run)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also every rank's CUDA kernels per step (torch profiler), in the results payload")
     args = parser.parse_args()
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
                       synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend)
@@ -39,6 +50,7 @@ def main() -> None:
     peak = torch.tensor(torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else 0.0,
                         device=trainer.rt.device)
     torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
+    kernels = rank_kernels(trainer) if args.profile else []
     if trainer.ctx.is_main:
         row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
                "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],
@@ -51,8 +63,11 @@ def main() -> None:
             one = json.loads(single[-1].read_text())["summary"]
             summary["scaling_vs_1_gpu"] = row["global_samples_per_s"] / one["global_samples_per_s"]
             summary["efficiency"] = summary["scaling_vs_1_gpu"] / world
-        write_results(f"multi_gpu_world{world}", {"measured": measured}, rows=[row], summary=summary)
+        write_results(f"multi_gpu_world{world}" + ("_profile" if args.profile else ""),
+                      {"measured": measured, "kernels_by_rank": kernels}, rows=[row], summary=summary)
         print(json.dumps(summary, indent=1))
+        for rank, table in enumerate(kernels):
+            print(f"rank {rank}: " + "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f}" for k in table[:12]))
     shutdown()
 
 
