@@ -13,12 +13,16 @@ from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, Table
 P = 8  # sorted positions per update program
 
 
-@pytest.fixture(autouse=True, params=[("scan", 1), ("lane", 1), ("lane", 3)], ids=["scan", "lane", "lane-chunks3"])
-def tile_of_p(monkeypatch, request):
-    """TILE = P; the lane update also with 3 tiles per program (runs carried across tile ends)."""
-    variant, chunks = request.param
+@pytest.fixture(autouse=True, params=[("scan", 1, 1), ("lane", 1, 1), ("lane", 3, 1), ("lane", 1, 2), ("scan", 1, 8)],
+                ids=["scan", "lane", "lane-chunks3", "lane-merge2", "scan-merge8"])
+def tile_of_p(monkeypatch, request) -> int:
+    """TILE = P; the lane update also with 3 tiles per program (runs carried across tile ends), and the
+    merge levels with 2 or 8 tiles per program (runs carried across tile ends of the merge). Returns
+    the merge chunks."""
+    variant, chunks, merge_chunks = request.param
     monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: tbe_select.UpdateConfig(
-        tile=P, num_warps=1, variant=variant, chunks=chunks))
+        tile=P, num_warps=1, variant=variant, chunks=chunks, merge_chunks=merge_chunks))
+    return merge_chunks
 
 
 def _step_and_check(ids: list[int], rows: int, kind: str, deterministic: bool = False) -> None:
@@ -58,11 +62,11 @@ def test_unique_rows_and_long_runs_mixed():
 
 
 @pytest.mark.parametrize("shift", [0, 5])
-def test_runs_merged_over_many_levels(shift):
-    """Runs of 2.5-20 tiles go through three merge levels (8 slots per program); the pieces of one
-    run meet across program edges at every level."""
-    from polyrec.perfmodel.tbe import merge_levels
+def test_runs_merged_over_many_levels(shift, tile_of_p):
+    """Runs of 2.5-20 tiles go through three merge levels with 8 slots per program, two with 16 or 64;
+    the pieces of one run meet across program edges at every level."""
+    from polyrec.perfmodel.tbe import LEVEL_TILE, merge_levels
 
     ids = [7] * shift + [0] * (20 * P + 3) + list(range(8, 12)) + [1] * (5 * P // 2) + [2] + [3] * (11 * P - 1)
-    assert merge_levels(-(-len(ids) // P)) >= 3
+    assert merge_levels(-(-len(ids) // P), LEVEL_TILE * tile_of_p) >= (3 if tile_of_p == 1 else 2)
     _step_and_check(ids, rows=12, kind="rowwise_adagrad")

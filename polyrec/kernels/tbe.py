@@ -387,17 +387,17 @@ class TableBatchedEmbedding(torch.nn.Module):
                 self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
                 lay.table_row_base, lay.table_elem_base, lay.table_dim, n, len(self.tables), self.total_rows,
                 **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **lane_flags)
-        self._merge(partial, part_key, common, flags)
+        self._merge(partial, part_key, common, flags, ucfg.merge_chunks)
 
-    def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict) -> None:
+    def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict, chunks: int) -> None:
         """Finish the runs that cross tile ends, level by level (``merge_level_kernel``): each level
-        reads the pieces the one before parked and parks 2 per LEVEL_TILE slots; the last level is one
-        program, so every run ends in it."""
+        reads the pieces the one before parked and parks 2 per LEVEL_TILE * ``chunks`` slots (the update
+        config's ``merge_chunks``); the last level is one program, so every run ends in it."""
         lay, dev = self.layout, self.weights.device
         warps = tbe_select.lane_warps(self.block_d, _selection_spec(dev).warp_size)
-        level_flags = dict(flags, TILE=LEVEL_TILE, VEC=min(self.vec, tbe_select.LANE_VEC))
+        level_flags = dict(flags, TILE=LEVEL_TILE, CHUNKS=chunks, VEC=min(self.vec, tbe_select.LANE_VEC))
         while True:
-            programs = triton.cdiv(part_key.numel(), LEVEL_TILE)
+            programs = triton.cdiv(part_key.numel(), LEVEL_TILE * chunks)
             out = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
             out_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)
             merge_level_kernel[(programs,)](

@@ -16,14 +16,18 @@
    and scale in sorted order, and ``lane_update_kernel`` needs two dependent round trips (keys and
    offsets, then gradient slices with the weight rows and state of its runs), one warp per program at
    D = 128 with the scan inside each lane (docs/tbe.md compares the two).
-3. ``merge_level_kernel``: a run that crosses tile ends left pieces in ``partial``: slot 2t holds the
-   piece at the head of tile t (a run that began earlier), slot 2t+1 the piece at its tail (a run that
-   goes on; zero when the head piece already covers the whole tile), and ``part_key`` their row ids
-   (-1: no piece). In slot order these pieces are again sorted by key, so the same segmented sum over
-   LEVEL_TILE slots per program (in-lane, as the lane update) finishes every run that lies inside its
-   slots and parks the pieces of the rest for the next level: about log_{LEVEL_TILE/2}(tiles)
-   launches, each over 2/LEVEL_TILE of the slots of the one before, and no program walks a long run alone (a row with 400k duplicates,
-   Zipf-skewed inputs, was one program's serial walk over 50k tiles in the previous one-pass merge).
+3. ``merge_level_kernel``: a run that crosses program ends left pieces in ``partial``: slot 2p holds
+   the piece at the head of program p (a run that began earlier), slot 2p+1 the piece at its tail (a
+   run that goes on; only the row, no value, when the head piece already covers the whole program),
+   and ``part_key`` their row ids (-1: no piece). In slot order these pieces are again sorted by key,
+   so the same segmented sum over LEVEL_TILE slots (in-lane, as the lane update) finishes every run
+   that lies inside a program's slots and parks the pieces of the rest for the next level. A program
+   takes CHUNKS tiles of LEVEL_TILE slots (the config's ``merge_chunks``): with 1, one tile per
+   program and about log_{LEVEL_TILE/2}(programs) launches (11 on the MLPerf step); with more, the
+   tiles in turn, carrying open runs as the chunked lane update does, and about
+   log_{LEVEL_TILE * CHUNKS / 2}(programs) launches (5 at 8). No program walks a long run alone (a row
+   with 400k duplicates, Zipf-skewed inputs, was one program's serial walk over 50k tiles in the
+   earlier one-pass merge).
 Summation order is fixed by the sort and by the scan's and merge's trees: reproducible.
 No atomics, no dense gradient, no O(rows) temporaries: memory is O(nnz).
 
@@ -177,6 +181,43 @@ def _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: 
             tl.sum(tl.where(hit, dims[None, :], 0), axis=1))
 
 
+@triton.jit
+def _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD: tl.constexpr,
+               VEC: tl.constexpr):
+    """[TILE, BLOCK_D] element offsets and mask of the tile's rows ``key``, and each row's dim."""
+    row_base, elem_base, dim = _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
+    dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
+    d_mask = ok[:, None] & (d[None, :] < dim[:, None])
+    return tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :], d_mask, dim
+
+
+@triton.jit
+def _sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok,
+                   is_start, is_end, started, last, carry, carry_key, head_key, prog, d,
+                   lr, eps, beta1, beta2, weight_decay, seed,
+                   OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, TILE: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    """One tile of a program that takes its tiles in turn (``lane_update_kernel``, the chunked
+    ``merge_level_kernel``): segment-sum the tile's values g [TILE, BLOCK_D] in sorted order, add the
+    ``carry`` of the run open at the previous tile's end, update the rows (loaded as w, s1, s2) of runs
+    that end here and began in the program, store the piece of the run that began before the program
+    where it ends (slot 2 * prog of ``head_ptr``); ``last``: the tile's last position [TILE]. Returns the
+    new (carry, carry_key, head_key)."""
+    whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
+    flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
+    _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
+    lead = tl.cumsum(is_start.to(tl.int32), 0) == 0  # [TILE] before the tile's first run start
+    acc += tl.where((lead & (key == carry_key))[:, None], carry[None, :], 0.0)
+    store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
+                 eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+    head = ok & ~started & is_end  # the run from before the program ends here
+    tl.store(head_ptr + prog * 2 * BLOCK_D + d[None, :] + 0 * key[:, None], acc, mask=head[:, None])
+    head_key = tl.maximum(head_key, tl.max(tl.where(head, key, -1), axis=0))
+    open_run = ok & last & ~is_end  # [TILE] the run going on into the next tile
+    carry = tl.sum(tl.where(open_run[:, None], acc, 0.0), axis=0)
+    return carry, tl.max(tl.where(open_run, key, -3), axis=0), head_key
+
+
 @triton.jit(do_not_specialize=["seed"])
 def lane_update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
@@ -217,35 +258,25 @@ def lane_update_kernel(
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
-        row_base, elem_base, dim = _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
-        dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
-        d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
-        addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
+        addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
         if HAS_SCALE:
             g = g * tl.load(scale_ptr + pos, mask=in_range, other=0.0)[:, None]
-        flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
-        _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
-        lead = tl.cumsum(is_start.to(tl.int32), 0) == 0  # [TILE] before the tile's first run start
-        acc += tl.where((lead & (key == carry_key))[:, None], carry[None, :], 0.0)
-        store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
-                     eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-        head = ok & ~started & is_end  # the run from before the program ends here
-        tl.store(partial_ptr + prog * 2 * BLOCK_D + d[None, :] + 0 * pos[:, None], acc, mask=head[:, None])
-        head_key = tl.maximum(head_key, tl.max(tl.where(head, key, -1), axis=0))
-        open_run = ok & last & ~is_end  # [TILE] the run going on into the next tile
-        carry = tl.sum(tl.where(open_run[:, None], acc, 0.0), axis=0)
-        carry_key = tl.max(tl.where(open_run, key, -3), axis=0)
+        carry, carry_key, head_key = _sum_tile_runs(
+            weights_ptr, state1_ptr, state2_ptr, partial_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
+            is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
+            OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D)
     _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d, BLOCK_D)
 
 
 @triton.jit
 def _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d,
                        BLOCK_D: tl.constexpr):
-    """The lane update's pieces at its program's end (slot codes as ``_park_partials``): a run open at
-    the end that began before the program is its head piece (the whole program) with a tail code
-    -(row + 2); one that began inside is the tail piece."""
+    """The pieces at the end of a program that takes its tiles in turn (lane update, chunked merge
+    level; slot codes as ``_park_partials``): a run open at the end that began before the program is
+    its head piece (the whole program) with a tail code -(row + 2); one that began inside is the tail
+    piece."""
     through = carry_key == before
     has_open = carry_key >= 0
     head_slot = tl.where(through & has_open, prog * 2, prog * 2 + 1)
@@ -260,13 +291,35 @@ def merge_level_kernel(
     row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
+    T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr,
+):
+    """One merge level over CHUNKS * TILE partial slots: sum the pieces of each run in slot order, update
+    the rows of runs that end inside these slots, park the pieces of runs that go on. CHUNKS = 1: one
+    tile (``_merge_one_tile``); more: the tiles in turn (``_merge_tiles_in_turn``). Launched like
+    ``lane_update_kernel`` (warps along BLOCK_D only: the scan stays inside each lane)."""
+    prog = tl.program_id(0).to(tl.int64)
+    if CHUNKS == 1:
+        _merge_one_tile(weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
+                        row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
+                        lr, eps, beta1, beta2, weight_decay, seed,
+                        OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE)
+    else:
+        _merge_tiles_in_turn(weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
+                             row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
+                             lr, eps, beta1, beta2, weight_decay, seed,
+                             OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, CHUNKS)
+
+
+@triton.jit
+def _merge_one_tile(
+    weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
+    row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, tile,
+    lr, eps, beta1, beta2, weight_decay, seed,
+    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     T_PAD: tl.constexpr, TILE: tl.constexpr,
 ):
-    """One merge level over TILE partial slots: sum the pieces of each run in slot order, update the
-    rows of runs that end inside these slots, park the pieces of runs that go on (``_park_partials``).
-    Launched like ``lane_update_kernel`` (warps along BLOCK_D only: the scan stays inside each lane);
+    """Merge-level program ``tile`` over TILE slots, parking pieces per tile (``_park_partials``);
     slots without any piece (most of them) cost one load of their keys."""
-    tile = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, TILE)
     pos = tile * TILE + i  # [TILE] slots
     code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
@@ -294,3 +347,49 @@ def merge_level_kernel(
     else:
         tl.store(out_key_ptr + tile * 2, -1)
         tl.store(out_key_ptr + tile * 2 + 1, -1)
+
+
+@triton.jit
+def _merge_tiles_in_turn(
+    weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
+    row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
+    lr, eps, beta1, beta2, weight_decay, seed,
+    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
+    T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr,
+):
+    """Merge-level program ``prog`` over CHUNKS tiles of TILE slots, taken in turn as
+    ``lane_update_kernel`` takes its tiles: the run open at a tile's end is carried into the next, and
+    only the pieces of runs crossing the program's ends are parked (``_park_program_ends``). A tile of
+    empty slots costs one load of its keys and ends any open run: a run's slots are contiguous."""
+    i = tl.arange(0, TILE)
+    d = tl.arange(0, BLOCK_D)
+    last = i == TILE - 1
+    first = prog * (CHUNKS * TILE)
+    before = _slot_row(tl.load(part_key_ptr + first - 1, mask=prog > 0, other=-1)).to(tl.int64)
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)  # in-program sum of the run open at the last tile's end
+    carry_key = before * 0 - 3  # that run's row; -3: none
+    head_key = before * 0 - 1  # row of the run that began before this program, once it ends here
+    for c in range(CHUNKS):
+        pos = first + c * TILE + i  # [TILE] slots
+        code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
+        key = _slot_row(code).to(tl.int64)
+        if tl.max(key, axis=0) >= 0:
+            prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
+            nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
+            ok = key >= 0
+            is_start = key != prev
+            is_end = key != nxt
+            started = key != before  # the run's first piece is in this program (pieces are sorted by key)
+            whole = ok & is_end & started
+            addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
+            w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],
+                                  OPTIM)
+            g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
+            carry, carry_key, head_key = _sum_tile_runs(
+                weights_ptr, state1_ptr, state2_ptr, out_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
+                is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
+                OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D)
+        else:
+            carry = carry * 0.0
+            carry_key = carry_key * 0 - 3
+    _park_program_ends(out_ptr, out_key_ptr, carry, carry_key, head_key, before, prog, d, BLOCK_D)

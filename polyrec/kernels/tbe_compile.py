@@ -2,8 +2,9 @@
 
 Coverage: at BLOCK_D = 128 (the MLPerf dims) every forward candidate in fp32 and bf16 weights, every
 update candidate for each optimizer (fp32, plus stochastic-rounding bf16 for rowwise Adagrad), the
-merge-level kernel per optimizer, the sort-key kernel per forward tile and the sequence kernel; plus the
-largest forward and update tiles at BLOCK_D = 512 (the widest rows, the most registers per thread).
+merge-level kernel per optimizer at each merge chunk count (``tbe_select.MERGE_CHUNK_CHOICES``), the
+sort-key kernel per forward tile and the sequence kernel; plus the largest forward and update tiles
+and the merge levels at BLOCK_D = 512 (the widest rows, the most registers per thread).
 The selector sizes warps from the tile (ELEMS_PER_THREAD per thread), so register use per thread
 does not grow with BLOCK_D; the 512 jobs check that.
 """
@@ -92,10 +93,19 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
             chunks = f" chunks{c.chunks}" if c.variant == "lane" else ""
             jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile}{chunks} w{c.num_warps}",
                              kernel, dtype, consts, c.num_warps))
-        warps = tbe_select.lane_warps(block_d, spec.warp_size)
-        jobs.append(_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} w{warps}", merge_level_kernel,
-                         dtype, dict(common, TILE=LEVEL_TILE, VEC=min(common["VEC"], tbe_select.LANE_VEC)), warps))
+        jobs += _merge_jobs(spec, block_d, kind, dtype, common, {c.merge_chunks for c in cands})
     return jobs
+
+
+def _merge_jobs(spec: DeviceSpec, block_d: int, kind: str, dtype: str, common: dict[str, Any],
+                chosen: set[int]) -> list[CompileJob]:
+    """The merge-level kernel at every chunk count the candidates carry or the A/B benchmark forces
+    (``tbe_select.MERGE_CHUNK_CHOICES``)."""
+    warps = tbe_select.lane_warps(block_d, spec.warp_size)
+    consts = dict(common, TILE=LEVEL_TILE, VEC=min(common["VEC"], tbe_select.LANE_VEC))
+    return [_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} chunks{m} w{warps}", merge_level_kernel,
+                 dtype, dict(consts, CHUNKS=m), warps)
+            for m in sorted(chosen | set(tbe_select.MERGE_CHUNK_CHOICES))]
 
 
 def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:

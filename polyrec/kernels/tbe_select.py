@@ -66,16 +66,28 @@ LANE_VEC = 4
 #: full-size embedding backward read 8.5 ms at ef4430d, 9.7 ms at a61797a (e2e_*). Which of the bf16
 #: gradient and the ids causes that is not measured apart; the rule follows the measured cases.
 LANE_CHUNKS = 8
+#: Tiles of LEVEL_TILE partial slots one merge-level program takes in turn, carrying open runs
+#: (``tbe_backward.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
+#: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels), reverted in 3b91bb9 on
+#: numbers from different machines (merge 1.445 -> 1.531 ms, bf16 output gradient), which vary +-30%
+#: for this kernel. 1 until a same-process A/B (``benchmarks/tbe_breakdown.py --merge-ab 1,8``) says
+#: otherwise.
+MERGE_CHUNKS = 1
+#: Every merge chunk count a config may carry: the selector's MERGE_CHUNKS and the A/B benchmark's
+#: other arm (``tbe_compile`` compiles each).
+MERGE_CHUNK_CHOICES: tuple[int, ...] = (1, 8)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UpdateConfig:
-    """Launch config of the fused update: kernel variant (UPDATE_VARIANTS), tile, warps."""
+    """Launch config of the fused update: kernel variant (UPDATE_VARIANTS), tile, warps, and the merge
+    levels' tiles per program."""
 
     tile: int  # sorted positions per tile (per program for "scan")
     num_warps: int
     variant: str = "lane"  # one of UPDATE_VARIANTS
     chunks: int = 1  # "lane": tiles one program takes in turn, carrying the open run's sum
+    merge_chunks: int = 1  # tiles of LEVEL_TILE slots one merge-level program takes in turn (MERGE_CHUNKS)
 
     @property
     def span(self) -> int:
@@ -85,8 +97,10 @@ class UpdateConfig:
     def __post_init__(self) -> None:
         if self.variant not in UPDATE_VARIANTS:
             raise ValueError(f"UpdateConfig.variant must be one of {UPDATE_VARIANTS}, got '{self.variant}'")
-        if self.tile < 2 or self.tile & (self.tile - 1) or self.num_warps < 1 or self.chunks < 1:
+        if self.tile < 2 or self.tile & (self.tile - 1) or self.num_warps < 1:
             raise ValueError(f"UpdateConfig: tile must be a power of two >= 2 and num_warps >= 1, got {self}")
+        if self.chunks < 1 or self.merge_chunks < 1:
+            raise ValueError(f"UpdateConfig: chunks and merge_chunks must be >= 1, got {self}")
 
 
 def warps_for(tile_elems: int, warp_size: int, elems_per_thread: int = ELEMS_PER_THREAD) -> int:
@@ -111,9 +125,10 @@ def scan_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
     """The "scan" variant's configs (the previous default): tiles of UPDATE_TILE_ELEMS elements."""
     per_thread = UPDATE_ELEMS_PER_THREAD_WAVE64 if warp_size == 64 else ELEMS_PER_THREAD
     tiles = UPDATE_TILE_ELEMS[:-1] if warp_size == 64 else UPDATE_TILE_ELEMS  # gfx942: 8192 spills VGPRs
-    out = [UpdateConfig(tile=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread), variant="scan")
-           for tile in tiles if tile >= 2 * block_d]
-    return out or [UpdateConfig(tile=2, num_warps=warps_for(2 * block_d, warp_size), variant="scan")]
+    out = [UpdateConfig(tile=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread), variant="scan",
+                        merge_chunks=MERGE_CHUNKS) for tile in tiles if tile >= 2 * block_d]
+    return out or [UpdateConfig(tile=2, num_warps=warps_for(2 * block_d, warp_size), variant="scan",
+                                merge_chunks=MERGE_CHUNKS)]
 
 
 def lane_warps(block_d: int, warp_size: int) -> int:
@@ -130,7 +145,7 @@ def lane_chunks(stochastic: bool, grad_bytes: int = 4) -> int:
 def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
     return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane",
-                         chunks=lane_chunks(stochastic, grad_bytes)) for t in tiles]
+                         chunks=lane_chunks(stochastic, grad_bytes), merge_chunks=MERGE_CHUNKS) for t in tiles]
 
 
 def update_candidates(block_d: int, warp_size: int, stochastic: bool = False,
@@ -161,7 +176,7 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
 
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
                   unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4) -> UpdateConfig:
-    """The update config (variant, tile, warps) with the least predicted time
+    """The update config (variant, tile, warps; merge chunks MERGE_CHUNKS) with the least predicted time
     (``polyrec.perfmodel.tbe.update_seconds``); ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
     ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
     gradient's element size (the module's output dtype)."""
@@ -171,6 +186,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     best, best_s = None, math.inf
     for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
+                            merge_chunks=cand.merge_chunks,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
         if not update_fits_registers(shape, spec):
             continue

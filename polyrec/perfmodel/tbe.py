@@ -273,11 +273,13 @@ SCAN_SECONDS_PER_POSITION_TILE = 2.02e-11
 #: cuda:90 compiles of the candidates (rowwise Adagrad, fp32; tests/test_tbe_compile.py compiles them):
 #: scan 16 elements -> 128-148, lane TILE 8 (32 elements) -> 168; capped at 255.
 UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
-#: Partial slots per merge-level program (``tbe_backward.merge_level_kernel``, laid out as the lane update:
-#: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16 asks ~296
-#: registers per thread, over the 255 limit); each level leaves 2 slots per 8.
+#: Partial slots per tile of a merge-level program (``tbe_backward.merge_level_kernel``, laid out as the
+#: lane update: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16
+#: asks ~296 registers per thread, over the 255 limit); with one tile per program (the config's
+#: ``merge_chunks``, ``tbe_select.MERGE_CHUNKS``) each level leaves 2 slots per 8, with 8 tiles 2 per 64.
 LEVEL_TILE = 8
-#: Effective dependent DRAM round trips of one merge-level program: MERGE_EMPTY_TRIPS + crossing x
+#: Effective dependent DRAM round trips of one merge-level tile of LEVEL_TILE slots (one program with
+#: merge chunks 1; a chunked program takes its tiles in turn): MERGE_EMPTY_TRIPS + crossing x
 #: MERGE_CROSSING_TRIPS, with crossing = 1 - unique / nnz (the chance that a program end splits a run).
 #: Counted: 2 (slot keys -> pieces with the rows of the runs it ends); programs whose slots hold pieces
 #: wait longer, and more of them hold pieces as duplicates grow. Fitted on the lane update's merge
@@ -311,6 +313,7 @@ class UpdateShape:
     num_warps: int
     elems_per_thread: float  # fp32 gradient-tile elements per thread
     chunks: int = 1  # tiles per program, taken in turn ("lane"): pieces for the merge only at program ends
+    merge_chunks: int = 1  # tiles of LEVEL_TILE slots per merge-level program, taken in turn (``merge_seconds``)
 
 
 def update_registers_needed(shape: UpdateShape) -> int:
@@ -362,21 +365,28 @@ def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
 
 
 def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float, spec: DeviceSpec,
-                  ceil: Ceilings) -> float:
-    """Merge of runs crossing update-program ends (``tile``: sorted positions per update program): the
-    pieces the update parks (written, then read by the first level: a program end splits a run with
-    the chance that the next sorted id repeats the key), the slot keys, and the levels' dependent round
-    trips over the resident programs (as the lane update's) plus a launch each."""
+                  ceil: Ceilings, chunks: int = 1) -> float:
+    """Merge of runs crossing update-program ends (``tile``: sorted positions per update program;
+    ``chunks``: tiles of LEVEL_TILE slots per merge-level program): the pieces the update parks
+    (written, then read by the first level: a program end splits a run with the chance that the next
+    sorted id repeats the key), the slot keys, and the dependent round trips of every tile of slots
+    over the resident programs (as the lane update's), plus per level a launch and, with chunks, the
+    serial walk of its last program over the tiles after its first (counted: MERGE_EMPTY_TRIPS each,
+    not fitted; one tile's chain is in the fit of the trips)."""
     tiles = math.ceil(nnz / tile)
     crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
     pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
-    programs = 2 * tiles / LEVEL_TILE * (1 + 2 / LEVEL_TILE)  # the first two levels; the rest are small
-    keys = programs * LEVEL_TILE * SLOT_KEY_BYTES * 2  # read, and written by the level before
+    per = LEVEL_TILE * chunks  # slots per merge-level program
+    slot_tiles = 2 * tiles / LEVEL_TILE * (1 + 2 / per)  # the first two levels' tiles; the rest are small
+    keys = slot_tiles * LEVEL_TILE * SLOT_KEY_BYTES * 2  # read, and written by the level before
     lane = UpdateShape(variant="lane", tile=LEVEL_TILE, num_warps=1, elems_per_thread=LEVEL_TILE * LANE_VEC_ELEMS)
     trips = MERGE_EMPTY_TRIPS + crossing * MERGE_CROSSING_TRIPS
-    chain_s = programs * trips * LOADED_LATENCY_S[spec.vendor] / update_resident(lane, spec)
-    levels = merge_levels(tiles)
-    return max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + levels * ceil.launch_latency.value
+    lat = LOADED_LATENCY_S[spec.vendor]
+    chain_s = slot_tiles * trips * lat / update_resident(lane, spec)
+    levels = merge_levels(tiles, per)
+    walk_s = (chunks - 1) * MERGE_EMPTY_TRIPS * lat
+    return (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s)
+            + levels * (ceil.launch_latency.value + walk_s))
 
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
@@ -393,4 +403,4 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     return (max(moved / (UPDATE_COPY_FRACTION * ceil.copy_bandwidth.value), chain_s) + scan_s
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
-                            spec=spec, ceil=ceil))
+                            spec=spec, ceil=ceil, chunks=shape.merge_chunks))

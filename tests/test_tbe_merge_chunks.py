@@ -1,0 +1,161 @@
+"""The merge levels with one tile per program (merge_chunks 1) and with 8 tiles taken in turn
+(merge_chunks 8, the walk of 691c40d): the backward + update against a float64 reference and against
+each other, through the interpreter. Update tiles of 2 positions, so the hot table's runs cross many
+update programs and the 64-slot merge programs; empty bags, an odd batch, mixed dims, a mean-pooled
+table; fp32 and bf16 output gradients; row-wise Adagrad and SGD. Every buffer ``torch.empty`` hands out
+is poisoned (NaN, or row id 1 for integers), so a slot read before it is written shows."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from unittest import mock
+
+import pytest
+import torch
+
+from polyrec.kernels import tbe, tbe_select
+from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe_reference import init_states, ref_step
+from polyrec.perfmodel.tbe import LEVEL_TILE, merge_levels
+
+TABLES = [TableSpec(name="hot", rows=2, dim=8), TableSpec(name="wide", rows=60, dim=16),
+          TableSpec(name="odd", rows=7, dim=4, pooling="mean")]
+FEATURES = [0, 1, 2, 0]  # the hot table read by two features
+MAX_LEN = [9, 3, 3, 9]  # longest bag of each feature
+B = 21  # samples per batch (odd)
+#: Sorted positions under one first-level program of the 8-tile merge: 2 slots per update program.
+MERGE_SPAN = LEVEL_TILE * 8 // 2 * 2
+#: Update config under test, merge_chunks set per case: 2 sorted positions per update program.
+UPDATE = tbe_select.UpdateConfig(tile=2, num_warps=1, variant="lane", chunks=1)
+GRAD_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+#: (output gradient, optimizer): training's bf16 gradient with MLPerf's row-wise Adagrad, and the
+#: benchmark's fp32 gradient with SGD (the merge's pieces are fp32 either way; both optimizers with
+#: both gradients at once would double the interpreter time).
+CASES = [("bf16", "rowwise_adagrad"), ("fp32", "sgd")]
+
+
+def _batch(gen: torch.Generator) -> JaggedBatch:
+    """Bags of 0 to MAX_LEN ids (every 5th empty); the hot table's row 1 gets ~9 in 10 of its ids (a
+    run of ~130 positions after a short one)."""
+    lengths = torch.cat([torch.randint(0, n + 1, (B,), generator=gen) for n in MAX_LEN])
+    lengths[::5] = 0
+    values = [torch.randint(0, TABLES[t].rows, (int(lengths[f * B:(f + 1) * B].sum()),), generator=gen)
+              for f, t in enumerate(FEATURES)]
+    for f, t in enumerate(FEATURES):
+        if t == 0:
+            values[f] = (torch.rand(values[f].shape, generator=gen) < 0.9).to(torch.int64)
+    values = torch.cat(values)
+    return JaggedBatch.from_lengths(values=values, lengths=lengths, batch_size=B, num_features=len(FEATURES))
+
+
+def _run_through_a_merge_program(batch: JaggedBatch) -> bool:
+    """Whether a run of equal rows begins before and ends after some MERGE_SPAN-aligned window of sorted
+    positions (its pieces pass through a whole first-level program of the 8-tile merge)."""
+    bases = torch.tensor([0, *torch.tensor([t.rows for t in TABLES]).cumsum(0).tolist()])
+    table = torch.tensor(FEATURES).repeat_interleave(torch.diff(batch.offsets[::B]))
+    keys = (batch.values + bases[table]).sort().values
+    _, counts = torch.unique_consecutive(keys, return_counts=True)
+    ends = counts.cumsum(0)
+    starts = ends - counts
+    return bool(((starts // MERGE_SPAN + 1) * MERGE_SPAN + MERGE_SPAN <= ends).any())
+
+
+def _poisoned_empty(real=torch.empty):
+    """``torch.empty`` that fills what it returns: NaN for floats, 1 (a valid row id) for integers."""
+    def empty(*args, **kwargs):
+        out = real(*args, **kwargs)
+        with torch.no_grad():
+            out.fill_(float("nan") if out.is_floating_point() else 1)
+        return out
+    return empty
+
+
+class _CountLaunches:
+    """Wraps a Triton kernel and counts its launches (``kernel[grid](...)``)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@functools.cache
+def _train(merge_chunks: int, grad: str, kind: str) -> dict:
+    """One step of the module and of the float64 reference on the same fresh random batch."""
+    gen = torch.Generator().manual_seed(11)
+    opt = EmbeddingOptimizer(kind=kind, lr=0.05, initial_accumulator_value=0.1 if kind != "sgd" else 0.0)
+    counter = _CountLaunches(tbe.merge_level_kernel)
+    with mock.patch.object(torch, "empty", _poisoned_empty()), mock.patch.object(tbe, "merge_level_kernel", counter):
+        module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=5,
+                                       output_dtype=GRAD_DTYPES[grad],
+                                       update_config=dataclasses.replace(UPDATE, merge_chunks=merge_chunks))
+        start = [w.double().clone() for w in module.table_weights()]
+        batch = _batch(gen)
+        assert _run_through_a_merge_program(batch)
+        out = module(batch)
+        g = torch.randn(out.shape, generator=gen).to(out.dtype)  # [B, 36]
+        out.backward(g)
+    weights, states = ref_step(start, init_states(opt, TABLES), batch, g.double(), opt, 1, TABLES, FEATURES)
+    return {"weights": [w.clone() for w in module.table_weights()], "state": [s.clone() for s in module.table_state()],
+            "ref_weights": weights, "ref_state": [s[0] for s in states if s], "launches": counter.launches,
+            "levels": merge_levels(-(-batch.nnz // UPDATE.span), LEVEL_TILE * merge_chunks)}
+
+
+@pytest.mark.parametrize("grad,kind", CASES)
+@pytest.mark.parametrize("merge_chunks", [1, 8])
+def test_merge_matches_float64_reference(merge_chunks, grad, kind):
+    run = _train(merge_chunks, grad, kind)
+    for got, want in zip(run["weights"], run["ref_weights"]):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    for got, want in zip(run["state"], run["ref_state"]):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    assert run["launches"] == run["levels"] >= 2  # the levels the model prices are the levels launched
+
+
+@pytest.mark.parametrize("grad,kind", CASES)
+def test_chunked_merge_equals_one_tile_merge(grad, kind):
+    """Same batches, same start: only the merge's summation order differs. The runs are reused from
+    the reference test (cached)."""
+    one, eight = _train(1, grad, kind), _train(8, grad, kind)
+    for a, b in zip(one["weights"] + one["state"], eight["weights"] + eight["state"]):
+        torch.testing.assert_close(b, a, rtol=2e-6, atol=1e-7)
+    assert eight["launches"] < one["launches"]
+
+
+def test_selector_carries_merge_chunks_and_model_prices_its_levels():
+    """The selected config says its merge chunks (MERGE_CHUNKS, one the compile jobs cover); the model
+    prices the levels of the chunks it is given: 11 -> 5 on the MLPerf step with one-tile lane programs
+    (14.02M ids, tile 8), as counted in 691c40d; with one tile per program it prices what it did before
+    merge chunks were a parameter (1.838 ms on the H200)."""
+    from polyrec.hardware.calibrate import ceilings
+    from polyrec.hardware.catalog import get_device
+    from polyrec.perfmodel.tbe import UpdateShape, merge_seconds, update_seconds
+
+    spec = get_device("H200")
+    cfg = tbe_select.select_update(spec, nnz=14_024_704, block_d=128, row_bytes=512, state_tiles=0, grad_bytes=2)
+    assert cfg.merge_chunks == tbe_select.MERGE_CHUNKS == 1 and 1 in tbe_select.MERGE_CHUNK_CHOICES
+    tiles = -(-14_024_704 // 8)
+    assert (merge_levels(tiles, LEVEL_TILE), merge_levels(tiles, LEVEL_TILE * 8)) == (11, 5)
+    ceil, kw = ceilings(spec), dict(nnz=14_024_704, unique=10.21e6, grad_row_bytes=512)
+    merge = {m: merge_seconds(tile=8, spec=spec, ceil=ceil, chunks=m, **kw) for m in (1, 8)}
+    assert merge[1] == pytest.approx(1.8379657512626e-3, rel=1e-9) and merge[8] != merge[1]
+    upd = {m: update_seconds(UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=m),
+                             spec, ceil, row_bytes=512, state_bytes_per_row=4, **kw) for m in (1, 8)}
+    assert upd[1] - upd[8] == pytest.approx(merge[1] - merge[8], rel=1e-9)
+    with pytest.raises(ValueError, match="merge_chunks"):
+        tbe_select.UpdateConfig(tile=8, num_warps=1, merge_chunks=0)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("device", ["H200", "MI300X", "MI350X"])
+def test_compile_jobs_cover_every_merge_chunk_choice(device):
+    from polyrec.hardware.catalog import get_device
+    from polyrec.kernels.tbe_compile import compile_jobs
+
+    labels = [job.label for job in compile_jobs(get_device(device)) if job.label.startswith("tbe merge-level")]
+    for m in tbe_select.MERGE_CHUNK_CHOICES:
+        assert any(f" chunks{m} " in label for label in labels), (m, labels)
