@@ -201,7 +201,11 @@ def test_residual_epilogue_matches_float64(layout, dtype_name, split_k, poisoned
     residual = torch.randn(M, N, dtype=dtype)
     config = GemmConfig(block_m=16, block_n=32, block_k=16, split_k=split_k, num_warps=4, num_stages=2)
     out = matmul(a, b, trans_b=layout[1] == "T", residual=residual, config=config)
-    _check(out, reference_matmul(a, b, trans_b=layout[1] == "T") + residual.double(), k, tol)
+    want = reference_matmul(a, b, trans_b=layout[1] == "T") + residual.double()
+    _check(out, want, k, tol)
+    given_up = matmul(a, b, trans_b=layout[1] == "T", residual=residual, config=config, overwrite_residual=True)
+    assert given_up.data_ptr() == residual.data_ptr()  # written over the residual, read tile by tile first
+    _check(given_up, want, k, tol)
 
 
 @pytest.mark.parametrize("dtype_name", ["fp32", "bf16"])

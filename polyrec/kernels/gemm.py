@@ -340,8 +340,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     which may run torch.matmul instead, followed by one fused epilogue pass, when it predicts that faster;
     ``library=True`` runs that library path whatever the prediction (benchmarks time both backends).
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
-    ``overwrite_residual=True`` gives ``residual``'s storage to the call: the library path then adds it
-    inside the GEMM and returns ``residual`` itself (the selector still prices the separate pass).
+    ``overwrite_residual=True`` gives ``residual``'s storage to the call, which returns ``residual``
+    itself: the library path adds it inside the GEMM (the selector still prices the separate pass),
+    the Triton kernel writes its output over it (same dtype, contiguous).
     """
     m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
     out_dtype = out_dtype or a.dtype
@@ -368,10 +369,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
             return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup,
                             overwrite_residual)
         config = choice.config
-    out = torch.empty((m, n), device=a.device, dtype=out_dtype)  # [M, N]
+    out = (residual if _writes_residual(residual, overwrite_residual, out_dtype)
+           else torch.empty((m, n), device=a.device, dtype=out_dtype))  # [M, N]
     _launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
             (a_op.stride(0), a_op.stride(1)), (b_op.stride(0), b_op.stride(1)), warmup, residual, cross_grad)
     return out
+
+
+def _writes_residual(residual: torch.Tensor | None, overwrite: bool, out_dtype: torch.dtype) -> bool:
+    """Whether the Triton kernel writes its output over a residual the caller gave up: each output
+    element is read (as the residual) and written by the same program, also through split-K's
+    reduction pass, so the storage can be shared when dtype and layout match."""
+    return overwrite and residual is not None and residual.dtype == out_dtype and residual.is_contiguous()
 
 
 def reference_matmul(a, b, *, trans_a=False, trans_b=False, bias=None, activation="none", cross=None):
