@@ -9,9 +9,10 @@ wall time per step as ``measured_mean_ms``), and peak memory (``torch.cuda.max_m
 allocator bytes plus the synthetic source's own device buffers, which a real input pipeline would not
 keep and the plan does not count: ``harness_gb``). Then, for each model measured at several batch sizes, the plan the planner picks
 among those batches against the fastest measured. The ceilings come from ``hw calibrate`` (run first
-when the device has no stored one; ``--quick`` skips it). The planner's host costs were fitted on the
-even-numbered rows of an earlier run (``polyrec.planner.host``): the summary reports the error on
-even and odd rows apart. The median (since the fifth session; before, the mean over 20 steps) is
+when the device has no stored one; ``--quick`` skips it), with this host's speed against the fitted
+host costs (``polyrec.runtime.host_probe``: one probe step no row uses, measured before any row, since
+the fifth session). The planner's host costs were fitted on the even-numbered rows of an earlier run
+(``polyrec.planner.host``): the summary reports the error on even and odd rows apart. The median (since the fifth session; before, the mean over 20 steps) is
 the steady step: host-bound rows of the same launch count measured 6.1-9.6 ms as means of 20 steps
 in one run (planner_accuracy_nvidia-h200_2026-11-30 at a364e08), so a few slow steps moved them.
 
@@ -111,12 +112,21 @@ def measure(case: Case, *, warmup: int, steps: int) -> dict:
 
 
 def ensure_calibration(spec) -> str:
+    """Calibrate the ceilings where none is stored, and this host's speed (``host_scale``) where the
+    stored calibration has none."""
     from polyrec.hardware.calibrate import calibrate, load_calibration, save_calibration
+    from polyrec.runtime.host_probe import measure_host_scale
 
-    if load_calibration(spec.name) is None:
-        save_calibration(spec.name, calibrate(spec))
-        return "calibrated in this run"
-    return "stored calibration"
+    stored = load_calibration(spec.name)
+    what = "stored calibration"
+    if stored is None:
+        stored, what = calibrate(spec), "calibrated in this run"
+        save_calibration(spec.name, stored)
+    if "host_scale" not in stored:
+        stored["host_scale"] = measure_host_scale(spec.name)
+        save_calibration(spec.name, stored)
+        what += ", host scale measured in this run"
+    return what + f" (host scale {stored['host_scale']['value']:.3f})"
 
 
 def harness_bytes(case: Case) -> int:

@@ -104,6 +104,19 @@ def test_host_costs_are_the_fitted_ones_and_say_so():
                                                               origin="")) == 8.0
 
 
+def test_host_costs_take_the_scale_measured_on_this_host():
+    """A stored host probe scales every fitted cost and says so; another device's store is not used."""
+    from polyrec.hardware.calibrate import save_calibration
+
+    save_calibration("H200", {"device": "H200", "host_scale": {"value": 1.25, "date": "2026-11-30"}})
+    c = host_costs("H200")
+    assert c.triton_launch_s == pytest.approx(1.25 * host.FITTED_TRITON_LAUNCH_S)
+    assert c.torch_op_s == pytest.approx(1.25 * host.FITTED_TORCH_OP_S)
+    assert c.step_fixed_s == pytest.approx(1.25 * host.DEFAULT_STEP_FIXED_S)
+    assert "x 1.250 measured on this host 2026-11-30" in c.origin
+    assert host_costs("H100").triton_launch_s == host.FITTED_TRITON_LAUNCH_S
+
+
 def test_step_takes_the_longer_of_host_and_device():
     kw = dict(embedding_fwd_s=[1e-3], embedding_bwd_s=[2e-3], dense_fwd_s=[1e-3], dense_bwd_s=[1e-3],
               dense_optimizer_s=[0.0], other_s=[0.0], overlap="none")

@@ -117,13 +117,20 @@ def _ceiling_rows(spec: DeviceSpec, measured: dict[str, Any] | None) -> list[dic
              for d, v in c.matmul_flops.items()]
     rows.append({"ceiling": "launch latency", "value": f"{c.launch_latency.value * 1e6:.1f} us",
                  "origin": c.launch_latency.origin})
+    probe = (measured or {}).get("host_scale")
+    if probe:
+        rows.append({"ceiling": "host speed (planner host costs x)", "value": f"{probe['value']:.3f}",
+                     "origin": f"calibrated {probe['date']}: {probe['probe']}"})
     return rows
 
 
 @app.command()
 def calibrate(as_json: bool = JSON_OPT,
-              save: bool = typer.Option(True, help="Store the result in the user's cache directory.")) -> None:
-    """Measure copy and L2 bandwidth, matmul rates and launch latency of the present GPU (<60 s)."""
+              save: bool = typer.Option(True, help="Store the result in the user's cache directory."),
+              host_probe: bool = typer.Option(True, help="Also time one host-bound training step: this "
+                                              "host's speed for the planner's host costs (~15 s).")) -> None:
+    """Measure copy and L2 bandwidth, matmul rates and launch latency of the present GPU (<60 s), and
+    this host's speed for the planner (a probe training step)."""
     from rich.progress import Progress
 
     from polyrec.hardware.calibrate import calibrate as run_calibrate
@@ -137,6 +144,11 @@ def calibrate(as_json: bool = JSON_OPT,
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("calibrating", total=7)
         measured = run_calibrate(found.spec, progress=lambda step: bar.update(task, advance=1, description=step))
+        if host_probe:
+            from polyrec.runtime.host_probe import measure_host_scale
+
+            bar.update(task, description="host probe step")
+            measured["host_scale"] = measure_host_scale(found.spec.name)
     path = save_calibration(found.spec.name, measured) if save else None
     rows = _ceiling_rows(found.spec, measured)
     if as_json:

@@ -159,7 +159,7 @@ class Estimator:
         self.dense_dtype, self.dense_optimizer, self.overlap = dense_dtype, dense_optimizer, overlap
         self.specs = fleet.specs()
         self.ceilings = {name: ceilings(spec) for name, spec in self.specs.items()}
-        self.host = {name: host_costs() for name in self.ceilings}
+        self.host = {name: host_costs(name) for name in self.ceilings}
         self.rank_devices = fleet.rank_devices()
         self.links: FleetLinks = fleet_links(fleet)
         self.matmuls = dense_matmuls(model)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from polyrec.hardware.calibrate import load_calibration
 from polyrec.perfmodel.tbe import merge_levels
 
 #: Host seconds per counted Triton launch and per counted torch op, and per step besides them: 42.6 us,
@@ -87,12 +88,22 @@ class Launches:
         return self.seconds(costs) + costs.step_fixed_s
 
 
-def host_costs() -> HostCosts:
-    """The fitted host costs (``FITTED_TRITON_LAUNCH_S``, ``FITTED_TORCH_OP_S``, ``DEFAULT_STEP_FIXED_S``)."""
-    return HostCosts(triton_launch_s=FITTED_TRITON_LAUNCH_S, torch_op_s=FITTED_TORCH_OP_S,
-                     step_fixed_s=DEFAULT_STEP_FIXED_S,
-                     origin="calibrated: fitted on measured host-bound steps (H200 machine, planner_accuracy "
-                            "2026-11-30), used for every host")
+def host_costs(device: str | None = None) -> HostCosts:
+    """The fitted host costs (``FITTED_TRITON_LAUNCH_S``, ``FITTED_TORCH_OP_S``, ``DEFAULT_STEP_FIXED_S``),
+    times the host scale stored with ``device``'s calibration where one was measured (``host_scale``:
+    a probe step's measured time over these costs' prediction, ``polyrec.runtime.host_probe``)."""
+    scale, origin = stored_host_scale(device)
+    return HostCosts(triton_launch_s=FITTED_TRITON_LAUNCH_S * scale, torch_op_s=FITTED_TORCH_OP_S * scale,
+                     step_fixed_s=DEFAULT_STEP_FIXED_S * scale, origin=origin)
+
+
+def stored_host_scale(device: str | None) -> tuple[float, str]:
+    """(scale, origin) of this machine's host costs against the fitted ones: 1 without a measurement."""
+    fitted = ("calibrated: fitted on measured host-bound steps (H200 machine, planner_accuracy 2026-11-30)")
+    stored = (load_calibration(device) or {}).get("host_scale") if device else None
+    if not stored:
+        return 1.0, fitted + ", used for every host"
+    return float(stored["value"]), f"{fitted}, x {stored['value']:.3f} measured on this host {stored['date']}"
 
 
 def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:
