@@ -18,13 +18,15 @@ import statistics
 import torch
 import triton
 
+from polyrec.hardware.calibrate import ceilings
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec, _selection_spec
 from polyrec.kernels.tbe_optim import OPTIMIZERS
+from polyrec.perfmodel.tbe import merge_seconds
 from polyrec.results import write_results
 from profiling import kernel_table
-from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch
+from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch, unique_rows
 
 
 def forward_sweep(module: TableBatchedEmbedding, batch, warp_size: int) -> list[dict]:
@@ -132,11 +134,6 @@ def summarize_merge_ab(rounds: list[dict], values: list[int], predicted: dict[in
 def predicted_merge_ms(module: TableBatchedEmbedding, batch: JaggedBatch, rows: list[int],
                        base: tbe_select.UpdateConfig, values: list[int]) -> dict[int, float]:
     """The cost model's merge time (``polyrec.perfmodel.tbe.merge_seconds``) of each merge chunk count."""
-    from polyrec.hardware.calibrate import ceilings
-    from polyrec.kernels.tbe import _selection_spec
-    from polyrec.perfmodel.tbe import merge_seconds
-    from tbe import unique_rows
-
     spec = _selection_spec(module.weights.device)
     unique = unique_rows(batch, rows)
     return {m: 1e3 * merge_seconds(nnz=batch.nnz, unique=unique, tile=base.span, grad_row_bytes=4 * module.block_d,
