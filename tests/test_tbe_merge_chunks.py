@@ -127,7 +127,8 @@ def test_chunked_merge_equals_one_tile_merge(grad, kind):
 
 
 def test_selector_carries_merge_chunks_and_model_prices_its_levels():
-    """The selected config says its merge chunks (MERGE_CHUNKS, one the compile jobs cover); the model
+    """The selector takes the merge chunks the model prices lower (8 on the MLPerf step, 1 on a small
+    one), among those the compile jobs cover; the model
     prices the levels of the chunks it is given: 11 -> 5 on the MLPerf step with one-tile lane programs
     (14.02M ids, tile 8), as counted in 691c40d; with one tile per program it prices what it did before
     merge chunks were a parameter (1.838 ms on the H200)."""
@@ -137,7 +138,9 @@ def test_selector_carries_merge_chunks_and_model_prices_its_levels():
 
     spec = get_device("H200")
     cfg = tbe_select.select_update(spec, nnz=14_024_704, block_d=128, row_bytes=512, state_tiles=0, grad_bytes=2)
-    assert cfg.merge_chunks == tbe_select.MERGE_CHUNKS == 1 and 1 in tbe_select.MERGE_CHUNK_CHOICES
+    assert cfg.merge_chunks == 8 and set(tbe_select.MERGE_CHUNK_CHOICES) == {1, 8}
+    small = tbe_select.select_update(spec, nnz=4096 * 58, block_d=16, row_bytes=64, state_tiles=0, grad_bytes=2)
+    assert small.merge_chunks == 1
     tiles = -(-14_024_704 // 8)
     assert (merge_levels(tiles, LEVEL_TILE), merge_levels(tiles, LEVEL_TILE * 8)) == (11, 5)
     ceil, kw = ceilings(spec), dict(nnz=14_024_704, unique=10.21e6, grad_row_bytes=512)

@@ -66,15 +66,14 @@ LANE_VEC = 4
 #: full-size embedding backward read 8.5 ms at ef4430d, 9.7 ms at a61797a (e2e_*). Which of the bf16
 #: gradient and the ids causes that is not measured apart; the rule follows the measured cases.
 LANE_CHUNKS = 8
-#: Tiles of LEVEL_TILE partial slots one merge-level program takes in turn, carrying open runs
+#: Tiles of LEVEL_TILE partial slots one merge-level program may take in turn, carrying open runs
 #: (``tbe_backward.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
-#: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels), reverted in 3b91bb9 on
-#: numbers from different machines (merge 1.445 -> 1.531 ms, bf16 output gradient), which vary +-30%
-#: for this kernel. 1 until a same-process A/B (``benchmarks/tbe_breakdown.py --merge-ab 1,8``) says
-#: otherwise.
-MERGE_CHUNKS = 1
-#: Every merge chunk count a config may carry: the selector's MERGE_CHUNKS and the A/B benchmark's
-#: other arm (``tbe_compile`` compiles each).
+#: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels). The selector takes the one
+#: the model prices lower (``merge_seconds``; 8 on every MLPerf case). Measured in one process
+#: (tbe_breakdown_*_mergeab_nvidia-h200_2026-11-30 at 598c161), merge kernels per step 1 -> 8:
+#: bf16 output gradient 2.11 -> 1.55 ms uniform, 3.30 -> 2.61 skewed; fp32 0.31 -> 0.33 uniform,
+#: 0.48 -> 0.47 skewed (whole step 10.17 -> 9.65, 9.63 -> 8.97, 9.38 -> 9.40, 8.18 -> 8.17 ms).
+#: ``tbe_compile`` compiles each.
 MERGE_CHUNK_CHOICES: tuple[int, ...] = (1, 8)
 
 
@@ -87,7 +86,7 @@ class UpdateConfig:
     num_warps: int
     variant: str = "lane"  # one of UPDATE_VARIANTS
     chunks: int = 1  # "lane": tiles one program takes in turn, carrying the open run's sum
-    merge_chunks: int = 1  # tiles of LEVEL_TILE slots one merge-level program takes in turn (MERGE_CHUNKS)
+    merge_chunks: int = 1  # tiles of LEVEL_TILE slots one merge-level program takes in turn (MERGE_CHUNK_CHOICES)
 
     @property
     def span(self) -> int:
@@ -126,9 +125,9 @@ def scan_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:
     per_thread = UPDATE_ELEMS_PER_THREAD_WAVE64 if warp_size == 64 else ELEMS_PER_THREAD
     tiles = UPDATE_TILE_ELEMS[:-1] if warp_size == 64 else UPDATE_TILE_ELEMS  # gfx942: 8192 spills VGPRs
     out = [UpdateConfig(tile=tile // block_d, num_warps=warps_for(tile, warp_size, per_thread), variant="scan",
-                        merge_chunks=MERGE_CHUNKS) for tile in tiles if tile >= 2 * block_d]
+                        merge_chunks=m) for tile in tiles if tile >= 2 * block_d for m in MERGE_CHUNK_CHOICES]
     return out or [UpdateConfig(tile=2, num_warps=warps_for(2 * block_d, warp_size), variant="scan",
-                                merge_chunks=MERGE_CHUNKS)]
+                                merge_chunks=m) for m in MERGE_CHUNK_CHOICES]
 
 
 def lane_warps(block_d: int, warp_size: int) -> int:
@@ -145,7 +144,8 @@ def lane_chunks(stochastic: bool, grad_bytes: int = 4) -> int:
 def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
     return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane",
-                         chunks=lane_chunks(stochastic, grad_bytes), merge_chunks=MERGE_CHUNKS) for t in tiles]
+                         chunks=lane_chunks(stochastic, grad_bytes), merge_chunks=m)
+            for t in tiles for m in MERGE_CHUNK_CHOICES]
 
 
 def update_candidates(block_d: int, warp_size: int, stochastic: bool = False,
@@ -176,7 +176,7 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
 
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
                   unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4) -> UpdateConfig:
-    """The update config (variant, tile, warps; merge chunks MERGE_CHUNKS) with the least predicted time
+    """The update config (variant, tile, warps, merge chunks) with the least predicted time
     (``polyrec.perfmodel.tbe.update_seconds``); ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
     ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
     gradient's element size (the module's output dtype)."""

@@ -276,7 +276,7 @@ UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
 #: Partial slots per tile of a merge-level program (``tbe_backward.merge_level_kernel``, laid out as the
 #: lane update: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16
 #: asks ~296 registers per thread, over the 255 limit); with one tile per program (the config's
-#: ``merge_chunks``, ``tbe_select.MERGE_CHUNKS``) each level leaves 2 slots per 8, with 8 tiles 2 per 64.
+#: ``merge_chunks``, one of ``tbe_select.MERGE_CHUNK_CHOICES``) each level leaves 2 slots per 8, with 8 tiles 2 per 64.
 LEVEL_TILE = 8
 #: Effective dependent DRAM round trips of one merge-level tile of LEVEL_TILE slots (one program with
 #: merge chunks 1; a chunked program takes its tiles in turn): MERGE_EMPTY_TRIPS + crossing x

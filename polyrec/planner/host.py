@@ -47,7 +47,10 @@ TBE_BWD_TORCH_OPS = 9
 #: the merge levels (``polyrec.perfmodel.tbe.merge_levels``).
 TBE_FWD_LAUNCHES = 1
 TBE_BWD_LAUNCHES = 3
-#: Sorted positions per update program, for counting merge levels (the lane update's TILE, 8).
+#: Sorted positions per update program, for counting merge levels (the lane update's TILE, 8). Levels
+#: are counted with one tile of slots per merge program (merge chunks 1, what the selector takes on
+#: the host-bound small models); on MLPerf-size steps it takes 8 (5 levels, not 11): 6 launches
+#: over-counted there, about 0.3 ms of host time on steps that are device-bound.
 TBE_UPDATE_TILE = 8
 #: Torch ops of one dense optimizer step with torch's foreach implementation (torch/optim/adagrad.py
 #: ``_multi_tensor_adagrad``: step counts, addcmul, sqrt, add, addcdiv; adam.py about twice), plus
