@@ -102,7 +102,7 @@ def host_costs(device: str | None = None) -> HostCosts:
 
 def stored_host_scale(device: str | None) -> tuple[float, str]:
     """(scale, origin) of this machine's host costs against the fitted ones: 1 without a measurement."""
-    fitted = ("calibrated: fitted on measured host-bound steps (H200 machine, planner_accuracy 2026-11-30)")
+    fitted = "calibrated: fitted on measured host-bound steps (H200 machine, planner_accuracy 2026-11-30)"
     stored = (load_calibration(device) or {}).get("host_scale") if device else None
     if not stored:
         return 1.0, fitted + ", used for every host"
