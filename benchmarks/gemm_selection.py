@@ -12,7 +12,8 @@ the library choice against min(best Triton, torch). The finalists of each shape 
 the selected config, the library path, torch.matmul) are re-timed in interleaved rounds two ways:
 replayed from a CUDA graph (``do_bench_cudagraph``: the kernels' device time, with no host launch
 cost and a warm L2, as training runs them with CUDA graphs) and eagerly (``do_bench``: host launch
-included, L2 flushed). The summary's headline ratios use the graph times: a config is the kernel's
+included, L2 flushed); the library choice in graph times is the selector's for a call being captured
+(``graphed``: by GPU time), in eager times its default. The summary's headline ratios use the graph times: a config is the kernel's
 launch parameters, and on launch-bound shapes the eager time is the host's launch rate, the same
 code for every config, which varied 2x between configs in one run (17x33x29 at 8cd3e5a: 41 vs 20
 us). The eager ratios are reported beside them (``*_eager``). The sweep's single samples are kept
@@ -110,10 +111,11 @@ def _precompile(shape_args: list[tuple[dict, list[GemmConfig]]]) -> float:
     return time.perf_counter() - start
 
 
-def _select(shape: GemmShape, dtype: str, spec):
-    """select_gemm as ``matmul`` asks it for this shape's layout (contiguous operands)."""
+def _select(shape: GemmShape, dtype: str, spec, graphed: bool = False):
+    """select_gemm as ``matmul`` asks it for this shape's layout (contiguous operands); ``graphed`` as
+    ``matmul`` asks it while a CUDA graph is being captured."""
     return select_gemm(shape.m, shape.n, shape.k, dtype, spec, epilogue=shape.epilogue,
-                       b_k_major=shape.layout[1] == "T", a_row_major=shape.layout[0] == "N")
+                       b_k_major=shape.layout[1] == "T", a_row_major=shape.layout[0] == "N", graphed=graphed)
 
 
 def _problem(shape: GemmShape, dtype: str) -> GemmProblem:
@@ -182,6 +184,7 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
     by_prediction = sorted(valid, key=lambda r: r["predicted_ms"])  # finite for the configs that ran
     rank = next((i + 1 for i, r in enumerate(by_prediction) if r["config"] == best["config"]), 0)
     cold, warm = _selection_times(shape, dtype, spec)
+    graphed_backend = _select(shape, dtype, spec, graphed=True).backend  # the same config, chosen as captured
     winner = "library" if graph["library"] < graph[best_name] else best["kind"]
     return {
         "shape": shape.name, "m": shape.m, "n": shape.n, "k": shape.k, "layout": shape.layout,
@@ -189,11 +192,11 @@ def sweep_shape(shape: GemmShape, dtype: str, spec, configs: list[GemmConfig], a
         "best_config": best["config"], "best_kind": best["kind"],
         "best_classic_ms": _best_sweep_ms(valid, "triton"), "best_tma_ms": _best_sweep_ms(valid, "tma"),
         "winner_kind": winner, "selected_config": selected["config"],
-        **_finalist_times(graph, choice.backend, ""), **_finalist_times(eager, choice.backend, "_eager"),
+        **_finalist_times(graph, graphed_backend, ""), **_finalist_times(eager, choice.backend, "_eager"),
         "rank_of_best_in_prediction": rank, "best_sweep_ms": best["measured_ms"],
         "selected_sweep_ms": selected["measured_ms"],
         "kendall_tau": kendall_tau([r["predicted_ms"] for r in valid], [r["measured_ms"] for r in valid]),
-        "backend_chosen": choice.backend, "kernel_chosen": choice.kernel,
+        "backend_chosen": choice.backend, "backend_chosen_graphed": graphed_backend, "kernel_chosen": choice.kernel,
         "predicted_selected_ms": choice.triton_seconds * 1e3, "predicted_library_ms": choice.library_seconds * 1e3,
         "library_path_error": library_err, "select_cold_us": cold * 1e6, "select_warm_us": warm * 1e6,
         "sweep": records,

@@ -330,3 +330,27 @@ def test_tma_model_prices_host_rounds_and_epilogue():
     assert not footprint(full, "bf16", spec, "cross").fits and footprint(full, "bf16", spec, "none").fits
     assert not footprint(tile, "bf16", spec, "residual").fits
     assert estimate(GemmProblem(m=4096, n=4096, k=4096, dtype="bf16"), tile, get_device("A100"), ceil).seconds == math.inf
+
+
+def test_a_captured_call_picks_the_backend_by_gpu_time():
+    """Under CUDA-graph capture (``graphed``) the host launch floor is gone: the backend with the lower
+    predicted GPU time runs, the same Triton config stays the candidate, and the two are cached apart."""
+    from polyrec.perfmodel.gemm_library import library_call_seconds
+
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    flipped = 0
+    for s in dlrm_suite():
+        kw = dict(epilogue=s.epilogue, b_k_major=s.layout[1] == "T", a_row_major=s.layout[0] == "N")
+        eager = select_gemm(s.m, s.n, s.k, "bf16", spec, **kw)
+        graphed = select_gemm(s.m, s.n, s.k, "bf16", spec, graphed=True, **kw)
+        assert graphed.config == eager.config
+        problem = GemmProblem(m=gemm_select.bucket(s.m), n=gemm_select.bucket(s.n), k=gemm_select.bucket(s.k),
+                              dtype="bf16", epilogue=s.epilogue, b_k_major=s.layout[1] == "T",
+                              a_aligned=all(x % 16 == 0 for x in (s.m, s.n, s.k)),
+                              b_aligned=all(x % 16 == 0 for x in (s.m, s.n, s.k)))
+        library_gpu = library_call_seconds(problem, spec, ceil, gemm_select.REDUCE_BLOCK_M)[1]
+        triton_gpu = estimate(problem, graphed.config, spec, ceil).parts["gpu"]
+        assert graphed.backend == ("library" if library_gpu <= triton_gpu else "triton"), s.name
+        flipped += graphed.backend != eager.backend
+    assert flipped > 0  # small shapes: the host floor had sent them to the library

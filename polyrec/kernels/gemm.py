@@ -336,7 +336,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     a: [M, K] ([K, M] with ``trans_a``); b: [K, N] ([N, K] with ``trans_b``); bias: [N];
     cross = (x0, x), both [M, N]: ``out = x0 * (acc + bias) + x``; residual [M, N]: ``out = acc + bias +
     residual``; cross_grad: ``out = grad * x0`` and x0's gradient updated (``CrossGrad``).
-    ``config=None`` asks the selector,
+    ``config=None`` asks the selector (by GPU time while a CUDA graph is being captured),
     which may run torch.matmul instead, followed by one fused epilogue pass, when it predicts that faster;
     ``library=True`` runs that library path whatever the prediction (benchmarks time both backends).
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
@@ -364,7 +364,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
                              b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1,
                              a_row_major=a_op.stride(1) == 1,
                              tma=spec.arch == "sm_90" and _tma_operands(a_op, b_op, out_dtype, cross, residual,
-                                                                       cross_grad))
+                                                                       cross_grad),
+                             graphed=a.is_cuda and torch.cuda.is_current_stream_capturing())
         if choice.backend == "library":
             return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup,
                             overwrite_residual)
