@@ -191,7 +191,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
         if not update_fits_registers(shape, spec):
             continue
         seconds = update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
-                                 grad_row_bytes=4 * block_d, state_bytes_per_row=state_row)
+                                 grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best
