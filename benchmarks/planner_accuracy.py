@@ -218,6 +218,7 @@ def main() -> None:
                      "embeddings": got["embeddings"], "dense": got["dense"],
                      "predicted_ms": plan.step.total_ms, "measured_ms": measured_ms, "data_ms": got.get("data_ms", 0.0),
                      "measured_mean_ms": got["ms_per_step"] - got.get("data_ms", 0.0),
+                     "data_host_ms": got.get("data_host_ms", 0.0),
                      "error": plan.step.total_ms / measured_ms - 1,
                      "pred_emb_ms": plan.step.embedding_fwd_ms + plan.step.embedding_bwd_ms,
                      "meas_emb_ms": got.get("emb_fwd_ms", 0.0) + got.get("emb_bwd_ms", 0.0),

@@ -24,12 +24,15 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 class PhaseTimer:
     """Accumulates time per phase. On a GPU, CUDA events (on the stream each phase runs on) are read only
-    at :meth:`flush` (one device sync)."""
+    at :meth:`flush` (one device sync); the host's own time in each phase is kept beside them
+    (:meth:`per_step_host_ms`): in a host-bound step the events of a phase can fire late, behind the
+    previous phase's queued kernels, and shorten it."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.pending: list[tuple[str, Any, Any]] = []
         self.totals: dict[str, float] = defaultdict(float)  # seconds
+        self.host_totals: dict[str, float] = defaultdict(float)  # seconds the host spent issuing each phase
         self._open: tuple[str, Any] | None = None
         self.boundaries: list[Any] = []  # step starts (and the last step's end), see step_boundary
 
@@ -41,11 +44,12 @@ class PhaseTimer:
         return event
 
     def start(self, phase: str) -> None:
-        self._open = (phase, self._mark())
+        self._open = (phase, self._mark(), time.perf_counter())
 
     def stop(self) -> None:
-        phase, begin = self._open
+        phase, begin, host_begin = self._open
         self.pending.append((phase, begin, self._mark()))
+        self.host_totals[phase] += time.perf_counter() - host_begin
         self._open = None
 
     def flush(self) -> dict[str, float]:
@@ -72,6 +76,10 @@ class PhaseTimer:
         else:
             gaps = [1e3 * (b - a) for a, b in zip(self.boundaries, self.boundaries[1:])]
         return statistics.median(gaps)
+
+    def per_step_host_ms(self, steps: int) -> dict[str, float]:
+        """Host milliseconds per step in each phase (the CPU's issue time, whatever the device does)."""
+        return {p: 1e3 * self.host_totals.get(p, 0.0) / max(steps, 1) for p in PHASES}
 
     def per_step_ms(self, steps: int) -> dict[str, float]:
         totals = self.flush()

@@ -513,4 +513,5 @@ class Trainer:
         return {"first_steps_s": t1 - t0, "samples_per_s": steps * self.cfg.batch_size / (t2 - t1),
                 "ms_per_step": 1e3 * (t2 - t1) / steps, "median_step_ms": self.timer.median_step_ms(),
                 "last_loss": float(loss),
-                **{f"{k}_ms": v for k, v in self.timer.per_step_ms(steps).items()}}
+                **{f"{k}_ms": v for k, v in self.timer.per_step_ms(steps).items()},
+                **{f"{k}_host_ms": v for k, v in self.timer.per_step_host_ms(steps).items()}}
