@@ -332,11 +332,8 @@ def _merge_one_tile(
         is_end = key != nxt
         started = key != before  # the run's first piece is in these slots (pieces are sorted by key)
         whole = ok & is_end & started
-        row_base, elem_base, dim = _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
-        dim = (dim // VEC) * VEC  # every dim is a multiple of VEC (as in lane_update_kernel)
         d = tl.arange(0, BLOCK_D)
-        d_mask = ok[:, None] & (d[None, :] < dim[:, None])  # [TILE, BLOCK_D]
-        addr = tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :]
+        addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
