@@ -194,6 +194,7 @@ def main() -> None:
 
     from polyrec.hardware.detect import detect
     from polyrec.results import write_results
+    from polyrec.runtime.bench import step_without_data_ms
 
     if not torch.cuda.is_available():
         raise SystemExit("planner_accuracy needs a GPU")
@@ -211,7 +212,7 @@ def main() -> None:
             continue
         plan = predict(case, spec.name)
         got = measure(case, warmup=warmup, steps=steps)
-        measured_ms = got["median_step_ms"] - got.get("data_ms", 0.0)
+        measured_ms = step_without_data_ms(got)
         harness_gb = harness_bytes(case) / 1e9
         predicted_gb = plan.memory[0].used / 1e9 + harness_gb
         rows.append({"model": case.model_label, "case": case, "index": index, "batch": case.batch,

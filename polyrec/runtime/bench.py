@@ -25,6 +25,12 @@ def direct_port_config(base: TrainConfig) -> TrainConfig:
                                pipeline="sync")
 
 
+def step_without_data_ms(measured: dict[str, Any]) -> float:
+    """A ``Trainer.benchmark`` row's median step minus its synthetic-data phase (device timeline): the
+    step the planner predicts (it does not model the data source)."""
+    return measured["median_step_ms"] - measured.get("data_ms", 0.0)
+
+
 def peak_memory_gb(device: torch.device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
 

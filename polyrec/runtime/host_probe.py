@@ -31,6 +31,7 @@ def measure_host_scale(device_name: str) -> dict[str, Any]:
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
     from polyrec.planner.host import stored_host_scale
     from polyrec.runtime import TrainConfig, Trainer
+    from polyrec.runtime.bench import step_without_data_ms
 
     model = model_spec_from_config(preset(PROBE_PRESET).with_capped_rows(PROBE_ROW_CAP))
     constraints = PlanConstraints(weight_dtypes=("fp32",), optimizers=("rowwise_adagrad",),
@@ -45,7 +46,7 @@ def measure_host_scale(device_name: str) -> dict[str, Any]:
                       steps=PROBE_WARMUP + PROBE_STEPS, device="cuda", precision="bf16",
                       embedding_optimizer="rowwise_adagrad", row_cap=PROBE_ROW_CAP, log_every=10**9)
     got = Trainer(cfg, progress=False).benchmark(warmup=PROBE_WARMUP, steps=PROBE_STEPS)
-    measured_ms = got["median_step_ms"] - got.get("data_ms", 0.0)
+    measured_ms = step_without_data_ms(got)
     current, _ = stored_host_scale(device_name)
     return {"value": current * measured_ms / step.host_ms, "measured_ms": measured_ms,
             "predicted_ms": step.host_ms, "scale_before": current,
