@@ -10,14 +10,17 @@ allocator bytes plus the synthetic source's own device buffers, which a real inp
 keep and the plan does not count: ``harness_gb``). Then, for each model measured at several batch sizes, the plan the planner picks
 among those batches against the fastest measured. The ceilings come from ``hw calibrate`` (run first
 when the device has no stored one; ``--quick`` skips it), with this host's speed against the fitted
-host costs (``polyrec.runtime.host_probe``: one probe step no row uses, measured before any row, since
-the fifth session). The planner's host costs were fitted on the even-numbered rows of an earlier run
+host costs (``polyrec.runtime.host_probe``: a probe step no row uses; where the stored calibration has
+no host scale, this run measures it: two probe windows before each pass, their median over the run,
+stored before any prediction is made). Every configuration is measured in each of ``--passes`` passes
+over the list (3; since the sixth session, before one), and its step is the median over the passes:
+the VM's CPU speed moves on a scale of seconds, so a single window is one moment's host speed. The planner's host costs were fitted on the even-numbered rows of an earlier run
 (``polyrec.planner.host``): the summary reports the error on even and odd rows apart. The median (since the fifth session; before, the mean over 20 steps) is
 the steady step: host-bound rows of the same launch count measured 6.1-9.6 ms as means of 20 steps
 in one run (planner_accuracy_nvidia-h200_2026-11-30 at a364e08), so a few slow steps moved them.
 
-Run on the GPU machine: ``PYTHONPATH=. python3 benchmarks/planner_accuracy.py`` (about 6-8 minutes on
-an H200; a global deadline skips what is left after ``--budget-s``), ``--quick`` for a smoke test
+Run on the GPU machine: ``PYTHONPATH=. python3 benchmarks/planner_accuracy.py`` (about 4 minutes on
+an H200 with 3 passes; a pass that would end after ``--budget-s`` is not started), ``--quick`` for a smoke test
 (~1 minute). Targets (issue 6): step-time geomean |error| <= 7%, peak memory within 5%, the chosen
 plan within 5% of the fastest measured.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -60,6 +64,12 @@ FULL: tuple[tuple[str, int | None, int, str, str, str], ...] = (
 #: Timed steps per configuration: 40 intervals for the median (the longest row, full-size MLPerf at
 #: 65536, is ~1 s of them; building its trainer takes longer).
 STEPS = 40
+#: Passes over all configurations; a row's step is the median over passes, and the host probe
+#: (where this run measures the host scale) takes ``PROBE_WINDOWS_PER_PASS`` windows before each pass.
+#: The VM's CPU speed moved 2.3x between trials seconds apart (host_jitter_nvidia-h200_2026-11-30), so
+#: one window is one moment: single-pass runs put the same host-bound rows 7.7-11.8 ms apart.
+PASSES = 3
+PROBE_WINDOWS_PER_PASS = 2
 QUICK = (("dcnv2-small", None, 2048, "rowwise_adagrad", "bf16", "uniform"),
          ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform"),
          ("dlrm-criteo-kaggle", 100_000, 2048, "rowwise_adagrad", "bf16", "zipf"))
@@ -111,22 +121,28 @@ def measure(case: Case, *, warmup: int, steps: int) -> dict:
     return row
 
 
-def ensure_calibration(spec) -> str:
-    """Calibrate the ceilings where none is stored, and this host's speed (``host_scale``) where the
-    stored calibration has none."""
+def ensure_ceilings(spec) -> tuple[str, bool]:
+    """Calibrate the ceilings where none is stored; (what the ceilings are, whether this run must
+    measure the host scale: the stored calibration has none)."""
     from polyrec.hardware.calibrate import calibrate, load_calibration, save_calibration
-    from polyrec.runtime.host_probe import measure_host_scale
 
     stored = load_calibration(spec.name)
     what = "stored calibration"
     if stored is None:
         stored, what = calibrate(spec), "calibrated in this run"
         save_calibration(spec.name, stored)
-    if "host_scale" not in stored:
-        stored["host_scale"] = measure_host_scale(spec.name)
-        save_calibration(spec.name, stored)
-        what += ", host scale measured in this run"
-    return what + f" (host scale {stored['host_scale']['value']:.3f})"
+    return what, "host_scale" not in stored
+
+
+def store_host_scale(spec, windows_ms: list[float], predicted_ms: float) -> float:
+    """Store this run's host scale (the probe windows spread over the passes); returns it."""
+    from polyrec.hardware.calibrate import load_calibration, save_calibration
+    from polyrec.runtime.host_probe import host_scale_entry
+
+    stored = load_calibration(spec.name) or {"device": spec.name}
+    stored["host_scale"] = host_scale_entry(spec.name, windows_ms, predicted_ms)
+    save_calibration(spec.name, stored)
+    return stored["host_scale"]["value"]
 
 
 def harness_bytes(case: Case) -> int:
@@ -152,6 +168,38 @@ def check_planner_matches_trainer_shapes() -> None:
         planned = dense_params(model_spec_from_config(cfg))
         if real != planned:
             raise SystemExit(f"{name}: planner counts {planned} dense parameters, the model has {real}")
+
+
+def row(index: int, case: Case, plan, passes: list[dict]) -> dict:
+    """One configuration's predicted vs measured: step as the median over passes of each pass's
+    median step minus its data phase, peak memory as the largest over passes."""
+    from polyrec.runtime.bench import step_without_data_ms
+
+    measured_ms = statistics.median(step_without_data_ms(g) for g in passes)
+    peak_gb = max(g["peak_gb"] for g in passes)
+    harness_gb = harness_bytes(case) / 1e9
+    predicted_gb = plan.memory[0].used / 1e9 + harness_gb
+    first = passes[0]
+    return {"model": case.model_label, "case": case, "index": index, "batch": case.batch,
+            "embeddings": first["embeddings"], "dense": first["dense"],
+            "predicted_ms": plan.step.total_ms, "measured_ms": measured_ms,
+            "pass_ms": [step_without_data_ms(g) for g in passes],
+            "data_ms": statistics.median(g.get("data_ms", 0.0) for g in passes),
+            "measured_mean_ms": statistics.mean(g["ms_per_step"] - g.get("data_ms", 0.0) for g in passes),
+            "data_host_ms": statistics.median(g.get("data_host_ms", 0.0) for g in passes),
+            "error": plan.step.total_ms / measured_ms - 1,
+            "pred_emb_ms": plan.step.embedding_fwd_ms + plan.step.embedding_bwd_ms,
+            "meas_emb_ms": statistics.median(g.get("emb_fwd_ms", 0.0) + g.get("emb_bwd_ms", 0.0) for g in passes),
+            "pred_dense_ms": plan.step.dense_fwd_ms + plan.step.dense_bwd_ms + plan.step.other_ms,
+            "meas_dense_ms": statistics.median(g.get("dense_ms", 0.0) for g in passes),
+            "pred_opt_ms": plan.step.optimizer_ms,
+            "meas_opt_ms": statistics.median(g.get("optimizer_ms", 0.0) for g in passes),
+            "pred_host_ms": plan.step.host_ms,
+            "pred_device_ms": plan.step.total_ms - plan.step.host_excess_ms, "harness_gb": harness_gb,
+            "predicted_gb": predicted_gb, "measured_gb": peak_gb,
+            "memory_error": predicted_gb / peak_gb - 1 if peak_gb else float("nan"),
+            "predicted_samples_per_s": plan.samples_per_s,
+            "measured_samples_per_s": case.batch / (measured_ms / 1e3)}
 
 
 def geomean_abs_error(pairs: list[tuple[float, float]]) -> float:
@@ -187,7 +235,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three tiny configurations (smoke test)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per configuration")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="stop starting new configurations after this")
+    parser.add_argument("--passes", type=int, default=PASSES, help="times every configuration is measured")
+    parser.add_argument("--budget-s", type=float, default=480.0,
+                        help="start no pass that would end after this (seconds, from the last pass's length)")
     args = parser.parse_args()
 
     import torch
@@ -195,46 +245,42 @@ def main() -> None:
     from polyrec.hardware.detect import detect
     from polyrec.results import write_results
     from polyrec.runtime.bench import step_without_data_ms
+    from polyrec.runtime.host_probe import probe_prediction_ms, probe_windows_ms
 
     if not torch.cuda.is_available():
         raise SystemExit("planner_accuracy needs a GPU")
     check_planner_matches_trainer_shapes()
     spec = detect().spec
-    calibration = "skipped (--quick): datasheet ceilings" if args.quick else ensure_calibration(spec)
+    if args.quick:
+        calibration, probe_host = "skipped (--quick): datasheet ceilings", False
+    else:
+        calibration, probe_host = ensure_ceilings(spec)
     cases = [Case(preset=p, row_cap=r, batch=b, optimizer=o, precision=d, distribution=x)
              for p, r, b, o, d, x in (QUICK if args.quick else FULL)]
     warmup, steps = (3, args.steps or 5) if args.quick else (5, args.steps or STEPS)
+    passes = 1 if args.quick else args.passes
     start = time.perf_counter()
-    rows, skipped = [], []
-    for index, case in enumerate(cases):
-        if time.perf_counter() - start > args.budget_s:
-            skipped.append(case.model_label + f" batch {case.batch}")
-            continue
-        plan = predict(case, spec.name)
-        got = measure(case, warmup=warmup, steps=steps)
-        measured_ms = step_without_data_ms(got)
-        harness_gb = harness_bytes(case) / 1e9
-        predicted_gb = plan.memory[0].used / 1e9 + harness_gb
-        rows.append({"model": case.model_label, "case": case, "index": index, "batch": case.batch,
-                     "embeddings": got["embeddings"], "dense": got["dense"],
-                     "predicted_ms": plan.step.total_ms, "measured_ms": measured_ms, "data_ms": got.get("data_ms", 0.0),
-                     "measured_mean_ms": got["ms_per_step"] - got.get("data_ms", 0.0),
-                     "data_host_ms": got.get("data_host_ms", 0.0),
-                     "error": plan.step.total_ms / measured_ms - 1,
-                     "pred_emb_ms": plan.step.embedding_fwd_ms + plan.step.embedding_bwd_ms,
-                     "meas_emb_ms": got.get("emb_fwd_ms", 0.0) + got.get("emb_bwd_ms", 0.0),
-                     "pred_dense_ms": plan.step.dense_fwd_ms + plan.step.dense_bwd_ms + plan.step.other_ms,
-                     "meas_dense_ms": got.get("dense_ms", 0.0),
-                     "pred_opt_ms": plan.step.optimizer_ms, "meas_opt_ms": got.get("optimizer_ms", 0.0),
-                     "pred_host_ms": plan.step.host_ms,
-                     "pred_device_ms": plan.step.total_ms - plan.step.host_excess_ms, "harness_gb": harness_gb,
-                     "predicted_gb": predicted_gb, "measured_gb": got["peak_gb"],
-                     "memory_error": predicted_gb / got["peak_gb"] - 1 if got["peak_gb"] else float("nan"),
-                     "predicted_samples_per_s": plan.samples_per_s,
-                     "measured_samples_per_s": case.batch / (measured_ms / 1e3)})
-        print(f"{rows[-1]['model']:<58} B={case.batch:<6} pred {plan.step.total_ms:8.2f} ms  "
-              f"meas {measured_ms:8.2f} ms  ({rows[-1]['error']:+.1%})  mem {predicted_gb:6.2f} / {got['peak_gb']:6.2f} GB",
-              flush=True)
+    probe_predicted = probe_prediction_ms(spec.name) if probe_host else 0.0
+    probe_windows: list[float] = []
+    got: dict[int, list[dict]] = {}
+    skipped = []
+    for done in range(passes):
+        if done and (time.perf_counter() - start) * (done + 1) / done > args.budget_s:
+            skipped.append(f"passes {done + 1}-{passes} (budget)")
+            break
+        if probe_host:
+            probe_windows += probe_windows_ms(PROBE_WINDOWS_PER_PASS)
+        for index, case in enumerate(cases):
+            got.setdefault(index, []).append(measure(case, warmup=warmup, steps=steps))
+            print(f"pass {done + 1}/{passes} {case.model_label:<58} B={case.batch:<6} "
+                  f"{step_without_data_ms(got[index][-1]):8.2f} ms", flush=True)
+    if probe_host:
+        calibration += f", host scale {store_host_scale(spec, probe_windows, probe_predicted):.3f} measured in this run"
+    rows = [row(index, cases[index], predict(cases[index], spec.name), got[index]) for index in sorted(got)]
+    for r in rows:
+        print(f"{r['model']:<58} B={r['batch']:<6} pred {r['predicted_ms']:8.2f} ms  "
+              f"meas {r['measured_ms']:8.2f} ms  ({r['error']:+.1%})  mem {r['predicted_gb']:6.2f} / "
+              f"{r['measured_gb']:6.2f} GB", flush=True)
     choices = plan_choice(rows, spec.name)
     table = [{k: v for k, v in r.items() if k != "case"} for r in rows]
     summary = {
