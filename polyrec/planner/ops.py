@@ -72,9 +72,12 @@ def _gemm_ops(mat: Matmul, batch: int) -> list[Op]:
             for s in gemm_shapes(mat, batch)]
 
 
-def _weight_casts(mat: Matmul) -> list[Op]:
-    """fp32 master -> compute dtype for the forward (``_cast``), and the gradient back (ToCopyBackward)."""
-    out = []
+def _weight_casts(mat: Matmul, cb: int) -> list[Op]:
+    """fp32 master -> compute dtype for the forward (``_cast``), and the gradient back (ToCopyBackward);
+    none when the compute dtype is fp32 (``_cast`` returns the master itself)."""
+    out: list[Op] = []
+    if cb == FP32:
+        return out
     for what, n in (("w", mat.in_dim * mat.out_dim), ("b", mat.out_dim if mat.bias else 0)):
         if n:
             out.append(Op(name=f"{mat.name}.cast_{what}", phase="fwd", bytes=n * (FP32 + 2)))
@@ -86,7 +89,7 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     """One ``linear`` (``_Linear``): fused bias/ReLU forward; backward one ReLU-mask + bias-sum pass
     (``polyrec.kernels.dense_backward``), dgrad, wgrad."""
     n, k, b = mat.out_dim, mat.in_dim, batch
-    ops = _gemm_ops(mat, batch) + _weight_casts(mat)
+    ops = _gemm_ops(mat, batch) + _weight_casts(mat, cb)
     relu = mat.epilogue == "relu"
     if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
@@ -120,7 +123,7 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
                 Op(name=f"{u.name}.product", phase="fwd",
                    gemm=GemmShape(op=f"{u.name}.product", m=b, n=w, k=r, epilogue="none"), torch_ops=0),
                 Op(name=f"{u.name}.cross_pass", phase="fwd", bytes=4 * b * w * cb, torch_ops=1, triton_ops=1)]
-        ops += _weight_casts(v) + _weight_casts(u)
+        ops += _weight_casts(v, cb) + _weight_casts(u, cb)
         first_backward = i == len(pairs) - 1  # d_x0 is written, not read
         ops.append(Op(name=f"{u.name}.cross_grad_pass", phase="bwd", bytes=(6 - first_backward) * b * w * cb,
                       torch_ops=3, triton_ops=1))  # g and the partials allocated, the partials summed
@@ -167,7 +170,7 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int) -> Den
     mats = dense_matmuls(model)
     bottom = [m for m in mats if m.name.startswith("bottom.")]
     top = [m for m in mats if m.name.startswith("top.")]
-    ops: list[Op] = [Op(name="input.cast", phase="fwd", bytes=b * model.dense.num_dense * (FP32 + cb))]
+    ops: list[Op] = [] if cb == FP32 else [Op(name="input.cast", phase="fwd", bytes=b * model.dense.num_dense * (FP32 + cb))]
     layers: list[LayerMemory] = []
     for m in bottom:
         o, lm = mlp_layer(m, batch, cb)
