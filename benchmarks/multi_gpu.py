@@ -4,7 +4,8 @@
     torchrun --nproc-per-node 2 benchmarks/multi_gpu.py     # ... world2 ..., with the ratio to world1
 
 MLPerf DLRM-DCNv2 (tables full size unless ``--row-cap``), batch 65536 per GPU, fp32 rows with
-row-wise Adagrad sharded table-wise (bytes balanced), bf16 dense under DDP. The N-rank run reads the
+row-wise Adagrad sharded table-wise (lookups balanced, ``default_shardings``) or as ``--plan`` says,
+bf16 dense under DDP. The N-rank run reads the
 1-rank results file from the same results directory, when present, and reports the scaling ratio
 (target >= 1.8x at 2 GPUs). Keep NCCL_NVLS_ENABLE=0 set on the device machines.
 """
@@ -39,11 +40,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps (after 5 warmup steps)")
     parser.add_argument("--dense-backend", default="polyrec", help="polyrec (GPU) or torch (a CPU smoke run)")
     parser.add_argument("--preset", default="mlperf-dcnv2", help="model preset (dcnv2-small for a smoke run)")
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="a `polyrec plan` JSON whose table shardings to run (default: lookup-balanced table-wise)")
+    parser.add_argument("--tag", default="", help="suffix of the results name (variants of one world size)")
     parser.add_argument("--profile", action="store_true",
                         help="also every rank's CUDA kernels per step (torch profiler), in the results payload")
     args = parser.parse_args()
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
-                      synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend)
+                      synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend,
+                      plan=args.plan)
     trainer = Trainer(cfg)
     measured = trainer.benchmark(warmup=5, steps=args.steps)
     world = trainer.ctx.world_size
@@ -55,6 +60,7 @@ def main() -> None:
         row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
                "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],
                "peak_gb_max_rank": float(peak), "row_cap": args.row_cap,
+               "shardings": str(args.plan) if args.plan else "default (lookup-balanced table-wise)",
                **{k: v for k, v in measured.items() if k.endswith("_ms") and k != "ms_per_step"}}
         summary = dict(row)
         out_dir = Path(os.environ.get("POLYREC_RESULTS_DIR") or RESULTS_DIR)
@@ -63,7 +69,7 @@ def main() -> None:
             one = json.loads(single[-1].read_text())["summary"]
             summary["scaling_vs_1_gpu"] = row["global_samples_per_s"] / one["global_samples_per_s"]
             summary["efficiency"] = summary["scaling_vs_1_gpu"] / world
-        write_results(f"multi_gpu_world{world}" + ("_profile" if args.profile else ""),
+        write_results(f"multi_gpu_world{world}" + (f"_{args.tag}" if args.tag else "") + ("_profile" if args.profile else ""),
                       {"measured": measured, "kernels_by_rank": kernels}, rows=[row], summary=summary)
         print(json.dumps(summary, indent=1))
         for rank, table in enumerate(kernels):
