@@ -10,4 +10,5 @@ KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.kernels.gemm_configs",
     "polyrec.kernels.dcn",
     "polyrec.kernels.dense_backward",
+    "polyrec.kernels.chunk_copy",
 )

@@ -10,17 +10,19 @@ Bucketing by destination is vectorised: a fixed number of torch ops whatever the
 and ranks, no per-feature Python loop, and no host synchronisation. It runs in two phases around the
 one host sync of a step (the split sizes that ``all_to_all_single`` needs on the host):
 
-1. ``InputRouter.count`` (device only): each id's feature and first route (its feature's first
+1. ``InputRouter.count`` (device only): the ``[P, B]`` send lengths and the number of ids sent to
+   each rank; with row-wise tables also each id's feature and first route (its feature's first
    piece, or for a row-wise table the piece whose rows hold it: one ``searchsorted`` over the row
-   ranges of all tables), the ``[P, B]`` send lengths and the number of ids sent to each rank; with
-   row-wise tables also each id's rank among the ids of its bag bound to the same piece;
-2. ``InputRouter.pack`` (given that total on the host): the (id, route) pairs (a table-wise id is one
-   pair, a column-wise id one per column shard) scattered straight to their places in the send
-   buffer, ordered (destination rank, piece, sample, order within the bag). A table- or column-wise
-   piece takes its feature's ids in batch order, so its pairs only shift by one offset per piece.
+   ranges of all tables) and its rank among the ids of its bag bound to the same piece;
+2. ``InputRouter.pack`` (given that total on the host): the send buffer, ordered (destination rank,
+   piece, sample, order within the bag). A table- or column-wise piece takes its feature's ids whole
+   and in batch order, so without row-wise tables the buffer is the pieces' id ranges one after
+   another (``polyrec.kernels.chunk_copy``, nothing computed per id); with them, the (id, route)
+   pairs (a table-wise id is one pair, a column-wise id one per column shard) are scattered straight
+   to their places.
 
 ``regroup`` reorders what a rank received, (source rank, piece, sample), into the feature-major
-batch its local tables read, (piece, source rank, sample).
+batch its local tables read, (piece, source rank, sample): a chunk copy of ``world x pieces`` blocks.
 
 In a world of one rank no id is exchanged: ``InputRouter.local_batch`` hands the batch itself to the
 local tables when each feature has one piece (any plan's table-, row- or column-wise shard covers the
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from polyrec.kernels.chunk_copy import chunk_copy
 from polyrec.kernels.jagged import JaggedBatch
 
 if TYPE_CHECKING:
@@ -47,11 +50,11 @@ if TYPE_CHECKING:
 class Counted:
     """Phase 1 of the bucketing: per id and per piece, everything but the send buffer."""
 
-    feature: Tensor  # [nnz] int64: the feature of each id
-    route: Tensor  # [nnz] int64: each id's first route (its feature's first, or its row range's)
     feature_starts: Tensor  # [F + 1] int64: where each feature's ids start in the batch
     send_lengths: Tensor  # [P, B] int64: bag lengths per piece, send order (destination-major)
     send_counts: Tensor  # [world] int64: ids sent to each rank
+    feature: Tensor | None = None  # [nnz] int64, with row-wise shardings: the feature of each id
+    route: Tensor | None = None  # [nnz] int64, row-wise: each id's first route (its feature's first, or its row range's)
     sample: Tensor | None = None  # [nnz] int64, row-wise shardings only: the bag of each id in its feature
     rank: Tensor | None = None  # [nnz] int64, row-wise only: ids of its bag before it bound to the same piece
 
@@ -154,26 +157,30 @@ class InputRouter:
         offsets = batch.offsets.to(torch.int64)
         lengths = offsets[1:] - offsets[:-1]  # [F * B]
         feature_starts = offsets[::b] if b else offsets.new_zeros(self.num_features + 1)  # [F + 1]
+        send_lengths = lengths.view(self.num_features, b)[self.piece_feature]  # [P, B]
+        send_counts = torch.zeros(self.world, dtype=torch.int64, device=dev)
+        if not self.has_rows:  # every piece takes its feature's ids whole: nothing per id to find
+            send_counts.index_add_(0, self.piece_dest, self._piece_sizes(feature_starts))
+            return Counted(feature_starts=feature_starts, send_lengths=send_lengths, send_counts=send_counts)
         # [nnz] feature of each id. A binary search over the F + 1 starts, not repeat_interleave: its CUDA
         # kernel writes each input's repeats in one thread, 26 threads for 7M ids (1.5 ms per step in
         # multi_gpu_world2_profile at 598c161).
         feature = torch.searchsorted(feature_starts[1:].contiguous(), torch.arange(n, device=dev), right=True)
-        route = self.first_route[feature]
-        send_lengths = lengths.view(self.num_features, b)[self.piece_feature]  # [P, B]
-        sample = rank = None
-        if self.has_rows:
-            bag = torch.repeat_interleave(lengths, output_size=n)  # [nnz]
-            sample = bag - feature * b
-            is_row = self.is_row[feature]
-            route = torch.where(is_row, self._row_routes(batch.values, feature), route)
-            rank = _rank_in_bucket(route - self.first_route[feature], offsets[bag], self.buckets)
-            row_lengths = torch.zeros(send_lengths.numel(), dtype=torch.int64, device=dev)
-            row_lengths.index_add_(0, self.route_piece[route] * b + sample, is_row.to(torch.int64))
-            send_lengths = torch.where(self.piece_is_row.unsqueeze(1), row_lengths.view_as(send_lengths), send_lengths)
-        send_counts = torch.zeros(self.world, dtype=torch.int64, device=dev)
+        bag = torch.repeat_interleave(lengths, output_size=n)  # [nnz]
+        sample = bag - feature * b
+        is_row = self.is_row[feature]
+        route = torch.where(is_row, self._row_routes(batch.values, feature), self.first_route[feature])
+        rank = _rank_in_bucket(route - self.first_route[feature], offsets[bag], self.buckets)
+        row_lengths = torch.zeros(send_lengths.numel(), dtype=torch.int64, device=dev)
+        row_lengths.index_add_(0, self.route_piece[route] * b + sample, is_row.to(torch.int64))
+        send_lengths = torch.where(self.piece_is_row.unsqueeze(1), row_lengths.view_as(send_lengths), send_lengths)
         send_counts.index_add_(0, self.piece_dest, send_lengths.sum(1))
-        return Counted(feature=feature, route=route, feature_starts=feature_starts, send_lengths=send_lengths,
-                       send_counts=send_counts, sample=sample, rank=rank)
+        return Counted(feature_starts=feature_starts, send_lengths=send_lengths, send_counts=send_counts,
+                       feature=feature, route=route, sample=sample, rank=rank)
+
+    def _piece_sizes(self, feature_starts: Tensor) -> Tensor:
+        """[P] ids of each piece's feature (table- and column-wise pieces take them all), send order."""
+        return (feature_starts[1:] - feature_starts[:-1])[self.piece_feature]
 
     def _places(self, counted: Counted, b: int, route: Tensor, piece: Tensor | None, source: Tensor | None,
                 position: Tensor) -> Tensor:
@@ -197,6 +204,11 @@ class InputRouter:
         sent_weights = None if weights is None else torch.empty(total, dtype=weights.dtype, device=dev)
         if total == 0:
             return values, sent_weights
+        if not self.has_rows:  # the pieces' features, whole, one after another: a chunk copy each
+            src = counted.feature_starts[self.piece_feature]  # [P]
+            dst = _exclusive_cumsum(self._piece_sizes(counted.feature_starts))  # [P]
+            return chunk_copy(batch.values, src, dst, total), (None if weights is None else
+                                                                  chunk_copy(weights, src, dst, total))
         source = None  # each id goes to one route: the pairs are the ids themselves
         route, position = counted.route, torch.arange(total, device=dev)
         if self.max_copies > 1:  # table- and column-wise ids go to every piece of their feature
@@ -241,17 +253,16 @@ class InputRouter:
 def regroup(lengths: Tensor, values: Tensor, weights: Tensor | None, *, world: int, features: int,
             batch: int) -> JaggedBatch:
     """Bags received as (source rank, feature, sample) -> a batch of ``world * batch`` samples,
-    feature-major: lengths [world * features * batch], values and weights [nnz]."""
-    lengths = lengths.to(torch.int64)
-    old_offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
-    torch.cumsum(lengths, 0, out=old_offsets[1:])
-    order = torch.arange(lengths.numel(), device=lengths.device).view(world, features, batch)
-    order = order.permute(1, 0, 2).reshape(-1)  # new bag k reads old bag order[k]
-    new_lengths = lengths[order]
-    new_offsets = torch.zeros_like(old_offsets)
+    feature-major: lengths [world * features * batch], values and weights [nnz]. The ids of one
+    (source rank, feature) are contiguous on both sides: the values move as ``world * features``
+    chunks."""
+    lengths = lengths.to(torch.int64).view(world, features, batch)
+    new_lengths = lengths.permute(1, 0, 2).reshape(-1)  # [features * world * batch]
+    new_offsets = torch.zeros(new_lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
     torch.cumsum(new_lengths, 0, out=new_offsets[1:])
+    sizes = lengths.sum(2)  # [world, features] ids per received chunk
+    src = _exclusive_cumsum(sizes.reshape(-1)).view(world, features).t().reshape(-1)  # chunks in (feature, rank) order
+    dst = _exclusive_cumsum(sizes.t().reshape(-1))
     n = values.numel()
-    gather = (torch.repeat_interleave(old_offsets[:-1][order] - new_offsets[:-1], new_lengths, output_size=n)
-              + torch.arange(n, device=values.device))
-    return JaggedBatch(values=values[gather], offsets=new_offsets, batch_size=world * batch, num_features=features,
-                       weights=None if weights is None else weights[gather])
+    return JaggedBatch(values=chunk_copy(values, src, dst, n), offsets=new_offsets, batch_size=world * batch,
+                       num_features=features, weights=None if weights is None else chunk_copy(weights, src, dst, n))

@@ -1,0 +1,87 @@
+"""Copy contiguous chunks of a 1-D tensor to new places in one launch: ``out[dst_c + i] = x[src_c + i]``.
+
+The input distribution of sharded embeddings moves whole features: a table- or column-wise piece
+takes every id of its feature, which lie contiguously in the batch, and what a rank receives is
+re-ordered from (source rank, piece) to (piece, source rank) blocks, each contiguous too. Both are
+permutations of a few dozen chunks whose bounds live on the device (they depend on the bag lengths).
+Done with per-id torch ops (an index per id from a search over the chunk starts, then a gather or
+``index_copy_``), that was about 1 ms per step on 14M ids (arange, searchsorted, index and add kernels
+in multi_gpu_world2_profile_nvidia-h200_2026-11-30 at e4b13d9); here each program finds its ids'
+chunks by comparing them with every chunk start (the chunks are few) and copies: the ids are read
+and written once.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from polyrec.hardware.compile import CompileJob
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.gemm_select import interpreting
+
+#: Elements per program: 16 KB of int64 ids in and out, 4 per thread at 4 warps of 64 lanes (AMD) or
+#: 8 per thread at 32 lanes; the chunk loop runs once per program, so larger blocks amortise it.
+BLOCK = 2048
+NUM_WARPS = 4
+#: Element types the kernel moves (ids and per-sample weights).
+_TRITON_TYPES = {torch.int64: "*i64", torch.int32: "*i32", torch.float64: "*fp64", torch.float32: "*fp32",
+                 torch.float16: "*fp16", torch.bfloat16: "*bf16"}
+
+
+@triton.jit
+def chunk_copy_kernel(x_ptr, out_ptr, src_start_ptr, dst_start_ptr, chunks, total, BLOCK: tl.constexpr):
+    """out[p] = x[src_start[c] + p - dst_start[c]] for the last chunk c with dst_start[c] <= p
+    (dst_start ascending from 0; an empty chunk shares its start with the next and loses to it)."""
+    pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
+    mask = pos < total
+    src = pos
+    for c in range(chunks):
+        dst0 = tl.load(dst_start_ptr + c)
+        src = tl.where(pos >= dst0, tl.load(src_start_ptr + c) + (pos - dst0), src)
+    tl.store(out_ptr + pos, tl.load(x_ptr + src, mask=mask), mask=mask)
+
+
+def _validate(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor) -> None:
+    if x.dim() != 1:
+        raise ValueError(f"chunk_copy: x must be 1-D, got shape {tuple(x.shape)}")
+    if x.dtype not in _TRITON_TYPES:
+        raise TypeError(f"chunk_copy: x dtype {x.dtype} is not supported; use one of {sorted(map(str, _TRITON_TYPES))}")
+    for name, t in (("src_start", src_start), ("dst_start", dst_start)):
+        if t.dim() != 1 or t.dtype != torch.int64 or t.device != x.device:
+            raise ValueError(f"chunk_copy: {name} must be a 1-D int64 tensor on {x.device}, "
+                             f"got {tuple(t.shape)} {t.dtype} on {t.device}")
+    if src_start.numel() != dst_start.numel():
+        raise ValueError(f"chunk_copy: {src_start.numel()} source starts for {dst_start.numel()} destination starts")
+
+
+def chunk_copy(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor, total: int) -> torch.Tensor:
+    """[total] tensor whose chunk c, from ``dst_start[c]`` up to the next chunk's start (or ``total``),
+    is ``x`` from ``src_start[c]`` on. ``dst_start`` [C] int64 must start at 0 and not decrease (the
+    chunks tile the output in order; they need not tile ``x``: a chunk may repeat or skip source ids).
+    No host synchronisation: the starts stay on the device.
+    """
+    _validate(x, src_start, dst_start)
+    out = torch.empty(total, dtype=x.dtype, device=x.device)
+    if total == 0:
+        return out
+    if not (x.is_cuda or interpreting()):
+        pos = torch.arange(total, device=x.device)
+        chunk = torch.searchsorted(dst_start, pos, right=True) - 1
+        return x[src_start[chunk] + pos - dst_start[chunk]]
+    chunk_copy_kernel[(triton.cdiv(total, BLOCK),)](x, out, src_start, dst_start, dst_start.numel(), total,
+                                                    BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return out
+
+
+def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
+    """The kernel for every element type it moves (one launch config on every device)."""
+    jobs = []
+    for dtype, ptr in _TRITON_TYPES.items():
+        signature = {"x_ptr": ptr, "out_ptr": ptr, "src_start_ptr": "*i64", "dst_start_ptr": "*i64", "chunks": "i32",
+                     "total": "i64", "BLOCK": "constexpr"}
+        jobs.append(CompileJob(label=f"chunk_copy {ptr[1:]}", kernel=chunk_copy_kernel, signature=signature,
+                               constexprs={"BLOCK": BLOCK}, num_warps=NUM_WARPS, num_stages=1,
+                               divisible_by_16=("x_ptr", "out_ptr", "src_start_ptr", "dst_start_ptr")))
+    return jobs
