@@ -5,7 +5,7 @@ floor (96 MFLOP per sample over the measured matmul rate). This script runs poly
 MLPerf model (tables capped: the dense work does not depend on the row counts) and lists the kernels
 of a step grouped by name, with their share of the step. It writes ``e2e_profile_<gpu>_<date>.json``.
 
-    PYTHONPATH=. python3 benchmarks/e2e_profile.py [--quick] [--batch 65536] [--row-cap 4000000]
+    PYTHONPATH=. python3 benchmarks/e2e_profile.py [--quick] [--preset P] [--batch 65536] [--row-cap 4000000]
 
 About 1 minute on an H200.
 """
@@ -43,13 +43,14 @@ def host_profile(trainer: Trainer, steps: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 1024 (smoke test)")
+    parser.add_argument("--preset", default="mlperf-dcnv2", help="model preset (results of others are named after it)")
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--row-cap", type=int, default=4_000_000)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--host", action="store_true",
                         help="also profile the host side (cProfile of the Python calls of a step)")
     args = parser.parse_args()
-    cfg = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", batch_size=1024 if args.quick else args.batch,
+    cfg = TrainConfig(preset="dcnv2-small" if args.quick else args.preset, batch_size=1024 if args.quick else args.batch,
                       row_cap=args.row_cap, steps=10_000, synthetic_pool=4)
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=3, steps=5)
@@ -61,7 +62,8 @@ def main() -> None:
     floor_ms = DENSE_FLOP_PER_SAMPLE * cfg.batch_size / 686e12 * 1e3
     summary = {"preset": cfg.preset, "batch": cfg.batch_size, "kernel_ms_per_step": total,
                "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
-    write_results("e2e_profile", {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
+    name = "e2e_profile" if cfg.preset == "mlperf-dcnv2" else f"e2e_profile_{cfg.preset}"
+    write_results(name, {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
                   summary=summary)
     print(f"kernel time per step {total:.2f} ms; timer: {timing}")
     for r in rows[:40]:
