@@ -11,4 +11,5 @@ KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.kernels.dcn",
     "polyrec.kernels.dense_backward",
     "polyrec.kernels.chunk_copy",
+    "polyrec.kernels.place_columns",
 )

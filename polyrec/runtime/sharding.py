@@ -13,8 +13,9 @@ A step moves data in three all-to-alls (TorchRec's pattern, our own code):
 
 Backward reverses step 3 through autograd (``_AllToAllRows``), so each owner's fused optimizer sees
 the gradients of all ranks' samples. Each rank's loss is a mean over its own ``B`` samples, while the
-single-process equivalent is a mean over ``world * B``: the reverse all-to-all scales the gradient
-by ``1 / world`` so that sharded training takes the same steps as one process on the whole batch.
+single-process equivalent is a mean over ``world * B``: the backward of the column placement scales
+the gradient by ``1 / world`` so that sharded training takes the same steps as one process on the
+whole batch.
 
 In a world of one rank nothing is exchanged (same code path, no collective, no host sync but in
 the case ``InputRouter.local_batch`` names): the local batch goes to the local tables as it is (or
@@ -34,6 +35,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.place_columns import ColumnLayout, column_layout, gather, place
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
 
 SHARDING_KINDS = ("table", "row", "column")
@@ -119,11 +121,11 @@ def shard_features(shards: Sequence[Shard], feature_to_table: Sequence[int],
 
 
 class _AllToAllRows(torch.autograd.Function):
-    """all_to_all_single of a flat tensor whose backward sends the gradient back, scaled."""
+    """all_to_all_single of a flat tensor whose backward sends the gradient back the same way."""
 
     @staticmethod
-    def forward(ctx, flat: Tensor, send: list[int], recv: list[int], grad_scale: float) -> Tensor:
-        ctx.send, ctx.recv, ctx.grad_scale = send, recv, grad_scale
+    def forward(ctx, flat: Tensor, send: list[int], recv: list[int]) -> Tensor:
+        ctx.send, ctx.recv = send, recv
         out = flat.new_empty(sum(recv))
         dist.all_to_all_single(out, flat.contiguous(), recv, send)
         return out
@@ -131,31 +133,23 @@ class _AllToAllRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         back = grad.new_empty(sum(ctx.send))
-        dist.all_to_all_single(back, (grad * ctx.grad_scale).contiguous(), ctx.send, ctx.recv)
-        return back, None, None, None
+        dist.all_to_all_single(back, grad.contiguous(), ctx.send, ctx.recv)  # no copy when contiguous
+        return back, None, None
 
 
 class _PlaceColumns(torch.autograd.Function):
-    """Pooled rows received from every rank -> ``[B, out_dim]`` in feature order, one op per rank:
-    columns copied, or added where row-wise partial sums meet; backward gathers each rank's columns."""
+    """Pooled rows received from every rank -> ``[B, out_dim]`` in feature order in one kernel
+    (``polyrec.kernels.place_columns.place``): columns copied, or added in a fixed order where row-wise
+    partial sums meet; backward gathers each rank's columns times ``grad_scale`` in one kernel."""
 
     @staticmethod
-    def forward(ctx, flat: Tensor, b: int, dims: list[int], cols: tuple[Tensor, ...], out_dim: int,
-                add: bool) -> Tensor:
-        ctx.b, ctx.dims, ctx.cols = b, dims, cols
-        out = flat.new_zeros(b, out_dim) if add else flat.new_empty(b, out_dim)  # [B, out_dim]
-        for block, rank_cols, d in zip(flat.split([b * d for d in dims]), cols, dims):
-            if d:
-                (out.index_add_ if add else out.index_copy_)(1, rank_cols, block.view(b, d))
-        return out
+    def forward(ctx, flat: Tensor, b: int, layout: ColumnLayout, grad_scale: float) -> Tensor:
+        ctx.b, ctx.layout, ctx.grad_scale = b, layout, grad_scale
+        return place(flat, b, layout)  # [B, out_dim]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        flat = grad.new_empty(ctx.b * sum(ctx.dims))
-        for part, rank_cols, d in zip(flat.split([ctx.b * d for d in ctx.dims]), ctx.cols, ctx.dims):
-            if d:
-                torch.index_select(grad, 1, rank_cols, out=part.view(ctx.b, d))
-        return flat, None, None, None, None, None
+        return gather(grad, ctx.b, ctx.layout, ctx.grad_scale), None, None, None
 
 
 def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
@@ -185,7 +179,7 @@ class ShardedEmbedding(nn.Module):
 
     A step's host work does not grow with the number of features: the input distribution is a fixed
     number of vectorised ops (``polyrec.runtime.input_dist``), its one host sync reads the split
-    sizes of the value all-to-all, and the outputs are placed with one op per source rank.
+    sizes of the value all-to-all, and the outputs are placed by one kernel (gathered back by one).
     """
 
     def __init__(self, *, rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
@@ -279,10 +273,10 @@ class ShardedEmbedding(nn.Module):
             (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
         if self.pooled_is_output:
             return pooled
-        if world == 1:  # nothing to send back; the gradient scale 1 / world is 1
-            flat = pooled.reshape(-1)
-        else:
-            flat = _AllToAllRows.apply(pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims],
-                                       1.0 / world)
-        return _PlaceColumns.apply(flat, b, self.rank_dims, self._out_cols.split(self.rank_dims), self.out_dim,
-                                   self.sums_partials)
+        flat = pooled.reshape(-1) if world == 1 else _AllToAllRows.apply(  # nothing to send back in a world of one
+            pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims])
+        layout = getattr(self, "_layout", None)  # the placement's tile tables, built once per device
+        if layout is None or layout.device != flat.device:
+            cols = [[c for p in pieces for c in range(*p.out_cols)] for pieces in self.pieces]
+            layout = self._layout = column_layout(self.rank_dims, cols, self.out_dim, self.sums_partials, flat.device)
+        return _PlaceColumns.apply(flat, b, layout, 1.0 / world)
