@@ -207,7 +207,10 @@ class ShardedEmbedding(nn.Module):
             raise ValueError("the shards do not cover every output column exactly once")
         # One rank whose pooled columns are already the output's: it is returned as it is.
         self.pooled_is_output = world_size == 1 and out_cols == list(range(self.out_dim))
-        self.register_buffer("_out_cols", torch.tensor(out_cols, dtype=torch.int64, device=device), persistent=False)
+        # The placement's tile tables (polyrec.kernels.place_columns), built once per sharding.
+        self._layout = None if self.pooled_is_output else column_layout(
+            self.rank_dims, [[c for p in pieces for c in range(*p.out_cols)] for pieces in self.pieces], self.out_dim,
+            self.sums_partials, device)
 
     def start_inputs(self, batch: JaggedBatch) -> StartedInputs | None:
         """The first half of the input distribution of ``batch``: bucket counts, the lengths
@@ -275,8 +278,4 @@ class ShardedEmbedding(nn.Module):
             return pooled
         flat = pooled.reshape(-1) if world == 1 else _AllToAllRows.apply(  # nothing to send back in a world of one
             pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims])
-        layout = getattr(self, "_layout", None)  # the placement's tile tables, built once per device
-        if layout is None or layout.device != flat.device:
-            cols = [[c for p in pieces for c in range(*p.out_cols)] for pieces in self.pieces]
-            layout = self._layout = column_layout(self.rank_dims, cols, self.out_dim, self.sums_partials, flat.device)
-        return _PlaceColumns.apply(flat, b, layout, 1.0 / world)
+        return _PlaceColumns.apply(flat, b, self._layout, 1.0 / world)
