@@ -298,6 +298,28 @@ MERGE_CROSSING_TRIPS = 11.6
 #: copy (tbe_breakdown_fp32_nvidia-h200_2026-11-29 as committed in 59c9b47). Not a fit for fp16 rows, whose stochastic
 #: rounding is ALU-bound (6.45 ms measured for 14.4 GB, tbe_breakdown_fp16_*; predicted 4.4 ms).
 UPDATE_COPY_FRACTION = 0.77
+#: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds (row-wise Adagrad:
+#: one value per row; Adagrad one, Adam two [TILE, BLOCK_D] tiles), counted from the row-wise Adagrad kernel
+#: that UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS), each costing the tiles' loaded latency over
+#: the resident programs on top of the bytes (1.11 ms on the MLPerf step): the update runs below the copy
+#: rate because its tiles wait on chains of dependent loads, and ptxas issues each state array's loads only
+#: after instructions that consume the loads before them (scoreboard waits in the cuda:90 SASS of the
+#: one-tile lane update, bf16 output gradient, D = 128: the rows' loads follow the gradient's in 1 / 2 / 2 / 3
+#: dependent steps for SGD / row-wise Adagrad / Adagrad / Adam). Counted, not fitted; checked on the H200
+#: (tests/test_tbe_state_trips.py): full MLPerf tables, bf16 gradient, lane update + permute, SGD 3.99 ms vs
+#: row-wise Adagrad 5.27 (tbe_breakdown_fp32_sgd_gradbf16 at 84f645a, tbe_breakdown_fp32_gradbf16 at
+#: 9f87455): -1.28 ms, model -1.29 (-0.20 from the state bytes alone); embedding phase, tables capped at 4M
+#: rows, batch 65536, within each run of planner_accuracy_nvidia-h200_2026-11-30 at 691c40d, e4b13d9,
+#: 0192375: SGD - row-wise -1.33..-1.40 ms (model -1.24, bytes alone -0.14), Adam - Adagrad +3.43..+3.50
+#: (model +3.30, bytes alone +2.19). Chunked programs (fp32 gradient, 8 tiles) measured SGD - row-wise
+#: -0.82..-0.87 ms (tbe_breakdown_fp32_sgd at 84f645a, tbe_breakdown_fp32 at 691c40d): model -1.31, -0.20
+#: without. Both variants (they share ``tbe_optim.load_rows`` / ``store_update``; the scan variant's SASS
+#: does not show the step, but pricing it on the lane variant only moves Adam's choice to scan on 206 of 8640 selector
+#: cases, a variant measured 3.5x slower). gfx942 compiles show no step per state array (AMDGCN vmcnt
+#: waits): 0 there.
+STATE_ARRAY_TRIPS = {"nvidia": 1, "amd": 0}
+#: fp32 state arrays of the kernel UPDATE_COPY_FRACTION was fitted on (row-wise Adagrad).
+FIT_STATE_ARRAYS = 1
 #: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
 #: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
@@ -314,6 +336,18 @@ class UpdateShape:
     elems_per_thread: float  # fp32 gradient-tile elements per thread
     chunks: int = 1  # tiles per program, taken in turn ("lane"): pieces for the merge only at program ends
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots per merge-level program, taken in turn (``merge_seconds``)
+
+    def block_d(self, warp_size: int) -> float:
+        """Padded row width (elements) of the tile: elems_per_thread x threads / tile."""
+        return self.elems_per_thread * self.num_warps * warp_size / self.tile
+
+
+def state_arrays(state_bytes_per_row: float, block_d: float) -> int:
+    """fp32 optimizer-state arrays the update reads per row: none, one value per row (row-wise Adagrad), or
+    ``state_bytes_per_row / (4 B x BLOCK_D)`` per-element tiles (Adagrad 1, Adam 2)."""
+    if state_bytes_per_row <= 0:
+        return 0
+    return max(1, round(state_bytes_per_row / (4 * block_d)))
 
 
 def update_registers_needed(shape: UpdateShape) -> int:
@@ -391,16 +425,22 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
                    row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float) -> float:
-    """Predicted update (+ permute) + merge time: the longer of the bytes at the copy rate and the
-    programs' dependent round trips over the resident programs (Little's law), plus the merge."""
+    """Predicted update (+ permute) + merge time: the longer of the bytes at the fitted fraction of the
+    copy rate and the programs' dependent round trips over the resident programs (Little's law), plus the
+    round trips of the state arrays the fitted kernel did not read (or minus those it did and this one does
+    not: STATE_ARRAY_TRIPS), never below the bytes at the copy rate, plus the merge."""
     gran = GATHER_GRANULARITY[spec.vendor]
+    copy = ceil.copy_bandwidth.value
     moved = update_bytes(shape.variant, nnz=nnz, unique=unique, row_bytes=row_bytes, grad_row_bytes=grad_row_bytes,
                          state_bytes_per_row=state_bytes_per_row, gran=gran)
     tiles = math.ceil(nnz / shape.tile)  # each waits on its round trips, in one program or in turn
     lat = LOADED_LATENCY_S[spec.vendor]
-    chain_s = tiles * UPDATE_TRIPS[shape.variant] * lat / update_resident(shape, spec)
+    resident = update_resident(shape, spec)
+    chain_s = tiles * UPDATE_TRIPS[shape.variant] * lat / resident
+    arrays = state_arrays(state_bytes_per_row, shape.block_d(spec.warp_size))
+    state_s = (arrays - FIT_STATE_ARRAYS) * STATE_ARRAY_TRIPS[spec.vendor] * tiles * lat / resident
     scan_s = nnz * shape.tile * SCAN_SECONDS_PER_POSITION_TILE if shape.variant == "scan" else 0.0
-    return (max(moved / (UPDATE_COPY_FRACTION * ceil.copy_bandwidth.value), chain_s) + scan_s
+    return (max(moved / copy, max(moved / (UPDATE_COPY_FRACTION * copy), chain_s) + state_s) + scan_s
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
                             spec=spec, ceil=ceil, chunks=shape.merge_chunks))
