@@ -10,6 +10,7 @@ land on the fp32 masters.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 
@@ -135,5 +136,15 @@ def dot_interaction(bottom: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
     """
     t = torch.cat([bottom.unsqueeze(1), emb], dim=1)  # [B, F+1, D]
     z = torch.bmm(t, t.transpose(1, 2))  # [B, F+1, F+1]
-    li, lj = torch.tril_indices(t.shape[1], t.shape[1], offset=-1, device=t.device)
-    return torch.cat([bottom, z[:, li, lj]], dim=1)
+    # index_select's backward adds into distinct columns; advanced indexing z[:, li, lj] took a sort-based
+    # index_put backward on CUDA: 4.57 ms of a 7.7 ms DLRM Kaggle step at batch 65536
+    # (benchmarks/results/e2e_profile_dlrm-criteo-kaggle_nvidia-h200_2026-11-30 at a3b7163)
+    tri = z.flatten(1).index_select(1, _lower_triangle(t.shape[1], t.device))  # [B, (F+1)F/2]
+    return torch.cat([bottom, tri], dim=1)
+
+
+@functools.lru_cache(maxsize=8)
+def _lower_triangle(n: int, device: torch.device) -> torch.Tensor:
+    """Flat positions ``i * n + j`` (j < i) of an n x n matrix's strictly lower triangle, row by row: [n(n-1)/2]."""
+    li, lj = torch.tril_indices(n, n, offset=-1)
+    return (li * n + lj).to(device)
