@@ -26,16 +26,16 @@ def _case(seed: int, chunks: int, dtype: torch.dtype) -> tuple[torch.Tensor, tor
     n = 3 * BLOCK + 17
     x = torch.randint(-10**6, 10**6, (n,), generator=gen).to(dtype)
     sizes = torch.randint(0, 2 * BLOCK // chunks + 3, (chunks,), generator=gen)
-    sizes[1] = 0
     src = torch.stack([torch.randint(0, n - int(s), (1,), generator=gen)[0] if s else torch.tensor(0) for s in sizes])
-    src[2] = src[0]
-    sizes[2] = sizes[0]  # the same source range twice (a column-wise table's ids go to each shard)
+    if chunks >= 3:
+        sizes[1] = 0
+        src[2], sizes[2] = src[0], sizes[0]  # the same source range twice (a column-wise table's ids go to each shard)
     dst = torch.cumsum(sizes, 0) - sizes
     return x, src, dst, int(sizes.sum())
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.bfloat16, torch.float64])
-@pytest.mark.parametrize("chunks", [3, 11])
+@pytest.mark.parametrize("chunks", [1, 3, 11, 64, 65])
 def test_matches_reference(dtype, chunks):
     x, src, dst, total = _case(chunks, chunks, dtype)
     got = chunk_copy(x, src, dst, total)
