@@ -193,8 +193,9 @@ def column_layout(dims: Sequence[int], cols: Sequence[Sequence[int]], out_dim: i
     def table(rows: list[list[int]], width: int) -> torch.Tensor:
         return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), width).to(device)
 
-    return ColumnLayout(dims=dims, out_dim=out_dim, add=add, device=device,
-                        place_tiles=table(place_rows, 3 + SOURCE_ENTRY * max_sources), place_block_n=place_n,
+    place_tiles = table(place_rows, 3 + SOURCE_ENTRY * max_sources)
+    return ColumnLayout(dims=dims, out_dim=out_dim, add=add, device=place_tiles.device,  # "cuda" -> "cuda:0"
+                        place_tiles=place_tiles, place_block_n=place_n,
                         gather_tiles=table(gather_rows, GATHER_ENTRY), gather_block_n=gather_n, align=align,
                         rank_cols=tuple(torch.tensor(c, dtype=torch.int64, device=device) for c in cols))
 
