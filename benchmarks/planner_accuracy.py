@@ -134,15 +134,15 @@ def ensure_ceilings(spec) -> tuple[str, bool]:
     return what, "host_scale" not in stored
 
 
-def store_host_scale(spec, windows_ms: list[float], predicted_ms: float) -> float:
-    """Store this run's host scale (the probe windows spread over the passes); returns it."""
+def store_host_scale(spec, windows_ms: list[float], predicted_ms: float) -> dict:
+    """Store this run's host scale (the probe windows spread over the passes); returns its entry."""
     from polyrec.hardware.calibrate import load_calibration, save_calibration
     from polyrec.runtime.host_probe import host_scale_entry
 
     stored = load_calibration(spec.name) or {"device": spec.name}
     stored["host_scale"] = host_scale_entry(spec.name, windows_ms, predicted_ms)
     save_calibration(spec.name, stored)
-    return stored["host_scale"]["value"]
+    return stored["host_scale"]
 
 
 def harness_bytes(case: Case) -> int:
@@ -274,8 +274,9 @@ def main() -> None:
             got.setdefault(index, []).append(measure(case, warmup=warmup, steps=steps))
             print(f"pass {done + 1}/{passes} {case.model_label:<58} B={case.batch:<6} "
                   f"{step_without_data_ms(got[index][-1]):8.2f} ms", flush=True)
-    if probe_host:
-        calibration += f", host scale {store_host_scale(spec, probe_windows, probe_predicted):.3f} measured in this run"
+    host_probe = store_host_scale(spec, probe_windows, probe_predicted) if probe_host else None
+    if host_probe:
+        calibration += f", host scale {host_probe['value']:.3f} measured in this run"
     rows = [row(index, cases[index], predict(cases[index], spec.name), got[index]) for index in sorted(got)]
     for r in rows:
         print(f"{r['model']:<58} B={r['batch']:<6} pred {r['predicted_ms']:8.2f} ms  "
@@ -297,7 +298,8 @@ def main() -> None:
         "plan_choice_worst": min((c["picked_vs_fastest"] for c in choices), default=float("nan")),
         "wall_s": time.perf_counter() - start,
     }
-    write_results("planner_accuracy", {"rows": table, "plan_choice": choices, "skipped": skipped}, rows=table,
+    write_results("planner_accuracy", {"rows": table, "plan_choice": choices, "skipped": skipped,
+                                       "host_probe": host_probe}, rows=table,
                   summary=summary)
     print()
     print(f"{'model':<58} {'batch':>6} {'pred ms':>8} {'meas ms':>8} {'err':>7} {'pred GB':>8} {'meas GB':>8}")
