@@ -1,14 +1,11 @@
 """chunk_copy (polyrec.kernels.chunk_copy) against a plain Python reading, through the Triton
 interpreter and through the torch path used where Triton cannot run."""
 
-import os
-
 import pytest
 import torch
+from compile_util import COMPILE_DEVICES, compile_only, unfit_jobs
 
-from polyrec.kernels.chunk_copy import BLOCK, chunk_copy
-
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+from polyrec.kernels.chunk_copy import BLOCK, chunk_copy, compile_jobs
 
 
 def _reference(x: list, src: list[int], dst: list[int], total: int) -> list:
@@ -61,15 +58,8 @@ def test_empty_output_and_bad_input():
         chunk_copy(x, torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64), 1)
 
 
-@pytest.mark.compile
-@pytest.mark.skipif(_INTERPRET, reason="compile-only checks need TRITON_INTERPRET unset")
-@pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
+@compile_only
+@pytest.mark.parametrize("name", COMPILE_DEVICES)
 def test_compile_jobs_fit(name):
-    from polyrec.hardware.catalog import get_device
-    from polyrec.hardware.compile import compile_for
-    from polyrec.kernels.chunk_copy import compile_jobs
-
-    spec = get_device(name)
-    failures = [f"{job.label}: {', '.join(report.problems)}" for job in compile_jobs(spec)
-                if not (report := compile_for(job, spec)).fits]
+    failures = unfit_jobs(compile_jobs, name)
     assert not failures, "\n".join(failures)

@@ -3,17 +3,15 @@ the Triton interpreter; its torch fallback; and its compile fit on sm_90 / gfx94
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from polyrec.hardware.catalog import catalog, get_device
+from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
+
 from polyrec.kernels import dense_backward
 from polyrec.kernels.dense_backward import DenseBackwardConfig, relu_bias_backward, select_config
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-needs_interpreter = pytest.mark.skipif(not _INTERPRET, reason="runs Triton kernels through TRITON_INTERPRET=1")
+needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton kernels through TRITON_INTERPRET=1")
 #: Small tiles so that the interpreter walks several programs in both dimensions and several loop
 #: iterations per program, with ragged edges at odd B and N.
 SMALL = DenseBackwardConfig(block_m=8, block_n=16, rows_per_program=24)
@@ -132,16 +130,8 @@ def test_select_config_splits_rows_for_parallelism():
     assert tiny.rows_per_program == tiny.block_m
 
 
-@pytest.mark.compile
-@pytest.mark.skipif(_INTERPRET, reason="compile-only checks need TRITON_INTERPRET unset")
-@pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
+@compile_only
+@pytest.mark.parametrize("name", COMPILE_DEVICES)
 def test_compile_jobs_fit(name):
-    from polyrec.hardware.compile import compile_for
-
-    if name not in catalog():
-        pytest.skip(f"{name} data file not in the catalog yet")
-    spec = get_device(name)
-    failures = [f"{job.label}: {', '.join(report.problems)}"
-                for job in dense_backward.compile_jobs(spec)
-                if not (report := compile_for(job, spec)).fits]
+    failures = unfit_jobs(dense_backward.compile_jobs, name)
     assert not failures, "\n".join(failures)

@@ -4,19 +4,18 @@ tables, and the compile fit on sm_90 / gfx942 / gfx950."""
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 import torch
 
-from polyrec.hardware.catalog import catalog, get_device
+from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
+
 from polyrec.kernels import place_columns
 from polyrec.kernels.place_columns import PlaceConfig, column_layout, gather, place, select_config
 from polyrec.runtime.sharding import _PlaceColumns
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-needs_interpreter = pytest.mark.skipif(not _INTERPRET, reason="runs Triton kernels through TRITON_INTERPRET=1")
+needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton kernels through TRITON_INTERPRET=1")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 B = 37  # odd: ragged row blocks
 DIMS = (3, 8, 130)  # source ranks' block widths
@@ -235,23 +234,14 @@ def test_bad_inputs_are_named():
                                                               vec=16))
 
 
-@pytest.mark.compile
-@pytest.mark.skipif(_INTERPRET, reason="compile-only checks need TRITON_INTERPRET unset")
-@pytest.mark.parametrize("name", ["H200", "MI300X", "MI350X"])
+@compile_only
+@pytest.mark.parametrize("name", COMPILE_DEVICES)
 def test_compile_jobs_fit(name):
-    from polyrec.hardware.compile import compile_for
-
-    if name not in catalog():
-        pytest.skip(f"{name} data file not in the catalog yet")
-    spec = get_device(name)
-    failures = [f"{job.label}: {', '.join(report.problems)}"
-                for job in place_columns.compile_jobs(spec)
-                if not (report := compile_for(job, spec)).fits]
+    failures = unfit_jobs(place_columns.compile_jobs, name)
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.compile
-@pytest.mark.skipif(_INTERPRET, reason="compile-only checks need TRITON_INTERPRET unset")
+@compile_only
 @pytest.mark.parametrize(("backend", "arch", "warp", "vector_load"), [
     ("cuda", 90, 32, "ld.global.v4"), ("hip", "gfx942", 64, "global_load_dwordx4")])
 def test_aligned_tiles_move_16_bytes_per_access(backend, arch, warp, vector_load):
