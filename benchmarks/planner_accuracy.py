@@ -10,8 +10,8 @@ allocator bytes plus the synthetic source's own device buffers, which a real inp
 keep and the plan does not count: ``harness_gb``). Then, for each model measured at several batch sizes, the plan the planner picks
 among those batches against the fastest measured. The ceilings come from ``hw calibrate`` (run first
 when the device has no stored one; ``--quick`` skips it), with this host's speed against the fitted
-host costs (``polyrec.runtime.host_probe``: a probe step no row uses; where the stored calibration has
-no host scale, this run measures it: two probe windows before each pass, their median over the run,
+host costs (``polyrec.runtime.host_probe``: two probe steps no row uses; where the stored calibration
+has no host scale, this run measures it: two windows of each probe before each pass, their medians over the run,
 stored before any prediction is made). Every configuration is measured in each of ``--passes`` passes
 over the list (3; since the sixth session, before one), and its step is the median over the passes:
 the VM's CPU speed moves on a scale of seconds, so a single window is one moment's host speed. The planner's host costs were fitted on the even-numbered rows of an earlier run
@@ -64,7 +64,7 @@ FULL: tuple[tuple[str, int | None, int, str, str, str], ...] = (
 #: Timed steps per configuration: 40 intervals for the median (the longest row, full-size MLPerf at
 #: 65536, is ~1 s of them; building its trainer takes longer).
 STEPS = 40
-#: Passes over all configurations; a row's step is the median over passes, and the host probe
+#: Passes over all configurations; a row's step is the median over passes, and each host probe
 #: (where this run measures the host scale) takes ``PROBE_WINDOWS_PER_PASS`` windows before each pass.
 #: The VM's CPU speed moved 2.3x between trials seconds apart (host_jitter_nvidia-h200_2026-11-30), so
 #: one window is one moment: single-pass runs put the same host-bound rows 7.7-11.8 ms apart.
@@ -134,13 +134,14 @@ def ensure_ceilings(spec) -> tuple[str, bool]:
     return what, "host_scale" not in stored
 
 
-def store_host_scale(spec, windows_ms: list[float], predicted_ms: float) -> dict:
-    """Store this run's host scale (the probe windows spread over the passes); returns its entry."""
+def store_host_scale(spec, probes: dict[str, tuple[list[float], float]]) -> dict:
+    """Store this run's host scale (each probe's windows spread over the passes, and its launches at
+    the fitted costs); returns its entry."""
     from polyrec.hardware.calibrate import load_calibration, save_calibration
     from polyrec.runtime.host_probe import host_scale_entry
 
     stored = load_calibration(spec.name) or {"device": spec.name}
-    stored["host_scale"] = host_scale_entry(spec.name, windows_ms, predicted_ms)
+    stored["host_scale"] = host_scale_entry(probes)
     save_calibration(spec.name, stored)
     return stored["host_scale"]
 
@@ -245,7 +246,7 @@ def main() -> None:
     from polyrec.hardware.detect import detect
     from polyrec.results import write_results
     from polyrec.runtime.bench import step_without_data_ms
-    from polyrec.runtime.host_probe import probe_prediction_ms, probe_windows_ms
+    from polyrec.runtime.host_probe import PROBE_PRESETS, probe_launches_ms, probe_windows_ms
 
     if not torch.cuda.is_available():
         raise SystemExit("planner_accuracy needs a GPU")
@@ -260,23 +261,23 @@ def main() -> None:
     warmup, steps = (3, args.steps or 5) if args.quick else (5, args.steps or STEPS)
     passes = 1 if args.quick else args.passes
     start = time.perf_counter()
-    probe_predicted = probe_prediction_ms(spec.name) if probe_host else 0.0
-    probe_windows: list[float] = []
+    probes = {name: ([], probe_launches_ms(spec.name, name)) for name in PROBE_PRESETS} if probe_host else {}
     got: dict[int, list[dict]] = {}
     skipped = []
     for done in range(passes):
         if done and (time.perf_counter() - start) * (done + 1) / done > args.budget_s:
             skipped.append(f"passes {done + 1}-{passes} (budget)")
             break
-        if probe_host:
-            probe_windows += probe_windows_ms(PROBE_WINDOWS_PER_PASS)
+        for name, (windows, _) in probes.items():
+            windows += probe_windows_ms(name, PROBE_WINDOWS_PER_PASS)
         for index, case in enumerate(cases):
             got.setdefault(index, []).append(measure(case, warmup=warmup, steps=steps))
             print(f"pass {done + 1}/{passes} {case.model_label:<58} B={case.batch:<6} "
                   f"{step_without_data_ms(got[index][-1]):8.2f} ms", flush=True)
-    host_probe = store_host_scale(spec, probe_windows, probe_predicted) if probe_host else None
+    host_probe = store_host_scale(spec, probes) if probes else None
     if host_probe:
-        calibration += f", host scale {host_probe['value']:.3f} measured in this run"
+        calibration += (f", host launches x {host_probe['value']:.3f} and {host_probe['fixed_ms']:.2f} ms per step "
+                        f"measured in this run ({host_probe['fit']})")
     rows = [row(index, cases[index], predict(cases[index], spec.name), got[index]) for index in sorted(got)]
     for r in rows:
         print(f"{r['model']:<58} B={r['batch']:<6} pred {r['predicted_ms']:8.2f} ms  "

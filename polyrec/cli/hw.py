@@ -119,7 +119,8 @@ def _ceiling_rows(spec: DeviceSpec, measured: dict[str, Any] | None) -> list[dic
                  "origin": c.launch_latency.origin})
     probe = (measured or {}).get("host_scale")
     if probe:
-        rows.append({"ceiling": "host speed (planner host costs x)", "value": f"{probe['value']:.3f}",
+        fixed = f", {probe['fixed_ms']:.2f} ms per step" if "fixed_ms" in probe else ""
+        rows.append({"ceiling": "host speed (planner launch costs x, fixed part)", "value": f"{probe['value']:.3f}{fixed}",
                      "origin": f"calibrated {probe['date']}: {probe['probe']}"})
     return rows
 
@@ -127,10 +128,10 @@ def _ceiling_rows(spec: DeviceSpec, measured: dict[str, Any] | None) -> list[dic
 @app.command()
 def calibrate(as_json: bool = JSON_OPT,
               save: bool = typer.Option(True, help="Store the result in the user's cache directory."),
-              host_probe: bool = typer.Option(True, help="Also time one host-bound training step: this "
-                                              "host's speed for the planner's host costs (~15 s).")) -> None:
+              host_probe: bool = typer.Option(True, help="Also time two host-bound training steps: this "
+                                              "host's speed for the planner's host costs (~30 s).")) -> None:
     """Measure copy and L2 bandwidth, matmul rates and launch latency of the present GPU (<60 s), and
-    this host's speed for the planner (a probe training step)."""
+    this host's speed for the planner (two probe training steps)."""
     from rich.progress import Progress
 
     from polyrec.hardware.calibrate import calibrate as run_calibrate
@@ -147,7 +148,7 @@ def calibrate(as_json: bool = JSON_OPT,
         if host_probe:
             from polyrec.runtime.host_probe import measure_host_scale
 
-            bar.update(task, description="host probe step")
+            bar.update(task, description="host probe steps")
             measured["host_scale"] = measure_host_scale(found.spec.name)
     path = save_calibration(found.spec.name, measured) if save else None
     rows = _ceiling_rows(found.spec, measured)

@@ -92,21 +92,30 @@ class Launches:
 
 
 def host_costs(device: str | None = None) -> HostCosts:
-    """The fitted host costs (``FITTED_TRITON_LAUNCH_S``, ``FITTED_TORCH_OP_S``, ``DEFAULT_STEP_FIXED_S``),
-    times the host scale stored with ``device``'s calibration where one was measured (``host_scale``:
-    a probe step's measured time over these costs' prediction, ``polyrec.runtime.host_probe``)."""
-    scale, origin = stored_host_scale(device)
+    """The fitted host costs (``FITTED_TRITON_LAUNCH_S``, ``FITTED_TORCH_OP_S``, ``DEFAULT_STEP_FIXED_S``)
+    as measured on ``device``'s host where its calibration has a ``host_scale``
+    (``polyrec.runtime.host_probe``): the launch costs times its ``value``, and the fixed part per
+    step its ``fixed_ms`` where two probes measured one (else the fitted fixed part times the scale)."""
+    scale, fixed_s, origin = stored_host_scale(device)
     return HostCosts(triton_launch_s=FITTED_TRITON_LAUNCH_S * scale, torch_op_s=FITTED_TORCH_OP_S * scale,
-                     step_fixed_s=DEFAULT_STEP_FIXED_S * scale, origin=origin)
+                     step_fixed_s=fixed_s, origin=origin)
 
 
-def stored_host_scale(device: str | None) -> tuple[float, str]:
-    """(scale, origin) of this machine's host costs against the fitted ones: 1 without a measurement."""
+def stored_host_scale(device: str | None) -> tuple[float, float, str]:
+    """(launch-cost scale, fixed seconds per step, origin) of this machine's host against the fitted
+    costs: 1 and ``DEFAULT_STEP_FIXED_S`` without a measurement."""
     fitted = "calibrated: fitted on measured host-bound steps (H200 machine, planner_accuracy 2026-11-30)"
     stored = (load_calibration(device) or {}).get("host_scale") if device else None
     if not stored:
-        return 1.0, fitted + ", used for every host"
-    return float(stored["value"]), f"{fitted}, x {stored['value']:.3f} measured on this host {stored['date']}"
+        return 1.0, DEFAULT_STEP_FIXED_S, fitted + ", used for every host"
+    scale = float(stored["value"])
+    if "fixed_ms" in stored:
+        fixed_s = float(stored["fixed_ms"]) / 1e3
+        measured = f"launches x {scale:.3f} and {1e3 * fixed_s:.2f} ms per step"
+    else:
+        fixed_s = DEFAULT_STEP_FIXED_S * scale
+        measured = f"x {scale:.3f}"
+    return scale, fixed_s, f"{fitted}, {measured} measured on this host {stored['date']}"
 
 
 def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:

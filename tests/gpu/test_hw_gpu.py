@@ -34,19 +34,23 @@ def test_launch_latency_is_microseconds():
     assert torch.cuda.is_available()
 
 
-def test_host_probe_measures_a_host_bound_step_and_compounds_the_stored_scale():
-    """The probe's step is host-bound (its own check), its scale is measured over predicted times the
-    scale stored before, and the planner then prices host costs with it."""
+def test_host_probes_fit_the_launch_scale_and_the_fixed_part():
+    """Both probes are host-bound (their own check); their launches are priced at the fitted costs
+    whatever scale is stored; the fit goes through both medians (or falls back to one scale); the
+    planner then prices host costs with it."""
     from polyrec.hardware.calibrate import save_calibration
     from polyrec.hardware.detect import detect
     from polyrec.planner.host import host_costs
-    from polyrec.runtime.host_probe import measure_host_scale
+    from polyrec.runtime.host_probe import measure_host_scale, probe_launches_ms
 
     name = detect().spec.name
     save_calibration(name, {"device": name, "host_scale": {"value": 2.0, "date": "2026-11-30"}})
-    probe = measure_host_scale(name)
-    assert probe["scale_before"] == 2.0 and probe["measured_ms"] > 0
-    assert probe["value"] == pytest.approx(2.0 * probe["measured_ms"] / probe["predicted_ms"])
+    probe = measure_host_scale(name, windows=2)
+    save_calibration(name, {"device": name})
+    for preset, got in probe["probes"].items():
+        assert got["launches_ms"] == pytest.approx(probe_launches_ms(name, preset))
+        if probe["fit"] == "two probes":
+            assert probe["fixed_ms"] + probe["value"] * got["launches_ms"] == pytest.approx(got["measured_ms"])
     assert 0.2 < probe["value"] < 5.0  # the fitted costs are within 5x of any host polyrec runs on
     save_calibration(name, {"device": name, "host_scale": probe})
     assert "measured on this host" in host_costs(name).origin
