@@ -187,17 +187,15 @@ class InputRouter:
         """[P] ids of each piece's feature (table- and column-wise pieces take them all), send order."""
         return (feature_starts[1:] - feature_starts[:-1])[self.piece_feature]
 
-    def _places(self, counted: Counted, b: int, route: Tensor, piece: Tensor | None, source: Tensor | None,
+    def _places(self, counted: Counted, b: int, route: Tensor, piece: Tensor, source: Tensor | None,
                 position: Tensor) -> Tensor:
-        """[total] place in the send buffer of each (id, route) pair: ``route`` [total] its route,
-        ``piece`` its piece (given with row-wise tables only), ``position`` the id's index in the
-        batch, ``source`` the same or None for the identity."""
+        """[total] place in the send buffer of each (id, route) pair (with row-wise tables): ``route``
+        [total] its route, ``piece`` its piece, ``position`` the id's index in the batch, ``source`` the
+        same or None for the identity."""
         send_offsets = _exclusive_cumsum(counted.send_lengths.reshape(-1))  # [P * B]
         # A table- or column-wise piece takes all of its feature's ids in batch order: one shift per piece.
         shift = send_offsets[::b] - counted.feature_starts[self.piece_feature]  # [P]
         places = position + shift[self.route_piece][route]
-        if piece is None:
-            return places
         row_places = send_offsets[piece * b + _take(counted.sample, source)] + _take(counted.rank, source)
         return torch.where(self.piece_is_row[piece], row_places, places)
 
@@ -205,15 +203,15 @@ class InputRouter:
         """Phase 2: the send buffers (values [total], weights [total] or None) in send order, given
         ``total`` = the sum of ``counted.send_counts`` (read on the host by the caller)."""
         dev, weights = batch.values.device, batch.weights
-        values = torch.empty(total, dtype=batch.values.dtype, device=dev)
-        sent_weights = None if weights is None else torch.empty(total, dtype=weights.dtype, device=dev)
-        if total == 0:
-            return values, sent_weights
         if not self.has_rows:  # the pieces' features, whole, one after another: a chunk copy each
             src = counted.feature_starts[self.piece_feature]  # [P]
             dst = _exclusive_cumsum(self._piece_sizes(counted.feature_starts))  # [P]
             return chunk_copy(batch.values, src, dst, total), (None if weights is None else
                                                                   chunk_copy(weights, src, dst, total))
+        values = torch.empty(total, dtype=batch.values.dtype, device=dev)
+        sent_weights = None if weights is None else torch.empty(total, dtype=weights.dtype, device=dev)
+        if total == 0:
+            return values, sent_weights
         source = None  # each id goes to one route: the pairs are the ids themselves
         route, position = counted.route, torch.arange(total, device=dev)
         if self.max_copies > 1:  # table- and column-wise ids go to every piece of their feature
@@ -221,11 +219,9 @@ class InputRouter:
             source = torch.repeat_interleave(copies, output_size=total)  # [total]: the id of each pair
             route = counted.route[source] + position - _exclusive_cumsum(copies)[source]
             position = source
-        piece = self.route_piece[route] if self.has_rows else None
+        piece = self.route_piece[route]
         places = self._places(counted, batch.batch_size, route, piece, source, position)
-        ids = _take(batch.values, source)
-        if piece is not None:
-            ids = (ids - self.piece_row_lo[piece]).to(ids.dtype)
+        ids = (_take(batch.values, source) - self.piece_row_lo[piece]).to(batch.values.dtype)
         values.index_copy_(0, places, ids)
         if weights is not None:
             sent_weights.index_copy_(0, places, _take(weights, source))
