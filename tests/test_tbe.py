@@ -232,3 +232,21 @@ def test_int32_inputs_and_no_grad():
     small = JaggedBatch(values=batch.values.int(), offsets=batch.offsets.int(), batch_size=B, num_features=4)
     with torch.no_grad():
         torch.testing.assert_close(module(small), module(batch))
+
+
+def test_a_row_strided_gradient_updates_as_its_contiguous_copy():
+    """The trainer hands the backward the embedding columns of the cross network's input gradient, a
+    [B, out] slice with a longer row stride: it must update exactly as the same values contiguous."""
+    gen = torch.Generator().manual_seed(8)
+    opt = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05)
+    out_dim = 8 + 16 + 4 + 16
+    batches = [make_batch(gen) for _ in range(2)]
+    wide = [torch.randn(B, out_dim + 12, generator=gen) for _ in range(2)]  # 12 leading columns not ours
+    a = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    b = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    for batch, g in zip(batches, wide):
+        strided = g[:, 12:]
+        assert strided.stride(0) == out_dim + 12 and not strided.is_contiguous()
+        a(batch).backward(strided)
+        b(batch).backward(strided.contiguous())
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.state1, b.state1)

@@ -147,7 +147,7 @@ def test_bench_e2e_cli():
     result = invoke(["bench", "e2e", "--steps", "3", "--warmup", "1", "--batch-size", "32",
                                  "--row-cap", "1000", "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)  # warnings go to stderr: a pipe to jq sees stdout only
     direct, ours = out["rows"]
     assert direct["path"] == "direct port" and direct["embedding_optimizer"] == "adagrad" and direct["dtype"] == "float32"
     assert ours["path"] == "polyrec" and ours["embedding_optimizer"] == "rowwise_adagrad"

@@ -345,7 +345,8 @@ class TableBatchedEmbedding(torch.nn.Module):
         feats = self._sequence_ids if sequence is not None else self._pooled_ids
         if feats.numel() == 0:
             return
-        grad = grad.contiguous()
+        if grad.stride(-1) != 1:  # the kernels take any row stride (the trainer's gradient is a column slice)
+            grad = grad.contiguous()
         has_mean = sequence is None and any(self.tables[self.feature_to_table[f]].pooling == "mean"
                                             for f in self.pooled_features)
         has_scale = sequence is None and (per_sample is not None or has_mean)
