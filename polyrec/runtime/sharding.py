@@ -198,7 +198,8 @@ class ShardedEmbedding(nn.Module):
         device = next(iter(self.local.buffers()), torch.empty(0)).device  # where the local tables live
         self.router = InputRouter(self.pieces, self.num_features, device)
         self.rank_dims = [sum(p.shard.dim for p in self.pieces[d]) for d in range(world_size)]
-        out_cols = [c for pieces in self.pieces for p in pieces for c in range(*p.out_cols)]
+        rank_cols = [[c for p in pieces for c in range(*p.out_cols)] for pieces in self.pieces]  # output column
+        out_cols = [c for cols in rank_cols for c in cols]  # of each pooled column, rank by rank
         # Several row-wise pieces of a feature land on the same columns (partial sums to add); otherwise
         # every output column is written exactly once and the outputs are copied, not added.
         row_pieces = [p.feature for pieces in self.pieces for p in pieces if p.shard.kind == "row"]
@@ -209,8 +210,7 @@ class ShardedEmbedding(nn.Module):
         self.pooled_is_output = world_size == 1 and out_cols == list(range(self.out_dim))
         # The placement's tile tables (polyrec.kernels.place_columns), built once per sharding.
         self._layout = None if self.pooled_is_output else column_layout(
-            self.rank_dims, [[c for p in pieces for c in range(*p.out_cols)] for pieces in self.pieces], self.out_dim,
-            self.sums_partials, device)
+            self.rank_dims, rank_cols, self.out_dim, self.sums_partials, device)
 
     def start_inputs(self, batch: JaggedBatch) -> StartedInputs | None:
         """The first half of the input distribution of ``batch``: bucket counts, the lengths
