@@ -14,13 +14,16 @@ pytestmark = pytest.mark.gpu
 STEPS = 6
 
 
-def _losses(**changes) -> tuple[list[float], torch.Tensor]:
-    """Losses of the first steps and the embedding weights after them (dcnv2-small, fixed seed)."""
+def _losses(**changes) -> tuple[list[float], torch.Tensor, torch.Tensor]:
+    """Losses of the first steps, and the embedding weights before and after them (dcnv2-small,
+    fixed seed)."""
     cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=STEPS, device="cuda",
                       embedding_backend="polyrec", dense_backend="polyrec", log_every=10**9, **changes)
     trainer = Trainer(cfg, progress=False)
+    weights = trainer.model.embeddings.tbe.weights
+    initial = weights.detach().clone()
     losses = [float(trainer.train_step()) for _ in range(STEPS)]
-    return losses, trainer.model.embeddings.tbe.weights.detach().clone()
+    return losses, initial, weights.detach().clone()
 
 
 @pytest.mark.parametrize("changes", [{"cuda_graphs": True}, {"pipeline": "semi-sync"},
@@ -30,16 +33,10 @@ def test_gpu_step_paths_train_like_the_eager_step(changes):
     """Same losses as the eager sync step within bf16 noise (the graphed GEMMs may pick other
     kernels; semi-sync reads tables one update old, so its losses move a little more), and the
     embedding tables were updated by the backward (not left at their initial values)."""
-    eager, eager_weights = _losses()
-    other, weights = _losses(**changes)
+    eager, initial, eager_weights = _losses()
+    other, other_initial, weights = _losses(**changes)
     tolerance = 0.05 if changes.get("pipeline") == "semi-sync" else 0.01
     assert other == pytest.approx(eager, rel=tolerance)
-    initial = _initial_weights()
+    assert torch.equal(other_initial, initial)  # same seed, same tables before the first step
     assert not torch.equal(weights, initial) and torch.isfinite(weights).all()
     assert (weights - initial).abs().sum() == pytest.approx((eager_weights - initial).abs().sum(), rel=0.2)
-
-
-def _initial_weights() -> torch.Tensor:
-    cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=STEPS, device="cuda",
-                      embedding_backend="polyrec", dense_backend="polyrec", log_every=10**9)
-    return Trainer(cfg, progress=False).model.embeddings.tbe.weights.detach().clone()
