@@ -120,7 +120,7 @@ def main() -> None:
         for r in rows:
             print(f"{r['collective']:<11} {r['bytes_per_rank'] / 1e6:9.1f} MB  measured {r['measured_ms']:8.3f} ms  "
                   f"predicted {r['predicted_ms']:8.3f} ms  error {r['error']:+.0%}")
-    shutdown()
+    shutdown(completed=True)
 
 
 if __name__ == "__main__":

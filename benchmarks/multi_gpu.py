@@ -74,7 +74,8 @@ def main() -> None:
         print(json.dumps(summary, indent=1))
         for rank, table in enumerate(kernels):
             print(f"rank {rank}: " + "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f}" for k in table[:12]))
-    shutdown()
+    del trainer  # its DDP module holds the process group
+    shutdown(completed=True)
 
 
 if __name__ == "__main__":

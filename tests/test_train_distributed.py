@@ -140,7 +140,9 @@ def test_one_rank_sharded_model_matches_single_process_without_all_to_all():
 def _torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", "-m", "polyrec", "train", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    # a rank that aborts prints its Python stack (faulthandler), so a failure says where it stopped
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1"))
 
 
 def _polyrec(*args: str) -> subprocess.CompletedProcess:

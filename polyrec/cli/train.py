@@ -80,21 +80,30 @@ def train(
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
                       skip_bad_rows=skip_bad_rows, pipeline=pipeline, cuda_graphs=cuda_graphs, cpu_threads=cpu_threads,
                       metrics_path=metrics, plan=plan)
+    completed = False
     try:
-        trainer = Trainer(cfg, echo_json=as_json)
-        result = trainer.train()
+        result = _train_and_report(cfg, as_json)
+        completed = True
     except (DataError, ValueError, FileNotFoundError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     finally:
-        shutdown()
-    if trainer.ctx.is_main:  # one rank reports
-        _report(result, trainer, as_json)
+        shutdown(completed=completed)
     if result.status == "nan":
         typer.echo(f"error: {result.message}", err=True)
         raise typer.Exit(1)
     if result.status == "sigterm":
         typer.echo(result.message, err=True)
+
+
+def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
+    """Train; one rank reports. The trainer (and the process group its modules hold) is released on
+    return, before ``shutdown``."""
+    trainer = Trainer(cfg, echo_json=as_json)
+    result = trainer.train()
+    if trainer.ctx.is_main:
+        _report(result, trainer, as_json)
+    return result
 
 
 def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:
