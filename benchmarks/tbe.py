@@ -43,12 +43,12 @@ def make_batch(rows: list[int], hots: list[int], batch_size: int, skew: bool, ge
     for r, h in zip(rows, hots):
         n = batch_size * h
         if skew:
-            u = torch.rand(n, dtype=torch.float64, device="cuda", generator=gen)
+            u = torch.rand(n, dtype=torch.float64, device=gen.device, generator=gen)
             rank = torch.floor(torch.exp(u * math.log(r + 1))).to(torch.int64) - 1
             vals.append((rank.clamp_(0, r - 1) * SCATTER) % r)
         else:
-            vals.append(torch.randint(0, r, (n,), device="cuda", generator=gen))
-    lengths = torch.tensor(hots, device="cuda").repeat_interleave(batch_size)
+            vals.append(torch.randint(0, r, (n,), device=gen.device, generator=gen))
+    lengths = torch.tensor(hots, device=gen.device).repeat_interleave(batch_size)
     return JaggedBatch.from_lengths(values=torch.cat(vals), lengths=lengths, batch_size=batch_size,
                                     num_features=len(rows))
 
