@@ -1,28 +1,46 @@
-"""A `polyrec plan` JSON drives the sharding of a multi-rank run (polyrec.runtime.parallel)."""
+"""A `polyrec plan` JSON drives a training run: shardings of a multi-rank run, and on any number of
+ranks the batch, dense dtype and optimizer, row dtype and embedding optimizer
+(polyrec.runtime.plan_apply, polyrec.runtime.parallel)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
+
 import pytest
+import torch
 
 from polyrec.models import preset
 from polyrec.planner.propose import make_plan
-from polyrec.planner.types import model_spec_from_config, parse_fleet
+from polyrec.planner.types import PlanConstraints, model_spec_from_config, parse_fleet
+from polyrec.runtime.config import TrainConfig
 from polyrec.runtime.parallel import PLAN_KINDS, shardings_from_plan
+from polyrec.runtime.plan_apply import apply_plan, load_plan
 from polyrec.runtime.sharding import make_shards
+
+CONFIG = preset("dcnv2-small").with_capped_rows(64)
+#: A plan one CPU test can run: fp16 rows, fp32 dense matmuls, Adam, a batch of 16.
+SMALL = PlanConstraints(weight_dtypes=("fp16",), batch_per_gpu=16, dense_dtype="fp32", dense_optimizer="adam")
+
+
+def _write(tmp_path, plan, name="plan.json"):
+    path = tmp_path / name
+    path.write_text(plan.to_json())
+    return path
 
 
 @pytest.fixture
 def plan_file(tmp_path):
     config = preset("dcnv2-small")
     plan = make_plan(model_spec_from_config(config), parse_fleet("H200x2"))
-    path = tmp_path / "plan.json"
-    path.write_text(plan.to_json())
-    return config, plan, path
+    return config, plan, _write(tmp_path, plan)
 
 
 def test_plan_shardings_follow_the_plan(plan_file):
     config, plan, path = plan_file
-    shardings = shardings_from_plan(path, config, world_size=2)
+    shardings = shardings_from_plan(load_plan(path, config, world_size=2))
     assert len(shardings) == config.num_tables
     for table, sharding in zip(plan.model.tables, shardings):
         planned = plan.table_plan(table.name)
@@ -34,6 +52,75 @@ def test_plan_shardings_follow_the_plan(plan_file):
 def test_plan_for_another_fleet_or_model_is_refused(plan_file):
     config, _, path = plan_file
     with pytest.raises(ValueError, match="this job has 4 ranks"):
-        shardings_from_plan(path, config, world_size=4)
+        load_plan(path, config, world_size=4)
+    with pytest.raises(ValueError, match="this job has 1 rank$"):
+        load_plan(path, config, world_size=1)
     with pytest.raises(ValueError, match="not this run's model"):
-        shardings_from_plan(path, preset("mlperf-dcnv2"), world_size=2)
+        load_plan(path, preset("mlperf-dcnv2"), world_size=2)
+
+
+def test_a_missing_or_foreign_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="plan file not found: .*nope.json"):
+        load_plan(tmp_path / "nope.json", CONFIG, world_size=1)
+    (tmp_path / "x.json").write_text('{"x": 1}')
+    with pytest.raises(ValueError, match=r"x.json: invalid plan: plan.version"):
+        load_plan(tmp_path / "x.json", CONFIG, world_size=1)
+    (tmp_path / "y.json").write_text('{"x": ')
+    with pytest.raises(ValueError, match=r"y.json: invalid plan: .*not valid JSON"):
+        load_plan(tmp_path / "y.json", CONFIG, world_size=1)
+
+
+def test_fields_left_at_their_defaults_take_the_plans(tmp_path):
+    plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
+    cfg = apply_plan(TrainConfig(plan=_write(tmp_path, plan), steps=7), plan)
+    assert (cfg.batch_size, cfg.precision, cfg.dense_optimizer, cfg.embedding_dtype, cfg.embedding_optimizer) == (
+        16, "fp32", "adam", "fp16", "rowwise_adagrad")
+    assert cfg.steps == 7  # what the plan does not choose is the run's
+
+
+def test_a_field_set_against_the_plan_is_refused_with_both_values(tmp_path):
+    plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
+    path = _write(tmp_path, plan)
+    assert apply_plan(TrainConfig(plan=path, batch_size=16), plan).batch_size == 16  # agrees: fine
+    with pytest.raises(ValueError, match=r"batch_size 32 \(the plan: 16\).*embedding_dtype 'bf16' \(the plan: 'fp16'\)"):
+        apply_plan(TrainConfig(plan=path, batch_size=32, embedding_dtype="bf16"), plan)
+
+
+def test_host_memory_and_mixed_storage_are_refused_naming_the_tables(tmp_path):
+    plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
+    first, second = plan.tables[0].table, plan.tables[1].table
+    host = dataclasses.replace(plan, tables=(dataclasses.replace(plan.tables[0], memory="host_cached", cache_rows=8),
+                                             *plan.tables[1:]))
+    with pytest.raises(ValueError, match=f"tables {first} in host memory"):
+        apply_plan(TrainConfig(plan=_write(tmp_path, host)), host)
+    mixed = dataclasses.replace(plan, tables=(plan.tables[0], dataclasses.replace(plan.tables[1], weight_dtype="fp32"),
+                                              *plan.tables[2:]))
+    with pytest.raises(ValueError, match=f"mixes row dtypes across tables \\(fp16: {first}, .*; fp32: {second}\\)"):
+        apply_plan(TrainConfig(plan=_write(tmp_path, mixed)), mixed)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="fp16 rows need polyrec's TBE, on the CPU only through Triton's interpreter")
+def test_the_trainer_runs_the_plan_and_resume_keeps_its_row_dtype(tmp_path):
+    from polyrec.runtime.trainer import Trainer
+
+    plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, steps=2, device="cpu", embedding_backend="polyrec",
+                      dense_backend="torch", log_every=1, plan=_write(tmp_path, plan), checkpoint_dir=tmp_path / "ck")
+    trainer = Trainer(cfg, progress=False)
+    assert trainer.model.embeddings.tbe.weight_dtype == torch.float16
+    assert isinstance(trainer.optimizer, torch.optim.Adam) and trainer.rt.compute_dtype == torch.float32
+    assert trainer.train().status == "done" and trainer.source.batch_size == 16
+    resumed = Trainer(dataclasses.replace(cfg, steps=3, resume=True), progress=False)
+    assert resumed.step == 2 and resumed.train().step == 3
+    again = dataclasses.replace(cfg, plan=None, embedding_dtype="fp32", steps=3, resume=True)
+    with pytest.raises(ValueError, match="holds embedding_dtype 'fp16'; this run has 'fp32'"):
+        Trainer(again, progress=False)
+
+
+def test_cli_reports_a_bad_plan_and_exits_2(tmp_path):
+    (tmp_path / "x.json").write_text('{"x": 1}')
+    proc = subprocess.run([sys.executable, "-m", "polyrec", "train", "--preset", "dcnv2-small", "--device", "cpu",
+                           "--steps", "1", "--plan", str(tmp_path / "x.json")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "x.json: invalid plan" in proc.stderr

@@ -175,6 +175,22 @@ def test_torchrun_trains_checkpoints_and_resumes_on_other_rank_counts(tmp_path):
     assert plain["step"] == 10 and plain["status"] == "done"
 
 
+def test_torchrun_takes_the_plans_batch_row_dtype_and_shardings(tmp_path):
+    from polyrec.planner.propose import make_plan
+    from polyrec.planner.types import PlanConstraints, model_spec_from_config, parse_fleet
+
+    config = preset("dcnv2-small").with_capped_rows(64)
+    plan = make_plan(model_spec_from_config(config), parse_fleet("H200x2"),
+                     PlanConstraints(weight_dtypes=("fp16",), batch_per_gpu=8, dense_dtype="fp32"))
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    args = [a for a in COMMON if a not in ("--batch-size", "16")]
+    proc = _torchrun(2, *args, "--steps", "2", "--plan", str(path))
+    assert _result(proc)["status"] == "done"
+    start = next(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"event": "start"'))
+    assert (start["config"]["batch_size"], start["config"]["embedding_dtype"]) == (8, "fp16")
+
+
 def test_torch_backend_is_refused_on_several_ranks(tmp_path):
     proc = _torchrun(2, *[a if a != "polyrec" else "torch" for a in COMMON], "--steps", "2")
     assert proc.returncode != 0 and "polyrec's TBE" in proc.stderr + proc.stdout

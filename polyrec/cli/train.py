@@ -24,7 +24,8 @@ def summary_table(result: TrainResult, trainer: Trainer) -> Table:
     table.add_column("value", justify="right")
     rows = [("status", result.status), ("steps", str(result.step)),
             ("device / precision", f"{trainer.rt.device} / {str(trainer.rt.compute_dtype).removeprefix('torch.')}"),
-            ("embeddings / dense", f"{trainer.rt.embedding_backend} / {trainer.rt.dense_backend}"),
+            ("embeddings / dense", f"{trainer.rt.embedding_backend} ({trainer.cfg.embedding_dtype} rows) / "
+                                   f"{trainer.rt.dense_backend}"),
             ("samples/s", f"{result.samples_per_s:,.0f}")]
     if result.final_auc is not None:
         rows.append(("eval AUC", f"{result.final_auc:.4f}"))
@@ -49,6 +50,8 @@ def train(
     embedding_lr: float | None = typer.Option(None, help="Embedding learning rate (default: --lr)."),
     dense_optimizer: str = typer.Option("adagrad", help="adagrad (MLPerf) or adam."),
     embedding_optimizer: str = typer.Option("rowwise_adagrad", help="sgd, rowwise_adagrad, adagrad or adam."),
+    embedding_dtype: str = typer.Option("fp32", help="Embedding rows: fp32, fp16 or bf16 (stochastic rounding; "
+                                        "polyrec's TBE only)."),
     seed: int = typer.Option(0, help="Seed of model init, synthetic data and shuffles."),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
     precision: str = typer.Option("auto", help="Dense matmuls: auto (bf16 on GPU), bf16 or fp32."),
@@ -69,13 +72,16 @@ def train(
                                     "spin-waits when other jobs share the cores."),
     metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a progress bar and table."),
-    plan: Path | None = typer.Option(None, help="Plan JSON from `polyrec plan`: table shardings of a torchrun job."),
+    plan: Path | None = typer.Option(None, help="Plan JSON from `polyrec plan`: its batch, dense dtype and optimizer, "
+                                     "row dtype, embedding optimizer and table shardings (options left at their "
+                                     "defaults take the plan's; others must agree with it)."),
 ) -> None:
     """Train; SIGTERM saves a checkpoint and exits 0; exit 1 on a non-finite loss, 2 on bad input."""
     cfg = TrainConfig(preset=preset, data=data, eval_data=eval_data, steps=steps, batch_size=batch_size, seed=seed,
                       device=device, precision=precision, embedding_backend=embedding_backend,
                       dense_backend=dense_backend, dense_optimizer=dense_optimizer, lr=lr,
-                      embedding_optimizer=embedding_optimizer, embedding_lr=embedding_lr, row_cap=row_cap,
+                      embedding_optimizer=embedding_optimizer, embedding_lr=embedding_lr,
+                      embedding_dtype=embedding_dtype, row_cap=row_cap,
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
                       skip_bad_rows=skip_bad_rows, pipeline=pipeline, cuda_graphs=cuda_graphs, cpu_threads=cpu_threads,

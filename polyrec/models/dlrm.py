@@ -37,7 +37,7 @@ class DLRM(nn.Module):
     def __init__(self, config: ModelConfig, *, embedding_backend: str = "torch", dense_backend: str = "torch",
                  embedding_optimizer: EmbeddingOptimConfig | None = None, device: torch.device | str = "cpu",
                  seed: int = 0, embedding_output_dtype: torch.dtype = torch.float32,
-                 embeddings: nn.Module | None = None) -> None:
+                 embedding_weight_dtype: torch.dtype = torch.float32, embeddings: nn.Module | None = None) -> None:
         super().__init__()
         device = torch.device(device)
         self.config = config
@@ -49,7 +49,7 @@ class DLRM(nn.Module):
         self.embeddings = embeddings if embeddings is not None else build_embeddings(
             embedding_backend, config.table_rows, config.embedding_dim,
             optimizer=embedding_optimizer or EmbeddingOptimConfig(), device=device, seed=seed,
-            output_dtype=embedding_output_dtype)
+            weight_dtype=embedding_weight_dtype, output_dtype=embedding_output_dtype)
         gen = torch.Generator().manual_seed(seed)
         self.bottom = MLP(config.num_dense, config.bottom_mlp, last_relu=True, gen=gen)
         self.cross = (LowRankCross(config.interaction_dim, config.dcn_layers, config.dcn_rank, gen=gen)

@@ -176,13 +176,16 @@ class PolyrecEmbeddings(nn.Module):
 
 
 def build_embeddings(backend: str, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
-                     device: torch.device, seed: int,
+                     device: torch.device, seed: int, weight_dtype: torch.dtype = torch.float32,
                      output_dtype: torch.dtype = torch.float32) -> TorchEmbeddings | PolyrecEmbeddings:
     """The tables of one backend; ``output_dtype`` (polyrec only) is the pooled output's dtype: bf16 there
-    saves the fp32 round trip when the dense layers run in bf16 (torch's EmbeddingBag returns fp32)."""
+    saves the fp32 round trip when the dense layers run in bf16 (torch's EmbeddingBag returns fp32).
+    ``weight_dtype``: the rows' dtype; fp16 / bf16 only with polyrec's TBE."""
     if backend == "torch":
+        if weight_dtype != torch.float32:
+            raise ValueError(f"embedding backend 'torch' keeps fp32 rows, got weight dtype {weight_dtype}")
         return TorchEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed)
     if backend == "polyrec":
         return PolyrecEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed,
-                                 output_dtype=output_dtype)
+                                 weight_dtype=weight_dtype, output_dtype=output_dtype)
     raise ValueError(f"embedding backend must be one of {EMBEDDING_BACKENDS}, got {backend!r}")

@@ -30,6 +30,7 @@ class TrainConfig:
     lr: float = 0.005  # dense learning rate (MLPerf DLRM-DCNv2 reference: --adagrad --learning_rate 0.005)
     embedding_optimizer: str = "rowwise_adagrad"  # sgd | rowwise_adagrad (MLPerf, FBGEMM) | adagrad | adam
     embedding_lr: float | None = None  # None: same as lr
+    embedding_dtype: str = "fp32"  # embedding rows: fp32, or fp16 / bf16 (stochastic rounding; polyrec backend)
     row_cap: int | None = None  # cut every table to at most this many rows (benchmarks on small memory)
     eval_every: int = 0  # steps between evaluations; 0: only at the end
     eval_batches: int = 8  # synthetic/Criteo/MLPerf eval size in batches (MovieLens: its whole test split)
@@ -44,7 +45,7 @@ class TrainConfig:
     synthetic_pool: int = 0  # > 0: synthetic training batches repeat with this period (no generation cost)
     cpu_threads: int = 0  # torch intra-op threads on the CPU; 0 keeps torch's default (one per core)
     metrics_path: Path | None = None  # JSON-lines log; default checkpoint_dir/metrics.jsonl when there is one
-    plan: Path | None = None  # `polyrec plan` JSON: table shardings of a multi-rank (torchrun) job
+    plan: Path | None = None  # `polyrec plan` JSON whose choices the run takes (polyrec.runtime.plan_apply)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values only (checkpoints are loaded with weights_only=True)."""
@@ -59,6 +60,11 @@ class Resolved:
     compute_dtype: torch.dtype
     embedding_backend: str
     dense_backend: str
+    embedding_dtype: torch.dtype
+
+
+#: ``TrainConfig.embedding_dtype`` names -> row dtypes (polyrec.kernels.tbe.WEIGHT_DTYPES).
+EMBEDDING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def resolve(cfg: TrainConfig) -> Resolved:
@@ -84,6 +90,13 @@ def resolve(cfg: TrainConfig) -> Resolved:
             raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")
     if cfg.resume and cfg.checkpoint_dir is None:
         raise ValueError("--resume needs --checkpoint-dir")
+    embedding_backend = emb_default if cfg.embedding_backend == "auto" else cfg.embedding_backend
+    if cfg.embedding_dtype not in EMBEDDING_DTYPES:
+        raise ValueError(f"embedding dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got {cfg.embedding_dtype!r}")
+    if cfg.embedding_dtype != "fp32" and embedding_backend != "polyrec":
+        raise ValueError(f"--embedding-dtype {cfg.embedding_dtype} needs --embedding-backend polyrec "
+                         f"(torch's EmbeddingBag path keeps fp32 rows)")
     return Resolved(device=device, compute_dtype=torch.bfloat16 if bf16 else torch.float32,
-                    embedding_backend=emb_default if cfg.embedding_backend == "auto" else cfg.embedding_backend,
-                    dense_backend=dense_default if cfg.dense_backend == "auto" else cfg.dense_backend)
+                    embedding_backend=embedding_backend,
+                    dense_backend=dense_default if cfg.dense_backend == "auto" else cfg.dense_backend,
+                    embedding_dtype=EMBEDDING_DTYPES[cfg.embedding_dtype])

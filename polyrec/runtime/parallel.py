@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -25,6 +25,9 @@ from polyrec.runtime.dist import DistContext
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, default_shardings
 from polyrec.runtime.sharded_checkpoint import full_tables, load_sharded, save_sharded
 from polyrec.runtime.sharding import TableSharding
+
+if TYPE_CHECKING:
+    from polyrec.planner.types import Plan
 
 #: Offset between the data seeds of consecutive ranks (a prime, so streams never coincide).
 RANK_SEED_STRIDE = 7_919
@@ -39,26 +42,16 @@ def rank_seed(seed: int, ctx: DistContext) -> int:
     return seed + RANK_SEED_STRIDE * ctx.rank
 
 
-def shardings_from_plan(path: Path, config: ModelConfig, world_size: int) -> list[TableSharding]:
-    """The per-table shardings of a ``polyrec plan`` JSON; it must be for this model and world size."""
-    from polyrec.planner.types import Plan
-
-    plan = Plan.from_json(Path(path).read_text())
-    if plan.fleet.world_size != world_size:
-        raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
-                         f"this job has {world_size} ranks")
-    rows = [t.rows for t in plan.model.tables]
-    if tuple(rows) != tuple(config.table_rows):
-        raise ValueError(f"{path}: plan's tables ({len(rows)} tables, {sum(rows)} rows) are not this run's model "
-                         f"'{config.name}' ({config.num_tables} tables, {sum(config.table_rows)} rows)")
+def shardings_from_plan(plan: Plan) -> list[TableSharding]:
+    """The per-table shardings of a plan (checked against the run by ``plan_apply.load_plan``)."""
     return [TableSharding(kind=PLAN_KINDS[plan.table_plan(t.name).sharding], ranks=plan.table_plan(t.name).ranks)
             for t in plan.model.tables]
 
 
 def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *, seed: int,
-                       output_dtype: torch.dtype, plan: Path | None) -> DistributedEmbeddings:
+                       weight_dtype: torch.dtype, output_dtype: torch.dtype, plan: Plan | None) -> DistributedEmbeddings:
     """This rank's part of the model's tables, with the fused TBE optimizer on each shard."""
-    shardings = (shardings_from_plan(plan, config, ctx.world_size) if plan is not None
+    shardings = (shardings_from_plan(plan) if plan is not None
                  else default_shardings(config.table_rows, config.embedding_dim, ctx.world_size,
                                         lookups=config.multi_hot))
     opt = EmbeddingOptimizer(kind=optimizer.kind, lr=optimizer.lr, eps=optimizer.eps, beta1=optimizer.beta1,
@@ -66,7 +59,7 @@ def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *,
                              initial_accumulator_value=optimizer.initial_accumulator_value)
     return DistributedEmbeddings(config.table_rows, config.embedding_dim, optimizer=opt, shardings=shardings,
                                  rank=ctx.rank, world_size=ctx.world_size, device=ctx.device, seed=seed,
-                                 output_dtype=output_dtype)
+                                 weight_dtype=weight_dtype, output_dtype=output_dtype)
 
 
 def data_parallel(module: nn.Module, ctx: DistContext) -> nn.Module:

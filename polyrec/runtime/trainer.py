@@ -29,6 +29,7 @@ from polyrec.runtime.checkpoint import checkpoint_path, load_checkpoint, rng_sta
 from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
+from polyrec.runtime.plan_apply import apply_plan, load_plan
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 
 #: Elements checked per chunk when testing a (possibly 100 GB) table for NaN/inf: 2^26 bools = 64 MiB.
@@ -123,17 +124,20 @@ class Trainer:
     """Builds the data source, model and optimizers of a TrainConfig, and runs or benchmarks it."""
 
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
-        self.cfg, self.rt = cfg, resolve(cfg)
         self.distributed = launched_by_torchrun()
         self.ctx = init_distributed()
+        base = preset(cfg.preset)
+        if cfg.row_cap:
+            base = base.with_capped_rows(cfg.row_cap)
+        self.plan = load_plan(cfg.plan, base, self.ctx.world_size) if cfg.plan is not None else None
+        if self.plan is not None:
+            cfg = apply_plan(cfg, self.plan)
+        self.cfg, self.rt = cfg, resolve(cfg)
         if self.distributed:
             self._check_distributed()
             self.rt.device = self.ctx.device
         if cfg.cpu_threads:
             torch.set_num_threads(cfg.cpu_threads)
-        base = preset(cfg.preset)
-        if cfg.row_cap:
-            base = base.with_capped_rows(cfg.row_cap)
         data_seed = parallel.rank_seed(cfg.seed, self.ctx) if self.distributed else cfg.seed
         self.source = open_source(cfg.data, base, batch_size=cfg.batch_size, seed=data_seed, device=self.rt.device,
                                   skip_bad_rows=cfg.skip_bad_rows, eval_spec=cfg.eval_data,
@@ -142,11 +146,13 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
         sharded = (parallel.sharded_embeddings(self.model_config, emb_opt, self.ctx, seed=cfg.seed,
-                                               output_dtype=self.rt.compute_dtype, plan=cfg.plan)
+                                               weight_dtype=self.rt.embedding_dtype,
+                                               output_dtype=self.rt.compute_dtype, plan=self.plan)
                    if self.distributed else None)
         self.model = DLRM(self.model_config, embedding_backend=self.rt.embedding_backend,
                           dense_backend=self.rt.dense_backend, embedding_optimizer=emb_opt, device=self.rt.device,
-                          seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype, embeddings=sharded)
+                          seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype,
+                          embedding_weight_dtype=self.rt.embedding_dtype, embeddings=sharded)
         params = self.model.dense_parameters()
         self.optimizer = (torch.optim.Adagrad(params, lr=cfg.lr) if cfg.dense_optimizer == "adagrad"
                           else torch.optim.Adam(params, lr=cfg.lr))
@@ -386,6 +392,7 @@ class Trainer:
         if state["model_config"] != dataclasses.asdict(self.model_config):
             raise ValueError(f"{checkpoint_path(Path(self.cfg.checkpoint_dir))} was written for model "
                              f"{state['model_config']['name']!r} with other sizes; it does not fit this run's model")
+        self._check_embedding_storage(state["train_config"])
         for name, part in self._dense_named():
             part.load_state_dict(state["dense"][name])
         if "sharded" in state["embeddings"]:
@@ -402,6 +409,17 @@ class Trainer:
             set_rng_state(rng, self.rt.device)
         self.step = int(state["step"])
         self._restore_prefetched(state.get("prefetched"))
+
+    def _check_embedding_storage(self, saved: dict[str, Any]) -> None:
+        """The checkpoint's rows and optimizer state are stored as this run stores them: loading fp32
+        rows into fp16 tables (or one optimizer's state into another's) would convert or fail
+        silently. Checkpoints from before ``embedding_dtype`` existed hold fp32 rows."""
+        path = checkpoint_path(Path(self.cfg.checkpoint_dir))
+        for name, default in (("embedding_dtype", "fp32"), ("embedding_optimizer", None)):
+            theirs, ours = saved.get(name, default), getattr(self.cfg, name)
+            if theirs != ours:
+                raise ValueError(f"{path} holds {name} {theirs!r}; this run has {ours!r}: resume with the same "
+                                 f"{name}, or start a new checkpoint directory")
 
     # --- the loop ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,82 @@
+"""What ``polyrec train --plan plan.json`` takes from a ``polyrec plan`` answer, and what it refuses.
+
+A plan chooses, for one model on one fleet: the batch per GPU, the dense layers' matmul dtype and
+optimizer, and per table its sharding (ranks), memory, row dtype and optimizer. The trainer takes
+all of them: the shardings where the embeddings are built (``parallel.sharded_embeddings``), the
+rest as ``TrainConfig`` fields here. A field the user set to something other than its default and
+other than the plan's value is a conflict, reported with both values (edit the plan, or drop
+``--plan``); a field left at its default takes the plan's value.
+
+Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM), and
+several row dtypes or optimizers across tables (the trainer's tables share one of each). A plan for
+another model (its table rows) or another number of ranks is refused too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from polyrec.models import ModelConfig
+from polyrec.planner.types import Plan
+from polyrec.runtime.config import TrainConfig
+
+#: Plan field -> TrainConfig field, for the plan's dense dtype names (planner.types.Plan.dense_dtype).
+_PRECISIONS = {"bf16": "bf16", "fp32": "fp32"}
+
+
+def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
+    """The plan at ``path``, checked against this run's model and number of ranks."""
+    path = Path(path)
+    try:
+        plan = Plan.from_json(path.read_text())
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"plan file not found: {path}") from exc
+    except ValueError as exc:  # the plan reader names the field, or says it is not JSON
+        raise ValueError(f"{path}: {exc}") from exc
+    if plan.fleet.world_size != world_size:
+        raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
+                         f"this job has {world_size} rank{'s' if world_size > 1 else ''}")
+    rows = tuple(t.rows for t in plan.model.tables)
+    if rows != tuple(config.table_rows):
+        raise ValueError(f"{path}: plan's tables ({len(rows)} tables, {sum(rows)} rows) are not this run's model "
+                         f"'{config.name}' ({config.num_tables} tables, {sum(config.table_rows)} rows)")
+    return plan
+
+
+def _one(path: Path, what: str, by_table: dict[str, str]) -> str:
+    """The one value every table of the plan shares, or an error naming the tables of each value."""
+    values = sorted(set(by_table.values()))
+    if len(values) != 1:
+        groups = "; ".join(f"{v}: {', '.join(t for t, x in by_table.items() if x == v)}" for v in values)
+        raise ValueError(f"{path}: the plan mixes {what} across tables ({groups}); the trainer's tables share one. "
+                         f"Re-plan allowing one (polyrec plan --weight-dtypes / --optimizers)")
+    return values[0]
+
+
+def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
+    """The TrainConfig fields the plan sets."""
+    host = [t.table for t in plan.tables if t.memory != "hbm"]
+    if host:
+        raise ValueError(f"{path}: the plan keeps tables {', '.join(host)} in host memory with an HBM cache; the "
+                         f"trainer keeps every table in HBM. Re-plan with --no-host-cache or on a larger fleet")
+    if plan.dense_dtype not in _PRECISIONS:
+        raise ValueError(f"{path}: dense dtype {plan.dense_dtype!r} is not one the trainer runs ({', '.join(_PRECISIONS)})")
+    return {"batch_size": plan.batch_per_gpu,
+            "precision": _PRECISIONS[plan.dense_dtype],
+            "dense_optimizer": plan.dense_optimizer,
+            "embedding_dtype": _one(path, "row dtypes", {t.table: t.weight_dtype for t in plan.tables}),
+            "embedding_optimizer": _one(path, "embedding optimizers", {t.table: t.optimizer for t in plan.tables})}
+
+
+def apply_plan(cfg: TrainConfig, plan: Plan) -> TrainConfig:
+    """``cfg`` with the plan's choices; a field set away from its default and from the plan's value
+    is refused, naming both."""
+    defaults = TrainConfig()
+    fields = plan_fields(plan, Path(cfg.plan))
+    clashes = [f"{name} {getattr(cfg, name)!r} (the plan: {value!r})" for name, value in fields.items()
+               if getattr(cfg, name) not in (value, getattr(defaults, name))]
+    if clashes:
+        raise ValueError(f"{cfg.plan}: the run sets " + "; ".join(clashes) + ". Leave them out to take the "
+                         "plan's, or edit the plan")
+    return dataclasses.replace(cfg, **fields)
