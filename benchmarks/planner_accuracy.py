@@ -1,7 +1,7 @@
 """Planner accuracy on one GPU: predicted vs measured step time and peak memory, and the planner's pick.
 
 For each configuration (model preset, table size, batch, embedding optimizer, dense precision, index
-distribution) the planner predicts a one-GPU plan with those choices fixed; the trainer
+distribution, embedding row dtype) the planner predicts a one-GPU plan with those choices fixed; the trainer
 (``polyrec.runtime.bench.measure``: polyrec's TBE and GEMMs, CUDA-event phase timing) runs it.
 Compared: step time (the median interval between the trainer's step starts on the device's timeline,
 minus its synthetic-data phase, which the plan does not model; both are reported, and the mean
@@ -34,32 +34,35 @@ import statistics
 import time
 from dataclasses import dataclass
 
-#: Configurations: (preset, row cap or None, batch, embedding optimizer, dense precision, index distribution).
-FULL: tuple[tuple[str, int | None, int, str, str, str], ...] = (
-    ("mlperf-dcnv2", 4_000_000, 8192, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", 4_000_000, 16384, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", 4_000_000, 32768, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", 4_000_000, 65536, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", 4_000_000, 65536, "sgd", "bf16", "uniform"),
-    ("mlperf-dcnv2", 4_000_000, 65536, "adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", 4_000_000, 65536, "adam", "bf16", "uniform"),
-    ("mlperf-dcnv2", 4_000_000, 32768, "rowwise_adagrad", "bf16", "zipf"),
-    ("mlperf-dcnv2", 4_000_000, 16384, "rowwise_adagrad", "fp32", "uniform"),
-    ("mlperf-dcnv2", 1_000_000, 65536, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", 16_000_000, 65536, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", None, 32768, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", None, 65536, "rowwise_adagrad", "bf16", "uniform"),
-    ("mlperf-dcnv2", None, 65536, "rowwise_adagrad", "bf16", "zipf"),
-    ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform"),
-    ("dcnv2-small", None, 16384, "rowwise_adagrad", "bf16", "uniform"),
-    ("dcnv2-small", None, 65536, "rowwise_adagrad", "bf16", "uniform"),
-    ("dcnv2-small", None, 16384, "adam", "bf16", "uniform"),
-    ("dlrm-criteo-kaggle", None, 8192, "rowwise_adagrad", "bf16", "uniform"),
-    ("dlrm-criteo-kaggle", None, 32768, "rowwise_adagrad", "bf16", "uniform"),
-    ("dlrm-criteo-kaggle", None, 65536, "rowwise_adagrad", "bf16", "uniform"),
-    ("dlrm-criteo-kaggle", None, 65536, "rowwise_adagrad", "bf16", "zipf"),
-    ("dlrm-criteo-kaggle", None, 32768, "adagrad", "bf16", "uniform"),
-    ("dlrm-criteo-kaggle", None, 16384, "rowwise_adagrad", "fp32", "uniform"),
+#: Configurations: (preset, row cap or None, batch, embedding optimizer, dense precision, index distribution,
+#: embedding row dtype).
+FULL: tuple[tuple[str, int | None, int, str, str, str, str], ...] = (
+    ("mlperf-dcnv2", 4_000_000, 8192, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 16384, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 32768, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "sgd", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "adam", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 32768, "rowwise_adagrad", "bf16", "zipf", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 16384, "rowwise_adagrad", "fp32", "uniform", "fp32"),
+    ("mlperf-dcnv2", 1_000_000, 65536, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", 16_000_000, 65536, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", None, 32768, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", None, 65536, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("mlperf-dcnv2", None, 65536, "rowwise_adagrad", "bf16", "zipf", "fp32"),
+    ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("dcnv2-small", None, 16384, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("dcnv2-small", None, 65536, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("dcnv2-small", None, 16384, "adam", "bf16", "uniform", "fp32"),
+    ("dlrm-criteo-kaggle", None, 8192, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("dlrm-criteo-kaggle", None, 32768, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("dlrm-criteo-kaggle", None, 65536, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+    ("dlrm-criteo-kaggle", None, 65536, "rowwise_adagrad", "bf16", "zipf", "fp32"),
+    ("dlrm-criteo-kaggle", None, 32768, "adagrad", "bf16", "uniform", "fp32"),
+    ("dlrm-criteo-kaggle", None, 16384, "rowwise_adagrad", "fp32", "uniform", "fp32"),
+    ("mlperf-dcnv2", 4_000_000, 65536, "rowwise_adagrad", "bf16", "uniform", "fp16"),
+    ("dlrm-criteo-kaggle", None, 65536, "rowwise_adagrad", "bf16", "uniform", "bf16"),
 )
 #: Timed steps per configuration: 40 intervals for the median (the longest row, full-size MLPerf at
 #: 65536, is ~1 s of them; building its trainer takes longer).
@@ -70,9 +73,9 @@ STEPS = 40
 #: one window is one moment: single-pass runs put the same host-bound rows 7.7-11.8 ms apart.
 PASSES = 3
 PROBE_WINDOWS_PER_PASS = 2
-QUICK = (("dcnv2-small", None, 2048, "rowwise_adagrad", "bf16", "uniform"),
-         ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform"),
-         ("dlrm-criteo-kaggle", 100_000, 2048, "rowwise_adagrad", "bf16", "zipf"))
+QUICK = (("dcnv2-small", None, 2048, "rowwise_adagrad", "bf16", "uniform", "fp32"),
+         ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform", "fp16"),
+         ("dlrm-criteo-kaggle", 100_000, 2048, "rowwise_adagrad", "bf16", "zipf", "fp32"))
 #: Synthetic "zipf" indices (polyrec.data.synthetic, exponent ~1.05) are modelled by the TBE cost
 #: model's log-uniform skew (Zipf with exponent ~1).
 DISTRIBUTION = {"uniform": "uniform", "zipf": "log_uniform"}
@@ -86,11 +89,13 @@ class Case:
     optimizer: str
     precision: str
     distribution: str
+    rows: str = "fp32"  # embedding row dtype
 
     @property
     def model_label(self) -> str:
         cap = f" cap {self.row_cap / 1e6:g}M" if self.row_cap else ""
-        return f"{self.preset}{cap} {self.optimizer} {self.precision} {self.distribution}"
+        rows = "" if self.rows == "fp32" else f" {self.rows} rows"
+        return f"{self.preset}{cap} {self.optimizer} {self.precision} {self.distribution}{rows}"
 
 
 def predict(case: Case, device_name: str):
@@ -101,7 +106,7 @@ def predict(case: Case, device_name: str):
     if case.row_cap:
         cfg = cfg.with_capped_rows(case.row_cap)
     spec = model_spec_from_config(cfg, index_distribution=DISTRIBUTION[case.distribution])
-    c = PlanConstraints(weight_dtypes=("fp32",), optimizers=(case.optimizer,), batch_per_gpu=case.batch,
+    c = PlanConstraints(weight_dtypes=(case.rows,), optimizers=(case.optimizer,), batch_per_gpu=case.batch,
                         allow_host_cache=False, dense_dtype=case.precision, overlap="none")
     return make_plan(spec, parse_fleet(device_name), c)
 
@@ -114,7 +119,8 @@ def measure(case: Case, *, warmup: int, steps: int) -> dict:
 
     cfg = TrainConfig(preset=case.preset, data=f"synthetic:{case.distribution}", batch_size=case.batch,
                       steps=warmup + steps, device="cuda", precision=case.precision,
-                      embedding_optimizer=case.optimizer, row_cap=case.row_cap, log_every=10**9)
+                      embedding_optimizer=case.optimizer, embedding_dtype=case.rows, row_cap=case.row_cap,
+                      log_every=10**9)
     row = bench.measure(cfg, label=case.model_label, warmup=warmup, steps=steps)
     gc.collect()
     torch.cuda.empty_cache()
@@ -256,8 +262,8 @@ def main() -> None:
         calibration, probe_host = "skipped (--quick): datasheet ceilings", False
     else:
         calibration, probe_host = ensure_ceilings(spec)
-    cases = [Case(preset=p, row_cap=r, batch=b, optimizer=o, precision=d, distribution=x)
-             for p, r, b, o, d, x in (QUICK if args.quick else FULL)]
+    cases = [Case(preset=p, row_cap=r, batch=b, optimizer=o, precision=d, distribution=x, rows=w)
+             for p, r, b, o, d, x, w in (QUICK if args.quick else FULL)]
     warmup, steps = (3, args.steps or 5) if args.quick else (5, args.steps or STEPS)
     passes = 1 if args.quick else args.passes
     start = time.perf_counter()

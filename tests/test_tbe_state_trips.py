@@ -126,8 +126,8 @@ def test_planner_embedding_differences_between_optimizers_match_the_h200_run(cal
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
 
     rows = json.loads((RESULTS / "planner_accuracy_nvidia-h200_2026-11-30.json").read_text())["results"]["rows"]
-    measured = {r["model"].split()[3]: r["meas_emb_ms"] for r in rows
-                if r["model"].startswith("mlperf-dcnv2 cap 4M ") and r["batch"] == 65536}
+    labels = {f"mlperf-dcnv2 cap 4M {opt} bf16 uniform": opt for opt in OPTIMIZERS}  # fp32 rows
+    measured = {labels[r["model"]]: r["meas_emb_ms"] for r in rows if r["model"] in labels and r["batch"] == 65536}
     model = model_spec_from_config(preset("mlperf-dcnv2").with_capped_rows(4_000_000), index_distribution="uniform")
     predicted = {}
     for opt in OPTIMIZERS:
