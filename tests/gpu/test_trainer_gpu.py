@@ -40,3 +40,14 @@ def test_gpu_step_paths_train_like_the_eager_step(changes):
     assert torch.equal(other_initial, initial)  # same seed, same tables before the first step
     assert not torch.equal(weights, initial) and torch.isfinite(weights).all()
     assert (weights - initial).abs().sum() == pytest.approx((eager_weights - initial).abs().sum(), rel=0.2)
+
+
+@pytest.mark.parametrize("rows", ["fp16", "bf16"])
+def test_half_precision_rows_train_like_fp32_rows(rows):
+    """``--embedding-dtype fp16|bf16``: the tables are stored in that dtype, updated (stochastic
+    rounding), and the losses follow the fp32-row run within half-precision noise."""
+    fp32, _, _ = _losses()
+    half, initial, weights = _losses(embedding_dtype=rows)
+    assert weights.dtype == getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[rows])
+    assert half == pytest.approx(fp32, rel=0.02)
+    assert not torch.equal(weights, initial) and torch.isfinite(weights.float()).all()
