@@ -42,6 +42,16 @@ def test_pipeline_also_hides_all_to_all():
     assert tight.overlap_s == pytest.approx(0.2)  # no more than the dense compute there is to hide under
 
 
+def test_ddp_hides_each_ranks_id_sort_under_the_pooled_all_to_all():
+    # rank 0: bwd 3.0 of which sort 0.5 -> 0.2 hidden (the exchange's 0.2 s); rank 1: bwd 1.0, sort 0.1
+    t = step_time(_parts(overlap="ddp", embedding_sort_s=[0.5, 0.1]))
+    assert t.overlap_s == pytest.approx(1.5 + 0.2)
+    # the busier rank's backward bounds the step: rank 1's sort does not help while rank 0 is longer
+    t = step_time(_parts(overlap="ddp", embedding_sort_s=[0.0, 0.1]))
+    assert t.overlap_s == pytest.approx(1.5)
+    assert step_time(_parts(overlap="none", embedding_sort_s=[0.5, 0.1])).overlap_s == 0
+
+
 def test_cpu_bound_step_takes_the_cpu_time():
     fast = dict(embedding_fwd_s=[0.1], embedding_bwd_s=[0.1], dense_fwd_s=[0.1], dense_bwd_s=[0.1],
                 dense_optimizer_s=[0.0], other_s=[0.0], all_reduce_s=0.0, overlap="none")

@@ -85,11 +85,26 @@ CASES = [(("table", "row", "table"), EmbeddingOptimizer(kind="rowwise_adagrad", 
 
 
 def _check_training(rank: int, world: int) -> None:
-    for kinds, opt in CASES:
-        expected, _ = _losses_single(opt, world)
-        got = _train_sharded(_sharded(rank, world, kinds, opt), rank, world, range(STEPS))
-        torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5, atol=1e-6,
-                                   msg=f"{kinds} {opt.kind}")
+    """Also: each step's backward used the sort its forward prepared while the pooled rows crossed
+    the all-to-all (``prepare_backward``)."""
+    real, used = TableBatchedEmbedding._take_prepared, []
+
+    def spy(self, *args):
+        got = real(self, *args)
+        used.append(got is not None)
+        return got
+
+    TableBatchedEmbedding._take_prepared = spy
+    try:
+        for kinds, opt in CASES:
+            expected, _ = _losses_single(opt, world)
+            used.clear()
+            got = _train_sharded(_sharded(rank, world, kinds, opt), rank, world, range(STEPS))
+            torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5, atol=1e-6,
+                                       msg=f"{kinds} {opt.kind}")
+            assert used == [True] * STEPS, (kinds, used)
+    finally:
+        TableBatchedEmbedding._take_prepared = real
 
 
 def test_sharded_tbe_training_matches_single_process():

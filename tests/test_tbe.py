@@ -250,3 +250,52 @@ def test_a_row_strided_gradient_updates_as_its_contiguous_copy():
         a(batch).backward(strided)
         b(batch).backward(strided.contiguous())
     assert torch.equal(a.weights, b.weights) and torch.equal(a.state1, b.state1)
+
+
+def _sort_calls(module: TableBatchedEmbedding, monkeypatch) -> list[int]:
+    """Counts ``module._sort_ids`` calls (the id-only part of a backward)."""
+    calls, real = [], module._sort_ids
+    monkeypatch.setattr(module, "_sort_ids", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_backward_prepared_during_the_forward_updates_as_one_that_sorts_itself(weighted, monkeypatch):
+    """``prepare_backward`` (sharded embeddings call it while the pooled rows cross the all-to-all):
+    the next backward of the same batch sorts nothing and updates bitwise as an unprepared one, also
+    for a gradient with another row stride (whose offsets it recomputes)."""
+    gen = torch.Generator().manual_seed(12)
+    opt = EmbeddingOptimizer(kind="adagrad", lr=0.05)
+    a = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    b = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    calls = _sort_calls(a, monkeypatch)
+    for step in range(3):
+        batch = make_batch(gen, weighted=weighted)
+        grad = torch.randn(B, a.output_dim + 4 * step, generator=gen)[:, 4 * step:]  # strided from step 1
+        out = a(batch)
+        a.prepare_backward(batch)
+        out.backward(grad)
+        b(batch).backward(grad)
+        assert len(calls) == step + 1  # the prepared sort only
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.state1, b.state1)
+
+
+def test_a_prepared_sort_of_another_or_changed_batch_is_not_used(monkeypatch):
+    gen = torch.Generator().manual_seed(13)
+    opt = EmbeddingOptimizer(kind="sgd", lr=0.5)
+    a = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    b = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    calls = _sort_calls(a, monkeypatch)
+    first, second = make_batch(gen), make_batch(gen)
+    out = a(first)
+    a.prepare_backward(second)  # another batch: the backward of `first` sorts again
+    out.backward(torch.ones_like(out))
+    b(first).backward(torch.ones_like(out))
+    assert len(calls) == 2
+    out = a(second)
+    a.prepare_backward(second)
+    second.values[0] = (second.values[0] + 1) % TABLES[FEATURES[0]].rows  # changed after the sort
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward(torch.ones_like(out))  # autograd refuses first; the sort would not be used either
+    assert a._take_prepared(second.values, second.offsets, second.weights) is None
+    assert torch.equal(a.weights, b.weights)

@@ -96,6 +96,7 @@ class TableBatchedEmbedding(torch.nn.Module):
         self._allocate(device, init_scale)
         self._configs: dict[tuple, object] = {}
         self._pending_flags: tuple[Tensor, torch.cuda.Event] | None = None
+        self._prepared: _SortedIds | None = None  # prepare_backward's sort, for the next backward
 
     # ---- construction -------------------------------------------------------------------------
     def _build_layout(self, device: torch.device) -> None:
@@ -266,6 +267,7 @@ class TableBatchedEmbedding(torch.nn.Module):
     def forward(self, batch: JaggedBatch) -> Tensor:
         """Pooled lookup: [B, output_dim] in ``output_dtype``; backward updates the weights in place."""
         self._validate(batch)
+        self._prepared = None
         anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
         return _PooledLookup.apply(anchor, self, batch.values, batch.offsets, batch.weights, batch.batch_size)
 
@@ -335,18 +337,35 @@ class TableBatchedEmbedding(torch.nn.Module):
             return (self.seed * 1_000_003 + self.step * 7_919 + 1) & 0x7FFFFFFF
         return int(torch.randint(0, 2**31 - 1, (1,)))
 
-    def _fused_backward(self, grad: Tensor, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
-                        batch_size: int, sequence: list | None) -> None:
-        """Sort the ids, reduce duplicates, apply the optimizer in place; one optimizer step."""
+    def prepare_backward(self, batch: JaggedBatch) -> None:
+        """Do now the part of the pooled lookup's backward that reads only the ids (sort keys, the
+        sort, and for the lane update the gradient offsets of a contiguous ``[B, output_dim]``
+        gradient), so that it runs while something else does: sharded embeddings call it while the
+        pooled rows cross the all-to-all. The next backward of this same batch (same ``values`` and
+        ``offsets`` tensors, unmodified) uses it; anything else recomputes. Kept until then or the
+        next ``forward``."""
+        if not self.pooled_features or batch.nnz == 0 or batch.batch_size == 0:
+            return
+        with torch.no_grad():
+            ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
+            if self._update_config(ids.keys.numel()).variant == "lane":
+                ids.grad_stride = self.output_dim
+                ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
+                                                            batch.batch_size, False)
+        self._prepared = ids
+
+    def _take_prepared(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> _SortedIds | None:
+        """The prepared sort of exactly this batch (the same tensors at the same version), once."""
+        ids, self._prepared = self._prepared, None
+        if ids is None or not (ids.batch[0] is values and ids.batch[1] is offsets and ids.batch[2] is per_sample):
+            return None
+        return ids if ids.versions == _versions(values, offsets, per_sample) else None
+
+    def _sort_ids(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
+                  sequence: list | None) -> _SortedIds:
+        """Each id position's global row (the sort key), gradient row and scale, sorted by key."""
         n, dev, lay = values.numel(), self.weights.device, self.layout
-        self.step += 1
-        if n == 0 or batch_size == 0:
-            return
         feats = self._sequence_ids if sequence is not None else self._pooled_ids
-        if feats.numel() == 0:
-            return
-        if grad.stride(-1) != 1:  # the kernels take any row stride (the trainer's gradient is a column slice)
-            grad = grad.contiguous()
         has_mean = sequence is None and any(self.tables[self.feature_to_table[f]].pooling == "mean"
                                             for f in self.pooled_features)
         has_scale = sequence is None and (per_sample is not None or has_mean)
@@ -365,6 +384,25 @@ class TableBatchedEmbedding(torch.nn.Module):
             BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=has_scale,
             num_warps=fcfg.num_warps)
         sorted_keys, perm = torch.sort(keys, stable=self.deterministic)
+        return _SortedIds(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
+                          keys=sorted_keys, perm=perm, src=src, scale=scale)
+
+    def _fused_backward(self, grad: Tensor, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
+                        batch_size: int, sequence: list | None) -> None:
+        """Sort the ids (unless ``prepare_backward`` did), reduce duplicates, apply the optimizer in
+        place; one optimizer step."""
+        n, dev, lay = values.numel(), self.weights.device, self.layout
+        self.step += 1
+        prepared = self._take_prepared(values, offsets, per_sample) if sequence is None else None
+        if n == 0 or batch_size == 0:
+            return
+        feats = self._sequence_ids if sequence is not None else self._pooled_ids
+        if feats.numel() == 0:
+            return
+        if grad.stride(-1) != 1:  # the kernels take any row stride (the trainer's gradient is a column slice)
+            grad = grad.contiguous()
+        ids = prepared or self._sort_ids(values, offsets, per_sample, batch_size, sequence)
+        sorted_keys, perm, src, scale, has_scale = ids.keys, ids.perm, ids.src, ids.scale, ids.scale is not None
         ucfg = self._update_config(n)
         programs = triton.cdiv(n, ucfg.span)
         partial = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
@@ -382,7 +420,10 @@ class TableBatchedEmbedding(torch.nn.Module):
                 n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
                 SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
         else:
-            g_off, sorted_scale = self._permute(grad, sorted_keys, perm, src, scale, batch_size, sequence is not None)
+            g_off, sorted_scale = ids.g_off, ids.sorted_scale
+            if ids.grad_stride != grad.stride(0):  # not prepared for this gradient's layout
+                g_off, sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
+                                                    grad.stride(0))
             lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
             lane_update_kernel[(programs,)](
                 self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
@@ -414,18 +455,38 @@ class TableBatchedEmbedding(torch.nn.Module):
         dims = [t.dim for t in self.tables] + [grad.stride(0)]
         return vector_width(dims, grad.element_size()) if grad.data_ptr() % 16 == 0 else 1
 
-    def _permute(self, grad: Tensor, sorted_keys: Tensor, perm: Tensor, src: Tensor, scale: Tensor | None,
-                 batch_size: int, sequence: bool) -> tuple[Tensor, Tensor | None]:
-        """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order."""
-        n = sorted_keys.numel()
-        off_dtype = torch.int32 if grad.numel() < 2**31 else torch.int64
-        g_off = torch.empty(n, dtype=off_dtype, device=grad.device)
+    def _permute(self, grad_numel: int, ids: _SortedIds, batch_size: int, sequence: bool,
+                 grad_stride: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order,
+        for a gradient of ``grad_numel`` elements and row stride ``grad_stride`` (default output_dim)."""
+        n, scale = ids.keys.numel(), ids.scale
+        off_dtype = torch.int32 if grad_numel < 2**31 else torch.int64
+        g_off = torch.empty(n, dtype=off_dtype, device=ids.keys.device)
         sorted_scale = torch.empty_like(scale) if scale is not None else None
         permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
-            sorted_keys, perm, src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
-            grad.stride(0), self.total_rows, SEQUENCE=sequence, HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK,
-            num_warps=4)
+            ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
+            self.output_dim if grad_stride is None else grad_stride, self.total_rows, SEQUENCE=sequence,
+            HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
         return g_off, sorted_scale
+
+
+@dataclass(kw_only=True, slots=True)
+class _SortedIds:
+    """The id-only part of a backward (``TableBatchedEmbedding._sort_ids``), and the batch it is of."""
+
+    batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
+    versions: tuple[int, ...]  # their in-place versions when sorted
+    keys: Tensor  # [n] sorted global rows
+    perm: Tensor  # [n] the sort's permutation
+    src: Tensor  # [n] gradient row of each id position (unsorted)
+    scale: Tensor | None  # [n] per-sample weight x 1/len (mean) of each position, or None
+    grad_stride: int | None = None  # the gradient row stride g_off was computed for (lane update)
+    g_off: Tensor | None = None  # [n] gradient element offsets in sorted order
+    sorted_scale: Tensor | None = None  # [n] scales in sorted order
+
+
+def _versions(*tensors: Tensor | None) -> tuple[int, ...]:
+    return tuple(-1 if t is None else t._version for t in tensors)
 
 
 def _cumsum(xs: list[int]) -> list[int]:

@@ -14,6 +14,11 @@ Overlap:
   (PyTorch DDP's ``bucket_cap_mb`` = 25 MiB by default) and whatever exceeds the backward are exposed;
 - ``pipeline``: additionally the embedding all-to-alls run under the previous / next step's dense
   compute (TorchRec's TrainPipelineSparseDist), exposed only where they exceed it.
+
+With ``ddp`` (polyrec's runtime), each rank's embedding backward also sorts its ids while the
+pooled rows cross the forward all-to-all (polyrec.runtime.sharding calls the TBE's
+``prepare_backward`` between starting that exchange and waiting for it): a rank's sort is hidden up
+to the exchange's time. (Under ``pipeline`` the exchange itself hides under dense compute.)
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class StepParts:
     all_reduce_bytes: float = 0.0  # size of the dense gradients (for the DDP last-bucket term)
     overlap: str = "ddp"  # one of OVERLAP_MODES
     host_s: list[float] | None = None  # per rank: CPU time to issue the step's kernels (eager dispatch)
+    embedding_sort_s: list[float] | None = None  # per rank: of embedding_bwd_s, the id sort (runs early)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -86,6 +92,9 @@ def step_time(parts: StepParts) -> StepTime:
     if parts.overlap == "pipeline":
         room = max(0.0, dense_f + dense_b - overlap)
         overlap += min(a2a, room)
+    elif parts.overlap == "ddp" and parts.embedding_sort_s:
+        overlap += emb_b - max(b - min(parts.output_all_to_all_s, s)
+                               for b, s in zip(parts.embedding_bwd_s, parts.embedding_sort_s))
     device = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
     host = max(parts.host_s or [0.0])
     excess = max(0.0, host - device)

@@ -167,6 +167,7 @@ class StepEstimate:
     forward_bytes: float  # DRAM bytes the forward moves (after L2 hits and sector rounding)
     backward_bytes: float
     unique_rows: float
+    sort_s: float  # of backward_s, the part that reads only the ids (sort keys and the sort)
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
@@ -189,10 +190,10 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     update_kw = dict(nnz=nnz, unique=uniq, row_bytes=mean_row, grad_row_bytes=grad_row,
                      state_bytes_per_row=state_bytes_per_row)
     bwd_bytes = prep + update_bytes(bwd.variant, gran=gran, **update_kw)
-    bwd_s = (prep / ceil.copy_bandwidth.value + sort_seconds(int(nnz), key_bytes, ceil)
-             + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value)
+    sort_s = prep / ceil.copy_bandwidth.value + sort_seconds(int(nnz), key_bytes, ceil)
+    bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
-                        unique_rows=uniq)
+                        unique_rows=uniq, sort_s=sort_s)
 
 
 #: Loaded DRAM latency under a full gather load, seconds: about twice the idle latency above (queueing

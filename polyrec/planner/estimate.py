@@ -26,7 +26,8 @@ from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs,
 from polyrec.planner.ops import RATE_CLASSES, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
 
-#: Bytes per pooled value crossing the all-to-all (fp32 pooled embeddings and their gradients).
+#: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
+#: bf16 output under a bf16 dense half is not modelled there: the planner_accuracy fit was made so).
 POOLED_BYTES = 4
 #: fp32 values the dense optimizer reads plus writes per parameter, torch's foreach implementation:
 #: Adagrad addcmul_ (3), sqrt (2), add_ (2), addcdiv_ (4); Adam about twice that (torch/optim/adagrad.py,
@@ -108,9 +109,10 @@ def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
 
 
 def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
-                       grad_bytes: int) -> tuple[float, float, str]:
-    """(fwd s, bwd+update s, config label) of one table-batched module holding ``loads`` (same dtype,
-    optimizer); ``grad_bytes``: its output gradient's element size (the dense half's dtype)."""
+                       grad_bytes: int) -> tuple[float, float, float, str]:
+    """(fwd s, bwd+update s, of that the id sort s, config label) of one table-batched module holding
+    ``loads`` (same dtype, optimizer); ``grad_bytes``: its output gradient's element size (the dense
+    half's dtype)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     block_d = 1 << (max(s.dim for s in loads) - 1).bit_length()
     bags = loads[0].bags
@@ -136,7 +138,7 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
                        state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd)
     label = (f"fwd bags={fcfg.bags} hots={fcfg.hots} warps={fcfg.num_warps}; "
              f"update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
-    return est.forward_s, est.backward_s, label
+    return est.forward_s, est.backward_s, est.sort_s, label
 
 
 def _host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
@@ -166,25 +168,26 @@ class Estimator:
         self.params = dense_params(model)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
-    def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, str]:
+    def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, float, str]:
         return _tbe_group_seconds(loads, self.specs[device], self.ceilings[device],
                                   mem.DENSE_DTYPE_BYTES[self.dense_dtype])
 
-    def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, dict[str, str]]:
-        """(fwd, bwd+update) seconds of one rank: one TBE module per (weight dtype, optimizer)."""
+    def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, float, dict[str, str]]:
+        """(fwd, bwd+update, of that the id sorts) seconds of one rank: one TBE module per (weight
+        dtype, optimizer)."""
         device = self.rank_devices[rank]
         groups: dict[tuple[str, str], list[ShardLoad]] = {}
         for s in loads:
             groups.setdefault((s.weight_dtype, s.optimizer), []).append(s)
-        fwd = bwd = 0.0
+        fwd = bwd = sort = 0.0
         labels = {}
         for (dtype, opt), group in sorted(groups.items()):
             key = tuple(sorted((_anonymous(s) for s in group), key=lambda s: (s.rows, s.dim, s.accesses)))
-            f, b, label = self.tbe_seconds(device, key)
+            f, b, sort_s, label = self.tbe_seconds(device, key)
             host = sum(_host_traffic_seconds(s, self.specs[device]) for s in group)
-            fwd, bwd = fwd + f + host / 2, bwd + b + host / 2
+            fwd, bwd, sort = fwd + f + host / 2, bwd + b + host / 2, sort + sort_s
             labels[f"tbe.{dtype}.{opt}"] = label
-        return fwd, bwd, labels
+        return fwd, bwd, sort, labels
 
     @functools.lru_cache(maxsize=256)  # noqa: B019
     def dense_seconds(self, device: str, batch: int) -> DenseTimes:
@@ -248,8 +251,11 @@ class Estimator:
             groups[(s.weight_dtype, s.optimizer)] = groups.get((s.weight_dtype, s.optimizer), 0.0) + s.accesses
         dim = max((s.dim for s in loads), default=self.model.embedding_dim)
         tbe_ws = max((self.tbe_workspace(device, n, dim, dt, opt) for (dt, opt), n in groups.items()), default=0)
-        if dense_act + blas >= cb * pooled + tbe_ws:
-            activations, workspace = emb_act + dense_act, blas
+        # on several ranks the backward's sorted ids are made during the forward and held through the
+        # dense half (polyrec.kernels.tbe ``prepare_backward``, called by polyrec.runtime.sharding)
+        held = int(mem.PREPARED_BYTES_PER_LOOKUP * sum(groups.values())) if self.fleet.world_size > 1 else 0
+        if dense_act + blas + held >= cb * pooled + tbe_ws:
+            activations, workspace = emb_act + dense_act + held, blas
         else:
             activations, workspace = emb_act + cb * pooled, tbe_ws
         return DeviceMemory(rank=rank, device=device, weights=weights + dense_w, optimizer_state=state + dense_state,
@@ -261,10 +267,13 @@ class Estimator:
         world = self.fleet.world_size
         if world == 1:
             return 0.0, 0.0, 0.0, 0.0
+        # the pooled rows and their gradients cross in the dense half's dtype (the sharded TBE's output
+        # dtype, polyrec.runtime.parallel.sharded_embeddings)
+        pooled_bytes = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
         out_bytes = [0.0] * world  # pooled values each rank sends back (its shards x all samples)
         in_bytes = [0.0] * world  # ids each rank receives
         for s in loads:
-            out_bytes[s.rank] += s.bags * s.dim * POOLED_BYTES
+            out_bytes[s.rank] += s.bags * s.dim * pooled_bytes
             in_bytes[s.rank] += (s.accesses + s.bags) * ID_BYTES
         a2a_in = all_to_all_seconds(max(in_bytes), self.links)
         a2a_out = all_to_all_seconds(max(out_bytes), self.links)
@@ -284,13 +293,14 @@ class Estimator:
         per_rank: list[list[ShardLoad]] = [[] for _ in range(world)]
         for s in loads:
             per_rank[s.rank].append(s)
-        emb_f, emb_b, dense_f, dense_b, opt, other, memory, host = [], [], [], [], [], [], [], []
+        emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host = [], [], [], [], [], [], [], [], []
         kernels: dict[str, str] = {}
         for rank in range(world):
-            f, b, labels = self.embedding_seconds(rank, per_rank[rank])
+            f, b, sort, labels = self.embedding_seconds(rank, per_rank[rank])
             dense = self.dense_seconds(self.rank_devices[rank], batch)
             emb_f.append(f)
             emb_b.append(b)
+            emb_sort.append(sort)
             dense_f.append(dense.fwd_s)
             dense_b.append(dense.bwd_s)
             opt.append(dense.optimizer_s)
@@ -300,7 +310,8 @@ class Estimator:
             kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
             kernels |= {f"{self.rank_devices[rank]}.gemm.{op}": v for op, v in dense.labels}
         a2a_in, a2a_out, a2a_grad, ar = self.collective_seconds(loads, batch)
-        parts = StepParts(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
+        parts = StepParts(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, embedding_sort_s=emb_sort,
+                          dense_fwd_s=dense_f, dense_bwd_s=dense_b,
                           dense_optimizer_s=opt, other_s=other, input_all_to_all_s=a2a_in,
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
                           all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
@@ -312,7 +323,7 @@ class Estimator:
         out: dict[str, tuple[float, float]] = {}
         for s in shard_loads(self.model, plans, batch, self.fleet.world_size):
             device = self.rank_devices[s.rank]
-            f, b, _ = self.tbe_seconds(device, (_anonymous(s),))
+            f, b, _, _ = self.tbe_seconds(device, (_anonymous(s),))
             host = _host_traffic_seconds(s, self.specs[device])
             prev = out.get(s.table, (0.0, 0.0))
             out[s.table] = (max(prev[0], f + host / 2), max(prev[1], b + host / 2))

@@ -31,6 +31,9 @@ INDEX_BYTES = 8
 #: int64 values); the permute's int32 gradient offsets. Keys are int64 past 2^31 rows (+16).
 TBE_BYTES_PER_LOOKUP = 4 + 4 + (4 + 8) + 8 + (4 + 8) + 4
 TBE_WIDE_KEY_EXTRA = 16
+#: Of those, the bytes per lookup ``prepare_backward`` keeps from the forward to the backward: source
+#: positions and sorted keys (int32), the int64 permutation, the int32 gradient offsets.
+PREPARED_BYTES_PER_LOOKUP = 4 + 4 + 8 + 4
 #: Bytes per row of HBM-cache metadata (row id int64 + last-use step int64), as FBGEMM's LRU/LFU
 #: cache keeps ``lxu_cache_state`` and ``lxu_state`` per cache slot (estimate).
 CACHE_META_BYTES_PER_ROW = 16
