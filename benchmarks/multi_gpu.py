@@ -22,6 +22,7 @@ import torch
 from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.dist import shutdown
+from polyrec.runtime.sharding import ShardedEmbedding
 from profiling import kernel_table
 
 
@@ -43,9 +44,15 @@ def main() -> None:
     parser.add_argument("--plan", type=Path, default=None,
                         help="a `polyrec plan` JSON whose table shardings to run (default: lookup-balanced table-wise)")
     parser.add_argument("--tag", default="", help="suffix of the results name (variants of one world size)")
+    parser.add_argument("--late-sort", action="store_true",
+                        help="A/B: the backward sorts its ids after the gradient arrives, as before 2564e92 "
+                             "(no prepare_backward under the pooled all-to-all); results tagged late_sort")
     parser.add_argument("--profile", action="store_true",
                         help="also every rank's CUDA kernels per step (torch profiler), in the results payload")
     args = parser.parse_args()
+    if args.late_sort:
+        ShardedEmbedding._backward_prelude = lambda self, local_batch: None
+        args.tag = "_".join(t for t in (args.tag, "late_sort") if t)
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
                       synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend,
                       plan=args.plan)
