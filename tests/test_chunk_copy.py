@@ -40,6 +40,22 @@ def test_matches_reference(dtype, chunks):
     assert got.tolist() == _reference(x.tolist(), src.tolist(), dst.tolist(), total)
 
 
+@pytest.mark.parametrize("torch_path", [False, True])
+def test_narrow_moves_int64_ids_as_int32_clamped(torch_path, monkeypatch):
+    """``narrow``: the same chunks as int32, ids past int32 clamped to 2^31 - 1 and negatives to -1
+    (out of range they stay out of range), through the kernel and the torch path."""
+    if torch_path:
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x, src, dst, total = _case(9, 11, torch.int64)
+    x[::5] = 2**40 + torch.arange(x[::5].numel())
+    x[1::7] = -(2**35)
+    got = chunk_copy(x, src, dst, total, narrow=True)
+    want = [min(max(v, -1), 2**31 - 1) for v in _reference(x.tolist(), src.tolist(), dst.tolist(), total)]
+    assert got.dtype == torch.int32 and got.tolist() == want
+    with pytest.raises(ValueError, match="narrow takes int64"):
+        chunk_copy(x.to(torch.int32), src, dst, total, narrow=True)
+
+
 def test_torch_path_matches_kernel(monkeypatch):
     x, src, dst, total = _case(5, 7, torch.int64)
     kernel = chunk_copy(x, src, dst, total)

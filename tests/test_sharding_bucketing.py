@@ -176,10 +176,13 @@ def test_out_of_range_ids_reach_a_shard_that_flags_them():
     pieces = _pieces(world)
     router = InputRouter(pieces, len(FEATURE_TO_TABLE), torch.device("cpu"))
     bags = [[[] for _ in range(1)] for _ in FEATURE_TO_TABLE]
-    bags[0][0] = [-3, ROWS[0] + 7]  # table 0 is row-wise over ranks (1, 0): rows [0, 25) on 1, [25, 50) on 0
+    bags[0][0] = [-3, ROWS[0] + 7, 2**40]  # table 0 is row-wise over ranks (1, 0): rows [0, 25) on 1, [25, 50) on 0
+    bags[4][0] = [2**33 + 1]  # table 4, table-wise: past int32, it must not wrap into the table
     _, counts, values, _ = _send(router, _batch(bags, range(1), weighted=False))
-    assert counts == [1, 1]
-    assert values.tolist() == [ROWS[0] + 7 - 25, -3]  # rank 0's shard gets the late id, rank 1's the negative one
+    assert counts == [3, 1] and values.dtype == torch.int32  # ids cross as int32, clamped
+    # rank 0's shard gets the late ids (the int64 one clamped to 2^31 - 1, still past its 25 rows),
+    # table 4's clamped id; rank 1's shard the negative one, clamped to -1
+    assert values.tolist() == [ROWS[0] + 7 - 25, 2**31 - 1, 2**31 - 1, -1]
 
 
 def test_features_of_one_table_need_one_kind():

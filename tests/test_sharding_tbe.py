@@ -153,3 +153,37 @@ def test_checkpoint_from_two_ranks_resumes_on_one_and_two(tmp_path):
     run_on_ranks(_save_after_two_steps, 2, directory)
     run_on_ranks(_resume_one_rank_matches, 1, directory)
     run_on_ranks(_resume_resharded, 2, directory)
+
+
+def _flag_ids_past_int32(rank: int, world: int) -> None:
+    """An id past int32 (ids cross the all-to-all as int32, clamped) and a negative one, sent by rank
+    1 for tables owned by rank 0 and rank 1: each owner's lookup flags its table, no id wraps into range."""
+    import torch.distributed as dist
+
+    from polyrec.kernels.jagged import JaggedBatchError
+    from test_sharding import FEATURE_TO_TABLE
+
+    module = _sharded(rank, world, ("table", "table", "table"), OPT)  # table t on rank t % 2
+    batch = local_part(global_batch(world, seed=7), rank, world)
+    if rank == 1:
+        starts = batch.offsets[:: batch.batch_size]
+        first = {f: int(starts[f]) for f in range(batch.num_features) if starts[f + 1] > starts[f]}
+        bad = {0: 2**40, 1: -5}  # table 0 lives on rank 0, table 1 on rank 1
+        for f, at in first.items():
+            if FEATURE_TO_TABLE[f] in bad:
+                batch.values[at] = bad.pop(FEATURE_TO_TABLE[f])
+        assert not bad, "every bad table needs a feature with an id on rank 1"
+    try:  # on the CPU the owner's lookup raises at once (on a GPU at its next check): both own a bad id
+        with torch.no_grad():
+            module(batch)
+        module.local.check_errors()
+        message = ""
+    except JaggedBatchError as exc:
+        message = str(exc)
+    messages = [None] * world
+    dist.all_gather_object(messages, message)
+    assert f"t{rank}[" in messages[rank], messages  # the owner names its shard of that table
+
+
+def test_ids_past_int32_or_negative_are_flagged_by_their_owner():
+    run_on_ranks(_flag_ids_past_int32, 2)

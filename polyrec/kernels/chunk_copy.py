@@ -26,16 +26,21 @@ from polyrec.kernels.gemm_select import interpreting
 #: 8 per thread at 32 lanes; the chunk loop runs once per program, so larger blocks amortise it.
 BLOCK = 2048
 NUM_WARPS = 4
+#: Largest id an int32 id buffer holds; ``narrow`` clamps int64 ids into [-1, INT32_MAX], so an id
+#: out of range stays out of range for any table of fewer rows (and a negative one stays negative).
+INT32_MAX = 2**31 - 1
 #: Element types the kernel moves (ids and per-sample weights).
 _TRITON_TYPES = {torch.int64: "*i64", torch.int32: "*i32", torch.float64: "*fp64", torch.float32: "*fp32",
                  torch.float16: "*fp16", torch.bfloat16: "*bf16"}
 
 
 @triton.jit
-def chunk_copy_kernel(x_ptr, out_ptr, src_start_ptr, dst_start_ptr, chunks, steps, total, BLOCK: tl.constexpr):
+def chunk_copy_kernel(x_ptr, out_ptr, src_start_ptr, dst_start_ptr, chunks, steps, total, BLOCK: tl.constexpr,
+                      NARROW: tl.constexpr):
     """out[p] = x[src_start[c] + p - dst_start[c]] for the last chunk c with dst_start[c] <= p
     (dst_start ascending from 0; an empty chunk shares its start with the next and loses to it),
-    c found by a binary search of ``steps`` = ceil(log2(chunks)) halvings."""
+    c found by a binary search of ``steps`` = ceil(log2(chunks)) halvings. ``NARROW``: int64 in,
+    clamped to [-1, INT32_MAX] and stored as int32."""
     pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     mask = pos < total
     lo = tl.zeros([BLOCK], dtype=tl.int32)  # dst_start[lo] <= pos
@@ -46,7 +51,10 @@ def chunk_copy_kernel(x_ptr, out_ptr, src_start_ptr, dst_start_ptr, chunks, step
         lo = tl.where(below, mid, lo)
         hi = tl.where(below, hi, mid)
     src = tl.load(src_start_ptr + lo) + (pos - tl.load(dst_start_ptr + lo))
-    tl.store(out_ptr + pos, tl.load(x_ptr + src, mask=mask), mask=mask)
+    v = tl.load(x_ptr + src, mask=mask)
+    if NARROW:
+        v = tl.minimum(tl.maximum(v, -1), 2147483647).to(tl.int32)
+    tl.store(out_ptr + pos, v, mask=mask)
 
 
 def _validate(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor) -> None:
@@ -62,33 +70,41 @@ def _validate(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor)
         raise ValueError(f"chunk_copy: {src_start.numel()} source starts for {dst_start.numel()} destination starts")
 
 
-def chunk_copy(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor, total: int) -> torch.Tensor:
+def chunk_copy(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor, total: int, *,
+               narrow: bool = False) -> torch.Tensor:
     """[total] tensor whose chunk c, from ``dst_start[c]`` up to the next chunk's start (or ``total``),
     is ``x`` from ``src_start[c]`` on. ``dst_start`` [C] int64 must start at 0 and not decrease (the
     chunks tile the output in order; they need not tile ``x``: a chunk may repeat or skip source ids).
+    ``narrow``: ``x`` int64 ids, written as int32 clamped to [-1, INT32_MAX] in the same pass.
     No host synchronisation: the starts stay on the device.
     """
     _validate(x, src_start, dst_start)
-    out = torch.empty(total, dtype=x.dtype, device=x.device)
+    if narrow and x.dtype != torch.int64:
+        raise ValueError(f"chunk_copy: narrow takes int64 ids, got {x.dtype}")
+    out = torch.empty(total, dtype=torch.int32 if narrow else x.dtype, device=x.device)
     if total == 0:
         return out
     if not (x.is_cuda or interpreting()):
         pos = torch.arange(total, device=x.device)
         chunk = torch.searchsorted(dst_start, pos, right=True) - 1
-        return x[src_start[chunk] + pos - dst_start[chunk]]
+        moved = x[src_start[chunk] + pos - dst_start[chunk]]
+        return moved.clamp(-1, INT32_MAX).to(torch.int32) if narrow else moved
     chunks = dst_start.numel()
     chunk_copy_kernel[(triton.cdiv(total, BLOCK),)](x, out, src_start, dst_start, chunks, (chunks - 1).bit_length(),
-                                                    total, BLOCK=BLOCK, num_warps=NUM_WARPS)
+                                                    total, BLOCK=BLOCK, NARROW=narrow, num_warps=NUM_WARPS)
     return out
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
-    """The kernel for every element type it moves (one launch config on every device)."""
+    """The kernel for every element type it moves, and int64 ids narrowed to int32 (one launch config
+    on every device)."""
+    moves = [(ptr, ptr, False) for ptr in _TRITON_TYPES.values()] + [("*i64", "*i32", True)]
     jobs = []
-    for dtype, ptr in _TRITON_TYPES.items():
-        signature = {"x_ptr": ptr, "out_ptr": ptr, "src_start_ptr": "*i64", "dst_start_ptr": "*i64", "chunks": "i32",
-                     "steps": "i32", "total": "i64", "BLOCK": "constexpr"}
-        jobs.append(CompileJob(label=f"chunk_copy {ptr[1:]}", kernel=chunk_copy_kernel, signature=signature,
-                               constexprs={"BLOCK": BLOCK}, num_warps=NUM_WARPS, num_stages=1,
+    for src, dst, narrow in moves:
+        signature = {"x_ptr": src, "out_ptr": dst, "src_start_ptr": "*i64", "dst_start_ptr": "*i64", "chunks": "i32",
+                     "steps": "i32", "total": "i64", "BLOCK": "constexpr", "NARROW": "constexpr"}
+        jobs.append(CompileJob(label=f"chunk_copy {src[1:]}" + (" -> i32" if narrow else ""), kernel=chunk_copy_kernel,
+                               signature=signature, constexprs={"BLOCK": BLOCK, "NARROW": narrow},
+                               num_warps=NUM_WARPS, num_stages=1,
                                divisible_by_16=("x_ptr", "out_ptr", "src_start_ptr", "dst_start_ptr")))
     return jobs

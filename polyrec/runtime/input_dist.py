@@ -21,6 +21,10 @@ one host sync of a step (the split sizes that ``all_to_all_single`` needs on the
    pairs (a table-wise id is one pair, a column-wise id one per column shard) are scattered straight
    to their places.
 
+Ids travel as int32 when every table has fewer than 2^31 - 1 rows (half the bytes of the values
+all-to-all and of the copies around it): the pack narrows them in the same pass, clamped to
+[-1, 2^31 - 1], so an id outside its table stays outside it and is flagged by the shard's lookup.
+
 ``regroup`` reorders what a rank received, (source rank, piece, sample), into the feature-major
 batch its local tables read, (piece, source rank, sample): a chunk copy of ``world x pieces`` blocks.
 
@@ -39,7 +43,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from polyrec.kernels.chunk_copy import chunk_copy
+from polyrec.kernels.chunk_copy import INT32_MAX, chunk_copy
 from polyrec.kernels.jagged import JaggedBatch
 
 if TYPE_CHECKING:
@@ -115,6 +119,8 @@ class InputRouter:
         row = [send[ids[0]][1].shard.kind == "row" for ids in per_feature]
         copies = [1 if r else len(ids) for r, ids in zip(row, per_feature)]  # routes each id takes
         self.has_rows = any(row)
+        # ids narrow to int32 on the way out when no table reaches INT32_MAX rows (see the module docstring)
+        self.narrow_ids = max((p.shard.rows[1] for _, p in send), default=0) < INT32_MAX
         self.max_copies = max(copies, default=1)
         self.buckets = max((len(ids) for r, ids in zip(row, per_feature) if r), default=1)
         firsts = [sum(len(ids) for ids in per_feature[:f]) for f in range(num_features)]
@@ -200,15 +206,16 @@ class InputRouter:
         return torch.where(self.piece_is_row[piece], row_places, places)
 
     def pack(self, batch: JaggedBatch, counted: Counted, total: int) -> tuple[Tensor, Tensor | None]:
-        """Phase 2: the send buffers (values [total], weights [total] or None) in send order, given
-        ``total`` = the sum of ``counted.send_counts`` (read on the host by the caller)."""
+        """Phase 2: the send buffers (values [total], int32 when ``narrow_ids``; weights [total] or None)
+        in send order, given ``total`` = the sum of ``counted.send_counts`` (read on the host by the caller)."""
         dev, weights = batch.values.device, batch.weights
+        narrow = self.narrow_ids and batch.values.dtype == torch.int64
         if not self.has_rows:  # the pieces' features, whole, one after another: a chunk copy each
             src = counted.feature_starts[self.piece_feature]  # [P]
             dst = _exclusive_cumsum(self._piece_sizes(counted.feature_starts))  # [P]
-            return chunk_copy(batch.values, src, dst, total), (None if weights is None else
-                                                                  chunk_copy(weights, src, dst, total))
-        values = torch.empty(total, dtype=batch.values.dtype, device=dev)
+            return chunk_copy(batch.values, src, dst, total, narrow=narrow), (
+                None if weights is None else chunk_copy(weights, src, dst, total))
+        values = torch.empty(total, dtype=torch.int32 if narrow else batch.values.dtype, device=dev)
         sent_weights = None if weights is None else torch.empty(total, dtype=weights.dtype, device=dev)
         if total == 0:
             return values, sent_weights
@@ -221,7 +228,9 @@ class InputRouter:
             position = source
         piece = self.route_piece[route]
         places = self._places(counted, batch.batch_size, route, piece, source, position)
-        ids = (_take(batch.values, source) - self.piece_row_lo[piece]).to(batch.values.dtype)
+        ids = _take(batch.values, source) - self.piece_row_lo[piece]
+        ids = ids.clamp_(-1, INT32_MAX) if narrow else ids
+        ids = ids.to(values.dtype)
         values.index_copy_(0, places, ids)
         if weights is not None:
             sent_weights.index_copy_(0, places, _take(weights, source))
