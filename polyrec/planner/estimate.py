@@ -37,8 +37,13 @@ DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 11, "adam": 22}
 _EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
 #: Parameter tensors of a dense matmul with a bias (weight and bias) the optimizer walks.
 TENSORS_PER_BIAS_MATMUL = 2
-#: Bytes of an id / a length crossing the input all-to-all (int64, polyrec.kernels.jagged).
-ID_BYTES = 8
+#: Bytes of an id crossing the input all-to-all: int32 when every table has fewer than 2^31 - 1 rows,
+#: else int64 (polyrec.runtime.input_dist ``narrow_ids``); a bag length crosses as int32.
+ID_BYTES = {True: 4, False: 8}
+LENGTH_BYTES = 4
+#: Table rows below which ids cross as int32 (polyrec.kernels.chunk_copy.INT32_MAX; the planner does not
+#: import the kernels' torch / Triton).
+INT32_ID_ROWS = 2**31 - 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -270,11 +275,12 @@ class Estimator:
         # the pooled rows and their gradients cross in the dense half's dtype (the sharded TBE's output
         # dtype, polyrec.runtime.parallel.sharded_embeddings)
         pooled_bytes = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
+        id_bytes = ID_BYTES[max(t.rows for t in self.model.tables) < INT32_ID_ROWS]
         out_bytes = [0.0] * world  # pooled values each rank sends back (its shards x all samples)
         in_bytes = [0.0] * world  # ids each rank receives
         for s in loads:
             out_bytes[s.rank] += s.bags * s.dim * pooled_bytes
-            in_bytes[s.rank] += (s.accesses + s.bags) * ID_BYTES
+            in_bytes[s.rank] += s.accesses * id_bytes + s.bags * LENGTH_BYTES
         a2a_in = all_to_all_seconds(max(in_bytes), self.links)
         a2a_out = all_to_all_seconds(max(out_bytes), self.links)
         all_reduce = all_reduce_seconds(4.0 * self.params, self.links)
