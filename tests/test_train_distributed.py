@@ -224,3 +224,35 @@ def _resume_exactly(rank: int, world: int, ckpt: str) -> None:
 @pytest.mark.parametrize("world", [1, 2])
 def test_resume_repeats_the_losses_when_batches_are_taken_ahead(tmp_path, world):
     run_on_ranks(_resume_exactly, world, str(tmp_path / "ckpt"))
+
+
+def _dense_step_during_the_gradient_exchange(rank: int, world: int) -> None:
+    """On several ranks the dense optimizer steps while the embedding gradient crosses the all-to-all
+    (``backward_overlapping``): every step, and the losses are bitwise those of stepping it after the
+    embedding backward. On one rank nothing crosses and it steps after, as before."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.sharding import ShardedEmbedding
+    from polyrec.runtime.trainer import Trainer
+
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=4, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100)
+    real, ran = ShardedEmbedding._take_gradient_exchange_hook, []
+
+    def spy(self):
+        hook = real(self)
+        ran.append(hook is not None)
+        return hook
+
+    with mock.patch.object(ShardedEmbedding, "_take_gradient_exchange_hook", spy):
+        trainer = Trainer(cfg, progress=False)
+        overlapped = [float(trainer.train_step()) for _ in range(4)]
+    assert ran == [world > 1] * 4 * (world > 1), ran
+    with mock.patch.object(DistributedEmbeddings, "backward_overlapping", None):
+        trainer = Trainer(cfg, progress=False)
+        after = [float(trainer.train_step()) for _ in range(4)]
+    assert overlapped == after, (rank, overlapped, after)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_the_dense_optimizer_steps_during_the_gradient_exchange(world):
+    run_on_ranks(_dense_step_during_the_gradient_exchange, world)

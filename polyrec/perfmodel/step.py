@@ -18,7 +18,9 @@ Overlap:
 With ``ddp`` (polyrec's runtime), each rank's embedding backward also sorts its ids while the
 pooled rows cross the forward all-to-all (polyrec.runtime.sharding calls the TBE's
 ``prepare_backward`` between starting that exchange and waiting for it): a rank's sort is hidden up
-to the exchange's time. (Under ``pipeline`` the exchange itself hides under dense compute.)
+to the exchange's time. And the dense optimizer steps while the embedding gradient crosses back
+(the trainer's ``backward_overlapping``), hidden up to that exchange's time. (Under ``pipeline``
+the exchanges themselves hide under dense compute.)
 """
 
 from __future__ import annotations
@@ -92,9 +94,11 @@ def step_time(parts: StepParts) -> StepTime:
     if parts.overlap == "pipeline":
         room = max(0.0, dense_f + dense_b - overlap)
         overlap += min(a2a, room)
-    elif parts.overlap == "ddp" and parts.embedding_sort_s:
-        overlap += emb_b - max(b - min(parts.output_all_to_all_s, s)
-                               for b, s in zip(parts.embedding_bwd_s, parts.embedding_sort_s))
+    elif parts.overlap == "ddp":
+        overlap += min(parts.grad_all_to_all_s, opt)
+        if parts.embedding_sort_s:
+            overlap += emb_b - max(b - min(parts.output_all_to_all_s, s)
+                                   for b, s in zip(parts.embedding_bwd_s, parts.embedding_sort_s))
     device = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
     host = max(parts.host_s or [0.0])
     excess = max(0.0, host - device)

@@ -104,6 +104,11 @@ class DistributedEmbeddings(nn.Module):
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables)
         return self.sharded(batch, started).view(batch_size, self.num_tables, self.dim)
 
+    def backward_overlapping(self, output: torch.Tensor, grad: torch.Tensor, meanwhile) -> bool:
+        """``output.backward(grad)``, calling ``meanwhile`` while the gradient crosses the all-to-all
+        (``ShardedEmbedding.backward_overlapping``); False when nothing crossed and the caller runs it."""
+        return self.sharded.backward_overlapping(output, grad, meanwhile)
+
     def apply_gradients(self) -> None:
         """Nothing to do: each shard's backward already applied its optimizer."""
 

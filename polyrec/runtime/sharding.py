@@ -121,26 +121,34 @@ def shard_features(shards: Sequence[Shard], feature_to_table: Sequence[int],
     return per_rank
 
 
+def _exchange(out: Tensor, tensor: Tensor, recv: list[int], send: list[int],
+              meanwhile: Callable[[], None] | None) -> None:
+    """all_to_all_single into ``out``; ``meanwhile`` (or None) is called between starting the
+    exchange and waiting for it: work queued there on the current stream runs while the rows cross."""
+    work = dist.all_to_all_single(out, tensor.contiguous(), recv, send, async_op=True)  # no copy when contiguous
+    if meanwhile is not None:
+        meanwhile()
+    work.wait()
+
+
 class _AllToAllRows(torch.autograd.Function):
-    """all_to_all_single of a flat tensor whose backward sends the gradient back the same way.
-    ``meanwhile`` (or None) is called between starting the exchange and waiting for it: work queued
-    there on the current stream runs while the rows cross the link."""
+    """all_to_all_single of a flat tensor whose backward sends the gradient back the same way; the
+    forward runs ``meanwhile`` during its exchange, the backward ``owner``'s gradient-exchange hook
+    (``ShardedEmbedding.backward_overlapping``)."""
 
     @staticmethod
-    def forward(ctx, flat: Tensor, send: list[int], recv: list[int], meanwhile: Callable[[], None] | None) -> Tensor:
-        ctx.send, ctx.recv = send, recv
+    def forward(ctx, flat: Tensor, send: list[int], recv: list[int], meanwhile: Callable[[], None] | None,
+                owner: ShardedEmbedding) -> Tensor:
+        ctx.send, ctx.recv, ctx.owner = send, recv, owner
         out = flat.new_empty(sum(recv))
-        work = dist.all_to_all_single(out, flat.contiguous(), recv, send, async_op=True)
-        if meanwhile is not None:
-            meanwhile()
-        work.wait()
+        _exchange(out, flat, recv, send, meanwhile)
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         back = grad.new_empty(sum(ctx.send))
-        dist.all_to_all_single(back, grad.contiguous(), ctx.send, ctx.recv)  # no copy when contiguous
-        return back, None, None, None
+        _exchange(back, grad, ctx.send, ctx.recv, ctx.owner._take_gradient_exchange_hook())
+        return back, None, None, None, None
 
 
 class _PlaceColumns(torch.autograd.Function):
@@ -193,6 +201,7 @@ class ShardedEmbedding(nn.Module):
                  rank: int, world_size: int):
         super().__init__()
         self.rank, self.world = rank, world_size
+        self._gradient_exchange_hook: Callable[[], None] | None = None  # see backward_overlapping
         self.shards = make_shards(rows, dims, shardings, world_size)
         self.pieces = shard_features(self.shards, feature_to_table, dims)
         self.pieces += [[] for _ in range(world_size - len(self.pieces))]
@@ -270,6 +279,21 @@ class ShardedEmbedding(nn.Module):
         return regroup(started.recv_lengths, got_values, got_weights, world=world, features=mine,
                        batch=batch.batch_size)
 
+    def backward_overlapping(self, output: Tensor, grad: Tensor, meanwhile: Callable[[], None]) -> bool:
+        """``output.backward(grad)`` for an output of this module, calling ``meanwhile`` while the
+        gradient crosses the all-to-all (the trainer steps the dense optimizer there). True when it
+        ran there; False when no gradient crossed (a world of one), and the caller runs it."""
+        self._gradient_exchange_hook = meanwhile
+        try:
+            output.backward(grad)
+            return self._gradient_exchange_hook is None
+        finally:
+            self._gradient_exchange_hook = None
+
+    def _take_gradient_exchange_hook(self) -> Callable[[], None] | None:
+        hook, self._gradient_exchange_hook = self._gradient_exchange_hook, None
+        return hook
+
     def _backward_prelude(self, local_batch: JaggedBatch) -> Callable[[], None] | None:
         """What of the local tables' backward can run while the pooled rows cross the all-to-all: a
         local module may define ``prepare_backward(batch)`` (polyrec's TBE sorts the ids there, ~0.9 ms
@@ -294,5 +318,5 @@ class ShardedEmbedding(nn.Module):
             return pooled
         flat = pooled.reshape(-1) if world == 1 else _AllToAllRows.apply(  # nothing to send back in a world of one
             pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims],
-            self._backward_prelude(local_batch))
+            self._backward_prelude(local_batch), self)
         return _PlaceColumns.apply(flat, b, self._layout, 1.0 / world)

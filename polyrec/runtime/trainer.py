@@ -210,10 +210,25 @@ class Trainer:
         t.stop()
         loss, emb_grad = self._dense_step(batch, emb)
         t.start("emb_bwd")
-        emb.backward(emb_grad)
+        dense_stepped = self._embedding_backward(emb, emb_grad)
         t.stop()
-        self._optimizer_step()
+        self._optimizer_step(dense_stepped=dense_stepped)
         return loss
+
+    def _embedding_backward(self, emb: torch.Tensor, emb_grad: torch.Tensor) -> bool:
+        """The embedding backward. Sharded tables on several ranks step the dense optimizer while their
+        gradient crosses the all-to-all (its gradients are final once the dense backward and DDP's
+        all-reduce are done): then the optimizer phase's time shows in emb_bwd. Returns whether the
+        dense optimizer has stepped."""
+        overlapping = getattr(self.model.embeddings, "backward_overlapping", None)
+        if overlapping is None:
+            emb.backward(emb_grad)
+            return False
+        return overlapping(emb, emb_grad, self._dense_optimizer_step)
+
+    def _dense_optimizer_step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _batch_and_inputs(self) -> tuple[Batch, Any]:
         """This step's batch and its started input distribution (None: the lookup distributes it).
@@ -257,10 +272,10 @@ class Trainer:
         # step stays what it was
         return loss.detach(), grad if self.model.embeddings.fused else grad.contiguous()
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self, *, dense_stepped: bool = False) -> None:
         self.timer.start("optimizer")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        if not dense_stepped:
+            self._dense_optimizer_step()
         self.model.embeddings.apply_gradients()
         self.timer.stop()
         self.step += 1
