@@ -22,8 +22,29 @@ import torch
 from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.dist import shutdown
+from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
+from polyrec.runtime.input_dist import InputRouter
 from polyrec.runtime.sharding import ShardedEmbedding
 from profiling import kernel_table
+
+
+def _ids_as_given() -> None:
+    real = InputRouter.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        self.narrow_ids = False
+    InputRouter.__init__ = init
+
+
+#: Seventh-session overlaps the A/B can turn off: name -> (what it was before, how to undo it here).
+WITHOUT = {
+    "early_sort": ("the backward sorts its ids after the gradient arrives",
+                   lambda: setattr(ShardedEmbedding, "_backward_prelude", lambda self, batch: None)),
+    "optimizer_overlap": ("the dense optimizer steps after the embedding backward",
+                          lambda: setattr(DistributedEmbeddings, "backward_overlapping", None)),
+    "int32_ids": ("ids cross the all-to-all as int64", _ids_as_given),
+}
 
 
 def rank_kernels(trainer: Trainer) -> list[list[dict]]:
@@ -44,15 +65,19 @@ def main() -> None:
     parser.add_argument("--plan", type=Path, default=None,
                         help="a `polyrec plan` JSON whose table shardings to run (default: lookup-balanced table-wise)")
     parser.add_argument("--tag", default="", help="suffix of the results name (variants of one world size)")
-    parser.add_argument("--late-sort", action="store_true",
-                        help="A/B: the backward sorts its ids after the gradient arrives, as before 2564e92 "
-                             "(no prepare_backward under the pooled all-to-all); results tagged late_sort")
+    parser.add_argument("--without", default="",
+                        help="A/B: comma-separated overlaps to turn off, as before the seventh session: "
+                             + ", ".join(f"{k} ({v[0]})" for k, v in WITHOUT.items()) + "; results tagged without_...")
     parser.add_argument("--profile", action="store_true",
                         help="also every rank's CUDA kernels per step (torch profiler), in the results payload")
     args = parser.parse_args()
-    if args.late_sort:
-        ShardedEmbedding._backward_prelude = lambda self, local_batch: None
-        args.tag = "_".join(t for t in (args.tag, "late_sort") if t)
+    off = [w for w in args.without.split(",") if w]
+    for name in off:
+        if name not in WITHOUT:
+            raise SystemExit(f"--without {name}: not one of {', '.join(WITHOUT)}")
+        WITHOUT[name][1]()
+    if off:
+        args.tag = "_".join(t for t in (args.tag, "without", *off) if t)
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
                       synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend,
                       plan=args.plan)
