@@ -125,7 +125,8 @@ def _exchange(out: Tensor, tensor: Tensor, recv: list[int], send: list[int],
               meanwhile: Callable[[], None] | None) -> None:
     """all_to_all_single into ``out``; ``meanwhile`` (or None) is called between starting the
     exchange and waiting for it: work queued there on the current stream runs while the rows cross."""
-    work = dist.all_to_all_single(out, tensor.contiguous(), recv, send, async_op=True)  # no copy when contiguous
+    src = tensor.contiguous()  # no copy when contiguous; held until the exchange is done
+    work = dist.all_to_all_single(out, src, recv, send, async_op=True)
     if meanwhile is not None:
         meanwhile()
     work.wait()
