@@ -13,6 +13,7 @@ bf16 dense under DDP. The N-rank run reads the
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 from pathlib import Path
@@ -47,6 +48,32 @@ WITHOUT = {
 }
 
 
+#: Steps the --check run trains each way, and the largest relative loss difference it accepts (the
+#: overlaps reorder work, not arithmetic: the same kernels on the same values).
+CHECK_STEPS = 6
+CHECK_RTOL = 1e-5
+
+
+def check_overlaps(cfg: TrainConfig) -> dict:
+    """Correctness first: ``CHECK_STEPS`` losses with every overlap of ``WITHOUT`` on, then with all off,
+    from the same seed (one trainer at a time, so full-size tables fit)."""
+    def losses() -> list[float]:
+        trainer = Trainer(cfg, progress=False)
+        out = [float(trainer.train_step()) for _ in range(CHECK_STEPS)]
+        del trainer
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return out
+
+    on = losses()
+    for _, undo in WITHOUT.values():
+        undo()
+    off = losses()
+    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(on, off))
+    return {"losses_with_overlaps": on, "losses_without": off, "max_rel_diff": worst, "ok": worst <= CHECK_RTOL}
+
+
 def rank_kernels(trainer: Trainer) -> list[list[dict]]:
     """Every rank's kernel table of a training step (``profiling.kernel_table``), gathered on all ranks."""
     table = kernel_table(trainer.train_step)[:40]
@@ -68,10 +95,14 @@ def main() -> None:
     parser.add_argument("--without", default="",
                         help="A/B: comma-separated overlaps to turn off, as before the seventh session: "
                              + ", ".join(f"{k} ({v[0]})" for k, v in WITHOUT.items()) + "; results tagged without_...")
+    parser.add_argument("--check", action="store_true",
+                        help=f"only check that the overlaps train as without them ({CHECK_STEPS} steps each way)")
     parser.add_argument("--profile", action="store_true",
                         help="also every rank's CUDA kernels per step (torch profiler), in the results payload")
     args = parser.parse_args()
     off = [w for w in args.without.split(",") if w]
+    if off and args.check:
+        raise SystemExit("--check compares with and without every overlap itself; leave out --without")
     for name in off:
         if name not in WITHOUT:
             raise SystemExit(f"--without {name}: not one of {', '.join(WITHOUT)}")
@@ -81,6 +112,19 @@ def main() -> None:
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
                       synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend,
                       plan=args.plan)
+    if args.check:
+        result = check_overlaps(cfg)
+        world = torch.distributed.get_world_size()
+        if torch.distributed.get_rank() == 0:
+            write_results(f"multi_gpu_check_world{world}" + (f"_{args.tag}" if args.tag else ""), result,
+                          rows=[{"step": i, "with": a, "without": b} for i, (a, b) in
+                                enumerate(zip(result["losses_with_overlaps"], result["losses_without"]))],
+                          summary={"max_rel_diff": result["max_rel_diff"], "ok": result["ok"], "preset": args.preset})
+            print(json.dumps(result, indent=1))
+        shutdown(completed=True)
+        if not result["ok"]:
+            raise SystemExit(f"overlaps changed the losses: max relative difference {result['max_rel_diff']:.2e}")
+        return
     trainer = Trainer(cfg)
     measured = trainer.benchmark(warmup=5, steps=args.steps)
     world = trainer.ctx.world_size
