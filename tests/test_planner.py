@@ -179,6 +179,27 @@ def test_more_gpus_more_throughput_and_comm_terms():
         - eight.step.overlap_ms + eight.step.host_excess_ms)
 
 
+def test_distribution_copies_by_hand():
+    """On several ranks each rank places the pooled rows and gathers their gradient (a read and a
+    write of B x out values each, bf16) and packs / regroups ids (int64 in, int32 on the wire); on
+    one rank nothing of that runs."""
+    from polyrec.planner.estimate import Estimator, shard_loads
+
+    small = model_spec_from_config(dcnv2_small())
+    batch = 4096
+    plan = make_plan(small, parse_fleet("H200x2"), PlanConstraints(batch_per_gpu=batch))
+    est = Estimator(small, parse_fleet("H200x2"))
+    loads = shard_loads(small, plan.tables, batch, 2)
+    copy = est.ceilings["H200"].copy_bandwidth.value
+    out = batch * sum(t.dim for t in small.tables) * 2
+    ids = sum(s.accesses for s in loads)
+    for rank in (0, 1):
+        mine = [s for s in loads if s.rank == rank]
+        want = (4 * out + ids / 2 * (8 + 4) + sum(s.accesses for s in mine) * 8) / copy
+        assert est.distribution_seconds(mine, loads, batch) == pytest.approx(want)
+    assert make_plan(small, parse_fleet("H200x1"), PlanConstraints(batch_per_gpu=batch)).step.other_ms == 0
+
+
 def test_every_number_has_an_origin():
     plan = make_plan(MLPERF, parse_fleet("H200x8@2"))
     for key in ("H200.copy_bandwidth", "H200.matmul_bf16", "H200.hbm_bytes", "link.nvlink", "link.network"):

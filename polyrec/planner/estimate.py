@@ -286,6 +286,21 @@ class Estimator:
         all_reduce = all_reduce_seconds(4.0 * self.params, self.links)
         return a2a_in, a2a_out, a2a_out, all_reduce
 
+    def distribution_seconds(self, mine: list[ShardLoad], loads: list[ShardLoad], batch: int) -> float:
+        """Device seconds of the copies around one rank's exchanges (several ranks; polyrec.runtime):
+        the pooled rows placed into ``[B, out]`` and the gradient gathered back (each a read and a
+        write of ``B x out`` values in the dense dtype, polyrec.kernels.place_columns), its local ids
+        packed (int64 in, ids out) and the ids it receives regrouped (polyrec.runtime.input_dist)."""
+        world = self.fleet.world_size
+        if world == 1:
+            return 0.0
+        device = self.rank_devices[mine[0].rank] if mine else self.rank_devices[0]
+        id_bytes = ID_BYTES[max(t.rows for t in self.model.tables) < INT32_ID_ROWS]
+        out = batch * sum(t.dim for t in self.model.tables) * mem.DENSE_DTYPE_BYTES[self.dense_dtype]
+        pack = sum(s.accesses for s in loads) / world * (mem.INDEX_BYTES + id_bytes)
+        regroup = sum(s.accesses for s in mine) * 2 * id_bytes
+        return (2 * 2 * out + pack + regroup) / self.ceilings[device].copy_bandwidth.value
+
     def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes) -> float:
         """CPU seconds to issue one step on ``rank`` (``planner.host``)."""
         modules = len({(s.weight_dtype, s.optimizer) for s in loads})
@@ -310,7 +325,7 @@ class Estimator:
             dense_f.append(dense.fwd_s)
             dense_b.append(dense.bwd_s)
             opt.append(dense.optimizer_s)
-            other.append(0.0)
+            other.append(self.distribution_seconds(per_rank[rank], loads, batch))
             host.append(self.host_seconds(rank, per_rank[rank], dense))
             memory.append(self.rank_memory(rank, per_rank[rank], batch))
             kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
