@@ -21,8 +21,9 @@ from polyrec.models import ModelConfig
 from polyrec.planner.types import Plan
 from polyrec.runtime.config import TrainConfig
 
-#: Plan field -> TrainConfig field, for the plan's dense dtype names (planner.types.Plan.dense_dtype).
-_PRECISIONS = {"bf16": "bf16", "fp32": "fp32"}
+#: The plan's dense dtypes (planner.types.Plan.dense_dtype) the trainer runs, by the same names
+#: (``TrainConfig.precision``).
+TRAINER_PRECISIONS = ("bf16", "fp32")
 
 
 def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
@@ -60,10 +61,11 @@ def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
     if host:
         raise ValueError(f"{path}: the plan keeps tables {', '.join(host)} in host memory with an HBM cache; the "
                          f"trainer keeps every table in HBM. Re-plan with --no-host-cache or on a larger fleet")
-    if plan.dense_dtype not in _PRECISIONS:
-        raise ValueError(f"{path}: dense dtype {plan.dense_dtype!r} is not one the trainer runs ({', '.join(_PRECISIONS)})")
+    if plan.dense_dtype not in TRAINER_PRECISIONS:
+        raise ValueError(f"{path}: dense dtype {plan.dense_dtype!r} is not one the trainer runs "
+                         f"({', '.join(TRAINER_PRECISIONS)})")
     return {"batch_size": plan.batch_per_gpu,
-            "precision": _PRECISIONS[plan.dense_dtype],
+            "precision": plan.dense_dtype,
             "dense_optimizer": plan.dense_optimizer,
             "embedding_dtype": _one(path, "row dtypes", {t.table: t.weight_dtype for t in plan.tables}),
             "embedding_optimizer": _one(path, "embedding optimizers", {t.table: t.optimizer for t in plan.tables})}
