@@ -37,13 +37,15 @@ DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 11, "adam": 22}
 _EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
 #: Parameter tensors of a dense matmul with a bias (weight and bias) the optimizer walks.
 TENSORS_PER_BIAS_MATMUL = 2
-#: Bytes of an id crossing the input all-to-all: int32 when every table has fewer than 2^31 - 1 rows,
-#: else int64 (polyrec.runtime.input_dist ``narrow_ids``); a bag length crosses as int32.
-ID_BYTES = {True: 4, False: 8}
-LENGTH_BYTES = 4
-#: Table rows below which ids cross as int32 (polyrec.kernels.chunk_copy.INT32_MAX; the planner does not
-#: import the kernels' torch / Triton).
+#: Table rows below which ids cross the input all-to-all as int32, else int64 (polyrec.runtime.input_dist
+#: ``narrow_ids``, polyrec.kernels.chunk_copy.INT32_MAX); a bag length crosses as int32.
 INT32_ID_ROWS = 2**31 - 1
+LENGTH_BYTES = 4
+
+
+def wire_id_bytes(model: ModelSpec) -> int:
+    """Bytes of one id crossing the input all-to-all for ``model``'s tables."""
+    return 4 if max(t.rows for t in model.tables) < INT32_ID_ROWS else 8
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -275,7 +277,7 @@ class Estimator:
         # the pooled rows and their gradients cross in the dense half's dtype (the sharded TBE's output
         # dtype, polyrec.runtime.parallel.sharded_embeddings)
         pooled_bytes = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
-        id_bytes = ID_BYTES[max(t.rows for t in self.model.tables) < INT32_ID_ROWS]
+        id_bytes = wire_id_bytes(self.model)
         out_bytes = [0.0] * world  # pooled values each rank sends back (its shards x all samples)
         in_bytes = [0.0] * world  # ids each rank receives
         for s in loads:
@@ -295,7 +297,7 @@ class Estimator:
         if world == 1:
             return 0.0
         device = self.rank_devices[mine[0].rank] if mine else self.rank_devices[0]
-        id_bytes = ID_BYTES[max(t.rows for t in self.model.tables) < INT32_ID_ROWS]
+        id_bytes = wire_id_bytes(self.model)
         out = batch * sum(t.dim for t in self.model.tables) * mem.DENSE_DTYPE_BYTES[self.dense_dtype]
         pack = sum(s.accesses for s in loads) / world * (mem.INDEX_BYTES + id_bytes)
         regroup = sum(s.accesses for s in mine) * 2 * id_bytes
