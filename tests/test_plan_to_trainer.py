@@ -86,6 +86,16 @@ def test_a_field_set_against_the_plan_is_refused_with_both_values(tmp_path):
         apply_plan(TrainConfig(plan=path, batch_size=32, embedding_dtype="bf16"), plan)
 
 
+def test_plan_rows_the_chosen_backend_cannot_store_name_the_plan(tmp_path):
+    from polyrec.runtime.config import resolve
+
+    plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
+    path = _write(tmp_path, plan)
+    cfg = apply_plan(TrainConfig(plan=path, device="cpu", embedding_backend="torch"), plan)
+    with pytest.raises(ValueError, match=f"fp16 \\(from the plan {path}\\) needs --embedding-backend polyrec"):
+        resolve(cfg)
+
+
 def test_host_memory_and_mixed_storage_are_refused_naming_the_tables(tmp_path):
     plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
     first, second = plan.tables[0].table, plan.tables[1].table

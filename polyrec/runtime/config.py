@@ -94,7 +94,8 @@ def resolve(cfg: TrainConfig) -> Resolved:
     if cfg.embedding_dtype not in EMBEDDING_DTYPES:
         raise ValueError(f"embedding dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got {cfg.embedding_dtype!r}")
     if cfg.embedding_dtype != "fp32" and embedding_backend != "polyrec":
-        raise ValueError(f"--embedding-dtype {cfg.embedding_dtype} needs --embedding-backend polyrec "
+        origin = f" (from the plan {cfg.plan})" if cfg.plan is not None else ""
+        raise ValueError(f"--embedding-dtype {cfg.embedding_dtype}{origin} needs --embedding-backend polyrec "
                          f"(torch's EmbeddingBag path keeps fp32 rows)")
     return Resolved(device=device, compute_dtype=torch.bfloat16 if bf16 else torch.float32,
                     embedding_backend=embedding_backend,
