@@ -17,6 +17,10 @@ single-process equivalent is a mean over ``world * B``: the backward of the colu
 the gradient by ``1 / world`` so that sharded training takes the same steps as one process on the
 whole batch.
 
+Both pooled exchanges start asynchronously and have work to do while the rows cross: in the forward,
+the local tables' id sort for their backward (``prepare_backward``); in the backward, whatever the
+caller hands ``backward_overlapping`` (the trainer: the dense optimizer step).
+
 In a world of one rank nothing is exchanged (same code path, no collective, no host sync but in
 the case ``InputRouter.local_batch`` names): the local batch goes to the local tables as it is (or
 packed once, when a table has several shards on the rank), and their pooled output is the result
