@@ -69,3 +69,25 @@ def test_deterministic_bitwise_and_bad_ids():
     module(b)
     with pytest.raises(JaggedBatchError, match="feature 1 \\(table 'hot'"):
         module.check_errors()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_prepared_backward_updates_bitwise_as_one_that_sorts(weighted):
+    """``prepare_backward`` (sharded embeddings run it under the pooled all-to-all) on the GPU: the
+    next backward of the same batch, with a contiguous or a strided gradient, updates bitwise as one
+    that sorts itself (deterministic mode: stable sort, fixed rounding stream)."""
+    def run(prepare: bool) -> torch.Tensor:
+        gen = torch.Generator(device="cuda").manual_seed(4)
+        module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="adagrad"), feature_to_table=FEATURES,
+                                       device="cuda", deterministic=True)
+        for step in range(3):
+            b = batch(gen, weighted)
+            out = module(b)
+            if prepare:
+                module.prepare_backward(b)
+            wide = torch.randn(B, out.shape[1] + 8 * step, device="cuda", generator=gen)
+            out.backward(wide[:, 8 * step:])  # contiguous at step 0, strided after
+        return module.weights.clone()
+
+    assert torch.equal(run(True), run(False))
