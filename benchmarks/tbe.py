@@ -53,9 +53,14 @@ def make_batch(rows: list[int], hots: list[int], batch_size: int, skew: bool, ge
                                     num_features=len(rows))
 
 
-def unique_rows(batch: JaggedBatch, rows: list[int]) -> int:
+def unique_per_table(batch: JaggedBatch) -> list[int]:
+    """Distinct ids of each feature's table in ``batch`` (one feature per table)."""
     bounds = batch.offsets[:: batch.batch_size].tolist()
-    return sum(int(torch.unique(batch.values[a:b]).numel()) for a, b in zip(bounds, bounds[1:]))
+    return [int(torch.unique(batch.values[a:b]).numel()) for a, b in zip(bounds, bounds[1:])]
+
+
+def unique_rows(batch: JaggedBatch) -> int:
+    return sum(unique_per_table(batch))
 
 
 def bench_ms(fn) -> float:
@@ -139,7 +144,7 @@ def run_case(rows: list[int], dtype: torch.dtype, skew: bool, batch_size: int, h
     fwd_ms, step_ms = time_module(module, batches, grad)
     esize = module.weights.element_size()
     nnz = batches[0].nnz
-    uniq = sum(unique_rows(b, rows) for b in batches) / len(batches)
+    uniq = sum(unique_rows(b) for b in batches) / len(batches)
     fwd_bytes = nnz * DIM * esize + batch_size * DIM * len(rows) * 4
     bwd_bytes = batch_size * DIM * len(rows) * 4 + 2 * uniq * (DIM * esize + 4)
     bwd_ms = step_ms - fwd_ms

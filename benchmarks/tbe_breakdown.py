@@ -131,11 +131,11 @@ def summarize_merge_ab(rounds: list[dict], values: list[int], predicted: dict[in
     return out
 
 
-def predicted_merge_ms(module: TableBatchedEmbedding, batch: JaggedBatch, rows: list[int],
-                       base: tbe_select.UpdateConfig, values: list[int]) -> dict[int, float]:
+def predicted_merge_ms(module: TableBatchedEmbedding, batch: JaggedBatch, base: tbe_select.UpdateConfig,
+                       values: list[int]) -> dict[int, float]:
     """The cost model's merge time (``polyrec.perfmodel.tbe.merge_seconds``) of each merge chunk count."""
     spec = _selection_spec(module.weights.device)
-    unique = unique_rows(batch, rows)
+    unique = unique_rows(batch)
     return {m: 1e3 * merge_seconds(nnz=batch.nnz, unique=unique, tile=base.span, grad_row_bytes=4 * module.block_d,
                                    spec=spec, ceil=ceilings(spec), chunks=m) for m in values}
 
@@ -217,7 +217,7 @@ def merge_ab(args, module: TableBatchedEmbedding, batch, grad: torch.Tensor, row
                                hots=MLPERF_HOTS, batch_size=512 if args.quick else 4096, skewed=args.skewed,
                                weight_dtype=module.weight_dtype, output_dtype=module.output_dtype,
                                optimizer=module.optimizer)
-    predicted = predicted_merge_ms(module, batch, rows_per_table, base, args.merge_ab)
+    predicted = predicted_merge_ms(module, batch, base, args.merge_ab)
     rounds = merge_ab_rounds(module, lambda: module(batch).backward(grad), base, args.merge_ab, args.rounds)
     module.update_config = None
     summary = {"update_variant": base.variant, "update_tile": base.tile, "lane_chunks": base.chunks,

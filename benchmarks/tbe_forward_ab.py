@@ -32,7 +32,7 @@ from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, Table
 from polyrec.models.config import preset
 from polyrec.results import write_results
 from profiling import kernel_table
-from tbe import DIM, make_batch
+from tbe import DIM, make_batch, unique_per_table
 
 BATCH = 65536
 
@@ -51,11 +51,6 @@ def make_batches(config, batch_size: int, device: str) -> dict[str, JaggedBatch]
             "tbe.py skewed": make_batch(rows, hots, batch_size, True, gen),
             "synthetic uniform": synthetic_batch(config, batch_size, "uniform", device),
             "synthetic zipf": synthetic_batch(config, batch_size, "zipf", device)}
-
-
-def unique_per_table(batch: JaggedBatch) -> list[int]:
-    bounds = batch.offsets[:: batch.batch_size].tolist()
-    return [int(torch.unique(batch.values[a:b]).numel()) for a, b in zip(bounds, bounds[1:])]
 
 
 def id_row(name: str, batch: JaggedBatch) -> dict:
