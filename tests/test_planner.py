@@ -196,7 +196,7 @@ def test_distribution_copies_by_hand():
     for rank in (0, 1):
         mine = [s for s in loads if s.rank == rank]
         want = (4 * out + ids / 2 * (8 + 4) + sum(s.accesses for s in mine) * 8) / copy
-        assert est.distribution_seconds(mine, loads, batch) == pytest.approx(want)
+        assert est.distribution_seconds(rank, mine, ids / 2, batch) == pytest.approx(want)
     assert make_plan(small, parse_fleet("H200x1"), PlanConstraints(batch_per_gpu=batch)).step.other_ms == 0
 
 

@@ -288,20 +288,19 @@ class Estimator:
         all_reduce = all_reduce_seconds(4.0 * self.params, self.links)
         return a2a_in, a2a_out, a2a_out, all_reduce
 
-    def distribution_seconds(self, mine: list[ShardLoad], loads: list[ShardLoad], batch: int) -> float:
+    def distribution_seconds(self, rank: int, mine: list[ShardLoad], sent_ids: float, batch: int) -> float:
         """Device seconds of the copies around one rank's exchanges (several ranks; polyrec.runtime):
         the pooled rows placed into ``[B, out]`` and the gradient gathered back (each a read and a
-        write of ``B x out`` values in the dense dtype, polyrec.kernels.place_columns), its local ids
-        packed (int64 in, ids out) and the ids it receives regrouped (polyrec.runtime.input_dist)."""
-        world = self.fleet.world_size
-        if world == 1:
+        write of ``B x out`` values in the dense dtype, polyrec.kernels.place_columns), its ``sent_ids``
+        local ids packed (int64 in, ids out) and the ids its shards ``mine`` receive regrouped
+        (polyrec.runtime.input_dist)."""
+        if self.fleet.world_size == 1:
             return 0.0
-        device = self.rank_devices[mine[0].rank] if mine else self.rank_devices[0]
         id_bytes = wire_id_bytes(self.model)
         out = batch * sum(t.dim for t in self.model.tables) * mem.DENSE_DTYPE_BYTES[self.dense_dtype]
-        pack = sum(s.accesses for s in loads) / world * (mem.INDEX_BYTES + id_bytes)
+        pack = sent_ids * (mem.INDEX_BYTES + id_bytes)
         regroup = sum(s.accesses for s in mine) * 2 * id_bytes
-        return (2 * 2 * out + pack + regroup) / self.ceilings[device].copy_bandwidth.value
+        return (2 * 2 * out + pack + regroup) / self.ceilings[self.rank_devices[rank]].copy_bandwidth.value
 
     def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes) -> float:
         """CPU seconds to issue one step on ``rank`` (``planner.host``)."""
@@ -318,6 +317,7 @@ class Estimator:
             per_rank[s.rank].append(s)
         emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host = [], [], [], [], [], [], [], [], []
         kernels: dict[str, str] = {}
+        sent_ids = sum(s.accesses for s in loads) / world  # each rank's local ids, sent once per piece
         for rank in range(world):
             f, b, sort, labels = self.embedding_seconds(rank, per_rank[rank])
             dense = self.dense_seconds(self.rank_devices[rank], batch)
@@ -327,7 +327,7 @@ class Estimator:
             dense_f.append(dense.fwd_s)
             dense_b.append(dense.bwd_s)
             opt.append(dense.optimizer_s)
-            other.append(self.distribution_seconds(per_rank[rank], loads, batch))
+            other.append(self.distribution_seconds(rank, per_rank[rank], sent_ids, batch))
             host.append(self.host_seconds(rank, per_rank[rank], dense))
             memory.append(self.rank_memory(rank, per_rank[rank], batch))
             kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
