@@ -160,3 +160,47 @@ def test_lane_update_chunks_only_for_fp32_rows():
     bf16_grad = tbe_select.select_update(spec, row_bytes=512, grad_bytes=2, **kw)
     assert fp32.variant == fp16.variant == bf16_grad.variant == "lane"
     assert (fp32.chunks, fp16.chunks, bf16_grad.chunks) == (tbe_select.LANE_CHUNKS, 1, 1)
+
+
+def test_stochastic_rounding_adds_the_counted_instructions_at_the_fitted_issue_rate():
+    """fp16 / bf16 rows: the one-tile lane update pays ROUNDING_INSTRUCTIONS per tile element (every element of
+    every tile, 1024 per TILE-8 tile at BLOCK_D 128) at ROUNDING_ISSUE_FRACTION of 132 SMs x 128 lanes x clock,
+    by hand; the merge pays it on its tiles holding a piece, with fewer programs resident; fp32 rows pay none."""
+    from polyrec.perfmodel import tbe
+
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    nnz, unique = 14_024_704.0, 6.99e6
+    kw = dict(nnz=nnz, unique=unique, row_bytes=256, grad_row_bytes=512, state_bytes_per_row=4)
+    plain = tbe.UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=8)
+    rounded = tbe.UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=8, stochastic=True)
+    rate = 132 * 128 * spec.boost_clock_hz * tbe.ROUNDING_ISSUE_FRACTION
+    lane_s = math.ceil(nnz / 8) * 8 * 128 * 24.5 / rate
+    merge_kw = dict(nnz=nnz, unique=unique, tile=8, grad_row_bytes=512, spec=spec, ceil=ceil, chunks=8)
+    merge_plain, merge_rounded = tbe.merge_seconds(**merge_kw), tbe.merge_seconds(**merge_kw, rounded_block_d=128)
+    got = tbe.update_seconds(rounded, spec, ceil, **kw) - tbe.update_seconds(plain, spec, ceil, **kw)
+    assert got == pytest.approx(lane_s + merge_rounded - merge_plain, rel=1e-9)
+    assert 3.0e-3 < lane_s < 5.0e-3  # ~4 ms on the MLPerf step (the fit's row: 12.73 ms measured in all)
+    crossing = 1 - unique / nnz
+    holding = 2 * math.ceil(nnz / 8) / 8 * (1 + 2 / 64) * (1 - (1 - crossing) ** 8)
+    assert merge_rounded - merge_plain >= holding * 8 * 128 * 23.75 / rate  # plus the fuller registers' chain
+    fp32 = dict(kw, row_bytes=512)
+    assert tbe.update_seconds(plain, spec, ceil, **fp32) == tbe.update_seconds(
+        tbe.UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=8), spec, ceil, **fp32)
+
+
+def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
+    """``estimate`` reads one fp32 gradient slice per id whatever the rows' precision: the backward bytes of fp16
+    rows differ from fp32 rows' only by the rows read and written (2 x unique x the saved 256 B)."""
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    fwd = GatherConfig(rows_in_flight=16, block_d=128, num_warps=2, programs=4096)
+    out = {}
+    for wb in (4, 2):
+        tables = [TableLoad(rows=1_000_000, row_bytes=128 * wb, accesses=65536 * 8)]
+        bwd = UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, stochastic=wb < 4)
+        out[wb] = estimate(tables, batch_size=65536, out_dim=128, out_bytes=4, state_bytes_per_row=4, spec=spec,
+                           ceil=ceil, fwd=fwd, bwd=bwd, weight_bytes=wb)
+    uniq = out[4].unique_rows
+    assert out[4].backward_bytes - out[2].backward_bytes == pytest.approx(2 * uniq * 256, rel=1e-9)
+    assert out[2].backward_s > out[4].backward_s  # the rounding outweighs the bytes saved

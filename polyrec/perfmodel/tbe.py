@@ -171,9 +171,12 @@ class StepEstimate:
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
-             spec: DeviceSpec, ceil: Ceilings, fwd: GatherConfig, bwd: UpdateShape) -> StepEstimate:
+             spec: DeviceSpec, ceil: Ceilings, fwd: GatherConfig, bwd: UpdateShape,
+             weight_bytes: int = 4) -> StepEstimate:
     """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
-    update is ``update_seconds`` of the config the selector runs (``bwd``), the same model that picks it."""
+    update is ``update_seconds`` of the config the selector runs (``bwd``), the same model that picks it.
+    ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
+    id is priced at fp32 whatever the rows' precision."""
     gran = GATHER_GRANULARITY[spec.vendor]
     hits = l2_hits(tables, spec.l2_bytes)
     nnz = sum(t.accesses for t in tables)
@@ -184,7 +187,7 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8
     fwd_s = fwd_bytes / max(achieved_bandwidth(fwd, spec, ceil, mean_row), 1.0) + ceil.launch_latency.value
     uniq = sum(unique_rows(t) for t in tables)
-    grad_row = mean_row / max(out_bytes, 1) * 4  # fp32 gradient slice per id
+    grad_row = mean_row / weight_bytes * 4  # fp32 gradient slice per id
     key_bytes = 4
     prep = nnz * (8 + key_bytes + 4) + batch_size * len(tables) * 8  # sort-key kernel: ids in, keys/rows out
     update_kw = dict(nnz=nnz, unique=uniq, row_bytes=mean_row, grad_row_bytes=grad_row,
@@ -296,8 +299,9 @@ MERGE_CROSSING_TRIPS = 11.6
 #: Fraction of the copy rate the update's traffic reaches: rows read and written back in place plus
 #: gradient slices gathered in sorted order. Fitted on one row: the lane update (tile 8, rowwise
 #: Adagrad, fp32 rows, uniform ids, full MLPerf tables) moved 19.6 GB in 6.04 ms = 0.77 of the 4.24 TB/s
-#: copy (tbe_breakdown_fp32_nvidia-h200_2026-11-29 as committed in 59c9b47). Not a fit for fp16 rows, whose stochastic
-#: rounding is ALU-bound (6.45 ms measured for 14.4 GB, tbe_breakdown_fp16_*; predicted 4.4 ms).
+#: copy (tbe_breakdown_fp32_nvidia-h200_2026-11-29 as committed in 59c9b47). fp16 / bf16 rows move fewer bytes
+#: but round stochastically, which is issue-bound (6.45 ms measured for 14.4 GB, tbe_breakdown_fp16_*):
+#: ``rounding_seconds`` adds that on top.
 UPDATE_COPY_FRACTION = 0.77
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds (row-wise Adagrad:
 #: one value per row; Adagrad one, Adam two [TILE, BLOCK_D] tiles), counted from the row-wise Adagrad kernel
@@ -321,6 +325,36 @@ UPDATE_COPY_FRACTION = 0.77
 STATE_ARRAY_TRIPS = {"nvidia": 1, "amd": 0}
 #: fp32 state arrays of the kernel UPDATE_COPY_FRACTION was fitted on (row-wise Adagrad).
 FIT_STATE_ARRAYS = 1
+#: Instructions per thread per tile element that stochastic rounding (fp16 / bf16 rows,
+#: ``tbe_optim.round_stochastic`` of ``random_u32``: the address hash, the truncation, the ulp gap, the
+#: uniform draw, the compare and select; and the row's load converted to fp32) adds to a program: counted, not
+#: fitted, as the difference of the cuda:90 SASS (cuobjdump) of the kernels with STOCHASTIC on (fp16 rows)
+#: and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp: the one-tile lane update (TILE 8,
+#: 1024 elements) 1504 -> 2288 instructions (bf16 output gradient 1552 -> 2320; bf16 rows 2440), the
+#: one-tile merge level 3720 -> 4480 (4448 with 8 tiles per program: per tile, the same). Every element of a
+#: tile executes them, masked or not. The scan variant runs the same ``store_update``: the lane count.
+ROUNDING_INSTRUCTIONS = {"lane": 24.5, "scan": 24.5, "merge": 23.75}
+#: Registers per thread stochastic rounding adds to a merge-level program, by its tiles per program (same
+#: compiles: one tile 168 -> 234, eight 211 -> 250): fewer merge programs stay resident. The lane update
+#: itself stays in the same allocation (144 -> 162 registers, both within the modelled 168).
+MERGE_ROUNDING_REGISTERS = {1: 66, 8: 39}
+#: Thread instructions one SM / CU issues per clock: 4 schedulers x one 32-wide warp instruction on Hopper
+#: (NVIDIA H100 whitepaper, "SM architecture"); CDNA3: 4 SIMDs x 16 lanes (a wave64 instruction every 4
+#: clocks; AMD CDNA3 ISA guide). The rounding's instructions are issued at this rate on top of the
+#: program's wait for its loads: programs of one warp, 12 resident per SM, leave the SM's issue slots
+#: idle while they wait, and the rounding of a tile follows its loads in the same warp.
+ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
+#: Fraction of ISSUE_LANES_PER_CLK the rounding instructions reach (one-warp programs, ~3 per scheduler,
+#: whose instructions mostly wait on the one before). Fitted on ONE committed row: benchmarks/tbe.py at
+#: 226a364 (tbe_nvidia-h200_2026-11-30), fp16 rows, full MLPerf tables, uniform ids, fp32 output gradient,
+#: forward + backward 12.73 ms (model 9.46 ms at the full issue rate; 4.0 ms of lane-update rounding at
+#: this fraction), with the committed calibration (calibrate_nvidia-h200_2026-11-29). The fit is on the whole
+#: step, so it also holds the forward's miss (modelled 0.93 ms, measured 1.42). Checked, not refitted: the
+#: same run's Zipf-skewed ids 13.30 ms predicted vs 13.20 measured (13.04 at 691c40d, 13.76 at 9f87455,
+#: whose merge took one tile per program); training, tables capped at 4M rows, bf16 output gradient
+#: (planner_accuracy_nvidia-h200_2026-11-30 at cfb214f, row 24): embedding phase 13.26 ms predicted vs
+#: 15.08 measured (6.63 without the term), step 27.54 vs 29.24 (-5.8%; was -28%).
+ROUNDING_ISSUE_FRACTION = 0.33
 #: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
 #: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
@@ -337,6 +371,7 @@ class UpdateShape:
     elems_per_thread: float  # fp32 gradient-tile elements per thread
     chunks: int = 1  # tiles per program, taken in turn ("lane"): pieces for the merge only at program ends
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots per merge-level program, taken in turn (``merge_seconds``)
+    stochastic: bool = False  # fp16 / bf16 rows: the update and the merge round stochastically (``rounding_seconds``)
 
     def block_d(self, warp_size: int) -> float:
         """Padded row width (elements) of the tile: elems_per_thread x threads / tile."""
@@ -370,9 +405,9 @@ def update_fits_registers(shape: UpdateShape, spec: DeviceSpec) -> bool:
     return update_registers_needed(shape) <= spec.max_registers_per_thread
 
 
-def update_resident(shape: UpdateShape, spec: DeviceSpec) -> int:
+def update_resident(shape: UpdateShape, spec: DeviceSpec, extra_registers: int = 0) -> int:
     """Update programs resident on the whole device (registers, warp slots, block slots)."""
-    regs = -(-update_registers(shape) // 8) * 8
+    regs = -(-min(255, update_registers(shape) + extra_registers) // 8) * 8
     threads = shape.num_warps * spec.warp_size
     per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // shape.num_warps,
                  MAX_PROGRAMS_PER_CU[spec.vendor])
@@ -399,15 +434,24 @@ def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
     return levels
 
 
+def rounding_seconds(elements: float, kernel: str, spec: DeviceSpec) -> float:
+    """Issue time of the stochastic rounding over ``elements`` tile elements of ``kernel`` ("lane", "scan"
+    or "merge"; ROUNDING_INSTRUCTIONS each), at ROUNDING_ISSUE_FRACTION of the device's issue rate."""
+    rate = spec.compute_units * ISSUE_LANES_PER_CLK[spec.vendor] * spec.boost_clock_hz * ROUNDING_ISSUE_FRACTION
+    return elements * ROUNDING_INSTRUCTIONS[kernel] / rate
+
+
 def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float, spec: DeviceSpec,
-                  ceil: Ceilings, chunks: int = 1) -> float:
+                  ceil: Ceilings, chunks: int = 1, rounded_block_d: int = 0) -> float:
     """Merge of runs crossing update-program ends (``tile``: sorted positions per update program;
     ``chunks``: tiles of LEVEL_TILE slots per merge-level program): the pieces the update parks
     (written, then read by the first level: a program end splits a run with the chance that the next
     sorted id repeats the key), the slot keys, and the dependent round trips of every tile of slots
     over the resident programs (as the lane update's), plus per level a launch and, with chunks, the
     serial walk of its last program over the tiles after its first (counted: MERGE_EMPTY_TRIPS each,
-    not fitted; one tile's chain is in the fit of the trips)."""
+    not fitted; one tile's chain is in the fit of the trips). ``rounded_block_d``: BLOCK_D of rows stored
+    with stochastic rounding (0: fp32 rows): the tiles that hold a piece round every element
+    (``rounding_seconds``), and the rounding's registers leave fewer programs resident."""
     tiles = math.ceil(nnz / tile)
     crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
     pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
@@ -417,10 +461,14 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     lane = UpdateShape(variant="lane", tile=LEVEL_TILE, num_warps=1, elems_per_thread=LEVEL_TILE * LANE_VEC_ELEMS)
     trips = MERGE_EMPTY_TRIPS + crossing * MERGE_CROSSING_TRIPS
     lat = LOADED_LATENCY_S[spec.vendor]
-    chain_s = slot_tiles * trips * lat / update_resident(lane, spec)
+    nearest = min(MERGE_ROUNDING_REGISTERS, key=lambda c: abs(c - chunks))  # the compiled chunk count nearest
+    extra = MERGE_ROUNDING_REGISTERS[nearest] if rounded_block_d else 0
+    chain_s = slot_tiles * trips * lat / update_resident(lane, spec, extra)
     levels = merge_levels(tiles, per)
     walk_s = (chunks - 1) * MERGE_EMPTY_TRIPS * lat
-    return (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s)
+    holding = slot_tiles * -math.expm1(LEVEL_TILE * math.log1p(-min(crossing, 1.0 - 1e-12)))  # tiles with a piece
+    round_s = rounding_seconds(holding * LEVEL_TILE * rounded_block_d, "merge", spec) if rounded_block_d else 0.0
+    return (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + round_s
             + levels * (ceil.launch_latency.value + walk_s))
 
 
@@ -441,7 +489,10 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     arrays = state_arrays(state_bytes_per_row, shape.block_d(spec.warp_size))
     state_s = (arrays - FIT_STATE_ARRAYS) * STATE_ARRAY_TRIPS[spec.vendor] * tiles * lat / resident
     scan_s = nnz * shape.tile * SCAN_SECONDS_PER_POSITION_TILE if shape.variant == "scan" else 0.0
-    return (max(moved / copy, max(moved / (UPDATE_COPY_FRACTION * copy), chain_s) + state_s) + scan_s
+    block_d = shape.block_d(spec.warp_size)
+    round_s = rounding_seconds(tiles * shape.tile * block_d, shape.variant, spec) if shape.stochastic else 0.0
+    return (max(moved / copy, max(moved / (UPDATE_COPY_FRACTION * copy), chain_s) + state_s) + scan_s + round_s
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
-                            spec=spec, ceil=ceil, chunks=shape.merge_chunks))
+                            spec=spec, ceil=ceil, chunks=shape.merge_chunks,
+                            rounded_block_d=round(block_d) if shape.stochastic else 0))
