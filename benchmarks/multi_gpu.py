@@ -38,13 +38,15 @@ def _ids_as_given() -> None:
     InputRouter.__init__ = init
 
 
-#: Seventh-session overlaps the A/B can turn off: name -> (what it was before, how to undo it here).
+#: Overlaps (seventh and eighth sessions) the A/B can turn off: name -> (what it was before, how to undo it here).
 WITHOUT = {
     "early_sort": ("the backward sorts its ids after the gradient arrives",
                    lambda: setattr(ShardedEmbedding, "_backward_prelude", lambda self, batch: None)),
     "optimizer_overlap": ("the dense optimizer steps after the embedding backward",
                           lambda: setattr(DistributedEmbeddings, "backward_overlapping", None)),
     "int32_ids": ("ids cross the all-to-all as int64", _ids_as_given),
+    "early_gradient": ("the embedding gradient's all-to-all starts after the dense backward",
+                       lambda: setattr(DistributedEmbeddings, "start_backward", None)),
 }
 
 

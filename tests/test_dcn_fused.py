@@ -118,11 +118,35 @@ def test_model_fused_and_unfused_paths_agree(rng):
         cross = LowRankCross(D, 3, R, gen=torch.Generator().manual_seed(3))
         cross.fused = fused
         x0 = torch.randn(B, D, generator=torch.Generator().manual_seed(4)).requires_grad_()
-        out = cross(x0, ops, torch.float32)
+        seen = []
+        out = cross(x0, ops, torch.float32, on_input_grad=lambda g, seen=seen: seen.append(g.clone()))
         out.backward(torch.randn(B, D, generator=torch.Generator().manual_seed(5)))
+        assert len(seen) == 1 and torch.equal(seen[0], x0.grad), "the hook saw x0's final gradient, once"
         grads.append([out.detach(), x0.grad] + [p.grad for p in cross.parameters()])
     for got, want in zip(*grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_input_gradient_hook_runs_before_the_last_weight_gradients(monkeypatch, rng):
+    """The fused backward hands x0's gradient out with layer 0's two weight-gradient GEMMs still to run
+    (what the sharded embeddings' gradient all-to-all overlaps), and its value is the final one."""
+    import polyrec.kernels.dcn as dcn
+
+    calls, at_hook = [], []
+    real = dcn.matmul
+    monkeypatch.setattr(dcn, "matmul", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    tensors = [t.float().requires_grad_() for t in _problem(3, rng)]
+    seen = []
+
+    def hook(g):
+        at_hook.append(len(calls))
+        seen.append(g.clone())
+
+    out = cross_network(tensors[0], tensors[1:4], tensors[4:7], tensors[7:], on_input_grad=hook)
+    forward_calls = len(calls)
+    out.backward(torch.randn(B, D, generator=rng))
+    assert len(calls) - at_hook[0] == 2 and at_hook[0] > forward_calls
+    assert torch.equal(seen[0], tensors[0].grad)
 
 
 def test_bad_shapes_name_the_layer():

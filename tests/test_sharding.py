@@ -6,6 +6,9 @@ movement is checked on its own; test_sharding_tbe.py runs the same with polyrec'
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
 import pytest
 import torch
 from torch import nn
@@ -187,3 +190,37 @@ def test_make_shards_splits_rows_and_columns():
 def test_bad_sharding_is_named(plan, message):
     with pytest.raises(ValueError, match=message):
         make_shards((10,), (8,), [plan], 3)
+
+
+def _check_started_backward(rank: int, world: int) -> None:
+    """``start_backward`` sends the gradient before the output's backward runs; that backward then
+    takes the exchange (no second all-to-all) and the gradients equal those of the plain backward. A
+    gradient other than the one the exchange started from is refused."""
+    weights = full_weights()
+    shardings = _plans(("row", "table", "column"), world)
+    batch = local_part(global_batch(world, weighted=True), rank, world)
+    wide = torch.randn(B, sum(DIMS[t] for t in FEATURE_TO_TABLE) + 3, generator=torch.Generator().manual_seed(5),
+                       dtype=torch.float64)
+    grad = wide[:, 3:]  # [B, out_dim], rows strided as the cross network's input gradient is
+    grads = []
+    for start_early in (False, True):
+        sharded = ShardedEmbedding(rows=ROWS, dims=DIMS, shardings=shardings, feature_to_table=FEATURE_TO_TABLE,
+                                   local_factory=double_factory(weights), rank=rank, world_size=world)
+        out = sharded(batch)
+        if start_early:
+            sharded.start_backward(grad)
+        no_second_exchange = mock.patch.object(torch.distributed, "all_to_all_single",
+                                               side_effect=AssertionError("a second gradient exchange"))
+        with no_second_exchange if start_early else contextlib.nullcontext():
+            out.backward(grad)
+        grads.append([p.grad.clone() for p in sharded.local.weights])
+    for plain, early in zip(*grads):
+        assert torch.equal(plain, early)
+    out = sharded(batch)
+    sharded.start_backward(grad)
+    with pytest.raises(RuntimeError, match="another gradient than the one its all-to-all was started from"):
+        out.backward(grad.clone())
+
+
+def test_a_started_gradient_exchange_is_taken_by_the_backward():
+    run_on_ranks(_check_started_backward, 2)

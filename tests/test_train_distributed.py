@@ -256,3 +256,36 @@ def _dense_step_during_the_gradient_exchange(rank: int, world: int) -> None:
 @pytest.mark.parametrize("world", [1, 2])
 def test_the_dense_optimizer_steps_during_the_gradient_exchange(world):
     run_on_ranks(_dense_step_during_the_gradient_exchange, world)
+
+
+def _gradient_exchange_started_in_the_dense_backward(rank: int, world: int) -> None:
+    """On several ranks the embedding gradient's all-to-all starts inside the dense backward, from the
+    cross network's input gradient (``DLRM.embedding_grad_hook``), and the embedding backward takes
+    that exchange every step; the losses are bitwise those of starting it in the embedding backward.
+    On one rank nothing crosses and nothing is started."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.sharding import ShardedEmbedding
+    from polyrec.runtime.trainer import Trainer
+
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=4, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100)
+    real, took = ShardedEmbedding.take_started_gradient, []
+
+    def spy(self, grad):
+        exchange = real(self, grad)
+        took.append(exchange is not None)
+        return exchange
+
+    with mock.patch.object(ShardedEmbedding, "take_started_gradient", spy):
+        trainer = Trainer(cfg, progress=False)
+        early = [float(trainer.train_step()) for _ in range(4)]
+    assert took == [True] * 4 * (world > 1), took
+    with mock.patch.object(DistributedEmbeddings, "start_backward", None):
+        trainer = Trainer(cfg, progress=False)
+        late = [float(trainer.train_step()) for _ in range(4)]
+    assert early == late, (rank, early, late)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_the_gradient_exchange_starts_inside_the_dense_backward(world):
+    run_on_ranks(_gradient_exchange_started_in_the_dense_backward, world)

@@ -7,6 +7,7 @@ The model is split in two halves that the trainer runs (and times) separately: :
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -18,7 +19,8 @@ from polyrec.models.embeddings import (
     build_embeddings,
     polyrec_embedding_available,
 )
-from polyrec.models.layers import MLP, DenseOps, LowRankCross, dot_interaction, polyrec_dense_available
+from polyrec.models.layers import (MLP, DenseOps, InputGradHook, LowRankCross, dot_interaction,
+                                   polyrec_dense_available)
 
 
 def default_backends(device: torch.device) -> tuple[str, str]:
@@ -29,6 +31,11 @@ def default_backends(device: torch.device) -> tuple[str, str]:
     on_gpu = device.type == "cuda"
     return ("polyrec" if on_gpu and polyrec_embedding_available() else "torch",
             "polyrec" if on_gpu and polyrec_dense_available() else "torch")
+
+
+def _embedding_part(hook: InputGradHook, bottom_dim: int, emb_shape: torch.Size, x0_grad: torch.Tensor) -> None:
+    """Hand ``hook`` the embedding columns of the cross network's input gradient [B, (F+1) D] as [B, F, D]."""
+    hook(x0_grad[:, bottom_dim:].view(emb_shape))
 
 
 class DLRM(nn.Module):
@@ -57,6 +64,10 @@ class DLRM(nn.Module):
         self.top = MLP(config.interaction_dim, config.top_mlp, last_relu=False, gen=gen)
         for part in self.dense_parts():
             part.to(device)
+        # Set by a caller for the next dense_forward: called in its backward with the gradient of that
+        # call's ``emb`` [B, F, D] once final (a strided view it must not write), where that comes
+        # before the rest of the dense backward: DLRM-DCNv2 with ``emb`` already in the compute dtype.
+        self.embedding_grad_hook: InputGradHook | None = None
 
     def dense_parts(self) -> list[nn.Module]:
         return [m for m in (self.bottom, self.cross, self.top) if m is not None]
@@ -76,10 +87,13 @@ class DLRM(nn.Module):
                       compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """dense [B, num_dense], emb [B, F, D] -> logits [B] (fp32)."""
         bottom = self.bottom(dense.to(compute_dtype), self.ops, compute_dtype)  # [B, D]
+        on_emb_grad = self.embedding_grad_hook if emb.dtype == compute_dtype else None  # else a cast's copy
         emb = emb.to(compute_dtype)
         if self.cross is not None:
             x0 = torch.cat([bottom, emb.flatten(1)], dim=1)  # [B, (F+1) D]
-            inter = self.cross(x0, self.ops, compute_dtype)
+            on_x0_grad = None if on_emb_grad is None else functools.partial(
+                _embedding_part, on_emb_grad, bottom.shape[1], emb.shape)
+            inter = self.cross(x0, self.ops, compute_dtype, on_x0_grad)
         else:
             inter = dot_interaction(bottom, emb)  # [B, D + (F+1)F/2]
         return self.top(inter, self.ops, compute_dtype).squeeze(1).float()

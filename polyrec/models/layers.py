@@ -13,12 +13,15 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 DENSE_BACKENDS = ("torch", "polyrec")
+#: Called in the backward with an input's final gradient, which it reads and must not write.
+InputGradHook = Callable[[torch.Tensor], None]
 
 
 def polyrec_dense_available() -> bool:
@@ -56,12 +59,13 @@ class DenseOps:
         return x0 * F.linear(v, weight, bias) + x
 
     def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
-                      bs: list[torch.Tensor]) -> torch.Tensor:
+                      bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
-        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]."""
+        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]; ``on_input_grad`` as
+        ``polyrec.kernels.dcn.cross_network`` takes it."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
-        return self._dcn.cross_network(x0, vs, us, bs)
+        return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad)
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -117,15 +121,26 @@ class LowRankCross(nn.Module):
             init_linear_(u, b, gen)
         self.fused = True
 
-    def forward(self, x0: torch.Tensor, ops: DenseOps, dtype: torch.dtype) -> torch.Tensor:
+    def forward(self, x0: torch.Tensor, ops: DenseOps, dtype: torch.dtype,
+                on_input_grad: InputGradHook | None = None) -> torch.Tensor:
+        """x0 [B, D] -> [B, D]. ``on_input_grad``: called in the backward with x0's final gradient
+        [B, D], which it must not write; the fused network calls it before its last weight gradients,
+        the per-layer composition when autograd has summed x0's gradient."""
         if self.fused and ops.backend == "polyrec":
             return ops.cross_network(x0, [_cast(v, dtype) for v in self.v], [_cast(u, dtype) for u in self.u],
-                                     [_cast(b, dtype) for b in self.b])  # [B, D]
+                                     [_cast(b, dtype) for b in self.b], on_input_grad)  # [B, D]
+        if on_input_grad is not None and x0.requires_grad:
+            x0.register_hook(functools.partial(_observe, on_input_grad))
         x = x0  # [B, D]
         for v, u, b in zip(self.v, self.u, self.b):
             low = ops.linear(x, _cast(v, dtype), None, relu=False)  # [B, r]
             x = ops.cross(x0, low, x, _cast(u, dtype), _cast(b, dtype))  # [B, D]
         return x
+
+
+def _observe(hook: InputGradHook, grad: torch.Tensor) -> None:
+    """A tensor hook that reads the gradient and leaves it as it is (returns None)."""
+    hook(grad)
 
 
 def dot_interaction(bottom: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:

@@ -104,6 +104,11 @@ class DistributedEmbeddings(nn.Module):
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables)
         return self.sharded(batch, started).view(batch_size, self.num_tables, self.dim)
 
+    def start_backward(self, grad: torch.Tensor) -> None:
+        """Start the gradient all-to-all of the last forward's output from its gradient ``grad`` [B, F, D]
+        (any row stride) before that output's backward runs (``ShardedEmbedding.start_backward``)."""
+        self.sharded.start_backward(grad.reshape(grad.shape[0], -1))
+
     def backward_overlapping(self, output: torch.Tensor, grad: torch.Tensor, meanwhile) -> bool:
         """``output.backward(grad)``, calling ``meanwhile`` while the gradient crosses the all-to-all
         (``ShardedEmbedding.backward_overlapping``); False when nothing crossed and the caller runs it."""

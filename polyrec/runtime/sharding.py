@@ -11,7 +11,7 @@ A step moves data in three all-to-alls (TorchRec's pattern, our own code):
 3. output: pooled rows go back to the samples' ranks; column-wise pieces are concatenated and
    row-wise partial sums added, giving ``[B, sum of feature dims]`` in feature order.
 
-Backward reverses step 3 through autograd (``_AllToAllRows``), so each owner's fused optimizer sees
+Backward reverses step 3 through autograd (``_ExchangeRows``), so each owner's fused optimizer sees
 the gradients of all ranks' samples. Each rank's loss is a mean over its own ``B`` samples, while the
 single-process equivalent is a mean over ``world * B``: the backward of the column placement scales
 the gradient by ``1 / world`` so that sharded training takes the same steps as one process on the
@@ -125,50 +125,76 @@ def shard_features(shards: Sequence[Shard], feature_to_table: Sequence[int],
     return per_rank
 
 
-def _exchange(out: Tensor, tensor: Tensor, recv: list[int], send: list[int],
-              meanwhile: Callable[[], None] | None) -> None:
-    """all_to_all_single into ``out``; ``meanwhile`` (or None) is called between starting the
-    exchange and waiting for it: work queued there on the current stream runs while the rows cross."""
-    src = tensor.contiguous()  # no copy when contiguous; held until the exchange is done
-    work = dist.all_to_all_single(out, src, recv, send, async_op=True)
-    if meanwhile is not None:
-        meanwhile()
-    work.wait()
+@dataclass(kw_only=True, slots=True)
+class _Exchange:
+    """An all_to_all_single under way; ``out`` holds what arrived once ``finish`` returns."""
+
+    work: dist.Work
+    out: Tensor
+    src: Tensor  # held until the exchange is done
+
+    def finish(self, meanwhile: Callable[[], None] | None = None) -> Tensor:
+        """Wait for the exchange, calling ``meanwhile`` (or None) first: work it queues on the current
+        stream runs while the rows cross."""
+        if meanwhile is not None:
+            meanwhile()
+        self.work.wait()
+        return self.out
 
 
-class _AllToAllRows(torch.autograd.Function):
-    """all_to_all_single of a flat tensor whose backward sends the gradient back the same way; the
-    forward runs ``meanwhile`` during its exchange, the backward ``owner``'s gradient-exchange hook
-    (``ShardedEmbedding.backward_overlapping``)."""
+def _start_exchange(tensor: Tensor, send: list[int], recv: list[int]) -> _Exchange:
+    out = tensor.new_empty(sum(recv))
+    src = tensor.contiguous()  # no copy when contiguous
+    return _Exchange(work=dist.all_to_all_single(out, src, recv, send, async_op=True), out=out, src=src)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _GradientKey:
+    """Which gradient an early-started exchange was started from: the same memory, read the same way."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
 
     @staticmethod
-    def forward(ctx, flat: Tensor, send: list[int], recv: list[int], meanwhile: Callable[[], None] | None,
-                owner: ShardedEmbedding) -> Tensor:
-        ctx.send, ctx.recv, ctx.owner = send, recv, owner
-        out = flat.new_empty(sum(recv))
-        _exchange(out, flat, recv, send, meanwhile)
-        return out
+    def of(grad: Tensor) -> _GradientKey:
+        stride = tuple(st if n > 1 else 0 for n, st in zip(grad.shape, grad.stride()))  # a size-1 dim's is arbitrary
+        return _GradientKey(ptr=grad.data_ptr(), shape=tuple(grad.shape), stride=stride, dtype=grad.dtype)
+
+
+class _ExchangeRows(torch.autograd.Function):
+    """Pooled rows of this rank's tables for every rank's samples -> this rank's ``[B, out_dim]``: the
+    all-to-all (running ``prelude`` while the rows cross), then the columns placed in one kernel. The
+    backward gathers each rank's columns and sends them back (or takes the exchange
+    ``ShardedEmbedding.start_backward`` began from this gradient), running the owner's
+    gradient-exchange hook (``backward_overlapping``) while they cross."""
+
+    @staticmethod
+    def forward(ctx, flat: Tensor, b: int, prelude: Callable[[], None] | None, owner: ShardedEmbedding) -> Tensor:
+        ctx.b, ctx.owner = b, owner
+        got = _start_exchange(flat, owner.pooled_send(b), owner.pooled_recv(b)).finish(prelude)
+        return place(got, b, owner.layout)  # [B, out_dim]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        back = grad.new_empty(sum(ctx.send))
-        _exchange(back, grad, ctx.send, ctx.recv, ctx.owner._take_gradient_exchange_hook())
-        return back, None, None, None, None
+        exchange = ctx.owner.take_started_gradient(grad) or ctx.owner.start_gradient_exchange(grad, ctx.b)
+        return exchange.finish(ctx.owner._take_gradient_exchange_hook()), None, None, None
 
 
 class _PlaceColumns(torch.autograd.Function):
-    """Pooled rows received from every rank -> ``[B, out_dim]`` in feature order in one kernel
-    (``polyrec.kernels.place_columns.place``): columns copied, or added in a fixed order where row-wise
-    partial sums meet; backward gathers each rank's columns times ``grad_scale`` in one kernel."""
+    """A world of one whose pooled columns are not in feature order: ``[B, out_dim]`` placed in one
+    kernel (``polyrec.kernels.place_columns.place``), columns copied or partial sums added in a fixed
+    order; backward gathers the columns in one kernel."""
 
     @staticmethod
-    def forward(ctx, flat: Tensor, b: int, layout: ColumnLayout, grad_scale: float) -> Tensor:
-        ctx.b, ctx.layout, ctx.grad_scale = b, layout, grad_scale
+    def forward(ctx, flat: Tensor, b: int, layout: ColumnLayout) -> Tensor:
+        ctx.b, ctx.layout = b, layout
         return place(flat, b, layout)  # [B, out_dim]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return gather(grad, ctx.b, ctx.layout, ctx.grad_scale), None, None, None
+        return gather(grad, ctx.b, ctx.layout, 1.0), None, None
 
 
 def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
@@ -207,6 +233,7 @@ class ShardedEmbedding(nn.Module):
         super().__init__()
         self.rank, self.world = rank, world_size
         self._gradient_exchange_hook: Callable[[], None] | None = None  # see backward_overlapping
+        self._started_gradient: tuple[_GradientKey, _Exchange] | None = None  # see start_backward
         self.shards = make_shards(rows, dims, shardings, world_size)
         self.pieces = shard_features(self.shards, feature_to_table, dims)
         self.pieces += [[] for _ in range(world_size - len(self.pieces))]
@@ -229,7 +256,7 @@ class ShardedEmbedding(nn.Module):
         # One rank whose pooled columns are already the output's: it is returned as it is.
         self.pooled_is_output = world_size == 1 and out_cols == list(range(self.out_dim))
         # The placement's tile tables (polyrec.kernels.place_columns), built once per sharding.
-        self._layout = None if self.pooled_is_output else column_layout(
+        self.layout = None if self.pooled_is_output else column_layout(
             self.rank_dims, rank_cols, self.out_dim, self.sums_partials, device)
 
     def start_inputs(self, batch: JaggedBatch) -> StartedInputs | None:
@@ -299,6 +326,42 @@ class ShardedEmbedding(nn.Module):
         hook, self._gradient_exchange_hook = self._gradient_exchange_hook, None
         return hook
 
+    def pooled_send(self, b: int) -> list[int]:
+        """Values of pooled rows this rank sends each rank in the forward: its columns of their B samples."""
+        return [b * self.rank_dims[self.rank]] * self.world
+
+    def pooled_recv(self, b: int) -> list[int]:
+        """Values of pooled rows this rank receives from each rank in the forward."""
+        return [b * d for d in self.rank_dims]
+
+    def start_gradient_exchange(self, grad: Tensor, b: int) -> _Exchange:
+        """Gather each rank's columns of ``grad`` [B, out_dim] (any row stride), scaled by 1 / world (see
+        the module docstring), and start sending them back the way the pooled rows came."""
+        flat = gather(grad, b, self.layout, 1.0 / self.world)
+        return _start_exchange(flat, self.pooled_recv(b), self.pooled_send(b))
+
+    def start_backward(self, grad: Tensor) -> None:
+        """Start the gradient all-to-all of the last forward's output from its gradient ``grad``
+        [B, out_dim] as soon as the caller has it (the trainer: from inside the dense backward, before
+        the cross network's last weight gradients), so that it crosses while other work runs. The
+        backward of that output then takes this exchange when it gets this same gradient (the same
+        memory, shape and strides); any other gradient raises, as would a gradient changed in place
+        meanwhile go unnoticed (it must not be). Nothing to do in a world of one. Every rank must call
+        it at the same point (it is a collective)."""
+        if self.world == 1:
+            return
+        self._started_gradient = (_GradientKey.of(grad), self.start_gradient_exchange(grad, grad.shape[0]))
+
+    def take_started_gradient(self, grad: Tensor) -> _Exchange | None:
+        """The exchange ``start_backward`` began from ``grad``, once; None when none was started."""
+        started, self._started_gradient = self._started_gradient, None
+        if started is None:
+            return None
+        if started[0] != _GradientKey.of(grad):
+            raise RuntimeError(f"rank {self.rank}: the embedding backward got another gradient than the one its "
+                               f"all-to-all was started from ({_GradientKey.of(grad)} vs {started[0]})")
+        return started[1]
+
     def _backward_prelude(self, local_batch: JaggedBatch) -> Callable[[], None] | None:
         """What of the local tables' backward can run while the pooled rows cross the all-to-all: a
         local module may define ``prepare_backward(batch)`` (polyrec's TBE sorts the ids there, ~0.9 ms
@@ -316,12 +379,11 @@ class ShardedEmbedding(nn.Module):
             raise ValueError(f"batch has {batch.num_features} features, the sharded tables serve {self.num_features}")
         b, world = batch.batch_size, self.world
         local_batch = self._send_inputs(batch, started)
-        local_dim = self.rank_dims[self.rank]
         pooled = self.local(local_batch) if local_batch.num_features else batch.values.new_zeros(
             (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
         if self.pooled_is_output:
             return pooled
-        flat = pooled.reshape(-1) if world == 1 else _AllToAllRows.apply(  # nothing to send back in a world of one
-            pooled.reshape(-1), [b * local_dim] * world, [b * d for d in self.rank_dims],
-            self._backward_prelude(local_batch), self)
-        return _PlaceColumns.apply(flat, b, self._layout, 1.0 / world)
+        self._started_gradient = None  # one started for an earlier output, whose backward never ran
+        if world == 1:  # nothing to send back
+            return _PlaceColumns.apply(pooled.reshape(-1), b, self.layout)
+        return _ExchangeRows.apply(pooled.reshape(-1), b, self._backward_prelude(local_batch), self)

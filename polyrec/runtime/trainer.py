@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,7 +261,11 @@ class Trainer:
         self.timer.start("dense")
         caught: list[torch.Tensor] = []
         stand_in = _GradientTap.apply(self._tap_anchor, emb.detach(), caught)
-        loss = self.dense_loss(batch.dense, stand_in, batch.labels)
+        self.model.embedding_grad_hook = self._early_gradient_exchange()
+        try:
+            loss = self.dense_loss(batch.dense, stand_in, batch.labels)
+        finally:
+            self.model.embedding_grad_hook = None
         loss.backward()
         self.timer.stop()
         grad = caught[0]
@@ -271,6 +276,14 @@ class Trainer:
         # torch's EmbeddingBag (the direct port) gets it contiguous, as through a leaf: the baseline's
         # step stays what it was
         return loss.detach(), grad if self.model.embeddings.fused else grad.contiguous()
+
+    def _early_gradient_exchange(self) -> Callable[[torch.Tensor], None] | None:
+        """Sharded tables on several ranks (sync pipeline): the embedding gradient's all-to-all starts
+        inside the dense backward as soon as that gradient is final (``DLRM.embedding_grad_hook``;
+        DLRM-DCNv2 calls it before the cross network's last weight gradients), so that the exchange
+        crosses while they and the rest of the dense backward run; the embedding backward then takes it
+        (``DistributedEmbeddings.start_backward``)."""
+        return getattr(self.model.embeddings, "start_backward", None) if self._exchange_ahead else None
 
     def _optimizer_step(self, *, dense_stepped: bool = False) -> None:
         self.timer.start("optimizer")
