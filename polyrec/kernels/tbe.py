@@ -291,18 +291,22 @@ class TableBatchedEmbedding(torch.nn.Module):
         out = torch.empty(batch_size, self.output_dim, dtype=self.output_dtype, device=self.weights.device)
         if not self.pooled_features or batch_size == 0:
             return out.zero_()
-        cfg = self._forward_config(batch, len(self.pooled_features))
-        lay = self.layout
-        grid = (triton.cdiv(batch_size, cfg.bags), len(self.pooled_features))
-        pooled_forward_kernel[grid](
-            self.weights, values, offsets, per_sample, out, self.flags,
-            self._pooled_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
-            lay.table_dim, batch_size, values.numel(), out.stride(0),
-            BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
-            HAS_PER_SAMPLE=per_sample is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
-            num_warps=cfg.num_warps)
+        self.launch_pooled(batch, out, self._pooled_ids, self._forward_config(batch, len(self.pooled_features)))
         self._record_flags()
         return out
+
+    def launch_pooled(self, batch: JaggedBatch, out: Tensor, feature_ids: Tensor, cfg: tbe_select.ForwardConfig) -> None:
+        """One pooled-lookup launch over the features ``feature_ids`` [k] int32 (pooled ones) of ``batch``
+        into their columns of ``out`` [B, output_dim], with launch config ``cfg``."""
+        lay = self.layout
+        grid = (triton.cdiv(batch.batch_size, cfg.bags), feature_ids.numel())
+        pooled_forward_kernel[grid](
+            self.weights, batch.values, batch.offsets, batch.weights, out, self.flags,
+            feature_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
+            lay.table_dim, batch.batch_size, batch.values.numel(), out.stride(0),
+            BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
+            HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
+            num_warps=cfg.num_warps)
 
     def _sequence_ranges(self, offsets: Tensor, batch_size: int) -> list[tuple[int, int, int, int]]:
         """(feature, first id position, id count, first output row) per sequence feature (synchronises)."""
