@@ -1,5 +1,5 @@
-"""The pooled lookup of each world-2 rank's tables: one launch over all features, or one per group of
-features with like bag lengths, each with its own config.
+"""The pooled lookup of each world-2 rank's tables (and of all tables on one GPU): one launch over all
+features, or one per group of features with like bag lengths, each with its own config.
 
 In the world-2 MLPerf step (multi_gpu_world2_again_profile_nvidia-h200_2026-11-30 at f097e55) rank 1's
 ``pooled_forward_kernel`` took 1.61 ms and rank 0's 0.92 ms for the same 107 ids per sample: rank 1
@@ -7,15 +7,18 @@ holds 20 features (7 of them one-hot, one 27-hot), rank 0 six (one 100-hot). One
 (BAGS, HOTS) for every feature. This times, on each rank's tables (full size, fp32 rows, bf16 output,
 the trainer's power-law ids for 2 x 65536 samples):
 
-- every forward candidate of ``tbe_select.forward_candidates`` as the one launch;
+- every forward candidate of ``tbe_select.forward_candidates`` as the one launch, with half and twice
+  its warps too (as ``tbe_breakdown.forward_sweep``), each beside what ``forward_seconds`` predicts;
 - the features split by bag length (one-hot; up to ``SHORT_BAGS`` ids; longer), each group launched
   with the candidate fastest on it alone, one launch after another.
+
+``--world1`` adds the same for all 26 tables and 65536 samples (one GPU's step).
 
 Correctness first: every launch plan's output equals the module's own forward (fp32 sums rounded once to bf16: within one bf16 rounding).
 
     PYTHONPATH=. python3 benchmarks/tbe_forward_groups.py [--quick]
 
-About 1 minute on an H200 (52 GB of tables per rank, one rank at a time).
+About 2 minutes on an H200 (52 GB of tables per rank, one case at a time; 104 GB with ``--world1``).
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import argparse
 import torch
 import triton
 
+from polyrec.hardware.calibrate import ceilings
+from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.models.config import preset
+from polyrec.perfmodel.tbe import ForwardTile, forward_seconds
 from polyrec.results import write_results
 from polyrec.runtime.distributed_embeddings import default_shardings
 from tbe import DIM
@@ -78,8 +84,22 @@ def plan_ms(module: TableBatchedEmbedding, batch: JaggedBatch, plan: list[tuple[
     return triton.testing.do_bench(run, warmup=25, rep=200, return_mode="median")
 
 
-def time_rank(config, rank: int, full: JaggedBatch) -> list[dict]:
-    features = rank_features(config, rank)
+def sweep_configs(block_d: int) -> list[tbe_select.ForwardConfig]:
+    """Every forward candidate with half, the same and twice its warps."""
+    return [tbe_select.ForwardConfig(bags=c.bags, hots=c.hots, num_warps=w)
+            for c in tbe_select.forward_candidates(block_d, 32)
+            for w in sorted({max(1, c.num_warps // 2), c.num_warps, min(16, c.num_warps * 2)})]
+
+
+def predicted_ms(cfg: tbe_select.ForwardConfig, block_d: int, batch_size: int, hots: list[int]) -> float:
+    """``forward_seconds`` of a config as the selector prices it (H200 ceilings), ms."""
+    spec = get_device("H200")
+    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps)
+    return 1e3 * forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=hots,
+                                 row_bytes=4 * block_d, out_bytes=4)
+
+
+def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list[dict]:
     hots = [config.multi_hot[t] for t in features]
     batch = feature_subset(full, features)
     module = TableBatchedEmbedding([TableSpec(name=f"t{t}", rows=config.table_rows[t], dim=DIM) for t in features],
@@ -90,28 +110,29 @@ def time_rank(config, rank: int, full: JaggedBatch) -> list[dict]:
     every = list(range(len(features)))
     candidates = tbe_select.forward_candidates(module.block_d, 32)
     rows = []
-    for cfg in candidates:
+    for cfg in sweep_configs(module.block_d):
         ms = plan_ms(module, batch, [(every, cfg)], expected)
-        rows.append({"rank": rank, "plan": "one launch", "features": len(every), "config": str(cfg), "ms": ms})
+        rows.append({"case": case, "plan": "one launch", "features": len(every), "config": str(cfg), "ms": ms,
+                     "candidate": cfg in candidates,
+                     "predicted_ms": predicted_ms(cfg, module.block_d, batch.batch_size, hots)})
     chosen = module._forward_config(batch, len(every))
-    rows.append({"rank": rank, "plan": "one launch, selector's", "features": len(every), "config": str(chosen),
+    rows.append({"case": case, "plan": "one launch, selector's", "features": len(every), "config": str(chosen),
                  "ms": plan_ms(module, batch, [(every, chosen)], expected)})
     plan = []
     for group in groups_of(hots):
         best = min(candidates, key=lambda c: plan_ms(module, batch, [(group, c)], expected))
         plan.append((group, best))
-        rows.append({"rank": rank, "plan": f"group hots {sorted(hots[f] for f in group)}", "features": len(group),
+        rows.append({"case": case, "plan": f"group hots {sorted(hots[f] for f in group)}", "features": len(group),
                      "config": str(best), "ms": plan_ms(module, batch, [(group, best)], expected)})
-    rows.append({"rank": rank, "plan": "groups, one launch each", "features": len(every),
+    rows.append({"case": case, "plan": "groups, one launch each", "features": len(every),
                  "config": "; ".join(str(c) for _, c in plan), "ms": plan_ms(module, batch, plan, expected)})
-    del module
-    torch.cuda.empty_cache()
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tables capped at 100k rows, 2 x 4096 samples")
+    parser.add_argument("--world1", action="store_true", help="also all tables with one GPU's samples")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tbe_forward_groups needs a GPU")
@@ -120,15 +141,25 @@ def main() -> None:
         config = config.with_capped_rows(100_000)
     per_rank = 4096 if args.quick else 65536
     full = synthetic_batch(config, WORLD * per_rank, "zipf", "cuda")
-    rows = [row for rank in range(WORLD) for row in time_rank(config, rank, full)]
+    cases = [(f"world-2 rank {rank}", rank_features(config, rank), full) for rank in range(WORLD)]
+    if args.world1:
+        cases.append(("world 1", list(range(config.num_tables)), synthetic_batch(config, per_rank, "zipf", "cuda")))
+    rows = []
+    for case, features, batch in cases:
+        rows += time_case(config, case, features, batch)
+        torch.cuda.empty_cache()  # the case's tables are gone with its module
     for r in rows:
-        print(f"rank {r['rank']}  {r['plan']:<48} {r['ms']:7.3f} ms  {r['config']}")
-    best = {rank: min(r["ms"] for r in rows if r["rank"] == rank and r["plan"] == "one launch") for rank in range(WORLD)}
-    grouped = {r["rank"]: r["ms"] for r in rows if r["plan"] == "groups, one launch each"}
-    selector = {r["rank"]: r["ms"] for r in rows if r["plan"] == "one launch, selector's"}
+        print(f"{r['case']:<16} {r['plan']:<48} {r['ms']:7.3f} ms  {r['config']}")
+    names = sorted({r["case"] for r in rows})
+
+    def pick(plan: str) -> dict:
+        return {c: min(r["ms"] for r in rows if r["case"] == c and r["plan"] == plan) for c in names}
+
+    best_candidate = {c: min(r["ms"] for r in rows if r["case"] == c and r.get("candidate")) for c in names}
     write_results("tbe_forward_groups" + ("_quick" if args.quick else ""), {"rows": rows}, rows=rows,
-                  summary={"selector_ms": selector, "best_one_launch_ms": best, "grouped_ms": grouped,
-                           "samples": WORLD * per_rank})
+                  summary={"selector_ms": pick("one launch, selector's"), "best_candidate_ms": best_candidate,
+                           "best_of_sweep_ms": pick("one launch"), "grouped_ms": pick("groups, one launch each"),
+                           "samples_per_rank": per_rank})
 
 
 if __name__ == "__main__":
