@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from polyrec.perfmodel.step import DDP_BUCKET_BYTES, StepParts, exposed_all_reduce, step_time
 
@@ -52,6 +53,42 @@ def test_ddp_hides_each_ranks_id_sort_under_the_pooled_all_to_all():
     t = step_time(_parts(overlap="ddp", embedding_sort_s=[0.0, 0.1]))
     assert t.overlap_s == pytest.approx(1.5 + 0.2)
     assert step_time(_parts(overlap="none", embedding_sort_s=[0.5, 0.1])).overlap_s == 0
+
+
+def test_an_early_gradient_exchange_hides_the_dense_backward_tail_and_no_longer_the_optimizer():
+    # the exchange (0.2 s) starts with 0.1 s of dense backward left: the tail hides, the optimizer (0.5 s)
+    # waits for DDP's last bucket, which NCCL runs after the exchange
+    t = step_time(_parts(overlap="ddp", gradient_tail_s=[0.1, 0.1]))
+    assert t.overlap_s == pytest.approx(1.5 + 0.1)
+    assert t.total_s == pytest.approx(2 + 3 + 4 + 8 + 0.5 + 0.5 + 0.5 + 0.25 - 0.1)
+    assert step_time(_parts(overlap="ddp", gradient_tail_s=[0.3, 0.3])).overlap_s == pytest.approx(1.5 + 0.2)
+    assert step_time(_parts(overlap="none", gradient_tail_s=[0.3, 0.3])).overlap_s == 0
+    pipelined = _parts(overlap="pipeline")
+    assert step_time(_parts(overlap="pipeline", gradient_tail_s=[0.3, 0.3])).total_s == step_time(pipelined).total_s
+    assert step_time(_parts(overlap="ddp", gradient_tail_s=None)).overlap_s == pytest.approx(1.5 + 0.2)
+
+
+def test_the_early_exchange_follows_the_timeline_from_the_input_gradient(rng):
+    # from the moment x0's gradient is final, with gather g, tail T, exchange A, last bucket L, optimizer O:
+    # before, compute ran T, waited for L, then g, then A with O inside it: T + L + g + max(A, O); now
+    # it runs g then T while NCCL runs A then L (L's bucket is made at the end of T): g + max(T, A) + L + O
+    for _ in range(50):
+        g, tail, a2a, opt = (float(x) for x in torch.rand(4, generator=rng))
+        kw = dict(other_s=[g], dense_bwd_s=[tail + 2.0], grad_all_to_all_s=a2a, dense_optimizer_s=[opt],
+                  embedding_fwd_s=[1.0], embedding_bwd_s=[1.0], dense_fwd_s=[1.0])
+        last = 0.5  # of the 2.0 s all-reduce in 4 buckets; the rest hides under the backward
+        before = step_time(_parts(overlap="ddp", **kw)).total_s
+        now = step_time(_parts(overlap="ddp", gradient_tail_s=[tail], **kw)).total_s
+        assert now - before == pytest.approx((g + max(tail, a2a) + last + opt) - (tail + last + g + max(a2a, opt)))
+
+
+def test_the_early_exchange_is_judged_per_rank():
+    # rank 0: tail 0.3, optimizer 0.1 -> max(0.3, 0.2) + 0.1 = 0.4; rank 1: tail 0.1, optimizer 0.5
+    # -> max(0.1, 0.2) + 0.5 = 0.7. The terms add the slowest: 0.3 + 0.2 + 0.5 = 1.0, so 0.3 hides
+    t = step_time(_parts(overlap="ddp", gradient_tail_s=[0.3, 0.1], dense_optimizer_s=[0.1, 0.5]))
+    assert t.overlap_s == pytest.approx(1.5 + 0.3)
+    with pytest.raises(ValueError):
+        step_time(_parts(overlap="ddp", gradient_tail_s=[0.3]))
 
 
 def test_cpu_bound_step_takes_the_cpu_time():

@@ -18,9 +18,22 @@ Overlap:
 With ``ddp`` (polyrec's runtime), each rank's embedding backward also sorts its ids while the
 pooled rows cross the forward all-to-all (polyrec.runtime.sharding calls the TBE's
 ``prepare_backward`` between starting that exchange and waiting for it): a rank's sort is hidden up
-to the exchange's time. And the dense optimizer steps while the embedding gradient crosses back
-(the trainer's ``backward_overlapping``), hidden up to that exchange's time. (Under ``pipeline``
-the exchanges themselves hide under dense compute.)
+to the exchange's time. The embedding gradient's all-to-all (A) hides one of two things, per rank:
+
+- with a cross network (DLRM-DCNv2), the exchange starts inside the dense backward, as soon as the
+  network's input gradient is final (polyrec.kernels.dcn ``on_input_grad``, before layer 0's two
+  weight-gradient GEMMs; the trainer's ``_early_gradient_exchange``). From that moment the compute
+  stream runs the gradient gather g, then the rest of the dense backward T (``gradient_tail_s``);
+  NCCL (one stream) runs A from the end of g, then DDP's last bucket L once A is done and the
+  backward has made that bucket (its first layers' gradients); the compute waits for L, steps the
+  dense optimizer O, and the exchange is over: g + max(T, A) + L + O, where it used to be
+  g + T + L + max(A, O). T is hidden up to A, and O no longer hides;
+- without one (the dot interaction), the exchange starts after the dense backward and the dense
+  optimizer steps while it crosses (the trainer's ``backward_overlapping``): O hidden up to A.
+
+NCCL's kernels also slow the compute kernels they run beside (they take SMs and memory bandwidth);
+that contention is not modelled. (Under ``pipeline`` the exchanges themselves hide under dense
+compute.)
 """
 
 from __future__ import annotations
@@ -51,6 +64,9 @@ class StepParts:
     overlap: str = "ddp"  # one of OVERLAP_MODES
     host_s: list[float] | None = None  # per rank: CPU time to issue the step's kernels (eager dispatch)
     embedding_sort_s: list[float] | None = None  # per rank: of embedding_bwd_s, the id sort (runs early)
+    # per rank: of dense_bwd_s, what runs after the embedding gradient is final and its all-to-all has
+    # started (a cross network on several ranks); None: the exchange starts after the dense backward
+    gradient_tail_s: list[float] | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -80,6 +96,17 @@ def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s
     return last + max(0.0, all_reduce_s - last - dense_bwd_s)
 
 
+def _gradient_exchange_overlap(parts: StepParts, opt: float) -> float:
+    """What the gradient all-to-all hides (``ddp``, see the module docstring): the dense backward's
+    tail where the exchange starts inside it, judged per rank (its tail and optimizer against the
+    slowest rank's, which the step's terms add up), else the dense optimizer."""
+    a2a = parts.grad_all_to_all_s
+    if not parts.gradient_tail_s:
+        return min(a2a, opt)
+    ranks = zip(parts.gradient_tail_s, parts.dense_optimizer_s, strict=True)
+    return max(parts.gradient_tail_s) + a2a + opt - max(max(t, a2a) + o for t, o in ranks)
+
+
 def step_time(parts: StepParts) -> StepTime:
     """Combine the parts into the step time (see the module docstring for the overlap rules)."""
     if parts.overlap not in OVERLAP_MODES:
@@ -95,7 +122,7 @@ def step_time(parts: StepParts) -> StepTime:
         room = max(0.0, dense_f + dense_b - overlap)
         overlap += min(a2a, room)
     elif parts.overlap == "ddp":
-        overlap += min(parts.grad_all_to_all_s, opt)
+        overlap += _gradient_exchange_overlap(parts, opt)
         if parts.embedding_sort_s:
             overlap += emb_b - max(b - min(parts.output_all_to_all_s, s)
                                    for b, s in zip(parts.embedding_bwd_s, parts.embedding_sort_s))

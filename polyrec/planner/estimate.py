@@ -23,7 +23,7 @@ from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
 from polyrec.planner.dense import dense_matmuls, dense_params
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
-from polyrec.planner.ops import RATE_CLASSES, dense_inventory
+from polyrec.planner.ops import RATE_CLASSES, Op, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
 
 #: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
@@ -72,6 +72,7 @@ class DenseTimes:
     fwd_s: float
     bwd_s: float
     optimizer_s: float
+    after_input_grad_s: float  # of bwd_s, what runs after the cross network's input gradient is final
     launches: Launches  # forward + backward
     optimizer_launches: Launches
     labels: tuple[tuple[str, str], ...]  # (GEMM op, chosen kernel)
@@ -206,21 +207,25 @@ class Estimator:
         epilogues = {f"{m.name}.fwd": _EPILOGUE[(m.epilogue, m.bias)] for m in self.matmuls}
         inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype])
         seconds = {"fwd": 0.0, "bwd": 0.0}
+        after = 0.0
         launches = Launches(torch_ops=inv.autograd_nodes)
         labels = []
         for op in inv.ops:
             if op.gemm is not None:
                 epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
                 choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi)
-                seconds[op.phase] += choice.gpu_seconds  # device time; the host side is the launch model's
+                op_s = choice.gpu_seconds  # device time; the host side is the launch model's
                 launches += gemm_launches(choice.backend, choice.config.split_k, epi)
                 labels.append((op.gemm.op, f"{choice.backend} {choice.config.label}"))
             else:
-                seconds[op.phase] += op.bytes / (copy * RATE_CLASSES[op.rate])
+                op_s = op.bytes / (copy * RATE_CLASSES[op.rate])
                 launches += Launches(triton=op.triton_ops, torch_ops=op.torch_ops)
+            seconds[op.phase] += op_s
+            after += op_s if runs_after_cross_input_grad(op) else 0.0
         opt = 4 * self.params * DENSE_OPTIMIZER_VALUES[self.dense_optimizer] / copy
         tensors = sum(TENSORS_PER_BIAS_MATMUL if m.bias else 1 for m in self.matmuls)
-        return DenseTimes(fwd_s=seconds["fwd"], bwd_s=seconds["bwd"], optimizer_s=opt, launches=launches,
+        return DenseTimes(fwd_s=seconds["fwd"], bwd_s=seconds["bwd"], optimizer_s=opt, after_input_grad_s=after,
+                          launches=launches,
                           optimizer_launches=optimizer_launches(self.dense_optimizer, tensors), labels=tuple(labels))
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019
@@ -317,6 +322,7 @@ class Estimator:
         for s in loads:
             per_rank[s.rank].append(s)
         emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host = [], [], [], [], [], [], [], [], []
+        tail = []
         kernels: dict[str, str] = {}
         sent_ids = sum(s.accesses for s in loads) / world  # each rank's local ids, sent once per piece
         for rank in range(world):
@@ -327,6 +333,7 @@ class Estimator:
             emb_sort.append(sort)
             dense_f.append(dense.fwd_s)
             dense_b.append(dense.bwd_s)
+            tail.append(dense.after_input_grad_s)
             opt.append(dense.optimizer_s)
             other.append(self.distribution_seconds(rank, per_rank[rank], sent_ids, batch))
             host.append(self.host_seconds(rank, per_rank[rank], dense))
@@ -336,11 +343,22 @@ class Estimator:
         a2a_in, a2a_out, a2a_grad, ar = self.collective_seconds(loads, batch)
         parts = StepParts(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, embedding_sort_s=emb_sort,
                           dense_fwd_s=dense_f, dense_bwd_s=dense_b,
-                          dense_optimizer_s=opt, other_s=other, input_all_to_all_s=a2a_in,
+                          dense_optimizer_s=opt, other_s=other, gradient_tail_s=self.gradient_tail(tail),
+                          input_all_to_all_s=a2a_in,
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
                           all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
                           host_s=host)
         return Estimate(step=step_time(parts), memory=memory, kernels=kernels, table_times={})
+
+    def gradient_tail(self, after_input_grad: list[float]) -> list[float] | None:
+        """Per rank, the dense backward that runs after the embedding gradient's all-to-all has
+        started (``StepParts.gradient_tail_s``): on several ranks of a model with a cross network,
+        whose input gradient the runtime exchanges as soon as it is final (polyrec.runtime.trainer
+        ``_early_gradient_exchange``); None otherwise (the dot interaction's gradient is final only
+        when the dense backward ends, and one rank exchanges nothing)."""
+        if self.fleet.world_size == 1 or self.model.dense.interaction != "dcnv2":
+            return None
+        return after_input_grad
 
     def table_times(self, plans: Sequence[TablePlan], batch: int) -> dict[str, tuple[float, float]]:
         """Per table, (fwd, bwd+update) seconds of its slowest shard run alone (for the report)."""
@@ -352,6 +370,18 @@ class Estimator:
             prev = out.get(s.table, (0.0, 0.0))
             out[s.table] = (max(prev[0], f + host / 2), max(prev[1], b + host / 2))
         return out
+
+
+def runs_after_cross_input_grad(op: Op) -> bool:
+    """Whether a dense op runs after the cross network's input gradient x0 is final, where
+    polyrec.kernels.dcn hands it on (``on_input_grad``, before layer 0's weight gradients): layer 0's
+    two weight-gradient GEMMs, the casts of the cross weights' gradients to their fp32 masters
+    (autograd runs them when the network's Function returns) and the bottom MLP's whole backward."""
+    if op.phase != "bwd":
+        return False
+    parts = op.name.split(".")
+    return (parts[0] == "bottom" or op.name in ("cross.0.u.wgrad", "cross.0.v.wgrad")
+            or (parts[0] == "cross" and parts[-1].startswith("cast_")))
 
 
 def _anonymous(s: ShardLoad) -> ShardLoad:
