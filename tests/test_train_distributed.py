@@ -226,30 +226,38 @@ def test_resume_repeats_the_losses_when_batches_are_taken_ahead(tmp_path, world)
     run_on_ranks(_resume_exactly, world, str(tmp_path / "ckpt"))
 
 
-def _dense_step_during_the_gradient_exchange(rank: int, world: int) -> None:
-    """On several ranks the dense optimizer steps while the embedding gradient crosses the all-to-all
-    (``backward_overlapping``): every step, and the losses are bitwise those of stepping it after the
-    embedding backward. On one rank nothing crosses and it steps after, as before."""
+def _with_and_without(spied: str, disabled: str) -> tuple[list[bool], list[float], list[float]]:
+    """Four small CPU training steps recording, at each call of ``ShardedEmbedding.<spied>``, whether it
+    returned something; then four from the same seed with ``DistributedEmbeddings.<disabled>`` removed
+    (the overlap off). Returns (those records, the losses with, the losses without)."""
     from polyrec.runtime.config import TrainConfig
     from polyrec.runtime.sharding import ShardedEmbedding
     from polyrec.runtime.trainer import Trainer
 
     cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=4, device="cpu",
                       embedding_backend="polyrec", dense_backend="torch", log_every=100)
-    real, ran = ShardedEmbedding._take_gradient_exchange_hook, []
+    real, returned = getattr(ShardedEmbedding, spied), []
 
-    def spy(self):
-        hook = real(self)
-        ran.append(hook is not None)
-        return hook
+    def spy(self, *args):
+        out = real(self, *args)
+        returned.append(out is not None)
+        return out
 
-    with mock.patch.object(ShardedEmbedding, "_take_gradient_exchange_hook", spy):
+    with mock.patch.object(ShardedEmbedding, spied, spy):
         trainer = Trainer(cfg, progress=False)
-        overlapped = [float(trainer.train_step()) for _ in range(4)]
+        with_it = [float(trainer.train_step()) for _ in range(4)]
+    with mock.patch.object(DistributedEmbeddings, disabled, None):
+        trainer = Trainer(cfg, progress=False)
+        without = [float(trainer.train_step()) for _ in range(4)]
+    return returned, with_it, without
+
+
+def _dense_step_during_the_gradient_exchange(rank: int, world: int) -> None:
+    """On several ranks the dense optimizer steps while the embedding gradient crosses the all-to-all
+    (``backward_overlapping``): every step, and the losses are bitwise those of stepping it after the
+    embedding backward. On one rank nothing crosses and it steps after, as before."""
+    ran, overlapped, after = _with_and_without("_take_gradient_exchange_hook", "backward_overlapping")
     assert ran == [world > 1] * 4 * (world > 1), ran
-    with mock.patch.object(DistributedEmbeddings, "backward_overlapping", None):
-        trainer = Trainer(cfg, progress=False)
-        after = [float(trainer.train_step()) for _ in range(4)]
     assert overlapped == after, (rank, overlapped, after)
 
 
@@ -263,26 +271,8 @@ def _gradient_exchange_started_in_the_dense_backward(rank: int, world: int) -> N
     cross network's input gradient (``DLRM.embedding_grad_hook``), and the embedding backward takes
     that exchange every step; the losses are bitwise those of starting it in the embedding backward.
     On one rank nothing crosses and nothing is started."""
-    from polyrec.runtime.config import TrainConfig
-    from polyrec.runtime.sharding import ShardedEmbedding
-    from polyrec.runtime.trainer import Trainer
-
-    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=4, device="cpu",
-                      embedding_backend="polyrec", dense_backend="torch", log_every=100)
-    real, took = ShardedEmbedding.take_started_gradient, []
-
-    def spy(self, grad):
-        exchange = real(self, grad)
-        took.append(exchange is not None)
-        return exchange
-
-    with mock.patch.object(ShardedEmbedding, "take_started_gradient", spy):
-        trainer = Trainer(cfg, progress=False)
-        early = [float(trainer.train_step()) for _ in range(4)]
+    took, early, late = _with_and_without("take_started_gradient", "start_backward")
     assert took == [True] * 4 * (world > 1), took
-    with mock.patch.object(DistributedEmbeddings, "start_backward", None):
-        trainer = Trainer(cfg, progress=False)
-        late = [float(trainer.train_step()) for _ in range(4)]
     assert early == late, (rank, early, late)
 
 

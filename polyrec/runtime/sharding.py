@@ -185,16 +185,16 @@ class _ExchangeRows(torch.autograd.Function):
 class _PlaceColumns(torch.autograd.Function):
     """A world of one whose pooled columns are not in feature order: ``[B, out_dim]`` placed in one
     kernel (``polyrec.kernels.place_columns.place``), columns copied or partial sums added in a fixed
-    order; backward gathers the columns in one kernel."""
+    order; backward gathers the columns times ``grad_scale`` in one kernel."""
 
     @staticmethod
-    def forward(ctx, flat: Tensor, b: int, layout: ColumnLayout) -> Tensor:
-        ctx.b, ctx.layout = b, layout
+    def forward(ctx, flat: Tensor, b: int, layout: ColumnLayout, grad_scale: float) -> Tensor:
+        ctx.b, ctx.layout, ctx.grad_scale = b, layout, grad_scale
         return place(flat, b, layout)  # [B, out_dim]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return gather(grad, ctx.b, ctx.layout, 1.0), None, None
+        return gather(grad, ctx.b, ctx.layout, ctx.grad_scale), None, None, None
 
 
 def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
@@ -385,5 +385,5 @@ class ShardedEmbedding(nn.Module):
             return pooled
         self._started_gradient = None  # one started for an earlier output, whose backward never ran
         if world == 1:  # nothing to send back
-            return _PlaceColumns.apply(pooled.reshape(-1), b, self.layout)
+            return _PlaceColumns.apply(pooled.reshape(-1), b, self.layout, 1.0)
         return _ExchangeRows.apply(pooled.reshape(-1), b, self._backward_prelude(local_batch), self)
