@@ -19,7 +19,9 @@ whole batch.
 
 Both pooled exchanges start asynchronously and have work to do while the rows cross: in the forward,
 the local tables' id sort for their backward (``prepare_backward``); in the backward, whatever the
-caller hands ``backward_overlapping`` (the trainer: the dense optimizer step).
+caller hands ``backward_overlapping`` (the trainer: the dense optimizer step). The backward's exchange
+can also start before the backward runs, from a gradient the caller has early (``start_backward``:
+the trainer starts it inside the dense backward, when the cross network's input gradient is final).
 
 In a world of one rank nothing is exchanged (same code path, no collective, no host sync but in
 the case ``InputRouter.local_batch`` names): the local batch goes to the local tables as it is (or
@@ -345,9 +347,9 @@ class ShardedEmbedding(nn.Module):
         [B, out_dim] as soon as the caller has it (the trainer: from inside the dense backward, before
         the cross network's last weight gradients), so that it crosses while other work runs. The
         backward of that output then takes this exchange when it gets this same gradient (the same
-        memory, shape and strides); any other gradient raises, as would a gradient changed in place
-        meanwhile go unnoticed (it must not be). Nothing to do in a world of one. Every rank must call
-        it at the same point (it is a collective)."""
+        memory, shape and strides); any other gradient raises. A gradient written in place after the
+        start would go unnoticed: callers must not write it. Nothing to do in a world of one. Every
+        rank must call it at the same point (it is a collective)."""
         if self.world == 1:
             return
         self._started_gradient = (_GradientKey.of(grad), self.start_gradient_exchange(grad, grad.shape[0]))
