@@ -9,6 +9,7 @@ the trainer's power-law ids for 2 x 65536 samples):
 
 - every forward candidate of ``tbe_select.forward_candidates`` as the one launch, with half and twice
   its warps too (as ``tbe_breakdown.forward_sweep``), each beside what ``forward_seconds`` predicts;
+- the module's own forward: the launches ``polyrec.kernels.tbe_forward_plan`` plans;
 - the features split by bag length (one-hot; up to ``SHORT_BAGS`` ids; longer), each group launched
   with the candidate fastest on it alone, one launch after another.
 
@@ -118,6 +119,10 @@ def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list
     chosen = module._forward_config(batch, len(every))
     rows.append({"case": case, "plan": "one launch, selector's", "features": len(every), "config": str(chosen),
                  "ms": plan_ms(module, batch, [(every, chosen)], expected)})
+    module_plan = [(list(launch.features), launch.config) for launch, _ in module.forward_plan(batch)]
+    rows.append({"case": case, "plan": "the module's forward (tbe_forward_plan)", "features": len(every),
+                 "config": "; ".join(f"{[hots[f] for f in fs]}: {c}" for fs, c in module_plan),
+                 "ms": plan_ms(module, batch, module_plan, expected)})
     plan = []
     for group in groups_of(hots):
         best = min(candidates, key=lambda c: plan_ms(module, batch, [(group, c)], expected))
@@ -157,7 +162,9 @@ def main() -> None:
 
     best_candidate = {c: min(r["ms"] for r in rows if r["case"] == c and r.get("candidate")) for c in names}
     write_results("tbe_forward_groups" + ("_quick" if args.quick else ""), {"rows": rows}, rows=rows,
-                  summary={"selector_ms": pick("one launch, selector's"), "best_candidate_ms": best_candidate,
+                  summary={"selector_ms": pick("one launch, selector's"),
+                           "module_forward_ms": pick("the module's forward (tbe_forward_plan)"),
+                           "best_candidate_ms": best_candidate,
                            "best_of_sweep_ms": pick("one launch"), "grouped_ms": pick("groups, one launch each"),
                            "samples_per_rank": per_rank})
 

@@ -299,3 +299,31 @@ def test_a_prepared_sort_of_another_or_changed_batch_is_not_used(monkeypatch):
         out.backward(torch.ones_like(out))  # autograd refuses first; the sort would not be used either
     assert a._take_prepared(second.values, second.offsets, second.weights) is None
     assert torch.equal(a.weights, b.weights)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_forward_split_into_launches_writes_every_column_as_the_reference(weighted, monkeypatch):
+    """The pooled forward in several launches (one per group of features, each its own tile, as
+    ``tbe_forward_plan`` may plan it) writes every feature's columns, equal to the float64 reference:
+    mean pooling, empty bags, per-sample weights, a table read by two features in different launches."""
+    import polyrec.kernels.tbe as tbe
+    from polyrec.kernels.tbe_forward_plan import ForwardLaunch
+
+    groups = [((0, 3), tbe_select.ForwardConfig(bags=16, hots=1, num_warps=2)),
+              ((1,), tbe_select.ForwardConfig(bags=4, hots=4, num_warps=2)),
+              ((2,), tbe_select.ForwardConfig(bags=1, hots=16, num_warps=2))]
+    monkeypatch.setattr(tbe, "plan_forward", lambda spec, **kw: [ForwardLaunch(features=f, config=c) for f, c in groups])
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd", lr=0.1), feature_to_table=FEATURES,
+                                   seed=5)
+    batch = make_batch(torch.Generator().manual_seed(6), weighted=weighted)
+    real_empty = torch.empty
+
+    def poisoned(*args, **kwargs):  # the output buffer starts as NaN: a column no launch writes shows
+        t = real_empty(*args, **kwargs)
+        return t if t.requires_grad or not t.is_floating_point() else t.fill_(float("nan"))
+
+    monkeypatch.setattr(torch, "empty", poisoned)
+    out = module(batch)
+    assert len(module.forward_plan(batch)) == 3 and not torch.isnan(out).any()
+    weights = [w.double() for w in module.table_weights()]
+    torch.testing.assert_close(out.double(), ref_pooled(weights, batch, TABLES, FEATURES), rtol=1e-5, atol=1e-6)

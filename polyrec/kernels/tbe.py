@@ -25,6 +25,7 @@ from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, mer
                                           permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
                                          sort_keys_kernel, vector_width)
+from polyrec.kernels.tbe_forward_plan import ForwardLaunch, plan_forward
 from polyrec.kernels.tbe_optim import OPTIM_CODE, STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
 from polyrec.perfmodel.tbe import LEVEL_TILE
 
@@ -246,6 +247,18 @@ class TableBatchedEmbedding(torch.nn.Module):
                 bag_lengths=self._bag_lengths(batch) if features == len(self.pooled_features) else None)
         return self._configs[key]
 
+    def forward_plan(self, batch: JaggedBatch) -> list[tuple[ForwardLaunch, Tensor]]:
+        """The pooled forward's launches for this batch shape (``tbe_forward_plan.plan_forward``), each with
+        its features as a device tensor of feature ids; planned once per batch size and mean bag length."""
+        mean_bag = batch.nnz / max(batch.batch_size * batch.num_features, 1)
+        key = ("plan", batch.batch_size, round(mean_bag, 1))
+        if key not in self._configs:
+            launches = plan_forward(_selection_spec(self.weights.device), batch_size=batch.batch_size,
+                                    bag_lengths=self._bag_lengths(batch), block_d=self.block_d,
+                                    row_bytes=self.block_d * self.weights.element_size())
+            self._configs[key] = [(launch, self._pooled_ids[list(launch.features)]) for launch in launches]
+        return self._configs[key]
+
     def _bag_lengths(self, batch: JaggedBatch) -> list[float]:
         """Mean bag length of each pooled feature (reads F+1 offsets: synchronises, once per config key)."""
         marks = batch.offsets[:: max(batch.batch_size, 1)].tolist()
@@ -291,7 +304,8 @@ class TableBatchedEmbedding(torch.nn.Module):
         out = torch.empty(batch_size, self.output_dim, dtype=self.output_dtype, device=self.weights.device)
         if not self.pooled_features or batch_size == 0:
             return out.zero_()
-        self.launch_pooled(batch, out, self._pooled_ids, self._forward_config(batch, len(self.pooled_features)))
+        for launch, feature_ids in self.forward_plan(batch):
+            self.launch_pooled(batch, out, feature_ids, launch.config)
         self._record_flags()
         return out
 

@@ -1,0 +1,59 @@
+"""Which pooled-forward launches a batch gets: one over every feature, or one per group of features
+that the forward model prices best under the same config.
+
+One launch takes one tile for every feature, yet one-hot features and long bags want different ones
+(HOTS wider than a bag masks lanes; narrower, the bag takes more dependent iterations). Each feature
+is priced alone (``tbe_select.select_forward``), the features that pick the same config form a group,
+and the groups are launched one after another when ``polyrec.perfmodel.tbe.forward_seconds`` says
+their sum, plus a launch latency per extra launch, beats the best single launch. Measured on the H200
+(benchmarks/results/tbe_forward_groups_nvidia-h200_2026-11-30, MLPerf tables, power-law ids, the best
+config per group): world 1 1.15 -> 1.07 ms, world-2 rank 1 1.52 -> 1.21 ms, rank 0 0.98 -> 0.93 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyrec.hardware.calibrate import ceilings
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.tbe_select import ForwardConfig, select_forward
+from polyrec.perfmodel.tbe import ForwardTile, forward_seconds
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ForwardLaunch:
+    """One pooled-forward launch: positions in the module's list of pooled features, and its config."""
+
+    features: tuple[int, ...]
+    config: ForwardConfig
+
+
+def _seconds(spec: DeviceSpec, cfg: ForwardConfig, *, batch_size: int, bag_lengths: list[float], block_d: int,
+             row_bytes: int) -> float:
+    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps)
+    return forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=bag_lengths,
+                           row_bytes=row_bytes, out_bytes=4)
+
+
+def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
+                 row_bytes: int) -> list[ForwardLaunch]:
+    """The launches of one pooled forward over features with these mean bag lengths (see the module
+    docstring): every feature in exactly one launch."""
+    if not bag_lengths:
+        raise ValueError("plan_forward: no pooled features to plan")
+    shape = dict(batch_size=batch_size, block_d=block_d, row_bytes=row_bytes)
+    lengths = list(bag_lengths)
+    single = select_forward(spec, num_features=len(lengths), mean_bag=sum(lengths) / len(lengths),
+                            bag_lengths=lengths, **shape)
+    groups: dict[ForwardConfig, list[int]] = {}
+    for f, length in enumerate(lengths):
+        groups.setdefault(select_forward(spec, num_features=1, mean_bag=length, bag_lengths=[length], **shape),
+                          []).append(f)
+    if len(groups) == 1:
+        return [ForwardLaunch(features=tuple(range(len(lengths))), config=single)]
+    grouped = [ForwardLaunch(features=tuple(fs), config=cfg) for cfg, fs in groups.items()]
+    grouped_s = (sum(_seconds(spec, g.config, bag_lengths=[lengths[f] for f in g.features], **shape) for g in grouped)
+                 + (len(grouped) - 1) * ceilings(spec).launch_latency.value)
+    if _seconds(spec, single, bag_lengths=lengths, **shape) <= grouped_s:
+        return [ForwardLaunch(features=tuple(range(len(lengths))), config=single)]
+    return grouped
