@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from polyrec.kernels import tbe, tbe_select
+from polyrec.kernels.tbe_forward_plan import ForwardLaunch
 from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.dist import shutdown
@@ -38,6 +40,15 @@ def _ids_as_given() -> None:
     InputRouter.__init__ = init
 
 
+def _one_forward_launch() -> None:
+    def single(spec, *, batch_size, bag_lengths, block_d, row_bytes):
+        cfg = tbe_select.select_forward(spec, batch_size=batch_size, num_features=len(bag_lengths),
+                                        mean_bag=sum(bag_lengths) / len(bag_lengths), block_d=block_d,
+                                        row_bytes=row_bytes, bag_lengths=bag_lengths)
+        return [ForwardLaunch(features=tuple(range(len(bag_lengths))), config=cfg)]
+    tbe.plan_forward = single
+
+
 #: Overlaps (seventh and eighth sessions) the A/B can turn off: name -> (what it was before, how to undo it here).
 WITHOUT = {
     "early_sort": ("the backward sorts its ids after the gradient arrives",
@@ -48,6 +59,8 @@ WITHOUT = {
     "early_gradient": ("the embedding gradient's all-to-all starts after the dense backward",
                        lambda: setattr(DistributedEmbeddings, "start_backward", None)),
 }
+#: Launch plans the A/B can turn off (they change the order of the sums, so --check leaves them on).
+PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch)}
 
 
 #: Steps the --check run trains each way, and the largest relative loss difference it accepts (the
@@ -95,8 +108,9 @@ def main() -> None:
                         help="a `polyrec plan` JSON whose table shardings to run (default: lookup-balanced table-wise)")
     parser.add_argument("--tag", default="", help="suffix of the results name (variants of one world size)")
     parser.add_argument("--without", default="",
-                        help="A/B: comma-separated overlaps to turn off, as before the seventh session: "
-                             + ", ".join(f"{k} ({v[0]})" for k, v in WITHOUT.items()) + "; results tagged without_...")
+                        help="A/B: comma-separated overlaps or launch plans to turn off, as they were before: "
+                             + ", ".join(f"{k} ({v[0]})" for k, v in (WITHOUT | PLANS).items())
+                             + "; results tagged without_...")
     parser.add_argument("--check", action="store_true",
                         help=f"only check that the overlaps train as without them ({CHECK_STEPS} steps each way)")
     parser.add_argument("--profile", action="store_true",
@@ -106,9 +120,9 @@ def main() -> None:
     if off and args.check:
         raise SystemExit("--check compares with and without every overlap itself; leave out --without")
     for name in off:
-        if name not in WITHOUT:
-            raise SystemExit(f"--without {name}: not one of {', '.join(WITHOUT)}")
-        WITHOUT[name][1]()
+        if name not in WITHOUT | PLANS:
+            raise SystemExit(f"--without {name}: not one of {', '.join(WITHOUT | PLANS)}")
+        (WITHOUT | PLANS)[name][1]()
     if off:
         args.tag = "_".join(t for t in (args.tag, "without", *off) if t)
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
