@@ -9,6 +9,7 @@ the trainer's power-law ids for 2 x 65536 samples):
 
 - every forward candidate of ``tbe_select.forward_candidates`` as the one launch, with half and twice
   its warps too (as ``tbe_breakdown.forward_sweep``), each beside what ``forward_seconds`` predicts;
+- every candidate again with ``STAGED`` loads (a barrier after the id and after the row loads);
 - the module's own forward: the launches ``polyrec.kernels.tbe_forward_plan`` plans;
 - the features split by bag length (one-hot; up to ``SHORT_BAGS`` ids; longer), each group launched
   with the candidate fastest on it alone, one launch after another.
@@ -116,6 +117,11 @@ def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list
         rows.append({"case": case, "plan": "one launch", "features": len(every), "config": str(cfg), "ms": ms,
                      "candidate": cfg in candidates,
                      "predicted_ms": predicted_ms(cfg, module.block_d, batch.batch_size, hots)})
+    for cfg in candidates:  # the same launches with the loads staged (pooled_forward_kernel's STAGED)
+        module.staged_forward = True
+        rows.append({"case": case, "plan": "one launch, staged loads", "features": len(every), "config": str(cfg),
+                     "ms": plan_ms(module, batch, [(every, cfg)], expected)})
+        module.staged_forward = False
     chosen = module._forward_config(batch, len(every))
     rows.append({"case": case, "plan": "one launch, selector's", "features": len(every), "config": str(chosen),
                  "ms": plan_ms(module, batch, [(every, chosen)], expected)})

@@ -70,9 +70,12 @@ def pooled_forward_kernel(
     feat_ids_ptr, feat_table_ptr, feat_col_ptr, feat_mean_ptr, table_rows_ptr, table_elem_base_ptr, table_dim_ptr,
     batch_size, nnz, out_stride,
     BAGS: tl.constexpr, HOTS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    HAS_PER_SAMPLE: tl.constexpr, HAS_MEAN: tl.constexpr,
+    HAS_PER_SAMPLE: tl.constexpr, HAS_MEAN: tl.constexpr, STAGED: tl.constexpr = False,
 ):
-    """out[b, col_f : col_f + dim] = pool over the bag of (feature f, sample b) of weight rows."""
+    """out[b, col_f : col_f + dim] = pool over the bag of (feature f, sample b) of weight rows.
+    ``STAGED``: a barrier after the id loads and one after the row loads, so that a thread issues all
+    of an iteration's loads before it waits on any (ptxas otherwise interleaves id load, row load and
+    add per row, one round trip after another)."""
     f = tl.load(feat_ids_ptr + tl.program_id(1))
     t = tl.load(feat_table_ptr + f)
     rows = tl.load(table_rows_ptr + t)
@@ -89,11 +92,16 @@ def pooled_forward_kernel(
         in_bag = (j0 + h[None, :]) < length[:, None]  # [BAGS, HOTS]
         pos = start[:, None] + j0 + h[None, :]
         idx = tl.load(values_ptr + pos, mask=in_bag, other=0).to(tl.int64)
+        if STAGED:
+            tl.debug_barrier()
         ok = in_bag & (idx >= 0) & (idx < rows)
         bad_ids = bad_ids | (in_bag & ~ok)
         row = base + idx * dim  # [BAGS, HOTS] element offset of each row
         vals = tl.load(weights_ptr + row[:, :, None] + d[None, None, :],
-                       mask=ok[:, :, None] & d_ok[None, None, :], other=0.0).to(tl.float32)
+                       mask=ok[:, :, None] & d_ok[None, None, :], other=0.0)
+        if STAGED:
+            tl.debug_barrier()
+        vals = vals.to(tl.float32)
         if HAS_PER_SAMPLE:
             w = tl.load(per_sample_ptr + pos, mask=ok, other=0.0).to(tl.float32)
             vals = vals * w[:, :, None]
