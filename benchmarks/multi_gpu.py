@@ -60,7 +60,9 @@ WITHOUT = {
                        lambda: setattr(DistributedEmbeddings, "start_backward", None)),
 }
 #: Launch plans the A/B can turn off (they change the order of the sums, so --check leaves them on).
-PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch)}
+PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch),
+         "staged_loads": ("the pooled forward never stages its loads",
+                          lambda: setattr(tbe_select, "staged_loads", lambda cfg: False))}
 
 
 #: Steps the --check run trains each way, and the largest relative loss difference it accepts (the

@@ -112,16 +112,17 @@ def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list
     every = list(range(len(features)))
     candidates = tbe_select.forward_candidates(module.block_d, 32)
     rows = []
+    module.staged_forward = False  # the sweep and the groups as at 8d81b97; staged loads in their own rows
     for cfg in sweep_configs(module.block_d):
         ms = plan_ms(module, batch, [(every, cfg)], expected)
         rows.append({"case": case, "plan": "one launch", "features": len(every), "config": str(cfg), "ms": ms,
                      "candidate": cfg in candidates,
                      "predicted_ms": predicted_ms(cfg, module.block_d, batch.batch_size, hots)})
+    module.staged_forward = True
     for cfg in candidates:  # the same launches with the loads staged (pooled_forward_kernel's STAGED)
-        module.staged_forward = True
         rows.append({"case": case, "plan": "one launch, staged loads", "features": len(every), "config": str(cfg),
                      "ms": plan_ms(module, batch, [(every, cfg)], expected)})
-        module.staged_forward = False
+    module.staged_forward = None  # from here on, as the module runs: staged where tbe_select.staged_loads says
     chosen = module._forward_config(batch, len(every))
     rows.append({"case": case, "plan": "one launch, selector's", "features": len(every), "config": str(chosen),
                  "ms": plan_ms(module, batch, [(every, chosen)], expected)})
@@ -129,6 +130,7 @@ def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list
     rows.append({"case": case, "plan": "the module's forward (tbe_forward_plan)", "features": len(every),
                  "config": "; ".join(f"{[hots[f] for f in fs]}: {c}" for fs, c in module_plan),
                  "ms": plan_ms(module, batch, module_plan, expected)})
+    module.staged_forward = False
     plan = []
     for group in groups_of(hots):
         best = min(candidates, key=lambda c: plan_ms(module, batch, [(group, c)], expected))

@@ -87,7 +87,7 @@ class TableBatchedEmbedding(torch.nn.Module):
         self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
         self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, seed
         self.update_config = update_config
-        self.staged_forward = False  # pooled_forward_kernel's STAGED (benchmarks/tbe_forward_groups.py A/B)
+        self.staged_forward: bool | None = None  # pooled_forward_kernel's STAGED; None: tbe_select.staged_loads
         self.step = 0
         device = torch.device(device) if device is not None else torch.device("cpu")
         dims = [t.dim for t in tables]
@@ -321,7 +321,8 @@ class TableBatchedEmbedding(torch.nn.Module):
             lay.table_dim, batch.batch_size, batch.values.numel(), out.stride(0),
             BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
             HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
-            STAGED=self.staged_forward, num_warps=cfg.num_warps)
+            STAGED=tbe_select.staged_loads(cfg) if self.staged_forward is None else self.staged_forward,
+            num_warps=cfg.num_warps)
 
     def _sequence_ranges(self, offsets: Tensor, batch_size: int) -> list[tuple[int, int, int, int]]:
         """(feature, first id position, id count, first output row) per sequence feature (synchronises)."""

@@ -64,10 +64,11 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
     jobs = []
     for dtype in dtypes:
         for c in cands:
+            staged = tbe_select.staged_loads(c)
             consts = dict(BAGS=c.bags, HOTS=c.hots, BLOCK_D=block_d, VEC=16 // (4 if dtype == "fp32" else 2),
-                          HAS_PER_SAMPLE=True, HAS_MEAN=True)
-            jobs.append(_job(f"tbe fwd {dtype} D{block_d} bags{c.bags} hots{c.hots} w{c.num_warps}",
-                             pooled_forward_kernel, dtype, consts, c.num_warps))
+                          HAS_PER_SAMPLE=True, HAS_MEAN=True, STAGED=staged)
+            jobs.append(_job(f"tbe fwd {dtype} D{block_d} bags{c.bags} hots{c.hots} w{c.num_warps}"
+                             + (" staged" if staged else ""), pooled_forward_kernel, dtype, consts, c.num_warps))
     return jobs
 
 

@@ -155,6 +155,18 @@ def update_candidates(block_d: int, warp_size: int, stochastic: bool = False,
     return scan_candidates(block_d, warp_size) + lane_candidates(block_d, warp_size, stochastic, grad_bytes)
 
 
+def staged_loads(cfg: ForwardConfig) -> bool:
+    """Whether the pooled forward stages its loads (``pooled_forward_kernel``'s STAGED) under ``cfg``:
+    with HOTS = 1. ptxas interleaves each row's id load, row load and add, so a thread's rows make
+    one round trip after another: 6 / 10 / 18 dependent steps per iteration for 16 x 1 at 4 / 2 / 1
+    warps, against 4-8 for the HOTS = 4 tiles (cuda:90 SASS, counted by the eighth session). Measured
+    on the H200 (tbe_forward_groups_nvidia-h200_2026-11-30 at 718558e, power-law ids): staging made
+    every HOTS = 1 candidate faster in all three cases (16 x 1, 2 warps: world 1 1.51 -> 1.22 ms, world-2
+    rank 0 1.50 -> 1.17, rank 1 1.55 -> 1.30) and every HOTS = 4 one slower (4 x 4: 1.16 -> 1.19, 0.98 ->
+    1.02, 1.32 -> 1.37 ms). The forward model does not price it (see docs/tbe.md)."""
+    return cfg.hots == 1
+
+
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
                    row_bytes: int, bag_lengths: list[float] | None = None) -> ForwardConfig:
     """The forward (and sort-key) config with the least predicted time (``polyrec.perfmodel.tbe.forward_seconds``).
