@@ -91,3 +91,24 @@ def test_a_prepared_backward_updates_bitwise_as_one_that_sorts(weighted):
         return module.weights.clone()
 
     assert torch.equal(run(True), run(False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_staged_loads_give_the_same_pooled_rows(weighted):
+    """``STAGED`` only moves barriers between the loads and the sums: every HOTS = 1 and HOTS = 4
+    candidate gives bitwise the same output with and without it."""
+    from polyrec.kernels import tbe_select
+
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd", lr=0.1),
+                                   feature_to_table=FEATURES, device="cuda", seed=4)
+    b = batch(torch.Generator(device="cuda").manual_seed(8), weighted)
+    ids = torch.arange(len(FEATURES), dtype=torch.int32, device="cuda")
+    for cfg in tbe_select.forward_candidates(module.block_d, 32):
+        outs = []
+        for staged in (False, True):
+            module.staged_forward = staged
+            out = torch.full((b.batch_size, module.output_dim), float("nan"), device="cuda")
+            module.launch_pooled(b, out, ids, cfg)
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]) and not outs[0].isnan().any(), cfg
