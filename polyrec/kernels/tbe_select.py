@@ -161,9 +161,9 @@ def staged_loads(cfg: ForwardConfig) -> bool:
     one round trip after another: 6 / 10 / 18 dependent steps per iteration for 16 x 1 at 4 / 2 / 1
     warps, against 4-8 for the HOTS = 4 tiles (cuda:90 SASS, counted by the eighth session). Measured
     on the H200 (tbe_forward_groups_nvidia-h200_2026-11-30 at 718558e, power-law ids): staging made
-    every HOTS = 1 candidate faster in all three cases (16 x 1, 2 warps: world 1 1.51 -> 1.22 ms, world-2
-    rank 0 1.50 -> 1.17, rank 1 1.55 -> 1.30) and every HOTS = 4 one slower (4 x 4: 1.16 -> 1.19, 0.98 ->
-    1.02, 1.32 -> 1.37 ms). The forward model does not price it (see docs/tbe.md)."""
+    every HOTS = 1 candidate faster in all three cases (16 x 1, 2 warps: world 1 1.53 -> 1.22 ms, world-2
+    rank 0 1.52 -> 1.17, rank 1 1.55 -> 1.30) and every HOTS = 4 and 16 one slower (4 x 4: 1.16 -> 1.19,
+    0.98 -> 1.02, 1.33 -> 1.37 ms). The forward model does not price it (see docs/tbe.md)."""
     return cfg.hots == 1
 
 
