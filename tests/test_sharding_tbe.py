@@ -155,34 +155,61 @@ def test_checkpoint_from_two_ranks_resumes_on_one_and_two(tmp_path):
     run_on_ranks(_resume_resharded, 2, directory)
 
 
+def _raise_message(module: ShardedEmbedding, batch) -> str:
+    """The lookup of ``batch`` (it must not raise: the flags wait for the check), then the collective
+    check's error message on this rank ("" when none)."""
+    from polyrec.kernels.jagged import JaggedBatchError
+
+    with torch.no_grad():
+        module(batch)
+    try:
+        module.check_errors()
+    except JaggedBatchError as exc:
+        return str(exc)
+    return ""
+
+
+def _with_bad_ids(batch, bad: dict[int, int]):
+    """``batch`` with the first id of the first feature of each table in ``bad`` replaced by its value."""
+    from test_sharding import FEATURE_TO_TABLE
+
+    starts = batch.offsets[:: batch.batch_size]
+    first = {f: int(starts[f]) for f in range(batch.num_features) if starts[f + 1] > starts[f]}
+    for f, at in first.items():
+        if FEATURE_TO_TABLE[f] in bad:
+            batch.values[at] = bad.pop(FEATURE_TO_TABLE[f])
+    assert not bad, "every bad table needs a feature with an id in this batch"
+    return batch
+
+
 def _flag_ids_past_int32(rank: int, world: int) -> None:
     """An id past int32 (ids cross the all-to-all as int32, clamped) and a negative one, sent by rank
-    1 for tables owned by rank 0 and rank 1: each owner's lookup flags its table, no id wraps into range."""
+    1 for tables owned by rank 0 and rank 1: each owner's check names its table, no id wraps into range."""
     import torch.distributed as dist
-
-    from polyrec.kernels.jagged import JaggedBatchError
-    from test_sharding import FEATURE_TO_TABLE
 
     module = _sharded(rank, world, ("table", "table", "table"), OPT)  # table t on rank t % 2
     batch = local_part(global_batch(world, seed=7), rank, world)
     if rank == 1:
-        starts = batch.offsets[:: batch.batch_size]
-        first = {f: int(starts[f]) for f in range(batch.num_features) if starts[f + 1] > starts[f]}
-        bad = {0: 2**40, 1: -5}  # table 0 lives on rank 0, table 1 on rank 1
-        for f, at in first.items():
-            if FEATURE_TO_TABLE[f] in bad:
-                batch.values[at] = bad.pop(FEATURE_TO_TABLE[f])
-        assert not bad, "every bad table needs a feature with an id on rank 1"
-    try:  # on the CPU the owner's lookup raises at once (on a GPU at its next check): both own a bad id
-        with torch.no_grad():
-            module(batch)
-        module.local.check_errors()
-        message = ""
-    except JaggedBatchError as exc:
-        message = str(exc)
+        batch = _with_bad_ids(batch, {0: 2**40, 1: -5})  # table 0 lives on rank 0, table 1 on rank 1
     messages = [None] * world
-    dist.all_gather_object(messages, message)
+    dist.all_gather_object(messages, _raise_message(module, batch))
     assert f"t{rank}[" in messages[rank], messages  # the owner names its shard of that table
+
+
+def _flag_on_every_rank(rank: int, world: int) -> None:
+    """A bad id only rank 0's tables see: rank 0's check names the table, and rank 1's raises too,
+    naming rank 0, instead of carrying on into a collective rank 0 never reaches."""
+    module = _sharded(rank, world, ("table", "table", "table"), OPT)
+    batch = local_part(global_batch(world, seed=7), rank, world)
+    if rank == 1:
+        batch = _with_bad_ids(batch, {2: 10**6})  # table 2 lives on rank 0
+    message = _raise_message(module, batch)
+    expected = "t2[" if rank == 0 else "flagged by the tables of rank(s) [0]"
+    assert expected in message, (rank, message)
+
+
+def test_bad_input_one_rank_flags_raises_on_every_rank():
+    run_on_ranks(_flag_on_every_rank, 2)
 
 
 def test_ids_past_int32_or_negative_are_flagged_by_their_owner():

@@ -88,6 +88,9 @@ class TableBatchedEmbedding(torch.nn.Module):
         self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, seed
         self.update_config = update_config
         self.staged_forward: bool | None = None  # pooled_forward_kernel's STAGED; None: tbe_select.staged_loads
+        # On the CPU, keep flagged bad input for check_errors instead of raising in the lookup (sharded
+        # tables: every rank checks at the same point, polyrec.runtime.sharding)
+        self.defer_errors = False
         self.step = 0
         device = torch.device(device) if device is not None else torch.device("cpu")
         dims = [t.dim for t in tables]
@@ -228,7 +231,8 @@ class TableBatchedEmbedding(torch.nn.Module):
     def _record_flags(self) -> None:
         if self.flags.device.type == "cpu":
             self._pending_flags = (self.flags.clone(), None)
-            self.check_errors()
+            if not self.defer_errors:
+                self.check_errors()
             return
         host = torch.empty(self.flags.shape, dtype=self.flags.dtype, pin_memory=True)
         host.copy_(self.flags, non_blocking=True)

@@ -118,8 +118,9 @@ class DistributedEmbeddings(nn.Module):
         """Nothing to do: each shard's backward already applied its optimizer."""
 
     def check_errors(self) -> None:
-        """Raise for bad ids this rank's shards flagged in an earlier lookup (one device sync)."""
-        self.local.check_errors()
+        """Raise, on every rank, for bad ids any rank's shards flagged in an earlier lookup (one device
+        sync and one all-reduce; ``ShardedEmbedding.check_errors``)."""
+        self.sharded.check_errors()
 
     def export_state(self) -> dict:
         """This rank's shards (weights and optimizer state) with their place in the tables."""

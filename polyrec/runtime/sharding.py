@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.place_columns import ColumnLayout, column_layout, gather, place
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
 
@@ -245,6 +245,9 @@ class ShardedEmbedding(nn.Module):
         local_index = {id(s): i for i, s in enumerate(self.local_shards)}
         self.local = local_factory(self.local_shards, [local_index[id(p.shard)] for p in self.pieces[rank]])
         device = next(iter(self.local.buffers()), torch.empty(0)).device  # where the local tables live
+        self.device = device
+        if world_size > 1 and hasattr(self.local, "defer_errors"):
+            self.local.defer_errors = True  # raised by check_errors, on every rank together
         self.router = InputRouter(self.pieces, self.num_features, device)
         self.rank_dims = [sum(p.shard.dim for p in self.pieces[d]) for d in range(world_size)]
         rank_cols = [[c for p in pieces for c in range(*p.out_cols)] for pieces in self.pieces]  # output column
@@ -327,6 +330,29 @@ class ShardedEmbedding(nn.Module):
     def _take_gradient_exchange_hook(self) -> Callable[[], None] | None:
         hook, self._gradient_exchange_hook = self._gradient_exchange_hook, None
         return hook
+
+    def check_errors(self) -> None:
+        """Raise for bad input (ids out of range, bad offsets) that any rank's shards flagged in an
+        earlier lookup, on every rank: the owner's error names the feature and its shard, the others
+        say which rank flagged it. A collective: every rank must call it at the same point (the
+        trainer does at each log step), so that no rank raises while its peers wait in an exchange."""
+        check = getattr(self.local, "check_errors", None)
+        error = None
+        try:
+            if check is not None:
+                check()
+        except JaggedBatchError as exc:
+            error = exc
+        if self.world > 1:
+            flagged = torch.zeros(self.world, dtype=torch.int32, device=self.device)
+            flagged[self.rank] = error is not None
+            dist.all_reduce(flagged)
+            if error is None and flagged.any():
+                ranks = [r for r in range(self.world) if flagged[r]]
+                raise JaggedBatchError(f"rank {self.rank}: bad input in a recent batch, flagged by the tables of "
+                                       f"rank(s) {ranks}; their error names the feature and table")
+        if error is not None:
+            raise error
 
     def pooled_send(self, b: int) -> list[int]:
         """Values of pooled rows this rank sends each rank in the forward: its columns of their B samples."""
