@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from polyrec.kernels import tbe, tbe_select
-from polyrec.kernels.tbe_forward_plan import ForwardLaunch
+from polyrec.kernels.tbe_forward_plan import one_launch
 from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.dist import shutdown
@@ -41,12 +41,7 @@ def _ids_as_given() -> None:
 
 
 def _one_forward_launch() -> None:
-    def single(spec, *, batch_size, bag_lengths, block_d, row_bytes):
-        cfg = tbe_select.select_forward(spec, batch_size=batch_size, num_features=len(bag_lengths),
-                                        mean_bag=sum(bag_lengths) / len(bag_lengths), block_d=block_d,
-                                        row_bytes=row_bytes, bag_lengths=bag_lengths)
-        return [ForwardLaunch(features=tuple(range(len(bag_lengths))), config=cfg)]
-    tbe.plan_forward = single
+    tbe.plan_forward = lambda spec, **shape: [one_launch(spec, **shape)]
 
 
 #: Overlaps (seventh and eighth sessions) the A/B can turn off: name -> (what it was before, how to undo it here).

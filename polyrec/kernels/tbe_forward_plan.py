@@ -35,6 +35,16 @@ def _seconds(spec: DeviceSpec, cfg: ForwardConfig, *, batch_size: int, bag_lengt
                            row_bytes=row_bytes, out_bytes=4)
 
 
+def one_launch(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
+               row_bytes: int) -> ForwardLaunch:
+    """Every feature in one launch, with the config ``tbe_select.select_forward`` picks for them all."""
+    lengths = list(bag_lengths)
+    cfg = select_forward(spec, batch_size=batch_size, num_features=len(lengths),
+                         mean_bag=sum(lengths) / max(len(lengths), 1), block_d=block_d, row_bytes=row_bytes,
+                         bag_lengths=lengths)
+    return ForwardLaunch(features=tuple(range(len(lengths))), config=cfg)
+
+
 def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
                  row_bytes: int) -> list[ForwardLaunch]:
     """The launches of one pooled forward over features with these mean bag lengths (see the module
@@ -43,17 +53,14 @@ def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float],
         raise ValueError("plan_forward: no pooled features to plan")
     shape = dict(batch_size=batch_size, block_d=block_d, row_bytes=row_bytes)
     lengths = list(bag_lengths)
-    single = select_forward(spec, num_features=len(lengths), mean_bag=sum(lengths) / len(lengths),
-                            bag_lengths=lengths, **shape)
+    single = one_launch(spec, bag_lengths=lengths, **shape)
     groups: dict[ForwardConfig, list[int]] = {}
     for f, length in enumerate(lengths):
         groups.setdefault(select_forward(spec, num_features=1, mean_bag=length, bag_lengths=[length], **shape),
                           []).append(f)
     if len(groups) == 1:
-        return [ForwardLaunch(features=tuple(range(len(lengths))), config=single)]
+        return [single]
     grouped = [ForwardLaunch(features=tuple(fs), config=cfg) for cfg, fs in groups.items()]
     grouped_s = (sum(_seconds(spec, g.config, bag_lengths=[lengths[f] for f in g.features], **shape) for g in grouped)
                  + (len(grouped) - 1) * ceilings(spec).launch_latency.value)
-    if _seconds(spec, single, bag_lengths=lengths, **shape) <= grouped_s:
-        return [ForwardLaunch(features=tuple(range(len(lengths))), config=single)]
-    return grouped
+    return [single] if _seconds(spec, single.config, bag_lengths=lengths, **shape) <= grouped_s else grouped

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import gemm_select, tbe_select
+from polyrec.kernels.chunk_copy import INT32_MAX
 from polyrec.perfmodel import tbe
 from polyrec.perfmodel.step import StepParts, StepTime, step_time
 from polyrec.planner import memory as mem
@@ -37,15 +38,14 @@ DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 11, "adam": 22}
 _EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
 #: Parameter tensors of a dense matmul with a bias (weight and bias) the optimizer walks.
 TENSORS_PER_BIAS_MATMUL = 2
-#: Table rows below which ids cross the input all-to-all as int32, else int64 (polyrec.runtime.input_dist
-#: ``narrow_ids``, polyrec.kernels.chunk_copy.INT32_MAX); a bag length crosses as int32.
-INT32_ID_ROWS = 2**31 - 1
+#: Bytes of a bag length crossing the input all-to-all (int32). Ids cross as int32 when every table has
+#: fewer than INT32_MAX rows, else int64 (polyrec.runtime.input_dist ``narrow_ids``).
 LENGTH_BYTES = 4
 
 
 def wire_id_bytes(model: ModelSpec) -> int:
     """Bytes of one id crossing the input all-to-all for ``model``'s tables."""
-    return 4 if max(t.rows for t in model.tables) < INT32_ID_ROWS else 8
+    return 4 if max(t.rows for t in model.tables) < INT32_MAX else 8
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
