@@ -86,9 +86,11 @@ def check_overlaps(cfg: TrainConfig) -> dict:
     return {"losses_with_overlaps": on, "losses_without": off, "max_rel_diff": worst, "ok": worst <= CHECK_RTOL}
 
 
-def rank_kernels(trainer: Trainer) -> list[list[dict]]:
-    """Every rank's kernel table of a training step (``profiling.kernel_table``), gathered on all ranks."""
-    table = kernel_table(trainer.train_step)[:40]
+def rank_kernels(trainer: Trainer, trace_dir: Path | None) -> list[list[dict]]:
+    """Every rank's kernel table of a training step (``profiling.kernel_table``), gathered on all ranks;
+    with ``trace_dir``, each rank's timeline written there as ``rank<r>.json``."""
+    trace = trace_dir / f"rank{trainer.ctx.rank}.json" if trace_dir is not None else None
+    table = kernel_table(trainer.train_step, trace=trace)[:40]
     tables: list[list[dict]] = [[] for _ in range(trainer.ctx.world_size)]
     torch.distributed.all_gather_object(tables, table)
     return tables
@@ -112,8 +114,12 @@ def main() -> None:
                         help=f"only check that the overlaps train as without them ({CHECK_STEPS} steps each way)")
     parser.add_argument("--profile", action="store_true",
                         help="also every rank's CUDA kernels per step (torch profiler), in the results payload")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="with --profile: each rank's profiled timeline as DIR/rank<r>.json (Chrome trace)")
     args = parser.parse_args()
     off = [w for w in args.without.split(",") if w]
+    if args.trace is not None and not args.profile:
+        raise SystemExit("--trace DIR writes the --profile run's timeline; add --profile")
     if off and args.check:
         raise SystemExit("--check compares with and without every overlap itself; leave out --without")
     for name in off:
@@ -144,7 +150,7 @@ def main() -> None:
     peak = torch.tensor(torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else 0.0,
                         device=trainer.rt.device)
     torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
-    kernels = rank_kernels(trainer) if args.profile else []
+    kernels = rank_kernels(trainer, args.trace) if args.profile else []
     if trainer.ctx.is_main:
         row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
                "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 
-def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2) -> list[dict]:
+def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2, trace: Path | None = None) -> list[dict]:
     """Run ``step`` ``warmup`` times, then ``reps`` times under the profiler; rows of the CUDA kernels
-    grouped by name with their calls and milliseconds per step, largest first."""
+    grouped by name with their calls and milliseconds per step, largest first. ``trace``: also write
+    the timeline there (Chrome trace JSON: every kernel with its stream, start and duration)."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -18,6 +20,9 @@ def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2) 
         for _ in range(reps):
             step()
         torch.cuda.synchronize()
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
     rows = []
     for evt in prof.key_averages():
         cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
