@@ -44,7 +44,7 @@ def _one_forward_launch() -> None:
     tbe.plan_forward = lambda spec, **shape: [one_launch(spec, **shape)]
 
 
-#: Overlaps (seventh and eighth sessions) the A/B can turn off: name -> (what it was before, how to undo it here).
+#: Overlaps (seventh to ninth sessions) the A/B can turn off: name -> (what it was before, how to undo it here).
 WITHOUT = {
     "early_sort": ("the backward sorts its ids after the gradient arrives",
                    lambda: setattr(ShardedEmbedding, "_backward_prelude", lambda self, batch: None)),
@@ -53,6 +53,8 @@ WITHOUT = {
     "int32_ids": ("ids cross the all-to-all as int64", _ids_as_given),
     "early_gradient": ("the embedding gradient's all-to-all starts after the dense backward",
                        lambda: setattr(DistributedEmbeddings, "start_backward", None)),
+    "inputs_ahead": ("a batch's ids cross at the start of its own step (only its lengths a step ahead)",
+                     lambda: setattr(Trainer, "inputs_ahead", 1)),
 }
 #: Launch plans the A/B can turn off (they change the order of the sums, so --check leaves them on).
 PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch),

@@ -279,3 +279,35 @@ def _gradient_exchange_started_in_the_dense_backward(rank: int, world: int) -> N
 @pytest.mark.parametrize("world", [1, 2])
 def test_the_gradient_exchange_starts_inside_the_dense_backward(world):
     run_on_ranks(_gradient_exchange_started_in_the_dense_backward, world)
+
+
+def _inputs_distributed_a_step_ahead(rank: int, world: int) -> None:
+    """On several ranks each batch's ids are sent in the step before its own (``Trainer._inputs_ahead``):
+    from the third step on, the lookup finds its batch already distributed; the losses are bitwise
+    those with only the lengths a step ahead (``inputs_ahead`` = 1), and equal when resumed from a
+    checkpoint in between (the data position is before the first batch taken ahead)."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.sharding import ShardedEmbedding
+    from polyrec.runtime.trainer import Trainer
+
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=5, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100)
+    real, ready = ShardedEmbedding._send_inputs, []
+
+    def spy(self, batch, started):
+        ready.append(started is not None and started.local is not None)
+        return real(self, batch, started)
+
+    with mock.patch.object(ShardedEmbedding, "_send_inputs", spy):
+        trainer = Trainer(cfg, progress=False)
+        ahead = [float(trainer.train_step()) for _ in range(5)]
+    assert ready == [False, False, True, True, True], ready
+    assert len(trainer._ahead) == 2 and trainer._ahead[0][2].local is not None
+    with mock.patch.object(Trainer, "inputs_ahead", 1):
+        trainer = Trainer(cfg, progress=False)
+        lengths_only = [float(trainer.train_step()) for _ in range(5)]
+    assert ahead == lengths_only, (rank, ahead, lengths_only)
+
+
+def test_inputs_are_distributed_a_step_ahead():
+    run_on_ranks(_inputs_distributed_a_step_ahead, 2)

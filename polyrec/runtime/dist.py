@@ -33,6 +33,7 @@ class DistContext:
     local_rank: int
     device: torch.device
     backend: str  # "nccl" (NVIDIA NCCL / AMD RCCL) or "gloo"
+    timeout_s: float = DEFAULT_TIMEOUT_S  # of every collective (the process group's timeout)
 
     @property
     def is_main(self) -> bool:
@@ -75,7 +76,18 @@ def init_distributed(*, backend: str | None = None, timeout_s: float = DEFAULT_T
         kwargs = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s), **kwargs)
     setup_rank_logging(rank, world)
-    return DistContext(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend)
+    return DistContext(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend,
+                       timeout_s=timeout_s)
+
+
+def second_group(ctx: DistContext) -> dist.ProcessGroup | None:
+    """Another process group of every rank, under the same timeout: collectives queued on another
+    stream (the input distribution, a step ahead) get their own communicator, instead of being ordered
+    among the default group's (the pooled rows' exchanges, DDP's all-reduce). Every rank must call it
+    at the same point. None in a world of one."""
+    if ctx.world_size == 1:
+        return None
+    return dist.new_group(timeout=dt.timedelta(seconds=ctx.timeout_s))
 
 
 def setup_rank_logging(rank: int, world_size: int, level: int = logging.INFO) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from polyrec.kernels.jagged import JaggedBatch
@@ -71,7 +72,7 @@ class DistributedEmbeddings(nn.Module):
     def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimizer,
                  shardings: Sequence[TableSharding], rank: int, world_size: int, device: torch.device,
                  seed: int, weight_dtype: torch.dtype = torch.float32,
-                 output_dtype: torch.dtype = torch.float32) -> None:
+                 output_dtype: torch.dtype = torch.float32, input_group: dist.ProcessGroup | None = None) -> None:
         super().__init__()
         self.dim, self.num_tables = dim, len(table_rows)
 
@@ -86,7 +87,7 @@ class DistributedEmbeddings(nn.Module):
 
         self.sharded = ShardedEmbedding(rows=table_rows, dims=[dim] * len(table_rows), shardings=shardings,
                                         feature_to_table=list(range(len(table_rows))), local_factory=build,
-                                        rank=rank, world_size=world_size)
+                                        rank=rank, world_size=world_size, input_group=input_group)
 
     @property
     def local(self) -> TableBatchedEmbedding:
@@ -97,6 +98,10 @@ class DistributedEmbeddings(nn.Module):
         to ``forward`` as ``started`` with the same tensors."""
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables)
         return self.sharded.start_inputs(batch)
+
+    def distribute_inputs(self, started: StartedInputs) -> None:
+        """Queue the rest of a started input distribution now (``ShardedEmbedding.distribute_inputs``)."""
+        self.sharded.distribute_inputs(started)
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
                 started: StartedInputs | None = None) -> torch.Tensor:

@@ -21,7 +21,7 @@ from torch import nn
 
 from polyrec.kernels.tbe import EmbeddingOptimizer
 from polyrec.models import ModelConfig
-from polyrec.runtime.dist import DistContext
+from polyrec.runtime.dist import DistContext, second_group
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, default_shardings
 from polyrec.runtime.sharded_checkpoint import full_tables, load_sharded, save_sharded
 from polyrec.runtime.sharding import TableSharding
@@ -59,7 +59,7 @@ def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *,
                              initial_accumulator_value=optimizer.initial_accumulator_value)
     return DistributedEmbeddings(config.table_rows, config.embedding_dim, optimizer=opt, shardings=shardings,
                                  rank=ctx.rank, world_size=ctx.world_size, device=ctx.device, seed=seed,
-                                 weight_dtype=weight_dtype, output_dtype=output_dtype)
+                                 weight_dtype=weight_dtype, output_dtype=output_dtype, input_group=second_group(ctx))
 
 
 def data_parallel(module: nn.Module, ctx: DistContext) -> nn.Module:

@@ -22,6 +22,10 @@ the local tables' id sort for their backward (``prepare_backward``); in the back
 caller hands ``backward_overlapping`` (the trainer: the dense optimizer step). The backward's exchange
 can also start before the backward runs, from a gradient the caller has early (``start_backward``:
 the trainer starts it inside the dense backward, when the cross network's input gradient is final).
+The input distribution can run ahead of its step (``start_inputs``, ``distribute_inputs``): given an
+``input_group``, on a GPU it is queued on an input stream with that group's communicator, so that the
+next batch's ids cross while this step's dense work runs and no rank meets its peers at the start of
+a step (the trainer's sync pipeline on several ranks).
 
 In a world of one rank nothing is exchanged (same code path, no collective, no host sync but in
 the case ``InputRouter.local_batch`` names): the local batch goes to the local tables as it is (or
@@ -32,6 +36,7 @@ the output all-to-all).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -199,9 +204,9 @@ class _PlaceColumns(torch.autograd.Function):
         return gather(grad, ctx.b, ctx.layout, ctx.grad_scale), None, None, None
 
 
-def _all_to_all(tensor: Tensor, send: list[int], recv: list[int]) -> Tensor:
+def _all_to_all(tensor: Tensor, send: list[int], recv: list[int], group: dist.ProcessGroup | None) -> Tensor:
     out = tensor.new_empty(sum(recv))
-    dist.all_to_all_single(out, tensor.contiguous(), recv, send)
+    dist.all_to_all_single(out, tensor.contiguous(), recv, send, group=group)
     return out
 
 
@@ -214,6 +219,8 @@ class StartedInputs:
     recv_lengths: Tensor  # [world * P_r * B] int32: the bag lengths this rank receives
     sizes: Tensor  # [2 * world] ids sent to, then received from, each rank (host; pinned on a GPU)
     ready: torch.cuda.Event | None  # fires once ``sizes`` holds its values (None: already)
+    local: JaggedBatch | None = None  # this rank's pieces for all ranks' samples, once distributed
+    done: torch.cuda.Event | None = None  # fires once ``local`` holds its values (None: already)
 
 
 class ShardedEmbedding(nn.Module):
@@ -231,9 +238,10 @@ class ShardedEmbedding(nn.Module):
 
     def __init__(self, *, rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
                  feature_to_table: Sequence[int], local_factory: Callable[[list[Shard], list[int]], nn.Module],
-                 rank: int, world_size: int):
+                 rank: int, world_size: int, input_group: dist.ProcessGroup | None = None):
         super().__init__()
         self.rank, self.world = rank, world_size
+        self.input_group = input_group  # of the input all-to-alls (None: the default group)
         self._gradient_exchange_hook: Callable[[], None] | None = None  # see backward_overlapping
         self._started_gradient: tuple[_GradientKey, _Exchange] | None = None  # see start_backward
         self.shards = make_shards(rows, dims, shardings, world_size)
@@ -246,6 +254,9 @@ class ShardedEmbedding(nn.Module):
         self.local = local_factory(self.local_shards, [local_index[id(p.shard)] for p in self.pieces[rank]])
         device = next(iter(self.local.buffers()), torch.empty(0)).device  # where the local tables live
         self.device = device
+        # The input distribution's stream: only with its own group, whose collectives no other stream
+        # queues (a group's collectives on two streams would be ordered by whichever the host issued first).
+        self.input_stream = torch.cuda.Stream(device) if input_group is not None and device.type == "cuda" else None
         if world_size > 1 and hasattr(self.local, "defer_errors"):
             self.local.defer_errors = True  # raised by check_errors, on every rank together
         self.router = InputRouter(self.pieces, self.num_features, device)
@@ -276,18 +287,54 @@ class ShardedEmbedding(nn.Module):
         if batch.nnz >= 2**31:
             raise ValueError(f"rank {self.rank}: {batch.nnz} ids in one local batch; bag lengths are exchanged "
                              "as int32, so at most 2**31 - 1 ids per rank per step")
-        counted = self.router.count(batch)
-        send_lengths = counted.send_lengths.to(torch.int32).reshape(-1)  # [P * B]
-        recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world)
-        recv_counts = recv_lengths.view(world, mine * b).sum(1)  # [world]
-        sizes = torch.cat([counted.send_counts, recv_counts])  # [2 * world] ids sent to / received from each rank
-        ready = None
-        if sizes.is_cuda:
-            host = torch.empty(sizes.shape, dtype=sizes.dtype, pin_memory=True)
-            sizes = host.copy_(sizes, non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record()
+        with self._input_side():
+            counted = self.router.count(batch)
+            send_lengths = counted.send_lengths.to(torch.int32).reshape(-1)  # [P * B]
+            recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world,
+                                       self.input_group)
+            recv_counts = recv_lengths.view(world, mine * b).sum(1)  # [world]
+            sizes = torch.cat([counted.send_counts, recv_counts])  # [2 * world] ids sent to / received from each rank
+            ready = None
+            if sizes.is_cuda:
+                host = torch.empty(sizes.shape, dtype=sizes.dtype, pin_memory=True)
+                sizes = host.copy_(sizes, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record()
         return StartedInputs(batch=batch, counted=counted, recv_lengths=recv_lengths, sizes=sizes, ready=ready)
+
+    def _input_side(self) -> contextlib.AbstractContextManager:
+        """Where the input distribution's work is queued: the input stream, after what the current stream
+        has queued (the batch's copy to the device), or the current stream when there is none."""
+        if self.input_stream is None:
+            return contextlib.nullcontext()
+        self.input_stream.wait_stream(torch.cuda.current_stream(self.device))
+        return torch.cuda.stream(self.input_stream)
+
+    def distribute_inputs(self, started: StartedInputs) -> None:
+        """The second half of a started input distribution: the one host read of the split sizes, the
+        send buffer, the values (and weights) all-to-all and the regroup into this rank's pieces
+        (``started.local``). On the input stream when there is one: queued a step ahead, the ids cross
+        while that step's dense work runs. Nothing to do once done. A collective, as ``start_inputs``."""
+        if started.local is not None:
+            return
+        # The host read of the split sizes stays: all_to_all_single takes them as host ints, and they
+        # depend on the data (every rank's bag lengths; for row-wise tables, which rows the ids hit),
+        # which reach this rank only on the device, through the lengths all-to-all. Started a step
+        # ahead (the trainer's sync pipeline on several ranks), the read finds them already copied.
+        if started.ready is not None:
+            started.ready.synchronize()
+        sizes = started.sizes.tolist()
+        world, mine = self.world, self.router.pieces_per_rank[self.rank]
+        send, recv = sizes[:world], sizes[world:]
+        with self._input_side():
+            values, weights = self.router.pack(started.batch, started.counted, sum(send))
+            got_values = _all_to_all(values, send, recv, self.input_group)
+            got_weights = None if weights is None else _all_to_all(weights, send, recv, self.input_group)
+            started.local = regroup(started.recv_lengths, got_values, got_weights, world=world, features=mine,
+                                    batch=started.batch.batch_size)
+            if self.input_stream is not None:
+                started.done = torch.cuda.Event()
+                started.done.record()
 
     def _send_inputs(self, batch: JaggedBatch, started: StartedInputs | None) -> JaggedBatch:
         """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B].
@@ -301,20 +348,15 @@ class ShardedEmbedding(nn.Module):
         started = started or self.start_inputs(batch)
         if started.batch.values is not batch.values or started.batch.offsets is not batch.offsets:
             raise ValueError("the started input distribution belongs to another batch")
-        # The host read of the split sizes stays: all_to_all_single takes them as host ints, and they
-        # depend on the data (every rank's bag lengths; for row-wise tables, which rows the ids hit),
-        # which reach this rank only on the device, through the lengths all-to-all. Started a step
-        # ahead (the trainer's sync pipeline on several ranks), the read finds them already copied.
-        if started.ready is not None:
-            started.ready.synchronize()
-        sizes = started.sizes.tolist()
-        world, mine = self.world, self.router.pieces_per_rank[self.rank]
-        send, recv = sizes[:world], sizes[world:]
-        values, weights = self.router.pack(batch, started.counted, sum(send))
-        got_values = _all_to_all(values, send, recv)
-        got_weights = None if weights is None else _all_to_all(weights, send, recv)
-        return regroup(started.recv_lengths, got_values, got_weights, world=world, features=mine,
-                       batch=batch.batch_size)
+        self.distribute_inputs(started)
+        local = started.local
+        if started.done is not None:  # made on the input stream, read here (and by the backward)
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(started.done)
+            for t in (local.values, local.offsets, local.weights):
+                if t is not None:
+                    t.record_stream(current)
+        return local
 
     def backward_overlapping(self, output: Tensor, grad: Tensor, meanwhile: Callable[[], None]) -> bool:
         """``output.backward(grad)`` for an output of this module, calling ``meanwhile`` while the

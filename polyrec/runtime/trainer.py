@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
@@ -124,6 +125,10 @@ def _state_tensors(state: Any) -> list[torch.Tensor]:
 class Trainer:
     """Builds the data source, model and optimizers of a TrainConfig, and runs or benchmarks it."""
 
+    #: Batches whose input distribution runs ahead of their step, sharded tables on several ranks
+    #: (``_inputs_ahead``): 2 = the next batch's whole exchange and the one after's lengths.
+    inputs_ahead = 2
+
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
         self.distributed = launched_by_torchrun()
         self.ctx = init_distributed()
@@ -175,7 +180,7 @@ class Trainer:
         self._side = torch.cuda.Stream(self.rt.device) if use_side else None
         self._prefetched: tuple[Batch, torch.Tensor, Any] | None = None
         self._exchange_ahead = self.distributed and self.ctx.world_size > 1 and cfg.pipeline == "sync"
-        self._ahead: tuple[dict, Batch, Any] | None = None  # the next batch, its distribution started
+        self._ahead: deque[tuple[dict, Batch, Any]] = deque()  # the next batches, their distribution begun
         if cfg.resume:
             self.restore()
 
@@ -208,6 +213,7 @@ class Trainer:
         t.stop()
         t.start("emb_fwd")
         emb = self.model.embed(batch.values, batch.offsets, batch.batch_size, started=started)  # [B, F, D]
+        self._inputs_ahead()
         t.stop()
         loss, emb_grad = self._dense_step(batch, emb)
         t.start("emb_bwd")
@@ -232,21 +238,32 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def _batch_and_inputs(self) -> tuple[Batch, Any]:
-        """This step's batch and its started input distribution (None: the lookup distributes it).
-
-        Sharded tables on several ranks: the next batch is taken now and its distribution started
-        (``start_inputs``: the lengths all-to-all and the split sizes' copy to the host), so that
-        next step's one host read of those sizes finds them copied instead of waiting for this step's
-        queued work (measured: the world-2 embedding forward took 6.8 ms against 1.2 ms on one rank,
-        benchmarks/results/multi_gpu_world2_nvidia-h200_2026-11-30 at 8cd3e5a). The same batches in
-        the same order: only their fetch moves one step earlier; a checkpoint records the data
-        position before the batch taken ahead, so a resumed run fetches it again."""
+        """This step's batch and its input distribution as far as it went (None: the lookup
+        distributes it): begun by ``_inputs_ahead`` in earlier steps, or now in the first."""
         if not self._exchange_ahead:
             return self.source.next_batch().to(self.rt.device, non_blocking=True), None
-        if self._ahead is None:
-            self._ahead = self._start_inputs()
-        current, self._ahead = self._ahead, self._start_inputs()
-        return current[1], current[2]
+        if not self._ahead:
+            self._ahead.append(self._start_inputs())
+        _, batch, started = self._ahead.popleft()
+        return batch, started
+
+    def _inputs_ahead(self) -> None:
+        """Sharded tables on several ranks, once this step's lookup is queued: the next batch's ids are
+        sent (``distribute_inputs``, on the input stream: they cross during this step's dense work)
+        and the batch after it is taken and its distribution started (``start_inputs``: the lengths
+        all-to-all and the split sizes' copy to the host, so that next step's one host read of those
+        sizes finds them copied instead of waiting for queued work; measured: the world-2 embedding
+        forward took 6.8 ms against 1.2 ms on one rank, multi_gpu_world2 at 8cd3e5a). No rank meets its
+        peers at the start of a step: each goes from its embedding backward straight to its next
+        lookup. The same batches in the same order: only their fetch moves up to two steps earlier; a
+        checkpoint records the data position before the first batch taken ahead, so a resumed run
+        fetches it again. ``inputs_ahead`` = 1: only the next batch's lengths run ahead."""
+        if not self._exchange_ahead:
+            return
+        if self.inputs_ahead > 1 and self._ahead:
+            self.model.embeddings.distribute_inputs(self._ahead[0][2])
+        while len(self._ahead) < self.inputs_ahead:
+            self._ahead.append(self._start_inputs())
 
     def _start_inputs(self) -> tuple[dict, Batch, Any]:
         """(data position before the batch, the next batch, its started input distribution)."""
@@ -372,7 +389,7 @@ class Trainer:
         state = {"step": self.step,
                  "dense": {name: part.state_dict() for name, part in self._dense_named()},
                  "dense_optimizer": self.optimizer.state_dict(),
-                 "data": self._ahead[0] if self._ahead is not None else self.source.state_dict(),
+                 "data": self._ahead[0][0] if self._ahead else self.source.state_dict(),
                  "rng": rng_state(self.rt.device),
                  "prefetched": self._prefetched_state(),
                  "train_config": self.cfg.as_dict(),
