@@ -23,13 +23,33 @@ def test_no_overlap_sums_slowest_ranks():
     assert t.overlap_s == 0
 
 
+#: What ``ddp`` hides of ``_parts`` besides the all-reduce and the gradient exchange: the input
+#: all-to-all (0.1 s, a step ahead) and, with no collective between a rank's embedding backward and
+#: its next lookup, max forward + max backward (2 + 3) less the slowest rank's sum (1 + 3): 1.0 s.
+INPUTS_AHEAD = 0.1 + 1.0
+
+
 def test_ddp_hides_all_but_last_bucket_and_the_optimizer_under_the_gradient_exchange():
     t = step_time(_parts(overlap="ddp"))
     # 4 buckets: the last (0.5 s) is exposed, the other 1.5 s fit under the 8 s backward; the dense
     # optimizer (0.5 s) runs during the 0.2 s gradient all-to-all
-    assert t.overlap_s == pytest.approx(1.5 + 0.2)
-    assert t.total_s == pytest.approx(2 + 3 + 4 + 8 + 0.5 + 0.5 + 0.5 + 0.25 - 0.2)
-    assert step_time(_parts(overlap="ddp", grad_all_to_all_s=0.0)).overlap_s == pytest.approx(1.5)  # one rank
+    assert t.overlap_s == pytest.approx(1.5 + 0.2 + INPUTS_AHEAD)
+    assert t.total_s == pytest.approx(2 + 3 + 4 + 8 + 0.5 + 0.5 + 0.5 + 0.25 - 0.2 - INPUTS_AHEAD)
+    assert step_time(_parts(overlap="ddp", grad_all_to_all_s=0.0)).overlap_s == pytest.approx(1.5 + INPUTS_AHEAD)
+
+
+def test_ddp_hides_the_input_exchange_and_costs_the_slowest_ranks_embedding_chain():
+    # rank 0 spends 1 + 3 s in its embedding phases, rank 1 2 + 1 s: the step pays 4 s, not 2 + 3
+    t = step_time(_parts(overlap="ddp", input_all_to_all_s=0.0, grad_all_to_all_s=0.0))
+    assert t.overlap_s == pytest.approx(1.5 + 1.0)
+    balanced = step_time(_parts(overlap="ddp", input_all_to_all_s=0.0, grad_all_to_all_s=0.0,
+                                embedding_fwd_s=[1.0, 3.0], embedding_bwd_s=[3.0, 1.0]))
+    assert balanced.overlap_s == pytest.approx(1.5 + 2.0)  # 3 + 3 - 4
+    # the input exchange hides under the dense work there is, no more
+    tight = step_time(_parts(overlap="ddp", input_all_to_all_s=1.0, dense_fwd_s=[0.1, 0.1], dense_bwd_s=[0.2, 0.2],
+                             grad_all_to_all_s=0.0, all_reduce_s=0.0))
+    assert tight.overlap_s == pytest.approx(0.3 + 1.0)
+    assert step_time(_parts(overlap="none")).overlap_s == 0
 
 
 def test_ddp_exposes_what_outlasts_the_backward():
@@ -46,12 +66,12 @@ def test_pipeline_also_hides_all_to_all():
 
 
 def test_ddp_hides_each_ranks_id_sort_under_the_pooled_all_to_all():
-    # rank 0: bwd 3.0 of which sort 0.5 -> 0.2 hidden (the exchange's 0.2 s); rank 1: bwd 1.0, sort 0.1
+    # rank 0: fwd 1 + bwd 3.0 of which sort 0.5 -> 0.2 hidden (the exchange's 0.2 s): 3.8; rank 1: 2 + 1 - 0.1
     t = step_time(_parts(overlap="ddp", embedding_sort_s=[0.5, 0.1]))
-    assert t.overlap_s == pytest.approx(1.5 + 0.2 + 0.2)  # all-reduce, optimizer, sort
-    # the busier rank's backward bounds the step: rank 1's sort does not help while rank 0 is longer
+    assert t.overlap_s == pytest.approx(1.5 + 0.2 + 0.1 + (5.0 - 3.8))  # all-reduce, optimizer, input, chain
+    # the busier rank's chain bounds the step: rank 1's sort does not help while rank 0 is longer
     t = step_time(_parts(overlap="ddp", embedding_sort_s=[0.0, 0.1]))
-    assert t.overlap_s == pytest.approx(1.5 + 0.2)
+    assert t.overlap_s == pytest.approx(1.5 + 0.2 + INPUTS_AHEAD)
     assert step_time(_parts(overlap="none", embedding_sort_s=[0.5, 0.1])).overlap_s == 0
 
 
@@ -59,13 +79,13 @@ def test_an_early_gradient_exchange_hides_the_dense_backward_tail_and_no_longer_
     # the exchange (0.2 s) starts with 0.1 s of dense backward left: the tail hides, the optimizer (0.5 s)
     # waits for DDP's last bucket, which NCCL runs after the exchange
     t = step_time(_parts(overlap="ddp", gradient_tail_s=[0.1, 0.1]))
-    assert t.overlap_s == pytest.approx(1.5 + 0.1)
-    assert t.total_s == pytest.approx(2 + 3 + 4 + 8 + 0.5 + 0.5 + 0.5 + 0.25 - 0.1)
-    assert step_time(_parts(overlap="ddp", gradient_tail_s=[0.3, 0.3])).overlap_s == pytest.approx(1.5 + 0.2)
+    assert t.overlap_s == pytest.approx(1.5 + 0.1 + INPUTS_AHEAD)
+    assert t.total_s == pytest.approx(2 + 3 + 4 + 8 + 0.5 + 0.5 + 0.5 + 0.25 - 0.1 - INPUTS_AHEAD)
+    assert step_time(_parts(overlap="ddp", gradient_tail_s=[0.3, 0.3])).overlap_s == pytest.approx(1.5 + 0.2 + INPUTS_AHEAD)
     assert step_time(_parts(overlap="none", gradient_tail_s=[0.3, 0.3])).overlap_s == 0
     pipelined = _parts(overlap="pipeline")
     assert step_time(_parts(overlap="pipeline", gradient_tail_s=[0.3, 0.3])).total_s == step_time(pipelined).total_s
-    assert step_time(_parts(overlap="ddp", gradient_tail_s=None)).overlap_s == pytest.approx(1.5 + 0.2)
+    assert step_time(_parts(overlap="ddp", gradient_tail_s=None)).overlap_s == pytest.approx(1.5 + 0.2 + INPUTS_AHEAD)
 
 
 def test_the_early_exchange_follows_the_timeline_from_the_input_gradient(rng):
@@ -86,7 +106,7 @@ def test_the_early_exchange_is_judged_per_rank():
     # rank 0: tail 0.3, optimizer 0.1 -> max(0.3, 0.2) + 0.1 = 0.4; rank 1: tail 0.1, optimizer 0.5
     # -> max(0.1, 0.2) + 0.5 = 0.7. The terms add the slowest: 0.3 + 0.2 + 0.5 = 1.0, so 0.3 hides
     t = step_time(_parts(overlap="ddp", gradient_tail_s=[0.3, 0.1], dense_optimizer_s=[0.1, 0.5]))
-    assert t.overlap_s == pytest.approx(1.5 + 0.3)
+    assert t.overlap_s == pytest.approx(1.5 + 0.3 + INPUTS_AHEAD)
     with pytest.raises(ValueError):
         step_time(_parts(overlap="ddp", gradient_tail_s=[0.3]))
 

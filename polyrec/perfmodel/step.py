@@ -15,8 +15,12 @@ Overlap:
 - ``pipeline``: additionally the embedding all-to-alls run under the previous / next step's dense
   compute (TorchRec's TrainPipelineSparseDist), exposed only where they exceed it.
 
-With ``ddp`` (polyrec's runtime), each rank's embedding backward also sorts its ids while the
-pooled rows cross the forward all-to-all (polyrec.runtime.sharding calls the TBE's
+With ``ddp`` (polyrec's runtime), the input all-to-all of a batch crosses during the previous
+step's dense work, on its own stream and communicator (polyrec.runtime.trainer ``_inputs_ahead``),
+so it hides up to that work's time, and no collective stands between a rank's embedding backward
+and its next lookup: the embedding phases cost the slowest rank's forward + backward, not the
+slowest forward plus the slowest backward. Each rank's embedding backward also sorts its ids while
+the pooled rows cross the forward all-to-all (polyrec.runtime.sharding calls the TBE's
 ``prepare_backward`` between starting that exchange and waiting for it): a rank's sort is hidden up
 to the exchange's time. The embedding gradient's all-to-all (A) hides one of two things, per rank:
 
@@ -107,6 +111,14 @@ def _gradient_exchange_overlap(parts: StepParts, opt: float) -> float:
     return max(parts.gradient_tail_s) + a2a + opt - max(max(t, a2a) + o for t, o in ranks)
 
 
+def _embedding_chain(parts: StepParts) -> float:
+    """``ddp``: the embedding time on the step's critical path, the slowest rank's backward then next
+    forward (no collective between them), less its id sort where the pooled exchange hides it."""
+    sort = parts.embedding_sort_s or [0.0] * len(parts.embedding_bwd_s)
+    ranks = zip(parts.embedding_fwd_s, parts.embedding_bwd_s, sort, strict=True)
+    return max(f + b - min(parts.output_all_to_all_s, s) for f, b, s in ranks)
+
+
 def step_time(parts: StepParts) -> StepTime:
     """Combine the parts into the step time (see the module docstring for the overlap rules)."""
     if parts.overlap not in OVERLAP_MODES:
@@ -123,9 +135,8 @@ def step_time(parts: StepParts) -> StepTime:
         overlap += min(a2a, room)
     elif parts.overlap == "ddp":
         overlap += _gradient_exchange_overlap(parts, opt)
-        if parts.embedding_sort_s:
-            overlap += emb_b - max(b - min(parts.output_all_to_all_s, s)
-                                   for b, s in zip(parts.embedding_bwd_s, parts.embedding_sort_s))
+        overlap += min(parts.input_all_to_all_s, dense_f + dense_b)
+        overlap += emb_f + emb_b - _embedding_chain(parts)
     device = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
     host = max(parts.host_s or [0.0])
     excess = max(0.0, host - device)
