@@ -5,8 +5,9 @@
 
 MLPerf DLRM-DCNv2 (tables full size unless ``--row-cap``), batch 65536 per GPU, fp32 rows with
 row-wise Adagrad sharded table-wise (lookups balanced, ``default_shardings``) or as ``--plan`` says,
-bf16 dense under DDP. The N-rank run reads the
-1-rank results file from the same results directory, when present, and reports the scaling ratio
+bf16 dense under DDP. The N-rank run reads the newest
+1-rank results file of the same model, batch and row cap from the same results directory, when
+present, and reports the scaling ratio
 (target >= 1.8x at 2 GPUs). Keep NCCL_NVLS_ENABLE=0 set on the device machines.
 """
 
@@ -98,6 +99,18 @@ def rank_kernels(trainer: Trainer, trace_dir: Path | None) -> list[list[dict]]:
     return tables
 
 
+def same_shape_world1(out_dir: Path, batch: int, row_cap: int | None, preset: str) -> dict | None:
+    """The newest 1-GPU results summary in ``out_dir`` of the same model, batch per GPU and row cap
+    (the scaling ratio's denominator), or None."""
+    found = []
+    for path in out_dir.glob("multi_gpu_world1*.json"):
+        data = json.loads(path.read_text())
+        s = data["summary"]
+        if (s.get("batch_per_gpu"), s.get("row_cap"), s.get("preset", "mlperf-dcnv2")) == (batch, row_cap, preset):
+            found.append((data["environment"]["date"], s))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=65536, help="samples per GPU per step")
@@ -156,14 +169,13 @@ def main() -> None:
     if trainer.ctx.is_main:
         row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
                "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],
-               "peak_gb_max_rank": float(peak), "row_cap": args.row_cap,
+               "peak_gb_max_rank": float(peak), "row_cap": args.row_cap, "preset": args.preset,
                "shardings": str(args.plan) if args.plan else "default (lookup-balanced table-wise)",
                **{k: v for k, v in measured.items() if k.endswith("_ms") and k != "ms_per_step"}}
         summary = dict(row)
         out_dir = Path(os.environ.get("POLYREC_RESULTS_DIR") or RESULTS_DIR)
-        single = sorted(out_dir.glob("multi_gpu_world1_*.json"))
-        if world > 1 and single:
-            one = json.loads(single[-1].read_text())["summary"]
+        one = same_shape_world1(out_dir, args.batch_size, args.row_cap, args.preset)
+        if world > 1 and one is not None:
             summary["scaling_vs_1_gpu"] = row["global_samples_per_s"] / one["global_samples_per_s"]
             summary["efficiency"] = summary["scaling_vs_1_gpu"] / world
         write_results(f"multi_gpu_world{world}" + (f"_{args.tag}" if args.tag else "") + ("_profile" if args.profile else ""),

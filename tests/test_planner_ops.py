@@ -140,6 +140,25 @@ def test_fit_link_recovers_a_known_link(ranks):
     assert fit["alpha_s"] == pytest.approx(truth.alpha_s, rel=1e-6)
 
 
+def test_fit_link_weighs_samples_by_their_time():
+    # the largest messages 5% slower per byte than the line through the small ones: fitted in
+    # absolute seconds they would set the per-call overhead; relative residuals keep the small
+    # messages, which pay almost only that overhead, within a few percent
+    truth = Link(name="nvlink", alpha_s=0.0, bandwidth=2.9e11, topology="switch", overhead_s=60e-6)
+    sizes = {"all_to_all": (8 << 20, 64 << 20, 256 << 20), "all_reduce": (2 << 20, 32 << 20, 256 << 20)}
+    timed = {"all_to_all": all_to_all_time, "all_reduce": all_reduce_time}
+    samples = [CollectiveSample(collective=k, nbytes=n, seconds=timed[k](n, 2, truth) * (1.05 if n == 256 << 20 else 1))
+               for k, ns in sizes.items() for n in ns]
+    fit = fit_link(samples, 2)
+    link = Link(name="nvlink", alpha_s=fit["alpha_s"], bandwidth=fit["bandwidth"], topology="switch",
+                overhead_s=fit["overhead_s"])
+    for n in (1 << 20, 4 << 20):
+        assert all_reduce_time(n, 2, link) == pytest.approx(all_reduce_time(n, 2, truth), rel=0.03)
+    assert all_to_all_time(16 << 20, 2, link) == pytest.approx(all_to_all_time(16 << 20, 2, truth), rel=0.03)
+    with pytest.raises(ValueError, match="took 0"):
+        fit_link(samples + [CollectiveSample(collective="all_reduce", nbytes=1e6, seconds=0.0)], 2)
+
+
 def test_fit_link_rejects_what_cannot_determine_it():
     one_kind = [CollectiveSample(collective="all_to_all", nbytes=n, seconds=1e-4 + n / 3e11) for n in (1e6, 1e8)]
     with pytest.raises(ValueError, match="all-to-all and all-reduce"):
