@@ -37,9 +37,6 @@ BF16 = 2
 #: Calibration message sizes, bytes: none is among the checked sizes (all-to-all 26 / 104 / 416 MiB per
 #: rank, all-reduce 1 / 16 / 61 MiB), spread over their range, since the fit weighs each by its time.
 CALIBRATION_SIZES = {"all_to_all": (8 << 20, 64 << 20, 256 << 20), "all_reduce": (2 << 20, 8 << 20, 32 << 20, 128 << 20)}
-#: Bytes of the small all-to-all and all-reduce whose faster time is the link's floor (the least a
-#: call takes; 64 KiB, below every checked size).
-FLOOR_BYTES = 64 << 10
 
 
 def dense_parameter_count() -> int:
@@ -77,10 +74,8 @@ def ensure_link_calibration(device: str, link: str, world: int, reps: int, is_ma
     samples = [CollectiveSample(collective=kind, nbytes=n, seconds=_median_ms(_collective(kind, n), reps) / 1e3)
                for kind, sizes in CALIBRATION_SIZES.items() for n in sizes]
     fitted = fit_link(samples, world)
-    floor = min(_median_ms(_collective(kind, FLOOR_BYTES), reps) / 1e3 for kind in CALIBRATION_SIZES)
     sizes = "; ".join(f"{k} {', '.join(f'{n >> 20} MiB' for n in v)}" for k, v in CALIBRATION_SIZES.items())
-    fitted |= {"floor_s": floor, "date": dt.date.today().isoformat(),
-               "method": f"{sizes}; floor: the faster of both at {FLOOR_BYTES >> 10} KiB; on {world} GPUs",
+    fitted |= {"date": dt.date.today().isoformat(), "method": f"{sizes} on {world} GPUs",
                "samples": [{"collective": s.collective, "bytes": s.nbytes, "seconds": s.seconds} for s in samples]}
     if is_main:
         save_calibration(name, fitted)
@@ -120,7 +115,6 @@ def main() -> None:
     if ctx.is_main:
         summary = {"world_size": world, "device": spec.name, "link": links.intra.name,
                    "link_bandwidth_assumed": links.intra.bandwidth, "link_overhead_s": links.intra.overhead_s,
-                   "link_floor_s": links.intra.floor_s,
                    "link_alpha_s": links.intra.alpha_s, "link_origin": links.intra.origin, "calibration": calibration,
                    "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE")}
         write_results("collectives" + ("_quick" if args.quick else ""), {}, rows=rows, summary=summary)

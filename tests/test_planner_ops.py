@@ -175,16 +175,3 @@ def test_fit_link_rejects_what_cannot_determine_it():
 def test_step_host_seconds_add_the_fixed_part_to_the_launches():
     costs = HostCosts(triton_launch_s=1.0, torch_op_s=0.5, step_fixed_s=2.0, origin="")
     assert Launches(triton=3, torch_ops=10).step_seconds(costs) == pytest.approx(10.0)
-
-
-def test_a_call_takes_at_least_the_links_floor():
-    link = Link(name="nvlink", alpha_s=3e-6, bandwidth=2.9e11, topology="switch", overhead_s=35e-6, floor_s=60e-6)
-    bare = Link(name="nvlink", alpha_s=3e-6, bandwidth=2.9e11, topology="switch", overhead_s=35e-6)
-    assert all_reduce_time(1 << 20, 2, link) == pytest.approx(60e-6)  # the affine part: 44.6 us
-    assert all_to_all_time(1 << 20, 2, link) == pytest.approx(60e-6)
-    for n in (64 << 20, 256 << 20):  # large messages: the affine part, untouched
-        assert all_reduce_time(n, 2, link) == all_reduce_time(n, 2, bare) > 60e-6
-        assert all_to_all_time(n, 8, link) == all_to_all_time(n, 8, bare)
-    assert all_reduce_time(0, 2, link) == 0.0 and all_to_all_time(1 << 20, 1, link) == 0.0
-    with pytest.raises(ValueError, match="floor"):
-        Link(name="x", alpha_s=0, bandwidth=1, topology="switch", floor_s=-1.0)

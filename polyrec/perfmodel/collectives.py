@@ -4,10 +4,7 @@ A collective call costs a fixed ``overhead`` (the library's launch and proxy sta
 call) and, per algorithm step, a message of ``b`` bytes costs ``alpha + b / beta`` (Hockney's model; the collective
 algorithms and their costs follow Thakur, Rabenseifner & Gropp, "Optimization of Collective
 Communication Operations in MPICH", IJHPCA 2005). ``beta`` is the bandwidth one GPU drives per
-direction. A call never takes less than the link's ``floor_s`` (the time of a small message: below a
-few MB NCCL switches to latency-bound protocols, whose time the affine model under-predicts;
-2 H200s: a 1 MB all-reduce 59 us where the affine fit through 17-64 MB gives 39 us,
-collectives_nvidia-h200_2026-11-30 at 2279655). Topologies:
+direction; topologies:
 
 - ``switch``: every GPU reaches any peer at its full bandwidth (NVLink through NVSwitch; a
   non-blocking network fabric);
@@ -36,13 +33,12 @@ class Link:
     topology: str  # one of TOPOLOGIES
     origin: str = "datasheet"  # where the bandwidth came from
     overhead_s: float = 0.0  # seconds per collective call, paid once (NCCL / RCCL launch and proxy)
-    floor_s: float = 0.0  # the least seconds a collective call takes (a small message's measured time)
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"link {self.name}: topology must be one of {TOPOLOGIES}, got {self.topology!r}")
-        if self.bandwidth <= 0 or self.alpha_s < 0 or self.overhead_s < 0 or self.floor_s < 0:
-            raise ValueError(f"link {self.name}: bandwidth must be > 0, alpha, overhead and floor >= 0")
+        if self.bandwidth <= 0 or self.alpha_s < 0 or self.overhead_s < 0:
+            raise ValueError(f"link {self.name}: bandwidth must be > 0, alpha and overhead >= 0")
 
 
 def ring_hops(ranks: int) -> int:
@@ -55,14 +51,14 @@ def all_to_all_time(bytes_per_rank: float, ranks: int, link: Link) -> float:
 
     switch / mesh: ``(n-1) alpha + (n-1)/n * bytes / beta``. ring: the busiest link direction carries
     ``bytes/n * ring_hops(n) / 2`` (each rank's traffic, both directions used), plus ``(n-1) alpha``.
-    Plus the link's per-call overhead; at least its floor.
+    Plus the link's per-call overhead.
     """
     if ranks <= 1 or bytes_per_rank <= 0:
         return 0.0
     latency = link.overhead_s + (ranks - 1) * link.alpha_s
     if link.topology == "ring":
-        return max(link.floor_s, latency + bytes_per_rank / ranks * ring_hops(ranks) / 2 / link.bandwidth)
-    return max(link.floor_s, latency + (ranks - 1) / ranks * bytes_per_rank / link.bandwidth)
+        return latency + bytes_per_rank / ranks * ring_hops(ranks) / 2 / link.bandwidth
+    return latency + (ranks - 1) / ranks * bytes_per_rank / link.bandwidth
 
 
 def reduce_scatter_time(total_bytes: float, ranks: int, link: Link) -> float:
@@ -79,11 +75,10 @@ def all_gather_time(total_bytes: float, ranks: int, link: Link) -> float:
 
 def all_reduce_time(total_bytes: float, ranks: int, link: Link) -> float:
     """Ring all-reduce (reduce-scatter then all-gather): ``2(n-1) alpha + 2(n-1)/n * bytes / beta``,
-    plus the per-call overhead once; at least the link's floor."""
+    plus the per-call overhead once."""
     if ranks <= 1 or total_bytes <= 0:
         return 0.0
-    return max(link.floor_s, link.overhead_s + 2 * (ranks - 1) * link.alpha_s
-               + 2 * (ranks - 1) / ranks * total_bytes / link.bandwidth)
+    return link.overhead_s + 2 * (ranks - 1) * link.alpha_s + 2 * (ranks - 1) / ranks * total_bytes / link.bandwidth
 
 
 def hierarchical_all_reduce_time(total_bytes: float, per_host: int, hosts: int, intra: Link, inter: Link) -> float:

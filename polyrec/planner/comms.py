@@ -76,8 +76,7 @@ def intra_host_link(specs: list[DeviceSpec]) -> Link:
     if all(measured):
         slowest = min(measured, key=lambda m: m["bandwidth"])
         return Link(name=name, alpha_s=float(slowest["alpha_s"]), bandwidth=float(slowest["bandwidth"]),
-                    overhead_s=float(slowest["overhead_s"]), floor_s=float(slowest.get("floor_s", 0.0)),
-                    topology=topology,
+                    overhead_s=float(slowest["overhead_s"]), topology=topology,
                     origin=f"calibrated {slowest.get('date', '?')} ({slowest.get('method', '?')})")
     return Link(name=name, alpha_s=SCALEUP_ALPHA_S, bandwidth=COLLECTIVE_EFFICIENCY * scaleup, topology=topology,
                 overhead_s=SCALEUP_OVERHEAD_S,
