@@ -36,7 +36,8 @@ from polyrec.runtime.dist import init_distributed, shutdown
 BF16 = 2
 #: Calibration message sizes, bytes: none is among the checked sizes (all-to-all 26 / 104 / 416 MiB per
 #: rank, all-reduce 1 / 16 / 61 MiB), spread over their range, since the fit weighs each by its time.
-CALIBRATION_SIZES = {"all_to_all": (8 << 20, 64 << 20, 256 << 20), "all_reduce": (2 << 20, 8 << 20, 32 << 20, 128 << 20)}
+CALIBRATION_SIZES = {"all_to_all": (8 << 20, 64 << 20, 256 << 20),
+                     "all_reduce": (2 << 20, 8 << 20, 32 << 20, 128 << 20)}
 
 
 def dense_parameter_count() -> int:

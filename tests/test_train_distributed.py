@@ -282,10 +282,10 @@ def test_the_gradient_exchange_starts_inside_the_dense_backward(world):
 
 
 def _inputs_distributed_a_step_ahead(rank: int, world: int) -> None:
-    """On several ranks each batch's ids are sent in the step before its own (``Trainer._inputs_ahead``):
+    """On several ranks each batch's ids are sent in the step before its own (``Trainer._send_inputs_ahead``):
     from the third step on, the lookup finds its batch already distributed; the losses are bitwise
-    those with only the lengths a step ahead (``inputs_ahead`` = 1), and equal when resumed from a
-    checkpoint in between (the data position is before the first batch taken ahead)."""
+    those with only the lengths a step ahead (``inputs_ahead`` = 1). (Resuming with batches taken
+    ahead: ``test_resume_repeats_the_losses_when_batches_are_taken_ahead``.)"""
     from polyrec.runtime.config import TrainConfig
     from polyrec.runtime.sharding import ShardedEmbedding
     from polyrec.runtime.trainer import Trainer

@@ -16,10 +16,10 @@ Overlap:
   compute (TorchRec's TrainPipelineSparseDist), exposed only where they exceed it.
 
 With ``ddp`` (polyrec's runtime), the input all-to-all of a batch crosses during the previous
-step's dense work, on its own stream and communicator (polyrec.runtime.trainer ``_inputs_ahead``),
-so it hides up to that work's time, and no collective stands between a rank's embedding backward
-and its next lookup: the embedding phases cost the slowest rank's forward + backward, not the
-slowest forward plus the slowest backward. Each rank's embedding backward also sorts its ids while
+step's dense work, on its own stream and communicator (polyrec.runtime.trainer
+``_send_inputs_ahead``), so it hides up to that work's time, and no collective stands between a
+rank's embedding backward and its next lookup: the embedding phases cost the slowest rank's
+forward + backward, not the slowest forward plus the slowest backward. Each rank's embedding backward also sorts its ids while
 the pooled rows cross the forward all-to-all (polyrec.runtime.sharding calls the TBE's
 ``prepare_backward`` between starting that exchange and waiting for it): a rank's sort is hidden up
 to the exchange's time. The embedding gradient's all-to-all (A) hides one of two things, per rank:

@@ -126,7 +126,7 @@ class Trainer:
     """Builds the data source, model and optimizers of a TrainConfig, and runs or benchmarks it."""
 
     #: Batches whose input distribution runs ahead of their step, sharded tables on several ranks
-    #: (``_inputs_ahead``): 2 = the next batch's whole exchange and the one after's lengths.
+    #: (``_send_inputs_ahead``): 2 = the next batch's whole exchange and the one after's lengths.
     inputs_ahead = 2
 
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
@@ -213,7 +213,7 @@ class Trainer:
         t.stop()
         t.start("emb_fwd")
         emb = self.model.embed(batch.values, batch.offsets, batch.batch_size, started=started)  # [B, F, D]
-        self._inputs_ahead()
+        self._send_inputs_ahead()
         t.stop()
         loss, emb_grad = self._dense_step(batch, emb)
         t.start("emb_bwd")
@@ -239,7 +239,7 @@ class Trainer:
 
     def _batch_and_inputs(self) -> tuple[Batch, Any]:
         """This step's batch and its input distribution as far as it went (None: the lookup
-        distributes it): begun by ``_inputs_ahead`` in earlier steps, or now in the first."""
+        distributes it): begun by ``_send_inputs_ahead`` in earlier steps, or now in the first."""
         if not self._exchange_ahead:
             return self.source.next_batch().to(self.rt.device, non_blocking=True), None
         if not self._ahead:
@@ -247,7 +247,7 @@ class Trainer:
         _, batch, started = self._ahead.popleft()
         return batch, started
 
-    def _inputs_ahead(self) -> None:
+    def _send_inputs_ahead(self) -> None:
         """Sharded tables on several ranks, once this step's lookup is queued: the next batch's ids are
         sent (``distribute_inputs``, on the input stream: they cross during this step's dense work)
         and the batch after it is taken and its distribution started (``start_inputs``: the lengths
