@@ -21,7 +21,7 @@ import triton
 from polyrec.hardware.calibrate import ceilings
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec, _selection_spec
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_optim import OPTIMIZERS
 from polyrec.perfmodel.tbe import merge_seconds
 from polyrec.results import write_results
@@ -134,7 +134,7 @@ def summarize_merge_ab(rounds: list[dict], values: list[int], predicted: dict[in
 def predicted_merge_ms(module: TableBatchedEmbedding, batch: JaggedBatch, base: tbe_select.UpdateConfig,
                        values: list[int]) -> dict[int, float]:
     """The cost model's merge time (``polyrec.perfmodel.tbe.merge_seconds``) of each merge chunk count."""
-    spec = _selection_spec(module.weights.device)
+    spec = tbe_select.selection_spec(module.weights.device)
     unique = unique_rows(batch)
     return {m: 1e3 * merge_seconds(nnz=batch.nnz, unique=unique, tile=base.span, grad_row_bytes=4 * module.block_d,
                                    spec=spec, ceil=ceilings(spec), chunks=m) for m in values}

@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import torch
 
-from polyrec.kernels import tbe, tbe_select
+from polyrec.kernels import tbe_fused_backward, tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_reference import init_states, ref_step
@@ -88,8 +88,9 @@ def _train(merge_chunks: int, grad: str, kind: str) -> dict:
     """One step of the module and of the float64 reference on the same fresh random batch."""
     gen = torch.Generator().manual_seed(11)
     opt = EmbeddingOptimizer(kind=kind, lr=0.05, initial_accumulator_value=0.1 if kind != "sgd" else 0.0)
-    counter = _CountLaunches(tbe.merge_level_kernel)
-    with mock.patch.object(torch, "empty", _poisoned_empty()), mock.patch.object(tbe, "merge_level_kernel", counter):
+    counter = _CountLaunches(tbe_fused_backward.merge_level_kernel)
+    with (mock.patch.object(torch, "empty", _poisoned_empty()),
+          mock.patch.object(tbe_fused_backward, "merge_level_kernel", counter)):
         module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=5,
                                        output_dtype=GRAD_DTYPES[grad],
                                        update_config=dataclasses.replace(UPDATE, merge_chunks=merge_chunks))

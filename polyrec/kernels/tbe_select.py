@@ -8,12 +8,17 @@ wave64 halves the warps of the same tile).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.tbe import ForwardTile, UpdateShape, forward_seconds, update_fits_registers, update_seconds
+
+if TYPE_CHECKING:
+    import torch
 
 #: Tile elements (rows in flight x BLOCK_D) a forward program may load per iteration.
 FORWARD_TILE_ELEMS: tuple[int, ...] = (2048, 4096, 8192)
@@ -100,6 +105,19 @@ class UpdateConfig:
             raise ValueError(f"UpdateConfig: tile must be a power of two >= 2 and num_warps >= 1, got {self}")
         if self.chunks < 1 or self.merge_chunks < 1:
             raise ValueError(f"UpdateConfig: chunks and merge_chunks must be >= 1, got {self}")
+
+@functools.cache
+def selection_spec(device: torch.device) -> DeviceSpec:
+    """The device spec configs are chosen for (detected once per device); on the CPU (interpreter) the
+    H200's stands in."""
+    from polyrec.hardware.catalog import get_device
+    from polyrec.hardware.detect import detect
+
+    if device.type == "cuda":
+        spec = detect(device.index or 0).spec
+        if spec.triton is not None:
+            return spec
+    return get_device("H200")
 
 
 def warps_for(tile_elems: int, warp_size: int, elems_per_thread: int = ELEMS_PER_THREAD) -> int:

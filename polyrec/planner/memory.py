@@ -26,7 +26,7 @@ DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
 #: Bytes of an index (int64 values and offsets, the jagged layout of polyrec.kernels.jagged).
 INDEX_BYTES = 8
 #: Bytes per lookup the TBE backward allocates besides its per-tile partials
-#: (polyrec.kernels.tbe ``_fused_backward``, lane update): sort keys and source positions (int32);
+#: (polyrec.kernels.tbe_fused_backward ``_fused_backward``, lane update): sort keys and source positions (int32);
 #: torch.sort's sorted keys, int64 permutation, int64 iota input and radix double buffer (int32 keys +
 #: int64 values); the permute's int32 gradient offsets. Keys are int64 past 2^31 rows (+16).
 TBE_BYTES_PER_LOOKUP = 4 + 4 + (4 + 8) + 8 + (4 + 8) + 4

@@ -1,0 +1,182 @@
+"""The fused backward of ``TableBatchedEmbedding``: the ids sorted (early, by ``prepare_backward``, or
+in the backward), duplicates reduced exactly and the optimizer applied in place, then the runs that
+cross tile ends merged level by level. A mixin: it reads the module's tables, layout, weights,
+optimizer state and configs (``polyrec.kernels.tbe``); the kernels are in ``tbe_backward``. See
+docs/tbe.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+from torch import Tensor
+
+from polyrec.kernels import tbe_select
+from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
+                                          permute_kernel, update_kernel)
+from polyrec.kernels.tbe_forward import sort_keys_kernel, vector_width
+from polyrec.kernels.tbe_optim import OPTIM_CODE
+from polyrec.perfmodel.tbe import LEVEL_TILE
+
+
+class FusedBackward:
+    """The backward half of ``polyrec.kernels.tbe.TableBatchedEmbedding`` (mixed into it)."""
+
+    def _next_seed(self) -> int:
+        if self.deterministic:
+            return (self.seed * 1_000_003 + self.step * 7_919 + 1) & 0x7FFFFFFF
+        return int(torch.randint(0, 2**31 - 1, (1,)))
+
+    def prepare_backward(self, batch: JaggedBatch) -> None:
+        """Do now the part of the pooled lookup's backward that reads only the ids (sort keys, the
+        sort, and for the lane update the gradient offsets of a contiguous ``[B, output_dim]``
+        gradient), so that it runs while something else does: sharded embeddings call it while the
+        pooled rows cross the all-to-all. The next backward of this same batch (same ``values`` and
+        ``offsets`` tensors, unmodified) uses it; anything else recomputes. Kept until then or the
+        next ``forward``."""
+        if not self.pooled_features or batch.nnz == 0 or batch.batch_size == 0:
+            return
+        with torch.no_grad():
+            ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
+            if self._update_config(ids.keys.numel()).variant == "lane":
+                ids.grad_stride = self.output_dim
+                ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
+                                                            batch.batch_size, False)
+        self._prepared = ids
+
+    def _take_prepared(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> SortedIds | None:
+        """The prepared sort of exactly this batch (the same tensors at the same version), once."""
+        ids, self._prepared = self._prepared, None
+        if ids is None or not (ids.batch[0] is values and ids.batch[1] is offsets and ids.batch[2] is per_sample):
+            return None
+        return ids if ids.versions == _versions(values, offsets, per_sample) else None
+
+    def _sort_ids(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
+                  sequence: list | None) -> SortedIds:
+        """Each id position's global row (the sort key), gradient row and scale, sorted by key."""
+        n, dev, lay = values.numel(), self.weights.device, self.layout
+        feats = self._sequence_ids if sequence is not None else self._pooled_ids
+        has_mean = sequence is None and any(self.tables[self.feature_to_table[f]].pooling == "mean"
+                                            for f in self.pooled_features)
+        has_scale = sequence is None and (per_sample is not None or has_mean)
+        keys = torch.full((n,), self.total_rows, dtype=self.key_dtype, device=dev)
+        src = torch.empty(n, dtype=torch.int32, device=dev)
+        scale = torch.empty(n, dtype=torch.float32, device=dev) if has_scale else None
+        seq_base = (torch.tensor([r[3] for r in sequence], dtype=torch.int64, device=dev)
+                    if sequence is not None else None)
+        batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
+                            num_features=len(self.feature_to_table))
+        fcfg = self._forward_config(batch, feats.numel())
+        sort_keys_kernel[(triton.cdiv(batch_size, fcfg.bags), feats.numel())](
+            values, offsets, per_sample if has_scale else None, keys, src, scale,
+            feats, lay.feat_table, lay.feat_mean, lay.table_rows, lay.table_row_base, seq_base,
+            batch_size, n, self.total_rows,
+            BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=has_scale,
+            num_warps=fcfg.num_warps)
+        sorted_keys, perm = torch.sort(keys, stable=self.deterministic)
+        return SortedIds(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
+                          keys=sorted_keys, perm=perm, src=src, scale=scale)
+
+    def _fused_backward(self, grad: Tensor, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
+                        batch_size: int, sequence: list | None) -> None:
+        """Sort the ids (unless ``prepare_backward`` did), reduce duplicates, apply the optimizer in
+        place; one optimizer step."""
+        n, dev, lay = values.numel(), self.weights.device, self.layout
+        self.step += 1
+        prepared = self._take_prepared(values, offsets, per_sample) if sequence is None else None
+        if n == 0 or batch_size == 0:
+            return
+        feats = self._sequence_ids if sequence is not None else self._pooled_ids
+        if feats.numel() == 0:
+            return
+        if grad.stride(-1) != 1:  # the kernels take any row stride (the trainer's gradient is a column slice)
+            grad = grad.contiguous()
+        ids = prepared or self._sort_ids(values, offsets, per_sample, batch_size, sequence)
+        sorted_keys, perm, src, scale, has_scale = ids.keys, ids.perm, ids.src, ids.scale, ids.scale is not None
+        ucfg = self._update_config(n)
+        programs = triton.cdiv(n, ucfg.span)
+        partial = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
+        part_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)  # [programs * 2] row of each piece
+        opt = self.optimizer
+        common = dict(lr=opt.step_size(self.step), eps=opt.eps, beta1=opt.beta1, beta2=opt.beta2,
+                      weight_decay=opt.weight_decay, seed=self._next_seed())
+        flags = dict(OPTIM=OPTIM_CODE[opt.kind], HAS_WD=opt.weight_decay > 0,
+                     STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
+                     T_PAD=self.t_pad, TILE=ucfg.tile)
+        if ucfg.variant == "scan":
+            update_kernel[(programs,)](
+                self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, perm, src, scale,
+                lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
+                n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
+                SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
+        else:
+            g_off, sorted_scale = ids.g_off, ids.sorted_scale
+            if ids.grad_stride != grad.stride(0):  # not prepared for this gradient's layout
+                g_off, sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
+                                                    grad.stride(0))
+            lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
+            lane_update_kernel[(programs,)](
+                self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
+                lay.table_row_base, lay.table_elem_base, lay.table_dim, n, len(self.tables), self.total_rows,
+                **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **lane_flags)
+        self._merge(partial, part_key, common, flags, ucfg.merge_chunks)
+
+    def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict, chunks: int) -> None:
+        """Finish the runs that cross tile ends, level by level (``merge_level_kernel``): each level
+        reads the pieces the one before parked and parks 2 per LEVEL_TILE * ``chunks`` slots (the update
+        config's ``merge_chunks``); the last level is one program, so every run ends in it."""
+        lay, dev = self.layout, self.weights.device
+        warps = tbe_select.lane_warps(self.block_d, tbe_select.selection_spec(dev).warp_size)
+        level_flags = dict(flags, TILE=LEVEL_TILE, CHUNKS=chunks, VEC=min(self.vec, tbe_select.LANE_VEC))
+        while True:
+            programs = triton.cdiv(part_key.numel(), LEVEL_TILE * chunks)
+            out = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
+            out_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)
+            merge_level_kernel[(programs,)](
+                self.weights, self.state1, self.state2, partial, part_key, out, out_key,
+                lay.table_row_base, lay.table_elem_base, lay.table_dim, part_key.numel(), len(self.tables),
+                **common, num_warps=warps, **level_flags)
+            if programs == 1:
+                return
+            partial, part_key = out, out_key
+
+    def _grad_vec(self, grad: Tensor) -> int:
+        """Elements per vector access of the output-gradient slices (every slice offset is a multiple)."""
+        dims = [t.dim for t in self.tables] + [grad.stride(0)]
+        return vector_width(dims, grad.element_size()) if grad.data_ptr() % 16 == 0 else 1
+
+    def _permute(self, grad_numel: int, ids: SortedIds, batch_size: int, sequence: bool,
+                 grad_stride: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order,
+        for a gradient of ``grad_numel`` elements and row stride ``grad_stride`` (default output_dim)."""
+        n, scale = ids.keys.numel(), ids.scale
+        off_dtype = torch.int32 if grad_numel < 2**31 else torch.int64
+        g_off = torch.empty(n, dtype=off_dtype, device=ids.keys.device)
+        sorted_scale = torch.empty_like(scale) if scale is not None else None
+        permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
+            ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
+            self.output_dim if grad_stride is None else grad_stride, self.total_rows, SEQUENCE=sequence,
+            HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
+        return g_off, sorted_scale
+
+
+@dataclass(kw_only=True, slots=True)
+class SortedIds:
+    """The id-only part of a backward (``TableBatchedEmbedding._sort_ids``), and the batch it is of."""
+
+    batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
+    versions: tuple[int, ...]  # their in-place versions when sorted
+    keys: Tensor  # [n] sorted global rows
+    perm: Tensor  # [n] the sort's permutation
+    src: Tensor  # [n] gradient row of each id position (unsorted)
+    scale: Tensor | None  # [n] per-sample weight x 1/len (mean) of each position, or None
+    grad_stride: int | None = None  # the gradient row stride g_off was computed for (lane update)
+    g_off: Tensor | None = None  # [n] gradient element offsets in sorted order
+    sorted_scale: Tensor | None = None  # [n] scales in sorted order
+
+
+def _versions(*tensors: Tensor | None) -> tuple[int, ...]:
+    return tuple(-1 if t is None else t._version for t in tensors)
