@@ -165,6 +165,8 @@ def main() -> None:
     peak = torch.tensor(torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else 0.0,
                         device=trainer.rt.device)
     torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
+    phases: list[dict] = [{} for _ in range(world)]  # every rank's phase times (the ranks differ)
+    torch.distributed.all_gather_object(phases, {k: v for k, v in measured.items() if k.endswith("_ms")})
     kernels = rank_kernels(trainer, args.trace) if args.profile else []
     if trainer.ctx.is_main:
         row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
@@ -179,7 +181,8 @@ def main() -> None:
             summary["scaling_vs_1_gpu"] = row["global_samples_per_s"] / one["global_samples_per_s"]
             summary["efficiency"] = summary["scaling_vs_1_gpu"] / world
         write_results(f"multi_gpu_world{world}" + (f"_{args.tag}" if args.tag else "") + ("_profile" if args.profile else ""),
-                      {"measured": measured, "kernels_by_rank": kernels}, rows=[row], summary=summary)
+                      {"measured": measured, "phases_by_rank": phases, "kernels_by_rank": kernels}, rows=[row],
+                      summary=summary)
         print(json.dumps(summary, indent=1))
         for rank, table in enumerate(kernels):
             print(f"rank {rank}: " + "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f}" for k in table[:12]))
