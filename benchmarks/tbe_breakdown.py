@@ -29,20 +29,24 @@ from profiling import kernel_table
 from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch, unique_rows
 
 
-def forward_sweep(module: TableBatchedEmbedding, batch, warp_size: int) -> list[dict]:
-    """Time the forward with every candidate config (and 2x / 0.5x warps) forced."""
-    key = next(iter(module._configs))
-    chosen = module._configs[key]
+def sweep_configs(block_d: int, warp_size: int) -> list[tbe_select.ForwardConfig]:
+    """Every forward candidate with half, the same and twice its warps."""
+    return [tbe_select.ForwardConfig(bags=c.bags, hots=c.hots, num_warps=w)
+            for c in tbe_select.forward_candidates(block_d, warp_size)
+            for w in sorted({max(1, c.num_warps // 2), c.num_warps, min(16, c.num_warps * 2)})]
+
+
+def forward_sweep(module: TableBatchedEmbedding, batch: JaggedBatch, warp_size: int) -> list[dict]:
+    """Time the pooled lookup as one launch over every feature (``launch_pooled``) with each config of
+    ``sweep_configs``; ``selected``: the selector's one-launch config."""
+    chosen = module._forward_config(batch, len(module.pooled_features))
+    out = torch.empty(batch.batch_size, module.output_dim, dtype=module.output_dtype, device=module.weights.device)
     rows = []
-    for cand in tbe_select.forward_candidates(module.block_d, warp_size):
-        for warps in sorted({max(1, cand.num_warps // 2), cand.num_warps, min(16, cand.num_warps * 2)}):
-            cfg = tbe_select.ForwardConfig(bags=cand.bags, hots=cand.hots, num_warps=warps)
-            module._configs[key] = cfg
-            with torch.no_grad():
-                ms = triton.testing.do_bench(lambda: module(batch), warmup=20, rep=100, return_mode="median")
-            rows.append({"bags": cfg.bags, "hots": cfg.hots, "warps": warps, "fwd_ms": ms,
-                         "selected": cfg == chosen})
-    module._configs[key] = chosen
+    for cfg in sweep_configs(module.block_d, warp_size):
+        ms = triton.testing.do_bench(lambda: module.launch_pooled(batch, out, module._pooled_ids, cfg), warmup=20,
+                                     rep=100, return_mode="median")
+        rows.append({"bags": cfg.bags, "hots": cfg.hots, "warps": cfg.num_warps, "fwd_ms": ms,
+                     "selected": cfg == chosen})
     return rows
 
 

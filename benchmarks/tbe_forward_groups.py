@@ -8,7 +8,7 @@ holds 20 features (7 of them one-hot, one 27-hot), rank 0 six (one 100-hot). One
 the trainer's power-law ids for 2 x 65536 samples):
 
 - every forward candidate of ``tbe_select.forward_candidates`` as the one launch, with half and twice
-  its warps too (as ``tbe_breakdown.forward_sweep``), each beside what ``forward_seconds`` predicts;
+  its warps too (``tbe_breakdown.sweep_configs``), each beside what ``forward_seconds`` predicts;
 - every candidate again with ``STAGED`` loads (a barrier after the id and after the row loads);
 - the module's own forward: the launches ``polyrec.kernels.tbe_forward_plan`` plans;
 - the features split by bag length (one-hot; up to ``SHORT_BAGS`` ids; longer), each group launched
@@ -40,6 +40,7 @@ from polyrec.perfmodel.tbe import ForwardTile, forward_seconds
 from polyrec.results import write_results
 from polyrec.runtime.distributed_embeddings import default_shardings
 from tbe import DIM
+from tbe_breakdown import sweep_configs
 from tbe_forward_ab import synthetic_batch
 
 WORLD = 2
@@ -86,13 +87,6 @@ def plan_ms(module: TableBatchedEmbedding, batch: JaggedBatch, plan: list[tuple[
     return triton.testing.do_bench(run, warmup=25, rep=200, return_mode="median")
 
 
-def sweep_configs(block_d: int) -> list[tbe_select.ForwardConfig]:
-    """Every forward candidate with half, the same and twice its warps."""
-    return [tbe_select.ForwardConfig(bags=c.bags, hots=c.hots, num_warps=w)
-            for c in tbe_select.forward_candidates(block_d, 32)
-            for w in sorted({max(1, c.num_warps // 2), c.num_warps, min(16, c.num_warps * 2)})]
-
-
 def predicted_ms(cfg: tbe_select.ForwardConfig, block_d: int, batch_size: int, hots: list[int]) -> float:
     """``forward_seconds`` of a config as the selector prices it (H200 ceilings), ms."""
     spec = get_device("H200")
@@ -113,7 +107,7 @@ def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list
     candidates = tbe_select.forward_candidates(module.block_d, 32)
     rows = []
     module.staged_forward = False  # the sweep and the groups as at 8d81b97; staged loads in their own rows
-    for cfg in sweep_configs(module.block_d):
+    for cfg in sweep_configs(module.block_d, 32):
         ms = plan_ms(module, batch, [(every, cfg)], expected)
         rows.append({"case": case, "plan": "one launch", "features": len(every), "config": str(cfg), "ms": ms,
                      "candidate": cfg in candidates,

@@ -106,6 +106,7 @@ class UpdateConfig:
         if self.chunks < 1 or self.merge_chunks < 1:
             raise ValueError(f"UpdateConfig: chunks and merge_chunks must be >= 1, got {self}")
 
+
 @functools.cache
 def selection_spec(device: torch.device) -> DeviceSpec:
     """The device spec configs are chosen for (detected once per device); on the CPU (interpreter) the
