@@ -181,8 +181,8 @@ def test_more_gpus_more_throughput_and_comm_terms():
 
 def test_distribution_copies_by_hand():
     """On several ranks each rank places the pooled rows and gathers their gradient (a read and a
-    write of B x out values each, bf16) and packs / regroups ids (int64 in, int32 on the wire); on
-    one rank nothing of that runs."""
+    write of B x out values each, bf16) and packs / regroups ids (int64 in, int32 on the wire), which
+    the step prices with the input all-to-all; on one rank nothing of that runs."""
     from polyrec.planner.estimate import Estimator, shard_loads
 
     small = model_spec_from_config(dcnv2_small())
@@ -195,8 +195,9 @@ def test_distribution_copies_by_hand():
     ids = sum(s.accesses for s in loads)
     for rank in (0, 1):
         mine = [s for s in loads if s.rank == rank]
-        want = (4 * out + ids / 2 * (8 + 4) + sum(s.accesses for s in mine) * 8) / copy
-        assert est.distribution_seconds(rank, mine, ids / 2, batch) == pytest.approx(want)
+        assert est.placement_seconds(rank, batch) == pytest.approx(4 * out / copy)
+        want = (ids / 2 * (8 + 4) + sum(s.accesses for s in mine) * 8) / copy
+        assert est.input_copies_seconds(rank, mine, ids / 2) == pytest.approx(want)
     assert make_plan(small, parse_fleet("H200x1"), PlanConstraints(batch_per_gpu=batch)).step.other_ms == 0
 
 

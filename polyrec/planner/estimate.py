@@ -294,19 +294,25 @@ class Estimator:
         all_reduce = all_reduce_seconds(4.0 * self.params, self.links)
         return a2a_in, a2a_out, a2a_out, all_reduce
 
-    def distribution_seconds(self, rank: int, mine: list[ShardLoad], sent_ids: float, batch: int) -> float:
-        """Device seconds of the copies around one rank's exchanges (several ranks; polyrec.runtime):
-        the pooled rows placed into ``[B, out]`` and the gradient gathered back (each a read and a
-        write of ``B x out`` values in the dense dtype, polyrec.kernels.place_columns), its ``sent_ids``
-        local ids packed (int64 in, ids out) and the ids its shards ``mine`` receive regrouped
-        (polyrec.runtime.input_dist)."""
+    def placement_seconds(self, rank: int, batch: int) -> float:
+        """Device seconds of the copies around one rank's pooled exchanges (several ranks;
+        polyrec.runtime): the rows placed into ``[B, out]`` and the gradient gathered back, each a read
+        and a write of ``B x out`` values in the dense dtype (polyrec.kernels.place_columns)."""
+        if self.fleet.world_size == 1:
+            return 0.0
+        out = batch * sum(t.dim for t in self.model.tables) * mem.DENSE_DTYPE_BYTES[self.dense_dtype]
+        return 2 * 2 * out / self.ceilings[self.rank_devices[rank]].copy_bandwidth.value
+
+    def input_copies_seconds(self, rank: int, mine: list[ShardLoad], sent_ids: float) -> float:
+        """Device seconds of one rank's input distribution copies (several ranks): its ``sent_ids`` local
+        ids packed (int64 in, ids out) and the ids its shards ``mine`` receive regrouped
+        (polyrec.runtime.input_dist). They run with the input all-to-all, on its stream a step ahead."""
         if self.fleet.world_size == 1:
             return 0.0
         id_bytes = wire_id_bytes(self.model)
-        out = batch * sum(t.dim for t in self.model.tables) * mem.DENSE_DTYPE_BYTES[self.dense_dtype]
         pack = sent_ids * (mem.INDEX_BYTES + id_bytes)
         regroup = sum(s.accesses for s in mine) * 2 * id_bytes
-        return (2 * 2 * out + pack + regroup) / self.ceilings[self.rank_devices[rank]].copy_bandwidth.value
+        return (pack + regroup) / self.ceilings[self.rank_devices[rank]].copy_bandwidth.value
 
     def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes) -> float:
         """CPU seconds to issue one step on ``rank`` (``planner.host``)."""
@@ -322,7 +328,7 @@ class Estimator:
         for s in loads:
             per_rank[s.rank].append(s)
         emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host = [], [], [], [], [], [], [], [], []
-        tail = []
+        tail, input_copies = [], []
         kernels: dict[str, str] = {}
         sent_ids = sum(s.accesses for s in loads) / world  # each rank's local ids, sent once per piece
         for rank in range(world):
@@ -335,7 +341,8 @@ class Estimator:
             dense_b.append(dense.bwd_s)
             tail.append(dense.after_input_grad_s)
             opt.append(dense.optimizer_s)
-            other.append(self.distribution_seconds(rank, per_rank[rank], sent_ids, batch))
+            other.append(self.placement_seconds(rank, batch))
+            input_copies.append(self.input_copies_seconds(rank, per_rank[rank], sent_ids))
             host.append(self.host_seconds(rank, per_rank[rank], dense))
             memory.append(self.rank_memory(rank, per_rank[rank], batch))
             kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
@@ -344,7 +351,7 @@ class Estimator:
         parts = StepParts(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, embedding_sort_s=emb_sort,
                           dense_fwd_s=dense_f, dense_bwd_s=dense_b,
                           dense_optimizer_s=opt, other_s=other, gradient_tail_s=self.gradient_tail(tail),
-                          input_all_to_all_s=a2a_in,
+                          input_all_to_all_s=a2a_in + max(input_copies),
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
                           all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
                           host_s=host)
