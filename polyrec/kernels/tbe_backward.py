@@ -167,6 +167,17 @@ def permute_kernel(
 
 
 @triton.jit
+def _keys_after_loads(keys_ptr, pos, mask):
+    """The keys before positions ``pos`` (``keys_ptr[pos - 1]``; -1 where masked), loaded after a
+    barrier that follows the tile's row, state and gradient loads. The run starts derived from them
+    keep the segmented scan below the barrier: otherwise ptxas hoists the scan above the row loads, so
+    a warp waits on its gradient before it issues them (cuda:90 SASS of the lane update: three
+    dependent round trips per tile instead of two). The loads hit L1: they are the lines of the keys."""
+    tl.debug_barrier()
+    return tl.load(keys_ptr + pos - 1, mask=mask, other=-1)
+
+
+@triton.jit
 def _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: tl.constexpr):
     """(table row base, element base, dim) of each global row id, selected from the T_PAD-wide table
     vectors (loaded independently of ``key``: no dependent round trip after the keys)."""
@@ -274,18 +285,20 @@ def lane_update_kernel(
         in_range = pos < n_pos
         key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
         nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
-        prev = tl.load(keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1).to(tl.int64)
         g_off = tl.multiple_of(tl.load(g_off_ptr + pos, mask=in_range, other=0).to(tl.int64), [VEC])
+        if HAS_SCALE:
+            scale = tl.load(scale_ptr + pos, mask=in_range, other=0.0)
         ok = in_range & (key != invalid_key)
-        is_start = key != prev  # [TILE] a run starts here
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
         addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
-        g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)  # [TILE, BLOCK_D]
+        g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0)  # [TILE, BLOCK_D]
+        is_start = key != _keys_after_loads(keys_ptr, pos, in_range & (pos > 0)).to(tl.int64)  # a run starts
+        g = g.to(tl.float32)
         if HAS_SCALE:
-            g = g * tl.load(scale_ptr + pos, mask=in_range, other=0.0)[:, None]
+            g = g * scale[:, None]
         carry, carry_key, head_key = _sum_tile_runs(
             weights_ptr, state1_ptr, state2_ptr, partial_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
             is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
@@ -348,7 +361,6 @@ def _merge_one_tile(
     code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
     key = _slot_row(code)
     if tl.max(key, axis=0) >= 0:
-        prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
         nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
         before = _slot_row(tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1))
         ok = key >= 0
@@ -359,7 +371,8 @@ def _merge_one_tile(
         addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
-        flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
+        prev = _keys_after_loads(part_key_ptr, pos, (pos < n_slots) & (pos > 0))
+        flags = tl.broadcast_to((key != _slot_row(prev)).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
         store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
                      eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
@@ -394,10 +407,8 @@ def _merge_tiles_in_turn(
         code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
         key = _slot_row(code).to(tl.int64)
         if tl.max(key, axis=0) >= 0:
-            prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
             nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
             ok = key >= 0
-            is_start = key != prev
             is_end = key != nxt
             started = key != before  # the run's first piece is in this program (pieces are sorted by key)
             whole = ok & is_end & started
@@ -405,6 +416,7 @@ def _merge_tiles_in_turn(
             w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],
                                   OPTIM)
             g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
+            is_start = key != _slot_row(_keys_after_loads(part_key_ptr, pos, (pos < n_slots) & (pos > 0)))
             carry, carry_key, head_key = _sum_tile_runs(
                 weights_ptr, state1_ptr, state2_ptr, out_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
                 is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
