@@ -167,20 +167,6 @@ def permute_kernel(
 
 
 @triton.jit
-def _tile_keys(keys_ptr, g_off_ptr, scale_ptr, pos, mask, n_pos, invalid_key, HAS_SCALE: tl.constexpr):
-    """A lane-update tile's first round trip, coalesced: the keys at sorted positions ``pos`` (where
-    ``mask``; ``invalid_key`` elsewhere) and after them, the gradient offsets and the scales (0 when
-    the module has none)."""
-    key = tl.load(keys_ptr + pos, mask=mask, other=invalid_key).to(tl.int64)
-    nxt = tl.load(keys_ptr + pos + 1, mask=mask & (pos + 1 < n_pos), other=-1).to(tl.int64)
-    g_off = tl.load(g_off_ptr + pos, mask=mask, other=0).to(tl.int64)
-    scale = tl.zeros(pos.shape, dtype=tl.float32)
-    if HAS_SCALE:
-        scale = tl.load(scale_ptr + pos, mask=mask, other=0.0)
-    return key, nxt, g_off, scale
-
-
-@triton.jit
 def _keys_after_loads(keys_ptr, pos, mask):
     """The keys before positions ``pos`` (``keys_ptr[pos - 1]``; -1 where masked), loaded after a
     barrier that follows the tile's row, state and gradient loads. The run starts derived from them
@@ -280,8 +266,7 @@ def lane_update_kernel(
     scales) coalesced, then the gradient slices together with the weight rows and state of the tile's
     runs. A program takes CHUNKS tiles of TILE sorted positions one after another and carries the sum
     of the run open at a tile's end into the next, so only runs crossing its CHUNKS * TILE positions
-    leave pieces for the merge (on Zipf-skewed ids most tiles sit inside a long run). The next tile's
-    keys are loaded with this tile's rows, so after the first tile each tile waits one round trip.
+    leave pieces for the merge (on Zipf-skewed ids most tiles sit inside a long run).
 
     Launched with warps along BLOCK_D only (BLOCK_D / (lanes * VEC) warps), so each lane holds all
     TILE positions of its VEC columns and the segmented scan runs inside the lane, in registers.
@@ -295,30 +280,29 @@ def lane_update_kernel(
     carry = tl.zeros([BLOCK_D], dtype=tl.float32)  # in-program sum of the run open at the last tile's end
     carry_key = before * 0 - 3  # that run's row; -3: none
     head_key = before * 0 - 1  # row of the run that began before this program, once it ends here
-    pos = first + i  # [TILE] sorted positions of the tile in hand
-    key, nxt, g_off, scale = _tile_keys(keys_ptr, g_off_ptr, scale_ptr, pos, pos < n_pos, n_pos, invalid_key,
-                                        HAS_SCALE)
     for c in range(CHUNKS):
+        pos = first + c * TILE + i  # [TILE] sorted positions
         in_range = pos < n_pos
+        key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
+        nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
+        g_off = tl.multiple_of(tl.load(g_off_ptr + pos, mask=in_range, other=0).to(tl.int64), [VEC])
+        if HAS_SCALE:
+            scale = tl.load(scale_ptr + pos, mask=in_range, other=0.0)
         ok = in_range & (key != invalid_key)
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
         addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
-        g = tl.load(grad_ptr + tl.multiple_of(g_off, [VEC])[:, None] + d[None, :], mask=d_mask, other=0.0)
-        key_n, nxt_n, g_off_n, scale_n = _tile_keys(keys_ptr, g_off_ptr, scale_ptr, pos + TILE,
-                                                    (pos + TILE < n_pos) & (c + 1 < CHUNKS), n_pos, invalid_key,
-                                                    HAS_SCALE)
+        g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0)  # [TILE, BLOCK_D]
         is_start = key != _keys_after_loads(keys_ptr, pos, in_range & (pos > 0)).to(tl.int64)  # a run starts
-        g = g.to(tl.float32)  # [TILE, BLOCK_D]
+        g = g.to(tl.float32)
         if HAS_SCALE:
             g = g * scale[:, None]
         carry, carry_key, head_key = _sum_tile_runs(
             weights_ptr, state1_ptr, state2_ptr, partial_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
             is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
             OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D)
-        pos, key, nxt, g_off, scale = pos + TILE, key_n, nxt_n, g_off_n, scale_n
     _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d, BLOCK_D)
 
 
@@ -377,7 +361,6 @@ def _merge_one_tile(
     code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
     key = _slot_row(code)
     if tl.max(key, axis=0) >= 0:
-        prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
         nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
         before = _slot_row(tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1))
         ok = key >= 0
@@ -388,7 +371,8 @@ def _merge_one_tile(
         addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
-        flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
+        prev = _keys_after_loads(part_key_ptr, pos, (pos < n_slots) & (pos > 0))
+        flags = tl.broadcast_to((key != _slot_row(prev)).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
         store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
                      eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
@@ -423,10 +407,8 @@ def _merge_tiles_in_turn(
         code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
         key = _slot_row(code).to(tl.int64)
         if tl.max(key, axis=0) >= 0:
-            prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
             nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
             ok = key >= 0
-            is_start = key != prev
             is_end = key != nxt
             started = key != before  # the run's first piece is in this program (pieces are sorted by key)
             whole = ok & is_end & started
@@ -434,6 +416,7 @@ def _merge_tiles_in_turn(
             w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],
                                   OPTIM)
             g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
+            is_start = key != _slot_row(_keys_after_loads(part_key_ptr, pos, (pos < n_slots) & (pos > 0)))
             carry, carry_key, head_key = _sum_tile_runs(
                 weights_ptr, state1_ptr, state2_ptr, out_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
                 is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
