@@ -361,6 +361,7 @@ def _merge_one_tile(
     code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
     key = _slot_row(code)
     if tl.max(key, axis=0) >= 0:
+        prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
         nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
         before = _slot_row(tl.load(part_key_ptr + tile * TILE - 1, mask=tile > 0, other=-1))
         ok = key >= 0
@@ -371,8 +372,7 @@ def _merge_one_tile(
         addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
-        prev = _keys_after_loads(part_key_ptr, pos, (pos < n_slots) & (pos > 0))
-        flags = tl.broadcast_to((key != _slot_row(prev)).to(tl.int32)[:, None], (TILE, BLOCK_D))
+        flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
         store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
                      eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
@@ -407,8 +407,10 @@ def _merge_tiles_in_turn(
         code = tl.load(part_key_ptr + pos, mask=pos < n_slots, other=-1)
         key = _slot_row(code).to(tl.int64)
         if tl.max(key, axis=0) >= 0:
+            prev = _slot_row(tl.load(part_key_ptr + pos - 1, mask=(pos < n_slots) & (pos > 0), other=-1))
             nxt = _slot_row(tl.load(part_key_ptr + pos + 1, mask=pos + 1 < n_slots, other=-1))
             ok = key >= 0
+            is_start = key != prev
             is_end = key != nxt
             started = key != before  # the run's first piece is in this program (pieces are sorted by key)
             whole = ok & is_end & started
@@ -416,7 +418,6 @@ def _merge_tiles_in_turn(
             w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],
                                   OPTIM)
             g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
-            is_start = key != _slot_row(_keys_after_loads(part_key_ptr, pos, (pos < n_slots) & (pos > 0)))
             carry, carry_key, head_key = _sum_tile_runs(
                 weights_ptr, state1_ptr, state2_ptr, out_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
                 is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
