@@ -286,23 +286,24 @@ LEVEL_TILE = 8
 #: merge chunks 1; a chunked program takes its tiles in turn): MERGE_EMPTY_TRIPS + crossing x
 #: MERGE_CROSSING_TRIPS, with crossing = 1 - unique / nnz (the chance that a program end splits a run).
 #: Counted: 2 (slot keys -> pieces with the rows of the runs it ends); programs whose slots hold pieces
-#: wait longer, and more of them hold pieces as duplicates grow. Fitted on the lane update's merge
-#: (tile 8, rowwise Adagrad, bf16 output gradient) at two crossings, each the mean of two runs on
-#: different machines (the merge varied by +-30% between runs of the same code):
-#: full MLPerf tables, the benchmark's uniform ids (crossing 0.27): 1.445 and 2.113 ms
-#: (tbe_breakdown_fp32_gradbf16_nvidia-h200_2026-11-30 at 84f645a and 9f87455); tables capped at 4M
-#: rows, the trainer's uniform ids (crossing 0.50): 2.20 and 3.24 ms (e2e_profile_nvidia-h200_2026-11-30
-#: at 84f645a and 9f87455). The earlier constant 4 trips fitted the first point alone and missed the
-#: capped tables' embedding phase by 1-3 ms (planner_accuracy_nvidia-h200_2026-11-30).
+#: wait longer and issue more, and more of them hold pieces as duplicates grow. Refitted when the tiles
+#: with pieces began finding their table once per tile (commit 22d2452): on one row, full MLPerf tables,
+#: uniform ids, bf16 output gradient, one-tile lane update, merge chunks 8: 0.872 ms in both rounds of an
+#: interleaved A/B against 1.530 ms for the previous code (benchmarks/results/tbe_lane_ab_2026-11-30,
+#: copy rate taken as 4.24 TB/s). Checked on the same run's fp32-gradient rows (8-tile chunks): uniform
+#: 0.173 ms predicted vs 0.166 measured, skewed 0.218 vs 0.234. The previous value, 11.6, fitted two
+#: crossings (0.27 and 0.50) of the previous code; the capped tables' crossing is not re-measured.
 MERGE_EMPTY_TRIPS = 2.0
-MERGE_CROSSING_TRIPS = 11.6
+MERGE_CROSSING_TRIPS = 2.66
 #: Fraction of the copy rate the update's traffic reaches: rows read and written back in place plus
-#: gradient slices gathered in sorted order. Fitted on one row: the lane update (tile 8, rowwise
-#: Adagrad, fp32 rows, uniform ids, full MLPerf tables) moved 19.6 GB in 6.04 ms = 0.77 of the 4.24 TB/s
-#: copy (tbe_breakdown_fp32_nvidia-h200_2026-11-29 as committed in 59c9b47). fp16 / bf16 rows move fewer bytes
-#: but round stochastically, which is issue-bound (6.45 ms measured for 14.4 GB, tbe_breakdown_fp16_*):
-#: ``rounding_seconds`` adds that on top.
-UPDATE_COPY_FRACTION = 0.77
+#: gradient slices gathered in sorted order. Fitted on one row: the lane update + permute (tile 8, 8-tile
+#: chunks, rowwise Adagrad, fp32 rows and gradient, uniform ids, full MLPerf tables) moved 19.6 GB in
+#: 5.21 + 0.14 ms = 0.866 of a 4.24 TB/s copy, in both rounds of benchmarks/results/tbe_lane_ab_2026-11-30
+#: (commit 02e0c4b: table fields once per tile, the rows issued before the scan; 0.77 before them, 6.04 ms).
+#: Checked on the same run's bf16-gradient row (one tile per program, 16.0 GB): 4.37 ms predicted, 4.21 +
+#: 0.14 measured. fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound (6.45 ms
+#: measured for 14.4 GB before these changes, tbe_breakdown_fp16_*): ``rounding_seconds`` adds that on top.
+UPDATE_COPY_FRACTION = 0.866
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds (row-wise Adagrad:
 #: one value per row; Adagrad one, Adam two [TILE, BLOCK_D] tiles), counted from the row-wise Adagrad kernel
 #: that UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS), each costing the tiles' loaded latency over
