@@ -131,8 +131,8 @@ def test_selector_carries_merge_chunks_and_model_prices_its_levels():
     """The selector takes the merge chunks the model prices lower (8 on the MLPerf step, 1 on a small
     one), among those the compile jobs cover; the model
     prices the levels of the chunks it is given: 11 -> 5 on the MLPerf step with one-tile lane programs
-    (14.02M ids, tile 8), as counted in 691c40d; with one tile per program it prices what it did before
-    merge chunks were a parameter (1.838 ms on the H200)."""
+    (14.02M ids, tile 8), as counted in 691c40d; with one tile per program it prices 0.997 ms on the H200
+    with the datasheet ceilings (1.838 ms before MERGE_CROSSING_TRIPS was refitted to the faster merge)."""
     from polyrec.hardware.calibrate import ceilings
     from polyrec.hardware.catalog import get_device
     from polyrec.perfmodel.tbe import UpdateShape, merge_seconds, update_seconds
@@ -146,7 +146,7 @@ def test_selector_carries_merge_chunks_and_model_prices_its_levels():
     assert (merge_levels(tiles, LEVEL_TILE), merge_levels(tiles, LEVEL_TILE * 8)) == (11, 5)
     ceil, kw = ceilings(spec), dict(nnz=14_024_704, unique=10.21e6, grad_row_bytes=512)
     merge = {m: merge_seconds(tile=8, spec=spec, ceil=ceil, chunks=m, **kw) for m in (1, 8)}
-    assert merge[1] == pytest.approx(1.8379657512626e-3, rel=1e-9) and merge[8] != merge[1]
+    assert merge[1] == pytest.approx(0.9969517597853536e-3, rel=1e-9) and merge[8] != merge[1]
     upd = {m: update_seconds(UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=m),
                              spec, ceil, row_bytes=512, state_bytes_per_row=4, **kw) for m in (1, 8)}
     assert upd[1] - upd[8] == pytest.approx(merge[1] - merge[8], rel=1e-9)

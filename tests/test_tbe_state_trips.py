@@ -50,9 +50,10 @@ def test_state_arrays_from_the_bytes_callers_pass(block_d):
 
 def test_sgd_lane_update_saves_the_state_round_trip():
     """Full MLPerf tables, bf16 output gradient, one-tile lane update (tile 8): SGD's lane update +
-    permute measured 3.99 ms against row-wise Adagrad's 5.27 (tbe_breakdown_fp32_sgd_gradbf16 at 84f645a,
-    tbe_breakdown_fp32_gradbf16 at 9f87455). The state's bytes explain 0.20 ms of the 1.28; the state
-    array's round trip the rest."""
+    permute measured 3.56 ms against row-wise Adagrad's 4.39 (tbe_breakdown_fp32_sgd_gradbf16 and
+    tbe_breakdown_fp32_gradbf16, one process each on one GPU, at d0fe027). The state's bytes explain
+    0.20 ms of the 0.83; the state array's round trip the rest. (Before the rows were issued ahead of the
+    scan, 02e0c4b, the same difference was 1.28 ms, and the rate fitted then was 0.77 of the copy.)"""
     measured = sum(_kernel_ms("tbe_breakdown_fp32_sgd_gradbf16", k) - _kernel_ms("tbe_breakdown_fp32_gradbf16", k)
                    for k in ("lane_update_kernel", "permute_kernel")) * 1e-3
     spec = get_device("H200")
@@ -61,7 +62,7 @@ def test_sgd_lane_update_saves_the_state_round_trip():
     kw = dict(nnz=NNZ, unique=UNIQUE, row_bytes=512, grad_row_bytes=256)
     predicted = (tbe.update_seconds(shape, spec, ceil, state_bytes_per_row=_state_row("sgd", 128), **kw)
                  - tbe.update_seconds(shape, spec, ceil, state_bytes_per_row=_state_row("rowwise_adagrad", 128), **kw))
-    assert measured == pytest.approx(-1.28e-3, abs=0.01e-3)
+    assert measured == pytest.approx(-0.83e-3, abs=0.01e-3)
     assert abs(predicted - measured) < 0.15e-3, (predicted, measured)
 
 

@@ -346,16 +346,14 @@ MERGE_ROUNDING_REGISTERS = {1: 66, 8: 39}
 #: idle while they wait, and the rounding of a tile follows its loads in the same warp.
 ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: Fraction of ISSUE_LANES_PER_CLK the rounding instructions reach (one-warp programs, ~3 per scheduler,
-#: whose instructions mostly wait on the one before). Fitted on ONE committed row: benchmarks/tbe.py at
-#: 226a364 (tbe_nvidia-h200_2026-11-30), fp16 rows, full MLPerf tables, uniform ids, fp32 output gradient,
-#: forward + backward 12.73 ms (model 9.46 ms at the full issue rate; 4.0 ms of lane-update rounding at
-#: this fraction), with the committed calibration (calibrate_nvidia-h200_2026-11-29). The fit is on the whole
-#: step, so it also holds the forward's miss (modelled 0.93 ms, measured 1.42). Checked, not refitted: the
-#: same run's Zipf-skewed ids 13.30 ms predicted vs 13.20 measured (13.04 at 691c40d, 13.76 at 9f87455,
-#: whose merge took one tile per program); training, tables capped at 4M rows, bf16 output gradient
-#: (planner_accuracy_nvidia-h200_2026-11-30 at cfb214f, row 24): embedding phase 13.26 ms predicted vs
-#: 15.08 measured (6.63 without the term), step 27.54 vs 29.24 (-5.8%; was -28%).
-ROUNDING_ISSUE_FRACTION = 0.33
+#: whose instructions mostly wait on the one before). Fitted on ONE committed row, as the planner prices it
+#: (``planner.estimate._tbe_group_seconds`` with the committed calibration_nvidia-h200_2026-11-29 ceilings):
+#: benchmarks/tbe.py at d0fe027 (tbe_nvidia-h200_2026-11-30), fp16 rows, full MLPerf tables, uniform ids,
+#: fp32 output gradient, forward + backward 9.04 ms. Checked, not refitted: the same run's Zipf-skewed ids
+#: 8.10 ms predicted vs 9.48 measured (-14.5%). Before the update kernel found its table once per tile and
+#: issued its rows ahead of the scan (22d2452, 02e0c4b) the same row measured 12.73 ms and the fit gave 0.33:
+#: the rounding's instructions then queued behind ~1630 others per tile.
+ROUNDING_ISSUE_FRACTION = 0.62
 #: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
 #: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
