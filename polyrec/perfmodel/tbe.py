@@ -304,26 +304,18 @@ MERGE_CROSSING_TRIPS = 2.66
 #: 0.14 measured. fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound (6.45 ms
 #: measured for 14.4 GB before these changes, tbe_breakdown_fp16_*): ``rounding_seconds`` adds that on top.
 UPDATE_COPY_FRACTION = 0.866
-#: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds (row-wise Adagrad:
-#: one value per row; Adagrad one, Adam two [TILE, BLOCK_D] tiles), counted from the row-wise Adagrad kernel
-#: that UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS), each costing the tiles' loaded latency over
-#: the resident programs on top of the bytes (1.11 ms on the MLPerf step): the update runs below the copy
-#: rate because its tiles wait on chains of dependent loads, and ptxas issues each state array's loads only
-#: after instructions that consume the loads before them (scoreboard waits in the cuda:90 SASS of the
-#: one-tile lane update, bf16 output gradient, D = 128: the rows' loads follow the gradient's in 1 / 2 / 2 / 3
-#: dependent steps for SGD / row-wise Adagrad / Adagrad / Adam). Counted, not fitted; checked on the H200
-#: (tests/test_tbe_state_trips.py): full MLPerf tables, bf16 gradient, lane update + permute, SGD 3.99 ms vs
-#: row-wise Adagrad 5.27 (tbe_breakdown_fp32_sgd_gradbf16 at 84f645a, tbe_breakdown_fp32_gradbf16 at
-#: 9f87455): -1.28 ms, model -1.29 (-0.20 from the state bytes alone); embedding phase, tables capped at 4M
-#: rows, batch 65536, within each run of planner_accuracy_nvidia-h200_2026-11-30 at 691c40d, e4b13d9,
-#: 0192375: SGD - row-wise -1.33..-1.40 ms (model -1.24, bytes alone -0.14), Adam - Adagrad +3.43..+3.50
-#: (model +3.30, bytes alone +2.19). Chunked programs (fp32 gradient, 8 tiles) measured SGD - row-wise
-#: -0.82..-0.87 ms (tbe_breakdown_fp32_sgd at 84f645a, tbe_breakdown_fp32 at 691c40d): model -1.31, -0.20
-#: without. Both variants (they share ``tbe_optim.load_rows`` / ``store_update``; the scan variant's SASS
-#: does not show the step, but pricing it on the lane variant only moves Adam's choice to scan on 206 of 8640 selector
-#: cases, a variant measured 3.5x slower). gfx942 compiles show no step per state array (AMDGCN vmcnt
-#: waits): 0 there.
-STATE_ARRAY_TRIPS = {"nvidia": 1, "amd": 0}
+#: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds beyond the kernel
+#: UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS). None since the lane update issues all of a tile's
+#: row, state and gradient loads before a barrier (02e0c4b; the cuda:90 SASS of the one-tile lane update
+#: shows every LDG of the rows, the state and the gradient ahead of BAR.SYNC for SGD, row-wise Adagrad and
+#: Adam), so a state array costs its bytes only. Until then ptxas issued each state array's loads after
+#: instructions that consumed the loads before them, and one trip per array (NVIDIA) matched SGD - row-wise
+#: -1.28 ms and Adam - Adagrad +3.43 ms. Measured since, on the H200 (planner_accuracy_nvidia-h200_2026-11-30
+#: at 4925e3c, tables capped at 4M rows, batch 65536, embedding phase): Adagrad - row-wise +1.95 ms (model
+#: +1.83), Adam - row-wise +3.67 (+3.78), SGD - row-wise -1.17 (-0.12): row-wise Adagrad's per-row sum of
+#: squares across lanes, square root and division are ALU work the model does not price, so SGD is
+#: over-predicted by ~1 ms of embedding time. gfx942 compiles show no step per state array either.
+STATE_ARRAY_TRIPS = {"nvidia": 0, "amd": 0}
 #: fp32 state arrays of the kernel UPDATE_COPY_FRACTION was fitted on (row-wise Adagrad).
 FIT_STATE_ARRAYS = 1
 #: Instructions per thread per tile element that stochastic rounding (fp16 / bf16 rows,
