@@ -339,10 +339,12 @@ MERGE_ROUNDING_REGISTERS = {1: 66, 8: 39}
 ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: Fraction of ISSUE_LANES_PER_CLK the rounding instructions reach (one-warp programs, ~3 per scheduler,
 #: whose instructions mostly wait on the one before). Fitted on ONE committed row, as the planner prices it
-#: (``planner.estimate._tbe_group_seconds`` with the committed calibration_nvidia-h200_2026-11-29 ceilings):
+#: (``planner.estimate._tbe_group_seconds`` with the committed calibrate_nvidia-h200_2026-11-29 ceilings):
 #: benchmarks/tbe.py at d0fe027 (tbe_nvidia-h200_2026-11-30), fp16 rows, full MLPerf tables, uniform ids,
 #: fp32 output gradient, forward + backward 9.04 ms. Checked, not refitted: the same run's Zipf-skewed ids
-#: 8.10 ms predicted vs 9.48 measured (-14.5%). Before the update kernel found its table once per tile and
+#: 8.10 ms predicted vs 9.48 measured (-14.5%); training, tables capped at 4M rows, bf16 output gradient
+#: (planner_accuracy_nvidia-h200_2026-11-30 at 4925e3c, row 24): embedding phase 8.88 ms predicted vs 10.30
+#: measured, step 23.65 vs 24.64 (-4.0%). Before the update kernel found its table once per tile and
 #: issued its rows ahead of the scan (22d2452, 02e0c4b) the same row measured 12.73 ms and the fit gave 0.33:
 #: the rounding's instructions then queued behind ~1630 others per tile.
 ROUNDING_ISSUE_FRACTION = 0.62
