@@ -49,11 +49,12 @@ def test_state_arrays_from_the_bytes_callers_pass(block_d):
     assert [tbe.state_arrays(4 * block_d * t if t else 4, block_d) for t in (0, 1, 2)] == [1, 1, 2]
 
 
-def test_sgd_saves_more_than_its_state_bytes_and_the_model_prices_only_the_bytes():
+def test_sgd_saves_more_than_its_state_bytes_and_the_model_prices_at_most_the_bytes():
     """Full MLPerf tables, bf16 output gradient, one-tile lane update (tile 8): SGD's lane update +
     permute measured 3.56 ms against row-wise Adagrad's 4.39 (tbe_breakdown_fp32_sgd_gradbf16 and
-    tbe_breakdown_fp32_gradbf16, one process each on one GPU, at d0fe027). The model prices the state's
-    bytes (0.20 ms); the rest is row-wise Adagrad's per-row arithmetic, which it does not price."""
+    tbe_breakdown_fp32_gradbf16, one process each on one GPU, at d0fe027). The model prices at most the
+    state's bytes (0.20 ms; less where the lane update's issue floor binds, the same for both); the rest
+    is row-wise Adagrad's per-row arithmetic, which it does not price."""
     measured = sum(_kernel_ms("tbe_breakdown_fp32_sgd_gradbf16", k) - _kernel_ms("tbe_breakdown_fp32_gradbf16", k)
                    for k in ("lane_update_kernel", "permute_kernel")) * 1e-3
     spec = get_device("H200")
@@ -64,8 +65,8 @@ def test_sgd_saves_more_than_its_state_bytes_and_the_model_prices_only_the_bytes
                  - tbe.update_seconds(shape, spec, ceil, state_bytes_per_row=_state_row("rowwise_adagrad", 128), **kw))
     state_bytes = 2 * UNIQUE * 32 / (tbe.UPDATE_COPY_FRACTION * ceil.copy_bandwidth.value)  # a sector each way
     assert measured == pytest.approx(-0.83e-3, abs=0.01e-3)
-    assert predicted == pytest.approx(-state_bytes, rel=1e-6)
-    assert measured < predicted < 0
+    assert -state_bytes * (1 + 1e-6) <= predicted <= 0
+    assert measured < predicted
 
 
 def test_update_never_beats_the_copy_rate():
@@ -126,7 +127,7 @@ def test_planner_embedding_differences_between_optimizers_match_the_h200_run(cal
     predicted embedding phase (fwd + bwd) of SGD, Adagrad and Adam minus row-wise Adagrad's, against the
     same differences measured within the committed planner_accuracy run (4925e3c: one machine, one process):
     Adagrad and Adam within 0.4 ms; SGD's saving is larger than its state bytes (row-wise Adagrad's per-row
-    arithmetic, not priced), so the model's is smaller than the measured one and of the same sign."""
+    arithmetic, not priced), so the model's is smaller than the measured one (and never a cost)."""
     from polyrec.models.config import preset
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
 
@@ -144,4 +145,4 @@ def test_planner_embedding_differences_between_optimizers_match_the_h200_run(cal
         want = measured[opt] - measured["rowwise_adagrad"]
         got = predicted[opt] - predicted["rowwise_adagrad"]
         assert abs(got - want) < 0.4, (opt, got, want)
-    assert measured["sgd"] - measured["rowwise_adagrad"] < predicted["sgd"] - predicted["rowwise_adagrad"] < 0
+    assert measured["sgd"] - measured["rowwise_adagrad"] < predicted["sgd"] - predicted["rowwise_adagrad"] <= 0

@@ -339,15 +339,27 @@ MERGE_ROUNDING_REGISTERS = {1: 66, 8: 39}
 ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: Fraction of ISSUE_LANES_PER_CLK the rounding instructions reach (one-warp programs, ~3 per scheduler,
 #: whose instructions mostly wait on the one before). Fitted on ONE committed row, as the planner prices it
-#: (``planner.estimate._tbe_group_seconds`` with the committed calibrate_nvidia-h200_2026-11-29 ceilings):
-#: benchmarks/tbe.py at d0fe027 (tbe_nvidia-h200_2026-11-30), fp16 rows, full MLPerf tables, uniform ids,
-#: fp32 output gradient, forward + backward 9.04 ms. Checked, not refitted: the same run's Zipf-skewed ids
-#: 8.10 ms predicted vs 9.48 measured (-14.5%); training, tables capped at 4M rows, bf16 output gradient
-#: (planner_accuracy_nvidia-h200_2026-11-30 at 4925e3c, row 24): embedding phase 8.88 ms predicted vs 10.30
-#: measured, step 23.65 vs 24.64 (-4.0%). Before the update kernel found its table once per tile and
-#: issued its rows ahead of the scan (22d2452, 02e0c4b) the same row measured 12.73 ms and the fit gave 0.33:
-#: the rounding's instructions then queued behind ~1630 others per tile.
-ROUNDING_ISSUE_FRACTION = 0.62
+#: (``planner.estimate._tbe_group_seconds`` with the committed calibrate_nvidia-h200_2026-11-29 ceilings, and
+#: the lane update's own issue floor, LANE_INSTRUCTIONS): benchmarks/tbe.py at d0fe027
+#: (tbe_nvidia-h200_2026-11-30), fp16 rows, full MLPerf tables, uniform ids, fp32 output gradient, forward +
+#: backward 9.04 ms. Checked, not refitted: the same run's Zipf-skewed ids 9.13 ms predicted vs 9.48 measured
+#: (-3.7%). Before the update kernel found its table once per tile and issued its rows ahead of the scan
+#: (22d2452, 02e0c4b) the same row measured 12.73 ms and the fit gave 0.33: the rounding's instructions then
+#: queued behind ~1630 others per tile.
+ROUNDING_ISSUE_FRACTION = 0.75
+#: Thread instructions per tile element the lane update issues without rounding: counted, not fitted, on
+#: the cuda:90 SASS of the one-tile lane update (TILE 8, BLOCK_D 128, row-wise Adagrad, fp32 rows; commit
+#: 02e0c4b): 1252 warp instructions on the path a tile inside one table takes (1712 in all; the rest is
+#: the per-key table selection at a table's edge) x 32 lanes / 1024 tile elements. Every position of the
+#: sorted ids pays them, unique or not: this is what the update costs when few of its ids are distinct
+#: (Zipf-skewed ids, small tables), where its bytes are few. Not counted on gfx942 (wave64): the same count
+#: is used there, as for ROUNDING_INSTRUCTIONS.
+LANE_INSTRUCTIONS = 39.1
+#: Fraction of ISSUE_LANES_PER_CLK the lane update's own instructions reach (one-warp programs, the loads
+#: of a tile in flight while they issue). Fitted on ONE row: the fp32-gradient lane update + permute on
+#: Zipf-skewed ids, full MLPerf tables (tbe_breakdown_fp32_skewed_nvidia-h200_2026-11-30 at d0fe027:
+#: 4.21 + 0.14 ms for 14.02M ids, 3.61M of them distinct, whose bytes at UPDATE_COPY_FRACTION give 3.39 ms).
+LANE_ISSUE_FRACTION = 0.48
 #: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
 #: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
@@ -427,11 +439,16 @@ def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
     return levels
 
 
+def issue_seconds(instructions: float, fraction: float, spec: DeviceSpec) -> float:
+    """Time to issue ``instructions`` thread instructions at ``fraction`` of the device's issue rate
+    (ISSUE_LANES_PER_CLK per compute unit and clock)."""
+    return instructions / (spec.compute_units * ISSUE_LANES_PER_CLK[spec.vendor] * spec.boost_clock_hz * fraction)
+
+
 def rounding_seconds(elements: float, kernel: str, spec: DeviceSpec) -> float:
     """Issue time of the stochastic rounding over ``elements`` tile elements of ``kernel`` ("lane", "scan"
     or "merge"; ROUNDING_INSTRUCTIONS each), at ROUNDING_ISSUE_FRACTION of the device's issue rate."""
-    rate = spec.compute_units * ISSUE_LANES_PER_CLK[spec.vendor] * spec.boost_clock_hz * ROUNDING_ISSUE_FRACTION
-    return elements * ROUNDING_INSTRUCTIONS[kernel] / rate
+    return issue_seconds(elements * ROUNDING_INSTRUCTIONS[kernel], ROUNDING_ISSUE_FRACTION, spec)
 
 
 def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float, spec: DeviceSpec,
@@ -467,10 +484,11 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
                    row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float) -> float:
-    """Predicted update (+ permute) + merge time: the longer of the bytes at the fitted fraction of the
-    copy rate and the programs' dependent round trips over the resident programs (Little's law), plus the
-    round trips of the state arrays the fitted kernel did not read (or minus those it did and this one does
-    not: STATE_ARRAY_TRIPS), never below the bytes at the copy rate, plus the merge."""
+    """Predicted update (+ permute) + merge time: the longest of the bytes at the fitted fraction of the
+    copy rate, the programs' dependent round trips over the resident programs (Little's law) and, for the
+    lane update, the issue of its instructions (LANE_INSTRUCTIONS per tile element), plus the round trips of
+    the state arrays the fitted kernel did not read (or minus those it did and this one does not:
+    STATE_ARRAY_TRIPS), never below the bytes at the copy rate, plus the rounding and the merge."""
     gran = GATHER_GRANULARITY[spec.vendor]
     copy = ceil.copy_bandwidth.value
     moved = update_bytes(shape.variant, nnz=nnz, unique=unique, row_bytes=row_bytes, grad_row_bytes=grad_row_bytes,
@@ -483,8 +501,11 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     state_s = (arrays - FIT_STATE_ARRAYS) * STATE_ARRAY_TRIPS[spec.vendor] * tiles * lat / resident
     scan_s = nnz * shape.tile * SCAN_SECONDS_PER_POSITION_TILE if shape.variant == "scan" else 0.0
     block_d = shape.block_d(spec.warp_size)
-    round_s = rounding_seconds(tiles * shape.tile * block_d, shape.variant, spec) if shape.stochastic else 0.0
-    return (max(moved / copy, max(moved / (UPDATE_COPY_FRACTION * copy), chain_s) + state_s) + scan_s + round_s
+    elements = tiles * shape.tile * block_d
+    issue_s = (issue_seconds(elements * LANE_INSTRUCTIONS, LANE_ISSUE_FRACTION, spec)
+               if shape.variant == "lane" else 0.0)
+    round_s = rounding_seconds(elements, shape.variant, spec) if shape.stochastic else 0.0
+    return (max(moved / copy, max(moved / (UPDATE_COPY_FRACTION * copy), chain_s, issue_s) + state_s) + scan_s + round_s
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
                             spec=spec, ceil=ceil, chunks=shape.merge_chunks,
