@@ -1,0 +1,173 @@
+"""Static SASS of the embedding kernels on cuda:90, compiled on the CPU (no GPU): registers per thread,
+resident warps per SM they allow, and instructions by kind. This is how the lane update's issue floor
+(``perfmodel.tbe.LANE_INSTRUCTIONS``) and its register budget were read, and how a kernel change can be
+checked before any device time: fewer instructions per tile, or more resident warps.
+
+    .venv/bin/python benchmarks/sass_count.py [--match "update-lane rowwise_adagrad fp32 D128"]
+        [--set HAS_WD=0 --set HAS_SCALE=0] [--json]
+
+``--match``: a substring of ``tbe_compile.compile_jobs`` labels (every distinct match is compiled);
+``--set``: a constexpr overridden in every matched job (the compile jobs turn every option on; the
+MLPerf step runs without weight decay or per-sample scales). The counts are
+static (each instruction once, whatever the loop trip counts), except ``loop path``: one trip of the
+kernel's loop on its common path (``loop_path``). ``--dump DIR`` writes each job's SASS.
+Run with TRITON_INTERPRET unset. Writes ``sass_count_cpu_<date>.json`` with ``--save``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+#: Registers per SM on sm_90 (NVIDIA H100/H200: 64K 32-bit registers per SM), allocated per warp in
+#: units of 256 (CUDA occupancy calculator: register allocation unit size 256, warp granularity).
+SM90_REGISTERS = 65536
+REGISTER_UNIT = 256
+#: Opcode kinds (the SASS opcode's stem, before the first dot).
+KINDS = {
+    "load": ("LDG", "LD", "LDS", "LDC", "LDL", "ULDC"),
+    "store": ("STG", "ST", "STS", "STL", "RED", "ATOM", "ATOMG"),
+    "shuffle": ("SHFL",),
+    "predicate": ("ISETP", "FSETP", "DSETP", "PLOP3", "P2R", "R2P", "SEL", "FSEL", "VOTE", "VOTEU"),
+    "integer": ("IMAD", "IADD3", "LEA", "SHF", "LOP3", "IMNMX", "IABS", "FLO", "POPC", "BREV", "PRMT", "SGXT"),
+    "float": ("FADD", "FMUL", "FFMA", "FMNMX", "MUFU", "F2F", "F2I", "I2F", "HADD2", "HMUL2", "HFMA2", "F2FP"),
+    "move": ("MOV", "UMOV", "S2R", "S2UR", "CS2R", "R2UR", "IMAD.MOV"),
+    "control": ("BRA", "EXIT", "BAR", "BSSY", "BSYNC", "WARPSYNC", "NOP", "CALL", "RET", "DEPBAR"),
+}
+
+
+def _kind(opcode: str) -> str:
+    stem = opcode.split(".")[0]
+    for kind, stems in KINDS.items():
+        if stem in stems or opcode in stems:
+            return kind
+    return "uniform" if stem.startswith("U") else "other"
+
+
+def _nvdisasm(cubin: bytes) -> str:
+    import triton
+
+    tool = Path(triton.knobs.nvidia.cuobjdump.path).with_name("nvdisasm")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([str(tool), "-c", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def count_sass(sass: str) -> dict[str, int]:
+    """Instructions by kind in nvdisasm text (one per line ``/*addr*/ [@P] OPCODE ...;``)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m:
+            counts[_kind(m.group(1))] += 1
+    counts["total"] = sum(counts.values())
+    return dict(counts)
+
+
+def _label_lines(lines: list[str]) -> dict[str, int]:
+    return {m.group(1): n for n, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
+
+
+def _is_instruction(line: str) -> bool:
+    return re.match(r"\s*/\*[0-9a-f]+\*/\s+\S", line) is not None
+
+
+def _target(line: str) -> str | None:
+    m = re.search(r"BRA `?\((\.L_x_\d+)\)", line)
+    return m.group(1) if m else None
+
+
+def loop_path(sass: str) -> int | None:
+    """Instructions one trip of the last loop issues on its common path: from the loop's head to its
+    back-edge, leaving out the block its first conditional forward branch jumps to (up to where that
+    block's alternative rejoins). The lane update's first branch is the per-key table lookup of a tile at
+    a table's edge (``_sorted_table_fields``), so this is its per-tile count; None without a loop."""
+    lines = sass.splitlines()
+    labels = _label_lines(lines)
+    back = [n for n, line in enumerate(lines) if "@" in line and _target(line) and labels[_target(line)] < n]
+    if not back:
+        return None
+    head, end = labels[_target(lines[back[-1]])], back[-1]
+    branches = [n for n in range(head, end) if "@" in lines[n] and _target(lines[n])
+                and labels[_target(lines[n])] > n]
+    if not branches:
+        return sum(map(_is_instruction, lines[head:end + 1]))
+    taken = labels[_target(lines[branches[0]])]
+    jumps = [n for n in range(branches[0], taken) if _target(lines[n]) and "@" not in lines[n]]
+    if not jumps:
+        return sum(map(_is_instruction, lines[head:end + 1]))
+    join = labels[_target(lines[jumps[0]])]
+    return sum(map(_is_instruction, lines[head:jumps[0] + 1])) + sum(map(_is_instruction, lines[join:end + 1]))
+
+
+def resident_warps(registers: int, warps_per_block: int) -> int:
+    """Warps per SM that the registers allow (whole blocks; sm_90 allocation rounding)."""
+    per_warp = -(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    return SM90_REGISTERS // (per_warp * warps_per_block) * warps_per_block
+
+
+def analyse(job, dump: Path | None) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from polyrec.hardware.compile import _nvidia_resources
+
+    names = list(job.signature)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in job.divisible_by_16}
+    src = ASTSource(job.kernel, signature=job.signature, constexprs=job.constexprs, attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": job.num_warps, "num_stages": job.num_stages})
+    registers, spills = _nvidia_resources(compiled.asm["cubin"])
+    sass = _nvdisasm(compiled.asm["cubin"])
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / (re.sub(r"[^A-Za-z0-9_.-]+", "_", job.label) + ".sass")).write_text(sass)
+    return {"label": job.label, "registers": registers, "spill_bytes": spills, "warps_per_block": job.num_warps,
+            "resident_warps": resident_warps(registers, job.num_warps), "loop_path": loop_path(sass),
+            **count_sass(sass)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--match", default="update-lane rowwise_adagrad fp32 D128",
+                        help="substring of the compile-job labels to analyse")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=INT",
+                        help="override a constexpr of the matched jobs (repeatable)")
+    parser.add_argument("--dump", type=Path, help="write each job's SASS into this folder")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/sass_count_cpu_<date>.json")
+    args = parser.parse_args()
+    from polyrec.hardware.catalog import get_device
+    from polyrec.kernels.tbe_compile import compile_jobs
+
+    overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
+    jobs = {j.label: j for j in compile_jobs(get_device("H200")) if args.match in j.label}
+    jobs = [dataclasses.replace(j, constexprs={**j.constexprs, **overrides}) for j in jobs.values()]
+    if not jobs:
+        raise SystemExit(f"no compile job label contains {args.match!r}")
+    rows = [analyse(j, args.dump) for j in jobs]
+    if args.save:
+        from polyrec.results import write_results
+        write_results("sass_count", {"rows": rows}, rows=rows,
+                      summary={"target": "cuda:90", "match": args.match, "overrides": overrides})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    kinds = ["total"] + list(KINDS) + ["uniform", "other"]
+    print("| job | regs | warps/SM | loop path | " + " | ".join(kinds) + " |")
+    print("|---" * (len(kinds) + 4) + "|")
+    for r in rows:
+        print(f"| {r['label']} | {r['registers']} | {r['resident_warps']} | {r['loop_path']} | "
+              + " | ".join(str(r.get(k, 0)) for k in kinds) + " |")
+
+
+if __name__ == "__main__":
+    main()
