@@ -280,6 +280,58 @@ def test_a_backward_prepared_during_the_forward_updates_as_one_that_sorts_itself
     assert torch.equal(a.weights, b.weights) and torch.equal(a.state1, b.state1)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_trained_forward_writes_the_sort_keys_its_backward_would(weighted, monkeypatch):
+    """The pooled forward of a lookup that will be trained writes each id position's key, gradient row
+    and scale (mean pooling, per-sample weights) as ``sort_keys_kernel`` does; its backward then
+    launches no sort-key kernel and updates bitwise as one that does."""
+    gen = torch.Generator().manual_seed(14)
+    opt = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05)
+    a = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    b = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, deterministic=True)
+    calls, real = [], a._sort_keys
+    monkeypatch.setattr(a, "_sort_keys", lambda *x: calls.append(1) or real(*x))
+    for _ in range(2):
+        batch = make_batch(gen, weighted=weighted)
+        out = a(batch)
+        written = a._forward_keys
+        want = real(batch.values, batch.offsets, batch.weights, B, None)
+        n = batch.nnz
+        assert written.keys.numel() > n and torch.equal(written.keys, want.keys)
+        assert torch.all(written.keys[n:] == a.total_rows)  # the padding: the invalid key
+        assert torch.equal(written.src, want.src)
+        assert (written.scale is None) == (want.scale is None)
+        if written.scale is not None:
+            torch.testing.assert_close(written.scale, want.scale, rtol=0, atol=0)
+        grad = torch.randn(out.shape, generator=gen)
+        out.backward(grad)
+        out_b = b(batch)
+        b._forward_keys = None  # b sorts with the kernel
+        out_b.backward(grad)
+    assert not calls
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.state1, b.state1)
+
+
+def test_an_out_of_range_id_gets_the_invalid_key_from_the_forward():
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES)
+    module.defer_errors = True  # flagged, kept for check_errors
+    batch = make_batch(torch.Generator().manual_seed(16))
+    batch.values[0], batch.values[1] = -1, TABLES[FEATURES[0]].rows
+    module(batch)
+    keys = module._forward_keys.keys
+    assert keys[0] == keys[1] == module.total_rows and bool((keys[2:batch.nnz] < module.total_rows).all())
+
+
+def test_no_sort_keys_are_kept_without_a_backward():
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES)
+    batch = make_batch(torch.Generator().manual_seed(15))
+    with torch.no_grad():
+        module(batch)
+    assert module._forward_keys is None
+    module(batch)
+    assert module._forward_keys is not None
+
+
 def test_a_prepared_sort_of_another_or_changed_batch_is_not_used(monkeypatch):
     gen = torch.Generator().manual_seed(13)
     opt = EmbeddingOptimizer(kind="sgd", lr=0.5)

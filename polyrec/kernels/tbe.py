@@ -22,7 +22,7 @@ from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
                                          vector_width)
 from polyrec.kernels.tbe_forward_plan import ForwardLaunch, plan_forward
-from polyrec.kernels.tbe_fused_backward import FusedBackward, SortedIds
+from polyrec.kernels.tbe_fused_backward import FusedBackward, SortedIds, SortKeys
 from polyrec.kernels.tbe_optim import STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
 
 POOLINGS = ("sum", "mean", "none")
@@ -85,6 +85,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         self._configs: dict[tuple, object] = {}
         self._pending_flags: tuple[Tensor, torch.cuda.Event] | None = None
         self._prepared: SortedIds | None = None  # prepare_backward's sort, for the next backward
+        self._forward_keys: SortKeys | None = None  # the last trained pooled forward's sort keys
 
     # ---- construction -------------------------------------------------------------------------
     def _build_layout(self, device: torch.device) -> None:
@@ -286,29 +287,39 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
         return _SequenceLookup.apply(anchor, self, batch.values, batch.offsets, batch.batch_size)
 
-    def _pooled_forward(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int) -> Tensor:
+    def _pooled_forward(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
+                        trained: bool) -> Tensor:
+        """The pooled lookup; ``trained``: a backward will follow, so the launches also write its sort
+        keys (kept for it in ``_forward_keys``)."""
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
                             num_features=len(self.feature_to_table), weights=per_sample)
         out = torch.empty(batch_size, self.output_dim, dtype=self.output_dtype, device=self.weights.device)
+        self._forward_keys = None
         if not self.pooled_features or batch_size == 0:
             return out.zero_()
+        keys = self.new_sort_keys(values, offsets, per_sample) if trained and batch.nnz else None
         for launch, feature_ids in self.forward_plan(batch):
-            self.launch_pooled(batch, out, feature_ids, launch.config)
+            self.launch_pooled(batch, out, feature_ids, launch.config, keys)
+        self._forward_keys = keys
         self._record_flags()
         return out
 
-    def launch_pooled(self, batch: JaggedBatch, out: Tensor, feature_ids: Tensor, cfg: tbe_select.ForwardConfig) -> None:
+    def launch_pooled(self, batch: JaggedBatch, out: Tensor, feature_ids: Tensor, cfg: tbe_select.ForwardConfig,
+                      keys: SortKeys | None = None) -> None:
         """One pooled-lookup launch over the features ``feature_ids`` [k] int32 (pooled ones) of ``batch``
-        into their columns of ``out`` [B, output_dim], with launch config ``cfg``."""
+        into their columns of ``out`` [B, output_dim], with launch config ``cfg``; with ``keys``
+        (``new_sort_keys`` of this batch), also the backward's sort keys of those features."""
         lay = self.layout
         grid = (triton.cdiv(batch.batch_size, cfg.bags), feature_ids.numel())
+        key_buffers = (None, None, None) if keys is None else (keys.keys, keys.src, keys.scale)
         pooled_forward_kernel[grid](
             self.weights, batch.values, batch.offsets, batch.weights, out, self.flags,
             feature_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
-            lay.table_dim, batch.batch_size, batch.values.numel(), out.stride(0),
+            lay.table_dim, *key_buffers, lay.table_row_base, batch.batch_size, batch.values.numel(), out.stride(0), self.total_rows,
             BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
             HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
             STAGED=tbe_select.staged_loads(cfg) if self.staged_forward is None else self.staged_forward,
+            SORT_KEYS=keys is not None, HAS_SCALE=keys is not None and keys.scale is not None,
             num_warps=cfg.num_warps)
 
     def _sequence_ranges(self, offsets: Tensor, batch_size: int) -> list[tuple[int, int, int, int]]:
@@ -351,7 +362,7 @@ class _PooledLookup(torch.autograd.Function):
     def forward(ctx, anchor, module, values, offsets, per_sample, batch_size):
         ctx.module, ctx.batch_size = module, batch_size
         ctx.save_for_backward(values, offsets, per_sample)
-        return module._pooled_forward(values, offsets, per_sample, batch_size)
+        return module._pooled_forward(values, offsets, per_sample, batch_size, ctx.needs_input_grad[0])
 
     @staticmethod
     def backward(ctx, grad):

@@ -193,16 +193,21 @@ def _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: 
 
 
 @triton.jit
-def _sorted_table_fields(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: tl.constexpr):
-    """``_table_fields`` of a tile whose keys are sorted (``ok``: the positions holding one). All but the
-    tiles at a table's edge hold one table's rows, so its fields are found once for the tile (the table
-    of the first and last key, then three scalar loads that hit L1) instead of per key: the per-key
-    [TILE, T_PAD] selection and its cross-lane sums were ~240 of the lane update's ~1630 instructions
-    per tile on cuda:90 (215 SHFL), and the kernel issues an instruction stream per tile of 8 ids."""
+def _key_bounds(key, ok):
+    """Smallest and largest of the keys at the positions ``ok``."""
+    return tl.min(tl.where(ok, key, 0x7FFFFFFFFFFFFFFF), axis=0), tl.max(tl.where(ok, key, -1), axis=0)
+
+
+@triton.jit
+def _sorted_table_fields(key, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: tl.constexpr):
+    """``_table_fields`` of a tile whose keys are sorted, ``lo`` and ``hi`` its smallest and largest
+    key (scalars; keys past ``hi`` are masked by the caller). All but the tiles at a table's edge hold
+    one table's rows, so its fields are found once for the tile (the table of ``lo`` and ``hi``, then
+    three scalar loads that hit L1) instead of per key: the per-key [TILE, T_PAD] selection and its
+    cross-lane sums were ~240 of the lane update's ~1630 instructions per tile on cuda:90 (215 SHFL),
+    and the kernel issues an instruction stream per tile of 8 ids."""
     tb = tl.arange(0, T_PAD)
     bases = tl.load(row_base_ptr + tb, mask=tb < num_tables, other=0x7FFFFFFFFFFFFFFF)
-    lo = tl.min(tl.where(ok, key, 0x7FFFFFFFFFFFFFFF), axis=0)
-    hi = tl.max(tl.where(ok, key, -1), axis=0)
     t_lo = tl.sum((bases <= lo).to(tl.int32), axis=0) - 1
     t_hi = tl.sum((bases <= hi).to(tl.int32), axis=0) - 1
     if (t_lo == t_hi) & (t_lo >= 0):
@@ -216,10 +221,12 @@ def _sorted_table_fields(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tabl
 
 
 @triton.jit
-def _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD: tl.constexpr,
+def _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD: tl.constexpr,
                VEC: tl.constexpr):
-    """[TILE, BLOCK_D] element offsets and mask of the tile's rows ``key`` (sorted), and each row's dim."""
-    row_base, elem_base, dim = _sorted_table_fields(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD)
+    """[TILE, BLOCK_D] element offsets and mask of the tile's rows ``key`` (sorted; ``ok`` the positions
+    holding one, from ``lo`` to ``hi``), and each row's dim."""
+    row_base, elem_base, dim = _sorted_table_fields(key, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables,
+                                                    T_PAD)
     dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
     d_mask = ok[:, None] & (d[None, :] < dim[:, None])
     return tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :], d_mask, dim
@@ -257,7 +264,7 @@ def lane_update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
     keys_ptr, g_off_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr,
-    n_pos, num_tables, invalid_key,
+    num_tables, invalid_key,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
     TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
@@ -270,6 +277,11 @@ def lane_update_kernel(
 
     Launched with warps along BLOCK_D only (BLOCK_D / (lanes * VEC) warps), so each lane holds all
     TILE positions of its VEC columns and the segmented scan runs inside the lane, in registers.
+
+    The sorted arrays (keys, gradient offsets, scales) are padded past the last program's positions
+    plus one, the keys with ``invalid_key`` (``SortedIds``): their loads need no mask, so each lane loads
+    its TILE keys and offsets as 16-byte vectors (cuda:90: 221 -> 192 registers per thread, 96 -> 68
+    loads in the SASS, the masked loads being one scalar load per position).
     """
     prog = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, TILE)
@@ -282,20 +294,22 @@ def lane_update_kernel(
     head_key = before * 0 - 1  # row of the run that began before this program, once it ends here
     for c in range(CHUNKS):
         pos = first + c * TILE + i  # [TILE] sorted positions
-        in_range = pos < n_pos
-        key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
-        nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
-        g_off = tl.multiple_of(tl.load(g_off_ptr + pos, mask=in_range, other=0).to(tl.int64), [VEC])
+        key = tl.load(keys_ptr + pos).to(tl.int64)
+        nxt = tl.load(keys_ptr + pos + 1).to(tl.int64)
+        g_off = tl.multiple_of(tl.load(g_off_ptr + pos).to(tl.int64), [VEC])
         if HAS_SCALE:
-            scale = tl.load(scale_ptr + pos, mask=in_range, other=0.0)
-        ok = in_range & (key != invalid_key)
+            scale = tl.load(scale_ptr + pos)
+        ok = key != invalid_key
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
-        addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
+        lo = tl.load(keys_ptr + first + c * TILE).to(tl.int64)  # scalars: no cross-lane min / max
+        hi = tl.load(keys_ptr + first + c * TILE + TILE - 1).to(tl.int64)  # invalid keys: masked (ok)
+        addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
+                                       VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0)  # [TILE, BLOCK_D]
-        is_start = key != _keys_after_loads(keys_ptr, pos, in_range & (pos > 0)).to(tl.int64)  # a run starts
+        is_start = key != _keys_after_loads(keys_ptr, pos, pos > 0).to(tl.int64)  # a run starts
         g = g.to(tl.float32)
         if HAS_SCALE:
             g = g * scale[:, None]
@@ -369,7 +383,9 @@ def _merge_one_tile(
         started = key != before  # the run's first piece is in these slots (pieces are sorted by key)
         whole = ok & is_end & started
         d = tl.arange(0, BLOCK_D)
-        addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
+        lo, hi = _key_bounds(key, ok)
+        addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
+                                       VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
@@ -414,7 +430,9 @@ def _merge_tiles_in_turn(
             is_end = key != nxt
             started = key != before  # the run's first piece is in this program (pieces are sorted by key)
             whole = ok & is_end & started
-            addr, d_mask, dim = _tile_rows(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD, VEC)
+            lo, hi = _key_bounds(key, ok)
+            addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d,
+                                           T_PAD, VEC)
             w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],
                                   OPTIM)
             g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)

@@ -1,6 +1,7 @@
 """Compile jobs of the embedding kernels: every config ``tbe_select`` can choose, for ``polyrec hw compile-check``.
 
-Coverage: at BLOCK_D = 128 (the MLPerf dims) every forward candidate in fp32 and bf16 weights, every
+Coverage: at BLOCK_D = 128 (the MLPerf dims) every forward candidate in fp32 and bf16 weights (as a
+trained lookup launches it: writing the backward's sort keys too, the most registers), every
 update candidate for each optimizer (fp32, plus stochastic-rounding bf16 for rowwise Adagrad), the
 merge-level kernel per optimizer at each merge chunk count (``tbe_select.MERGE_CHUNK_CHOICES``), the
 sort-key kernel per forward tile and the sequence kernel; plus the largest forward and update tiles
@@ -66,7 +67,7 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
         for c in cands:
             staged = tbe_select.staged_loads(c)
             consts = dict(BAGS=c.bags, HOTS=c.hots, BLOCK_D=block_d, VEC=16 // (4 if dtype == "fp32" else 2),
-                          HAS_PER_SAMPLE=True, HAS_MEAN=True, STAGED=staged)
+                          HAS_PER_SAMPLE=True, HAS_MEAN=True, STAGED=staged, SORT_KEYS=True, HAS_SCALE=True)
             jobs.append(_job(f"tbe fwd {dtype} D{block_d} bags{c.bags} hots{c.hots} w{c.num_warps}"
                              + (" staged" if staged else ""), pooled_forward_kernel, dtype, consts, c.num_warps))
     return jobs

@@ -56,6 +56,16 @@ def _bag_bounds(offsets_ptr, f, b0, batch_size, nnz, BAGS: tl.constexpr):
 
 
 @triton.jit
+def _mean_scale(feat_mean_ptr, f, length, HAS_SCALE: tl.constexpr):
+    """[BAGS] gradient scale of feature ``f``'s bags: 1 / length where its table pools by mean, else 1
+    (1 without ``HAS_SCALE``: the backward reads no scale)."""
+    if HAS_SCALE:
+        is_mean = tl.load(feat_mean_ptr + f) != 0
+        return tl.where(is_mean, 1.0 / tl.maximum(length, 1).to(tl.float32), 1.0)
+    return length.to(tl.float32) * 0.0 + 1.0
+
+
+@triton.jit
 def _raise_flags(flags_ptr, f, bad_ids, bad_offsets):
     n_ids = tl.sum(bad_ids.to(tl.int32))
     n_off = tl.sum(bad_offsets.to(tl.int32))
@@ -65,17 +75,37 @@ def _raise_flags(flags_ptr, f, bad_ids, bad_offsets):
 
 
 @triton.jit
+def _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, row_base, src, scale, invalid_key,
+                     HAS_SCALE: tl.constexpr):
+    """The backward's inputs of the id positions ``pos`` [BAGS, HOTS]: global row id (``invalid_key``
+    where the id is out of range), output-gradient row ``src`` (int32) and scale (broadcast over HOTS).
+    The key is summed in the keys' own type (int32 keys: fewer than 2^31 rows), which costs the forward
+    fewer registers than int64 sums."""
+    kt = keys_ptr.dtype.element_ty
+    key = tl.where(ok, row_base.to(kt) + idx.to(kt), invalid_key.to(kt))
+    tl.store(keys_ptr + pos, key, mask=in_bag)
+    tl.store(src_ptr + pos, src + 0 * pos.to(tl.int32), mask=in_bag)
+    if HAS_SCALE:
+        tl.store(scale_ptr + pos, scale + 0.0 * pos.to(tl.float32), mask=in_bag)
+
+
+@triton.jit
 def pooled_forward_kernel(
     weights_ptr, values_ptr, offsets_ptr, per_sample_ptr, out_ptr, flags_ptr,
     feat_ids_ptr, feat_table_ptr, feat_col_ptr, feat_mean_ptr, table_rows_ptr, table_elem_base_ptr, table_dim_ptr,
-    batch_size, nnz, out_stride,
+    keys_ptr, src_ptr, scale_ptr, table_row_base_ptr,
+    batch_size, nnz, out_stride, invalid_key,
     BAGS: tl.constexpr, HOTS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     HAS_PER_SAMPLE: tl.constexpr, HAS_MEAN: tl.constexpr, STAGED: tl.constexpr = False,
+    SORT_KEYS: tl.constexpr = False, HAS_SCALE: tl.constexpr = False,
 ):
     """out[b, col_f : col_f + dim] = pool over the bag of (feature f, sample b) of weight rows.
     ``STAGED``: a barrier after the id loads and one after the row loads, so that a thread issues all
     of an iteration's loads before it waits on any (ptxas otherwise interleaves id load, row load and
-    add per row, one round trip after another)."""
+    add per row, one round trip after another).
+    ``SORT_KEYS`` (a lookup that will be trained): also write what ``sort_keys_kernel`` writes for the
+    backward (key, gradient row and, with ``HAS_SCALE``, scale of each id position), from the ids this
+    kernel loads anyway: the backward then skips that kernel's second read of the ids and offsets."""
     f = tl.load(feat_ids_ptr + tl.program_id(1))
     t = tl.load(feat_table_ptr + f)
     rows = tl.load(table_rows_ptr + t)
@@ -83,6 +113,10 @@ def pooled_forward_kernel(
     dim = tl.multiple_of(tl.load(table_dim_ptr + t), VEC)
     bags, bag_ok, start, length, bad_off = _bag_bounds(offsets_ptr, f, tl.program_id(0) * BAGS, batch_size, nnz,
                                                        BAGS)
+    if SORT_KEYS:
+        row_base = tl.load(table_row_base_ptr + t)
+        src = (f * batch_size + bags)[:, None]  # [BAGS, 1] int32: the bag's gradient row
+        key_scale = _mean_scale(feat_mean_ptr, f, length, HAS_SCALE)[:, None]
     d = tl.arange(0, BLOCK_D)
     d_ok = d < dim
     h = tl.arange(0, HOTS)
@@ -97,6 +131,13 @@ def pooled_forward_kernel(
         ok = in_bag & (idx >= 0) & (idx < rows)
         bad_ids = bad_ids | (in_bag & ~ok)
         row = base + idx * dim  # [BAGS, HOTS] element offset of each row
+        if SORT_KEYS:  # before the row loads: idx is dead once they are issued
+            if HAS_PER_SAMPLE:
+                per_pos = key_scale * tl.load(per_sample_ptr + pos, mask=in_bag, other=0.0).to(tl.float32)
+            else:
+                per_pos = key_scale
+            _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, row_base, src, per_pos, invalid_key,
+                             HAS_SCALE)
         vals = tl.load(weights_ptr + row[:, :, None] + d[None, None, :],
                        mask=ok[:, :, None] & d_ok[None, None, :], other=0.0)
         if STAGED:
@@ -157,26 +198,21 @@ def sort_keys_kernel(
     if SEQUENCE:
         feat_start = tl.load(offsets_ptr + f.to(tl.int64) * batch_size).to(tl.int64)
         seq_base = tl.load(seq_base_ptr + fi)
-    if HAS_SCALE:
-        is_mean = tl.load(feat_mean_ptr + f) != 0
-        inv_len = tl.where(is_mean, 1.0 / tl.maximum(length, 1).to(tl.float32), 1.0)
+    inv_len = _mean_scale(feat_mean_ptr, f, length, HAS_SCALE)[:, None]
     for j0 in range(0, tl.max(length, axis=0), HOTS):
         in_bag = (j0 + h[None, :]) < length[:, None]
         pos = start[:, None] + j0 + h[None, :]
         idx = tl.load(values_ptr + pos, mask=in_bag, other=0).to(tl.int64)
         ok = (idx >= 0) & (idx < rows)
-        key = tl.where(ok, row_base + idx, invalid_key)
-        tl.store(keys_ptr + pos, key.to(keys_ptr.dtype.element_ty), mask=in_bag)
         if SEQUENCE:
-            src = seq_base + pos - feat_start
+            src = (seq_base + pos - feat_start).to(tl.int32)
         else:
-            src = f.to(tl.int64) * batch_size + bags[:, None] + 0 * pos
-        tl.store(src_ptr + pos, src.to(tl.int32), mask=in_bag)
-        if HAS_SCALE:
-            scale = inv_len[:, None] + 0.0 * pos.to(tl.float32)
-            if per_sample_ptr is not None:
-                scale = scale * tl.load(per_sample_ptr + pos, mask=in_bag, other=0.0).to(tl.float32)
-            tl.store(scale_ptr + pos, scale, mask=in_bag)
+            src = (f * batch_size + bags)[:, None]
+        scale = inv_len
+        if HAS_SCALE and per_sample_ptr is not None:
+            scale = scale * tl.load(per_sample_ptr + pos, mask=in_bag, other=0.0).to(tl.float32)
+        _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, row_base, src, scale, invalid_key,
+                         HAS_SCALE)
 
 
 def vector_width(dims: list[int], elem_bytes: int) -> int:

@@ -1,5 +1,6 @@
-"""The fused backward of ``TableBatchedEmbedding``: the ids sorted (early, by ``prepare_backward``, or
-in the backward), duplicates reduced exactly and the optimizer applied in place, then the runs that
+"""The fused backward of ``TableBatchedEmbedding``: the ids' sort keys (written by the pooled forward
+of a lookup that will be trained, else by ``sort_keys_kernel``) sorted (early, by ``prepare_backward``,
+or in the backward), duplicates reduced exactly and the optimizer applied in place, then the runs that
 cross tile ends merged level by level. A mixin: it reads the module's tables, layout, weights,
 optimizer state and configs (``polyrec.kernels.tbe``); the kernels are in ``tbe_backward``. See
 docs/tbe.md.
@@ -41,7 +42,7 @@ class FusedBackward:
             return
         with torch.no_grad():
             ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
-            if self._update_config(ids.keys.numel()).variant == "lane":
+            if self._update_config(batch.nnz).variant == "lane":
                 ids.grad_stride = self.output_dim
                 ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
                                                             batch.batch_size, False)
@@ -54,31 +55,53 @@ class FusedBackward:
             return None
         return ids if ids.versions == _versions(values, offsets, per_sample) else None
 
-    def _sort_ids(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
-                  sequence: list | None) -> SortedIds:
-        """Each id position's global row (the sort key), gradient row and scale, sorted by key."""
-        n, dev, lay = values.numel(), self.weights.device, self.layout
+    def new_sort_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
+                      sequence: bool = False) -> SortKeys:
+        """Unwritten buffers for the sort keys of a batch (the keys hold the invalid key until written)."""
+        n, dev = values.numel(), self.weights.device
+        has_mean = not sequence and any(self.tables[self.feature_to_table[f]].pooling == "mean"
+                                        for f in self.pooled_features)
+        has_scale = not sequence and (per_sample is not None or has_mean)
+        keys = torch.full((padded_length(n, self._update_config(n).span),), self.total_rows, dtype=self.key_dtype,
+                          device=dev)  # the padding sorts last (total_rows is the invalid key)
+        return SortKeys(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
+                        keys=keys, src=torch.empty(n, dtype=torch.int32, device=dev),
+                        scale=torch.empty(n, dtype=torch.float32, device=dev) if has_scale else None)
+
+    def _take_forward_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> SortKeys | None:
+        """The sort keys the pooled forward wrote for exactly this batch (unmodified since), once."""
+        keys, self._forward_keys = self._forward_keys, None
+        if keys is None or not (keys.batch[0] is values and keys.batch[1] is offsets and keys.batch[2] is per_sample):
+            return None
+        return keys if keys.versions == _versions(values, offsets, per_sample) else None
+
+    def _sort_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
+                   sequence: list | None) -> SortKeys:
+        """Each id position's global row (the sort key), gradient row and scale (``sort_keys_kernel``)."""
+        lay = self.layout
         feats = self._sequence_ids if sequence is not None else self._pooled_ids
-        has_mean = sequence is None and any(self.tables[self.feature_to_table[f]].pooling == "mean"
-                                            for f in self.pooled_features)
-        has_scale = sequence is None and (per_sample is not None or has_mean)
-        keys = torch.full((n,), self.total_rows, dtype=self.key_dtype, device=dev)
-        src = torch.empty(n, dtype=torch.int32, device=dev)
-        scale = torch.empty(n, dtype=torch.float32, device=dev) if has_scale else None
-        seq_base = (torch.tensor([r[3] for r in sequence], dtype=torch.int64, device=dev)
+        out = self.new_sort_keys(values, offsets, per_sample, sequence is not None)
+        seq_base = (torch.tensor([r[3] for r in sequence], dtype=torch.int64, device=self.weights.device)
                     if sequence is not None else None)
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
                             num_features=len(self.feature_to_table))
         fcfg = self._forward_config(batch, feats.numel())
         sort_keys_kernel[(triton.cdiv(batch_size, fcfg.bags), feats.numel())](
-            values, offsets, per_sample if has_scale else None, keys, src, scale,
+            values, offsets, per_sample if out.scale is not None else None, out.keys, out.src, out.scale,
             feats, lay.feat_table, lay.feat_mean, lay.table_rows, lay.table_row_base, seq_base,
-            batch_size, n, self.total_rows,
-            BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=has_scale,
+            batch_size, values.numel(), self.total_rows,
+            BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=out.scale is not None,
             num_warps=fcfg.num_warps)
-        sorted_keys, perm = torch.sort(keys, stable=self.deterministic)
-        return SortedIds(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
-                          keys=sorted_keys, perm=perm, src=src, scale=scale)
+        return out
+
+    def _sort_ids(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
+                  sequence: list | None) -> SortedIds:
+        """The sort keys (the pooled forward's, else ``_sort_keys``), sorted by key."""
+        written = self._take_forward_keys(values, offsets, per_sample) if sequence is None else None
+        keys = written or self._sort_keys(values, offsets, per_sample, batch_size, sequence)
+        sorted_keys, perm = torch.sort(keys.keys, stable=self.deterministic)
+        return SortedIds(batch=keys.batch, versions=keys.versions, keys=sorted_keys, perm=perm, src=keys.src,
+                         scale=keys.scale)
 
     def _fused_backward(self, grad: Tensor, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
                         batch_size: int, sequence: list | None) -> None:
@@ -120,7 +143,7 @@ class FusedBackward:
             lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
             lane_update_kernel[(programs,)](
                 self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
-                lay.table_row_base, lay.table_elem_base, lay.table_dim, n, len(self.tables), self.total_rows,
+                lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), self.total_rows,
                 **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **lane_flags)
         self._merge(partial, part_key, common, flags, ucfg.merge_chunks)
 
@@ -155,12 +178,29 @@ class FusedBackward:
         n, scale = ids.keys.numel(), ids.scale
         off_dtype = torch.int32 if grad_numel < 2**31 else torch.int64
         g_off = torch.empty(n, dtype=off_dtype, device=ids.keys.device)
-        sorted_scale = torch.empty_like(scale) if scale is not None else None
+        sorted_scale = torch.empty(n, dtype=scale.dtype, device=scale.device) if scale is not None else None
         permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
             ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
             self.output_dim if grad_stride is None else grad_stride, self.total_rows, SEQUENCE=sequence,
             HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
         return g_off, sorted_scale
+
+
+def padded_length(n: int, span: int) -> int:
+    """Length of the sorted arrays of ``n`` id positions: the update's programs of ``span`` positions
+    cover them whole, plus the one position after the last that the lane update reads (its run ends)."""
+    return triton.cdiv(n, span) * span + 1
+
+
+@dataclass(kw_only=True, slots=True)
+class SortKeys:
+    """Per id position of a batch, unsorted: what the backward sorts and reads, and the batch it is of."""
+
+    batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
+    versions: tuple[int, ...]  # their in-place versions when written
+    keys: Tensor  # [padded_length(n, span)] global row of each id position; invalid key elsewhere
+    src: Tensor  # [n] int32 gradient row of each id position
+    scale: Tensor | None  # [n] per-sample weight x 1/len (mean) of each position, or None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -169,13 +209,13 @@ class SortedIds:
 
     batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
     versions: tuple[int, ...]  # their in-place versions when sorted
-    keys: Tensor  # [n] sorted global rows
-    perm: Tensor  # [n] the sort's permutation
+    keys: Tensor  # [padded_length(n, span)] sorted global rows; the padding (invalid key) last
+    perm: Tensor  # [padded_length] the sort's permutation (the padding's >= n)
     src: Tensor  # [n] gradient row of each id position (unsorted)
     scale: Tensor | None  # [n] per-sample weight x 1/len (mean) of each position, or None
     grad_stride: int | None = None  # the gradient row stride g_off was computed for (lane update)
-    g_off: Tensor | None = None  # [n] gradient element offsets in sorted order
-    sorted_scale: Tensor | None = None  # [n] scales in sorted order
+    g_off: Tensor | None = None  # [padded_length] gradient element offsets in sorted order (padding: 0)
+    sorted_scale: Tensor | None = None  # [padded_length] scales in sorted order (padding: 0)
 
 
 def _versions(*tensors: Tensor | None) -> tuple[int, ...]:

@@ -167,7 +167,7 @@ class StepEstimate:
     forward_bytes: float  # DRAM bytes the forward moves (after L2 hits and sector rounding)
     backward_bytes: float
     unique_rows: float
-    sort_s: float  # of backward_s, the part that reads only the ids (sort keys and the sort)
+    sort_s: float  # of backward_s, the part that reads only the ids (the sort of the forward's keys)
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
@@ -184,16 +184,16 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
                    for t, h in zip(tables, hits))
     out = batch_size * out_dim * out_bytes
     mean_row = sum(t.accesses * t.row_bytes for t in tables) / max(nnz, 1)
-    fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8
+    key_bytes = 4
+    sort_keys = nnz * (key_bytes + 4)  # the trained forward also writes each id's key and gradient row
+    fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
     fwd_s = fwd_bytes / max(achieved_bandwidth(fwd, spec, ceil, mean_row), 1.0) + ceil.launch_latency.value
     uniq = sum(unique_rows(t) for t in tables)
     grad_row = mean_row / weight_bytes * 4  # fp32 gradient slice per id
-    key_bytes = 4
-    prep = nnz * (8 + key_bytes + 4) + batch_size * len(tables) * 8  # sort-key kernel: ids in, keys/rows out
     update_kw = dict(nnz=nnz, unique=uniq, row_bytes=mean_row, grad_row_bytes=grad_row,
                      state_bytes_per_row=state_bytes_per_row)
-    bwd_bytes = prep + update_bytes(bwd.variant, gran=gran, **update_kw)
-    sort_s = prep / ceil.copy_bandwidth.value + sort_seconds(int(nnz), key_bytes, ceil)
+    bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
+    sort_s = sort_seconds(int(nnz), key_bytes, ceil)
     bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
                         unique_rows=uniq, sort_s=sort_s)

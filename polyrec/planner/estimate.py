@@ -264,9 +264,11 @@ class Estimator:
             groups[(s.weight_dtype, s.optimizer)] = groups.get((s.weight_dtype, s.optimizer), 0.0) + s.accesses
         dim = max((s.dim for s in loads), default=self.model.embedding_dim)
         tbe_ws = max((self.tbe_workspace(device, n, dim, dt, opt) for (dt, opt), n in groups.items()), default=0)
-        # on several ranks the backward's sorted ids are made during the forward and held through the
-        # dense half (polyrec.kernels.tbe ``prepare_backward``, called by polyrec.runtime.sharding)
-        held = int(mem.PREPARED_BYTES_PER_LOOKUP * sum(groups.values())) if self.fleet.world_size > 1 else 0
+        # held through the dense half: the sort keys the forward writes; on several ranks the backward's
+        # sorted ids, made during the forward (polyrec.kernels.tbe ``prepare_backward``, called by
+        # polyrec.runtime.sharding)
+        per_lookup = mem.PREPARED_BYTES_PER_LOOKUP if self.fleet.world_size > 1 else mem.FORWARD_KEYS_BYTES_PER_LOOKUP
+        held = int(per_lookup * sum(groups.values()))
         if dense_act + blas + held >= cb * pooled + tbe_ws:
             activations, workspace = emb_act + dense_act + held, blas
         else:

@@ -4,7 +4,7 @@ The trainer runs eagerly: Python issues every kernel, asynchronously. A phase wh
 faster than the CPU issues them is host-bound (the small presets at any batch). The counts come from
 the model's structure: ``planner.ops`` (the dense ops), the GEMM selector's choice per GEMM (a Triton
 launch, plus a reduce launch under split-K, or torch.matmul and its epilogue ops), the TBE's launches
-(``polyrec.kernels.tbe``: forward ``pooled_forward_kernel``; backward ``sort_keys_kernel``, torch.sort,
+(``polyrec.kernels.tbe``: forward ``pooled_forward_kernel``, which writes the sort keys; backward torch.sort,
 ``permute_kernel`` / ``lane_update_kernel`` (or ``update_kernel``), one ``merge_level_kernel`` per
 merge level) and the dense optimizer (torch's foreach Adagrad / Adam).
 
@@ -39,14 +39,14 @@ FITTED_TORCH_OP_S = 31.6e-6
 DEFAULT_STEP_FIXED_S = 0.72e-3
 #: Torch ops per TBE module per step besides its Triton launches (polyrec.kernels.tbe): forward
 #: JaggedBatch + validation, output and anchor allocation, autograd apply, the flags' pinned copy and
-#: event (8); backward key / source / partial buffers, torch.sort, the permute's outputs, the seed,
-#: ``grad.contiguous`` (9).
-TBE_FWD_TORCH_OPS = 8
-TBE_BWD_TORCH_OPS = 9
-#: Triton launches per TBE module per step: forward 1; backward sort keys, permute, lane update, then
-#: the merge levels (``polyrec.perfmodel.tbe.merge_levels``).
+#: event, the sort-key and source buffers (10); backward partial buffers, torch.sort, the permute's
+#: outputs, the seed, ``grad.contiguous`` (7).
+TBE_FWD_TORCH_OPS = 10
+TBE_BWD_TORCH_OPS = 7
+#: Triton launches per TBE module per step: forward 1 (it writes the sort keys too); backward permute,
+#: lane update, then the merge levels (``polyrec.perfmodel.tbe.merge_levels``).
 TBE_FWD_LAUNCHES = 1
-TBE_BWD_LAUNCHES = 3
+TBE_BWD_LAUNCHES = 2
 #: Sorted positions per update program, for counting merge levels (the lane update's TILE, 8). Levels
 #: are counted with one tile of slots per merge program (merge chunks 1, what the selector takes on
 #: the host-bound small models); on MLPerf-size steps it takes 8 (5 levels, not 11): 6 launches

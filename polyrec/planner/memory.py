@@ -34,6 +34,9 @@ TBE_WIDE_KEY_EXTRA = 16
 #: Of those, the bytes per lookup ``prepare_backward`` keeps from the forward to the backward: source
 #: positions and sorted keys (int32), the int64 permutation, the int32 gradient offsets.
 PREPARED_BYTES_PER_LOOKUP = 4 + 4 + 8 + 4
+#: Without it (one rank), what the trained pooled forward writes for the backward and keeps until it:
+#: sort keys and source positions (int32).
+FORWARD_KEYS_BYTES_PER_LOOKUP = 4 + 4
 #: Bytes per row of HBM-cache metadata (row id int64 + last-use step int64), as FBGEMM's LRU/LFU
 #: cache keeps ``lxu_cache_state`` and ``lxu_state`` per cache slot (estimate).
 CACHE_META_BYTES_PER_ROW = 16
