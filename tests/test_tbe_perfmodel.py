@@ -125,7 +125,7 @@ def test_update_model_prefers_the_two_trip_lane_variant_on_mlperf():
     floor = update_bytes("lane", nnz=14_024_704, unique=10.21e6, row_bytes=512, grad_row_bytes=512,
                          state_bytes_per_row=4, gran=32) / ceil.copy_bandwidth.value
     merge = merge_seconds(nnz=14_024_704, unique=10.21e6, tile=cfg.tile, grad_row_bytes=512, spec=spec, ceil=ceil)
-    bandwidth_bound = floor / UPDATE_COPY_FRACTION + merge
+    bandwidth_bound = floor / UPDATE_COPY_FRACTION[4] + merge
     assert floor < predict(cfg) < 1.1 * bandwidth_bound < predict(old)
 
 
@@ -190,8 +190,9 @@ def test_stochastic_rounding_adds_the_counted_instructions_at_the_fitted_issue_r
 
 
 def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
-    """``estimate`` reads one fp32 gradient slice per id whatever the rows' precision: the backward bytes of fp16
-    rows differ from fp32 rows' only by the rows read and written (2 x unique x the saved 256 B)."""
+    """``estimate`` reads one gradient slice per id at the gradient's element size whatever the rows'
+    precision: the backward bytes of fp16 rows differ from fp32 rows' only by the rows read and written
+    (2 x unique x the saved 256 B); a bf16 gradient halves the slices."""
     spec = get_device("H200")
     ceil = ceilings(spec)
     fwd = GatherConfig(rows_in_flight=16, block_d=128, num_warps=2, programs=4096)
@@ -204,3 +205,7 @@ def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
     uniq = out[4].unique_rows
     assert out[4].backward_bytes - out[2].backward_bytes == pytest.approx(2 * uniq * 256, rel=1e-9)
     assert out[2].backward_s > out[4].backward_s  # the rounding outweighs the bytes saved
+    bf16_grad = UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, grad_bytes=2)
+    half = estimate([TableLoad(rows=1_000_000, row_bytes=512, accesses=65536 * 8)], batch_size=65536, out_dim=128,
+                    out_bytes=4, state_bytes_per_row=4, spec=spec, ceil=ceil, fwd=fwd, bwd=bf16_grad)
+    assert out[4].backward_bytes - half.backward_bytes == pytest.approx(65536 * 8 * 256, rel=1e-9)  # slices halved

@@ -217,7 +217,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     best, best_s = None, math.inf
     for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
-                            merge_chunks=cand.merge_chunks,
+                            merge_chunks=cand.merge_chunks, grad_bytes=grad_bytes,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
         if not update_fits_registers(shape, spec):
             continue

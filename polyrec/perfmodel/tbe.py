@@ -39,6 +39,13 @@ MAX_PROGRAMS_PER_CU = {"nvidia": 32, "amd": 32}
 REGISTER_OVERHEAD = 40
 #: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
 SORT_DIGIT_BITS = 8
+#: Fraction of the copy rate ``torch.sort`` of the TBE's keys reaches on the bytes ``sort_seconds``
+#: counts. Fitted on one row: every kernel the sort runs on the H200 (4 onesweep passes, histogram,
+#: exclusive sum, the int64 index iota, the input copy, the keys' fill and memsets; 0.694 ms for 14.02M
+#: int32 keys, 1.40 GB counted, copy rate taken as 4.24 TB/s; benchmarks/results/tbe_lane_ab_2026-11-30/,
+#: s11 A/B, fp32 gradient, uniform ids). Checked on the same run's skewed row: 0.678 ms (0.49). Until then
+#: the sort was priced at the full copy rate (0.33 ms).
+SORT_COPY_FRACTION = 0.48
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,10 +159,11 @@ def achieved_bandwidth(cfg: GatherConfig, spec: DeviceSpec, ceil: Ceilings, row_
 
 
 def sort_seconds(n: int, key_bytes: int, ceil: Ceilings) -> float:
-    """Radix sort of n (key, int64 index) pairs: one pass per digit, each reading and writing both."""
+    """Radix sort of n (key, int64 index) pairs: one pass per digit, each reading and writing both, at
+    SORT_COPY_FRACTION of the copy rate."""
     passes = math.ceil(8 * key_bytes / SORT_DIGIT_BITS)
     bytes_moved = passes * 2 * n * (key_bytes + 8) + n * key_bytes  # + the histogram pass
-    return bytes_moved / ceil.copy_bandwidth.value + passes * ceil.launch_latency.value
+    return bytes_moved / (SORT_COPY_FRACTION * ceil.copy_bandwidth.value) + passes * ceil.launch_latency.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,7 +184,7 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
     update is ``update_seconds`` of the config the selector runs (``bwd``), the same model that picks it.
     ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
-    id is priced at fp32 whatever the rows' precision."""
+    id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision."""
     gran = GATHER_GRANULARITY[spec.vendor]
     hits = l2_hits(tables, spec.l2_bytes)
     nnz = sum(t.accesses for t in tables)
@@ -189,7 +197,7 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
     fwd_s = fwd_bytes / max(achieved_bandwidth(fwd, spec, ceil, mean_row), 1.0) + ceil.launch_latency.value
     uniq = sum(unique_rows(t) for t in tables)
-    grad_row = mean_row / weight_bytes * 4  # fp32 gradient slice per id
+    grad_row = mean_row / weight_bytes * bwd.grad_bytes  # gradient slice per id
     update_kw = dict(nnz=nnz, unique=uniq, row_bytes=mean_row, grad_row_bytes=grad_row,
                      state_bytes_per_row=state_bytes_per_row)
     bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
@@ -295,15 +303,19 @@ LEVEL_TILE = 8
 #: crossings (0.27 and 0.50) of the previous code; the capped tables' crossing is not re-measured.
 MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
-#: Fraction of the copy rate the update's traffic reaches: rows read and written back in place plus
-#: gradient slices gathered in sorted order. Fitted on one row: the lane update + permute (tile 8, 8-tile
-#: chunks, rowwise Adagrad, fp32 rows and gradient, uniform ids, full MLPerf tables) moved 19.6 GB in
-#: 5.21 + 0.14 ms = 0.866 of a 4.24 TB/s copy, in both rounds of benchmarks/results/tbe_lane_ab_2026-11-30
-#: (commit 02e0c4b: table fields once per tile, the rows issued before the scan; 0.77 before them, 6.04 ms).
-#: Checked on the same run's bf16-gradient row (one tile per program, 16.0 GB): 4.37 ms predicted, 4.21 +
-#: 0.14 measured. fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound (6.45 ms
-#: measured for 14.4 GB before these changes, tbe_breakdown_fp16_*): ``rounding_seconds`` adds that on top.
-UPDATE_COPY_FRACTION = 0.866
+#: Fraction of the copy rate the update's traffic reaches (rows read and written back in place plus
+#: gradient slices gathered in sorted order), by the output gradient's element size. Each fitted on one
+#: row of benchmarks/results/tbe_lane_ab_2026-11-30/ (both rounds of the s11 A/B at c1ce9af: sorted keys
+#: padded, unmasked vector loads, 181 registers), lane update + permute, rowwise Adagrad, fp32 rows, uniform
+#: ids, full MLPerf tables, copy rate taken as 4.24 TB/s:
+#: - fp32 gradient (8-tile chunks): 19.6 GB in 4.354 + 0.149 ms, 1.03 of the copy rate: the byte count
+#:   over-states (gradient slices re-read from L2), so 1.0 (bytes at the copy rate, 4.63 ms, +3%);
+#: - bf16 gradient (one tile per program): 16.0 GB in 4.239 + 0.148 ms = 0.862. Not explained: the same
+#:   kernel with 8-tile chunks took 4.95 ms (benchmarks/results/tbe_breakdown_*_chunks*_2026-11-30), with
+#:   SASS of the same length and registers as the fp32-gradient one (benchmarks/sass_count.py).
+#: Before c1ce9af one value, 0.866, fitted on the fp32-gradient row (6.04 -> 5.21 ms over two commits).
+#: fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound: ``rounding_seconds``.
+UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.862}
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds beyond the kernel
 #: UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS). None since the lane update issues all of a tile's
 #: row, state and gradient loads before a barrier (02e0c4b; the cuda:90 SASS of the one-tile lane update
@@ -347,19 +359,21 @@ ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: (22d2452, 02e0c4b) the same row measured 12.73 ms and the fit gave 0.33: the rounding's instructions then
 #: queued behind ~1630 others per tile.
 ROUNDING_ISSUE_FRACTION = 0.75
-#: Thread instructions per tile element the lane update issues without rounding: counted, not fitted, on
-#: the cuda:90 SASS of the one-tile lane update (TILE 8, BLOCK_D 128, row-wise Adagrad, fp32 rows; commit
-#: 02e0c4b): 1252 warp instructions on the path a tile inside one table takes (1712 in all; the rest is
-#: the per-key table selection at a table's edge) x 32 lanes / 1024 tile elements. Every position of the
-#: sorted ids pays them, unique or not: this is what the update costs when few of its ids are distinct
+#: Thread instructions per tile element the lane update issues without rounding: counted, not fitted,
+#: with benchmarks/sass_count.py (``loop_path``) on the cuda:90 SASS of the lane update as MLPerf runs it
+#: (TILE 8, 8-tile chunks, BLOCK_D 128, row-wise Adagrad, fp32 rows, no weight decay or scale; commit
+#: c1ce9af): 1087 warp instructions per trip of its loop on the path a tile inside one table takes (1210
+#: before the padded keys, 1252 at 02e0c4b) x 32 lanes / 1024 tile elements. Every position of the sorted
+#: ids pays them, unique or not: this is what the update costs when few of its ids are distinct
 #: (Zipf-skewed ids, small tables), where its bytes are few. Not counted on gfx942 (wave64): the same count
 #: is used there, as for ROUNDING_INSTRUCTIONS.
-LANE_INSTRUCTIONS = 39.1
+LANE_INSTRUCTIONS = 33.97
 #: Fraction of ISSUE_LANES_PER_CLK the lane update's own instructions reach (one-warp programs, the loads
 #: of a tile in flight while they issue). Fitted on ONE row: the fp32-gradient lane update + permute on
-#: Zipf-skewed ids, full MLPerf tables (tbe_breakdown_fp32_skewed_nvidia-h200_2026-11-30 at d0fe027:
-#: 4.21 + 0.14 ms for 14.02M ids, 3.61M of them distinct, whose bytes at UPDATE_COPY_FRACTION give 3.39 ms).
-LANE_ISSUE_FRACTION = 0.48
+#: Zipf-skewed ids, full MLPerf tables (the s11 A/B at c1ce9af, benchmarks/results/tbe_lane_ab_2026-11-30/:
+#: 3.027 + 0.147 ms for 14.02M ids, 3.61M of them distinct, whose bytes at the copy rate give 2.94 ms).
+#: 0.48 before (1252 instructions, 9 resident warps per SM; 11 now).
+LANE_ISSUE_FRACTION = 0.574
 #: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
 #: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
@@ -377,6 +391,7 @@ class UpdateShape:
     chunks: int = 1  # tiles per program, taken in turn ("lane"): pieces for the merge only at program ends
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots per merge-level program, taken in turn (``merge_seconds``)
     stochastic: bool = False  # fp16 / bf16 rows: the update and the merge round stochastically (``rounding_seconds``)
+    grad_bytes: int = 4  # element size of the output gradient (4 fp32, 2 bf16 / fp16): UPDATE_COPY_FRACTION
 
     def block_d(self, warp_size: int) -> float:
         """Padded row width (elements) of the tile: elems_per_thread x threads / tile."""
@@ -505,7 +520,8 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     issue_s = (issue_seconds(elements * LANE_INSTRUCTIONS, LANE_ISSUE_FRACTION, spec)
                if shape.variant == "lane" else 0.0)
     round_s = rounding_seconds(elements, shape.variant, spec) if shape.stochastic else 0.0
-    return (max(moved / copy, max(moved / (UPDATE_COPY_FRACTION * copy), chain_s, issue_s) + state_s) + scan_s + round_s
+    fraction = UPDATE_COPY_FRACTION[shape.grad_bytes]
+    return (max(moved / copy, max(moved / (fraction * copy), chain_s, issue_s) + state_s) + scan_s + round_s
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
                             spec=spec, ceil=ceil, chunks=shape.merge_chunks,

@@ -140,7 +140,7 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
                            block_d=block_d, num_warps=fcfg.num_warps,
                            programs=math.ceil(bags / fcfg.bags) * len(loads))
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
-                          merge_chunks=ucfg.merge_chunks, stochastic=wb < 4,  # fp16 / bf16 rows round
+                          merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
     est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
