@@ -2,7 +2,7 @@
 the forward+backward kernels timed one by one with the torch profiler. A diagnostic for tuning the
 TBE cost model; it writes ``tbe_breakdown_<gpu>_<date>.json``.
 
-    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--grad-dtype bf16] [--lane-chunks N] [--merge-ab 1,8 [--rounds 3]]
+    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--grad-dtype bf16] [--lane-chunks N] [--lane-max-registers N] [--merge-ab 1,8 [--rounds 3]]
 
 ``--merge-ab 1,8``: an A/B of the merge levels' tiles per program (``UpdateConfig.merge_chunks``) in
 one process, on one module and batch: rounds of 1, 8, 1, 8, ..., each the backward's
@@ -168,6 +168,8 @@ def main() -> None:
                         help="the pooled output's (and its gradient's) dtype: bf16 as in training with bf16 dense")
     parser.add_argument("--lane-chunks", type=int, default=None,
                         help="force the lane update's tiles per program for any dtype (default: the selector's)")
+    parser.add_argument("--lane-max-registers", type=int, default=None,
+                        help="cap the lane update's registers per thread (UpdateConfig.max_registers)")
     parser.add_argument("--merge-ab", type=_chunk_list, default=None, metavar="1,8",
                         help="A/B the merge levels' tiles per program, interleaved rounds in this process")
     parser.add_argument("--rounds", type=int, default=3, help="--merge-ab rounds per value (at least 2)")
@@ -177,6 +179,10 @@ def main() -> None:
     if args.lane_chunks is not None:  # forced for every row and gradient dtype
         tbe_select.LANE_CHUNKS = args.lane_chunks
         tbe_select.lane_chunks = lambda stochastic, grad_bytes=4: args.lane_chunks
+    if args.lane_max_registers is not None:
+        chosen = tbe_select.select_update
+        tbe_select.select_update = lambda *a, **kw: dataclasses.replace(chosen(*a, **kw),
+                                                                        max_registers=args.lane_max_registers)
     weight_dtype = {"fp32": torch.float32, "fp16": torch.float16}[args.dtype]
     batch_size = 2048 if args.quick else 65536
     rows_per_table = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS

@@ -288,14 +288,14 @@ def lane_update_kernel(
     d = tl.arange(0, BLOCK_D)
     last = i == TILE - 1
     first = prog * (CHUNKS * TILE)
-    before = tl.load(keys_ptr + first - 1, mask=prog > 0, other=-1).to(tl.int64)
+    before = tl.load(keys_ptr + first - 1, mask=prog > 0, other=-1)
     carry = tl.zeros([BLOCK_D], dtype=tl.float32)  # in-program sum of the run open at the last tile's end
     carry_key = before * 0 - 3  # that run's row; -3: none
     head_key = before * 0 - 1  # row of the run that began before this program, once it ends here
     for c in range(CHUNKS):
         pos = first + c * TILE + i  # [TILE] sorted positions
-        key = tl.load(keys_ptr + pos).to(tl.int64)
-        nxt = tl.load(keys_ptr + pos + 1).to(tl.int64)
+        key = tl.load(keys_ptr + pos)
+        nxt = tl.load(keys_ptr + pos + 1)
         g_off = tl.multiple_of(tl.load(g_off_ptr + pos).to(tl.int64), [VEC])
         if HAS_SCALE:
             scale = tl.load(scale_ptr + pos)
@@ -303,13 +303,13 @@ def lane_update_kernel(
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
-        lo = tl.load(keys_ptr + first + c * TILE).to(tl.int64)  # scalars: no cross-lane min / max
-        hi = tl.load(keys_ptr + first + c * TILE + TILE - 1).to(tl.int64)  # invalid keys: masked (ok)
+        lo = tl.load(keys_ptr + first + c * TILE)  # scalars: no cross-lane min / max
+        hi = tl.load(keys_ptr + first + c * TILE + TILE - 1)  # invalid keys: masked (ok)
         addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
                                        VEC)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0)  # [TILE, BLOCK_D]
-        is_start = key != _keys_after_loads(keys_ptr, pos, pos > 0).to(tl.int64)  # a run starts
+        is_start = key != _keys_after_loads(keys_ptr, pos, pos > 0)  # a run starts
         g = g.to(tl.float32)
         if HAS_SCALE:
             g = g * scale[:, None]

@@ -141,10 +141,12 @@ class FusedBackward:
                 g_off, sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
                                                     grad.stride(0))
             lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
+            cap = ({"maxnreg": ucfg.max_registers}
+                   if ucfg.max_registers and dev.type == "cuda" and torch.version.hip is None else {})
             lane_update_kernel[(programs,)](
                 self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
                 lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), self.total_rows,
-                **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **lane_flags)
+                **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **cap, **lane_flags)
         self._merge(partial, part_key, common, flags, ucfg.merge_chunks)
 
     def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict, chunks: int) -> None:

@@ -92,6 +92,7 @@ class UpdateConfig:
     variant: str = "lane"  # one of UPDATE_VARIANTS
     chunks: int = 1  # "lane": tiles one program takes in turn, carrying the open run's sum
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots one merge-level program takes in turn (MERGE_CHUNK_CHOICES)
+    max_registers: int | None = None  # "lane" on NVIDIA: register cap per thread (ptxas maxnreg); None: ptxas's
 
     @property
     def span(self) -> int:
