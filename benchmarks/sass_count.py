@@ -124,7 +124,7 @@ def analyse(job, dump: Path | None) -> dict:
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in job.divisible_by_16}
     src = ASTSource(job.kernel, signature=job.signature, constexprs=job.constexprs, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": job.num_warps, "num_stages": job.num_stages})
+                              options={"num_warps": job.num_warps, "num_stages": job.num_stages, **job.options})
     registers, spills = _nvidia_resources(compiled.asm["cubin"])
     sass = _nvdisasm(compiled.asm["cubin"])
     if dump is not None:

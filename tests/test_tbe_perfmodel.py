@@ -150,16 +150,20 @@ def test_scan_variant_time_grows_with_its_tile_and_lane_wins_for_every_optimizer
         assert cfg.variant == "lane", (state_tiles, cfg)
 
 
-def test_lane_update_chunks_only_for_fp32_rows():
-    """Only fp32 rows with an fp32 output gradient take several tiles per lane program (measured
-    faster there); stochastic rounding or a bf16 gradient (training with bf16 dense) keeps one."""
-    spec = get_device("H200")
+def test_lane_update_chunks_and_register_cap_only_for_fp32_rows():
+    """fp32 rows take several tiles per lane program whatever the output gradient (measured faster for
+    both), with the register cap on NVIDIA only; stochastic rounding (fp16 rows) keeps one tile, uncapped."""
     kw = dict(nnz=14_000_000, block_d=128, state_tiles=0)
+    spec = get_device("H200")
     fp32 = tbe_select.select_update(spec, row_bytes=512, **kw)
     fp16 = tbe_select.select_update(spec, row_bytes=256, stochastic=True, **kw)
     bf16_grad = tbe_select.select_update(spec, row_bytes=512, grad_bytes=2, **kw)
     assert fp32.variant == fp16.variant == bf16_grad.variant == "lane"
-    assert (fp32.chunks, fp16.chunks, bf16_grad.chunks) == (tbe_select.LANE_CHUNKS, 1, 1)
+    assert (fp32.chunks, fp16.chunks, bf16_grad.chunks) == (tbe_select.LANE_CHUNKS, 1, tbe_select.LANE_CHUNKS)
+    cap = tbe_select.LANE_MAX_REGISTERS["nvidia"]
+    assert (fp32.max_registers, fp16.max_registers, bf16_grad.max_registers) == (cap, None, cap)
+    amd = tbe_select.select_update(get_device("MI300X"), row_bytes=512, **kw)
+    assert amd.chunks == tbe_select.LANE_CHUNKS and amd.max_registers is None
 
 
 def test_stochastic_rounding_adds_the_counted_instructions_at_the_fitted_issue_rate():

@@ -22,8 +22,9 @@ from typing import Any
 
 from polyrec.hardware.types import DeviceSpec
 
-#: Options ``triton.compile`` accepts on the AMD backend only.
+#: Options ``triton.compile`` accepts on the AMD backend only, and on the NVIDIA backend only.
 AMD_ONLY_OPTIONS = frozenset({"waves_per_eu", "matrix_instr_nonkdim", "kpack"})
+NVIDIA_ONLY_OPTIONS = frozenset({"maxnreg"})
 
 
 class CompileHarnessError(RuntimeError):
@@ -134,8 +135,8 @@ def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
     _check_compilable(job.kernel)
     target = GPUTarget(spec.triton.backend, spec.triton.arch, spec.triton.warp_size)
     options = {"num_warps": job.num_warps, "num_stages": job.num_stages}
-    options |= {k: v for k, v in job.options.items()
-                if spec.triton.backend == "hip" or k not in AMD_ONLY_OPTIONS}
+    foreign = NVIDIA_ONLY_OPTIONS if spec.triton.backend == "hip" else AMD_ONLY_OPTIONS
+    options |= {k: v for k, v in job.options.items() if k not in foreign}
     start = time.perf_counter()
     names = list(job.signature)
     unknown = set(job.divisible_by_16) - set(names)

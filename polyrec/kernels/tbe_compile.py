@@ -12,6 +12,7 @@ does not grow with BLOCK_D; the 512 jobs check that.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from polyrec.hardware.compile import CompileJob
@@ -79,7 +80,7 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
     for kind, dtype in variants:
         cands = list(dict.fromkeys(c for grad_bytes in (4, 2)  # an fp32 or a bf16 / fp16 output gradient
                                    for c in tbe_select.update_candidates(block_d, spec.warp_size, dtype != "fp32",
-                                                                         grad_bytes)))
+                                                                         grad_bytes, spec.vendor)))
         if largest_only:
             cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
@@ -93,8 +94,10 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
                               VEC=min(common["VEC"], tbe_select.LANE_VEC))
                 kernel = lane_update_kernel
             chunks = f" chunks{c.chunks}" if c.variant == "lane" else ""
-            jobs.append(_job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile}{chunks} w{c.num_warps}",
-                             kernel, dtype, consts, c.num_warps))
+            cap = f" maxnreg{c.max_registers}" if c.max_registers else ""
+            job = _job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile}{chunks} w{c.num_warps}{cap}",
+                       kernel, dtype, consts, c.num_warps)
+            jobs.append(dataclasses.replace(job, options={"maxnreg": c.max_registers}) if c.max_registers else job)
         jobs += _merge_jobs(spec, block_d, kind, dtype, common, {c.merge_chunks for c in cands})
     return jobs
 

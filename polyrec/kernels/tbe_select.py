@@ -69,8 +69,19 @@ LANE_VEC = 4
 #: output gradient, Zipf ids on 4M-row tables) it lost too: lane update + merge 5.30 + 2.19 ms
 #: (e2e_profile at 9a17c3a, in git history) -> 7.72 + 0.32 ms (e2e_profile at 00cf272, likewise), and the
 #: full-size embedding backward read 8.5 ms at ef4430d, 9.7 ms at a61797a (e2e_*). Which of the bf16
-#: gradient and the ids causes that is not measured apart; the rule follows the measured cases.
+#: gradient and the ids causes that is not measured apart. Since the sorted keys are padded and the
+#: register cap (LANE_MAX_REGISTERS) holds 13 programs per SM, a bf16 gradient takes the chunks too: full
+#: MLPerf tables, uniform ids, lane update + merge 4.14 + 0.88 ms with one tile per program -> 4.15 + 0.19
+#: with 8 (both rounds of benchmarks/results/tbe_lane_ab_2026-11-30/s11c_*, at e041e0d); Zipf ids
+#: 3.27 + 1.38 -> 4.02 + 0.27 even without the cap (s11b_*).
 LANE_CHUNKS = 8
+#: Register cap per thread of the chunked lane update on NVIDIA (ptxas ``maxnreg``; AMD: none): 152 holds
+#: 13 one-warp programs per SM where ptxas's own 168 (bf16 gradient: 176) holds 12 (11), and the kernel
+#: waits on its loads more than it issues. Measured on the H200 at e041e0d (benchmarks/results/
+#: tbe_lane_ab_2026-11-30/s11c_*, two rounds each): fp32 gradient 4.372 -> 4.325 ms (144: 4.355; ptxas
+#: then recomputes more), Zipf ids 3.034 -> 2.913, bf16 gradient with 8-tile chunks 4.216 at 168 -> 4.150.
+#: No spills at 152 (the compile jobs build it: tests/test_tbe_compile.py).
+LANE_MAX_REGISTERS = {"nvidia": 152}
 #: Tiles of LEVEL_TILE partial slots one merge-level program may take in turn, carrying open runs
 #: (``tbe_backward.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
 #: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels). The selector takes the one
@@ -156,23 +167,33 @@ def lane_warps(block_d: int, warp_size: int) -> int:
 
 
 def lane_chunks(stochastic: bool, grad_bytes: int = 4) -> int:
-    """Tiles per lane-update program: LANE_CHUNKS for fp32 rows with an fp32 output gradient, else 1
-    (see LANE_CHUNKS)."""
-    return LANE_CHUNKS if not stochastic and grad_bytes == 4 else 1
+    """Tiles per lane-update program: LANE_CHUNKS for fp32 rows (either output gradient), else 1 (see
+    LANE_CHUNKS; ``grad_bytes`` is kept for callers that force a rule per gradient dtype)."""
+    return 1 if stochastic else LANE_CHUNKS
 
 
-def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4) -> list[UpdateConfig]:
+def lane_register_cap(vendor: str, chunks: int, tile: int) -> int | None:
+    """``UpdateConfig.max_registers`` of a lane update: LANE_MAX_REGISTERS for the measured shape (TILE 8
+    in chunks, on the vendors listed), else the compiler's choice."""
+    return LANE_MAX_REGISTERS.get(vendor) if chunks > 1 and tile == LANE_TILES[0] else None
+
+
+def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4,
+                    vendor: str = "nvidia") -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
-    return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane",
-                         chunks=lane_chunks(stochastic, grad_bytes), merge_chunks=m)
+    chunks = lane_chunks(stochastic, grad_bytes)
+    return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane", chunks=chunks,
+                         merge_chunks=m, max_registers=lane_register_cap(vendor, chunks, t))
             for t in tiles for m in MERGE_CHUNK_CHOICES]
 
 
 def update_candidates(block_d: int, warp_size: int, stochastic: bool = False,
-                      grad_bytes: int = 4) -> list[UpdateConfig]:
+                      grad_bytes: int = 4, vendor: str = "nvidia") -> list[UpdateConfig]:
     """Every update config the selector may return (both variants) for fp32 rows or, with
-    ``stochastic``, fp16 / bf16 rows; ``grad_bytes``: the output gradient's element size."""
-    return scan_candidates(block_d, warp_size) + lane_candidates(block_d, warp_size, stochastic, grad_bytes)
+    ``stochastic``, fp16 / bf16 rows; ``grad_bytes``: the output gradient's element size; ``vendor``:
+    the device's (register caps are NVIDIA's)."""
+    return (scan_candidates(block_d, warp_size)
+            + lane_candidates(block_d, warp_size, stochastic, grad_bytes, vendor))
 
 
 def staged_loads(cfg: ForwardConfig) -> bool:
@@ -216,7 +237,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, math.inf
-    for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes):
+    for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes, spec.vendor):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             merge_chunks=cand.merge_chunks, grad_bytes=grad_bytes,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))

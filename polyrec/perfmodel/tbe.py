@@ -305,17 +305,16 @@ MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
 #: Fraction of the copy rate the update's traffic reaches (rows read and written back in place plus
 #: gradient slices gathered in sorted order), by the output gradient's element size. Each fitted on one
-#: row of benchmarks/results/tbe_lane_ab_2026-11-30/ (both rounds of the s11 A/B at c1ce9af: sorted keys
-#: padded, unmasked vector loads, 181 registers), lane update + permute, rowwise Adagrad, fp32 rows, uniform
-#: ids, full MLPerf tables, copy rate taken as 4.24 TB/s:
-#: - fp32 gradient (8-tile chunks): 19.6 GB in 4.354 + 0.149 ms, 1.03 of the copy rate: the byte count
-#:   over-states (gradient slices re-read from L2), so 1.0 (bytes at the copy rate, 4.63 ms, +3%);
-#: - bf16 gradient (one tile per program): 16.0 GB in 4.239 + 0.148 ms = 0.862. Not explained: the same
-#:   kernel with 8-tile chunks took 4.95 ms (benchmarks/results/tbe_breakdown_*_chunks*_2026-11-30), with
-#:   SASS of the same length and registers as the fp32-gradient one (benchmarks/sass_count.py).
-#: Before c1ce9af one value, 0.866, fitted on the fp32-gradient row (6.04 -> 5.21 ms over two commits).
+#: row, the config the selector runs at e041e0d + the register cap (TILE 8, 8-tile chunks, 152 registers;
+#: both rounds of benchmarks/results/tbe_lane_ab_2026-11-30/s11c_*): lane update + permute, row-wise
+#: Adagrad, fp32 rows, uniform ids, full MLPerf tables, copy rate taken as 4.24 TB/s:
+#: - fp32 gradient: 19.6 GB in 4.325 + 0.148 ms, 1.04 of the copy rate: the byte count over-states
+#:   (gradient slices re-read from L2), so 1.0 (the bytes at the copy rate, 4.63 ms, +3.5%);
+#: - bf16 gradient: 16.0 GB in 4.150 + 0.148 ms = 0.880. Why it reaches less than the fp32 one, which moves
+#:   more, is not measured apart (its SASS is as long; ptxas gives it 8 more registers uncapped).
+#: Until c1ce9af one value, 0.866, fitted on the fp32-gradient row of the kernel then (5.21 ms).
 #: fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound: ``rounding_seconds``.
-UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.862}
+UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds beyond the kernel
 #: UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS). None since the lane update issues all of a tile's
 #: row, state and gradient loads before a barrier (02e0c4b; the cuda:90 SASS of the one-tile lane update
@@ -361,19 +360,19 @@ ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 ROUNDING_ISSUE_FRACTION = 0.75
 #: Thread instructions per tile element the lane update issues without rounding: counted, not fitted,
 #: with benchmarks/sass_count.py (``loop_path``) on the cuda:90 SASS of the lane update as MLPerf runs it
-#: (TILE 8, 8-tile chunks, BLOCK_D 128, row-wise Adagrad, fp32 rows, no weight decay or scale; commit
-#: c1ce9af): 1087 warp instructions per trip of its loop on the path a tile inside one table takes (1210
-#: before the padded keys, 1252 at 02e0c4b) x 32 lanes / 1024 tile elements. Every position of the sorted
-#: ids pays them, unique or not: this is what the update costs when few of its ids are distinct
-#: (Zipf-skewed ids, small tables), where its bytes are few. Not counted on gfx942 (wave64): the same count
-#: is used there, as for ROUNDING_INSTRUCTIONS.
-LANE_INSTRUCTIONS = 33.97
+#: (TILE 8, 8-tile chunks, 152-register cap, BLOCK_D 128, row-wise Adagrad, fp32 rows, no weight decay or
+#: scale, int32 keys; commit e041e0d): 1021 warp instructions per trip of its loop on the path a tile
+#: inside one table takes (995 uncapped; 1199 at b2dc43c) x 32 lanes / 1024 tile elements. Every position
+#: of the sorted ids pays them, unique or not: this is what the update costs when few of its ids are
+#: distinct (Zipf-skewed ids, small tables), where its bytes are few. Not counted on gfx942 (wave64): the
+#: same count is used there, as for ROUNDING_INSTRUCTIONS.
+LANE_INSTRUCTIONS = 31.91
 #: Fraction of ISSUE_LANES_PER_CLK the lane update's own instructions reach (one-warp programs, the loads
 #: of a tile in flight while they issue). Fitted on ONE row: the fp32-gradient lane update + permute on
-#: Zipf-skewed ids, full MLPerf tables (the s11 A/B at c1ce9af, benchmarks/results/tbe_lane_ab_2026-11-30/:
-#: 3.027 + 0.147 ms for 14.02M ids, 3.61M of them distinct, whose bytes at the copy rate give 2.94 ms).
-#: 0.48 before (1252 instructions, 9 resident warps per SM; 11 now).
-LANE_ISSUE_FRACTION = 0.574
+#: Zipf-skewed ids, full MLPerf tables, with the register cap (s11c_fp32_skewed_152 in
+#: benchmarks/results/tbe_lane_ab_2026-11-30/: 2.913 + 0.147 ms for 14.02M ids, 3.61M of them distinct,
+#: whose bytes at the copy rate give 2.94 ms). 0.48 at 02e0c4b (1252 instructions, 9 warps per SM).
+LANE_ISSUE_FRACTION = 0.56
 #: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
 #: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
