@@ -2,7 +2,7 @@
 the forward+backward kernels timed one by one with the torch profiler. A diagnostic for tuning the
 TBE cost model; it writes ``tbe_breakdown_<gpu>_<date>.json``.
 
-    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--grad-dtype bf16] [--lane-chunks N] [--lane-max-registers N] [--merge-ab 1,8 [--rounds 3]]
+    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--grad-dtype bf16] [--lane-chunks N] [--lane-max-registers N] [--row-cap N] [--merge-ab 1,8 [--rounds 3]]
 
 ``--merge-ab 1,8``: an A/B of the merge levels' tiles per program (``UpdateConfig.merge_chunks``) in
 one process, on one module and batch: rounds of 1, 8, 1, 8, ..., each the backward's
@@ -168,6 +168,8 @@ def main() -> None:
                         help="the pooled output's (and its gradient's) dtype: bf16 as in training with bf16 dense")
     parser.add_argument("--lane-chunks", type=int, default=None,
                         help="force the lane update's tiles per program for any dtype (default: the selector's)")
+    parser.add_argument("--row-cap", type=int, default=None,
+                        help="cap every table's rows (Adam's two state arrays do not fit the full tables)")
     parser.add_argument("--lane-max-registers", type=int, default=None,
                         help="cap the lane update's registers per thread (UpdateConfig.max_registers)")
     parser.add_argument("--merge-ab", type=_chunk_list, default=None, metavar="1,8",
@@ -185,7 +187,8 @@ def main() -> None:
                                                                         max_registers=args.lane_max_registers)
     weight_dtype = {"fp32": torch.float32, "fp16": torch.float16}[args.dtype]
     batch_size = 2048 if args.quick else 65536
-    rows_per_table = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
+    cap = 100_000 if args.quick else args.row_cap
+    rows_per_table = [min(r, cap) for r in MLPERF_ROWS] if cap else MLPERF_ROWS
     gen = torch.Generator(device="cuda").manual_seed(0)
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
     out_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.grad_dtype]
@@ -206,9 +209,9 @@ def main() -> None:
     name = _result_name(args)
     update = next(c for key, c in module._configs.items() if key[0] == "upd")  # what the backward ran
     summary = {"sort_int32_ms": sort_ms, "update_variant": update.variant, "update_tile": update.tile,
-               "lane_chunks": update.chunks}
+               "lane_chunks": update.chunks, "lane_max_registers": update.max_registers}
     write_results(name, {"dtype": args.dtype, "skewed": args.skewed, "optimizer": args.optimizer,
-                         "grad_dtype": args.grad_dtype, "forward_sweep": sweep, "kernels": kernels,
+                         "grad_dtype": args.grad_dtype, "row_cap": args.row_cap, "forward_sweep": sweep, "kernels": kernels,
                          "nnz": batch.nnz} | summary, rows=kernels, summary=summary)
     print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
     for r in sorted(sweep, key=lambda r: r["fwd_ms"]):

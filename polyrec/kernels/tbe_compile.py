@@ -21,7 +21,7 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
                                           permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
-from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS
+from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS, STATE_PER_ELEMENT
 from polyrec.perfmodel.tbe import LEVEL_TILE
 
 _TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
@@ -80,7 +80,8 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
     for kind, dtype in variants:
         cands = list(dict.fromkeys(c for grad_bytes in (4, 2)  # an fp32 or a bf16 / fp16 output gradient
                                    for c in tbe_select.update_candidates(block_d, spec.warp_size, dtype != "fp32",
-                                                                         grad_bytes, spec.vendor)))
+                                                                         grad_bytes, spec.vendor,
+                                                                         STATE_PER_ELEMENT[kind])))
         if largest_only:
             cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,

@@ -79,9 +79,13 @@ LANE_CHUNKS = 8
 #: 13 one-warp programs per SM where ptxas's own 168 (bf16 gradient: 176) holds 12 (11), and the kernel
 #: waits on its loads more than it issues. Measured on the H200 at e041e0d (benchmarks/results/
 #: tbe_lane_ab_2026-11-30/s11c_*, two rounds each): fp32 gradient 4.372 -> 4.325 ms (144: 4.355; ptxas
-#: then recomputes more), Zipf ids 3.034 -> 2.913, bf16 gradient with 8-tile chunks 4.216 at 168 -> 4.150.
-#: No spills at 152 (the compile jobs build it: tests/test_tbe_compile.py).
+#: then recomputes more), Zipf ids 3.034 -> 2.913, bf16 gradient with 8-tile chunks 4.216 at 168 -> 4.150;
+#: Adagrad (one per-element state tile; tables capped at 4M rows) 5.185 -> 4.753 (s11f_*). Not for Adam:
+#: its two state tiles ran 6.806 ms uncapped, 9.715 capped (LANE_CAP_MAX_STATE_TILES). No spills at 152
+#: (the compile jobs build it: tests/test_tbe_compile.py).
 LANE_MAX_REGISTERS = {"nvidia": 152}
+#: Most per-element fp32 state tiles (Adagrad 1, Adam 2) of an update that takes the register cap.
+LANE_CAP_MAX_STATE_TILES = 1
 #: Tiles of LEVEL_TILE partial slots one merge-level program may take in turn, carrying open runs
 #: (``tbe_backward.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
 #: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels). The selector takes the one
@@ -172,28 +176,30 @@ def lane_chunks(stochastic: bool, grad_bytes: int = 4) -> int:
     return 1 if stochastic else LANE_CHUNKS
 
 
-def lane_register_cap(vendor: str, chunks: int, tile: int) -> int | None:
-    """``UpdateConfig.max_registers`` of a lane update: LANE_MAX_REGISTERS for the measured shape (TILE 8
-    in chunks, on the vendors listed), else the compiler's choice."""
-    return LANE_MAX_REGISTERS.get(vendor) if chunks > 1 and tile == LANE_TILES[0] else None
+def lane_register_cap(vendor: str, chunks: int, tile: int, state_tiles: int) -> int | None:
+    """``UpdateConfig.max_registers`` of a lane update: LANE_MAX_REGISTERS for the measured shapes (TILE 8
+    in chunks, at most LANE_CAP_MAX_STATE_TILES per-element state tiles, on the vendors listed), else the
+    compiler's choice."""
+    measured = chunks > 1 and tile == LANE_TILES[0] and state_tiles <= LANE_CAP_MAX_STATE_TILES
+    return LANE_MAX_REGISTERS.get(vendor) if measured else None
 
 
 def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4,
-                    vendor: str = "nvidia") -> list[UpdateConfig]:
+                    vendor: str = "nvidia", state_tiles: int = 0) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
     chunks = lane_chunks(stochastic, grad_bytes)
     return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane", chunks=chunks,
-                         merge_chunks=m, max_registers=lane_register_cap(vendor, chunks, t))
+                         merge_chunks=m, max_registers=lane_register_cap(vendor, chunks, t, state_tiles))
             for t in tiles for m in MERGE_CHUNK_CHOICES]
 
 
-def update_candidates(block_d: int, warp_size: int, stochastic: bool = False,
-                      grad_bytes: int = 4, vendor: str = "nvidia") -> list[UpdateConfig]:
+def update_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4,
+                      vendor: str = "nvidia", state_tiles: int = 0) -> list[UpdateConfig]:
     """Every update config the selector may return (both variants) for fp32 rows or, with
     ``stochastic``, fp16 / bf16 rows; ``grad_bytes``: the output gradient's element size; ``vendor``:
-    the device's (register caps are NVIDIA's)."""
+    the device's (register caps are NVIDIA's); ``state_tiles``: per-element fp32 state tiles (0, 1, 2)."""
     return (scan_candidates(block_d, warp_size)
-            + lane_candidates(block_d, warp_size, stochastic, grad_bytes, vendor))
+            + lane_candidates(block_d, warp_size, stochastic, grad_bytes, vendor, state_tiles))
 
 
 def staged_loads(cfg: ForwardConfig) -> bool:
@@ -237,7 +243,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, math.inf
-    for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes, spec.vendor):
+    for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes, spec.vendor, state_tiles):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             merge_chunks=cand.merge_chunks, grad_bytes=grad_bytes,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
