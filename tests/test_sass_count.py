@@ -1,0 +1,57 @@
+"""benchmarks/sass_count.py on canned nvdisasm text: the per-trip loop path leaves out the rare block its
+first conditional branch jumps to; instructions are counted by kind; resident warps follow sm_90's
+register allocation."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location("sass_count", Path(__file__).parents[1] / "benchmarks/sass_count.py")
+sass_count = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(sass_count)
+
+# A loop (head .L_x_2, back-edge at 0x00c0) whose first conditional branch goes to a rare block
+# (.L_x_0 .. the join .L_x_1); the common path falls through and jumps over it.
+SASS = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_2:
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   ISETP.NE.AND P0, PT, R4, R5, PT ;
+        /*0030*/               @P0 BRA `(.L_x_0) ;
+        /*0040*/                   IMAD R6, R4, R5, RZ ;
+        /*0050*/                   BRA `(.L_x_1) ;
+.L_x_0:
+        /*0060*/                   SHFL.BFLY PT, R7, R6, 0x1, 0x1f ;
+        /*0070*/                   SHFL.BFLY PT, R8, R7, 0x2, 0x1f ;
+        /*0080*/                   FADD R9, R7, R8 ;
+.L_x_1:
+        /*0090*/                   FFMA R10, R6, R9, R4 ;
+        /*00a0*/                   STG.E desc[UR4][R2.64], R10 ;
+        /*00b0*/                   IADD3 R2, R2, 0x10, RZ ;
+        /*00c0*/               @P1 BRA `(.L_x_2) ;
+        /*00d0*/                   EXIT ;
+"""
+
+
+def test_loop_path_skips_the_rare_block():
+    # head .. the jump over the rare block: LDG, ISETP, @P0 BRA, IMAD, BRA (5); join .. back-edge: 4
+    assert sass_count.loop_path(SASS) == 9
+
+
+def test_no_loop_has_no_path():
+    assert sass_count.loop_path("        /*0000*/                   EXIT ;\n") is None
+
+
+def test_instructions_by_kind():
+    counts = sass_count.count_sass(SASS)
+    assert counts["total"] == 14
+    assert (counts["load"], counts["store"], counts["shuffle"], counts["control"]) == (1, 1, 2, 4)
+    assert (counts["predicate"], counts["integer"], counts["float"], counts["move"]) == (1, 2, 2, 1)
+
+
+def test_resident_warps_follow_the_register_allocation_unit():
+    # 65536 registers per SM, allocated per warp in units of 256: 152 x 32 = 4864 -> 13 warps,
+    # 168 x 32 = 5376 -> 12, 176 x 32 = 5632 -> 11, 221 -> 224 x 32 = 7168 -> 9
+    assert [sass_count.resident_warps(r, 1) for r in (152, 168, 176, 221)] == [13, 12, 11, 9]
+    assert sass_count.resident_warps(72, 2) == 28
