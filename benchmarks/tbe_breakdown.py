@@ -211,7 +211,8 @@ def main() -> None:
     summary = {"sort_int32_ms": sort_ms, "update_variant": update.variant, "update_tile": update.tile,
                "lane_chunks": update.chunks, "lane_max_registers": update.max_registers}
     write_results(name, {"dtype": args.dtype, "skewed": args.skewed, "optimizer": args.optimizer,
-                         "grad_dtype": args.grad_dtype, "row_cap": args.row_cap, "forward_sweep": sweep, "kernels": kernels,
+                         "grad_dtype": args.grad_dtype, "row_cap": args.row_cap, "forward_sweep": sweep,
+                         "kernels": kernels,
                          "nnz": batch.nnz} | summary, rows=kernels, summary=summary)
     print(f"{'bags':>5} {'hots':>5} {'warps':>5} {'fwd ms':>8}")
     for r in sorted(sweep, key=lambda r: r["fwd_ms"]):

@@ -315,7 +315,8 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         pooled_forward_kernel[grid](
             self.weights, batch.values, batch.offsets, batch.weights, out, self.flags,
             feature_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
-            lay.table_dim, *key_buffers, lay.table_row_base, batch.batch_size, batch.values.numel(), out.stride(0), self.total_rows,
+            lay.table_dim, *key_buffers, lay.table_row_base, batch.batch_size, batch.values.numel(), out.stride(0),
+            self.total_rows,
             BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
             HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
             STAGED=tbe_select.staged_loads(cfg) if self.staged_forward is None else self.staged_forward,
