@@ -78,10 +78,8 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
     variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
     jobs = []
     for kind, dtype in variants:
-        cands = list(dict.fromkeys(c for grad_bytes in (4, 2)  # an fp32 or a bf16 / fp16 output gradient
-                                   for c in tbe_select.update_candidates(block_d, spec.warp_size, dtype != "fp32",
-                                                                         grad_bytes, spec.vendor,
-                                                                         STATE_PER_ELEMENT[kind])))
+        cands = tbe_select.update_candidates(block_d, spec.warp_size, dtype != "fp32", spec.vendor,
+                                             STATE_PER_ELEMENT[kind])
         if largest_only:
             cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,

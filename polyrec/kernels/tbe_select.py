@@ -170,9 +170,9 @@ def lane_warps(block_d: int, warp_size: int) -> int:
     return max(1, block_d // (warp_size * LANE_VEC))
 
 
-def lane_chunks(stochastic: bool, grad_bytes: int = 4) -> int:
+def lane_chunks(stochastic: bool) -> int:
     """Tiles per lane-update program: LANE_CHUNKS for fp32 rows (either output gradient), else 1 (see
-    LANE_CHUNKS; ``grad_bytes`` is kept for callers that force a rule per gradient dtype)."""
+    LANE_CHUNKS)."""
     return 1 if stochastic else LANE_CHUNKS
 
 
@@ -184,22 +184,22 @@ def lane_register_cap(vendor: str, chunks: int, tile: int, state_tiles: int) -> 
     return LANE_MAX_REGISTERS.get(vendor) if measured else None
 
 
-def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4,
-                    vendor: str = "nvidia", state_tiles: int = 0) -> list[UpdateConfig]:
+def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, vendor: str = "nvidia",
+                    state_tiles: int = 0) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
-    chunks = lane_chunks(stochastic, grad_bytes)
+    chunks = lane_chunks(stochastic)
     return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane", chunks=chunks,
                          merge_chunks=m, max_registers=lane_register_cap(vendor, chunks, t, state_tiles))
             for t in tiles for m in MERGE_CHUNK_CHOICES]
 
 
-def update_candidates(block_d: int, warp_size: int, stochastic: bool = False, grad_bytes: int = 4,
-                      vendor: str = "nvidia", state_tiles: int = 0) -> list[UpdateConfig]:
+def update_candidates(block_d: int, warp_size: int, stochastic: bool = False, vendor: str = "nvidia",
+                      state_tiles: int = 0) -> list[UpdateConfig]:
     """Every update config the selector may return (both variants) for fp32 rows or, with
-    ``stochastic``, fp16 / bf16 rows; ``grad_bytes``: the output gradient's element size; ``vendor``:
-    the device's (register caps are NVIDIA's); ``state_tiles``: per-element fp32 state tiles (0, 1, 2)."""
+    ``stochastic``, fp16 / bf16 rows; ``vendor``: the device's (register caps are NVIDIA's);
+    ``state_tiles``: per-element fp32 state tiles (0, 1, 2). The same for either gradient dtype."""
     return (scan_candidates(block_d, warp_size)
-            + lane_candidates(block_d, warp_size, stochastic, grad_bytes, vendor, state_tiles))
+            + lane_candidates(block_d, warp_size, stochastic, vendor, state_tiles))
 
 
 def staged_loads(cfg: ForwardConfig) -> bool:
@@ -243,7 +243,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, math.inf
-    for cand in update_candidates(block_d, spec.warp_size, stochastic, grad_bytes, spec.vendor, state_tiles):
+    for cand in update_candidates(block_d, spec.warp_size, stochastic, spec.vendor, state_tiles):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             merge_chunks=cand.merge_chunks, grad_bytes=grad_bytes,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
