@@ -22,7 +22,8 @@ in one run (planner_accuracy_nvidia-h200_2026-11-30 at a364e08), so a few slow s
 Run on the GPU machine: ``PYTHONPATH=. python3 benchmarks/planner_accuracy.py`` (about 4 minutes on
 an H200 with 3 passes; a pass that would end after ``--budget-s`` is not started), ``--quick`` for a smoke test
 (~1 minute). Targets (issue 6): step-time geomean |error| <= 7%, peak memory within 5%, the chosen
-plan within 5% of the fastest measured.
+plan within 5% of the fastest measured. The summary also splits the step error by the bound the plan
+predicts (``bound_errors``): device-bound rows against host-bound ones.
 """
 
 from __future__ import annotations
@@ -214,6 +215,21 @@ def geomean_abs_error(pairs: list[tuple[float, float]]) -> float:
     return math.exp(sum(logs) / len(logs)) - 1 if logs else float("nan")
 
 
+def host_bound(row: dict) -> bool:
+    """Whether the plan predicts the row's step bound by the host issuing its launches, not the device."""
+    return row["pred_host_ms"] >= row["pred_device_ms"]
+
+
+def bound_errors(rows: list[dict]) -> dict[str, float]:
+    """Step geomean |error| of the rows predicted device-bound and of those predicted host-bound: the
+    host-bound rows are priced at the host floor the run's probes measured, which moves between runs."""
+    pairs = {kind: [(r["predicted_ms"], r["measured_ms"]) for r in rows if host_bound(r) == (kind == "host")]
+             for kind in ("device", "host")}
+    return {"step_geomean_device_bound_rows": geomean_abs_error(pairs["device"]),
+            "step_geomean_host_bound_rows": geomean_abs_error(pairs["host"]),
+            "device_bound_rows": len(pairs["device"])}
+
+
 def plan_choice(rows: list[dict], device_name: str) -> list[dict]:
     """Per model measured at several batches: the planner's pick among them vs the fastest measured."""
     out = []
@@ -300,6 +316,7 @@ def main() -> None:
                                                           if r["index"] % 2 == 1]),
         "step_geomean_abs_error_vs_mean": geomean_abs_error([(r["predicted_ms"], r["measured_mean_ms"])
                                                              for r in rows]),
+        **bound_errors(rows),
         "memory_max_abs_error": max((abs(r["memory_error"]) for r in rows), default=float("nan")),
         "memory_geomean_abs_error": geomean_abs_error([(r["predicted_gb"], r["measured_gb"]) for r in rows]),
         "plan_choice_worst": min((c["picked_vs_fastest"] for c in choices), default=float("nan")),
