@@ -114,17 +114,10 @@ def resident_warps(registers: int, warps_per_block: int) -> int:
 
 
 def analyse(job, dump: Path | None) -> dict:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from polyrec.hardware.catalog import get_device
+    from polyrec.hardware.compile import _nvidia_resources, compile_job
 
-    from polyrec.hardware.compile import _nvidia_resources
-
-    names = list(job.signature)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in job.divisible_by_16}
-    src = ASTSource(job.kernel, signature=job.signature, constexprs=job.constexprs, attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": job.num_warps, "num_stages": job.num_stages, **job.options})
+    compiled = compile_job(job, get_device("H200"))  # cuda:90
     registers, spills = _nvidia_resources(compiled.asm["cubin"])
     sass = _nvdisasm(compiled.asm["cubin"])
     if dump is not None:

@@ -124,8 +124,9 @@ def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int) -> tup
     return tuple(found)
 
 
-def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
-    """Compile one job for one device's target and report its footprint and fit."""
+def compile_job(job: CompileJob, spec: DeviceSpec) -> Any:
+    """``triton.compile`` of one job for one device's target: the compiled kernel (its ``asm`` holds the
+    cubin or AMDGCN, its ``metadata`` the shared memory)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -137,14 +138,19 @@ def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
     options = {"num_warps": job.num_warps, "num_stages": job.num_stages}
     foreign = NVIDIA_ONLY_OPTIONS if spec.triton.backend == "hip" else AMD_ONLY_OPTIONS
     options |= {k: v for k, v in job.options.items() if k not in foreign}
-    start = time.perf_counter()
     names = list(job.signature)
     unknown = set(job.divisible_by_16) - set(names)
     if unknown:
         raise CompileHarnessError(f"{job.label}: divisible_by_16 names unknown arguments {sorted(unknown)}")
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in job.divisible_by_16}
     src = ASTSource(job.kernel, signature=job.signature, constexprs=job.constexprs, attrs=attrs)
-    compiled = triton.compile(src, target=target, options=options)
+    return triton.compile(src, target=target, options=options)
+
+
+def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
+    """Compile one job for one device's target and report its footprint and fit."""
+    start = time.perf_counter()
+    compiled = compile_job(job, spec)
     seconds = time.perf_counter() - start
     shared = int(compiled.metadata.shared)
     if spec.triton.backend == "cuda":

@@ -51,9 +51,7 @@ class FusedBackward:
     def _take_prepared(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> SortedIds | None:
         """The prepared sort of exactly this batch (the same tensors at the same version), once."""
         ids, self._prepared = self._prepared, None
-        if ids is None or not (ids.batch[0] is values and ids.batch[1] is offsets and ids.batch[2] is per_sample):
-            return None
-        return ids if ids.versions == _versions(values, offsets, per_sample) else None
+        return ids if _of_batch(ids, values, offsets, per_sample) else None
 
     def new_sort_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
                       sequence: bool = False) -> SortKeys:
@@ -71,9 +69,7 @@ class FusedBackward:
     def _take_forward_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> SortKeys | None:
         """The sort keys the pooled forward wrote for exactly this batch (unmodified since), once."""
         keys, self._forward_keys = self._forward_keys, None
-        if keys is None or not (keys.batch[0] is values and keys.batch[1] is offsets and keys.batch[2] is per_sample):
-            return None
-        return keys if keys.versions == _versions(values, offsets, per_sample) else None
+        return keys if _of_batch(keys, values, offsets, per_sample) else None
 
     def _sort_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
                    sequence: list | None) -> SortKeys:
@@ -218,6 +214,13 @@ class SortedIds:
     grad_stride: int | None = None  # the gradient row stride g_off was computed for (lane update)
     g_off: Tensor | None = None  # [padded_length] gradient element offsets in sorted order (padding: 0)
     sorted_scale: Tensor | None = None  # [padded_length] scales in sorted order (padding: 0)
+
+
+def _of_batch(held: SortKeys | SortedIds | None, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> bool:
+    """Whether ``held`` was made from exactly these batch tensors, unmodified since (same versions)."""
+    if held is None or not (held.batch[0] is values and held.batch[1] is offsets and held.batch[2] is per_sample):
+        return False
+    return held.versions == _versions(values, offsets, per_sample)
 
 
 def _versions(*tensors: Tensor | None) -> tuple[int, ...]:
