@@ -273,31 +273,6 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
         return _PooledLookup.apply(anchor, self, batch.values, batch.offsets, batch.weights, batch.batch_size)
 
-    def forward_for_update(self, batch: JaggedBatch) -> Tensor:
-        """The pooled lookup outside autograd, for a caller that runs its backward itself (``update``,
-        for instance on another stream): [B, output_dim] in ``output_dtype``, no grad_fn; it writes the
-        backward's sort keys as a trained ``forward`` does."""
-        self._validate(batch)
-        self._prepared = None
-        with torch.no_grad():
-            return self._pooled_forward(batch.values, batch.offsets, batch.weights, batch.batch_size, True)
-
-    def update(self, grad: Tensor, batch: JaggedBatch) -> None:
-        """The backward of ``forward_for_update(batch)`` from its output's gradient ``grad``
-        [B, output_dim] (any row stride): weights and optimizer state updated in place, one step, on
-        the current stream. On a GPU, what it reads that another stream made (``grad``, the batch, the
-        forward's sort keys) is kept from the allocator until this stream is done with it."""
-        if tuple(grad.shape) != (batch.batch_size, self.output_dim):
-            raise ValueError(f"update: gradient must be [{batch.batch_size}, {self.output_dim}] (the lookup's "
-                             f"output), got {tuple(grad.shape)}")
-        if grad.is_cuda:
-            stream = torch.cuda.current_stream(grad.device)
-            for t in (grad, batch.values, batch.offsets, batch.weights, *self._held_for_backward()):
-                if t is not None:
-                    t.record_stream(stream)
-        with torch.no_grad():
-            self._fused_backward(grad, batch.values, batch.offsets, batch.weights, batch.batch_size, None)
-
     def lookup_sequence(self, batch: JaggedBatch) -> Tensor:
         """Unpooled rows of the pooling-"none" features: [n, D], row i = the table row of the i-th id of
         those features in ``batch.values`` order (feature-major: all of the first such feature's ids,

@@ -8,7 +8,7 @@ docs/tbe.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -52,13 +52,6 @@ class FusedBackward:
         """The prepared sort of exactly this batch (the same tensors at the same version), once."""
         ids, self._prepared = self._prepared, None
         return ids if _of_batch(ids, values, offsets, per_sample) else None
-
-    def _held_for_backward(self) -> list[Tensor]:
-        """The tensors kept for the next backward from earlier calls: the forward's sort keys and a
-        prepared sort (and the batches they are of)."""
-        return [t for held in (self._forward_keys, self._prepared) if held is not None
-                for t in (*held.batch, *(getattr(held, f.name) for f in fields(held)))
-                if isinstance(t, Tensor)]
 
     def new_sort_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
                       sequence: bool = False) -> SortKeys:

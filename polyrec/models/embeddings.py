@@ -11,10 +11,8 @@ Both take the feature-major jagged layout of TorchRec's KeyedJaggedTensor: ``val
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -155,23 +153,12 @@ class PolyrecEmbeddings(nn.Module):
         self.tbe = TableBatchedEmbedding(tables, optimizer=opt, weight_dtype=weight_dtype, device=device, seed=seed,
                                          output_dtype=output_dtype)
 
-    def _batch(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int):
-        num_features = (offsets.numel() - 1) // batch_size
-        return self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features)
-
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
-        batch = self._batch(values, offsets, batch_size)
-        return self.tbe(batch).view(batch_size, batch.num_features, self.dim)  # [B, F*D] -> [B, F, D]
-
-    def forward_for_update(self, values: torch.Tensor, offsets: torch.Tensor,
-                           batch_size: int) -> tuple[torch.Tensor, Callable[[torch.Tensor], None]]:
-        """The lookup outside autograd and the function that applies its backward: (pooled [B, F, D],
-        update), ``update(grad)`` taking the gradient [B, F, D] (any row stride) and stepping the fused
-        optimizer on the current stream (``TableBatchedEmbedding.update``), once."""
-        batch = self._batch(values, offsets, batch_size)
-        out = self.tbe.forward_for_update(batch).view(batch_size, batch.num_features, self.dim)
-        return out, functools.partial(_update_from, self.tbe, batch)
+        num_features = (offsets.numel() - 1) // batch_size
+        batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features)
+        out = self.tbe(batch)  # [B, F*D]
+        return out.view(batch_size, num_features, self.dim)
 
     def apply_gradients(self) -> None:
         """Nothing to do: the backward pass already updated the rows."""
@@ -186,11 +173,6 @@ class PolyrecEmbeddings(nn.Module):
 
     def import_state(self, state: dict) -> None:
         self.tbe.load_state_dict(state["tbe"])
-
-
-def _update_from(tbe, batch, grad: torch.Tensor) -> None:
-    """``tbe.update`` from the gradient of its output viewed [B, F, D]."""
-    tbe.update(grad.reshape(batch.batch_size, -1), batch)  # [B, F*D], the row stride kept
 
 
 def build_embeddings(backend: str, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,

@@ -33,7 +33,6 @@ from polyrec.runtime.config import TrainConfig, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.plan_apply import apply_plan, load_plan
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
-from polyrec.runtime.side_backward import SideBackward
 
 #: Elements checked per chunk when testing a (possibly 100 GB) table for NaN/inf: 2^26 bools = 64 MiB.
 FINITE_CHECK_CHUNK = 1 << 26
@@ -179,9 +178,6 @@ class Trainer:
         self._stop_signal: int | None = None
         use_side = cfg.pipeline == "semi-sync" and cfg.overlap_streams and self.rt.device.type == "cuda"
         self._side = torch.cuda.Stream(self.rt.device) if use_side else None
-        side_backward = (cfg.pipeline == "sync" and cfg.overlap_streams and self.rt.device.type == "cuda"
-                         and hasattr(self.model.embeddings, "forward_for_update"))
-        self._side_backward = SideBackward(self.rt.device) if side_backward else None
         self._prefetched: tuple[Batch, torch.Tensor, Any] | None = None
         self._exchange_ahead = self.distributed and self.ctx.world_size > 1 and cfg.pipeline == "sync"
         self._ahead: deque[tuple[dict, Batch, Any]] = deque()  # the next batches, their distribution begun
@@ -216,10 +212,6 @@ class Trainer:
         batch, started = self._batch_and_inputs()
         t.stop()
         t.start("emb_fwd")
-        if self._side_backward is not None:
-            emb, update = self.model.embeddings.forward_for_update(batch.values, batch.offsets, batch.batch_size)
-            t.stop()
-            return self._side_backward_step(batch, emb, update)
         emb = self.model.embed(batch.values, batch.offsets, batch.batch_size, started=started)  # [B, F, D]
         self._send_inputs_ahead()
         t.stop()
@@ -228,19 +220,6 @@ class Trainer:
         dense_stepped = self._embedding_backward(emb, emb_grad)
         t.stop()
         self._optimizer_step(dense_stepped=dense_stepped)
-        return loss
-
-    def _side_backward_step(self, batch: Batch, emb: torch.Tensor, update: Callable[[torch.Tensor], None]) -> torch.Tensor:
-        """The rest of a step whose embedding backward runs on the side stream (``SideBackward``): from
-        where its gradient is final, beside the dense backward's tail and the dense optimizer; the
-        next step starts after it."""
-        loss, emb_grad = self._dense_step(batch, emb)
-        with self._side_backward.running():
-            self.timer.start("emb_bwd")
-            update(emb_grad)
-            self.timer.stop()
-        self._optimizer_step()
-        self._side_backward.join()
         return loss
 
     def _embedding_backward(self, emb: torch.Tensor, emb_grad: torch.Tensor) -> bool:
@@ -316,14 +295,11 @@ class Trainer:
         return loss.detach(), grad if self.model.embeddings.fused else grad.contiguous()
 
     def _early_gradient_exchange(self) -> Callable[[torch.Tensor], None] | None:
-        """What starts inside the dense backward as soon as the embedding gradient is final
-        (``DLRM.embedding_grad_hook``; DLRM-DCNv2 calls it before the cross network's last weight
-        gradients), so that it runs while they and the rest of the dense backward do. Sharded tables on
-        several ranks (sync pipeline): the gradient's all-to-all, which the embedding backward then
-        takes (``DistributedEmbeddings.start_backward``). One GPU with the side stream: the mark the
-        embedding backward starts from (``SideBackward.gradient_final``)."""
-        if self._side_backward is not None and not self._graphed:
-            return self._side_backward.gradient_final
+        """Sharded tables on several ranks (sync pipeline): the embedding gradient's all-to-all starts
+        inside the dense backward as soon as that gradient is final (``DLRM.embedding_grad_hook``;
+        DLRM-DCNv2 calls it before the cross network's last weight gradients), so that the exchange
+        crosses while they and the rest of the dense backward run; the embedding backward then takes it
+        (``DistributedEmbeddings.start_backward``)."""
         return getattr(self.model.embeddings, "start_backward", None) if self._exchange_ahead else None
 
     def _optimizer_step(self, *, dense_stepped: bool = False) -> None:

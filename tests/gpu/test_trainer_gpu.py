@@ -1,7 +1,6 @@
 """On the GPU machine: the trainer's step paths that only a GPU has (CUDA-graphed dense half, the
-synchronous step's embedding backward on a side stream, the semi-synchronous side stream) train as
-the eager sync step on one stream does, through the gradient tap that hands the embedding backward
-the dense half's gradient."""
+semi-synchronous side stream) train as the eager sync step does, through the gradient tap that hands
+the embedding backward the dense half's gradient."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import pytest
 import torch
 
 from polyrec.runtime import TrainConfig, Trainer
-from polyrec.runtime.side_backward import SideBackward
 
 pytestmark = pytest.mark.gpu
 
@@ -28,14 +26,14 @@ def _losses(**changes) -> tuple[list[float], torch.Tensor, torch.Tensor]:
     return losses, initial, weights.detach().clone()
 
 
-@pytest.mark.parametrize("changes", [{}, {"cuda_graphs": True}, {"pipeline": "semi-sync"},
+@pytest.mark.parametrize("changes", [{"cuda_graphs": True}, {"pipeline": "semi-sync"},
                                      {"pipeline": "semi-sync", "cuda_graphs": True}],
-                         ids=["side-backward", "graphs+side-backward", "semi-sync", "semi-sync+graphs"])
+                         ids=["graphs", "semi-sync", "semi-sync+graphs"])
 def test_gpu_step_paths_train_like_the_eager_step(changes):
     """Same losses as the eager sync step within bf16 noise (the graphed GEMMs may pick other
     kernels; semi-sync reads tables one update old, so its losses move a little more), and the
     embedding tables were updated by the backward (not left at their initial values)."""
-    eager, initial, eager_weights = _losses(overlap_streams=False)
+    eager, initial, eager_weights = _losses()
     other, other_initial, weights = _losses(**changes)
     tolerance = 0.05 if changes.get("pipeline") == "semi-sync" else 0.01
     assert other == pytest.approx(eager, rel=tolerance)
@@ -54,20 +52,3 @@ def test_half_precision_rows_train_like_fp32_rows(rows):
     assert weights.dtype == getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[rows])
     assert half == pytest.approx(fp32, rel=0.02)
     assert not torch.equal(weights, initial) and torch.isfinite(weights.float()).all()
-
-
-def test_the_side_backward_starts_where_the_cross_network_finished_the_gradient(monkeypatch):
-    """dcnv2-small in bf16: each step marks the point its embedding gradient is final inside the dense
-    backward (the cross network's ``on_input_grad``) and the side stream starts there."""
-    marks = []
-    real = SideBackward.gradient_final
-    monkeypatch.setattr(SideBackward, "gradient_final", lambda self, grad: marks.append(tuple(grad.shape))
-                        or real(self, grad))
-    cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=512, steps=3, device="cuda",
-                      embedding_backend="polyrec", dense_backend="polyrec", log_every=10**9)
-    trainer = Trainer(cfg, progress=False)
-    assert trainer._side_backward is not None
-    for _ in range(3):
-        trainer.train_step()
-    features, dim = trainer.model_config.num_tables, trainer.model_config.embedding_dim
-    assert marks == [(512, features, dim)] * 3
