@@ -129,8 +129,8 @@ def test_model_fused_and_unfused_paths_agree(rng):
 
 def test_input_gradient_hook_runs_before_the_last_weight_gradients(monkeypatch, rng):
     """The fused backward hands x0's gradient out with layer 0's U gradient and every layer's V
-    gradient still to run (what the embedding backward on its side stream, or the sharded embeddings'
-    gradient all-to-all, overlaps), and its value is the final one."""
+    gradient still to run (what the sharded embeddings' gradient all-to-all overlaps), and its value
+    is the final one."""
     import polyrec.kernels.dcn as dcn
 
     calls, at_hook = [], []

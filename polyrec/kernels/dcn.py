@@ -18,8 +18,8 @@ Backward of layer l, from G = dL/dx_{l+1} (four GEMMs, no full-size elementwise 
    the residual is this function's own buffer (all but the incoming gradient) and the selector picks
    the library, the library adds it in place (``overwrite_residual``: no [B, D] pass);
 5. ``dV_l = dvᵀ @ x_l``, for every layer after x0's gradient is final and handed on
-   (``on_input_grad``): what reads it (the embedding backward on its side stream, or the sharded
-   embeddings' gradient all-to-all) runs beside these L GEMMs and layer 0's ``dU_0``; each layer's
+   (``on_input_grad``): what reads it (the sharded embeddings' gradient all-to-all) runs beside
+   these L GEMMs and layer 0's ``dU_0``; each layer's
    dv [B, r] is kept until then (L x B x r values, 0.2 GB at MLPerf's batch 65536, rank 512, bf16).
 
 The unfused composition (``cross_linear`` + ``linear``: autograd sums the gradients of x0 and of
@@ -113,8 +113,8 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     tensors [D] -> [B, D]. Under autocast, inputs and weights are cast as ``F.linear`` would.
     ``on_input_grad``: called in the backward with x0's gradient [B, D] as soon as it is final,
     before layer 0's ``dU_0`` and every layer's ``dV_l`` (L + 1 weight-gradient GEMMs, each as large
-    as the 0.34 ms GEMM of the module docstring), so that work reading it (the embedding backward on
-    a side stream, the sharded embeddings' gradient all-to-all) overlaps them; it must not write it.
+    as the 0.34 ms GEMM of the module docstring), so that work reading it (the sharded embeddings'
+    gradient all-to-all) overlaps them; it must not write it.
     """
     if not (len(vs) == len(us) == len(bs) >= 1):
         raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "
