@@ -3,6 +3,7 @@ predictions (polyrec.planner.comms), at the message sizes a DLRM step sends.
 
     torchrun --nproc-per-node 2 benchmarks/collectives.py            # NCCL (RCCL on ROCm)
     torchrun --nproc-per-node 2 benchmarks/collectives.py --quick
+    torchrun --nproc-per-node 2 benchmarks/collectives.py --sweep    # also every size 64 KiB..256 MiB
 
 Sizes: the pooled-embedding all-to-all of MLPerf DLRM-DCNv2 (per rank: local batch x 26 features x
 128 dims, bf16) at local batches 4K-64K, and all-reduces from 1 MB to the dense model's gradient
@@ -13,6 +14,8 @@ Calibration first: where the device kind has no stored link calibration, the scr
 all-to-all and an all-reduce at sizes it does not check (CALIBRATION_SIZES), fits the link's
 per-call overhead, per-step latency and bandwidth (``polyrec.planner.comms.fit_link``) and stores it;
 the predictions compared below then come from that calibration, never from the checked sizes.
+``--sweep`` adds both collectives at every power of two and its 1.5x from 64 KiB to 256 MiB (section
+"sweep", predicted beside measured): where the time is not affine in size (NCCL switches protocols).
 """
 
 from __future__ import annotations
@@ -65,6 +68,18 @@ def _collective(kind: str, nbytes: int):
     return lambda: dist.all_reduce(buf)
 
 
+#: ``--sweep`` sizes, bytes: 64 KiB x 2^k and 1.5x that, up to 256 MiB.
+SWEEP_SIZES = tuple(sorted({(64 << 10) << k for k in range(13)} | {3 * ((64 << 10) << k) // 2 for k in range(12)}))
+
+
+def _row(kind: str, nbytes: int, links, reps: int, section: str) -> dict:
+    ms = _median_ms(_collective(kind, nbytes), reps)
+    seconds = all_to_all_seconds if kind == "all_to_all" else all_reduce_seconds
+    pred = seconds(nbytes, links) * 1e3
+    return {"section": section, "collective": kind, "bytes_per_rank": nbytes, "measured_ms": ms,
+            "predicted_ms": pred, "error": pred / ms - 1}
+
+
 def ensure_link_calibration(device: str, link: str, world: int, reps: int, is_main: bool) -> str:
     """Measure and store the link calibration of ``device`` unless stored; says which. ``reps`` 0: skip."""
     name = link_calibration_name(device, link)
@@ -87,6 +102,7 @@ def ensure_link_calibration(device: str, link: str, world: int, reps: int, is_ma
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="also time both collectives at every size of SWEEP_SIZES")
     args = parser.parse_args()
     ctx = init_distributed()
     if ctx.backend != "nccl":
@@ -103,16 +119,11 @@ def main() -> None:
     batches = (4096,) if args.quick else (4096, 16384, 65536)
     for batch in batches:
         per_rank = batch * features * dim * BF16  # bytes each rank holds before the exchange
-        ms = _median_ms(_collective("all_to_all", per_rank), reps)
-        pred = all_to_all_seconds(per_rank, links) * 1e3
-        rows.append({"collective": "all_to_all", "bytes_per_rank": per_rank, "measured_ms": ms,
-                     "predicted_ms": pred, "error": pred / ms - 1})
+        rows.append(_row("all_to_all", per_rank, links, reps, "check"))
     sizes = (1 << 20,) if args.quick else (1 << 20, 16 << 20, dense_parameter_count() * 4)
-    for nbytes in sizes:
-        ms = _median_ms(_collective("all_reduce", nbytes), reps)
-        pred = all_reduce_seconds(nbytes, links) * 1e3
-        rows.append({"collective": "all_reduce", "bytes_per_rank": nbytes, "measured_ms": ms,
-                     "predicted_ms": pred, "error": pred / ms - 1})
+    rows += [_row("all_reduce", nbytes, links, reps, "check") for nbytes in sizes]
+    if args.sweep:
+        rows += [_row(kind, n, links, reps, "sweep") for kind in ("all_to_all", "all_reduce") for n in SWEEP_SIZES]
     if ctx.is_main:
         summary = {"world_size": world, "device": spec.name, "link": links.intra.name,
                    "link_bandwidth_assumed": links.intra.bandwidth, "link_overhead_s": links.intra.overhead_s,
@@ -120,7 +131,7 @@ def main() -> None:
                    "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE")}
         write_results("collectives" + ("_quick" if args.quick else ""), {}, rows=rows, summary=summary)
         for r in rows:
-            print(f"{r['collective']:<11} {r['bytes_per_rank'] / 1e6:9.1f} MB  measured {r['measured_ms']:8.3f} ms  "
+            print(f"{r['section']:<6} {r['collective']:<11} {r['bytes_per_rank'] / 1e6:9.1f} MB  measured {r['measured_ms']:8.3f} ms  "
                   f"predicted {r['predicted_ms']:8.3f} ms  error {r['error']:+.0%}")
     shutdown(completed=True)
 
