@@ -12,15 +12,11 @@ Backward of layer l, from G = dL/dx_{l+1} (four GEMMs, no full-size elementwise 
 1. one pass over p_l (``CrossGrad``) adds b_l, writes ``g = G * x0``, accumulates ``d_x0 += G * y_l``
    in place (layer 0 adds G too: x_0 is x0) and the column sums of g (b_l's gradient, from fp32
    partials per row block);
-2. ``dv = g @ U_l`` [B, r]; 3. ``dU_l = gᵀ @ v_l``;
-4. ``dv @ V_l`` with the residual gradient added in the epilogue: ``dL/dx_l = dv @ V_l + G``; for
+2. ``dv = g @ U_l`` [B, r]; 3. ``dU_l = gᵀ @ v_l``; 4. ``dV_l = dvᵀ @ x_l``;
+5. ``dv @ V_l`` with the residual gradient added in the epilogue: ``dL/dx_l = dv @ V_l + G``; for
    layer 0 the residual is the accumulated d_x0, so the last GEMM writes x0's whole gradient. Where
    the residual is this function's own buffer (all but the incoming gradient) and the selector picks
-   the library, the library adds it in place (``overwrite_residual``: no [B, D] pass);
-5. ``dV_l = dvᵀ @ x_l``, for every layer after x0's gradient is final and handed on
-   (``on_input_grad``): what reads it (the sharded embeddings' gradient all-to-all) runs beside
-   these L GEMMs and layer 0's ``dU_0``; each layer's
-   dv [B, r] is kept until then (L x B x r values, 0.2 GB at MLPerf's batch 65536, rank 512, bf16).
+   the library, the library adds it in place (``overwrite_residual``: no [B, D] pass).
 
 The unfused composition (``cross_linear`` + ``linear``: autograd sums the gradients of x0 and of
 each x_l with separate adds, and the cross backward multiplies with torch ops) is kept in
@@ -77,7 +73,6 @@ class _CrossNetwork(torch.autograd.Function):
         x0 = xs[0]
         d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
         d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
-        deferred = []  # (l, dv [B, r]): V_l's gradient, formed after x0's gradient is handed on
         grad = grad.contiguous()  # [B, D] dL/dx_{l+1}
         for l in reversed(range(layers)):
             bias_grad = None
@@ -92,16 +87,14 @@ class _CrossNetwork(torch.autograd.Function):
             elif need_x0:
                 d_x0 = matmul(dlow, vs[0], residual=d_x0, overwrite_residual=True)  # [B, D] x0's whole gradient
                 if ctx.on_input_grad is not None:
-                    ctx.on_input_grad(d_x0)  # final now: what reads it runs beside the weight gradients left
+                    ctx.on_input_grad(d_x0)  # final now: what reads it runs beside layer 0's weight gradients
             if need[layers + l]:
                 d_u[l] = matmul(g, lows[l], trans_a=True)  # [D, B] @ [B, r]
             if bias_grad is not None:
                 d_b[l] = bias_grad.to(bs[l].dtype)
             if need[l]:
-                deferred.append((l, dlow))
-            del g  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
-        for l, dlow in deferred:
-            d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
+                d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
+            del g, dlow  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
         return (d_x0 if need_x0 else None), None, *d_v, *d_u, *d_b
 
 
@@ -112,9 +105,9 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
     tensors [D] -> [B, D]. Under autocast, inputs and weights are cast as ``F.linear`` would.
     ``on_input_grad``: called in the backward with x0's gradient [B, D] as soon as it is final,
-    before layer 0's ``dU_0`` and every layer's ``dV_l`` (L + 1 weight-gradient GEMMs, each as large
-    as the 0.34 ms GEMM of the module docstring), so that work reading it (the sharded embeddings'
-    gradient all-to-all) overlaps them; it must not write it.
+    before layer 0's two weight-gradient GEMMs (each as large as the 0.34 ms GEMM of the module
+    docstring), so that work reading it (the sharded embeddings' gradient all-to-all) overlaps them;
+    it must not write it.
     """
     if not (len(vs) == len(us) == len(bs) >= 1):
         raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "

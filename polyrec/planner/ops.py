@@ -111,9 +111,8 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     then one epilogue pass ``x_{l+1} = x0 * (p + b) + x_l`` (reads p, x0, x_l; writes x_{l+1}).
     Backward per layer: one CrossGrad pass over p that writes ``g = grad * x0``, accumulates x0's
     gradient (reads grad, x0, d_x0 but in the first layer of the backward; writes g, d_x0) and the
-    bias-gradient partials, summed by torch; ``g U``, ``gᵀ low``, ``dlow V`` with the residual gradient
-    added in its epilogue ("residual"); ``dlowᵀ x_l`` of every layer once x0's gradient is final. No
-    elementwise torch op of size [B, D].
+    bias-gradient partials, summed by torch; ``g U``, ``gᵀ low``, ``dlowᵀ x_l``; ``dlow V`` with the
+    residual gradient added in its epilogue ("residual"). No elementwise torch op of size [B, D].
     """
     ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
     b = batch
@@ -138,10 +137,9 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     layers = len(pairs)
     # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
     # product p; the output x_L only the top MLP keeps. Backward peak: grad, d_x0, g, the next grad and
-    # dlow, the dlow of the layers after it (kept for their V gradients, formed last), and the
-    # CrossGrad pass's bias-gradient partials while torch sums them.
+    # dlow, and the CrossGrad pass's bias-gradient partials while torch sums them.
     return ops, LayerMemory(name="cross", saved=layers * (r + 2 * w) * cb,
-                            backward_peak=(4 * w + layers * r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w / REDUCE_BLOCK_M,
+                            backward_peak=(4 * w + r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w / REDUCE_BLOCK_M,
                             freed_early=w * cb)
 
 
