@@ -12,8 +12,10 @@ NVLink-multicast-off variables of the device machines set (NCCL_NVLS_ENABLE=0).
 
 Calibration first: where the device kind has no stored link calibration, the script measures an
 all-to-all and an all-reduce at sizes it does not check (CALIBRATION_SIZES), fits the link's
-per-call overhead, per-step latency and bandwidth (``polyrec.planner.comms.fit_link``) and stores it;
-the predictions compared below then come from that calibration, never from the checked sizes.
+per-call overhead, per-step latency and bandwidth (``polyrec.planner.comms.fit_link``), measures each
+at small sizes it does not check either (SMALL_SIZES) for its flat small-message floor and where that
+ends (``fit_small_messages``), and stores it all; the predictions compared below then come from that
+calibration, never from the checked sizes.
 ``--sweep`` adds both collectives at every power of two and its 1.5x from 64 KiB to 256 MiB (section
 "sweep", predicted beside measured): where the time is not affine in size (NCCL switches protocols).
 """
@@ -30,8 +32,8 @@ import torch.distributed as dist
 from polyrec.hardware.detect import detect
 from polyrec.models.config import preset
 from polyrec.hardware.calibrate import load_calibration, median_ms, save_calibration
-from polyrec.planner.comms import (CollectiveSample, all_reduce_seconds, all_to_all_seconds, fit_link, fleet_links,
-                                   link_calibration_name)
+from polyrec.planner.comms import (CollectiveSample, all_reduce_seconds, all_to_all_seconds, fit_link,
+                                   fit_small_messages, fleet_links, link_calibration_name)
 from polyrec.planner.types import parse_fleet
 from polyrec.results import write_results
 from polyrec.runtime.dist import init_distributed, shutdown
@@ -41,6 +43,10 @@ BF16 = 2
 #: rank, all-reduce 1 / 16 / 61 MiB), spread over their range, since the fit weighs each by its time.
 CALIBRATION_SIZES = {"all_to_all": (8 << 20, 64 << 20, 256 << 20),
                      "all_reduce": (2 << 20, 8 << 20, 32 << 20, 128 << 20)}
+#: Small-message calibration sizes, bytes, both collectives: 96 KiB x 2^k up to 12 MiB (1.5x a power of
+#: two, so none is a checked size), reaching past where NCCL left its low-latency protocol on 2 H200s
+#: (all-reduce at 2 MiB, all-to-all at 4-6 MiB; the sweep of collectives_nvidia-h200_2026-11-30).
+SMALL_SIZES = tuple((96 << 10) << k for k in range(8))
 
 
 def dense_parameter_count() -> int:
@@ -87,12 +93,20 @@ def ensure_link_calibration(device: str, link: str, world: int, reps: int, is_ma
         return "stored link calibration"
     if reps == 0:
         return "not calibrated (--quick): datasheet x efficiency"
-    samples = [CollectiveSample(collective=kind, nbytes=n, seconds=_median_ms(_collective(kind, n), reps) / 1e3)
-               for kind, sizes in CALIBRATION_SIZES.items() for n in sizes]
+    def timed(sizes: dict[str, tuple[int, ...]]) -> list[CollectiveSample]:
+        return [CollectiveSample(collective=kind, nbytes=n, seconds=_median_ms(_collective(kind, n), reps) / 1e3)
+                for kind, kind_sizes in sizes.items() for n in kind_sizes]
+
+    samples = timed(CALIBRATION_SIZES)
+    small_samples = timed({kind: SMALL_SIZES for kind in CALIBRATION_SIZES})
     fitted = fit_link(samples, world)
+    small = {kind: fit_small_messages(small_samples, kind) for kind in CALIBRATION_SIZES}
     sizes = "; ".join(f"{k} {', '.join(f'{n >> 20} MiB' for n in v)}" for k, v in CALIBRATION_SIZES.items())
-    fitted |= {"date": dt.date.today().isoformat(), "method": f"{sizes} on {world} GPUs",
-               "samples": [{"collective": s.collective, "bytes": s.nbytes, "seconds": s.seconds} for s in samples]}
+    fitted |= {"date": dt.date.today().isoformat(),
+               "method": f"{sizes}; small messages {SMALL_SIZES[0] >> 10} KiB-{SMALL_SIZES[-1] >> 20} MiB; on {world} GPUs",
+               "small": {kind: entry for kind, entry in small.items() if entry is not None},
+               "samples": [{"collective": s.collective, "bytes": s.nbytes, "seconds": s.seconds}
+                           for s in samples + small_samples]}
     if is_main:
         save_calibration(name, fitted)
     dist.barrier()
@@ -128,6 +142,9 @@ def main() -> None:
         summary = {"world_size": world, "device": spec.name, "link": links.intra.name,
                    "link_bandwidth_assumed": links.intra.bandwidth, "link_overhead_s": links.intra.overhead_s,
                    "link_alpha_s": links.intra.alpha_s, "link_origin": links.intra.origin, "calibration": calibration,
+                   **{f"{kind}_small": None if small is None else {"floor_s": small.floor_s, "up_to_bytes": small.up_to_bytes}
+                      for kind, small in (("all_to_all", links.intra.all_to_all_small),
+                                          ("all_reduce", links.intra.all_reduce_small))},
                    "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE")}
         write_results("collectives" + ("_quick" if args.quick else ""), {}, rows=rows, summary=summary)
         for r in rows:

@@ -13,6 +13,13 @@ direction; topologies:
 - ``ring``: each GPU has one link to each neighbour (bandwidth ``beta`` per direction, split over
   both neighbours): a message to a peer ``d`` hops away crosses ``d`` links (shortest way round).
 
+Below the size where the library switches protocol a call costs about the same whatever its size
+(NCCL's low-latency protocols): a link may carry, per collective, that flat ``SmallMessages`` floor,
+measured by its calibration (``polyrec.planner.comms.fit_small_messages``); the alpha-beta terms
+price the sizes above it. On 2 H200s over NVLink both collectives took 49-52 us from 64 KiB to
+1.5 MiB, where the alpha-beta fit through 2-256 MiB gives ~60 us, and the all-reduce jumped to
+63 us at 2 MiB (benchmarks/results/collectives_nvidia-h200_2026-11-30, section "sweep").
+
 All functions are pure; bytes and seconds.
 """
 
@@ -21,6 +28,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TOPOLOGIES: tuple[str, ...] = ("switch", "mesh", "ring")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SmallMessages:
+    """One collective's calls below ``up_to_bytes``: ``floor_s`` each, as measured on ``ranks`` GPUs."""
+
+    floor_s: float  # seconds per call (library launch, proxy and the protocol's latency together)
+    up_to_bytes: float  # bytes per rank (all-to-all) or of the buffer (all-reduce) where it stops
+    ranks: int  # GPUs of the calibration; each algorithm step more (or fewer) adds (removes) one alpha
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,6 +49,8 @@ class Link:
     topology: str  # one of TOPOLOGIES
     origin: str = "datasheet"  # where the bandwidth came from
     overhead_s: float = 0.0  # seconds per collective call, paid once (NCCL / RCCL launch and proxy)
+    all_to_all_small: SmallMessages | None = None  # the small-message floor of all-to-alls (calibrated)
+    all_reduce_small: SmallMessages | None = None  # the small-message floor of all-reduces (calibrated)
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
@@ -46,15 +64,28 @@ def ring_hops(ranks: int) -> int:
     return sum(min(d, ranks - d) for d in range(1, ranks))
 
 
+def small_message_time(small: SmallMessages | None, nbytes: float, ranks: int, steps_per_rank: int,
+                       link: Link) -> float | None:
+    """The floor of a call of ``nbytes`` below the link's small-message size, with one ``alpha`` per
+    algorithm step (``steps_per_rank`` x (n-1)) more or fewer than at the calibration's rank count;
+    None at or above that size (or without a floor)."""
+    if small is None or nbytes >= small.up_to_bytes:
+        return None
+    return max(link.overhead_s, small.floor_s + steps_per_rank * (ranks - small.ranks) * link.alpha_s)
+
+
 def all_to_all_time(bytes_per_rank: float, ranks: int, link: Link) -> float:
     """Each rank holds ``bytes_per_rank`` split evenly over all ranks and keeps its own part.
 
     switch / mesh: ``(n-1) alpha + (n-1)/n * bytes / beta``. ring: the busiest link direction carries
     ``bytes/n * ring_hops(n) / 2`` (each rank's traffic, both directions used), plus ``(n-1) alpha``.
-    Plus the link's per-call overhead.
+    Plus the link's per-call overhead. Below the link's small-message size: its floor.
     """
     if ranks <= 1 or bytes_per_rank <= 0:
         return 0.0
+    small = small_message_time(link.all_to_all_small, bytes_per_rank, ranks, 1, link)
+    if small is not None:
+        return small
     latency = link.overhead_s + (ranks - 1) * link.alpha_s
     if link.topology == "ring":
         return latency + bytes_per_rank / ranks * ring_hops(ranks) / 2 / link.bandwidth
@@ -75,9 +106,12 @@ def all_gather_time(total_bytes: float, ranks: int, link: Link) -> float:
 
 def all_reduce_time(total_bytes: float, ranks: int, link: Link) -> float:
     """Ring all-reduce (reduce-scatter then all-gather): ``2(n-1) alpha + 2(n-1)/n * bytes / beta``,
-    plus the per-call overhead once."""
+    plus the per-call overhead once. Below the link's small-message size: its floor."""
     if ranks <= 1 or total_bytes <= 0:
         return 0.0
+    small = small_message_time(link.all_reduce_small, total_bytes, ranks, 2, link)
+    if small is not None:
+        return small
     return link.overhead_s + 2 * (ranks - 1) * link.alpha_s + 2 * (ranks - 1) / ranks * total_bytes / link.bandwidth
 
 

@@ -11,6 +11,8 @@ the origin of its numbers.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,7 @@ from polyrec.hardware.calibrate import load_calibration
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.collectives import (
     Link,
+    SmallMessages,
     all_reduce_time,
     all_to_all_time,
     hierarchical_all_reduce_time,
@@ -75,8 +78,12 @@ def intra_host_link(specs: list[DeviceSpec]) -> Link:
     measured = [load_calibration(link_calibration_name(s.name, name)) for s in specs]
     if all(measured):
         slowest = min(measured, key=lambda m: m["bandwidth"])
+        small = {kind: SmallMessages(floor_s=float(entry["floor_s"]), up_to_bytes=float(entry["up_to_bytes"]),
+                                     ranks=int(slowest["ranks"]))
+                 for kind, entry in slowest.get("small", {}).items()}
         return Link(name=name, alpha_s=float(slowest["alpha_s"]), bandwidth=float(slowest["bandwidth"]),
                     overhead_s=float(slowest["overhead_s"]), topology=topology,
+                    all_to_all_small=small.get("all_to_all"), all_reduce_small=small.get("all_reduce"),
                     origin=f"calibrated {slowest.get('date', '?')} ({slowest.get('method', '?')})")
     return Link(name=name, alpha_s=SCALEUP_ALPHA_S, bandwidth=COLLECTIVE_EFFICIENCY * scaleup, topology=topology,
                 overhead_s=SCALEUP_OVERHEAD_S,
@@ -182,3 +189,29 @@ def fit_link(samples: Sequence[CollectiveSample], ranks: int) -> dict[str, Any]:
     if inv_bw * terms[largest][2] < GROWTH_FRACTION * samples[largest].seconds:
         raise ValueError("link calibration: time does not grow with size; use larger messages")
     return {"overhead_s": max(overhead, 0.0), "alpha_s": max(alpha, 0.0), "bandwidth": 1.0 / inv_bw, "ranks": ranks}
+
+
+#: A small-message sample belongs to the floor while it takes at most this much longer than the floor:
+#: the low-latency sizes spread 49-52 us around a ~50 us floor on 2 H200s, the next protocol's first
+#: sizes took 25% (all-reduce, 2 MiB) and 19% (all-to-all, 6 MiB) longer (collectives sweep,
+#: benchmarks/results/collectives_nvidia-h200_2026-11-30).
+SMALL_TOLERANCE = 0.15
+#: The floor is the median of this many of the smallest samples.
+FLOOR_SAMPLES = 2
+
+
+def fit_small_messages(samples: Sequence[CollectiveSample], collective: str) -> dict[str, float] | None:
+    """The flat small-message regime of ``collective`` from samples at ascending small sizes: its floor
+    (the median of the ``FLOOR_SAMPLES`` smallest), and the size where it ends, between the last sample
+    within ``SMALL_TOLERANCE`` of the floor and the first beyond it (their geometric mean; the largest
+    sample where none is beyond). None where fewer than ``FLOOR_SAMPLES`` + 1 samples of it are given."""
+    points = sorted((s.nbytes, s.seconds) for s in samples if s.collective == collective)
+    if len(points) <= FLOOR_SAMPLES:
+        return None
+    floor = statistics.median(t for _, t in points[:FLOOR_SAMPLES])
+    last_flat = points[0][0]
+    for nbytes, seconds in points:
+        if seconds > floor * (1 + SMALL_TOLERANCE):
+            return {"floor_s": floor, "up_to_bytes": math.sqrt(last_flat * nbytes)}
+        last_flat = nbytes
+    return {"floor_s": floor, "up_to_bytes": last_flat}
