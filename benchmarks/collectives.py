@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import statistics
 
 import torch
 import torch.distributed as dist
@@ -47,6 +48,11 @@ CALIBRATION_SIZES = {"all_to_all": (8 << 20, 64 << 20, 256 << 20),
 #: two, so none is a checked size), reaching past where NCCL left its low-latency protocol on 2 H200s
 #: (all-reduce at 2 MiB, all-to-all at 4-6 MiB; the sweep of collectives_nvidia-h200_2026-11-30).
 SMALL_SIZES = tuple((96 << 10) << k for k in range(8))
+#: Rounds over every calibration size, each size's time the median of its rounds: one pass measured
+#: a 2 MiB all-reduce at 94 us and an 8 MiB all-to-all at 96 us where the sweep of the same run, a
+#: minute later, took 70 and 74 us (the x2 machine at 7686f78), and the fit carried that into every
+#: prediction (+27% and +31% at the checked 27 MB all-to-all and 17 MB all-reduce).
+CALIBRATION_ROUNDS = 3
 
 
 def dense_parameter_count() -> int:
@@ -94,8 +100,10 @@ def ensure_link_calibration(device: str, link: str, world: int, reps: int, is_ma
     if reps == 0:
         return "not calibrated (--quick): datasheet x efficiency"
     def timed(sizes: dict[str, tuple[int, ...]]) -> list[CollectiveSample]:
-        return [CollectiveSample(collective=kind, nbytes=n, seconds=_median_ms(_collective(kind, n), reps) / 1e3)
-                for kind, kind_sizes in sizes.items() for n in kind_sizes]
+        runs = {(kind, n): _collective(kind, n) for kind, kind_sizes in sizes.items() for n in kind_sizes}
+        rounds = [{key: _median_ms(fn, reps) for key, fn in runs.items()} for _ in range(CALIBRATION_ROUNDS)]
+        return [CollectiveSample(collective=kind, nbytes=n, seconds=statistics.median(r[kind, n] for r in rounds) / 1e3)
+                for kind, n in runs]
 
     samples = timed(CALIBRATION_SIZES)
     small_samples = timed({kind: SMALL_SIZES for kind in CALIBRATION_SIZES})

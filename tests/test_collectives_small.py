@@ -52,6 +52,10 @@ def test_calls_below_the_floor_size_cost_the_floor_and_above_it_the_alpha_beta_t
     # 4 ranks: the ring all-reduce has 2 x 3 steps against 2 x 1 on the calibration's 2, the all-to-all 3 against 1
     assert all_reduce_time(1 * MIB, 4, link) == pytest.approx(50e-6 + 4 * 4e-6)
     assert all_to_all_time(1 * MIB, 4, link) == pytest.approx(50e-6 + 2 * 4e-6)
+    # a floor under the alpha-beta fit's per-call overhead (its intercept through the large sizes) holds
+    high = Link(name="nvlink", alpha_s=0.0, bandwidth=3e11, topology="switch", overhead_s=90e-6,
+                all_reduce_small=small)
+    assert all_reduce_time(1 * MIB, 2, high) == pytest.approx(50e-6)
 
 
 def test_a_stored_link_calibration_carries_its_floors_into_the_planner():

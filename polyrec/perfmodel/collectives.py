@@ -71,7 +71,7 @@ def small_message_time(small: SmallMessages | None, nbytes: float, ranks: int, s
     None at or above that size (or without a floor)."""
     if small is None or nbytes >= small.up_to_bytes:
         return None
-    return max(link.overhead_s, small.floor_s + steps_per_rank * (ranks - small.ranks) * link.alpha_s)
+    return max(0.0, small.floor_s + steps_per_rank * (ranks - small.ranks) * link.alpha_s)
 
 
 def all_to_all_time(bytes_per_rank: float, ranks: int, link: Link) -> float:
