@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from polyrec.perfmodel.step import DDP_BUCKET_BYTES, StepParts, exposed_all_reduce, step_time
+from polyrec.perfmodel.step import DDP_BUCKET_BYTES, Contention, StepParts, beside, exposed_all_reduce, step_time
 
 
 def _parts(**kw) -> StepParts:
@@ -122,3 +122,22 @@ def test_cpu_bound_step_takes_the_cpu_time():
 def test_bad_overlap():
     with pytest.raises(ValueError, match="overlap"):
         step_time(_parts(overlap="magic"))
+
+
+def test_a_collective_beside_compute_hides_what_its_contention_leaves(rng):
+    # the work beside the exchange runs at half speed while it does: 2 s of work beside a 1 s exchange
+    # take 2.5 s together (0.5 s hidden); 0.4 s of work finish inside it (all 0.4 s hidden)
+    assert beside(1.0, 2.0, 0.5) == pytest.approx(0.5)
+    assert beside(1.0, 0.4, 0.5) == pytest.approx(0.4)
+    for comm, work in torch.rand(20, 2, generator=rng).tolist():
+        assert beside(comm, work, 0.0) == pytest.approx(min(comm, work))
+        assert 0.0 <= beside(comm, work, 1.0) <= min(comm, work)
+
+
+def test_ddp_overlaps_pay_the_contention_of_what_they_run_beside():
+    # all-reduce 1.5 s under the 8 s backward at 0.5: 0.75 hidden; gradient exchange 0.2 s beside the
+    # 0.5 s optimizer (memory-bound, 0.25): 0.15; input exchange 0.1 s under 12 s of dense work: 0.05
+    contended = _parts(overlap="ddp", contention=Contention(compute_bound=0.5, memory_bound=0.25))
+    t = step_time(contended)
+    assert t.overlap_s == pytest.approx(0.75 + 0.15 + 0.05 + 1.0)
+    assert step_time(_parts(overlap="ddp")).overlap_s - t.overlap_s == pytest.approx(0.5 * 1.5 + 0.25 * 0.2 + 0.5 * 0.1)

@@ -35,19 +35,44 @@ to the exchange's time. The embedding gradient's all-to-all (A) hides one of two
 - without one (the dot interaction), the exchange starts after the dense backward and the dense
   optimizer steps while it crosses (the trainer's ``backward_overlapping``): O hidden up to A.
 
-NCCL's kernels also slow the compute kernels they run beside (they take SMs and memory bandwidth);
-that contention is not modelled. (Under ``pipeline`` the exchanges themselves hide under dense
-compute.)
+NCCL's kernels also slow the compute kernels they run beside (they take SMs and memory bandwidth):
+while an exchange runs, the compute beside it progresses at ``1 - c`` of its speed (``Contention``:
+``c`` for compute-bound and for memory-bound work), so an exchange of ``A`` beside ``W`` of work takes
+``max(A, W + c A)`` together and hides ``A + W - max(A, W + c A)`` (``beside``), not ``min(A, W)``;
+every overlap of a collective with compute above is priced this way. (Under ``pipeline`` the
+exchanges themselves hide under dense compute.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: PyTorch DDP's default gradient bucket size, bytes (torch.nn.parallel.DistributedDataParallel,
 #: ``bucket_cap_mb=25``).
 DDP_BUCKET_BYTES = 25 * 2**20
 OVERLAP_MODES: tuple[str, ...] = ("none", "ddp", "pipeline")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Contention:
+    """Fraction of the compute stream's throughput a collective takes while it runs beside it."""
+
+    compute_bound: float = 0.0  # GEMMs (the dense backward)
+    memory_bound: float = 0.0  # copies, sorts, optimizer steps
+
+
+#: NCCL on 2 H200s over NVLink (NVLS off), from one world-2 timeline against the world-1 one at the same
+#: commit (74b6996; benchmarks/results/multi_gpu_world{1,2}_profile_profile_nvidia-h200_2026-11-30): the
+#: weight-gradient GEMMs beside the gradient all-to-all ran 0.52-0.58 ms against 0.28-0.30 alone (1.9x:
+#: 0.47 of their throughput taken), the id sort's radix passes beside the pooled all-to-all 0.75 ms against
+#: 0.57 (1.32x: 0.24). Measured on that one machine; assumed for RCCL and other links (estimate).
+NCCL_CONTENTION = Contention(compute_bound=0.47, memory_bound=0.24)
+
+
+def beside(comm_s: float, work_s: float, contention: float) -> float:
+    """Seconds a collective of ``comm_s`` hides under ``work_s`` of compute that runs at ``1 - contention``
+    of its speed while the collective does: ``min(comm, work)`` without contention."""
+    return comm_s + work_s - max(comm_s, work_s + contention * comm_s)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -71,6 +96,7 @@ class StepParts:
     # per rank: of dense_bwd_s, what runs after the embedding gradient is final and its all-to-all has
     # started (a cross network on several ranks); None: the exchange starts after the dense backward
     gradient_tail_s: list[float] | None = None
+    contention: Contention = field(default_factory=Contention)  # what a collective takes from compute beside it
 
 
 @dataclass(kw_only=True, slots=True)
@@ -96,27 +122,32 @@ def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s
     rest where it outlasts the backward."""
     if all_reduce_s <= 0:
         return 0.0
-    last = all_reduce_s * min(1.0, DDP_BUCKET_BYTES / max(all_reduce_bytes, 1.0))
+    last = _last_bucket(all_reduce_s, all_reduce_bytes)
     return last + max(0.0, all_reduce_s - last - dense_bwd_s)
+
+
+def _last_bucket(all_reduce_s: float, all_reduce_bytes: float) -> float:
+    """Seconds of DDP's last gradient bucket, which runs after the backward."""
+    return max(all_reduce_s, 0.0) * min(1.0, DDP_BUCKET_BYTES / max(all_reduce_bytes, 1.0))
 
 
 def _gradient_exchange_overlap(parts: StepParts, opt: float) -> float:
     """What the gradient all-to-all hides (``ddp``, see the module docstring): the dense backward's
     tail where the exchange starts inside it, judged per rank (its tail and optimizer against the
     slowest rank's, which the step's terms add up), else the dense optimizer."""
-    a2a = parts.grad_all_to_all_s
+    a2a, c = parts.grad_all_to_all_s, parts.contention
     if not parts.gradient_tail_s:
-        return min(a2a, opt)
+        return beside(a2a, opt, c.memory_bound)
     ranks = zip(parts.gradient_tail_s, parts.dense_optimizer_s, strict=True)
-    return max(parts.gradient_tail_s) + a2a + opt - max(max(t, a2a) + o for t, o in ranks)
+    return max(parts.gradient_tail_s) + a2a + opt - max(max(a2a, t + c.compute_bound * a2a) + o for t, o in ranks)
 
 
 def _embedding_chain(parts: StepParts) -> float:
     """``ddp``: the embedding time on the step's critical path, the slowest rank's backward then next
     forward (no collective between them), less its id sort where the pooled exchange hides it."""
     sort = parts.embedding_sort_s or [0.0] * len(parts.embedding_bwd_s)
-    ranks = zip(parts.embedding_fwd_s, parts.embedding_bwd_s, sort, strict=True)
-    return max(f + b - min(parts.output_all_to_all_s, s) for f, b, s in ranks)
+    hidden = (beside(parts.output_all_to_all_s, s, parts.contention.memory_bound) for s in sort)
+    return max(f + b - h for f, b, h in zip(parts.embedding_fwd_s, parts.embedding_bwd_s, hidden, strict=True))
 
 
 def step_time(parts: StepParts) -> StepTime:
@@ -127,15 +158,15 @@ def step_time(parts: StepParts) -> StepTime:
     dense_f, dense_b = max(parts.dense_fwd_s), max(parts.dense_bwd_s)
     opt, other = max(parts.dense_optimizer_s), max(parts.other_s)
     a2a = parts.input_all_to_all_s + parts.output_all_to_all_s + parts.grad_all_to_all_s
-    overlap = 0.0
+    overlap, c = 0.0, parts.contention.compute_bound
     if parts.overlap in ("ddp", "pipeline"):
-        overlap += parts.all_reduce_s - exposed_all_reduce(parts.all_reduce_s, parts.all_reduce_bytes, dense_b)
+        overlap += beside(parts.all_reduce_s - _last_bucket(parts.all_reduce_s, parts.all_reduce_bytes), dense_b, c)
     if parts.overlap == "pipeline":
         room = max(0.0, dense_f + dense_b - overlap)
-        overlap += min(a2a, room)
+        overlap += beside(a2a, room, c)
     elif parts.overlap == "ddp":
         overlap += _gradient_exchange_overlap(parts, opt)
-        overlap += min(parts.input_all_to_all_s, dense_f + dense_b)
+        overlap += beside(parts.input_all_to_all_s, dense_f + dense_b, c)
         overlap += emb_f + emb_b - _embedding_chain(parts)
     device = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
     host = max(parts.host_s or [0.0])

@@ -19,7 +19,7 @@ from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import gemm_select, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
 from polyrec.perfmodel import tbe
-from polyrec.perfmodel.step import StepParts, StepTime, step_time
+from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
 from polyrec.planner.dense import dense_matmuls, dense_params
@@ -356,7 +356,7 @@ class Estimator:
                           input_all_to_all_s=a2a_in + max(input_copies),
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
                           all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
-                          host_s=host)
+                          host_s=host, contention=NCCL_CONTENTION)
         return Estimate(step=step_time(parts), memory=memory, kernels=kernels, table_times={})
 
     def gradient_tail(self, after_input_grad: list[float]) -> list[float] | None:
