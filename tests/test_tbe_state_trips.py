@@ -125,12 +125,11 @@ def calibrated_h200(tmp_path, monkeypatch):
 def test_planner_embedding_differences_between_optimizers_match_the_h200_run(calibrated_h200):
     """MLPerf DLRM-DCNv2, tables capped at 4M rows, batch 65536, bf16 dense, uniform ids, one H200: the
     predicted embedding phase (fwd + bwd) of SGD, Adagrad and Adam minus row-wise Adagrad's, against the
-    same differences measured within the committed planner_accuracy run (one machine, one process):
-    Adagrad and Adam within 0.5 ms (2% of their steps); SGD's saving is larger than its state bytes
-    (row-wise Adagrad's per-row arithmetic, not priced), so the model's is smaller than the measured one
-    (and never a cost). That unpriced work (~0.5 ms: SGD -0.61 measured vs -0.12 predicted at c70dac9)
-    also makes Adagrad's difference over-predicted, by 0.49 ms since the register cap made its update 8%
-    faster (1.80 vs 1.31 ms; Adam, uncapped, 3.72 vs 3.34); at 4925e3c both were within 0.4 ms."""
+    same differences measured within the committed planner_accuracy run (one machine, one process),
+    within 0.2 ms (1% of their steps). Row-wise Adagrad's per-row work (``perfmodel.tbe.ROW_STATE_SM_CYCLES``,
+    fitted on the Adagrad difference) is what the others do not do: without it the model put SGD's
+    difference at -0.12 ms (measured -0.61 / -0.61 / -0.62 at c70dac9, 8ecaaac, 7686f78), Adagrad's at
+    1.80 (1.31 / 1.31 / 1.29) and Adam's at 3.72 (3.34 / 3.34 / 3.31)."""
     from polyrec.models.config import preset
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
 
@@ -144,8 +143,7 @@ def test_planner_embedding_differences_between_optimizers_match_the_h200_run(cal
                             dense_dtype="bf16", overlap="none")
         step = make_plan(model, parse_fleet("H200"), c).step
         predicted[opt] = step.embedding_fwd_ms + step.embedding_bwd_ms
-    for opt in ("adagrad", "adam"):
+    for opt in ("sgd", "adagrad", "adam"):
         want = measured[opt] - measured["rowwise_adagrad"]
         got = predicted[opt] - predicted["rowwise_adagrad"]
-        assert abs(got - want) < 0.5, (opt, got, want)
-    assert measured["sgd"] - measured["rowwise_adagrad"] < predicted["sgd"] - predicted["rowwise_adagrad"] <= 0
+        assert abs(got - want) < 0.2, (opt, got, want)

@@ -46,6 +46,16 @@ SORT_DIGIT_BITS = 8
 #: s11 A/B, fp32 gradient, uniform ids). Checked on the same run's skewed row: 0.678 ms (0.49). Until then
 #: the sort was priced at the full copy rate (0.33 ms).
 SORT_COPY_FRACTION = 0.48
+#: SM-cycles per distinct row that an optimizer with per-row state (row-wise Adagrad) spends on it
+#: beyond what ``update_seconds`` prices: the cross-lane reduction of the squared gradient (a warp
+#: shuffle tree) and the row's state update, at every run's end. Fitted on one difference, MLPerf
+#: tables capped at 4M rows, batch 65536, uniform ids (6.99M distinct rows): the planner's embedding
+#: phase of full Adagrad minus row-wise Adagrad's, 1.80 ms without this term, measured 1.31 / 1.31 /
+#: 1.29 ms (planner_accuracy at c70dac9, 8ecaaac, 7686f78): 0.50 ms = 18.6 cycles x 6.99M rows / (132
+#: SMs x 1.98 GHz). Checked on the others, which have no per-row state either: SGD minus row-wise
+#: -0.62 ms predicted against -0.61 / -0.61 / -0.62, Adam 3.22 against 3.34 / 3.34 / 3.31 (without it:
+#: -0.12 and 3.72). The same count is assumed on AMD (estimate).
+ROW_STATE_SM_CYCLES = 18.6
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,11 +190,13 @@ class StepEstimate:
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
              spec: DeviceSpec, ceil: Ceilings, fwd: GatherConfig, bwd: UpdateShape,
-             weight_bytes: int = 4) -> StepEstimate:
+             weight_bytes: int = 4, row_state: bool = False) -> StepEstimate:
     """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
     update is ``update_seconds`` of the config the selector runs (``bwd``), the same model that picks it.
     ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
-    id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision."""
+    id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision.
+    ``row_state``: the optimizer keeps per-row state (row-wise Adagrad), whose per-row work
+    ``row_state_seconds`` adds."""
     gran = GATHER_GRANULARITY[spec.vendor]
     hits = l2_hits(tables, spec.l2_bytes)
     nnz = sum(t.accesses for t in tables)
@@ -203,8 +215,16 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
     sort_s = sort_seconds(int(nnz), key_bytes, ceil)
     bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
+    if row_state:
+        bwd_s += row_state_seconds(uniq, spec)
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
                         unique_rows=uniq, sort_s=sort_s)
+
+
+def row_state_seconds(unique: float, spec: DeviceSpec) -> float:
+    """The per-row work of an optimizer with per-row state over ``unique`` distinct rows
+    (ROW_STATE_SM_CYCLES each, spread over the compute units)."""
+    return unique * ROW_STATE_SM_CYCLES / (spec.compute_units * spec.boost_clock_hz)
 
 
 #: Loaded DRAM latency under a full gather load, seconds: about twice the idle latency above (queueing

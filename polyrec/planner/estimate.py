@@ -144,7 +144,8 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
     est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
-                       state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd, weight_bytes=wb)
+                       state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd, weight_bytes=wb,
+                       row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
     label = (f"fwd bags={fcfg.bags} hots={fcfg.hots} warps={fcfg.num_warps}; "
              f"update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
     return est.forward_s, est.backward_s, est.sort_s, label

@@ -1,0 +1,76 @@
+"""Re-predict a committed planner_accuracy run with the planner in this tree (CPU, no GPU).
+
+A model change priced against measurements already taken: the rows of a ``planner_accuracy`` results
+file are predicted again, under the calibration that run used (the device's stored ``hw calibrate``
+file with its host scale, copied beside the results), and compared with the same measured steps.
+Nothing is measured; the results name the run they re-read and the code that predicted.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/planner_accuracy_offline.py RESULTS.json CALIBRATION.json [--tag T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from planner_accuracy import FULL, Case, geomean_abs_error, predict
+
+KEYS = ("preset", "row_cap", "batch", "optimizer", "precision", "distribution", "rows")
+
+
+def repredict(rows: list[dict]) -> list[dict]:
+    """Each row with this tree's prediction beside the run's (the calibration must be in the cache)."""
+    cases = {Case(**dict(zip(KEYS, c))).model_label + f"@{c[2]}": Case(**dict(zip(KEYS, c))) for c in FULL}
+    out = []
+    for r in rows:
+        case = cases.get(f"{r['model']}@{r['batch']}")
+        if case is None:
+            raise SystemExit(f"row {r['model']} batch {r['batch']} is not a configuration of planner_accuracy.FULL")
+        step = predict(case, "H200").step
+        out.append({"model": r["model"], "batch": r["batch"], "measured_ms": r["measured_ms"],
+                    "predicted_then_ms": r["predicted_ms"], "predicted_now_ms": step.total_ms,
+                    "error_then": r["error"], "error_now": step.total_ms / r["measured_ms"] - 1,
+                    "host_bound_now": step.host_ms >= step.total_ms - step.host_excess_ms})
+    return out
+
+
+def summary(rows: list[dict]) -> dict:
+    def geomean(key: str, keep=lambda r: True) -> float:
+        return geomean_abs_error([(r[key], r["measured_ms"]) for r in rows if keep(r)])
+
+    device = lambda r: not r["host_bound_now"]  # noqa: E731
+    return {"step_geomean_then": geomean("predicted_then_ms"), "step_geomean_now": geomean("predicted_now_ms"),
+            "device_bound_rows_then": geomean("predicted_then_ms", device),
+            "device_bound_rows_now": geomean("predicted_now_ms", device),
+            "host_bound_rows_now": geomean("predicted_now_ms", lambda r: r["host_bound_now"]),
+            "device_bound_rows": sum(device(r) for r in rows)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path, help="a planner_accuracy results JSON")
+    parser.add_argument("calibration", type=Path, help="the calibration that run used (hw calibrate's file)")
+    parser.add_argument("--tag", default="", help="suffix of the results name")
+    args = parser.parse_args()
+    run = json.loads(args.results.read_text())
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["POLYREC_CACHE_DIR"] = cache
+        stored = Path(cache) / "polyrec" / "calibration" / "h200.json"
+        stored.parent.mkdir(parents=True)
+        stored.write_text(args.calibration.read_text())
+        rows = repredict(run["results"]["rows"])
+    from polyrec.results import write_results
+
+    result = summary(rows) | {"run_commit": run["environment"]["commit"], "calibration": args.calibration.name}
+    write_results("planner_accuracy_offline" + (f"_{args.tag}" if args.tag else ""), {}, rows=rows, summary=result)
+    for r in rows:
+        print(f"{r['model'][:52]:<52} {r['batch']:>6} meas {r['measured_ms']:6.2f} then {r['predicted_then_ms']:6.2f} "
+              f"({r['error_then']:+.1%}) now {r['predicted_now_ms']:6.2f} ({r['error_now']:+.1%})")
+    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""benchmarks/planner_accuracy_offline.py: a committed run's rows predicted again by this tree's planner."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def offline():
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("planner_accuracy_offline", BENCH / "planner_accuracy_offline.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_rows_are_predicted_again_beside_the_runs_prediction(offline):
+    from planner_accuracy import FULL, Case, predict
+
+    case = Case(**dict(zip(offline.KEYS, FULL[3])))  # MLPerf capped 4M, batch 65536, device-bound
+    row = {"model": case.model_label, "batch": case.batch, "measured_ms": 20.0, "predicted_ms": 19.0, "error": -0.05}
+    (got,) = offline.repredict([row])
+    assert got["predicted_then_ms"] == 19.0 and got["error_then"] == -0.05
+    assert got["predicted_now_ms"] == pytest.approx(predict(case, "H200").step.total_ms)
+    assert got["error_now"] == pytest.approx(got["predicted_now_ms"] / 20.0 - 1)
+    assert not got["host_bound_now"]
+    result = offline.summary([got])
+    assert result["step_geomean_then"] == pytest.approx(20.0 / 19.0 - 1) and result["device_bound_rows"] == 1
+
+
+def test_a_row_of_no_known_configuration_is_refused(offline):
+    with pytest.raises(SystemExit, match="not a configuration"):
+        offline.repredict([{"model": "mlperf-dcnv2 cap 3M sgd bf16 uniform", "batch": 65536, "measured_ms": 1.0,
+                            "predicted_ms": 1.0, "error": 0.0}])
