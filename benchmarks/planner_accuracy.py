@@ -333,7 +333,12 @@ def main() -> None:
     for c in choices:
         print(f"plan choice {c['model']}: picked batch {c['picked_batch']}, fastest {c['fastest_batch']}, "
               f"picked/fastest {c['picked_vs_fastest']:.3f}")
-    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    print(summary_line(summary))
+
+
+def summary_line(summary: dict) -> str:
+    """The summary as one ``key=value`` line (floats to 4 significant digits)."""
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items())
 
 
 if __name__ == "__main__":

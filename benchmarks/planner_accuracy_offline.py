@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from planner_accuracy import FULL, Case, geomean_abs_error, predict
+from planner_accuracy import FULL, Case, geomean_abs_error, predict, summary_line
 
 KEYS = ("preset", "row_cap", "batch", "optimizer", "precision", "distribution", "rows")
 
@@ -69,7 +69,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['model'][:52]:<52} {r['batch']:>6} meas {r['measured_ms']:6.2f} then {r['predicted_then_ms']:6.2f} "
               f"({r['error_then']:+.1%}) now {r['predicted_now_ms']:6.2f} ({r['error_now']:+.1%})")
-    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    print(summary_line(result))
 
 
 if __name__ == "__main__":
