@@ -16,9 +16,10 @@ direction; topologies:
 Below the size where the library switches protocol a call costs about the same whatever its size
 (NCCL's low-latency protocols): a link may carry, per collective, that flat ``SmallMessages`` floor,
 measured by its calibration (``polyrec.planner.comms.fit_small_messages``); the alpha-beta terms
-price the sizes above it. On 2 H200s over NVLink both collectives took 49-52 us from 64 KiB to
-1.5 MiB, where the alpha-beta fit through 2-256 MiB gives ~60 us, and the all-reduce jumped to
-63 us at 2 MiB (benchmarks/results/collectives_nvidia-h200_2026-11-30, section "sweep").
+price the sizes above it. On 2 H200s over NVLink the all-reduce took 29-34 us from 64 KiB to 1.5 MiB
+and 45 us at 2 MiB, the all-to-all 33-37 us up to 4 MiB, then both grew with size
+(benchmarks/results/collectives_nvidia-h200_2026-11-30 at fbc3a5c, section "sweep"); an affine fit
+through 2-256 MiB puts the small all-reduces 20% and more too high.
 
 All functions are pure; bytes and seconds.
 """

@@ -117,18 +117,15 @@ class StepTime:
     host_s: float = 0.0  # CPU time to issue the step (slowest rank)
 
 
-def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s: float) -> float:
-    """All-reduce time DDP cannot hide under the dense backward: the last bucket always, and the
-    rest where it outlasts the backward."""
+def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s: float,
+                       contention: float = 0.0) -> float:
+    """All-reduce time DDP cannot hide under the dense backward: the last bucket always, and of the
+    rest what the backward beside it leaves (``beside``: where it outlasts the backward, and what its
+    ``contention`` costs the backward)."""
     if all_reduce_s <= 0:
         return 0.0
-    last = _last_bucket(all_reduce_s, all_reduce_bytes)
-    return last + max(0.0, all_reduce_s - last - dense_bwd_s)
-
-
-def _last_bucket(all_reduce_s: float, all_reduce_bytes: float) -> float:
-    """Seconds of DDP's last gradient bucket, which runs after the backward."""
-    return max(all_reduce_s, 0.0) * min(1.0, DDP_BUCKET_BYTES / max(all_reduce_bytes, 1.0))
+    last = all_reduce_s * min(1.0, DDP_BUCKET_BYTES / max(all_reduce_bytes, 1.0))
+    return all_reduce_s - beside(all_reduce_s - last, dense_bwd_s, contention)
 
 
 def _gradient_exchange_overlap(parts: StepParts, opt: float) -> float:
@@ -160,7 +157,7 @@ def step_time(parts: StepParts) -> StepTime:
     a2a = parts.input_all_to_all_s + parts.output_all_to_all_s + parts.grad_all_to_all_s
     overlap, c = 0.0, parts.contention.compute_bound
     if parts.overlap in ("ddp", "pipeline"):
-        overlap += beside(parts.all_reduce_s - _last_bucket(parts.all_reduce_s, parts.all_reduce_bytes), dense_b, c)
+        overlap += parts.all_reduce_s - exposed_all_reduce(parts.all_reduce_s, parts.all_reduce_bytes, dense_b, c)
     if parts.overlap == "pipeline":
         room = max(0.0, dense_f + dense_b - overlap)
         overlap += beside(a2a, room, c)

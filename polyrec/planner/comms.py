@@ -192,9 +192,10 @@ def fit_link(samples: Sequence[CollectiveSample], ranks: int) -> dict[str, Any]:
 
 
 #: A small-message sample belongs to the floor while it takes at most this much longer than the floor:
-#: the low-latency sizes spread 49-52 us around a ~50 us floor on 2 H200s, the next protocol's first
-#: sizes took 25% (all-reduce, 2 MiB) and 19% (all-to-all, 6 MiB) longer (collectives sweep,
-#: benchmarks/results/collectives_nvidia-h200_2026-11-30).
+#: the low-latency sizes spread 29-34 us (all-reduce) and 33-37 us (all-to-all) on 2 H200s; the
+#: all-reduce's next protocol took 45 us at 2 MiB (+40%), the all-to-all 43 us at 6 MiB (+27%)
+#: (collectives sweep, benchmarks/results/collectives_nvidia-h200_2026-11-30 at fbc3a5c; the sweep at
+#: 74b6996, timed on the slowest rank, read 49-52 us flat and +25% / +19% at the same sizes).
 SMALL_TOLERANCE = 0.15
 #: The floor is the median of this many of the smallest samples.
 FLOOR_SAMPLES = 2
