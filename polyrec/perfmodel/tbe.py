@@ -46,16 +46,19 @@ SORT_DIGIT_BITS = 8
 #: s11 A/B, fp32 gradient, uniform ids). Checked on the same run's skewed row: 0.678 ms (0.49). Until then
 #: the sort was priced at the full copy rate (0.33 ms).
 SORT_COPY_FRACTION = 0.48
-#: SM-cycles per distinct row that an optimizer with per-row state (row-wise Adagrad) spends on it
-#: beyond what ``update_seconds`` prices: the cross-lane reduction of the squared gradient (a warp
-#: shuffle tree) and the row's state update, at every run's end. Fitted on one difference, MLPerf
-#: tables capped at 4M rows, batch 65536, uniform ids (6.99M distinct rows): the planner's embedding
-#: phase of full Adagrad minus row-wise Adagrad's, 1.80 ms without this term, measured 1.31 / 1.31 /
-#: 1.29 ms (planner_accuracy at c70dac9, 8ecaaac, 7686f78): 0.50 ms = 18.6 cycles x 6.99M rows / (132
-#: SMs x 1.98 GHz). Checked on the others, which have no per-row state either: SGD minus row-wise
-#: -0.62 ms predicted against -0.61 / -0.61 / -0.62, Adam 3.22 against 3.34 / 3.34 / 3.31 (without it:
-#: -0.12 and 3.72). The same count is assumed on AMD (estimate).
-ROW_STATE_SM_CYCLES = 18.6
+#: SM-cycles per id position that an optimizer with per-row state (row-wise Adagrad) spends on it
+#: beyond what ``update_seconds`` prices: the reduction of the squared gradient across the row (a warp
+#: shuffle tree) and the division by the row's state, which ``tbe_optim.store_update`` runs on every
+#: row of a tile, run end or not. Fitted on one difference, MLPerf tables capped at 4M rows, batch
+#: 65536, uniform ids (14.02M positions): the planner's embedding phase of full Adagrad minus row-wise
+#: Adagrad's, 1.80 ms without this term, measured 1.31 / 1.31 / 1.29 ms (planner_accuracy at c70dac9,
+#: 8ecaaac, 7686f78): 0.50 ms = 9.3 cycles x 14.02M / (132 SMs x 1.98 GHz). Checked on the others,
+#: which have no per-row state either: SGD minus row-wise -0.62 ms predicted against -0.61 / -0.61 /
+#: -0.62, Adam 3.22 against 3.34 / 3.34 / 3.31 (without it: -0.12 and 3.72). Per position rather than
+#: per distinct row (the first form, 25e6800): the full tables' 10.2M distinct rows would have made
+#: it 0.73 ms there, and the full-size row-wise backward, 5.23 ms measured (e2e at 8ecaaac), was
+#: priced 5.23 without the term. The same count is assumed on AMD (estimate).
+ROW_STATE_SM_CYCLES = 9.3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,15 +219,15 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     sort_s = sort_seconds(int(nnz), key_bytes, ceil)
     bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
     if row_state:
-        bwd_s += row_state_seconds(uniq, spec)
+        bwd_s += row_state_seconds(nnz, spec)
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
                         unique_rows=uniq, sort_s=sort_s)
 
 
-def row_state_seconds(unique: float, spec: DeviceSpec) -> float:
-    """The per-row work of an optimizer with per-row state over ``unique`` distinct rows
+def row_state_seconds(positions: float, spec: DeviceSpec) -> float:
+    """The per-row work of an optimizer with per-row state over ``positions`` id positions
     (ROW_STATE_SM_CYCLES each, spread over the compute units)."""
-    return unique * ROW_STATE_SM_CYCLES / (spec.compute_units * spec.boost_clock_hz)
+    return positions * ROW_STATE_SM_CYCLES / (spec.compute_units * spec.boost_clock_hz)
 
 
 #: Loaded DRAM latency under a full gather load, seconds: about twice the idle latency above (queueing
