@@ -10,7 +10,7 @@ import pytest
 from polyrec.hardware.calibrate import save_calibration
 from polyrec.perfmodel.collectives import Link, SmallMessages, all_reduce_time, all_to_all_time
 from polyrec.planner.comms import (SMALL_TOLERANCE, CollectiveSample, fit_small_messages, fleet_links,
-                                   link_calibration_name)
+                                   link_calibration_name, link_origins)
 from polyrec.planner.types import parse_fleet
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -67,3 +67,6 @@ def test_a_stored_link_calibration_carries_its_floors_into_the_planner():
     assert link.all_to_all_small is None
     assert all_reduce_time(1 * MIB, 2, link) == pytest.approx(51e-6)
     assert all_reduce_time(4 * MIB, 2, link) == pytest.approx(40e-6 + 2 * 5e-6 + 4 * MIB / 2.9e11)
+    origins = link_origins(fleet_links(parse_fleet("H200x2")))
+    assert origins["link.nvlink.all_reduce_small"].startswith("calibrated: 51 us per call below 2.10 MiB on 2 GPUs")
+    assert "link.nvlink.all_to_all_small" not in origins

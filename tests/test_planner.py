@@ -206,6 +206,11 @@ def test_every_number_has_an_origin():
     for key in ("H200.copy_bandwidth", "H200.matmul_bf16", "H200.hbm_bytes", "link.nvlink", "link.network"):
         assert plan.origins[key]
     assert all(o.startswith(("datasheet", "calibrated", "estimate")) or "GB/s" in o for o in plan.origins.values())
+    # the slowdown of compute beside NCCL was measured on H200s only
+    assert plan.origins["collectives.contention"].startswith("calibrated on 2 H200s")
+    amd = make_plan(MLPERF, parse_fleet("MI300Xx8"))
+    assert amd.origins["collectives.contention"].startswith("estimate")
+    assert "collectives.contention" not in make_plan(MLPERF, parse_fleet("H200x1"), PlanConstraints(weight_dtypes=("fp16",))).origins
 
 
 def test_plan_answers_under_two_seconds_for_64_gpus():

@@ -118,6 +118,11 @@ def all_reduce_seconds(total_bytes: float, links: FleetLinks) -> float:
 
 def link_origins(links: FleetLinks) -> dict[str, str]:
     out = {f"link.{links.intra.name}": f"{links.intra.bandwidth / 1e9:.0f} GB/s per direction, {links.intra.origin}"}
+    for kind, small in (("all_to_all", links.intra.all_to_all_small), ("all_reduce", links.intra.all_reduce_small)):
+        if small is not None:
+            out[f"link.{links.intra.name}.{kind}_small"] = (
+                f"calibrated: {small.floor_s * 1e6:.0f} us per call below {small.up_to_bytes / 2**20:.2f} MiB "
+                f"on {small.ranks} GPUs ({links.intra.origin})")
     if links.inter is not None:
         out[f"link.{links.inter.name}"] = (f"{links.inter.bandwidth / 1e9:.0f} GB/s per direction, "
                                            f"{links.inter.origin}")

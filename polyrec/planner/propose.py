@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from polyrec.hardware.catalog import catalog
 from polyrec.planner import memory as mem
+from polyrec.perfmodel.step import NCCL_CONTENTION
 from polyrec.planner.comms import link_origins
 from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
 from polyrec.planner.estimate import Estimate, Estimator
@@ -148,7 +149,18 @@ def _origins(est: Estimator) -> dict[str, str]:
         out[f"{name}.launch_latency"] = ceil.launch_latency.origin
         out[f"{name}.host_costs"] = est.host[name].origin
         out[f"{name}.tdp_watts"] = "datasheet"
+    if est.fleet.world_size > 1:
+        out["collectives.contention"] = contention_origin(est.specs)
     return out | link_origins(est.links)
+
+
+def contention_origin(specs: dict) -> str:
+    """Where the compute slowdown beside a collective (``perfmodel.step.NCCL_CONTENTION``) comes from."""
+    c = NCCL_CONTENTION
+    what = f"{c.compute_bound:.2f} of GEMM and {c.memory_bound:.2f} of memory-bound throughput beside a collective"
+    if set(specs) == {"H200"}:
+        return f"calibrated on 2 H200s (NCCL over NVLink, 74b6996 traces): {what}"
+    return f"estimate (measured on 2 H200s with NCCL only): {what}"
 
 
 def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candidate, est: Estimator) -> Plan:
