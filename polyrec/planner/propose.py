@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polyrec.hardware.catalog import catalog
-from polyrec.planner import memory as mem
+from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.step import NCCL_CONTENTION
+from polyrec.planner import memory as mem
 from polyrec.planner.comms import link_origins
 from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
 from polyrec.planner.estimate import Estimate, Estimator
@@ -154,8 +155,9 @@ def _origins(est: Estimator) -> dict[str, str]:
     return out | link_origins(est.links)
 
 
-def contention_origin(specs: dict) -> str:
-    """Where the compute slowdown beside a collective (``perfmodel.step.NCCL_CONTENTION``) comes from."""
+def contention_origin(specs: dict[str, DeviceSpec]) -> str:
+    """Where the compute slowdown beside a collective (``perfmodel.step.NCCL_CONTENTION``) comes from,
+    for a fleet of ``specs`` (device name -> spec)."""
     c = NCCL_CONTENTION
     what = f"{c.compute_bound:.2f} of GEMM and {c.memory_bound:.2f} of memory-bound throughput beside a collective"
     if set(specs) == {"H200"}:
