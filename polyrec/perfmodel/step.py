@@ -69,10 +69,16 @@ class Contention:
 NCCL_CONTENTION = Contention(compute_bound=0.47, memory_bound=0.24)
 
 
+def together(comm_s: float, work_s: float, contention: float) -> float:
+    """Seconds a collective of ``comm_s`` and ``work_s`` of compute beside it take together, the compute
+    running at ``1 - contention`` of its speed while the collective does: ``max(comm, work)`` without."""
+    return max(comm_s, work_s + contention * comm_s)
+
+
 def beside(comm_s: float, work_s: float, contention: float) -> float:
-    """Seconds a collective of ``comm_s`` hides under ``work_s`` of compute that runs at ``1 - contention``
-    of its speed while the collective does: ``min(comm, work)`` without contention."""
-    return comm_s + work_s - max(comm_s, work_s + contention * comm_s)
+    """Seconds a collective of ``comm_s`` hides under ``work_s`` of compute beside it (``together``):
+    ``min(comm, work)`` without contention."""
+    return comm_s + work_s - together(comm_s, work_s, contention)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -136,7 +142,7 @@ def _gradient_exchange_overlap(parts: StepParts, opt: float) -> float:
     if not parts.gradient_tail_s:
         return beside(a2a, opt, c.memory_bound)
     ranks = zip(parts.gradient_tail_s, parts.dense_optimizer_s, strict=True)
-    return max(parts.gradient_tail_s) + a2a + opt - max(max(a2a, t + c.compute_bound * a2a) + o for t, o in ranks)
+    return max(parts.gradient_tail_s) + a2a + opt - max(together(a2a, t, c.compute_bound) + o for t, o in ranks)
 
 
 def _embedding_chain(parts: StepParts) -> float:
