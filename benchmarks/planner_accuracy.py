@@ -99,6 +99,12 @@ class Case:
         return f"{self.preset}{cap} {self.optimizer} {self.precision} {self.distribution}{rows}"
 
 
+def cases(configs) -> list[Case]:
+    """The Cases of configuration tuples (FULL, QUICK: the fields of Case in order)."""
+    return [Case(preset=p, row_cap=r, batch=b, optimizer=o, precision=d, distribution=x, rows=w)
+            for p, r, b, o, d, x, w in configs]
+
+
 def predict(case: Case, device_name: str):
     from polyrec.models.config import preset
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
@@ -278,8 +284,7 @@ def main() -> None:
         calibration, probe_host = "skipped (--quick): datasheet ceilings", False
     else:
         calibration, probe_host = ensure_ceilings(spec)
-    cases = [Case(preset=p, row_cap=r, batch=b, optimizer=o, precision=d, distribution=x, rows=w)
-             for p, r, b, o, d, x, w in (QUICK if args.quick else FULL)]
+    configurations = cases(QUICK if args.quick else FULL)
     warmup, steps = (3, args.steps or 5) if args.quick else (5, args.steps or STEPS)
     passes = 1 if args.quick else args.passes
     start = time.perf_counter()
@@ -292,7 +297,7 @@ def main() -> None:
             break
         for name, (windows, _) in probes.items():
             windows += probe_windows_ms(name, PROBE_WINDOWS_PER_PASS)
-        for index, case in enumerate(cases):
+        for index, case in enumerate(configurations):
             got.setdefault(index, []).append(measure(case, warmup=warmup, steps=steps))
             print(f"pass {done + 1}/{passes} {case.model_label:<58} B={case.batch:<6} "
                   f"{step_without_data_ms(got[index][-1]):8.2f} ms", flush=True)
@@ -300,7 +305,8 @@ def main() -> None:
     if host_probe:
         calibration += (f", host launches x {host_probe['value']:.3f} and {host_probe['fixed_ms']:.2f} ms per step "
                         f"measured in this run ({host_probe['fit']})")
-    rows = [row(index, cases[index], predict(cases[index], spec.name), got[index]) for index in sorted(got)]
+    rows = [row(index, configurations[index], predict(configurations[index], spec.name), got[index])
+            for index in sorted(got)]
     for r in rows:
         print(f"{r['model']:<58} B={r['batch']:<6} pred {r['predicted_ms']:8.2f} ms  "
               f"meas {r['measured_ms']:8.2f} ms  ({r['error']:+.1%})  mem {r['predicted_gb']:6.2f} / "

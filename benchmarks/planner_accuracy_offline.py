@@ -16,17 +16,15 @@ import os
 import tempfile
 from pathlib import Path
 
-from planner_accuracy import FULL, Case, geomean_abs_error, predict, summary_line
-
-KEYS = ("preset", "row_cap", "batch", "optimizer", "precision", "distribution", "rows")
+from planner_accuracy import FULL, cases, geomean_abs_error, predict, summary_line
 
 
 def repredict(rows: list[dict]) -> list[dict]:
     """Each row with this tree's prediction beside the run's (the calibration must be in the cache)."""
-    cases = {Case(**dict(zip(KEYS, c))).model_label + f"@{c[2]}": Case(**dict(zip(KEYS, c))) for c in FULL}
+    known = {(c.model_label, c.batch): c for c in cases(FULL)}
     out = []
     for r in rows:
-        case = cases.get(f"{r['model']}@{r['batch']}")
+        case = known.get((r["model"], r["batch"]))
         if case is None:
             raise SystemExit(f"row {r['model']} batch {r['batch']} is not a configuration of planner_accuracy.FULL")
         step = predict(case, "H200").step

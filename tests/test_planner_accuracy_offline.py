@@ -24,9 +24,9 @@ def offline():
 
 
 def test_rows_are_predicted_again_beside_the_runs_prediction(offline):
-    from planner_accuracy import FULL, Case, predict
+    from planner_accuracy import FULL, cases, predict
 
-    case = Case(**dict(zip(offline.KEYS, FULL[3])))  # MLPerf capped 4M, batch 65536, device-bound
+    (case,) = cases([FULL[3]])  # MLPerf capped 4M, batch 65536, device-bound
     row = {"model": case.model_label, "batch": case.batch, "measured_ms": 20.0, "predicted_ms": 19.0, "error": -0.05}
     (got,) = offline.repredict([row])
     assert got["predicted_then_ms"] == 19.0 and got["error_then"] == -0.05
