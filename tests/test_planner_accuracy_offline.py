@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).parents[1] / "benchmarks"
+from benchmark_util import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def offline():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("planner_accuracy_offline", BENCH / "planner_accuracy_offline.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_benchmark("planner_accuracy_offline")
 
 
 def test_rows_are_predicted_again_beside_the_runs_prediction(offline):

@@ -3,22 +3,17 @@ committed H200 run: its device-bound rows and host-bound rows apart."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
+
+from benchmark_util import load_benchmark
 
 ROOT = Path(__file__).parents[1]
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("planner_accuracy", ROOT / "benchmarks/planner_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["planner_accuracy"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("planner_accuracy")
 
 
 def test_bound_errors_split_rows_by_the_predicted_bound():

@@ -4,12 +4,9 @@ register allocation."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from benchmark_util import load_benchmark
 
-SPEC = importlib.util.spec_from_file_location("sass_count", Path(__file__).parents[1] / "benchmarks/sass_count.py")
-sass_count = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(sass_count)
+sass_count = load_benchmark("sass_count")
 
 # A loop (head .L_x_2, back-edge at 0x00c0) whose first conditional branch goes to a rare block
 # (.L_x_0 .. the join .L_x_1); the common path falls through and jumps over it.
