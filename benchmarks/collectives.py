@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from polyrec.hardware.detect import detect
 from polyrec.models.config import preset
-from polyrec.hardware.calibrate import load_calibration, median_ms, save_calibration
+from polyrec.hardware.calibrate import load_calibration, save_calibration, timed_ms
 from polyrec.planner.comms import (CollectiveSample, all_reduce_seconds, all_to_all_seconds, fit_link,
                                    fit_small_messages, fleet_links, link_calibration_name)
 from polyrec.planner.types import parse_fleet
@@ -68,9 +68,7 @@ def _median_ms(fn, reps: int) -> float:
     that reached it last (the least over ranks): the others' times also hold how long they waited
     for it. Ranks leave a barrier microseconds apart; with the slowest rank's median instead, calls
     of 64 KiB-2 MiB measured 35-50 us at random within one run (the x2 machine at d674dfc)."""
-    for _ in range(5):
-        fn()
-    times = torch.tensor([median_ms(fn, warmup=0, reps=1, before=dist.barrier) for _ in range(reps)], device="cuda")
+    times = torch.tensor(timed_ms(fn, warmup=5, reps=reps, before=dist.barrier), device="cuda")
     dist.all_reduce(times, op=dist.ReduceOp.MIN)
     return float(times.median())
 

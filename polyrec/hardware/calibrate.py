@@ -92,9 +92,9 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
     )
 
 
-def median_ms(fn, *, warmup: int = 3, reps: int = 10, before=None) -> float:
-    """Median milliseconds of ``fn`` timed with CUDA events, after warmup; ``before`` (untimed) runs
-    ahead of each timed call (a barrier, so every rank starts a collective together)."""
+def timed_ms(fn, *, warmup: int = 3, reps: int = 10, before=None) -> list[float]:
+    """Milliseconds of each of ``reps`` calls of ``fn`` timed with CUDA events, after warmup; ``before``
+    (untimed) runs ahead of each timed call (a barrier, so every rank starts a collective together)."""
     import torch
 
     for _ in range(warmup):
@@ -109,7 +109,13 @@ def median_ms(fn, *, warmup: int = 3, reps: int = 10, before=None) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return times
+
+
+def median_ms(fn, *, warmup: int = 3, reps: int = 10, before=None) -> float:
+    """Median of ``timed_ms``."""
+    times = sorted(timed_ms(fn, warmup=warmup, reps=reps, before=before))
+    return times[len(times) // 2]
 
 
 def measure_copy_bandwidth(nbytes: int) -> float:
