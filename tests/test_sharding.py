@@ -224,3 +224,43 @@ def _check_started_backward(rank: int, world: int) -> None:
 
 def test_a_started_gradient_exchange_is_taken_by_the_backward():
     run_on_ranks(_check_started_backward, 2)
+
+
+class _CarveoutRecorder:
+    """Stands in for ``carveout.leave_sms``: counts the carveouts taken and restored."""
+
+    def __init__(self):
+        self.taken = self.restored = 0
+
+    def __call__(self, sms: int, device: torch.device) -> mock.Mock:
+        self.taken += 1
+        return mock.Mock(restore=self._restore)
+
+    def _restore(self) -> None:
+        self.restored += 1
+
+
+def _check_carveout_window(rank: int, world: int) -> None:
+    """The library GEMMs leave SMs to the early gradient exchange from its start until the backward
+    takes it, and get them back when a started exchange is dropped by the next forward."""
+    weights = full_weights()
+    sharded = ShardedEmbedding(rows=ROWS, dims=DIMS, shardings=_plans(("row", "table", "column"), world),
+                               feature_to_table=FEATURE_TO_TABLE, local_factory=double_factory(weights),
+                               rank=rank, world_size=world)
+    batch = local_part(global_batch(world), rank, world)
+    recorder = _CarveoutRecorder()
+    with mock.patch("polyrec.runtime.sharding.leave_sms", recorder):
+        out = sharded(batch)
+        grad = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(rank))
+        sharded.start_backward(grad)
+        assert (recorder.taken, recorder.restored) == (1, 0)
+        out.backward(grad)
+        assert (recorder.taken, recorder.restored) == (1, 1)
+        out = sharded(batch)
+        sharded.start_backward(grad)
+        sharded(batch)  # a forward before that exchange was taken: it is dropped, its SMs given back
+        assert (recorder.taken, recorder.restored) == (2, 2)
+
+
+def test_the_carveout_lasts_while_the_gradient_exchange_crosses():
+    run_on_ranks(_check_carveout_window, 2)
