@@ -24,7 +24,7 @@ import torch
 from polyrec.kernels import tbe, tbe_select
 from polyrec.kernels.tbe_forward_plan import one_launch
 from polyrec.results import RESULTS_DIR, write_results
-from polyrec.runtime import TrainConfig, Trainer, carveout
+from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
 from polyrec.runtime.input_dist import InputRouter
@@ -125,9 +125,6 @@ def main() -> None:
                         help="A/B: comma-separated overlaps or launch plans to turn off, as they were before: "
                              + ", ".join(f"{k} ({v[0]})" for k, v in (WITHOUT | PLANS).items())
                              + "; results tagged without_...")
-    parser.add_argument("--carveout", type=int, default=None,
-                        help="SMs the library GEMMs leave to the embedding gradient's all-to-all while it crosses "
-                             f"(default: polyrec.runtime.carveout.GRADIENT_EXCHANGE_SMS, {carveout.GRADIENT_EXCHANGE_SMS})")
     parser.add_argument("--check", action="store_true",
                         help=f"only check that the overlaps train as without them ({CHECK_STEPS} steps each way)")
     parser.add_argument("--profile", action="store_true",
@@ -146,8 +143,6 @@ def main() -> None:
         (WITHOUT | PLANS)[name][1]()
     if off:
         args.tag = "_".join(t for t in (args.tag, "without", *off) if t)
-    if args.carveout is not None:
-        carveout.GRADIENT_EXCHANGE_SMS = args.carveout
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
                       synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend,
                       plan=args.plan)
@@ -178,7 +173,6 @@ def main() -> None:
                "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],
                "peak_gb_max_rank": float(peak), "row_cap": args.row_cap, "preset": args.preset,
                "shardings": str(args.plan) if args.plan else "default (lookup-balanced table-wise)",
-               "gradient_exchange_carveout_sms": carveout.GRADIENT_EXCHANGE_SMS,
                **{k: v for k, v in measured.items() if k.endswith("_ms") and k != "ms_per_step"}}
         summary = dict(row)
         out_dir = Path(os.environ.get("POLYREC_RESULTS_DIR") or RESULTS_DIR)

@@ -48,8 +48,6 @@ from torch import Tensor, nn
 
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.place_columns import ColumnLayout, column_layout, gather, place
-from polyrec.runtime import carveout as sm_carveout
-from polyrec.runtime.carveout import LibraryCarveout, leave_sms
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
 
 SHARDING_KINDS = ("table", "row", "column")
@@ -141,24 +139,14 @@ class _Exchange:
     work: dist.Work
     out: Tensor
     src: Tensor  # held until the exchange is done
-    carveout: LibraryCarveout | None = None  # the library GEMMs' SMs left to it, until it is taken
 
     def finish(self, meanwhile: Callable[[], None] | None = None) -> Tensor:
         """Wait for the exchange, calling ``meanwhile`` (or None) first: work it queues on the current
         stream runs while the rows cross."""
-        try:
-            if meanwhile is not None:
-                meanwhile()
-        finally:
-            self.release_carveout()
+        if meanwhile is not None:
+            meanwhile()
         self.work.wait()
         return self.out
-
-    def release_carveout(self) -> None:
-        """Give the library GEMMs their SMs back (``polyrec.runtime.carveout``)."""
-        if self.carveout is not None:
-            self.carveout.restore()
-            self.carveout = None
 
 
 def _start_exchange(tensor: Tensor, send: list[int], recv: list[int]) -> _Exchange:
@@ -432,9 +420,7 @@ class ShardedEmbedding(nn.Module):
         rank must call it at the same point (it is a collective)."""
         if self.world == 1:
             return
-        exchange = self.start_gradient_exchange(grad, grad.shape[0])
-        exchange.carveout = leave_sms(sm_carveout.GRADIENT_EXCHANGE_SMS, self.device)
-        self._started_gradient = (_GradientKey.of(grad), exchange)
+        self._started_gradient = (_GradientKey.of(grad), self.start_gradient_exchange(grad, grad.shape[0]))
 
     def take_started_gradient(self, grad: Tensor) -> _Exchange | None:
         """The exchange ``start_backward`` began from ``grad``, once; None when none was started."""
@@ -467,9 +453,7 @@ class ShardedEmbedding(nn.Module):
             (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
         if self.pooled_is_output:
             return pooled
-        if self._started_gradient is not None:  # started for an earlier output, whose backward never ran
-            self._started_gradient[1].release_carveout()
-            self._started_gradient = None
+        self._started_gradient = None  # one started for an earlier output, whose backward never ran
         if world == 1:  # nothing to send back
             return _PlaceColumns.apply(pooled.reshape(-1), b, self.layout, 1.0)
         return _ExchangeRows.apply(pooled.reshape(-1), b, self._backward_prelude(local_batch), self)
