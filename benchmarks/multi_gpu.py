@@ -25,6 +25,7 @@ from polyrec.kernels import tbe, tbe_select
 from polyrec.kernels.tbe_forward_plan import one_launch
 from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime import parallel
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
 from polyrec.runtime.input_dist import InputRouter
@@ -45,7 +46,7 @@ def _one_forward_launch() -> None:
     tbe.plan_forward = lambda spec, **shape: [one_launch(spec, **shape)]
 
 
-#: Overlaps (seventh to ninth sessions) the A/B can turn off: name -> (what it was before, how to undo it here).
+#: Overlaps (seventh to ninth sessions) and the copy-engine exchange (thirteenth) the A/B can turn off: name -> (what it was before, how to undo it here).
 WITHOUT = {
     "early_sort": ("the backward sorts its ids after the gradient arrives",
                    lambda: setattr(ShardedEmbedding, "_backward_prelude", lambda self, batch: None)),
@@ -56,6 +57,8 @@ WITHOUT = {
                        lambda: setattr(DistributedEmbeddings, "start_backward", None)),
     "inputs_ahead": ("a batch's ids cross at the start of its own step (only its lengths a step ahead)",
                      lambda: setattr(Trainer, "inputs_ahead", 1)),
+    "copy_engine": ("the pooled rows and their gradients cross by NCCL's all_to_all_single",
+                    lambda: setattr(parallel, "copy_engine_exchange", lambda *args: None)),
 }
 #: Launch plans the A/B can turn off (they change the order of the sums, so --check leaves them on).
 PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch),

@@ -15,6 +15,7 @@ from torch import nn
 
 from distributed_util import run_on_ranks
 from polyrec.kernels.jagged import JaggedBatch
+from polyrec.runtime.peer_exchange import copy_engine_exchange
 from polyrec.runtime.sharding import Shard, ShardedEmbedding, TableSharding, make_shards
 
 ROWS = (50, 37, 64)
@@ -107,7 +108,7 @@ def _plans(kinds: tuple[str, ...], world: int) -> list[TableSharding]:
 
 
 def _check_sharded_matches_single(rank: int, world: int, shardings: list[TableSharding], weighted: bool,
-                                  edges: bool, row_parts: int | None = None) -> None:
+                                  edges: bool, row_parts: int | None = None, peer_exchange=None) -> None:
     torch.manual_seed(0)
     weights = full_weights()
     batch = global_batch(world, weighted=weighted, edges=edges, row_parts=row_parts)
@@ -117,7 +118,8 @@ def _check_sharded_matches_single(rank: int, world: int, shardings: list[TableSh
     (ref_out * grad_out).sum().div(world * B).backward()  # loss = mean over the global batch
 
     sharded = ShardedEmbedding(rows=ROWS, dims=DIMS, shardings=shardings, feature_to_table=FEATURE_TO_TABLE,
-                               local_factory=double_factory(weights), rank=rank, world_size=world)
+                               local_factory=double_factory(weights), rank=rank, world_size=world,
+                               peer_exchange=peer_exchange)
     out = sharded(local_part(batch, rank, world))
     torch.testing.assert_close(out, ref_out[rank * B:(rank + 1) * B], rtol=1e-12, atol=1e-12)
     (out * grad_out[rank * B:(rank + 1) * B]).sum().div(B).backward()  # loss = mean over the local batch
@@ -139,6 +141,37 @@ def _check_all_mixes(rank: int, world: int) -> None:
 
 def test_sharded_forward_and_gradients_match_single_process():
     run_on_ranks(_check_all_mixes, 2)
+
+
+class PushesOverGloo:
+    """``CopyEngineExchange`` on the CPU: every rank's blocks land in each destination's buffer of
+    ``capacity`` elements (NaN where nothing lands) at the offset ``at_dest`` gives, as the copy engines
+    would put them; what this rank returns is the start of its own buffer."""
+
+    def start(self, src, send, recv, *, at_dest, capacity, direction):
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        blocks = list(torch.split(src, list(send)))
+        landing: list = [None] * world
+        torch.distributed.all_gather_object(landing, [(blocks[d].clone(), at_dest[d]) for d in range(world)])
+        buffer = src.new_full((capacity,), float("nan"))
+        for block, offset in (landing[s][rank] for s in range(world)):
+            assert offset + block.numel() <= capacity, f"{direction}: a block lands past the buffer's end"
+            buffer[offset:offset + block.numel()] = block
+        return mock.Mock(wait=lambda: True), buffer[:sum(recv)]
+
+
+def _check_pushed_blocks_land_in_place(rank: int, world: int) -> None:
+    mixes = KIND_MIXES if world == 2 else [m for m in KIND_MIXES if "column" not in m[0]]  # 8 columns in 2s
+    for kinds, weighted, edges in mixes:
+        _check_sharded_matches_single(rank, world, _plans(kinds, world), weighted, edges,
+                                      peer_exchange=PushesOverGloo())
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_exchanges_pushed_into_peer_buffers_match_single_process(world):
+    """The copy-engine exchange's arithmetic (where each rank's block lands in each peer's buffer, and
+    how large every buffer is) gives the single-process outputs and gradients, nothing left unwritten."""
+    run_on_ranks(_check_pushed_blocks_land_in_place, world)
 
 
 #: World of one rank: whole tables of each kind (the batch passes through), and tables split into
@@ -224,3 +257,13 @@ def _check_started_backward(rank: int, world: int) -> None:
 
 def test_a_started_gradient_exchange_is_taken_by_the_backward():
     run_on_ranks(_check_started_backward, 2)
+
+
+def _check_no_copy_engines_on_cpus(rank: int, world: int) -> None:
+    assert copy_engine_exchange(torch.distributed.group.WORLD, torch.device("cpu"), 60.0) is None
+    assert copy_engine_exchange(None, torch.device("cuda", rank), 60.0) is None
+
+
+def test_the_pooled_exchanges_stay_collectives_without_peer_gpus():
+    """gloo ranks on CPUs (and no group) get ``all_to_all_single``: nothing to map, nothing raised."""
+    run_on_ranks(_check_no_copy_engines_on_cpus, 2)

@@ -17,6 +17,7 @@ from torch import nn
 
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.runtime.peer_exchange import CopyEngineExchange
 from polyrec.runtime.sharding import Shard, ShardedEmbedding, StartedInputs, TableSharding
 
 #: Each rank initialises its shards from seed * _SEED_STRIDE + rank: distinct streams per rank, so
@@ -72,7 +73,8 @@ class DistributedEmbeddings(nn.Module):
     def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimizer,
                  shardings: Sequence[TableSharding], rank: int, world_size: int, device: torch.device,
                  seed: int, weight_dtype: torch.dtype = torch.float32,
-                 output_dtype: torch.dtype = torch.float32, input_group: dist.ProcessGroup | None = None) -> None:
+                 output_dtype: torch.dtype = torch.float32, input_group: dist.ProcessGroup | None = None,
+                 peer_exchange: CopyEngineExchange | None = None) -> None:
         super().__init__()
         self.dim, self.num_tables = dim, len(table_rows)
 
@@ -87,7 +89,8 @@ class DistributedEmbeddings(nn.Module):
 
         self.sharded = ShardedEmbedding(rows=table_rows, dims=[dim] * len(table_rows), shardings=shardings,
                                         feature_to_table=list(range(len(table_rows))), local_factory=build,
-                                        rank=rank, world_size=world_size, input_group=input_group)
+                                        rank=rank, world_size=world_size, input_group=input_group,
+                                        peer_exchange=peer_exchange)
 
     @property
     def local(self) -> TableBatchedEmbedding:

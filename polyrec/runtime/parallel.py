@@ -23,6 +23,7 @@ from polyrec.kernels.tbe import EmbeddingOptimizer
 from polyrec.models import ModelConfig
 from polyrec.runtime.dist import DistContext, second_group
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, default_shardings
+from polyrec.runtime.peer_exchange import copy_engine_exchange
 from polyrec.runtime.sharded_checkpoint import full_tables, load_sharded, save_sharded
 from polyrec.runtime.sharding import TableSharding
 
@@ -59,7 +60,8 @@ def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *,
                              initial_accumulator_value=optimizer.initial_accumulator_value)
     return DistributedEmbeddings(config.table_rows, config.embedding_dim, optimizer=opt, shardings=shardings,
                                  rank=ctx.rank, world_size=ctx.world_size, device=ctx.device, seed=seed,
-                                 weight_dtype=weight_dtype, output_dtype=output_dtype, input_group=second_group(ctx))
+                                 weight_dtype=weight_dtype, output_dtype=output_dtype, input_group=second_group(ctx),
+                                 peer_exchange=copy_engine_exchange(dist.group.WORLD, ctx.device, ctx.timeout_s))
 
 
 def data_parallel(module: nn.Module, ctx: DistContext) -> nn.Module:

@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.place_columns import ColumnLayout, column_layout, gather, place
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
+from polyrec.runtime.peer_exchange import CopiesLanded, CopyEngineExchange
 
 SHARDING_KINDS = ("table", "row", "column")
 
@@ -136,7 +137,7 @@ def shard_features(shards: Sequence[Shard], feature_to_table: Sequence[int],
 class _Exchange:
     """An all_to_all_single under way; ``out`` holds what arrived once ``finish`` returns."""
 
-    work: dist.Work
+    work: dist.Work | CopiesLanded
     out: Tensor
     src: Tensor  # held until the exchange is done
 
@@ -147,12 +148,6 @@ class _Exchange:
             meanwhile()
         self.work.wait()
         return self.out
-
-
-def _start_exchange(tensor: Tensor, send: list[int], recv: list[int]) -> _Exchange:
-    out = tensor.new_empty(sum(recv))
-    src = tensor.contiguous()  # no copy when contiguous
-    return _Exchange(work=dist.all_to_all_single(out, src, recv, send, async_op=True), out=out, src=src)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,7 +175,7 @@ class _ExchangeRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, flat: Tensor, b: int, prelude: Callable[[], None] | None, owner: ShardedEmbedding) -> Tensor:
         ctx.b, ctx.owner = b, owner
-        got = _start_exchange(flat, owner.pooled_send(b), owner.pooled_recv(b)).finish(prelude)
+        got = owner.start_rows_exchange(flat, b).finish(prelude)
         return place(got, b, owner.layout)  # [B, out_dim]
 
     @staticmethod
@@ -238,10 +233,12 @@ class ShardedEmbedding(nn.Module):
 
     def __init__(self, *, rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
                  feature_to_table: Sequence[int], local_factory: Callable[[list[Shard], list[int]], nn.Module],
-                 rank: int, world_size: int, input_group: dist.ProcessGroup | None = None):
+                 rank: int, world_size: int, input_group: dist.ProcessGroup | None = None,
+                 peer_exchange: CopyEngineExchange | None = None):
         super().__init__()
         self.rank, self.world = rank, world_size
         self.input_group = input_group  # of the input all-to-alls (None: the default group)
+        self.peer_exchange = peer_exchange  # the pooled exchanges over copy engines (None: all_to_all_single)
         self._gradient_exchange_hook: Callable[[], None] | None = None  # see backward_overlapping
         self._started_gradient: tuple[_GradientKey, _Exchange] | None = None  # see start_backward
         self.shards = make_shards(rows, dims, shardings, world_size)
@@ -404,11 +401,32 @@ class ShardedEmbedding(nn.Module):
         """Values of pooled rows this rank receives from each rank in the forward."""
         return [b * d for d in self.rank_dims]
 
+    def start_rows_exchange(self, flat: Tensor, b: int) -> _Exchange:
+        """Start sending the pooled rows [world * B, local dims] to the ranks whose samples they are.
+        Over copy engines, this rank's block lands after those of the ranks before it."""
+        before = b * sum(self.rank_dims[:self.rank])
+        return self._start_exchange(flat, self.pooled_send(b), self.pooled_recv(b), direction="rows",
+                                    at_dest=[before] * self.world, capacity=b * sum(self.rank_dims))
+
     def start_gradient_exchange(self, grad: Tensor, b: int) -> _Exchange:
         """Gather each rank's columns of ``grad`` [B, out_dim] (any row stride), scaled by 1 / world (see
         the module docstring), and start sending them back the way the pooled rows came."""
         flat = gather(grad, b, self.layout, 1.0 / self.world)
-        return _start_exchange(flat, self.pooled_recv(b), self.pooled_send(b))
+        return self._start_exchange(flat, self.pooled_recv(b), self.pooled_send(b), direction="grads",
+                                    at_dest=[self.rank * b * d for d in self.rank_dims],
+                                    capacity=self.world * b * max(self.rank_dims))
+
+    def _start_exchange(self, tensor: Tensor, send: list[int], recv: list[int], *, direction: str,
+                        at_dest: list[int], capacity: int) -> _Exchange:
+        """``all_to_all_single`` started asynchronously, or the same blocks over copy engines (where
+        ``at_dest`` and ``capacity`` place them: ``CopyEngineExchange.start``)."""
+        src = tensor.contiguous()  # no copy when contiguous
+        if self.peer_exchange is None:
+            out = src.new_empty(sum(recv))
+            return _Exchange(work=dist.all_to_all_single(out, src, recv, send, async_op=True), out=out, src=src)
+        work, out = self.peer_exchange.start(src, send, recv, at_dest=at_dest, capacity=capacity,
+                                             direction=direction)
+        return _Exchange(work=work, out=out, src=src)
 
     def start_backward(self, grad: Tensor) -> None:
         """Start the gradient all-to-all of the last forward's output from its gradient ``grad``
