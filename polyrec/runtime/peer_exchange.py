@@ -1,7 +1,7 @@
 """The pooled rows' all-to-alls over the GPUs' copy engines, for ranks of one host (symmetric memory).
 
 NCCL moves an all-to-all with CTAs on the SMs, and the GEMMs running beside it slow down. Measured on
-two H200s (session 13 probe, ``benchmarks/results/peer_exchange_probe_2026-11-30``): 218 MB each way,
+two H200s (a probe in session 13, then ``benchmarks/peer_exchange.py``, ``peer_exchange_*`` results): 218 MB each way,
 NCCL's ``all_to_all_single`` 0.84-0.90 ms; three ``[3456 x 65536] x [65536 x 512]`` GEMMs 0.96-1.03
 ms alone, 1.61-1.63 ms beside that all-to-all. The same bytes pushed by ``cudaMemcpyAsync`` into the
 peer's memory (copy engines, no SM) took 0.64-0.72 ms with the two barriers below, and the GEMMs beside
