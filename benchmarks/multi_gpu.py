@@ -46,7 +46,7 @@ def _one_forward_launch() -> None:
     tbe.plan_forward = lambda spec, **shape: [one_launch(spec, **shape)]
 
 
-#: Overlaps (seventh to ninth sessions) and the copy-engine exchange (thirteenth) the A/B can turn off: name -> (what it was before, how to undo it here).
+#: Overlaps (seventh to ninth sessions) the copy-engine exchange and DDP's bucket views (thirteenth) the A/B can turn off: name -> (what it was before, how to undo it here).
 WITHOUT = {
     "early_sort": ("the backward sorts its ids after the gradient arrives",
                    lambda: setattr(ShardedEmbedding, "_backward_prelude", lambda self, batch: None)),
@@ -59,6 +59,8 @@ WITHOUT = {
                      lambda: setattr(Trainer, "inputs_ahead", 1)),
     "copy_engine": ("the pooled rows and their gradients cross by NCCL's all_to_all_single",
                     lambda: setattr(parallel, "copy_engine_exchange", lambda *args: None)),
+    "bucket_view": ("DDP copies each gradient into its bucket and back",
+                    lambda: setattr(parallel, "GRADIENT_AS_BUCKET_VIEW", False)),
 }
 #: Launch plans the A/B can turn off (they change the order of the sums, so --check leaves them on).
 PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch),
