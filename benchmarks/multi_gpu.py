@@ -24,7 +24,8 @@ import torch
 from polyrec.kernels import tbe, tbe_select
 from polyrec.kernels.tbe_forward_plan import one_launch
 from polyrec.results import RESULTS_DIR, write_results
-from polyrec.runtime import TrainConfig, Trainer, parallel, peer_exchange
+from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime import parallel
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
 from polyrec.runtime.input_dist import InputRouter
@@ -60,8 +61,6 @@ WITHOUT = {
                     lambda: setattr(parallel, "copy_engine_exchange", lambda *args: None)),
     "bucket_view": ("DDP copies each gradient into its bucket and back",
                     lambda: setattr(parallel, "GRADIENT_AS_BUCKET_VIEW", False)),
-    "own_block_beside": ("a copy-engine exchange copies the rank's own block after its peers' blocks",
-                         lambda: setattr(peer_exchange, "OWN_BLOCK_BESIDE", False)),
 }
 #: Launch plans the A/B can turn off (they change the order of the sums, so --check leaves them on).
 PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch),

@@ -32,9 +32,6 @@ log = logging.getLogger(__name__)
 #: Barrier channels (slots of the symmetric memory's signal pad) of each direction: one before the
 #: copies, one after; the two directions may be in flight at once, so they use their own.
 CHANNELS = {"rows": (0, 1), "grads": (2, 3)}
-#: This rank's own block is copied on a second stream, beside the copies to its peers (it needs no
-#: barrier: no other rank writes there), instead of after them on the exchange's stream.
-OWN_BLOCK_BESIDE = True
 
 
 @dataclass(kw_only=True, slots=True)
@@ -65,7 +62,6 @@ class CopyEngineExchange:
         self.device = device
         self.timeout_ms = int(1e3 * timeout_s)
         self.stream = torch.cuda.Stream(device)
-        self.own_stream = torch.cuda.Stream(device)  # this rank's own block, beside the peers' copies
         self._buffers: dict[str, _Buffer] = {}
 
     def _buffer(self, direction: str, dtype: torch.dtype, numel: int) -> _Buffer:
@@ -89,37 +85,22 @@ class CopyEngineExchange:
         and the received elements (a view of the buffer)."""
         buf = self._buffer(direction, src.dtype, capacity)
         before, after = CHANNELS[direction]
-        starts = [sum(send[:d]) for d in range(self.world)]
-        caller = torch.cuda.current_stream(self.device)
-        own_done = None
-        if OWN_BLOCK_BESIDE and send[self.rank]:  # lands in this rank's own buffer: no peer to wait for
-            self.own_stream.wait_stream(caller)
-            with torch.cuda.stream(self.own_stream):
-                self._copy(buf, self.rank, src, starts[self.rank], send[self.rank], at_dest[self.rank])
-                own_done = torch.cuda.Event()
-                own_done.record(self.own_stream)
-            src.record_stream(self.own_stream)
-        self.stream.wait_stream(caller)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             buf.handle.barrier(channel=before, timeout_ms=self.timeout_ms)
-            for d in range(self.world):
-                if send[d] and not (own_done is not None and d == self.rank):
-                    self._copy(buf, d, src, starts[d], send[d], at_dest[d])
+            start = 0
+            for d, (n, offset) in enumerate(zip(send, at_dest)):
+                if n:
+                    key = (d, n, offset)
+                    if key not in buf.peers:
+                        buf.peers[key] = buf.handle.get_buffer(d, (n,), src.dtype, storage_offset=offset)
+                    buf.peers[key].copy_(src[start:start + n])
+                start += n
             buf.handle.barrier(channel=after, timeout_ms=self.timeout_ms)
-            if own_done is not None:
-                self.stream.wait_event(own_done)
             landed = torch.cuda.Event()
             landed.record(self.stream)
         src.record_stream(self.stream)
         return CopiesLanded(landed), buf.tensor[:sum(recv)]
-
-    @staticmethod
-    def _copy(buf: _Buffer, rank: int, src: Tensor, start: int, n: int, offset: int) -> None:
-        """``src[start:start + n]`` into ``rank``'s buffer at ``offset``, by a copy engine."""
-        key = (rank, n, offset)
-        if key not in buf.peers:
-            buf.peers[key] = buf.handle.get_buffer(rank, (n,), src.dtype, storage_offset=offset)
-        buf.peers[key].copy_(src[start:start + n])
 
 
 def copy_engine_exchange(group: dist.ProcessGroup | None, device: torch.device,
