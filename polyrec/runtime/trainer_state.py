@@ -1,0 +1,145 @@
+"""What the trainer saves and restores: checkpoints (atomic, one file, or sharded per rank), the
+semi-sync pipeline's batch in flight, and the check that no weight or state went non-finite.
+
+``TrainerState`` holds these methods of ``polyrec.runtime.trainer.Trainer``; it reads the trainer's
+model, optimizer, data source, configs and pipeline state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from polyrec.data import Batch
+from polyrec.runtime import parallel
+from polyrec.runtime.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+
+#: Elements checked per chunk when testing a (possibly 100 GB) table for NaN/inf: 2^26 bools = 64 MiB.
+FINITE_CHECK_CHUNK = 1 << 26
+
+
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """No NaN/inf in any floating tensor (chunked, so a 100 GB table needs no 25 GB mask)."""
+    for t in tensors:
+        if not t.is_floating_point():
+            continue
+        flat = t.detach().reshape(-1)
+        for start in range(0, flat.numel(), FINITE_CHECK_CHUNK):
+            if not bool(torch.isfinite(flat[start:start + FINITE_CHECK_CHUNK]).all()):
+                return False
+    return True
+
+
+def to_cpu(state: Any) -> Any:
+    """A copy of a nested state with every tensor on the CPU (to gather it across ranks)."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {k: to_cpu(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(to_cpu(v) for v in state)
+    return state
+
+
+def state_tensors(state: Any) -> list[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in state_tensors(v)]
+    return []
+
+
+class TrainerState:
+    """The trainer's checkpoint and finiteness methods (see the module docstring)."""
+
+    def finite_state(self) -> bool:
+        self.drain()
+        finite = all_finite(list(self.model.dense_parameters()) + state_tensors(self.model.embeddings.export_state()))
+        return parallel.all_ranks_true(finite, self.rt.device) if self.distributed else finite
+
+    def save(self) -> Path:
+        self.drain()
+        directory = Path(self.cfg.checkpoint_dir)
+        state = {"step": self.step,
+                 "dense": {name: part.state_dict() for name, part in self._dense_named()},
+                 "dense_optimizer": self.optimizer.state_dict(),
+                 "data": self._ahead[0][0] if self._ahead else self.source.state_dict(),
+                 "rng": rng_state(self.rt.device),
+                 "prefetched": self._prefetched_state(),
+                 "train_config": self.cfg.as_dict(),
+                 "model_config": dataclasses.asdict(self.model_config)}
+        if not self.distributed:
+            return save_checkpoint(directory, state | {"embeddings": self.model.embeddings.export_state()})
+        # every rank writes its shards; rank 0 writes the rest with every rank's data and RNG position
+        pointer = parallel.save_shards(directory, self.model.embeddings, self.step)
+        state |= {"embeddings": pointer, "data_by_rank": parallel.gather(to_cpu(state["data"])),
+                  "rng_by_rank": parallel.gather(to_cpu(state["rng"]))}
+        if self.ctx.is_main:
+            save_checkpoint(directory, state)
+            parallel.drop_old_shards(directory, pointer["sharded"])
+        parallel.barrier()
+        return checkpoint_path(directory)
+
+    def _prefetched_state(self) -> dict[str, torch.Tensor] | None:
+        """The semi-sync pipeline's batch in flight and its (one update old) lookup, so resume is exact."""
+        if self._prefetched is None:
+            return None
+        batch, emb, _ = self._prefetched
+        return {"dense": batch.dense, "values": batch.values, "offsets": batch.offsets, "labels": batch.labels,
+                "emb": emb.detach()}
+
+    def _restore_prefetched(self, state: dict[str, torch.Tensor] | None) -> None:
+        if state is None:
+            return
+        dev = self.rt.device
+        batch = Batch(dense=state["dense"].to(dev), values=state["values"].to(dev), offsets=state["offsets"].to(dev),
+                      labels=state["labels"].to(dev))
+        # re-run the lookup for its autograd graph (the backward applies this batch's update), then put
+        # back the saved output, which was read from the tables one update before the checkpoint
+        emb = self.model.embed(batch.values, batch.offsets, batch.batch_size)
+        with torch.no_grad():
+            emb.copy_(state["emb"].to(dev))
+        self._prefetched = (batch, emb, None)
+
+    def _dense_named(self) -> list[tuple[str, nn.Module]]:
+        return [(n, m) for n, m in (("bottom", self.model.bottom), ("cross", self.model.cross), ("top", self.model.top))
+                if m is not None]
+
+    def restore(self) -> None:
+        """Continue from checkpoint_dir/checkpoint.pt: weights, optimizer states, data position, RNG."""
+        state = load_checkpoint(Path(self.cfg.checkpoint_dir))
+        if state["model_config"] != dataclasses.asdict(self.model_config):
+            raise ValueError(f"{checkpoint_path(Path(self.cfg.checkpoint_dir))} was written for model "
+                             f"{state['model_config']['name']!r} with other sizes; it does not fit this run's model")
+        self._check_embedding_storage(state["train_config"])
+        for name, part in self._dense_named():
+            part.load_state_dict(state["dense"][name])
+        if "sharded" in state["embeddings"]:
+            parallel.load_shards(Path(self.cfg.checkpoint_dir), self.model.embeddings, state["embeddings"])
+        else:
+            self.model.embeddings.import_state(state["embeddings"])
+        self.optimizer.load_state_dict(state["dense_optimizer"])
+        data, rng = state["data"], state["rng"]
+        if self.distributed:  # this rank's stream position; a rank the checkpoint lacks starts its stream anew
+            datas, rngs, rank = state.get("data_by_rank") or [data], state.get("rng_by_rank") or [rng], self.ctx.rank
+            data, rng = (datas[rank], rngs[rank]) if rank < len(datas) else (None, None)
+        if data is not None:
+            self.source.load_state_dict(data)
+            set_rng_state(rng, self.rt.device)
+        self.step = int(state["step"])
+        self._restore_prefetched(state.get("prefetched"))
+
+    def _check_embedding_storage(self, saved: dict[str, Any]) -> None:
+        """The checkpoint's rows and optimizer state are stored as this run stores them: loading fp32
+        rows into fp16 tables (or one optimizer's state into another's) would convert or fail
+        silently. Checkpoints from before ``embedding_dtype`` existed hold fp32 rows."""
+        path = checkpoint_path(Path(self.cfg.checkpoint_dir))
+        for name, default in (("embedding_dtype", "fp32"), ("embedding_optimizer", None)):
+            theirs, ours = saved.get(name, default), getattr(self.cfg, name)
+            if theirs != ours:
+                raise ValueError(f"{path} holds {name} {theirs!r}; this run has {ours!r}: resume with the same "
+                                 f"{name}, or start a new checkpoint directory")
