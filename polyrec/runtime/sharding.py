@@ -22,7 +22,9 @@ the local tables' id sort for their backward (``prepare_backward``); in the back
 caller hands ``backward_overlapping`` (the trainer: the dense optimizer step). The backward's exchange
 can also start before the backward runs, from a gradient the caller has early (``start_backward``:
 the trainer starts it inside the dense backward, when the cross network's input gradient is final).
-The input distribution can run ahead of its step (``start_inputs``, ``distribute_inputs``): given an
+On one host the two pooled exchanges can go over the GPUs' copy engines instead of NCCL
+(``peer_exchange``: ``polyrec.runtime.peer_exchange``), the same blocks in the same places, no SM
+taken from the kernels beside them. The input distribution can run ahead of its step (``start_inputs``, ``distribute_inputs``): given an
 ``input_group``, on a GPU it is queued on an input stream with that group's communicator, so that the
 next batch's ids cross while this step's dense work runs and no rank meets its peers at the start of
 a step (the trainer's sync pipeline on several ranks).
@@ -135,7 +137,8 @@ def shard_features(shards: Sequence[Shard], feature_to_table: Sequence[int],
 
 @dataclass(kw_only=True, slots=True)
 class _Exchange:
-    """An all_to_all_single under way; ``out`` holds what arrived once ``finish`` returns."""
+    """An all-to-all under way (NCCL's, or over copy engines); ``out`` holds what arrived once
+    ``finish`` returns."""
 
     work: dist.Work | CopiesLanded
     out: Tensor
