@@ -25,9 +25,10 @@ the trainer starts it inside the dense backward, when the cross network's input 
 On one host the two pooled exchanges can go over the GPUs' copy engines instead of NCCL
 (``peer_exchange``: ``polyrec.runtime.peer_exchange``), the same blocks in the same places, no SM
 taken from the kernels beside them. The input distribution can run ahead of its step
-(``start_inputs``, ``distribute_inputs``): given an ``input_group``, on a GPU it is queued on an input stream with that group's communicator, so that the
-next batch's ids cross while this step's dense work runs and no rank meets its peers at the start of
-a step (the trainer's sync pipeline on several ranks).
+(``start_inputs``, ``distribute_inputs``): given an ``input_group``, on a GPU it is queued on an
+input stream with that group's communicator, so that the next batch's ids cross while this step's
+dense work runs and no rank meets its peers at the start of a step (the trainer's sync pipeline on
+several ranks).
 
 In a world of one rank nothing is exchanged (same code path, no collective, no host sync but in
 the case ``InputRouter.local_batch`` names): the local batch goes to the local tables as it is (or
