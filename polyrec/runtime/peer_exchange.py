@@ -53,8 +53,8 @@ class CopiesLanded:
 
 
 class CopyEngineExchange:
-    """All-to-alls whose blocks every rank pushes into its peers' receive buffers (class docstring of
-    the module). Built by ``copy_engine_exchange`` on every rank."""
+    """All-to-alls whose blocks every rank pushes into its peers' receive buffers (the module
+    docstring). Built by ``copy_engine_exchange`` on every rank."""
 
     def __init__(self, group: dist.ProcessGroup, device: torch.device, timeout_s: float):
         self.group_name = group.group_name
