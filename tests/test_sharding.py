@@ -15,7 +15,7 @@ from torch import nn
 
 from distributed_util import run_on_ranks
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.runtime.peer_exchange import copy_engine_exchange
+from polyrec.runtime.peer_exchange import _local_peers_reachable, copy_engine_exchange
 from polyrec.runtime.sharding import Shard, ShardedEmbedding, TableSharding, make_shards
 
 ROWS = (50, 37, 64)
@@ -262,6 +262,8 @@ def test_a_started_gradient_exchange_is_taken_by_the_backward():
 def _check_no_copy_engines_on_cpus(rank: int, world: int) -> None:
     assert copy_engine_exchange(torch.distributed.group.WORLD, torch.device("cpu"), 60.0) is None
     assert copy_engine_exchange(None, torch.device("cuda", rank), 60.0) is None
+    # every rank answers after the same gather (no GPU here: no peer to map), none hangs
+    assert not _local_peers_reachable(torch.distributed.group.WORLD, torch.device("cuda", rank))
 
 
 def test_the_pooled_exchanges_stay_collectives_without_peer_gpus():

@@ -18,6 +18,7 @@ valid until then (the sharded embeddings consume it at once: the placement, the 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import socket
 from collections.abc import Sequence
@@ -120,17 +121,12 @@ def copy_engine_exchange(group: dist.ProcessGroup | None, device: torch.device,
 
 
 def _local_peers_reachable(group: dist.ProcessGroup, device: torch.device) -> bool:
-    """Every rank of ``group`` on this host and reachable by peer access, and symmetric memory present."""
-    try:
-        from torch.distributed import _symmetric_memory  # noqa: F401
-    except ImportError:
-        return False
+    """Every rank of ``group`` on this host and reachable by peer access, and symmetric memory present.
+    Every rank takes part in the host-name gather before answering (no rank may leave it early)."""
     world = dist.get_world_size(group)
-    if world > torch.cuda.device_count():
-        return False
-    names = [None] * world
+    names: list[str | None] = [None] * world
     dist.all_gather_object(names, socket.gethostname(), group=group)
-    if len(set(names)) != 1:
-        return False
-    return all(torch.cuda.can_device_access_peer(device.index, d)
-               for d in range(torch.cuda.device_count()) if d != device.index)
+    return (importlib.util.find_spec("torch.distributed._symmetric_memory") is not None
+            and len(set(names)) == 1 and world <= torch.cuda.device_count()
+            and all(torch.cuda.can_device_access_peer(device.index, d)
+                    for d in range(torch.cuda.device_count()) if d != device.index))
