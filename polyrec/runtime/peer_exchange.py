@@ -1,11 +1,10 @@
 """The pooled rows' all-to-alls over the GPUs' copy engines, for ranks of one host (symmetric memory).
 
 NCCL moves an all-to-all with CTAs on the SMs, and the GEMMs running beside it slow down. Measured on
-two H200s (a probe in session 13, then ``benchmarks/peer_exchange.py``, ``peer_exchange_*`` results): 218 MB each way,
-NCCL's ``all_to_all_single`` 0.84-0.90 ms; three ``[3456 x 65536] x [65536 x 512]`` GEMMs 0.96-1.03
-ms alone, 1.61-1.63 ms beside that all-to-all. The same bytes pushed by ``cudaMemcpyAsync`` into the
-peer's memory (copy engines, no SM) took 0.64-0.72 ms with the two barriers below, and the GEMMs beside
-them 1.15-1.16 ms.
+two H200s (``benchmarks/peer_exchange.py``, ``peer_exchange_nvidia-h200_2026-11-30``): 218 MB sent per
+rank, NCCL's ``all_to_all_single`` 0.79 ms alone, and three ``[3456 x 65536] x [65536 x 512]`` GEMMs
+(0.99 ms alone) beside it took 0.60 ms longer; pushed by ``cudaMemcpyAsync`` into the peers' memory
+(copy engines, no SM) with the two barriers below, 0.81 ms alone and 0.27 ms longer beside the GEMMs.
 
 Each rank holds one receive buffer per direction in symmetric memory
 (``torch.distributed._symmetric_memory``: every rank maps every peer's buffer). An exchange, on a side
