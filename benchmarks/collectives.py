@@ -63,7 +63,7 @@ def dense_parameter_count() -> int:
     return sum(p.numel() for p in DLRM(config).dense_parameters())
 
 
-def _median_ms(fn, reps: int) -> float:
+def last_rank_median_ms(fn, reps: int) -> float:
     """Median over ``reps`` calls of ``fn``, each timed after a barrier, of the call's time on the rank
     that reached it last (the least over ranks): the others' times also hold how long they waited
     for it. Ranks leave a barrier microseconds apart; with the slowest rank's median instead, calls
@@ -88,7 +88,7 @@ SWEEP_SIZES = tuple(sorted({(64 << 10) << k for k in range(13)} | {3 * ((64 << 1
 
 
 def _row(kind: str, nbytes: int, links, reps: int, section: str) -> dict:
-    ms = _median_ms(_collective(kind, nbytes), reps)
+    ms = last_rank_median_ms(_collective(kind, nbytes), reps)
     seconds = all_to_all_seconds if kind == "all_to_all" else all_reduce_seconds
     pred = seconds(nbytes, links) * 1e3
     return {"section": section, "collective": kind, "bytes_per_rank": nbytes, "measured_ms": ms,
@@ -104,7 +104,7 @@ def ensure_link_calibration(device: str, link: str, world: int, reps: int, is_ma
         return "not calibrated (--quick): datasheet x efficiency"
     def timed(sizes: dict[str, tuple[int, ...]]) -> list[CollectiveSample]:
         runs = {(kind, n): _collective(kind, n) for kind, kind_sizes in sizes.items() for n in kind_sizes}
-        rounds = [{key: _median_ms(fn, reps) for key, fn in runs.items()} for _ in range(CALIBRATION_ROUNDS)]
+        rounds = [{key: last_rank_median_ms(fn, reps) for key, fn in runs.items()} for _ in range(CALIBRATION_ROUNDS)]
         return [CollectiveSample(collective=kind, nbytes=n, seconds=statistics.median(r[kind, n] for r in rounds) / 1e3)
                 for kind, n in runs]
 

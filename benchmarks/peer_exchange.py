@@ -5,20 +5,20 @@ NCCL's ``all_to_all_single`` against ``polyrec.runtime.peer_exchange`` (copy eng
 
 Per rank: ``world x B x COLUMNS`` bf16 values sent (B = ``--batch``, COLUMNS the MLPerf DLRM-DCNv2
 pooled width, 26 x 128, split over the ranks), and ``GEMMS`` GEMMs of the cross network's
-weight-gradient shape (``[3456 x B] x [B x 512]``) queued beside each exchange. Each time is the
-median over ``REPS`` calls after a barrier, on the rank that reached the call last (least over ranks,
-as benchmarks/collectives.py). The copy-engine exchange is checked first: every rank's received
+weight-gradient shape (``[3456 x B] x [B x 512]``) queued beside each exchange. Each time is
+``collectives.last_rank_median_ms`` over ``REPS`` calls: the median of each call's time on the rank
+that reached it last. The copy-engine exchange is checked first: every rank's received
 blocks equal what NCCL delivers.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 import torch.distributed as dist
 
+from collectives import last_rank_median_ms
 from polyrec.results import write_results
 from polyrec.runtime.dist import init_distributed, shutdown
 from polyrec.runtime.peer_exchange import copy_engine_exchange
@@ -26,23 +26,6 @@ from polyrec.runtime.peer_exchange import copy_engine_exchange
 #: MLPerf DLRM-DCNv2's pooled columns (26 tables x 128) and its cross network's width and rank.
 COLUMNS, CROSS_WIDTH, CROSS_RANK = 26 * 128, 3456, 512
 GEMMS, REPS = 3, 10
-
-
-def timed(fn, reps: int = REPS) -> float:
-    """Median over ``reps`` calls of the least time over ranks, ms."""
-    times = []
-    for _ in range(reps):
-        dist.barrier()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        t = torch.tensor([start.elapsed_time(end)], device="cuda")
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-        times.append(float(t))
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -84,11 +67,12 @@ def main() -> None:
     work.wait()
     same = torch.tensor([int(torch.equal(got, out))], device=ctx.device)
     dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    timings = {"gemms_alone_ms": gemms, "nccl_alone_ms": lambda: nccl(False),
+               "nccl_beside_gemms_ms": lambda: nccl(True), "copies_alone_ms": lambda: copies(False),
+               "copies_beside_gemms_ms": lambda: copies(True)}
     row = {"world": world, "batch": b, "mb_sent_per_rank": (world - 1) * b * cols * 2 / 1e6,
            "same_blocks_as_nccl": bool(same.item()),
-           "gemms_alone_ms": timed(gemms), "nccl_alone_ms": timed(lambda: nccl(False)),
-           "nccl_beside_gemms_ms": timed(lambda: nccl(True)), "copies_alone_ms": timed(lambda: copies(False)),
-           "copies_beside_gemms_ms": timed(lambda: copies(True))}
+           **{key: last_rank_median_ms(fn, REPS) for key, fn in timings.items()}}
     # what the exchange adds to the GEMMs when the two run together (its exposure or their slowdown)
     row["added_to_gemms_by_nccl_ms"] = row["nccl_beside_gemms_ms"] - row["gemms_alone_ms"]
     row["added_to_gemms_by_copies_ms"] = row["copies_beside_gemms_ms"] - row["gemms_alone_ms"]
