@@ -244,7 +244,9 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         if key not in self._configs:
             launches = plan_forward(tbe_select.selection_spec(self.weights.device), batch_size=batch.batch_size,
                                     bag_lengths=self._bag_lengths(batch), block_d=self.block_d,
-                                    row_bytes=self.block_d * self.weights.element_size())
+                                    row_bytes=self.block_d * self.weights.element_size(),
+                                    table_rows=[self.tables[self.feature_to_table[f]].rows
+                                                for f in self.pooled_features])
             self._configs[key] = [(launch, self._pooled_ids[list(launch.features)]) for launch in launches]
         return self._configs[key]
 

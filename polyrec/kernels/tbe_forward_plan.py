@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.tbe_select import ForwardConfig, select_forward
-from polyrec.perfmodel.tbe import ForwardTile, forward_seconds
+from polyrec.perfmodel.tbe import ForwardTile, forward_seconds, least_hit_fraction
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,39 +28,65 @@ class ForwardLaunch:
     config: ForwardConfig
 
 
+def _hit_fraction(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], table_rows: list[int] | None,
+                  row_bytes: int) -> float:
+    """L2 hits of these features' row reads at the least reuse (none without their tables' rows)."""
+    if table_rows is None:
+        return 0.0
+    return least_hit_fraction(table_rows, [batch_size * length for length in bag_lengths], row_bytes, spec)
+
+
 def _seconds(spec: DeviceSpec, cfg: ForwardConfig, *, batch_size: int, bag_lengths: list[float], block_d: int,
-             row_bytes: int) -> float:
+             row_bytes: int, table_rows: list[int] | None) -> float:
     tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps)
+    hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=bag_lengths, table_rows=table_rows,
+                        row_bytes=row_bytes)
     return forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=bag_lengths,
-                           row_bytes=row_bytes, out_bytes=4)
+                           row_bytes=row_bytes, out_bytes=4, hit_fraction=hit)
+
+
+def _select(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int, row_bytes: int,
+            table_rows: list[int] | None) -> ForwardConfig:
+    """``tbe_select.select_forward`` for these features, priced at their tables' least L2 reuse."""
+    lengths = list(bag_lengths)
+    hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=lengths, table_rows=table_rows, row_bytes=row_bytes)
+    return select_forward(spec, batch_size=batch_size, num_features=len(lengths),
+                          mean_bag=sum(lengths) / max(len(lengths), 1), block_d=block_d, row_bytes=row_bytes,
+                          bag_lengths=lengths, hit_fraction=hit)
 
 
 def one_launch(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
-               row_bytes: int) -> ForwardLaunch:
-    """Every feature in one launch, with the config ``tbe_select.select_forward`` picks for them all."""
-    lengths = list(bag_lengths)
-    cfg = select_forward(spec, batch_size=batch_size, num_features=len(lengths),
-                         mean_bag=sum(lengths) / max(len(lengths), 1), block_d=block_d, row_bytes=row_bytes,
-                         bag_lengths=lengths)
-    return ForwardLaunch(features=tuple(range(len(lengths))), config=cfg)
+               row_bytes: int, table_rows: list[int] | None = None) -> ForwardLaunch:
+    """Every feature in one launch, with the config ``tbe_select.select_forward`` picks for them all.
+    ``table_rows``: rows of each feature's table (the L2 reuse the model expects; none without)."""
+    cfg = _select(spec, batch_size=batch_size, bag_lengths=bag_lengths, block_d=block_d, row_bytes=row_bytes,
+                  table_rows=table_rows)
+    return ForwardLaunch(features=tuple(range(len(bag_lengths))), config=cfg)
 
 
 def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
-                 row_bytes: int) -> list[ForwardLaunch]:
+                 row_bytes: int, table_rows: list[int] | None = None) -> list[ForwardLaunch]:
     """The launches of one pooled forward over features with these mean bag lengths (see the module
-    docstring): every feature in exactly one launch."""
+    docstring): every feature in exactly one launch. ``table_rows``: as ``one_launch``'s."""
     if not bag_lengths:
         raise ValueError("plan_forward: no pooled features to plan")
+    if table_rows is not None and len(table_rows) != len(bag_lengths):
+        raise ValueError(f"plan_forward: {len(table_rows)} table row counts for {len(bag_lengths)} features")
     shape = dict(batch_size=batch_size, block_d=block_d, row_bytes=row_bytes)
     lengths = list(bag_lengths)
-    single = one_launch(spec, bag_lengths=lengths, **shape)
+
+    def rows_of(features: list[int]) -> list[int] | None:
+        return None if table_rows is None else [table_rows[f] for f in features]
+
+    single = one_launch(spec, bag_lengths=lengths, table_rows=table_rows, **shape)
     groups: dict[ForwardConfig, list[int]] = {}
     for f, length in enumerate(lengths):
-        groups.setdefault(select_forward(spec, num_features=1, mean_bag=length, bag_lengths=[length], **shape),
-                          []).append(f)
+        groups.setdefault(_select(spec, bag_lengths=[length], table_rows=rows_of([f]), **shape), []).append(f)
     if len(groups) == 1:
         return [single]
     grouped = [ForwardLaunch(features=tuple(fs), config=cfg) for cfg, fs in groups.items()]
-    grouped_s = (sum(_seconds(spec, g.config, bag_lengths=[lengths[f] for f in g.features], **shape) for g in grouped)
+    grouped_s = (sum(_seconds(spec, g.config, bag_lengths=[lengths[f] for f in g.features],
+                              table_rows=rows_of(list(g.features)), **shape) for g in grouped)
                  + (len(grouped) - 1) * ceilings(spec).launch_latency.value)
-    return [single] if _seconds(spec, single.config, bag_lengths=lengths, **shape) <= grouped_s else grouped
+    single_s = _seconds(spec, single.config, bag_lengths=lengths, table_rows=table_rows, **shape)
+    return [single] if single_s <= grouped_s else grouped

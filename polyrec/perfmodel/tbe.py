@@ -234,11 +234,23 @@ def row_state_seconds(positions: float, spec: DeviceSpec) -> float:
 #: at ~100% of the memory bandwidth); fitted to the forward sweep of
 #: benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json (tests/test_tbe_perfmodel.py checks it).
 LOADED_LATENCY_S = {"nvidia": 1.0e-6, "amd": 1.4e-6}
-#: Dependent round trips before a forward program's first id load: feature -> table -> its row count,
-#: base and dim (the bag offsets load in parallel). Counted from ``pooled_forward_kernel``.
-FORWARD_SETUP_TRIPS = 3
-#: Dependent round trips per forward loop iteration: the ids, then the rows they address.
-FORWARD_TRIPS_PER_ITER = 1
+#: Loaded round trips (of LOADED_LATENCY_S) before a forward program's first id load. Counted, there are
+#: three (feature -> table -> its row count, base and dim), but every program of a feature reads the same
+#: few words, which hit in L1/L2 and overlap the resident programs' row loads: the fit below puts them at 0.
+FORWARD_SETUP_TRIPS = 0.0
+#: Loaded round trips per forward loop iteration: the ids, then the rows they address.
+FORWARD_TRIPS_PER_ITER = 1.5
+#: Loaded round trips each iteration adds per extra warp sharing a bag (warps beyond BAGS split the
+#: HOTS axis, and the sum over it crosses warps through shared memory behind a barrier). The three
+#: constants were fitted together (grid search, session 14) on both committed H200 forward sweeps:
+#: tbe_breakdown_nvidia-h200_2026-11-29 (26 MLPerf features, uniform ids, 27 configs) and
+#: tbe_forward_groups_nvidia-h200_2026-11-30 (power-law ids: all features, each world-2 rank's, and their
+#: bag-length groups; 90 launches). Before (3, 1, none) the model put 1 x 16 tiles with 2 warps ahead
+#: of 4 x 4 for 27- and 100-id bags (in the uniform sweep HOTS 16 with 2 and 4 warps per bag took
+#: 1.3-1.6x and 2.8-3.4x the time of 1) and picked 16 x 1 for rank 1's 20 features (1.55 ms; 4 x 4 1.33 ms).
+#: After, the pick is the fastest candidate in all four sweeps and the log error over all rows falls
+#: from 0.41 to 0.37 rms (tests/test_tbe_perfmodel.py checks both files).
+FORWARD_CROSS_WARP_TRIPS = 1.5
 #: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
 #: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
 #: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
@@ -276,20 +288,34 @@ def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
 
 
 def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
-                    bag_lengths: list[float], row_bytes: int, out_bytes: int) -> float:
-    """Predicted pooled-forward time: the longer of the bytes at the copy rate and the programs' chains
-    of dependent round trips over the resident slots, plus the load-issue time of the whole tile
-    (masked lanes included) and the last program's chain (the tail of the grid)."""
+                    bag_lengths: list[float], row_bytes: int, out_bytes: int, hit_fraction: float = 0.0) -> float:
+    """Predicted pooled-forward time: the longer of the bytes at the copy rate (row reads that miss
+    L2, ``1 - hit_fraction`` of them, and the output) and the programs' chains of dependent round trips
+    over the resident slots, plus the load-issue time of the whole tile (masked lanes included) and the
+    last program's chain (the tail of the grid)."""
     lat = LOADED_LATENCY_S[spec.vendor]
     programs = -(-batch_size // tile.bags)
     iters = [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths]
-    chains = [FORWARD_SETUP_TRIPS + FORWARD_TRIPS_PER_ITER * it for it in iters]
+    per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * max(tile.num_warps / tile.bags - 1, 0)
+    chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
     latency_s = programs * sum(chains) * lat / forward_slots(tile, spec)
     nnz = batch_size * sum(bag_lengths)
-    bytes_s = (nnz * row_bytes + batch_size * len(bag_lengths) * out_bytes) / ceil.copy_bandwidth.value
+    read = nnz * row_bytes * (1.0 - hit_fraction)
+    bytes_s = (read + batch_size * len(bag_lengths) * out_bytes) / ceil.copy_bandwidth.value
     issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
     issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
     return max(bytes_s, latency_s) + issue_s + max(chains, default=0) * lat
+
+
+def least_hit_fraction(table_rows: list[int], accesses: list[float], row_bytes: int, spec: DeviceSpec) -> float:
+    """Fraction of a lookup's row reads that hit L2 when each feature's ids spread uniformly over its
+    table (``table_rows[i]`` rows, ``accesses[i]`` ids): the least reuse any data can have, since a
+    table smaller than its share of the L2 stays resident whatever the skew."""
+    total = sum(accesses)
+    if total <= 0:
+        return 0.0
+    loads = [TableLoad(rows=r, row_bytes=row_bytes, accesses=a) for r, a in zip(table_rows, accesses, strict=True)]
+    return sum(l2_hits(loads, spec.l2_bytes)) / total
 
 
 #: Dependent DRAM round trips of one update program, per variant (counted from ``tbe_backward``):
