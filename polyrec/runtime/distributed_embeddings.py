@@ -42,9 +42,8 @@ def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
     lookups per sample on one of 2 ranks, 1.54x scaling, multi_gpu_world2_*); a table with more than
     an even share of all lookups is split row-wise over every rank (no table placement could balance
     it). Without: bytes balanced, largest tables first onto the lightest rank. Tables with more than
-    ``row_wise_above`` rows are split row-wise over every rank too. A table's lookups weigh
-    ``BAG_LOOKUPS`` more than its ids per sample (its bag)."""
-    weight = [n + BAG_LOOKUPS for n in lookups] if lookups is not None else list(table_rows)
+    ``row_wise_above`` rows are split row-wise over every rank too."""
+    weight = list(lookups) if lookups is not None else list(table_rows)
     if len(weight) != len(table_rows):
         raise ValueError(f"default_shardings: {len(weight)} lookup counts for {len(table_rows)} tables")
     cap = max(BYTES_SLACK * sum(table_rows) / world_size, max(table_rows, default=0))
