@@ -27,7 +27,6 @@ from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime import parallel
 from polyrec.runtime.dist import shutdown
-from polyrec.runtime import distributed_embeddings
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
 from polyrec.runtime.input_dist import InputRouter
 from polyrec.runtime.sharding import ShardedEmbedding
@@ -126,9 +125,6 @@ def main() -> None:
     parser.add_argument("--preset", default="mlperf-dcnv2", help="model preset (dcnv2-small for a smoke run)")
     parser.add_argument("--plan", type=Path, default=None,
                         help="a `polyrec plan` JSON whose table shardings to run (default: lookup-balanced table-wise)")
-    parser.add_argument("--bag-lookups", type=float, default=None,
-                        help="A/B: the default placement's weight of a bag in ids (distributed_embeddings.BAG_LOOKUPS, "
-                             f"{distributed_embeddings.BAG_LOOKUPS} unless given); results tagged bag<value>")
     parser.add_argument("--tag", default="", help="suffix of the results name (variants of one world size)")
     parser.add_argument("--without", default="",
                         help="A/B: comma-separated overlaps or launch plans to turn off, as they were before: "
@@ -152,9 +148,6 @@ def main() -> None:
         (WITHOUT | PLANS)[name][1]()
     if off:
         args.tag = "_".join(t for t in (args.tag, "without", *off) if t)
-    if args.bag_lookups is not None:
-        distributed_embeddings.BAG_LOOKUPS = args.bag_lookups
-        args.tag = "_".join(t for t in (args.tag, f"bag{args.bag_lookups:g}") if t)
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch_size, row_cap=args.row_cap, steps=10**6,
                       synthetic_pool=4, embedding_backend="polyrec", dense_backend=args.dense_backend,
                       plan=args.plan)
@@ -184,8 +177,7 @@ def main() -> None:
         row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
                "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],
                "peak_gb_max_rank": float(peak), "row_cap": args.row_cap, "preset": args.preset,
-               "shardings": str(args.plan) if args.plan else
-                   f"default (lookup-balanced table-wise, a bag = {distributed_embeddings.BAG_LOOKUPS:g} ids)",
+               "shardings": str(args.plan) if args.plan else "default (lookup-balanced table-wise)",
                **{k: v for k, v in measured.items() if k.endswith("_ms") and k != "ms_per_step"}}
         summary = dict(row)
         out_dir = Path(os.environ.get("POLYREC_RESULTS_DIR") or RESULTS_DIR)

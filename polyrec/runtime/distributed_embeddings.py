@@ -29,9 +29,6 @@ _SEED_STRIDE = 1_000_003
 #: (MLPerf DLRM-DCNv2 on 2 H200s: 1.25 x 52 GB of fp32 rows and row-wise state fits 141 GB with the
 #: activations of a 65536 batch, ~20 GB: benchmarks/results/multi_gpu_world1_*).
 BYTES_SLACK = 1.25
-#: What one bag (one feature of one sample) weighs in lookup balancing, in ids: a bag costs the pooled
-#: forward its offsets, its programs' setup and its output row whatever its length.
-BAG_LOOKUPS = 0.0
 
 
 def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
