@@ -8,7 +8,6 @@ docs/tbe.md.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -32,48 +31,27 @@ class FusedBackward:
             return (self.seed * 1_000_003 + self.step * 7_919 + 1) & 0x7FFFFFFF
         return int(torch.randint(0, 2**31 - 1, (1,)))
 
-    def prepare_backward(self, batch: JaggedBatch, stream: torch.cuda.Stream | None = None) -> None:
+    def prepare_backward(self, batch: JaggedBatch) -> None:
         """Do now the part of the pooled lookup's backward that reads only the ids (sort keys, the
         sort, and for the lane update the gradient offsets of a contiguous ``[B, output_dim]``
         gradient), so that it runs while something else does: sharded embeddings call it while the
         pooled rows cross the all-to-all. The next backward of this same batch (same ``values`` and
         ``offsets`` tensors, unmodified) uses it; anything else recomputes. Kept until then or the
-        next ``forward``. ``stream``: queue it there, after what the current stream has queued, so that
-        the current stream goes on at once (the backward waits for it)."""
+        next ``forward``."""
         if not self.pooled_features or batch.nnz == 0 or batch.batch_size == 0:
             return
-        if stream is not None:
-            stream.wait_stream(torch.cuda.current_stream(self.weights.device))
-            read = [batch.values, batch.offsets, batch.weights]
-            if self._forward_keys is not None:
-                read += [self._forward_keys.keys, self._forward_keys.src, self._forward_keys.scale]
-            for t in read:  # made on other streams, read on this one: not reused before it has
-                if t is not None:
-                    t.record_stream(stream)
-        with torch.no_grad(), torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        with torch.no_grad():
             ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
             if self._update_config(batch.nnz).variant == "lane":
                 ids.grad_stride = self.output_dim
                 ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
                                                             batch.batch_size, False)
-            if stream is not None:
-                ids.ready = torch.cuda.Event()
-                ids.ready.record(stream)
         self._prepared = ids
 
     def _take_prepared(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> SortedIds | None:
-        """The prepared sort of exactly this batch (the same tensors at the same version), once; the
-        current stream waits for it when it was queued on another."""
+        """The prepared sort of exactly this batch (the same tensors at the same version), once."""
         ids, self._prepared = self._prepared, None
-        if not _of_batch(ids, values, offsets, per_sample):
-            return None
-        if ids.ready is not None:
-            current = torch.cuda.current_stream(self.weights.device)
-            current.wait_event(ids.ready)
-            for t in (ids.keys, ids.perm, ids.g_off, ids.sorted_scale):
-                if t is not None:
-                    t.record_stream(current)
-        return ids
+        return ids if _of_batch(ids, values, offsets, per_sample) else None
 
     def new_sort_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
                       sequence: bool = False) -> SortKeys:
@@ -236,7 +214,6 @@ class SortedIds:
     grad_stride: int | None = None  # the gradient row stride g_off was computed for (lane update)
     g_off: Tensor | None = None  # [padded_length] gradient element offsets in sorted order (padding: 0)
     sorted_scale: Tensor | None = None  # [padded_length] scales in sorted order (padding: 0)
-    ready: torch.cuda.Event | None = None  # recorded after them when prepared on a side stream
 
 
 def _of_batch(held: SortKeys | SortedIds | None, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> bool:

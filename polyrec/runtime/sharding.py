@@ -258,8 +258,6 @@ class ShardedEmbedding(nn.Module):
         # The input distribution's stream: only with its own group, whose collectives no other stream
         # queues (a group's collectives on two streams would be ordered by whichever the host issued first).
         self.input_stream = torch.cuda.Stream(device) if input_group is not None and device.type == "cuda" else None
-        # Where the local tables' backward prelude runs (beside the placement and the dense forward).
-        self.prelude_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         if world_size > 1 and hasattr(self.local, "defer_errors"):
             self.local.defer_errors = True  # raised by check_errors, on every rank together
         self.router = InputRouter(self.pieces, self.num_features, device)
@@ -458,16 +456,13 @@ class ShardedEmbedding(nn.Module):
 
     def _backward_prelude(self, local_batch: JaggedBatch) -> Callable[[], None] | None:
         """What of the local tables' backward can run while the pooled rows cross the all-to-all: a
-        local module may define ``prepare_backward(batch, stream)`` (polyrec's TBE sorts the ids there,
-        ~0.9 ms of a world-2 MLPerf step otherwise spent after the gradient arrives). Only when a
-        backward will follow. On a GPU it is queued on ``prelude_stream``: on the current stream it
-        stood between the lookup and the placement, and once the rows crossed as soon as the lookup
-        ended (two receive buffers, ``peer_exchange``), rank 0 of the world-2 MLPerf step placed them
-        0.31 ms after they had landed, behind its 0.78 ms of sort (session 14 trace)."""
+        local module may define ``prepare_backward(batch)`` (polyrec's TBE sorts the ids there, ~0.9 ms
+        of a world-2 MLPerf step otherwise spent after the gradient arrives). Only when a backward
+        will follow."""
         prepare = getattr(self.local, "prepare_backward", None)
         if prepare is None or not torch.is_grad_enabled() or local_batch.num_features == 0:
             return None
-        return functools.partial(prepare, local_batch, self.prelude_stream)
+        return functools.partial(prepare, local_batch)
 
     def forward(self, batch: JaggedBatch, started: StartedInputs | None = None) -> Tensor:
         """Local batch [B samples x F features] -> pooled [B, sum of feature dims], feature order.
