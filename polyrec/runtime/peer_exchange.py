@@ -4,23 +4,15 @@ NCCL moves an all-to-all with CTAs on the SMs, and the GEMMs running beside it s
 two H200s (``benchmarks/peer_exchange.py``, ``peer_exchange_nvidia-h200_2026-11-30``): 218 MB sent per
 rank, NCCL's ``all_to_all_single`` 0.79 ms alone, and three ``[3456 x 65536] x [65536 x 512]`` GEMMs
 (0.99 ms alone) beside it took 0.60 ms longer; pushed by ``cudaMemcpyAsync`` into the peers' memory
-(copy engines, no SM) between a barrier before and one after the copies, 0.81 ms alone and 0.27 ms
-longer beside the GEMMs.
+(copy engines, no SM) with the two barriers below, 0.81 ms alone and 0.27 ms longer beside the GEMMs.
 
-Each rank holds two receive buffers per direction in symmetric memory
-(``torch.distributed._symmetric_memory``: every rank maps every peer's buffer), used in turn. An
-exchange, on a side stream that first waits for the caller's stream: one copy per destination into
-that rank's buffer at this rank's place, a barrier (every block has landed), an event the caller's
-stream waits on. What ``wait`` returns is valid until the next-but-one exchange of the same direction
-(the sharded embeddings consume it at once: the placement, the tables' backward).
-
-No barrier before the copies: the buffer an exchange writes was last written two exchanges ago, and
-no rank passes the barrier of the exchange in between before every rank has reached it, which each
-does only after its side stream waited for what its caller had queued before that exchange, the
-consumers of the data two exchanges ago included. A rank whose lookup ends first starts its copies at
-once instead of waiting for the slowest (world-2 MLPerf profile, session 14: rank 1, sending 20 of the
-26 features' rows, waited 0.31 ms at that barrier for rank 0's lookup, and its 0.85 ms of copies then
-set the forward's end).
+Each rank holds one receive buffer per direction in symmetric memory
+(``torch.distributed._symmetric_memory``: every rank maps every peer's buffer). An exchange, on a side
+stream that first waits for the caller's stream: a barrier (every rank's receive buffer is free: its
+consumers, earlier on that rank's stream, are done), one copy per destination into that rank's buffer
+at this rank's place, a barrier (every block has landed), an event the caller's stream waits on. The
+receive buffer is reused by the next exchange of the same direction, so what ``wait`` returns is
+valid until then (the sharded embeddings consume it at once: the placement, the tables' backward).
 """
 
 from __future__ import annotations
@@ -37,12 +29,9 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
-#: Barrier channel (a slot of the symmetric memory's signal pad) of each direction, after its copies;
-#: the two directions may be in flight at once, so they use their own.
-CHANNELS = {"rows": 0, "grads": 1}
-#: Receive buffers per direction, used in turn (the module docstring: why two need no barrier before
-#: the copies).
-BUFFERS_PER_DIRECTION = 2
+#: Barrier channels (slots of the symmetric memory's signal pad) of each direction: one before the
+#: copies, one after; the two directions may be in flight at once, so they use their own.
+CHANNELS = {"rows": (0, 1), "grads": (2, 3)}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -73,22 +62,20 @@ class CopyEngineExchange:
         self.device = device
         self.timeout_ms = int(1e3 * timeout_s)
         self.stream = torch.cuda.Stream(device)
-        self._buffers: dict[tuple[str, int], _Buffer] = {}
-        self._started = dict.fromkeys(CHANNELS, 0)
+        self._buffers: dict[str, _Buffer] = {}
 
-    def _buffer(self, key: tuple[str, int], dtype: torch.dtype, numel: int) -> _Buffer:
-        """The receive buffer ``key`` (direction, turn), at least ``numel`` elements of ``dtype`` (the
-        same on every rank: allocating one is a collective, and every rank asks for the same size at the
-        same call)."""
+    def _buffer(self, direction: str, dtype: torch.dtype, numel: int) -> _Buffer:
+        """This direction's receive buffer, at least ``numel`` elements of ``dtype`` (the same on every
+        rank: allocating one is a collective, and every rank asks for the same size at the same call)."""
         from torch.distributed import _symmetric_memory as symm_mem
 
-        have = self._buffers.get(key)
+        have = self._buffers.get(direction)
         if have is not None and have.tensor.dtype == dtype and have.tensor.numel() >= numel:
             return have
-        self._buffers.pop(key, None)
+        self._buffers.pop(direction, None)
         tensor = symm_mem.empty(numel, dtype=dtype, device=self.device)
-        self._buffers[key] = _Buffer(tensor=tensor, handle=symm_mem.rendezvous(tensor, self.group_name))
-        return self._buffers[key]
+        self._buffers[direction] = _Buffer(tensor=tensor, handle=symm_mem.rendezvous(tensor, self.group_name))
+        return self._buffers[direction]
 
     def start(self, src: Tensor, send: Sequence[int], recv: Sequence[int], *, at_dest: Sequence[int],
               capacity: int, direction: str) -> tuple[CopiesLanded, Tensor]:
@@ -96,11 +83,11 @@ class CopyEngineExchange:
         at element ``at_dest[d]`` of its buffer; this rank receives ``recv`` (its blocks, in rank order)
         into the start of its own. ``capacity``: the buffer size every rank asks for. Returns the work
         and the received elements (a view of the buffer)."""
-        turn = self._started[direction] % BUFFERS_PER_DIRECTION
-        self._started[direction] += 1
-        buf = self._buffer((direction, turn), src.dtype, capacity)
+        buf = self._buffer(direction, src.dtype, capacity)
+        before, after = CHANNELS[direction]
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
+            buf.handle.barrier(channel=before, timeout_ms=self.timeout_ms)
             start = 0
             for d, (n, offset) in enumerate(zip(send, at_dest)):
                 if n:
@@ -109,7 +96,7 @@ class CopyEngineExchange:
                         buf.peers[key] = buf.handle.get_buffer(d, (n,), src.dtype, storage_offset=offset)
                     buf.peers[key].copy_(src[start:start + n])
                 start += n
-            buf.handle.barrier(channel=CHANNELS[direction], timeout_ms=self.timeout_ms)
+            buf.handle.barrier(channel=after, timeout_ms=self.timeout_ms)
             landed = torch.cuda.Event()
             landed.record(self.stream)
         src.record_stream(self.stream)
