@@ -50,3 +50,30 @@ def test_one_launch_when_splitting_does_not_pay(monkeypatch):
 def test_no_features_is_refused():
     with pytest.raises(ValueError, match="no pooled features"):
         plan_forward(SPEC, bag_lengths=[], **SHAPE)
+
+
+#: MLPerf DLRM-DCNv2's rows per table (MLPerf Training recommendation_v2).
+MLPERF_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209, 11938,
+               155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
+
+
+def test_world2_rank1_splits_its_short_bags_and_one_gpu_does_not():
+    """With the tables' rows (their least L2 reuse), the 20 features the default world-2 placement gives
+    rank 1 plan two launches, as measured fastest (benchmarks/results/forward_model_2026-11-30: 1.546 ->
+    1.160 ms), and all 26 on one GPU one 4 x 4 launch (the fastest there, 1.152 ms)."""
+    rank1 = [1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 19, 21, 22, 23, 24, 25]
+    shape = dict(block_d=128, row_bytes=512)
+    launches = plan_forward(SPEC, batch_size=131072, bag_lengths=[float(MLPERF_HOTS[t]) for t in rank1],
+                            table_rows=[MLPERF_ROWS[t] for t in rank1], **shape)
+    assert _covers_once(launches, len(rank1)) and len(launches) == 2
+    by_config = {launch.config: [MLPERF_HOTS[rank1[f]] for f in launch.features] for launch in launches}
+    assert 1 not in by_config[LONG] and max(by_config[ONE_HOT]) <= 5  # one-hot and short bags: 16 x 1
+    assert all(h in by_config[LONG] for h in (6, 7, 8, 9, 10, 12, 27))  # the long bags: 4 x 4
+    one_gpu = plan_forward(SPEC, batch_size=65536, bag_lengths=[float(h) for h in MLPERF_HOTS],
+                           table_rows=MLPERF_ROWS, **shape)
+    assert len(one_gpu) == 1 and one_gpu[0].config == LONG
+
+
+def test_table_rows_must_match_the_features():
+    with pytest.raises(ValueError, match="2 table row counts for 3 features"):
+        plan_forward(SPEC, bag_lengths=[1, 2, 3], table_rows=[10, 20], **SHAPE)
