@@ -11,8 +11,8 @@ import pytest
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
-from polyrec.perfmodel.tbe import (ForwardTile, GatherConfig, TableLoad, UpdateShape, estimate, forward_seconds,
-                                   gather_efficiency, l2_hits, unique_rows)
+from polyrec.perfmodel.tbe import (ForwardTile, TableLoad, UpdateShape, estimate, forward_seconds, gather_efficiency,
+                                   l2_hits, unique_rows)
 
 
 def test_gather_efficiency_by_row_size():
@@ -70,10 +70,10 @@ def test_mlperf_estimate_is_bandwidth_bound():
             155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
     hots = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
     loads = [TableLoad(rows=r, row_bytes=512, accesses=65536 * h) for r, h in zip(rows, hots)]
-    cfg = GatherConfig(rows_in_flight=32, block_d=128, num_warps=4, programs=100_000)
+    one_launch = [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2), range(len(loads)))]
     lane = UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32)
     est = estimate(loads, batch_size=65536, out_dim=26 * 128, out_bytes=4, state_bytes_per_row=4, spec=spec,
-                   ceil=ceilings(spec), fwd=cfg, bwd=lane)
+                   ceil=ceilings(spec), fwd=one_launch, bwd=lane)
     floor = est.forward_bytes / ceilings(spec).copy_bandwidth.value
     assert floor <= est.forward_s < 1.5 * floor
     assert est.backward_s > est.forward_s
@@ -249,7 +249,7 @@ def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
     (2 x unique x the saved 256 B); a bf16 gradient halves the slices."""
     spec = get_device("H200")
     ceil = ceilings(spec)
-    fwd = GatherConfig(rows_in_flight=16, block_d=128, num_warps=2, programs=4096)
+    fwd = [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2), [0])]
     out = {}
     for wb in (4, 2):
         tables = [TableLoad(rows=1_000_000, row_bytes=128 * wb, accesses=65536 * 8)]

@@ -19,24 +19,19 @@ Everything is bytes over a bandwidth, with three corrections:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
 
 #: DRAM access granularity in bytes, per vendor (sources in the module docstring).
 GATHER_GRANULARITY = {"nvidia": 32, "amd": 64}
-#: Loaded DRAM latency, seconds. NVIDIA: ~0.5-0.6 us on H100 (Chips and Cheese, "Nvidia's H100: Funny
-#: L2, and Tons of Bandwidth", 2023); AMD: ~0.7-0.8 us on MI300X (Chips and Cheese, "Testing AMD's
-#: Giant MI300X", 2024). Estimates: the occupancy term only ranks configs, it does not set the floor.
-DRAM_LATENCY_S = {"nvidia": 600e-9, "amd": 800e-9}
 #: Resident warps (waves) per SM / CU: 64 on Hopper (CUDA C++ Programming Guide, "Technical
 #: Specifications per Compute Capability"); CDNA3 holds 8 waves per SIMD x 4 SIMDs (estimate from the
 #: CDNA3 ISA guide's wave slots).
 MAX_WARPS_PER_CU = {"nvidia": 64, "amd": 32}
 #: Resident programs (thread blocks / workgroups) per SM / CU: 32 on Hopper (CUDA guide, same table).
 MAX_PROGRAMS_PER_CU = {"nvidia": 32, "amd": 32}
-#: Registers a thread needs beyond its tile: addresses, loop state, masks (estimate, checked by compiles).
-REGISTER_OVERHEAD = 40
 #: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
 SORT_DIGIT_BITS = 8
 #: Fraction of the copy rate ``torch.sort`` of the TBE's keys reaches on the bytes ``sort_seconds``
@@ -132,45 +127,6 @@ def l2_hits(tables: list[TableLoad], l2_bytes: int) -> list[float]:
     return hits
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GatherConfig:
-    """Launch shape of a gather kernel: ``rows_in_flight`` rows per program, BLOCK_D, warps."""
-
-    rows_in_flight: int  # rows one program loads per loop iteration (BAGS * HOTS or PIECES)
-    block_d: int  # padded row width, elements
-    num_warps: int
-    programs: int  # grid size
-
-
-def registers_per_thread(cfg: GatherConfig, warp_size: int, live_tiles: int = 2) -> int:
-    """Estimated 32-bit registers per thread: ``live_tiles`` fp32 tiles of the loop plus overhead."""
-    elems = cfg.rows_in_flight * cfg.block_d / (cfg.num_warps * warp_size)
-    return int(live_tiles * elems) + REGISTER_OVERHEAD
-
-
-def programs_per_cu(cfg: GatherConfig, spec: DeviceSpec, live_tiles: int = 2) -> int:
-    regs = registers_per_thread(cfg, spec.warp_size, live_tiles)
-    by_regs = spec.registers_per_cu // max(regs * cfg.num_warps * spec.warp_size, 1)
-    by_warps = MAX_WARPS_PER_CU[spec.vendor] // cfg.num_warps
-    return max(0, min(by_regs, by_warps, MAX_PROGRAMS_PER_CU[spec.vendor]))
-
-
-def achieved_bandwidth(cfg: GatherConfig, spec: DeviceSpec, ceil: Ceilings, row_bytes: float,
-                       live_tiles: int = 2) -> float:
-    """bytes/s a gather config sustains: the copy rate, capped by bytes in flight / latency and by
-    the fraction of the last wave of programs that is busy."""
-    per_cu = programs_per_cu(cfg, spec, live_tiles)
-    if per_cu == 0:
-        return 0.0
-    resident = min(per_cu * spec.compute_units, cfg.programs)
-    in_flight = resident * cfg.rows_in_flight * row_bytes
-    bw = min(ceil.copy_bandwidth.value, in_flight / DRAM_LATENCY_S[spec.vendor])
-    slots = per_cu * spec.compute_units
-    waves = cfg.programs / slots
-    tail = waves / math.ceil(waves) if waves > 1 else 1.0
-    return bw * tail
-
-
 def sort_seconds(n: int, key_bytes: int, ceil: Ceilings) -> float:
     """Radix sort of n (key, int64 index) pairs: one pass per digit, each reading and writing both, at
     SORT_COPY_FRACTION of the copy rate."""
@@ -192,10 +148,12 @@ class StepEstimate:
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
-             spec: DeviceSpec, ceil: Ceilings, fwd: GatherConfig, bwd: UpdateShape,
+             spec: DeviceSpec, ceil: Ceilings, fwd: Sequence[tuple[ForwardTile, Sequence[int]]], bwd: UpdateShape,
              weight_bytes: int = 4, row_state: bool = False) -> StepEstimate:
     """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
-    update is ``update_seconds`` of the config the selector runs (``bwd``), the same model that picks it.
+    forward is ``planned_forward_seconds`` of the launches the module runs (``fwd``: each a tile and the
+    tables it reads) and the update ``update_seconds`` of the config the selector runs (``bwd``), the
+    same models that pick them.
     ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
     id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision.
     ``row_state``: the optimizer keeps per-row state (row-wise Adagrad), whose per-row work
@@ -210,7 +168,8 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     key_bytes = 4
     sort_keys = nnz * (key_bytes + 4)  # the trained forward also writes each id's key and gradient row
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = fwd_bytes / max(achieved_bandwidth(fwd, spec, ceil, mean_row), 1.0) + ceil.launch_latency.value
+    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, weight_bytes=weight_bytes, spec=spec, ceil=ceil)
+             + sort_keys / ceil.copy_bandwidth.value)
     uniq = sum(unique_rows(t) for t in tables)
     grad_row = mean_row / weight_bytes * bwd.grad_bytes  # gradient slice per id
     update_kw = dict(nnz=nnz, unique=uniq, row_bytes=mean_row, grad_row_bytes=grad_row,
@@ -316,6 +275,23 @@ def least_hit_fraction(table_rows: list[int], accesses: list[float], row_bytes: 
         return 0.0
     loads = [TableLoad(rows=r, row_bytes=row_bytes, accesses=a) for r, a in zip(table_rows, accesses, strict=True)]
     return sum(l2_hits(loads, spec.l2_bytes)) / total
+
+
+def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[ForwardTile, Sequence[int]]], *,
+                            batch_size: int, weight_bytes: int, spec: DeviceSpec, ceil: Ceilings) -> float:
+    """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
+    index) priced by ``forward_seconds`` at the L2 hits of those tables under their skew (``l2_hits``),
+    plus a launch latency each."""
+    total = 0.0
+    for tile, reads in launches:
+        loads = [tables[i] for i in reads]
+        accesses = sum(t.accesses for t in loads)
+        hit = sum(l2_hits(loads, spec.l2_bytes)) / accesses if accesses > 0 else 0.0
+        total += forward_seconds(tile, spec, ceil, batch_size=batch_size,
+                                 bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
+                                 row_bytes=tile.block_d * weight_bytes, out_bytes=4, hit_fraction=hit)
+        total += ceil.launch_latency.value
+    return total
 
 
 #: Dependent DRAM round trips of one update program, per variant (counted from ``tbe_backward``):

@@ -18,6 +18,7 @@ from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import gemm_select, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
+from polyrec.kernels.tbe_forward_plan import plan_forward
 from polyrec.perfmodel import tbe
 from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
 from polyrec.planner import memory as mem
@@ -130,15 +131,13 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
         rows = min(s.cache_rows, s.rows) if cached else s.rows
         tables.append(tbe.TableLoad(rows=rows, row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew))
     nnz = sum(t.accesses for t in tables)
-    mean_bag = nnz / (bags * len(loads))
-    fcfg = tbe_select.select_forward(spec, batch_size=bags, num_features=len(loads), mean_bag=max(mean_bag, 1e-3),
-                                     block_d=block_d, row_bytes=block_d * wb)
+    launches = plan_forward(spec, batch_size=bags, bag_lengths=[t.accesses / bags for t in tables], block_d=block_d,
+                            row_bytes=block_d * wb, table_rows=[t.rows for t in tables])
+    fwd = [(tbe.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d, num_warps=la.config.num_warps),
+            la.features) for la in launches]
     ucfg = tbe_select.select_update(spec, nnz=max(int(nnz), 1), block_d=block_d, row_bytes=block_d * wb,
                                     state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], stochastic=wb < 4,
                                     grad_bytes=grad_bytes)
-    fwd = tbe.GatherConfig(rows_in_flight=max(1, int(fcfg.bags * max(1.0, min(fcfg.hots, mean_bag)))),
-                           block_d=block_d, num_warps=fcfg.num_warps,
-                           programs=math.ceil(bags / fcfg.bags) * len(loads))
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
                           merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
@@ -146,8 +145,8 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
                        state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd, weight_bytes=wb,
                        row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
-    label = (f"fwd bags={fcfg.bags} hots={fcfg.hots} warps={fcfg.num_warps}; "
-             f"update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
+    label = ("fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
+                                 for la in launches) + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
     return est.forward_s, est.backward_s, est.sort_s, label
 
 
