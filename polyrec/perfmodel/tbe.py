@@ -12,8 +12,9 @@ Everything is bytes over a bandwidth, with three corrections:
   log-uniform skew of the benchmark: rank = floor((rows+1)^u) - 1, which is Zipf with exponent ~1).
   L2 is modelled as an ideal frequency cache shared by all tables: the hottest rows, over all tables,
   that fit stay resident; each resident row still misses once (compulsory miss).
-* **Latency-bound occupancy.** Little's law: bandwidth needs ``bandwidth * latency`` bytes in flight;
-  a config keeps ``programs per CU * rows in flight per program * row bytes`` in flight.
+* **Latency-bound occupancy.** The kernels' programs wait on chains of dependent loads: a launch
+  takes at least its programs' round trips over the programs resident at once (registers, warp and
+  block slots decide how many), and the lane update's instructions at the SMs' issue rate.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     key_bytes = 4
     sort_keys = nnz * (key_bytes + 4)  # the trained forward also writes each id's key and gradient row
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, weight_bytes=weight_bytes, spec=spec, ceil=ceil)
+    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, weight_bytes=weight_bytes, out_bytes=out_bytes,
+                                     spec=spec, ceil=ceil)
              + sort_keys / ceil.copy_bandwidth.value)
     uniq = sum(unique_rows(t) for t in tables)
     grad_row = mean_row / weight_bytes * bwd.grad_bytes  # gradient slice per id
@@ -266,30 +268,32 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     return max(bytes_s, latency_s) + issue_s + max(chains, default=0) * lat
 
 
+def hit_fraction(tables: list[TableLoad], spec: DeviceSpec) -> float:
+    """Fraction of the row reads of ``tables`` that hit L2 (``l2_hits``, each table under its skew)."""
+    total = sum(t.accesses for t in tables)
+    return sum(l2_hits(tables, spec.l2_bytes)) / total if total > 0 else 0.0
+
+
 def least_hit_fraction(table_rows: list[int], accesses: list[float], row_bytes: int, spec: DeviceSpec) -> float:
-    """Fraction of a lookup's row reads that hit L2 when each feature's ids spread uniformly over its
-    table (``table_rows[i]`` rows, ``accesses[i]`` ids): the least reuse any data can have, since a
-    table smaller than its share of the L2 stays resident whatever the skew."""
-    total = sum(accesses)
-    if total <= 0:
-        return 0.0
-    loads = [TableLoad(rows=r, row_bytes=row_bytes, accesses=a) for r, a in zip(table_rows, accesses, strict=True)]
-    return sum(l2_hits(loads, spec.l2_bytes)) / total
+    """``hit_fraction`` when each feature's ids spread uniformly over its table (``table_rows[i]`` rows,
+    ``accesses[i]`` ids): the least reuse any data can have, since a table smaller than its share of
+    the L2 stays resident whatever the skew."""
+    return hit_fraction([TableLoad(rows=r, row_bytes=row_bytes, accesses=a)
+                         for r, a in zip(table_rows, accesses, strict=True)], spec)
 
 
 def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[ForwardTile, Sequence[int]]], *,
-                            batch_size: int, weight_bytes: int, spec: DeviceSpec, ceil: Ceilings) -> float:
+                            batch_size: int, weight_bytes: int, out_bytes: int, spec: DeviceSpec,
+                            ceil: Ceilings) -> float:
     """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
-    index) priced by ``forward_seconds`` at the L2 hits of those tables under their skew (``l2_hits``),
-    plus a launch latency each."""
+    index) priced by ``forward_seconds`` at those tables' ``hit_fraction``, plus a launch latency each."""
     total = 0.0
     for tile, reads in launches:
         loads = [tables[i] for i in reads]
-        accesses = sum(t.accesses for t in loads)
-        hit = sum(l2_hits(loads, spec.l2_bytes)) / accesses if accesses > 0 else 0.0
         total += forward_seconds(tile, spec, ceil, batch_size=batch_size,
                                  bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
-                                 row_bytes=tile.block_d * weight_bytes, out_bytes=4, hit_fraction=hit)
+                                 row_bytes=tile.block_d * weight_bytes, out_bytes=out_bytes,
+                                 hit_fraction=hit_fraction(loads, spec))
         total += ceil.launch_latency.value
     return total
 
