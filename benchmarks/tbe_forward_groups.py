@@ -36,7 +36,7 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.models.config import preset
-from polyrec.perfmodel.tbe import ForwardTile, forward_seconds
+from polyrec.perfmodel.tbe import ForwardTile, forward_seconds, least_hit_fraction
 from polyrec.results import write_results
 from polyrec.runtime.distributed_embeddings import default_shardings
 from tbe import DIM
@@ -87,12 +87,15 @@ def plan_ms(module: TableBatchedEmbedding, batch: JaggedBatch, plan: list[tuple[
     return triton.testing.do_bench(run, warmup=25, rep=200, return_mode="median")
 
 
-def predicted_ms(cfg: tbe_select.ForwardConfig, block_d: int, batch_size: int, hots: list[int]) -> float:
-    """``forward_seconds`` of a config as the selector prices it (H200 ceilings), ms."""
+def predicted_ms(cfg: tbe_select.ForwardConfig, block_d: int, batch_size: int, hots: list[int],
+                 rows: list[int]) -> float:
+    """``forward_seconds`` of a config as the module's plan prices it (H200 ceilings, the tables'
+    least L2 reuse), ms."""
     spec = get_device("H200")
     tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps)
+    hit = least_hit_fraction(rows, [batch_size * h for h in hots], 4 * block_d, spec)
     return 1e3 * forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=hots,
-                                 row_bytes=4 * block_d, out_bytes=4)
+                                 row_bytes=4 * block_d, out_bytes=4, hit_fraction=hit)
 
 
 def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list[dict]:
@@ -111,7 +114,8 @@ def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list
         ms = plan_ms(module, batch, [(every, cfg)], expected)
         rows.append({"case": case, "plan": "one launch", "features": len(every), "config": str(cfg), "ms": ms,
                      "candidate": cfg in candidates,
-                     "predicted_ms": predicted_ms(cfg, module.block_d, batch.batch_size, hots)})
+                     "predicted_ms": predicted_ms(cfg, module.block_d, batch.batch_size, hots,
+                                                  [config.table_rows[t] for t in features])})
     module.staged_forward = True
     for cfg in candidates:  # the same launches with the loads staged (pooled_forward_kernel's STAGED)
         rows.append({"case": case, "plan": "one launch, staged loads", "features": len(every), "config": str(cfg),
