@@ -29,8 +29,9 @@ from polyrec.runtime import parallel
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
 from polyrec.runtime.input_dist import InputRouter
-from polyrec.runtime.sharding import ShardedEmbedding
+from polyrec.runtime.sharding import ShardedEmbedding, TableSharding, make_shards
 from profiling import kernel_table
+from shard_ids import ids_by_rank
 
 
 def _ids_as_given() -> None:
@@ -104,6 +105,18 @@ def rank_kernels(trainer: Trainer, trace_dir: Path | None) -> list[list[dict]]:
     return tables
 
 
+def shard_ids_of(trainer: Trainer, batch_per_gpu: int) -> list[dict]:
+    """The ids and distinct rows each rank's shards receive in a step of this run's data
+    (``shard_ids.ids_by_rank``; one rank's tables all on it in a world of one)."""
+    config, world = trainer.model_config, trainer.ctx.world_size
+    sharded = getattr(trainer.model.embeddings, "sharded", None)
+    shards = sharded.shards if sharded is not None else make_shards(
+        config.table_rows, [config.embedding_dim] * len(config.table_rows),
+        [TableSharding(kind="table", ranks=(0,))] * len(config.table_rows), 1)
+    return ids_by_rank(config, shards, world, batch_per_gpu, device=trainer.rt.device,
+                       distribution=trainer.source.distribution, alpha=trainer.source.alpha)
+
+
 def same_shape_world1(out_dir: Path, batch: int, row_cap: int | None, preset: str) -> dict | None:
     """The newest 1-GPU results summary in ``out_dir`` of the same model, batch per GPU and row cap
     (the scaling ratio's denominator), or None."""
@@ -173,6 +186,7 @@ def main() -> None:
     phases: list[dict] = [{} for _ in range(world)]  # every rank's phase times (the ranks differ)
     torch.distributed.all_gather_object(phases, {k: v for k, v in measured.items() if k.endswith("_ms")})
     kernels = rank_kernels(trainer, args.trace) if args.profile else []
+    ids = shard_ids_of(trainer, args.batch_size) if args.profile and trainer.ctx.is_main else []
     if trainer.ctx.is_main:
         row = {"world_size": world, "batch_per_gpu": args.batch_size, "global_samples_per_s": measured["samples_per_s"] * world,
                "samples_per_s_per_gpu": measured["samples_per_s"], "ms_per_step": measured["ms_per_step"],
@@ -186,11 +200,14 @@ def main() -> None:
             summary["scaling_vs_1_gpu"] = row["global_samples_per_s"] / one["global_samples_per_s"]
             summary["efficiency"] = summary["scaling_vs_1_gpu"] / world
         write_results(f"multi_gpu_world{world}" + (f"_{args.tag}" if args.tag else "") + ("_profile" if args.profile else ""),
-                      {"measured": measured, "phases_by_rank": phases, "kernels_by_rank": kernels}, rows=[row],
+                      {"measured": measured, "phases_by_rank": phases, "kernels_by_rank": kernels,
+                       "ids_by_rank": ids}, rows=[row],
                       summary=summary)
         print(json.dumps(summary, indent=1))
         for rank, table in enumerate(kernels):
             print(f"rank {rank}: " + "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f}" for k in table[:12]))
+        for c in ids:
+            print(f"rank {c['rank']}: {c['shards']} shards, {c['ids'] / 1e6:.2f}M ids, {c['unique_rows'] / 1e6:.2f}M distinct rows")
     del trainer  # its DDP module holds the process group
     shutdown(completed=True)
 
