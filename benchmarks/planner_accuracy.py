@@ -77,9 +77,9 @@ PROBE_WINDOWS_PER_PASS = 2
 QUICK = (("dcnv2-small", None, 2048, "rowwise_adagrad", "bf16", "uniform", "fp32"),
          ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform", "fp16"),
          ("dlrm-criteo-kaggle", 100_000, 2048, "rowwise_adagrad", "bf16", "zipf", "fp32"))
-#: Synthetic "zipf" indices (polyrec.data.synthetic, exponent ~1.05) are modelled by the TBE cost
-#: model's log-uniform skew (Zipf with exponent ~1).
-DISTRIBUTION = {"uniform": "uniform", "zipf": "log_uniform"}
+#: The trainer's synthetic index distributions as the planner's (the same power law since the
+#: fourteenth session; the runs before priced "zipf" as the log-uniform skew, exponent 1).
+DISTRIBUTION = {"uniform": "uniform", "zipf": "zipf"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -3,7 +3,7 @@
 CPU only, no GPU: the planner prices the runtime's default sharding (``default_shardings``, lookups
 balanced) at each per-GPU batch that ``benchmarks/multi_gpu.py`` measured, with the committed H200
 calibration (CALIBRATION, in a private cache directory) and the trainer's power-law ids priced as
-``log_uniform``; the link is the catalog's NVLink x ``comms.COLLECTIVE_EFFICIENCY`` (no link
+``zipf`` (their exponent); the link is the catalog's NVLink x ``comms.COLLECTIVE_EFFICIENCY`` (no link
 calibration). It reads the newest committed world-1 and world-2 results of each batch and writes
 ``planner_multi_gpu_cpu_<date>``.
 
@@ -43,7 +43,7 @@ def newest(stem: str) -> dict:
 def predicted_ms(world: int, batch: int) -> float:
     """The planner's step time of the runtime's default sharding on ``world`` H200s."""
     config = preset("mlperf-dcnv2")
-    spec = model_spec_from_config(config, index_distribution="log_uniform")
+    spec = model_spec_from_config(config, index_distribution="zipf")
     shardings = default_shardings(config.table_rows, config.embedding_dim, world, lookups=config.multi_hot)
     if any(s.kind != "table" for s in shardings):
         raise SystemExit("default_shardings split a table; this check prices table-wise shards only")

@@ -31,6 +31,26 @@ def test_unique_rows_uniform_and_skewed():
     assert unique_rows(skew) < 0.5 * unique_rows(flat)
 
 
+def test_zipf_skew_is_the_trainers_power_law():
+    """The "zipf" skew draws as ``polyrec.data.synthetic`` does: the same exponent, and the distinct
+    rows it predicts for a table match those counted in a drawn batch within 2%."""
+    import torch
+
+    from polyrec.data.synthetic import DEFAULT_ZIPF_ALPHA, power_law_rows
+    from polyrec.perfmodel.tbe import ZIPF_ALPHA, rank_cdf
+
+    assert ZIPF_ALPHA == DEFAULT_ZIPF_ALPHA
+    rows, n = 4_000_000, 400_000
+    u = torch.rand(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    drawn = power_law_rows(u, torch.full((n,), float(rows), dtype=torch.float64), DEFAULT_ZIPF_ALPHA)
+    counted = torch.unique(drawn).numel()
+    assert unique_rows(TableLoad(rows=rows, row_bytes=512, accesses=n, skew="zipf")) == pytest.approx(counted, rel=0.02)
+    assert float((drawn < 1000).double().mean()) == pytest.approx(rank_cdf(1000, rows, "zipf"), abs=0.005)
+    assert rank_cdf(rows, rows, "zipf") == 1.0 and rank_cdf(0, rows, "log_uniform") == 0.0
+    with pytest.raises(ValueError, match="unknown skew"):
+        rank_cdf(5, 10, "pareto")
+
+
 def test_l2_reuse_grows_with_skew_and_cache():
     tables = [TableLoad(rows=40_000_000, row_bytes=512, accesses=6e6, skew=s) for s in ("uniform", "log_uniform")]
     small, big = l2_hits(tables, 8 << 20), l2_hits(tables, 64 << 20)

@@ -33,6 +33,15 @@ GATHER_GRANULARITY = {"nvidia": 32, "amd": 64}
 MAX_WARPS_PER_CU = {"nvidia": 64, "amd": 32}
 #: Resident programs (thread blocks / workgroups) per SM / CU: 32 on Hopper (CUDA guide, same table).
 MAX_PROGRAMS_PER_CU = {"nvidia": 32, "amd": 32}
+#: Exponent of the power law the trainer's synthetic ids follow (``polyrec.data.synthetic``'s
+#: DEFAULT_ZIPF_ALPHA; tests/test_tbe_perfmodel.py checks they agree). Priced as alpha 1 (log-uniform)
+#: until the fourteenth session, the MLPerf step's distinct rows came out 30% high: 3.61M for one GPU's
+#: 65536 samples where 2.78M are counted (benchmarks/shard_ids.py), and 2.79M with this exponent.
+ZIPF_ALPHA = 1.05
+#: Id distributions over a table's rows, with the power-law exponent of the skewed ones: "log_uniform",
+#: the TBE benchmark's rank = floor((rows+1)^u) - 1, and "zipf", the trainer's synthetic data.
+SKEW_ALPHA = {"log_uniform": 1.0, "zipf": ZIPF_ALPHA}
+SKEWS = ("uniform", *SKEW_ALPHA)
 #: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
 SORT_DIGIT_BITS = 8
 #: Fraction of the copy rate ``torch.sort`` of the TBE's keys reaches on the bytes ``sort_seconds``
@@ -64,7 +73,7 @@ class TableLoad:
     rows: int  # rows of the table
     row_bytes: int  # bytes of one row (dim * element size)
     accesses: float  # ids looked up in the table per step
-    skew: str = "uniform"  # "uniform" or "log_uniform"
+    skew: str = "uniform"  # one of SKEWS
 
 
 def gather_efficiency(row_bytes: int, granularity: int) -> float:
@@ -78,19 +87,28 @@ def gather_efficiency(row_bytes: int, granularity: int) -> float:
     return row_bytes / (units * granularity)
 
 
+def rank_cdf(rank: float, rows: int, skew: str) -> float:
+    """P(an id's row rank < ``rank``) in a table of ``rows`` rows. The skewed ids are rank =
+    floor(x) - 1 with x drawn from a continuous power law x^-alpha on [1, rows + 1), as the TBE
+    benchmark (alpha 1) and the trainer's synthetic data (``ZIPF_ALPHA``) draw them."""
+    if rank >= rows:
+        return 1.0
+    if skew == "uniform":
+        return rank / rows
+    if skew not in SKEW_ALPHA:
+        raise ValueError(f"unknown skew '{skew}'; valid: {', '.join(SKEWS)}")
+    alpha, x, top = SKEW_ALPHA[skew], rank + 1.0, rows + 1.0
+    if alpha == 1.0:
+        return math.log(x) / math.log(top)
+    return (1.0 - x ** (1.0 - alpha)) / (1.0 - top ** (1.0 - alpha))
+
+
 def _rank_buckets(rows: int, skew: str, buckets: int = 48) -> list[tuple[float, float]]:
     """(rows in bucket, probability mass of bucket) over geometrically growing rank ranges."""
     if skew == "uniform":
         return [(float(rows), 1.0)]
-    if skew != "log_uniform":
-        raise ValueError(f"unknown skew '{skew}'; valid: uniform, log_uniform")
-    # P(rank < r) = log(r + 1) / log(rows + 1)
     edges = sorted({0, *(int(round((rows) ** (i / buckets))) for i in range(buckets + 1))})
-    total = math.log(rows + 1)
-    out = []
-    for lo, hi in zip(edges, edges[1:]):
-        out.append((float(hi - lo), (math.log(hi + 1) - math.log(lo + 1)) / total))
-    return out
+    return [(float(hi - lo), rank_cdf(hi, rows, skew) - rank_cdf(lo, rows, skew)) for lo, hi in zip(edges, edges[1:])]
 
 
 def unique_rows(table: TableLoad) -> float:

@@ -10,7 +10,6 @@ model of ``planner.comms``; ``perfmodel.step`` combines everything.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -110,11 +109,7 @@ def shard_loads(model: ModelSpec, plans: Sequence[TablePlan], batch_per_gpu: int
 
 def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
     """Fraction of lookups an HBM cache of the ``cache_rows`` hottest rows serves."""
-    if cache_rows >= rows:
-        return 1.0
-    if skew == "log_uniform":  # P(rank < k) = ln(k+1) / ln(rows+1)
-        return math.log(cache_rows + 1) / math.log(rows + 1)
-    return cache_rows / rows
+    return tbe.rank_cdf(cache_rows, rows, skew)
 
 
 def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
