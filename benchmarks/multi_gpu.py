@@ -29,7 +29,7 @@ from polyrec.runtime import parallel
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
 from polyrec.runtime.input_dist import InputRouter
-from polyrec.runtime.sharding import ShardedEmbedding, TableSharding, make_shards
+from polyrec.runtime.sharding import ShardedEmbedding
 from profiling import kernel_table
 from shard_ids import ids_by_rank
 
@@ -107,14 +107,10 @@ def rank_kernels(trainer: Trainer, trace_dir: Path | None) -> list[list[dict]]:
 
 def shard_ids_of(trainer: Trainer, batch_per_gpu: int) -> list[dict]:
     """The ids and distinct rows each rank's shards receive in a step of this run's data
-    (``shard_ids.ids_by_rank``; one rank's tables all on it in a world of one)."""
-    config, world = trainer.model_config, trainer.ctx.world_size
-    sharded = getattr(trainer.model.embeddings, "sharded", None)
-    shards = sharded.shards if sharded is not None else make_shards(
-        config.table_rows, [config.embedding_dim] * len(config.table_rows),
-        [TableSharding(kind="table", ranks=(0,))] * len(config.table_rows), 1)
-    return ids_by_rank(config, shards, world, batch_per_gpu, device=trainer.rt.device,
-                       distribution=trainer.source.distribution, alpha=trainer.source.alpha)
+    (``shard_ids.ids_by_rank``; under torchrun the tables are sharded even on one rank)."""
+    return ids_by_rank(trainer.model_config, trainer.model.embeddings.sharded.shards, trainer.ctx.world_size,
+                       batch_per_gpu, device=trainer.rt.device, distribution=trainer.source.distribution,
+                       alpha=trainer.source.alpha)
 
 
 def same_shape_world1(out_dir: Path, batch: int, row_cap: int | None, preset: str) -> dict | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 #: Trace categories of GPU work (torch profiler's Chrome export).
@@ -26,10 +27,7 @@ def gpu_events(trace: Path) -> list[dict]:
 
 def main_stream(events: list[dict]) -> object:
     """The stream with the most events (the compute stream of a training step)."""
-    counts: dict[object, int] = {}
-    for e in events:
-        counts[e["args"].get("stream")] = counts.get(e["args"].get("stream"), 0) + 1
-    return max(counts, key=counts.get)
+    return Counter(e["args"].get("stream") for e in events).most_common(1)[0][0]
 
 
 def window(events: list[dict], origin_us: float, start_ms: float, end_ms: float, min_us: float,
