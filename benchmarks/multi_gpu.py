@@ -25,6 +25,7 @@ from polyrec.kernels import tbe, tbe_select
 from polyrec.kernels.tbe_forward_plan import one_launch
 from polyrec.results import RESULTS_DIR, write_results
 from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime import dist as dist_module
 from polyrec.runtime import parallel
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
@@ -47,7 +48,7 @@ def _one_forward_launch() -> None:
     tbe.plan_forward = lambda spec, **shape: [one_launch(spec, **shape)]
 
 
-#: Overlaps (seventh to ninth sessions) the copy-engine exchange and DDP's bucket views (thirteenth) the A/B can turn off: name -> (what it was before, how to undo it here).
+#: Overlaps (seventh to ninth sessions), the copy-engine exchange and DDP's bucket views (thirteenth) and the update beside DDP's tail (fifteenth) the A/B can turn off: name -> (what it was before, how to undo it here).
 WITHOUT = {
     "early_sort": ("the backward sorts its ids after the gradient arrives",
                    lambda: setattr(ShardedEmbedding, "_backward_prelude", lambda self, batch: None)),
@@ -62,6 +63,10 @@ WITHOUT = {
                     lambda: setattr(parallel, "copy_engine_exchange", lambda *args: None)),
     "bucket_view": ("DDP copies each gradient into its bucket and back",
                     lambda: setattr(parallel, "GRADIENT_AS_BUCKET_VIEW", False)),
+    "update_beside": ("the tables' update waits for DDP's last all-reduces and the dense optimizer",
+                      lambda: setattr(ShardedEmbedding, "update_beside", False)),
+    "nccl_priority": ("NCCL's streams at the default priority (where the process group is not made yet)",
+                      lambda: setattr(dist_module, "HIGH_PRIORITY_COLLECTIVES", False)),
 }
 #: Launch plans the A/B can turn off (they change the order of the sums, so --check leaves them on).
 PLANS = {"forward_groups": ("the pooled forward is one launch over every feature", _one_forward_launch),

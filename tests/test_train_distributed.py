@@ -311,3 +311,30 @@ def _inputs_distributed_a_step_ahead(rank: int, world: int) -> None:
 
 def test_inputs_are_distributed_a_step_ahead():
     run_on_ranks(_inputs_distributed_a_step_ahead, 2)
+
+
+def _ddp_noting_the_last_bucket(rank: int, world: int) -> None:
+    """``parallel.data_parallel(..., on_last_bucket=)`` (the trainer's signal for the tables' update
+    stream): DDP takes the hook, calls it once per backward (small buckets, so there are several), and
+    the averaged gradients are bitwise those of DDP without it."""
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, device=torch.device("cpu"), backend="gloo")
+    calls: list[int] = []
+
+    def grads(hooked: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(5, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+        ddp = parallel.data_parallel(net, ctx, on_last_bucket=(lambda: calls.append(1)) if hooked else None)
+        ddp.bucket_bytes_cap = 1024  # several buckets
+        gen = torch.Generator().manual_seed(rank)
+        for _ in range(3):
+            ddp.zero_grad()
+            ddp(torch.randn(7, 5, generator=gen)).square().sum().backward()
+        return [p.grad.clone() for p in net.parameters()]
+
+    with_hook, without = grads(True), grads(False)
+    assert len(calls) == 3, calls
+    assert all(torch.equal(a, b) for a, b in zip(with_hook, without))
+
+
+def test_ddp_calls_the_last_bucket_hook_once_per_backward_and_averages_as_without():
+    run_on_ranks(_ddp_noting_the_last_bucket, 2)

@@ -86,6 +86,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         self._pending_flags: tuple[Tensor, torch.cuda.Event] | None = None
         self._prepared: SortedIds | None = None  # prepare_backward's sort, for the next backward
         self._forward_keys: SortKeys | None = None  # the last trained pooled forward's sort keys
+        self.backward_stream: torch.cuda.Stream | None = None  # see FusedBackward.backward_side
 
     # ---- construction -------------------------------------------------------------------------
     def _build_layout(self, device: torch.device) -> None:
@@ -370,7 +371,7 @@ class _PooledLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         values, offsets, per_sample = ctx.saved_tensors
-        with torch.no_grad():
+        with torch.no_grad(), ctx.module.backward_side(grad, values, offsets, per_sample):
             ctx.module._fused_backward(grad, values, offsets, per_sample, ctx.batch_size, None)
         return None, None, None, None, None, None
 
@@ -386,6 +387,6 @@ class _SequenceLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         values, offsets = ctx.saved_tensors
-        with torch.no_grad():
+        with torch.no_grad(), ctx.module.backward_side(grad, values, offsets):
             ctx.module._fused_backward(grad, values, offsets, None, ctx.batch_size, ctx.ranges)
         return None, None, None, None, None

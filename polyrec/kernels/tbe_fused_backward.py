@@ -8,7 +8,8 @@ docs/tbe.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, fields
 
 import torch
 import triton
@@ -47,6 +48,22 @@ class FusedBackward:
                 ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
                                                             batch.batch_size, False)
         self._prepared = ids
+
+    def backward_side(self, *read: Tensor | None) -> contextlib.AbstractContextManager:
+        """Where the fused backward runs: on ``backward_stream`` when its user set one, else on the
+        current stream. That user orders the stream after the gradient and whatever wrote the tables
+        before, and the tables' next reader after it (``polyrec.runtime.sharding``: the update runs
+        beside the dense optimizer and DDP's last all-reduces). The tensors it reads that were made on
+        another stream (``read``: the batch and the gradient; the forward's sort keys, a prepared
+        sort) are recorded on it, so that the caching allocator hands them out again only when it is done."""
+        stream = self.backward_stream
+        if stream is None:
+            return contextlib.nullcontext()
+        held = [*read, *_tensors_of(self._prepared), *_tensors_of(self._forward_keys)]
+        for t in held:
+            if t is not None:
+                t.record_stream(stream)
+        return torch.cuda.stream(stream)
 
     def _take_prepared(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> SortedIds | None:
         """The prepared sort of exactly this batch (the same tensors at the same version), once."""
@@ -221,6 +238,13 @@ def _of_batch(held: SortKeys | SortedIds | None, values: Tensor, offsets: Tensor
     if held is None or not (held.batch[0] is values and held.batch[1] is offsets and held.batch[2] is per_sample):
         return False
     return held.versions == _versions(values, offsets, per_sample)
+
+
+def _tensors_of(held: SortKeys | SortedIds | None) -> list[Tensor]:
+    """The device tensors a held sort holds (its batch's are the caller's)."""
+    if held is None:
+        return []
+    return [v for f in fields(held) if f.name != "batch" and isinstance(v := getattr(held, f.name), Tensor)]
 
 
 def _versions(*tensors: Tensor | None) -> tuple[int, ...]:

@@ -122,6 +122,15 @@ class DistributedEmbeddings(nn.Module):
         (``ShardedEmbedding.backward_overlapping``); False when nothing crossed and the caller runs it."""
         return self.sharded.backward_overlapping(output, grad, meanwhile)
 
+    @property
+    def updates_beside(self) -> bool:
+        """Whether the tables' update runs on a stream of its own (``ShardedEmbedding.update_stream``)."""
+        return self.sharded.update_stream is not None
+
+    def update_after_current(self) -> None:
+        """The next update also waits for the current stream's queued work (``ShardedEmbedding.update_after_current``)."""
+        self.sharded.update_after_current()
+
     def apply_gradients(self) -> None:
         """Nothing to do: each shard's backward already applied its optimizer."""
 

@@ -12,6 +12,7 @@ all-reduce overlapped with the backward) and the embedding all-to-all scales its
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,12 +70,32 @@ def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *,
 GRADIENT_AS_BUCKET_VIEW = True
 
 
-def data_parallel(module: nn.Module, ctx: DistContext) -> nn.Module:
-    """DDP around the dense half (gradients averaged over ranks, all-reduce overlapped with backward)."""
+def data_parallel(module: nn.Module, ctx: DistContext, *,
+                  on_last_bucket: Callable[[], None] | None = None) -> nn.Module:
+    """DDP around the dense half (gradients averaged over ranks, all-reduce overlapped with backward).
+    ``on_last_bucket``: called each backward when the last bucket's gradients are queued, on the
+    stream that made them, before that bucket's all-reduce (the trainer: the tables' update on its
+    own stream waits for the dense backward there)."""
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
-    return DistributedDataParallel(module, device_ids=ids, gradient_as_bucket_view=GRADIENT_AS_BUCKET_VIEW)
+    ddp = DistributedDataParallel(module, device_ids=ids, gradient_as_bucket_view=GRADIENT_AS_BUCKET_VIEW)
+    if on_last_bucket is not None:
+        ddp.register_comm_hook(None, _all_reduce_noting_last(on_last_bucket))
+    return ddp
+
+
+def _all_reduce_noting_last(on_last: Callable[[], None]) -> Callable:
+    """A DDP comm hook: DDP's mean over ranks (torch's ``default_hooks.allreduce_hook``: the bucket
+    divided by the number of ranks, then summed over them), ``on_last`` first when the bucket is the
+    backward's last. (DDP checks the hook's annotations against its own types, so it has none.)"""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    def hook(group, bucket):
+        if bucket.is_last():
+            on_last()
+        return default_hooks.allreduce_hook(group, bucket)
+    return hook
 
 
 def global_mean(values: torch.Tensor) -> torch.Tensor:

@@ -131,7 +131,9 @@ class Trainer(TrainerState):
                           else torch.optim.Adam(params, lr=cfg.lr))
         self.dense_loss: nn.Module | Any = DenseLoss(self.model, self.rt.compute_dtype)
         if self.distributed:
-            self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx)
+            beside = sharded is not None and sharded.updates_beside
+            self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx,
+                                                     on_last_bucket=sharded.update_after_current if beside else None)
         self._graphed = False
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0

@@ -112,3 +112,38 @@ def test_staged_loads_give_the_same_pooled_rows(weighted):
             module.launch_pooled(b, out, ids, cfg)
             outs.append(out)
         assert torch.equal(outs[0], outs[1]) and not outs[0].isnan().any(), cfg
+
+
+@pytest.mark.gpu
+def test_a_backward_on_its_own_stream_updates_bitwise_as_on_the_current_one():
+    """``backward_stream`` (sharded embeddings run the update there, beside DDP's tail): with the user
+    ordering it after the gradient and the current stream after it, the tables end bitwise as with
+    the backward on the current stream, even when that stream is late (a sleep first) and the tensors
+    it reads are dropped and their memory rewritten on the current stream before it runs."""
+    def run(beside: bool) -> torch.Tensor:
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad"),
+                                       feature_to_table=FEATURES, device="cuda", deterministic=True)
+        current, side = torch.cuda.current_stream(), torch.cuda.Stream()
+        for _ in range(3):
+            b = batch(gen, True)
+            out = module(b)
+            module.prepare_backward(b)
+            grad = torch.randn(out.shape, device="cuda", generator=gen)
+            if not beside:
+                out.backward(grad)
+                continue
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(20_000_000)  # ~10 ms late
+            module.backward_stream = side
+            out.backward(grad)
+            module.backward_stream = None
+            shapes = [t.shape for t in (grad, b.values, b.offsets, b.weights)]
+            del out, grad, b
+            junk = [torch.full(s, 7, device="cuda") for s in shapes for _ in range(4)]
+            current.wait_stream(side)
+            del junk
+        return module.weights.clone()
+
+    assert torch.equal(run(True), run(False))
