@@ -131,9 +131,8 @@ class Trainer(TrainerState):
                           else torch.optim.Adam(params, lr=cfg.lr))
         self.dense_loss: nn.Module | Any = DenseLoss(self.model, self.rt.compute_dtype)
         if self.distributed:
-            beside = sharded is not None and sharded.updates_beside
-            self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx,
-                                                     on_last_bucket=sharded.update_after_current if beside else None)
+            on_last_bucket = sharded.update_after_current if sharded.updates_beside else None
+            self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx, on_last_bucket=on_last_bucket)
         self._graphed = False
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0
