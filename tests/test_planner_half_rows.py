@@ -1,5 +1,6 @@
-"""The planner prices fp16 / bf16 embedding rows as the runtime runs them: one-tile lane programs, the
-merge after them, and the stochastic rounding's instructions (``polyrec.perfmodel.tbe.rounding_seconds``)."""
+"""The planner prices fp16 / bf16 embedding rows as the runtime runs them: one-tile lane programs for
+mixed dims, the merge after them, and the stochastic rounding's instructions
+(``polyrec.perfmodel.tbe.rounding_seconds``); chunked programs issuing their rounding for tables of one dim."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ from polyrec.perfmodel import tbe
 from polyrec.planner.estimate import ShardLoad, _tbe_group_seconds
 
 
-def _loads(dtype: str) -> tuple[ShardLoad, ...]:
-    return tuple(ShardLoad(table=f"t{i}", rank=0, rows=rows, dim=128, accesses=65536 * hot, bags=65536,
+def _loads(dtype: str, last_dim: int = 128) -> tuple[ShardLoad, ...]:
+    """Three tables, the last of dim ``last_dim`` (128: all of one dim, as MLPerf's)."""
+    return tuple(ShardLoad(table=f"t{i}", rank=0, rows=rows, dim=dim, accesses=65536 * hot, bags=65536,
                            weight_dtype=dtype, optimizer="rowwise_adagrad", memory="hbm", cache_rows=0, skew="uniform")
-                 for i, (rows, hot) in enumerate([(4_000_000, 3), (4_000_000, 100), (2_000_000, 27)]))
+                 for i, (rows, hot, dim) in enumerate([(4_000_000, 3, 128), (4_000_000, 100, 128),
+                                                       (2_000_000, 27, last_dim)]))
 
 
 def test_half_rows_pay_the_rounding_and_fp32_rows_do_not(monkeypatch):
+    """Mixed dims: the one-tile update adds the rounding after its loads (ROUNDING_ISSUE_FRACTION)."""
     spec = get_device("H200")
     ceil = ceilings(spec)
-    base = {dt: _tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    base = {dt: _tbe_group_seconds(_loads(dt, 64), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
     monkeypatch.setattr(tbe, "ROUNDING_ISSUE_FRACTION", tbe.ROUNDING_ISSUE_FRACTION * 2)
-    faster = {dt: _tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    faster = {dt: _tbe_group_seconds(_loads(dt, 64), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
     assert faster["fp32"] == base["fp32"]
     for dt in ("fp16", "bf16"):
         assert faster[dt][0] == base[dt][0]  # the forward does not round
@@ -30,6 +34,19 @@ def test_half_rows_pay_the_rounding_and_fp32_rows_do_not(monkeypatch):
         # doubling the rate halves the rounding: at least the lane update's half is gone
         assert base[dt][1] - faster[dt][1] >= lane_half * (1 - 1e-9)
         assert base[dt][1] > base["fp32"][1]  # measured: 15.08 vs 9.98 ms embedding phase (capped MLPerf)
+
+
+def test_half_rows_of_one_dim_issue_their_rounding_in_the_update(monkeypatch):
+    """Tables of one dim: the chunked update issues its rounding in its own stream
+    (ONE_DIM_ROUNDED_ISSUE_FRACTION), which prices the half-precision rows and not the fp32 ones."""
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    base = {dt: _tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    monkeypatch.setattr(tbe, "ONE_DIM_ROUNDED_ISSUE_FRACTION", tbe.ONE_DIM_ROUNDED_ISSUE_FRACTION * 2)
+    faster = {dt: _tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    assert faster["fp32"] == base["fp32"]
+    for dt in ("fp16", "bf16"):
+        assert faster[dt][0] == base[dt][0] and faster[dt][1] < base[dt][1]
 
 
 def test_half_rows_take_one_tile_programs_as_the_runtime():

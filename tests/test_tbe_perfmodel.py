@@ -283,3 +283,69 @@ def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
     half = estimate([TableLoad(rows=1_000_000, row_bytes=512, accesses=65536 * 8)], batch_size=65536, out_dim=128,
                     out_bytes=4, state_bytes_per_row=4, spec=spec, ceil=ceil, fwd=fwd, bwd=bf16_grad)
     assert out[4].backward_bytes - half.backward_bytes == pytest.approx(65536 * 8 * 256, rel=1e-9)  # slices halved
+
+
+@pytest.mark.parametrize("case,grad_bytes,unique", [("fp32", 4, 10.21e6), ("bf16", 2, 10.21e6),
+                                                    ("skewed", 4, 3.609e6)])
+def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_looking_up_kernel(case, grad_bytes,
+                                                                                                unique):
+    """Tables of one dim (MLPerf): the lane update without a table lookup, at its 128-register cap, priced
+    as ``estimate`` prices row-wise Adagrad's (with its per-row work), against the sixteenth session's
+    interleaved H200 rows (lane update + permute + merge levels, full MLPerf tables;
+    benchmarks/results/tbe_lane_ab_2026-11-30/s16c_F128_*; the uniform rows are the fit, the skewed one a
+    check): within 12%, and below the prediction for the same tables with the table looked up, as measured
+    (s16c_A_*: the kernel before)."""
+    from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
+
+    spec, nnz = get_device("H200"), 14_024_704
+    results = Path(__file__).parents[1] / "benchmarks/results"
+    calibration = json.loads((results / "calibrate_nvidia-h200_2026-11-29.json").read_text())["results"]["measured"]
+    ceil = ceilings(spec, calibration)  # the committed H200 calibration (copy 4.24 TB/s), as the fits took it
+    cfg = tbe_select.select_update(spec, nnz=nnz, block_d=128, row_bytes=512, state_tiles=0, unique=unique,
+                                   grad_bytes=grad_bytes, one_dim=True)
+    assert cfg.variant == "lane" and cfg.max_registers == tbe_select.LANE_MAX_REGISTERS_ONE_DIM["nvidia"]
+
+    def predict(one_dim):
+        shape = UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
+                            merge_chunks=cfg.merge_chunks, grad_bytes=grad_bytes, one_dim=one_dim,
+                            elems_per_thread=cfg.tile * 128 / (32 * cfg.num_warps))
+        return 1e3 * (update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=512,
+                                     grad_row_bytes=grad_bytes * 128, state_bytes_per_row=4)
+                      + row_state_seconds(nnz, spec))
+
+    def measured(name):
+        path = results / f"tbe_lane_ab_2026-11-30/s16c_{name}_{case}_1.json"
+        kernels = json.loads(path.read_text())["results"]["kernels"]
+        parts = ("lane_update_kernel", "permute_kernel", "merge_level_kernel")
+        return sum(k["ms_per_step"] for k in kernels if k["kernel"].startswith(parts))
+
+    assert predict(True) == pytest.approx(measured("F128"), rel=0.12)
+    assert predict(True) < predict(False) and measured("F128") < measured("A")
+
+
+@pytest.mark.parametrize("case", ["uniform", "skewed"])
+def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(case):
+    """fp16 / bf16 rows of tables of one dim: 8-tile chunks at the 128-register cap (mixed dims keep one
+    tile, uncapped), priced as ``estimate`` prices row-wise Adagrad, within 8% of the sixteenth session's
+    H200 rows (lane update + permute + merge, full MLPerf tables, fp16 rows;
+    benchmarks/results/tbe_lane_ab_2026-11-30/s16e_c8cap128_*; the uniform row is the fit)."""
+    from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
+
+    spec, nnz = get_device("H200"), 14_024_704
+    unique = {"uniform": 10.21e6, "skewed": 3.609e6}[case]
+    results = Path(__file__).parents[1] / "benchmarks/results"
+    calibration = json.loads((results / "calibrate_nvidia-h200_2026-11-29.json").read_text())["results"]["measured"]
+    kw = dict(nnz=nnz, block_d=128, row_bytes=256, state_tiles=0, unique=unique, stochastic=True)
+    cfg = tbe_select.select_update(spec, one_dim=True, **kw)
+    mixed = tbe_select.select_update(spec, **kw)
+    assert (cfg.chunks, cfg.max_registers) == (tbe_select.LANE_CHUNKS, tbe_select.LANE_MAX_REGISTERS_ONE_DIM["nvidia"])
+    assert (mixed.chunks, mixed.max_registers) == (1, None)
+    shape = UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
+                        merge_chunks=cfg.merge_chunks, stochastic=True, one_dim=True, elems_per_thread=32)
+    predicted = 1e3 * (update_seconds(shape, spec, ceilings(spec, calibration), nnz=nnz, unique=unique, row_bytes=256,
+                                      grad_row_bytes=512, state_bytes_per_row=4) + row_state_seconds(nnz, spec))
+    path = results / f"tbe_lane_ab_2026-11-30/s16e_c8cap128_{case}.json"
+    kernels = json.loads(path.read_text())["results"]["kernels"]
+    measured = sum(k["ms_per_step"] for k in kernels
+                   if k["kernel"].startswith(("lane_update_kernel", "permute_kernel", "merge_level_kernel")))
+    assert predicted == pytest.approx(measured, rel=0.08)

@@ -95,6 +95,10 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         row_base = [0] + list(_cumsum(rows))[:-1]
         elem_base = [0] + list(_cumsum(elems))[:-1]
         self.total_rows, self.total_elems = sum(rows), sum(elems)
+        dims = {t.dim for t in self.tables}
+        # one dim for all tables: row r of the packed buffer starts at element r * dim (the update kernels
+        # then look no table up); 0 when the dims differ
+        self.one_dim = dims.pop() if len(dims) == 1 else 0
         col, cols = 0, []
         for t in self.feature_to_table:
             spec = self.tables[t]
@@ -265,7 +269,8 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             self._configs[key] = tbe_select.select_update(
                 tbe_select.selection_spec(self.weights.device), nnz=nnz, block_d=self.block_d,
                 row_bytes=self.block_d * self.weights.element_size(), state_tiles=STATE_PER_ELEMENT[self.optimizer.kind],
-                stochastic=self.weight_dtype != torch.float32, grad_bytes=self.output_dtype.itemsize)
+                stochastic=self.weight_dtype != torch.float32, grad_bytes=self.output_dtype.itemsize,
+                one_dim=self.one_dim > 0)
         return self._configs[key]
 
     # ---- lookups ------------------------------------------------------------------------------

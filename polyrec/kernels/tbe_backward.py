@@ -222,14 +222,23 @@ def _sorted_table_fields(key, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_
 
 @triton.jit
 def _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD: tl.constexpr,
-               VEC: tl.constexpr):
+               VEC: tl.constexpr, ONE_DIM: tl.constexpr):
     """[TILE, BLOCK_D] element offsets and mask of the tile's rows ``key`` (sorted; ``ok`` the positions
-    holding one, from ``lo`` to ``hi``), and each row's dim."""
-    row_base, elem_base, dim = _sorted_table_fields(key, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables,
-                                                    T_PAD)
-    dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
-    d_mask = ok[:, None] & (d[None, :] < dim[:, None])
-    return tl.multiple_of(elem_base + (key - row_base) * dim, [VEC])[:, None] + d[None, :], d_mask, dim
+    holding one, from ``lo`` to ``hi``), and each row's dim.
+
+    ONE_DIM > 0: every table has that dim, so (the tables packed in order) a row's first element is its
+    global row id times ONE_DIM and no table is looked up (``TableBatchedEmbedding.one_dim``)."""
+    if ONE_DIM > 0:
+        dim = (key * 0).to(tl.int32) + ONE_DIM
+        first = key.to(tl.int64) * ONE_DIM
+        d_mask = ok[:, None] & (d[None, :] < ONE_DIM)
+    else:
+        row_base, elem_base, dim = _sorted_table_fields(key, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr,
+                                                        num_tables, T_PAD)
+        dim = (dim // VEC) * VEC  # every dim is a multiple of VEC; said so, the masks are constant per vector
+        first = elem_base + (key - row_base) * dim
+        d_mask = ok[:, None] & (d[None, :] < dim[:, None])
+    return tl.multiple_of(first, [VEC])[:, None] + d[None, :], d_mask, dim
 
 
 @triton.jit
@@ -268,6 +277,7 @@ def lane_update_kernel(
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
     TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
+    ONE_DIM: tl.constexpr,
 ):
     """``update_kernel``'s result with two dependent round trips per tile: (keys, gradient offsets,
     scales) coalesced, then the gradient slices together with the weight rows and state of the tile's
@@ -307,9 +317,10 @@ def lane_update_kernel(
         lo = tl.load(keys_ptr + first + c * TILE)  # scalars: no cross-lane min / max
         hi = tl.load(keys_ptr + first + c * TILE + TILE - 1)  # invalid keys: masked (ok)
         addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
-                                       VEC)
+                                       VEC, ONE_DIM)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
-        g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0)  # [TILE, BLOCK_D]
+        g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0,
+                    eviction_policy="evict_last")  # [TILE, BLOCK_D]
         is_start = key != _keys_after_loads(keys_ptr, pos, pos > 0)  # a run starts
         g = g.to(tl.float32)
         if HAS_SCALE:
@@ -342,7 +353,7 @@ def merge_level_kernel(
     row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr,
+    T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr, ONE_DIM: tl.constexpr,
 ):
     """One merge level over CHUNKS * TILE partial slots: sum the pieces of each run in slot order, update
     the rows of runs that end inside these slots, park the pieces of runs that go on. CHUNKS = 1: one
@@ -353,12 +364,12 @@ def merge_level_kernel(
         _merge_one_tile(weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
                         row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
                         lr, eps, beta1, beta2, weight_decay, seed,
-                        OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE)
+                        OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, ONE_DIM)
     else:
         _merge_tiles_in_turn(weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
                              row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
                              lr, eps, beta1, beta2, weight_decay, seed,
-                             OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, CHUNKS)
+                             OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, CHUNKS, ONE_DIM)
 
 
 @triton.jit
@@ -367,7 +378,7 @@ def _merge_one_tile(
     row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, tile,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    T_PAD: tl.constexpr, TILE: tl.constexpr,
+    T_PAD: tl.constexpr, TILE: tl.constexpr, ONE_DIM: tl.constexpr,
 ):
     """Merge-level program ``tile`` over TILE slots, parking pieces per tile (``_park_partials``);
     slots without any piece (most of them) cost one load of their keys."""
@@ -386,7 +397,7 @@ def _merge_one_tile(
         d = tl.arange(0, BLOCK_D)
         lo, hi = _key_bounds(key, ok)
         addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
-                                       VEC)
+                                       VEC, ONE_DIM)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
@@ -405,7 +416,7 @@ def _merge_tiles_in_turn(
     row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr,
+    T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr, ONE_DIM: tl.constexpr,
 ):
     """Merge-level program ``prog`` over CHUNKS tiles of TILE slots, taken in turn as
     ``lane_update_kernel`` takes its tiles: the run open at a tile's end is carried into the next, and
@@ -433,7 +444,7 @@ def _merge_tiles_in_turn(
             whole = ok & is_end & started
             lo, hi = _key_bounds(key, ok)
             addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d,
-                                           T_PAD, VEC)
+                                           T_PAD, VEC, ONE_DIM)
             w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],
                                   OPTIM)
             g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)

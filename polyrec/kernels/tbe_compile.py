@@ -5,7 +5,9 @@ trained lookup launches it: writing the backward's sort keys too, the most regis
 update candidate for each optimizer (fp32, plus stochastic-rounding bf16 for rowwise Adagrad), the
 merge-level kernel per optimizer at each merge chunk count (``tbe_select.MERGE_CHUNK_CHOICES``), the
 sort-key kernel per forward tile and the sequence kernel; plus the largest forward and update tiles
-and the merge levels at BLOCK_D = 512 (the widest rows, the most registers per thread).
+and the merge levels at BLOCK_D = 512 (the widest rows, the most registers per thread). The update and
+merge jobs at 128 address rows as tables of one dim do (``ONE_DIM``, MLPerf), those at 512 look each
+tile's table up as mixed dims do.
 The selector sizes warps from the tile (ELEMS_PER_THREAD per thread), so register use per thread
 does not grow with BLOCK_D; the 512 jobs check that.
 """
@@ -74,12 +76,14 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
     return jobs
 
 
-def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[CompileJob]:
+def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: int) -> list[CompileJob]:
+    """The update and merge kernels' candidates; ``one_dim``: the tables' shared dim, 0 for mixed dims
+    (``TableBatchedEmbedding.one_dim``)."""
     variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
     jobs = []
     for kind, dtype in variants:
         cands = tbe_select.update_candidates(block_d, spec.warp_size, dtype != "fp32", spec.vendor,
-                                             STATE_PER_ELEMENT[kind])
+                                             STATE_PER_ELEMENT[kind], one_dim > 0)
         if largest_only:
             cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
@@ -90,23 +94,23 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool) -> list[Com
                 kernel = update_kernel
             else:
                 consts = dict(common, HAS_SCALE=True, TILE=c.tile, CHUNKS=c.chunks,
-                              VEC=min(common["VEC"], tbe_select.LANE_VEC))
+                              VEC=min(common["VEC"], tbe_select.LANE_VEC), ONE_DIM=one_dim)
                 kernel = lane_update_kernel
             chunks = f" chunks{c.chunks}" if c.variant == "lane" else ""
             cap = f" maxnreg{c.max_registers}" if c.max_registers else ""
             job = _job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile}{chunks} w{c.num_warps}{cap}",
                        kernel, dtype, consts, c.num_warps)
             jobs.append(dataclasses.replace(job, options={"maxnreg": c.max_registers}) if c.max_registers else job)
-        jobs += _merge_jobs(spec, block_d, kind, dtype, common, {c.merge_chunks for c in cands})
+        jobs += _merge_jobs(spec, block_d, kind, dtype, common, {c.merge_chunks for c in cands}, one_dim)
     return jobs
 
 
 def _merge_jobs(spec: DeviceSpec, block_d: int, kind: str, dtype: str, common: dict[str, Any],
-                chosen: set[int]) -> list[CompileJob]:
+                chosen: set[int], one_dim: int) -> list[CompileJob]:
     """The merge-level kernel at every chunk count the candidates carry or the A/B benchmark forces
     (``tbe_select.MERGE_CHUNK_CHOICES``)."""
     warps = tbe_select.lane_warps(block_d, spec.warp_size)
-    consts = dict(common, TILE=LEVEL_TILE, VEC=min(common["VEC"], tbe_select.LANE_VEC))
+    consts = dict(common, TILE=LEVEL_TILE, VEC=min(common["VEC"], tbe_select.LANE_VEC), ONE_DIM=one_dim)
     return [_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} chunks{m} w{warps}", merge_level_kernel,
                  dtype, dict(consts, CHUNKS=m), warps)
             for m in sorted(chosen | set(tbe_select.MERGE_CHUNK_CHOICES))]
@@ -130,5 +134,5 @@ def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """The embedding kernels' configs the selector can choose on ``spec`` (see the module docstring)."""
-    return (_forward_jobs(spec, 128, ("fp32", "bf16"), False) + _update_jobs(spec, 128, False)
-            + _prep_jobs(spec, 128) + _forward_jobs(spec, 512, ("fp32",), True) + _update_jobs(spec, 512, True))
+    return (_forward_jobs(spec, 128, ("fp32", "bf16"), False) + _update_jobs(spec, 128, False, 128)
+            + _prep_jobs(spec, 128) + _forward_jobs(spec, 512, ("fp32",), True) + _update_jobs(spec, 512, True, 0))

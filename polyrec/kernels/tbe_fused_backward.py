@@ -153,7 +153,7 @@ class FusedBackward:
             if ids.grad_stride != grad.stride(0):  # not prepared for this gradient's layout
                 g_off, sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
                                                     grad.stride(0))
-            lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)))
+            lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)), ONE_DIM=self.one_dim)
             cap = ({"maxnreg": ucfg.max_registers}
                    if ucfg.max_registers and dev.type == "cuda" and torch.version.hip is None else {})
             lane_update_kernel[(programs,)](
@@ -168,7 +168,8 @@ class FusedBackward:
         config's ``merge_chunks``); the last level is one program, so every run ends in it."""
         lay, dev = self.layout, self.weights.device
         warps = tbe_select.lane_warps(self.block_d, tbe_select.selection_spec(dev).warp_size)
-        level_flags = dict(flags, TILE=LEVEL_TILE, CHUNKS=chunks, VEC=min(self.vec, tbe_select.LANE_VEC))
+        level_flags = dict(flags, TILE=LEVEL_TILE, CHUNKS=chunks, VEC=min(self.vec, tbe_select.LANE_VEC),
+                           ONE_DIM=self.one_dim)
         while True:
             programs = triton.cdiv(part_key.numel(), LEVEL_TILE * chunks)
             out = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]

@@ -133,22 +133,22 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g
         new = w - lr * g
     elif OPTIM == 1:
         s = s1 + tl.sum(g * g, axis=1) / dim.to(tl.float32)
-        tl.store(state1_ptr + row, s, mask=row_ok)
+        tl.store(state1_ptr + row, s, mask=row_ok, eviction_policy="evict_first")
         new = w - g * (lr / (tl.sqrt(s) + eps))[:, None]
     elif OPTIM == 2:
         s = s1 + g * g
-        tl.store(state1_ptr + addr, s, mask=mask)
+        tl.store(state1_ptr + addr, s, mask=mask, eviction_policy="evict_first")
         new = w - lr * g / (tl.sqrt(s) + eps)
     else:
         m = beta1 * s1 + (1.0 - beta1) * g
         v = beta2 * s2 + (1.0 - beta2) * g * g
-        tl.store(state1_ptr + addr, m, mask=mask)
-        tl.store(state2_ptr + addr, v, mask=mask)
+        tl.store(state1_ptr + addr, m, mask=mask, eviction_policy="evict_first")
+        tl.store(state2_ptr + addr, v, mask=mask, eviction_policy="evict_first")
         new = w - lr * m / (tl.sqrt(v) + eps)
     out_dtype = weights_ptr.dtype.element_ty
     if STOCHASTIC:
         new = round_stochastic(new, random_u32(seed, addr), out_dtype)
-    tl.store(weights_ptr + addr, new.to(out_dtype), mask=mask)
+    tl.store(weights_ptr + addr, new.to(out_dtype), mask=mask, eviction_policy="evict_first")
 
 
 @triton.jit

@@ -84,6 +84,16 @@ LANE_CHUNKS = 8
 #: its two state tiles ran 6.806 ms uncapped, 9.715 capped (LANE_CAP_MAX_STATE_TILES). No spills at 152
 #: (the compile jobs build it: tests/test_tbe_compile.py).
 LANE_MAX_REGISTERS = {"nvidia": 152}
+#: LANE_MAX_REGISTERS of the lane update of tables that share one dim (``tbe_backward._tile_rows``'s
+#: ONE_DIM: no table looked up, 1042 -> 676 instructions per tile at 152 registers, cuda:90). 128 (ptxas
+#: takes 124, 16 programs per SM): measured on the H200 in one call, full MLPerf tables, row-wise Adagrad
+#: (benchmarks/results/tbe_lane_ab_2026-11-30/s16c_*), lane update at 152 / 128 / 112 / 96: fp32 gradient
+#: 4.088 / 4.088 / 4.240 / 5.19 ms (the kernel before, at 152: 4.317), bf16 gradient 3.719 / 3.539 / - /
+#: 4.092 (4.177), Zipf ids 2.594 / 2.438 / - / - (2.936). Below 128 ptxas recomputes more than the warps
+#: gain. SGD as row-wise Adagrad (tables capped at 4M rows, bf16 gradient, s16d_*: 2.553 at 152, 2.264 at
+#: 128); not Adagrad, whose state tile wants the registers (4.399 at 152, 4.595 at 128): it keeps
+#: LANE_MAX_REGISTERS. No spills at 128 (the compile jobs build it: tests/test_tbe_compile.py).
+LANE_MAX_REGISTERS_ONE_DIM = {"nvidia": 128}
 #: Most per-element fp32 state tiles (Adagrad 1, Adam 2) of an update that takes the register cap.
 LANE_CAP_MAX_STATE_TILES = 1
 #: Tiles of LEVEL_TILE partial slots one merge-level program may take in turn, carrying open runs
@@ -170,36 +180,44 @@ def lane_warps(block_d: int, warp_size: int) -> int:
     return max(1, block_d // (warp_size * LANE_VEC))
 
 
-def lane_chunks(stochastic: bool) -> int:
-    """Tiles per lane-update program: LANE_CHUNKS for fp32 rows (either output gradient), else 1 (see
-    LANE_CHUNKS)."""
-    return 1 if stochastic else LANE_CHUNKS
+def lane_chunks(stochastic: bool, one_dim: bool = False) -> int:
+    """Tiles per lane-update program: LANE_CHUNKS for fp32 rows (either output gradient) and for any rows
+    of tables of one dim, else 1 (see LANE_CHUNKS). fp16 / bf16 rows of one dim: with no table looked up the
+    chunked update with stochastic rounding fits in 128 registers and ran faster than one tile per program,
+    its merge levels shrinking with it (H200, full MLPerf tables, fp16 rows, row-wise Adagrad, lane update +
+    merge ms, benchmarks/results/tbe_lane_ab_2026-11-30/s16e_*): uniform ids 4.710 + 1.081 (one tile) ->
+    3.636 + 0.211 (8 tiles at 128 registers; 4.022 at 152, 5.228 uncapped), Zipf-skewed 4.401 + 1.746 ->
+    3.434 + 0.306 (3.739 at 152, 4.893 uncapped)."""
+    return 1 if stochastic and not one_dim else LANE_CHUNKS
 
 
-def lane_register_cap(vendor: str, chunks: int, tile: int, state_tiles: int) -> int | None:
-    """``UpdateConfig.max_registers`` of a lane update: LANE_MAX_REGISTERS for the measured shapes (TILE 8
-    in chunks, at most LANE_CAP_MAX_STATE_TILES per-element state tiles, on the vendors listed), else the
-    compiler's choice."""
+def lane_register_cap(vendor: str, chunks: int, tile: int, state_tiles: int, one_dim: bool = False) -> int | None:
+    """``UpdateConfig.max_registers`` of a lane update: LANE_MAX_REGISTERS (tables of one dim without a
+    per-element state tile: LANE_MAX_REGISTERS_ONE_DIM) for the measured shapes (TILE 8 in chunks, at most
+    LANE_CAP_MAX_STATE_TILES per-element state tiles, on the vendors listed), else the compiler's choice."""
     measured = chunks > 1 and tile == LANE_TILES[0] and state_tiles <= LANE_CAP_MAX_STATE_TILES
-    return LANE_MAX_REGISTERS.get(vendor) if measured else None
+    caps = LANE_MAX_REGISTERS_ONE_DIM if one_dim and state_tiles == 0 else LANE_MAX_REGISTERS
+    return caps.get(vendor) if measured else None
 
 
 def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, vendor: str = "nvidia",
-                    state_tiles: int = 0) -> list[UpdateConfig]:
+                    state_tiles: int = 0, one_dim: bool = False) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
-    chunks = lane_chunks(stochastic)
+    chunks = lane_chunks(stochastic, one_dim)
     return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane", chunks=chunks,
-                         merge_chunks=m, max_registers=lane_register_cap(vendor, chunks, t, state_tiles))
+                         merge_chunks=m, max_registers=lane_register_cap(vendor, chunks, t, state_tiles, one_dim))
             for t in tiles for m in MERGE_CHUNK_CHOICES]
 
 
 def update_candidates(block_d: int, warp_size: int, stochastic: bool = False, vendor: str = "nvidia",
-                      state_tiles: int = 0) -> list[UpdateConfig]:
+                      state_tiles: int = 0, one_dim: bool = False) -> list[UpdateConfig]:
     """Every update config the selector may return (both variants) for fp32 rows or, with
     ``stochastic``, fp16 / bf16 rows; ``vendor``: the device's (register caps are NVIDIA's);
-    ``state_tiles``: per-element fp32 state tiles (0, 1, 2). The same for either gradient dtype."""
+    ``state_tiles``: per-element fp32 state tiles (0, 1, 2); ``one_dim``: every table has the same dim
+    (the lane update then looks no table up: ``TableBatchedEmbedding.one_dim``). The same for either
+    gradient dtype."""
     return (scan_candidates(block_d, warp_size)
-            + lane_candidates(block_d, warp_size, stochastic, vendor, state_tiles))
+            + lane_candidates(block_d, warp_size, stochastic, vendor, state_tiles, one_dim))
 
 
 def staged_loads(cfg: ForwardConfig) -> bool:
@@ -235,18 +253,19 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
 
 
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
-                  unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4) -> UpdateConfig:
+                  unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
+                  one_dim: bool = False) -> UpdateConfig:
     """The update config (variant, tile, warps, merge chunks) with the least predicted time
     (``polyrec.perfmodel.tbe.update_seconds``); ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
     ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
-    gradient's element size (the module's output dtype)."""
+    gradient's element size (the module's output dtype); ``one_dim``: every table has the same dim."""
     ceil = ceilings(spec)
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, math.inf
-    for cand in update_candidates(block_d, spec.warp_size, stochastic, spec.vendor, state_tiles):
+    for cand in update_candidates(block_d, spec.warp_size, stochastic, spec.vendor, state_tiles, one_dim):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
-                            merge_chunks=cand.merge_chunks, grad_bytes=grad_bytes,
+                            merge_chunks=cand.merge_chunks, grad_bytes=grad_bytes, one_dim=one_dim,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
         if not update_fits_registers(shape, spec):
             continue

@@ -362,6 +362,24 @@ MERGE_CROSSING_TRIPS = 2.66
 #: Until c1ce9af one value, 0.866, fitted on the fp32-gradient row of the kernel then (5.21 ms).
 #: fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound: ``rounding_seconds``.
 UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
+#: UPDATE_COPY_FRACTION of the lane update of tables that share one dim (``UpdateShape.one_dim``: rows
+#: addressed as global row x dim, no table looked up, ``tbe_backward._tile_rows``'s ONE_DIM; the gradient
+#: slices loaded evict-last in L2, the rows and state stored evict-first; 128-register cap,
+#: ``tbe_select.LANE_MAX_REGISTERS_ONE_DIM``). Fitted on the sixteenth session's interleaved rows
+#: (benchmarks/results/tbe_lane_ab_2026-11-30/s16c_F128_*, full MLPerf tables, uniform ids, row-wise
+#: Adagrad, the committed calibration's copy rate, 4.24 TB/s) as ``estimate`` prices them: this term, the
+#: merge and the per-row work ``row_state_seconds`` (0.50 ms) against lane update + permute + merge,
+#: fp32 gradient 19.64 GB in 4.088 + 0.149 + 0.129 ms -> 1.258; bf16 gradient 16.05 GB in 3.539 + 0.148 +
+#: 0.129 ms -> 1.209. Above 1: the byte count takes one gradient slice per id from DRAM where a bag's
+#: repeated slices hit L2 (so the floor of ``update_seconds`` is ``update_dram_floor``), and the fit of
+#: UPDATE_COPY_FRACTION did not take the per-row term out (it came later). Checked on the same run's
+#: Zipf-skewed row (12.45 GB): 3.07 ms predicted, 2.438 + 0.145 + 0.187 measured (+11%); and by the planner
+#: against this session's e2e run (tests/test_tbe_state_trips.py).
+#: Not for optimizers with a per-element state tile, which the one-dim kernel sped up far less (tables capped
+#: at 4M rows, bf16 gradient, lane + permute + merge, s16d_*: Adagrad 5.124 -> 4.738 ms, Adam 7.252 -> 6.860,
+#: against row-wise Adagrad 3.885 -> 2.926, SGD 3.228 -> 2.529): they keep UPDATE_COPY_FRACTION and
+#: LANE_INSTRUCTIONS.
+ONE_DIM_UPDATE_COPY_FRACTION = {4: 1.258, 2: 1.209}
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds beyond the kernel
 #: UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS). None since the lane update issues all of a tile's
 #: row, state and gradient loads before a barrier (02e0c4b; the cuda:90 SASS of the one-tile lane update
@@ -414,6 +432,23 @@ ROUNDING_ISSUE_FRACTION = 0.75
 #: distinct (Zipf-skewed ids, small tables), where its bytes are few. Not counted on gfx942 (wave64): the
 #: same count is used there, as for ROUNDING_INSTRUCTIONS.
 LANE_INSTRUCTIONS = 31.91
+#: LANE_INSTRUCTIONS of the one-dim lane update (``UpdateShape.one_dim``), counted the same way at the
+#: sixteenth session's config (128-register cap: 124 used, 16 warps per SM): 761 warp instructions per
+#: loop trip (676 at the 152 cap; 1042 for the table-looking-up kernel at that commit) x 32 / 1024.
+ONE_DIM_LANE_INSTRUCTIONS = 23.78
+#: Instructions per tile element that stochastic rounding adds to the one-dim lane update with 8-tile
+#: chunks and the 128-register cap (fp16 / bf16 rows of one dim, ``tbe_select.lane_chunks``), counted as
+#: LANE_INSTRUCTIONS: 1705 warp instructions per loop trip against 766 without rounding (cuda:90,
+#: ``sass_count.py``, row-wise Adagrad, the compile job at BLOCK_D 128) x 32 / 1024.
+ONE_DIM_ROUNDING_INSTRUCTIONS = 29.34
+#: Fraction of ISSUE_LANES_PER_CLK the one-dim lane update with rounding reaches: it is issue-bound (the
+#: same instructions per position whatever the ids: Zipf-skewed ids took 3.434 ms against 3.636 uniform),
+#: its rounding part of the stream rather than added after the loads (``rounding_seconds``). Fitted on ONE
+#: row as ``estimate`` prices it (with ``row_state_seconds`` and the merge): full MLPerf tables, fp16 rows,
+#: uniform ids, row-wise Adagrad, lane update + permute + merge 3.636 + 0.148 + 0.211 ms
+#: (benchmarks/results/tbe_lane_ab_2026-11-30/s16e_c8cap128_uniform). Checked on the Zipf-skewed row of the
+#: same call: 4.08 ms predicted, 3.434 + 0.147 + 0.306 measured (+5%).
+ONE_DIM_ROUNDED_ISSUE_FRACTION = 0.893
 #: Fraction of ISSUE_LANES_PER_CLK the lane update's own instructions reach (one-warp programs, the loads
 #: of a tile in flight while they issue). Fitted on ONE row: the fp32-gradient lane update + permute on
 #: Zipf-skewed ids, full MLPerf tables, with the register cap (s11c_fp32_skewed_152 in
@@ -438,6 +473,7 @@ class UpdateShape:
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots per merge-level program, taken in turn (``merge_seconds``)
     stochastic: bool = False  # fp16 / bf16 rows: the update and the merge round stochastically (``rounding_seconds``)
     grad_bytes: int = 4  # element size of the output gradient (4 fp32, 2 bf16 / fp16): UPDATE_COPY_FRACTION
+    one_dim: bool = False  # "lane": every table has the same dim (ONE_DIM_UPDATE_COPY_FRACTION, ONE_DIM_LANE_INSTRUCTIONS)
 
     def block_d(self, warp_size: int) -> float:
         """Padded row width (elements) of the tile: elems_per_thread x threads / tile."""
@@ -490,6 +526,12 @@ def update_bytes(variant: str, *, nnz: float, unique: float, row_bytes: float, g
         return common + nnz * (4 + 8 + 2 * gran)
     # permute: keys, perm, source row and scale gathered, offset and scale written; update: keys, offset, scale
     return common + nnz * (4 + 8 + 2 * gran + 8) + nnz * 12
+
+
+def update_dram_floor(moved: float, *, nnz: float, grad_row_bytes: float) -> float:
+    """A lower bound of the update's DRAM bytes (``update_bytes``, ``moved``): all but its gradient slices,
+    one per id, which L2 serves where a bag's ids read its slice again."""
+    return moved - nnz * grad_row_bytes
 
 
 def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
@@ -547,9 +589,10 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
                    row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float) -> float:
     """Predicted update (+ permute) + merge time: the longest of the bytes at the fitted fraction of the
     copy rate, the programs' dependent round trips over the resident programs (Little's law) and, for the
-    lane update, the issue of its instructions (LANE_INSTRUCTIONS per tile element), plus the round trips of
-    the state arrays the fitted kernel did not read (or minus those it did and this one does not:
-    STATE_ARRAY_TRIPS), never below the bytes at the copy rate, plus the rounding and the merge."""
+    lane update, the issue of its instructions (LANE_INSTRUCTIONS per tile element; ONE_DIM_* for tables of
+    one dim), plus the round trips of the state arrays the fitted kernel did not read (or minus those it did
+    and this one does not: STATE_ARRAY_TRIPS), never below the bytes that must cross DRAM at the copy rate
+    (``update_dram_floor``), plus the rounding and the merge."""
     gran = GATHER_GRANULARITY[spec.vendor]
     copy = ceil.copy_bandwidth.value
     moved = update_bytes(shape.variant, nnz=nnz, unique=unique, row_bytes=row_bytes, grad_row_bytes=grad_row_bytes,
@@ -558,16 +601,23 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     lat = LOADED_LATENCY_S[spec.vendor]
     resident = update_resident(shape, spec)
     chain_s = tiles * UPDATE_TRIPS[shape.variant] * lat / resident
-    arrays = state_arrays(state_bytes_per_row, shape.block_d(spec.warp_size))
+    block_d = shape.block_d(spec.warp_size)
+    arrays = state_arrays(state_bytes_per_row, block_d)
     state_s = (arrays - FIT_STATE_ARRAYS) * STATE_ARRAY_TRIPS[spec.vendor] * tiles * lat / resident
     scan_s = nnz * shape.tile * SCAN_SECONDS_PER_POSITION_TILE if shape.variant == "scan" else 0.0
-    block_d = shape.block_d(spec.warp_size)
     elements = tiles * shape.tile * block_d
-    issue_s = (issue_seconds(elements * LANE_INSTRUCTIONS, LANE_ISSUE_FRACTION, spec)
-               if shape.variant == "lane" else 0.0)
+    # the one-dim kernel's constants hold for optimizers without a per-element state tile
+    one_dim = shape.one_dim and shape.variant == "lane" and state_bytes_per_row < 4 * block_d
+    instructions = ONE_DIM_LANE_INSTRUCTIONS if one_dim else LANE_INSTRUCTIONS
+    issue_fraction = LANE_ISSUE_FRACTION
     round_s = rounding_seconds(elements, shape.variant, spec) if shape.stochastic else 0.0
-    fraction = UPDATE_COPY_FRACTION[shape.grad_bytes]
-    return (max(moved / copy, max(moved / (fraction * copy), chain_s, issue_s) + state_s) + scan_s + round_s
+    if one_dim and shape.stochastic:  # one instruction stream, issue-bound: the rounding is part of it
+        instructions += ONE_DIM_ROUNDING_INSTRUCTIONS
+        issue_fraction, round_s = ONE_DIM_ROUNDED_ISSUE_FRACTION, 0.0
+    issue_s = issue_seconds(elements * instructions, issue_fraction, spec) if shape.variant == "lane" else 0.0
+    fraction = (ONE_DIM_UPDATE_COPY_FRACTION if one_dim else UPDATE_COPY_FRACTION)[shape.grad_bytes]
+    floor = update_dram_floor(moved, nnz=nnz, grad_row_bytes=grad_row_bytes)
+    return (max(floor / copy, max(moved / (fraction * copy), chain_s, issue_s) + state_s) + scan_s + round_s
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
                             spec=spec, ceil=ceil, chunks=shape.merge_chunks,

@@ -130,11 +130,12 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
                             row_bytes=block_d * wb, table_rows=[t.rows for t in tables])
     fwd = [(tbe.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d, num_warps=la.config.num_warps),
             la.features) for la in launches]
+    one_dim = len({s.dim for s in loads}) == 1  # as TableBatchedEmbedding.one_dim
     ucfg = tbe_select.select_update(spec, nnz=max(int(nnz), 1), block_d=block_d, row_bytes=block_d * wb,
                                     state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], stochastic=wb < 4,
-                                    grad_bytes=grad_bytes)
+                                    grad_bytes=grad_bytes, one_dim=one_dim)
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
-                          merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes,
+                          merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
     est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
