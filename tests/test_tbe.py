@@ -72,31 +72,35 @@ def test_training_matches_float64_reference(kind, wd):
             torch.testing.assert_close(got.double(), want[0], rtol=1e-5, atol=1e-6)
 
 
-ONE_DIM_TABLES = [TableSpec(name="big", rows=40, dim=8), TableSpec(name="hot", rows=2, dim=8),
-                  TableSpec(name="mid", rows=9, dim=8, pooling="mean")]
+def _one_dim_tables(dim: int) -> list[TableSpec]:
+    return [TableSpec(name="big", rows=40, dim=dim), TableSpec(name="hot", rows=2, dim=dim),
+            TableSpec(name="mid", rows=9, dim=dim, pooling="mean")]
 
 
-@pytest.mark.parametrize("kind,dtype", [("rowwise_adagrad", torch.float32), ("adam", torch.float32),
-                                        ("rowwise_adagrad", torch.float16)])
-def test_tables_of_one_dim_update_as_the_reference_and_as_with_the_table_looked_up(kind, dtype):
+@pytest.mark.parametrize("kind,dtype,dim", [("rowwise_adagrad", torch.float32, 8), ("adam", torch.float32, 8),
+                                            ("rowwise_adagrad", torch.float16, 8),
+                                            ("rowwise_adagrad", torch.float32, 12)])
+def test_tables_of_one_dim_update_as_the_reference_and_as_with_the_table_looked_up(kind, dtype, dim):
     """Tables sharing one dim are updated with rows addressed as global row x dim (ONE_DIM); the same
     steps with each tile's table looked up (``one_dim`` 0, the mixed-dims path) give the same bits
     (fp16 rows: the same stochastic rounding, deterministic mode), and fp32 rows follow the float64
-    reference (fp16 rows: ``test_low_precision_weights_track_reference``, on the looked-up path)."""
+    reference (fp16 rows: ``test_low_precision_weights_track_reference``, on the looked-up path). Dim 12
+    pads its rows to BLOCK_D 16: the columns past the dim are masked."""
+    tables = _one_dim_tables(dim)
     gen = torch.Generator().manual_seed(12)
     opt = EmbeddingOptimizer(kind=kind, lr=0.05, initial_accumulator_value=0.1 if "ada" in kind else 0)
     kw = dict(optimizer=opt, feature_to_table=FEATURES, seed=3, weight_dtype=dtype, deterministic=True)
-    fast = TableBatchedEmbedding(ONE_DIM_TABLES, **kw)
-    looked_up = TableBatchedEmbedding(ONE_DIM_TABLES, **kw)
+    fast = TableBatchedEmbedding(tables, **kw)
+    looked_up = TableBatchedEmbedding(tables, **kw)
     looked_up.one_dim = 0
-    assert fast.one_dim == 8 and TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES).one_dim == 0
-    weights, states = [w.double().clone() for w in fast.table_weights()], init_states(opt, ONE_DIM_TABLES)
+    assert fast.one_dim == dim and TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES).one_dim == 0
+    weights, states = [w.double().clone() for w in fast.table_weights()], init_states(opt, tables)
     for step in range(1, 4):
-        batch = make_batch(gen, weighted=step == 2, tables=ONE_DIM_TABLES)
-        grad = torch.randn(B, 8 * len(FEATURES), generator=gen)
+        batch = make_batch(gen, weighted=step == 2, tables=tables)
+        grad = torch.randn(B, dim * len(FEATURES), generator=gen)
         fast(batch).backward(grad)
         looked_up(batch).backward(grad)
-        weights, states = ref_step(weights, states, batch, grad, opt, step, ONE_DIM_TABLES, FEATURES)
+        weights, states = ref_step(weights, states, batch, grad, opt, step, tables, FEATURES)
     assert torch.equal(fast.weights, looked_up.weights) and torch.equal(fast.state1, looked_up.state1)
     assert torch.equal(fast.state2, looked_up.state2)
     if dtype == torch.float32:

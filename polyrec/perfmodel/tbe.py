@@ -473,7 +473,7 @@ class UpdateShape:
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots per merge-level program, taken in turn (``merge_seconds``)
     stochastic: bool = False  # fp16 / bf16 rows: the update and the merge round stochastically (``rounding_seconds``)
     grad_bytes: int = 4  # element size of the output gradient (4 fp32, 2 bf16 / fp16): UPDATE_COPY_FRACTION
-    one_dim: bool = False  # "lane": every table has the same dim (ONE_DIM_UPDATE_COPY_FRACTION, ONE_DIM_LANE_INSTRUCTIONS)
+    one_dim: bool = False  # "lane": every table has the same dim (the ONE_DIM_* constants)
 
     def block_d(self, warp_size: int) -> float:
         """Padded row width (elements) of the tile: elems_per_thread x threads / tile."""
