@@ -14,6 +14,8 @@ from polyrec.kernels import tbe_select
 from polyrec.perfmodel.tbe import (ForwardTile, TableLoad, UpdateShape, estimate, forward_seconds, gather_efficiency,
                                    l2_hits, unique_rows)
 
+RESULTS = Path(__file__).parents[1] / "benchmarks/results"
+
 
 def test_gather_efficiency_by_row_size():
     assert gather_efficiency(512, 32) == 1.0  # fp32 D=128: 16 whole sectors
@@ -104,7 +106,7 @@ def test_forward_model_ranks_the_measured_h200_sweep():
     """Regression check against the committed H200 forward sweep (MLPerf shapes, fp32, uniform): the
     config the selector picks was measured within ~10% of the fastest config of the whole sweep, and
     the model puts the hots-16 configs (all >= 2.6 ms measured) behind the pick."""
-    path = Path(__file__).parents[1] / "benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json"
+    path = RESULTS / "tbe_breakdown_nvidia-h200_2026-11-29.json"
     sweep = json.loads(path.read_text())["results"]["forward_sweep"]
     measured = {(r["bags"], r["hots"], r["warps"]): r["fwd_ms"] for r in sweep}
     spec = get_device("H200")
@@ -138,7 +140,7 @@ def test_forward_model_picks_the_fastest_of_the_power_law_sweep(case):
     from polyrec.models.config import mlperf_dcnv2
     from polyrec.perfmodel.tbe import least_hit_fraction
 
-    path = Path(__file__).parents[1] / "benchmarks/results/tbe_forward_groups_nvidia-h200_2026-11-30.json"
+    path = RESULTS / "tbe_forward_groups_nvidia-h200_2026-11-30.json"
     rows = [r for r in json.loads(path.read_text())["rows"] if r["case"] == case and r["plan"] == "one launch"]
     measured = {r["config"]: r["ms"] for r in rows if r["candidate"]}
     config = mlperf_dcnv2()
@@ -285,6 +287,19 @@ def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
     assert out[4].backward_bytes - half.backward_bytes == pytest.approx(65536 * 8 * 256, rel=1e-9)  # slices halved
 
 
+def _committed_h200_ceilings():
+    """The committed H200 calibration's ceilings (copy 4.24 TB/s), as the update fits took them."""
+    calibration = json.loads((RESULTS / "calibrate_nvidia-h200_2026-11-29.json").read_text())["results"]["measured"]
+    return ceilings(get_device("H200"), calibration)
+
+
+def _update_ms(name: str) -> float:
+    """Lane update + permute + merge levels, ms per step, of a tbe_breakdown file in tbe_lane_ab_2026-11-30."""
+    kernels = json.loads((RESULTS / f"tbe_lane_ab_2026-11-30/{name}.json").read_text())["results"]["kernels"]
+    parts = ("lane_update_kernel", "permute_kernel", "merge_level_kernel")
+    return sum(k["ms_per_step"] for k in kernels if k["kernel"].startswith(parts))
+
+
 @pytest.mark.parametrize("case,grad_bytes,unique", [("fp32", 4, 10.21e6), ("bf16", 2, 10.21e6),
                                                     ("skewed", 4, 3.609e6)])
 def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_looking_up_kernel(case, grad_bytes,
@@ -297,10 +312,7 @@ def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_loo
     (s16c_A_*: the kernel before)."""
     from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
 
-    spec, nnz = get_device("H200"), 14_024_704
-    results = Path(__file__).parents[1] / "benchmarks/results"
-    calibration = json.loads((results / "calibrate_nvidia-h200_2026-11-29.json").read_text())["results"]["measured"]
-    ceil = ceilings(spec, calibration)  # the committed H200 calibration (copy 4.24 TB/s), as the fits took it
+    spec, nnz, ceil = get_device("H200"), 14_024_704, _committed_h200_ceilings()
     cfg = tbe_select.select_update(spec, nnz=nnz, block_d=128, row_bytes=512, state_tiles=0, unique=unique,
                                    grad_bytes=grad_bytes, one_dim=True)
     assert cfg.variant == "lane" and cfg.max_registers == tbe_select.LANE_MAX_REGISTERS_ONE_DIM["nvidia"]
@@ -313,14 +325,9 @@ def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_loo
                                      grad_row_bytes=grad_bytes * 128, state_bytes_per_row=4)
                       + row_state_seconds(nnz, spec))
 
-    def measured(name):
-        path = results / f"tbe_lane_ab_2026-11-30/s16c_{name}_{case}_1.json"
-        kernels = json.loads(path.read_text())["results"]["kernels"]
-        parts = ("lane_update_kernel", "permute_kernel", "merge_level_kernel")
-        return sum(k["ms_per_step"] for k in kernels if k["kernel"].startswith(parts))
-
-    assert predict(True) == pytest.approx(measured("F128"), rel=0.12)
-    assert predict(True) < predict(False) and measured("F128") < measured("A")
+    measured, before = _update_ms(f"s16c_F128_{case}_1"), _update_ms(f"s16c_A_{case}_1")
+    assert predict(True) == pytest.approx(measured, rel=0.12)
+    assert predict(True) < predict(False) and measured < before
 
 
 @pytest.mark.parametrize("case", ["uniform", "skewed"])
@@ -333,8 +340,6 @@ def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(case):
 
     spec, nnz = get_device("H200"), 14_024_704
     unique = {"uniform": 10.21e6, "skewed": 3.609e6}[case]
-    results = Path(__file__).parents[1] / "benchmarks/results"
-    calibration = json.loads((results / "calibrate_nvidia-h200_2026-11-29.json").read_text())["results"]["measured"]
     kw = dict(nnz=nnz, block_d=128, row_bytes=256, state_tiles=0, unique=unique, stochastic=True)
     cfg = tbe_select.select_update(spec, one_dim=True, **kw)
     mixed = tbe_select.select_update(spec, **kw)
@@ -342,10 +347,6 @@ def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(case):
     assert (mixed.chunks, mixed.max_registers) == (1, None)
     shape = UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
                         merge_chunks=cfg.merge_chunks, stochastic=True, one_dim=True, elems_per_thread=32)
-    predicted = 1e3 * (update_seconds(shape, spec, ceilings(spec, calibration), nnz=nnz, unique=unique, row_bytes=256,
+    predicted = 1e3 * (update_seconds(shape, spec, _committed_h200_ceilings(), nnz=nnz, unique=unique, row_bytes=256,
                                       grad_row_bytes=512, state_bytes_per_row=4) + row_state_seconds(nnz, spec))
-    path = results / f"tbe_lane_ab_2026-11-30/s16e_c8cap128_{case}.json"
-    kernels = json.loads(path.read_text())["results"]["kernels"]
-    measured = sum(k["ms_per_step"] for k in kernels
-                   if k["kernel"].startswith(("lane_update_kernel", "permute_kernel", "merge_level_kernel")))
-    assert predicted == pytest.approx(measured, rel=0.08)
+    assert predicted == pytest.approx(_update_ms(f"s16e_c8cap128_{case}"), rel=0.08)
