@@ -149,15 +149,12 @@ def update_kernel(
 
 @triton.jit
 def permute_kernel(
-    keys_ptr, perm_ptr, src_ptr, scale_ptr, feat_col_ptr, g_off_ptr, sorted_scale_ptr, unsorted_ptr,
+    keys_ptr, perm_ptr, src_ptr, scale_ptr, feat_col_ptr, g_off_ptr, sorted_scale_ptr,
     n_pos, batch_size, grad_stride, invalid_key,
-    SEQUENCE: tl.constexpr, HAS_SCALE: tl.constexpr, SOLO: tl.constexpr, BLOCK: tl.constexpr,
+    SEQUENCE: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """Per sorted position: the element offset of its output-gradient slice and its scale, so the
-    update reads them coalesced with its key (one round trip instead of perm -> src -> column).
-    SOLO: also write the invalid key over the unsorted key (``unsorted_ptr``, input order) of every id
-    whose row has another id in the batch, so the unsorted keys keep the rows of one id
-    (``solo_update_kernel``)."""
+    update reads them coalesced with its key (one round trip instead of perm -> src -> column)."""
     pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_range = pos < n_pos
     key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key)
@@ -167,55 +164,6 @@ def permute_kernel(
     tl.store(g_off_ptr + pos, g_off.to(g_off_ptr.dtype.element_ty), mask=in_range)
     if HAS_SCALE:
         tl.store(sorted_scale_ptr + pos, tl.load(scale_ptr + orig, mask=ok, other=0.0), mask=in_range)
-    if SOLO:
-        nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1)
-        shared = ok & _shared(keys_ptr, key, nxt, pos, in_range & (pos > 0))
-        tl.store(unsorted_ptr + orig, tl.where(shared, invalid_key, key), mask=shared)
-
-
-@triton.jit
-def _shared(keys_ptr, key, nxt, pos, has_prev):
-    """Whether the row ``key`` of sorted positions ``pos`` has other ids: the sorted key before
-    (loaded where ``has_prev``) or after (``nxt``) is the same."""
-    return (key == tl.load(keys_ptr + pos - 1, mask=has_prev, other=-1)) | (key == nxt)
-
-
-@triton.jit(do_not_specialize=["seed"])
-def solo_update_kernel(
-    weights_ptr, state1_ptr, state2_ptr, grad_ptr, keys_ptr, src_ptr, scale_ptr,
-    row_base_ptr, elem_base_ptr, dim_ptr, feat_col_ptr,
-    n_pos, batch_size, grad_stride, num_tables, invalid_key,
-    lr, eps, beta1, beta2, weight_decay, seed,
-    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, SEQUENCE: tl.constexpr,
-    HAS_SCALE: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr,
-    VEC: tl.constexpr, T_PAD: tl.constexpr, ONE_DIM: tl.constexpr,
-):
-    """The update of the rows that one id of the batch reads, in input order: ``keys_ptr`` holds the
-    unsorted keys with ``invalid_key`` at every id whose row has another (``permute_kernel``'s SOLO),
-    and the lane update skips these rows. Input order is bag order, so the ids of a bag read their
-    one gradient slice in turn (L1 / L2 hits), where sorted order reads a slice per id from DRAM (a
-    feature's slices at batch 65536, D 128, fp32: 33.5 MB). Each row's gradient is its one slice times
-    its scale: the lane update's sum of a run of one, bit for bit. Launched as the lane update (warps
-    along BLOCK_D); a program takes CHUNKS tiles of TILE positions in turn."""
-    prog = tl.program_id(0).to(tl.int64)
-    i = tl.arange(0, TILE)
-    d = tl.arange(0, BLOCK_D)
-    for c in range(CHUNKS):
-        pos = prog * (CHUNKS * TILE) + c * TILE + i  # [TILE] input positions
-        key = tl.load(keys_ptr + pos, mask=pos < n_pos, other=invalid_key)
-        ok = key != invalid_key
-        if tl.max(ok.to(tl.int32), axis=0) > 0:
-            lo, hi = _key_bounds(key.to(tl.int64), ok)  # unsorted: the table is found as for sorted keys
-            # when the smallest and largest row are in one table (tables are contiguous row ranges)
-            addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d,
-                                           T_PAD, VEC, ONE_DIM)
-            g_off = _grad_offset(src_ptr, feat_col_ptr, pos, ok, batch_size, grad_stride, SEQUENCE)
-            w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, ok, addr, d_mask, OPTIM)
-            g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0).to(tl.float32)
-            if HAS_SCALE:
-                g = g * tl.load(scale_ptr + pos, mask=ok, other=0.0)[:, None]
-            store_update(weights_ptr, state1_ptr, state2_ptr, key, ok, addr, d_mask, g, w, s1, s2, lr, eps, beta1,
-                         beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
 
 
 @triton.jit
@@ -329,7 +277,7 @@ def lane_update_kernel(
     lr, eps, beta1, beta2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
     TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
-    ONE_DIM: tl.constexpr, SOLO: tl.constexpr,
+    ONE_DIM: tl.constexpr,
 ):
     """``update_kernel``'s result with two dependent round trips per tile: (keys, gradient offsets,
     scales) coalesced, then the gradient slices together with the weight rows and state of the tile's
@@ -363,8 +311,6 @@ def lane_update_kernel(
         if HAS_SCALE:
             scale = tl.load(scale_ptr + pos)
         ok = key != invalid_key
-        if SOLO:  # rows of one id are solo_update_kernel's: here as if invalid
-            ok = ok & _shared(keys_ptr, key, nxt, pos, pos > 0)
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program

@@ -18,7 +18,7 @@ from torch import Tensor
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
-                                          permute_kernel, solo_update_kernel, update_kernel)
+                                          permute_kernel, update_kernel)
 from polyrec.kernels.tbe_forward import sort_keys_kernel, vector_width
 from polyrec.kernels.tbe_optim import OPTIM_CODE
 from polyrec.perfmodel.tbe import LEVEL_TILE
@@ -43,11 +43,10 @@ class FusedBackward:
             return
         with torch.no_grad():
             ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
-            ucfg = self._update_config(batch.nnz)
-            if ucfg.variant == "lane":
+            if self._update_config(batch.nnz).variant == "lane":
                 ids.grad_stride = self.output_dim
                 ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
-                                                            batch.batch_size, False, solo=ucfg.solo)
+                                                            batch.batch_size, False)
         self._prepared = ids
 
     def backward_side(self, *read: Tensor | None) -> contextlib.AbstractContextManager:
@@ -115,7 +114,7 @@ class FusedBackward:
         keys = written or self._sort_keys(values, offsets, per_sample, batch_size, sequence)
         sorted_keys, perm = torch.sort(keys.keys, stable=self.deterministic)
         return SortedIds(batch=keys.batch, versions=keys.versions, keys=sorted_keys, perm=perm, src=keys.src,
-                         scale=keys.scale, unsorted=keys.keys)
+                         scale=keys.scale)
 
     def _fused_backward(self, grad: Tensor, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
                         batch_size: int, sequence: list | None) -> None:
@@ -151,23 +150,16 @@ class FusedBackward:
                 SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
         else:
             g_off, sorted_scale = ids.g_off, ids.sorted_scale
-            if ids.grad_stride != grad.stride(0) or (ucfg.solo and not ids.solo):  # not prepared for this
+            if ids.grad_stride != grad.stride(0):  # not prepared for this gradient's layout
                 g_off, sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
-                                                    grad.stride(0), solo=ucfg.solo)
+                                                    grad.stride(0))
             lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)), ONE_DIM=self.one_dim)
             cap = ({"maxnreg": ucfg.max_registers}
                    if ucfg.max_registers and dev.type == "cuda" and torch.version.hip is None else {})
-            launch = dict(HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **cap, **lane_flags)
             lane_update_kernel[(programs,)](
                 self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
                 lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), self.total_rows,
-                **common, SOLO=ucfg.solo, **launch)
-            if ucfg.solo:
-                solo_update_kernel[(triton.cdiv(n, ucfg.span),)](
-                    self.weights, self.state1, self.state2, grad, ids.unsorted, src, scale,
-                    lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
-                    n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
-                    SEQUENCE=sequence is not None, **launch)
+                **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **cap, **lane_flags)
         self._merge(partial, part_key, common, flags, ucfg.merge_chunks)
 
     def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict, chunks: int) -> None:
@@ -196,19 +188,17 @@ class FusedBackward:
         return vector_width(dims, grad.element_size()) if grad.data_ptr() % 16 == 0 else 1
 
     def _permute(self, grad_numel: int, ids: SortedIds, batch_size: int, sequence: bool,
-                 grad_stride: int | None = None, *, solo: bool = False) -> tuple[Tensor, Tensor | None]:
+                 grad_stride: int | None = None) -> tuple[Tensor, Tensor | None]:
         """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order,
-        for a gradient of ``grad_numel`` elements and row stride ``grad_stride`` (default output_dim).
-        ``solo``: also leave in ``ids.unsorted`` only the keys of rows with one id (``ids.solo``)."""
+        for a gradient of ``grad_numel`` elements and row stride ``grad_stride`` (default output_dim)."""
         n, scale = ids.keys.numel(), ids.scale
         off_dtype = torch.int32 if grad_numel < 2**31 else torch.int64
         g_off = torch.empty(n, dtype=off_dtype, device=ids.keys.device)
         sorted_scale = torch.empty(n, dtype=scale.dtype, device=scale.device) if scale is not None else None
         permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
-            ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, ids.unsorted, n, batch_size,
+            ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
             self.output_dim if grad_stride is None else grad_stride, self.total_rows, SEQUENCE=sequence,
-            HAS_SCALE=scale is not None, SOLO=solo, BLOCK=PERMUTE_BLOCK, num_warps=4)
-        ids.solo = ids.solo or solo
+            HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
         return g_off, sorted_scale
 
 
@@ -242,8 +232,6 @@ class SortedIds:
     grad_stride: int | None = None  # the gradient row stride g_off was computed for (lane update)
     g_off: Tensor | None = None  # [padded_length] gradient element offsets in sorted order (padding: 0)
     sorted_scale: Tensor | None = None  # [padded_length] scales in sorted order (padding: 0)
-    unsorted: Tensor | None = None  # [padded_length] the keys in input order (SortKeys.keys), edited by solo
-    solo: bool = False  # unsorted holds the invalid key at every id whose row has another (permute's SOLO)
 
 
 def _of_batch(held: SortKeys | SortedIds | None, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> bool:

@@ -118,7 +118,6 @@ class UpdateConfig:
     chunks: int = 1  # "lane": tiles one program takes in turn, carrying the open run's sum
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots one merge-level program takes in turn (MERGE_CHUNK_CHOICES)
     max_registers: int | None = None  # "lane" on NVIDIA: register cap per thread (ptxas maxnreg); None: ptxas's
-    solo: bool = False  # "lane": rows of one id updated in input order by their own kernel (solo_update_kernel)
 
     @property
     def span(self) -> int:
@@ -132,8 +131,6 @@ class UpdateConfig:
             raise ValueError(f"UpdateConfig: tile must be a power of two >= 2 and num_warps >= 1, got {self}")
         if self.chunks < 1 or self.merge_chunks < 1:
             raise ValueError(f"UpdateConfig: chunks and merge_chunks must be >= 1, got {self}")
-        if self.solo and self.variant != "lane":
-            raise ValueError(f"UpdateConfig: solo needs the lane variant, got {self}")
 
 
 @functools.cache
