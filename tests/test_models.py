@@ -216,3 +216,30 @@ def test_polyrec_backend_missing_is_a_clear_error(monkeypatch):
         DLRM(tiny("dot"), embedding_backend="polyrec")
     with pytest.raises(ImportError, match="needs polyrec.kernels.gemm"):
         DLRM(tiny("dot"), dense_backend="polyrec")
+
+
+def test_beside_is_cat_in_a_buffer_or_without_one():
+    """``beside`` writes lead into a buffer's free first columns (the result aliases the buffer) or
+    concatenates; either way the values and the gradients are torch.cat's; a buffer that does not hold
+    x after the lead's columns is an error."""
+    from polyrec.models.layers import beside
+
+    gen = torch.Generator().manual_seed(2)
+    buffer = torch.full((5, 7), float("nan"))
+    x = buffer[:, 3:]
+    x.copy_(torch.randn(5, 4, generator=gen))
+    lead = torch.randn(5, 3, generator=gen, requires_grad=True)
+    xg = x.clone().requires_grad_()
+    grad = torch.randn(5, 7, generator=gen)
+    want = torch.cat([lead, xg], 1)
+    want.backward(grad)
+    want_grads = lead.grad.clone(), xg.grad.clone()
+    lead.grad = None
+    tapped = x.detach().requires_grad_()
+    got = beside(lead, tapped, buffer)
+    assert got.data_ptr() == buffer.data_ptr() and torch.equal(got, want.detach())
+    got.backward(grad)
+    assert torch.equal(lead.grad, want_grads[0]) and torch.equal(tapped.grad, want_grads[1])
+    assert torch.equal(beside(lead, xg).detach(), want.detach())
+    with pytest.raises(ValueError, match="after 3 free columns"):
+        beside(lead, xg, buffer)

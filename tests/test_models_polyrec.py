@@ -119,3 +119,37 @@ def test_bf16_embedding_output_feeds_bf16_dense():
     F.binary_cross_entropy_with_logits(logits, labels).backward()
     assert not torch.equal(ours.embeddings.tbe.weights, before)  # the fused update ran from a bf16 gradient
     assert torch.isfinite(ours.embeddings.tbe.weights).all()
+
+
+def test_cross_input_is_assembled_in_the_lookup_buffer():
+    """DLRM-DCNv2 with polyrec's tables: the lookup leaves the bottom MLP's columns free in its output
+    buffer and x0 is that buffer (no copy of the embeddings); two training steps through it (the
+    gradient split into column views) equal the torch model's, and a second assembly from the same
+    lookup falls back to a copy."""
+    gen = torch.Generator().manual_seed(11)
+    config = tiny("dcnv2")
+    ref, ours = pair(config, "rowwise_adagrad")
+    opts = [torch.optim.Adagrad(m.dense_parameters(), lr=0.05) for m in (ours, ref)]
+    for _ in range(2):
+        dense, values, offsets, labels = batch(config, 6, gen)
+        emb = ours.embed(values, offsets, 6)
+        tapped = emb.view_as(emb)  # as the trainer's tap hands it on: a view at the same place
+        seen = []
+        hook = ours.cross.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
+        losses = [F.binary_cross_entropy_with_logits(m.dense_forward(dense, e), labels)
+                  for m, e in ((ours, tapped), (ref, ref.embed(values, offsets, 6)))]
+        hook.remove()
+        assert ours.embeddings.lead_buffer(tapped) is None  # taken by dense_forward, once
+        x0 = seen[0]
+        assert x0.shape == (6, config.interaction_dim) and x0[:, 8:].data_ptr() == emb.data_ptr()
+        torch.testing.assert_close(x0[:, :8], ours.bottom(dense, ours.ops, torch.float32))
+        for loss, opt, model in zip(losses, opts, (ours, ref)):
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            model.embeddings.apply_gradients()
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-5)
+    for w, bag in zip(ours.embeddings.tbe.table_weights(), ref.embeddings.bags):
+        torch.testing.assert_close(w, bag.weight.detach(), rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours.dense_parameters(), ref.dense_parameters()):
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-4, atol=1e-5)

@@ -108,6 +108,26 @@ def test_tables_of_one_dim_update_as_the_reference_and_as_with_the_table_looked_
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
 
 
+def test_lead_columns_leave_room_before_the_output_and_train_the_same():
+    """``lead_columns``: the output is the last columns of a [B, lead + output_dim] buffer, with the same
+    values, and a gradient that arrives as columns of a wider tensor trains the tables as a contiguous
+    one does (the same bits)."""
+    gen = torch.Generator().manual_seed(15)
+    opt = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05)
+    with_lead, plain = (TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=3)
+                        for _ in range(2))
+    batch = make_batch(gen)
+    out, want = with_lead(batch, lead_columns=5), plain(batch)
+    assert out._base.shape == (B, 5 + want.shape[1]) and out.data_ptr() == out._base[:, 5:].data_ptr()
+    assert torch.equal(out, want)
+    wide = torch.randn(B, 5 + want.shape[1], generator=gen)
+    out.backward(wide[:, 5:])
+    want.backward(wide[:, 5:].contiguous())
+    assert torch.equal(with_lead.weights, plain.weights) and torch.equal(with_lead.state1, plain.state1)
+    with pytest.raises(ValueError, match="lead_columns must be >= 0"):
+        with_lead(batch, lead_columns=-1)
+
+
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 def test_matches_embedding_bag_and_torch_optimizer(kind):
     """Same tables as nn.EmbeddingBag(sparse=True) + torch.optim.SGD / Adagrad, three steps."""

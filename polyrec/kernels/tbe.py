@@ -274,12 +274,18 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return self._configs[key]
 
     # ---- lookups ------------------------------------------------------------------------------
-    def forward(self, batch: JaggedBatch) -> Tensor:
-        """Pooled lookup: [B, output_dim] in ``output_dtype``; backward updates the weights in place."""
+    def forward(self, batch: JaggedBatch, *, lead_columns: int = 0) -> Tensor:
+        """Pooled lookup: [B, output_dim] in ``output_dtype``; backward updates the weights in place.
+        ``lead_columns``: the output is the last ``output_dim`` columns of a new [B, lead_columns +
+        output_dim] buffer (its ``_base``), whose first columns are left unwritten for a caller that puts
+        another tensor beside it without a copy (``polyrec.models.layers.beside``)."""
+        if lead_columns < 0:
+            raise ValueError(f"lead_columns must be >= 0, got {lead_columns}")
         self._validate(batch)
         self._prepared = None
         anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
-        return _PooledLookup.apply(anchor, self, batch.values, batch.offsets, batch.weights, batch.batch_size)
+        return _PooledLookup.apply(anchor, self, batch.values, batch.offsets, batch.weights, batch.batch_size,
+                                   lead_columns)
 
     def lookup_sequence(self, batch: JaggedBatch) -> Tensor:
         """Unpooled rows of the pooling-"none" features: [n, D], row i = the table row of the i-th id of
@@ -296,12 +302,14 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return _SequenceLookup.apply(anchor, self, batch.values, batch.offsets, batch.batch_size)
 
     def _pooled_forward(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
-                        trained: bool) -> Tensor:
+                        trained: bool, lead_columns: int = 0) -> Tensor:
         """The pooled lookup; ``trained``: a backward will follow, so the launches also write its sort
-        keys (kept for it in ``_forward_keys``)."""
+        keys (kept for it in ``_forward_keys``); ``lead_columns`` as ``forward`` takes them."""
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
                             num_features=len(self.feature_to_table), weights=per_sample)
-        out = torch.empty(batch_size, self.output_dim, dtype=self.output_dtype, device=self.weights.device)
+        buffer = torch.empty(batch_size, lead_columns + self.output_dim, dtype=self.output_dtype,
+                             device=self.weights.device)  # [B, lead + output_dim]
+        out = buffer[:, lead_columns:] if lead_columns else buffer  # [B, output_dim]
         self._forward_keys = None
         if not self.pooled_features or batch_size == 0:
             return out.zero_()
@@ -368,17 +376,17 @@ def _cumsum(xs: list[int]) -> list[int]:
 
 class _PooledLookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, anchor, module, values, offsets, per_sample, batch_size):
+    def forward(ctx, anchor, module, values, offsets, per_sample, batch_size, lead_columns):
         ctx.module, ctx.batch_size = module, batch_size
         ctx.save_for_backward(values, offsets, per_sample)
-        return module._pooled_forward(values, offsets, per_sample, batch_size, ctx.needs_input_grad[0])
+        return module._pooled_forward(values, offsets, per_sample, batch_size, ctx.needs_input_grad[0], lead_columns)
 
     @staticmethod
     def backward(ctx, grad):
         values, offsets, per_sample = ctx.saved_tensors
         with torch.no_grad(), ctx.module.backward_side(grad, values, offsets, per_sample):
             ctx.module._fused_backward(grad, values, offsets, per_sample, ctx.batch_size, None)
-        return None, None, None, None, None, None
+        return None, None, None, None, None, None, None
 
 
 class _SequenceLookup(torch.autograd.Function):

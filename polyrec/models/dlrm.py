@@ -19,7 +19,7 @@ from polyrec.models.embeddings import (
     build_embeddings,
     polyrec_embedding_available,
 )
-from polyrec.models.layers import (MLP, DenseOps, InputGradHook, LowRankCross, dot_interaction,
+from polyrec.models.layers import (MLP, DenseOps, InputGradHook, LowRankCross, beside, dot_interaction,
                                    polyrec_dense_available)
 
 
@@ -64,6 +64,8 @@ class DLRM(nn.Module):
         self.top = MLP(config.interaction_dim, config.top_mlp, last_relu=False, gen=gen)
         for part in self.dense_parts():
             part.to(device)
+        if self.cross is not None and hasattr(self.embeddings, "lead_columns"):  # x0 = [bottom, emb] without a copy
+            self.embeddings.lead_columns = config.bottom_mlp[-1]
         # Set by a caller for the next dense_forward: called in its backward with the gradient of that
         # call's ``emb`` [B, F, D] once final (a strided view it must not write), where that comes
         # before the rest of the dense backward: DLRM-DCNv2 with ``emb`` already in the compute dtype.
@@ -90,7 +92,8 @@ class DLRM(nn.Module):
         on_emb_grad = self.embedding_grad_hook if emb.dtype == compute_dtype else None  # else a cast's copy
         emb = emb.to(compute_dtype)
         if self.cross is not None:
-            x0 = torch.cat([bottom, emb.flatten(1)], dim=1)  # [B, (F+1) D]
+            lead = self.embeddings.lead_buffer(emb) if hasattr(self.embeddings, "lead_buffer") else None
+            x0 = beside(bottom, emb.flatten(1), lead)  # [B, (F+1) D]
             on_x0_grad = None if on_emb_grad is None else functools.partial(
                 _embedding_part, on_emb_grad, bottom.shape[1], emb.shape)
             inter = self.cross(x0, self.ops, compute_dtype, on_x0_grad)

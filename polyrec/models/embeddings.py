@@ -152,13 +152,31 @@ class PolyrecEmbeddings(nn.Module):
                                  initial_accumulator_value=optimizer.initial_accumulator_value)
         self.tbe = TableBatchedEmbedding(tables, optimizer=opt, weight_dtype=weight_dtype, device=device, seed=seed,
                                          output_dtype=output_dtype)
+        # Columns the lookup leaves free before its output in the buffer it writes (TableBatchedEmbedding's
+        # ``lead_columns``): DLRM-DCNv2 puts the bottom MLP's output there (polyrec.models.layers.beside).
+        self.lead_columns = 0
+        self._free_lead: int | None = None  # data_ptr of the latest output, while its lead columns are free
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
         num_features = (offsets.numel() - 1) // batch_size
         batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features)
-        out = self.tbe(batch)  # [B, F*D]
+        out = self.tbe(batch, lead_columns=self.lead_columns)  # [B, F*D]
+        self._free_lead = out.data_ptr() if self.lead_columns else None
         return out.view(batch_size, num_features, self.dim)
+
+    def lead_buffer(self, emb: torch.Tensor) -> torch.Tensor | None:
+        """The [B, lead_columns + F*D] buffer whose last columns are ``emb`` [B, F, D] (this module's latest
+        output, or a view of it at the same place), while its lead columns are free: a tensor over the
+        same memory with its own version counter (the lookup wrote the buffer and ``emb``'s values stay
+        as they are). Once per output: a second call, or any other tensor, gets None."""
+        rows, width = emb.shape[0], self.lead_columns + emb.shape[1] * emb.shape[2]
+        if (self._free_lead is None or emb.data_ptr() != self._free_lead
+                or emb.stride() != (width, emb.shape[2], 1)):
+            return None
+        self._free_lead = None
+        return torch.empty(0, dtype=emb.dtype, device=emb.device).set_(
+            emb.untyped_storage(), emb.storage_offset() - self.lead_columns, (rows, width), (width, 1))
 
     def apply_gradients(self) -> None:
         """Nothing to do: the backward pass already updated the rows."""
