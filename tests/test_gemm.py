@@ -230,6 +230,24 @@ def test_library_path_adds_a_given_up_residual_in_place(dtype_name, monkeypatch,
     _check(out, want, K, tol)
 
 
+@pytest.mark.parametrize("activation,dtype_name", [("none", "fp32"), ("relu", "fp32"), ("relu", "bf16")])
+def test_library_applies_a_bias_and_relu_in_its_own_gemm(activation, dtype_name, monkeypatch, precision):
+    """A bias, with or without ReLU, in the inputs' dtype: the library's GEMM applies it (torch.addmm /
+    torch._addmm_activation: cuBLASLt's epilogue on a GPU), no pass runs, and the values are the
+    float64 reference's."""
+    import polyrec.kernels.gemm as gemm
+
+    choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
+    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    monkeypatch.setattr(gemm, "_apply_epilogue", lambda *args: pytest.fail("epilogue pass ran"))
+    precision(dtype_name)
+    dtype, tol = DTYPES[dtype_name]
+    a, b = _operands("NT", dtype)
+    bias = torch.randn(N, dtype=dtype)
+    out = matmul(a, b, trans_b=True, bias=bias, activation=activation)
+    _check(out, reference_matmul(a, b, trans_b=True, bias=bias, activation=activation), K, tol)
+
+
 LIBRARY_EPILOGUES = EPILOGUES + ("residual", "cross_grad")
 
 

@@ -175,17 +175,45 @@ def test_amd_register_limit_shrinks_with_more_than_four_waves(name):
 
 
 def test_library_time_is_one_fused_pass_over_the_epilogue_bytes():
+    """A pass over the product and the epilogue's tensors, but for the bias (with or without ReLU) that
+    the library applies in its own GEMM (cuBLASLt's epilogues): none there, nor a pass launch."""
     from polyrec.perfmodel.gemm import KERNEL_OVERHEAD_S
-    from polyrec.perfmodel.gemm_library import fused_pass_seconds
+    from polyrec.perfmodel.gemm_library import fused_pass_seconds, library_call_seconds
 
-    ceil = ceilings(get_device("H200"))
+    spec = get_device("H200")
+    ceil = ceilings(spec)
     base = dict(m=4096, n=4096, k=512, dtype="bf16")
     times = {e: fused_pass_seconds(GemmProblem(**base, epilogue=e), ceil, 32)
              for e in ("none", "bias", "relu", "bias_relu", "residual", "cross", "cross_grad")}
-    assert times["none"] == 0 < times["bias"] == times["relu"] == times["bias_relu"]
-    assert times["bias_relu"] < times["residual"] < times["cross"] < times["cross_grad"]
+    assert times["none"] == times["bias"] == times["bias_relu"] == 0 < times["relu"]
+    assert times["relu"] < times["residual"] < times["cross"] < times["cross_grad"]
+    calls = {e: library_call_seconds(GemmProblem(**base, epilogue=e), spec, ceil, 32) for e in ("none", "bias_relu")}
+    assert calls["none"] == calls["bias_relu"]
     tensor = 4096 * 4096 * 2 / ceil.copy_bandwidth.value  # one bf16 [M, N] at the copy rate
     assert times["cross"] == pytest.approx(4 * tensor + KERNEL_OVERHEAD_S)  # product, x0, x read; C written
+
+
+def test_a_residual_the_library_adds_in_place_costs_no_pass_but_its_read():
+    """``library_adds_residual`` (``matmul``'s ``overwrite_residual``: ``residual.addmm_``): the library
+    path is the GEMM plus one read of C at the copy rate, no pass and no pass launch; on the H200 that
+    turns the DCN-v2 projection dgrad [65536, 3456] x 512 from the Triton kernel to the library (in the
+    full-size step the library took 0.42 ms per call where the Triton kernel's 7 calls took 2.09 ms,
+    benchmarks/results/gemm_backends_probe_2026-12-01). Other epilogues ignore the flag."""
+    from polyrec.perfmodel.gemm_library import library_call_seconds, library_seconds
+
+    spec = get_device("H200")
+    ceil = ceilings(spec)
+    p = GemmProblem(m=65536, n=3456, k=512, dtype="bf16", epilogue="residual")
+    call, gpu = library_call_seconds(p, spec, ceil, 32, adds_residual=True)
+    assert call == gpu == pytest.approx(library_seconds(p, spec, ceil) + 65536 * 3456 * 2 / ceil.copy_bandwidth.value)
+    assert gpu < library_call_seconds(p, spec, ceil, 32)[1]
+    gemm_select.clear_cache()
+    in_place = select_gemm(65536, 3456, 512, "bf16", spec, epilogue="residual", library_adds_residual=True)
+    with_pass = select_gemm(65536, 3456, 512, "bf16", spec, epilogue="residual")
+    assert in_place.backend == "library" and in_place.gpu_seconds == pytest.approx(gpu)
+    assert with_pass.library_seconds > in_place.library_seconds
+    bias = select_gemm(65536, 3456, 512, "bf16", spec, epilogue="bias", library_adds_residual=True)
+    assert bias == select_gemm(65536, 3456, 512, "bf16", spec, epilogue="bias")
 
 
 def test_epilogue_kinds_price_their_extra_tensors():

@@ -7,7 +7,8 @@ layouts are strides. Epilogues, fused into the store: ``+ bias[N]``, ReLU, and t
 ``split_k > 1`` writes fp32 partials that a second kernel sums and finishes with the epilogue.
 The config comes from ``polyrec.kernels.gemm_select`` (a performance model; nothing is timed), which
 may also hand the GEMM to the vendor library (torch.matmul), whose product that same second kernel
-(one elementwise pass, ``SPLIT_K=1``) finishes with the epilogue.
+(one elementwise pass, ``SPLIT_K=1``) finishes with the epilogue; a bias with or without ReLU, and a
+residual the caller gives up, the library applies in its own GEMM.
 
 On Hopper the selector may instead pick a config of the persistent TMA kernel
 (``polyrec.kernels.gemm_tma``, ``GemmConfig.persistent_tma``) where it can run: row-major A, 16-byte
@@ -25,6 +26,7 @@ import torch
 import triton
 
 from polyrec.hardware.types import DeviceSpec
+from polyrec.perfmodel import gemm_library
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
@@ -130,14 +132,27 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
 def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad=None,
              warmup: bool = False, overwrite_residual: bool = False) -> torch.Tensor:
     """torch.matmul (cuBLAS / hipBLASLt) writes the product; one Triton pass applies the epilogue in place.
-    A residual alone that the caller gives up (``overwrite_residual``) is added by the library itself:
-    ``residual.addmm_(a, b)`` (beta = 1, no copy, no pass)."""
-    if (overwrite_residual and residual is not None and bias is None and activation == "none"
-            and residual.dtype == a.dtype == out_dtype and residual.is_contiguous()):
+    The library applies some epilogues itself, with no pass: a bias, with or without ReLU, in its
+    GEMM's epilogue (``torch.addmm`` / ``torch._addmm_activation``; ``LIBRARY_EPILOGUES``), and a
+    residual alone that the caller gives up (``overwrite_residual``): ``residual.addmm_(a, b)``
+    (beta = 1, no copy)."""
+    if _library_adds_residual(residual, overwrite_residual, bias, activation, a.dtype, out_dtype):
         return residual if warmup else residual.addmm_(a, b)
+    epilogue = epilogue_name(bias is not None, activation, cross is not None, residual is not None,
+                             cross_grad is not None)
+    if bias is not None and epilogue in gemm_library.LIBRARY_EPILOGUES and bias.dtype == a.dtype == out_dtype:
+        return torch._addmm_activation(bias, a, b) if activation == "relu" else torch.addmm(bias, a, b)
     y = torch.matmul(a, b)  # [M, N] in the inputs' dtype
     out = y if out_dtype == y.dtype else torch.empty(y.shape, device=y.device, dtype=out_dtype)  # [M, N]
     return _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup)  # matmul validated
+
+
+def _library_adds_residual(residual, overwrite: bool, bias, activation: str, dtype: torch.dtype,
+                           out_dtype: torch.dtype) -> bool:
+    """Whether the library path adds the residual itself (``residual.addmm_``): the caller gave its
+    storage up, it is the only epilogue, contiguous, in the inputs' and output's dtype."""
+    return (overwrite and residual is not None and bias is None and activation == "none"
+            and residual.dtype == dtype == out_dtype and residual.is_contiguous())
 
 
 def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
@@ -341,8 +356,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     ``library=True`` runs that library path whatever the prediction (benchmarks time both backends).
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
     ``overwrite_residual=True`` gives ``residual``'s storage to the call, which returns ``residual``
-    itself: the library path adds it inside the GEMM (the selector still prices the separate pass),
-    the Triton kernel writes its output over it (same dtype, contiguous).
+    itself: the library path adds it inside the GEMM (``addmm_``, no pass, and the selector prices it
+    so), the Triton kernel writes its output over it (same dtype, contiguous).
     """
     m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
     out_dtype = out_dtype or a.dtype
@@ -365,7 +380,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
                              a_row_major=a_op.stride(1) == 1,
                              tma=spec.arch == "sm_90" and _tma_operands(a_op, b_op, out_dtype, cross, residual,
                                                                        cross_grad),
-                             graphed=a.is_cuda and torch.cuda.is_current_stream_capturing())
+                             graphed=a.is_cuda and torch.cuda.is_current_stream_capturing(),
+                             library_adds_residual=_library_adds_residual(residual, overwrite_residual, bias,
+                                                                          activation, a.dtype, out_dtype))
         if choice.backend == "library":
             return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup,
                             overwrite_residual)

@@ -123,13 +123,14 @@ def _scored(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings,
 
 
 def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool | None = None,
-           graphed: bool = False) -> GemmChoice:
+           graphed: bool = False, library_adds_residual: bool = False) -> GemmChoice:
     """The fastest predicted Triton config for ``problem`` (classic or, where ``tma``, the persistent
     TMA kernel: see ``rank_configs``) and the backend (uncached; ``select_gemm`` caches it). The
     library is chosen when its predicted time, its fused epilogue pass included
     (``polyrec.perfmodel.gemm_library.fused_pass_seconds``), is lower: a call's time (its host launch
     floor included), or with ``graphed`` (a call captured into a CUDA graph, replayed without its
-    host work) its GPU time."""
+    host work) its GPU time. ``library_adds_residual``: the library path adds the residual epilogue
+    itself (``library_call_seconds``' ``adds_residual``)."""
     rated = rate_dtype(problem.dtype, spec)
     if not (ceil.matmul_flops[rated].value and spec.peak_flops[rated] and spec.boost_clock_hz):
         fallback = configs_for_shape(config_space(spec, problem.dtype), problem.m, problem.n, problem.k, tma=False)[0]
@@ -138,7 +139,7 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool 
     if not ranked:
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
     seconds, gpu, _, config = ranked[0]
-    library, library_gpu = library_call_seconds(problem, spec, ceil, REDUCE_BLOCK_M)
+    library, library_gpu = library_call_seconds(problem, spec, ceil, REDUCE_BLOCK_M, adds_residual=library_adds_residual)
     if graphed:
         backend = "library" if library_gpu <= gpu else "triton"
     else:
@@ -150,7 +151,7 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool 
 def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogue: str = "none",
                 out_bytes: int = 0, a_aligned: bool | None = None, b_aligned: bool | None = None,
                 b_k_major: bool = False, a_row_major: bool = True, tma: bool = True,
-                graphed: bool = False) -> GemmChoice:
+                graphed: bool = False, library_adds_residual: bool = False) -> GemmChoice:
     """Triton config and backend for C[m, n] = A[m, k] @ B[k, n] on ``spec``; no timed runs.
 
     ``epilogue`` is one of "none", "bias", "relu", "bias_relu", "cross", "residual", "cross_grad"
@@ -162,7 +163,9 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
     row-major A); ``tma`` False keeps the TMA kernel out whatever the sizes say (``matmul`` passes
     whether the actual tensors suit TMA descriptors). The TMA kernel is a candidate only where
     ``polyrec.kernels.gemm_configs.tma_runs`` holds. ``graphed``: the call is being captured into a
-    CUDA graph, so the backend is chosen by GPU time (``choose``).
+    CUDA graph, so the backend is chosen by GPU time (``choose``). ``library_adds_residual``: the
+    residual epilogue's storage is the call's to overwrite, so the library path adds it in place
+    (``polyrec.kernels.gemm.matmul``'s ``overwrite_residual``) with no pass.
     Deterministic; cached per (device, dtype, bucketed shape, epilogue, alignment, B's layout,
     whether the TMA kernel can run).
     Without a GPU target (the CPU), the Triton interpreter runs ``INTERPRETER_CONFIG`` when
@@ -175,8 +178,9 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
         b_aligned = every if b_aligned is None else b_aligned
     tma = tma and tma_runs(n, k, dtype, epilogue=epilogue, out_bytes=out_bytes, a_row_major=a_row_major,
                            aligned=a_aligned and b_aligned)
+    library_adds_residual = library_adds_residual and epilogue == "residual"
     key = (entry[1], dtype, bucket(m), bucket(n), bucket(k), epilogue, out_bytes, a_aligned, b_aligned, b_k_major, tma,
-           graphed)
+           graphed, library_adds_residual)
     choice = _CACHE.get(key)
     if choice is not None:
         return choice
@@ -188,7 +192,7 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
     else:
         problem = GemmProblem(m=key[2], n=key[3], k=key[4], dtype=dtype, out_bytes=out_bytes, epilogue=epilogue,
                               a_aligned=a_aligned, b_aligned=b_aligned, b_k_major=b_k_major)
-        choice = choose(problem, spec, entry[2], tma=tma, graphed=graphed)
+        choice = choose(problem, spec, entry[2], tma=tma, graphed=graphed, library_adds_residual=library_adds_residual)
     _CACHE[key] = choice
     return choice
 

@@ -23,14 +23,21 @@ LIBRARY_FIXED_S = 7e-6
 #: An operand whose rows are not 16-byte aligned (K=13 bf16) sends cuBLAS to its align-1 kernels:
 #: fold A's two such rows (fwd bottom1 B16384 / B65536) ran 1.5x / 2.0x the aligned prediction. 2.0.
 LIBRARY_UNALIGNED_FACTOR = 2.0
+#: Epilogues the library applies inside its GEMM, so no pass follows (``polyrec.kernels.gemm._library``:
+#: ``torch.addmm`` / ``torch._addmm_activation``, cuBLASLt's BIAS / RELU_BIAS epilogues, the
+#: ``nvjet_*_relubias`` kernels). H200, bf16, bias + ReLU, library + pass -> in-GEMM: [65536, 1024] x 3456
+#: 0.658 -> 0.621 ms, [65536, 256] x 512 0.115 -> 0.042 ms (benchmarks/results/gemm_lt_epilogue_probe_2026-12-01).
+#: hipBLASLt has the same epilogues; not measured (no AMD GPU here).
+LIBRARY_EPILOGUES = frozenset({"none", "bias", "bias_relu"})
 
 
 def fused_pass_seconds(p: GemmProblem, ceil: Ceilings, row_block: int) -> float:
     """The one Triton pass that applies the epilogue to a library GEMM's product
     (``polyrec.kernels.gemm._library``): the product read (input dtype), the epilogue's tensors and
     C at the copy rate, plus one kernel; CrossGrad also writes fp32 bias-gradient partials per
-    ``row_block`` rows, summed by one more kernel. 0 when there is no epilogue."""
-    if p.epilogue == "none":
+    ``row_block`` rows, summed by one more kernel. 0 for the epilogues the library applies itself
+    (``LIBRARY_EPILOGUES``)."""
+    if p.epilogue in LIBRARY_EPILOGUES:
         return 0.0
     moved = p.m * p.n * p.in_bytes + p.epilogue_bytes
     kernels = 1
@@ -40,11 +47,20 @@ def fused_pass_seconds(p: GemmProblem, ceil: Ceilings, row_block: int) -> float:
     return moved / ceil.copy_bandwidth.value + kernels * KERNEL_OVERHEAD_S
 
 
-def library_call_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings, row_block: int) -> tuple[float, float]:
-    """(seconds of one call, GPU seconds) of the library path: torch.matmul, then the Triton epilogue
-    pass where ``p`` has an epilogue (its launch costs ``TRITON_PASS_HOST_S`` of host time)."""
+def library_call_seconds(p: GemmProblem, spec: DeviceSpec, ceil: Ceilings, row_block: int, *,
+                         adds_residual: bool = False) -> tuple[float, float]:
+    """(seconds of one call, GPU seconds) of the library path: the library's GEMM (with a bias / ReLU
+    epilogue of its own, ``LIBRARY_EPILOGUES``), then the Triton epilogue pass where ``p`` has another
+    epilogue (its launch costs ``TRITON_PASS_HOST_S`` of host time).
+    ``adds_residual``: the residual epilogue is the library's own (``residual.addmm_``, beta 1, the
+    caller gave the residual's storage up): no pass, and C is read as well as written (its bytes at the
+    copy rate on top of the roofline: cuBLAS reads C after its main loop; [65536, 3456] x 512 bf16
+    measured 0.42 ms with C read, 0.31 ms without, benchmarks/results/gemm_backends_probe_2026-12-01)."""
+    if adds_residual and p.epilogue == "residual":
+        gpu = library_seconds(p, spec, ceil) + p.m * p.n * p.c_bytes / ceil.copy_bandwidth.value
+        return gpu, gpu
     gpu = library_seconds(p, spec, ceil) + fused_pass_seconds(p, ceil, row_block)
-    host = TRITON_PASS_HOST_S if p.epilogue != "none" else 0.0
+    host = 0.0 if p.epilogue in LIBRARY_EPILOGUES else TRITON_PASS_HOST_S
     return max(gpu, host), gpu
 
 

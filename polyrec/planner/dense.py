@@ -36,6 +36,7 @@ class GemmShape:
     n: int
     k: int
     epilogue: str  # fused epilogue of the forward; "none" for backward GEMMs
+    library_adds_residual: bool = False  # the residual's storage is the call's: the library adds it in place
 
     @property
     def flops(self) -> float:

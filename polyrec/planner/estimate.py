@@ -209,9 +209,11 @@ class Estimator:
         for op in inv.ops:
             if op.gemm is not None:
                 epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
-                choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi)
+                in_place = op.gemm.library_adds_residual
+                choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi,
+                                                 library_adds_residual=in_place)
                 op_s = choice.gpu_seconds  # device time; the host side is the launch model's
-                launches += gemm_launches(choice.backend, choice.config.split_k, epi)
+                launches += gemm_launches(choice.backend, choice.config.split_k, "none" if in_place else epi)
                 labels.append((op.gemm.op, f"{choice.backend} {choice.config.label}"))
             else:
                 op_s = op.bytes / (copy * RATE_CLASSES[op.rate])

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import load_calibration
+from polyrec.perfmodel.gemm_library import LIBRARY_EPILOGUES
 from polyrec.perfmodel.tbe import merge_levels
 
 #: Host seconds per counted Triton launch and per counted torch op, and per step besides them: 42.6 us,
@@ -120,8 +121,8 @@ def stored_host_scale(device: str | None) -> tuple[float, float, str]:
 
 def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:
     """Launches of one ``polyrec.kernels.gemm.matmul`` call as the selector runs it."""
-    if backend == "library":  # torch.matmul, then one Triton pass for the epilogue (gemm._library)
-        fused_pass = 0 if epilogue == "none" else 1
+    if backend == "library":  # the library GEMM, then one Triton pass for the epilogue (gemm._library)
+        fused_pass = 0 if epilogue in LIBRARY_EPILOGUES else 1
         bias_sum = 1 if epilogue == "cross_grad" else 0  # torch.sum of the pass's bias-gradient partials
         return Launches(triton=fused_pass, torch_ops=GEMM_CALL_TORCH_OPS + bias_sum)
     return Launches(triton=2 if split_k > 1 else 1, torch_ops=GEMM_CALL_TORCH_OPS + (1 if split_k > 1 else 0))
