@@ -27,11 +27,17 @@ def repredict(rows: list[dict]) -> list[dict]:
         case = known.get((r["model"], r["batch"]))
         if case is None:
             raise SystemExit(f"row {r['model']} batch {r['batch']} is not a configuration of planner_accuracy.FULL")
-        step = predict(case, "H200").step
-        out.append({"model": r["model"], "batch": r["batch"], "measured_ms": r["measured_ms"],
-                    "predicted_then_ms": r["predicted_ms"], "predicted_now_ms": step.total_ms,
-                    "error_then": r["error"], "error_now": step.total_ms / r["measured_ms"] - 1,
-                    "host_bound_now": step.host_ms >= step.total_ms - step.host_excess_ms})
+        plan = predict(case, "H200")
+        step = plan.step
+        row = {"model": r["model"], "batch": r["batch"], "measured_ms": r["measured_ms"],
+               "predicted_then_ms": r["predicted_ms"], "predicted_now_ms": step.total_ms,
+               "error_then": r["error"], "error_now": step.total_ms / r["measured_ms"] - 1,
+               "host_bound_now": step.host_ms >= step.total_ms - step.host_excess_ms}
+        if "measured_gb" in r:  # the peak the planner predicts does not depend on the calibration
+            now_gb = plan.memory[0].used / 1e9 + r["harness_gb"]
+            row |= {"measured_gb": r["measured_gb"], "predicted_then_gb": r["predicted_gb"], "predicted_now_gb": now_gb,
+                    "memory_error_now": now_gb / r["measured_gb"] - 1}
+        out.append(row)
     return out
 
 
@@ -40,11 +46,16 @@ def summary(rows: list[dict]) -> dict:
         return geomean_abs_error([(r[key], r["measured_ms"]) for r in rows if keep(r)])
 
     device = lambda r: not r["host_bound_now"]  # noqa: E731
-    return {"step_geomean_then": geomean("predicted_then_ms"), "step_geomean_now": geomean("predicted_now_ms"),
-            "device_bound_rows_then": geomean("predicted_then_ms", device),
-            "device_bound_rows_now": geomean("predicted_now_ms", device),
-            "host_bound_rows_now": geomean("predicted_now_ms", lambda r: r["host_bound_now"]),
-            "device_bound_rows": sum(device(r) for r in rows)}
+    result = {"step_geomean_then": geomean("predicted_then_ms"), "step_geomean_now": geomean("predicted_now_ms"),
+              "device_bound_rows_then": geomean("predicted_then_ms", device),
+              "device_bound_rows_now": geomean("predicted_now_ms", device),
+              "host_bound_rows_now": geomean("predicted_now_ms", lambda r: r["host_bound_now"]),
+              "device_bound_rows": sum(device(r) for r in rows)}
+    memory = [r for r in rows if "measured_gb" in r]
+    if memory:
+        result |= {f"memory_max_{when}": max(abs(r[f"predicted_{when}_gb"] / r["measured_gb"] - 1) for r in memory)
+                   for when in ("then", "now")}
+    return result
 
 
 def main() -> None:

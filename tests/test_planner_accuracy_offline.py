@@ -30,3 +30,19 @@ def test_a_row_of_no_known_configuration_is_refused(offline):
     with pytest.raises(SystemExit, match="not a configuration"):
         offline.repredict([{"model": "mlperf-dcnv2 cap 3M sgd bf16 uniform", "batch": 65536, "measured_ms": 1.0,
                             "predicted_ms": 1.0, "error": 0.0}])
+
+
+def test_the_peak_is_predicted_again_where_the_run_measured_it(offline):
+    """Memory columns (independent of the calibration): this tree's peak plus the run's harness bytes,
+    against the measured peak; rows without a measured peak keep only the step columns."""
+    from planner_accuracy import FULL, cases, predict
+
+    (case,) = cases([FULL[3]])
+    base = {"model": case.model_label, "batch": case.batch, "measured_ms": 20.0, "predicted_ms": 19.0, "error": -0.05}
+    row = base | {"measured_gb": 18.0, "predicted_gb": 18.9, "harness_gb": 0.03}
+    got, bare = offline.repredict([row, base])
+    want = predict(case, "H200").memory[0].used / 1e9 + 0.03
+    assert got["predicted_now_gb"] == pytest.approx(want) and got["memory_error_now"] == pytest.approx(want / 18.0 - 1)
+    assert "predicted_now_gb" not in bare
+    result = offline.summary([got, bare])
+    assert result["memory_max_then"] == pytest.approx(0.05) and result["memory_max_now"] == pytest.approx(abs(want / 18 - 1))

@@ -171,6 +171,9 @@ class Estimator:
         self.links: FleetLinks = fleet_links(fleet)
         self.matmuls = dense_matmuls(model)
         self.params = dense_params(model)
+        # one GPU trains with polyrec's tables unsharded: the lookup writes into DLRM-DCNv2's x0
+        # (polyrec.models.dlrm sets PolyrecEmbeddings.lead_columns); sharded tables concatenate
+        self.x0_in_lookup = fleet.world_size == 1
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
     def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, float, str]:
@@ -201,7 +204,7 @@ class Estimator:
         spec, ceil = self.specs[device], self.ceilings[device]
         copy = ceil.copy_bandwidth.value
         epilogues = {f"{m.name}.fwd": _EPILOGUE[(m.epilogue, m.bias)] for m in self.matmuls}
-        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype])
+        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup)
         seconds = {"fwd": 0.0, "bwd": 0.0}
         after = 0.0
         launches = Launches(torch_ops=inv.autograd_nodes)
@@ -251,7 +254,7 @@ class Estimator:
             weights, state, host = weights + w, state + st, host + h
         dense_w, dense_state = mem.dense_parameter_bytes(self.model, dense_optimizer=self.dense_optimizer,
                                                          world_size=self.fleet.world_size)
-        dense_act, blas = mem.dense_activation_bytes(self.model, batch, self.dense_dtype)
+        dense_act, blas = mem.dense_activation_bytes(self.model, batch, self.dense_dtype, self.x0_in_lookup)
         pooled = sum(s.bags * s.dim for s in loads)
         emb_act = mem.embedding_activation_bytes(
             lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads), pooled_values=pooled,

@@ -126,13 +126,15 @@ def dense_parameter_bytes(model: ModelSpec, *, dense_optimizer: str, world_size:
     return 4 * params, grads + 4 * params * DENSE_STATE_PER_PARAM[dense_optimizer]
 
 
-def dense_activation_bytes(model: ModelSpec, batch: int, dense_dtype: str) -> tuple[int, int]:
+def dense_activation_bytes(model: ModelSpec, batch: int, dense_dtype: str,
+                           x0_in_lookup: bool = False) -> tuple[int, int]:
     """(activations, workspace) of the dense layers at the peak of their backward, ``batch`` samples.
 
     Activations: per sample, the saved tensors and backward buffers of ``planner.ops`` at the worst
     layer, plus the compute-dtype copies of the weights the forward casts and keeps; workspace: BLAS.
+    ``x0_in_lookup`` as ``planner.ops.dense_inventory`` takes it.
     """
     cb = DENSE_DTYPE_BYTES[dense_dtype]
-    inv = dense_inventory(model, batch, cb)
+    inv = dense_inventory(model, batch, cb, x0_in_lookup)
     casts = cb * dense_params(model) if cb < 4 else 0
     return int(activation_peak_per_sample(inv) * batch) + casts, BLAS_WORKSPACE_BYTES

@@ -166,9 +166,12 @@ def dot_interaction(model: ModelSpec, batch: int, cb: int) -> tuple[list[Op], La
 
 
 @functools.lru_cache(maxsize=1024)
-def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int) -> DenseInventory:
+def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_lookup: bool = False) -> DenseInventory:
     """Every op of the dense forward and backward at ``batch`` samples, and the per-layer memory
-    (cached: a 64-GPU plan asks for the same few batches ~1300 times)."""
+    (cached: a 64-GPU plan asks for the same few batches ~1300 times). ``x0_in_lookup``: DLRM-DCNv2's
+    x0 is the buffer the lookup wrote its pooled rows into (one GPU, polyrec's tables:
+    ``polyrec.models.layers.beside``), so only the bottom MLP's columns are copied and x0 keeps only
+    those beyond the pooled output (which the embedding side counts)."""
     cb, b = dense_dtype_bytes, batch
     mats = dense_matmuls(model)
     bottom = [m for m in mats if m.name.startswith("bottom.")]
@@ -182,10 +185,11 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int) -> Den
     fd = len(model.tables) * model.embedding_dim
     if model.dense.interaction == "dcnv2":
         width = model.interaction_dim
-        ops.append(Op(name="cross.cat", phase="fwd", bytes=2 * b * width * cb))
+        copied = width - fd if x0_in_lookup else width  # [B, copied] read and written into x0
+        ops.append(Op(name="cross.cat", phase="fwd", bytes=2 * b * copied * cb))
         # the embedding part of x0's gradient made contiguous: 2 copies per step in e2e_profile
         ops.append(Op(name="cross.emb_grad_copy", phase="bwd", bytes=2 * 2 * b * fd * cb, torch_ops=2))
-        layers.append(LayerMemory(name="cross.x0", saved=width * cb, backward_peak=width * cb + fd * cb))
+        layers.append(LayerMemory(name="cross.x0", saved=copied * cb, backward_peak=width * cb + fd * cb))
         cross = [m for m in mats if m.name.startswith("cross.")]
         o, lm = cross_network(list(zip(cross[::2], cross[1::2])), batch, cb)
         ops += o

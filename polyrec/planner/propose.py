@@ -60,7 +60,7 @@ def rank_budgets(est: Estimator, batch: int) -> list[int]:
     model, world = est.model, est.fleet.world_size
     cb = mem.DENSE_DTYPE_BYTES[est.dense_dtype]
     dense_w, dense_state = mem.dense_parameter_bytes(model, dense_optimizer=est.dense_optimizer, world_size=world)
-    dense_act, blas = mem.dense_activation_bytes(model, batch, est.dense_dtype)
+    dense_act, blas = mem.dense_activation_bytes(model, batch, est.dense_dtype, est.x0_in_lookup)
     lookups = batch * sum(t.pooling for t in model.tables)
     pooled = batch * sum(t.dim for t in model.tables)
     share = mem.embedding_activation_bytes(
