@@ -52,6 +52,21 @@ def test_inventory_issues_the_ops_of_the_autograd_layers():
     assert [g.gemm.library_adds_residual for g in gemms if g.name.endswith("v.dgrad")] == [True, True, False]
 
 
+def test_x0_in_the_lookup_buffer_copies_and_keeps_only_the_bottom_columns():
+    """One GPU: the lookup writes the pooled rows into x0's buffer (``x0_in_lookup``), so the cat copies
+    the bottom MLP's [B, D] only and x0 keeps D values a sample beyond the pooled output; the rest of
+    the inventory is the same."""
+    spec = _spec("mlperf-dcnv2")
+    cat, shared = dense_inventory(spec, 64, 2), dense_inventory(spec, 64, 2, True)
+    op = {i.name: i for i in cat.ops}["cross.cat"]
+    op_shared = {i.name: i for i in shared.ops}["cross.cat"]
+    assert op.bytes == 2 * 64 * 3456 * 2 and op_shared.bytes == 2 * 64 * 128 * 2
+    x0 = {lm.name: lm for lm in cat.layers}["cross.x0"]
+    x0_shared = {lm.name: lm for lm in shared.layers}["cross.x0"]
+    assert x0.saved == 3456 * 2 and x0_shared.saved == 128 * 2
+    assert [o.name for o in cat.ops] == [o.name for o in shared.ops]
+
+
 def test_elementwise_bytes_scale_with_batch_and_dtype():
     spec = _spec("dcnv2-small")
     small, big = dense_inventory(spec, 128, 2), dense_inventory(spec, 256, 2)
