@@ -26,12 +26,12 @@ import torch
 import triton
 
 from polyrec.hardware.types import DeviceSpec
-from polyrec.perfmodel import gemm_library
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import interpreting, select_gemm
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
+from polyrec.perfmodel import gemm_library
 
 ACTIVATIONS = ("none", "relu")
 _TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}

@@ -27,7 +27,8 @@ LIBRARY_UNALIGNED_FACTOR = 2.0
 #: ``torch.addmm`` / ``torch._addmm_activation``, cuBLASLt's BIAS / RELU_BIAS epilogues, the
 #: ``nvjet_*_relubias`` kernels). H200, bf16, bias + ReLU, library + pass -> in-GEMM: [65536, 1024] x 3456
 #: 0.658 -> 0.621 ms, [65536, 256] x 512 0.115 -> 0.042 ms (benchmarks/results/gemm_lt_epilogue_probe_2026-12-01).
-#: hipBLASLt has the same epilogues; not measured (no AMD GPU here).
+#: hipBLASLt has the same epilogues; not measured (no AMD GPU here). A bias in another dtype than the
+#: inputs' still takes the pass (the model does not see the bias dtype; DLRM's layers cast it).
 LIBRARY_EPILOGUES = frozenset({"none", "bias", "bias_relu"})
 
 
