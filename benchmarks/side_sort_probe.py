@@ -1,0 +1,62 @@
+"""Probe (one H200 run, 2026-12-01): the TBE backward's id-only part (the forward's sort keys ->
+torch.sort -> permute, ``TableBatchedEmbedding.prepare_backward``) on a side stream right after the
+lookup, so that it could run under the dense half, against doing it in the backward (today). Full-size
+``mlperf-dcnv2``, batch 65536, interleaved rounds of 20 steps. The backward waits for the side stream;
+the prepared permute assumes a contiguous gradient, so with x0's strided gradient the backward redoes
+it (0.15 ms). Writes ``$OUT/probe_side_sort.json``.
+
+    PYTHONPATH=. OUT=. python3 benchmarks/side_sort_probe.py
+"""
+import json, os, time, torch
+from polyrec.models.embeddings import PolyrecEmbeddings
+from polyrec.kernels.tbe import TableBatchedEmbedding
+from polyrec.kernels.tbe_fused_backward import _tensors_of
+from polyrec.runtime import TrainConfig, Trainer
+
+side = torch.cuda.Stream()
+state = {"on": False}
+orig_fwd, orig_bwd = PolyrecEmbeddings.forward, TableBatchedEmbedding._fused_backward
+
+def fwd(self, values, offsets, batch_size):
+    out = orig_fwd(self, values, offsets, batch_size)
+    if state["on"] and torch.is_grad_enabled():
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        for t in [values, offsets, *_tensors_of(self.tbe._forward_keys)]:
+            t.record_stream(side)
+        batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size,
+                             num_features=(offsets.numel() - 1) // batch_size)
+        with torch.cuda.stream(side):
+            self.tbe.prepare_backward(batch)
+        for t in _tensors_of(self.tbe._prepared):
+            t.record_stream(main)
+    return out
+
+def bwd(self, *a, **k):
+    if state["on"]:
+        torch.cuda.current_stream().wait_stream(side)
+    return orig_bwd(self, *a, **k)
+
+PolyrecEmbeddings.forward, TableBatchedEmbedding._fused_backward = fwd, bwd
+cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9, synthetic_pool=4, device="cuda")
+tr = Trainer(cfg, progress=False)
+for on in (False, True):
+    state["on"] = on
+    for _ in range(4):
+        tr.train_step()
+tr.sync()
+res = {"rounds": []}
+for r in range(3):
+    for on in (False, True):
+        state["on"] = on
+        for _ in range(3):
+            tr.train_step()
+        tr.sync(); t0 = time.perf_counter()
+        for _ in range(20):
+            tr.train_step()
+        tr.sync()
+        row = {"round": r, "side_sort": on, "ms_per_step": (time.perf_counter() - t0) / 20 * 1e3}
+        res["rounds"].append(row); print(row, flush=True)
+loss = tr.train_step(); tr.sync(); res["finite_loss"] = bool(torch.isfinite(loss).item())
+print(res["finite_loss"])
+json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "probe_side_sort.json"), "w"), indent=1)
