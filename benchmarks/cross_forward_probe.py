@@ -9,7 +9,14 @@ the full-size trainer step with and without x0 assembled in the lookup's buffer.
 
     PYTHONPATH=. OUT=benchmarks/results python3 benchmarks/cross_forward_probe.py   # ~35 s; writes probe_cross.json
 """
-import os, sys, json, time, torch, triton, triton.language as tl
+import json
+import os
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 from polyrec.kernels.gemm import matmul, epilogue_pass
 from polyrec.kernels.gemm_tma import TmaGemmConfig, gemm_tma, _tile_origin
@@ -18,10 +25,13 @@ from polyrec.kernels.gemm_tma import TmaGemmConfig, gemm_tma, _tile_origin
 def keep_kernel(a_desc, b_desc, c_desc, p_desc, bias_ptr, x0_ptr, xr_ptr, M, N, K, stride_x, num_programs,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                 EARLY: tl.constexpr, FLATTEN: tl.constexpr):
-    tiles_m = tl.cdiv(M, BLOCK_M); tiles_n = tl.cdiv(N, BLOCK_N); k_steps = tl.cdiv(K, BLOCK_K)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, num_programs, flatten=FLATTEN):
         off_m, off_n = _tile_origin(tile, tiles_m, tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
-        rows = off_m + tl.arange(0, BLOCK_M); cols = off_n + tl.arange(0, BLOCK_N)
+        rows = off_m + tl.arange(0, BLOCK_M)
+        cols = off_n + tl.arange(0, BLOCK_N)
         offs = rows[:, None].to(tl.int64) * stride_x + cols[None, :]
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         if EARLY:
@@ -42,10 +52,14 @@ def keep_kernel(a_desc, b_desc, c_desc, p_desc, bias_ptr, x0_ptr, xr_ptr, M, N, 
         c_desc.store([off_m, off_n], y.to(c_desc.dtype))
 
 def keep(a, u, bias, x0, xr, bm, bn, bk, g, warps, stages, early, flatten, ctas=1):
-    m, k = a.shape; n = u.shape[0]
-    out = torch.empty(m, n, device=a.device, dtype=a.dtype); p = torch.empty_like(out)
-    ad = TensorDescriptor.from_tensor(a, [bm, bk]); bd = TensorDescriptor.from_tensor(u, [bn, bk])
-    cd = TensorDescriptor.from_tensor(out, [bm, bn]); pd = TensorDescriptor.from_tensor(p, [bm, bn])
+    m, k = a.shape
+    n = u.shape[0]
+    out = torch.empty(m, n, device=a.device, dtype=a.dtype)
+    p = torch.empty_like(out)
+    ad = TensorDescriptor.from_tensor(a, [bm, bk])
+    bd = TensorDescriptor.from_tensor(u, [bn, bk])
+    cd = TensorDescriptor.from_tensor(out, [bm, bn])
+    pd = TensorDescriptor.from_tensor(p, [bm, bn])
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     progs = min(tiles, 132 * ctas)
     keep_kernel[(progs,)](ad, bd, cd, pd, bias, x0, xr, m, n, k, x0.stride(0), progs, BLOCK_M=bm, BLOCK_N=bn,
@@ -87,7 +101,8 @@ for name, fn in variants.items():
         row = {"variant": name, "ms": ms, "rel_err_y": err, "rel_err_p": perr}
     except Exception as e:
         row = {"variant": name, "error": f"{type(e).__name__}: {e}"[:300]}
-    res["rows"].append(row); print(row, flush=True)
+    res["rows"].append(row)
+    print(row, flush=True)
     json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "probe_cross.json"), "w"), indent=1)
 del low, u, x0, xr, ref_p, ref_y
 torch.cuda.empty_cache()
@@ -107,11 +122,14 @@ for r in range(3):
         emb.lead_columns = lead
         for _ in range(3):
             tr.train_step()
-        tr.sync(); t0 = time.perf_counter()
+        tr.sync()
+        t0 = time.perf_counter()
         for _ in range(20):
             tr.train_step()
-        tr.sync(); ms = (time.perf_counter() - t0) / 20 * 1e3
-        ab.append({"round": r, "lead_columns": lead, "ms_per_step": ms}); print(ab[-1], flush=True)
+        tr.sync()
+        ms = (time.perf_counter() - t0) / 20 * 1e3
+        ab.append({"round": r, "lead_columns": lead, "ms_per_step": ms})
+        print(ab[-1], flush=True)
 res["x0_ab"] = ab
 res["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
 json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "probe_cross.json"), "w"), indent=1)

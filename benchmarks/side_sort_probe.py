@@ -7,7 +7,12 @@ it (0.15 ms). Writes ``$OUT/probe_side_sort.json``.
 
     PYTHONPATH=. OUT=. python3 benchmarks/side_sort_probe.py
 """
-import json, os, time, torch
+import json
+import os
+import time
+
+import torch
+
 from polyrec.models.embeddings import PolyrecEmbeddings
 from polyrec.kernels.tbe import TableBatchedEmbedding
 from polyrec.kernels.tbe_fused_backward import _tensors_of
@@ -51,12 +56,16 @@ for r in range(3):
         state["on"] = on
         for _ in range(3):
             tr.train_step()
-        tr.sync(); t0 = time.perf_counter()
+        tr.sync()
+        t0 = time.perf_counter()
         for _ in range(20):
             tr.train_step()
         tr.sync()
         row = {"round": r, "side_sort": on, "ms_per_step": (time.perf_counter() - t0) / 20 * 1e3}
-        res["rounds"].append(row); print(row, flush=True)
-loss = tr.train_step(); tr.sync(); res["finite_loss"] = bool(torch.isfinite(loss).item())
+        res["rounds"].append(row)
+        print(row, flush=True)
+loss = tr.train_step()
+tr.sync()
+res["finite_loss"] = bool(torch.isfinite(loss).item())
 print(res["finite_loss"])
 json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "probe_side_sort.json"), "w"), indent=1)
