@@ -10,6 +10,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.kernels.gemm_configs",
     "polyrec.kernels.dcn",
     "polyrec.kernels.dense_backward",
+    "polyrec.kernels.dense_optim",
     "polyrec.kernels.chunk_copy",
     "polyrec.kernels.place_columns",
 )

@@ -30,10 +30,11 @@ from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, 
 #: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
 #: bf16 output under a bf16 dense half is not modelled there: the planner_accuracy fit was made so).
 POOLED_BYTES = 4
-#: fp32 values the dense optimizer reads plus writes per parameter, torch's foreach implementation:
-#: Adagrad addcmul_ (3), sqrt (2), add_ (2), addcdiv_ (4); Adam about twice that (torch/optim/adagrad.py,
-#: adam.py ``_multi_tensor_*``).
-DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 11, "adam": 22}
+#: fp32 values the dense optimizer reads plus writes per parameter: Adagrad as the trainer runs it on a
+#: GPU, ``polyrec.kernels.dense_optim.FusedAdagrad`` (parameter, gradient and sum read; parameter and
+#: sum written: 5; torch's foreach path was 11); SGD and Adam through torch's foreach implementation
+#: (torch/optim/adam.py ``_multi_tensor_adam``: about twice the foreach Adagrad's 11).
+DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 5, "adam": 22}
 #: Map the planner's epilogue names to polyrec.perfmodel.gemm's.
 _EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
 #: Parameter tensors of a dense matmul with a bias (weight and bias) the optimizer walks.

@@ -53,10 +53,11 @@ TBE_BWD_LAUNCHES = 2
 #: the host-bound small models); on MLPerf-size steps it takes 8 (5 levels, not 11): 6 launches
 #: over-counted there, about 0.3 ms of host time on steps that are device-bound.
 TBE_UPDATE_TILE = 8
-#: Torch ops of one dense optimizer step with torch's foreach implementation (torch/optim/adagrad.py
-#: ``_multi_tensor_adagrad``: step counts, addcmul, sqrt, add, addcdiv; adam.py about twice), plus
-#: per parameter tensor the optimizer's Python and ``zero_grad(set_to_none=True)``.
-OPTIMIZER_FOREACH_OPS = {"sgd": 2, "adagrad": 6, "adam": 12}
+#: Torch ops of one dense optimizer step: Adagrad's ``FusedAdagrad`` (two table copies to the device,
+#: one launch), SGD and Adam with torch's foreach implementation (step counts and the foreach ops;
+#: adam.py ``_multi_tensor_adam``), plus per parameter tensor the optimizer's Python and
+#: ``zero_grad(set_to_none=True)``.
+OPTIMIZER_FOREACH_OPS = {"sgd": 2, "adagrad": 3, "adam": 12}
 OPTIMIZER_OPS_PER_TENSOR = 1
 #: Torch-op equivalents per GEMM call besides its Triton launch: the output allocation and polyrec's
 #: Python wrapper (selection cache lookup, stride checks) (estimate).

@@ -75,6 +75,19 @@ class _GradientTap(torch.autograd.Function):
         return None, None, None
 
 
+def dense_optimizer(params: list[nn.Parameter], kind: str, lr: float, *, fused: bool) -> torch.optim.Optimizer:
+    """The dense optimizer: Adagrad (MLPerf) or Adam. ``fused`` (polyrec's dense path on a GPU): Adagrad
+    as one Triton launch per step (``polyrec.kernels.dense_optim.FusedAdagrad``, the same update and
+    state as torch's); the direct port and the CPU keep ``torch.optim``."""
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if fused:
+        from polyrec.kernels.dense_optim import FusedAdagrad
+
+        return FusedAdagrad(params, lr=lr)
+    return torch.optim.Adagrad(params, lr=lr)
+
+
 class DenseLoss(nn.Module):
     """The dense half of a step as one module (what a CUDA graph captures): mean BCE of the logits."""
 
@@ -126,9 +139,8 @@ class Trainer(TrainerState):
                           dense_backend=self.rt.dense_backend, embedding_optimizer=emb_opt, device=self.rt.device,
                           seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype,
                           embedding_weight_dtype=self.rt.embedding_dtype, embeddings=sharded)
-        params = self.model.dense_parameters()
-        self.optimizer = (torch.optim.Adagrad(params, lr=cfg.lr) if cfg.dense_optimizer == "adagrad"
-                          else torch.optim.Adam(params, lr=cfg.lr))
+        self.optimizer = dense_optimizer(self.model.dense_parameters(), cfg.dense_optimizer, cfg.lr,
+                                         fused=self.rt.dense_backend == "polyrec" and self.rt.device.type == "cuda")
         self.dense_loss: nn.Module | Any = DenseLoss(self.model, self.rt.compute_dtype)
         if self.distributed:
             on_last_bucket = sharded.update_after_current if sharded.updates_beside else None

@@ -1,0 +1,119 @@
+"""The dense parameters' Adagrad step in one Triton launch (``FusedAdagrad``).
+
+``torch.optim.Adagrad`` on CUDA runs its foreach path: four multi-tensor kernels per step (``sum += g²``,
+``sqrt``, ``+ eps``, ``p += -lr g / std``), 11 passes over a parameter-sized tensor; its ``fused=True``
+is CPU-only in torch 2.11 (refused on CUDA, seen on the H200 2026-12-01). ``adagrad_kernel`` reads the
+parameter, its gradient and its sum once and writes the parameter and the sum: 5 passes. Every program
+takes BLOCK elements of one tensor; the tensors are found through tables of their addresses, sizes
+and first programs, so one launch covers all of them (MLPerf DLRM-DCNv2: 25 tensors, 16M values).
+
+The state (per parameter ``sum`` and ``step``) and the state dict are ``torch.optim.Adagrad``'s, so a
+checkpoint of either optimizer loads into the other. Weight decay and ``maximize`` are not supported
+(the trainer uses neither).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from polyrec.hardware.compile import CompileJob
+from polyrec.hardware.types import DeviceSpec
+
+#: Values per program: 4 warps of 32 lanes, 8 fp32 values each (two 16-byte accesses per tensor).
+BLOCK = 1024
+NUM_WARPS = 4
+
+
+@triton.jit
+def adagrad_kernel(param_table, grad_table, sum_table, size_table, start_table, clr_table, num_tensors, eps,
+                   BLOCK: tl.constexpr, T_PAD: tl.constexpr):
+    """BLOCK values of one tensor: ``sum += g * g``, ``p -= clr * g / (sqrt(sum) + eps)`` (IEEE sqrt
+    and division, as torch's). The tables hold per tensor its parameter, gradient and sum addresses
+    (int64), its size, its first program and its step size ``clr`` (fp32)."""
+    pid = tl.program_id(0)
+    tb = tl.arange(0, T_PAD)
+    starts = tl.load(start_table + tb, mask=tb < num_tensors, other=0x7FFFFFFF)
+    t = tl.sum((starts <= pid).to(tl.int32), axis=0) - 1  # the tensor of this program
+    offs = (pid - tl.load(start_table + t)).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < tl.load(size_table + t)
+    p_ptr = tl.load(param_table + t).to(tl.pointer_type(tl.float32))
+    g_ptr = tl.load(grad_table + t).to(tl.pointer_type(tl.float32))
+    s_ptr = tl.load(sum_table + t).to(tl.pointer_type(tl.float32))
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0)
+    s = tl.load(s_ptr + offs, mask=mask, other=0.0) + g * g
+    p = tl.load(p_ptr + offs, mask=mask, other=0.0)
+    tl.store(s_ptr + offs, s, mask=mask)
+    tl.store(p_ptr + offs, p - tl.load(clr_table + t) * tl.div_rn(g, tl.sqrt_rn(s) + eps), mask=mask)
+
+
+def _check(p: torch.Tensor) -> None:
+    g = p.grad
+    if p.dtype != torch.float32 or not p.is_contiguous():
+        raise ValueError(f"FusedAdagrad: parameters must be contiguous fp32, got {p.dtype} {tuple(p.shape)}")
+    if g.is_sparse or g.dtype != torch.float32 or not g.is_contiguous() or g.device != p.device:
+        raise ValueError(f"FusedAdagrad: gradients must be dense contiguous fp32 on the parameter's device, got "
+                         f"{g.layout} {g.dtype} on {g.device} for a parameter {tuple(p.shape)}")
+
+
+class FusedAdagrad(torch.optim.Optimizer):
+    """``torch.optim.Adagrad`` (no weight decay) as one ``adagrad_kernel`` launch per step and group.
+
+    Same hyperparameters and defaults (lr 1e-2, lr_decay 0, eps 1e-10, initial_accumulator_value 0),
+    the same state (``sum`` like the parameter, ``step`` a CPU float tensor) and state dict."""
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0, eps: float = 1e-10,
+                 initial_accumulator_value: float = 0.0) -> None:
+        if lr < 0 or lr_decay < 0 or eps < 0 or initial_accumulator_value < 0:
+            raise ValueError(f"FusedAdagrad: lr, lr_decay, eps and initial_accumulator_value must be >= 0, got "
+                             f"{lr}, {lr_decay}, {eps}, {initial_accumulator_value}")
+        defaults = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": 0.0,
+                    "initial_accumulator_value": initial_accumulator_value, "foreach": None, "maximize": False,
+                    "differentiable": False, "fused": None}
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["step"] = torch.tensor(0.0)
+                self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None if closure is None else torch.enable_grad()(closure)()
+        for group in self.param_groups:
+            if group["weight_decay"] or group["maximize"]:
+                raise ValueError("FusedAdagrad: weight_decay and maximize are not supported")
+            live = [p for p in group["params"] if p.grad is not None]
+            for p in live:
+                _check(p)
+            if live:
+                self._launch(live, group)
+        return loss
+
+    def _launch(self, params: list[torch.Tensor], group: dict) -> None:
+        """One ``adagrad_kernel`` over ``params`` (all with gradients), each at its own step."""
+        clrs, starts, programs = [], [], 0
+        for p in params:
+            step = self.state[p]["step"]
+            step += 1
+            clrs.append(group["lr"] / (1 + (step.item() - 1) * group["lr_decay"]))
+            starts.append(programs)
+            programs += triton.cdiv(p.numel(), BLOCK)
+        dev = params[0].device
+        ints = torch.tensor([[p.data_ptr() for p in params], [p.grad.data_ptr() for p in params],
+                             [self.state[p]["sum"].data_ptr() for p in params], [p.numel() for p in params],
+                             starts], dtype=torch.int64).to(dev, non_blocking=dev.type == "cuda")  # [5, T]
+        clr = torch.tensor(clrs, dtype=torch.float32).to(dev, non_blocking=dev.type == "cuda")  # [T]
+        adagrad_kernel[(programs,)](ints[0], ints[1], ints[2], ints[3], ints[4], clr, len(params), group["eps"],
+                                    BLOCK=BLOCK, T_PAD=triton.next_power_of_2(len(params)), num_warps=NUM_WARPS)
+
+
+def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
+    """The one configuration ``FusedAdagrad`` launches (up to 64 tensors; MLPerf DLRM-DCNv2 has 25)."""
+    signature = {"param_table": "*i64", "grad_table": "*i64", "sum_table": "*i64", "size_table": "*i64",
+                 "start_table": "*i64", "clr_table": "*fp32", "num_tensors": "i32", "eps": "fp32",
+                 "BLOCK": "constexpr", "T_PAD": "constexpr"}
+    return [CompileJob(label=f"adagrad BLOCK{BLOCK} T64", kernel=adagrad_kernel, signature=signature,
+                       constexprs={"BLOCK": BLOCK, "T_PAD": 64}, num_warps=NUM_WARPS, num_stages=1,
+                       divisible_by_16=("param_table", "grad_table", "sum_table", "size_table", "start_table",
+                                        "clr_table"))]

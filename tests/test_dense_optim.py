@@ -1,0 +1,89 @@
+"""FusedAdagrad (polyrec.kernels.dense_optim) through the Triton interpreter against torch.optim.Adagrad,
+and its kernel's compile fit on sm_90 / gfx942 / gfx950."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
+from polyrec.kernels import dense_optim
+from polyrec.kernels.dense_optim import BLOCK, FusedAdagrad
+
+interpreted = pytest.mark.skipif(not INTERPRETING, reason="the kernel runs on the CPU only through Triton's "
+                                 "interpreter (make test sets it)")
+#: Odd sizes, one past a program's block, a scalar-sized tensor: every program's mask is exercised.
+SHAPES = [(3, 7), (BLOCK + 1,), (1,), (40, 30)]
+
+
+def _params(gen: torch.Generator) -> list[torch.Tensor]:
+    return [torch.randn(s, generator=gen).requires_grad_() for s in SHAPES]
+
+
+@interpreted
+@pytest.mark.parametrize("lr_decay,init", [(0.0, 0.0), (0.1, 0.5)])
+def test_steps_follow_torch_adagrad(lr_decay, init):
+    """Four steps, one of them with a parameter that has no gradient (it keeps its step count): the
+    parameters and sums follow torch.optim.Adagrad's."""
+    gen = torch.Generator().manual_seed(0)
+    ours = _params(gen)
+    ref = [p.detach().clone().requires_grad_() for p in ours]
+    opt = FusedAdagrad(ours, lr=0.05, lr_decay=lr_decay, eps=1e-10, initial_accumulator_value=init)
+    ref_opt = torch.optim.Adagrad(ref, lr=0.05, lr_decay=lr_decay, eps=1e-10, initial_accumulator_value=init)
+    for step in range(4):
+        for i, (p, q) in enumerate(zip(ours, ref)):
+            g = None if (step == 2 and i == 1) else torch.randn(p.shape, generator=gen)
+            p.grad = None if g is None else g.clone()
+            q.grad = None if g is None else g.clone()
+        opt.step()
+        ref_opt.step()
+    for p, q in zip(ours, ref):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(opt.state[p]["sum"], ref_opt.state[q]["sum"], rtol=1e-6, atol=1e-7)
+        assert opt.state[p]["step"].item() == ref_opt.state[q]["step"].item()
+
+
+@interpreted
+def test_state_dict_loads_across_torch_adagrad():
+    """A torch.optim.Adagrad state dict continues in FusedAdagrad (and back) as torch's own would."""
+    gen = torch.Generator().manual_seed(1)
+    ref = _params(gen)
+    ref_opt = torch.optim.Adagrad(ref, lr=0.05)
+    for p in ref:
+        p.grad = torch.randn(p.shape, generator=gen)
+    ref_opt.step()
+    ours = [p.detach().clone().requires_grad_() for p in ref]
+    opt = FusedAdagrad(ours, lr=0.05)
+    opt.load_state_dict(copy.deepcopy(ref_opt.state_dict()))  # as through a checkpoint file
+    for p, q in zip(ours, ref):
+        g = torch.randn(p.shape, generator=gen)
+        p.grad, q.grad = g.clone(), g.clone()
+    opt.step()
+    ref_opt.step()
+    for p, q in zip(ours, ref):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+    back = torch.optim.Adagrad([p.detach().clone() for p in ours], lr=0.05)
+    back.load_state_dict(copy.deepcopy(opt.state_dict()))
+    assert all(torch.equal(back.state[b]["sum"], opt.state[p]["sum"]) for b, p in zip(back.param_groups[0]["params"], ours))
+
+
+@interpreted
+def test_bad_parameters_and_gradients_are_refused():
+    p = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    p.grad = torch.zeros(4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="contiguous fp32"):
+        FusedAdagrad([p]).step()
+    q = torch.zeros(4, requires_grad=True)
+    q.grad = torch.zeros(8)[::2]  # strided
+    with pytest.raises(ValueError, match="gradients must be dense contiguous fp32"):
+        FusedAdagrad([q]).step()
+    with pytest.raises(ValueError, match="must be >= 0"):
+        FusedAdagrad([q], lr=-1.0)
+
+
+@compile_only
+@pytest.mark.parametrize("name", COMPILE_DEVICES)
+def test_compile_jobs_fit(name):
+    assert unfit_jobs(dense_optim.compile_jobs, name) == []
