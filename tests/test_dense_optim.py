@@ -87,3 +87,14 @@ def test_bad_parameters_and_gradients_are_refused():
 @pytest.mark.parametrize("name", COMPILE_DEVICES)
 def test_compile_jobs_fit(name):
     assert unfit_jobs(dense_optim.compile_jobs, name) == []
+
+
+def test_the_trainer_takes_it_for_polyrecs_gpu_path_only():
+    """``dense_optimizer``: FusedAdagrad where the trainer asks for the fused path (polyrec's dense
+    layers on a GPU); torch's Adagrad otherwise (the direct port, the CPU), Adam always torch's."""
+    from polyrec.runtime.trainer import dense_optimizer
+
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert type(dense_optimizer(params, "adagrad", 0.1, fused=True)) is FusedAdagrad
+    assert type(dense_optimizer(params, "adagrad", 0.1, fused=False)) is torch.optim.Adagrad
+    assert type(dense_optimizer(params, "adam", 0.1, fused=True)) is torch.optim.Adam
