@@ -12,7 +12,6 @@ the full-size trainer step with and without x0 assembled in the lookup's buffer.
 import json
 import os
 import sys
-import time
 
 import torch
 import triton
@@ -110,6 +109,7 @@ torch.cuda.empty_cache()
 # x0 assembly A/B in the full-size trainer
 sys.path.insert(0, "benchmarks")
 from polyrec.runtime import TrainConfig, Trainer
+from profiling import step_ms
 cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9, synthetic_pool=4, device="cuda")
 tr = Trainer(cfg, progress=False)
 emb = tr.model.embeddings
@@ -120,15 +120,7 @@ ab = []
 for r in range(3):
     for lead in (0, 128):
         emb.lead_columns = lead
-        for _ in range(3):
-            tr.train_step()
-        tr.sync()
-        t0 = time.perf_counter()
-        for _ in range(20):
-            tr.train_step()
-        tr.sync()
-        ms = (time.perf_counter() - t0) / 20 * 1e3
-        ab.append({"round": r, "lead_columns": lead, "ms_per_step": ms})
+        ab.append({"round": r, "lead_columns": lead, "ms_per_step": step_ms(tr)})
         print(ab[-1], flush=True)
 res["x0_ab"] = ab
 res["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9

@@ -7,7 +7,8 @@ optimizers on the GPU over three steps (largest difference). Writes ``$OUT/probe
 """
 import json
 import os
-import time
+import sys
+from pathlib import Path
 
 import torch
 
@@ -29,6 +30,9 @@ res["max_abs_diff"] = max((x - y).abs().max().item() for x, y in zip(a, b))
 res["bitwise"] = all(torch.equal(x, y) for x, y in zip(a, b))
 print({k: v for k, v in res.items() if k != "rounds"}, flush=True)
 from polyrec.runtime import TrainConfig, Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profiling import step_ms  # noqa: E402
 cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9, synthetic_pool=4, device="cuda")
 tr = Trainer(cfg, progress=False)
 opts = {"fused": tr.optimizer, "torch foreach": torch.optim.Adagrad(tr.model.dense_parameters(), lr=cfg.lr)}
@@ -39,14 +43,7 @@ tr.sync()
 for r in range(3):
     for name, opt in opts.items():
         tr.optimizer = opt
-        for _ in range(3):
-            tr.train_step()
-        tr.sync()
-        t0 = time.perf_counter()
-        for _ in range(20):
-            tr.train_step()
-        tr.sync()
-        row = {"round": r, "optimizer": name, "ms_per_step": (time.perf_counter() - t0) / 20 * 1e3}
+        row = {"round": r, "optimizer": name, "ms_per_step": step_ms(tr)}
         res["rounds"].append(row)
         print(row, flush=True)
 json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "probe_fused_adagrad.json"), "w"), indent=1)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,7 +26,7 @@ from polyrec.kernels import gemm_select  # noqa: E402
 from polyrec.perfmodel import gemm_library  # noqa: E402
 from polyrec.results import write_results  # noqa: E402
 from polyrec.runtime import TrainConfig, Trainer  # noqa: E402
-from profiling import kernel_table  # noqa: E402
+from profiling import kernel_table, step_ms  # noqa: E402
 
 POLICIES = ("selector", "library", "no-classic", "no-in-place", "no-lt-epilogue")
 LIBRARY_EPILOGUES = gemm_library.LIBRARY_EPILOGUES
@@ -79,14 +78,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name in policies:
             policy.use(name)
-            for _ in range(3):
-                trainer.train_step()
-            trainer.sync()
-            t0 = time.perf_counter()
-            for _ in range(20):
-                trainer.train_step()
-            trainer.sync()
-            row = {"round": r, "policy": name, "ms_per_step": (time.perf_counter() - t0) / 20 * 1e3}
+            row = {"round": r, "policy": name, "ms_per_step": step_ms(trainer)}
             if r == 0:
                 kernels = kernel_table(trainer.train_step, reps=2, warmup=1)
                 row |= {"kernel_ms": sum(x["ms_per_step"] for x in kernels), "kernels": kernels[:30]}

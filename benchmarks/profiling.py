@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+import time
 from typing import Callable
 
 import torch
@@ -29,3 +30,16 @@ def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2, 
         if cuda_us > 0 and evt.device_type == torch.autograd.DeviceType.CUDA:
             rows.append({"kernel": evt.key[:110], "calls_per_step": evt.count / reps, "ms_per_step": cuda_us / 1e3 / reps})
     return sorted(rows, key=lambda r: -r["ms_per_step"])
+
+
+def step_ms(trainer, *, steps: int = 20, warmup: int = 3) -> float:
+    """Milliseconds per ``trainer.train_step()`` over ``steps`` steps after ``warmup`` untimed ones, the
+    device drained before and after (the probes' interleaved A/B rounds)."""
+    for _ in range(warmup):
+        trainer.train_step()
+    trainer.sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        trainer.train_step()
+    trainer.sync()
+    return (time.perf_counter() - t0) / steps * 1e3

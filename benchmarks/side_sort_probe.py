@@ -9,7 +9,8 @@ it (0.15 ms). Writes ``$OUT/probe_side_sort.json``.
 """
 import json
 import os
-import time
+import sys
+from pathlib import Path
 
 import torch
 
@@ -17,6 +18,9 @@ from polyrec.models.embeddings import PolyrecEmbeddings
 from polyrec.kernels.tbe import TableBatchedEmbedding
 from polyrec.kernels.tbe_fused_backward import _tensors_of
 from polyrec.runtime import TrainConfig, Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profiling import step_ms  # noqa: E402
 
 side = torch.cuda.Stream()
 state = {"on": False}
@@ -54,14 +58,7 @@ res = {"rounds": []}
 for r in range(3):
     for on in (False, True):
         state["on"] = on
-        for _ in range(3):
-            tr.train_step()
-        tr.sync()
-        t0 = time.perf_counter()
-        for _ in range(20):
-            tr.train_step()
-        tr.sync()
-        row = {"round": r, "side_sort": on, "ms_per_step": (time.perf_counter() - t0) / 20 * 1e3}
+        row = {"round": r, "side_sort": on, "ms_per_step": step_ms(tr)}
         res["rounds"].append(row)
         print(row, flush=True)
 loss = tr.train_step()
