@@ -30,7 +30,6 @@ gradient tensors), and an fp32 accumulator would double its read-modify-write tr
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import torch
@@ -50,7 +49,7 @@ MLPERF_DIM, MLPERF_RANK = 3456, 512
 
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x0, on_input_grad, wgrad_stream, *params):
+    def forward(ctx, x0, on_input_grad, *params):
         layers = len(params) // 3
         vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
         xs, lows, products = [x0], [], []
@@ -59,7 +58,7 @@ class _CrossNetwork(torch.autograd.Function):
             lows.append(low)
             products.append(matmul(low, u_w, trans_b=True))  # [B, D] p_l, kept for the backward
             xs.append(epilogue_pass(products[-1], bias=b, cross=(x0, xs[-1])))  # [B, D] x0 * (p_l + b) + x_l
-        ctx.layers, ctx.on_input_grad, ctx.wgrad_stream = layers, on_input_grad, wgrad_stream
+        ctx.layers, ctx.on_input_grad = layers, on_input_grad
         ctx.save_for_backward(*xs[:-1], *lows, *products, *params)
         return xs[-1]
 
@@ -70,7 +69,7 @@ class _CrossNetwork(torch.autograd.Function):
         xs, lows, products = saved[:layers], saved[layers:2 * layers], saved[2 * layers:3 * layers]
         params = saved[3 * layers:]
         vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
-        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[3:]  # need: V, U, b of each layer
+        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[2:]  # need: V, U, b of each layer
         x0 = xs[0]
         d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
         d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
@@ -89,38 +88,18 @@ class _CrossNetwork(torch.autograd.Function):
                 d_x0 = matmul(dlow, vs[0], residual=d_x0, overwrite_residual=True)  # [B, D] x0's whole gradient
                 if ctx.on_input_grad is not None:
                     ctx.on_input_grad(d_x0)  # final now: what reads it runs beside layer 0's weight gradients
+            if need[layers + l]:
+                d_u[l] = matmul(g, lows[l], trans_a=True)  # [D, B] @ [B, r]
             if bias_grad is not None:
                 d_b[l] = bias_grad.to(bs[l].dtype)
-            with _on_stream(ctx.wgrad_stream, g, dlow, lows[l], xs[l]) as keep:
-                if need[layers + l]:
-                    d_u[l] = keep(matmul(g, lows[l], trans_a=True))  # [D, B] @ [B, r]
-                if need[l]:
-                    d_v[l] = keep(matmul(dlow, xs[l], trans_a=True))  # [r, B] @ [B, D]
+            if need[l]:
+                d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
             del g, dlow  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
-        if ctx.wgrad_stream is not None:
-            torch.cuda.current_stream().wait_stream(ctx.wgrad_stream)
-        return (d_x0 if need_x0 else None), None, None, *d_v, *d_u, *d_b
-
-
-@contextlib.contextmanager
-def _on_stream(stream: torch.cuda.Stream | None, *reads: torch.Tensor):
-    """Run the body on ``stream`` (None: the current stream) after what the current stream has queued;
-    ``reads`` stay allocated until the stream has used them. Yields ``keep``, which marks a result
-    made there as used by the current stream too (the caller waits for ``stream`` before reading it)."""
-    if stream is None:
-        yield lambda t: t
-        return
-    main = torch.cuda.current_stream()
-    stream.wait_stream(main)
-    with torch.cuda.stream(stream):
-        yield lambda t: (t.record_stream(main), t)[1]
-    for t in reads:
-        t.record_stream(stream)
+        return (d_x0 if need_x0 else None), None, *d_v, *d_u, *d_b
 
 
 def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
-                  bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None,
-                  wgrad_stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+                  bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
     """The low-rank cross network's output x_L with the fused backward.
 
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
@@ -142,7 +121,7 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
             raise ValueError(f"cross_network: layer {l} needs V [r, {d}], U [{d}, r], b [{d}]; got V "
                              f"{tuple(v_w.shape)}, U {tuple(u_w.shape)}, b {tuple(b.shape)}")
     x0, *params = autocast_inputs(x0, *vs, *us, *bs)
-    return _CrossNetwork.apply(x0, on_input_grad, wgrad_stream, *params)
+    return _CrossNetwork.apply(x0, on_input_grad, *params)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:

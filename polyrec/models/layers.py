@@ -59,14 +59,13 @@ class DenseOps:
         return x0 * F.linear(v, weight, bias) + x
 
     def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
-                      bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None,
-                      wgrad_stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+                      bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
-        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]; ``on_input_grad`` and
-        ``wgrad_stream`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
+        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]; ``on_input_grad`` as
+        ``polyrec.kernels.dcn.cross_network`` takes it."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
-        return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad, wgrad_stream=wgrad_stream)
+        return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad)
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -121,7 +120,6 @@ class LowRankCross(nn.Module):
             init_linear_(v, None, gen)
             init_linear_(u, b, gen)
         self.fused = True
-        self.wgrad_stream: torch.cuda.Stream | None = None  # the fused backward's weight gradients run there
 
     def forward(self, x0: torch.Tensor, ops: DenseOps, dtype: torch.dtype,
                 on_input_grad: InputGradHook | None = None) -> torch.Tensor:
@@ -130,7 +128,7 @@ class LowRankCross(nn.Module):
         the per-layer composition when autograd has summed x0's gradient."""
         if self.fused and ops.backend == "polyrec":
             return ops.cross_network(x0, [_cast(v, dtype) for v in self.v], [_cast(u, dtype) for u in self.u],
-                                     [_cast(b, dtype) for b in self.b], on_input_grad, self.wgrad_stream)  # [B, D]
+                                     [_cast(b, dtype) for b in self.b], on_input_grad)  # [B, D]
         if on_input_grad is not None and x0.requires_grad:
             x0.register_hook(functools.partial(_observe, on_input_grad))
         x = x0  # [B, D]
