@@ -15,7 +15,7 @@ from polyrec.planner import model_spec_from_config
 from polyrec.planner.comms import CollectiveSample, fit_link
 from polyrec.planner import host
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs
-from polyrec.planner.ops import LayerMemory, activation_peak_per_sample, dense_inventory
+from polyrec.planner.ops import RATE_CLASSES, LayerMemory, activation_peak_per_sample, dense_inventory
 
 
 def _spec(name: str):
@@ -36,8 +36,7 @@ def test_inventory_issues_the_ops_of_the_autograd_layers():
     assert relu.bytes == 3 * 64 * 1024 * 2 + 2 * (64 / 256) * 1024 * 4 and relu.triton_ops == 1  # grad, y, out; partials
     cross = [op for op in inv.ops if op.name.startswith("cross.") and op.gemm is None and op.bytes > 0
              and "cast" not in op.name]
-    assert sorted({op.name.split(".")[-1] for op in cross}) == ["cat", "cross_grad_pass", "cross_pass",
-                                                                "emb_grad_copy"]
+    assert sorted({op.name.split(".")[-1] for op in cross}) == ["cat", "cross_grad_pass", "cross_pass"]
     passes = [op for op in cross if op.name.endswith("_pass")]
     assert len(passes) == 6 and all(op.triton_ops == 1 for op in passes)
     # the first layer of the backward writes x0's gradient without reading it: 5 tensors, not 6
@@ -193,3 +192,14 @@ def test_fit_link_rejects_what_cannot_determine_it():
 def test_step_host_seconds_add_the_fixed_part_to_the_launches():
     costs = HostCosts(triton_launch_s=1.0, torch_op_s=0.5, step_fixed_s=2.0, origin="")
     assert Launches(triton=3, torch_ops=10).step_seconds(costs) == pytest.approx(10.0)
+
+
+def test_the_cross_passes_and_the_bias_column_sums_are_priced_as_profiled():
+    """The cross network's epilogue passes run at their own rate class, below the copy rate; the step
+    issues one torch column sum per biased ReLU layer and per cross layer (10 ``reduce_kernel`` calls
+    in the MLPerf step's profile), and no embedding-gradient copy."""
+    inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
+    assert {op.rate for op in inv.ops if op.name.endswith("_pass")} == {"pass"}
+    assert RATE_CLASSES["pass"] < RATE_CLASSES["vector"]
+    assert sum(op.column_sums for op in inv.ops) == 10
+    assert not any("emb_grad" in op.name for op in inv.ops)

@@ -24,7 +24,7 @@ from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
 from polyrec.planner.dense import dense_matmuls, dense_params
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
-from polyrec.planner.ops import RATE_CLASSES, Op, dense_inventory
+from polyrec.planner.ops import COLUMN_SUM_S, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
 
 #: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
@@ -220,7 +220,7 @@ class Estimator:
                 launches += gemm_launches(choice.backend, choice.config.split_k, "none" if in_place else epi)
                 labels.append((op.gemm.op, f"{choice.backend} {choice.config.label}"))
             else:
-                op_s = op.bytes / (copy * RATE_CLASSES[op.rate])
+                op_s = memory_op_seconds(op, copy)
                 launches += Launches(triton=op.triton_ops, torch_ops=op.torch_ops)
             seconds[op.phase] += op_s
             after += op_s if runs_after_cross_input_grad(op) else 0.0
@@ -381,6 +381,13 @@ class Estimator:
             prev = out.get(s.table, (0.0, 0.0))
             out[s.table] = (max(prev[0], f + host / 2), max(prev[1], b + host / 2))
         return out
+
+
+def memory_op_seconds(op: Op, copy: float) -> float:
+    """Device seconds of a memory-bound op at ``copy`` bytes/s: its bytes at its rate class, at least one
+    small kernel's time, plus its bias-gradient column sums."""
+    moved = max(op.bytes / (copy * RATE_CLASSES[op.rate]), MIN_KERNEL_S) if op.bytes else 0.0
+    return moved + op.column_sums * COLUMN_SUM_S
 
 
 def runs_after_cross_input_grad(op: Op) -> bool:

@@ -22,11 +22,17 @@ from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M
 from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes
 from polyrec.planner.types import ModelSpec
 
-#: Rate classes of non-GEMM ops, as fractions of the copy bandwidth (bytes read + written): every
-#: memory-bound op of the step is now a same-dtype vectorized torch op or one of polyrec's Triton
-#: passes, at the copy rate (the cross-network epilogue passes, benchmarks/results/
-#: e2e_profile_nvidia-h200_2026-11-29 at c1a7598: about 13.1 GB in 3.38 ms, 0.93 of copy).
-RATE_CLASSES: dict[str, float] = {"vector": 1.0}
+#: Rate classes of non-GEMM ops, as fractions of the copy bandwidth (bytes read + written): torch's
+#: same-dtype vectorized ops and polyrec's ReLU/bias backward at the copy rate ("vector"), the cross
+#: network's epilogue passes (``split_k_reduce_kernel``) below it ("pass": 6 calls moving 13.13 GB in
+#: 3.312 ms per step at a 4.24 TB/s copy rate, benchmarks/results/e2e_profile_nvidia-h200_2026-12-01 at 737b55b).
+RATE_CLASSES: dict[str, float] = {"vector": 1.0, "pass": 0.935}
+#: Device seconds of torch's column sum of a bias gradient's fp32 partials (``reduce_kernel``: 10 calls,
+#: 0.129 ms per step in the same profile: 7 ReLU layers with a bias, 3 cross layers).
+COLUMN_SUM_S = 12.9e-6
+#: Device seconds at least of one small memory-bound kernel: the weight casts, their gradients' casts
+#: back to fp32 and the bias gradients' casts (67 copy kernels, 0.219 ms per step in the same profile).
+MIN_KERNEL_S = 3.3e-6
 #: Bytes of an fp32 value (master weights, their gradients, the loss).
 FP32 = 4
 #: fp32 [B / REDUCE_BLOCK_M, D] buffers alive at the cross backward's peak: the CrossGrad pass's
@@ -45,6 +51,7 @@ class Op:
     gemm: GemmShape | None = None
     bytes: float = 0.0  # bytes read + written (memory-bound ops)
     rate: str = "vector"  # key of RATE_CLASSES
+    column_sums: int = 0  # torch column sums of bias-gradient partials it issues (COLUMN_SUM_S each)
     torch_ops: int = 1  # eager torch ops this issues (host); a GEMM's own launches are counted apart
     triton_ops: int = 0  # Triton kernels this issues (host), the GEMMs' own apart
 
@@ -95,7 +102,7 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
         moved = 3 * b * n * cb + (2 * partial_rows * n * FP32 if mat.bias else 0)
         ops.append(Op(name=f"{mat.name}.relu_bias_grad", phase="bwd", bytes=moved, triton_ops=1,
-                      torch_ops=3 if mat.bias else 1))  # partials and masked grad allocated, summed, cast
+                      torch_ops=3 if mat.bias else 1, column_sums=1 if mat.bias else 0))  # partials and masked grad allocated, summed, cast
     elif mat.bias:  # torch's column sum of the gradient, then the cast
         ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, torch_ops=2))
     # saved: its output (ReLU's mask source and the next layer's input); the first layer also its input
@@ -124,18 +131,19 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
                                                                      epilogue="none"), torch_ops=0),
                 Op(name=f"{u.name}.product", phase="fwd",
                    gemm=GemmShape(op=f"{u.name}.product", m=b, n=w, k=r, epilogue="none"), torch_ops=0),
-                Op(name=f"{u.name}.cross_pass", phase="fwd", bytes=4 * b * w * cb, torch_ops=1, triton_ops=1)]
+                Op(name=f"{u.name}.cross_pass", phase="fwd", bytes=4 * b * w * cb, rate="pass", torch_ops=1,
+                   triton_ops=1)]
         ops += _weight_casts(v, cb) + _weight_casts(u, cb)
         first_backward = i == len(pairs) - 1  # d_x0 is written, not read
         ops.append(Op(name=f"{u.name}.cross_grad_pass", phase="bwd", bytes=(6 - first_backward) * b * w * cb,
-                      torch_ops=3, triton_ops=1))  # g and the partials allocated, the partials summed
+                      rate="pass", torch_ops=3, triton_ops=1))  # g and the partials allocated, the partials summed
         backward = (GemmShape(op=f"{u.name}.dgrad", m=b, n=r, k=w, epilogue="none"),
                     GemmShape(op=f"{u.name}.wgrad", m=w, n=r, k=b, epilogue="none"),
                     GemmShape(op=f"{v.name}.wgrad", m=r, n=w, k=b, epilogue="none"),
                     GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="residual",
                               library_adds_residual=i == 0 or not first_backward))
         ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
-        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2))  # fp32 buffer, cast
+        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2, column_sums=1))  # fp32 buffer, cast
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
     # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
@@ -187,8 +195,6 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_
         width = model.interaction_dim
         copied = width - fd if x0_in_lookup else width  # [B, copied] read and written into x0
         ops.append(Op(name="cross.cat", phase="fwd", bytes=2 * b * copied * cb))
-        # the embedding part of x0's gradient made contiguous: 2 copies per step in e2e_profile
-        ops.append(Op(name="cross.emb_grad_copy", phase="bwd", bytes=2 * 2 * b * fd * cb, torch_ops=2))
         layers.append(LayerMemory(name="cross.x0", saved=copied * cb, backward_peak=width * cb + fd * cb))
         cross = [m for m in mats if m.name.startswith("cross.")]
         o, lm = cross_network(list(zip(cross[::2], cross[1::2])), batch, cb)
