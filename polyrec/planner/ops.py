@@ -101,8 +101,9 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
         moved = 3 * b * n * cb + (2 * partial_rows * n * FP32 if mat.bias else 0)
+        # partials and masked grad allocated, the partials summed (one column sum), cast
         ops.append(Op(name=f"{mat.name}.relu_bias_grad", phase="bwd", bytes=moved, triton_ops=1,
-                      torch_ops=3 if mat.bias else 1, column_sums=1 if mat.bias else 0))  # partials and masked grad allocated, summed, cast
+                      torch_ops=3 if mat.bias else 1, column_sums=1 if mat.bias else 0))
     elif mat.bias:  # torch's column sum of the gradient, then the cast
         ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, torch_ops=2))
     # saved: its output (ReLU's mask source and the next layer's input); the first layer also its input
@@ -143,7 +144,8 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
                     GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="residual",
                               library_adds_residual=i == 0 or not first_backward))
         ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
-        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2, column_sums=1))  # fp32 buffer, cast
+        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2,
+                      column_sums=1))  # the partials' column sum into an fp32 buffer, cast
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
     # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
