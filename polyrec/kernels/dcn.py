@@ -30,7 +30,6 @@ gradient tensors), and an fp32 accumulator would double its read-modify-write tr
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -39,7 +38,6 @@ from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
-from polyrec.kernels.wgrad import DeferredWeightGrads
 
 #: Batch sizes whose fused-backward GEMM configs ``compile_jobs`` covers (MLPerf DLRM-DCNv2 runs
 #: 65536; 16384 is the e2e benchmark's smaller batch).
@@ -51,7 +49,7 @@ MLPERF_DIM, MLPERF_RANK = 3456, 512
 
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x0, on_input_grad, deferred, *params):
+    def forward(ctx, x0, on_input_grad, *params):
         layers = len(params) // 3
         vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
         xs, lows, products = [x0], [], []
@@ -60,7 +58,7 @@ class _CrossNetwork(torch.autograd.Function):
             lows.append(low)
             products.append(matmul(low, u_w, trans_b=True))  # [B, D] p_l, kept for the backward
             xs.append(epilogue_pass(products[-1], bias=b, cross=(x0, xs[-1])))  # [B, D] x0 * (p_l + b) + x_l
-        ctx.layers, ctx.on_input_grad, ctx.deferred = layers, on_input_grad, deferred
+        ctx.layers, ctx.on_input_grad = layers, on_input_grad
         ctx.save_for_backward(*xs[:-1], *lows, *products, *params)
         return xs[-1]
 
@@ -71,7 +69,7 @@ class _CrossNetwork(torch.autograd.Function):
         xs, lows, products = saved[:layers], saved[layers:2 * layers], saved[2 * layers:3 * layers]
         params = saved[3 * layers:]
         vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
-        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[3:]  # need: V, U, b of each layer
+        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[2:]  # need: V, U, b of each layer
         x0 = xs[0]
         d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
         d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
@@ -91,28 +89,17 @@ class _CrossNetwork(torch.autograd.Function):
                 if ctx.on_input_grad is not None:
                     ctx.on_input_grad(d_x0)  # final now: what reads it runs beside layer 0's weight gradients
             if need[layers + l]:
-                d_u[l] = _weight_grad(ctx.deferred, layers + l, g, lows[l])  # [D, B] @ [B, r]
+                d_u[l] = matmul(g, lows[l], trans_a=True)  # [D, B] @ [B, r]
             if bias_grad is not None:
                 d_b[l] = bias_grad.to(bs[l].dtype)
             if need[l]:
-                d_v[l] = _weight_grad(ctx.deferred, l, dlow, xs[l])  # [r, B] @ [B, D]
+                d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
             del g, dlow  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
-        return (d_x0 if need_x0 else None), None, None, *d_v, *d_u, *d_b
-
-
-def _weight_grad(deferred: tuple[DeferredWeightGrads, list[torch.Tensor]] | None, index: int, a: torch.Tensor,
-                 b: torch.Tensor) -> torch.Tensor | None:
-    """``aᵀ @ b``, or None with the GEMM queued for master ``index`` (V_0.., then U_0..) when deferred."""
-    if deferred is None:
-        return matmul(a, b, trans_a=True)
-    queue, masters = deferred
-    queue.defer(masters[index], functools.partial(matmul, a, b, trans_a=True), a, b)
-    return None
+        return (d_x0 if need_x0 else None), None, *d_v, *d_u, *d_b
 
 
 def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
-                  bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None,
-                  deferred: tuple[DeferredWeightGrads, list[torch.Tensor]] | None = None) -> torch.Tensor:
+                  bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
     """The low-rank cross network's output x_L with the fused backward.
 
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
@@ -120,8 +107,7 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     ``on_input_grad``: called in the backward with x0's gradient [B, D] as soon as it is final,
     before layer 0's two weight-gradient GEMMs (each as large as the 0.34 ms GEMM of the module
     docstring), so that work reading it (the sharded embeddings' gradient all-to-all) overlaps them;
-    it must not write it. ``deferred``: (queue, the fp32 masters of V_0.., U_0..): the backward queues
-    their weight gradients there instead of returning them (``polyrec.kernels.wgrad``).
+    it must not write it.
     """
     if not (len(vs) == len(us) == len(bs) >= 1):
         raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "
@@ -135,10 +121,7 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
             raise ValueError(f"cross_network: layer {l} needs V [r, {d}], U [{d}, r], b [{d}]; got V "
                              f"{tuple(v_w.shape)}, U {tuple(u_w.shape)}, b {tuple(b.shape)}")
     x0, *params = autocast_inputs(x0, *vs, *us, *bs)
-    if deferred is not None and len(deferred[1]) != 2 * len(vs):
-        raise ValueError(f"cross_network: deferred needs the masters of V and U ({2 * len(vs)}), got "
-                         f"{len(deferred[1])}")
-    return _CrossNetwork.apply(x0, on_input_grad, deferred, *params)
+    return _CrossNetwork.apply(x0, on_input_grad, *params)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:

@@ -20,7 +20,6 @@ aligned rows, 2-byte dtypes, the bias / ReLU / cross epilogues.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +31,6 @@ from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import interpreting, select_gemm
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
-from polyrec.kernels.wgrad import DeferredWeightGrads
 from polyrec.perfmodel import gemm_library
 
 ACTIVATIONS = ("none", "relu")
@@ -419,10 +417,10 @@ def reference_matmul(a, b, *, trans_a=False, trans_b=False, bias=None, activatio
 
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, activation, deferred):
+    def forward(ctx, x, weight, bias, activation):
         y = matmul(x, weight, trans_b=True, bias=bias, activation=activation)  # [B, out]
         ctx.save_for_backward(x, weight, y if activation == "relu" else None)
-        ctx.activation, ctx.has_bias, ctx.deferred = activation, bias is not None, deferred
+        ctx.activation, ctx.has_bias = activation, bias is not None
         return y
 
     @staticmethod
@@ -435,14 +433,8 @@ class _Linear(torch.autograd.Function):
         else:  # torch's column sum alone: 0.013 vs 0.049 ms for the N=1 last layer (dense_backward_* H200)
             db = grad.sum(0, dtype=torch.float32) if need_bias else None
         dx = matmul(grad, weight) if ctx.needs_input_grad[0] else None  # [B, out] @ [out, in]
-        dw = None
-        if ctx.needs_input_grad[1]:
-            if ctx.deferred is None:
-                dw = matmul(grad, x, trans_a=True)  # [out, B] @ [B, in]
-            else:  # queued: the master's .grad is written when the queue runs
-                queue, master = ctx.deferred
-                queue.defer(master, functools.partial(matmul, grad, x, trans_a=True), grad, x)
-        return dx, dw, db.to(grad.dtype) if db is not None else None, None, None
+        dw = matmul(grad, x, trans_a=True) if ctx.needs_input_grad[1] else None  # [out, B] @ [B, in]
+        return dx, dw, db.to(grad.dtype) if db is not None else None, None
 
 
 class _CrossLinear(torch.autograd.Function):
@@ -476,18 +468,15 @@ def autocast_inputs(*tensors):
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           activation: str = "none", *, deferred: tuple[DeferredWeightGrads, torch.Tensor] | None = None
-           ) -> torch.Tensor:
+           activation: str = "none") -> torch.Tensor:
     """``activation(x @ weight.T + bias)``: x [B, in], weight [out, in], bias [out] -> [B, out].
 
     Autograd-capable; forward (A @ Bᵀ), dgrad (A @ B) and wgrad (Aᵀ @ B) all go through ``matmul``.
-    ``deferred``: (queue, the fp32 master ``weight`` was cast from): the backward queues the weight
-    gradient there instead of returning it (``polyrec.kernels.wgrad``).
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
     x, weight, bias = autocast_inputs(x, weight, bias)
-    return _Linear.apply(x, weight, bias, activation, deferred)
+    return _Linear.apply(x, weight, bias, activation)
 
 
 def cross_linear(x0: torch.Tensor, v: torch.Tensor, x_residual: torch.Tensor, weight: torch.Tensor,

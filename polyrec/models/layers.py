@@ -14,14 +14,10 @@ import functools
 import importlib.util
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-if TYPE_CHECKING:
-    from polyrec.kernels.wgrad import DeferredWeightGrads
 
 DENSE_BACKENDS = ("torch", "polyrec")
 #: Called in the backward with an input's final gradient, which it reads and must not write.
@@ -40,9 +36,6 @@ class DenseOps:
         if backend not in DENSE_BACKENDS:
             raise ValueError(f"dense backend must be one of {DENSE_BACKENDS}, got {backend!r}")
         self.backend = backend
-        #: polyrec backend: where the layers queue their weight gradients instead of returning them
-        #: (``polyrec.kernels.wgrad``; the trainer sets it on one GPU and runs the queue)
-        self.deferred: DeferredWeightGrads | None = None
         if backend == "polyrec":
             if not polyrec_dense_available():
                 raise ImportError("dense backend 'polyrec' needs polyrec.kernels.gemm, which is not installed")
@@ -51,13 +44,10 @@ class DenseOps:
             self._gemm = gemm
             self._dcn = dcn
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool,
-               master: torch.Tensor | None = None) -> torch.Tensor:
-        """act(x @ weight.T + bias); x [B, in], weight [out, in] -> [B, out]. ``master``: the fp32
-        parameter ``weight`` was cast from, whose gradient may be deferred (``deferred``)."""
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
+        """act(x @ weight.T + bias); x [B, in], weight [out, in] -> [B, out]."""
         if self.backend == "polyrec":
-            deferred = (self.deferred, master) if self.deferred is not None and master is not None else None
-            return self._gemm.linear(x, weight, bias, activation="relu" if relu else "none", deferred=deferred)
+            return self._gemm.linear(x, weight, bias, activation="relu" if relu else "none")
         y = F.linear(x, weight, bias)
         return F.relu(y) if relu else y
 
@@ -69,16 +59,13 @@ class DenseOps:
         return x0 * F.linear(v, weight, bias) + x
 
     def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
-                      bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None,
-                      masters: list[torch.Tensor] | None = None) -> torch.Tensor:
+                      bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
         x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]; ``on_input_grad`` as
-        ``polyrec.kernels.dcn.cross_network`` takes it; ``masters``: the fp32 V_0.., U_0.. the weights
-        were cast from, whose gradients may be deferred (``deferred``)."""
+        ``polyrec.kernels.dcn.cross_network`` takes it."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
-        deferred = (self.deferred, masters) if self.deferred is not None and masters is not None else None
-        return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad, deferred=deferred)
+        return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad)
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -109,7 +96,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor, ops: DenseOps, dtype: torch.dtype) -> torch.Tensor:
         n = len(self.weights)
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            x = ops.linear(x, _cast(w, dtype), _cast(b, dtype), relu=i < n - 1 or self.last_relu, master=w)
+            x = ops.linear(x, _cast(w, dtype), _cast(b, dtype), relu=i < n - 1 or self.last_relu)
         return x
 
 
@@ -141,8 +128,7 @@ class LowRankCross(nn.Module):
         the per-layer composition when autograd has summed x0's gradient."""
         if self.fused and ops.backend == "polyrec":
             return ops.cross_network(x0, [_cast(v, dtype) for v in self.v], [_cast(u, dtype) for u in self.u],
-                                     [_cast(b, dtype) for b in self.b], on_input_grad,
-                                     masters=[*self.v, *self.u])  # [B, D]
+                                     [_cast(b, dtype) for b in self.b], on_input_grad)  # [B, D]
         if on_input_grad is not None and x0.requires_grad:
             x0.register_hook(functools.partial(_observe, on_input_grad))
         x = x0  # [B, D]

@@ -142,7 +142,6 @@ class Trainer(TrainerState):
         self.optimizer = dense_optimizer(self.model.dense_parameters(), cfg.dense_optimizer, cfg.lr,
                                          fused=self.rt.dense_backend == "polyrec" and self.rt.device.type == "cuda")
         self.dense_loss: nn.Module | Any = DenseLoss(self.model, self.rt.compute_dtype)
-        self._deferred = self._deferred_weight_grads()
         if self.distributed:
             on_last_bucket = sharded.update_after_current if sharded.updates_beside else None
             self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx, on_last_bucket=on_last_bucket)
@@ -164,20 +163,6 @@ class Trainer(TrainerState):
         self._ahead: deque[tuple[dict, Batch, Any]] = deque()  # the next batches, their distribution begun
         if cfg.resume:
             self.restore()
-
-    def _deferred_weight_grads(self):
-        """One GPU, polyrec's dense layers, the eager sync step: the layers queue their weight gradients
-        during the dense backward and the step runs them beside the embedding backward
-        (``polyrec.kernels.wgrad``); elsewhere None. Several ranks need autograd's hooks for DDP, the
-        graphed dense half cannot leave work behind, and the semi-sync step overlaps otherwise."""
-        cfg = self.cfg
-        if (self.rt.dense_backend != "polyrec" or self.distributed or self.rt.device.type != "cuda"
-                or cfg.pipeline != "sync" or cfg.cuda_graphs):
-            return None
-        from polyrec.kernels.wgrad import DeferredWeightGrads
-
-        self.model.ops.deferred = DeferredWeightGrads()
-        return self.model.ops.deferred
 
     def _check_distributed(self) -> None:
         """What a torchrun job cannot combine, named before anything is built."""
@@ -212,8 +197,6 @@ class Trainer(TrainerState):
         t.stop()
         loss, emb_grad = self._dense_step(batch, emb)
         t.start("emb_bwd")
-        if self._deferred is not None:
-            self._deferred.launch()  # the dense layers' weight gradients, beside the embedding backward
         dense_stepped = self._embedding_backward(emb, emb_grad)
         t.stop()
         self._optimizer_step(dense_stepped=dense_stepped)
@@ -301,8 +284,6 @@ class Trainer(TrainerState):
 
     def _optimizer_step(self, *, dense_stepped: bool = False) -> None:
         self.timer.start("optimizer")
-        if self._deferred is not None:
-            self._deferred.wait()
         if not dense_stepped:
             self._dense_optimizer_step()
         self.model.embeddings.apply_gradients()
