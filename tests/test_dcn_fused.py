@@ -62,15 +62,20 @@ def _reference(leaves: list[torch.Tensor], layers: int) -> torch.Tensor:
     return x
 
 
-def _run_and_compare(layers: int, dtype: torch.dtype, gen: torch.Generator, frozen: tuple[int, ...] = ()):
+def _run_and_compare(layers: int, dtype: torch.dtype, gen: torch.Generator, frozen: tuple[int, ...] = (),
+                     owns_output_grad: bool = False) -> bool:
+    """Compare with the float64 reference; returns whether the output gradient handed to the network's
+    backward was written over."""
     tensors = _problem(layers, gen)
     grad = torch.randn(B, D, generator=gen, dtype=torch.float64)
     ref = [t.clone().requires_grad_(i not in frozen) for i, t in enumerate(tensors)]
     ours = [t.to(dtype).requires_grad_(i not in frozen) for i, t in enumerate(tensors)]
     out_ref = _reference(ref, layers)
     out_ref.backward(grad)
-    out = cross_network(ours[0], ours[1:1 + layers], ours[1 + layers:1 + 2 * layers], ours[1 + 2 * layers:])
-    out.backward(grad.to(dtype))
+    out = cross_network(ours[0], ours[1:1 + layers], ours[1 + layers:1 + 2 * layers], ours[1 + 2 * layers:],
+                        owns_output_grad=owns_output_grad)
+    given = grad.to(dtype)
+    out.backward(given)
     tol = TOLERANCE[dtype]
     assert out.dtype == dtype
     torch.testing.assert_close(out.double(), out_ref.detach(), rtol=0, atol=tol * out_ref.abs().max().item())
@@ -83,6 +88,7 @@ def _run_and_compare(layers: int, dtype: torch.dtype, gen: torch.Generator, froz
         assert not torch.isnan(got.grad).any(), f"{name}'s gradient has unwritten (NaN) elements"
         torch.testing.assert_close(got.grad.double(), want.grad, rtol=0, atol=tol * want.grad.abs().max().item(),
                                    msg=lambda m, name=name: f"gradient of {name}: {m}")
+    return not torch.equal(given, grad.to(dtype))
 
 
 @pytest.mark.parametrize("layers,dtype", [(3, torch.float32), (1, torch.float32), (3, torch.bfloat16)])
@@ -105,6 +111,21 @@ def test_fused_cross_network_on_the_library_path(monkeypatch, poisoned, rng):
     monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
     monkeypatch.setattr(gemm, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
     _run_and_compare(3, torch.float32, rng)
+
+
+@pytest.mark.parametrize("library", [False, True])
+def test_only_an_owned_output_gradient_is_written_over(monkeypatch, poisoned, rng, library):
+    """``owns_output_grad``: the top layer's residual GEMM adds into the incoming gradient's storage
+    (the library in place, or the Triton GEMM writing over it) and every gradient still matches the
+    reference; without it the gradient autograd hands in is left as it was."""
+    if library:
+        import polyrec.kernels.gemm as gemm
+
+        choice = GemmChoice(backend="library", config=GemmConfig(block_m=32, block_n=32, block_k=32),
+                            triton_seconds=1.0, library_seconds=0.0)
+        monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    assert _run_and_compare(3, torch.float32, rng, owns_output_grad=True)
+    assert not _run_and_compare(3, torch.float32, rng, owns_output_grad=False)
 
 
 def test_model_fused_and_unfused_paths_agree(rng):

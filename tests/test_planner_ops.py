@@ -46,9 +46,9 @@ def test_inventory_issues_the_ops_of_the_autograd_layers():
     assert len(gemms) == (3 * 3 - 1) + 3 * 6 + 5 * 3
     assert {g.gemm.epilogue for g in gemms if g.name.endswith(".product")} == {"none"}
     assert {g.gemm.epilogue for g in gemms if g.name.endswith("v.dgrad")} == {"residual"}
-    # the network's own buffer is the residual (the library adds it in place) but in the top layer,
-    # whose residual is the incoming gradient (polyrec.kernels.dcn's overwrite_residual)
-    assert [g.gemm.library_adds_residual for g in gemms if g.name.endswith("v.dgrad")] == [True, True, False]
+    # the library adds every layer's residual in place: the network's own buffer, and in the top layer
+    # the incoming gradient DLRM gives up (polyrec.kernels.dcn's owns_output_grad)
+    assert [g.gemm.library_adds_residual for g in gemms if g.name.endswith("v.dgrad")] == [True, True, True]
 
 
 def test_x0_in_the_lookup_buffer_copies_and_keeps_only_the_bottom_columns():

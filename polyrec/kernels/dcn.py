@@ -49,7 +49,7 @@ MLPERF_DIM, MLPERF_RANK = 3456, 512
 
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x0, on_input_grad, *params):
+    def forward(ctx, x0, on_input_grad, owns_output_grad, *params):
         layers = len(params) // 3
         vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
         xs, lows, products = [x0], [], []
@@ -58,7 +58,7 @@ class _CrossNetwork(torch.autograd.Function):
             lows.append(low)
             products.append(matmul(low, u_w, trans_b=True))  # [B, D] p_l, kept for the backward
             xs.append(epilogue_pass(products[-1], bias=b, cross=(x0, xs[-1])))  # [B, D] x0 * (p_l + b) + x_l
-        ctx.layers, ctx.on_input_grad = layers, on_input_grad
+        ctx.layers, ctx.on_input_grad, ctx.owns_output_grad = layers, on_input_grad, owns_output_grad
         ctx.save_for_backward(*xs[:-1], *lows, *products, *params)
         return xs[-1]
 
@@ -69,10 +69,11 @@ class _CrossNetwork(torch.autograd.Function):
         xs, lows, products = saved[:layers], saved[layers:2 * layers], saved[2 * layers:3 * layers]
         params = saved[3 * layers:]
         vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
-        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[2:]  # need: V, U, b of each layer
+        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[3:]  # need: V, U, b of each layer
         x0 = xs[0]
         d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
         d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
+        owned = ctx.owns_output_grad or not grad.is_contiguous()  # a copy made here is ours too
         grad = grad.contiguous()  # [B, D] dL/dx_{l+1}
         for l in reversed(range(layers)):
             bias_grad = None
@@ -82,8 +83,9 @@ class _CrossNetwork(torch.autograd.Function):
                                  bias_grad=bias_grad)
             g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue)  # [B, D] = G * x0
             dlow = matmul(g, us[l])  # [B, D] @ [D, r]
-            if l > 0:  # [B, D] dL/dx_l; below the top layer, grad is this function's own buffer to overwrite
-                grad = matmul(dlow, vs[l], residual=grad, overwrite_residual=l < layers - 1)
+            if l > 0:  # [B, D] dL/dx_l; below the top layer grad is this function's own buffer to overwrite,
+                # in the top layer where the caller gave the incoming gradient up
+                grad = matmul(dlow, vs[l], residual=grad, overwrite_residual=l < layers - 1 or owned)
             elif need_x0:
                 d_x0 = matmul(dlow, vs[0], residual=d_x0, overwrite_residual=True)  # [B, D] x0's whole gradient
                 if ctx.on_input_grad is not None:
@@ -95,11 +97,12 @@ class _CrossNetwork(torch.autograd.Function):
             if need[l]:
                 d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
             del g, dlow  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
-        return (d_x0 if need_x0 else None), None, *d_v, *d_u, *d_b
+        return (d_x0 if need_x0 else None), None, None, *d_v, *d_u, *d_b
 
 
 def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
-                  bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+                  bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None,
+                  owns_output_grad: bool = False) -> torch.Tensor:
     """The low-rank cross network's output x_L with the fused backward.
 
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
@@ -107,7 +110,9 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     ``on_input_grad``: called in the backward with x0's gradient [B, D] as soon as it is final,
     before layer 0's two weight-gradient GEMMs (each as large as the 0.34 ms GEMM of the module
     docstring), so that work reading it (the sharded embeddings' gradient all-to-all) overlaps them;
-    it must not write it.
+    it must not write it. ``owns_output_grad``: the caller guarantees that nothing but this network
+    reads the gradient autograd hands its output (the output's one consumer is the caller's own layer,
+    no hooks), so the top layer's backward may write over it (the library adds the residual in place).
     """
     if not (len(vs) == len(us) == len(bs) >= 1):
         raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "
@@ -121,7 +126,7 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
             raise ValueError(f"cross_network: layer {l} needs V [r, {d}], U [{d}, r], b [{d}]; got V "
                              f"{tuple(v_w.shape)}, U {tuple(u_w.shape)}, b {tuple(b.shape)}")
     x0, *params = autocast_inputs(x0, *vs, *us, *bs)
-    return _CrossNetwork.apply(x0, on_input_grad, *params)
+    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, *params)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:

@@ -96,7 +96,8 @@ class DLRM(nn.Module):
             x0 = beside(bottom, emb.flatten(1), lead)  # [B, (F+1) D]
             on_x0_grad = None if on_emb_grad is None else functools.partial(
                 _embedding_part, on_emb_grad, bottom.shape[1], emb.shape)
-            inter = self.cross(x0, self.ops, compute_dtype, on_x0_grad)
+            # the top MLP alone reads the cross output: its gradient is the network's to overwrite
+            inter = self.cross(x0, self.ops, compute_dtype, on_x0_grad, owns_output_grad=True)
         else:
             inter = dot_interaction(bottom, emb)  # [B, D + (F+1)F/2]
         return self.top(inter, self.ops, compute_dtype).squeeze(1).float()

@@ -59,13 +59,15 @@ class DenseOps:
         return x0 * F.linear(v, weight, bias) + x
 
     def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
-                      bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None) -> torch.Tensor:
+                      bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None,
+                      owns_output_grad: bool = False) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
-        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]; ``on_input_grad`` as
-        ``polyrec.kernels.dcn.cross_network`` takes it."""
+        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]; ``on_input_grad`` and
+        ``owns_output_grad`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
-        return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad)
+        return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad,
+                                       owns_output_grad=owns_output_grad)
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -122,13 +124,15 @@ class LowRankCross(nn.Module):
         self.fused = True
 
     def forward(self, x0: torch.Tensor, ops: DenseOps, dtype: torch.dtype,
-                on_input_grad: InputGradHook | None = None) -> torch.Tensor:
+                on_input_grad: InputGradHook | None = None, owns_output_grad: bool = False) -> torch.Tensor:
         """x0 [B, D] -> [B, D]. ``on_input_grad``: called in the backward with x0's final gradient
         [B, D], which it must not write; the fused network calls it before its last weight gradients,
-        the per-layer composition when autograd has summed x0's gradient."""
+        the per-layer composition when autograd has summed x0's gradient. ``owns_output_grad``: the
+        caller's layer is the output's one reader, so the fused backward may write over its gradient."""
         if self.fused and ops.backend == "polyrec":
             return ops.cross_network(x0, [_cast(v, dtype) for v in self.v], [_cast(u, dtype) for u in self.u],
-                                     [_cast(b, dtype) for b in self.b], on_input_grad)  # [B, D]
+                                     [_cast(b, dtype) for b in self.b], on_input_grad,
+                                     owns_output_grad=owns_output_grad)  # [B, D]
         if on_input_grad is not None and x0.requires_grad:
             x0.register_hook(functools.partial(_observe, on_input_grad))
         x = x0  # [B, D]

@@ -120,9 +120,10 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     Backward per layer: one CrossGrad pass over p that writes ``g = grad * x0``, accumulates x0's
     gradient (reads grad, x0, d_x0 but in the first layer of the backward; writes g, d_x0) and the
     bias-gradient partials, summed by torch; ``g U``, ``gᵀ low``, ``dlowᵀ x_l``; ``dlow V`` with the
-    residual gradient added in its epilogue ("residual"), over the network's own buffer (the library
-    adds it in place) in every layer but the top one, whose residual is the incoming gradient. No
-    elementwise torch op of size [B, D].
+    residual gradient added in its epilogue ("residual"), in place by the library in every layer: below
+    the top one over the network's own buffer, in the top one over the incoming gradient, which DLRM
+    gives up (``owns_output_grad``: the top MLP is the cross output's one reader). No elementwise torch
+    op of size [B, D].
     """
     ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
     b = batch
@@ -142,7 +143,7 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
                     GemmShape(op=f"{u.name}.wgrad", m=w, n=r, k=b, epilogue="none"),
                     GemmShape(op=f"{v.name}.wgrad", m=r, n=w, k=b, epilogue="none"),
                     GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="residual",
-                              library_adds_residual=i == 0 or not first_backward))
+                              library_adds_residual=True))
         ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
         ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2,
                       column_sums=1))  # the partials' column sum into an fp32 buffer, cast
