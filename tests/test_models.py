@@ -243,3 +243,24 @@ def test_beside_is_cat_in_a_buffer_or_without_one():
     assert torch.equal(beside(lead, xg).detach(), want.detach())
     with pytest.raises(ValueError, match="after 3 free columns"):
         beside(lead, xg, buffer)
+
+
+def test_pad_reduction_keeps_the_product_and_the_weight_gradient():
+    """K = 13 padded to 16 with zeros: the same product as the unpadded one and the same gradient for
+    the 13 real columns of the weight (the pad's backward drops the rest); aligned inputs pass through."""
+    from polyrec.models.layers import pad_reduction
+
+    gen = torch.Generator().manual_seed(2)
+    x, w = torch.randn(5, 13, generator=gen, dtype=torch.float64), torch.randn(7, 13, generator=gen,
+                                                                             dtype=torch.float64)
+    w1, w2 = w.clone().requires_grad_(), w.clone().requires_grad_()
+    xp, wp = pad_reduction(x, w1)
+    assert xp.shape == (5, 16) and wp.shape == (7, 16) and not xp[:, 13:].any() and not wp[:, 13:].any()
+    grad = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    (xp @ wp.T).backward(grad)
+    (x @ w2.T).backward(grad)
+    torch.testing.assert_close(xp @ wp.T, x @ w.T, rtol=1e-12, atol=1e-12)
+    assert w1.grad.shape == (7, 13)
+    torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-12, atol=1e-12)
+    aligned, weight = torch.randn(3, 16), torch.randn(4, 16)
+    assert pad_reduction(aligned, weight) == (aligned, weight)

@@ -70,7 +70,9 @@ def test_elementwise_bytes_scale_with_batch_and_dtype():
     spec = _spec("dcnv2-small")
     small, big = dense_inventory(spec, 128, 2), dense_inventory(spec, 256, 2)
     wide = dense_inventory(spec, 128, 4)
-    by = lambda inv: {op.name: op.bytes for op in inv.ops if op.gemm is None and "cast" not in op.name}  # noqa: E731
+    weight_sized = ("cast", "pad_w")  # a weight's copies do not scale with the batch
+    by = lambda inv: {op.name: op.bytes for op in inv.ops  # noqa: E731
+                      if op.gemm is None and not any(w in op.name for w in weight_sized)}
     for name, b in by(small).items():
         assert by(big)[name] == pytest.approx(2 * b)
         assert by(wide)[name] >= b
@@ -203,3 +205,18 @@ def test_the_cross_passes_and_the_bias_column_sums_are_priced_as_profiled():
     assert RATE_CLASSES["pass"] < RATE_CLASSES["vector"]
     assert sum(op.column_sums for op in inv.ops) == 10
     assert not any("emb_grad" in op.name for op in inv.ops)
+
+
+def test_only_the_dense_features_layer_is_padded_to_aligned_rows():
+    """MLPerf's 13 dense features: bottom.0's GEMMs see K = 16 (polyrec.models.layers.pad_reduction)
+    and its input and weight copies are priced; no other layer is padded (367-wide inputs with an
+    input gradient stay as they are)."""
+    inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
+    shapes = {op.gemm.op: op.gemm for op in inv.ops if op.gemm is not None}
+    assert shapes["bottom.0.fwd"].k == 16 and shapes["bottom.0.wgrad"].n == 16
+    pads = {op.name: op.bytes for op in inv.ops if ".pad_" in op.name}
+    assert pads == {"bottom.0.pad_x": 64 * (13 + 16) * 2, "bottom.0.pad_w": 512 * (13 + 16) * 2}
+    kaggle = dense_inventory(_spec("dlrm-criteo-kaggle"), 64, 2)
+    assert [op.name for op in kaggle.ops if ".pad_" in op.name] == ["bottom.0.pad_x", "bottom.0.pad_w"]
+    top0 = next(op.gemm for op in kaggle.ops if op.gemm is not None and op.gemm.op == "top.0.fwd")
+    assert top0.k % 16 != 0  # its input has a gradient: not padded

@@ -72,12 +72,19 @@ def dense_params(model: ModelSpec) -> int:
     return sum(m.params for m in dense_matmuls(model))
 
 
-def gemm_shapes(mat: Matmul, batch: int) -> list[GemmShape]:
-    """Forward, input-gradient and weight-gradient GEMMs of one matmul at ``batch`` samples."""
-    shapes = [GemmShape(op=f"{mat.name}.fwd", m=batch, n=mat.out_dim, k=mat.in_dim, epilogue=mat.epilogue)]
+def padded_in_dim(mat: Matmul, align: int) -> int:
+    """``in_dim`` rounded up to a multiple of ``align`` elements (``polyrec.models.layers.pad_reduction``)."""
+    return -(-mat.in_dim // align) * align
+
+
+def gemm_shapes(mat: Matmul, batch: int, align: int = 1) -> list[GemmShape]:
+    """Forward, input-gradient and weight-gradient GEMMs of one matmul at ``batch`` samples; ``align``:
+    the input dim is zero-padded to a multiple of that many elements (an MLP layer on polyrec's path)."""
+    k = padded_in_dim(mat, align)
+    shapes = [GemmShape(op=f"{mat.name}.fwd", m=batch, n=mat.out_dim, k=k, epilogue=mat.epilogue)]
     if mat.needs_dgrad:
-        shapes.append(GemmShape(op=f"{mat.name}.dgrad", m=batch, n=mat.in_dim, k=mat.out_dim, epilogue="none"))
-    shapes.append(GemmShape(op=f"{mat.name}.wgrad", m=mat.out_dim, n=mat.in_dim, k=batch, epilogue="none"))
+        shapes.append(GemmShape(op=f"{mat.name}.dgrad", m=batch, n=k, k=mat.out_dim, epilogue="none"))
+    shapes.append(GemmShape(op=f"{mat.name}.wgrad", m=mat.out_dim, n=k, k=batch, epilogue="none"))
     return shapes
 
 

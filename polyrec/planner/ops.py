@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from polyrec.kernels.dense_backward import BLOCK_NS, MAX_ITERATIONS, TILE_ELEMENTS
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M
-from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes
+from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS
+from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes, padded_in_dim
 from polyrec.planner.types import ModelSpec
 
 #: Rate classes of non-GEMM ops, as fractions of the copy bandwidth (bytes read + written): torch's
@@ -74,9 +75,25 @@ class DenseInventory:
     autograd_nodes: int  # backward nodes the autograd engine runs (host)
 
 
-def _gemm_ops(mat: Matmul, batch: int) -> list[Op]:
+def _gemm_ops(mat: Matmul, batch: int, align: int = 1) -> list[Op]:
     return [Op(name=s.op, phase="fwd" if s.op.endswith(".fwd") else "bwd", gemm=s, torch_ops=0)
-            for s in gemm_shapes(mat, batch)]
+            for s in gemm_shapes(mat, batch, align)]
+
+
+def _pad_alignment(mat: Matmul) -> int:
+    """Elements a layer's input dim is padded to a multiple of: the GEMM alignment for the layer whose
+    input needs no gradient (the dense features, ``polyrec.models.layers.MLP``), else 1."""
+    return 1 if mat.needs_dgrad else ALIGNMENT_ELEMENTS
+
+
+def _reduction_pads(mat: Matmul, batch: int, cb: int) -> list[Op]:
+    """The zero-padded copies of the first layer's input and weight when their rows are not aligned
+    (``polyrec.models.layers.pad_reduction``: read, then written wider); none otherwise."""
+    k = padded_in_dim(mat, _pad_alignment(mat))
+    if k == mat.in_dim:
+        return []
+    return [Op(name=f"{mat.name}.pad_{what}", phase="fwd", bytes=rows * (mat.in_dim + k) * cb)
+            for what, rows in (("x", batch), ("w", mat.out_dim))]
 
 
 def _weight_casts(mat: Matmul, cb: int) -> list[Op]:
@@ -96,7 +113,7 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     """One ``linear`` (``_Linear``): fused bias/ReLU forward; backward one ReLU-mask + bias-sum pass
     (``polyrec.kernels.dense_backward``), dgrad, wgrad."""
     n, k, b = mat.out_dim, mat.in_dim, batch
-    ops = _gemm_ops(mat, batch) + _weight_casts(mat, cb)
+    ops = _gemm_ops(mat, batch, _pad_alignment(mat)) + _weight_casts(mat, cb) + _reduction_pads(mat, batch, cb)
     relu = mat.epilogue == "relu"
     if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
