@@ -81,8 +81,8 @@ def pad_reduction(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, 
     (``polyrec.perfmodel.gemm.ALIGNMENT_ELEMENTS``): the same product, and the same gradients (the
     pads' backward drops the zero columns); unchanged when aligned. Unaligned rows send cuBLAS to its
     align-1 kernels: Criteo's 13 dense features in bf16, [65536, 13] x [13, 512] forward with bias +
-    ReLU 0.067 ms and weight gradient 0.088 ms, padded to 16 columns 0.039 / 0.031 ms plus ~0.01 ms per
-    pad (H200, benchmarks/results/unaligned_k_probe_nvidia-h200_2026-12-01)."""
+    ReLU 0.065 ms and weight gradient 0.086 ms, padded to 16 columns 0.039 / 0.031 ms plus 0.010 and
+    0.008 ms for the two pads (H200, benchmarks/results/unaligned_k_probe_nvidia-h200_2026-12-01)."""
     pad = -x.shape[1] % ALIGNMENT_ELEMENTS
     if pad == 0:
         return x, weight
