@@ -112,7 +112,7 @@ def _weight_casts(mat: Matmul, cb: int) -> list[Op]:
 def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     """One ``linear`` (``_Linear``): fused bias/ReLU forward; backward one ReLU-mask + bias-sum pass
     (``polyrec.kernels.dense_backward``), dgrad, wgrad."""
-    n, k, b = mat.out_dim, mat.in_dim, batch
+    n, k, b = mat.out_dim, padded_in_dim(mat, _pad_alignment(mat)), batch  # k: as the GEMMs see it
     ops = _gemm_ops(mat, batch, _pad_alignment(mat)) + _weight_casts(mat, cb) + _reduction_pads(mat, batch, cb)
     relu = mat.epilogue == "relu"
     if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
