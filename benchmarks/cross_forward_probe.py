@@ -9,6 +9,7 @@ the full-size trainer step with and without x0 assembled in the lookup's buffer.
 
     PYTHONPATH=. OUT=benchmarks/results python3 benchmarks/cross_forward_probe.py   # ~35 s; writes probe_cross.json
 """
+import functools
 import json
 import os
 import sys
@@ -108,20 +109,13 @@ torch.cuda.empty_cache()
 
 # x0 assembly A/B in the full-size trainer
 sys.path.insert(0, "benchmarks")
-from polyrec.runtime import TrainConfig, Trainer
-from profiling import step_ms
-cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9, synthetic_pool=4, device="cuda")
-tr = Trainer(cfg, progress=False)
+from profiling import interleaved_rounds, mlperf_trainer
+tr = mlperf_trainer()
 emb = tr.model.embeddings
 for _ in range(5):
     tr.train_step()
 tr.sync()
-ab = []
-for r in range(3):
-    for lead in (0, 128):
-        emb.lead_columns = lead
-        ab.append({"round": r, "lead_columns": lead, "ms_per_step": step_ms(tr)})
-        print(ab[-1], flush=True)
-res["x0_ab"] = ab
+res["x0_ab"] = interleaved_rounds(tr, {lead: functools.partial(setattr, emb, "lead_columns", lead) for lead in (0, 128)},
+                                  3, key="lead_columns")
 res["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
 json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "probe_cross.json"), "w"), indent=1)

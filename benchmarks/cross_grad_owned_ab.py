@@ -8,6 +8,7 @@ the wall clock of one machine drifts by more than the change). Writes ``$OUT/pro
 
     PYTHONPATH=. OUT=. python3 benchmarks/cross_grad_owned_ab.py
 """
+import functools
 import json
 import os
 import sys
@@ -17,10 +18,9 @@ import torch
 
 from polyrec.kernels.dcn import cross_network
 from polyrec.models.layers import LowRankCross
-from polyrec.runtime import TrainConfig, Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profiling import kernel_table, step_ms  # noqa: E402
+from profiling import interleaved_rounds, kernel_table, mlperf_trainer  # noqa: E402
 
 
 def grads(owned: bool) -> list[torch.Tensor]:
@@ -47,20 +47,14 @@ def patched(self, x0, ops, dtype, on_input_grad=None, owns_output_grad=False):
 
 
 LowRankCross.forward = patched
-cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9, synthetic_pool=4,
-                  device="cuda")
-tr = Trainer(cfg, progress=False)
+tr = mlperf_trainer()
 for owned in (True, False):
     state["owned"] = owned
     for _ in range(3):
         tr.train_step()
 tr.sync()
-for r in range(6):
-    for owned in (False, True):
-        state["owned"] = owned
-        row = {"round": r, "owned": owned, "ms_per_step": step_ms(tr, steps=40)}
-        res["rounds"].append(row)
-        print(row, flush=True)
+res["rounds"] = interleaved_rounds(tr, {owned: functools.partial(state.__setitem__, "owned", owned)
+                                        for owned in (False, True)}, 6, key="owned", steps=40)
 for owned in (False, True):
     state["owned"] = owned
     kernels = kernel_table(tr.train_step, reps=5)

@@ -5,6 +5,7 @@ optimizers on the GPU over three steps (largest difference). Writes ``$OUT/probe
 
     PYTHONPATH=. OUT=. python3 benchmarks/fused_adagrad_ab.py
 """
+import functools
 import json
 import os
 import sys
@@ -29,21 +30,15 @@ for _ in range(3):
 res["max_abs_diff"] = max((x - y).abs().max().item() for x, y in zip(a, b))
 res["bitwise"] = all(torch.equal(x, y) for x, y in zip(a, b))
 print({k: v for k, v in res.items() if k != "rounds"}, flush=True)
-from polyrec.runtime import TrainConfig, Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profiling import step_ms  # noqa: E402
-cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9, synthetic_pool=4, device="cuda")
-tr = Trainer(cfg, progress=False)
-opts = {"fused": tr.optimizer, "torch foreach": torch.optim.Adagrad(tr.model.dense_parameters(), lr=cfg.lr)}
+from profiling import interleaved_rounds, mlperf_trainer  # noqa: E402
+tr = mlperf_trainer()
+opts = {"fused": tr.optimizer, "torch foreach": torch.optim.Adagrad(tr.model.dense_parameters(), lr=tr.cfg.lr)}
 assert isinstance(opts["fused"], FusedAdagrad)
 for _ in range(5):
     tr.train_step()
 tr.sync()
-for r in range(3):
-    for name, opt in opts.items():
-        tr.optimizer = opt
-        row = {"round": r, "optimizer": name, "ms_per_step": step_ms(tr)}
-        res["rounds"].append(row)
-        print(row, flush=True)
+res["rounds"] = interleaved_rounds(tr, {name: functools.partial(setattr, tr, "optimizer", opt)
+                                        for name, opt in opts.items()}, 3, key="optimizer")
 json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "probe_fused_adagrad.json"), "w"), indent=1)

@@ -25,8 +25,7 @@ import polyrec.kernels.gemm as gemm  # noqa: E402
 from polyrec.kernels import gemm_select  # noqa: E402
 from polyrec.perfmodel import gemm_library  # noqa: E402
 from polyrec.results import write_results  # noqa: E402
-from polyrec.runtime import TrainConfig, Trainer  # noqa: E402
-from profiling import kernel_table, step_ms  # noqa: E402
+from profiling import kernel_table, mlperf_trainer, step_ms  # noqa: E402
 
 POLICIES = ("selector", "library", "no-classic", "no-in-place", "no-lt-epilogue")
 LIBRARY_EPILOGUES = gemm_library.LIBRARY_EPILOGUES
@@ -68,9 +67,7 @@ def main() -> None:
         parser.error(f"--policies: two or more of {POLICIES}")
     policy = Policy(gemm.select_gemm)
     gemm.select_gemm = policy
-    cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9,
-                      synthetic_pool=4, device="cuda")
-    trainer = Trainer(cfg, progress=False)
+    trainer = mlperf_trainer()
     for _ in range(5):
         trainer.train_step()
     trainer.sync()

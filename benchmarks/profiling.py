@@ -43,3 +43,25 @@ def step_ms(trainer, *, steps: int = 20, warmup: int = 3) -> float:
         trainer.train_step()
     trainer.sync()
     return (time.perf_counter() - t0) / steps * 1e3
+
+
+def mlperf_trainer():
+    """The probes' full-size step: ``mlperf-dcnv2`` at batch 65536 on uniform synthetic ids (a pool of 4
+    batches), on the GPU."""
+    from polyrec.runtime import TrainConfig, Trainer
+
+    cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9,
+                      synthetic_pool=4, device="cuda")
+    return Trainer(cfg, progress=False)
+
+
+def interleaved_rounds(trainer, policies: dict, rounds: int, *, key: str = "policy", steps: int = 20) -> list[dict]:
+    """``rounds`` rounds over ``policies`` in turn (name -> a callable that puts that policy in place),
+    each timed by ``step_ms``: rows {"round", ``key``: the name, "ms_per_step"}, printed as they come."""
+    rows = []
+    for r in range(rounds):
+        for name, apply in policies.items():
+            apply()
+            rows.append({"round": r, key: name, "ms_per_step": step_ms(trainer, steps=steps)})
+            print(rows[-1], flush=True)
+    return rows

@@ -7,6 +7,7 @@ it (0.15 ms). Writes ``$OUT/probe_side_sort.json``.
 
     PYTHONPATH=. OUT=. python3 benchmarks/side_sort_probe.py
 """
+import functools
 import json
 import os
 import sys
@@ -17,10 +18,9 @@ import torch
 from polyrec.models.embeddings import PolyrecEmbeddings
 from polyrec.kernels.tbe import TableBatchedEmbedding
 from polyrec.kernels.tbe_fused_backward import _tensors_of
-from polyrec.runtime import TrainConfig, Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profiling import step_ms  # noqa: E402
+from profiling import interleaved_rounds, mlperf_trainer  # noqa: E402
 
 side = torch.cuda.Stream()
 state = {"on": False}
@@ -47,20 +47,14 @@ def bwd(self, *a, **k):
     return orig_bwd(self, *a, **k)
 
 PolyrecEmbeddings.forward, TableBatchedEmbedding._fused_backward = fwd, bwd
-cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9, synthetic_pool=4, device="cuda")
-tr = Trainer(cfg, progress=False)
+tr = mlperf_trainer()
 for on in (False, True):
     state["on"] = on
     for _ in range(4):
         tr.train_step()
 tr.sync()
-res = {"rounds": []}
-for r in range(3):
-    for on in (False, True):
-        state["on"] = on
-        row = {"round": r, "side_sort": on, "ms_per_step": step_ms(tr)}
-        res["rounds"].append(row)
-        print(row, flush=True)
+res = {"rounds": interleaved_rounds(tr, {on: functools.partial(state.__setitem__, "on", on) for on in (False, True)},
+                                    3, key="side_sort")}
 loss = tr.train_step()
 tr.sync()
 res["finite_loss"] = bool(torch.isfinite(loss).item())

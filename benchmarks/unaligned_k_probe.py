@@ -14,14 +14,15 @@ Writes ``unaligned_k_probe_<gpu>_<date>.{json,md}``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 import triton
 
 import polyrec.models.layers as layers
 from polyrec.results import write_results
-from polyrec.runtime import TrainConfig, Trainer
-from profiling import kernel_table, step_ms
+from profiling import interleaved_rounds, kernel_table, mlperf_trainer
 
 BATCH, FEATURES, WIDTH = 65536, 13, 512
 
@@ -47,10 +48,7 @@ def main() -> None:
     print(summary, flush=True)
     padding = layers.pad_reduction
     policies = {"padded": padding, "unaligned": lambda x, w: (x, w)}
-    cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=BATCH, steps=10**9, synthetic_pool=4,
-                      device="cuda")
-    tr = Trainer(cfg, progress=False)
-    rows = []
+    tr = mlperf_trainer()
     for r in range(2):  # interleaved: the first profile after the trainer's start runs slower
         for name in ("unaligned", "padded"):
             layers.pad_reduction = policies[name]
@@ -58,11 +56,8 @@ def main() -> None:
             summary[f"kernel_ms_per_step_{name}_{r}"] = sum(k["ms_per_step"] for k in kernels)
             summary[f"align1_kernel_ms_{name}_{r}"] = sum(k["ms_per_step"] for k in kernels if "align1" in k["kernel"])
             print(name, r, round(summary[f"kernel_ms_per_step_{name}_{r}"], 3), flush=True)
-    for r in range(4):
-        for name, fn in policies.items():
-            layers.pad_reduction = fn
-            rows.append({"round": r, "policy": name, "ms_per_step": step_ms(tr, steps=40)})
-            print(rows[-1], flush=True)
+    rows = interleaved_rounds(tr, {name: functools.partial(setattr, layers, "pad_reduction", fn)
+                                   for name, fn in policies.items()}, 4, steps=40)
     layers.pad_reduction = padding
     print(summary, flush=True)
     write_results("unaligned_k_probe", {"rounds": rows}, rows=rows, summary=summary)
