@@ -1,7 +1,10 @@
 """What the lane update's output-gradient gathers cost on the MLPerf step: the same backward run with
 its sorted gradient offsets as computed, with every offset pointing at one slice (no gradient DRAM
-traffic: the upper bound of any change that reads each bag's gradient once), and with only the offsets
-of *single* positions (a key that occurs once in the batch) pointing there. A leave-one-stage-out
+traffic: the upper bound of any change that reads each bag's gradient once), with only the offsets
+of *single* positions (a key that occurs once in the batch) pointing there, and with every bag folded
+onto the first half (quarter) of the batch: the same random gathers over half (a quarter) of the
+gradient, so a feature's block is 16.8 (8.4) MB in fp32, which says whether the re-reads miss for
+L2 capacity (a change that takes bags by halves would gain what the folded run gains). A leave-one-stage-out
 measurement (no hardware counters needed): interleaved rounds, the lane update's time from the profiler.
 
     PYTHONPATH=. python3 benchmarks/tbe_gradient_probe.py [--quick] [--rounds 3]
@@ -32,9 +35,16 @@ def single_positions(keys: torch.Tensor) -> torch.Tensor:
     return torch.cat([edge, differs]) & torch.cat([differs, edge])
 
 
-def variant_offsets(g_off: torch.Tensor, single: torch.Tensor) -> dict[str, torch.Tensor]:
+def folded(g_off: torch.Tensor, stride: int, bags: int) -> torch.Tensor:
+    """Offsets of bag b moved to bag b mod ``bags`` (same feature column)."""
+    return torch.remainder(g_off // stride, bags) * stride + torch.remainder(g_off, stride)
+
+
+def variant_offsets(g_off: torch.Tensor, single: torch.Tensor, stride: int, batch_size: int) -> dict[str, torch.Tensor]:
     return {"as computed": g_off, "singles read one slice": torch.where(single, 0, g_off),
-            "all read one slice": torch.zeros_like(g_off)}
+            "all read one slice": torch.zeros_like(g_off),
+            "bags folded to half": folded(g_off, stride, batch_size // 2),
+            "bags folded to quarter": folded(g_off, stride, batch_size // 4)}
 
 
 def lane_ms(module: TableBatchedEmbedding, batch, grad: torch.Tensor, g_off: torch.Tensor) -> float:
@@ -56,7 +66,7 @@ def probe(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int, r
     module.prepare_backward(batch)
     ids = module._prepared
     single = single_positions(ids.keys)
-    variants = variant_offsets(ids.g_off, single)
+    variants = variant_offsets(ids.g_off, single, grad.stride(0), batch_size)
     times = {name: [] for name in variants}
     for _ in range(rounds):
         for name, g_off in variants.items():

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.gemm_select import interpreting
+from polyrec.kernels.interpreter import interpreting
 
 #: Elements per program: 16 KB of int64 ids in and out, 4 per thread at 4 warps of 64 lanes (AMD) or
 #: 8 per thread at 32 lanes; the chunk loop runs once per program, so larger blocks amortise it.

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.gemm_select import interpreting
+from polyrec.kernels.interpreter import interpreting
 
 _TRITON_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
 #: Elements one program loads per tensor per loop iteration: with 4 warps of 32 lanes, 32 elements

@@ -29,7 +29,8 @@ from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
-from polyrec.kernels.gemm_select import interpreting, select_gemm
+from polyrec.kernels.gemm_select import select_gemm
+from polyrec.kernels.interpreter import interpreting
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
 from polyrec.perfmodel import gemm_library
 

@@ -12,12 +12,12 @@ repeated shape costs one dictionary lookup.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings as device_ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape, tma_runs
+from polyrec.kernels.interpreter import interpreting
 from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS, EPILOGUE_TENSORS, GEMM_DTYPES, GemmProblem, estimate, rate_dtype
 from polyrec.perfmodel.gemm_library import library_call_seconds
 
@@ -71,11 +71,6 @@ def _spec_entry(spec: DeviceSpec) -> tuple[DeviceSpec, tuple, Ceilings]:
         entry = (spec, key, ceil)
         _SPECS[id(spec)] = entry
     return entry
-
-
-def interpreting() -> bool:
-    """Whether the Triton CPU interpreter runs kernels (``TRITON_INTERPRET`` set)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _check(m: int, n: int, k: int, dtype: str, epilogue: str) -> None:

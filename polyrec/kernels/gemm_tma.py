@@ -28,7 +28,6 @@ priced by ``polyrec.perfmodel.gemm_tma``); ``benchmarks/gemm_tma_probe.py`` meas
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +36,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from polyrec.hardware.compile import CompileJob
+from polyrec.kernels.interpreter import interpreting
 
 EPILOGUES = ("none", "bias_relu", "cross")
 #: TMA: global strides (all but the last dimension) must be multiples of 16 bytes (CUDA driver API,
@@ -158,11 +158,6 @@ def gemm_tma_kernel(
             _finish(right, off_m, off_n + HALF, bias_ptr, x0_desc, xr_desc, c_desc, N, HAS_BIAS, RELU, CROSS)
         else:
             _finish(acc, off_m, off_n, bias_ptr, x0_desc, xr_desc, c_desc, N, HAS_BIAS, RELU, CROSS)
-
-
-def interpreting() -> bool:
-    """Whether the Triton CPU interpreter runs kernels (``TRITON_INTERPRET`` set)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def check_device(t: torch.Tensor) -> None:

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.gemm_select import interpreting
+from polyrec.kernels.interpreter import interpreting
 from polyrec.kernels.tbe_select import warps_for
 
 _TRITON_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}

@@ -167,10 +167,11 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
     # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
-    # product p; the output x_L only the top MLP keeps. Backward peak: grad, d_x0, g, the next grad and
-    # dlow, and the CrossGrad pass's bias-gradient partials while torch sums them.
+    # product p; the output x_L only the top MLP keeps. Backward peak: grad (each layer writes the next
+    # one over it, the top one too: ``owns_output_grad``), d_x0, g and dlow, and the CrossGrad pass's
+    # bias-gradient partials while torch sums them.
     return ops, LayerMemory(name="cross", saved=layers * (r + 2 * w) * cb,
-                            backward_peak=(4 * w + r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w / REDUCE_BLOCK_M,
+                            backward_peak=(3 * w + r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w / REDUCE_BLOCK_M,
                             freed_early=w * cb)
 
 

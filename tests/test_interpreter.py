@@ -1,0 +1,90 @@
+"""The interpreter's scan by slices (``polyrec.kernels.interpreter``) gives bitwise the results of
+Triton's element-by-element scan, for the TBE's segmented sum and other combines, on either axis,
+forward and reversed, in 1-D and 2-D."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from polyrec.kernels import interpreter
+from polyrec.kernels.tbe_backward import _segment_add
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter's scan")
+
+
+@triton.jit
+def _max_with_count(va, ca, vb, cb):
+    return tl.maximum(va, vb), ca + cb
+
+
+@triton.jit
+def _scan_kernel(flag_ptr, x_ptr, out_flag_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr, AXIS: tl.constexpr,
+                 REVERSE: tl.constexpr, SEGMENTED: tl.constexpr):
+    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    flags = tl.load(flag_ptr + offs)
+    x = tl.load(x_ptr + offs)
+    if SEGMENTED:
+        a, b = tl.associative_scan((flags, x), AXIS, _segment_add, reverse=REVERSE)
+    else:
+        b, a = tl.associative_scan((x, flags), AXIS, _max_with_count, reverse=REVERSE)
+    tl.store(out_flag_ptr + offs, a)
+    tl.store(out_ptr + offs, b)
+
+
+@triton.jit
+def _scan_1d_kernel(flag_ptr, x_ptr, out_flag_ptr, out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    a, b = tl.associative_scan((tl.load(flag_ptr + i), tl.load(x_ptr + i)), 0, _segment_add)
+    tl.store(out_flag_ptr + i, a)
+    tl.store(out_ptr + i, b)
+
+
+def _run(kernel, shape, dtype, rng, **flags):
+    flag = (torch.rand(shape, generator=rng) < 0.3).to(torch.int32)
+    x = (torch.randn(shape, generator=rng) * 1e3).to(dtype)  # large values: rounding shows any reordering
+    outs = {}
+    for name in ("generic_scan_by_elements", "scan_by_slices"):
+        with pytest.MonkeyPatch.context() as m:
+            from triton.runtime.interpreter import ScanOps
+            m.setattr(ScanOps, "generic_scan", getattr(ScanOps, name) if name != "scan_by_slices"
+                      else interpreter.scan_by_slices)
+            out_flag, out = torch.full_like(flag, -7), torch.full_like(x, float("nan"))
+            kernel[(1,)](flag, x, out_flag, out, *shape, **flags)
+            outs[name] = (out_flag, out)
+    (fa, xa), (fb, xb) = outs.values()
+    assert torch.equal(fa, fb) and torch.equal(xa.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                                               xb.view(torch.int16 if dtype != torch.float32 else torch.int32))
+    assert not torch.isnan(xb).any()
+    return xb
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("segmented", [True, False])
+def test_a_2d_scan_by_slices_is_bitwise_the_scan_by_elements(axis, reverse, segmented, rng):
+    assert interpreter.install_scan_by_slices()
+    _run(_scan_kernel, (8, 16), torch.float32, rng, AXIS=axis, REVERSE=reverse, SEGMENTED=segmented)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_1d_segmented_scan_by_slices_is_bitwise_the_scan_by_elements(dtype, rng):
+    assert interpreter.install_scan_by_slices()
+    _run(_scan_1d_kernel, (32,), dtype, rng)
+
+
+def test_the_segmented_sum_restarts_at_each_flag(rng):
+    """Against a plain loop: the scan being equal to the interpreter's is only worth it if both are right."""
+    got = _run(_scan_1d_kernel, (16,), torch.float32, rng)
+    gen = torch.Generator().manual_seed(1234)  # the same draws as _run's
+    flag = (torch.rand(16, generator=gen) < 0.3).to(torch.int32)
+    x = (torch.randn(16, generator=gen) * 1e3).to(torch.float32)
+    want, acc = [], 0.0
+    for f, v in zip(flag.tolist(), x.tolist()):
+        acc = v if f or not want else acc + v
+        want.append(acc)
+    torch.testing.assert_close(got, torch.tensor(want), rtol=1e-6, atol=1e-3)
