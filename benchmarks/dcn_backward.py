@@ -74,7 +74,7 @@ def reference_grads(cross: LowRankCross, x0: torch.Tensor, grad: torch.Tensor) -
 def run_grads(cross: LowRankCross, ops: DenseOps, x0: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
     cross.zero_grad(set_to_none=True)
     leaf = x0.detach().requires_grad_()
-    out = cross(leaf, ops, torch.bfloat16)
+    out = cross(leaf, ops)
     out.backward(grad)
     return [out.detach(), leaf.grad] + [p.grad for p in cross.parameters()]
 
@@ -105,7 +105,7 @@ def time_paths(dim: int, rank: int, layers: int, batch: int, ops: DenseOps, rep_
         grad = torch.randn(batch, dim, device="cuda").bfloat16()
 
         def forward():
-            return cross(x0, ops, torch.bfloat16)
+            return cross(x0, ops)
 
         def step():
             x0.grad = None

@@ -63,13 +63,17 @@ def _reference(leaves: list[torch.Tensor], layers: int) -> torch.Tensor:
 
 
 def _run_and_compare(layers: int, dtype: torch.dtype, gen: torch.Generator, frozen: tuple[int, ...] = (),
-                     owns_output_grad: bool = False) -> bool:
+                     owns_output_grad: bool = False, masters: torch.dtype | None = None) -> bool:
     """Compare with the float64 reference; returns whether the output gradient handed to the network's
-    backward was written over."""
+    backward was written over. ``masters``: the weights' dtype when not x0's (fp32 masters of a bf16
+    network: the reference takes their ``dtype`` copies, and their gradients must be in ``masters``)."""
     tensors = _problem(layers, gen)
+    if masters is not None:  # the values the network computes with: the masters' copies in dtype
+        tensors = [tensors[0]] + [t.to(masters).to(dtype).double() for t in tensors[1:]]
     grad = torch.randn(B, D, generator=gen, dtype=torch.float64)
     ref = [t.clone().requires_grad_(i not in frozen) for i, t in enumerate(tensors)]
-    ours = [t.to(dtype).requires_grad_(i not in frozen) for i, t in enumerate(tensors)]
+    ours = [t.to(dtype if i == 0 or masters is None else masters).requires_grad_(i not in frozen)
+            for i, t in enumerate(tensors)]
     out_ref = _reference(ref, layers)
     out_ref.backward(grad)
     out = cross_network(ours[0], ours[1:1 + layers], ours[1 + layers:1 + 2 * layers], ours[1 + 2 * layers:],
@@ -84,7 +88,7 @@ def _run_and_compare(layers: int, dtype: torch.dtype, gen: torch.Generator, froz
         if want.grad is None:
             assert got.grad is None, f"{name} needs no gradient but got one"
             continue
-        assert got.grad is not None and got.grad.dtype == dtype, name
+        assert got.grad is not None and got.grad.dtype == got.dtype, name
         assert not torch.isnan(got.grad).any(), f"{name}'s gradient has unwritten (NaN) elements"
         torch.testing.assert_close(got.grad.double(), want.grad, rtol=0, atol=tol * want.grad.abs().max().item(),
                                    msg=lambda m, name=name: f"gradient of {name}: {m}")
@@ -94,6 +98,12 @@ def _run_and_compare(layers: int, dtype: torch.dtype, gen: torch.Generator, froz
 @pytest.mark.parametrize("layers,dtype", [(3, torch.float32), (1, torch.float32), (3, torch.bfloat16)])
 def test_fused_cross_network_matches_float64(layers, dtype, poisoned, rng):
     _run_and_compare(layers, dtype, rng)
+
+
+def test_fp32_masters_of_a_bf16_network_get_fp32_gradients(poisoned, rng):
+    """bf16 x0 with fp32 V, U, b (the model's masters, copied to bf16 inside): every weight gradient
+    comes back in fp32 (the weight-gradient GEMMs write it) and matches the reference."""
+    _run_and_compare(3, torch.bfloat16, rng, masters=torch.float32)
 
 
 def test_frozen_inputs_get_no_gradient(poisoned, rng):
@@ -140,7 +150,7 @@ def test_model_fused_and_unfused_paths_agree(rng):
         cross.fused = fused
         x0 = torch.randn(B, D, generator=torch.Generator().manual_seed(4)).requires_grad_()
         seen = []
-        out = cross(x0, ops, torch.float32, on_input_grad=lambda g, seen=seen: seen.append(g.clone()))
+        out = cross(x0, ops, on_input_grad=lambda g, seen=seen: seen.append(g.clone()))
         out.backward(torch.randn(B, D, generator=torch.Generator().manual_seed(5)))
         assert len(seen) == 1 and torch.equal(seen[0], x0.grad), "the hook saw x0's final gradient, once"
         grads.append([out.detach(), x0.grad] + [p.grad for p in cross.parameters()])

@@ -154,6 +154,33 @@ def test_linear_under_autocast_casts_like_f_linear():
     assert w.grad is not None and w.grad.dtype == torch.float32
 
 
+def _bf16_values(*shape, gen):
+    """fp32 / float64 tensors of bf16-representable values (products of them are exact in fp32 sums' terms)."""
+    return torch.randn(*shape, generator=gen).bfloat16().double()
+
+
+def test_fp32_masters_beside_bf16_inputs_get_unrounded_fp32_gradients(rng):
+    """A bf16 x with fp32 master weight and bias: the forward runs on their bf16 copies, and the masters'
+    gradients come back in fp32, the weight's written by its GEMM in fp32: it matches the float64
+    gradient of the bf16 copies to fp32 accuracy, 100x closer than the bf16 rounding a cast of a bf16
+    product leaves (poisoned: nothing unwritten)."""
+    x64, g64 = _bf16_values(64, 24, gen=rng), _bf16_values(64, 40, gen=rng)
+    w = torch.randn(40, 24, generator=rng, requires_grad=True)  # fp32 master, not bf16-representable
+    bias = torch.randn(40, generator=rng, requires_grad=True)
+    y = linear(x64.bfloat16(), w, bias, activation="none")
+    assert y.dtype == torch.bfloat16
+    y.backward(g64.bfloat16())
+    assert w.grad.dtype == bias.grad.dtype == torch.float32
+    want_w, want_b = g64.T @ x64, g64.sum(0)
+    err = ((w.grad.double() - want_w).abs().max() / want_w.abs().max()).item()
+    rounded = ((want_w.bfloat16().double() - want_w).abs().max() / want_w.abs().max()).item()
+    assert err < 1e-6 < rounded / 100, (err, rounded)
+    torch.testing.assert_close(bias.grad.double(), want_b, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(y.double(), torch.nn.functional.linear(x64, w.detach().bfloat16().double(),
+                                                                      bias.detach().bfloat16().double()),
+                               rtol=1e-2, atol=1e-2)
+
+
 def _cross_grad_case(dtype: torch.dtype, acc_dtype: torch.dtype, m=M, n=N):
     """Operands of the CrossGrad epilogue: grad, x0 and a d_x0 accumulator holding earlier terms."""
     grad, x0 = torch.randn(m, n, dtype=dtype), torch.randn(m, n, dtype=dtype)

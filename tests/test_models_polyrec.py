@@ -142,7 +142,7 @@ def test_cross_input_is_assembled_in_the_lookup_buffer():
         assert ours.embeddings.lead_buffer(tapped) is None  # taken by dense_forward, once
         x0 = seen[0]
         assert x0.shape == (6, config.interaction_dim) and x0[:, 8:].data_ptr() == emb.data_ptr()
-        torch.testing.assert_close(x0[:, :8], ours.bottom(dense, ours.ops, torch.float32))
+        torch.testing.assert_close(x0[:, :8], ours.bottom(dense, ours.ops))
         for loss, opt, model in zip(losses, opts, (ours, ref)):
             loss.backward()
             opt.step()

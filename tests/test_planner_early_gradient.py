@@ -22,14 +22,14 @@ def _table_wise(model, world: int) -> list[TablePlan]:
     return [TablePlan(table=t.name, sharding="table_wise", ranks=(i % world,)) for i, t in enumerate(model.tables)]
 
 
-def test_the_tail_is_layer_0s_weight_gradients_the_weight_casts_and_the_bottom_mlp():
+def test_the_tail_is_layer_0s_weight_gradients_and_the_bottom_mlp():
     ops = dense_inventory(MLPERF, 64, 2).ops
     gemms = {op.name for op in ops if op.gemm is not None and runs_after_cross_input_grad(op)}
     assert gemms == {"cross.0.u.wgrad", "cross.0.v.wgrad", "bottom.0.wgrad", "bottom.1.dgrad", "bottom.1.wgrad",
                      "bottom.2.dgrad", "bottom.2.wgrad"}  # bottom.0 has no input gradient
     others = {op.name for op in ops if op.gemm is None and runs_after_cross_input_grad(op)}
     assert {f"bottom.{i}.relu_bias_grad" for i in range(3)} <= others
-    assert {f"cross.{i}.v.cast_w_grad" for i in range(3)} <= others
+    assert not any(n.startswith("cross.") for n in others)  # the masters' gradients need no cast
     assert not any(n.startswith("top.") for n in others)
     assert not any(runs_after_cross_input_grad(op) for op in ops if op.phase == "fwd")
 

@@ -36,7 +36,7 @@ import torch
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
+from polyrec.kernels.gemm import CrossGrad, autocast_inputs, compute_copy, epilogue_pass, matmul
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
 
 #: Batch sizes whose fused-backward GEMM configs ``compile_jobs`` covers (MLPerf DLRM-DCNv2 runs
@@ -49,8 +49,10 @@ MLPERF_DIM, MLPERF_RANK = 3456, 512
 
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x0, on_input_grad, owns_output_grad, *params):
-        layers = len(params) // 3
+    def forward(ctx, x0, on_input_grad, owns_output_grad, *masters):
+        layers = len(masters) // 3
+        ctx.masters = [p.dtype for p in masters]  # the gradients' dtypes
+        params = [compute_copy(p, x0.dtype) for p in masters]
         vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
         xs, lows, products = [x0], [], []
         for v_w, u_w, b in zip(vs, us, bs):
@@ -91,11 +93,11 @@ class _CrossNetwork(torch.autograd.Function):
                 if ctx.on_input_grad is not None:
                     ctx.on_input_grad(d_x0)  # final now: what reads it runs beside layer 0's weight gradients
             if need[layers + l]:
-                d_u[l] = matmul(g, lows[l], trans_a=True)  # [D, B] @ [B, r]
+                d_u[l] = matmul(g, lows[l], trans_a=True, out_dtype=ctx.masters[layers + l])  # [D, B] @ [B, r]
             if bias_grad is not None:
-                d_b[l] = bias_grad.to(bs[l].dtype)
+                d_b[l] = bias_grad.to(ctx.masters[2 * layers + l])
             if need[l]:
-                d_v[l] = matmul(dlow, xs[l], trans_a=True)  # [r, B] @ [B, D]
+                d_v[l] = matmul(dlow, xs[l], trans_a=True, out_dtype=ctx.masters[l])  # [r, B] @ [B, D]
             del g, dlow  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
         return (d_x0 if need_x0 else None), None, None, *d_v, *d_u, *d_b
 
@@ -106,7 +108,9 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     """The low-rank cross network's output x_L with the fused backward.
 
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
-    tensors [D] -> [B, D]. Under autocast, inputs and weights are cast as ``F.linear`` would.
+    tensors [D] -> [B, D]. Under autocast x0 is cast as ``F.linear`` would; the weights may be masters
+    of another dtype (fp32 beside a bf16 x0), copied to x0's dtype inside, with their gradients in their
+    own dtype (the weight gradients written so by their GEMMs, as ``polyrec.kernels.gemm.linear``).
     ``on_input_grad``: called in the backward with x0's gradient [B, D] as soon as it is final,
     before layer 0's two weight-gradient GEMMs (each as large as the 0.34 ms GEMM of the module
     docstring), so that work reading it (the sharded embeddings' gradient all-to-all) overlaps them;
@@ -125,8 +129,8 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
         if v_w.shape != (r, d) or u_w.shape != (d, r) or b.shape != (d,):
             raise ValueError(f"cross_network: layer {l} needs V [r, {d}], U [{d}, r], b [{d}]; got V "
                              f"{tuple(v_w.shape)}, U {tuple(u_w.shape)}, b {tuple(b.shape)}")
-    x0, *params = autocast_inputs(x0, *vs, *us, *bs)
-    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, *params)
+    (x0,) = autocast_inputs(x0)
+    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, *vs, *us, *bs)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:

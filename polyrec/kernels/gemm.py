@@ -143,9 +143,19 @@ def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad
                              cross_grad is not None)
     if bias is not None and epilogue in gemm_library.LIBRARY_EPILOGUES and bias.dtype == a.dtype == out_dtype:
         return torch._addmm_activation(bias, a, b) if activation == "relu" else torch.addmm(bias, a, b)
+    if epilogue == "none" and _library_writes_fp32(a, out_dtype):
+        return torch.mm(a, b, out_dtype=out_dtype)
     y = torch.matmul(a, b)  # [M, N] in the inputs' dtype
     out = y if out_dtype == y.dtype else torch.empty(y.shape, device=y.device, dtype=out_dtype)  # [M, N]
     return _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup)  # matmul validated
+
+
+def _library_writes_fp32(a: torch.Tensor, out_dtype: torch.dtype) -> bool:
+    """Whether the library writes the fp32 product of half-precision operands itself (``torch.mm``'s
+    ``out_dtype``, a CUDA / ROCm kernel): the weight gradients of ``linear`` and the cross network,
+    [out, B] x [B, in] at B = 65536, cost 1.846 ms so against 1.910 ms for the bf16 products and their
+    casts, with 40-700x less error (H200, benchmarks/results/wgrad_fp32_probe_nvidia-h200_2026-12-01)."""
+    return a.is_cuda and out_dtype == torch.float32 and a.dtype in (torch.bfloat16, torch.float16)
 
 
 def _library_adds_residual(residual, overwrite: bool, bias, activation: str, dtype: torch.dtype,
@@ -416,12 +426,24 @@ def reference_matmul(a, b, *, trans_a=False, trans_b=False, bias=None, activatio
     return y
 
 
+def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """``t`` in the compute dtype (a master weight's copy, made inside an autograd Function: its
+    gradient is the Function's to return in the master's dtype)."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
+
+
+def master_dtype(t: torch.Tensor | None) -> torch.dtype | None:
+    return None if t is None else t.dtype
+
+
 class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, activation):
-        y = matmul(x, weight, trans_b=True, bias=bias, activation=activation)  # [B, out]
-        ctx.save_for_backward(x, weight, y if activation == "relu" else None)
+        w = compute_copy(weight, x.dtype)  # [out, in]
+        y = matmul(x, w, trans_b=True, bias=compute_copy(bias, x.dtype), activation=activation)  # [B, out]
+        ctx.save_for_backward(x, w, y if activation == "relu" else None)
         ctx.activation, ctx.has_bias = activation, bias is not None
+        ctx.masters = (weight.dtype, master_dtype(bias))
         return y
 
     @staticmethod
@@ -434,8 +456,9 @@ class _Linear(torch.autograd.Function):
         else:  # torch's column sum alone: 0.013 vs 0.049 ms for the N=1 last layer (dense_backward_* H200)
             db = grad.sum(0, dtype=torch.float32) if need_bias else None
         dx = matmul(grad, weight) if ctx.needs_input_grad[0] else None  # [B, out] @ [out, in]
-        dw = matmul(grad, x, trans_a=True) if ctx.needs_input_grad[1] else None  # [out, B] @ [B, in]
-        return dx, dw, db.to(grad.dtype) if db is not None else None, None
+        w_dtype, b_dtype = ctx.masters
+        dw = matmul(grad, x, trans_a=True, out_dtype=w_dtype) if ctx.needs_input_grad[1] else None  # [out, B] @ [B, in]
+        return dx, dw, db.to(b_dtype) if db is not None else None, None
 
 
 class _CrossLinear(torch.autograd.Function):
@@ -473,10 +496,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``activation(x @ weight.T + bias)``: x [B, in], weight [out, in], bias [out] -> [B, out].
 
     Autograd-capable; forward (A @ Bᵀ), dgrad (A @ B) and wgrad (Aᵀ @ B) all go through ``matmul``.
+    x is cast as autocast would; weight and bias may be masters of another dtype (fp32 beside a bf16
+    x): they are copied to x's dtype inside, and their gradients come back in their own dtype, the
+    weight's written so by its GEMM (no half-precision rounding, no cast kernel).
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    x, weight, bias = autocast_inputs(x, weight, bias)
+    (x,) = autocast_inputs(x)
     return _Linear.apply(x, weight, bias, activation)
 
 

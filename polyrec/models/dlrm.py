@@ -88,7 +88,7 @@ class DLRM(nn.Module):
     def dense_forward(self, dense: torch.Tensor, emb: torch.Tensor,
                       compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """dense [B, num_dense], emb [B, F, D] -> logits [B] (fp32)."""
-        bottom = self.bottom(dense.to(compute_dtype), self.ops, compute_dtype)  # [B, D]
+        bottom = self.bottom(dense.to(compute_dtype), self.ops)  # [B, D]
         on_emb_grad = self.embedding_grad_hook if emb.dtype == compute_dtype else None  # else a cast's copy
         emb = emb.to(compute_dtype)
         if self.cross is not None:
@@ -97,10 +97,10 @@ class DLRM(nn.Module):
             on_x0_grad = None if on_emb_grad is None else functools.partial(
                 _embedding_part, on_emb_grad, bottom.shape[1], emb.shape)
             # the top MLP alone reads the cross output: its gradient is the network's to overwrite
-            inter = self.cross(x0, self.ops, compute_dtype, on_x0_grad, owns_output_grad=True)
+            inter = self.cross(x0, self.ops, on_x0_grad, owns_output_grad=True)
         else:
             inter = dot_interaction(bottom, emb)  # [B, D + (F+1)F/2]
-        return self.top(inter, self.ops, compute_dtype).squeeze(1).float()
+        return self.top(inter, self.ops).squeeze(1).float()
 
     def forward(self, dense: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor,
                 compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -3,9 +3,10 @@
 Each layer holds fp32 master weights and runs its matmuls through a :class:`DenseOps` backend:
 "torch" (``F.linear``, the eager reference) or "polyrec" (polyrec.kernels.gemm: Triton GEMMs with a
 fused bias/ReLU epilogue and the fused cross update; the whole cross network as one autograd Function
-with its backward fused into the GEMMs, polyrec.kernels.dcn). ``compute_dtype`` casts inputs and weights
-for the matmuls (bf16 on a GPU, what autocast does); the casts are differentiable, so gradients
-land on the fp32 masters.
+with its backward fused into the GEMMs, polyrec.kernels.dcn). The matmuls run in the inputs' dtype
+(``compute_dtype``: bf16 on a GPU, what autocast does), the weights copied to it: by a differentiable
+cast on the torch backend, inside the autograd Functions on polyrec's, whose weight-gradient GEMMs
+write the fp32 masters' gradients directly (no bf16 rounding, no cast kernel).
 """
 
 from __future__ import annotations
@@ -47,15 +48,19 @@ class DenseOps:
             self._dcn = dcn
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
-        """act(x @ weight.T + bias); x [B, in], weight [out, in] -> [B, out]."""
+        """act(x @ weight.T + bias); x [B, in] in the compute dtype, weight [out, in] and bias the fp32
+        masters, copied to x's dtype (polyrec's ``linear`` makes the copies inside and returns the
+        masters' gradients from its GEMM in fp32) -> [B, out]."""
         if self.backend == "polyrec":
             return self._gemm.linear(x, weight, bias, activation="relu" if relu else "none")
-        y = F.linear(x, weight, bias)
+        y = F.linear(x, _cast(weight, x.dtype), _cast(bias, x.dtype))
         return F.relu(y) if relu else y
 
     def cross(self, x0: torch.Tensor, v: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
               bias: torch.Tensor) -> torch.Tensor:
-        """x0 * (v @ weight.T + bias) + x; x0, x [B, D], v [B, r], weight [D, r] -> [B, D]."""
+        """x0 * (v @ weight.T + bias) + x; x0, x [B, D], v [B, r] in the compute dtype, weight [D, r] and
+        bias the masters (copied to v's dtype) -> [B, D]."""
+        weight, bias = _cast(weight, v.dtype), _cast(bias, v.dtype)
         if self.backend == "polyrec":
             return self._gemm.cross_linear(x0, v, x, weight, bias)
         return x0 * F.linear(v, weight, bias) + x
@@ -64,7 +69,8 @@ class DenseOps:
                       bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None,
                       owns_output_grad: bool = False) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
-        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each -> [B, D]; ``on_input_grad`` and
+        x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each (the masters, copied to x0's dtype inside;
+        their gradients in the masters' dtype) -> [B, D]; ``on_input_grad`` and
         ``owns_output_grad`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
@@ -113,13 +119,13 @@ class MLP(nn.Module):
         for w, b in zip(self.weights, self.biases):
             init_linear_(w, b, gen)
 
-    def forward(self, x: torch.Tensor, ops: DenseOps, dtype: torch.dtype) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ops: DenseOps) -> torch.Tensor:
+        """x [B, in] in the compute dtype -> [B, out] (the matmuls in x's dtype)."""
         n = len(self.weights)
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            weight = _cast(w, dtype)
+        for i, (weight, b) in enumerate(zip(self.weights, self.biases)):
             if ops.backend == "polyrec" and not x.requires_grad:  # the dense features (the direct port's
                 x, weight = pad_reduction(x, weight)  # torch layers stay as they were)
-            x = ops.linear(x, weight, _cast(b, dtype), relu=i < n - 1 or self.last_relu)
+            x = ops.linear(x, weight, b, relu=i < n - 1 or self.last_relu)
         return x
 
 
@@ -144,22 +150,21 @@ class LowRankCross(nn.Module):
             init_linear_(u, b, gen)
         self.fused = True
 
-    def forward(self, x0: torch.Tensor, ops: DenseOps, dtype: torch.dtype,
+    def forward(self, x0: torch.Tensor, ops: DenseOps,
                 on_input_grad: InputGradHook | None = None, owns_output_grad: bool = False) -> torch.Tensor:
-        """x0 [B, D] -> [B, D]. ``on_input_grad``: called in the backward with x0's final gradient
+        """x0 [B, D] in the compute dtype -> [B, D]. ``on_input_grad``: called in the backward with x0's final gradient
         [B, D], which it must not write; the fused network calls it before its last weight gradients,
         the per-layer composition when autograd has summed x0's gradient. ``owns_output_grad``: the
         caller's layer is the output's one reader, so the fused backward may write over its gradient."""
         if self.fused and ops.backend == "polyrec":
-            return ops.cross_network(x0, [_cast(v, dtype) for v in self.v], [_cast(u, dtype) for u in self.u],
-                                     [_cast(b, dtype) for b in self.b], on_input_grad,
+            return ops.cross_network(x0, list(self.v), list(self.u), list(self.b), on_input_grad,
                                      owns_output_grad=owns_output_grad)  # [B, D]
         if on_input_grad is not None and x0.requires_grad:
             x0.register_hook(functools.partial(_observe, on_input_grad))
         x = x0  # [B, D]
         for v, u, b in zip(self.v, self.u, self.b):
-            low = ops.linear(x, _cast(v, dtype), None, relu=False)  # [B, r]
-            x = ops.cross(x0, low, x, _cast(u, dtype), _cast(b, dtype))  # [B, D]
+            low = ops.linear(x, v, None, relu=False)  # [B, r]
+            x = ops.cross(x0, low, x, u, b)  # [B, D]
         return x
 
 

@@ -393,13 +393,11 @@ def memory_op_seconds(op: Op, copy: float) -> float:
 def runs_after_cross_input_grad(op: Op) -> bool:
     """Whether a dense op runs after the cross network's input gradient x0 is final, where
     polyrec.kernels.dcn hands it on (``on_input_grad``, before layer 0's weight gradients): layer 0's
-    two weight-gradient GEMMs, the casts of the cross weights' gradients to their fp32 masters
-    (autograd runs them when the network's Function returns) and the bottom MLP's whole backward."""
+    two weight-gradient GEMMs (fp32 gradients of the masters, no casts after them) and the bottom MLP's
+    whole backward."""
     if op.phase != "bwd":
         return False
-    parts = op.name.split(".")
-    return (parts[0] == "bottom" or op.name in ("cross.0.u.wgrad", "cross.0.v.wgrad")
-            or (parts[0] == "cross" and parts[-1].startswith("cast_")))
+    return op.name.split(".")[0] == "bottom" or op.name in ("cross.0.u.wgrad", "cross.0.v.wgrad")
 
 
 def _anonymous(s: ShardLoad) -> ShardLoad:

@@ -1,7 +1,7 @@
 """What the dense half of a training step issues, op by op, derived from the model's layers.
 
-Mirrors the code that runs: ``polyrec.models.layers`` (fp32 master weights cast to the compute dtype
-for every matmul; MLPs; the DCN-v2 cross network; the DLRM dot interaction) on top of the autograd
+Mirrors the code that runs: ``polyrec.models.layers`` (fp32 master weights copied to the compute dtype
+for every matmul, their gradients written in fp32 by the weight-gradient GEMMs; MLPs; the DCN-v2 cross network; the DLRM dot interaction) on top of the autograd
 layers of ``polyrec.kernels.gemm`` (``_Linear``: GEMM with fused bias/ReLU, backward ``grad * (y > 0)``,
 dgrad, wgrad, ``grad.sum(0)``) and ``polyrec.kernels.dcn`` (the cross network, backward in its GEMMs). Each :class:`Op` carries what the time model needs (a GEMM shape, or bytes moved at a
 rate class) and what the host model needs (eager torch ops issued besides the GEMMs' own launches).
@@ -31,8 +31,9 @@ RATE_CLASSES: dict[str, float] = {"vector": 1.0, "pass": 0.935}
 #: Device seconds of torch's column sum of a bias gradient's fp32 partials (``reduce_kernel``: 10 calls,
 #: 0.129 ms per step in the same profile: 7 ReLU layers with a bias, 3 cross layers).
 COLUMN_SUM_S = 12.9e-6
-#: Device seconds at least of one small memory-bound kernel: the weight casts, their gradients' casts
-#: back to fp32 and the bias gradients' casts (67 copy kernels, 0.219 ms per step in the same profile).
+#: Device seconds at least of one small memory-bound kernel: the weight casts (then with their
+#: gradients' casts back to fp32 and the bias gradients' casts: 67 copy kernels, 0.219 ms per step in
+#: the same profile; the gradients' casts are gone since the weight-gradient GEMMs write fp32).
 MIN_KERNEL_S = 3.3e-6
 #: Bytes of an fp32 value (master weights, their gradients, the loss).
 FP32 = 4
@@ -97,15 +98,15 @@ def _reduction_pads(mat: Matmul, batch: int, cb: int) -> list[Op]:
 
 
 def _weight_casts(mat: Matmul, cb: int) -> list[Op]:
-    """fp32 master -> compute dtype for the forward (``_cast``), and the gradient back (ToCopyBackward);
-    none when the compute dtype is fp32 (``_cast`` returns the master itself)."""
+    """fp32 master -> compute dtype for the forward (``polyrec.kernels.gemm.compute_copy``); none when
+    the compute dtype is fp32. No cast back: the weight-gradient GEMM writes the fp32 gradient and the
+    bias gradient's column sums are fp32 already."""
     out: list[Op] = []
     if cb == FP32:
         return out
     for what, n in (("w", mat.in_dim * mat.out_dim), ("b", mat.out_dim if mat.bias else 0)):
         if n:
             out.append(Op(name=f"{mat.name}.cast_{what}", phase="fwd", bytes=n * (FP32 + 2)))
-            out.append(Op(name=f"{mat.name}.cast_{what}_grad", phase="bwd", bytes=n * (FP32 + 2)))
     return out
 
 
@@ -118,11 +119,11 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
         moved = 3 * b * n * cb + (2 * partial_rows * n * FP32 if mat.bias else 0)
-        # partials and masked grad allocated, the partials summed (one column sum), cast
+        # partials and masked grad allocated, the partials summed (one column sum, fp32 as the master)
         ops.append(Op(name=f"{mat.name}.relu_bias_grad", phase="bwd", bytes=moved, triton_ops=1,
-                      torch_ops=3 if mat.bias else 1, column_sums=1 if mat.bias else 0))
-    elif mat.bias:  # torch's column sum of the gradient, then the cast
-        ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, torch_ops=2))
+                      torch_ops=2 if mat.bias else 1, column_sums=1 if mat.bias else 0))
+    elif mat.bias:  # torch's fp32 column sum of the gradient
+        ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, torch_ops=1))
     # saved: its output (ReLU's mask source and the next layer's input); the first layer also its input
     saved = n * cb + (k * cb if not mat.needs_dgrad else 0)
     # backward: incoming grad and the masked grad, then dgrad's output
@@ -162,8 +163,8 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
                     GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="residual",
                               library_adds_residual=True))
         ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
-        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=2,
-                      column_sums=1))  # the partials' column sum into an fp32 buffer, cast
+        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=1,
+                      column_sums=1))  # the partials' column sum into the fp32 buffer
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
     # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
