@@ -385,3 +385,24 @@ def test_epilogue_pass_on_a_given_product(in_place, poisoned):
     torch.testing.assert_close(got_relu.double(), want_relu, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="cross x0 must be"):
         epilogue_pass(y, cross=(x0[:-1], x))
+
+
+def test_the_library_writes_fp32_only_where_torchs_kernel_takes_it(monkeypatch):
+    """``torch.mm(out_dtype=fp32)`` for half-precision operands on a GPU, except the two settings
+    aten's kernel refuses (ROCm's CK backend; fp16 with fp16 accumulation): the product and a cast
+    pass run there. A stand-in operand says where it lives (no GPU here)."""
+    from types import SimpleNamespace
+
+    from polyrec.kernels.gemm import _library_writes_fp32
+
+    gpu_bf16, gpu_fp16 = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16), SimpleNamespace(is_cuda=True,
+                                                                                              dtype=torch.float16)
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", lambda: torch._C._BlasBackend.Cublaslt)
+    assert _library_writes_fp32(gpu_bf16, torch.float32) and _library_writes_fp32(gpu_fp16, torch.float32)
+    assert not _library_writes_fp32(gpu_bf16, torch.bfloat16)
+    assert not _library_writes_fp32(SimpleNamespace(is_cuda=False, dtype=torch.bfloat16), torch.float32)
+    assert not _library_writes_fp32(SimpleNamespace(is_cuda=True, dtype=torch.float32), torch.float32)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", SimpleNamespace(allow_fp16_accumulation=True))
+    assert _library_writes_fp32(gpu_bf16, torch.float32) and not _library_writes_fp32(gpu_fp16, torch.float32)
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", lambda: torch._C._BlasBackend.Ck)
+    assert not _library_writes_fp32(gpu_bf16, torch.float32)

@@ -152,10 +152,17 @@ def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad
 
 def _library_writes_fp32(a: torch.Tensor, out_dtype: torch.dtype) -> bool:
     """Whether the library writes the fp32 product of half-precision operands itself (``torch.mm``'s
-    ``out_dtype``, a CUDA / ROCm kernel): the weight gradients of ``linear`` and the cross network,
-    [out, B] x [B, in] at B = 65536, cost 1.846 ms so against 1.910 ms for the bf16 products and their
-    casts, with 40-700x less error (H200, benchmarks/results/wgrad_fp32_probe_nvidia-h200_2026-12-01)."""
-    return a.is_cuda and out_dtype == torch.float32 and a.dtype in (torch.bfloat16, torch.float16)
+    ``out_dtype``): the weight gradients of ``linear`` and the cross network, [out, B] x [B, in] at
+    B = 65536, cost 1.846 ms so against 1.910 ms for the bf16 products and their casts, with 40-700x
+    less error (H200, benchmarks/results/wgrad_fp32_probe_nvidia-h200_2026-12-01). torch's kernel
+    (aten ``_mm_dtype_out_cuda``) refuses two settings, where the product and a cast pass run instead:
+    ROCm's CK backend (``torch.backends.cuda.preferred_blas_library("ck")``) and fp16 operands with
+    ``torch.backends.cuda.matmul.allow_fp16_accumulation``. Run on CUDA only (no AMD GPU here)."""
+    if not (a.is_cuda and out_dtype == torch.float32 and a.dtype in (torch.bfloat16, torch.float16)):
+        return False
+    if a.dtype == torch.float16 and getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", False):
+        return False
+    return torch.backends.cuda.preferred_blas_library() != torch._C._BlasBackend.Ck
 
 
 def _library_adds_residual(residual, overwrite: bool, bias, activation: str, dtype: torch.dtype,
