@@ -42,8 +42,8 @@ state = {"owned": True}
 forward = LowRankCross.forward
 
 
-def patched(self, x0, ops, dtype, on_input_grad=None, owns_output_grad=False):
-    return forward(self, x0, ops, dtype, on_input_grad, owns_output_grad=state["owned"])
+def patched(self, x0, ops, on_input_grad=None, owns_output_grad=False):
+    return forward(self, x0, ops, on_input_grad, owns_output_grad=state["owned"])
 
 
 LowRankCross.forward = patched
