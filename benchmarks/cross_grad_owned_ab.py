@@ -20,7 +20,7 @@ from polyrec.kernels.dcn import cross_network
 from polyrec.models.layers import LowRankCross
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profiling import interleaved_rounds, kernel_table, mlperf_trainer  # noqa: E402
+from profiling import interleaved_rounds, kernel_table, mlperf_trainer, warm_each  # noqa: E402
 
 
 def grads(owned: bool) -> list[torch.Tensor]:
@@ -48,13 +48,9 @@ def patched(self, x0, ops, on_input_grad=None, owns_output_grad=False):
 
 LowRankCross.forward = patched
 tr = mlperf_trainer()
-for owned in (True, False):
-    state["owned"] = owned
-    for _ in range(3):
-        tr.train_step()
-tr.sync()
-res["rounds"] = interleaved_rounds(tr, {owned: functools.partial(state.__setitem__, "owned", owned)
-                                        for owned in (False, True)}, 6, key="owned", steps=40)
+policies = {owned: functools.partial(state.__setitem__, "owned", owned) for owned in (False, True)}
+warm_each(tr, policies, 3)
+res["rounds"] = interleaved_rounds(tr, policies, 6, key="owned", steps=40)
 for owned in (False, True):
     state["owned"] = owned
     kernels = kernel_table(tr.train_step, reps=5)

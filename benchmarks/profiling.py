@@ -55,6 +55,16 @@ def mlperf_trainer():
     return Trainer(cfg, progress=False)
 
 
+def warm_each(trainer, policies: dict, steps: int) -> None:
+    """Put each of ``policies`` (name -> a callable that puts it in place) in place in turn and run
+    ``steps`` training steps under it (its kernels compiled and selected), then drain the device."""
+    for apply in policies.values():
+        apply()
+        for _ in range(steps):
+            trainer.train_step()
+    trainer.sync()
+
+
 def interleaved_rounds(trainer, policies: dict, rounds: int, *, key: str = "policy", steps: int = 20) -> list[dict]:
     """``rounds`` rounds over ``policies`` in turn (name -> a callable that puts that policy in place),
     each timed by ``step_ms``: rows {"round", ``key``: the name, "ms_per_step"}, printed as they come."""

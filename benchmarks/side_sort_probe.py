@@ -20,7 +20,7 @@ from polyrec.kernels.tbe import TableBatchedEmbedding
 from polyrec.kernels.tbe_fused_backward import _tensors_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profiling import interleaved_rounds, mlperf_trainer  # noqa: E402
+from profiling import interleaved_rounds, mlperf_trainer, warm_each  # noqa: E402
 
 side = torch.cuda.Stream()
 state = {"on": False}
@@ -48,13 +48,9 @@ def bwd(self, *a, **k):
 
 PolyrecEmbeddings.forward, TableBatchedEmbedding._fused_backward = fwd, bwd
 tr = mlperf_trainer()
-for on in (False, True):
-    state["on"] = on
-    for _ in range(4):
-        tr.train_step()
-tr.sync()
-res = {"rounds": interleaved_rounds(tr, {on: functools.partial(state.__setitem__, "on", on) for on in (False, True)},
-                                    3, key="side_sort")}
+policies = {on: functools.partial(state.__setitem__, "on", on) for on in (False, True)}
+warm_each(tr, policies, 4)
+res = {"rounds": interleaved_rounds(tr, policies, 3, key="side_sort")}
 loss = tr.train_step()
 tr.sync()
 res["finite_loss"] = bool(torch.isfinite(loss).item())
