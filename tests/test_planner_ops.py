@@ -209,13 +209,13 @@ def test_the_cross_passes_and_the_bias_column_sums_are_priced_as_profiled():
 
 def test_only_the_dense_features_layer_is_padded_to_aligned_rows():
     """MLPerf's 13 dense features: bottom.0's GEMMs see K = 16 (polyrec.models.layers.pad_reduction)
-    and its input and weight copies are priced; no other layer is padded (367-wide inputs with an
+    and its input (bf16) and weight (the fp32 master) copies are priced; no other layer is padded (367-wide inputs with an
     input gradient stay as they are)."""
     inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
     shapes = {op.gemm.op: op.gemm for op in inv.ops if op.gemm is not None}
     assert shapes["bottom.0.fwd"].k == 16 and shapes["bottom.0.wgrad"].n == 16
     pads = {op.name: op.bytes for op in inv.ops if ".pad_" in op.name}
-    assert pads == {"bottom.0.pad_x": 64 * (13 + 16) * 2, "bottom.0.pad_w": 512 * (13 + 16) * 2}
+    assert pads == {"bottom.0.pad_x": 64 * (13 + 16) * 2, "bottom.0.pad_w": 512 * (13 + 16) * 4}
     kaggle = dense_inventory(_spec("dlrm-criteo-kaggle"), 64, 2)
     assert [op.name for op in kaggle.ops if ".pad_" in op.name] == ["bottom.0.pad_x", "bottom.0.pad_w"]
     top0 = next(op.gemm for op in kaggle.ops if op.gemm is not None and op.gemm.op == "top.0.fwd")

@@ -439,10 +439,6 @@ def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | N
     return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
-def master_dtype(t: torch.Tensor | None) -> torch.dtype | None:
-    return None if t is None else t.dtype
-
-
 class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, activation):
@@ -450,7 +446,7 @@ class _Linear(torch.autograd.Function):
         y = matmul(x, w, trans_b=True, bias=compute_copy(bias, x.dtype), activation=activation)  # [B, out]
         ctx.save_for_backward(x, w, y if activation == "relu" else None)
         ctx.activation, ctx.has_bias = activation, bias is not None
-        ctx.masters = (weight.dtype, master_dtype(bias))
+        ctx.masters = (weight.dtype, None if bias is None else bias.dtype)  # the gradients' dtypes
         return y
 
     @staticmethod

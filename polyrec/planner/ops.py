@@ -88,13 +88,14 @@ def _pad_alignment(mat: Matmul) -> int:
 
 
 def _reduction_pads(mat: Matmul, batch: int, cb: int) -> list[Op]:
-    """The zero-padded copies of the first layer's input and weight when their rows are not aligned
-    (``polyrec.models.layers.pad_reduction``: read, then written wider); none otherwise."""
+    """The zero-padded copies of the first layer's input (compute dtype) and weight (the fp32 master,
+    copied to the compute dtype after) when their rows are not aligned (``polyrec.models.layers.
+    pad_reduction``: read, then written wider); none otherwise."""
     k = padded_in_dim(mat, _pad_alignment(mat))
     if k == mat.in_dim:
         return []
-    return [Op(name=f"{mat.name}.pad_{what}", phase="fwd", bytes=rows * (mat.in_dim + k) * cb)
-            for what, rows in (("x", batch), ("w", mat.out_dim))]
+    return [Op(name=f"{mat.name}.pad_{what}", phase="fwd", bytes=rows * (mat.in_dim + k) * size)
+            for what, rows, size in (("x", batch, cb), ("w", mat.out_dim, FP32))]
 
 
 def _weight_casts(mat: Matmul, cb: int) -> list[Op]:
