@@ -13,6 +13,22 @@ def _private_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def force_gemm(monkeypatch):
+    """``force_gemm(choice)``: every ``matmul`` without a config takes ``choice`` (a ``GemmChoice``), as
+    if the selector had answered it; ``force_gemm(select=f)`` puts ``f`` in the selector's place.
+    matmul's dispatch memo is forgotten before and after, so no answer of the real selector is reused
+    and none of the forced ones outlives the test."""
+    from polyrec.kernels import gemm, gemm_select
+
+    def force(choice=None, *, select=None) -> None:
+        gemm_select.DISPATCH.clear()
+        monkeypatch.setattr(gemm, "select_gemm", select or (lambda *args, **kwargs: choice))
+
+    yield force
+    gemm_select.DISPATCH.clear()
+
+
+@pytest.fixture
 def rng() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
 

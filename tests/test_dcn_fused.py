@@ -111,29 +111,27 @@ def test_frozen_inputs_get_no_gradient(poisoned, rng):
     _run_and_compare(2, torch.float32, rng, frozen=(0, 1, 6))
 
 
-def test_fused_cross_network_on_the_library_path(monkeypatch, poisoned, rng):
+def test_fused_cross_network_on_the_library_path(monkeypatch, poisoned, rng, force_gemm):
     """Every GEMM handed to torch (as the selector may on a GPU): torch.matmul, then the one Triton
     epilogue pass."""
     import polyrec.kernels.gemm as gemm
 
     choice = GemmChoice(backend="library", config=GemmConfig(block_m=32, block_n=32, block_k=32),
                         triton_seconds=1.0, library_seconds=0.0)
-    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    force_gemm(choice)
     monkeypatch.setattr(gemm, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
     _run_and_compare(3, torch.float32, rng)
 
 
 @pytest.mark.parametrize("library", [False, True])
-def test_only_an_owned_output_gradient_is_written_over(monkeypatch, poisoned, rng, library):
+def test_only_an_owned_output_gradient_is_written_over(poisoned, rng, library, force_gemm):
     """``owns_output_grad``: the top layer's residual GEMM adds into the incoming gradient's storage
     (the library in place, or the Triton GEMM writing over it) and every gradient still matches the
     reference; without it the gradient autograd hands in is left as it was."""
     if library:
-        import polyrec.kernels.gemm as gemm
-
         choice = GemmChoice(backend="library", config=GemmConfig(block_m=32, block_n=32, block_k=32),
                             triton_seconds=1.0, library_seconds=0.0)
-        monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+        force_gemm(choice)
     assert _run_and_compare(3, torch.float32, rng, owns_output_grad=True)
     assert not _run_and_compare(3, torch.float32, rng, owns_output_grad=False)
 

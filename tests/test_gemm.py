@@ -236,13 +236,13 @@ def test_residual_epilogue_matches_float64(layout, dtype_name, split_k, poisoned
 
 
 @pytest.mark.parametrize("dtype_name", ["fp32", "bf16"])
-def test_library_path_adds_a_given_up_residual_in_place(dtype_name, monkeypatch, precision):
+def test_library_path_adds_a_given_up_residual_in_place(dtype_name, monkeypatch, precision, force_gemm):
     """overwrite_residual on the library path: the GEMM adds the residual itself (no epilogue pass)
     and returns the residual's own storage; without it the residual is left untouched."""
     import polyrec.kernels.gemm as gemm
 
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
-    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    force_gemm(choice)
     precision(dtype_name)
     dtype, tol = DTYPES[dtype_name]
     a, b = _operands("NN", dtype)
@@ -258,14 +258,14 @@ def test_library_path_adds_a_given_up_residual_in_place(dtype_name, monkeypatch,
 
 
 @pytest.mark.parametrize("activation,dtype_name", [("none", "fp32"), ("relu", "fp32"), ("relu", "bf16")])
-def test_library_applies_a_bias_and_relu_in_its_own_gemm(activation, dtype_name, monkeypatch, precision):
+def test_library_applies_a_bias_and_relu_in_its_own_gemm(activation, dtype_name, monkeypatch, precision, force_gemm):
     """A bias, with or without ReLU, in the inputs' dtype: the library's GEMM applies it (torch.addmm /
     torch._addmm_activation: cuBLASLt's epilogue on a GPU), no pass runs, and the values are the
     float64 reference's."""
     import polyrec.kernels.gemm as gemm
 
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
-    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    force_gemm(choice)
     monkeypatch.setattr(gemm, "_apply_epilogue", lambda *args: pytest.fail("epilogue pass ran"))
     precision(dtype_name)
     dtype, tol = DTYPES[dtype_name]
@@ -281,13 +281,14 @@ LIBRARY_EPILOGUES = EPILOGUES + ("residual", "cross_grad")
 @pytest.mark.parametrize("epilogue,dtype_name,out_dtype", [(e, "fp32", None) for e in LIBRARY_EPILOGUES] + [
     ("cross", "bf16", None), ("bias_relu", "bf16", torch.float32), ("cross_grad", "bf16", None),
     ("residual", "fp16", torch.float32)])
-def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype, monkeypatch, poisoned, precision):
+def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype, monkeypatch, poisoned, precision,
+                                                force_gemm):
     """The selector hands the GEMM to torch: torch.matmul, then the one Triton epilogue pass (never
     the eager torch ops) applies every epilogue; 45 rows = two row blocks of the pass."""
     import polyrec.kernels.gemm as gemm
 
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
-    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    force_gemm(choice)
     monkeypatch.setattr(gemm, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
     precision(dtype_name)
     dtype, tol = DTYPES[dtype_name]
@@ -316,11 +317,9 @@ def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype
     _check(bias_grad, g_ref.sum(0), m, tol)
 
 
-def test_library_path_overwrites_d_x0_without_reading_it(monkeypatch, poisoned):
-    import polyrec.kernels.gemm as gemm
-
+def test_library_path_overwrites_d_x0_without_reading_it(poisoned, force_gemm):
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
-    monkeypatch.setattr(gemm, "select_gemm", lambda *args, **kwargs: choice)
+    force_gemm(choice)
     a, b = _operands("NN", torch.float32)
     grad, x0, d_x0 = _cross_grad_case(torch.float32, torch.float32)
     d_x0.fill_(float("nan"))
@@ -406,3 +405,37 @@ def test_the_library_writes_fp32_only_where_torchs_kernel_takes_it(monkeypatch):
     assert _library_writes_fp32(gpu_bf16, torch.float32) and not _library_writes_fp32(gpu_fp16, torch.float32)
     monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", lambda: torch._C._BlasBackend.Ck)
     assert not _library_writes_fp32(gpu_bf16, torch.float32)
+
+
+def test_matmul_checks_and_selects_once_per_call_signature(force_gemm, monkeypatch):
+    """matmul's dispatch memo: a repeated call skips the checks and the selector; whatever they read
+    (a stride's 16-byte alignment, the bias's size, a fused tensor's shape, the bias gradient's dtype)
+    makes a new signature, checked and selected afresh, so bad input still gets its error."""
+    import polyrec.kernels.gemm as gemm_module
+    from polyrec.kernels import gemm_select
+
+    real, aligned = gemm_module.select_gemm, []
+    force_gemm(select=lambda *args, **kw: aligned.append(kw["a_aligned"]) or real(*args, **kw))
+    buf, b = torch.randn(32 * 32 + 1), torch.randn(32, 16)
+    a, shifted = buf[:-1].view(32, 32), buf[1:].view(32, 32)  # the second starts 4 bytes past a 16-byte line
+    matmul(a, b)
+    matmul(a, b)
+    assert aligned == [True] and len(gemm_select.DISPATCH) == 1
+    _check(matmul(shifted, b), reference_matmul(shifted, b), 32, 1e-5)
+    assert aligned == [True, False]
+    matmul(a, b, bias=torch.randn(16))
+    with pytest.raises(ValueError, match="bias must be"):
+        matmul(a, b, bias=torch.randn(17))
+    grad, x0, d_x0 = _cross_grad_case(torch.float32, torch.float32, m=32, n=16)
+    matmul(a, b, cross=(x0, grad))
+    with pytest.raises(ValueError, match="cross x must be"):
+        matmul(a, b, cross=(x0, grad[:, 1:]))
+    matmul(a, b, cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, bias_grad=torch.zeros(16)))
+    with pytest.raises(ValueError, match="bias_grad must be fp32"):
+        matmul(a, b, cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, bias_grad=torch.zeros(16, dtype=torch.float64)))
+    assert len(aligned) == 5  # one selection per good signature
+    monkeypatch.setattr(gemm_module, "DISPATCH_ENTRIES", 2)
+    matmul(a, b, activation="relu")
+    assert len(gemm_select.DISPATCH) <= 2
+    gemm_select.clear_cache()
+    assert not gemm_select.DISPATCH

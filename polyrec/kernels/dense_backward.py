@@ -89,6 +89,7 @@ def relu_bias_backward_kernel(
         tl.store(partial_ptr + pid_m * N + cols, tl.sum(acc, axis=0), mask=col_ok)
 
 
+@lru_cache(maxsize=1024)
 def select_config(m: int, n: int, compute_units: int) -> DenseBackwardConfig:
     """The tile for N columns, and rows per program: the most iterations (up to MAX_ITERATIONS, fewest
     partials) that still give PROGRAMS_PER_CU programs per SM / CU, else one iteration."""

@@ -29,7 +29,7 @@ from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
-from polyrec.kernels.gemm_select import select_gemm
+from polyrec.kernels.gemm_select import DISPATCH, select_gemm
 from polyrec.kernels.interpreter import interpreting
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
 from polyrec.perfmodel import gemm_library
@@ -38,6 +38,9 @@ ACTIVATIONS = ("none", "relu")
 _TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 #: Largest element offset the kernels compute in 32-bit arithmetic.
 MAX_ELEMENTS = 2**31 - 1
+#: Call signatures ``matmul`` remembers before it starts over: a model makes ~40 per batch size
+#: (MLPerf DLRM-DCNv2: 41 per training step), so this holds ~100 batch sizes' worth.
+DISPATCH_ENTRIES = 4096
 
 
 def gemm_dtype(t: torch.Tensor) -> str:
@@ -377,39 +380,73 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     itself: the library path adds it inside the GEMM (``addmm_``, no pass, and the selector prices it
     so), the Triton kernel writes its output over it (same dtype, contiguous).
     """
-    m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
     out_dtype = out_dtype or a.dtype
-    dtype = gemm_dtype(a)
+    if library or config is not None:
+        m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
+        dtype = gemm_dtype(a)
+        if library and config is not None:
+            raise ValueError("matmul: library=True runs torch.matmul; it takes no Triton config")
+    else:
+        m, n, k, dtype, choice = _dispatch(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad,
+                                           out_dtype, overwrite_residual)
+        library, config = choice.backend == "library", choice.config
     a_op = a.t() if trans_a else a  # [M, K] view
     b_op = b.t() if trans_b else b  # [K, N] view
     if library:
-        if config is not None:
-            raise ValueError("matmul: library=True runs torch.matmul; it takes no Triton config")
         return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup,
                         overwrite_residual)
-    if config is None:
-        out_bytes = out_dtype.itemsize
-        epilogue = epilogue_name(bias is not None, activation, cross is not None, residual is not None,
-                                 cross_grad is not None)
-        spec = _device_spec(a)
-        choice = select_gemm(m, n, k, dtype, spec, epilogue=epilogue, out_bytes=out_bytes,
-                             a_aligned=_vectorizable(a_op),
-                             b_aligned=_vectorizable(b_op), b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1,
-                             a_row_major=a_op.stride(1) == 1,
-                             tma=spec.arch == "sm_90" and _tma_operands(a_op, b_op, out_dtype, cross, residual,
-                                                                       cross_grad),
-                             graphed=a.is_cuda and torch.cuda.is_current_stream_capturing(),
-                             library_adds_residual=_library_adds_residual(residual, overwrite_residual, bias,
-                                                                          activation, a.dtype, out_dtype))
-        if choice.backend == "library":
-            return _library(a_op, b_op, bias, activation, cross, out_dtype, residual, cross_grad, warmup,
-                            overwrite_residual)
-        config = choice.config
     out = (residual if _writes_residual(residual, overwrite_residual, out_dtype)
            else torch.empty((m, n), device=a.device, dtype=out_dtype))  # [M, N]
     _launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
             (a_op.stride(0), a_op.stride(1)), (b_op.stride(0), b_op.stride(1)), warmup, residual, cross_grad)
     return out
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    """What the checks and the selection read of a tensor: sizes, strides, dtype, device, 16-byte alignment."""
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % TMA_ALIGN_BYTES
+
+
+def _dispatch_key(a, b, trans_a: bool, trans_b: bool, bias, activation: str, cross, residual, cross_grad,
+                  out_dtype: torch.dtype, overwrite_residual: bool) -> tuple:
+    """Everything ``_validate``, ``gemm_dtype`` and the selection inputs of ``_dispatch`` depend on."""
+    fused = (*(cross or ()), *((residual,) if residual is not None else ()),
+             *((t for _, t in cross_grad.tensors()) if cross_grad is not None else ()))
+    bias_grad = cross_grad.bias_grad if cross_grad is not None else None
+    return (_layout(a), _layout(b), trans_a, trans_b, activation, out_dtype, overwrite_residual,
+            None if bias is None else _layout(bias), cross is not None, residual is not None, cross_grad is not None,
+            tuple(_layout(t) for t in fused), None if bias_grad is None else _layout(bias_grad),
+            torch.get_float32_matmul_precision(), a.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _dispatch(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad, out_dtype,
+              overwrite_residual) -> tuple:
+    """(M, N, K, the GEMM dtype, the selector's ``GemmChoice``) of a call with no config: checked and
+    selected once per call signature (``gemm_select.DISPATCH``), then one lookup (~4 us against ~26 us
+    for the checks and the selection's inputs, on the dev machine's CPU)."""
+    key = _dispatch_key(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad, out_dtype,
+                        overwrite_residual)
+    known = DISPATCH.get(key)
+    if known is not None:
+        return known
+    m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
+    dtype = gemm_dtype(a)
+    a_op = a.t() if trans_a else a  # [M, K] view
+    b_op = b.t() if trans_b else b  # [K, N] view
+    spec = _device_spec(a)
+    choice = select_gemm(m, n, k, dtype, spec, out_bytes=out_dtype.itemsize,
+                         epilogue=epilogue_name(bias is not None, activation, cross is not None, residual is not None,
+                                                cross_grad is not None),
+                         a_aligned=_vectorizable(a_op), b_aligned=_vectorizable(b_op),
+                         b_k_major=b_op.stride(0) == 1 and b_op.stride(1) != 1, a_row_major=a_op.stride(1) == 1,
+                         tma=spec.arch == "sm_90" and _tma_operands(a_op, b_op, out_dtype, cross, residual, cross_grad),
+                         graphed=key[-1],
+                         library_adds_residual=_library_adds_residual(residual, overwrite_residual, bias, activation,
+                                                                      a.dtype, out_dtype))
+    if len(DISPATCH) >= DISPATCH_ENTRIES:
+        DISPATCH.clear()
+    DISPATCH[key] = (m, n, k, dtype, choice)
+    return m, n, k, dtype, choice
 
 
 def _writes_residual(residual: torch.Tensor | None, overwrite: bool, out_dtype: torch.dtype) -> bool:

@@ -49,6 +49,10 @@ class GemmChoice:
 
 _CACHE: dict[tuple, GemmChoice] = {}
 _SPECS: dict[int, tuple[DeviceSpec, tuple, Ceilings]] = {}
+#: ``polyrec.kernels.gemm.matmul``'s answers per call signature (its ``_dispatch_key``): the checked
+#: sizes and the choice, so a repeated call skips the checks and the selection inputs. Forgotten with
+#: the selections (``clear_cache``).
+DISPATCH: dict[tuple, tuple] = {}
 
 
 def bucket(x: int) -> int:
@@ -205,3 +209,4 @@ def clear_cache() -> None:
     """Forget every cached selection (tests; a new calibration)."""
     _CACHE.clear()
     _SPECS.clear()
+    DISPATCH.clear()

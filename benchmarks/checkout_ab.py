@@ -1,0 +1,100 @@
+"""The same training steps timed from two checkouts of polyrec, in alternating fresh processes.
+
+For a change that no switch can turn off inside one process (host-side code: the dispatch of every
+call), the baseline is the code before it. Each trial runs one checkout's trainer in a new Python
+process (``PYTHONPATH`` = that checkout) and reports ``Trainer.benchmark``; the rounds alternate the
+two checkouts so that drift over time hits both alike. The results file is written by the checkout
+this script runs from, and names both checkouts' commits.
+
+    PYTHONPATH=. python3 benchmarks/checkout_ab.py --base OLD_DIR --change NEW_DIR \\
+        [--configs mlperf-dcnv2:16384,mlperf-dcnv2:65536] [--rounds 3] [--steps 30]
+
+About 20 s per trial on an H200 with tables capped at 4M rows (``--row-cap``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from polyrec.results import write_results
+
+#: What a child process runs: build the trainer, time it, print one JSON line.
+CHILD = """
+import json, sys
+from polyrec.runtime import TrainConfig, Trainer
+preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000, synthetic_pool=4)
+trainer = Trainer(cfg, progress=False)
+print(json.dumps(trainer.benchmark(warmup=warmup, steps=steps)))
+"""
+
+
+def commit_of(checkout: Path) -> str:
+    """The checkout's git commit where it is a repository's root, else its directory's name (a copy)."""
+    try:
+        top, commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--show-toplevel", "--short", "HEAD"],
+                                     capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return checkout.name
+    return commit if Path(top).resolve() == checkout.resolve() else checkout.name
+
+
+def trial(checkout: Path, preset: str, batch: int, args) -> dict:
+    """One fresh process of ``checkout`` timing ``preset`` at ``batch``."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    done = subprocess.run([sys.executable, "-c", CHILD, preset, str(batch), str(args.row_cap), str(args.warmup),
+                           str(args.steps)], cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{checkout} {preset}@{batch} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def parse_configs(text: str) -> list[tuple[str, int]]:
+    configs = []
+    for item in text.split(","):
+        preset, _, batch = item.partition(":")
+        if not batch.isdigit():
+            raise SystemExit(f"--configs: {item!r} is not PRESET:BATCH")
+        configs.append((preset, int(batch)))
+    return configs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True, help="checkout before the change")
+    parser.add_argument("--change", type=Path, required=True, help="checkout with the change")
+    parser.add_argument("--configs", default="mlperf-dcnv2:16384,mlperf-dcnv2:65536", help="PRESET:BATCH,...")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--row-cap", type=int, default=4_000_000)
+    args = parser.parse_args()
+    checkouts = {"base": args.base.resolve(), "change": args.change.resolve()}
+    rows = []
+    for preset, batch in parse_configs(args.configs):
+        for r in range(args.rounds):
+            for name in (("base", "change") if r % 2 == 0 else ("change", "base")):
+                measured = trial(checkouts[name], preset, batch, args)
+                rows.append({"preset": preset, "batch": batch, "round": r, "checkout": name,
+                             "median_step_ms": measured["median_step_ms"], "ms_per_step": measured["ms_per_step"],
+                             "dense_host_ms": measured.get("dense_host_ms"), "dense_ms": measured.get("dense_ms")})
+                print(rows[-1], flush=True)
+    summary = {name: commit_of(path) for name, path in checkouts.items()}
+    for preset, batch in parse_configs(args.configs):
+        med = {name: statistics.median(r["median_step_ms"] for r in rows
+                                       if (r["preset"], r["batch"], r["checkout"]) == (preset, batch, name))
+               for name in checkouts}
+        summary[f"{preset}@{batch}_median_ms"] = med
+        summary[f"{preset}@{batch}_change_over_base"] = med["change"] / med["base"]
+    write_results("checkout_ab", {"rows": rows, "summary": summary}, rows=rows, summary=summary)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
