@@ -98,27 +98,3 @@ def test_the_trainer_takes_it_for_polyrecs_gpu_path_only():
     assert type(dense_optimizer(params, "adagrad", 0.1, fused=True)) is FusedAdagrad
     assert type(dense_optimizer(params, "adagrad", 0.1, fused=False)) is torch.optim.Adagrad
     assert type(dense_optimizer(params, "adam", 0.1, fused=True)) is torch.optim.Adam
-
-
-@interpreted
-def test_a_repeated_step_reuses_its_device_tables():
-    """Steps over the same tensors (gradients written in place) reuse the address tables; a new
-    gradient tensor makes new ones; the parameters follow torch.optim.Adagrad's either way."""
-    gen = torch.Generator().manual_seed(1)
-    ours = _params(gen)
-    ref = [p.detach().clone().requires_grad_() for p in ours]
-    for p, q in zip(ours, ref):
-        p.grad, q.grad = torch.zeros_like(p), torch.zeros_like(q)
-    opt, ref_opt = FusedAdagrad(ours, lr=0.05), torch.optim.Adagrad(ref, lr=0.05)
-    tables = []
-    for step in range(3):
-        for p, q in zip(ours, ref):
-            g = torch.randn(p.shape, generator=gen)
-            p.grad.copy_(g) if step < 2 else setattr(p, "grad", g.clone())
-            q.grad.copy_(g)
-        opt.step()
-        ref_opt.step()
-        tables.append(opt._tables[1])
-    assert tables[0] is tables[1] and tables[2] is not tables[1]
-    for p, q in zip(ours, ref):
-        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)

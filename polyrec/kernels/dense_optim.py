@@ -72,8 +72,6 @@ class FusedAdagrad(torch.optim.Optimizer):
                     "initial_accumulator_value": initial_accumulator_value, "foreach": None, "maximize": False,
                     "differentiable": False, "fused": None}
         super().__init__(params, defaults)
-        #: The last launch's (key, device tables): the same tensors at the same step sizes reuse them.
-        self._tables: tuple | None = None
         for group in self.param_groups:
             for p in group["params"]:
                 self.state[p]["step"] = torch.tensor(0.0)
@@ -93,32 +91,24 @@ class FusedAdagrad(torch.optim.Optimizer):
         return loss
 
     def _launch(self, params: list[torch.Tensor], group: dict) -> None:
-        """One ``adagrad_kernel`` over ``params`` (all with gradients), each at its own step."""
+        """One ``adagrad_kernel`` over ``params`` (all with gradients), each at its own step. The address
+        tables are built every step: the trainer's gradients are new tensors each step (``zero_grad(
+        set_to_none=True)``; 32 of 32 steps measured on the H200, MLPerf DLRM-DCNv2)."""
         steps = [self.state[p]["step"] for p in params]
         torch._foreach_add_(steps, 1)
         lr, decay = group["lr"], group["lr_decay"]
-        clrs = tuple(lr / (1 + (s.item() - 1) * decay) for s in steps) if decay else (lr,) * len(params)
-        key = (tuple(p.data_ptr() for p in params), tuple(p.grad.data_ptr() for p in params),
-               tuple(self.state[p]["sum"].data_ptr() for p in params), tuple(p.numel() for p in params), clrs)
-        if self._tables is None or self._tables[0] != key:
-            self._tables = (key, *self._device_tables(key, params[0].device))
-        _, ints, clr, programs = self._tables
+        clrs = [lr / (1 + (s.item() - 1) * decay) for s in steps] if decay else [lr] * len(params)
+        starts, programs = [], 0
+        for p in params:
+            starts.append(programs)
+            programs += triton.cdiv(p.numel(), BLOCK)
+        dev = params[0].device
+        ints = torch.tensor([[p.data_ptr() for p in params], [p.grad.data_ptr() for p in params],
+                             [self.state[p]["sum"].data_ptr() for p in params], [p.numel() for p in params],
+                             starts], dtype=torch.int64).to(dev, non_blocking=dev.type == "cuda")  # [5, T]
+        clr = torch.tensor(clrs, dtype=torch.float32).to(dev, non_blocking=dev.type == "cuda")  # [T]
         adagrad_kernel[(programs,)](ints[0], ints[1], ints[2], ints[3], ints[4], clr, len(params), group["eps"],
                                     BLOCK=BLOCK, T_PAD=triton.next_power_of_2(len(params)), num_warps=NUM_WARPS)
-
-    @staticmethod
-    def _device_tables(key: tuple, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """(the [5, T] int64 table of parameter, gradient and sum addresses, sizes and first programs;
-        the [T] fp32 step sizes; the programs in all) for ``_launch``'s key, on ``dev``."""
-        params, grads, sums, sizes, clrs = key
-        starts, programs = [], 0
-        for size in sizes:
-            starts.append(programs)
-            programs += triton.cdiv(size, BLOCK)
-        ints = torch.tensor([params, grads, sums, sizes, starts], dtype=torch.int64)
-        clr = torch.tensor(clrs, dtype=torch.float32)
-        return (ints.to(dev, non_blocking=dev.type == "cuda"), clr.to(dev, non_blocking=dev.type == "cuda"),
-                programs)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
