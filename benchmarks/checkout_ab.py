@@ -29,7 +29,8 @@ CHILD = """
 import json, sys
 from polyrec.runtime import TrainConfig, Trainer
 preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000, synthetic_pool=4)
+cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000, synthetic_pool=4,
+                  cuda_graphs=False)
 trainer = Trainer(cfg, progress=False)
 print(json.dumps(trainer.benchmark(warmup=warmup, steps=steps)))
 """

@@ -132,7 +132,8 @@ def safe_measure(cfg: TrainConfig, label: str, warmup: int, steps: int) -> dict[
 
 def full_config(quick: bool) -> TrainConfig:
     return TrainConfig(preset="dcnv2-small" if quick else "mlperf-dcnv2", data="synthetic:uniform",
-                       batch_size=4096 if quick else 65536, steps=10**9, synthetic_pool=4, device="cuda")
+                       batch_size=4096 if quick else 65536, steps=10**9, synthetic_pool=4, device="cuda",
+                       cuda_graphs=False)
 
 
 def first_steps_child(quick: bool) -> None:
@@ -184,7 +185,8 @@ def capped(args) -> list[dict[str, Any]]:
     rows = []
     for batch in ((4096,) if args.quick else (16384, 65536)):
         base = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", data="synthetic:uniform",
-                           batch_size=batch, steps=10**9, row_cap=CAP_ROWS, synthetic_pool=4, device="cuda")
+                           batch_size=batch, steps=10**9, row_cap=CAP_ROWS, synthetic_pool=4, device="cuda",
+                           cuda_graphs=False)
         section = f"capped {CAP_ROWS // 10**6}M"
         direct = safe_measure(direct_port_config(base), "direct port", 3, 3 if args.quick else 10)
         rows.append({"section": section, **direct})
@@ -206,7 +208,7 @@ def movielens(args) -> list[dict[str, Any]]:
     for seed in (0, 1, 2):
         common = dict(preset="dcnv2-small", data=f"movielens:{path}", steps=steps, batch_size=1024, lr=0.01,
                       embedding_optimizer="adagrad", dense_optimizer="adagrad", seed=seed, log_every=steps,
-                      device="cuda")
+                      device="cuda", cuda_graphs=False)
         for label, cfg in (("eager reference", TrainConfig(**common, embedding_backend="torch", dense_backend="torch",
                                                            precision="fp32")),
                            ("polyrec", TrainConfig(**common))):

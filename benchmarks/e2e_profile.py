@@ -51,7 +51,7 @@ def main() -> None:
                         help="also profile the host side (cProfile of the Python calls of a step)")
     args = parser.parse_args()
     cfg = TrainConfig(preset="dcnv2-small" if args.quick else args.preset, batch_size=1024 if args.quick else args.batch,
-                      row_cap=args.row_cap, steps=10_000, synthetic_pool=4)
+                      row_cap=args.row_cap, steps=10_000, synthetic_pool=4, cuda_graphs=False)
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=3, steps=5)
     rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0)

@@ -70,7 +70,8 @@ def trial(preset: str, batch: int, mode: str, *, local: set[int] | None, steps: 
     elif mode == "node":
         os.sched_setaffinity(0, local or everything)
     cfg = TrainConfig(preset=preset, data="synthetic:uniform", batch_size=batch, steps=10**6, device="cuda",
-                      precision="bf16", embedding_optimizer="rowwise_adagrad", log_every=10**9)
+                      precision="bf16", embedding_optimizer="rowwise_adagrad", log_every=10**9,
+                      cuda_graphs=False)
     try:
         trainer = Trainer(cfg, progress=False)
         trainer.sync()

@@ -92,7 +92,7 @@ def main() -> None:
 
     cfg = TrainConfig(preset=args.preset, data="synthetic:uniform", batch_size=args.batch, steps=args.warmup + 1,
                       device="cuda", precision="bf16", embedding_optimizer="rowwise_adagrad", row_cap=args.row_cap,
-                      log_every=10**9)
+                      log_every=10**9, cuda_graphs=False)
     trainer = Trainer(cfg, progress=False)
     for _ in range(args.warmup):
         trainer.train_step()

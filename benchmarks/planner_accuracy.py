@@ -127,7 +127,7 @@ def measure(case: Case, *, warmup: int, steps: int) -> dict:
     cfg = TrainConfig(preset=case.preset, data=f"synthetic:{case.distribution}", batch_size=case.batch,
                       steps=warmup + steps, device="cuda", precision=case.precision,
                       embedding_optimizer=case.optimizer, embedding_dtype=case.rows, row_cap=case.row_cap,
-                      log_every=10**9)
+                      log_every=10**9, cuda_graphs=False)
     row = bench.measure(cfg, label=case.model_label, warmup=warmup, steps=steps)
     gc.collect()
     torch.cuda.empty_cache()

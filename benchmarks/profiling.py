@@ -51,7 +51,7 @@ def mlperf_trainer():
     from polyrec.runtime import TrainConfig, Trainer
 
     cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=65536, steps=10**9,
-                      synthetic_pool=4, device="cuda")
+                      synthetic_pool=4, device="cuda", cuda_graphs=False)
     return Trainer(cfg, progress=False)
 
 

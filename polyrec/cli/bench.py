@@ -13,7 +13,7 @@ from polyrec.runtime import TrainConfig
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
 
-COLUMNS = ("path", "samples_per_s", "ms_per_step", "first_steps_s", "peak_gb")
+COLUMNS = ("path", "cuda_graphs", "samples_per_s", "ms_per_step", "first_steps_s", "peak_gb")
 PHASE_COLUMNS = ("path", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms")
 
 
@@ -34,7 +34,8 @@ def e2e_command(
     warmup: int = typer.Option(5, help="Untimed first steps per path (their wall time is reported)."),
     row_cap: int | None = typer.Option(None, help="Cut every table to at most this many rows."),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
-    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="polyrec's path with CUDA graphs (GPU)."),
+    cuda_graphs: bool | None = typer.Option(None, "--cuda-graphs/--no-cuda-graphs", show_default="auto",
+                                           help="polyrec's path with CUDA graphs (GPU); default as polyrec train."),
     pipeline: str = typer.Option("sync", help="polyrec's path: sync or semi-sync (see polyrec train --help)."),
     synthetic_pool: int = typer.Option(4, help="Synthetic batches generated once and cycled (0: a new one per step)."),
     seed: int = typer.Option(0),
@@ -44,8 +45,8 @@ def e2e_command(
     from polyrec.runtime.bench import e2e
 
     base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
-                       device=device, cuda_graphs=cuda_graphs, seed=seed, synthetic_pool=synthetic_pool,
-                       pipeline=pipeline)
+                       device=device, cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, seed=seed,
+                       synthetic_pool=synthetic_pool, pipeline=pipeline)
     out = e2e(base, warmup=warmup, steps=steps)
     if as_json:
         typer.echo(json.dumps(out, indent=1))

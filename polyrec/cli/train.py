@@ -26,7 +26,7 @@ def summary_table(result: TrainResult, trainer: Trainer) -> Table:
             ("device / precision", f"{trainer.rt.device} / {str(trainer.rt.compute_dtype).removeprefix('torch.')}"),
             ("embeddings / dense", f"{trainer.rt.embedding_backend} ({trainer.cfg.embedding_dtype} rows) / "
                                    f"{trainer.rt.dense_backend}"),
-            ("samples/s", f"{result.samples_per_s:,.0f}")]
+            ("cuda graphs", trainer.graphs.reason), ("samples/s", f"{result.samples_per_s:,.0f}")]
     if result.final_auc is not None:
         rows.append(("eval AUC", f"{result.final_auc:.4f}"))
     rows += [(f"ms/step {phase}", f"{ms:.2f}") for phase, ms in result.timing_ms.items()]
@@ -67,7 +67,9 @@ def train(
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Count and skip malformed rows."),
     pipeline: str = typer.Option("sync", help="sync, or semi-sync: each lookup reads the tables one update old "
                                  "and overlaps the dense layers (TorchRec's semi-synchronous pipeline)."),
-    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA-graph the dense forward+backward (GPU)."),
+    cuda_graphs: bool | None = typer.Option(None, "--cuda-graphs/--no-cuda-graphs", show_default="auto",
+                                           help="CUDA-graph the dense forward+backward (GPU). Default: where the "
+                                                "planner predicts the eager step host-bound."),
     cpu_threads: int = typer.Option(0, help="CPU intra-op threads (0: torch's default). 1 avoids OpenMP "
                                     "spin-waits when other jobs share the cores."),
     metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
@@ -84,7 +86,8 @@ def train(
                       embedding_dtype=embedding_dtype, row_cap=row_cap,
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                      skip_bad_rows=skip_bad_rows, pipeline=pipeline, cuda_graphs=cuda_graphs, cpu_threads=cpu_threads,
+                      skip_bad_rows=skip_bad_rows, pipeline=pipeline, cuda_graphs="auto" if cuda_graphs is None else cuda_graphs,
+                      cpu_threads=cpu_threads,
                       metrics_path=metrics, plan=plan)
     completed = False
     try:

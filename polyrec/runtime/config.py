@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from polyrec.models import default_backends
+from polyrec.runtime.graphs import check_choice
 
 
 @dataclass(kw_only=True, slots=True)
@@ -41,7 +42,7 @@ class TrainConfig:
     skip_bad_rows: bool = False  # count and skip malformed input rows instead of stopping at the first
     pipeline: str = "sync"  # "sync", or "semi-sync": lookups one update stale, overlapped on a side stream
     overlap_streams: bool = True  # semi-sync on a GPU: False keeps its order on one stream (for checking)
-    cuda_graphs: bool = False  # capture the dense forward+backward in a CUDA graph (GPU only)
+    cuda_graphs: bool | str = "auto"  # CUDA-graph the dense forward+backward: True, False, or "auto" (runtime.graphs)
     synthetic_pool: int = 0  # > 0: synthetic training batches repeat with this period (no generation cost)
     cpu_threads: int = 0  # torch intra-op threads on the CPU; 0 keeps torch's default (one per core)
     metrics_path: Path | None = None  # JSON-lines log; default checkpoint_dir/metrics.jsonl when there is one
@@ -79,7 +80,8 @@ def resolve(cfg: TrainConfig) -> Resolved:
         raise ValueError(f"precision must be auto, bf16 or fp32, got {cfg.precision!r}")
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
     emb_default, dense_default = default_backends(device)
-    if cfg.cuda_graphs and device.type != "cuda":
+    check_choice(cfg.cuda_graphs)
+    if cfg.cuda_graphs is True and device.type != "cuda":
         raise ValueError("--cuda-graphs needs a CUDA/ROCm GPU")
     if cfg.pipeline not in ("sync", "semi-sync"):
         raise ValueError(f"pipeline must be sync or semi-sync, got {cfg.pipeline!r}")

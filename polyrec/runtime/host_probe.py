@@ -69,7 +69,8 @@ def probe_windows_ms(preset: str, windows: int) -> list[float]:
         raise ValueError(f"host probe: windows must be >= 1, got {windows}")
     cfg = TrainConfig(preset=preset, data="synthetic:uniform", batch_size=PROBE_BATCH,
                       steps=PROBE_WARMUP + windows * PROBE_STEPS, device="cuda", precision="bf16",
-                      embedding_optimizer="rowwise_adagrad", row_cap=PROBE_ROW_CAP, log_every=10**9)
+                      embedding_optimizer="rowwise_adagrad", row_cap=PROBE_ROW_CAP, log_every=10**9,
+                      cuda_graphs=False)
     trainer = Trainer(cfg, progress=False)
     return [step_without_data_ms(trainer.benchmark(warmup=PROBE_WARMUP if w == 0 else 0, steps=PROBE_STEPS))
             for w in range(windows)]

@@ -31,6 +31,7 @@ from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
+from polyrec.runtime.graphs import choose_graphs
 from polyrec.runtime.plan_apply import apply_plan, load_plan
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 from polyrec.runtime.trainer_state import TrainerState
@@ -145,6 +146,7 @@ class Trainer(TrainerState):
         if self.distributed:
             on_last_bucket = sharded.update_after_current if sharded.updates_beside else None
             self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx, on_last_bucket=on_last_bucket)
+        self.graphs = choose_graphs(cfg, self.rt, self.model_config, self.distributed)
         self._graphed = False
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0
@@ -170,14 +172,14 @@ class Trainer(TrainerState):
         if self.rt.embedding_backend != "polyrec":
             raise ValueError("training on several ranks shards the tables with polyrec's TBE: use "
                              "--embedding-backend polyrec (or auto on a GPU)")
-        if cfg.pipeline != "sync" or cfg.cuda_graphs:
+        if cfg.pipeline != "sync" or cfg.cuda_graphs is True:
             raise ValueError("training on several ranks supports --pipeline sync without --cuda-graphs")
 
     # --- one step -------------------------------------------------------------------------------------
 
     def _maybe_graph(self, batch: Batch, emb: torch.Tensor) -> None:
         """Replace the dense loss by a CUDA-graphed copy, captured on the first batch's shapes."""
-        if not self.cfg.cuda_graphs or self._graphed:
+        if not self.graphs.on or self._graphed:
             return
         sample = (batch.dense.clone(), emb.detach().clone().requires_grad_(), batch.labels.clone())
         self.dense_loss = torch.cuda.make_graphed_callables(self.dense_loss, sample)
@@ -387,6 +389,7 @@ class Trainer(TrainerState):
         self.log.write({"event": "start", "step": self.step, "config": cfg.as_dict(), "device": str(self.rt.device),
                         "embedding_backend": self.rt.embedding_backend, "dense_backend": self.rt.dense_backend,
                         "compute_dtype": str(self.rt.compute_dtype).removeprefix("torch."),
+                        "cuda_graphs": self.graphs.on, "cuda_graphs_reason": self.graphs.reason,
                         "model": dataclasses.asdict(self.model_config)})
         start_step, train_seconds = self.step, 0.0
         self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only

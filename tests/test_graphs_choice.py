@@ -1,0 +1,80 @@
+"""The trainer's CUDA-graph choice (polyrec.runtime.graphs): as asked, or by the planner's host vs
+device prediction; eager where the planner does not model the run."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from polyrec.hardware.catalog import get_device
+from polyrec.models import preset
+from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime import graphs
+from polyrec.runtime.config import resolve
+
+
+def _rt(device: str = "cuda", emb: str = "polyrec", dense: str = "polyrec"):
+    return SimpleNamespace(device=torch.device(device), embedding_backend=emb, dense_backend=dense,
+                           compute_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_choice_other_than_true_false_or_auto_is_refused(value):
+    with pytest.raises(ValueError, match="cuda_graphs must be True, False or 'auto'"):
+        resolve(TrainConfig(cuda_graphs=value, device="cpu"))
+
+
+def test_graphs_asked_on_the_cpu_are_refused_and_auto_stays_eager():
+    with pytest.raises(ValueError, match="needs a CUDA/ROCm GPU"):
+        resolve(TrainConfig(cuda_graphs=True, device="cpu"))
+    trainer = Trainer(TrainConfig(device="cpu", batch_size=64, steps=1), progress=False)
+    assert trainer.graphs == graphs.GraphChoice(on=False, reason="auto: eager (no GPU)")
+
+
+def test_auto_follows_the_predicted_bound(monkeypatch):
+    """Graphed exactly where the predicted host time of the eager step exceeds its device time."""
+    cfg, model = TrainConfig(), preset("dcnv2-small")
+    for host, device, on in ((7.0, 5.0, True), (5.0, 7.0, False), (5.0, 5.0, False)):
+        monkeypatch.setattr(graphs, "predicted_host_and_device_ms", lambda *args, h=host, d=device: (h, d))
+        choice = graphs.choose_graphs(cfg, _rt(), model, distributed=False)
+        assert choice.on is on and f"host {host:.1f} ms" in choice.reason
+    assert graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=False), _rt(), model, False).on is False
+    assert graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=True), _rt("cpu"), model, False).on is True
+
+
+@pytest.mark.parametrize("change,rt,distributed,why", [
+    ({}, _rt("cpu"), False, "no GPU"), ({}, _rt(), True, "several ranks"),
+    ({"pipeline": "semi-sync"}, _rt(), False, "semi-sync"), ({}, _rt(emb="torch"), False, "torch layers"),
+    ({}, _rt(dense="torch"), False, "torch layers")])
+def test_auto_stays_eager_where_the_planner_does_not_model_the_run(monkeypatch, change, rt, distributed, why):
+    monkeypatch.setattr(graphs, "predicted_host_and_device_ms", lambda *args: pytest.fail("planner asked"))
+    choice = graphs.choose_graphs(dataclasses.replace(TrainConfig(), **change), rt, preset("dcnv2-small"),
+                                  distributed)
+    assert not choice.on and why in choice.reason
+
+
+def test_no_prediction_is_named_not_hidden(monkeypatch):
+    def refuse(*args):
+        raise ValueError("unknown device 'XPU-9'")
+
+    monkeypatch.setattr(graphs, "predicted_host_and_device_ms", refuse)
+    choice = graphs.choose_graphs(TrainConfig(), _rt(), preset("dcnv2-small"), False)
+    assert not choice.on and "no prediction: unknown device 'XPU-9'" in choice.reason
+
+
+@pytest.mark.parametrize("name,batch,row_cap,host_bound", [("mlperf-dcnv2", 16384, 4_000_000, True),
+                                                           ("dcnv2-small", 16384, None, True),
+                                                           ("mlperf-dcnv2", 65536, None, False)])
+def test_the_planner_predicts_the_h200_bounds_that_were_measured(monkeypatch, name, batch, row_cap, host_bound):
+    """On an H200 (its catalog entry, no calibration), the eager steps measured host-bound (MLPerf
+    capped and dcnv2-small at 16384: 6.9-11.6 and 6.0-7.7 ms eager against 5.6 ms graphed / less device
+    time) are predicted so, and full-size MLPerf at 65536 (19.5 ms, device-bound) is not."""
+    h200 = get_device("H200")
+    monkeypatch.setattr("polyrec.hardware.detect.detect", lambda index=0: SimpleNamespace(spec=h200))
+    model = preset(name) if row_cap is None else preset(name).with_capped_rows(row_cap)
+    cfg = TrainConfig(preset=name, batch_size=batch, row_cap=row_cap)
+    host_ms, device_ms = graphs.predicted_host_and_device_ms(cfg, _rt(), model)
+    assert (host_ms > device_ms) is host_bound, (host_ms, device_ms)
