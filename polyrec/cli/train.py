@@ -86,8 +86,8 @@ def train(
                       embedding_dtype=embedding_dtype, row_cap=row_cap,
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                      skip_bad_rows=skip_bad_rows, pipeline=pipeline, cuda_graphs="auto" if cuda_graphs is None else cuda_graphs,
-                      cpu_threads=cpu_threads,
+                      skip_bad_rows=skip_bad_rows, pipeline=pipeline,
+                      cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, cpu_threads=cpu_threads,
                       metrics_path=metrics, plan=plan)
     completed = False
     try:
