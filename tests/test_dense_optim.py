@@ -98,3 +98,28 @@ def test_the_trainer_takes_it_for_polyrecs_gpu_path_only():
     assert type(dense_optimizer(params, "adagrad", 0.1, fused=True)) is FusedAdagrad
     assert type(dense_optimizer(params, "adagrad", 0.1, fused=False)) is torch.optim.Adagrad
     assert type(dense_optimizer(params, "adam", 0.1, fused=True)) is torch.optim.Adam
+
+
+@interpreted
+def test_tables_are_kept_by_address_and_step_size(monkeypatch):
+    """Steps whose gradients sit at addresses seen before reuse those tables (two gradient buffers
+    taken in turn, as the trainer's allocator does); a new address builds new ones; the parameters
+    follow torch.optim.Adagrad's throughout (a stale table would update from the wrong gradient)."""
+    monkeypatch.setattr(dense_optim, "TABLES_KEPT", 2)
+    gen = torch.Generator().manual_seed(1)
+    ours = _params(gen)
+    ref = [p.detach().clone().requires_grad_() for p in ours]
+    buffers = [[torch.zeros_like(p) for p in ours] for _ in range(3)]
+    opt, ref_opt = FusedAdagrad(ours, lr=0.05), torch.optim.Adagrad(ref, lr=0.05)
+    built = []
+    real = dense_optim._device_tables
+    monkeypatch.setattr(dense_optim, "_device_tables", lambda *args: built.append(1) or real(*args))
+    for step, which in enumerate((0, 1, 0, 1, 2, 0)):
+        for p, q, buf in zip(ours, ref, buffers[which]):
+            g = torch.randn(p.shape, generator=gen)
+            p.grad, q.grad = buf.copy_(g), g.clone()
+        opt.step()
+        ref_opt.step()
+    assert len(built) == 4  # buffers 0 and 1, then 2 (the cache of two starts over), then 0 again
+    for p, q in zip(ours, ref):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
