@@ -78,3 +78,18 @@ def test_the_planner_predicts_the_h200_bounds_that_were_measured(monkeypatch, na
     cfg = TrainConfig(preset=name, batch_size=batch, row_cap=row_cap)
     host_ms, device_ms = graphs.predicted_host_and_device_ms(cfg, _rt(), model)
     assert (host_ms > device_ms) is host_bound, (host_ms, device_ms)
+
+
+def test_a_one_gpu_plan_says_when_the_trainer_will_graph():
+    """`polyrec plan` names the host-bound case the trainer's auto choice graphs (one GPU only: on
+    several ranks the trainer stays eager)."""
+    from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
+
+    spec = model_spec_from_config(preset("dcnv2-small"))
+    small = make_plan(spec, parse_fleet("H200"), PlanConstraints(batch_per_gpu=1024, weight_dtypes=("fp32",)))
+    assert any("host-bound" in n and "CUDA-graphs" in n for n in small.notes)
+    full = make_plan(model_spec_from_config(preset("mlperf-dcnv2")), parse_fleet("H200"),
+                     PlanConstraints(batch_per_gpu=65536, weight_dtypes=("fp32",)))
+    assert not any("host-bound" in n for n in full.notes)
+    pair = make_plan(spec, parse_fleet("H200x2"), PlanConstraints(batch_per_gpu=1024, weight_dtypes=("fp32",)))
+    assert not any("CUDA-graphs" in n for n in pair.notes)

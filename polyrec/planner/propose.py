@@ -184,6 +184,9 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
     cached = [t.table for t in best.tables if t.memory == "host_cached"]
     if cached:
         notes.append(f"host memory with an HBM cache for {', '.join(cached)}")
+    if fleet.world_size == 1 and step.host_excess_ms > 0:
+        notes.append(f"the eager step is host-bound by {step.host_excess_ms:.1f} ms: `polyrec train` CUDA-graphs "
+                     f"the dense half here (--cuda-graphs auto, polyrec.runtime.graphs)")
     return Plan(model=model, fleet=fleet, batch_per_gpu=best.batch, dense_dtype=c.dense_dtype,
                 dense_optimizer=c.dense_optimizer, overlap=c.overlap if fleet.world_size > 1 else "none",
                 tables=tuple(best.tables), kernels=dict(sorted(best.estimate.kernels.items())), step=step,
