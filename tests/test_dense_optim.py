@@ -4,6 +4,7 @@ and its kernel's compile fit on sm_90 / gfx942 / gfx950."""
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 import torch
@@ -122,4 +123,39 @@ def test_tables_are_kept_by_address_and_step_size(monkeypatch):
         ref_opt.step()
     assert len(built) == 4  # buffers 0 and 1, then 2 (the cache of two starts over), then 0 again
     for p, q in zip(ours, ref):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+@interpreted
+def test_step_counts_stay_right_across_a_state_dict_and_partial_steps():
+    """The step counts (one shared tensor of views) follow torch's through steps where one parameter
+    has no gradient, a state dict saved and loaded into a new optimizer, and a count set by hand
+    (unlinked: counted on its own); with lr_decay the step size depends on them."""
+    gen = torch.Generator().manual_seed(2)
+    ours = _params(gen)
+    ref = [p.detach().clone().requires_grad_() for p in ours]
+    opt = FusedAdagrad(ours, lr=0.05, lr_decay=0.3)
+    ref_opt = torch.optim.Adagrad(ref, lr=0.05, lr_decay=0.3)
+
+    def step(skip: int | None = None) -> None:
+        for i, (p, q) in enumerate(zip(ours, ref)):
+            g = None if i == skip else torch.randn(p.shape, generator=gen)
+            p.grad, q.grad = (None, None) if g is None else (g.clone(), g.clone())
+        opt.step()
+        ref_opt.step()
+
+    step()
+    step(skip=1)
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)  # as a checkpoint: the shared counts saved once, views of them
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    opt = FusedAdagrad(ours, lr=0.05, lr_decay=0.3)
+    opt.load_state_dict(saved)
+    assert all(opt.state[p]["step"]._base is opt._counts for p in ours)  # linked again after the load
+    step()
+    opt.state[ours[2]]["step"] = opt.state[ours[2]]["step"].clone()
+    step()
+    for p, q in zip(ours, ref):
+        assert opt.state[p]["step"].item() == ref_opt.state[q]["step"].item()
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)

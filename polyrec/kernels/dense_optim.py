@@ -67,7 +67,8 @@ class FusedAdagrad(torch.optim.Optimizer):
     """``torch.optim.Adagrad`` (no weight decay) as one ``adagrad_kernel`` launch per step and group.
 
     Same hyperparameters and defaults (lr 1e-2, lr_decay 0, eps 1e-10, initial_accumulator_value 0),
-    the same state (``sum`` like the parameter, ``step`` a CPU float tensor) and state dict."""
+    the same state (``sum`` like the parameter, ``step`` a CPU float tensor: here a view into one
+    tensor of every parameter's count) and state dict."""
 
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0, eps: float = 1e-10,
                  initial_accumulator_value: float = 0.0) -> None:
@@ -84,6 +85,18 @@ class FusedAdagrad(torch.optim.Optimizer):
             for p in group["params"]:
                 self.state[p]["step"] = torch.tensor(0.0)
                 self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value)
+        self._link_steps()
+        self.register_load_state_dict_post_hook(lambda optimizer: optimizer._link_steps())
+
+    def _link_steps(self) -> None:
+        """Make every parameter's ``step`` (torch's per-parameter CPU tensor) a view into one tensor of
+        all the counts, group by group, so that a step of a group whose parameters all have gradients is
+        one add (a foreach add over 25 tensors took 166 us of the GPU machine's host per step). After a
+        state dict is loaded the counts are linked again (the hook in ``__init__``)."""
+        params = [p for group in self.param_groups for p in group["params"]]
+        self._counts = torch.tensor([float(self.state[p]["step"]) for p in params])  # [all parameters]
+        for i, p in enumerate(params):
+            self.state[p]["step"] = self._counts[i]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -95,15 +108,24 @@ class FusedAdagrad(torch.optim.Optimizer):
             for p in live:
                 _check(p)
             if live:
+                self._count_step(live)
                 self._launch(live, group)
         return loss
 
+    def _count_step(self, live: list[torch.Tensor]) -> None:
+        """Add one to the step count of each parameter in ``live`` (a group's with gradients)."""
+        steps = [self.state[p]["step"] for p in live]
+        first = steps[0].storage_offset()
+        if all(s._base is self._counts and s.storage_offset() == first + i for i, s in enumerate(steps)):
+            self._counts[first:first + len(steps)] += 1  # exactly these counts: adjacent views (_link_steps)
+        else:  # a parameter without a gradient between them, or a count replaced by hand
+            torch._foreach_add_(steps, 1)
+
     def _launch(self, params: list[torch.Tensor], group: dict) -> None:
         """One ``adagrad_kernel`` over ``params`` (all with gradients), each at its own step."""
-        steps = [self.state[p]["step"] for p in params]
-        torch._foreach_add_(steps, 1)
         lr, decay = group["lr"], group["lr_decay"]
-        clrs = tuple(lr / (1 + (s.item() - 1) * decay) for s in steps) if decay else (lr,) * len(params)
+        clrs = (tuple(lr / (1 + (self.state[p]["step"].item() - 1) * decay) for p in params) if decay
+                else (lr,) * len(params))
         key = (tuple(p.data_ptr() for p in params), tuple(p.grad.data_ptr() for p in params),
                tuple(self.state[p]["sum"].data_ptr() for p in params), tuple(p.numel() for p in params), clrs)
         tables = self._tables.get(key)
