@@ -1,0 +1,31 @@
+"""benchmarks/checkout_ab.py's plumbing on the CPU: one trial in a fresh process of a checkout, the
+commit naming, bad --configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from benchmark_util import load_benchmark
+
+ROOT = Path(__file__).parents[1]
+ab = load_benchmark("checkout_ab")
+
+
+def test_a_trial_times_the_checkouts_own_trainer_in_a_new_process():
+    measured = ab.trial(ROOT, "dcnv2-small", 64, SimpleNamespace(row_cap=1000, warmup=1, steps=2))
+    assert measured["median_step_ms"] > 0 and measured["ms_per_step"] > 0
+
+
+def test_a_checkout_is_named_by_its_commit_or_its_directory(tmp_path):
+    assert ab.commit_of(tmp_path) == tmp_path.name
+    name = ab.commit_of(ROOT)
+    assert name == ROOT.name or (len(name) >= 7 and all(c in "0123456789abcdef" for c in name))
+
+
+def test_configs_must_name_a_preset_and_a_batch():
+    assert ab.parse_configs("mlperf-dcnv2:16384,dcnv2-small:64") == [("mlperf-dcnv2", 16384), ("dcnv2-small", 64)]
+    with pytest.raises(SystemExit, match="not PRESET:BATCH"):
+        ab.parse_configs("mlperf-dcnv2")
