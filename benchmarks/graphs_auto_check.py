@@ -1,7 +1,8 @@
 """Does ``--cuda-graphs auto`` pick the faster of eager and graphed? Measured on the GPU, per config.
 
-For each configuration the trainer is built three times: with "auto" (its choice and reason are
-recorded; nothing is timed), eager and graphed (both timed, ``Trainer.benchmark``). A row is right
+For each configuration auto's choice and reason are asked as the trainer asks them
+(``polyrec.runtime.graphs.choose_graphs``; nothing is built or timed), then the trainer is built
+eager and graphed (both timed, ``Trainer.benchmark``). A row is right
 when auto's choice is the faster measured path, or the two are within ``TIE`` of each other.
 
     PYTHONPATH=. python3 benchmarks/graphs_auto_check.py [--steps 30]
@@ -17,8 +18,11 @@ import gc
 
 import torch
 
+from polyrec.models import preset
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime.config import resolve
+from polyrec.runtime.graphs import choose_graphs
 
 #: (preset, batch): host-bound and device-bound steps of the three presets.
 CONFIGS = (("mlperf-dcnv2", 16384), ("mlperf-dcnv2", 65536), ("dcnv2-small", 16384), ("dcnv2-small", 65536),
@@ -48,8 +52,8 @@ def main() -> None:
     for name, batch in CONFIGS:
         base = TrainConfig(preset=name, batch_size=batch, row_cap=args.row_cap, steps=10**9, synthetic_pool=4,
                            device="cuda")
-        choice = Trainer(base, progress=False).graphs
-        gc.collect()
+        model = preset(name).with_capped_rows(args.row_cap)  # synthetic data keeps the preset's tables
+        choice = choose_graphs(base, resolve(base), model, distributed=False)
         eager = timed(dataclasses.replace(base, cuda_graphs=False), args.steps)
         graphed = timed(dataclasses.replace(base, cuda_graphs=True), args.steps)
         faster = graphed < eager
