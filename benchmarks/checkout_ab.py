@@ -7,7 +7,10 @@ two checkouts so that drift over time hits both alike. The results file is writt
 this script runs from, and names both checkouts' commits.
 
     PYTHONPATH=. python3 benchmarks/checkout_ab.py --base OLD_DIR --change NEW_DIR \\
-        [--configs mlperf-dcnv2:16384,mlperf-dcnv2:65536] [--rounds 3] [--steps 30]
+        [--configs mlperf-dcnv2:16384,mlperf-dcnv2:65536] [--rounds 3] [--steps 30] [--cuda-graphs]
+
+Both checkouts run the dense half eager, or with ``--cuda-graphs`` both graphed (a checkout from before
+the trainer's "auto" default takes the same True / False).
 
 About 20 s per trial on an H200 with tables capped at 4M rows (``--row-cap``).
 """
@@ -30,7 +33,7 @@ import json, sys
 from polyrec.runtime import TrainConfig, Trainer
 preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000, synthetic_pool=4,
-                  cuda_graphs=False)
+                  cuda_graphs=sys.argv[6] == "graphs")
 trainer = Trainer(cfg, progress=False)
 print(json.dumps(trainer.benchmark(warmup=warmup, steps=steps)))
 """
@@ -49,8 +52,9 @@ def commit_of(checkout: Path) -> str:
 def trial(checkout: Path, preset: str, batch: int, args) -> dict:
     """One fresh process of ``checkout`` timing ``preset`` at ``batch``."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
+    mode = "graphs" if args.cuda_graphs else "eager"
     done = subprocess.run([sys.executable, "-c", CHILD, preset, str(batch), str(args.row_cap), str(args.warmup),
-                           str(args.steps)], cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
+                           str(args.steps), mode], cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"{checkout} {preset}@{batch} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -75,6 +79,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--row-cap", type=int, default=4_000_000)
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="graph the dense half in both checkouts (default: eager in both)")
     args = parser.parse_args()
     checkouts = {"base": args.base.resolve(), "change": args.change.resolve()}
     rows = []
@@ -86,7 +92,8 @@ def main() -> None:
                              "median_step_ms": measured["median_step_ms"], "ms_per_step": measured["ms_per_step"],
                              "dense_host_ms": measured.get("dense_host_ms"), "dense_ms": measured.get("dense_ms")})
                 print(rows[-1], flush=True)
-    summary = {name: commit_of(path) for name, path in checkouts.items()}
+    summary = {name: commit_of(path) for name, path in checkouts.items()} | {
+        "cuda_graphs": args.cuda_graphs}
     for preset, batch in parse_configs(args.configs):
         med = {name: statistics.median(r["median_step_ms"] for r in rows
                                        if (r["preset"], r["batch"], r["checkout"]) == (preset, batch, name))

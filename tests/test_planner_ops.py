@@ -115,6 +115,26 @@ def test_gemm_launches_follow_the_backend():
     assert gemm_launches("library", 1, "cross_grad") == Launches(triton=1, torch_ops=3)  # + the bias sum
 
 
+def test_tbe_launches_count_the_selected_merge_levels():
+    """The backward issues a permute and an update per module, then the merge levels of the config its
+    selector picks: MLPerf DLRM-DCNv2 on one H200 at batch 65536 (one fp32 module, 14.02M ids, bf16
+    output gradient) takes 8-tile merge programs, 4 levels (9 with one tile per program)."""
+    from polyrec.planner import parse_fleet
+    from polyrec.planner.estimate import Estimator, _module_key, shard_loads
+    from polyrec.planner.types import TablePlan
+
+    assert host.tbe_launches([4, 9]) == (Launches(triton=2, torch_ops=2 * host.TBE_FWD_TORCH_OPS),
+                                         Launches(triton=2 * 2 + 13, torch_ops=2 * host.TBE_BWD_TORCH_OPS))
+    assert host.tbe_launches([]) == (Launches(), Launches())
+    spec = model_spec_from_config(preset("mlperf-dcnv2"))
+    est = Estimator(spec, parse_fleet("H200"))
+    plans = [TablePlan(table=t.name, sharding="table_wise", ranks=(0,), weight_dtype="fp32", optimizer="rowwise_adagrad",
+                       memory="hbm") for t in spec.tables]
+    loads = shard_loads(spec, plans, 65536, 1)
+    assert sum(s.accesses for s in loads) == 214 * 65536
+    assert est.tbe_merge_levels("H200", _module_key(loads)) == 4
+
+
 def test_host_costs_are_the_fitted_ones_and_say_so():
     c = host_costs()
     assert (c.triton_launch_s, c.torch_op_s) == (host.FITTED_TRITON_LAUNCH_S, host.FITTED_TORCH_OP_S)

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
-from polyrec.perfmodel.tbe import ForwardTile, UpdateShape, forward_seconds, update_fits_registers, update_seconds
+from polyrec.perfmodel.tbe import (MERGE_LEVEL_HOST_S, ForwardTile, UpdateShape, forward_seconds, update_fits_registers,
+                                   update_seconds)
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +100,9 @@ LANE_CAP_MAX_STATE_TILES = 1
 #: Tiles of LEVEL_TILE partial slots one merge-level program may take in turn, carrying open runs
 #: (``tbe_backward.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
 #: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels). The selector takes the one
-#: the model prices lower (``merge_seconds``; 8 on every MLPerf case). Measured in one process
+#: the model prices lower (``merge_seconds``, with each level's host issue, ``MERGE_LEVEL_HOST_S``: on
+#: device time alone it took 1 under 8-tile lane programs, 9 levels at MLPerf's batch 65536, for ~12 us
+#: of device time against 5 launches of host). Measured in one process
 #: (tbe_breakdown_*_mergeab_nvidia-h200_2026-11-30 at 598c161), merge kernels per step 1 -> 8:
 #: bf16 output gradient 2.11 -> 1.55 ms uniform, 3.30 -> 2.61 skewed; fp32 0.31 -> 0.33 uniform,
 #: 0.48 -> 0.47 skewed (whole step 10.17 -> 9.65, 9.63 -> 8.97, 9.38 -> 9.40, 8.18 -> 8.17 ms).
@@ -256,21 +259,23 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
                   unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
                   one_dim: bool = False) -> UpdateConfig:
     """The update config (variant, tile, warps, merge chunks) with the least predicted time
-    (``polyrec.perfmodel.tbe.update_seconds``); ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
+    (``polyrec.perfmodel.tbe.update_seconds`` with the merge levels taking at least their host issue,
+    ties broken by device time alone); ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
     ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
     gradient's element size (the module's output dtype); ``one_dim``: every table has the same dim."""
     ceil = ceilings(spec)
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
-    best, best_s = None, math.inf
+    best, best_s = None, (math.inf, math.inf)
     for cand in update_candidates(block_d, spec.warp_size, stochastic, spec.vendor, state_tiles, one_dim):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             merge_chunks=cand.merge_chunks, grad_bytes=grad_bytes, one_dim=one_dim,
                             elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
         if not update_fits_registers(shape, spec):
             continue
-        seconds = update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
-                                 grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row)
+        seconds = tuple(update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
+                                       grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row,
+                                       level_issue_s=issue) for issue in (MERGE_LEVEL_HOST_S, 0.0))
         if seconds < best_s:
             best, best_s = cand, seconds
     return best

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
+from polyrec.perfmodel.gemm import TRITON_PASS_HOST_S
 
 #: DRAM access granularity in bytes, per vendor (sources in the module docstring).
 GATHER_GRANULARITY = {"nvidia": 32, "amd": 64}
@@ -350,6 +351,12 @@ LEVEL_TILE = 8
 #: crossings (0.27 and 0.50) of the previous code; the capped tables' crossing is not re-measured.
 MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
+#: Host seconds to issue one merge level (a Triton launch of ~20 arguments), priced as the GEMM's
+#: epilogue-pass launch (``polyrec.perfmodel.gemm.TRITON_PASS_HOST_S``, 35 us). The levels depend on one
+#: another and each runs for a few microseconds of device time past the first, so a merge of many levels
+#: finishes when the host has issued them: the selector weighs this (``merge_seconds``'s ``issue_s``);
+#: the planner's device estimate does not (it counts the launches in ``planner.host``).
+MERGE_LEVEL_HOST_S = TRITON_PASS_HOST_S
 #: Fraction of the copy rate the update's traffic reaches (rows read and written back in place plus
 #: gradient slices gathered in sorted order), by the output gradient's element size. Each fitted on one
 #: row, the config the selector runs at e041e0d + the register cap (TILE 8, 8-tile chunks, 152 registers;
@@ -542,6 +549,12 @@ def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:
     return levels
 
 
+def update_merge_levels(nnz: float, span: int, chunks: int) -> int:
+    """Merge levels after an update over ``nnz`` sorted positions, ``span`` per update program, with
+    ``chunks`` tiles of LEVEL_TILE slots per merge-level program."""
+    return merge_levels(max(1, math.ceil(nnz / span)), LEVEL_TILE * chunks)
+
+
 def issue_seconds(instructions: float, fraction: float, spec: DeviceSpec) -> float:
     """Time to issue ``instructions`` thread instructions at ``fraction`` of the device's issue rate
     (ISSUE_LANES_PER_CLK per compute unit and clock)."""
@@ -555,7 +568,7 @@ def rounding_seconds(elements: float, kernel: str, spec: DeviceSpec) -> float:
 
 
 def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float, spec: DeviceSpec,
-                  ceil: Ceilings, chunks: int = 1, rounded_block_d: int = 0) -> float:
+                  ceil: Ceilings, chunks: int = 1, rounded_block_d: int = 0, issue_s: float = 0.0) -> float:
     """Merge of runs crossing update-program ends (``tile``: sorted positions per update program;
     ``chunks``: tiles of LEVEL_TILE slots per merge-level program): the pieces the update parks
     (written, then read by the first level: a program end splits a run with the chance that the next
@@ -564,7 +577,9 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     serial walk of its last program over the tiles after its first (counted: MERGE_EMPTY_TRIPS each,
     not fitted; one tile's chain is in the fit of the trips). ``rounded_block_d``: BLOCK_D of rows stored
     with stochastic rounding (0: fp32 rows): the tiles that hold a piece round every element
-    (``rounding_seconds``), and the rounding's registers leave fewer programs resident."""
+    (``rounding_seconds``), and the rounding's registers leave fewer programs resident. ``issue_s``:
+    host seconds to issue one level (``MERGE_LEVEL_HOST_S`` when selecting; 0, device time only, in
+    the planner's estimate): the merge takes at least the levels' issue."""
     tiles = math.ceil(nnz / tile)
     crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
     pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
@@ -577,17 +592,18 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     nearest = min(MERGE_ROUNDING_REGISTERS, key=lambda c: abs(c - chunks))  # the compiled chunk count nearest
     extra = MERGE_ROUNDING_REGISTERS[nearest] if rounded_block_d else 0
     chain_s = slot_tiles * trips * lat / update_resident(lane, spec, extra)
-    levels = merge_levels(tiles, per)
+    levels = update_merge_levels(nnz, tile, chunks)
     walk_s = (chunks - 1) * MERGE_EMPTY_TRIPS * lat
     holding = slot_tiles * -math.expm1(LEVEL_TILE * math.log1p(-min(crossing, 1.0 - 1e-12)))  # tiles with a piece
     round_s = rounding_seconds(holding * LEVEL_TILE * rounded_block_d, "merge", spec) if rounded_block_d else 0.0
-    return (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + round_s
-            + levels * (ceil.launch_latency.value + walk_s))
+    device = (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + round_s
+              + levels * (ceil.launch_latency.value + walk_s))
+    return max(device, levels * issue_s)
 
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
-                   row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float) -> float:
-    """Predicted update (+ permute) + merge time: the longest of the bytes at the fitted fraction of the
+                   row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float, level_issue_s: float = 0.0) -> float:
+    """Predicted update (+ permute) + merge time (``level_issue_s``: ``merge_seconds``'s ``issue_s``): the longest of the bytes at the fitted fraction of the
     copy rate, the programs' dependent round trips over the resident programs (Little's law) and, for the
     lane update, the issue of its instructions (LANE_INSTRUCTIONS per tile element; ONE_DIM_* for tables of
     one dim), plus the round trips of the state arrays the fitted kernel did not read (or minus those it did
@@ -621,4 +637,4 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
                             spec=spec, ceil=ceil, chunks=shape.merge_chunks,
-                            rounded_block_d=round(block_d) if shape.stochastic else 0))
+                            rounded_block_d=round(block_d) if shape.stochastic else 0, issue_s=level_issue_s))

@@ -113,6 +113,16 @@ def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
     return tbe.rank_cdf(cache_rows, rows, skew)
 
 
+def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int) -> tbe_select.UpdateConfig:
+    """The update config the selector picks for one table-batched module holding ``loads`` (as
+    ``TableBatchedEmbedding._update_config``)."""
+    wb = WEIGHT_BYTES[loads[0].weight_dtype]
+    block_d = 1 << (max(s.dim for s in loads) - 1).bit_length()
+    return tbe_select.select_update(spec, nnz=max(int(sum(s.accesses for s in loads)), 1), block_d=block_d,
+                                    row_bytes=block_d * wb, state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer],
+                                    stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=len({s.dim for s in loads}) == 1)
+
+
 def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
                        grad_bytes: int) -> tuple[float, float, float, str]:
     """(fwd s, bwd+update s, of that the id sort s, config label) of one table-batched module holding
@@ -132,9 +142,7 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     fwd = [(tbe.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d, num_warps=la.config.num_warps),
             la.features) for la in launches]
     one_dim = len({s.dim for s in loads}) == 1  # as TableBatchedEmbedding.one_dim
-    ucfg = tbe_select.select_update(spec, nnz=max(int(nnz), 1), block_d=block_d, row_bytes=block_d * wb,
-                                    state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], stochastic=wb < 4,
-                                    grad_bytes=grad_bytes, one_dim=one_dim)
+    ucfg = _update_config(loads, spec, grad_bytes)
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
                           merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
@@ -181,17 +189,20 @@ class Estimator:
         return _tbe_group_seconds(loads, self.specs[device], self.ceilings[device],
                                   mem.DENSE_DTYPE_BYTES[self.dense_dtype])
 
+    @functools.lru_cache(maxsize=4096)  # noqa: B019
+    def tbe_merge_levels(self, device: str, loads: tuple[ShardLoad, ...]) -> int:
+        """Merge-level launches of the backward of one module holding ``loads`` (its selected update config)."""
+        ucfg = _update_config(loads, self.specs[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype])
+        return tbe.update_merge_levels(sum(s.accesses for s in loads), ucfg.span, ucfg.merge_chunks)
+
     def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, float, dict[str, str]]:
         """(fwd, bwd+update, of that the id sorts) seconds of one rank: one TBE module per (weight
         dtype, optimizer)."""
         device = self.rank_devices[rank]
-        groups: dict[tuple[str, str], list[ShardLoad]] = {}
-        for s in loads:
-            groups.setdefault((s.weight_dtype, s.optimizer), []).append(s)
         fwd = bwd = sort = 0.0
         labels = {}
-        for (dtype, opt), group in sorted(groups.items()):
-            key = tuple(sorted((_anonymous(s) for s in group), key=lambda s: (s.rows, s.dim, s.accesses)))
+        for (dtype, opt), group in _modules(loads).items():
+            key = _module_key(group)
             f, b, sort_s, label = self.tbe_seconds(device, key)
             host = sum(_host_traffic_seconds(s, self.specs[device]) for s in group)
             fwd, bwd, sort = fwd + f + host / 2, bwd + b + host / 2, sort + sort_s
@@ -320,8 +331,9 @@ class Estimator:
 
     def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes) -> float:
         """CPU seconds to issue one step on ``rank`` (``planner.host``)."""
-        modules = len({(s.weight_dtype, s.optimizer) for s in loads})
-        emb_f, emb_b = tbe_launches(modules, sum(s.accesses for s in loads))
+        device = self.rank_devices[rank]
+        levels = [self.tbe_merge_levels(device, _module_key(group)) for group in _modules(loads).values()]
+        emb_f, emb_b = tbe_launches(levels)
         costs: HostCosts = self.host[self.rank_devices[rank]]
         return (emb_f + emb_b + dense.launches + dense.optimizer_launches).step_seconds(costs)
 
@@ -398,6 +410,19 @@ def runs_after_cross_input_grad(op: Op) -> bool:
     if op.phase != "bwd":
         return False
     return op.name.split(".")[0] == "bottom" or op.name in ("cross.0.u.wgrad", "cross.0.v.wgrad")
+
+
+def _modules(loads: list[ShardLoad]) -> dict[tuple[str, str], list[ShardLoad]]:
+    """One rank's shards by TBE module: one per (weight dtype, optimizer), in that order."""
+    groups: dict[tuple[str, str], list[ShardLoad]] = {}
+    for s in loads:
+        groups.setdefault((s.weight_dtype, s.optimizer), []).append(s)
+    return dict(sorted(groups.items()))
+
+
+def _module_key(group: list[ShardLoad]) -> tuple[ShardLoad, ...]:
+    """A module's shards as a cache key: without table names or rank, in a fixed order."""
+    return tuple(sorted((_anonymous(s) for s in group), key=lambda s: (s.rows, s.dim, s.accesses)))
 
 
 def _anonymous(s: ShardLoad) -> ShardLoad:

@@ -15,12 +15,11 @@ host-bound steps (``FITTED_TRITON_LAUNCH_S``).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import load_calibration
 from polyrec.perfmodel.gemm_library import LIBRARY_EPILOGUES
-from polyrec.perfmodel.tbe import merge_levels
 
 #: Host seconds per counted Triton launch and per counted torch op, and per step besides them: 42.6 us,
 #: 31.6 us and 0.72 ms. Fitted on the host-bound even rows (0, 14, 16, 18, 20, 22: predicted device
@@ -45,14 +44,9 @@ DEFAULT_STEP_FIXED_S = 0.72e-3
 TBE_FWD_TORCH_OPS = 10
 TBE_BWD_TORCH_OPS = 7
 #: Triton launches per TBE module per step: forward 1 (it writes the sort keys too); backward permute,
-#: lane update, then the merge levels (``polyrec.perfmodel.tbe.merge_levels``).
+#: lane update, then the merge levels of the selected update config (``tbe_launches``).
 TBE_FWD_LAUNCHES = 1
 TBE_BWD_LAUNCHES = 2
-#: Sorted positions per update program, for counting merge levels (the lane update's TILE, 8). Levels
-#: are counted with one tile of slots per merge program (merge chunks 1, what the selector takes on
-#: the host-bound small models); on MLPerf-size steps it takes 8 (5 levels, not 11): 6 launches
-#: over-counted there, about 0.3 ms of host time on steps that are device-bound.
-TBE_UPDATE_TILE = 8
 #: Torch ops of one dense optimizer step: Adagrad's ``FusedAdagrad`` (two table copies to the device,
 #: one launch), SGD and Adam with torch's foreach implementation (step counts and the foreach ops;
 #: adam.py ``_multi_tensor_adam``), plus per parameter tensor the optimizer's Python and
@@ -129,11 +123,13 @@ def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:
     return Launches(triton=2 if split_k > 1 else 1, torch_ops=GEMM_CALL_TORCH_OPS + (1 if split_k > 1 else 0))
 
 
-def tbe_launches(modules: int, nnz: float) -> tuple[Launches, Launches]:
-    """(forward, backward) launches of ``modules`` table-batched embedding modules over ``nnz`` ids."""
-    levels = merge_levels(max(1, math.ceil(nnz / max(modules, 1) / TBE_UPDATE_TILE))) if modules else 0
+def tbe_launches(merge_levels: Sequence[int]) -> tuple[Launches, Launches]:
+    """(forward, backward) launches of table-batched embedding modules, one per entry of
+    ``merge_levels``: the merge levels its selected update config launches
+    (``polyrec.perfmodel.tbe.update_merge_levels``)."""
+    modules = len(merge_levels)
     return (Launches(triton=TBE_FWD_LAUNCHES * modules, torch_ops=TBE_FWD_TORCH_OPS * modules),
-            Launches(triton=(TBE_BWD_LAUNCHES + levels) * modules, torch_ops=TBE_BWD_TORCH_OPS * modules))
+            Launches(triton=TBE_BWD_LAUNCHES * modules + sum(merge_levels), torch_ops=TBE_BWD_TORCH_OPS * modules))
 
 
 def optimizer_launches(optimizer: str, tensors: int) -> Launches:

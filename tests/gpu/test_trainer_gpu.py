@@ -1,8 +1,11 @@
 """On the GPU machine: the trainer's step paths that only a GPU has (CUDA-graphed dense half, the
 semi-synchronous side stream) train as the eager sync step does, through the gradient tap that hands
-the embedding backward the dense half's gradient."""
+the embedding backward the dense half's gradient; a resumed run continues the same losses with the
+GPU's dense optimizer (``FusedAdagrad``)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,3 +55,25 @@ def test_half_precision_rows_train_like_fp32_rows(rows):
     assert weights.dtype == getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[rows])
     assert half == pytest.approx(fp32, rel=0.02)
     assert not torch.equal(weights, initial) and torch.isfinite(weights.float()).all()
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_resume_continues_the_same_losses_with_the_fused_dense_optimizer(tmp_path, graphs):
+    """Checkpoint after 4 steps, resume to 8: the same losses bit for bit as 8 steps straight. On a GPU the
+    dense Adagrad is ``FusedAdagrad`` (its step counts views into one tensor, re-linked when a state dict
+    is loaded; its address tables kept between steps): a count or a sum left behind would change the
+    resumed losses."""
+
+    def run(directory: Path, steps: int, resume: bool = False):
+        cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=steps, device="cuda",
+                          embedding_backend="polyrec", dense_backend="polyrec", log_every=1, cuda_graphs=graphs,
+                          checkpoint_dir=directory, resume=resume)
+        trainer = Trainer(cfg, progress=False)
+        assert type(trainer.optimizer).__name__ == "FusedAdagrad"
+        return trainer.train()
+
+    straight = run(tmp_path / "a", 8)
+    first = run(tmp_path / "b", 4)
+    resumed = run(tmp_path / "b", 8, resume=True)
+    assert first.losses == straight.losses[:4]
+    assert resumed.losses == straight.losses[4:] and resumed.step == 8
