@@ -34,15 +34,26 @@ def test_graphs_asked_on_the_cpu_are_refused_and_auto_stays_eager():
     assert trainer.graphs == graphs.GraphChoice(on=False, reason="auto: eager (no GPU)")
 
 
+def _predict(host: float, graphed: float, device: float):
+    return lambda *args: graphs.Prediction(host_ms=host, graphed_host_ms=graphed, device_ms=device)
+
+
 def test_auto_follows_the_predicted_bound(monkeypatch):
-    """Graphed exactly where the predicted host time of the eager step exceeds its device time."""
+    """Graphed exactly where the predicted host time of the eager step exceeds its device time; the step
+    as it then runs is host-bound where its own host time (graphed or eager) exceeds the device's."""
     cfg, model = TrainConfig(), preset("dcnv2-small")
-    for host, device, on in ((7.0, 5.0, True), (5.0, 7.0, False), (5.0, 5.0, False)):
-        monkeypatch.setattr(graphs, "predicted_host_and_device_ms", lambda *args, h=host, d=device: (h, d))
+    for host, graphed, device, on, bound in ((7.0, 3.0, 2.0, True, True), (7.0, 3.0, 5.0, True, False),
+                                             (5.0, 1.0, 7.0, False, False), (5.0, 1.0, 5.0, False, False)):
+        monkeypatch.setattr(graphs, "predicted_ms", _predict(host, graphed, device))
         choice = graphs.choose_graphs(cfg, _rt(), model, distributed=False)
-        assert choice.on is on and f"host {host:.1f} ms" in choice.reason
-    assert graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=False), _rt(), model, False).on is False
-    assert graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=True), _rt("cpu"), model, False).on is True
+        assert choice.on is on and f"host {host:.1f} ms" in choice.reason and choice.host_bound is bound
+    monkeypatch.setattr(graphs, "predicted_ms", _predict(7.0, 3.0, 5.0))
+    eager = graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=False), _rt(), model, False)
+    assert eager == graphs.GraphChoice(on=False, reason="off", host_bound=True)  # asked eager: 7 ms of host
+    graphed = graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=True), _rt(), model, False)
+    assert graphed == graphs.GraphChoice(on=True, reason="asked", host_bound=False)
+    assert graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=True), _rt("cpu"), model, False) == \
+        graphs.GraphChoice(on=True, reason="asked", host_bound=False)  # not modelled: device time alone
 
 
 @pytest.mark.parametrize("change,rt,distributed,why", [
@@ -50,7 +61,7 @@ def test_auto_follows_the_predicted_bound(monkeypatch):
     ({"pipeline": "semi-sync"}, _rt(), False, "semi-sync"), ({}, _rt(emb="torch"), False, "torch layers"),
     ({}, _rt(dense="torch"), False, "torch layers")])
 def test_auto_stays_eager_where_the_planner_does_not_model_the_run(monkeypatch, change, rt, distributed, why):
-    monkeypatch.setattr(graphs, "predicted_host_and_device_ms", lambda *args: pytest.fail("planner asked"))
+    monkeypatch.setattr(graphs, "predicted_ms", lambda *args: pytest.fail("planner asked"))
     choice = graphs.choose_graphs(dataclasses.replace(TrainConfig(), **change), rt, preset("dcnv2-small"),
                                   distributed)
     assert not choice.on and why in choice.reason
@@ -60,24 +71,30 @@ def test_no_prediction_is_named_not_hidden(monkeypatch):
     def refuse(*args):
         raise ValueError("unknown device 'XPU-9'")
 
-    monkeypatch.setattr(graphs, "predicted_host_and_device_ms", refuse)
+    monkeypatch.setattr(graphs, "predicted_ms", refuse)
     choice = graphs.choose_graphs(TrainConfig(), _rt(), preset("dcnv2-small"), False)
     assert not choice.on and "no prediction: unknown device 'XPU-9'" in choice.reason
 
 
-@pytest.mark.parametrize("name,batch,row_cap,host_bound", [("mlperf-dcnv2", 16384, 4_000_000, True),
-                                                           ("dcnv2-small", 16384, None, True),
-                                                           ("mlperf-dcnv2", 65536, None, False)])
-def test_the_planner_predicts_the_h200_bounds_that_were_measured(monkeypatch, name, batch, row_cap, host_bound):
+@pytest.mark.parametrize("name,batch,row_cap,host_bound,graphed_host_bound", [
+    ("mlperf-dcnv2", 16384, 4_000_000, True, False), ("dcnv2-small", 16384, None, True, True),
+    ("dcnv2-small", 65536, None, True, True), ("mlperf-dcnv2", 65536, None, False, False)])
+def test_the_planner_predicts_the_h200_bounds_that_were_measured(monkeypatch, name, batch, row_cap, host_bound,
+                                                                 graphed_host_bound):
     """On an H200 (its catalog entry, no calibration), the eager steps measured host-bound (MLPerf
     capped and dcnv2-small at 16384: 6.9-11.6 and 6.0-7.7 ms eager against 5.6 ms graphed / less device
-    time) are predicted so, and full-size MLPerf at 65536 (19.5 ms, device-bound) is not."""
+    time) are predicted so, and full-size MLPerf at 65536 (19.5 ms, device-bound) is not. Graphed, the
+    small preset stays host-bound (2.8-3.5 ms per step against ~0.8-1.6 ms of device time) and capped
+    MLPerf at 16384 becomes device-bound (5.1 ms per step, 3.8 ms of it the dense half on the GPU;
+    graphs_auto_check and merge_ab_0d55bb7, 2026-12-01)."""
     h200 = get_device("H200")
     monkeypatch.setattr("polyrec.hardware.detect.detect", lambda index=0: SimpleNamespace(spec=h200))
     model = preset(name) if row_cap is None else preset(name).with_capped_rows(row_cap)
     cfg = TrainConfig(preset=name, batch_size=batch, row_cap=row_cap)
-    host_ms, device_ms = graphs.predicted_host_and_device_ms(cfg, _rt(), model)
-    assert (host_ms > device_ms) is host_bound, (host_ms, device_ms)
+    got = graphs.predicted_ms(cfg, _rt(), model)
+    assert got.host_bound(graphed=False) is host_bound, got
+    assert got.host_bound(graphed=True) is graphed_host_bound, got
+    assert got.graphed_host_ms < got.host_ms
 
 
 def test_a_one_gpu_plan_says_when_the_trainer_will_graph():

@@ -117,8 +117,9 @@ def test_gemm_launches_follow_the_backend():
 
 def test_tbe_launches_count_the_selected_merge_levels():
     """The backward issues a permute and an update per module, then the merge levels of the config its
-    selector picks: MLPerf DLRM-DCNv2 on one H200 at batch 65536 (one fp32 module, 14.02M ids, bf16
-    output gradient) takes 8-tile merge programs, 4 levels (9 with one tile per program)."""
+    selector picks by device time: MLPerf DLRM-DCNv2 on one H200 at batch 65536 (one fp32 module, 14.02M
+    ids, bf16 output gradient, 8-tile lane programs): one tile per merge program, 9 levels (the count
+    this replaced took one-tile lane programs: 11)."""
     from polyrec.planner import parse_fleet
     from polyrec.planner.estimate import Estimator, _module_key, shard_loads
     from polyrec.planner.types import TablePlan
@@ -132,7 +133,7 @@ def test_tbe_launches_count_the_selected_merge_levels():
                        memory="hbm") for t in spec.tables]
     loads = shard_loads(spec, plans, 65536, 1)
     assert sum(s.accesses for s in loads) == 214 * 65536
-    assert est.tbe_merge_levels("H200", _module_key(loads)) == 4
+    assert est.tbe_merge_levels("H200", _module_key(loads)) == 9
 
 
 def test_host_costs_are_the_fitted_ones_and_say_so():

@@ -129,7 +129,7 @@ def test_chunked_merge_equals_one_tile_merge(grad, kind):
 
 def test_selector_carries_merge_chunks_and_model_prices_its_levels():
     """The selector takes the merge chunks the model prices lower (8 on the MLPerf step with one-tile lane
-    programs, fp16 rows; 1 where both take one level), among those the compile jobs cover; the model
+    programs, fp16 rows; 1 on a small one), among those the compile jobs cover; the model
     prices the levels of the chunks it is given: 11 -> 5 on the MLPerf step with one-tile lane programs
     (14.02M ids, tile 8), as counted in 691c40d; with one tile per program it prices 0.997 ms on the H200
     with the datasheet ceilings (1.838 ms before MERGE_CROSSING_TRIPS was refitted to the faster merge)."""
@@ -141,8 +141,8 @@ def test_selector_carries_merge_chunks_and_model_prices_its_levels():
     cfg = tbe_select.select_update(spec, nnz=14_024_704, block_d=128, row_bytes=256, state_tiles=0, grad_bytes=2,
                                    stochastic=True)
     assert cfg.chunks == 1 and cfg.merge_chunks == 8 and set(tbe_select.MERGE_CHUNK_CHOICES) == {1, 8}
-    small = tbe_select.select_update(spec, nnz=100, block_d=16, row_bytes=64, state_tiles=0, grad_bytes=2)
-    assert small.merge_chunks == 1 and merge_levels(1, LEVEL_TILE) == merge_levels(1, LEVEL_TILE * 8) == 1
+    small = tbe_select.select_update(spec, nnz=4096 * 58, block_d=16, row_bytes=64, state_tiles=0, grad_bytes=2)
+    assert small.merge_chunks == 1
     tiles = -(-14_024_704 // 8)
     assert (merge_levels(tiles, LEVEL_TILE), merge_levels(tiles, LEVEL_TILE * 8)) == (11, 5)
     ceil, kw = ceilings(spec), dict(nnz=14_024_704, unique=10.21e6, grad_row_bytes=512)
@@ -166,21 +166,24 @@ def test_compile_jobs_cover_every_merge_chunk_choice(device):
         assert any(f" chunks{m} " in label for label in labels), (m, labels)
 
 
-def test_selector_weighs_each_merge_levels_host_issue():
-    """The merge takes at least its levels' host issue in the selection (``MERGE_LEVEL_HOST_S`` each), not in
-    the device estimate: on the MLPerf step as the trainer runs it (14.02M ids, one dim 128, bf16 output
-    gradient, 8-tile lane programs) device time alone prices one tile per merge program lower (9 levels),
-    with the issue 8 tiles win (4 levels); the floor moves the update's price by the merge's alone."""
+def test_selector_weighs_each_merge_levels_host_issue_where_the_step_is_host_bound():
+    """On a host-bound step the merge takes at least its levels' host issue (``MERGE_LEVEL_HOST_S`` each) in
+    the selection; otherwise, and in the device estimate, device time alone: on the MLPerf step as the
+    trainer runs it (14.02M ids, one dim 128, bf16 output gradient, 8-tile lane programs) device time
+    prices one tile per merge program lower (9 levels), the issue 8 tiles (4 levels); the floor moves
+    the update's price by the merge's alone."""
     from polyrec.hardware.calibrate import ceilings
     from polyrec.hardware.catalog import get_device
     from polyrec.perfmodel.tbe import MERGE_LEVEL_HOST_S, UpdateShape, merge_seconds, update_merge_levels, update_seconds
 
     spec = get_device("H200")
     ceil, nnz = ceilings(spec), 14_024_704
-    cfg = tbe_select.select_update(spec, nnz=nnz, block_d=128, row_bytes=512, state_tiles=0, grad_bytes=2, one_dim=True)
-    assert (cfg.variant, cfg.span, cfg.merge_chunks) == ("lane", 64, 8)
-    assert (update_merge_levels(nnz, cfg.span, 1), update_merge_levels(nnz, cfg.span, 8)) == (9, 4)
-    kw = dict(nnz=nnz, unique=10.21e6, tile=cfg.span, grad_row_bytes=256, spec=spec, ceil=ceil)
+    picks = {bound: tbe_select.select_update(spec, nnz=nnz, block_d=128, row_bytes=512, state_tiles=0, grad_bytes=2,
+                                             one_dim=True, host_bound=bound) for bound in (False, True)}
+    assert {(c.variant, c.span) for c in picks.values()} == {("lane", 64)}
+    assert (picks[False].merge_chunks, picks[True].merge_chunks) == (1, 8)
+    assert (update_merge_levels(nnz, 64, 1), update_merge_levels(nnz, 64, 8)) == (9, 4)
+    kw = dict(nnz=nnz, unique=10.21e6, tile=64, grad_row_bytes=256, spec=spec, ceil=ceil)
     device = {m: merge_seconds(chunks=m, **kw) for m in (1, 8)}
     issued = {m: merge_seconds(chunks=m, issue_s=MERGE_LEVEL_HOST_S, **kw) for m in (1, 8)}
     assert device[1] < device[8] and issued[8] < issued[1]
@@ -191,3 +194,15 @@ def test_selector_weighs_each_merge_levels_host_issue():
     upd = {s: update_seconds(shape, spec, ceil, nnz=nnz, unique=10.21e6, row_bytes=512, grad_row_bytes=256,
                              state_bytes_per_row=4, level_issue_s=s) for s in (0.0, MERGE_LEVEL_HOST_S)}
     assert upd[MERGE_LEVEL_HOST_S] - upd[0.0] == pytest.approx(issued[1] - device[1], rel=1e-9)
+
+
+def test_a_host_bound_module_selects_with_the_merge_issue():
+    """``TableBatchedEmbedding.host_bound`` (set by the trainer) reaches the selector, and a module's kept
+    choice is per setting."""
+    from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+
+    tbe = TableBatchedEmbedding([TableSpec(name=n, rows=100, dim=128) for n in "ab"], optimizer=EmbeddingOptimizer(kind="sgd", lr=0.1),
+                                output_dtype=torch.bfloat16)
+    assert not tbe.host_bound and tbe._update_config(14_024_704).merge_chunks == 1
+    tbe.host_bound = True
+    assert tbe._update_config(14_024_704).merge_chunks == 8

@@ -70,6 +70,9 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
         self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, seed
         self.update_config = update_config
+        # The step waits on the host (the trainer says so from the planner's prediction): the update's
+        # selection then weighs the merge levels' host issue (tbe_select.select_update's host_bound)
+        self.host_bound = False
         self.staged_forward: bool | None = None  # pooled_forward_kernel's STAGED; None: tbe_select.staged_loads
         # On the CPU, keep flagged bad input for check_errors instead of raising in the lookup (sharded
         # tables: every rank checks at the same point, polyrec.runtime.sharding)
@@ -264,13 +267,13 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
     def _update_config(self, nnz: int) -> tbe_select.UpdateConfig:
         if self.update_config is not None:
             return self.update_config
-        key = ("upd", max(nnz, 1).bit_length())
+        key = ("upd", max(nnz, 1).bit_length(), self.host_bound)
         if key not in self._configs:
             self._configs[key] = tbe_select.select_update(
                 tbe_select.selection_spec(self.weights.device), nnz=nnz, block_d=self.block_d,
                 row_bytes=self.block_d * self.weights.element_size(), state_tiles=STATE_PER_ELEMENT[self.optimizer.kind],
                 stochastic=self.weight_dtype != torch.float32, grad_bytes=self.output_dtype.itemsize,
-                one_dim=self.one_dim > 0)
+                one_dim=self.one_dim > 0, host_bound=self.host_bound)
         return self._configs[key]
 
     # ---- lookups ------------------------------------------------------------------------------

@@ -100,9 +100,11 @@ LANE_CAP_MAX_STATE_TILES = 1
 #: Tiles of LEVEL_TILE partial slots one merge-level program may take in turn, carrying open runs
 #: (``tbe_backward.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
 #: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels). The selector takes the one
-#: the model prices lower (``merge_seconds``, with each level's host issue, ``MERGE_LEVEL_HOST_S``: on
-#: device time alone it took 1 under 8-tile lane programs, 9 levels at MLPerf's batch 65536, for ~12 us
-#: of device time against 5 launches of host). Measured in one process
+#: the model prices lower (``merge_seconds``; on a step the planner predicts host-bound, with each level's
+#: host issue, ``MERGE_LEVEL_HOST_S``: 8 there, 1 on device time alone under 8-tile lane programs).
+#: In one process on the H200 (benchmarks/results/host_side_probes_2026-12-01_s21/merge_ab_0d55bb7.json,
+#: 1 -> 8): dcnv2-small 16384 graphed (host-bound) 3.200 -> 2.934 ms per step; MLPerf DLRM-DCNv2 16384
+#: graphed (device-bound) 5.083 -> 5.135, 65536 eager 17.93 -> 18.25. Measured in one process
 #: (tbe_breakdown_*_mergeab_nvidia-h200_2026-11-30 at 598c161), merge kernels per step 1 -> 8:
 #: bf16 output gradient 2.11 -> 1.55 ms uniform, 3.30 -> 2.61 skewed; fp32 0.31 -> 0.33 uniform,
 #: 0.48 -> 0.47 skewed (whole step 10.17 -> 9.65, 9.63 -> 8.97, 9.38 -> 9.40, 8.18 -> 8.17 ms).
@@ -257,10 +259,11 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
 
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
                   unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
-                  one_dim: bool = False) -> UpdateConfig:
+                  one_dim: bool = False, host_bound: bool = False) -> UpdateConfig:
     """The update config (variant, tile, warps, merge chunks) with the least predicted time
-    (``polyrec.perfmodel.tbe.update_seconds`` with the merge levels taking at least their host issue,
-    ties broken by device time alone); ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
+    (``polyrec.perfmodel.tbe.update_seconds``; ``host_bound``: the step waits on the host, so each merge
+    level takes at least its host issue, ``MERGE_LEVEL_HOST_S``, ties broken by device time);
+    ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
     ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
     gradient's element size (the module's output dtype); ``one_dim``: every table has the same dim."""
     ceil = ceilings(spec)
@@ -275,7 +278,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
             continue
         seconds = tuple(update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
                                        grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row,
-                                       level_issue_s=issue) for issue in (MERGE_LEVEL_HOST_S, 0.0))
+                                       level_issue_s=issue) for issue in (MERGE_LEVEL_HOST_S if host_bound else 0.0, 0.0))
         if seconds < best_s:
             best, best_s = cand, seconds
     return best

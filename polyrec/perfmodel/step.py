@@ -98,6 +98,7 @@ class StepParts:
     all_reduce_bytes: float = 0.0  # size of the dense gradients (for the DDP last-bucket term)
     overlap: str = "ddp"  # one of OVERLAP_MODES
     host_s: list[float] | None = None  # per rank: CPU time to issue the step's kernels (eager dispatch)
+    graphed_host_s: list[float] | None = None  # per rank: the same with the dense half CUDA-graphed
     embedding_sort_s: list[float] | None = None  # per rank: of embedding_bwd_s, the id sort (runs early)
     # per rank: of dense_bwd_s, what runs after the embedding gradient is final and its all-to-all has
     # started (a cross network on several ranks); None: the exchange starts after the dense backward
@@ -121,6 +122,7 @@ class StepTime:
     host_excess_s: float  # CPU dispatch time beyond the GPU time (small models are launch bound)
     total_s: float
     host_s: float = 0.0  # CPU time to issue the step (slowest rank)
+    graphed_host_s: float = 0.0  # the same with the dense half CUDA-graphed (not in total_s)
 
 
 def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s: float,
@@ -176,4 +178,5 @@ def step_time(parts: StepParts) -> StepTime:
     excess = max(0.0, host - device)
     return StepTime(embedding_fwd_s=emb_f, embedding_bwd_s=emb_b, dense_fwd_s=dense_f, dense_bwd_s=dense_b,
                     all_to_all_s=a2a, all_reduce_s=parts.all_reduce_s, optimizer_s=opt, other_s=other,
-                    overlap_s=overlap, host_excess_s=excess, total_s=device + excess, host_s=host)
+                    overlap_s=overlap, host_excess_s=excess, total_s=device + excess, host_s=host,
+                    graphed_host_s=max(parts.graphed_host_s or [0.0]))

@@ -353,9 +353,10 @@ MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
 #: Host seconds to issue one merge level (a Triton launch of ~20 arguments), priced as the GEMM's
 #: epilogue-pass launch (``polyrec.perfmodel.gemm.TRITON_PASS_HOST_S``, 35 us). The levels depend on one
-#: another and each runs for a few microseconds of device time past the first, so a merge of many levels
-#: finishes when the host has issued them: the selector weighs this (``merge_seconds``'s ``issue_s``);
-#: the planner's device estimate does not (it counts the launches in ``planner.host``).
+#: another and each runs for a few microseconds of device time past the first, so on a step that waits on
+#: the host a merge of many levels finishes when the host has issued them: the selector weighs this there
+#: (``tbe_select.select_update``'s ``host_bound``; ``merge_seconds``'s ``issue_s``); the planner's device
+#: estimate does not (it counts the launches in ``planner.host``).
 MERGE_LEVEL_HOST_S = TRITON_PASS_HOST_S
 #: Fraction of the copy rate the update's traffic reaches (rows read and written back in place plus
 #: gradient slices gathered in sorted order), by the output gradient's element size. Each fitted on one

@@ -337,13 +337,19 @@ class Estimator:
         costs: HostCosts = self.host[self.rank_devices[rank]]
         return (emb_f + emb_b + dense.launches + dense.optimizer_launches).step_seconds(costs)
 
+    def graphed_host_seconds(self, rank: int, host_s: float, dense: DenseTimes) -> float:
+        """CPU seconds of the step of ``host_s`` with its dense half CUDA-graphed: its launches replaced by
+        the graph's replay (``HostCosts.graphed_dense_s``); the embeddings and the optimizer stay eager."""
+        costs: HostCosts = self.host[self.rank_devices[rank]]
+        return host_s - dense.launches.seconds(costs) + costs.graphed_dense_s
+
     def evaluate(self, plans: Sequence[TablePlan], batch: int) -> Estimate:
         world = self.fleet.world_size
         loads = shard_loads(self.model, plans, batch, world)
         per_rank: list[list[ShardLoad]] = [[] for _ in range(world)]
         for s in loads:
             per_rank[s.rank].append(s)
-        emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host = [], [], [], [], [], [], [], [], []
+        emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host, graphed = [], [], [], [], [], [], [], [], [], []
         tail, input_copies = [], []
         kernels: dict[str, str] = {}
         sent_ids = sum(s.accesses for s in loads) / world  # each rank's local ids, sent once per piece
@@ -360,6 +366,7 @@ class Estimator:
             other.append(self.placement_seconds(rank, batch))
             input_copies.append(self.input_copies_seconds(rank, per_rank[rank], sent_ids))
             host.append(self.host_seconds(rank, per_rank[rank], dense))
+            graphed.append(self.graphed_host_seconds(rank, host[-1], dense))
             memory.append(self.rank_memory(rank, per_rank[rank], batch))
             kernels |= {f"{self.rank_devices[rank]}.{k}": v for k, v in labels.items()}
             kernels |= {f"{self.rank_devices[rank]}.gemm.{op}": v for op, v in dense.labels}
@@ -370,7 +377,7 @@ class Estimator:
                           input_all_to_all_s=a2a_in + max(input_copies),
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
                           all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
-                          host_s=host, contention=NCCL_CONTENTION)
+                          host_s=host, graphed_host_s=graphed, contention=NCCL_CONTENTION)
         return Estimate(step=step_time(parts), memory=memory, kernels=kernels, table_times={})
 
     def gradient_tail(self, after_input_grad: list[float]) -> list[float] | None:

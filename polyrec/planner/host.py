@@ -37,6 +37,12 @@ from polyrec.perfmodel.gemm_library import LIBRARY_EPILOGUES
 FITTED_TRITON_LAUNCH_S = 42.6e-6
 FITTED_TORCH_OP_S = 31.6e-6
 DEFAULT_STEP_FIXED_S = 0.72e-3
+#: Host seconds of the dense half of a step when it runs as a CUDA graph (``polyrec.runtime.trainer``: the
+#: batch copied into the graph's inputs, the replay, the loss and the gradient hand-off around it), in
+#: place of its launches: 0.88 ms, the median of the dense phase's host time in 12 trials of 30 graphed
+#: steps (dcnv2-small 0.81 ms, MLPerf DLRM-DCNv2 0.91 ms, batch 16384, one H200; benchmarks/results/
+#: checkout_ab_runs_2026-12-01/checkout_ab_nvidia-h200_merge_issue_graphed.json). Scaled as the launches.
+GRAPHED_DENSE_HOST_S = 0.88e-3
 #: Torch ops per TBE module per step besides its Triton launches (polyrec.kernels.tbe): forward
 #: JaggedBatch + validation, output and anchor allocation, autograd apply, the flags' pinned copy and
 #: event, the sort-key and source buffers (10); backward partial buffers, torch.sort, the permute's
@@ -66,6 +72,7 @@ class HostCosts:
     torch_op_s: float
     step_fixed_s: float
     origin: str
+    graphed_dense_s: float = GRAPHED_DENSE_HOST_S  # the dense half's host time when CUDA-graphed
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,13 +95,14 @@ class Launches:
 
 
 def host_costs(device: str | None = None) -> HostCosts:
-    """The fitted host costs (``FITTED_TRITON_LAUNCH_S``, ``FITTED_TORCH_OP_S``, ``DEFAULT_STEP_FIXED_S``)
+    """The fitted host costs (``FITTED_TRITON_LAUNCH_S``, ``FITTED_TORCH_OP_S``, ``DEFAULT_STEP_FIXED_S``,
+    ``GRAPHED_DENSE_HOST_S``)
     as measured on ``device``'s host where its calibration has a ``host_scale``
     (``polyrec.runtime.host_probe``): the launch costs times its ``value``, and the fixed part per
     step its ``fixed_ms`` where two probes measured one (else the fitted fixed part times the scale)."""
     scale, fixed_s, origin = stored_host_scale(device)
     return HostCosts(triton_launch_s=FITTED_TRITON_LAUNCH_S * scale, torch_op_s=FITTED_TORCH_OP_S * scale,
-                     step_fixed_s=fixed_s, origin=origin)
+                     step_fixed_s=fixed_s, origin=origin, graphed_dense_s=GRAPHED_DENSE_HOST_S * scale)
 
 
 def stored_host_scale(device: str | None) -> tuple[float, float, str]:

@@ -176,7 +176,7 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
                          all_to_all_ms=1e3 * s.all_to_all_s, all_reduce_ms=1e3 * s.all_reduce_s,
                          optimizer_ms=1e3 * s.optimizer_s, other_ms=1e3 * s.other_s, overlap_ms=1e3 * s.overlap_s,
                          host_excess_ms=1e3 * s.host_excess_s, total_ms=1e3 * s.total_s,
-                         host_ms=1e3 * s.host_s)
+                         host_ms=1e3 * s.host_s, graphed_host_ms=1e3 * s.graphed_host_s)
     notes = [f"strategy {best.strategy}"]
     demoted = [t.table for t in best.tables if t.weight_dtype != c.weight_dtypes[0]]
     if demoted:
@@ -185,8 +185,10 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
     if cached:
         notes.append(f"host memory with an HBM cache for {', '.join(cached)}")
     if fleet.world_size == 1 and step.host_excess_ms > 0:
+        device_ms = step.total_ms - step.host_excess_ms
         notes.append(f"the eager step is host-bound by {step.host_excess_ms:.1f} ms: `polyrec train` CUDA-graphs "
-                     f"the dense half here (--cuda-graphs auto, polyrec.runtime.graphs)")
+                     f"the dense half here (--cuda-graphs auto, polyrec.runtime.graphs): host "
+                     f"{step.graphed_host_ms:.1f} ms per step graphed, device {device_ms:.1f} ms")
     return Plan(model=model, fleet=fleet, batch_per_gpu=best.batch, dense_dtype=c.dense_dtype,
                 dense_optimizer=c.dense_optimizer, overlap=c.overlap if fleet.world_size > 1 else "none",
                 tables=tuple(best.tables), kernels=dict(sorted(best.estimate.kernels.items())), step=step,

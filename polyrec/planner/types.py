@@ -249,6 +249,7 @@ class StepBreakdown:
     total_ms: float
     host_excess_ms: float = 0.0  # CPU kernel-issue time beyond the GPU time (added)
     host_ms: float = 0.0  # CPU time to issue the whole step (launches x host cost + fixed part)
+    graphed_host_ms: float = 0.0  # the same with the dense half CUDA-graphed (polyrec train's default where host-bound)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -12,6 +12,10 @@ dtypes and optimizers on the detected device and graphs the dense half when the 
 of the eager step exceeds its device time (``StepBreakdown.host_excess_ms`` > 0). It stays eager
 where the planner does not model the run (the CPU, several ranks, the semi-synchronous pipeline,
 torch's embedding or dense layers): there the choice is the user's (``--cuda-graphs``).
+
+The same prediction says whether the step, as it will run (graphed or eager), still waits on the host
+(``GraphChoice.host_bound``; for a graphed step the planner's ``graphed_host_ms``): the trainer then
+has its embedding backward choose fewer, longer merge launches (``TableBatchedEmbedding.host_bound``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class GraphChoice:
 
     on: bool
     reason: str
+    host_bound: bool = False  # the step as it runs is predicted to wait on the host (False: not modelled)
 
 
 def check_choice(value: object) -> None:
@@ -48,23 +53,38 @@ def not_modelled(cfg, rt, distributed: bool) -> str | None:
 
 def choose_graphs(cfg, rt, model_config, distributed: bool) -> GraphChoice:
     """The dense half's CUDA graph for this run: ``cfg.cuda_graphs`` if True / False, else by the
-    planner's prediction of the eager step on the detected device."""
-    if cfg.cuda_graphs is True or cfg.cuda_graphs is False:
-        return GraphChoice(on=cfg.cuda_graphs, reason="asked" if cfg.cuda_graphs else "off")
+    planner's prediction of the eager step on the detected device; and whether the step as it runs
+    is host-bound, where the planner models the run."""
     why_not = not_modelled(cfg, rt, distributed)
-    if why_not:
-        return GraphChoice(on=False, reason=f"auto: eager ({why_not})")
     try:
-        host_ms, device_ms = predicted_host_and_device_ms(cfg, rt, model_config)
+        prediction = None if why_not else predicted_ms(cfg, rt, model_config)
     except (ValueError, KeyError) as exc:  # a GPU outside the catalog, a model the planner refuses
-        return GraphChoice(on=False, reason=f"auto: eager (no prediction: {exc})")
-    on = host_ms > device_ms
-    return GraphChoice(on=on, reason=f"auto: {'graphed' if on else 'eager'}, predicted host {host_ms:.1f} ms "
-                                     f"{'>' if on else '<='} device {device_ms:.1f} ms per eager step")
+        prediction, why_not = None, f"no prediction: {exc}"
+    if cfg.cuda_graphs is True or cfg.cuda_graphs is False:
+        return GraphChoice(on=cfg.cuda_graphs, reason="asked" if cfg.cuda_graphs else "off",
+                           host_bound=prediction is not None and prediction.host_bound(cfg.cuda_graphs))
+    if prediction is None:
+        return GraphChoice(on=False, reason=f"auto: eager ({why_not})")
+    on = prediction.host_bound(graphed=False)
+    return GraphChoice(on=on, reason=f"auto: {'graphed' if on else 'eager'}, predicted host {prediction.host_ms:.1f} ms "
+                                     f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step",
+                       host_bound=prediction.host_bound(on))
 
 
-def predicted_host_and_device_ms(cfg, rt, model_config) -> tuple[float, float]:
-    """(host, device) ms of one eager step of this run on its GPU, as the planner predicts them."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prediction:
+    """The planner's host and device ms of one step of the run, eager and with the dense half graphed."""
+
+    host_ms: float
+    graphed_host_ms: float
+    device_ms: float
+
+    def host_bound(self, graphed: bool) -> bool:
+        return (self.graphed_host_ms if graphed else self.host_ms) > self.device_ms
+
+
+def predicted_ms(cfg, rt, model_config) -> Prediction:
+    """Host (eager and graphed) and device ms of one step of this run on its GPU, as the planner predicts them."""
     from polyrec.hardware.detect import detect
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
 
@@ -74,4 +94,15 @@ def predicted_host_and_device_ms(cfg, rt, model_config) -> tuple[float, float]:
                                   dense_dtype="bf16" if rt.compute_dtype.itemsize == 2 else "fp32",
                                   dense_optimizer=cfg.dense_optimizer, overlap="none")
     step = make_plan(model_spec_from_config(model_config), parse_fleet(spec.name), constraints).step
-    return step.host_ms, step.total_ms - step.host_excess_ms
+    return Prediction(host_ms=step.host_ms, graphed_host_ms=step.graphed_host_ms,
+                      device_ms=step.total_ms - step.host_excess_ms)
+
+
+def mark_host_bound(model, host_bound: bool) -> None:
+    """Tell every polyrec embedding module of ``model`` whether its step waits on the host
+    (``TableBatchedEmbedding.host_bound``: its update config weighs the merge levels' host issue)."""
+    from polyrec.kernels.tbe import TableBatchedEmbedding
+
+    for module in model.modules():
+        if isinstance(module, TableBatchedEmbedding):
+            module.host_bound = host_bound

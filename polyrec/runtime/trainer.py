@@ -31,7 +31,7 @@ from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
-from polyrec.runtime.graphs import choose_graphs
+from polyrec.runtime.graphs import choose_graphs, mark_host_bound
 from polyrec.runtime.plan_apply import apply_plan, load_plan
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 from polyrec.runtime.trainer_state import TrainerState
@@ -147,6 +147,7 @@ class Trainer(TrainerState):
             on_last_bucket = sharded.update_after_current if sharded.updates_beside else None
             self.dense_loss = parallel.data_parallel(self.dense_loss, self.ctx, on_last_bucket=on_last_bucket)
         self.graphs = choose_graphs(cfg, self.rt, self.model_config, self.distributed)
+        mark_host_bound(self.model, self.graphs.host_bound)
         self._graphed = False
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0
@@ -390,6 +391,7 @@ class Trainer(TrainerState):
                         "embedding_backend": self.rt.embedding_backend, "dense_backend": self.rt.dense_backend,
                         "compute_dtype": str(self.rt.compute_dtype).removeprefix("torch."),
                         "cuda_graphs": self.graphs.on, "cuda_graphs_reason": self.graphs.reason,
+                        "host_bound": self.graphs.host_bound,
                         "model": dataclasses.asdict(self.model_config)})
         start_step, train_seconds = self.step, 0.0
         self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
