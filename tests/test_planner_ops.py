@@ -136,6 +136,28 @@ def test_tbe_launches_count_the_selected_merge_levels():
     assert est.tbe_merge_levels("H200", _module_key(loads)) == 9
 
 
+def test_a_host_bound_step_is_priced_with_the_merge_levels_the_trainer_then_runs():
+    """Where the step is predicted host-bound (dcnv2-small on one H200), the trainer's embedding backward
+    selects with the merge levels' host issue (fewer levels): the planner's host time counts those; a
+    device-bound step (MLPerf DLRM-DCNv2 at 65536) keeps the device-time choice's count."""
+    from polyrec.planner import parse_fleet
+    from polyrec.planner.estimate import Estimator, _module_key, shard_loads
+    from polyrec.planner.types import TablePlan
+
+    for name, batch, bound in (("dcnv2-small", 16384, True), ("mlperf-dcnv2", 65536, False)):
+        spec = model_spec_from_config(preset(name))
+        est = Estimator(spec, parse_fleet("H200"))
+        plans = [TablePlan(table=t.name, sharding="table_wise", ranks=(0,)) for t in spec.tables]
+        loads = shard_loads(spec, plans, batch, 1)
+        dense = est.dense_seconds("H200", batch)
+        step = est.evaluate(plans, batch).step
+        key = _module_key(loads)
+        assert est.tbe_merge_levels("H200", key, True) < est.tbe_merge_levels("H200", key)
+        assert (step.host_s > step.total_s - step.host_excess_s) is bound
+        assert step.host_s == pytest.approx(est.host_seconds(0, loads, dense, host_bound=bound))
+        assert (step.host_s < est.host_seconds(0, loads, dense)) is bound
+
+
 def test_host_costs_are_the_fitted_ones_and_say_so():
     c = host_costs()
     assert (c.triton_launch_s, c.torch_op_s) == (host.FITTED_TRITON_LAUNCH_S, host.FITTED_TORCH_OP_S)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
@@ -113,14 +113,16 @@ def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
     return tbe.rank_cdf(cache_rows, rows, skew)
 
 
-def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int) -> tbe_select.UpdateConfig:
+def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
+                   host_bound: bool = False) -> tbe_select.UpdateConfig:
     """The update config the selector picks for one table-batched module holding ``loads`` (as
-    ``TableBatchedEmbedding._update_config``)."""
+    ``TableBatchedEmbedding._update_config``; ``host_bound``: its step is predicted host-bound)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     block_d = 1 << (max(s.dim for s in loads) - 1).bit_length()
     return tbe_select.select_update(spec, nnz=max(int(sum(s.accesses for s in loads)), 1), block_d=block_d,
                                     row_bytes=block_d * wb, state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer],
-                                    stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=len({s.dim for s in loads}) == 1)
+                                    stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=len({s.dim for s in loads}) == 1,
+                                    host_bound=host_bound)
 
 
 def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
@@ -190,9 +192,10 @@ class Estimator:
                                   mem.DENSE_DTYPE_BYTES[self.dense_dtype])
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019
-    def tbe_merge_levels(self, device: str, loads: tuple[ShardLoad, ...]) -> int:
-        """Merge-level launches of the backward of one module holding ``loads`` (its selected update config)."""
-        ucfg = _update_config(loads, self.specs[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype])
+    def tbe_merge_levels(self, device: str, loads: tuple[ShardLoad, ...], host_bound: bool = False) -> int:
+        """Merge-level launches of the backward of one module holding ``loads`` (its selected update config;
+        ``host_bound``: as the trainer selects it on a step predicted host-bound)."""
+        ucfg = _update_config(loads, self.specs[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype], host_bound)
         return tbe.update_merge_levels(sum(s.accesses for s in loads), ucfg.span, ucfg.merge_chunks)
 
     def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, float, dict[str, str]]:
@@ -329,10 +332,11 @@ class Estimator:
         regroup = sum(s.accesses for s in mine) * 2 * id_bytes
         return (pack + regroup) / self.ceilings[self.rank_devices[rank]].copy_bandwidth.value
 
-    def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes) -> float:
-        """CPU seconds to issue one step on ``rank`` (``planner.host``)."""
+    def host_seconds(self, rank: int, loads: list[ShardLoad], dense: DenseTimes, host_bound: bool = False) -> float:
+        """CPU seconds to issue one step on ``rank`` (``planner.host``); ``host_bound``: the merge levels
+        the trainer's embedding backward takes on a step predicted host-bound."""
         device = self.rank_devices[rank]
-        levels = [self.tbe_merge_levels(device, _module_key(group)) for group in _modules(loads).values()]
+        levels = [self.tbe_merge_levels(device, _module_key(group), host_bound) for group in _modules(loads).values()]
         emb_f, emb_b = tbe_launches(levels)
         costs: HostCosts = self.host[self.rank_devices[rank]]
         return (emb_f + emb_b + dense.launches + dense.optimizer_launches).step_seconds(costs)
@@ -350,12 +354,13 @@ class Estimator:
         for s in loads:
             per_rank[s.rank].append(s)
         emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host, graphed = [], [], [], [], [], [], [], [], [], []
-        tail, input_copies = [], []
+        tail, input_copies, dense_times = [], [], []
         kernels: dict[str, str] = {}
         sent_ids = sum(s.accesses for s in loads) / world  # each rank's local ids, sent once per piece
         for rank in range(world):
             f, b, sort, labels = self.embedding_seconds(rank, per_rank[rank])
             dense = self.dense_seconds(self.rank_devices[rank], batch)
+            dense_times.append(dense)
             emb_f.append(f)
             emb_b.append(b)
             emb_sort.append(sort)
@@ -378,7 +383,22 @@ class Estimator:
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
                           all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
                           host_s=host, graphed_host_s=graphed, contention=NCCL_CONTENTION)
-        return Estimate(step=step_time(parts), memory=memory, kernels=kernels, table_times={})
+        return Estimate(step=self._as_run(parts, per_rank, dense_times), memory=memory, kernels=kernels,
+                        table_times={})
+
+    def _as_run(self, parts: StepParts, per_rank: list[list[ShardLoad]], dense: list[DenseTimes]) -> StepTime:
+        """The step time, with the host time of the merge levels the trainer runs: where a step (eager, or
+        graphed) is predicted host-bound by launches counted at the device-time choice, the trainer's
+        embedding backward selects with the levels' host issue (``polyrec.runtime.graphs``)."""
+        step = step_time(parts)
+        device_s = step.total_s - step.host_excess_s
+        if step.host_s <= device_s and step.graphed_host_s <= device_s:
+            return step
+        bound = [self.host_seconds(r, per_rank[r], dense[r], host_bound=True) for r in range(len(per_rank))]
+        host = bound if step.host_s > device_s else parts.host_s
+        graphed = ([self.graphed_host_seconds(r, bound[r], dense[r]) for r in range(len(per_rank))]
+                   if step.graphed_host_s > device_s else parts.graphed_host_s)
+        return step_time(replace(parts, host_s=host, graphed_host_s=graphed))
 
     def gradient_tail(self, after_input_grad: list[float]) -> list[float] | None:
         """Per rank, the dense backward that runs after the embedding gradient's all-to-all has
