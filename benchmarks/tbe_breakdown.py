@@ -137,11 +137,13 @@ def summarize_merge_ab(rounds: list[dict], values: list[int], predicted: dict[in
 
 def predicted_merge_ms(module: TableBatchedEmbedding, batch: JaggedBatch, base: tbe_select.UpdateConfig,
                        values: list[int]) -> dict[int, float]:
-    """The cost model's merge time (``polyrec.perfmodel.tbe.merge_seconds``) of each merge chunk count."""
+    """The cost model's merge time (``polyrec.perfmodel.tbe.merge_seconds``) of each merge chunk count
+    (half-precision rows: with their stochastic rounding)."""
     spec = tbe_select.selection_spec(module.weights.device)
     unique = unique_rows(batch)
+    rounded = module.block_d if module.weight_dtype != torch.float32 else 0
     return {m: 1e3 * merge_seconds(nnz=batch.nnz, unique=unique, tile=base.span, grad_row_bytes=4 * module.block_d,
-                                   spec=spec, ceil=ceilings(spec), chunks=m) for m in values}
+                                   spec=spec, ceil=ceilings(spec), chunks=m, rounded_block_d=rounded) for m in values}
 
 
 def print_merge_ab(rows: list[dict], summary: dict, values: list[int]) -> None:
