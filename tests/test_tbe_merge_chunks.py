@@ -196,6 +196,24 @@ def test_selector_weighs_each_merge_levels_host_issue_where_the_step_is_host_bou
     assert upd[MERGE_LEVEL_HOST_S] - upd[0.0] == pytest.approx(issued[1] - device[1], rel=1e-9)
 
 
+def test_half_precision_rows_are_selected_with_their_rounding_priced():
+    """The selector prices the stochastic rounding of fp16 / bf16 rows (as the planner's estimate does): on
+    the MLPerf step with fp16 rows of one dim (14.02M ids, fp32 output gradient) the merge's rounding makes
+    8 tiles per merge program the cheaper (predicted 0.283 -> 0.256 ms; device time alone without the
+    rounding picked 1). Measured in one process on the H200 (benchmarks/results/
+    tbe_breakdown_fp16_mergeab_nvidia-h200_2026-12-01 and its _skewed_ twin, 3 rounds, full tables): merge
+    0.209 -> 0.203 ms uniform, 0.302 -> 0.289 ms skewed."""
+    from polyrec.hardware.catalog import get_device
+
+    spec = get_device("H200")
+    cfg = tbe_select.select_update(spec, nnz=14_024_704, block_d=128, row_bytes=256, state_tiles=0, grad_bytes=4,
+                                   stochastic=True, one_dim=True)
+    assert (cfg.variant, cfg.span, cfg.merge_chunks) == ("lane", 64, 8)
+    fp32 = tbe_select.select_update(spec, nnz=14_024_704, block_d=128, row_bytes=512, state_tiles=0, grad_bytes=4,
+                                    one_dim=True)
+    assert fp32.merge_chunks == 1
+
+
 def test_a_host_bound_module_selects_with_the_merge_issue():
     """``TableBatchedEmbedding.host_bound`` (set by the trainer) reaches the selector, and a module's kept
     choice is per setting."""
