@@ -129,8 +129,7 @@ def test_tbe_launches_count_the_selected_merge_levels():
     assert host.tbe_launches([]) == (Launches(), Launches())
     spec = model_spec_from_config(preset("mlperf-dcnv2"))
     est = Estimator(spec, parse_fleet("H200"))
-    plans = [TablePlan(table=t.name, sharding="table_wise", ranks=(0,), weight_dtype="fp32", optimizer="rowwise_adagrad",
-                       memory="hbm") for t in spec.tables]
+    plans = [TablePlan(table=t.name, sharding="table_wise", ranks=(0,)) for t in spec.tables]
     loads = shard_loads(spec, plans, 65536, 1)
     assert sum(s.accesses for s in loads) == 214 * 65536
     assert est.tbe_merge_levels("H200", _module_key(loads)) == 9

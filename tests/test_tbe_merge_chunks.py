@@ -174,7 +174,8 @@ def test_selector_weighs_each_merge_levels_host_issue_where_the_step_is_host_bou
     the update's price by the merge's alone."""
     from polyrec.hardware.calibrate import ceilings
     from polyrec.hardware.catalog import get_device
-    from polyrec.perfmodel.tbe import MERGE_LEVEL_HOST_S, UpdateShape, merge_seconds, update_merge_levels, update_seconds
+    from polyrec.perfmodel.tbe import (MERGE_LEVEL_HOST_S, UpdateShape, merge_seconds, update_merge_levels,
+                                       update_seconds)
 
     spec = get_device("H200")
     ceil, nnz = ceilings(spec), 14_024_704
@@ -219,8 +220,8 @@ def test_a_host_bound_module_selects_with_the_merge_issue():
     choice is per setting."""
     from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 
-    tbe = TableBatchedEmbedding([TableSpec(name=n, rows=100, dim=128) for n in "ab"], optimizer=EmbeddingOptimizer(kind="sgd", lr=0.1),
-                                output_dtype=torch.bfloat16)
+    tables = [TableSpec(name=n, rows=100, dim=128) for n in "ab"]
+    tbe = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=0.1), output_dtype=torch.bfloat16)
     assert not tbe.host_bound and tbe._update_config(14_024_704).merge_chunks == 1
     tbe.host_bound = True
     assert tbe._update_config(14_024_704).merge_chunks == 8

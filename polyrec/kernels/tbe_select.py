@@ -276,9 +276,10 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
                             one_dim=one_dim, elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
         if not update_fits_registers(shape, spec):
             continue
-        seconds = tuple(update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
-                                       grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row,
-                                       level_issue_s=issue) for issue in (MERGE_LEVEL_HOST_S if host_bound else 0.0, 0.0))
+        priced = functools.partial(update_seconds, shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
+                                   grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row)
+        device = priced()
+        seconds = (priced(level_issue_s=MERGE_LEVEL_HOST_S) if host_bound else device, device)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best

@@ -603,13 +603,15 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
 
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
-                   row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float, level_issue_s: float = 0.0) -> float:
-    """Predicted update (+ permute) + merge time (``level_issue_s``: ``merge_seconds``'s ``issue_s``): the longest of the bytes at the fitted fraction of the
-    copy rate, the programs' dependent round trips over the resident programs (Little's law) and, for the
-    lane update, the issue of its instructions (LANE_INSTRUCTIONS per tile element; ONE_DIM_* for tables of
-    one dim), plus the round trips of the state arrays the fitted kernel did not read (or minus those it did
-    and this one does not: STATE_ARRAY_TRIPS), never below the bytes that must cross DRAM at the copy rate
-    (``update_dram_floor``), plus the rounding and the merge."""
+                   row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float,
+                   level_issue_s: float = 0.0) -> float:
+    """Predicted update (+ permute) + merge time (``level_issue_s``: ``merge_seconds``'s ``issue_s``): the
+    longest of the bytes at the fitted fraction of the copy rate, the programs' dependent round trips over
+    the resident programs (Little's law) and, for the lane update, the issue of its instructions
+    (LANE_INSTRUCTIONS per tile element; ONE_DIM_* for tables of one dim), plus the round trips of the state
+    arrays the fitted kernel did not read (or minus those it did and this one does not: STATE_ARRAY_TRIPS),
+    never below the bytes that must cross DRAM at the copy rate (``update_dram_floor``), plus the rounding
+    and the merge."""
     gran = GATHER_GRANULARITY[spec.vendor]
     copy = ceil.copy_bandwidth.value
     moved = update_bytes(shape.variant, nnz=nnz, unique=unique, row_bytes=row_bytes, grad_row_bytes=grad_row_bytes,

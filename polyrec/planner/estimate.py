@@ -353,8 +353,8 @@ class Estimator:
         per_rank: list[list[ShardLoad]] = [[] for _ in range(world)]
         for s in loads:
             per_rank[s.rank].append(s)
-        emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory, host, graphed = [], [], [], [], [], [], [], [], [], []
-        tail, input_copies, dense_times = [], [], []
+        emb_f, emb_b, emb_sort, dense_f, dense_b, opt, other, memory = [], [], [], [], [], [], [], []
+        host, graphed, tail, input_copies, dense_times = [], [], [], [], []
         kernels: dict[str, str] = {}
         sent_ids = sum(s.accesses for s in loads) / world  # each rank's local ids, sent once per piece
         for rank in range(world):

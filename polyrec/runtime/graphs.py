@@ -66,9 +66,9 @@ def choose_graphs(cfg, rt, model_config, distributed: bool) -> GraphChoice:
     if prediction is None:
         return GraphChoice(on=False, reason=f"auto: eager ({why_not})")
     on = prediction.host_bound(graphed=False)
-    return GraphChoice(on=on, reason=f"auto: {'graphed' if on else 'eager'}, predicted host {prediction.host_ms:.1f} ms "
-                                     f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step",
-                       host_bound=prediction.host_bound(on))
+    reason = (f"auto: {'graphed' if on else 'eager'}, predicted host {prediction.host_ms:.1f} ms "
+              f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step")
+    return GraphChoice(on=on, reason=reason, host_bound=prediction.host_bound(on))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
