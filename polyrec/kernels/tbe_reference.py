@@ -13,20 +13,24 @@ from polyrec.kernels.tbe import EmbeddingOptimizer, TableSpec
 
 
 def ref_pooled(weights: list[Tensor], batch: JaggedBatch, tables: list[TableSpec], features: list[int]) -> Tensor:
-    """float64 pooled forward from per-table weights."""
+    """float64 pooled forward from per-table weights (differentiable in ``weights``): each feature's rows
+    gathered, scaled by their per-sample weights and added into their bags; mean divides by the bag's
+    length, an empty bag is zero."""
     cols = []
-    off = batch.offsets.tolist()
+    size = batch.batch_size
     for f, t in enumerate(features):
         if tables[t].pooling == "none":
             continue
-        out = torch.zeros(batch.batch_size, tables[t].dim, dtype=torch.float64, device=weights[t].device)
-        for b in range(batch.batch_size):
-            s, e = off[f * batch.batch_size + b], off[f * batch.batch_size + b + 1]
-            rows = weights[t][batch.values[s:e]]
-            if batch.weights is not None:
-                rows = rows * batch.weights[s:e, None].double()
-            if e > s:
-                out[b] = rows.sum(0) / ((e - s) if tables[t].pooling == "mean" else 1)
+        bag_offsets = batch.offsets[f * size:(f + 1) * size + 1]
+        start, end = int(bag_offsets[0]), int(bag_offsets[-1])
+        lengths = bag_offsets.diff()
+        bags = torch.repeat_interleave(torch.arange(size, device=lengths.device), lengths)
+        rows = weights[t][batch.values[start:end]]
+        if batch.weights is not None:
+            rows = rows * batch.weights[start:end, None].double()
+        out = torch.zeros(size, tables[t].dim, dtype=torch.float64, device=weights[t].device).index_add(0, bags, rows)
+        if tables[t].pooling == "mean":
+            out = out / lengths.clamp_min(1)[:, None].double()
         cols.append(out)
     return torch.cat(cols, 1)
 

@@ -1,0 +1,149 @@
+"""TableBatchedEmbedding at training scale on the GPU vs the float64 reference.
+
+The CPU tests force each update config on small batches through the interpreter; these run the configs
+the selector picks for large batches (8-tile lane programs, several merge levels, tables of one dim and
+of mixed dims, half-precision rows with their stochastic rounding, a bf16 output gradient) on batches of
+up to 10M ids with Zipf-hot rows (one row holds ~5% of a table's ids: runs crossing thousands of tiles),
+empty bags, mean pooling, per-sample weights and odd batch sizes. Each step starts the float64
+reference from the module's own weights and state and compares the pooled output, then every table and
+its state after the update. Run on the device machine:
+PYTHONPATH=. python3 -m pytest -q tests/gpu/test_tbe_scale_gpu.py
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe_reference import ref_pooled, ref_step
+from polyrec.perfmodel.tbe import update_merge_levels
+
+#: Multiplier scattering the Zipf ranks over a table's rows (issue 4's skewed ids: rank * 2654435761 mod rows).
+SCATTER = 2654435761
+#: Spacing of representable values just above 1 (the bound on one stochastic rounding, relative to the value).
+ULP = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    tables: tuple[tuple[int, int, str], ...]  # (rows, dim, pooling), one feature per table
+    hots: tuple[int, ...]  # ids per bag (ragged: at most twice this)
+    batch: int
+    weight_dtype: torch.dtype
+    optimizer: str
+    chunks: int  # tiles per lane program the selector takes at this size (what the case covers)
+    merge_chunks: int  # tiles per merge-level program it takes
+    min_levels: int  # merge levels at least
+    grad_dtype: torch.dtype = torch.float32
+    skew: bool = True
+    ragged: bool = False  # bag lengths uniform in [0, 2 * hots]: empty bags and odd lengths
+    weighted: bool = False
+    weight_decay: float = 0.0
+    lr: float = 0.05
+    # Adam's and Adagrad's first step moves an element by ~lr * sign(g) when eps and the starting sum are
+    # ~0: a gradient summed to near zero would then compare the sign of an fp32 rounding error. The cases
+    # of those optimizers take an eps or a starting sum that keeps the step's derivative bounded.
+    eps: float = 1e-8
+    initial_accumulator: float = 0.0
+
+
+CASES = [
+    Case("one-dim fp32 rows, row-wise Adagrad, 10M ids", ((40, 128, "sum"), (3000, 128, "sum"), (200_000, 128, "sum"),
+         (1_500_000, 128, "sum"), (2_500_000, 128, "sum")), (1, 4, 20, 100, 30), 65536, torch.float32,
+         "rowwise_adagrad", chunks=8, merge_chunks=1, min_levels=9),
+    Case("mixed dims, bf16 rows and gradient, weight decay", ((3, 16, "sum"), (5000, 64, "sum"), (400_000, 128, "sum"),
+         (1_000_000, 32, "sum"), (50_000, 256, "sum")), (2, 6, 30, 12, 5), 40000, torch.bfloat16, "rowwise_adagrad",
+         chunks=1, merge_chunks=8, min_levels=4, grad_dtype=torch.bfloat16, weight_decay=1e-3),
+    Case("fp16 rows, mean and weighted ragged bags, Adagrad, odd batch", ((7, 64, "sum"), (20_000, 64, "mean"),
+         (600_000, 64, "sum")), (3, 12, 50), 12345, torch.float16, "adagrad", chunks=8, merge_chunks=1, min_levels=6,
+         ragged=True, weighted=True, initial_accumulator=0.1),
+    Case("Adam, mixed dims, uniform ids", ((100_000, 128, "sum"), (2_000_000, 64, "sum"), (999, 32, "mean")),
+         (8, 24, 2), 30000, torch.float32, "adam", chunks=8, merge_chunks=1, min_levels=7, skew=False, eps=1e-3),
+    Case("SGD one-dim, bf16 gradient, weight decay", ((10, 128, "sum"), (800_000, 128, "sum"), (3_000_000, 128, "sum")),
+         (2, 40, 60), 65536, torch.float32, "sgd", chunks=8, merge_chunks=1, min_levels=9, grad_dtype=torch.bfloat16,
+         weight_decay=1e-3, lr=0.01),
+]
+
+
+def make_batch(case: Case, gen: torch.Generator) -> JaggedBatch:
+    lengths, values = [], []
+    for (rows, _, _), hot in zip(case.tables, case.hots):
+        n = (torch.randint(0, 2 * hot + 1, (case.batch,), device="cuda", generator=gen) if case.ragged
+             else torch.full((case.batch,), hot, device="cuda"))
+        count = int(n.sum())
+        if case.skew:
+            u = torch.rand(count, dtype=torch.float64, device="cuda", generator=gen)
+            rank = (torch.floor(torch.exp(u * math.log(rows + 1))).to(torch.int64) - 1).clamp_(0, rows - 1)
+            values.append(rank * SCATTER % rows)
+        else:
+            values.append(torch.randint(0, rows, (count,), device="cuda", generator=gen))
+        lengths.append(n)
+    ids = torch.cat(values)
+    weights = torch.rand(ids.numel(), device="cuda", generator=gen) + 0.5 if case.weighted else None
+    return JaggedBatch.from_lengths(values=ids, lengths=torch.cat(lengths), batch_size=case.batch,
+                                    num_features=len(case.tables), weights=weights)
+
+
+def module_states(module: TableBatchedEmbedding) -> list[list[torch.Tensor]]:
+    """The module's optimizer state per table as float64 copies, laid out as ``init_states``'."""
+    kind = module.optimizer.kind
+    if kind == "sgd":
+        return [[] for _ in module.tables]
+    if kind == "adam":
+        return [[m.double(), v.double()] for m, v in zip(module._split(module.state1), module._split(module.state2))]
+    return [[s.double()] for s in module.table_state()]
+
+
+def assert_near(got: torch.Tensor, want: torch.Tensor, bound: torch.Tensor, what: str) -> float:
+    """|got - want| <= bound + 1e-6 everywhere (1e-6: values near zero, subnormal halves); returns the
+    largest error as a fraction of its allowance (printed: how near the case is to failing)."""
+    ratio = (got.double() - want).abs() / (bound + 1e-6)
+    worst = int(ratio.argmax())
+    assert float(ratio.view(-1)[worst]) <= 1, (
+        f"{what}: element {worst} is {float(got.view(-1)[worst])}, float64 reference {float(want.view(-1)[worst])}")
+    return float(ratio.view(-1)[worst])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_training_steps_match_the_float64_reference(case):
+    gen = torch.Generator(device="cuda").manual_seed(sum(map(ord, case.name)))
+    specs = [TableSpec(name=f"t{i}", rows=r, dim=d, pooling=p) for i, (r, d, p) in enumerate(case.tables)]
+    features = list(range(len(specs)))
+    opt = EmbeddingOptimizer(kind=case.optimizer, lr=case.lr, weight_decay=case.weight_decay, eps=case.eps,
+                             initial_accumulator_value=case.initial_accumulator)
+    module = TableBatchedEmbedding(specs, optimizer=opt, weight_dtype=case.weight_dtype, device="cuda",
+                                   init_scale=0.5, output_dtype=case.grad_dtype)
+    # an updated value rounds once in the weight dtype; fp32 arithmetic adds ~1e-5 of it. A pooled value
+    # sums in fp32 (error ~1e-5 of its terms' magnitudes) and rounds once to the output dtype.
+    weight_rel = max(ULP[case.weight_dtype] * 1.01, 1e-5)
+    output_rel = max(ULP[case.grad_dtype], 1e-5)
+    for step in range(1, 3):
+        batch = make_batch(case, gen)
+        config = module._update_config(batch.nnz)
+        assert (config.chunks, config.merge_chunks) == (case.chunks, case.merge_chunks), config
+        assert (module.one_dim > 0) == (len({d for _, d, _ in case.tables}) == 1)
+        assert update_merge_levels(batch.nnz, config.span, config.merge_chunks) >= case.min_levels
+        weights = [w.double() for w in module.table_weights()]
+        states = module_states(module)
+        out = module(batch)
+        magnitude = ref_pooled([w.abs() for w in weights], batch, specs, features)  # per-sample weights are > 0
+        used = {"output": assert_near(out.detach(), ref_pooled(weights, batch, specs, features),
+                                      output_rel * magnitude, f"step {step} pooled output")}
+        grad = torch.randn(out.shape, device="cuda", generator=gen).to(case.grad_dtype)
+        out.backward(grad)
+        module.check_errors()
+        want_w, want_s = ref_step(weights, states, batch, grad, opt, step, specs, features)
+        used["weights"] = max(assert_near(got, want, weight_rel * want.abs(), f"step {step} table {t} weights")
+                              for t, (got, want) in enumerate(zip(module.table_weights(), want_w)))
+        used["state"] = max([assert_near(g, w, 1e-5 * w.abs(), f"step {step} table {t} state {i}")
+                             for t, (got, want) in enumerate(zip(module_states(module), want_s))
+                             for i, (g, w) in enumerate(zip(got, want))], default=0.0)
+        print(f"{case.name}, step {step}: {batch.nnz} ids, {config}; largest error / allowance "
+              + ", ".join(f"{k} {v:.3f}" for k, v in used.items()))
