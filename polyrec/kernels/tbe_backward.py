@@ -115,7 +115,7 @@ def update_kernel(
     keys_ptr, perm_ptr, src_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr, feat_col_ptr,
     n_pos, batch_size, grad_stride, num_tables, invalid_key,
-    lr, eps, beta1, beta2, weight_decay, seed,
+    lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, SEQUENCE: tl.constexpr,
     HAS_SCALE: tl.constexpr, TILE: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     T_PAD: tl.constexpr,
@@ -142,8 +142,8 @@ def update_kernel(
     _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
     started = tl.cumsum(is_start.to(tl.int32), 0) > 0  # [TILE] i's run started inside the tile
     whole = ok & is_end & started
-    apply_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, lr, eps, beta1,
-                 beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+    apply_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, lr, eps, mix1,
+                 mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
 
 
@@ -244,7 +244,7 @@ def _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables
 @triton.jit
 def _sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok,
                    is_start, is_end, started, last, carry, carry_key, head_key, prog, d,
-                   lr, eps, beta1, beta2, weight_decay, seed,
+                   lr, eps, mix1, mix2, weight_decay, seed,
                    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, TILE: tl.constexpr,
                    BLOCK_D: tl.constexpr):
     """One tile of a program that takes its tiles in turn (``lane_update_kernel``, the chunked
@@ -259,7 +259,7 @@ def _sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, 
     lead = tl.cumsum(is_start.to(tl.int32), 0) == 0  # [TILE] before the tile's first run start
     acc += tl.where((lead & (key == carry_key))[:, None], carry[None, :], 0.0)
     store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
-                 eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+                 eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     head = ok & ~started & is_end  # the run from before the program ends here
     tl.store(head_ptr + prog * 2 * BLOCK_D + d[None, :] + 0 * key[:, None], acc, mask=head[:, None])
     head_key = tl.maximum(head_key, tl.max(tl.where(head, key, -1), axis=0))
@@ -274,7 +274,7 @@ def lane_update_kernel(
     keys_ptr, g_off_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr,
     num_tables, invalid_key,
-    lr, eps, beta1, beta2, weight_decay, seed,
+    lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
     TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
     ONE_DIM: tl.constexpr,
@@ -327,7 +327,7 @@ def lane_update_kernel(
             g = g * scale[:, None]
         carry, carry_key, head_key = _sum_tile_runs(
             weights_ptr, state1_ptr, state2_ptr, partial_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
-            is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
+            is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay, seed,
             OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D)
     _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d, BLOCK_D)
 
@@ -351,7 +351,7 @@ def _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, be
 def merge_level_kernel(
     weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables,
-    lr, eps, beta1, beta2, weight_decay, seed,
+    lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr, ONE_DIM: tl.constexpr,
 ):
@@ -363,12 +363,12 @@ def merge_level_kernel(
     if CHUNKS == 1:
         _merge_one_tile(weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
                         row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
-                        lr, eps, beta1, beta2, weight_decay, seed,
+                        lr, eps, mix1, mix2, weight_decay, seed,
                         OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, ONE_DIM)
     else:
         _merge_tiles_in_turn(weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
                              row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
-                             lr, eps, beta1, beta2, weight_decay, seed,
+                             lr, eps, mix1, mix2, weight_decay, seed,
                              OPTIM, HAS_WD, STOCHASTIC, BLOCK_D, VEC, T_PAD, TILE, CHUNKS, ONE_DIM)
 
 
@@ -376,7 +376,7 @@ def merge_level_kernel(
 def _merge_one_tile(
     weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, tile,
-    lr, eps, beta1, beta2, weight_decay, seed,
+    lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     T_PAD: tl.constexpr, TILE: tl.constexpr, ONE_DIM: tl.constexpr,
 ):
@@ -403,7 +403,7 @@ def _merge_one_tile(
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
         store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
-                     eps, beta1, beta2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+                     eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
         _park_partials(out_ptr, out_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
     else:
         tl.store(out_key_ptr + tile * 2, -1)
@@ -414,7 +414,7 @@ def _merge_one_tile(
 def _merge_tiles_in_turn(
     weights_ptr, state1_ptr, state2_ptr, part_ptr, part_key_ptr, out_ptr, out_key_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr, n_slots, num_tables, prog,
-    lr, eps, beta1, beta2, weight_decay, seed,
+    lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     T_PAD: tl.constexpr, TILE: tl.constexpr, CHUNKS: tl.constexpr, ONE_DIM: tl.constexpr,
 ):
@@ -450,7 +450,7 @@ def _merge_tiles_in_turn(
             g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
             carry, carry_key, head_key = _sum_tile_runs(
                 weights_ptr, state1_ptr, state2_ptr, out_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
-                is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, beta1, beta2, weight_decay, seed,
+                is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay, seed,
                 OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D)
         else:
             carry = carry * 0.0

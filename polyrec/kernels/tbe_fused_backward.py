@@ -137,7 +137,7 @@ class FusedBackward:
         partial = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
         part_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)  # [programs * 2] row of each piece
         opt = self.optimizer
-        common = dict(lr=opt.step_size(self.step), eps=opt.eps, beta1=opt.beta1, beta2=opt.beta2,
+        common = dict(lr=opt.step_size(self.step), eps=opt.eps, mix1=1.0 - opt.beta1, mix2=1.0 - opt.beta2,
                       weight_decay=opt.weight_decay, seed=self._next_seed())
         flags = dict(OPTIM=OPTIM_CODE[opt.kind], HAS_WD=opt.weight_decay > 0,
                      STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,

@@ -117,7 +117,7 @@ def load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTI
 
 @triton.jit
 def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g, w, s1, s2,
-                 lr, eps, beta1, beta2, weight_decay, dim, seed,
+                 lr, eps, mix1, mix2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """Apply the optimizer to rows loaded by ``load_rows`` and store weights and state.
 
@@ -126,6 +126,9 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g
     Row-wise Adagrad divides once per row (FBGEMM's ``multiplier``), not once per element: the
     per-element IEEE division made its update ~1.9 ms slower than SGD's on the MLPerf step
     (benchmarks/results/tbe_breakdown_fp32_{,sgd_}gradbf16_nvidia-h200_2026-11-30).
+    Adam takes ``mix1 = 1 - beta1`` and ``mix2 = 1 - beta2``, formed by the launch in double: 1 - beta2
+    formed in fp32 from fp32(0.999) is 1.29e-5 off 0.001 (tests/gpu/test_tbe_scale_gpu.py sees it in the
+    second moment), while 1 - fp32(0.001) rounds to fp32(0.999).
     """
     if HAS_WD:
         g = tl.where(mask, g + weight_decay * w, 0.0)
@@ -140,8 +143,8 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g
         tl.store(state1_ptr + addr, s, mask=mask, eviction_policy="evict_first")
         new = w - lr * g / (tl.sqrt(s) + eps)
     else:
-        m = beta1 * s1 + (1.0 - beta1) * g
-        v = beta2 * s2 + (1.0 - beta2) * g * g
+        m = (1.0 - mix1) * s1 + mix1 * g
+        v = (1.0 - mix2) * s2 + mix2 * g * g
         tl.store(state1_ptr + addr, m, mask=mask, eviction_policy="evict_first")
         tl.store(state2_ptr + addr, v, mask=mask, eviction_policy="evict_first")
         new = w - lr * m / (tl.sqrt(v) + eps)
@@ -153,9 +156,9 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g
 
 @triton.jit
 def apply_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g,
-                 lr, eps, beta1, beta2, weight_decay, dim, seed,
+                 lr, eps, mix1, mix2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """``load_rows`` then ``store_update``: the update of rows whose gradient is already summed."""
     w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTIM)
-    store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g, w, s1, s2, lr, eps, beta1, beta2,
+    store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g, w, s1, s2, lr, eps, mix1, mix2,
                  weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
