@@ -104,8 +104,9 @@ def test_the_trainer_takes_it_for_polyrecs_gpu_path_only():
 @interpreted
 def test_tables_are_kept_by_address_and_step_size(monkeypatch):
     """Steps whose gradients sit at addresses seen before reuse those tables (two gradient buffers
-    taken in turn, as the trainer's allocator does); a new address builds new ones; the parameters
-    follow torch.optim.Adagrad's throughout (a stale table would update from the wrong gradient)."""
+    taken in turn, as the trainer's allocator does); a new address builds new ones, dropping the least
+    recently used; the parameters follow torch.optim.Adagrad's throughout (a stale table would update
+    from the wrong gradient)."""
     monkeypatch.setattr(dense_optim, "TABLES_KEPT", 2)
     gen = torch.Generator().manual_seed(1)
     ours = _params(gen)
@@ -115,13 +116,14 @@ def test_tables_are_kept_by_address_and_step_size(monkeypatch):
     built = []
     real = dense_optim._device_tables
     monkeypatch.setattr(dense_optim, "_device_tables", lambda *args: built.append(1) or real(*args))
-    for step, which in enumerate((0, 1, 0, 1, 2, 0)):
+    for step, which in enumerate((0, 1, 0, 1, 2, 1, 0)):
         for p, q, buf in zip(ours, ref, buffers[which]):
             g = torch.randn(p.shape, generator=gen)
             p.grad, q.grad = buf.copy_(g), g.clone()
         opt.step()
         ref_opt.step()
-    assert len(built) == 4  # buffers 0 and 1, then 2 (the cache of two starts over), then 0 again
+    # buffers 0 and 1; 2 drops 0 (used before 1); 1 is kept; 0 again: 4 (emptying the cache when full: 5)
+    assert len(built) == 4
     for p, q in zip(ours, ref):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
 

@@ -24,12 +24,13 @@ from polyrec.hardware.types import DeviceSpec
 #: Values per program: 4 warps of 32 lanes, 8 fp32 values each (two 16-byte accesses per tensor).
 BLOCK = 1024
 NUM_WARPS = 4
-#: Address tables kept for reuse. The trainer's dense gradients are new tensors each step, but their
-#: addresses repeat: 1 distinct set over 30 steps with the dense half CUDA-graphed, 2-4 eager
-#: (H200, MLPerf DLRM-DCNv2 and dcnv2-small at batch 16384). A hit skips building and copying the
-#: tables: 41 + 51 + 31 us of host time (the int table, its copy, the step sizes) timed inside MLPerf
-#: training steps on the GPU machine; the saving itself was not timed end to end.
-TABLES_KEPT = 8
+#: Address tables kept for reuse, least recently used dropped first. The trainer's dense gradients are
+#: new tensors each step, but their addresses repeat: 1 distinct set over 30 steps with the dense half
+#: CUDA-graphed; eager MLPerf DLRM-DCNv2 at batch 16384 took 16 sets in 30 steps, so 8 tables emptied
+#: whenever full rebuilt on 21 of 35 steps (H200, benchmarks/results/host_side_probes_2026-12-01_s21,
+#: optstep_30c0171.json). A hit skips building and copying the tables: 41 + 51 + 31 us of host time (the
+#: int table, its copy, the step sizes) timed inside MLPerf training steps on the GPU machine.
+TABLES_KEPT = 64
 
 
 @triton.jit
@@ -128,11 +129,12 @@ class FusedAdagrad(torch.optim.Optimizer):
                 else (lr,) * len(params))
         key = (tuple(p.data_ptr() for p in params), tuple(p.grad.data_ptr() for p in params),
                tuple(self.state[p]["sum"].data_ptr() for p in params), tuple(p.numel() for p in params), clrs)
-        tables = self._tables.get(key)
+        tables = self._tables.pop(key, None)
         if tables is None:
             if len(self._tables) >= TABLES_KEPT:
-                self._tables.clear()
-            tables = self._tables[key] = _device_tables(key, params[0].device)
+                del self._tables[next(iter(self._tables))]  # the least recently used
+            tables = _device_tables(key, params[0].device)
+        self._tables[key] = tables  # now the most recently used
         ints, clr, programs = tables
         adagrad_kernel[(programs,)](ints[0], ints[1], ints[2], ints[3], ints[4], clr, len(params), group["eps"],
                                     BLOCK=BLOCK, T_PAD=triton.next_power_of_2(len(params)), num_warps=NUM_WARPS)
