@@ -34,8 +34,12 @@ def test_graphs_asked_on_the_cpu_are_refused_and_auto_stays_eager():
     assert trainer.graphs == graphs.GraphChoice(on=False, reason="auto: eager (no GPU)")
 
 
-def _predict(host: float, graphed: float, device: float):
-    return lambda *args: graphs.Prediction(host_ms=host, graphed_host_ms=graphed, device_ms=device)
+def _predict(host: float, graphed: float, device: float, bound: tuple[bool, bool] | None = None):
+    """A planner prediction; ``bound`` (eager, graphed) where it differs from host > device (the boundary:
+    host-bound by the device-time selection, device-bound by the host-bound selection's count)."""
+    eager_bound, graphed_bound = bound or (host > device, graphed > device)
+    return lambda *args: graphs.Prediction(host_ms=host, graphed_host_ms=graphed, device_ms=device,
+                                           eager_host_bound=eager_bound, graphed_host_bound=graphed_bound)
 
 
 def test_auto_follows_the_predicted_bound(monkeypatch):
@@ -54,6 +58,16 @@ def test_auto_follows_the_predicted_bound(monkeypatch):
     assert graphed == graphs.GraphChoice(on=True, reason="asked", host_bound=False)
     assert graphs.choose_graphs(dataclasses.replace(cfg, cuda_graphs=True), _rt("cpu"), model, False) == \
         graphs.GraphChoice(on=True, reason="asked", host_bound=False)  # not modelled: device time alone
+
+
+def test_a_step_device_bound_only_with_the_host_bound_selection_runs_that_selection(monkeypatch):
+    """The planner priced the eager step at 4 ms of host (the merge levels of the host-bound selection)
+    against 5 ms of device, having found it host-bound with the device-time selection: it stays eager,
+    and its embedding updates select as priced (host-bound), not by device time (which would put the
+    host back above the device)."""
+    monkeypatch.setattr(graphs, "predicted_ms", _predict(4.0, 2.0, 5.0, bound=(True, False)))
+    choice = graphs.choose_graphs(TrainConfig(), _rt(), preset("dcnv2-small"), distributed=False)
+    assert (choice.on, choice.host_bound) == (False, True)
 
 
 @pytest.mark.parametrize("change,rt,distributed,why", [

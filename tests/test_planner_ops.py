@@ -157,6 +157,27 @@ def test_a_host_bound_step_is_priced_with_the_merge_levels_the_trainer_then_runs
         assert (step.host_s < est.host_seconds(0, loads, dense)) is bound
 
 
+def test_a_step_host_bound_only_with_the_device_time_selection_is_priced_with_the_one_that_runs(monkeypatch):
+    """Host 10% above the device time with the updates selected by device time, 10% below with the
+    host-bound selection: the step is priced device-bound at the latter's host time, and says that its
+    updates are to select host-bound (``StepTime.host_bound``: what the trainer then runs)."""
+    from polyrec.planner import parse_fleet
+    from polyrec.planner.estimate import Estimator
+    from polyrec.planner.types import TablePlan
+
+    spec = model_spec_from_config(preset("mlperf-dcnv2"))
+    est = Estimator(spec, parse_fleet("H200"))
+    plans = [TablePlan(table=t.name, sharding="table_wise", ranks=(0,)) for t in spec.tables]
+    before = est.evaluate(plans, 65536).step
+    device_s = before.total_s - before.host_excess_s
+    assert not before.host_bound and before.host_s < device_s
+    monkeypatch.setattr(Estimator, "host_seconds",
+                        lambda self, rank, loads, dense, host_bound=False: device_s * (0.9 if host_bound else 1.1))
+    step = est.evaluate(plans, 65536).step
+    assert step.host_bound and step.host_s == pytest.approx(0.9 * device_s)
+    assert step.host_excess_s == 0 and step.total_s == pytest.approx(device_s)
+
+
 def test_host_costs_are_the_fitted_ones_and_say_so():
     c = host_costs()
     assert (c.triton_launch_s, c.torch_op_s) == (host.FITTED_TRITON_LAUNCH_S, host.FITTED_TORCH_OP_S)

@@ -123,6 +123,10 @@ class StepTime:
     total_s: float
     host_s: float = 0.0  # CPU time to issue the step (slowest rank)
     graphed_host_s: float = 0.0  # the same with the dense half CUDA-graphed (not in total_s)
+    # the eager / graphed step is host-bound with its embedding updates selected by device time: they
+    # then select weighing the merge levels' host issue, and host_s / graphed_host_s count those levels
+    host_bound: bool = False
+    graphed_host_bound: bool = False
 
 
 def exposed_all_reduce(all_reduce_s: float, all_reduce_bytes: float, dense_bwd_s: float,

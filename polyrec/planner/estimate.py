@@ -389,16 +389,20 @@ class Estimator:
     def _as_run(self, parts: StepParts, per_rank: list[list[ShardLoad]], dense: list[DenseTimes]) -> StepTime:
         """The step time, with the host time of the merge levels the trainer runs: where a step (eager, or
         graphed) is predicted host-bound by launches counted at the device-time choice, the trainer's
-        embedding backward selects with the levels' host issue (``polyrec.runtime.graphs``)."""
+        embedding backward selects with the levels' host issue (``polyrec.runtime.graphs``, told by
+        ``StepTime.host_bound`` / ``graphed_host_bound``, which stay set where that selection's fewer
+        levels leave the step device-bound)."""
         step = step_time(parts)
         device_s = step.total_s - step.host_excess_s
-        if step.host_s <= device_s and step.graphed_host_s <= device_s:
+        eager_bound, graphed_bound = step.host_s > device_s, step.graphed_host_s > device_s
+        if not (eager_bound or graphed_bound):
             return step
         bound = [self.host_seconds(r, per_rank[r], dense[r], host_bound=True) for r in range(len(per_rank))]
-        host = bound if step.host_s > device_s else parts.host_s
+        host = bound if eager_bound else parts.host_s
         graphed = ([self.graphed_host_seconds(r, bound[r], dense[r]) for r in range(len(per_rank))]
-                   if step.graphed_host_s > device_s else parts.graphed_host_s)
-        return step_time(replace(parts, host_s=host, graphed_host_s=graphed))
+                   if graphed_bound else parts.graphed_host_s)
+        return replace(step_time(replace(parts, host_s=host, graphed_host_s=graphed)), host_bound=eager_bound,
+                       graphed_host_bound=graphed_bound)
 
     def gradient_tail(self, after_input_grad: list[float]) -> list[float] | None:
         """Per rank, the dense backward that runs after the embedding gradient's all-to-all has

@@ -176,7 +176,8 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
                          all_to_all_ms=1e3 * s.all_to_all_s, all_reduce_ms=1e3 * s.all_reduce_s,
                          optimizer_ms=1e3 * s.optimizer_s, other_ms=1e3 * s.other_s, overlap_ms=1e3 * s.overlap_s,
                          host_excess_ms=1e3 * s.host_excess_s, total_ms=1e3 * s.total_s,
-                         host_ms=1e3 * s.host_s, graphed_host_ms=1e3 * s.graphed_host_s)
+                         host_ms=1e3 * s.host_s, graphed_host_ms=1e3 * s.graphed_host_s, host_bound=s.host_bound,
+                         graphed_host_bound=s.graphed_host_bound)
     notes = [f"strategy {best.strategy}"]
     demoted = [t.table for t in best.tables if t.weight_dtype != c.weight_dtypes[0]]
     if demoted:

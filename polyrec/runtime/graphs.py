@@ -13,9 +13,11 @@ of the eager step exceeds its device time (``StepBreakdown.host_excess_ms`` > 0)
 where the planner does not model the run (the CPU, several ranks, the semi-synchronous pipeline,
 torch's embedding or dense layers): there the choice is the user's (``--cuda-graphs``).
 
-The same prediction says whether the step, as it will run (graphed or eager), still waits on the host
-(``GraphChoice.host_bound``; for a graphed step the planner's ``graphed_host_ms``): the trainer then
-has its embedding backward choose fewer, longer merge launches (``TableBatchedEmbedding.host_bound``).
+The same prediction says whether the step, as it will run (graphed or eager), waits on the host with its
+embedding updates selected by GPU time (``GraphChoice.host_bound``: the planner's ``StepBreakdown.host_bound``
+or ``graphed_host_bound``): the trainer then has its embedding backward choose fewer, longer merge
+launches (``TableBatchedEmbedding.host_bound``), the selection the planner's host time counts. That
+stays so where the fewer launches leave the step bound by the GPU.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class GraphChoice:
 
     on: bool
     reason: str
-    host_bound: bool = False  # the step as it runs is predicted to wait on the host (False: not modelled)
+    host_bound: bool = False  # the step as it runs would wait on the host with its updates selected by GPU time
+    # (False: not modelled)
 
 
 def check_choice(value: object) -> None:
@@ -65,7 +68,7 @@ def choose_graphs(cfg, rt, model_config, distributed: bool) -> GraphChoice:
                            host_bound=prediction is not None and prediction.host_bound(cfg.cuda_graphs))
     if prediction is None:
         return GraphChoice(on=False, reason=f"auto: eager ({why_not})")
-    on = prediction.host_bound(graphed=False)
+    on = prediction.host_ms > prediction.device_ms  # with the selection it would run eager (host_bound's)
     reason = (f"auto: {'graphed' if on else 'eager'}, predicted host {prediction.host_ms:.1f} ms "
               f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step")
     return GraphChoice(on=on, reason=reason, host_bound=prediction.host_bound(on))
@@ -73,14 +76,17 @@ def choose_graphs(cfg, rt, model_config, distributed: bool) -> GraphChoice:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Prediction:
-    """The planner's host and device ms of one step of the run, eager and with the dense half graphed."""
+    """The planner's host and device ms of one step of the run, eager and with the dense half graphed, and
+    whether each would wait on the host with its embedding updates selected by GPU time."""
 
     host_ms: float
     graphed_host_ms: float
     device_ms: float
+    eager_host_bound: bool
+    graphed_host_bound: bool
 
     def host_bound(self, graphed: bool) -> bool:
-        return (self.graphed_host_ms if graphed else self.host_ms) > self.device_ms
+        return self.graphed_host_bound if graphed else self.eager_host_bound
 
 
 def predicted_ms(cfg, rt, model_config) -> Prediction:
@@ -95,7 +101,8 @@ def predicted_ms(cfg, rt, model_config) -> Prediction:
                                   dense_optimizer=cfg.dense_optimizer, overlap="none")
     step = make_plan(model_spec_from_config(model_config), parse_fleet(spec.name), constraints).step
     return Prediction(host_ms=step.host_ms, graphed_host_ms=step.graphed_host_ms,
-                      device_ms=step.total_ms - step.host_excess_ms)
+                      device_ms=step.total_ms - step.host_excess_ms, eager_host_bound=step.host_bound,
+                      graphed_host_bound=step.graphed_host_bound)
 
 
 def mark_host_bound(model, host_bound: bool) -> None:
