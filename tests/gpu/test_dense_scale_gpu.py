@@ -40,6 +40,7 @@ def errors(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 
 
 def compare(name: str, ours: torch.Tensor, torch_bf16: torch.Tensor, ref: torch.Tensor) -> str:
+    """Assert polyrec's errors at most twice torch bf16's; the line that says both."""
     mine, theirs = errors(ours, ref), errors(torch_bf16, ref)
     assert torch.isfinite(ours).all(), name
     for metric, a, b in zip(("norm", "max"), mine, theirs):
@@ -68,6 +69,23 @@ def cross(x0: torch.Tensor, vs, us, bs) -> torch.Tensor:
     return x
 
 
+def check_against_float64(what: str, run, x_in: torch.Tensor, weights: list[torch.Tensor], grad: torch.Tensor,
+                          names: list[str]) -> None:
+    """``run(x, weights, ours)`` (ours: polyrec's layers, else torch's) from the bf16 input and fp32
+    masters, backward from ``grad``; its output, input gradient and weight gradients (``names``, in
+    order) compared with torch's bf16 composition and the float64 reference."""
+    out = run(x_in, weights, True)
+    out.backward(grad)
+    results = [[out.detach(), x_in.grad] + [w.grad for w in weights]]
+    for dtype in (torch.bfloat16, torch.float64):
+        w = copies(weights, dtype)
+        x = x_in.detach().to(dtype).requires_grad_()
+        y = run(x, w, False)
+        y.backward(grad.to(dtype))
+        results.append([y.detach(), x.grad] + [p.grad for p in w])
+    print(f"\n{what}: " + "; ".join(compare(*args) for args in zip(["out", "d_x"] + names, *results)))
+
+
 @pytest.mark.parametrize("shape", CROSS_SHAPES, ids=[str(s) for s in CROSS_SHAPES])
 def test_cross_network_matches_float64_as_closely_as_torch_bf16(shape):
     batch, dim, rank, layers = shape
@@ -75,20 +93,13 @@ def test_cross_network_matches_float64_as_closely_as_torch_bf16(shape):
     weights = masters([(rank, dim)] * layers + [(dim, rank)] * layers + [(dim,)] * layers, gen)
     x0 = torch.randn(batch, dim, device="cuda", generator=gen).bfloat16().requires_grad_()
     grad = torch.randn(batch, dim, device="cuda", generator=gen).bfloat16()
-    out = cross_network(x0, weights[:layers], weights[layers:2 * layers], weights[2 * layers:])
-    out.backward(grad)
-    runs = {}
-    for dtype in (torch.bfloat16, torch.float64):
-        w = copies(weights, dtype)
-        x = x0.detach().to(dtype).requires_grad_()
-        y = cross(x, w[:layers], w[layers:2 * layers], w[2 * layers:])
-        y.backward(grad.to(dtype))
-        runs[dtype] = (y.detach(), x.grad, [p.grad for p in w])
-    names = ["out", "d_x0"] + [f"d_{k}{l}" for k in "vub" for l in range(layers)]
-    ours = [out.detach(), x0.grad] + [w.grad for w in weights]
-    theirs = [runs[torch.bfloat16][0], runs[torch.bfloat16][1]] + runs[torch.bfloat16][2]
-    ref = [runs[torch.float64][0], runs[torch.float64][1]] + runs[torch.float64][2]
-    print(f"\ncross {shape}: " + "; ".join(compare(*args) for args in zip(names, ours, theirs, ref)))
+
+    def run(x, w, ours: bool) -> torch.Tensor:
+        parts = w[:layers], w[layers:2 * layers], w[2 * layers:]
+        return cross_network(x, *parts) if ours else cross(x, *parts)
+
+    check_against_float64(f"cross {shape}", run, x0, weights, grad,
+                          [f"d_{k}{l}" for k in "vub" for l in range(layers)])
 
 
 @pytest.mark.parametrize("shape", MLP_SHAPES, ids=[str(s) for s in MLP_SHAPES])
@@ -99,24 +110,16 @@ def test_linear_stack_matches_float64_as_closely_as_torch_bf16(shape):
     weights = masters([(o, i) for i, o in pairs] + [(o,) for _, o in pairs], gen)
     x_in = torch.randn(batch, widths[0], device="cuda", generator=gen).bfloat16().requires_grad_()
     grad = torch.randn(batch, widths[-1], device="cuda", generator=gen).bfloat16()
-    last = len(pairs) - 1
 
-    def stack(x, ws, layer) -> torch.Tensor:
+    def run(x, w, ours: bool) -> torch.Tensor:
         for i in range(len(pairs)):
-            x = layer(x, ws[i], ws[len(pairs) + i], "none" if i == last else "relu")
+            relu = i < len(pairs) - 1
+            if ours:
+                x = linear(x, w[i], w[len(pairs) + i], "relu" if relu else "none")
+            else:
+                x = F.linear(x, w[i], w[len(pairs) + i])
+                x = F.relu(x) if relu else x
         return x
 
-    out = stack(x_in, weights, linear)
-    out.backward(grad)
-    runs = {}
-    for dtype in (torch.bfloat16, torch.float64):
-        w = copies(weights, dtype)
-        x = x_in.detach().to(dtype).requires_grad_()
-        y = stack(x, w, lambda h, a, b, act: F.relu(F.linear(h, a, b)) if act == "relu" else F.linear(h, a, b))
-        y.backward(grad.to(dtype))
-        runs[dtype] = (y.detach(), x.grad, [p.grad for p in w])
-    names = ["out", "d_x"] + [f"d_w{i}" for i in range(len(pairs))] + [f"d_b{i}" for i in range(len(pairs))]
-    ours = [out.detach(), x_in.grad] + [w.grad for w in weights]
-    theirs = [runs[torch.bfloat16][0], runs[torch.bfloat16][1]] + runs[torch.bfloat16][2]
-    ref = [runs[torch.float64][0], runs[torch.float64][1]] + runs[torch.float64][2]
-    print(f"\nlinear {shape}: " + "; ".join(compare(*args) for args in zip(names, ours, theirs, ref)))
+    check_against_float64(f"linear {shape}", run, x_in, weights, grad,
+                          [f"d_w{i}" for i in range(len(pairs))] + [f"d_b{i}" for i in range(len(pairs))])
