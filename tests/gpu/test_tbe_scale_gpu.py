@@ -164,3 +164,24 @@ def test_training_steps_match_the_float64_reference(case):
                              for i, (g, w, p) in enumerate(zip(got, want, prev))], default=0.0)
         print(f"{case.name}, step {step}: {batch.nnz} ids, {config}; largest error / allowance "
               + ", ".join(f"{k} {v:.3f}" for k, v in used.items()))
+
+
+@pytest.mark.gpu
+def test_deterministic_mode_is_bitwise_repeatable_at_scale():
+    """Two modules with ``deterministic=True`` given the same batches and gradients (randn: sums that
+    depend on their order) end bitwise equal: ties of the 10M-id sort kept in input order, the merge
+    levels' fixed order, fp16 rows' rounding drawn from (seed, step)."""
+    case = CASES[0]
+    specs = [TableSpec(name=f"t{i}", rows=r, dim=d, pooling=p) for i, (r, d, p) in enumerate(case.tables)]
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    batches = [make_batch(case, gen) for _ in range(2)]
+    tables = []
+    for _ in range(2):
+        module = TableBatchedEmbedding(specs, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05),
+                                       weight_dtype=torch.float16, device="cuda", deterministic=True)
+        grads = torch.Generator(device="cuda").manual_seed(8)
+        for batch in batches:
+            out = module(batch)
+            out.backward(torch.randn(out.shape, device="cuda", generator=grads))
+        tables.append(module.weights.clone())
+    assert torch.equal(tables[0], tables[1])
