@@ -31,8 +31,8 @@ class GraphChoice:
 
     on: bool
     reason: str
-    host_bound: bool = False  # the step as it runs would wait on the host with its updates selected by GPU time
-    # (False: not modelled)
+    # the step as it runs would wait on the host with its updates selected by GPU time (False: not modelled)
+    host_bound: bool = False
 
 
 def check_choice(value: object) -> None:
