@@ -13,8 +13,9 @@ power-of-two lengths) and no sum of them reaches 2**24 units, so the fp32 sums o
 any order: a row's summed gradient equals the reference's, and what is compared is which terms the
 kernels sum and the optimizer's arithmetic. (With gradients like randn, a sum that cancels carries an
 error of ~1e-7 of its terms' magnitudes, more than 1e-5 of itself, and Adam's and Adagrad's first step
-turns that into a different sign.) Run on the device machine:
-PYTHONPATH=. python3 -m pytest -q tests/gpu/test_tbe_scale_gpu.py
+turns that into a different sign.) Last, the deterministic mode at that scale: bitwise repeatable.
+Run on the device machine (``-s`` prints each step's largest error as a fraction of its allowance):
+PYTHONPATH=. python3 -m pytest -q -s tests/gpu/test_tbe_scale_gpu.py
 """
 
 from __future__ import annotations
