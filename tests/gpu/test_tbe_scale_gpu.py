@@ -4,7 +4,8 @@ The CPU tests force each update config on small batches through the interpreter;
 the selector picks for large batches (8-tile lane programs, several merge levels, tables of one dim and
 of mixed dims, half-precision rows with their stochastic rounding, a bf16 output gradient) on batches of
 up to 10M ids with Zipf-hot rows (one row holds ~5% of a table's ids: runs crossing thousands of tiles),
-empty bags, mean pooling, per-sample weights and odd batch sizes. Each step starts the float64
+empty bags, mean pooling, per-sample weights, odd batch sizes, and tables that several features read
+(int32 ids and offsets). Each step starts the float64
 reference from the module's own weights and state and compares the pooled output, then every table and
 its state after the update.
 
@@ -42,8 +43,8 @@ WEIGHT_FLOOR = 1e-6
 @dataclass(frozen=True)
 class Case:
     name: str
-    tables: tuple[tuple[int, int, str], ...]  # (rows, dim, pooling), one feature per table
-    hots: tuple[int, ...]  # ids per bag (ragged: at most twice this)
+    tables: tuple[tuple[int, int, str], ...]  # (rows, dim, pooling)
+    hots: tuple[int, ...]  # per feature, ids per bag (ragged: at most twice this)
     batch: int
     weight_dtype: torch.dtype
     optimizer: str
@@ -56,6 +57,12 @@ class Case:
     weighted: bool = False
     weight_decay: float = 0.0
     lr: float = 0.05
+    features: tuple[int, ...] = ()  # each feature's table; () for one feature per table
+    index_dtype: torch.dtype = torch.int64  # of the ids and offsets
+
+    @property
+    def feature_tables(self) -> list[int]:
+        return list(self.features) if self.features else list(range(len(self.tables)))
 
 
 CASES = [
@@ -73,6 +80,9 @@ CASES = [
     Case("SGD one-dim, bf16 gradient, weight decay", ((10, 128, "sum"), (800_000, 128, "sum"), (3_000_000, 128, "sum")),
          (2, 40, 60), 65536, torch.float32, "sgd", chunks=8, merge_chunks=1, min_levels=9, grad_dtype=torch.bfloat16,
          weight_decay=1e-3, lr=0.01),
+    Case("tables shared by features, int32 ids and offsets", ((5000, 128, "sum"), (1_200_000, 128, "sum")),
+         (3, 20, 40, 1, 7), 32768, torch.float32, "rowwise_adagrad", chunks=8, merge_chunks=1, min_levels=8,
+         features=(0, 1, 1, 0, 1), index_dtype=torch.int32),
 ]
 
 
@@ -90,7 +100,8 @@ def bag_lengths(case: Case, hot: int, mean: bool, gen: torch.Generator) -> torch
 
 def make_batch(case: Case, gen: torch.Generator) -> JaggedBatch:
     lengths, values = [], []
-    for (rows, _, pooling), hot in zip(case.tables, case.hots):
+    for table, hot in zip(case.feature_tables, case.hots):
+        rows, _, pooling = case.tables[table]
         n = bag_lengths(case, hot, pooling == "mean", gen)
         count = int(n.sum())
         if case.skew:
@@ -102,8 +113,10 @@ def make_batch(case: Case, gen: torch.Generator) -> JaggedBatch:
         lengths.append(n)
     ids = torch.cat(values)
     weights = torch.randint(2, 7, (ids.numel(),), device="cuda", generator=gen) / 4 if case.weighted else None
-    return JaggedBatch.from_lengths(values=ids, lengths=torch.cat(lengths), batch_size=case.batch,
-                                    num_features=len(case.tables), weights=weights)
+    batch = JaggedBatch.from_lengths(values=ids, lengths=torch.cat(lengths), batch_size=case.batch,
+                                     num_features=len(case.hots), weights=weights)
+    return JaggedBatch(values=batch.values.to(case.index_dtype), offsets=batch.offsets.to(case.index_dtype),
+                       batch_size=case.batch, num_features=len(case.hots), weights=weights)
 
 
 def module_states(module: TableBatchedEmbedding) -> list[list[torch.Tensor]]:
@@ -131,10 +144,10 @@ def assert_near(got: torch.Tensor, want: torch.Tensor, bound: torch.Tensor, what
 def test_training_steps_match_the_float64_reference(case):
     gen = torch.Generator(device="cuda").manual_seed(sum(map(ord, case.name)))
     specs = [TableSpec(name=f"t{i}", rows=r, dim=d, pooling=p) for i, (r, d, p) in enumerate(case.tables)]
-    features = list(range(len(specs)))
+    features = case.feature_tables
     opt = EmbeddingOptimizer(kind=case.optimizer, lr=case.lr, weight_decay=case.weight_decay)
     module = TableBatchedEmbedding(specs, optimizer=opt, weight_dtype=case.weight_dtype, device="cuda",
-                                   init_scale=0.5, output_dtype=case.grad_dtype)
+                                   init_scale=0.5, output_dtype=case.grad_dtype, feature_to_table=features)
     # an updated value rounds once in the weight dtype; fp32 arithmetic adds ~1e-5 of it. A pooled value
     # sums in fp32 (error ~1e-5 of its terms' magnitudes) and rounds once to the output dtype.
     weight_rel = max(ULP[case.weight_dtype] * 1.01, 1e-5)
