@@ -38,16 +38,17 @@ BATCHES = 3  # fresh batches cycled through in the timed loops
 SCATTER = 2654435761
 
 
+def table_ids(rows: int, count: int, skew: bool, gen: torch.Generator) -> torch.Tensor:
+    """``count`` ids of a table of ``rows``: uniform, or the skewed ids of the module docstring."""
+    if not skew:
+        return torch.randint(0, rows, (count,), device=gen.device, generator=gen)
+    u = torch.rand(count, dtype=torch.float64, device=gen.device, generator=gen)
+    rank = torch.floor(torch.exp(u * math.log(rows + 1))).to(torch.int64) - 1
+    return rank.clamp_(0, rows - 1) * SCATTER % rows
+
+
 def make_batch(rows: list[int], hots: list[int], batch_size: int, skew: bool, gen: torch.Generator) -> JaggedBatch:
-    vals = []
-    for r, h in zip(rows, hots):
-        n = batch_size * h
-        if skew:
-            u = torch.rand(n, dtype=torch.float64, device=gen.device, generator=gen)
-            rank = torch.floor(torch.exp(u * math.log(r + 1))).to(torch.int64) - 1
-            vals.append((rank.clamp_(0, r - 1) * SCATTER) % r)
-        else:
-            vals.append(torch.randint(0, r, (n,), device=gen.device, generator=gen))
+    vals = [table_ids(r, batch_size * h, skew, gen) for r, h in zip(rows, hots)]
     lengths = torch.tensor(hots, device=gen.device).repeat_interleave(batch_size)
     return JaggedBatch.from_lengths(values=torch.cat(vals), lengths=lengths, batch_size=batch_size,
                                     num_features=len(rows))

@@ -28,8 +28,9 @@ NUM_WARPS = 4
 #: new tensors each step, but their addresses repeat: 1 distinct set over 30 steps with the dense half
 #: CUDA-graphed; eager MLPerf DLRM-DCNv2 at batch 16384 took 16 sets in 30 steps on one H200, so 8 tables,
 #: emptied when full, were rebuilt on 21 of 35 steps (benchmarks/results/host_side_probes_2026-12-01_s21,
-#: optstep_30c0171.json; another H200 took 1 set in 60 steps, host_side_probes_2026-12-01_s22). A hit skips building and copying the tables: 41 + 51 + 31 us of host time (the
-#: int table, its copy, the step sizes) timed inside MLPerf training steps on the GPU machine.
+#: optstep_30c0171.json; another H200 took 1 set in 60 steps, host_side_probes_2026-12-01_s22). A hit
+#: skips building and copying the tables: 41 + 51 + 31 us of host time (the int table, its copy, the step
+#: sizes) timed inside MLPerf training steps on the GPU machine.
 TABLES_KEPT = 64
 
 

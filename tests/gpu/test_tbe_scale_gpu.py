@@ -21,19 +21,19 @@ PYTHONPATH=. python3 -m pytest -q -s tests/gpu/test_tbe_scale_gpu.py
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pytest
 import torch
 
+from benchmark_util import load_benchmark
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_reference import ref_pooled, ref_step
 from polyrec.perfmodel.tbe import update_merge_levels
 
-#: Multiplier scattering the Zipf ranks over a table's rows (issue 4's skewed ids: rank * 2654435761 mod rows).
-SCATTER = 2654435761
+#: benchmarks/tbe.py: its ``table_ids`` draws issue 4's uniform and skewed ids
+TBE_BENCHMARK = load_benchmark("tbe")
 #: Spacing of representable values just above 1 (the bound on one stochastic rounding, relative to the value).
 ULP = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
 #: Absolute allowance of an updated weight (initialised in [-0.5, 0.5]): values near zero, subnormal halves.
@@ -103,13 +103,7 @@ def make_batch(case: Case, gen: torch.Generator) -> JaggedBatch:
     for table, hot in zip(case.feature_tables, case.hots):
         rows, _, pooling = case.tables[table]
         n = bag_lengths(case, hot, pooling == "mean", gen)
-        count = int(n.sum())
-        if case.skew:
-            u = torch.rand(count, dtype=torch.float64, device="cuda", generator=gen)
-            rank = (torch.floor(torch.exp(u * math.log(rows + 1))).to(torch.int64) - 1).clamp_(0, rows - 1)
-            values.append(rank * SCATTER % rows)
-        else:
-            values.append(torch.randint(0, rows, (count,), device="cuda", generator=gen))
+        values.append(TBE_BENCHMARK.table_ids(rows, int(n.sum()), case.skew, gen))
         lengths.append(n)
     ids = torch.cat(values)
     weights = torch.randint(2, 7, (ids.numel(),), device="cuda", generator=gen) / 4 if case.weighted else None
