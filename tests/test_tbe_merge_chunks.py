@@ -128,19 +128,25 @@ def test_chunked_merge_equals_one_tile_merge(grad, kind):
 
 
 def test_selector_carries_merge_chunks_and_model_prices_its_levels():
-    """The selector takes the merge chunks the model prices lower (8 on the MLPerf step with one-tile lane
-    programs, fp16 rows; 1 on a small one), among those the compile jobs cover; the model
-    prices the levels of the chunks it is given: 11 -> 5 on the MLPerf step with one-tile lane programs
-    (14.02M ids, tile 8), as counted in 691c40d; with one tile per program it prices 0.997 ms on the H200
-    with the datasheet ceilings (1.838 ms before MERGE_CROSSING_TRIPS was refitted to the faster merge)."""
+    """The selector takes the merge chunks the model prices lower (on the MLPerf step with fp16 rows of
+    mixed dims; 1 on a small one), among those the compile jobs cover; the model prices the levels of
+    the chunks it is given: 11 -> 5 on the MLPerf step with one-tile lane programs (14.02M ids, tile 8),
+    as counted in 691c40d; with one tile per program it prices 0.997 ms on the H200 with the datasheet
+    ceilings (1.838 ms before MERGE_CROSSING_TRIPS was refitted to the faster merge)."""
     from polyrec.hardware.calibrate import ceilings
     from polyrec.hardware.catalog import get_device
     from polyrec.perfmodel.tbe import UpdateShape, merge_seconds, update_seconds
 
     spec = get_device("H200")
-    cfg = tbe_select.select_update(spec, nnz=14_024_704, block_d=128, row_bytes=256, state_tiles=0, grad_bytes=2,
-                                   stochastic=True)
-    assert cfg.chunks == 1 and cfg.merge_chunks == 8 and set(tbe_select.MERGE_CHUNK_CHOICES) == {1, 8}
+    mlperf = dict(nnz=14_024_704, block_d=128, row_bytes=256, state_tiles=0, grad_bytes=2, stochastic=True)
+    cfg = tbe_select.select_update(spec, **mlperf)
+    priced = {m: update_seconds(UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
+                                            merge_chunks=m, stochastic=True, grad_bytes=2, elems_per_thread=32),
+                                spec, ceilings(spec), nnz=mlperf["nnz"], unique=mlperf["nnz"] * tbe_select.UNIQUE_FRACTION,
+                                row_bytes=256, grad_row_bytes=256, state_bytes_per_row=4)
+              for m in tbe_select.MERGE_CHUNK_CHOICES}
+    assert cfg.merge_chunks == min(priced, key=priced.get) and set(tbe_select.MERGE_CHUNK_CHOICES) == {1, 8}
+    assert priced[1] != priced[8]
     small = tbe_select.select_update(spec, nnz=4096 * 58, block_d=16, row_bytes=64, state_tiles=0, grad_bytes=2)
     assert small.merge_chunks == 1
     tiles = -(-14_024_704 // 8)

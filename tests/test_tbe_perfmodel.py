@@ -218,19 +218,19 @@ def test_scan_variant_time_grows_with_its_tile_and_lane_wins_for_every_optimizer
         assert cfg.variant == "lane", (state_tiles, cfg)
 
 
-def test_lane_update_chunks_and_register_cap_only_for_fp32_rows():
-    """fp32 rows take several tiles per lane program whatever the output gradient (measured faster for
-    both), with the register cap on NVIDIA only and not for Adam; stochastic rounding (fp16 rows) keeps
-    one tile, uncapped."""
+def test_lane_update_chunks_for_every_precision_and_register_cap_not_for_adam():
+    """Every row precision and gradient dtype takes several tiles per lane program (fp16 / bf16 rows of
+    mixed dims since the twenty-third session's tbe_shapes runs), with the register cap on NVIDIA only
+    and not for Adam."""
     kw = dict(nnz=14_000_000, block_d=128, state_tiles=0)
     spec = get_device("H200")
     fp32 = tbe_select.select_update(spec, row_bytes=512, **kw)
     fp16 = tbe_select.select_update(spec, row_bytes=256, stochastic=True, **kw)
     bf16_grad = tbe_select.select_update(spec, row_bytes=512, grad_bytes=2, **kw)
     assert fp32.variant == fp16.variant == bf16_grad.variant == "lane"
-    assert (fp32.chunks, fp16.chunks, bf16_grad.chunks) == (tbe_select.LANE_CHUNKS, 1, tbe_select.LANE_CHUNKS)
+    assert fp32.chunks == fp16.chunks == bf16_grad.chunks == tbe_select.LANE_CHUNKS
     cap = tbe_select.LANE_MAX_REGISTERS["nvidia"]
-    assert (fp32.max_registers, fp16.max_registers, bf16_grad.max_registers) == (cap, None, cap)
+    assert (fp32.max_registers, fp16.max_registers, bf16_grad.max_registers) == (cap, cap, cap)
     amd = tbe_select.select_update(get_device("MI300X"), row_bytes=512, **kw)
     assert amd.chunks == tbe_select.LANE_CHUNKS and amd.max_registers is None
     adagrad = tbe_select.select_update(spec, row_bytes=512, **dict(kw, state_tiles=1))
@@ -332,8 +332,8 @@ def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_loo
 
 @pytest.mark.parametrize("case", ["uniform", "skewed"])
 def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(case):
-    """fp16 / bf16 rows of tables of one dim: 8-tile chunks at the 128-register cap (mixed dims keep one
-    tile, uncapped), priced as ``estimate`` prices row-wise Adagrad, within 8% of the sixteenth session's
+    """fp16 / bf16 rows of tables of one dim: 8-tile chunks at the 128-register cap (mixed dims: at the
+    152 cap), priced as ``estimate`` prices row-wise Adagrad, within 8% of the sixteenth session's
     H200 rows (lane update + permute + merge, full MLPerf tables, fp16 rows;
     benchmarks/results/tbe_lane_ab_2026-11-30/s16e_c8cap128_*; the uniform row is the fit)."""
     from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
@@ -344,7 +344,7 @@ def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(case):
     cfg = tbe_select.select_update(spec, one_dim=True, **kw)
     mixed = tbe_select.select_update(spec, **kw)
     assert (cfg.chunks, cfg.max_registers) == (tbe_select.LANE_CHUNKS, tbe_select.LANE_MAX_REGISTERS_ONE_DIM["nvidia"])
-    assert (mixed.chunks, mixed.max_registers) == (1, None)
+    assert (mixed.chunks, mixed.max_registers) == (tbe_select.LANE_CHUNKS, tbe_select.LANE_MAX_REGISTERS["nvidia"])
     shape = UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
                         merge_chunks=cfg.merge_chunks, stochastic=True, one_dim=True, elems_per_thread=32)
     predicted = 1e3 * (update_seconds(shape, spec, _committed_h200_ceilings(), nnz=nnz, unique=unique, row_bytes=256,

@@ -2,7 +2,8 @@
 
 Coverage: at BLOCK_D = 128 (the MLPerf dims) every forward candidate in fp32 and bf16 weights (as a
 trained lookup launches it: writing the backward's sort keys too, the most registers), every
-update candidate for each optimizer (fp32, plus stochastic-rounding bf16 for rowwise Adagrad), the
+update candidate for each optimizer (fp32, plus stochastic-rounding bf16 for rowwise Adagrad, with tables of
+one dim and of mixed dims: the 8-tile programs at the 152-register cap), the
 merge-level kernel per optimizer at each merge chunk count (``tbe_select.MERGE_CHUNK_CHOICES``), the
 sort-key kernel per forward tile and the sequence kernel; plus the largest forward and update tiles
 and the merge levels at BLOCK_D = 512 (the widest rows, the most registers per thread). The update and
@@ -76,13 +77,17 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
     return jobs
 
 
-def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: int) -> list[CompileJob]:
+#: (optimizer, row dtype) of the update jobs: every optimizer in fp32, and stochastic rounding once.
+UPDATE_VARIANTS = tuple((kind, "fp32") for kind in OPTIMIZERS) + (("rowwise_adagrad", "bf16"),)
+
+
+def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: int,
+                 variants: tuple[tuple[str, str], ...] = UPDATE_VARIANTS) -> list[CompileJob]:
     """The update and merge kernels' candidates; ``one_dim``: the tables' shared dim, 0 for mixed dims
     (``TableBatchedEmbedding.one_dim``)."""
-    variants = [(kind, "fp32") for kind in OPTIMIZERS] + [("rowwise_adagrad", "bf16")]
-    jobs = []
+    jobs, dims = [], "" if one_dim else " mixed"
     for kind, dtype in variants:
-        cands = tbe_select.update_candidates(block_d, spec.warp_size, dtype != "fp32", spec.vendor,
+        cands = tbe_select.update_candidates(block_d, spec.warp_size, spec.vendor,
                                              STATE_PER_ELEMENT[kind], one_dim > 0)
         if largest_only:
             cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
@@ -98,20 +103,22 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: in
                 kernel = lane_update_kernel
             chunks = f" chunks{c.chunks}" if c.variant == "lane" else ""
             cap = f" maxnreg{c.max_registers}" if c.max_registers else ""
-            job = _job(f"tbe update-{c.variant} {kind} {dtype} D{block_d} tile{c.tile}{chunks} w{c.num_warps}{cap}",
-                       kernel, dtype, consts, c.num_warps)
+            label = f"tbe update-{c.variant} {kind} {dtype} D{block_d}{dims} tile{c.tile}{chunks} w{c.num_warps}{cap}"
+            if any(j.label == label for j in jobs):  # candidates that differ in their merge chunks alone
+                continue
+            job = _job(label, kernel, dtype, consts, c.num_warps)
             jobs.append(dataclasses.replace(job, options={"maxnreg": c.max_registers}) if c.max_registers else job)
-        jobs += _merge_jobs(spec, block_d, kind, dtype, common, {c.merge_chunks for c in cands}, one_dim)
+        jobs += _merge_jobs(spec, block_d, kind, dtype, common, {c.merge_chunks for c in cands}, one_dim, dims)
     return jobs
 
 
 def _merge_jobs(spec: DeviceSpec, block_d: int, kind: str, dtype: str, common: dict[str, Any],
-                chosen: set[int], one_dim: int) -> list[CompileJob]:
+                chosen: set[int], one_dim: int, dims: str) -> list[CompileJob]:
     """The merge-level kernel at every chunk count the candidates carry or the A/B benchmark forces
-    (``tbe_select.MERGE_CHUNK_CHOICES``)."""
+    (``tbe_select.MERGE_CHUNK_CHOICES``); ``dims``: the label's mark of mixed dims."""
     warps = tbe_select.lane_warps(block_d, spec.warp_size)
     consts = dict(common, TILE=LEVEL_TILE, VEC=min(common["VEC"], tbe_select.LANE_VEC), ONE_DIM=one_dim)
-    return [_job(f"tbe merge-level {kind} {dtype} D{block_d} tile{LEVEL_TILE} chunks{m} w{warps}", merge_level_kernel,
+    return [_job(f"tbe merge-level {kind} {dtype} D{block_d}{dims} tile{LEVEL_TILE} chunks{m} w{warps}", merge_level_kernel,
                  dtype, dict(consts, CHUNKS=m), warps)
             for m in sorted(chosen | set(tbe_select.MERGE_CHUNK_CHOICES))]
 
@@ -135,4 +142,5 @@ def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """The embedding kernels' configs the selector can choose on ``spec`` (see the module docstring)."""
     return (_forward_jobs(spec, 128, ("fp32", "bf16"), False) + _update_jobs(spec, 128, False, 128)
+            + _update_jobs(spec, 128, False, 0, (("rowwise_adagrad", "bf16"),))
             + _prep_jobs(spec, 128) + _forward_jobs(spec, 512, ("fp32",), True) + _update_jobs(spec, 512, True, 0))

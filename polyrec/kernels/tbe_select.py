@@ -62,19 +62,19 @@ LANE_VEC = 4
 #: Tiles a lane-update program takes one after another (carrying the open run): the merge then sees
 #: 2 pieces per LANE_CHUNKS * TILE positions. 8: on Zipf-skewed MLPerf ids the one-tile programs left
 #: a piece at almost every tile end and the merge took 2.3 ms of an 8.7 ms backward
-#: (tbe_breakdown_fp32_skewed_nvidia-h200_2026-11-29). Only for fp32 rows with an fp32 output
-#: gradient (``lane_chunks``), where it was measured faster (update + merge 7.38 -> 6.56 ms uniform,
-#: 7.66 -> 6.00 skewed, against tbe_breakdown_fp32*_onetile_*). With stochastic rounding (fp16 / bf16
-#: rows) the chunked lane update ran 10.06 ms against 6.50 for one tile, more than the merge saved
-#: (2.55 -> 0.36 ms; tbe_breakdown_fp16_chunks{1,8}_*). In training with a bf16 dense half (bf16
-#: output gradient, Zipf ids on 4M-row tables) it lost too: lane update + merge 5.30 + 2.19 ms
-#: (e2e_profile at 9a17c3a, in git history) -> 7.72 + 0.32 ms (e2e_profile at 00cf272, likewise), and the
-#: full-size embedding backward read 8.5 ms at ef4430d, 9.7 ms at a61797a (e2e_*). Which of the bf16
-#: gradient and the ids causes that is not measured apart. Since the sorted keys are padded and the
-#: register cap (LANE_MAX_REGISTERS) holds 13 programs per SM, a bf16 gradient takes the chunks too: full
-#: MLPerf tables, uniform ids, lane update + merge 4.14 + 0.88 ms with one tile per program -> 4.15 + 0.19
-#: with 8 (both rounds of benchmarks/results/tbe_lane_ab_2026-11-30/s11c_*, at e041e0d); Zipf ids
-#: 3.27 + 1.38 -> 4.02 + 0.27 even without the cap (s11b_*).
+#: (tbe_breakdown_fp32_skewed_nvidia-h200_2026-11-29); fp32 rows, update + merge 7.38 -> 6.56 ms
+#: uniform, 7.66 -> 6.00 skewed (against tbe_breakdown_fp32*_onetile_*). For every row precision and
+#: gradient dtype since the twenty-third session. Before the sorted keys were padded and the register
+#: cap (LANE_MAX_REGISTERS) existed, stochastic rounding (fp16 / bf16 rows) ran the chunked update at
+#: 10.06 ms against 6.50 for one tile (tbe_breakdown_fp16_chunks{1,8}_*), so those rows kept one tile:
+#: since the sixteenth session only where the tables' dims differ. Re-measured there (H200, step of
+#: forward + backward + update, one tile -> 8 tiles at the cap the selector gives, uncapped for Adam;
+#: benchmarks/results/tbe_shapes_2026-12-01/): 8 random cases of `tbe_shapes.py` with mixed dims,
+#: fp16 / bf16 rows and 7-37M ids all ran faster, by 2-18% (seed 1 cases 12, 1, 4: 7.34 -> 7.16,
+#: 12.46 -> 11.21, 6.96 -> 5.75 ms; seeds 2-5, drawn after the change was proposed: 17.70 -> 15.75,
+#: 8.14 -> 7.18, 5.89 -> 4.80, 4.72 -> 4.01, 4.33 -> 3.62 ms). A bf16 gradient takes the chunks too:
+#: full MLPerf tables, uniform ids, lane update + merge 4.14 + 0.88 ms with one tile per program ->
+#: 4.15 + 0.19 with 8 (benchmarks/results/tbe_lane_ab_2026-11-30/s11c_*, at e041e0d).
 LANE_CHUNKS = 8
 #: Register cap per thread of the chunked lane update on NVIDIA (ptxas ``maxnreg``; AMD: none): 152 holds
 #: 13 one-warp programs per SM where ptxas's own 168 (bf16 gradient: 176) holds 12 (11), and the kernel
@@ -185,17 +185,6 @@ def lane_warps(block_d: int, warp_size: int) -> int:
     return max(1, block_d // (warp_size * LANE_VEC))
 
 
-def lane_chunks(stochastic: bool, one_dim: bool = False) -> int:
-    """Tiles per lane-update program: LANE_CHUNKS for fp32 rows (either output gradient) and for any rows
-    of tables of one dim, else 1 (see LANE_CHUNKS). fp16 / bf16 rows of one dim: with no table looked up the
-    chunked update with stochastic rounding fits in 128 registers and ran faster than one tile per program,
-    its merge levels shrinking with it (H200, full MLPerf tables, fp16 rows, row-wise Adagrad, lane update +
-    merge ms, benchmarks/results/tbe_lane_ab_2026-11-30/s16e_*): uniform ids 4.710 + 1.081 (one tile) ->
-    3.636 + 0.211 (8 tiles at 128 registers; 4.022 at 152, 5.228 uncapped), Zipf-skewed 4.401 + 1.746 ->
-    3.434 + 0.306 (3.739 at 152, 4.893 uncapped)."""
-    return 1 if stochastic and not one_dim else LANE_CHUNKS
-
-
 def lane_register_cap(vendor: str, chunks: int, tile: int, state_tiles: int, one_dim: bool = False) -> int | None:
     """``UpdateConfig.max_registers`` of a lane update: LANE_MAX_REGISTERS (tables of one dim without a
     per-element state tile: LANE_MAX_REGISTERS_ONE_DIM) for the measured shapes (TILE 8 in chunks, at most
@@ -205,24 +194,24 @@ def lane_register_cap(vendor: str, chunks: int, tile: int, state_tiles: int, one
     return caps.get(vendor) if measured else None
 
 
-def lane_candidates(block_d: int, warp_size: int, stochastic: bool = False, vendor: str = "nvidia",
-                    state_tiles: int = 0, one_dim: bool = False) -> list[UpdateConfig]:
+def lane_candidates(block_d: int, warp_size: int, vendor: str = "nvidia", state_tiles: int = 0,
+                    one_dim: bool = False) -> list[UpdateConfig]:
     tiles = LANE_TILES[:-1] if warp_size == 64 else LANE_TILES  # wave64 TILE 32: Adam spills VGPRs on gfx942/950
-    chunks = lane_chunks(stochastic, one_dim)
+    chunks = LANE_CHUNKS
     return [UpdateConfig(tile=t, num_warps=lane_warps(block_d, warp_size), variant="lane", chunks=chunks,
                          merge_chunks=m, max_registers=lane_register_cap(vendor, chunks, t, state_tiles, one_dim))
             for t in tiles for m in MERGE_CHUNK_CHOICES]
 
 
-def update_candidates(block_d: int, warp_size: int, stochastic: bool = False, vendor: str = "nvidia",
-                      state_tiles: int = 0, one_dim: bool = False) -> list[UpdateConfig]:
-    """Every update config the selector may return (both variants) for fp32 rows or, with
-    ``stochastic``, fp16 / bf16 rows; ``vendor``: the device's (register caps are NVIDIA's);
+def update_candidates(block_d: int, warp_size: int, vendor: str = "nvidia", state_tiles: int = 0,
+                      one_dim: bool = False) -> list[UpdateConfig]:
+    """Every update config the selector may return (both variants), for rows of any precision;
+    ``vendor``: the device's (register caps are NVIDIA's);
     ``state_tiles``: per-element fp32 state tiles (0, 1, 2); ``one_dim``: every table has the same dim
     (the lane update then looks no table up: ``TableBatchedEmbedding.one_dim``). The same for either
     gradient dtype."""
     return (scan_candidates(block_d, warp_size)
-            + lane_candidates(block_d, warp_size, stochastic, vendor, state_tiles, one_dim))
+            + lane_candidates(block_d, warp_size, vendor, state_tiles, one_dim))
 
 
 def staged_loads(cfg: ForwardConfig) -> bool:
@@ -270,7 +259,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, (math.inf, math.inf)
-    for cand in update_candidates(block_d, spec.warp_size, stochastic, spec.vendor, state_tiles, one_dim):
+    for cand in update_candidates(block_d, spec.warp_size, spec.vendor, state_tiles, one_dim):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             merge_chunks=cand.merge_chunks, stochastic=stochastic, grad_bytes=grad_bytes,
                             one_dim=one_dim, elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))

@@ -445,7 +445,7 @@ LANE_INSTRUCTIONS = 31.91
 #: loop trip (676 at the 152 cap; 1042 for the table-looking-up kernel at that commit) x 32 / 1024.
 ONE_DIM_LANE_INSTRUCTIONS = 23.78
 #: Instructions per tile element that stochastic rounding adds to the one-dim lane update with 8-tile
-#: chunks and the 128-register cap (fp16 / bf16 rows of one dim, ``tbe_select.lane_chunks``), counted as
+#: chunks and the 128-register cap (fp16 / bf16 rows of one dim), counted as
 #: LANE_INSTRUCTIONS: 1705 warp instructions per loop trip against 766 without rounding (cuda:90,
 #: ``sass_count.py``, row-wise Adagrad, the compile job at BLOCK_D 128) x 32 / 1024.
 ONE_DIM_ROUNDING_INSTRUCTIONS = 29.34

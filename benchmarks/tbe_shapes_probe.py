@@ -1,0 +1,112 @@
+"""Why a ``tbe_shapes`` case is slow: its step under the selected update config and under forced ones
+(kernel table by the torch profiler, step time by ``do_bench``), and where the host's time goes in a
+step (cProfile). A diagnostic; writes ``tbe_shapes_probe_<gpu>_<date>.json``.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/tbe_shapes_probe.py --seed 1 --case 12 [--case 1 ...] \
+        [--force lane:8:8:8:152 ...] [--host-case 0]
+
+``--force variant:tile:chunks:merge_chunks[:max_registers]`` adds an update config to time beside the
+selected one (warps as the selector's lane warps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import random
+
+import torch
+import triton
+from profiling import kernel_table
+from tbe_shapes import DTYPES, draw_case, make_batch
+
+from polyrec.kernels import tbe_select
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.results import write_results
+
+
+def build(case: dict, update_config: tbe_select.UpdateConfig | None) -> TableBatchedEmbedding:
+    tables = [TableSpec(name=f"t{i}", rows=r, dim=d, pooling=p)
+              for i, (r, d, p) in enumerate(zip(case["rows"], case["dims"], case["pooling"]))]
+    return TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind=case["optimizer"], lr=0.01),
+                                 weight_dtype=DTYPES[case["dtype"]], device="cuda", update_config=update_config)
+
+
+def parse_force(text: str, block_d: int) -> tbe_select.UpdateConfig:
+    variant, tile, chunks, merge, *cap = text.split(":")
+    return tbe_select.UpdateConfig(variant=variant, tile=int(tile), chunks=int(chunks), merge_chunks=int(merge),
+                                   num_warps=tbe_select.lane_warps(block_d, 32),
+                                   max_registers=int(cap[0]) if cap else None)
+
+
+def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch.Generator) -> dict:
+    module = build(case, config)
+    grad = torch.randn(grad_shape, device="cuda", generator=gen)
+    turn = iter(range(10**9))
+
+    def step() -> None:
+        module(batches[next(turn) % len(batches)]).backward(grad)
+
+    ms = triton.testing.do_bench(step, warmup=10, rep=300, return_mode="median")
+    kernels = kernel_table(step, reps=3)
+    chosen = module._update_config(batches[0].nnz)
+    del module
+    return {"config": str(chosen), "step_ms": ms, "kernels": kernels[:10]}
+
+
+def host_profile(case: dict, gen: torch.Generator, steps: int = 50) -> str:
+    """cProfile of ``steps`` forward + backward steps of ``case`` (the host's share of a small step)."""
+    module = build(case, None)
+    batch = make_batch(case, gen)
+    grad = torch.randn(case["batch"], module.output_dim, device="cuda", generator=gen)
+    for _ in range(5):
+        module(batch).backward(grad)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        module(batch).backward(grad)
+    torch.cuda.synchronize()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    return text.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--case", type=int, action="append", default=[], help="tbe_shapes case index (repeatable)")
+    parser.add_argument("--force", action="append", default=[], help="variant:tile:chunks:merge_chunks[:max_registers]")
+    parser.add_argument("--host-case", type=int, default=None, help="cProfile this case's steps")
+    parser.add_argument("--cases", type=int, default=16, help="cases drawn (as tbe_shapes --cases)")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    cases = [draw_case(rng, False) for _ in range(args.cases)]
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    rows, host = [], None
+    for index in args.case:
+        case = cases[index]
+        batches = [make_batch(case, gen) for _ in range(3)]
+        probe = build(case, None)
+        grad_shape, block_d = (case["batch"], probe.output_dim), probe.block_d
+        del probe
+        for config in [None] + [parse_force(f, block_d) for f in args.force]:
+            row = {"case": index, "forced": config is not None, **time_config(case, batches, grad_shape, config, gen)}
+            rows.append(row)
+            print(f"case {index} {row['config']}: step {row['step_ms']:.3f} ms", flush=True)
+            for k in row["kernels"][:6]:
+                print(f"    {k['ms_per_step']:8.3f} ms  x{k['calls_per_step']:<4g} {k['kernel'][:80]}")
+        del batches
+        torch.cuda.empty_cache()
+    if args.host_case is not None:
+        host = host_profile(cases[args.host_case], gen)
+        print(host[:6000])
+    write_results("tbe_shapes_probe", {"seed": args.seed, "rows": rows, "host_profile": host},
+                  rows=[{k: v for k, v in r.items() if k != "kernels"} for r in rows])
+
+
+if __name__ == "__main__":
+    main()
