@@ -71,7 +71,7 @@ CASES = [
          "rowwise_adagrad", chunks=8, merge_chunks=1, min_levels=9),
     Case("mixed dims, bf16 rows and gradient, weight decay", ((3, 16, "sum"), (5000, 64, "sum"), (400_000, 128, "sum"),
          (1_000_000, 32, "sum"), (50_000, 256, "sum")), (2, 6, 30, 12, 5), 40000, torch.bfloat16, "rowwise_adagrad",
-         chunks=1, merge_chunks=8, min_levels=4, grad_dtype=torch.bfloat16, weight_decay=1e-3),
+         chunks=8, merge_chunks=1, min_levels=8, grad_dtype=torch.bfloat16, weight_decay=1e-3),
     Case("fp16 rows, mean and weighted ragged bags, Adagrad, odd batch", ((7, 64, "sum"), (20_000, 64, "mean"),
          (600_000, 64, "sum")), (3, 12, 50), 12345, torch.float16, "adagrad", chunks=8, merge_chunks=1, min_levels=6,
          ragged=True, weighted=True),
