@@ -93,3 +93,66 @@ def test_cli_writes_files_diff_and_report_for_non_utf8(tmp_path):
     CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(out)])
     left = json.loads((out / "hipify-report.json").read_text())["left"]
     assert [f["rule"] for f in left] == ["PM101"]  # no safe rewrite: left for a person or the agent
+
+
+# --- regressions ----------------------------------------------------------------------------------
+
+def test_launch_ggl_template_argument_with_shift_or_comparison():
+    src = ("constexpr int N = 256;\ntemplate <int H> __global__ void k(float* p) {}\n"
+           "void launch(float* p) {\n  k<(N >> 1)><<<1, 64>>>(p);\n  k<(sizeof(float) > 2)><<<2, 32>>>(p);\n}\n")
+    out, report = hipify_source(src, "t.cu", launch_ggl=True)
+    assert "  hipLaunchKernelGGL(HIP_KERNEL_NAME(k<(N >> 1)>), dim3(1), dim3(64), 0, 0, p);\n" in out
+    assert "  hipLaunchKernelGGL(HIP_KERNEL_NAME(k<(sizeof(float) > 2)>), dim3(2), dim3(32), 0, 0, p);\n" in out
+    assert "constexpr int N = 256;\ntemplate <int H> __global__ void k(float* p) {}\n" in out
+    assert report.launches_rewritten == 2
+
+
+def test_digit_separators_and_raw_strings_in_the_lexer():
+    src = ("void f(float** p) {\n  size_t n = 1'000; cudaMalloc(p, n); char c = 'x';\n"
+           "  for (int i = 0; i < 2'048; ++i) cudaDeviceSynchronize(); int z = 4'096;\n}\n"
+           'const char* kSrc = R"(\nextern "C" __global__ void k() { cudaStream_t s; }\n)";\n'
+           'const char* kTwo = R"x(a)" cudaFree)x"; void g() { cudaFree(0); }\n')
+    out, _ = hipify_source(src, "d.cu")
+    assert "size_t n = 1'000; hipMalloc(p, n); char c = 'x';" in out
+    assert "2'048; ++i) hipDeviceSynchronize(); int z = 4'096;" in out
+    assert "{ cudaStream_t s; }" in out and 'R"x(a)" cudaFree)x"; void g() { hipFree(0); }' in out
+
+
+def test_tree_skips_directories_named_like_sources_and_dangling_links(tmp_path):
+    import warnings
+
+    from polyrec.migrate.hipify import hipify_tree
+
+    src = tmp_path / "src"
+    (src / "x.cu").mkdir(parents=True)
+    (src / "x.cu" / "k.cu").write_text("void f() { cudaDeviceSynchronize(); }\n")
+    (src / "bad.cu").symlink_to(tmp_path / "missing.cu")
+    skipped: dict[str, str] = {}
+    reports, _ = hipify_tree(src, tmp_path / "out", skipped=skipped)
+    assert [r.path for r in reports] == ["x.cu/k.cu"] and list(skipped) == ["bad.cu"]
+    assert "hipDeviceSynchronize" in (tmp_path / "out" / "x.cu" / "k.cu").read_text()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hipify_tree(src, tmp_path / "out2")
+    assert any("bad.cu" in str(w.message) for w in caught)
+    result = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(tmp_path / "out3")])
+    assert result.exit_code == 0, result.output
+
+
+def test_diff_marks_missing_final_newline_and_applies(tmp_path):
+    import shutil
+    import subprocess
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "nonl.cu").write_text("#include <cuda_runtime.h>\nvoid f(float* p) { cudaFree(p); }")
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(out)]).exit_code == 0
+    diff = (out / "hipify.diff").read_text()
+    assert diff.count("\n\\ No newline at end of file\n") == 2
+    git = shutil.which("git")
+    if git:
+        work = tmp_path / "apply"
+        shutil.copytree(src, work)
+        subprocess.run([git, "apply", "--unsafe-paths", str(out / "hipify.diff")], cwd=work, check=True)
+        assert (work / "nonl.cu").read_bytes() == (out / "nonl.cu").read_bytes()

@@ -109,3 +109,108 @@ def test_non_utf8_source_is_scanned(tmp_path, suffix):
     line = b"int lane = threadIdx.x % 32; // caf\xe9\n" if suffix == ".cu" else b"WARP_SIZE = 32  # caf\xe9\n"
     src.write_bytes(line)
     assert [f.rule for f in scan_paths([src]).findings] == ["PM101"]
+
+
+# --- regressions (scan crashes, false negatives / positives) ---------------------------------------
+
+def _scan_text(tmp_path, name: str, text: str | bytes):
+    src = tmp_path / name
+    src.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return scan_paths([src])
+
+
+def _rules(result) -> list[tuple[int, str]]:
+    return sorted((f.line, f.rule) for f in result.findings)
+
+
+def test_c_integer_literals_never_abort_the_scan(tmp_path):
+    from polyrec.migrate.cexpr import evaluate
+
+    assert [evaluate(t, {}) for t in ("0777", "07", "4'096", "0x1'00u", "0b101", "10ul", "0")] == \
+        [511, 7, 4096, 256, 5, 10, 0]
+    assert evaluate("09", {}) is None and evaluate("1 << 100000000000", {}) is None
+    src = ("#define BYTES (4'096 * 8'192)\n"
+           "__global__ void k(){ int l = threadIdx.x & 0x1f; int y = 1 & 0777; __shared__ float s[BYTES]; }\n")
+    result = _scan_text(tmp_path, "oct.cu", src)
+    assert result.complete and _rules(result) == [(2, "PM101"), (2, "PM108")]
+
+
+def test_unsigned_masks_read_as_full_32_bit_masks(tmp_path):
+    from polyrec.migrate.cexpr import evaluate
+
+    assert evaluate("(~0u)", {}) == evaluate("(unsigned)-1", {}) == evaluate("(unsigned int)-1", {}) == 0xFFFFFFFF
+    assert evaluate("~0ull", {}) == (1 << 64) - 1 and evaluate("~0", {}) == -1
+    src = ("#define FULL_MASK (~0u)\n__global__ void k(float* x) {\n  float v = x[0];\n"
+           "  v += __shfl_xor_sync(FULL_MASK, v, 1);\n  v += __shfl_xor_sync((unsigned)-1, v, 1);\n"
+           "  v += __shfl_xor_sync(0xffffffffffffffffull, v, 1);\n  x[0] = v;\n}\n")
+    assert _rules(_scan_text(tmp_path, "mask.cu", src)) == [(4, "PM102"), (5, "PM102")]
+
+
+def test_ballot_as_constructor_argument_does_not_crash(tmp_path):
+    src = ("struct Mask { __device__ Mask(unsigned long long v) : v(v) {} unsigned long long v; };\n"
+           "__global__ void k(int* out) { Mask* m = new Mask(__activemask()); out[0] = (int)m->v; }\n")
+    assert _scan_text(tmp_path, "ctor.cu", src).complete
+    result = CliRunner().invoke(app, ["migrate", "scan", str(tmp_path), "--json"])
+    assert json.loads(result.output)["not_scanned"] == {}
+
+
+def test_deeply_nested_python_is_reported_not_scanned(tmp_path):
+    deep = tmp_path / "deep.py"
+    deep.write_text("x = " + " + ".join(["1"] * 3000) + "\n")
+    (tmp_path / "ok.py").write_text("WARP_SIZE = 32\n")
+    result = scan_paths([tmp_path])
+    assert list(result.not_scanned) == [str(deep)] and "nested too deeply" in result.not_scanned[str(deep)]
+    assert [f.rule for f in result.findings] == ["PM101"]
+
+
+def test_guards_match_whole_identifiers_only(tmp_path):
+    cu = ("#ifndef FLASHCHIP_REDUCE_CUH\n#define FLASHCHIP_REDUCE_CUH\n#define WARP_SIZE 32\n"
+          "__device__ void f() { asm volatile(\"bar.sync 0;\"); }\n#endif\n"
+          "#ifdef __HIP_PLATFORM_AMD__\n__device__ void g() { asm volatile(\"s_nop 0\"); }\n#endif\n")
+    assert _rules(_scan_text(tmp_path, "guard.cuh", cu)) == [(3, "PM101"), (4, "PM103")]
+    py = ("import torch\nnum_chips = 2\nif num_chips > 1:\n    import pynvml\n"
+          "    if torch.version.cuda:\n        pass\n    if torch.cuda.get_device_capability()[0] >= 9:\n        pass\n"
+          "if torch.version.hip:\n    import pynvml\n")
+    assert _rules(_scan_text(tmp_path, "chips.py", py)) == [(4, "PM205"), (5, "PM203"), (7, "PM202")]
+
+
+def test_else_of_cuda_arch_conditional_is_not_guarded(tmp_path):
+    src = ("__device__ float f(float v) {\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+           "  v += __shfl_xor_sync(0xffffffff, v, 1);\n#else\n  v += __shfl_xor_sync(0xffffffff, v, 2);\n#endif\n"
+           "#ifndef __CUDA_ARCH__\n  v += __shfl_xor_sync(0xffffffff, v, 3);\n#else\n"
+           "  v += __shfl_xor_sync(0xffffffff, v, 4);\n#endif\n"
+           "#ifdef USE_ROCM\n  v += 1;\n#else\n  v += __shfl_xor_sync(0xffffffff, v, 5);\n#endif\n  return v;\n}\n")
+    assert _rules(_scan_text(tmp_path, "else.cu", src)) == [(5, "PM102"), (8, "PM102")]
+
+
+def test_warp_count_and_tile_names_are_not_warp_sizes(tmp_path):
+    src = ("constexpr int kWarpsPerBlock = 32;\nconstexpr int kWarpTileM = 32;\nconstexpr int kWarp = 32;\n"
+           "constexpr int kWarpSize = 32;\n")
+    assert _rules(_scan_text(tmp_path, "names.cu", src)) == [(3, "PM101"), (4, "PM101")]
+
+
+def test_aligned_shared_arrays_count_toward_shared_memory(tmp_path):
+    src = ("__global__ void k1(float* x) {\n  __shared__ __align__(16) float buf[32768];\n  x[0] = buf[0];\n}\n"
+           "__global__ void k2(float* x) {\n  __shared__ alignas(16) float b2[32768];\n  x[0] = b2[0];\n}\n")
+    result = _scan_text(tmp_path, "align.cu", src)
+    assert _rules(result) == [(2, "PM108"), (6, "PM108")]
+    assert result.findings[0].column == 3 and "__align__(16)" in result.findings[0].snippet
+
+
+def test_bom_python_is_scanned_and_form_feeds_keep_line_numbers(tmp_path):
+    bom = _scan_text(tmp_path, "bom.py", b"\xef\xbb\xbfWARP_SIZE = 32\n")
+    assert bom.complete and _rules(bom) == [(1, "PM101")]
+    py = _scan_text(tmp_path, "ff.py", "x = 1  # a\x0cb\n\x0c\nWARP_SIZE = 32\n")
+    assert _rules(py) == [(3, "PM101")] and py.findings[0].snippet == "WARP_SIZE = 32"
+    cu = _scan_text(tmp_path, "ff.cu", "// page\x0cbreak\n\x0c\n#define WARP_SIZE 32\n")
+    assert _rules(cu) == [(3, "PM101")] and cu.findings[0].snippet == "#define WARP_SIZE 32"
+
+
+def test_sarif_uri_is_percent_encoded(tmp_path):
+    d = tmp_path / "my dir#1"
+    d.mkdir()
+    (d / "k 100%.py").write_text("WARP_SIZE = 32\n")
+    sarif = to_sarif(scan_paths([d]))
+    uri = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri.endswith("/my%20dir%231/k%20100%25.py") and " " not in uri
+    jsonschema.validate(sarif, json.loads(SCHEMA.read_text()))

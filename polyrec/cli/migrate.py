@@ -107,13 +107,15 @@ def hipify(
     from polyrec.migrate.hipify import hipify_tree
     from polyrec.migrate.scan import scan_paths
 
+    skipped: dict[str, str] = {}
     try:
-        reports, diff = hipify_tree(path, out, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension)
+        reports, diff = hipify_tree(path, out, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension,
+                                    skipped=skipped)
     except FileNotFoundError as exc:
         raise _fail(str(exc)) from exc
     (out / "hipify.diff").write_text(diff)
     remaining = scan_paths([out / r.path for r in reports])
-    doc = {"files": [dataclasses.asdict(r) for r in reports],
+    doc = {"files": [dataclasses.asdict(r) for r in reports], "skipped": skipped,
            "left": [dataclasses.asdict(f) for f in remaining.findings], "not_scanned": remaining.not_scanned}
     (out / "hipify-report.json").write_text(json.dumps(doc, indent=1) + "\n")
     table = Table(title=f"hipify {path} -> {out}")
@@ -124,6 +126,8 @@ def hipify(
         table.add_row(r.path, str(len(r.renamed)), str(len(r.headers)), str(r.launches_rewritten),
                       "\n".join(r.fixes) or "-", ", ".join(r.unmapped) or "-", ", ".join(left) or "-")
     console.print(table)
+    for rel, why in skipped.items():
+        console.print(f"skipped {rel}: {why}")
     console.print(f"diff: {out / 'hipify.diff'}  report: {out / 'hipify-report.json'}")
 
 

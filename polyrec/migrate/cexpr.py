@@ -27,16 +27,59 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
         ast.Mod: operator.mod, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
         ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
 _SIZEOF = re.compile(r"sizeof\s*\(\s*([A-Za-z_][\w: ]*?)\s*\)")
-_CAST = re.compile(r"\(\s*(?:unsigned|signed|int|long|size_t|unsigned int|unsigned long long|long long|"
-                   r"u?int(?:8|16|32|64)_t)\s*\)")
-_NUMBER = re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b")
+_CAST = re.compile(r"\(\s*(unsigned|signed|int|long|size_t|unsigned int|unsigned long long|long long|"
+                   r"unsigned long|u?int(?:8|16|32|64)_t)\s*\)")
+#: C integer literals: hex, binary, octal, decimal, with ' digit separators (C++14/C23) and u/l suffixes.
+_NUMBER = re.compile(r"\b(0[xX][0-9a-fA-F](?:'?[0-9a-fA-F])*|0[bB][01](?:'?[01])*|\d(?:'?\d)*)([uUlL]*)\b")
+_UNSIGNED_CAST = re.compile(r"^(unsigned|size_t|uint)")
+_WIDE_CAST = re.compile(r"long long|64|size_t")
+
+
+class _NotConstant(ValueError):
+    pass
+
+
+def parse_int(literal: str) -> int:
+    """The value of one C integer literal (no suffix): 0x.., 0b.., 0777 octal, 1'000. ValueError if malformed."""
+    digits = literal.replace("'", "")
+    if digits[:2] in ("0x", "0X"):
+        return int(digits[2:], 16)
+    if digits[:2] in ("0b", "0B"):
+        return int(digits[2:], 2)
+    if len(digits) > 1 and digits[0] == "0":
+        return int(digits[1:], 8)  # 08 / 09 are malformed octal: ValueError
+    return int(digits, 10)
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def _unsigned_width(text: str) -> int:
+    """0 when the expression is signed; else the bit width (32/64) of its unsigned operands.
+
+    C's usual arithmetic conversions make the whole expression unsigned once an operand is (for the
+    constant expressions used as masks and sizes): ``~0u`` and ``(unsigned)-1`` are 0xffffffff.
+    """
+    width = 0
+    for m in _NUMBER.finditer(text):
+        suffix = m.group(2).lower()
+        if "u" in suffix:
+            width = max(width, 64 if "ll" in suffix else 32)
+    for m in _CAST.finditer(text):
+        if _UNSIGNED_CAST.match(m.group(1)):
+            width = max(width, 64 if _WIDE_CAST.search(m.group(1)) else 32)
+    return width
+
+
+def _literal(m: re.Match[str]) -> str:
+    try:
+        return str(parse_int(m.group(1)))
+    except ValueError:
+        raise _NotConstant(m.group(0)) from None
 
 
 def _to_python(text: str, names: dict[str, int]) -> str | None:
     text = _SIZEOF.sub(lambda m: str(TYPE_BYTES.get(m.group(1), "__unknown__")), text)
     text = _CAST.sub("", text)
-    text = _NUMBER.sub(lambda m: str(int(m.group(1), 0)), text)
+    text = _NUMBER.sub(_literal, text)
     unknown = [n for n in _NAME.findall(text) if n not in names]
     if unknown:
         return None
@@ -50,7 +93,10 @@ def _eval_node(node: ast.AST) -> int:
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_eval_node(node.left), _eval_node(node.right))
+        left, right = _eval_node(node.left), _eval_node(node.right)
+        if isinstance(node.op, (ast.LShift, ast.RShift)) and not 0 <= right < 128:
+            raise ValueError("shift out of range")  # undefined in C; keeps 1 << 10**12 from eating memory
+        return _OPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _eval_node(node.operand)
         return -value if isinstance(node.op, ast.USub) else value
@@ -59,13 +105,16 @@ def _eval_node(node: ast.AST) -> int:
 
 def evaluate(text: str, names: dict[str, int]) -> int | None:
     """The integer value of a C constant expression, or None when it is not one we can evaluate."""
-    python = _to_python(text.strip().rstrip(";"), names)
-    if python is None or not python.strip():
-        return None
+    text = text.strip().rstrip(";")
     try:
-        return _eval_node(ast.parse(python, mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError):
+        python = _to_python(text, names)
+        if python is None or not python.strip():
+            return None
+        value = _eval_node(ast.parse(python, mode="eval"))
+    except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError, RecursionError, MemoryError):
         return None
+    width = _unsigned_width(text)
+    return value % (1 << width) if width else value
 
 
 def resolve(definitions: dict[str, str]) -> dict[str, int]:

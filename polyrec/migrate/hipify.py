@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +60,11 @@ _MASK_FIX = re.compile(r"(__(?:shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|ma
                        r"(0[xX][fF]{8}[uU]?[lL]{0,2}|~0[uU]?)(\s*,)")
 _POPC_BALLOT = re.compile(r"\b__popc(\s*\(\s*__(?:ballot_sync|ballot|activemask)\b)")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
-_LEX = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|#\s*include\s*<[^>\n]*>',
+# Comments, raw strings R"d(...)d" (may span lines), strings, char literals, <header> names, and numbers
+# (pp-numbers, so that the digit separator of 1'000 is not read as the start of a char literal).
+_LEX = re.compile(r'(?P<number>(?<![\w.])\.?\d(?:[eEpP][+-]|\'(?=\w)|[\w.])*)|//[^\n]*|/\*.*?\*/|'
+                  r'(?<!\w)(?:u8|[uUL])?R"(?P<delim>[^()\\ \t\n"]{0,16})\(.*?\)(?P=delim)"|'
+                  r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|#\s*include\s*<[^>\n]*>',
                   re.DOTALL)
 HIPIFY_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp"})
 
@@ -124,7 +130,7 @@ def _clang_header(header: str) -> str:
 
 def mask_comments_and_strings(text: str) -> str:
     """``text`` with comments and string/char literals replaced by spaces (newlines kept)."""
-    return _LEX.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    return _LEX.sub(lambda m: m.group(0) if m.group("number") else re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
 def _rename(text: str, masked: str, idents: dict[str, str], report: FileReport) -> str:
@@ -209,21 +215,60 @@ def hipify_source(text: str, path: str, *, launch_ggl: bool = False,
     return out, report
 
 
-def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False,
-                pytorch_extension: bool = False) -> tuple[list[FileReport], str]:
-    """Translate a file or a directory into ``out_dir`` (same relative names); return reports and a diff."""
-    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.suffix in HIPIFY_SUFFIXES)
-    if not files:
+def _unified_diff(old: str, new: str, rel: str) -> list[str]:
+    """``diff -u`` of one file, with ``\\ No newline at end of file`` where a side lacks the final newline
+    (difflib leaves such a line unterminated, which glues it to the next one and breaks patch/git apply)."""
+    lines = []
+    for line in difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                     fromfile=f"a/{rel}", tofile=f"b/{rel}"):
+        lines.append(line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n")
+    return lines
+
+
+def _sources(src: Path, skipped: dict[str, str]) -> list[Path]:
+    """The regular files to translate under ``src``; a dangling link or other non-file is put in ``skipped``."""
+    if src.is_file():
+        return [src]
+    files = []
+    for path in sorted(src.rglob("*")):
+        if path.suffix not in HIPIFY_SUFFIXES or path.is_dir():
+            continue  # a directory named x.cu is walked into, not translated
+        rel = str(path.relative_to(src))
+        if path.is_symlink() and not path.exists():
+            skipped[rel] = f"dangling symbolic link to {os.readlink(path)}"
+        elif not path.is_file():
+            skipped[rel] = "not a regular file"
+        else:
+            files.append(path)
+    return files
+
+
+def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_extension: bool = False,
+                skipped: dict[str, str] | None = None) -> tuple[list[FileReport], str]:
+    """Translate a file or a directory into ``out_dir`` (same relative names); return reports and a diff.
+
+    Paths that cannot be translated (dangling links, unreadable files, sockets...) are skipped, not fatal:
+    they go into ``skipped`` (relative path -> why) when given, and are warned about otherwise.
+    """
+    missed: dict[str, str] = {} if skipped is None else skipped
+    files = _sources(src, missed)
+    if not files and not missed:
         raise FileNotFoundError(f"hipify: no .cu/.cuh/.cpp/.h files under {src}")
     reports, diff = [], []
     for file in files:
         rel = file.name if src.is_file() else str(file.relative_to(src))
-        text = file.read_bytes().decode("utf-8", "surrogateescape")
+        try:
+            text = file.read_bytes().decode("utf-8", "surrogateescape")
+        except OSError as exc:
+            missed[rel] = f"cannot read: {exc.strerror or exc}"
+            continue
         new, report = hipify_source(text, rel, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension)
         target = out_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(new.encode("utf-8", "surrogateescape"))
         reports.append(report)
-        diff += difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
-                                     fromfile=f"a/{rel}", tofile=f"b/{rel}")
+        diff += _unified_diff(text, new, rel)
+    if skipped is None:
+        for rel, why in missed.items():
+            warnings.warn(f"hipify: skipped {rel}: {why}", stacklevel=2)
     return reports, "".join(diff).encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -51,13 +51,23 @@ def _kernel_start(masked: str, end: int) -> int:
     while i > 0 and masked[i - 1] in " \t":
         i -= 1
     if i > 0 and masked[i - 1] == ">":
-        depth = 0
+        depth = parens = 0  # < > nesting, and ( [ { nesting inside it: k<(N >> 1)> has a > in ()
         while i > 0:
             i -= 1
-            depth += masked[i] == ">"
-            depth -= masked[i] == "<"
-            if depth == 0:
-                break
+            ch = masked[i]
+            if ch in ")]}":
+                parens += 1
+            elif ch in "([{":
+                parens -= 1
+                if parens < 0:
+                    return end  # unbalanced: not a kernel expression we understand
+            elif parens == 0:
+                depth += ch == ">"
+                depth -= ch == "<"
+                if depth == 0:
+                    break
+        if depth != 0:
+            return end
     while i > 0 and _IDENT_CHAR.match(masked[i - 1]):
         i -= 1
     return i

@@ -7,6 +7,7 @@ validate against the schema file shipped in tests/migrate_corpus/schema/.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from polyrec.migrate.rules import RULES
 from polyrec.migrate.types import ScanResult
@@ -29,8 +30,11 @@ def _rule_descriptor(rule_id: str) -> dict[str, Any]:
 
 
 def _uri(path: str) -> str:
+    """A relative URI reference for a file path: ``/`` separators, reserved characters percent-encoded
+    (a space is %20, ``#`` %23, ``%`` %25; RFC 3986 as SARIF 3.10.2 requires)."""
     path = path.replace("\\", "/")
-    return path[2:] if path.startswith("./") else path
+    path = path[2:] if path.startswith("./") else path
+    return quote(path, safe="/")
 
 
 def to_sarif(result: ScanResult, *, version: str = "0.1.0") -> dict[str, Any]:

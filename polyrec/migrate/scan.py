@@ -38,7 +38,7 @@ def scan_file(path: str, data: bytes) -> list[Finding]:
     """
     suffix = Path(path).suffix
     if suffix in PYTHON_SUFFIXES:
-        return scan_python(path, data.decode("utf-8", "replace"))
+        return scan_python(path, data)
     if suffix in CUDA_SUFFIXES:
         return scan_cuda(path, data)
     raise ValueError(f"scan: {path}: unsupported file type {suffix!r} (expected .py, .cu, .cuh, .cpp, .h)")
@@ -61,6 +61,13 @@ def scan_paths(paths: Iterable[Path], *, rules: set[str] | None = None,
             continue
         except SyntaxError as exc:
             result.not_scanned[shown] = f"Python syntax error line {exc.lineno}: {exc.msg}"
+            continue
+        except (RecursionError, MemoryError) as exc:
+            result.not_scanned[shown] = (f"nested too deeply for the scanner ({type(exc).__name__}); "
+                                         "scan it by hand or split the expression")
+            continue
+        except Exception as exc:  # noqa: BLE001 - one odd file must not abort the scan of a whole tree
+            result.not_scanned[shown] = f"scanner error: {type(exc).__name__}: {exc}"
             continue
         result.files_scanned += 1
         result.lines_scanned += data.count(b"\n") + (not data.endswith(b"\n") and bool(data))

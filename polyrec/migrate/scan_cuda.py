@@ -18,8 +18,13 @@ from polyrec.migrate.types import Finding
 
 INSTALL_HINT = "pip install tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 (or the cuda-parse extra)"
 
-_GUARD = re.compile(r"HIP|ROCM|ROCm|CUDA_ARCH|AMDGCN|AMDGPU")
-_WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|warp_?sz|kwarp", re.IGNORECASE)
+# Whole identifier parts only (``_`` or a non-alphanumeric on both sides): FLASHCHIP_H is no HIP guard.
+_HIP_GUARD = re.compile(r"(?<![A-Za-z0-9])(?:HIP|HIPCC|ROCM|ROCm|AMDGCN|AMDGPU)(?![A-Za-z0-9])")
+_GUARD = re.compile(_HIP_GUARD.pattern + r"|(?<![A-Za-z0-9])CUDA_ARCH(?![A-Za-z0-9])")
+_WARP_SIZE_NAME = re.compile(r"warp_?size|threads_?per_?warp|warp_?sz|^k_?warp$", re.IGNORECASE)
+# __align__(n) is a CUDA macro tree-sitter-cuda does not know (it breaks the declaration); parse it as
+# alignas(n), padded to the same length so byte offsets and columns stay those of the file.
+_ALIGN_MACRO = re.compile(rb"\b__align__(?=\s*\()")
 _THREAD_INDEX = re.compile(r"threadIdx|\btid\b|\blane\w*|\bthread_?id\w*|\bthread_?idx\w*", re.IGNORECASE)
 _COMMENT = re.compile(r"//.*|/\*.*?\*/", re.DOTALL)
 _LANE_MATH = {"%": 32, "&": 31, "/": 32, ">>": 5}
@@ -72,18 +77,35 @@ def parser_available() -> bool:
 
 
 def _text(node: Any) -> str:
-    return node.text.decode("utf-8", "replace")
+    return node.text.decode("utf-8", "replace") if node is not None else ""
+
+
+def _negated(conditional: Any, cond_text: str) -> bool:
+    """``#ifndef X`` / ``#if !defined(X)``: the first branch is the one where X is not defined."""
+    first = conditional.children[0].type if conditional.children else ""
+    return first in ("#ifndef", "#elifndef") or cond_text.lstrip().startswith("!")
 
 
 def _guarded(node: Any) -> bool:
-    """Inside #if/#ifdef whose condition mentions HIP, ROCm or __CUDA_ARCH__."""
-    parent = node.parent
+    """In a branch of #if/#ifdef that does not run on AMD.
+
+    A condition naming HIP/ROCm guards both branches (each side was written knowing about AMD). One
+    naming only __CUDA_ARCH__ guards the branch where it is defined: HIP-Clang does not define it, so
+    the other branch (``#else`` of ``#ifdef __CUDA_ARCH__``) is the code that runs on AMD.
+    """
+    child, parent = node, node.parent
     while parent is not None:
         if parent.type.startswith("preproc_if") or parent.type.startswith("preproc_elif"):
             cond = parent.child_by_field_name("condition") or parent.child_by_field_name("name")
-            if cond is not None and _GUARD.search(_text(cond)):
-                return True
-        parent = parent.parent
+            text = _text(cond)
+            if cond is not None and child.id != cond.id and _GUARD.search(text):
+                if _HIP_GUARD.search(text):
+                    return True
+                alternative = parent.child_by_field_name("alternative")
+                in_else = alternative is not None and child.id == alternative.id
+                if in_else == _negated(parent, text):
+                    return True
+        child, parent = parent, parent.parent
     return False
 
 
@@ -94,8 +116,10 @@ class _CudaScan:
 
         self._cursor = tree_sitter.QueryCursor
         self.path = path
-        self.root = tree_sitter.Parser(lang).parse(data).root_node
-        self.lines = data.decode("utf-8", "replace").splitlines()
+        parsed = _ALIGN_MACRO.sub(b"alignas  ", data)
+        self.root = tree_sitter.Parser(lang).parse(parsed).root_node
+        # tree-sitter counts rows at "\n" only; str.splitlines() would also split at \f, \v, \x1c...
+        self.lines = data.decode("utf-8", "replace").split("\n")
         self.findings: list[Finding] = []
         self.consts = self._constants()
 
@@ -163,15 +187,18 @@ class _CudaScan:
                 self._dynamic_smem(node, args[2], "cudaFuncSetAttribute opts in to")
 
     def _is_mask32(self, arg: Any) -> bool:
-        text = _text(arg).replace(" ", "")
-        if re.fullmatch(r"~0[uU]?", text):
+        text = _text(arg)
+        if re.fullmatch(r"~0[uU]?", text.replace(" ", "")):
             return True
-        return evaluate(text, self.consts) == 0xFFFFFFFF
+        value = evaluate(text, self.consts)
+        # the mask parameter is a 32-bit unsigned: -1 (e.g. a signed ~0) converts to 0xffffffff too
+        return value is not None and -(1 << 31) <= value < (1 << 32) and value & 0xFFFFFFFF == 0xFFFFFFFF
 
     def _narrow_ballot(self, node: Any, name: str) -> None:
         parent = node.parent
         outer = parent.parent if parent.type == "argument_list" else None
-        if outer is not None and _text(outer.child_by_field_name("function")) == "__popc":
+        if outer is not None and outer.type == "call_expression" and \
+                _text(outer.child_by_field_name("function")) == "__popc":
             self.add("PM102", outer, f"__popc of {name}: counts only lanes 0-31; use __popcll")
             return
         if parent.type == "init_declarator" and parent.parent.type == "declaration":

@@ -8,12 +8,17 @@ that mentions ``hip`` / ``rocm``) counts as handled.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 
 from polyrec.migrate.rules import AMD_MAX_WORKGROUP, AMD_WAVEFRONT
 from polyrec.migrate.types import Finding
 
-_HIP_WORD = re.compile(r"hip|rocm|fnuz", re.IGNORECASE)
+# hip / rocm as a whole identifier part (torch.version.hip, IS_ROCM, use_rocm, isHip), never inside
+# another word (num_chips, FLASHCHIP); fnuz anywhere (float8_e4m3fnuz).
+_HIP_WORD = re.compile(r"(?<![A-Za-z0-9])(?i:hip|rocm)(?![a-z0-9])|(?<=[a-z0-9])(?:Hip|HIP|Rocm|ROCm|ROCM)(?![a-z0-9])|"
+                       r"(?i:fnuz)")
 _WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|lanes_per_warp", re.IGNORECASE)
 _WARPS_NAME = re.compile(r"warp", re.IGNORECASE)
 _PTX = re.compile(r"(^|[\s;{])(cvt|mov|prmt|lop3|shf|ld|st|mma|ldmatrix|cp|fma|ex2|rcp|bfe|bfi|and|or|add|mul)"
@@ -217,9 +222,25 @@ class _Visitor(ast.NodeVisitor):
         return None
 
 
-def scan_python(path: str, source: str) -> list[Finding]:
+def _decode(data: bytes) -> str:
+    """Source text as Python reads it: a UTF-8 BOM or a coding cookie honoured; bad bytes replaced."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        encoding = "utf-8"
+    try:
+        return data.decode(encoding, "replace")
+    except LookupError:
+        return data.decode("utf-8", "replace")
+
+
+def scan_python(path: str, source: str | bytes) -> list[Finding]:
     """Findings of every Python rule in one file. Raises SyntaxError for a file ast cannot parse."""
+    if isinstance(source, bytes):
+        source = _decode(source)
+    source = source.removeprefix("\ufeff")
     tree = ast.parse(source, filename=path)
-    visitor = _Visitor(path, source.splitlines(), tree)
+    # ast numbers lines at \r\n, \r and \n only; str.splitlines() also splits at \f, \v, \x1c...
+    visitor = _Visitor(path, re.split(r"\r\n|\r|\n", source), tree)
     visitor.visit(tree)
     return visitor.findings
