@@ -104,6 +104,29 @@ def test_http_errors_do_not_leak_the_key():
     assert SECRET not in str(info.value)
 
 
+def test_candidate_that_exits_is_a_failed_round_not_a_crash(tmp_path):
+    provider = RecordedTranscriptProvider(replies=[_reply("adv_exits.py"), _reply("good_axpy.py")])
+    report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=2, config=CONFIG)
+    assert report.accepted and report.rounds_used == 2
+    assert "exited without results" in provider.calls[1][-1]["content"]
+
+
+def test_null_content_is_a_provider_error_that_port_reports(tmp_path):
+    _StubHandler.replies, _StubHandler.seen = [None], []
+    server = HTTPServer(("127.0.0.1", 0), _StubHandler)
+    server.timeout = 30
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        provider = OpenAICompatibleProvider(url=f"http://127.0.0.1:{server.server_port}/v1", model="stub", timeout_s=30)
+        report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=2, config=CONFIG)
+    finally:
+        thread.join(timeout=30)
+        server.server_close()
+    assert not report.accepted and report.rounds_used == 1
+    assert "content is NoneType, not text" in report.left[0], report.left
+
+
 def test_extract_code_takes_last_python_block():
     assert extract_code("a\n```python\nx = 1\n```\nb\n```python\ny = 2\n```") == "y = 2\n"
     assert extract_code("z = 3") == "z = 3\n"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
 import pytest
 
+from polyrec.migrate.sandbox import _make_audit
 from polyrec.migrate.verify import VerifyConfig, static_check, verify
 
 HERE = Path(__file__).parent / "migrate_corpus" / "verify"
@@ -29,10 +32,14 @@ def test_correct_kernels_are_accepted(name):
     ("adv_writes_nothing.py", "numerics", "NaN in output"),
     ("adv_returns_input.py", "numerics", "shares memory with an input"),
     ("adv_one_shape.py", "numerics", "shape (4097,)"),
-    ("adv_cached.py", "numerics", "seed 1): wrong values"),
+    ("adv_cached.py", "numerics", "not written by any Triton launch"),  # returns a torch clone
     ("adv_reads_reference.py", "static", "import of 'migrate_ref_ops'"),
     ("adv_reads_reference_dynamic.py", "static", "import of 'sys'"),
     ("adv_torch_in_kernel.py", "static", "try/except inside kernel"),
+    ("adv_escape_torch_sys.py", "static", "attribute 'sys' is not allowed"),
+    ("adv_edits_reference.py", "static", "attribute 'os' is not allowed"),
+    ("adv_torch_computes.py", "numerics", "already held data when a Triton launch first took it"),
+    ("adv_exits.py", "numerics", "exited without results"),
 ])
 def test_adversarial_kernels_are_rejected(name, stage, why):
     report = verify(HERE / name, REFERENCE, NUMERICS)
@@ -46,7 +53,7 @@ def test_sandbox_blocks_network_and_reference_import(tmp_path):
     sneaky.write_text((HERE / "good_axpy.py").read_text().replace(
         "def run(x, y):", "def run(x, y):\n    torch.hub.load_state_dict_from_url('http://127.0.0.1:9/x')"))
     report = verify(sneaky, REFERENCE, NUMERICS)
-    assert not report.accepted and any("not allowed" in f for f in report.failures), report.failures
+    assert not report.accepted and any("reaches the network" in f for f in report.failures), report.failures
 
 
 def test_static_check_names_each_problem():
@@ -54,6 +61,35 @@ def test_static_check_names_each_problem():
     assert any("import of 'os'" in p for p in problems)
     assert any("torch used inside kernel k" in p for p in problems)
     assert any("no top-level run" in p for p in problems)
+
+
+def test_static_check_refuses_module_reach_and_private_attributes():
+    src = ("import torch\nimport triton\nfrom torch import os\n@triton.jit\ndef k(p):\n    pass\n"
+           "k.run = None\ndef run(x):\n    torch.hub.load('a', 'b')\n    torch._C\n    __builtins__\n"
+           "    return torch.load('f')\n")
+    problems = static_check(src, "ref", "f")
+    for why in ("torch.os is the module 'os'", "assigning to k.run", "torch.hub (torch.hub)", "'_C'",
+                "'__builtins__'", "torch.load"):
+        assert any(why in p for p in problems), (why, problems)
+
+
+def test_sandbox_audit_blocks_writes_outside_its_folder_and_processes(tmp_path):
+    audit = _make_audit(frozenset(), (str(tmp_path),))
+    audit("open", (str(tmp_path / "out.pt"), "wb", 0))  # its own folder
+    audit("open", ("/etc/hostname", "r", 0))  # reading is fine
+    for event, args in [("open", (str(HERE / "migrate_ref_ops.py"), "a", 0)),
+                        ("open", (str(HERE / "migrate_ref_ops.py"), None, os.O_WRONLY | os.O_APPEND)),
+                        ("os.rename", (str(tmp_path / "x"), str(HERE / "migrate_ref_ops.py"), None, None)),
+                        ("os.remove", (str(HERE / "migrate_ref_ops.py"), None)),
+                        ("subprocess.Popen", (None, ["/bin/sh", "-c", "id"], None, None)),
+                        ("socket.connect", (None, ("127.0.0.1", 9)))]:
+        with pytest.raises(PermissionError):
+            audit(event, args)
+
+
+def test_zero_seeds_is_refused():
+    with pytest.raises(ValueError, match="at least one seed"):
+        verify(HERE / "adv_cached.py", REFERENCE, VerifyConfig(compile=False, seeds=()))
 
 
 def _amd_specs_present() -> bool:
@@ -70,3 +106,17 @@ def test_compile_stage_accepts_portable_kernel_for_three_targets():
     assert report.accepted, report.failures
     assert {r["device"] for r in report.compile_reports} == {"H200", "MI300X", "MI350X"}
     assert {r["target"] for r in report.compile_reports} == {"cuda:90", "hip:gfx942", "hip:gfx950"}
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize(("name", "reference", "why"), [
+    ("adv_num_warps_32.py", REFERENCE, "threads > 1024 per block on MI300X"),
+    ("adv_compile_dodge.py", "migrate_ref_mm:mm", "MI300X"),  # big tiles ran; they are what gets compiled
+])
+def test_compile_stage_rejects(name, reference, why, monkeypatch):
+    if not _amd_specs_present():
+        pytest.skip("MI300X / MI350X device specs not in the catalog yet")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # numerics through the interpreter, as on the CPU machine
+    report = verify(HERE / name, reference, VerifyConfig(seeds=(0,)))
+    assert not report.accepted and report.stages["compile"] == "fail", report.failures
+    assert any(why in f for f in report.failures), report.failures

@@ -113,8 +113,20 @@ def _amd_resources(asm: str) -> tuple[int, int, int]:
     return _amd_field(asm, "vgpr_count"), _amd_field(asm, "sgpr_count"), spills
 
 
-def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int) -> tuple[str, ...]:
+#: Threads one block / workgroup may have, per vendor: 1024 on every NVIDIA GPU since sm_20 (CUDA C++
+#: Programming Guide, "Technical Specifications per Compute Capability",
+#: https://docs.nvidia.com/cuda/cuda-c-programming-guide/#features-and-technical-specifications) and
+#: 1024 on CDNA3 / CDNA4 (ROCm "GPU hardware specifications", max workgroup size,
+#: https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html). num_warps=32 is 1024 threads on
+#: NVIDIA but 2048 work-items with wave64 on gfx942 / gfx950.
+MAX_THREADS_PER_BLOCK = {"nvidia": 1024, "amd": 1024}
+
+
+def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int, num_warps: int) -> tuple[str, ...]:
     found = []
+    threads, limit = num_warps * spec.warp_size, MAX_THREADS_PER_BLOCK.get(spec.vendor)
+    if limit is not None and threads > limit:
+        found.append(f"num_warps={num_warps} x {spec.warp_size} = {threads} threads > {limit} per block on {spec.name}")
     if shared > spec.smem_per_block:
         found.append(f"shared memory {shared} B > {spec.smem_per_block} B per block on {spec.name}")
     if registers > spec.max_registers_per_thread:
@@ -167,7 +179,7 @@ def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
         scalar_registers=scalar,
         spill_bytes=spills,
         seconds=seconds,
-        problems=_problems(spec, shared, registers, spills),
+        problems=_problems(spec, shared, registers, spills, job.num_warps),
     )
 
 

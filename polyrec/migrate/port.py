@@ -102,6 +102,8 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
         entry: dict[str, Any] = {"round": round_, "provider": report.provider, "request": messages}
         try:
             reply = provider.complete(messages)
+            if not isinstance(reply, str):
+                raise ProviderError(f"{report.provider}: reply is {type(reply).__name__}, not text")
         except ProviderError as exc:
             entry["error"] = str(exc)
             _append(transcript, entry)

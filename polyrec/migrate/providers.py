@@ -70,9 +70,14 @@ class OpenAICompatibleProvider:
         except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
             raise ProviderError(f"{self.describe()}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
         try:
-            return payload["choices"][0]["message"]["content"]
+            content = payload["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             raise ProviderError(f"{self.describe()}: reply has no choices[0].message.content") from None
+        if not isinstance(content, str):
+            reason = payload["choices"][0].get("finish_reason") if isinstance(payload["choices"][0], dict) else None
+            raise ProviderError(f"{self.describe()}: choices[0].message.content is {type(content).__name__}, "
+                                f"not text (finish_reason: {reason})")
+        return content
 
 
 @dataclass(kw_only=True, slots=True)

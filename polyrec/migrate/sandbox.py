@@ -1,17 +1,21 @@
 """The child side of verification: run or compile a candidate module in a locked-down subprocess.
 
-Started by verify.py as ``python -m polyrec.migrate.sandbox MODE CANDIDATE CASES OUT [BLOCKED]``
-under resource limits (CPU seconds, address space, file size). Before the candidate is imported it:
+Started by verify.py as ``python -m polyrec.migrate.sandbox MODE CANDIDATE IN OUT [BLOCKED]`` under
+resource limits (CPU seconds, address space, file size). Before the candidate is imported it:
 
-- blocks the network, new processes and native-library loading with an audit hook (``sys.addaudithook``
-  cannot be removed once installed);
+- installs an audit hook (``sys.addaudithook`` cannot be removed) that blocks the network, native
+  libraries, new processes (compile mode: only the ptxas / cuobjdump binaries Triton resolved before
+  the candidate loaded) and every file write outside OUT's folder and Triton's cache. The hook's
+  decisions depend only on values frozen in its closure, nothing the candidate can reach and flip;
 - blocks importing the reference module (BLOCKED), so the candidate cannot call or read it;
 - fills every tensor from torch.empty / empty_like / empty_strided / new_empty with NaN (poisoned
   outputs: a kernel that does not write its output returns NaN).
 
-MODE "run" calls ``run(*inputs)`` on every case and saves the outputs; MODE "compile" intercepts each
-Triton launch instead of running it and compiles it for sm_90, gfx942 and gfx950 through
-polyrec.hardware.compile.compile_for.
+MODE "run" calls ``run(*inputs)`` on every case (IN: the cases) and saves the outputs, each Triton
+launch (launch_capture) and whether each output was written by a launch: an output's storage must be
+uniform (poison or one constant) when a launch first takes it, and unchanged after its last launch.
+MODE "compile" (IN: the launches the run recorded, JSON) compiles exactly those launches for sm_90,
+gfx942 and gfx950 through polyrec.hardware.compile.compile_for; the candidate's run() is not called.
 """
 
 from __future__ import annotations
@@ -19,12 +23,22 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-_BLOCKED_EVENTS = ("socket.connect", "socket.bind", "socket.getaddrinfo", "subprocess.Popen", "os.system",
-                   "os.exec", "os.posix_spawn", "os.fork", "ctypes.dlopen", "os.spawn")
+_BLOCKED_EVENTS = ("socket.connect", "socket.bind", "socket.getaddrinfo", "os.system", "os.exec", "os.fork",
+                   "os.spawn", "ctypes.dlopen", "os.forkpty")
+_PROCESS_EVENTS = ("subprocess.Popen", "os.posix_spawn")
+#: Audit events that change the file system -> positions of their path arguments.
+_PATH_EVENTS = {"os.rename": (0, 1), "os.link": (0, 1), "os.symlink": (1,), "os.remove": (0,), "os.rmdir": (0,),
+                "os.mkdir": (0,), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,),
+                "os.setxattr": (0,), "os.removexattr": (0,), "os.chflags": (0,), "os.lchflags": (0,),
+                "os.mkfifo": (0,), "os.mknod": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,),
+                "shutil.copytree": (1,), "shutil.move": (1,), "shutil.chown": (0,)}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 #: Devices whose Triton targets a port must compile for: sm_90, gfx942, gfx950.
 COMPILE_DEVICES = ("H200", "MI300X", "MI350X")
 
@@ -38,14 +52,65 @@ class _BlockImport(importlib.abc.MetaPathFinder):
             raise ImportError(f"sandbox: importing {fullname} (the reference) is not allowed")
 
 
-_STATE = {"candidate_done": False}  # compile mode: ptxas / cuobjdump may run once the candidate is done
+def _make_audit(programs: frozenset[str], writable: tuple[str, ...]) -> Any:
+    """The audit hook: allows only ``programs`` as new processes and file writes only under ``writable``."""
+
+    def inside(path: Any) -> bool:
+        if isinstance(path, int):  # an already-open descriptor: its open was checked
+            return True
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return False
+        real = os.path.realpath(os.fsdecode(path))
+        return real == os.devnull or any(real == root or real.startswith(root + os.sep) for root in writable)
+
+    def program(args: tuple) -> Any:
+        executable, argv = args[0], args[1]
+        if executable is None and isinstance(argv, (list, tuple)) and argv:
+            executable = argv[0]
+        return os.path.realpath(os.fsdecode(executable)) if isinstance(executable, (str, bytes, os.PathLike)) else None
+
+    def audit(event: str, args: tuple) -> None:
+        if event.startswith(_BLOCKED_EVENTS):
+            raise PermissionError(f"sandbox: {event} is not allowed in generated code")
+        if event in _PROCESS_EVENTS and program(args) not in programs:
+            raise PermissionError(f"sandbox: {event} is not allowed in generated code")
+        if event == "open":
+            mode, flags = args[1], args[2] if len(args) > 2 else 0
+            writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
+            if writes and not inside(args[0]):
+                raise PermissionError(f"sandbox: writing {args[0]!r} is not allowed in generated code")
+        elif event in _PATH_EVENTS:
+            for i in _PATH_EVENTS[event]:
+                if i < len(args) and not inside(args[i]):
+                    raise PermissionError(f"sandbox: {event} on {args[i]!r} is not allowed in generated code")
+
+    return audit
 
 
-def _audit(event: str, args: tuple) -> None:
-    if _STATE["candidate_done"] and event.startswith(("subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec")):
-        return
-    if event.startswith(_BLOCKED_EVENTS):
-        raise PermissionError(f"sandbox: {event} is not allowed in generated code")
+def _programs(mode: str) -> frozenset[str]:
+    """The binaries Triton and the compile harness run (compile mode only), resolved before the candidate loads."""
+    if mode != "compile":
+        return frozenset()
+    import triton
+
+    found = set()
+    for name in ("ptxas", "cuobjdump"):
+        try:
+            found.add(os.path.realpath(getattr(triton.knobs.nvidia, name).path))
+        except Exception:  # noqa: BLE001 (a missing tool makes its compile fail later, with its own error)
+            continue
+    return frozenset(found)
+
+
+def _writable_roots(out_file: Path) -> tuple[str, ...]:
+    import triton
+
+    roots = [os.path.realpath(out_file.parent)]
+    cache = getattr(getattr(triton.knobs, "cache", None), "dir", None)
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+        roots.append(os.path.realpath(cache))
+    return tuple(roots)
 
 
 def _poison_allocators(torch: Any) -> None:
@@ -75,9 +140,68 @@ def _load_candidate(path: Path) -> Any:
     return module
 
 
-def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str) -> dict[str, Any]:
-    outputs, aliased = [], []
+def _kernel_classes() -> tuple[Any, ...]:
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction, InterpretedFunction
+
+
+class _WriteTracker:
+    """Which storages Triton launches wrote: uniform when first launched on, and their bytes after the last launch."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.launches: dict[str, dict[str, Any]] = {}
+        self.fresh: dict[int, bool] = {}  # storage address -> uniform when a launch first took it
+        self.after: dict[int, Any] = {}  # storage address -> its bytes after its last launch
+
+    def _storage(self, tensor: Any, dtype: Any) -> Any:
+        return self.torch.tensor([], dtype=dtype, device=tensor.device).set_(tensor.untyped_storage())
+
+    def _tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        return [v for v in (*args, *kwargs.values()) if isinstance(v, self.torch.Tensor) and v.numel()]
+
+    def on_launch(self, fn: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        from polyrec.migrate.launch_capture import describe_launch
+
+        record = describe_launch(fn, args, kwargs)
+        self.launches.setdefault(json.dumps(record, sort_keys=True), record)
+        for t in self._tensors(args, kwargs):
+            key = t.untyped_storage().data_ptr()
+            if key not in self.fresh:
+                flat = self._storage(t, t.dtype) if t.untyped_storage().nbytes() % t.element_size() == 0 else t
+                flat = flat.detach().reshape(-1)
+                uniform = bool((flat == flat[0]).all()) or (flat.is_floating_point() and bool(flat.isnan().all()))
+                self.fresh[key] = uniform
+
+    def after_launch(self, fn: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        for t in self._tensors(args, kwargs):
+            key = t.untyped_storage().data_ptr()
+            if self.fresh.get(key):
+                self.after[key] = self._storage(t, self.torch.uint8).clone()
+
+    def unwritten(self, out: Any) -> str | None:
+        """Why ``out`` was not produced by a Triton launch; None when it was."""
+        if not out.numel():
+            return None
+        key = out.untyped_storage().data_ptr()
+        if key not in self.fresh:
+            return "the output was not written by any Triton launch (computed by torch?)"
+        if not self.fresh[key]:
+            return "the output already held data when a Triton launch first took it (computed by torch?)"
+        if not self.torch.equal(self._storage(out, self.torch.uint8), self.after[key]):
+            return "the output was changed after its last Triton launch (by torch?)"
+        return None
+
+    def reset(self) -> None:
+        self.fresh, self.after = {}, {}
+
+
+def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str, tracker: _WriteTracker) -> dict[str, Any]:
+    outputs, aliased, unwritten = [], [], []
     for inputs in cases:
+        tracker.reset()
         inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
         out = module.run(*inputs)
         if not isinstance(out, torch.Tensor):
@@ -85,22 +209,28 @@ def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str) -> dict
         aliased.append(any(isinstance(x, torch.Tensor) and x.numel() and out.numel()
                            and x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for x in inputs))
+        unwritten.append(tracker.unwritten(out))
         outputs.append(out.detach().to("cpu").clone())
-    return {"outputs": outputs, "aliased": aliased}
+    return {"outputs": outputs, "aliased": aliased, "unwritten": unwritten,
+            "launches": list(tracker.launches.values())}
 
 
-def _compile_cases(module: Any, cases: list[tuple]) -> list[dict[str, Any]]:
+def _compile_launches(module: Any, launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from triton.runtime.jit import JITFunction
 
-    from polyrec.migrate.launch_capture import capture_jobs
-
-    jobs = capture_jobs(module, cases, JITFunction)
-    _STATE["candidate_done"] = True
     from polyrec.hardware import get_device
     from polyrec.hardware.catalog import UnknownDeviceError
     from polyrec.hardware.compile import compile_for
+    from polyrec.migrate.launch_capture import job_from_launch
 
-    reports = []
+    reports, jobs = [], []
+    for launch in launches:
+        kernel = getattr(module, launch["kernel"], None)
+        if not isinstance(kernel, JITFunction):
+            reports.append({"device": "-", "label": launch["kernel"],
+                            "error": f"kernel {launch['kernel']} is not a module-level @triton.jit function"})
+            continue
+        jobs.append(job_from_launch(kernel, launch))
     for name in COMPILE_DEVICES:
         try:
             spec = get_device(name)
@@ -118,24 +248,38 @@ def _compile_cases(module: Any, cases: list[tuple]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    mode, candidate, cases_file, out_file = argv[:4]
+    mode, candidate, in_file, out_file = argv[:4]
+    if mode not in ("run", "compile"):
+        raise ValueError(f"sandbox: unknown mode {mode!r} (run | compile)")
     blocked = set(argv[4].split(",")) if len(argv) > 4 and argv[4] else set()
     import torch  # imported (with triton) before the locks: their own import machinery is trusted
 
     import triton  # noqa: F401
 
-    cases = torch.load(cases_file, weights_only=True)
+    out_path = Path(out_file).resolve()
+    private_tmp = out_path.parent / f"{mode}-tmp"
+    private_tmp.mkdir(exist_ok=True)
+    tempfile.tempdir = str(private_tmp)  # ptxas / cuobjdump scratch files land where writes are allowed
+    if mode == "run":
+        payload: Any = torch.load(in_file, weights_only=True)
+        tracker = _WriteTracker(torch)
+    else:
+        payload = json.loads(Path(in_file).read_text())
+    from polyrec.migrate.launch_capture import describe_launch, recording  # noqa: F401 (imported before the locks)
+
+    kernel_classes = _kernel_classes()
     sys.meta_path.insert(0, _BlockImport(blocked))
-    sys.addaudithook(_audit)
+    sys.addaudithook(_make_audit(_programs(mode), _writable_roots(out_path)))
     _poison_allocators(torch)
-    module = _load_candidate(Path(candidate))
     if mode == "run":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        torch.save(_run_cases(module, cases, torch, device), out_file)
-    elif mode == "compile":
-        Path(out_file).write_text(json.dumps(_compile_cases(module, cases)))
+        with recording(kernel_classes, tracker.on_launch, tracker.after_launch):
+            module = _load_candidate(Path(candidate))
+            result = _run_cases(module, payload, torch, device, tracker)
+        torch.save(result, out_path)
     else:
-        raise ValueError(f"sandbox: unknown mode {mode!r} (run | compile)")
+        module = _load_candidate(Path(candidate))
+        out_path.write_text(json.dumps(_compile_launches(module, payload)))
     return 0
 
 

@@ -5,17 +5,24 @@ The reference is ``module:function`` in a module that also defines ``SHAPES`` (a
 distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of which must pass:
 
 1. static bans (AST): only torch / triton / math imports; in kernels no torch and no try/except; no
-   ``__dunder__`` access, eval/exec/open/globals; no autotune; nothing named after the reference;
-2. numerics: every shape x several seeds, fresh random inputs, outputs poisoned (NaN), against the
+   ``_private`` or ``__dunder__`` attribute or dunder name, no attribute that is (or a chain that reaches)
+   a module outside torch / triton / math such as ``torch.sys`` or ``torch.os``, nor a risky torch
+   module (hub, serialization, cpp_extension...); no assignment to attributes of torch / triton / the
+   kernels; no eval/exec/open/globals/exit; no autotune; nothing named after the reference;
+2. numerics: every shape x at least one seed, fresh random inputs, outputs poisoned (NaN), against the
    reference in float64, in a sandboxed subprocess (CPU seconds, memory and file-size limits, no
-   network, no processes, the reference module not importable) through the Triton interpreter on a
-   CPU or on the GPU when present; outputs that alias an input are rejected;
-3. compile: every launch the candidate makes is compiled for sm_90, gfx942 and gfx950 and must fit.
+   network, no processes, no file writes outside its own folder, the reference module not importable)
+   through the Triton interpreter on a CPU or on the GPU when present. Rejected: outputs that alias an
+   input, outputs not written by a Triton launch (already holding data when a launch first took them,
+   or changed after their last launch), a child that exits without results, a reference file changed;
+3. compile: exactly the launches recorded during the numerics run are compiled for sm_90, gfx942 and
+   gfx950 and must fit (shared memory / LDS, registers, spills, threads per block).
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import json
 import os
@@ -29,7 +36,21 @@ from typing import Any
 
 ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
 BANNED_CALLS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
-                          "getattr", "setattr", "delattr", "breakpoint", "input"})
+                          "getattr", "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help"})
+#: Attribute names refused on anything: modules a candidate could reach through torch / triton
+#: (``torch.sys``, ``torch.os``) and what they lead to.
+BANNED_ATTRS = frozenset({"os", "sys", "subprocess", "builtins", "importlib", "ctypes", "shutil", "socket", "pathlib",
+                          "io", "inspect", "gc", "pickle", "marshal", "posix", "signal", "threading",
+                          "multiprocessing", "runpy", "pty", "tempfile", "glob", "urllib", "http", "resource",
+                          "platform", "sysconfig", "site", "codecs", "weakref", "traceback", "linecache", "autotune",
+                          "modules", "popen", "system"})
+#: Roots of modules a candidate may reach; and torch parts that load code or files, or reach the network.
+ALLOWED_MODULE_ROOTS = frozenset({"torch", "triton", "math", "typing"})
+RISKY_MODULES = ("torch.hub", "torch.serialization", "torch.utils.cpp_extension", "torch.package", "torch.jit",
+                 "torch.multiprocessing", "torch.distributed", "torch.ops", "torch.classes", "torch.library",
+                 "torch.compiler", "torch.utils.data", "torch.fx", "torch.export", "torch.onnx", "torch.backends",
+                 "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs", "triton.tools")
+RISKY_OBJECTS = frozenset({"torch.load", "torch.save", "torch.compile", "torch.from_file"})
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Comparison tolerances per output dtype (atol, rtol): a few units in the last place of the dtype.
 TOLERANCES = {"torch.float32": (1e-4, 1e-4), "torch.float16": (1e-2, 1e-2), "torch.bfloat16": (3e-2, 3e-2),
@@ -66,14 +87,88 @@ def _is_jit(node: ast.FunctionDef) -> bool:
     return any("jit" in ast.unparse(d) for d in node.decorator_list)
 
 
+def _module_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> dotted path of what it was imported as (``tl`` -> ``triton.language``)."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module != "__future__":
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+def _chain(node: ast.Attribute) -> list[str] | None:
+    """``torch.nn.functional.relu`` -> ["torch", "nn", "functional", "relu"]; None when not rooted at a name."""
+    parts = [node.attr]
+    while isinstance(node.value, ast.Attribute):
+        node = node.value
+        parts.append(node.attr)
+    if not isinstance(node.value, ast.Name):
+        return None
+    return [node.value.id, *reversed(parts)]
+
+
+def _reach_problem(dotted: str) -> str | None:
+    """Why the object at ``dotted`` (e.g. ``torch.sys.modules``) may not be used; None when it may."""
+    import types
+
+    parts = dotted.split(".")
+    if parts[0] not in ALLOWED_MODULE_ROOTS:
+        return None  # not an import: the import check speaks for it
+    try:
+        obj = importlib.import_module(parts[0])
+    except ImportError:
+        return None
+    for i, part in enumerate(parts[1:], start=2):
+        if part.startswith("_"):
+            return f"{'.'.join(parts[:i])} is private"
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                return None  # does not exist: fails when run, no reach
+        name = (getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType)
+                else f"{getattr(obj, '__module__', '') or ''}.{getattr(obj, '__qualname__', '')}")
+        if isinstance(obj, types.ModuleType) and name.split(".")[0] not in ALLOWED_MODULE_ROOTS:
+            return f"{'.'.join(parts[:i])} is the module {name!r}"
+        risky_module = isinstance(obj, types.ModuleType) and name.startswith(RISKY_MODULES)
+        if risky_module or ".".join(parts[:i]) in RISKY_OBJECTS or name in RISKY_OBJECTS:
+            return f"{'.'.join(parts[:i])} ({name}) loads code or files or reaches the network"
+    return None
+
+
+def _attribute_problems(node: ast.Attribute, aliases: dict[str, str], kernels: set[str]) -> list[str]:
+    line = node.lineno
+    if node.attr.startswith("_"):
+        return [f"line {line}: attribute {node.attr!r} is not allowed (private or dunder)"]
+    if node.attr in BANNED_ATTRS:
+        return [f"line {line}: attribute {node.attr!r} is not allowed"]
+    chain = _chain(node)
+    if chain is None:
+        return []
+    if not isinstance(node.ctx, ast.Load) and (chain[0] in aliases or chain[0] in kernels):
+        return [f"line {line}: assigning to {'.'.join(chain)} is not allowed"]
+    if chain[0] not in aliases:
+        return []
+    problem = _reach_problem(".".join([aliases[chain[0]], *chain[1:]]))
+    return [f"line {line}: {problem}"] if problem else []
+
+
 def static_check(source: str, reference_module: str, reference_func: str) -> list[str]:
     """Why the candidate's source is not acceptable; empty when it is."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return [f"syntax error line {exc.lineno}: {exc.msg}"]
-    problems = []
+    problems: list[str] = []
     ref_names = {reference_module.split(".")[0], reference_module.split(".")[-1], reference_func}
+    aliases = _module_aliases(tree)
+    kernels = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_jit(n)}
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -81,17 +176,28 @@ def static_check(source: str, reference_module: str, reference_func: str) -> lis
             for mod in mods:
                 if mod.split(".")[0] not in ALLOWED_IMPORTS:
                     problems.append(f"line {line}: import of {mod!r} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})")
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ALLOWED_IMPORTS:
+                for a in node.names:
+                    bad = f"{a.name} is private" if a.name.startswith("_") else (
+                        None if node.module == "__future__" else _reach_problem(f"{node.module}.{a.name}"))
+                    if bad or a.name in BANNED_ATTRS:
+                        problems.append(f"line {line}: from {node.module} import {a.name}: {bad or 'not allowed'}")
+            elif isinstance(node, ast.Import):
+                problems += [f"line {line}: import {a.name}: {bad}" for a in node.names
+                             if (bad := _reach_problem(a.name))]
         elif isinstance(node, ast.Name) and (node.id in BANNED_CALLS or node.id in ref_names):
             problems.append(f"line {line}: use of {node.id!r} is not allowed")
-        elif isinstance(node, ast.Attribute) and (node.attr.startswith("__") or node.attr == "autotune"):
-            problems.append(f"line {line}: attribute {node.attr!r} is not allowed")
+        elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id != "__name__":
+            problems.append(f"line {line}: use of {node.id!r} is not allowed")
+        elif isinstance(node, ast.Attribute):
+            problems += _attribute_problems(node, aliases, kernels)
         elif isinstance(node, ast.FunctionDef) and _is_jit(node):
             problems += _kernel_problems(node)
     if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
         problems.append("no top-level run(*inputs) function")
-    if not any(isinstance(n, ast.FunctionDef) and _is_jit(n) for n in ast.walk(tree)):
+    if not kernels:
         problems.append("no @triton.jit kernel: the port must be a Triton kernel")
-    return problems
+    return list(dict.fromkeys(problems))
 
 
 def _kernel_problems(kernel: ast.FunctionDef) -> list[str]:
@@ -190,8 +296,11 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
     import torch
 
     config = config or VerifyConfig()
+    if len(config.seeds) < 1:
+        raise ValueError("verify: at least one seed is needed (--seeds >= 1)")
     report = VerifyReport(candidate=str(candidate))
     module, func = load_reference(reference)
+    ref_digest = _digest(module)
     module_name, _, func_name = reference.partition(":")
     problems = static_check(candidate.read_text(), module_name, func_name)
     report.stages["static"] = "fail" if problems else "pass"
@@ -206,26 +315,40 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
         torch.save(cases, cases_file)
         error = run_sandboxed("run", candidate, cases_file, out_file, blocked, config,
                               interpret=not torch.cuda.is_available())
-        report.failures += [f"numerics: {error}"] if error else _check_outputs(out_file, cases, func, module)
+        if not error and not out_file.is_file():
+            error = "run: the sandbox exited without results (exit() / SystemExit in the candidate?)"
+        result = None if error else torch.load(out_file, weights_only=True)
+        report.failures += [f"numerics: {error}"] if error else _check_outputs(result, cases, func, module)
+        if _digest(module) != ref_digest:
+            report.failures.append(f"numerics: the reference file {module.__file__} changed during verification")
         report.stages["numerics"] = "fail" if report.failures else "pass"
-        if config.compile:
-            _compile_stage(report, candidate, cases[:len(module.SHAPES)], Path(tmp), blocked, config)
-        else:
+        if not config.compile:
             report.stages["compile"] = "skipped: disabled"
+        elif result is None:
+            report.stages["compile"] = "skipped: no launches recorded (numerics failed)"
+        else:
+            _compile_stage(report, candidate, result["launches"], Path(tmp), blocked, config)
     report.accepted = not report.failures and all(v in ("pass", "skipped: disabled") for v in report.stages.values())
     return report
 
 
-def _check_outputs(out_file: Path, cases: list[tuple], func: Any, module: Any) -> list[str]:
-    import torch
+def _digest(module: Any) -> str | None:
+    """sha256 of the reference module's file (None when it has none)."""
+    path = getattr(module, "__file__", None)
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path and Path(path).is_file() else None
 
-    result = torch.load(out_file, weights_only=True)
+
+def _check_outputs(result: dict[str, Any], cases: list[tuple], func: Any, module: Any) -> list[str]:
     failures = []
-    for i, (inputs, out, aliased) in enumerate(zip(cases, result["outputs"], result["aliased"], strict=True)):
+    for i, (inputs, out, aliased, unwritten) in enumerate(zip(cases, result["outputs"], result["aliased"],
+                                                             result["unwritten"], strict=True)):
         shape = module.SHAPES[i % len(module.SHAPES)]
         where = f"case {i} (shape {tuple(shape)}, seed {i // len(module.SHAPES)})"
         if aliased:
             failures.append(f"numerics: {where}: output shares memory with an input")
+            continue
+        if unwritten:
+            failures.append(f"numerics: {where}: {unwritten}")
             continue
         problem = compare(out, inputs, func, where)
         if problem:
@@ -233,13 +356,14 @@ def _check_outputs(out_file: Path, cases: list[tuple], func: Any, module: Any) -
     return failures
 
 
-def _compile_stage(report: VerifyReport, candidate: Path, cases: list[tuple], tmp: Path, blocked: str,
+def _compile_stage(report: VerifyReport, candidate: Path, launches: list[dict[str, Any]], tmp: Path, blocked: str,
                    config: VerifyConfig) -> None:
-    import torch
-
-    cases_file, out_file = tmp / "compile_cases.pt", tmp / "compile.json"
-    torch.save(cases, cases_file)
-    error = run_sandboxed("compile", candidate, cases_file, out_file, blocked, config, interpret=False)
+    """Compile exactly the launches the numerics run recorded."""
+    launches_file, out_file = tmp / "launches.json", tmp / "compile.json"
+    launches_file.write_text(json.dumps(launches))
+    error = run_sandboxed("compile", candidate, launches_file, out_file, blocked, config, interpret=False)
+    if not error and not out_file.is_file():
+        error = "compile: the sandbox exited without results (exit() / SystemExit in the candidate?)"
     if error:
         report.failures.append(f"compile: {error}")
         report.stages["compile"] = "fail"
@@ -247,7 +371,7 @@ def _compile_stage(report: VerifyReport, candidate: Path, cases: list[tuple], tm
     report.compile_reports = json.loads(out_file.read_text())
     bad = [f"compile: {r['device']} {r.get('label', '')}: {r.get('error') or '; '.join(r['problems'])}"
            for r in report.compile_reports if r.get("error") or r.get("problems")]
-    if not report.compile_reports:
+    if not launches:
         bad.append("compile: run() launched no Triton kernel")
     report.failures += bad
     report.stages["compile"] = "fail" if bad else "pass"
