@@ -1,6 +1,7 @@
-"""The planner prices fp16 / bf16 embedding rows as the runtime runs them: one-tile lane programs for
-mixed dims, the merge after them, and the stochastic rounding's instructions
-(``polyrec.perfmodel.tbe.rounding_seconds``); chunked programs issuing their rounding for tables of one dim."""
+"""The planner prices fp16 / bf16 embedding rows as the runtime runs them: 8-tile lane programs, the merge
+after them, and the stochastic rounding's instructions (``polyrec.perfmodel.tbe.rounding_seconds``, added
+after the loads for mixed dims: fitted on one-tile programs, which mixed dims ran until the twenty-third
+session); issued in the update's own stream for tables of one dim."""
 
 from __future__ import annotations
 
@@ -49,10 +50,10 @@ def test_half_rows_of_one_dim_issue_their_rounding_in_the_update(monkeypatch):
         assert faster[dt][0] == base[dt][0] and faster[dt][1] < base[dt][1]
 
 
-def test_half_rows_take_one_tile_programs_as_the_runtime():
+def test_half_rows_take_chunked_programs_as_the_runtime():
     from polyrec.kernels import tbe_select
 
     spec = get_device("H200")
     cfg = tbe_select.select_update(spec, nnz=65536 * 130, block_d=128, row_bytes=256, state_tiles=0, stochastic=True,
                                    grad_bytes=2)
-    assert cfg.chunks == 1 and cfg.variant == "lane"
+    assert cfg.chunks == tbe_select.LANE_CHUNKS and cfg.variant == "lane"

@@ -85,12 +85,9 @@ class Estimate:
 
     step: StepTime
     memory: list[DeviceMemory]
+    fits: bool  # every rank's peak fits its HBM and every host's memory its host-cached tables
     kernels: dict[str, str]
     table_times: dict[str, tuple[float, float]]  # table -> (fwd s, bwd s) of its slowest shard
-
-    @property
-    def fits(self) -> bool:
-        return all(m.fits for m in self.memory)
 
 
 def shard_loads(model: ModelSpec, plans: Sequence[TablePlan], batch_per_gpu: int, world: int) -> list[ShardLoad]:
@@ -182,6 +179,9 @@ class Estimator:
         self.links: FleetLinks = fleet_links(fleet)
         self.matmuls = dense_matmuls(model)
         self.params = dense_params(model)
+        # (weights, optimizer state + gradients) of the dense layers on each rank
+        self.dense_bytes = mem.dense_parameter_bytes(model, dense_optimizer=dense_optimizer,
+                                                     world_size=fleet.world_size)
         # one GPU trains with polyrec's tables unsharded: the lookup writes into DLRM-DCNv2's x0
         # (polyrec.models.dlrm sets PolyrecEmbeddings.lead_columns); sharded tables concatenate
         self.x0_in_lookup = fleet.world_size == 1
@@ -256,9 +256,30 @@ class Estimator:
         return mem.tbe_workspace_bytes(lookups=lookups, block_d=block_d, tile=ucfg.tile,
                                        wide_keys=self.model.total_rows >= 2**31 - 1)
 
+    @functools.lru_cache(maxsize=256)  # noqa: B019
+    def dense_activations(self, batch: int) -> tuple[int, int]:
+        """(activations, BLAS workspace) of the dense backward's peak at ``batch``
+        (``memory.dense_activation_bytes``)."""
+        return mem.dense_activation_bytes(self.model, batch, self.dense_dtype, self.x0_in_lookup)
+
+    def backward_peak(self, device: str, modules: dict[tuple[str, str], float], dim: int, pooled: int,
+                      batch: int) -> tuple[int, int]:
+        """(activations, workspace) of one rank at its peak, beyond the embedding activations and the weights:
+        the larger of the dense backward (saved activations and backward buffers, the BLAS workspace, and the
+        sort keys held through it) and the embedding backward (the pooled outputs' gradient and the largest
+        TBE module's buffers, at the update tile its selector picks). ``modules``: lookups per (weight dtype,
+        optimizer) module on the rank; ``dim``: its widest shard; ``pooled``: its pooled output values."""
+        cb = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
+        dense_act, blas = self.dense_activations(batch)
+        tbe_ws = max((self.tbe_workspace(device, n, dim, dt, opt) for (dt, opt), n in modules.items()), default=0)
+        held = mem.held_key_bytes(sum(modules.values()), self.fleet.world_size)
+        if dense_act + blas + held >= cb * pooled + tbe_ws:
+            return dense_act + held, blas
+        return cb * pooled, tbe_ws
+
     def rank_memory(self, rank: int, loads: list[ShardLoad], batch: int) -> DeviceMemory:
-        """Allocator bytes of one rank at its peak: the larger of the dense backward (saved activations and
-        backward buffers) and the embedding backward (the pooled outputs' gradient and the TBE buffers)."""
+        """Allocator bytes of one rank at its peak: weights, optimizer state, the embedding activations and
+        ``backward_peak``."""
         device = self.rank_devices[rank]
         capacity = self.specs[device].hbm_bytes
         cb = mem.DENSE_DTYPE_BYTES[self.dense_dtype]
@@ -267,9 +288,7 @@ class Estimator:
             w, st, h = mem.shard_device_bytes(s.rows, s.dim, weight_dtype=s.weight_dtype, optimizer=s.optimizer,
                                               memory=s.memory, cache_rows=s.cache_rows)
             weights, state, host = weights + w, state + st, host + h
-        dense_w, dense_state = mem.dense_parameter_bytes(self.model, dense_optimizer=self.dense_optimizer,
-                                                         world_size=self.fleet.world_size)
-        dense_act, blas = mem.dense_activation_bytes(self.model, batch, self.dense_dtype, self.x0_in_lookup)
+        dense_w, dense_state = self.dense_bytes
         pooled = sum(s.bags * s.dim for s in loads)
         emb_act = mem.embedding_activation_bytes(
             lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads), pooled_values=pooled,
@@ -279,19 +298,30 @@ class Estimator:
         for s in loads:
             groups[(s.weight_dtype, s.optimizer)] = groups.get((s.weight_dtype, s.optimizer), 0.0) + s.accesses
         dim = max((s.dim for s in loads), default=self.model.embedding_dim)
-        tbe_ws = max((self.tbe_workspace(device, n, dim, dt, opt) for (dt, opt), n in groups.items()), default=0)
-        # held through the dense half: the sort keys the forward writes; on several ranks the backward's
-        # sorted ids, made during the forward (polyrec.kernels.tbe ``prepare_backward``, called by
-        # polyrec.runtime.sharding)
-        per_lookup = mem.PREPARED_BYTES_PER_LOOKUP if self.fleet.world_size > 1 else mem.FORWARD_KEYS_BYTES_PER_LOOKUP
-        held = int(per_lookup * sum(groups.values()))
-        if dense_act + blas + held >= cb * pooled + tbe_ws:
-            activations, workspace = emb_act + dense_act + held, blas
-        else:
-            activations, workspace = emb_act + cb * pooled, tbe_ws
+        activations, workspace = self.backward_peak(device, groups, dim, pooled, batch)
         return DeviceMemory(rank=rank, device=device, weights=weights + dense_w, optimizer_state=state + dense_state,
-                            activations=activations, workspace=workspace,
+                            activations=emb_act + activations, workspace=workspace,
                             reserve=mem.reserve_bytes(capacity), capacity=capacity, host_bytes=host)
+
+    def memory(self, plans: Sequence[TablePlan], batch: int) -> list[DeviceMemory]:
+        """Every rank's memory at its peak (``rank_memory``), in rank order."""
+        world = self.fleet.world_size
+        per_rank: list[list[ShardLoad]] = [[] for _ in range(world)]
+        for s in shard_loads(self.model, plans, batch, world):
+            per_rank[s.rank].append(s)
+        return [self.rank_memory(rank, per_rank[rank], batch) for rank in range(world)]
+
+    def host_memory(self, memory: Sequence[DeviceMemory]) -> list[int]:
+        """Per host, the host memory its ranks' host-cached tables take (``memory`` of every rank)."""
+        hosts = [0] * self.fleet.hosts
+        for m in memory:
+            hosts[self.fleet.host_of(m.rank)] += m.host_bytes
+        return hosts
+
+    def memory_fits(self, memory: Sequence[DeviceMemory]) -> bool:
+        """Whether every rank's peak fits its HBM (with the reserve) and every host's memory holds the
+        host-cached tables of its ranks (``memory.HOST_MEMORY_BYTES``)."""
+        return all(m.fits for m in memory) and all(h <= mem.HOST_MEMORY_BYTES for h in self.host_memory(memory))
 
     def collective_seconds(self, loads: list[ShardLoad], batch: int) -> tuple[float, float, float, float]:
         """(input, output, gradient) all-to-all and dense all-reduce seconds; the busiest rank bounds."""
@@ -383,8 +413,8 @@ class Estimator:
                           output_all_to_all_s=a2a_out, grad_all_to_all_s=a2a_grad, all_reduce_s=ar,
                           all_reduce_bytes=4.0 * self.params, overlap=self.overlap if world > 1 else "none",
                           host_s=host, graphed_host_s=graphed, contention=NCCL_CONTENTION)
-        return Estimate(step=self._as_run(parts, per_rank, dense_times), memory=memory, kernels=kernels,
-                        table_times={})
+        return Estimate(step=self._as_run(parts, per_rank, dense_times), memory=memory,
+                        fits=self.memory_fits(memory), kernels=kernels, table_times={})
 
     def _as_run(self, parts: StepParts, per_rank: list[list[ShardLoad]], dense: list[DenseTimes]) -> StepTime:
         """The step time, with the host time of the merge levels the trainer runs: where a step (eager, or

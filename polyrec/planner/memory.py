@@ -37,6 +37,13 @@ PREPARED_BYTES_PER_LOOKUP = 4 + 4 + 8 + 4
 #: Without it (one rank), what the trained pooled forward writes for the backward and keeps until it:
 #: sort keys and source positions (int32).
 FORWARD_KEYS_BYTES_PER_LOOKUP = 4 + 4
+#: Most host memory one host holds, bytes, for the rows and state of host-cached tables: two sockets (the
+#: 8-GPU servers of every device in the catalog are two-socket hosts, e.g. NVIDIA DGX H200: 2 x Xeon 8480C)
+#: x 6 TiB, the most one AMD EPYC 9004 / 9005 socket takes (12 DDR5 channels x 2 DIMMs x 256 GiB: AMD EPYC
+#: 9004 / 9005 series product specifications, "up to 6 TB per socket"). An upper bound, not what a host has
+#: installed (a DGX H200 ships with 2 TB): the device catalog has no host memory figure, so the planner
+#: refuses only what no such host can hold, and a plan's notes give the host memory it needs.
+HOST_MEMORY_BYTES = 2 * 6 * 2**40
 #: Bytes per row of HBM-cache metadata (row id int64 + last-use step int64), as FBGEMM's LRU/LFU
 #: cache keeps ``lxu_cache_state`` and ``lxu_state`` per cache slot (estimate).
 CACHE_META_BYTES_PER_ROW = 16
@@ -106,6 +113,15 @@ def embedding_activation_bytes(*, lookups: float, bags: int, pooled_values: int,
     local = local_batch * local_features_dim
     exchanged = compute_bytes * local if pooled_values != local else 0
     return indices + compute_bytes * pooled_values + exchanged + 4 * local_batch * (num_dense + 1)
+
+
+def held_key_bytes(lookups: float, world_size: int) -> int:
+    """Bytes a rank holds through the dense half for the embedding backward of ``lookups`` ids: the sort
+    keys the forward writes (FORWARD_KEYS_BYTES_PER_LOOKUP); on several ranks the backward's sorted ids,
+    made during the forward (PREPARED_BYTES_PER_LOOKUP: polyrec.kernels.tbe ``prepare_backward``, called by
+    polyrec.runtime.sharding)."""
+    per_lookup = PREPARED_BYTES_PER_LOOKUP if world_size > 1 else FORWARD_KEYS_BYTES_PER_LOOKUP
+    return int(per_lookup * lookups)
 
 
 def tbe_workspace_bytes(*, lookups: float, block_d: int, tile: int, wide_keys: bool = False) -> int:

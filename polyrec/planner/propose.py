@@ -54,41 +54,57 @@ class Candidate:
         return self.batch * len(self.estimate.memory) / self.estimate.step.total_s
 
 
-def rank_budgets(est: Estimator, batch: int) -> list[int]:
-    """HBM bytes each rank has for embedding shards at ``batch``: capacity minus reserve, the dense
-    parameters, and the larger of the dense backward peak and an even share of the embedding backward's."""
-    model, world = est.model, est.fleet.world_size
+def rank_budgets(est: Estimator, batch: int, storage: dict[str, Storage]) -> list[int]:
+    """HBM bytes each rank has for embedding shards at ``batch``, the tables stored as ``storage``: capacity
+    minus reserve, the dense parameters, the embedding activations and ``Estimator.backward_peak`` (the
+    peak ``Estimator.rank_memory`` counts) of an even share of the embedding work."""
+    model = est.model
     cb = mem.DENSE_DTYPE_BYTES[est.dense_dtype]
-    dense_w, dense_state = mem.dense_parameter_bytes(model, dense_optimizer=est.dense_optimizer, world_size=world)
-    dense_act, blas = mem.dense_activation_bytes(model, batch, est.dense_dtype, est.x0_in_lookup)
-    lookups = batch * sum(t.pooling for t in model.tables)
+    dense_w, dense_state = est.dense_bytes
+    modules: dict[tuple[str, str], float] = {}  # lookups per TBE module (weight dtype, optimizer)
+    for t in model.tables:
+        key = (storage[t.name].weight_dtype, storage[t.name].optimizer)
+        modules[key] = modules.get(key, 0.0) + batch * t.pooling
     pooled = batch * sum(t.dim for t in model.tables)
     share = mem.embedding_activation_bytes(
-        lookups=lookups, bags=batch * len(model.tables), pooled_values=pooled, local_batch=batch,
+        lookups=sum(modules.values()), bags=batch * len(model.tables), pooled_values=pooled, local_batch=batch,
         local_features_dim=len(model.tables) * model.embedding_dim, num_dense=model.dense.num_dense,
         compute_bytes=cb)
-    tbe_ws = mem.tbe_workspace_bytes(lookups=lookups, block_d=1 << (model.embedding_dim - 1).bit_length(), tile=1)
-    peak = share + max(dense_act + blas, cb * pooled + tbe_ws)
-    budgets = []
-    for device in est.rank_devices:
-        capacity = est.specs[device].hbm_bytes
-        budgets.append(capacity - mem.reserve_bytes(capacity) - dense_w - dense_state - peak)
-    return budgets
+    dim = max(t.dim for t in model.tables)
+    by_device: dict[str, int] = {}
+    for device, spec in est.specs.items():
+        peak = share + sum(est.backward_peak(device, modules, dim, pooled, batch))
+        by_device[device] = spec.hbm_bytes - mem.reserve_bytes(spec.hbm_bytes) - dense_w - dense_state - peak
+    return [by_device[device] for device in est.rank_devices]
+
+
+def _place(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storage], est: Estimator,
+           batch: int) -> Placement | None:
+    """The shards placed within each rank's budget, host-cached tables given HBM caches from what the
+    estimator leaves free on each rank with the caches empty; None where they do not fit, or where the
+    estimator finds a rank's HBM or a host's memory short (so ``fits`` and ``candidates`` agree)."""
+    budgets = rank_budgets(est, batch, storage)
+    speeds = [est.ceilings[d].copy_bandwidth.value for d in est.rank_devices]
+    placed = partition(model, splits, storage, budgets, speeds, batch * est.fleet.world_size)
+    if placed is None:
+        return None
+    if any(tp.memory == "host_cached" for tp in placed.tables):
+        free = [m.capacity - m.reserve - m.used for m in est.memory(placed.tables, batch)]
+        if not size_caches(model, placed, [used + left for used, left in zip(placed.used, free)]):
+            return None
+    return placed if est.memory_fits(est.memory(placed.tables, batch)) else None
 
 
 def _fit(model: ModelSpec, splits: list[TableSplit], est: Estimator, batch: int,
          c: PlanConstraints) -> tuple[Placement, tuple[int, int]] | None:
     """Place the tables with the fewest fallbacks (see the module docstring)."""
-    budgets = rank_budgets(est, batch)
-    speeds = [est.ceilings[d].copy_bandwidth.value for d in est.rank_devices]
-    world_batch = batch * est.fleet.world_size
     by_size = sorted(model.tables, key=lambda t: (-t.rows * t.dim, t.name))
     for opt_index, optimizer in enumerate(c.optimizers):
         dtype_index = {t.name: 0 for t in model.tables}
         demoted = False
         while True:
             storage = {n: Storage(weight_dtype=c.weight_dtypes[i], optimizer=optimizer) for n, i in dtype_index.items()}
-            placed = partition(model, splits, storage, budgets, speeds, world_batch)
+            placed = _place(model, splits, storage, est, batch)
             if placed is not None:
                 return placed, (opt_index, 1 if demoted else 0)
             nxt = next((t for t in by_size if dtype_index[t.name] < len(c.weight_dtypes) - 1), None)
@@ -102,8 +118,8 @@ def _fit(model: ModelSpec, splits: list[TableSplit], est: Estimator, batch: int,
     storage = {t.name: Storage(weight_dtype=lowest, optimizer=optimizer) for t in model.tables}
     for t in by_size:
         storage[t.name] = Storage(weight_dtype=lowest, optimizer=optimizer, memory="host_cached")
-        placed = partition(model, splits, storage, budgets, speeds, world_batch)
-        if placed is not None and size_caches(model, placed, budgets):
+        placed = _place(model, splits, storage, est, batch)
+        if placed is not None:
             return placed, (len(c.optimizers) - 1, 2)
     return None
 
@@ -184,7 +200,9 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
         notes.append(f"{c.weight_dtypes[-1]} rows for {', '.join(demoted)} to fit")
     cached = [t.table for t in best.tables if t.memory == "host_cached"]
     if cached:
-        notes.append(f"host memory with an HBM cache for {', '.join(cached)}")
+        host = max(est.host_memory(best.estimate.memory))
+        notes.append(f"host memory with an HBM cache for {', '.join(cached)}: {host / 1e9:.1f} GB of host memory "
+                     "per host")
     if fleet.world_size == 1 and step.host_excess_ms > 0:
         device_ms = step.total_ms - step.host_excess_ms
         notes.append(f"the eager step is host-bound by {step.host_excess_ms:.1f} ms: `polyrec train` CUDA-graphs "
@@ -198,7 +216,8 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
 
 
 def fits(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> bool:
-    """Whether any plan fits, checking memory only at the smallest batch (fast)."""
+    """Whether any plan fits (every rank's HBM and every host's memory, as ``candidates`` checks them), at the
+    smallest batch only (fast)."""
     est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
     batch = min(_batches(c))
     for strategy in STRATEGIES:
@@ -221,9 +240,11 @@ def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
                for t in model.tables)
     usable = sum(s.hbm_bytes - mem.reserve_bytes(s.hbm_bytes) for s in
                  (fleet.specs()[d] for d in fleet.rank_devices()))
+    host = (f", and at most {mem.HOST_MEMORY_BYTES / 1e12:.1f} TB of host memory per host for host-cached tables"
+            if c.allow_host_cache else "")
     lines = [f"{model.name} does not fit {fleet.text}: its tables need {need / 1e9:.1f} GB "
              f"({c.weight_dtypes[0]} rows, {c.optimizers[0]} state) and the fleet has {usable / 1e9:.1f} GB usable "
-             "(before activations)."]
+             f"(before activations){host}."]
     kinds = [g.device for g in fleet.groups]
     for kind in kinds:
         smallest = smallest_fleet(model, kind, c)
