@@ -13,6 +13,7 @@ from polyrec.data import DataError
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
 from polyrec.runtime.dist import shutdown
+from polyrec.runtime.metrics import strict_json
 
 app = typer.Typer(help="Train a model preset.")
 err = Console(stderr=True)
@@ -93,7 +94,7 @@ def train(
     try:
         result = _train_and_report(cfg, as_json)
         completed = True
-    except (DataError, ValueError, FileNotFoundError, ImportError) as exc:
+    except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     finally:
@@ -117,9 +118,9 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
 
 def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps({"event": "result", "status": result.status, "step": result.step,
-                               "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
-                               "message": result.message}))
+        typer.echo(json.dumps(strict_json({"event": "result", "status": result.status, "step": result.step,
+                                           "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
+                                           "message": result.message}), allow_nan=False))
         return
     Console().print(summary_table(result, trainer))
     if result.bad_row_examples:

@@ -13,23 +13,41 @@ import torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
+TEMP_PREFIX, TEMP_SUFFIX = ".checkpoint-", ".tmp"
 
 
 def checkpoint_path(directory: Path) -> Path:
     return Path(directory) / CHECKPOINT_NAME
 
 
+def prepare_checkpoint_dir(directory: Path) -> None:
+    """Create ``directory`` and write a probe file there, so that a path that is a file or cannot be
+    written is found before training rather than at the first save. Raises OSError naming it."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"--checkpoint-dir {directory} cannot be used: it is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(prefix=".write-probe-", dir=directory):
+            pass
+    except OSError as exc:
+        raise OSError(f"--checkpoint-dir {directory} cannot be used: {exc.strerror or exc}") from exc
+
+
 def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``directory/checkpoint.pt`` atomically; return the path."""
+    """Write ``state`` to ``directory/checkpoint.pt`` atomically (mode 0o666 less the umask); return the
+    path. Temp files left older than this writer's own (a writer killed mid-write) are removed."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(directory)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=directory)
     try:
+        _remove_stale_temps(directory, Path(tmp))
         with os.fdopen(fd, "wb") as f:
             torch.save({"format": FORMAT_VERSION, **state}, f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, final)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -37,14 +55,44 @@ def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:
     return final
 
 
-def load_checkpoint(directory: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """Read ``directory/checkpoint.pt`` (tensors and plain containers only)."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _remove_stale_temps(directory: Path, own: Path) -> None:
+    """Remove ``.checkpoint-*.tmp`` files in ``directory`` last written before ``own`` was created."""
+    created = own.stat().st_mtime
+    for path in directory.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}"):
+        try:
+            if path != own and path.stat().st_mtime < created:
+                path.unlink()
+        except FileNotFoundError:  # another writer finished or removed it meanwhile
+            continue
+
+
+def load_checkpoint(directory: Path, map_location: torch.device | str = "cpu",
+                    required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read ``directory/checkpoint.pt`` (tensors and plain containers only). A file that does not load,
+    is not a dict or lacks a ``required`` key raises ValueError naming it."""
     path = checkpoint_path(directory)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
-    state = torch.load(path, map_location=map_location, weights_only=True)
-    if state.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{path}: checkpoint format {state.get('format')!r}, this polyrec reads {FORMAT_VERSION}")
+        raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist" if not path.exists()
+                                else f"no checkpoint to resume from: {path} is not a file")
+    damaged = f"{path} is damaged or not a polyrec checkpoint"
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # truncated, random bytes, empty, other pickles: torch raises many kinds
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+        raise ValueError(f"{damaged} ({type(exc).__name__}: {reason})") from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"{damaged} (it holds a {type(state).__name__}, not a dict)")
+    missing = [key for key in ("format", *required) if key not in state]
+    if missing:
+        raise ValueError(f"{damaged} (it lacks {', '.join(missing)})")
+    if state["format"] != FORMAT_VERSION:
+        raise ValueError(f"{path}: checkpoint format {state['format']!r}, this polyrec reads {FORMAT_VERSION}")
     return state
 
 

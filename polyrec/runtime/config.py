@@ -68,14 +68,33 @@ class Resolved:
 EMBEDDING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def _device(name: str) -> torch.device:
+    """``auto`` (cuda when present), ``cpu`` or ``cuda[:N]``; an error names any other."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"device must be auto, cpu or cuda[:N], got {name!r}") from exc
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda[:N], got {name!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA/ROCm GPU")
+    return device
+
+
+def _check_counts(cfg: TrainConfig) -> None:
+    """Counts and intervals in range; errors name the option."""
+    for name in ("eval_every", "checkpoint_every", "cpu_threads"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(cfg, name)}")
+    if cfg.row_cap is not None and cfg.row_cap < 1:
+        raise ValueError(f"--row-cap must be at least 1 (or left out), got {cfg.row_cap}")
+
+
 def resolve(cfg: TrainConfig) -> Resolved:
     """Resolve the "auto" fields; errors name the field."""
-    if cfg.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(cfg.device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {cfg.device!r} asked for, but torch sees no CUDA/ROCm GPU")
+    device = _device(cfg.device)
     if cfg.precision not in ("auto", "bf16", "fp32"):
         raise ValueError(f"precision must be auto, bf16 or fp32, got {cfg.precision!r}")
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
@@ -90,8 +109,14 @@ def resolve(cfg: TrainConfig) -> Resolved:
     for name in ("steps", "batch_size", "log_every", "eval_batches"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")
+    _check_counts(cfg)
     if cfg.resume and cfg.checkpoint_dir is None:
         raise ValueError("--resume needs --checkpoint-dir")
+    if cfg.checkpoint_every and cfg.checkpoint_dir is None:
+        raise ValueError("--checkpoint-every needs --checkpoint-dir")
+    if cfg.metrics_path is not None and Path(cfg.metrics_path).is_dir():
+        raise ValueError(f"--metrics {cfg.metrics_path} is a directory; give a file name (e.g. "
+                         f"{Path(cfg.metrics_path) / 'metrics.jsonl'})")
     embedding_backend = emb_default if cfg.embedding_backend == "auto" else cfg.embedding_backend
     if cfg.embedding_dtype not in EMBEDDING_DTYPES:
         raise ValueError(f"embedding dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got {cfg.embedding_dtype!r}")

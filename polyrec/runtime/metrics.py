@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -90,16 +91,28 @@ class PhaseTimer:
         return {p: 1e3 * totals.get(p, 0.0) / max(steps, 1) for p in PHASES}
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN/inf float (in nested dicts and lists) made None: strict JSON has no
+    NaN, and a reader (jq, a JSON parser in another language) rejects Python's ``NaN``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 class MetricsLog:
-    """Appends one JSON object per line to a file (opened on first write, reopened after close), and
-    optionally echoes it to stdout."""
+    """Appends one strict-JSON object per line (NaN/inf as null) to a file (opened on first write,
+    reopened after close), and optionally echoes it to stdout."""
 
     def __init__(self, path: Path | None, *, echo: TextIO | None = None) -> None:
         self.path, self.echo = path, echo
         self._file = None
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, default=str)
+        line = json.dumps(strict_json(record), default=str, allow_nan=False)
         if self.path is not None:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)

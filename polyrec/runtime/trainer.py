@@ -27,7 +27,7 @@ from torch import nn
 
 from polyrec.data import Batch, open_source
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
-from polyrec.runtime.checkpoint import checkpoint_path
+from polyrec.runtime.checkpoint import checkpoint_path, prepare_checkpoint_dir
 from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
@@ -123,6 +123,7 @@ class Trainer(TrainerState):
         if self.distributed:
             self._check_distributed()
             self.rt.device = self.ctx.device
+        self._check_checkpoint_dir()
         if cfg.cpu_threads:
             torch.set_num_threads(cfg.cpu_threads)
         data_seed = parallel.rank_seed(cfg.seed, self.ctx) if self.distributed else cfg.seed
@@ -166,6 +167,17 @@ class Trainer(TrainerState):
         self._ahead: deque[tuple[dict, Batch, Any]] = deque()  # the next batches, their distribution begun
         if cfg.resume:
             self.restore()
+
+    def _check_checkpoint_dir(self) -> None:
+        """Before anything is built: a checkpoint directory that cannot be written is found now, not
+        after the last step, and a fresh run does not overwrite another run's checkpoint."""
+        if self.cfg.checkpoint_dir is None:
+            return
+        prepare_checkpoint_dir(Path(self.cfg.checkpoint_dir))
+        existing = checkpoint_path(Path(self.cfg.checkpoint_dir))
+        if not self.cfg.resume and existing.exists():
+            raise ValueError(f"{existing} exists: pass --resume to continue that run, or choose another "
+                             "--checkpoint-dir")
 
     def _check_distributed(self) -> None:
         """What a torchrun job cannot combine, named before anything is built."""
@@ -423,8 +435,9 @@ class Trainer(TrainerState):
                 bar.update(task, rate=f"{rate:,.0f}", loss=f"{losses[-1]:.4f}")
                 if not (self.progress or self.echo_json or self.quiet):
                     print(f"step {self.step}/{cfg.steps}  loss {losses[-1]:.4f}  {rate:,.0f} samples/s", flush=True)
-                if due_eval:
-                    self._eval_and_log(result)
+                stopped = self._eval_and_log(result) if due_eval else None
+                if stopped is not None:
+                    return stopped
                 if due_ckpt:
                     if not self.finite_state():
                         return self._stop_on_nan(result, self.step, float("nan"))
@@ -432,22 +445,27 @@ class Trainer(TrainerState):
                 window_start, window_first = time.perf_counter(), self.step
         return self._finish(result, start_step, train_seconds)
 
-    def _eval_and_log(self, result: TrainResult) -> None:
+    def _eval_and_log(self, result: TrainResult) -> TrainResult | None:
+        """Evaluate and log; a non-finite eval log loss stops the run as a non-finite training loss does
+        (the stopped result is returned; None: go on)."""
         ev = self.evaluate()
         if ev is None:
-            return
+            return None
         result.evals.append(ev)
         self.log.write({"event": "eval", **ev})
         if not (self.echo_json or self.quiet):
             print(f"eval at step {ev['step']}: AUC {ev['auc']:.4f}  logloss {ev['logloss']:.4f}", flush=True)
+        if math.isfinite(ev["logloss"]):
+            return None
+        return self._stop_on_nan(result, ev["step"], ev["logloss"], what="eval logloss")
 
-    def _stop_on_nan(self, result: TrainResult, step: int, value: float) -> TrainResult:
+    def _stop_on_nan(self, result: TrainResult, step: int, value: float, what: str = "loss") -> TrainResult:
         ckpt = checkpoint_path(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
         kept = (f"the last good checkpoint is {ckpt}" if ckpt and ckpt.is_file()
                 else "no checkpoint was written before it")
         result.status, result.step = "nan", step
         result.checkpoint = ckpt if ckpt and ckpt.is_file() else None
-        result.message = (f"loss became {value} at step {step}: training stopped; {kept}. "
+        result.message = (f"{what} became {value} at step {step}: training stopped; {kept}. "
                           "Try a lower learning rate (--lr) or fp32 (--precision fp32).")
         self.log.write({"event": "stopped", "reason": "nan", "step": step, "message": result.message})
         self.log.close()
@@ -461,7 +479,9 @@ class Trainer(TrainerState):
         if self._stop_signal is not None:
             result.status = "sigterm"
         else:
-            self._eval_and_log(result)
+            stopped = self._eval_and_log(result)
+            if stopped is not None:
+                return stopped
         if self.cfg.checkpoint_dir:
             if not self.finite_state():
                 return self._stop_on_nan(result, self.step, float("nan"))
@@ -486,6 +506,8 @@ class Trainer(TrainerState):
     def benchmark(self, *, warmup: int, steps: int) -> dict[str, float]:
         """Wall time of the first ``warmup`` steps (compiles included), samples/s of the next ``steps``
         and the median of their step intervals (``PhaseTimer.median_step_ms``)."""
+        if steps < 1 or warmup < 0:
+            raise ValueError(f"benchmark needs steps >= 1 and warmup >= 0, got steps {steps}, warmup {warmup}")
         self.sync()
         t0 = time.perf_counter()
         for _ in range(warmup):

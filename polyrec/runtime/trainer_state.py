@@ -18,6 +18,12 @@ from polyrec.data import Batch
 from polyrec.runtime import parallel
 from polyrec.runtime.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
+#: What a trainer checkpoint holds (``TrainerState.save``); a file without one of them is refused.
+CHECKPOINT_KEYS = ("step", "dense", "dense_optimizer", "data", "rng", "train_config", "model_config", "embeddings")
+#: Settings a resumed run must share with its checkpoint (``TrainerState._check_resume_config``).
+RESUME_MUST_MATCH = ("embedding_dtype", "embedding_optimizer", "dense_optimizer", "pipeline", "seed", "batch_size",
+                     "data")
+
 #: Elements checked per chunk when testing a (possibly 100 GB) table for NaN/inf: 2^26 bools = 64 MiB.
 FINITE_CHECK_CHUNK = 1 << 26
 
@@ -58,7 +64,8 @@ class TrainerState:
 
     def finite_state(self) -> bool:
         self.drain()
-        finite = all_finite(list(self.model.dense_parameters()) + state_tensors(self.model.embeddings.export_state()))
+        finite = all_finite(list(self.model.dense_parameters()) + state_tensors(self.optimizer.state_dict())
+                            + state_tensors(self.model.embeddings.export_state()))
         return parallel.all_ranks_true(finite, self.rt.device) if self.distributed else finite
 
     def save(self) -> Path:
@@ -70,7 +77,7 @@ class TrainerState:
                  "data": self._ahead[0][0] if self._ahead else self.source.state_dict(),
                  "rng": rng_state(self.rt.device),
                  "prefetched": self._prefetched_state(),
-                 "train_config": self.cfg.as_dict(),
+                 "train_config": self.cfg.as_dict() | {"embedding_backend": self.rt.embedding_backend},
                  "model_config": dataclasses.asdict(self.model_config)}
         if not self.distributed:
             return save_checkpoint(directory, state | {"embeddings": self.model.embeddings.export_state()})
@@ -111,11 +118,11 @@ class TrainerState:
 
     def restore(self) -> None:
         """Continue from checkpoint_dir/checkpoint.pt: weights, optimizer states, data position, RNG."""
-        state = load_checkpoint(Path(self.cfg.checkpoint_dir))
+        state = load_checkpoint(Path(self.cfg.checkpoint_dir), required=CHECKPOINT_KEYS)
         if state["model_config"] != dataclasses.asdict(self.model_config):
             raise ValueError(f"{checkpoint_path(Path(self.cfg.checkpoint_dir))} was written for model "
                              f"{state['model_config']['name']!r} with other sizes; it does not fit this run's model")
-        self._check_embedding_storage(state["train_config"])
+        self._check_resume_config(state["train_config"])
         for name, part in self._dense_named():
             part.load_state_dict(state["dense"][name])
         if "sharded" in state["embeddings"]:
@@ -131,15 +138,35 @@ class TrainerState:
             self.source.load_state_dict(data)
             set_rng_state(rng, self.rt.device)
         self.step = int(state["step"])
+        self._apply_learning_rates(state["train_config"])
         self._restore_prefetched(state.get("prefetched"))
 
-    def _check_embedding_storage(self, saved: dict[str, Any]) -> None:
-        """The checkpoint's rows and optimizer state are stored as this run stores them: loading fp32
-        rows into fp16 tables (or one optimizer's state into another's) would convert or fail
-        silently. Checkpoints from before ``embedding_dtype`` existed hold fp32 rows."""
+    def _check_resume_config(self, saved: dict[str, Any]) -> None:
+        """The run continues the checkpoint's run: same row storage and optimizers (loading fp32 rows into
+        fp16 tables, or one optimizer's state into another's, would convert or fail), embedding backend,
+        pipeline (a semi-sync batch in flight), seed, batch size and data (the saved stream position).
+        Every field that differs is named. Checkpoints from before ``embedding_dtype`` existed hold fp32
+        rows; those that saved ``embedding_backend`` as "auto" are not checked for it."""
         path = checkpoint_path(Path(self.cfg.checkpoint_dir))
-        for name, default in (("embedding_dtype", "fp32"), ("embedding_optimizer", None)):
-            theirs, ours = saved.get(name, default), getattr(self.cfg, name)
-            if theirs != ours:
-                raise ValueError(f"{path} holds {name} {theirs!r}; this run has {ours!r}: resume with the same "
-                                 f"{name}, or start a new checkpoint directory")
+        ours = {name: getattr(self.cfg, name) for name in RESUME_MUST_MATCH} | {
+            "embedding_backend": self.rt.embedding_backend}
+        saved = {"embedding_dtype": "fp32"} | saved
+        if saved.get("embedding_backend") == "auto":
+            saved["embedding_backend"] = self.rt.embedding_backend
+        differ = [f"{name} {saved.get(name)!r}; this run has {value!r}" for name, value in ours.items()
+                  if saved.get(name) != value]
+        if differ:
+            raise ValueError(f"{path} holds {', and '.join(differ)}: resume with the same settings, or start a "
+                             "new checkpoint directory")
+
+    def _apply_learning_rates(self, saved: dict[str, Any]) -> None:
+        """This run's --lr and --embedding-lr hold after a resume (an optimizer's loaded state brings back
+        the lr it was saved with); a change from the checkpoint's is logged."""
+        emb_lr, saved_emb_lr = self.cfg.embedding_lr or self.cfg.lr, saved.get("embedding_lr") or saved.get("lr")
+        emb_optimizer = getattr(self.model.embeddings, "optimizer", None)  # torch's EmbeddingBag path only
+        for optimizer, lr in ((self.optimizer, self.cfg.lr), (emb_optimizer, emb_lr)):
+            for group in optimizer.param_groups if optimizer is not None else ():
+                group["lr"] = lr
+        if (saved.get("lr"), saved_emb_lr) != (self.cfg.lr, emb_lr):
+            self.log.write({"event": "lr_changed", "step": self.step, "lr": self.cfg.lr, "embedding_lr": emb_lr,
+                            "checkpoint_lr": saved.get("lr"), "checkpoint_embedding_lr": saved_emb_lr})
