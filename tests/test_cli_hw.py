@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from polyrec.cli import app
@@ -54,3 +55,17 @@ def test_compile_check_refuses_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     result = runner.invoke(app, ["hw", "compile-check"])
     assert result.exit_code == 2 and "TRITON_INTERPRET" in result.output
+
+
+@pytest.mark.parametrize("ref, says", [
+    ("nosuch.module:f", "No module named 'nosuch'"),
+    ("polyrec.kernels.tbe_compile:nosuch", "has no attribute 'nosuch'"),
+    ("polyrec.kernels.tbe_compile:_SCALARS", "dict is not a function"),
+    (":compile_jobs", "Empty module name"),
+])
+def test_compile_check_of_a_kernel_that_cannot_be_loaded_is_a_clear_error(monkeypatch, ref, says):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    result = runner.invoke(app, ["hw", "compile-check", "-d", "H200", "-k", ref, "--json"])
+    assert result.exit_code == 2 and result.stdout == ""  # --json: nothing but the error, on stderr
+    said = " ".join(result.output.split())
+    assert f"error: --kernel {ref}:" in said and says in said

@@ -117,6 +117,7 @@ def test_fleet_parsing():
 
 
 @pytest.mark.parametrize("text, match", [("FOO8x2", "valid devices: .*H200"), ("H200x0", ">= 1"),
+                                         ("H200x-1", "count of H200 must be a positive integer"),
                                          ("H200x8@x", "positive integer"), ("H200x2,H200x2", "twice"),
                                          (",", "unknown device ''|empty")])
 def test_bad_fleets(text, match):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
+from polyrec.cli import app
 from polyrec.models.config import dcnv2_small
 from polyrec.planner import Plan, PlanFormatError, make_plan, model_spec_from_config, parse_fleet
 
@@ -52,3 +54,23 @@ def test_not_json():
         Plan.from_json("{")
     with pytest.raises(PlanFormatError, match="expected a JSON object"):
         Plan.from_json("[]")
+
+
+def _said(result) -> str:
+    """The CLI's output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+def test_plan_output_to_a_path_that_cannot_be_written_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", "--json", "-o",
+                                      str(tmp_path / "no" / "p.json")])
+    assert result.exit_code == 2 and result.stdout == ""  # --json: nothing half-written on stdout
+    assert "error:" in _said(result) and "No such file or directory" in _said(result)
+
+
+def test_compare_report_to_a_directory_that_cannot_be_made_is_a_clear_error(tmp_path):
+    (tmp_path / "afile").write_text("")
+    result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", "--compare", "H200", "--json", "--out-dir",
+                                      str(tmp_path / "afile" / "report")])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "error:" in _said(result) and "Not a directory" in _said(result)

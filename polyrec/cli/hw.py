@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from polyrec.hardware import catalog, get_device
@@ -166,9 +167,17 @@ def calibrate(as_json: bool = JSON_OPT,
 
 
 def _load_jobs_fn(ref: str):
+    """The compile-jobs function named by ``module:function`` (a --kernel), or exit 2 saying why not."""
     module_name, _, attr = ref.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr or "compile_jobs")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr or "compile_jobs")
+    except (ImportError, AttributeError, ValueError) as exc:  # ValueError: an empty module name
+        err.print(f"[red]error:[/] --kernel {escape(ref)}: {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    if not callable(fn):
+        err.print(f"[red]error:[/] --kernel {escape(ref)}: {type(fn).__name__} is not a function")
+        raise typer.Exit(2)
+    return fn
 
 
 @app.command("compile-check")
@@ -189,7 +198,8 @@ def compile_check(
     refs = kernel or [f"{m}:compile_jobs" for m in KERNEL_MODULES]
     if not refs:
         err.print("[yellow]no kernels registered in polyrec.kernels.registry; pass --kernel module:function[/]")
-    reports = [compile_for(job, spec) for ref in refs for spec in specs for job in _load_jobs_fn(ref)(spec)]
+    jobs_fns = [_load_jobs_fn(ref) for ref in refs]  # every --kernel resolved before any compile
+    reports = [compile_for(job, spec) for jobs in jobs_fns for spec in specs for job in jobs(spec)]
     if as_json:
         _print_json([dataclasses.asdict(r) | {"fits": r.fits} for r in reports])
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from polyrec.hardware.catalog import UnknownDeviceError
@@ -172,6 +173,12 @@ def plan(
         start = time.perf_counter()
         result = make_plan(spec, parse_fleet(fleet), c)
         elapsed = time.perf_counter() - start
+        if output is not None:
+            output.write_text(plan_to_json(result))
+    except OSError as exc:  # a path of --output or --out-dir that cannot be written
+        where = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+        err.print(f"[red]error:[/red] {escape(where)}")
+        raise typer.Exit(2) from exc
     except (FleetError, UnknownDeviceError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -181,8 +188,6 @@ def plan(
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
-    if output is not None:
-        output.write_text(plan_to_json(result))
     if as_json:
         print(plan_to_json(result))
         return

@@ -6,6 +6,8 @@ categorical features C1..C26 (32-bit hex hashes, may be empty). Source: Criteo's
 the DLRM reference (facebookresearch/dlrm data_utils.py) reads the same way.
 - dense: x -> log(max(x, 0) + 1), empty -> 0 (the DLRM reference's transform);
 - categorical: int(hex, 16) mod table rows, empty -> 0.
+A field is read strictly: an integer is digits after an optional '-', a categorical hex digits only, both
+within int64; anything else (spaces, '+', '0x', '_', a negative hex) makes the row bad.
 
 Binary (the DLRM reference's ``*_processed.bin`` for Criteo Terabyte, read by
 facebookresearch/dlrm data_loader_terabyte.py): records of 40 little-endian int32, label, 13 raw
@@ -13,7 +15,10 @@ integer features, 26 categorical indices already hashed; dense values get the sa
 indices are taken mod the table rows (so capped tables work).
 
 Both stream from disk one batch at a time (bounded memory), wrap around into the next epoch, and can
-resume from a saved (epoch, position).
+resume from a saved (epoch, position). On several ranks, the rows go in blocks of ``batch_size`` to the
+ranks in turn (block k of each file to rank k % world size), so the ranks' batches of one step together
+are the rows one process reads for a batch ``world size`` times as large. A bad row is counted once, by
+the rank it belongs to, when it is first read: not again in later epochs nor in later evaluations.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from polyrec.data.types import BadRows, Batch, DataError
+from polyrec.data.types import BadRows, Batch, DataError, require_file
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
 CRITEO_NUM_CATEGORICAL = 26  # C1..C26 (Criteo's dataset readme)
@@ -31,6 +36,16 @@ CRITEO_COLUMNS = 1 + CRITEO_NUM_DENSE + CRITEO_NUM_CATEGORICAL  # 40
 RECORD_BYTES = 4 * CRITEO_COLUMNS  # one binary record: 40 int32
 #: Consecutive malformed rows after which even ``--skip-bad-rows`` stops: a wrong file, not bad rows.
 MAX_BAD_ROWS_IN_A_ROW = 1000
+#: What C1..C26 are made of (Criteo's readme: 32-bit hashes in hex, e.g. 68fd1e64).
+HEX_DIGITS = b"0123456789abcdefABCDEF"
+#: Bytes the label and I1..I13 may hold, with their tabs: digits and '-' (Criteo's counts include -1, -2).
+HEAD_BYTES = b"\t-0123456789"
+#: Bytes C1..C26 may hold, with their tabs.
+TAIL_BYTES = b"\t" + HEX_DIGITS
+#: Range of the int64 arrays a batch is built in.
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+#: Most digits of an int64 (19); checked before int(), which refuses over 4300 (Python's int_max_str_digits).
+INT64_DIGITS = len(str(INT64_MAX))
 
 
 def adapt_criteo(config: ModelConfig, path: Path) -> ModelConfig:
@@ -51,38 +66,71 @@ def to_batch(label: np.ndarray, dense: np.ndarray, cat: np.ndarray, table_rows: 
                  labels=torch.from_numpy(label.astype(np.float32)))
 
 
-def parse_tsv_line(raw: bytes, path: str, line_no: int) -> tuple[int, list[int], list[int]]:
-    """One TSV line -> (label, 13 raw ints, 26 categorical ints); DataError names what is wrong."""
-    cols = raw.rstrip(b"\r\n").split(b"\t")
-    if len(cols) != CRITEO_COLUMNS:
-        raise DataError(path, line_no, f"expected {CRITEO_COLUMNS} tab-separated columns, found {len(cols)}")
-    if cols[0] not in (b"0", b"1"):
-        raise DataError(path, line_no, f"label must be 0 or 1, got {cols[0][:20]!r}")
+def dense_ok(field: bytes) -> bool:
+    """An integer feature: empty, or decimal digits after an optional '-', within int64."""
+    digits = field[1:] if field[:1] == b"-" else field
+    return not field or (digits.isdigit() and len(digits.lstrip(b"0")) <= INT64_DIGITS
+                         and INT64_MIN <= int(field) <= INT64_MAX)
+
+
+def categorical_ok(field: bytes) -> bool:
+    """A categorical feature: empty, or hex digits below 2^63."""
+    return not field or (not field.translate(None, HEX_DIGITS) and int(field, 16) <= INT64_MAX)
+
+
+def field_error(line: bytes, path: str, line_no: int) -> DataError:
+    """The DataError naming the first malformed feature of ``line`` (which has one); slow, for bad rows only."""
+    cols = line.split(b"\t")
+    for k, field in enumerate(cols[1:1 + CRITEO_NUM_DENSE], start=1):
+        if not dense_ok(field):
+            return DataError(path, line_no, f"I{k} is {field[:24]!r}: integer features must be empty or digits "
+                                            "after an optional '-', within int64")
+    k, field = next((k, f) for k, f in enumerate(cols[1 + CRITEO_NUM_DENSE:], start=1) if not categorical_ok(f))
+    return DataError(path, line_no, f"C{k} is {field[:24]!r}: categorical features must be hex or empty, below 2^63")
+
+
+def parse_tsv_line(raw: bytes, path: str, line_no: int, out: np.ndarray) -> None:
+    """One TSV line into ``out`` [40] int64: label, 13 raw ints, 26 categorical ints; DataError names what is
+    wrong. Runs for every row, so the checks are whole-line byte checks, not one per field: ``dense_ok`` and
+    ``categorical_ok`` state the same rules field by field."""
+    line = raw.rstrip(b"\r\n")
+    head = line.split(b"\t", 1 + CRITEO_NUM_DENSE)  # label, I1..I13, then C1..C26 in one piece
+    tail = head.pop() if len(head) == 2 + CRITEO_NUM_DENSE else b""
+    cats = tail.split(b"\t")
+    if len(head) + len(cats) != CRITEO_COLUMNS:
+        columns = line.count(b"\t") + 1
+        raise DataError(path, line_no, f"expected {CRITEO_COLUMNS} tab-separated columns, found {columns}")
+    if head[0] not in (b"0", b"1"):
+        raise DataError(path, line_no, f"label must be 0 or 1, got {head[0][:20]!r}")
+    if line[:len(line) - len(tail)].translate(None, HEAD_BYTES) or tail.translate(None, TAIL_BYTES):
+        raise field_error(line, path, line_no)  # ' ', '+', '_', 'x', a '-' in C1..C26, ...
     try:
-        dense = [int(c) if c else 0 for c in cols[1:1 + CRITEO_NUM_DENSE]]
-    except ValueError:
-        raise DataError(path, line_no, "integer features I1..I13 must be integers or empty") from None
+        ints = [int(c) if c else 0 for c in head]
+    except ValueError:  # a '-' alone or not in front
+        raise field_error(line, path, line_no) from None
+    ints += [int(c, 16) if c else 0 for c in cats]
     try:
-        cat = [int(c, 16) if c else 0 for c in cols[1 + CRITEO_NUM_DENSE:]]
-    except ValueError:
-        raise DataError(path, line_no, "categorical features C1..C26 must be hex or empty") from None
-    return int(cols[0]), dense, cat
+        out[:] = ints
+    except OverflowError:  # a value beyond int64: numpy's check as it stores, free for good rows
+        raise field_error(line, path, line_no) from None
 
 
 class CriteoTSVSource:
-    """Streams batches from Criteo TSV files (one after another, then again from the first)."""
+    """Streams batches from Criteo TSV files (one after another, then again from the first); on several
+    ranks, block k of ``batch_size`` lines of each file is rank k % world_size's."""
 
     def __init__(self, paths: list[Path], config: ModelConfig, *, batch_size: int, bad_rows: BadRows,
-                 eval_source: CriteoTSVSource | None = None, num_eval_batches: int = 8) -> None:
-        missing = [str(p) for p in paths if not Path(p).is_file()]
-        if missing:
-            raise FileNotFoundError(f"Criteo TSV file(s) not found: {', '.join(missing)}")
-        self.paths, self.batch_size, self.bad_rows = [Path(p) for p in paths], batch_size, bad_rows
+                 eval_source: CriteoTSVSource | None = None, num_eval_batches: int = 8, rank: int = 0,
+                 world_size: int = 1) -> None:
+        self.paths = [require_file(Path(p), "Criteo TSV") for p in paths]
+        self.batch_size, self.bad_rows, self.rank, self.world_size = batch_size, bad_rows, rank, world_size
         self.table_rows = np.asarray(config.table_rows, dtype=np.int64)
         self.eval_source, self.num_eval_batches = eval_source, num_eval_batches
+        self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
         self.epoch, self.file_index, self.byte_offset, self.line_no = 0, 0, 0, 0
         self._file = None
         self._empty_files = 0  # files ended in a row without a line: all of them means no data at all
+        self._counted_to = (0, 0)  # (file_index, line_no) of the last bad row counted in epoch 0
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return adapt_criteo(config, self.paths[0])
@@ -108,23 +156,42 @@ class CriteoTSVSource:
             if self.file_index == len(self.paths):
                 self.file_index, self.epoch = 0, self.epoch + 1
 
+    def _counted_before(self) -> bool:
+        """Whether the bad row just read was counted when it was read before: in an earlier epoch, or
+        before a rewind (the eval source is read from its start again for each evaluation)."""
+        here = (self.file_index, self.line_no)
+        if self.epoch or here <= self._counted_to:
+            return True
+        self._counted_to = here
+        return False
+
     def next_batch(self) -> Batch:
-        label = np.empty(self.batch_size, np.int64)
-        dense = np.empty((self.batch_size, CRITEO_NUM_DENSE), np.int64)
-        cat = np.empty((self.batch_size, CRITEO_NUM_CATEGORICAL), np.int64)
+        rows = np.empty((self.batch_size, CRITEO_COLUMNS), np.int64)  # [B, 40]
+        start = (self.epoch, self.file_index, self.line_no)
+        block, world, rank = self.batch_size, self.world_size, self.rank
         n, skipped_in_a_row = 0, 0
         while n < self.batch_size:
             raw = self._readline()
+            if (self.line_no - 1) // block % world != rank:  # another rank's line
+                if not (n or skipped_in_a_row) and self._passed(start):
+                    raise DataError(str(self.paths[self.file_index]), self.line_no,
+                                    f"no rows for rank {rank} of {world}: no file has more than {rank * block} "
+                                    f"lines (the ranks take blocks of {block} lines in turn)")
+                continue
             try:
-                label[n], dense[n], cat[n] = parse_tsv_line(raw, str(self.paths[self.file_index]), self.line_no)
+                parse_tsv_line(raw, str(self.paths[self.file_index]), self.line_no, rows[n])
             except DataError as err:
-                self.bad_rows.handle(err)
+                self.bad_rows.handle(err, counted=self._counted_before())
                 skipped_in_a_row += 1
                 if skipped_in_a_row > MAX_BAD_ROWS_IN_A_ROW:
                     raise DataError(err.path, err.line, f"{skipped_in_a_row} bad rows in a row; is this Criteo TSV?") from None
                 continue
             n, skipped_in_a_row = n + 1, 0
-        return to_batch(label, dense, cat, self.table_rows)
+        return to_batch(rows[:, 0], rows[:, 1:1 + CRITEO_NUM_DENSE], rows[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
+
+    def _passed(self, start: tuple[int, int, int]) -> bool:
+        """Whether the stream has gone a whole pass over the files since (epoch, file_index, line_no) ``start``."""
+        return self.epoch > start[0] and (self.file_index, self.line_no) >= start[1:]
 
     def eval_batches(self) -> list[Batch] | None:
         if self.eval_source is None:
@@ -134,62 +201,97 @@ class CriteoTSVSource:
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "file_index": self.file_index, "byte_offset": self.byte_offset,
-                "line_no": self.line_no}
+                "line_no": self.line_no, "bad_rows": self.bad_rows.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
         if self._file is not None:
             self._file.close()
             self._file = None
         self.epoch, self.file_index = int(state["epoch"]), int(state["file_index"])
         self.byte_offset, self.line_no = int(state["byte_offset"]), int(state["line_no"])
+        if "bad_rows" in state:
+            self.bad_rows.load_state_dict(state["bad_rows"])
+
+
+def rank_records(total: int, block: int, rank: int, world_size: int) -> int:
+    """How many of ``total`` records are rank ``rank``'s when blocks of ``block`` go to the ranks in turn."""
+    cycles, rest = divmod(total, block * world_size)
+    return cycles * block + min(max(rest - rank * block, 0), block)
 
 
 class MLPerfBinarySource:
     """Streams batches from a binary file of 40-int32 records (memory-mapped; one batch read at a time)."""
 
     def __init__(self, path: Path, config: ModelConfig, *, batch_size: int, bad_rows: BadRows,
-                 eval_source: MLPerfBinarySource | None = None, num_eval_batches: int = 8) -> None:
-        self.path, self.batch_size, self.bad_rows = Path(path), batch_size, bad_rows
-        if not self.path.is_file():
-            raise FileNotFoundError(f"MLPerf binary file not found: {self.path}")
+                 eval_source: MLPerfBinarySource | None = None, num_eval_batches: int = 8, rank: int = 0,
+                 world_size: int = 1) -> None:
+        self.path = require_file(Path(path), "MLPerf binary")
+        self.batch_size, self.bad_rows, self.rank, self.world_size = batch_size, bad_rows, rank, world_size
         size = self.path.stat().st_size
+        total = size // RECORD_BYTES
         if size % RECORD_BYTES:
-            err = DataError(str(self.path), size // RECORD_BYTES + 1,
-                            f"record {size // RECORD_BYTES + 1} is truncated: file size {size} is not a multiple "
+            err = DataError(str(self.path), total + 1,
+                            f"record {total + 1} is truncated: file size {size} is not a multiple "
                             f"of {RECORD_BYTES} bytes (40 int32 per record)")
             self.bad_rows.handle(err)
-        self.records = np.memmap(self.path, dtype="<i4", mode="r", shape=(size // RECORD_BYTES, CRITEO_COLUMNS))
-        if self.records.shape[0] == 0:
+        if total == 0:  # before np.memmap, which cannot map an empty file
             raise DataError(str(self.path), 0, "file holds no complete record")
+        self.records = np.memmap(self.path, dtype="<i4", mode="r", shape=(total, CRITEO_COLUMNS))
+        self.num_records = rank_records(total, batch_size, rank, world_size)  # this rank's
+        if self.num_records == 0:
+            blocks = -(-total // batch_size)
+            raise DataError(str(self.path), 0, f"no records for rank {rank} of {world_size}: the file's {total} records "
+                            f"make {blocks} block(s) of {batch_size}, one for each rank in turn")
         self.table_rows = np.asarray(config.table_rows, dtype=np.int64)
         self.eval_source, self.num_eval_batches = eval_source, num_eval_batches
-        self.epoch, self.position = 0, 0
+        self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
+        self.epoch, self.position = 0, 0  # position: among this rank's records
+        self._counted_to = -1  # position of the last bad record counted in epoch 0
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return adapt_criteo(config, self.path)
 
+    def _file_record(self, position: int) -> int:
+        """This rank's record ``position`` -> its index in the file."""
+        block, offset = divmod(position, self.batch_size)
+        return (block * self.world_size + self.rank) * self.batch_size + offset
+
+    def _counted_before(self, position: int) -> bool:
+        """Whether the bad record at ``position`` was counted when it was read before (see CriteoTSVSource)."""
+        if self.epoch or position <= self._counted_to:
+            return True
+        self._counted_to = position
+        return False
+
     def _check(self, chunk: np.ndarray, first: int) -> np.ndarray:
-        """Mask of good records in chunk [n, 40] starting at record ``first`` (1-based in messages)."""
+        """Mask of good records in chunk [n, 40]: this rank's from ``self.position``, the file's from ``first``
+        (0-based; 1-based in messages)."""
         bad_label = (chunk[:, 0] != 0) & (chunk[:, 0] != 1)
         bad_index = (chunk[:, 1 + CRITEO_NUM_DENSE:] < 0).any(axis=1)
         for i in np.flatnonzero(bad_label | bad_index):
             problem = "label must be 0 or 1" if bad_label[i] else "categorical index is negative"
-            self.bad_rows.handle(DataError(str(self.path), first + int(i) + 1, f"record {first + int(i) + 1}: {problem}"))
+            number = first + int(i) + 1
+            self.bad_rows.handle(DataError(str(self.path), number, f"record {number}: {problem}"),
+                                 counted=self._counted_before(self.position + int(i)))
         return ~(bad_label | bad_index)
 
     def next_batch(self) -> Batch:
         parts, n, scanned = [], 0, 0
         while n < self.batch_size:
-            if scanned > self.records.shape[0] and n == 0:
+            if scanned > self.num_records and n == 0:
                 raise DataError(str(self.path), 0, "no good record in the whole file")
-            take = min(self.batch_size - n, self.records.shape[0] - self.position)
-            chunk = np.asarray(self.records[self.position:self.position + take])
-            good = chunk[self._check(chunk, self.position)]
+            # within one block: contiguous in the file
+            take = min(self.batch_size - n, self.num_records - self.position,
+                       self.batch_size - self.position % self.batch_size)
+            first = self._file_record(self.position)
+            chunk = np.asarray(self.records[first:first + take])
+            good = chunk[self._check(chunk, first)]
             parts.append(good)
             n += good.shape[0]
             self.position += take
             scanned += take
-            if self.position == self.records.shape[0]:
+            if self.position == self.num_records:
                 self.position, self.epoch = 0, self.epoch + 1
         rec = np.concatenate(parts)
         return to_batch(rec[:, 0], rec[:, 1:1 + CRITEO_NUM_DENSE], rec[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
@@ -201,7 +303,10 @@ class MLPerfBinarySource:
         return [self.eval_source.next_batch() for _ in range(self.num_eval_batches)]
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
+        return {"epoch": self.epoch, "position": self.position, "bad_rows": self.bad_rows.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        if "bad_rows" in state:
+            self.bad_rows.load_state_dict(state["bad_rows"])

@@ -8,18 +8,21 @@ Two formats of the same ratings:
   ``recbole/dataset_example/ml-100k/ml-100k.inter`` (RecBole docs, "Atomic Files").
 
 The 100k rows are read once (a few MB). Users and items become two embedding tables (ids indexed in
-sorted order); the one dense feature is the rating time scaled to [0, 1]. A seeded permutation puts
-TEST_FRACTION of the rows in the test set; each training epoch is a fresh seeded shuffle.
+sorted order); the one dense feature is the rating time scaled to [0, 1]. A permutation seeded by the
+split seed (the same on every rank) puts TEST_FRACTION of the rows in the test set; each training epoch
+is a fresh shuffle seeded by the (per-rank) data seed.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from polyrec.data.types import BadRows, Batch, DataError
+from polyrec.data.types import BadRows, Batch, DataError, require_file
 from polyrec.models.config import ModelConfig
 
 #: Share of the ratings held out for the test AUC (a common 80/20 split, e.g. GroupLens' u1.base/u1.test).
@@ -41,34 +44,45 @@ def _header(first: str, path: str) -> list[str] | None:
     return None
 
 
+def parse_row(raw: bytes, cols: list[int], path: str, line_no: int) -> tuple[str, str, float, float]:
+    """One line -> (user, item, rating, timestamp), read from columns ``cols``; DataError names what is wrong."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(path, line_no,
+                        f"not UTF-8 text: byte {raw[err.start]:#04x} at byte {err.start + 1} of the line") from None
+    fields = line.rstrip("\r\n").split("\t")
+    if len(fields) < max(cols) + 1:
+        raise DataError(path, line_no, f"expected {max(cols) + 1} tab-separated columns, found {len(fields)}")
+    try:
+        rating, stamp = float(fields[cols[2]]), float(fields[cols[3]])
+    except ValueError:
+        raise DataError(path, line_no, "rating and timestamp must be numbers") from None
+    if not (math.isfinite(rating) and math.isfinite(stamp)):
+        raise DataError(path, line_no, f"rating and timestamp must be finite, got {rating} and {stamp}")
+    if not fields[cols[0]] or not fields[cols[1]]:
+        raise DataError(path, line_no, "user and item ids must not be empty")
+    return fields[cols[0]], fields[cols[1]], rating, stamp
+
+
 def read_ratings(path: Path, bad_rows: BadRows) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
     """(user tokens, item tokens, ratings float64, timestamps float64), one entry per good row."""
     users, items, ratings, times = [], [], [], []
-    with open(path, encoding="utf-8") as f:
-        lines = iter(f)
-        first = next(lines, None)
-        if first is None:
+    with open(path, "rb") as f:
+        first = f.readline()
+        if not first:
             raise DataError(str(path), 0, "file is empty")
-        names = _header(first, str(path))
+        names = _header(first.decode("utf-8", errors="replace"), str(path))  # bad bytes: parse_row names the line
         cols = [names.index(c) for c in UDATA_COLUMNS] if names else [0, 1, 2, 3]
-        start = 2 if names else 1
-        rows = lines if names else [first, *lines]
-        for line_no, line in enumerate(rows, start=start):
-            fields = line.rstrip("\r\n").split("\t")
+        rows = enumerate(f, start=2) if names else enumerate(itertools.chain([first], f), start=1)
+        for line_no, raw in rows:
             try:
-                if len(fields) < max(cols) + 1:
-                    raise DataError(str(path), line_no, f"expected {max(cols) + 1} tab-separated columns, found {len(fields)}")
-                try:
-                    rating, stamp = float(fields[cols[2]]), float(fields[cols[3]])
-                except ValueError:
-                    raise DataError(str(path), line_no, "rating and timestamp must be numbers") from None
-                if not fields[cols[0]] or not fields[cols[1]]:
-                    raise DataError(str(path), line_no, "user and item ids must not be empty")
+                user, item, rating, stamp = parse_row(raw, cols, str(path), line_no)
             except DataError as err:
                 bad_rows.handle(err)
                 continue
-            users.append(fields[cols[0]])
-            items.append(fields[cols[1]])
+            users.append(user)
+            items.append(item)
             ratings.append(rating)
             times.append(stamp)
     if not users:
@@ -85,17 +99,20 @@ def _index(tokens: list[str]) -> tuple[np.ndarray, int]:
 class MovieLensSource:
     """Shuffled training batches and a fixed test split of MovieLens ratings."""
 
-    def __init__(self, path: Path, *, batch_size: int, seed: int, bad_rows: BadRows) -> None:
-        self.path, self.batch_size, self.seed, self.bad_rows = Path(path), batch_size, seed, bad_rows
-        if not self.path.is_file():
-            raise FileNotFoundError(f"MovieLens file not found: {self.path}")
+    def __init__(self, path: Path, *, batch_size: int, seed: int, bad_rows: BadRows,
+                 split_seed: int | None = None) -> None:
+        """``seed``: this rank's training shuffles; ``split_seed``: the train/test split, the same on every
+        rank (None: ``seed``, as in one process)."""
+        self.path, self.batch_size, self.bad_rows = require_file(Path(path), "MovieLens"), batch_size, bad_rows
+        self.seed = seed
+        self.eval_bad_rows = None  # the test split's bad rows are the file's: counted in bad_rows
         users, items, ratings, times = read_ratings(self.path, bad_rows)
         self.user, self.num_users = _index(users)
         self.item, self.num_items = _index(items)
         span = max(times.max() - times.min(), 1.0)
         self.time = ((times - times.min()) / span).astype(np.float32)  # [N] in [0, 1]
         self.label = (ratings >= POSITIVE_RATING).astype(np.float32)  # [N]
-        order = np.random.default_rng(seed).permutation(len(ratings))
+        order = np.random.default_rng(seed if split_seed is None else split_seed).permutation(len(ratings))
         n_test = int(round(len(ratings) * TEST_FRACTION))
         self.test_rows, self.train_rows = order[:n_test], order[n_test:]
         if len(self.train_rows) < batch_size:

@@ -27,30 +27,41 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
                 skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8,
-                synthetic_pool: int = 0) -> Source:
+                synthetic_pool: int = 0, shared_seed: int | None = None, rank: int = 0,
+                world_size: int = 1) -> Source:
     """The source named by ``spec``; ``eval_spec`` (same kind, file formats only) gives held-out data;
-    ``synthetic_pool`` > 0 makes synthetic training batches repeat with that period (benchmarks)."""
+    ``synthetic_pool`` > 0 makes synthetic training batches repeat with that period (benchmarks).
+
+    On several ranks: ``seed`` is this rank's (its batch stream), ``shared_seed`` every rank's (the
+    synthetic hidden model, the MovieLens train/test split; None: ``seed``, as in one process), and
+    file sources give rank ``rank`` of ``world_size`` its share of the rows. Every rank reads the
+    whole eval file."""
     kind, arg = parse_spec(spec)
+    if eval_spec and kind in ("synthetic", "movielens"):
+        raise ValueError(f"eval data {eval_spec!r} is only for criteo and mlperf data: synthetic data has its own "
+                         "eval stream and MovieLens its test split")
     bad = BadRows(skip=skip_bad_rows)
     if kind == "synthetic":
-        return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device,
-                               distribution=arg or "zipf", num_eval_batches=num_eval_batches, pool=synthetic_pool)
+        return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device, distribution=arg or "zipf",
+                               num_eval_batches=num_eval_batches, pool=synthetic_pool, model_seed=shared_seed)
     if kind == "movielens":
-        return MovieLensSource(Path(arg), batch_size=batch_size, seed=seed, bad_rows=bad)
+        return MovieLensSource(Path(arg), batch_size=batch_size, seed=seed, bad_rows=bad, split_seed=shared_seed)
     eval_source = None
     if eval_spec:
         eval_kind, eval_arg = parse_spec(eval_spec)
         if eval_kind != kind:
             raise ValueError(f"eval data {eval_spec!r} must be the same kind as the training data ({kind})")
-        eval_source = _open_file_source(kind, eval_arg, config, batch_size, bad, None, 0)
-    return _open_file_source(kind, arg, config, batch_size, bad, eval_source, num_eval_batches)
+        eval_source = _open_file_source(kind, eval_arg, config, batch_size, BadRows(skip=skip_bad_rows))
+    return _open_file_source(kind, arg, config, batch_size, bad, eval_source=eval_source,
+                             num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
 
 
-def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int, bad: BadRows,
-                      eval_source: Source | None, num_eval_batches: int) -> Source:
+def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int, bad: BadRows, *,
+                      eval_source: Source | None = None, num_eval_batches: int = 0, rank: int = 0,
+                      world_size: int = 1) -> Source:
     if kind == "criteo":
         paths = [Path(p) for p in arg.split(",")]
         return CriteoTSVSource(paths, config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
-                               num_eval_batches=num_eval_batches)
+                               num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
     return MLPerfBinarySource(Path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
-                              num_eval_batches=num_eval_batches)
+                              num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)

@@ -4,7 +4,9 @@ Batch ``i`` is a pure function of (seed, stream, i): resuming needs only the bat
 batch can be regenerated. Categorical indices follow the model's table sizes and multi-hot sizes
 (MLPerf's for ``mlperf-dcnv2``), uniform or power-law ("Zipf") distributed. Labels are drawn from a
 fixed hidden model, logistic in (dense features, a pseudo-random value per table row), so a model
-that learns shows an AUC above 0.5 and a perfect one reaches the hidden model's own AUC.
+that learns shows an AUC above 0.5 and a perfect one reaches the hidden model's own AUC. The hidden
+model comes from ``model_seed``, which all ranks share: every rank's labels follow one model, while
+each rank draws its own batches from its own ``seed``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ class SyntheticSource:
 
     def __init__(self, config: ModelConfig, *, batch_size: int, seed: int = 0, device: torch.device | str = "cpu",
                  distribution: str = "zipf", alpha: float = DEFAULT_ZIPF_ALPHA, num_eval_batches: int = 8,
-                 pool: int = 0) -> None:
+                 pool: int = 0, model_seed: int | None = None) -> None:
+        """``seed``: the batch stream (one per rank); ``model_seed``: the hidden labelling model, the same
+        on every rank (None: ``seed``, as in one process)."""
         if distribution not in ("zipf", "uniform"):
             raise ValueError(f"synthetic distribution must be 'zipf' or 'uniform', got {distribution!r}")
         self.config, self.batch_size, self.seed = config, batch_size, seed
@@ -65,7 +69,7 @@ class SyntheticSource:
         self.distribution, self.alpha, self.num_eval_batches = distribution, alpha, num_eval_batches
         self.pool = pool  # > 0: training batches repeat with this period, generated once (benchmarks)
         self._cache: dict[int, Batch] = {}
-        self.bad_rows = BadRows(skip=False)
+        self.bad_rows, self.eval_bad_rows = BadRows(skip=False), None
         self.position = 0
         b, hot = batch_size, torch.tensor(config.multi_hot)
         lengths = hot.repeat_interleave(b)  # [F*B] feature-major
@@ -74,12 +78,13 @@ class SyntheticSource:
         self.elem_rows = rows.repeat_interleave(hot * b).to(self.device)  # [nnz] table size of each lookup
         self.feature_sizes = (hot * b).tolist()  # lookups of each feature in a batch (contiguous, feature-major)
         self.elem_table = torch.arange(len(hot)).repeat_interleave(hot * b).to(self.device)  # [nnz]
-        gen = torch.Generator().manual_seed(seed)
+        model_seed = seed if model_seed is None else model_seed
+        gen = torch.Generator().manual_seed(model_seed)
         self.dense_w = (torch.randn(config.num_dense, generator=gen) * HIDDEN_PART_STD
                         / math.sqrt(config.num_dense)).to(self.device)  # [num_dense]
         self.table_w = (torch.randn(len(hot), generator=gen) * HIDDEN_PART_STD
                         / math.sqrt(len(hot))).to(self.device)  # [F]
-        ref = self._dense(torch.Generator().manual_seed(seed), DENSE_REFERENCE_SAMPLES)
+        ref = self._dense(torch.Generator().manual_seed(model_seed), DENSE_REFERENCE_SAMPLES)
         self.dense_mean, self.dense_std = ref.mean(0).to(self.device), ref.std(0).to(self.device)  # [num_dense]
         self.bag_scale = (1.0 / hot.float().sqrt()).repeat_interleave(b).to(self.device)  # [F*B]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -52,19 +53,30 @@ class BadRows:
 
     MAX_EXAMPLES = 5
 
-    def handle(self, error: DataError) -> None:
-        """Raise ``error``, or count it when skipping."""
+    def handle(self, error: DataError, *, counted: bool = False) -> None:
+        """Raise ``error``, or count it when skipping; ``counted``: this row was counted when it was read
+        before (an earlier epoch, an earlier evaluation), so it is skipped without counting it again."""
         if not self.skip:
             raise error
+        if counted:
+            return
         self.count += 1
         if len(self.examples) < self.MAX_EXAMPLES:
             self.examples.append(str(error))
+
+    def state_dict(self) -> dict:
+        """The count and examples as plain ints and strings (checkpoints load with ``weights_only``)."""
+        return {"count": self.count, "examples": list(self.examples)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.count, self.examples = int(state["count"]), [str(e) for e in state["examples"]]
 
 
 class Source(Protocol):
     """A deterministic, resumable stream of batches."""
 
     bad_rows: BadRows
+    eval_bad_rows: BadRows | None  # the ``--eval-data`` file's, counted apart; None without such a file
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         """The model config with the table sizes and dense width this data needs."""
@@ -76,10 +88,20 @@ class Source(Protocol):
         """The held-out batches to measure AUC on, or None when the source has none."""
 
     def state_dict(self) -> dict:
-        """The stream position (plain ints), enough to continue exactly where it stopped."""
+        """The stream position (plain ints), enough to continue exactly where it stopped; file sources add
+        their bad-row count (``BadRows.state_dict``), so that it is saved at the position it belongs to."""
 
     def load_state_dict(self, state: dict) -> None:
         ...
+
+
+def require_file(path: Path, what: str) -> Path:
+    """``path``, checked to be a file; ``what`` names the format in the error (e.g. "Criteo TSV")."""
+    if path.is_dir():
+        raise FileNotFoundError(f"{what} path {path} is a directory, not a file")
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} file not found: {path}")
+    return path
 
 
 def offsets_from_lengths(lengths: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,8 @@ def _feature_name(feature: int, names: Sequence[str] | None, tables: Sequence[st
 
 @dataclass(kw_only=True, slots=True)
 class JaggedBatch:
-    """Multi-hot ids of ``num_features`` features for ``batch_size`` samples."""
+    """Multi-hot ids of ``num_features`` features for ``batch_size`` samples; the tensors must be
+    contiguous (the kernels read them packed)."""
 
     values: Tensor  # [nnz] int64 (int32 accepted): row ids, local to each feature's table
     offsets: Tensor  # [F * B + 1] int64 (int32 accepted): feature-major bag boundaries
@@ -74,14 +75,14 @@ class JaggedBatch:
                  device: torch.device | None = None) -> None:
         """Raise ``JaggedBatchError`` naming what is wrong.
 
-        The cheap checks (default) read only metadata (dtypes, devices, shapes) and never wait for
-        the device. ``full=True`` also reads the data: offsets start at 0, never decrease and end at
-        nnz, and every id of feature ``f`` lies in ``[0, rows[f])``; it synchronises, so use it to
-        debug. ``rows``, ``feature_names`` and ``table_names`` are per feature.
+        The cheap checks (default) read only metadata (dtypes, devices, shapes, contiguity) and never
+        wait for the device. ``full=True`` also reads the data: offsets start at 0, never decrease and
+        end at nnz, and every id of feature ``f`` lies in ``[0, rows[f])``; it synchronises, so use it
+        to debug. ``rows``, ``feature_names`` and ``table_names`` are per feature.
         """
         self._check_metadata(device)
         if full:
-            self._check_offsets()
+            self._check_offsets(feature_names, table_names)
             if rows is not None:
                 self._check_ids(rows, feature_names, table_names)
 
@@ -106,10 +107,15 @@ class JaggedBatch:
                                        f"got {tuple(self.weights.shape)}")
         expected_device = device if device is not None else self.values.device
         for name, tensor in (("values", self.values), ("offsets", self.offsets), ("weights", self.weights)):
-            if tensor is not None and tensor.device != torch.device(expected_device):
+            if tensor is None:
+                continue
+            if tensor.device != torch.device(expected_device):
                 raise JaggedBatchError(f"{name} is on {tensor.device}, expected {expected_device}")
+            if not tensor.is_contiguous():  # the kernels read element i at base + i
+                raise JaggedBatchError(f"{name} must be contiguous, got stride {tensor.stride()[0]}; "
+                                       f"pass {name}.contiguous()")
 
-    def _check_offsets(self) -> None:
+    def _check_offsets(self, feature_names: Sequence[str] | None, table_names: Sequence[str] | None) -> None:
         offsets = self.offsets.to(torch.int64)
         if int(offsets[0]) != 0:
             raise JaggedBatchError(f"offsets[0] must be 0, got {int(offsets[0])}")
@@ -119,7 +125,8 @@ class JaggedBatch:
         if bad.numel():
             bag = int(bad[0])
             feature, sample = divmod(bag, max(self.batch_size, 1))
-            raise JaggedBatchError(f"offsets decrease at bag {bag} (feature {feature}, sample {sample}): "
+            where = _feature_name(feature, feature_names, table_names)
+            raise JaggedBatchError(f"offsets decrease at bag {bag} ({where}, sample {sample}): "
                                    f"{int(offsets[bag])} -> {int(offsets[bag + 1])}")
 
     def _check_ids(self, rows: Sequence[int], feature_names: Sequence[str] | None,

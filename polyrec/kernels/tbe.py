@@ -19,14 +19,15 @@ from torch import Tensor
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
-from polyrec.kernels.tbe_forward import (TableLayout, block_d, pooled_forward_kernel, sequence_forward_kernel,
-                                         vector_width)
+from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, FLAG_BAD_ID, FLAG_BAD_OFFSETS, TableLayout, block_d,
+                                         pooled_forward_kernel, sequence_forward_kernel, vector_width)
 from polyrec.kernels.tbe_forward_plan import ForwardLaunch, plan_forward
 from polyrec.kernels.tbe_fused_backward import FusedBackward, SortedIds, SortKeys
 from polyrec.kernels.tbe_optim import STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
 
 POOLINGS = ("sum", "mean", "none")
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+OUTPUT_DTYPES = WEIGHT_DTYPES  # the update's cost model prices gradients of 4 and 2 bytes
 
 __all__ = ["EmbeddingOptimizer", "TableSpec", "TableBatchedEmbedding", "JaggedBatch"]
 
@@ -62,6 +63,8 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             raise ValueError("TableBatchedEmbedding needs at least one table")
         if weight_dtype not in WEIGHT_DTYPES:
             raise ValueError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype}")
+        if output_dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"output_dtype must be one of {OUTPUT_DTYPES}, got {output_dtype}")
         feature_to_table = list(range(len(tables))) if feature_to_table is None else list(feature_to_table)
         for f, t in enumerate(feature_to_table):
             if not 0 <= t < len(tables):
@@ -176,12 +179,44 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return self._split(self.state1) if self.state1.numel() else []
 
     def get_extra_state(self) -> dict:
-        return {"step": self.step, "optimizer": self.optimizer.kind}
+        return {"step": self.step, "optimizer": self.optimizer.kind, "layout": self._layout_state()}
 
     def set_extra_state(self, state: dict) -> None:
-        if state.get("optimizer") != self.optimizer.kind:
-            raise ValueError(f"checkpoint optimizer '{state.get('optimizer')}' != module's '{self.optimizer.kind}'")
         self.step = int(state["step"])
+
+    def _layout_state(self) -> dict:
+        """How the flat buffers are packed, as plain lists and strings (checkpoints load with weights_only)."""
+        return {"tables": [[t.name, t.rows, t.dim, t.pooling] for t in self.tables],
+                "feature_to_table": list(self.feature_to_table),
+                "weight_dtype": str(self.weight_dtype).removeprefix("torch.")}
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Check the checkpoint's extra state before any buffer is copied: a checkpoint of another layout
+        can have buffers of the same sizes. One written before the layout was stored has none to check."""
+        extra = state_dict.get(prefix + "_extra_state")  # torch's key of get_extra_state's value
+        if extra is not None:
+            self._check_checkpoint(extra)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _check_checkpoint(self, extra: dict) -> None:
+        """Raise naming the first field where the checkpoint's optimizer or layout differs from this module's."""
+        if extra.get("optimizer") != self.optimizer.kind:
+            raise ValueError(f"checkpoint optimizer '{extra.get('optimizer')}' != module's '{self.optimizer.kind}'")
+        if "layout" not in extra:
+            return
+        saved, mine = extra["layout"], self._layout_state()
+        differ = "checkpoint of another table layout:"
+        for t, (theirs, ours) in enumerate(zip(saved["tables"], mine["tables"])):
+            for field, a, b in zip(("name", "rows", "dim", "pooling"), theirs, ours):
+                if a != b:
+                    raise ValueError(f"{differ} table {t} ('{ours[0]}'): {field} {a!r} in the checkpoint, {b!r} in "
+                                     "the module")
+        if len(saved["tables"]) != len(mine["tables"]):
+            raise ValueError(f"{differ} {len(saved['tables'])} tables in the checkpoint, {len(mine['tables'])} in "
+                             "the module")
+        for field in ("feature_to_table", "weight_dtype"):
+            if saved[field] != mine[field]:
+                raise ValueError(f"{differ} {field} {saved[field]!r} in the checkpoint, {mine[field]!r} in the module")
 
     # ---- checks -------------------------------------------------------------------------------
     def _feature_label(self, f: int) -> str:
@@ -214,9 +249,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         bad = [(f, int(v)) for f, v in enumerate(host.tolist()) if v]
         if bad:
             self.flags.zero_()
-            what = {1: "an id out of range or negative", 2: "offsets that decrease or exceed nnz",
-                    3: "ids out of range and bad offsets"}
-            lines = "; ".join(f"{self._feature_label(f)}: {what[v]}" for f, v in bad)
+            lines = "; ".join(f"{self._feature_label(f)}: {_flag_text(v)}" for f, v in bad)
             raise JaggedBatchError(f"bad input in a recent batch (masked, not applied): {lines}. "
                                    "Construct with debug_checks=True to locate it before launch")
 
@@ -281,9 +314,13 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         """Pooled lookup: [B, output_dim] in ``output_dtype``; backward updates the weights in place.
         ``lead_columns``: the output is the last ``output_dim`` columns of a new [B, lead_columns +
         output_dim] buffer (its ``_base``), whose first columns are left unwritten for a caller that puts
-        another tensor beside it without a copy (``polyrec.models.layers.beside``)."""
+        another tensor beside it without a copy (``polyrec.models.layers.beside``). Per-sample weights get
+        no gradient: a trained lookup refuses ones that require it."""
         if lead_columns < 0:
             raise ValueError(f"lead_columns must be >= 0, got {lead_columns}")
+        if batch.weights is not None and batch.weights.requires_grad and torch.is_grad_enabled():
+            raise ValueError("batch.weights requires grad, but the fused backward computes no gradient for per-sample "
+                             "weights: pass batch.weights.detach() (or run the lookup under torch.no_grad())")
         self._validate(batch)
         self._prepared = None
         anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
@@ -295,6 +332,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         those features in ``batch.values`` order (feature-major: all of the first such feature's ids,
         samples in order, then the next). All such tables must share D. Per-sample weights are not
         applied. Synchronises once (the output size depends on the offsets). Backward updates in place.
+        Bad ids and offsets are masked and flagged as in ``forward``.
         """
         if not self.sequence_features:
             raise ValueError("no table has pooling 'none'; lookup_sequence has nothing to read")
@@ -334,40 +372,55 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         pooled_forward_kernel[grid](
             self.weights, batch.values, batch.offsets, batch.weights, out, self.flags,
             feature_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
-            lay.table_dim, *key_buffers, lay.table_row_base, batch.batch_size, batch.values.numel(), out.stride(0),
-            self.total_rows,
+            lay.table_dim, *key_buffers, lay.table_row_base, batch.batch_size,
+            batch.values.numel(), out.stride(0), self.total_rows,
             BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
             HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
             STAGED=tbe_select.staged_loads(cfg) if self.staged_forward is None else self.staged_forward,
             SORT_KEYS=keys is not None, HAS_SCALE=keys is not None and keys.scale is not None,
             num_warps=cfg.num_warps)
 
-    def _sequence_ranges(self, offsets: Tensor, batch_size: int) -> list[tuple[int, int, int, int]]:
-        """(feature, first id position, id count, first output row) per sequence feature (synchronises)."""
-        marks = offsets[:: max(batch_size, 1)].tolist()
+    def _sequence_ranges(self, offsets: Tensor, batch_size: int, nnz: int) -> list[tuple[int, int, int, int]]:
+        """(feature, first id position, id count, first output row) per sequence feature (synchronises).
+        A feature's range is clamped into [0, nnz] (``sort_keys_kernel`` clamps alike): bad offsets,
+        which the kernel flags, read nothing outside ``values``."""
+        if batch_size == 0:
+            return [(f, 0, 0, 0) for f in self.sequence_features]
+        marks = offsets[::batch_size].tolist()
         out, row = [], 0
         for f in self.sequence_features:
-            start, end = int(marks[f]), int(marks[f + 1])
-            out.append((f, start, max(end - start, 0), row))
-            row += max(end - start, 0)
+            start = min(max(marks[f], 0), nnz)
+            end = min(max(marks[f + 1], start), nnz)
+            out.append((f, start, end - start, row))
+            row += end - start
         return out
 
     def _sequence_forward(self, values: Tensor, offsets: Tensor, batch_size: int) -> tuple[Tensor, list]:
-        ranges = self._sequence_ranges(offsets, batch_size)
+        nnz, num_bags = values.numel(), len(self.feature_to_table) * batch_size
+        ranges = self._sequence_ranges(offsets, batch_size, nnz)
         total = sum(r[2] for r in ranges)
         out = torch.empty(total, self.sequence_dim, dtype=self.output_dtype, device=self.weights.device)
         positions = tbe_select.sequence_positions(self.block_d)
         warps = tbe_select.warps_for(positions * self.block_d, tbe_select.selection_spec(self.weights.device).warp_size)
+        if batch_size == 0:  # no bags: nothing to read or check
+            return out, ranges
         for f, start, count, row0 in ranges:
-            if count == 0:
-                continue
             t = self.tables[self.feature_to_table[f]]
             base = sum(x.rows * x.dim for x in self.tables[: self.feature_to_table[f]])
-            sequence_forward_kernel[(triton.cdiv(count, positions),)](
-                self.weights, values, out, self.flags, f, start, count, row0, out.stride(0), t.rows, base, t.dim,
-                POSITIONS=positions, BLOCK_D=self.block_d, num_warps=warps)
+            sequence_forward_kernel[(triton.cdiv(max(count, batch_size), positions),)](  # ids, and bags to check
+                self.weights, values, offsets, out, self.flags, f, start, count, row0, out.stride(0), t.rows, base,
+                t.dim, batch_size, num_bags, nnz, POSITIONS=positions, BLOCK_D=self.block_d, num_warps=warps)
         self._record_flags()
         return out, ranges
+
+
+def _flag_text(code: int) -> str:
+    """What a feature's flags (``tbe_forward``'s FLAG_* bits) report."""
+    texts = ((FLAG_BAD_ID, "an id out of range or negative"),
+             (FLAG_BAD_OFFSETS, "offsets that decrease or lie outside [0, nnz]"),
+             (FLAG_BAD_ENDS, "ids outside every bag (offsets[0] != 0 or offsets[-1] < nnz)"))
+    return " and ".join(text for bit, text in texts if code & bit)
+
 
 def _cumsum(xs: list[int]) -> list[int]:
     out, acc = [], 0

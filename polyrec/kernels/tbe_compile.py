@@ -28,7 +28,7 @@ from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS, STATE_PER_ELEMENT
 from polyrec.perfmodel.tbe import LEVEL_TILE
 
 _TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
-_SCALARS = {"batch_size": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
+_SCALARS = {"batch_size": "i32", "num_bags": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
             "out_row0": "i32", "rows": "i64", "base": "i64", "dim": "i32", "invalid_key": "i32", "n_pos": "i32",
             "grad_stride": "i64", "num_tables": "i32", "lr": "fp32", "eps": "fp32", "mix1": "fp32",
             "mix2": "fp32", "weight_decay": "fp32", "seed": "i32", "n_slots": "i32"}

@@ -7,7 +7,8 @@ The pooled kernel runs one program per (block of BAGS samples, feature). Each it
 gathers a [BAGS, HOTS, BLOCK_D] tile: HOTS consecutive ids of each of the BAGS bags, so that
 BAGS * HOTS rows are in flight per program, and sums over the HOTS axis in fp32. Out-of-range ids and
 malformed offsets are masked (they read nothing and contribute zero) and flagged per feature in
-``flags`` (bit 1: id out of range, bit 2: bad offsets), which the module turns into an error.
+``flags`` (bit 1: id out of range, bit 2: bad offsets; the sequence kernel also bit 4: ids outside
+every bag, i.e. offsets[0] != 0 or offsets[-1] < nnz), which the module turns into an error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import Tensor
 
 FLAG_BAD_ID = 1
 FLAG_BAD_OFFSETS = 2
+FLAG_BAD_ENDS = 4
 
 
 @dataclass(kw_only=True, slots=True)
@@ -56,6 +58,24 @@ def _bag_bounds(offsets_ptr, f, b0, batch_size, nnz, BAGS: tl.constexpr):
 
 
 @triton.jit
+def _bad_ends(offsets_ptr, f, b0, batch_size, num_bags, nnz, BAGS: tl.constexpr):
+    """Whether this program's bags (feature ``f``, samples from ``b0``) hold the first bag of all with
+    offsets[0] != 0, or the last (``num_bags`` = F * B) with offsets[-1] < nnz: ids lie before the
+    first bag or after the last, and no lookup reads them (``FLAG_BAD_ENDS``; flagged only). Two
+    scalar loads in the two programs that hold those bags: no reduction in the others (a third
+    cross-lane sum in every program made the pooled forward 5-9% slower on the H200, and this form
+    still 3-6%, so only the sequence kernel checks them; the pooled lookup's are left to
+    ``debug_checks``)."""
+    bad = False
+    if (f == 0) & (b0 == 0):
+        bad = tl.load(offsets_ptr).to(tl.int64) != 0
+    last = num_bags - 1 - f.to(tl.int64) * batch_size  # the last bag as a sample of feature f
+    if (last >= b0) & (last < b0 + BAGS) & (last < batch_size):
+        bad = bad | (tl.load(offsets_ptr + num_bags).to(tl.int64) < nnz)
+    return bad
+
+
+@triton.jit
 def _mean_scale(feat_mean_ptr, f, length, HAS_SCALE: tl.constexpr):
     """[BAGS] gradient scale of feature ``f``'s bags: 1 / length where its table pools by mean, else 1
     (1 without ``HAS_SCALE``: the backward reads no scale)."""
@@ -66,10 +86,12 @@ def _mean_scale(feat_mean_ptr, f, length, HAS_SCALE: tl.constexpr):
 
 
 @triton.jit
-def _raise_flags(flags_ptr, f, bad_ids, bad_offsets):
+def _raise_flags(flags_ptr, f, bad_ids, bad_offsets, bad_ends):
+    """OR into feature ``f``'s flags FLAG_BAD_ID and FLAG_BAD_OFFSETS where any of the [n] masks is set,
+    and FLAG_BAD_ENDS where the scalar ``bad_ends`` is."""
     n_ids = tl.sum(bad_ids.to(tl.int32))
     n_off = tl.sum(bad_offsets.to(tl.int32))
-    code = tl.where(n_ids > 0, 1, 0) + tl.where(n_off > 0, 2, 0)
+    code = tl.where(n_ids > 0, 1, 0) + tl.where(n_off > 0, 2, 0) + tl.where(bad_ends, 4, 0)
     if code > 0:
         tl.atomic_or(flags_ptr + f, code)
 
@@ -154,17 +176,21 @@ def pooled_forward_kernel(
     col = tl.load(feat_col_ptr + f)
     out = out_ptr + bags[:, None].to(tl.int64) * out_stride + col + d[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=bag_ok[:, None] & d_ok[None, :])
-    _raise_flags(flags_ptr, f, bad_ids, bad_off)
+    _raise_flags(flags_ptr, f, bad_ids, bad_off, False)  # the ends: debug checks (``_bad_ends`` cost 3-6%)
 
 
 @triton.jit
 def sequence_forward_kernel(
-    weights_ptr, values_ptr, out_ptr, flags_ptr,
-    f, start, count, out_row0, out_stride, rows, base, dim,
+    weights_ptr, values_ptr, offsets_ptr, out_ptr, flags_ptr,
+    f, start, count, out_row0, out_stride, rows, base, dim, batch_size, num_bags, nnz,
     POSITIONS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """out[out_row0 + i, :dim] = weights row of values[start + i] for i < count (one feature)."""
-    i = tl.program_id(0) * POSITIONS + tl.arange(0, POSITIONS)
+    """out[out_row0 + i, :dim] = weights row of values[start + i] for i < count (one feature ``f``, its
+    id range clamped into [0, nnz] by the host). Each program also checks POSITIONS of the feature's
+    bags (the grid covers max(count, batch_size)) and flags bad ids and offsets as the pooled kernel
+    does."""
+    p0 = tl.program_id(0) * POSITIONS
+    i = p0 + tl.arange(0, POSITIONS)
     in_range = i < count
     idx = tl.load(values_ptr + start + i, mask=in_range, other=0).to(tl.int64)
     ok = in_range & (idx >= 0) & (idx < rows)
@@ -174,7 +200,9 @@ def sequence_forward_kernel(
     vals = tl.load(weights_ptr + row[:, None] + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
     out = out_ptr + (out_row0 + i[:, None]).to(tl.int64) * out_stride + d[None, :]
     tl.store(out, vals.to(out_ptr.dtype.element_ty), mask=in_range[:, None] & d_ok[None, :])
-    _raise_flags(flags_ptr, f, in_range & ~ok, i < 0)
+    bad_off = _bag_bounds(offsets_ptr, f, p0, batch_size, nnz, POSITIONS)[4]
+    bad_ends = _bad_ends(offsets_ptr, f, p0, batch_size, num_bags, nnz, POSITIONS)
+    _raise_flags(flags_ptr, f, in_range & ~ok, bad_off, bad_ends)
 
 
 @triton.jit
@@ -195,13 +223,17 @@ def sort_keys_kernel(
     bags, bag_ok, start, length, bad_off = _bag_bounds(offsets_ptr, f, tl.program_id(0) * BAGS, batch_size, nnz,
                                                        BAGS)
     h = tl.arange(0, HOTS)
-    if SEQUENCE:
-        feat_start = tl.load(offsets_ptr + f.to(tl.int64) * batch_size).to(tl.int64)
+    if SEQUENCE:  # the feature's id range clamped as the host clamps it (its output rows, from seq_base)
+        first_bag = f.to(tl.int64) * batch_size
+        feat_start = tl.minimum(tl.maximum(tl.load(offsets_ptr + first_bag).to(tl.int64), 0), nnz)
+        feat_end = tl.minimum(tl.maximum(tl.load(offsets_ptr + first_bag + batch_size).to(tl.int64), feat_start), nnz)
         seq_base = tl.load(seq_base_ptr + fi)
     inv_len = _mean_scale(feat_mean_ptr, f, length, HAS_SCALE)[:, None]
     for j0 in range(0, tl.max(length, axis=0), HOTS):
         in_bag = (j0 + h[None, :]) < length[:, None]
         pos = start[:, None] + j0 + h[None, :]
+        if SEQUENCE:  # bad offsets elsewhere in the feature can put a good bag outside its range
+            in_bag = in_bag & (pos >= feat_start) & (pos < feat_end)
         idx = tl.load(values_ptr + pos, mask=in_bag, other=0).to(tl.int64)
         ok = (idx >= 0) & (idx < rows)
         if SEQUENCE:

@@ -158,7 +158,7 @@ class Fleet:
         return rank // self.per_host
 
 
-_FLEET_ITEM = re.compile(r"^\s*([A-Za-z0-9_.-]+?)\s*[xX\*]\s*(\d+)\s*$")
+_FLEET_ITEM = re.compile(r"^\s*([A-Za-z0-9_.-]+?)\s*[xX\*]\s*(-?\d+)\s*$")
 FLEET_SYNTAX = "KINDxCOUNT[,KINDxCOUNT][@HOSTS], e.g. H200x8, MI300Xx8@4 or H100x4,H200x4"
 
 
@@ -182,7 +182,7 @@ def parse_fleet(text: str) -> Fleet:
         except UnknownDeviceError:
             raise FleetError(f"fleet {text!r}: unknown device {name!r}; valid devices: {', '.join(valid)}") from None
         if count < 1:
-            raise FleetError(f"fleet {text!r}: count of {name} must be >= 1")
+            raise FleetError(f"fleet {text!r}: count of {name} must be a positive integer (>= 1), got {count}")
         if any(g.device == spec.name for g in groups):
             raise FleetError(f"fleet {text!r}: {spec.name} is listed twice")
         groups.append(DeviceGroup(device=spec.name, count=count))

@@ -1,0 +1,400 @@
+"""Data readers on bad input and on several ranks: strict Criteo numbers, bad rows counted once (per pass,
+per evaluation, across a resume), MovieLens non-finite and non-UTF-8 rows, and the seeds and rows that
+ranks share or split."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from polyrec.data import BadRows, DataError, open_source
+from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource, parse_tsv_line
+from polyrec.data.movielens import MovieLensSource
+from polyrec.data.synthetic import SyntheticSource
+from polyrec.models import preset
+from polyrec.runtime import TrainConfig, Trainer
+
+DATA = Path(__file__).parent / "data"
+CPU = torch.device("cpu")
+RANK_1_SEED = 7_919  # what polyrec.runtime.parallel.rank_seed gives rank 1 for seed 0
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """cpu_threads=1 (fast when other test workers share the cores) changes a process-wide setting."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def small():
+    return preset("dcnv2-small")
+
+
+def criteo_lines() -> list[bytes]:
+    return (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
+
+
+def criteo_with(tmp_path: Path, column: int, value: bytes, line: int = 3) -> Path:
+    """criteo_sample.tsv with ``column`` of line ``line`` (1-based) replaced by ``value``."""
+    lines = criteo_lines()
+    cols = lines[line - 1].rstrip(b"\n").split(b"\t")
+    cols[column] = value
+    lines[line - 1] = b"\t".join(cols) + b"\n"
+    path = tmp_path / "edited.tsv"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def criteo(paths: Path | list[Path], batch_size: int, bad: BadRows, **kw) -> CriteoTSVSource:
+    return CriteoTSVSource(paths if isinstance(paths, list) else [paths], small(), batch_size=batch_size,
+                           bad_rows=bad, **kw)
+
+
+def write_records(path: Path, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rec = np.empty((n, 40), dtype="<i4")
+    rec[:, 0] = rng.integers(0, 2, n)
+    rec[:, 1:14] = rng.integers(-1, 1000, (n, 13))
+    rec[:, 14:] = rng.integers(0, 2**31 - 1, (n, 26))
+    rec.tofile(path)
+    return rec
+
+
+# --- 1: Criteo numbers: int64 range, strict syntax ----------------------------------------------------------
+
+@pytest.mark.parametrize("column,value,problem", [
+    (1, b"1180591620717411303424", "I1 is b'1180591620717411303424': integer features must be"),  # 2^70
+    (1, b"9223372036854775808", "I1 is b'9223372036854775808': integer features must be"),  # 2^63
+    (2, b"9" * 5000, "I2 is b'999999999999999999999999': integer features must be"),  # int() refuses > 4300 digits
+    (13, b"-9223372036854775809", "I13 is b'-9223372036854775809': integer features must be"),  # -2^63 - 1
+    (14, b"fffffffffffffffff", "C1 is b'fffffffffffffffff': categorical features must be hex"),  # 17 digits
+    (39, b"8000000000000000", "C26 is b'8000000000000000': categorical features must be hex"),  # 2^63
+])
+def test_criteo_huge_integers_are_bad_rows(tmp_path, column, value, problem):
+    path = criteo_with(tmp_path, column, value)
+    with pytest.raises(DataError, match=rf"edited\.tsv:3: {re.escape(problem)}"):
+        criteo(path, 8, BadRows(skip=False)).next_batch()
+    bad = BadRows(skip=True)
+    assert criteo(path, 8, bad).next_batch().batch_size == 8 and bad.count == 1
+
+
+def test_criteo_int64_limits_are_read():
+    line = criteo_lines()[0].rstrip(b"\n").split(b"\t")
+    line[1], line[2], line[14] = b"9223372036854775807", b"-9223372036854775808", b"7fffffffffffffff"
+    out = np.empty(40, np.int64)
+    parse_tsv_line(b"\t".join(line), "x.tsv", 1, out)
+    assert out[1] == 2**63 - 1 and out[2] == -2**63 and out[14] == 2**63 - 1
+
+
+@pytest.mark.parametrize("column,value", [
+    (1, b" 5 "), (1, b"1_000"), (1, b"+7"), (1, b"5-"), (1, b"-"), (1, b"--1"), (1, b"\xd9\xa1"),
+    (14, b"0x1f"), (14, b"-1f"), (14, b"dead_beef"), (14, b" ab"), (14, b"+ab"),
+])
+def test_criteo_rejects_lenient_numbers(tmp_path, column, value):
+    path = criteo_with(tmp_path, column, value, line=1)
+    name = f"I{column}" if column <= 13 else f"C{column - 13}"
+    with pytest.raises(DataError, match=rf"edited\.tsv:1: {name} is .*: (integer|categorical) features must be"):
+        criteo(path, 1, BadRows(skip=False)).next_batch()
+
+
+def test_criteo_accepts_negative_counts_empty_fields_and_upper_case_hex(tmp_path):
+    path = criteo_with(tmp_path, 1, b"-2", line=1)
+    lines = path.read_bytes().splitlines(keepends=True)
+    cols = lines[0].split(b"\t")
+    upper = b"\t".join(cols[:14] + [c.upper() for c in cols[14:]])
+    path.write_bytes(lines[0] + upper)
+    b = criteo(path, 2, BadRows(skip=False)).next_batch()
+    assert float(b.dense[0, 0]) == 0.0 and torch.equal(b.values[0::2], b.values[1::2])
+
+
+# --- 2: each bad row counted once, not once per epoch ---------------------------------------------------
+
+def test_criteo_bad_rows_counted_once_over_epochs():
+    bad = BadRows(skip=True)
+    src = criteo(DATA / "criteo_bad.tsv", 8, bad)
+    for _ in range(7):  # 16 good rows of 20: two batches per epoch, into the fourth epoch
+        src.next_batch()
+    assert src.epoch == 3 and bad.count == 4 and len(bad.examples) == 4
+
+
+def test_mlperf_bad_records_counted_once_over_epochs(tmp_path):
+    rec = write_records(tmp_path / "b.bin", 10)
+    rec[3, 0] = 5
+    rec.tofile(tmp_path / "b.bin")
+    bad = BadRows(skip=True)
+    src = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=bad)
+    for _ in range(8):
+        src.next_batch()
+    assert src.epoch >= 3 and bad.count == 1
+    assert bad.examples == [f"{tmp_path / 'b.bin'}:4: record 4: label must be 0 or 1"]
+
+
+# --- 3: the eval file's bad rows: a counter of their own, counted once ---------------------------------
+
+def test_eval_bad_rows_counted_apart_and_once(tmp_path):
+    lines = criteo_lines()
+    (tmp_path / "eval.tsv").write_bytes(b"".join(lines[:5]) + b"x\n" + b"".join(lines[5:]))
+    src = open_source(f"criteo:{DATA / 'criteo_sample.tsv'}", small(), batch_size=4, seed=0, device=CPU,
+                      skip_bad_rows=True, eval_spec=f"criteo:{tmp_path / 'eval.tsv'}", num_eval_batches=2)
+    for _ in range(3):
+        src.next_batch()
+        assert len(src.eval_batches()) == 2
+    assert src.bad_rows.count == 0
+    assert src.eval_bad_rows.count == 1 and src.eval_bad_rows.examples[0].startswith(f"{tmp_path / 'eval.tsv'}:6: ")
+
+
+def test_eval_bad_rows_of_a_small_eval_file_counted_once(tmp_path):
+    """An eval file shorter than the eval batches wraps into a new epoch inside one evaluation."""
+    rec = write_records(tmp_path / "e.bin", 6)
+    rec[2, 0] = 9
+    rec.tofile(tmp_path / "e.bin")
+    write_records(tmp_path / "t.bin", 16)
+    src = open_source(f"mlperf:{tmp_path / 't.bin'}", small(), batch_size=4, seed=0, device=CPU, skip_bad_rows=True,
+                      eval_spec=f"mlperf:{tmp_path / 'e.bin'}", num_eval_batches=3)
+    for _ in range(2):
+        src.eval_batches()
+    assert src.eval_bad_rows.count == 1 and src.bad_rows.count == 0
+
+
+def test_sources_without_eval_file_have_no_eval_counter():
+    assert open_source("synthetic", small(), batch_size=4, seed=0, device=CPU).eval_bad_rows is None
+    ml = open_source(f"movielens:{DATA / 'ml_sample.data'}", small(), batch_size=4, seed=0, device=CPU)
+    assert ml.eval_bad_rows is None
+    assert open_source(f"criteo:{DATA / 'criteo_sample.tsv'}", small(), batch_size=4, seed=0,
+                       device=CPU).eval_bad_rows is None
+
+
+# --- 4: the bad-row count in the saved stream position --------------------------------------------------
+
+def through_torch_save(state: dict) -> dict:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+def test_criteo_bad_row_count_resumes():
+    straight = BadRows(skip=True)
+    a = criteo(DATA / "criteo_bad.tsv", 8, straight)
+    want = [a.next_batch() for _ in range(4)]
+    first = BadRows(skip=True)
+    b = criteo(DATA / "criteo_bad.tsv", 8, first)
+    b.next_batch()  # lines 1..9, the bad line 5 counted
+    state = through_torch_save(b.state_dict())
+    resumed = BadRows(skip=True)
+    c = criteo(DATA / "criteo_bad.tsv", 8, resumed)
+    c.load_state_dict(state)
+    for w in want[1:]:
+        assert torch.equal(c.next_batch().values, w.values)
+    assert resumed.count == straight.count == 4 and resumed.examples == straight.examples
+
+
+def test_mlperf_bad_row_count_resumes(tmp_path):
+    rec = write_records(tmp_path / "b.bin", 12)
+    rec[[2, 9], 0] = 3
+    rec.tofile(tmp_path / "b.bin")
+    straight = BadRows(skip=True)
+    a = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=straight)
+    for _ in range(6):
+        a.next_batch()
+    first = BadRows(skip=True)
+    b = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=first)
+    b.next_batch()
+    resumed = BadRows(skip=True)
+    c = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=resumed)
+    c.load_state_dict(through_torch_save(b.state_dict()))
+    for _ in range(5):
+        c.next_batch()
+    assert resumed.count == straight.count == 2 and resumed.examples == straight.examples
+
+
+def test_state_without_bad_rows_still_loads(tmp_path):
+    """Checkpoints from before the bad-row count was saved hold only the position."""
+    src = criteo(DATA / "criteo_bad.tsv", 8, BadRows(skip=True))
+    src.load_state_dict({"epoch": 0, "file_index": 0, "byte_offset": 0, "line_no": 0})
+    assert src.next_batch().batch_size == 8 and src.bad_rows.count == 1
+    rec = write_records(tmp_path / "b.bin", 8)
+    rec[1, 0] = 3
+    rec.tofile(tmp_path / "b.bin")
+    src = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=BadRows(skip=True))
+    src.load_state_dict({"epoch": 0, "position": 0})
+    assert src.next_batch().batch_size == 4 and src.bad_rows.count == 1
+
+
+def test_resumed_run_reports_the_bad_rows_of_an_uninterrupted_one(tmp_path):
+    def run(directory: str, steps: int, resume: bool = False):
+        cfg = TrainConfig(preset="dcnv2-small", data=f"criteo:{DATA / 'criteo_bad.tsv'}", skip_bad_rows=True,
+                          steps=steps, batch_size=8, row_cap=100, log_every=1000, checkpoint_dir=tmp_path / directory,
+                          device="cpu", cpu_threads=1, resume=resume)
+        return Trainer(cfg, progress=False).train()
+
+    straight = run("a", 4)
+    assert run("b", 2).bad_rows == 4
+    resumed = run("b", 4, resume=True)
+    assert resumed.bad_rows == straight.bad_rows == 4 and resumed.bad_row_examples == straight.bad_row_examples
+
+
+# --- 5: an empty MLPerf file ---------------------------------------------------------------------------
+
+def test_mlperf_empty_file_is_a_data_error(tmp_path):
+    (tmp_path / "empty.bin").write_bytes(b"")
+    for skip in (False, True):
+        with pytest.raises(DataError, match=r"empty\.bin:0: file holds no complete record"):
+            MLPerfBinarySource(tmp_path / "empty.bin", small(), batch_size=4, bad_rows=BadRows(skip=skip))
+
+
+# --- 6, 7: MovieLens non-finite numbers and non-UTF-8 bytes ---------------------------------------------
+
+def movielens_with(tmp_path: Path, line: bytes, at: int = 4) -> Path:
+    """ml_sample.data with ``line`` inserted as line ``at`` (1-based)."""
+    lines = (DATA / "ml_sample.data").read_bytes().splitlines(keepends=True)
+    path = tmp_path / "edited.data"
+    path.write_bytes(b"".join(lines[:at - 1]) + line + b"".join(lines[at - 1:]))
+    return path
+
+
+@pytest.mark.parametrize("row", [b"1\t2\t5\tinf\n", b"1\t2\tnan\t883498085\n", b"1\t2\t-inf\t1\n",
+                                 b"1\t2\t4\t1e400\n"])
+def test_movielens_rejects_non_finite_numbers(tmp_path, row):
+    path = movielens_with(tmp_path, row)
+    with pytest.raises(DataError, match=r"edited\.data:4: rating and timestamp must be finite"):
+        MovieLensSource(path, batch_size=8, seed=0, bad_rows=BadRows(skip=False))
+    bad = BadRows(skip=True)
+    src = MovieLensSource(path, batch_size=8, seed=0, bad_rows=bad)
+    assert bad.count == 1 and len(src.label) == 400 and bool(np.isfinite(src.time).all())
+
+
+def test_movielens_non_utf8_is_a_bad_row(tmp_path):
+    path = movielens_with(tmp_path, b"1\t2\t\xe94\t883498085\n", at=5)
+    with pytest.raises(DataError, match=r"edited\.data:5: not UTF-8 text"):
+        MovieLensSource(path, batch_size=8, seed=0, bad_rows=BadRows(skip=False))
+    bad = BadRows(skip=True)
+    src = MovieLensSource(path, batch_size=8, seed=0, bad_rows=bad)
+    assert bad.count == 1 and len(src.label) == 400
+
+
+def test_movielens_non_utf8_in_first_row_of_a_headerless_file(tmp_path):
+    path = movielens_with(tmp_path, b"\xff\t2\t4\t1\n", at=1)
+    bad = BadRows(skip=True)
+    MovieLensSource(path, batch_size=8, seed=0, bad_rows=bad)
+    assert bad.count == 1 and bad.examples[0].startswith(f"{path}:1: not UTF-8 text")
+
+
+def test_movielens_reads_crlf_and_inter_files_as_before(tmp_path):
+    (tmp_path / "crlf.data").write_bytes((DATA / "ml_sample.data").read_bytes().replace(b"\n", b"\r\n"))
+    a = MovieLensSource(tmp_path / "crlf.data", batch_size=8, seed=0, bad_rows=BadRows(skip=False))
+    b = MovieLensSource(DATA / "ml_sample.inter", batch_size=8, seed=0, bad_rows=BadRows(skip=False))
+    assert torch.equal(a.next_batch().values, b.next_batch().values)
+
+
+# --- 8: synthetic ranks share one hidden model ----------------------------------------------------------
+
+def test_synthetic_ranks_share_the_hidden_model():
+    rank0 = open_source("synthetic", small(), batch_size=64, seed=0, shared_seed=0, device=CPU)
+    rank1 = open_source("synthetic", small(), batch_size=64, seed=RANK_1_SEED, shared_seed=0, device=CPU)
+    assert torch.equal(rank0.dense_w, rank1.dense_w) and torch.equal(rank0.table_w, rank1.table_w)
+    assert torch.equal(rank0.dense_mean, rank1.dense_mean) and torch.equal(rank0.dense_std, rank1.dense_std)
+    assert not torch.equal(rank0.next_batch().values, rank1.next_batch().values)  # own batch streams
+
+
+def test_synthetic_single_process_unchanged():
+    a = SyntheticSource(small(), batch_size=32, seed=3)
+    b = SyntheticSource(small(), batch_size=32, seed=3, model_seed=3)
+    x, y = a.next_batch(), b.next_batch()
+    assert torch.equal(x.labels, y.labels) and torch.equal(x.values, y.values) and torch.equal(a.dense_w, b.dense_w)
+
+
+# --- 9: ranks split the data --------------------------------------------------------------------------
+
+def test_movielens_ranks_share_the_split():
+    path = f"movielens:{DATA / 'ml_sample.data'}"
+    rank0 = open_source(path, small(), batch_size=8, seed=0, shared_seed=0, device=CPU)
+    rank1 = open_source(path, small(), batch_size=8, seed=RANK_1_SEED, shared_seed=0, device=CPU)
+    assert np.array_equal(rank0.test_rows, rank1.test_rows) and not set(rank1.test_rows) & set(rank0.train_rows)
+    single = open_source(path, small(), batch_size=8, seed=0, device=CPU)
+    assert np.array_equal(single.test_rows, rank0.test_rows)
+    assert torch.equal(single.next_batch().values, rank0.next_batch().values)
+
+
+def test_criteo_ranks_read_alternate_blocks():
+    """World 2, batch 8: rank 0 reads lines 1-8, 17-24, ...; rank 1 lines 9-16, 25-32, ... of each file;
+    together the first global batch is the first 16 lines, as one process with batch 16 reads them."""
+    spec = f"criteo:{DATA / 'criteo_sample.tsv'}"
+    one = open_source(spec, small(), batch_size=8, seed=0, device=CPU)
+    ranks = [open_source(spec, small(), batch_size=8, seed=0, device=CPU, rank=r, world_size=2) for r in (0, 1)]
+    for _ in range(5):  # 48 lines: 3 blocks a rank an epoch, into the second epoch
+        for r in ranks:
+            want = one.next_batch()
+            got = r.next_batch()
+            assert torch.equal(got.values, want.values) and torch.equal(got.dense, want.dense)
+    state = ranks[1].state_dict()
+    again = open_source(spec, small(), batch_size=8, seed=0, device=CPU, rank=1, world_size=2)
+    again.load_state_dict(state)
+    assert torch.equal(again.next_batch().values, ranks[1].next_batch().values)
+
+
+def test_criteo_rank_bad_rows_counted_by_their_rank():
+    bad = [BadRows(skip=True), BadRows(skip=True)]
+    ranks = [criteo(DATA / "criteo_bad.tsv", 4, bad[r], rank=r, world_size=2) for r in (0, 1)]
+    for r in ranks:
+        for _ in range(4):
+            r.next_batch()
+    # blocks of 4 lines: rank 0 lines 1-4, 9-12, 17-20 (bad 10, 18); rank 1 lines 5-8, 13-16 (bad 5, 15)
+    assert bad[0].count == 2 and bad[1].count == 2
+    assert sorted(e.split(": ", 1)[0].rsplit(":", 1)[1] for b in bad for e in b.examples) == ["10", "15", "18", "5"]
+
+
+def test_criteo_rank_without_rows_is_an_error(tmp_path):
+    (tmp_path / "short.tsv").write_bytes(b"".join(criteo_lines()[:6]))
+    src = criteo(tmp_path / "short.tsv", 4, BadRows(skip=False), rank=2, world_size=3)
+    with pytest.raises(DataError, match="no rows for rank 2 of 3"):
+        src.next_batch()
+
+
+def test_mlperf_ranks_read_alternate_blocks(tmp_path):
+    write_records(tmp_path / "t.bin", 30)  # blocks of 4: rank 0 gets 0-3, 12-15, 24-27; rank 1 4-7, 16-19, 28-29
+    one = MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False))
+    want = [one.next_batch() for _ in range(8)]  # records 0..31: wraps after 30
+    ranks = [MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False), rank=r,
+                                world_size=3) for r in range(3)]
+    assert [r.num_records for r in ranks] == [12, 10, 8]
+    for r, got in enumerate(ranks):
+        for w in want[r:7:3]:
+            assert torch.equal(got.next_batch().values, w.values)
+
+
+def test_mlperf_rank_bad_record_named_by_its_file_position(tmp_path):
+    rec = write_records(tmp_path / "t.bin", 16)
+    rec[5, 0] = 2
+    rec.tofile(tmp_path / "t.bin")
+    src = MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False), rank=1,
+                             world_size=2)
+    with pytest.raises(DataError, match=r"t\.bin:6: record 6: label must be 0 or 1"):
+        src.next_batch()
+
+
+def test_mlperf_rank_without_records_is_an_error(tmp_path):
+    write_records(tmp_path / "t.bin", 6)
+    with pytest.raises(DataError, match="no records for rank 2 of 3"):
+        MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False), rank=2,
+                           world_size=3)
+
+
+# --- 10: --eval-data only for file sources; directories -------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["synthetic", f"movielens:{DATA / 'ml_sample.data'}"])
+def test_eval_spec_rejected_where_it_would_be_ignored(spec):
+    with pytest.raises(ValueError, match="eval data .* is only for criteo and mlperf data"):
+        open_source(spec, small(), batch_size=4, seed=0, device=CPU, eval_spec=f"criteo:{DATA / 'criteo_sample.tsv'}")
+
+
+@pytest.mark.parametrize("kind", ["criteo", "mlperf", "movielens"])
+def test_directory_is_reported_as_a_directory(tmp_path, kind):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path} is a directory, not a file")):
+        open_source(f"{kind}:{tmp_path}", small(), batch_size=4, seed=0, device=CPU)
