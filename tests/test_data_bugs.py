@@ -16,8 +16,8 @@ from polyrec.data import BadRows, DataError, open_source
 from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource, parse_tsv_line
 from polyrec.data.movielens import MovieLensSource
 from polyrec.data.synthetic import SyntheticSource
-from polyrec.models import preset
 from polyrec.runtime import TrainConfig, Trainer
+from test_data import small, write_records
 
 DATA = Path(__file__).parent / "data"
 CPU = torch.device("cpu")
@@ -30,10 +30,6 @@ def _restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
-
-
-def small():
-    return preset("dcnv2-small")
 
 
 def criteo_lines() -> list[bytes]:
@@ -54,16 +50,6 @@ def criteo_with(tmp_path: Path, column: int, value: bytes, line: int = 3) -> Pat
 def criteo(paths: Path | list[Path], batch_size: int, bad: BadRows, **kw) -> CriteoTSVSource:
     return CriteoTSVSource(paths if isinstance(paths, list) else [paths], small(), batch_size=batch_size,
                            bad_rows=bad, **kw)
-
-
-def write_records(path: Path, n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    rec = np.empty((n, 40), dtype="<i4")
-    rec[:, 0] = rng.integers(0, 2, n)
-    rec[:, 1:14] = rng.integers(-1, 1000, (n, 13))
-    rec[:, 14:] = rng.integers(0, 2**31 - 1, (n, 26))
-    rec.tofile(path)
-    return rec
 
 
 # --- 1: Criteo numbers: int64 range, strict syntax ----------------------------------------------------------
