@@ -182,7 +182,6 @@ def main() -> None:
         parser.error("--rounds must be at least 2 (interleaved rounds expose drift)")
     if args.lane_chunks is not None:  # forced for every row and gradient dtype
         tbe_select.LANE_CHUNKS = args.lane_chunks
-        tbe_select.lane_chunks = lambda stochastic, one_dim=False: args.lane_chunks
     if args.lane_max_registers is not None:
         chosen = tbe_select.select_update
         tbe_select.select_update = lambda *a, **kw: dataclasses.replace(chosen(*a, **kw),

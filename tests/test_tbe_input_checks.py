@@ -42,11 +42,11 @@ def test_a_strided_tensor_is_refused_before_launch(field):
         make(TWO)(bad)  # the default (cheap) checks
 
 
-@pytest.mark.parametrize("offsets, feature, table", [
-    ([1, 2, 3, 4, 4], 0, "user"),  # offsets[0] != 0: values[0] is in no bag
-    ([0, 1, 2, 3, 3], 1, "ad"),  # offsets[-1] < nnz: values[3] is in no bag
+@pytest.mark.parametrize("offsets, feature", [
+    ([1, 2, 3, 4, 4], 0),  # offsets[0] != 0: values[0] is in no bag
+    ([0, 1, 2, 3, 3], 1),  # offsets[-1] < nnz: values[3] is in no bag
 ])
-def test_ids_outside_every_bag_are_flagged_naming_the_feature(offsets, feature, table):
+def test_ids_outside_every_bag_are_flagged_naming_the_feature(offsets, feature):
     with pytest.raises(JaggedBatchError, match="offsets"):  # pooled: the debug checks (the kernel's cost 3-6%)
         make(TWO, debug_checks=True)(batch([1, 2, 3, 4], offsets, 2, 2))
     seq = make(SEQ)  # the sequence lookup flags them in its default (cheap) checks
