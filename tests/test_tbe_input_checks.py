@@ -47,12 +47,23 @@ def test_a_strided_tensor_is_refused_before_launch(field):
     ([0, 1, 2, 3, 3], 1),  # offsets[-1] < nnz: values[3] is in no bag
 ])
 def test_ids_outside_every_bag_are_flagged_naming_the_feature(offsets, feature):
-    with pytest.raises(JaggedBatchError, match="offsets"):  # pooled: the debug checks (the kernel's cost 3-6%)
+    with pytest.raises(JaggedBatchError, match="offsets"):  # the debug checks, before launch
         make(TWO, debug_checks=True)(batch([1, 2, 3, 4], offsets, 2, 2))
-    seq = make(SEQ)  # the sequence lookup flags them in its default (cheap) checks
+    names = [name for name, *_ in TWO]
+    with pytest.raises(JaggedBatchError, match=rf"feature {feature} \(table '{names[feature]}', rows \d+\): ids "
+                                               "outside every bag"):
+        make(TWO)(batch([1, 2, 3, 4], offsets, 2, 2))  # the default (cheap) checks: bag_ends_kernel's flag
     with pytest.raises(JaggedBatchError, match=rf"feature {feature} \(table '{SEQ_NAMES[feature]}', rows 10\): ids "
                                                "outside every bag"):
-        seq.lookup_sequence(batch([1, 2, 3, 4], offsets, 2, 2))
+        make(SEQ).lookup_sequence(batch([1, 2, 3, 4], offsets, 2, 2))
+
+
+def test_bags_that_cover_every_id_raise_no_ends_flag():
+    pooled = make(TWO)(batch([1, 2, 3, 4], [0, 1, 2, 3, 4], 2, 2))
+    assert pooled.shape == (2, 8)  # no error: the ends are right (the flag is not raised on any input)
+    empty = make(TWO)(JaggedBatch(values=torch.empty(0, dtype=torch.int64), offsets=torch.zeros(5, dtype=torch.int64),
+                                  batch_size=2, num_features=2))  # nnz 0: every bag empty
+    assert torch.equal(empty, torch.zeros(2, 8))
 
 
 def test_debug_checks_name_the_feature_and_table_of_decreasing_offsets():

@@ -19,7 +19,8 @@ from torch import Tensor
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
-from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, FLAG_BAD_ID, FLAG_BAD_OFFSETS, TableLayout, block_d,
+from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, FLAG_BAD_ID, FLAG_BAD_OFFSETS, TableLayout, bag_ends_kernel,
+                                         block_d,
                                          pooled_forward_kernel, sequence_forward_kernel, vector_width)
 from polyrec.kernels.tbe_forward_plan import ForwardLaunch, plan_forward
 from polyrec.kernels.tbe_fused_backward import FusedBackward, SortedIds, SortKeys
@@ -358,6 +359,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         for launch, feature_ids in self.forward_plan(batch):
             self.launch_pooled(batch, out, feature_ids, launch.config, keys)
         self._forward_keys = keys
+        self._check_bag_ends(offsets, batch.nnz)
         self._record_flags()
         return out
 
@@ -380,6 +382,11 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             SORT_KEYS=keys is not None, HAS_SCALE=keys is not None and keys.scale is not None,
             num_warps=cfg.num_warps)
 
+    def _check_bag_ends(self, offsets: Tensor, nnz: int) -> None:
+        """Flag ids outside every bag (``bag_ends_kernel``: offsets[0] != 0, offsets[-1] < nnz)."""
+        bag_ends_kernel[(1,)](offsets, self.flags, offsets.numel() - 1, nnz, len(self.feature_to_table) - 1,
+                              CODE=FLAG_BAD_ENDS)
+
     def _sequence_ranges(self, offsets: Tensor, batch_size: int, nnz: int) -> list[tuple[int, int, int, int]]:
         """(feature, first id position, id count, first output row) per sequence feature (synchronises).
         A feature's range is clamped into [0, nnz] (``sort_keys_kernel`` clamps alike): bad offsets,
@@ -396,7 +403,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return out
 
     def _sequence_forward(self, values: Tensor, offsets: Tensor, batch_size: int) -> tuple[Tensor, list]:
-        nnz, num_bags = values.numel(), len(self.feature_to_table) * batch_size
+        nnz = values.numel()
         ranges = self._sequence_ranges(offsets, batch_size, nnz)
         total = sum(r[2] for r in ranges)
         out = torch.empty(total, self.sequence_dim, dtype=self.output_dtype, device=self.weights.device)
@@ -409,7 +416,8 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             base = sum(x.rows * x.dim for x in self.tables[: self.feature_to_table[f]])
             sequence_forward_kernel[(triton.cdiv(max(count, batch_size), positions),)](  # ids, and bags to check
                 self.weights, values, offsets, out, self.flags, f, start, count, row0, out.stride(0), t.rows, base,
-                t.dim, batch_size, num_bags, nnz, POSITIONS=positions, BLOCK_D=self.block_d, num_warps=warps)
+                t.dim, batch_size, nnz, POSITIONS=positions, BLOCK_D=self.block_d, num_warps=warps)
+        self._check_bag_ends(offsets, nnz)
         self._record_flags()
         return out, ranges
 

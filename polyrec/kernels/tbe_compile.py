@@ -23,13 +23,15 @@ from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
                                           permute_kernel, update_kernel)
-from polyrec.kernels.tbe_forward import pooled_forward_kernel, sequence_forward_kernel, sort_keys_kernel
+from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, bag_ends_kernel, pooled_forward_kernel, sequence_forward_kernel,
+                                         sort_keys_kernel)
 from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS, STATE_PER_ELEMENT
 from polyrec.perfmodel.tbe import LEVEL_TILE
 
 _TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 _SCALARS = {"batch_size": "i32", "num_bags": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
             "out_row0": "i32", "rows": "i64", "base": "i64", "dim": "i32", "invalid_key": "i32", "n_pos": "i32",
+            "last_feature": "i32",
             "grad_stride": "i64", "num_tables": "i32", "lr": "fp32", "eps": "fp32", "mix1": "fp32",
             "mix2": "fp32", "weight_decay": "fp32", "seed": "i32", "n_slots": "i32"}
 _POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp32", "out_ptr": "*fp32",
@@ -136,6 +138,7 @@ def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:
     warps = tbe_select.warps_for(positions * block_d, spec.warp_size)
     jobs.append(_job(f"tbe sequence D{block_d} pos{positions} w{warps}", sequence_forward_kernel, "fp32",
                      dict(POSITIONS=positions, BLOCK_D=block_d), warps))
+    jobs.append(_job("tbe bag ends", bag_ends_kernel, "fp32", dict(CODE=FLAG_BAD_ENDS), 1))
     return jobs
 
 

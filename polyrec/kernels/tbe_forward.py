@@ -7,8 +7,8 @@ The pooled kernel runs one program per (block of BAGS samples, feature). Each it
 gathers a [BAGS, HOTS, BLOCK_D] tile: HOTS consecutive ids of each of the BAGS bags, so that
 BAGS * HOTS rows are in flight per program, and sums over the HOTS axis in fp32. Out-of-range ids and
 malformed offsets are masked (they read nothing and contribute zero) and flagged per feature in
-``flags`` (bit 1: id out of range, bit 2: bad offsets; the sequence kernel also bit 4: ids outside
-every bag, i.e. offsets[0] != 0 or offsets[-1] < nnz), which the module turns into an error.
+``flags`` (bit 1: id out of range, bit 2: bad offsets; ``bag_ends_kernel`` bit 4: ids outside every
+bag, i.e. offsets[0] != 0 or offsets[-1] < nnz), which the module turns into an error.
 """
 
 from __future__ import annotations
@@ -58,21 +58,16 @@ def _bag_bounds(offsets_ptr, f, b0, batch_size, nnz, BAGS: tl.constexpr):
 
 
 @triton.jit
-def _bad_ends(offsets_ptr, f, b0, batch_size, num_bags, nnz, BAGS: tl.constexpr):
-    """Whether this program's bags (feature ``f``, samples from ``b0``) hold the first bag of all with
-    offsets[0] != 0, or the last (``num_bags`` = F * B) with offsets[-1] < nnz: ids lie before the
-    first bag or after the last, and no lookup reads them (``FLAG_BAD_ENDS``; flagged only). Two
-    scalar loads in the two programs that hold those bags: no reduction in the others (a third
-    cross-lane sum in every program made the pooled forward 5-9% slower on the H200, and this form
-    still 3-6%, so only the sequence kernel checks them; the pooled lookup's are left to
-    ``debug_checks``)."""
-    bad = False
-    if (f == 0) & (b0 == 0):
-        bad = tl.load(offsets_ptr).to(tl.int64) != 0
-    last = num_bags - 1 - f.to(tl.int64) * batch_size  # the last bag as a sample of feature f
-    if (last >= b0) & (last < b0 + BAGS) & (last < batch_size):
-        bad = bad | (tl.load(offsets_ptr + num_bags).to(tl.int64) < nnz)
-    return bad
+def bag_ends_kernel(offsets_ptr, flags_ptr, num_bags, nnz, last_feature, CODE: tl.constexpr):
+    """One program: flag ``CODE`` (``FLAG_BAD_ENDS``) on feature 0 where offsets[0] != 0 and on the last
+    feature where offsets[-1] (``num_bags`` = F * B) < nnz: ids lie before the first bag or after the
+    last, and no lookup reads them. A launch of its own: inside the pooled kernel's programs, even as two
+    scalar loads in the two programs holding those bags, the check made the forward 3-6% slower on the
+    H200 (``benchmarks/results/tbe_input_checks_ab_2026-12-01``)."""
+    if tl.load(offsets_ptr).to(tl.int64) != 0:
+        tl.atomic_or(flags_ptr, CODE)
+    if tl.load(offsets_ptr + num_bags).to(tl.int64) < nnz:
+        tl.atomic_or(flags_ptr + last_feature, CODE)
 
 
 @triton.jit
@@ -86,12 +81,11 @@ def _mean_scale(feat_mean_ptr, f, length, HAS_SCALE: tl.constexpr):
 
 
 @triton.jit
-def _raise_flags(flags_ptr, f, bad_ids, bad_offsets, bad_ends):
-    """OR into feature ``f``'s flags FLAG_BAD_ID and FLAG_BAD_OFFSETS where any of the [n] masks is set,
-    and FLAG_BAD_ENDS where the scalar ``bad_ends`` is."""
+def _raise_flags(flags_ptr, f, bad_ids, bad_offsets):
+    """OR into feature ``f``'s flags FLAG_BAD_ID and FLAG_BAD_OFFSETS where any of the [n] masks is set."""
     n_ids = tl.sum(bad_ids.to(tl.int32))
     n_off = tl.sum(bad_offsets.to(tl.int32))
-    code = tl.where(n_ids > 0, 1, 0) + tl.where(n_off > 0, 2, 0) + tl.where(bad_ends, 4, 0)
+    code = tl.where(n_ids > 0, 1, 0) + tl.where(n_off > 0, 2, 0)
     if code > 0:
         tl.atomic_or(flags_ptr + f, code)
 
@@ -176,13 +170,13 @@ def pooled_forward_kernel(
     col = tl.load(feat_col_ptr + f)
     out = out_ptr + bags[:, None].to(tl.int64) * out_stride + col + d[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=bag_ok[:, None] & d_ok[None, :])
-    _raise_flags(flags_ptr, f, bad_ids, bad_off, False)  # the ends: debug checks (``_bad_ends`` cost 3-6%)
+    _raise_flags(flags_ptr, f, bad_ids, bad_off)
 
 
 @triton.jit
 def sequence_forward_kernel(
     weights_ptr, values_ptr, offsets_ptr, out_ptr, flags_ptr,
-    f, start, count, out_row0, out_stride, rows, base, dim, batch_size, num_bags, nnz,
+    f, start, count, out_row0, out_stride, rows, base, dim, batch_size, nnz,
     POSITIONS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """out[out_row0 + i, :dim] = weights row of values[start + i] for i < count (one feature ``f``, its
@@ -201,8 +195,7 @@ def sequence_forward_kernel(
     out = out_ptr + (out_row0 + i[:, None]).to(tl.int64) * out_stride + d[None, :]
     tl.store(out, vals.to(out_ptr.dtype.element_ty), mask=in_range[:, None] & d_ok[None, :])
     bad_off = _bag_bounds(offsets_ptr, f, p0, batch_size, nnz, POSITIONS)[4]
-    bad_ends = _bad_ends(offsets_ptr, f, p0, batch_size, num_bags, nnz, POSITIONS)
-    _raise_flags(flags_ptr, f, in_range & ~ok, bad_off, bad_ends)
+    _raise_flags(flags_ptr, f, in_range & ~ok, bad_off)
 
 
 @triton.jit
