@@ -5,6 +5,7 @@ ranks share or split."""
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
@@ -146,6 +147,31 @@ def test_eval_bad_rows_of_a_small_eval_file_counted_once(tmp_path):
     for _ in range(2):
         src.eval_batches()
     assert src.eval_bad_rows.count == 1 and src.bad_rows.count == 0
+
+
+def criteo_eval_with_bad_rows(tmp_path: Path) -> Path:
+    """criteo_sample.tsv with two malformed lines, 3 and 8, among the first 16 rows (two eval batches of 8)."""
+    lines = criteo_lines()
+    path = tmp_path / "eval_bad.tsv"
+    path.write_bytes(b"".join(lines[:2]) + b"x\n" + b"".join(lines[2:6]) + b"2\t1\n" + b"".join(lines[6:]))
+    return path
+
+
+def test_trainer_reports_the_eval_files_bad_rows(tmp_path):
+    """The eval counter lands in TrainResult and the `end` record, apart from the training data's."""
+    path = criteo_eval_with_bad_rows(tmp_path)
+    cfg = TrainConfig(preset="dcnv2-small", data=f"criteo:{DATA / 'criteo_sample.tsv'}", eval_data=f"criteo:{path}",
+                      skip_bad_rows=True, steps=4, batch_size=8, row_cap=100, eval_every=2, eval_batches=2,
+                      log_every=1000, checkpoint_dir=tmp_path / "run", device="cpu", cpu_threads=1)
+    result = Trainer(cfg, progress=False).train()
+    assert result.status == "done" and len(result.evals) >= 2
+    assert result.bad_rows == 0 and result.bad_row_examples == []
+    assert result.eval_bad_rows == 2
+    assert result.eval_bad_row_examples == [f"{path}:3: expected 40 tab-separated columns, found 1",
+                                            f"{path}:8: expected 40 tab-separated columns, found 2"]
+    end = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert end["event"] == "end" and end["bad_rows"] == 0
+    assert end["eval_bad_rows"] == 2 and end["eval_bad_row_examples"] == result.eval_bad_row_examples
 
 
 def test_sources_without_eval_file_have_no_eval_counter():

@@ -4,6 +4,8 @@ leaves, and host-cached tables fit the memory of their host."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from polyrec.models.config import mlperf_dcnv2
@@ -18,6 +20,8 @@ from polyrec.planner.types import (
     DeviceMemory,
     ModelSpec,
     TablePlan,
+    Fleet,
+    FleetError,
     TableSpec,
     model_spec_from_config,
 )
@@ -107,3 +111,48 @@ def test_host_memory_is_summed_per_host():
     assert est.memory_fits(ranks(0.4, 0.4, 0.4, 0.4))
     assert est.memory_fits(ranks(0.6, 0.0, 0.6, 0.0))
     assert not est.memory_fits(ranks(0.6, 0.6, 0.0, 0.0))
+
+
+def with_host_memory(fleet: str, host_memory_bytes: int | None) -> Fleet:
+    return dataclasses.replace(parse_fleet(fleet), host_memory_bytes=host_memory_bytes)
+
+
+def test_host_memory_limit_is_the_fleets_or_the_upper_bound():
+    assert mem.host_memory_limit(parse_fleet("H200x8")) == mem.HOST_MEMORY_BYTES
+    assert mem.host_memory_limit(with_host_memory("H200x8", 2 * 10**12)) == 2 * 10**12
+    est = Estimator(one_table(10**9), with_host_memory("H200x2@2", 10**12))
+    ranks = [DeviceMemory(rank=r, device="H200", weights=0, optimizer_state=0, activations=0, workspace=0, reserve=0,
+                          capacity=141 * 10**9, host_bytes=h) for r, h in enumerate((6 * 10**11, 4 * 10**11, 0, 0))]
+    assert est.memory_fits(ranks)  # host 0 holds exactly its 1e12 bytes
+    ranks[1].host_bytes += 1
+    assert not est.memory_fits(ranks)
+    assert Estimator(one_table(10**9), parse_fleet("H200x2@2")).memory_fits(ranks)  # the upper bound holds it
+
+
+def test_hosts_of_the_given_memory_refuse_what_the_upper_bound_holds():
+    """The two hosts of test_row_wise_host_caches_over_two_hosts hold 13 TB each under the upper bound; hosts of
+    2 TB (a DGX H200) cannot, and the smallest fleet named has hosts of 2 TB too."""
+    model, c = one_table(10**11), PlanConstraints(batch_per_gpu=1024)
+    assert make_plan(model, parse_fleet("H200x8@2"), c).fits
+    fleet = with_host_memory("H200x8@2", 2 * 10**12)
+    assert not propose.fits(model, fleet, c) and not propose.candidates(model, fleet, c)
+    with pytest.raises(NoFitError, match=r"2,000\.0 GB of host memory per host \(as given\)") as info:
+        make_plan(model, fleet, c)
+    assert "Smallest H200 fleet that fits: H200x8@16." in str(info.value)
+
+
+def test_a_plan_within_the_given_host_memory_says_so():
+    """MLPerf on one H100 with fp32 rows only caches t0 and t19 in 41.3 GB of host memory."""
+    c = PlanConstraints(weight_dtypes=("fp32",))
+    plan = make_plan(MLPERF, with_host_memory("H100x1", 100 * 10**9), c)
+    assert plan.fits and plan.fleet.host_memory_bytes == 100 * 10**9
+    assert [t.table for t in plan.tables if t.memory == "host_cached"] == ["t0", "t19"]
+    assert any(n.endswith("GB of host memory per host (of the 100.0 GB given)") for n in plan.notes)
+    with pytest.raises(NoFitError, match=r"40\.0 GB of host memory per host \(as given\)"):
+        make_plan(MLPERF, with_host_memory("H100x1", 40 * 10**9), c)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5e12, "2TB"])
+def test_bad_host_memory_is_refused(value):
+    with pytest.raises(FleetError, match=r"Fleet\.host_memory_bytes must be a positive integer .* got"):
+        with_host_memory("H200x8", value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -24,6 +25,15 @@ def test_round_trip(plan):
     assert isinstance(again.tables[0].ranks, tuple)
 
 
+def test_host_memory_round_trip(plan):
+    """A fleet's host memory survives the plan JSON; a plan written before the field loads as not known."""
+    given = dataclasses.replace(plan, fleet=dataclasses.replace(plan.fleet, host_memory_bytes=2 * 10**12))
+    assert Plan.from_json(given.to_json()).fleet.host_memory_bytes == 2 * 10**12
+    doc = json.loads(plan.to_json())
+    assert doc["fleet"].pop("host_memory_bytes") is None
+    assert Plan.from_json(json.dumps(doc)) == plan
+
+
 def _broken(plan: Plan, edit) -> str:
     doc = json.loads(plan.to_json())
     edit(doc)
@@ -42,6 +52,9 @@ def _broken(plan: Plan, edit) -> str:
     (lambda d: d["memory"][0].__setitem__("colour", 1), "plan.memory[0].colour: unknown field"),
     (lambda d: d["model"]["dense"].__setitem__("interaction", "mlp"), "plan.model.dense.interaction"),
     (lambda d: d["fleet"]["groups"][0].__setitem__("count", 1.5), "plan.fleet.groups[0].count"),
+    (lambda d: d["fleet"].__setitem__("host_memory_bytes", "2TB"), "plan.fleet.host_memory_bytes: expected an integer"),
+    (lambda d: d["fleet"].__setitem__("host_memory_bytes", 0),
+     "plan.fleet: Fleet.host_memory_bytes must be a positive integer"),
 ])
 def test_malformed_plan_names_the_field(plan, edit, where):
     with pytest.raises(PlanFormatError) as info:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from polyrec.cli import app
@@ -43,6 +44,34 @@ def test_cli_fits_nowhere_names_smallest_fleet():
     result = CliRunner().invoke(app, ["plan", "--fleet", "H100x1", "--weight-dtypes", "fp32", "--no-host-cache"])
     assert result.exit_code == 1
     assert "Smallest H100 fleet that fits: H100x2" in result.output
+
+
+def test_cli_host_memory_gb():
+    """MLPerf on one H100 with fp32 rows needs 41.3 GB of host memory: 100 GB hosts hold it, 40 GB hosts do not."""
+    args = ["plan", "--fleet", "H100x1", "--weight-dtypes", "fp32"]
+    result = CliRunner().invoke(app, [*args, "--host-memory-gb", "100", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = Plan.from_json(result.stdout)
+    assert plan.fleet.host_memory_bytes == 100 * 10**9 and any(t.memory == "host_cached" for t in plan.tables)
+    result = CliRunner().invoke(app, [*args, "--host-memory-gb", "40"])
+    assert result.exit_code == 1
+    assert "40.0 GB of host memory per host (as given)" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1e-12", "nan", "inf", "1e300"])
+@pytest.mark.parametrize("mode", [[], ["--codesign"]])
+def test_cli_bad_host_memory_gb(value, mode):
+    result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", *mode, "--host-memory-gb", value])
+    assert result.exit_code == 2
+    assert f"--host-memory-gb must be a positive number of GB (10^9 bytes) per host, got {float(value)}" in \
+        " ".join(result.output.split())
+
+
+def test_cli_host_memory_gb_is_refused_with_compare(tmp_path):
+    result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", "--compare", "H200", "--host-memory-gb", "2000",
+                                      "--out-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "--host-memory-gb applies to a plan on --fleet" in " ".join(result.output.split())
+    assert not list(tmp_path.iterdir())
 
 
 def test_cli_compare_writes_report(tmp_path):

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from polyrec.cli import app
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.checkpoint import load_checkpoint
+from test_data_bugs import criteo_eval_with_bad_rows
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -98,6 +99,23 @@ def test_bad_rows_cli(tmp_path):
     assert result.exit_code == 0, result.output
     end = [r for r in json_lines(result.output) if r.get("event") == "end"][0]
     assert end["bad_rows"] == 4 and "criteo_bad.tsv:10" in end["bad_row_examples"][1]
+    assert end["eval_bad_rows"] == 0 and end["eval_bad_row_examples"] == []
+
+
+def test_eval_bad_rows_cli(tmp_path):
+    """The eval file's bad rows: in the `end` record of --json, and in the table and on stderr without it."""
+    eval_path = criteo_eval_with_bad_rows(tmp_path)
+    args = ["train", "--data", f"criteo:{DATA / 'criteo_sample.tsv'}", "--eval-data", f"criteo:{eval_path}",
+            "--eval-batches", "2", "--steps", "2", "--batch-size", "8", "--row-cap", "100", "--skip-bad-rows"]
+    result = invoke([*args, "--json"])
+    assert result.exit_code == 0, result.output
+    end = [r for r in json_lines(result.output) if r.get("event") == "end"][0]
+    assert end["bad_rows"] == 0 and end["eval_bad_rows"] == 2
+    assert end["eval_bad_row_examples"][1] == f"{eval_path}:8: expected 40 tab-separated columns, found 2"
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert "│ eval bad rows skipped" in result.output and "│ bad rows skipped" not in result.output
+    assert "skipped 2 bad eval rows" in " ".join(result.output.split())
 
 
 def test_mlperf_binary_cli_with_eval_data(tmp_path):

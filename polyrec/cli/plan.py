@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from polyrec.planner.serialize import plan_to_json
 from polyrec.planner.types import (
     FLEET_SYNTAX,
     INDEX_DISTRIBUTIONS,
+    Fleet,
     FleetError,
     ModelSpec,
     Plan,
@@ -34,6 +37,21 @@ err = Console(stderr=True)
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def host_memory_bytes(gb: float | None) -> int | None:
+    """Bytes of ``--host-memory-gb`` (GB of 10^9 bytes); None (not given) stays None."""
+    if gb is None:
+        return None
+    size = gb * 1e9
+    if not math.isfinite(size) or round(size) < 1:
+        raise FleetError(f"--host-memory-gb must be a positive number of GB (10^9 bytes) per host, got {gb}")
+    return round(size)
+
+
+def fleet_with_host_memory(text: str, host_memory_gb: float | None) -> Fleet:
+    """The fleet of ``text`` (``FLEET_SYNTAX``), its hosts' memory from ``--host-memory-gb``."""
+    return dataclasses.replace(parse_fleet(text), host_memory_bytes=host_memory_bytes(host_memory_gb))
 
 
 def load_model(name: str, distribution: str) -> ModelSpec:
@@ -117,8 +135,8 @@ def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out
     Console().print(f"wrote {png} and {page}")
 
 
-def _codesign(model: ModelSpec, fleets: list[str], target: float, c: PlanConstraints, as_json: bool) -> None:
-    results = [codesign(model, parse_fleet(f), target, c) for f in fleets]
+def _codesign(model: ModelSpec, fleets: list[Fleet], target: float, c: PlanConstraints, as_json: bool) -> None:
+    results = [codesign(model, f, target, c) for f in fleets]
     if as_json:
         print(json.dumps([{"fleet": r.fleet.text, "params": r.params, "reason": r.reason,
                            "model": model_config_fields(r.model) if r.model else None,
@@ -148,6 +166,9 @@ def plan(
     batch_per_gpu: int | None = typer.Option(None, help="fix the batch per GPU (default: the planner chooses)"),
     max_batch_per_gpu: int = typer.Option(65536, help="largest batch per GPU the planner may choose"),
     no_host_cache: bool = typer.Option(False, help="never place tables in host memory"),
+    host_memory_gb: float | None = typer.Option(None, help="memory of each host in GB (10^9 bytes) that host-cached "
+                                                "tables may take, e.g. 2000 for a DGX H200 (default: not known; "
+                                                "the planner takes an upper bound, two sockets of 6 TiB)"),
     overlap: str = typer.Option("ddp", help="what the runtime overlaps: none, ddp or pipeline"),
     distribution: str = typer.Option("uniform", help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)}"),
     compare: str | None = typer.Option(None, help="device kinds to compare, e.g. H100,H200,B200,MI300X,MI350X,MI355X "
@@ -165,13 +186,17 @@ def plan(
                             max_batch_per_gpu=max_batch_per_gpu, allow_host_cache=not no_host_cache, overlap=overlap)
         if codesign_:
             fleets = [f"{d}x{parse_fleet(fleet).per_host}" for d in _csv(compare or "")] or [fleet]
-            _codesign(spec, fleets, target_samples_per_s, c, as_json)
+            _codesign(spec, [fleet_with_host_memory(f, host_memory_gb) for f in fleets], target_samples_per_s, c,
+                      as_json)
             return
         if compare:
+            if host_memory_gb is not None:
+                raise ValueError("--host-memory-gb applies to a plan on --fleet and to --codesign, not to --compare "
+                                 "(its fleets are the smallest of each device kind, on hosts of unknown memory)")
             _compare(spec, _csv(compare), c, out_dir, as_json)
             return
         start = time.perf_counter()
-        result = make_plan(spec, parse_fleet(fleet), c)
+        result = make_plan(spec, fleet_with_host_memory(fleet, host_memory_gb), c)
         elapsed = time.perf_counter() - start
         if output is not None:
             output.write_text(plan_to_json(result))

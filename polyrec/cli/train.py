@@ -33,6 +33,8 @@ def summary_table(result: TrainResult, trainer: Trainer) -> Table:
     rows += [(f"ms/step {phase}", f"{ms:.2f}") for phase, ms in result.timing_ms.items()]
     if result.bad_rows:
         rows.append(("bad rows skipped", str(result.bad_rows)))
+    if result.eval_bad_rows:
+        rows.append(("eval bad rows skipped", str(result.eval_bad_rows)))
     if result.checkpoint:
         rows.append(("checkpoint", str(result.checkpoint)))
     for what, value in rows:
@@ -125,3 +127,6 @@ def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:
     Console().print(summary_table(result, trainer))
     if result.bad_row_examples:
         err.print(f"[yellow]skipped {result.bad_rows} bad rows[/], e.g. " + "; ".join(result.bad_row_examples))
+    if result.eval_bad_row_examples:
+        err.print(f"[yellow]skipped {result.eval_bad_rows} bad eval rows[/], e.g. "
+                  + "; ".join(result.eval_bad_row_examples))

@@ -320,8 +320,9 @@ class Estimator:
 
     def memory_fits(self, memory: Sequence[DeviceMemory]) -> bool:
         """Whether every rank's peak fits its HBM (with the reserve) and every host's memory holds the
-        host-cached tables of its ranks (``memory.HOST_MEMORY_BYTES``)."""
-        return all(m.fits for m in memory) and all(h <= mem.HOST_MEMORY_BYTES for h in self.host_memory(memory))
+        host-cached tables of its ranks (``memory.host_memory_limit``)."""
+        limit = mem.host_memory_limit(self.fleet)
+        return all(m.fits for m in memory) and all(h <= limit for h in self.host_memory(memory))
 
     def collective_seconds(self, loads: list[ShardLoad], batch: int) -> tuple[float, float, float, float]:
         """(input, output, gradient) all-to-all and dense all-reduce seconds; the busiest rank bounds."""

@@ -12,7 +12,7 @@ import math
 
 from polyrec.planner.dense import dense_params
 from polyrec.planner.ops import activation_peak_per_sample, dense_inventory
-from polyrec.planner.types import WEIGHT_BYTES, ModelSpec
+from polyrec.planner.types import WEIGHT_BYTES, Fleet, ModelSpec
 
 #: fp32 values of optimizer state per embedding row and per element (polyrec.kernels.tbe_optim
 #: STATE_PER_ROW / STATE_PER_ELEMENT; the planner keeps its own copy so it imports no Triton).
@@ -41,8 +41,9 @@ FORWARD_KEYS_BYTES_PER_LOOKUP = 4 + 4
 #: 8-GPU servers of every device in the catalog are two-socket hosts, e.g. NVIDIA DGX H200: 2 x Xeon 8480C)
 #: x 6 TiB, the most one AMD EPYC 9004 / 9005 socket takes (12 DDR5 channels x 2 DIMMs x 256 GiB: AMD EPYC
 #: 9004 / 9005 series product specifications, "up to 6 TB per socket"). An upper bound, not what a host has
-#: installed (a DGX H200 ships with 2 TB): the device catalog has no host memory figure, so the planner
-#: refuses only what no such host can hold, and a plan's notes give the host memory it needs.
+#: installed (a DGX H200 ships with 2 TB): the device catalog has no host memory figure, so where the fleet
+#: does not give its hosts' (``Fleet.host_memory_bytes``) the planner refuses only what no such host can
+#: hold, and a plan's notes give the host memory it needs.
 HOST_MEMORY_BYTES = 2 * 6 * 2**40
 #: Bytes per row of HBM-cache metadata (row id int64 + last-use step int64), as FBGEMM's LRU/LFU
 #: cache keeps ``lxu_cache_state`` and ``lxu_state`` per cache slot (estimate).
@@ -55,6 +56,12 @@ BLAS_WORKSPACE_BYTES = 64 << 20
 CONTEXT_BYTES = 1_000_000_000
 #: Fraction of HBM kept free for caching-allocator fragmentation (estimate; planner_accuracy checks it).
 ALLOCATOR_MARGIN = 0.03
+
+
+def host_memory_limit(fleet: Fleet) -> int:
+    """Bytes of each host's memory that host-cached tables may take: the fleet's figure where it gives one,
+    else the upper bound ``HOST_MEMORY_BYTES``."""
+    return HOST_MEMORY_BYTES if fleet.host_memory_bytes is None else fleet.host_memory_bytes
 
 
 def weight_bytes(rows: int, dim: int, weight_dtype: str) -> int:

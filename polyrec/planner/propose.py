@@ -201,8 +201,10 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
     cached = [t.table for t in best.tables if t.memory == "host_cached"]
     if cached:
         host = max(est.host_memory(best.estimate.memory))
+        given = (f" (of the {fleet.host_memory_bytes / 1e9:.1f} GB given)" if fleet.host_memory_bytes is not None
+                 else "")
         notes.append(f"host memory with an HBM cache for {', '.join(cached)}: {host / 1e9:.1f} GB of host memory "
-                     "per host")
+                     f"per host{given}")
     if fleet.world_size == 1 and step.host_excess_ms > 0:
         device_ms = step.total_ms - step.host_excess_ms
         notes.append(f"the eager step is host-bound by {step.host_excess_ms:.1f} ms: `polyrec train` CUDA-graphs "
@@ -227,11 +229,22 @@ def fits(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> bool:
     return False
 
 
-def smallest_fleet(model: ModelSpec, device: str, c: PlanConstraints) -> Fleet | None:
-    """The fewest devices of one kind (one host of 1-8, then hosts of 8) on which the model fits."""
-    options = [Fleet(groups=(DeviceGroup(device=device, count=n),)) for n in PER_HOST_CHOICES]
-    options += [Fleet(groups=(DeviceGroup(device=device, count=PER_HOST_CHOICES[-1]),), hosts=h) for h in HOST_CHOICES]
+def smallest_fleet(model: ModelSpec, device: str, c: PlanConstraints, *,
+                   host_memory_bytes: int | None = None) -> Fleet | None:
+    """The fewest devices of one kind (one host of 1-8, then hosts of 8) on which the model fits, on hosts of
+    ``host_memory_bytes`` each (``Fleet.host_memory_bytes``)."""
+    group = (DeviceGroup(device=device, count=PER_HOST_CHOICES[-1]),)
+    options = [Fleet(groups=(DeviceGroup(device=device, count=n),), host_memory_bytes=host_memory_bytes)
+               for n in PER_HOST_CHOICES]
+    options += [Fleet(groups=group, hosts=h, host_memory_bytes=host_memory_bytes) for h in HOST_CHOICES]
     return next((f for f in options if fits(model, f, c)), None)
+
+
+def host_memory_text(fleet: Fleet) -> str:
+    """What a host of ``fleet`` has for host-cached tables, for messages: the fleet's figure or the upper bound."""
+    if fleet.host_memory_bytes is not None:
+        return f"{fleet.host_memory_bytes / 1e9:,.1f} GB of host memory per host (as given)"
+    return f"at most {mem.HOST_MEMORY_BYTES / 1e12:.1f} TB of host memory per host (an upper bound; none given)"
 
 
 def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
@@ -240,14 +253,13 @@ def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
                for t in model.tables)
     usable = sum(s.hbm_bytes - mem.reserve_bytes(s.hbm_bytes) for s in
                  (fleet.specs()[d] for d in fleet.rank_devices()))
-    host = (f", and at most {mem.HOST_MEMORY_BYTES / 1e12:.1f} TB of host memory per host for host-cached tables"
-            if c.allow_host_cache else "")
+    host = f", and {host_memory_text(fleet)} for host-cached tables" if c.allow_host_cache else ""
     lines = [f"{model.name} does not fit {fleet.text}: its tables need {need / 1e9:.1f} GB "
              f"({c.weight_dtypes[0]} rows, {c.optimizers[0]} state) and the fleet has {usable / 1e9:.1f} GB usable "
              f"(before activations){host}."]
     kinds = [g.device for g in fleet.groups]
     for kind in kinds:
-        smallest = smallest_fleet(model, kind, c)
+        smallest = smallest_fleet(model, kind, c, host_memory_bytes=fleet.host_memory_bytes)
         lines.append(f"Smallest {kind} fleet that fits: {smallest.text if smallest else 'none up to 512 GPUs'}.")
         if "fp16" not in c.weight_dtypes:
             relaxed = PlanConstraints(**{**_fields(c), "weight_dtypes": (*c.weight_dtypes, "fp16")})
@@ -256,7 +268,7 @@ def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
     others = []
     for name in sorted(catalog()):
         if name not in kinds:
-            smallest = smallest_fleet(model, name, c)
+            smallest = smallest_fleet(model, name, c, host_memory_bytes=fleet.host_memory_bytes)
             if smallest is not None:
                 others.append(smallest.text)
     if others:

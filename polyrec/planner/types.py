@@ -38,7 +38,7 @@ OVERLAP_MODES: tuple[str, ...] = ("none", "ddp", "pipeline")
 
 
 class FleetError(ValueError):
-    """A fleet string that does not parse; the message shows the syntax."""
+    """A fleet string that does not parse (the message shows the syntax), or a Fleet field out of range."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,6 +132,15 @@ class Fleet:
 
     groups: tuple[DeviceGroup, ...]
     hosts: int = 1
+    # memory of each host, bytes, that the rows and state of host-cached tables may take (a DGX H200 has
+    # 2 TB); None: not known, the planner takes the upper bound ``memory.HOST_MEMORY_BYTES``
+    host_memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        h = self.host_memory_bytes
+        if h is not None and (isinstance(h, bool) or not isinstance(h, int) or h < 1):
+            raise FleetError(f"Fleet.host_memory_bytes must be a positive integer (bytes of memory per host) "
+                             f"or None (not known), got {h!r}")
 
     @property
     def per_host(self) -> int:

@@ -49,8 +49,10 @@ class TrainResult:
     samples_per_s: float = 0.0  # training throughput, eval and checkpoint time excluded
     timing_ms: dict[str, float] = field(default_factory=dict)  # mean ms per step of each phase
     checkpoint: Path | None = None
-    bad_rows: int = 0
+    bad_rows: int = 0  # the training data's bad rows skipped under skip_bad_rows
     bad_row_examples: list[str] = field(default_factory=list)
+    eval_bad_rows: int = 0  # the eval_data file's, counted apart (0 without such a file)
+    eval_bad_row_examples: list[str] = field(default_factory=list)
 
     @property
     def final_auc(self) -> float | None:
@@ -487,15 +489,18 @@ class Trainer(TrainerState):
             if not self.finite_state():
                 return self._stop_on_nan(result, self.step, float("nan"))
             result.checkpoint = self.save()
-        bad = self.source.bad_rows
+        bad, eval_bad = self.source.bad_rows, self.source.eval_bad_rows
         result.bad_rows, result.bad_row_examples = bad.count, list(bad.examples)
+        if eval_bad is not None:
+            result.eval_bad_rows, result.eval_bad_row_examples = eval_bad.count, list(eval_bad.examples)
         where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
         result.message = (f"stopped by signal {self._stop_signal} at step {self.step}{where}" if result.status == "sigterm"
                           else f"trained {ran} steps (to step {self.step}){where}")
         self.log.write({"event": "end", "status": result.status, "step": self.step, "message": result.message,
                         "samples_per_s": result.samples_per_s, "timing_ms_per_step": result.timing_ms,
                         "final_auc": result.final_auc, "bad_rows": result.bad_rows,
-                        "bad_row_examples": result.bad_row_examples})
+                        "bad_row_examples": result.bad_row_examples, "eval_bad_rows": result.eval_bad_rows,
+                        "eval_bad_row_examples": result.eval_bad_row_examples})
         return result
 
     # --- benchmarking -----------------------------------------------------------------------------------
