@@ -123,6 +123,15 @@ def naive_step_ms(case: dict, batches: list[JaggedBatch], grad: torch.Tensor) ->
     return ms
 
 
+def update_text(module: TableBatchedEmbedding, nnz: int) -> str:
+    """The update config of each dim group ("lane t8 c8 w1"; "D32 ... / D128 ..." when several)."""
+    configs = module._group_configs(nnz)
+    texts = [f"{c.variant} t{c.tile} c{c.chunks} w{c.num_warps}" for c in configs]
+    if len(texts) == 1:
+        return texts[0]
+    return " / ".join(f"D{b} {t}" for b, t in zip(module.dim_blocks, texts))
+
+
 def run_case(index: int, case: dict, copy: float, gen: torch.Generator) -> dict:
     tables = [TableSpec(name=f"t{i}", rows=r, dim=d, pooling=p)
               for i, (r, d, p) in enumerate(zip(case["rows"], case["dims"], case["pooling"]))]
@@ -154,7 +163,7 @@ def run_case(index: int, case: dict, copy: float, gen: torch.Generator) -> dict:
     fwd_bytes = sum(n * t.dim * esize for n, t in zip(ids, tables)) + out_bytes
     bwd_bytes = out_bytes + 2 * sum(u * (t.dim * (esize + STATE_ELEMENT_BYTES[case["optimizer"]]) + row_state)
                                     for u, t in zip(uniq, tables))
-    ucfg = module._update_config(batches[0].nnz)
+    update = update_text(module, batches[0].nnz)
     del module
     gc.collect()
     naive_ms = naive_step_ms(case, batches, grad)
@@ -162,7 +171,7 @@ def run_case(index: int, case: dict, copy: float, gen: torch.Generator) -> dict:
            "batch": case["batch"], "nnz": sum(ids), "rows_M": sum(case["rows"]) / 1e6, "dtype": case["dtype"],
            "optimizer": case["optimizer"], "ids": "skewed" if case["skew"] else "uniform",
            "bags": "ragged" if case["ragged"] else "fixed", "weighted": case["weighted"],
-           "update": f"{ucfg.variant} t{ucfg.tile} c{ucfg.chunks} w{ucfg.num_warps}", "fwd_ms": fwd_ms,
+           "update": update, "fwd_ms": fwd_ms,
            "fwd_frac": fwd_bytes / (fwd_ms * 1e-3) / copy, "step_ms": step_ms,
            "bwd_frac": bwd_bytes / ((step_ms - fwd_ms) * 1e-3) / copy, "naive_ms": naive_ms,
            "speedup": naive_ms / step_ms, "fwd_error": error}

@@ -20,7 +20,7 @@ import random
 import torch
 import triton
 from profiling import kernel_table
-from tbe_shapes import DTYPES, draw_case, make_batch
+from tbe_shapes import DTYPES, draw_case, make_batch, update_text
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
@@ -51,9 +51,9 @@ def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch
 
     ms = triton.testing.do_bench(step, warmup=10, rep=300, return_mode="median")
     kernels = kernel_table(step, reps=3)
-    chosen = module._update_config(batches[0].nnz)
+    chosen = str(config) if config is not None else update_text(module, batches[0].nnz)
     del module
-    return {"config": str(chosen), "step_ms": ms, "kernels": kernels[:10]}
+    return {"config": chosen, "step_ms": ms, "kernels": kernels[:10]}
 
 
 def host_profile(case: dict, gen: torch.Generator, steps: int = 50) -> str:

@@ -108,6 +108,36 @@ def test_tables_of_one_dim_update_as_the_reference_and_as_with_the_table_looked_
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
 
 
+#: Per dim group's BLOCK_D, its update config: another variant, tile and span in each group.
+GROUP_CONFIGS = {4: tbe_select.UpdateConfig(tile=4, num_warps=1, variant="scan"),
+                 8: tbe_select.UpdateConfig(tile=8, num_warps=1, variant="lane", chunks=1),
+                 16: tbe_select.UpdateConfig(tile=4, num_warps=1, variant="lane", chunks=8, merge_chunks=8)}
+
+
+@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adam"])
+def test_dims_of_several_blocks_update_per_group_as_the_reference(kind, monkeypatch):
+    """TABLES' dims 8, 16 and 4 take three BLOCK_D: one update launch per group at its own width, each
+    with its own config (a scan, a one-tile lane and an 8-tile lane update: spans 4, 8 and 32), its pieces
+    in its own slots, one merge over all; the sort keys carry the group (``group * total_rows`` + row)."""
+    monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: GROUP_CONFIGS[kw["block_d"]])
+    gen = torch.Generator().manual_seed(21)
+    opt = EmbeddingOptimizer(kind=kind, lr=0.05, initial_accumulator_value=0.1 if "ada" in kind else 0)
+    module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=3)
+    rows = sum(t.rows for t in TABLES)
+    assert module.dim_blocks == [4, 8, 16] and module.invalid_key == 3 * rows
+    assert module.layout.table_key_base.tolist() == [1 * rows + 0, 2 * rows + 40, 0 * rows + 42]
+    weights, states = [w.double().clone() for w in module.table_weights()], init_states(opt, TABLES)
+    for step in range(1, 4):
+        batch = make_batch(gen, weighted=step == 2, max_len=9)
+        grad = torch.randn(B, module.output_dim, generator=gen)
+        module(batch).backward(grad)
+        weights, states = ref_step(weights, states, batch, grad, opt, step, TABLES, FEATURES)
+        for got, want in zip(module.table_weights(), weights):
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    for got, want in zip(module.table_state(), states):
+        torch.testing.assert_close(got.double(), want[0], rtol=1e-5, atol=1e-6)
+
+
 def test_lead_columns_leave_room_before_the_output_and_train_the_same():
     """``lead_columns``: the output is the last columns of a [B, lead + output_dim] buffer, with the same
     values, and a gradient that arrives as columns of a wider tensor trains the tables as a contiguous
@@ -354,7 +384,7 @@ def test_a_trained_forward_writes_the_sort_keys_its_backward_would(weighted, mon
         want = real(batch.values, batch.offsets, batch.weights, B, None)
         n = batch.nnz
         assert written.keys.numel() > n and torch.equal(written.keys, want.keys)
-        assert torch.all(written.keys[n:] == a.total_rows)  # the padding: the invalid key
+        assert torch.all(written.keys[n:] == a.invalid_key)  # the padding: the invalid key
         assert torch.equal(written.src, want.src)
         assert (written.scale is None) == (want.scale is None)
         if written.scale is not None:
@@ -375,7 +405,7 @@ def test_an_out_of_range_id_gets_the_invalid_key_from_the_forward():
     batch.values[0], batch.values[1] = -1, TABLES[FEATURES[0]].rows
     module(batch)
     keys = module._forward_keys.keys
-    assert keys[0] == keys[1] == module.total_rows and bool((keys[2:batch.nnz] < module.total_rows).all())
+    assert keys[0] == keys[1] == module.invalid_key and bool((keys[2:batch.nnz] < module.invalid_key).all())
 
 
 def test_no_sort_keys_are_kept_without_a_backward():

@@ -106,6 +106,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         # one dim for all tables: row r of the packed buffer starts at element r * dim (the update kernels
         # then look no table up); 0 when the dims differ
         self.one_dim = dims.pop() if len(dims) == 1 else 0
+        key_base = self._group_keys(row_base)
         col, cols = 0, []
         for t in self.feature_to_table:
             spec = self.tables[t]
@@ -124,12 +125,23 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
                                    device=device),
             table_rows=torch.tensor(rows, dtype=i64, device=device),
             table_row_base=torch.tensor(row_base, dtype=i64, device=device),
+            table_key_base=torch.tensor(key_base, dtype=i64, device=device),
             table_elem_base=torch.tensor(elem_base, dtype=i64, device=device),
             table_dim=torch.tensor([t.dim for t in self.tables], dtype=i32, device=device),
-            total_rows=self.total_rows)
+            invalid_key=self.invalid_key)
         self._pooled_ids = torch.tensor(self.pooled_features, dtype=i32, device=device)
         self._sequence_ids = torch.tensor(self.sequence_features, dtype=i32, device=device)
-        self.key_dtype = torch.int32 if self.total_rows < 2**31 - 1 else torch.int64
+        self.key_dtype = torch.int32 if self.invalid_key < 2**31 - 1 else torch.int64
+
+    def _group_keys(self, row_base: list[int]) -> list[int]:
+        """Each table's sort-key base, and the dim groups (``dim_blocks``: the BLOCK_D of each, ascending;
+        ``invalid_key``). Tables whose dims take different BLOCK_D are in different groups; a group's keys
+        are its rows' global ids plus ``group * total_rows``, so the sort puts each group's ids together and
+        the backward updates each group at its own width (docs/tbe.md, "Mixed dims")."""
+        blocks = [block_d([t.dim]) for t in self.tables]
+        self.dim_blocks = sorted(set(blocks))
+        self.invalid_key = len(self.dim_blocks) * self.total_rows
+        return [self.dim_blocks.index(b) * self.total_rows + base for b, base in zip(blocks, row_base)]
 
     def _allocate(self, device: torch.device, init_scale: float | None) -> None:
         weights = torch.empty(self.total_elems, dtype=self.weight_dtype, device=device)
@@ -298,17 +310,23 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         size = max(batch.batch_size, 1)
         return [max(marks[f + 1] - marks[f], 0) / size for f in self.pooled_features]
 
-    def _update_config(self, nnz: int) -> tbe_select.UpdateConfig:
+    def _update_config(self, nnz: int, block: int | None = None) -> tbe_select.UpdateConfig:
+        """The update config of the dim group of BLOCK_D ``block`` (default: the widest, ``block_d``)."""
         if self.update_config is not None:
             return self.update_config
-        key = ("upd", max(nnz, 1).bit_length(), self.host_bound)
+        block = self.block_d if block is None else block
+        key = ("upd", max(nnz, 1).bit_length(), self.host_bound, block)
         if key not in self._configs:
             self._configs[key] = tbe_select.select_update(
-                tbe_select.selection_spec(self.weights.device), nnz=nnz, block_d=self.block_d,
-                row_bytes=self.block_d * self.weights.element_size(), state_tiles=STATE_PER_ELEMENT[self.optimizer.kind],
+                tbe_select.selection_spec(self.weights.device), nnz=nnz, block_d=block,
+                row_bytes=block * self.weights.element_size(), state_tiles=STATE_PER_ELEMENT[self.optimizer.kind],
                 stochastic=self.weight_dtype != torch.float32, grad_bytes=self.output_dtype.itemsize,
                 one_dim=self.one_dim > 0, host_bound=self.host_bound)
         return self._configs[key]
+
+    def _group_configs(self, nnz: int) -> list[tbe_select.UpdateConfig]:
+        """The update config of each dim group (``dim_blocks``)."""
+        return [self._update_config(nnz, b) for b in self.dim_blocks]
 
     # ---- lookups ------------------------------------------------------------------------------
     def forward(self, batch: JaggedBatch, *, lead_columns: int = 0) -> Tensor:
@@ -374,8 +392,8 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         pooled_forward_kernel[grid](
             self.weights, batch.values, batch.offsets, batch.weights, out, self.flags,
             feature_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
-            lay.table_dim, *key_buffers, lay.table_row_base, batch.batch_size,
-            batch.values.numel(), out.stride(0), self.total_rows,
+            lay.table_dim, *key_buffers, lay.table_key_base, batch.batch_size,
+            batch.values.numel(), out.stride(0), self.invalid_key,
             BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
             HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
             STAGED=tbe_select.staged_loads(cfg) if self.staged_forward is None else self.staged_forward,

@@ -75,18 +75,19 @@ def _segment_add(flag_a, sum_a, flag_b, sum_b):
 
 @triton.jit
 def _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d,
-                   TILE: tl.constexpr, BLOCK_D: tl.constexpr):
+                   TILE: tl.constexpr, STRIDE: tl.constexpr):
     """Store the pieces of runs crossing the tile's edges for the next merge level: slot 2*tile the
     head piece (a run that started in an earlier tile), slot 2*tile+1 the tail piece (a run that goes
     on past the tile), and each slot's row id: -1 where there is no piece, -(row + 2) for the tail of
     a run that is also the head's (a tile it passes through: the head piece already holds the whole
-    tile, so the tail has the row but no value, and nothing is stored for it)."""
+    tile, so the tail has the row but no value, and nothing is stored for it). ``STRIDE``: elements per
+    slot of ``partial_ptr``."""
     last = i == TILE - 1
     head = ok & ~started & (is_end | last)  # [TILE] at most one position
     tail = ok & last & ~is_end
     own_tail = tail & started
     slot = tile * 2 + own_tail.to(tl.int64)
-    tl.store(partial_ptr + slot[:, None] * BLOCK_D + d[None, :], acc, mask=(head | own_tail)[:, None])
+    tl.store(partial_ptr + slot[:, None] * STRIDE + d[None, :], acc, mask=(head | own_tail)[:, None])
     tail_code = tl.where(started, key, -key - 2)
     tl.store(part_key_ptr + tile * 2, tl.sum(tl.where(head, key + 1, 0), axis=0) - 1)
     tl.store(part_key_ptr + tile * 2 + 1, tl.sum(tl.where(tail, tail_code + 1, 0), axis=0) - 1)
@@ -96,6 +97,28 @@ def _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, 
 def _slot_row(code):
     """Row id of partial-slot codes (``_park_partials``): -(row + 2) -> row; -1 (no piece) stays."""
     return tl.where(code <= -2, -code - 2, code)
+
+
+@triton.jit
+def _group_row(key, key_lo, key_hi, invalid_key, GROUPED: tl.constexpr):
+    """Row id of sorted keys for the launch of one dim group (``GROUPED``): the group's keys are
+    ``key_lo + row`` up to ``key_hi``; the other groups' keys, around its range in sorted order, become
+    ``invalid_key`` (masked: the launch of their own group takes them). Without ``GROUPED`` keys are rows."""
+    if GROUPED:
+        inside = (key >= key_lo.to(key.dtype)) & (key < key_hi.to(key.dtype))
+        return tl.where(inside, key - key_lo.to(key.dtype), invalid_key.to(key.dtype))
+    return key
+
+
+@triton.jit
+def _group_active(keys_ptr, first, span, key_lo, key_hi, GROUPED: tl.constexpr):
+    """Whether any of the sorted positions [first, first + span) holds a key of the launch's group (the
+    keys are sorted: the first and the last decide); always without ``GROUPED``."""
+    if GROUPED:
+        k0 = tl.load(keys_ptr + first)
+        k1 = tl.load(keys_ptr + first + span - 1)
+        return (k0 < key_hi.to(k0.dtype)) & (k1 >= key_lo.to(k1.dtype))
+    return True
 
 
 @triton.jit
@@ -114,20 +137,49 @@ def update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
     keys_ptr, perm_ptr, src_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr, feat_col_ptr,
-    n_pos, batch_size, grad_stride, num_tables, invalid_key,
+    n_pos, batch_size, grad_stride, num_tables, invalid_key, key_lo, key_hi,
     lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, SEQUENCE: tl.constexpr,
     HAS_SCALE: tl.constexpr, TILE: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
-    T_PAD: tl.constexpr,
+    T_PAD: tl.constexpr, GROUPED: tl.constexpr = False, PART_D: tl.constexpr = 0,
 ):
-    """Segment-sum TILE sorted positions; update runs inside the tile, park partials of crossing runs."""
+    """Segment-sum TILE sorted positions; update runs inside the tile, park partials of crossing runs.
+    ``GROUPED``: the launch of one dim group (keys ``key_lo`` .. ``key_hi``, ``_group_row``); a tile
+    without its keys only marks its slots empty. ``PART_D``: elements per slot of ``partial`` (the
+    merge's BLOCK_D; 0: BLOCK_D)."""
     tile = tl.program_id(0).to(tl.int64)
+    if _group_active(keys_ptr, tile * TILE, TILE, key_lo, key_hi, GROUPED):
+        _scan_tile(weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr, keys_ptr, perm_ptr,
+                   src_ptr, scale_ptr, row_base_ptr, elem_base_ptr, dim_ptr, feat_col_ptr, n_pos, batch_size,
+                   grad_stride, num_tables, invalid_key, key_lo, key_hi, lr, eps, mix1, mix2, weight_decay, seed,
+                   tile, OPTIM, HAS_WD, STOCHASTIC, SEQUENCE, HAS_SCALE, TILE, BLOCK_D, VEC, T_PAD, GROUPED,
+                   PART_D if PART_D > 0 else BLOCK_D)
+    else:
+        tl.store(part_key_ptr + tile * 2, -1)
+        tl.store(part_key_ptr + tile * 2 + 1, -1)
+
+
+@triton.jit
+def _scan_tile(
+    weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
+    keys_ptr, perm_ptr, src_ptr, scale_ptr,
+    row_base_ptr, elem_base_ptr, dim_ptr, feat_col_ptr,
+    n_pos, batch_size, grad_stride, num_tables, invalid_key, key_lo, key_hi,
+    lr, eps, mix1, mix2, weight_decay, seed, tile,
+    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, SEQUENCE: tl.constexpr,
+    HAS_SCALE: tl.constexpr, TILE: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
+    T_PAD: tl.constexpr, GROUPED: tl.constexpr, STRIDE: tl.constexpr,
+):
+    """``update_kernel``'s tile ``tile``."""
     i = tl.arange(0, TILE)
     pos = tile * TILE + i  # [TILE] sorted positions
     in_range = pos < n_pos
-    key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key).to(tl.int64)
-    prev = tl.load(keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1).to(tl.int64)
-    nxt = tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1).to(tl.int64)
+    key = _group_row(tl.load(keys_ptr + pos, mask=in_range, other=invalid_key), key_lo, key_hi, invalid_key,
+                     GROUPED).to(tl.int64)
+    prev = _group_row(tl.load(keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1), key_lo, key_hi, invalid_key,
+                      GROUPED).to(tl.int64)
+    nxt = _group_row(tl.load(keys_ptr + pos + 1, mask=pos + 1 < n_pos, other=-1), key_lo, key_hi, invalid_key,
+                     GROUPED).to(tl.int64)
     ok = in_range & (key != invalid_key)
     is_start = key != prev  # [TILE] a run starts here
     is_end = key != nxt  # [TILE] a run ends here
@@ -144,7 +196,7 @@ def update_kernel(
     whole = ok & is_end & started
     apply_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, lr, eps, mix1,
                  mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
-    _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
+    _park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, STRIDE)
 
 
 @triton.jit
@@ -246,13 +298,13 @@ def _sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, 
                    is_start, is_end, started, last, carry, carry_key, head_key, prog, d,
                    lr, eps, mix1, mix2, weight_decay, seed,
                    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, TILE: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
+                   BLOCK_D: tl.constexpr, STRIDE: tl.constexpr):
     """One tile of a program that takes its tiles in turn (``lane_update_kernel``, the chunked
     ``merge_level_kernel``): segment-sum the tile's values g [TILE, BLOCK_D] in sorted order, add the
     ``carry`` of the run open at the previous tile's end, update the rows (loaded as w, s1, s2) of runs
     that end here and began in the program, store the piece of the run that began before the program
-    where it ends (slot 2 * prog of ``head_ptr``); ``last``: the tile's last position [TILE]. Returns the
-    new (carry, carry_key, head_key)."""
+    where it ends (slot 2 * prog of ``head_ptr``, ``STRIDE`` elements per slot); ``last``: the tile's last
+    position [TILE]. Returns the new (carry, carry_key, head_key)."""
     whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
     flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
     _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
@@ -261,7 +313,7 @@ def _sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, 
     store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
                  eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     head = ok & ~started & is_end  # the run from before the program ends here
-    tl.store(head_ptr + prog * 2 * BLOCK_D + d[None, :] + 0 * key[:, None], acc, mask=head[:, None])
+    tl.store(head_ptr + prog * 2 * STRIDE + d[None, :] + 0 * key[:, None], acc, mask=head[:, None])
     head_key = tl.maximum(head_key, tl.max(tl.where(head, key, -1), axis=0))
     open_run = ok & last & ~is_end  # [TILE] the run going on into the next tile
     carry = tl.sum(tl.where(open_run[:, None], acc, 0.0), axis=0)
@@ -273,11 +325,11 @@ def lane_update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
     keys_ptr, g_off_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr,
-    num_tables, invalid_key,
+    num_tables, invalid_key, key_lo, key_hi,
     lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
     TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
-    ONE_DIM: tl.constexpr,
+    ONE_DIM: tl.constexpr, GROUPED: tl.constexpr = False, PART_D: tl.constexpr = 0,
 ):
     """``update_kernel``'s result with two dependent round trips per tile: (keys, gradient offsets,
     scales) coalesced, then the gradient slices together with the weight rows and state of the tile's
@@ -293,20 +345,44 @@ def lane_update_kernel(
     its TILE keys and offsets as 16-byte vectors, where a masked load was one scalar load per position.
     With the keys compared in their own dtype, cuda:90 (benchmarks/sass_count.py, MLPerf config):
     221 -> 168 registers per thread (9 -> 12 programs per SM), 1199 -> 995 instructions per tile.
+
+    ``GROUPED``: the launch of one dim group of a module of mixed dims, at that group's BLOCK_D (keys
+    ``key_lo`` .. ``key_hi``, ``_group_row``); a program without its keys only marks its slots empty.
+    ``PART_D``: elements per slot of ``partial`` (the merge's BLOCK_D; 0: BLOCK_D).
     """
     prog = tl.program_id(0).to(tl.int64)
+    if _group_active(keys_ptr, prog * (CHUNKS * TILE), CHUNKS * TILE, key_lo, key_hi, GROUPED):
+        _lane_program(weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr, keys_ptr, g_off_ptr,
+                      scale_ptr, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, invalid_key, key_lo, key_hi,
+                      lr, eps, mix1, mix2, weight_decay, seed, prog, OPTIM, HAS_WD, STOCHASTIC, HAS_SCALE, TILE,
+                      CHUNKS, BLOCK_D, VEC, T_PAD, ONE_DIM, GROUPED, PART_D if PART_D > 0 else BLOCK_D)
+    else:
+        tl.store(part_key_ptr + prog * 2, -1)
+        tl.store(part_key_ptr + prog * 2 + 1, -1)
+
+
+@triton.jit
+def _lane_program(
+    weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr, keys_ptr, g_off_ptr, scale_ptr,
+    row_base_ptr, elem_base_ptr, dim_ptr, num_tables, invalid_key, key_lo, key_hi,
+    lr, eps, mix1, mix2, weight_decay, seed, prog,
+    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
+    TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
+    ONE_DIM: tl.constexpr, GROUPED: tl.constexpr, STRIDE: tl.constexpr,
+):
+    """``lane_update_kernel``'s program ``prog``."""
     i = tl.arange(0, TILE)
     d = tl.arange(0, BLOCK_D)
     last = i == TILE - 1
     first = prog * (CHUNKS * TILE)
-    before = tl.load(keys_ptr + first - 1, mask=prog > 0, other=-1)
+    before = _group_row(tl.load(keys_ptr + first - 1, mask=prog > 0, other=-1), key_lo, key_hi, invalid_key, GROUPED)
     carry = tl.zeros([BLOCK_D], dtype=tl.float32)  # in-program sum of the run open at the last tile's end
     carry_key = before * 0 - 3  # that run's row; -3: none
     head_key = before * 0 - 1  # row of the run that began before this program, once it ends here
     for c in range(CHUNKS):
         pos = first + c * TILE + i  # [TILE] sorted positions
-        key = tl.load(keys_ptr + pos)
-        nxt = tl.load(keys_ptr + pos + 1)
+        key = _group_row(tl.load(keys_ptr + pos), key_lo, key_hi, invalid_key, GROUPED)
+        nxt = _group_row(tl.load(keys_ptr + pos + 1), key_lo, key_hi, invalid_key, GROUPED)
         g_off = tl.multiple_of(tl.load(g_off_ptr + pos).to(tl.int64), [VEC])
         if HAS_SCALE:
             scale = tl.load(scale_ptr + pos)
@@ -314,27 +390,30 @@ def lane_update_kernel(
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
-        lo = tl.load(keys_ptr + first + c * TILE)  # scalars: no cross-lane min / max
-        hi = tl.load(keys_ptr + first + c * TILE + TILE - 1)  # invalid keys: masked (ok)
+        lo = _group_row(tl.load(keys_ptr + first + c * TILE), key_lo, key_hi, invalid_key,
+                        GROUPED)  # scalars: no cross-lane min / max
+        hi = _group_row(tl.load(keys_ptr + first + c * TILE + TILE - 1), key_lo, key_hi, invalid_key,
+                        GROUPED)  # invalid keys: masked (ok)
         addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
                                        VEC, ONE_DIM)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
         g = tl.load(grad_ptr + g_off[:, None] + d[None, :], mask=d_mask, other=0.0,
                     eviction_policy="evict_last")  # [TILE, BLOCK_D]
-        is_start = key != _keys_after_loads(keys_ptr, pos, pos > 0)  # a run starts
+        is_start = key != _group_row(_keys_after_loads(keys_ptr, pos, pos > 0), key_lo, key_hi, invalid_key,
+                                     GROUPED)  # a run starts
         g = g.to(tl.float32)
         if HAS_SCALE:
             g = g * scale[:, None]
         carry, carry_key, head_key = _sum_tile_runs(
             weights_ptr, state1_ptr, state2_ptr, partial_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
             is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay, seed,
-            OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D)
-    _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d, BLOCK_D)
+            OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D, STRIDE)
+    _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d, STRIDE)
 
 
 @triton.jit
 def _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d,
-                       BLOCK_D: tl.constexpr):
+                       STRIDE: tl.constexpr):
     """The pieces at the end of a program that takes its tiles in turn (lane update, chunked merge
     level; slot codes as ``_park_partials``): a run open at the end that began before the program is
     its head piece (the whole program) with a tail code -(row + 2); one that began inside is the tail
@@ -342,7 +421,7 @@ def _park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, be
     through = carry_key == before
     has_open = carry_key >= 0
     head_slot = tl.where(through & has_open, prog * 2, prog * 2 + 1)
-    tl.store(partial_ptr + head_slot * BLOCK_D + d, carry, mask=has_open & (d >= 0))
+    tl.store(partial_ptr + head_slot * STRIDE + d, carry, mask=has_open & (d >= 0))
     tl.store(part_key_ptr + prog * 2, tl.where(through & has_open, carry_key, head_key))
     tl.store(part_key_ptr + prog * 2 + 1, tl.where(has_open, tl.where(through, -carry_key - 2, carry_key), -1))
 
@@ -399,7 +478,7 @@ def _merge_one_tile(
         addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
                                        VEC, ONE_DIM)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
-        g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
+        g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None] & d_mask, other=0.0)
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, _segment_add)  # acc[i] = sum from i's run start (in tile)
         store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
@@ -447,11 +526,12 @@ def _merge_tiles_in_turn(
                                            T_PAD, VEC, ONE_DIM)
             w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],
                                   OPTIM)
-            g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None], other=0.0)
+            g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None] & d_mask,
+                        other=0.0)
             carry, carry_key, head_key = _sum_tile_runs(
                 weights_ptr, state1_ptr, state2_ptr, out_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
                 is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay, seed,
-                OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D)
+                OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D, BLOCK_D)
         else:
             carry = carry * 0.0
             carry_key = carry_key * 0 - 3

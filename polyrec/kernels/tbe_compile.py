@@ -8,7 +8,8 @@ merge-level kernel per optimizer at each merge chunk count (``tbe_select.MERGE_C
 sort-key kernel per forward tile and the sequence kernel; plus the largest forward and update tiles
 and the merge levels at BLOCK_D = 512 (the widest rows, the most registers per thread). The update and
 merge jobs at 128 address rows as tables of one dim do (``ONE_DIM``, MLPerf), those at 512 look each
-tile's table up as mixed dims do.
+tile's table up as mixed dims within one BLOCK_D do; the mixed-dims bf16 jobs at 128 and the largest
+tiles at 32 are launches of one dim group (``GROUPED``: dims across several BLOCK_D).
 The selector sizes warps from the tile (ELEMS_PER_THREAD per thread), so register use per thread
 does not grow with BLOCK_D; the 512 jobs check that.
 """
@@ -31,13 +32,13 @@ from polyrec.perfmodel.tbe import LEVEL_TILE
 _TRITON_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 _SCALARS = {"batch_size": "i32", "num_bags": "i32", "nnz": "i64", "out_stride": "i64", "f": "i32", "start": "i64", "count": "i32",
             "out_row0": "i32", "rows": "i64", "base": "i64", "dim": "i32", "invalid_key": "i32", "n_pos": "i32",
-            "last_feature": "i32",
+            "key_lo": "i32", "key_hi": "i32", "last_feature": "i32",
             "grad_stride": "i64", "num_tables": "i32", "lr": "fp32", "eps": "fp32", "mix1": "fp32",
             "mix2": "fp32", "weight_decay": "fp32", "seed": "i32", "n_slots": "i32"}
 _POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp32", "out_ptr": "*fp32",
              "flags_ptr": "*i32", "feat_ids_ptr": "*i32", "feat_table_ptr": "*i32", "feat_col_ptr": "*i32",
              "feat_mean_ptr": "*i32", "table_rows_ptr": "*i64", "table_elem_base_ptr": "*i64",
-             "table_dim_ptr": "*i32", "table_row_base_ptr": "*i64", "seq_base_ptr": "*i64", "keys_ptr": "*i32",
+             "table_dim_ptr": "*i32", "table_key_base_ptr": "*i64", "seq_base_ptr": "*i64", "keys_ptr": "*i32",
              "src_ptr": "*i32", "scale_ptr": "*fp32", "state1_ptr": "*fp32", "state2_ptr": "*fp32",
              "grad_ptr": "*fp32", "partial_ptr": "*fp32", "perm_ptr": "*i64", "piece_start_ptr": "*i64",
              "num_pieces_ptr": "*i64", "row_base_ptr": "*i64", "elem_base_ptr": "*i64", "dim_ptr": "*i32",
@@ -84,10 +85,12 @@ UPDATE_VARIANTS = tuple((kind, "fp32") for kind in OPTIMIZERS) + (("rowwise_adag
 
 
 def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: int,
-                 variants: tuple[tuple[str, str], ...] = UPDATE_VARIANTS) -> list[CompileJob]:
+                 variants: tuple[tuple[str, str], ...] = UPDATE_VARIANTS, part_d: int = 0) -> list[CompileJob]:
     """The update and merge kernels' candidates; ``one_dim``: the tables' shared dim, 0 for mixed dims
-    (``TableBatchedEmbedding.one_dim``)."""
-    jobs, dims = [], "" if one_dim else " mixed"
+    (``TableBatchedEmbedding.one_dim``); ``part_d`` > 0: the update as one dim group's launch (``GROUPED``)
+    parking pieces of that width (the widest group's BLOCK_D)."""
+    jobs, dims = [], ("" if one_dim else " mixed") + (f" grouped{part_d}" if part_d else "")
+    grouped = dict(GROUPED=part_d > 0, PART_D=part_d)
     for kind, dtype in variants:
         cands = tbe_select.update_candidates(block_d, spec.warp_size, spec.vendor,
                                              STATE_PER_ELEMENT[kind], one_dim > 0)
@@ -97,11 +100,11 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: in
                       VEC=16 // (4 if dtype == "fp32" else 2), T_PAD=32)
         for c in cands:
             if c.variant == "scan":
-                consts = dict(common, SEQUENCE=False, HAS_SCALE=True, TILE=c.tile)
+                consts = dict(common, SEQUENCE=False, HAS_SCALE=True, TILE=c.tile, **grouped)
                 kernel = update_kernel
             else:
                 consts = dict(common, HAS_SCALE=True, TILE=c.tile, CHUNKS=c.chunks,
-                              VEC=min(common["VEC"], tbe_select.LANE_VEC), ONE_DIM=one_dim)
+                              VEC=min(common["VEC"], tbe_select.LANE_VEC), ONE_DIM=one_dim, **grouped)
                 kernel = lane_update_kernel
             chunks = f" chunks{c.chunks}" if c.variant == "lane" else ""
             cap = f" maxnreg{c.max_registers}" if c.max_registers else ""
@@ -145,5 +148,6 @@ def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """The embedding kernels' configs the selector can choose on ``spec`` (see the module docstring)."""
     return (_forward_jobs(spec, 128, ("fp32", "bf16"), False) + _update_jobs(spec, 128, False, 128)
-            + _update_jobs(spec, 128, False, 0, (("rowwise_adagrad", "bf16"),))
+            + _update_jobs(spec, 128, False, 0, (("rowwise_adagrad", "bf16"),), part_d=128)
+            + _update_jobs(spec, 32, True, 0, (("rowwise_adagrad", "fp32"),), part_d=128)
             + _prep_jobs(spec, 128) + _forward_jobs(spec, 512, ("fp32",), True) + _update_jobs(spec, 512, True, 0))

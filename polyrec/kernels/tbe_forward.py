@@ -1,7 +1,10 @@
 """Forward kernels of the table-batched embedding: pooled lookup, sequence lookup, sort-key preparation.
 
 All tables of one precision live in one flat buffer; table ``t`` holds rows ``[rows_t, dim_t]`` at
-element offset ``elem_base[t]``, and its rows have global ids ``row_base[t] + local id``.
+element offset ``elem_base[t]``, and its rows have global ids ``row_base[t] + local id``. The backward
+sorts keys ``key_base[t] + local id``: the global row id, plus ``group * total_rows`` where the tables'
+dims fall in more than one BLOCK_D group, so that each group's keys sort together (one update launch
+per group at its own width, ``tbe_fused_backward``).
 
 The pooled kernel runs one program per (block of BAGS samples, feature). Each iteration of its loop
 gathers a [BAGS, HOTS, BLOCK_D] tile: HOTS consecutive ids of each of the BAGS bags, so that
@@ -34,14 +37,16 @@ class TableLayout:
     feat_mean: Tensor  # [F] int32: 1 where the feature's table pools by mean
     table_rows: Tensor  # [T] int64
     table_row_base: Tensor  # [T] int64: global id of the table's row 0
+    table_key_base: Tensor  # [T] int64: sort key of the table's row 0 (its dim group * total_rows + row base)
     table_elem_base: Tensor  # [T] int64: element offset of the table in the flat buffer
     table_dim: Tensor  # [T] int32
-    total_rows: int  # sum of rows: the invalid-key sentinel
+    invalid_key: int  # groups * total_rows: the key of no row (sorts after every table's keys)
 
     def to(self, device: torch.device) -> TableLayout:
         fields = {k: getattr(self, k).to(device) for k in ("feat_table", "feat_col", "feat_mean", "table_rows",
-                                                           "table_row_base", "table_elem_base", "table_dim")}
-        return TableLayout(**fields, total_rows=self.total_rows)
+                                                           "table_row_base", "table_key_base", "table_elem_base",
+                                                           "table_dim")}
+        return TableLayout(**fields, invalid_key=self.invalid_key)
 
 
 @triton.jit
@@ -91,14 +96,14 @@ def _raise_flags(flags_ptr, f, bad_ids, bad_offsets):
 
 
 @triton.jit
-def _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, row_base, src, scale, invalid_key,
+def _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, key_base, src, scale, invalid_key,
                      HAS_SCALE: tl.constexpr):
-    """The backward's inputs of the id positions ``pos`` [BAGS, HOTS]: global row id (``invalid_key``
-    where the id is out of range), output-gradient row ``src`` (int32) and scale (broadcast over HOTS).
-    The key is summed in the keys' own type (int32 keys: fewer than 2^31 rows), which costs the forward
-    fewer registers than int64 sums."""
+    """The backward's inputs of the id positions ``pos`` [BAGS, HOTS]: sort key (``key_base`` + id;
+    ``invalid_key`` where the id is out of range), output-gradient row ``src`` (int32) and scale
+    (broadcast over HOTS). The key is summed in the keys' own type (int32 keys: an invalid key below
+    2^31), which costs the forward fewer registers than int64 sums."""
     kt = keys_ptr.dtype.element_ty
-    key = tl.where(ok, row_base.to(kt) + idx.to(kt), invalid_key.to(kt))
+    key = tl.where(ok, key_base.to(kt) + idx.to(kt), invalid_key.to(kt))
     tl.store(keys_ptr + pos, key, mask=in_bag)
     tl.store(src_ptr + pos, src + 0 * pos.to(tl.int32), mask=in_bag)
     if HAS_SCALE:
@@ -109,7 +114,7 @@ def _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, row_bas
 def pooled_forward_kernel(
     weights_ptr, values_ptr, offsets_ptr, per_sample_ptr, out_ptr, flags_ptr,
     feat_ids_ptr, feat_table_ptr, feat_col_ptr, feat_mean_ptr, table_rows_ptr, table_elem_base_ptr, table_dim_ptr,
-    keys_ptr, src_ptr, scale_ptr, table_row_base_ptr,
+    keys_ptr, src_ptr, scale_ptr, table_key_base_ptr,
     batch_size, nnz, out_stride, invalid_key,
     BAGS: tl.constexpr, HOTS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     HAS_PER_SAMPLE: tl.constexpr, HAS_MEAN: tl.constexpr, STAGED: tl.constexpr = False,
@@ -130,7 +135,7 @@ def pooled_forward_kernel(
     bags, bag_ok, start, length, bad_off = _bag_bounds(offsets_ptr, f, tl.program_id(0) * BAGS, batch_size, nnz,
                                                        BAGS)
     if SORT_KEYS:
-        row_base = tl.load(table_row_base_ptr + t)
+        key_base = tl.load(table_key_base_ptr + t)
         src = (f * batch_size + bags)[:, None]  # [BAGS, 1] int32: the bag's gradient row
         key_scale = _mean_scale(feat_mean_ptr, f, length, HAS_SCALE)[:, None]
     d = tl.arange(0, BLOCK_D)
@@ -152,7 +157,7 @@ def pooled_forward_kernel(
                 per_pos = key_scale * tl.load(per_sample_ptr + pos, mask=in_bag, other=0.0).to(tl.float32)
             else:
                 per_pos = key_scale
-            _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, row_base, src, per_pos, invalid_key,
+            _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, key_base, src, per_pos, invalid_key,
                              HAS_SCALE)
         vals = tl.load(weights_ptr + row[:, :, None] + d[None, None, :],
                        mask=ok[:, :, None] & d_ok[None, None, :], other=0.0)
@@ -201,18 +206,18 @@ def sequence_forward_kernel(
 @triton.jit
 def sort_keys_kernel(
     values_ptr, offsets_ptr, per_sample_ptr, keys_ptr, src_ptr, scale_ptr,
-    feat_ids_ptr, feat_table_ptr, feat_mean_ptr, table_rows_ptr, table_row_base_ptr, seq_base_ptr,
+    feat_ids_ptr, feat_table_ptr, feat_mean_ptr, table_rows_ptr, table_key_base_ptr, seq_base_ptr,
     batch_size, nnz, invalid_key,
     BAGS: tl.constexpr, HOTS: tl.constexpr, SEQUENCE: tl.constexpr, HAS_SCALE: tl.constexpr,
 ):
-    """Per id position: its global row id (the sort key; ``invalid_key`` if out of range), the
+    """Per id position: its sort key (``key_base`` + id; ``invalid_key`` if out of range), the
     output-gradient row it reads (pooled: the bag f*B + b; sequence: the output row), and its scale
     (per-sample weight times 1/len for mean pooling)."""
     fi = tl.program_id(1)
     f = tl.load(feat_ids_ptr + fi)
     t = tl.load(feat_table_ptr + f)
     rows = tl.load(table_rows_ptr + t)
-    row_base = tl.load(table_row_base_ptr + t)
+    key_base = tl.load(table_key_base_ptr + t)
     bags, bag_ok, start, length, bad_off = _bag_bounds(offsets_ptr, f, tl.program_id(0) * BAGS, batch_size, nnz,
                                                        BAGS)
     h = tl.arange(0, HOTS)
@@ -236,7 +241,7 @@ def sort_keys_kernel(
         scale = inv_len
         if HAS_SCALE and per_sample_ptr is not None:
             scale = scale * tl.load(per_sample_ptr + pos, mask=in_bag, other=0.0).to(tl.float32)
-        _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, row_base, src, scale, invalid_key,
+        _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, key_base, src, scale, invalid_key,
                          HAS_SCALE)
 
 

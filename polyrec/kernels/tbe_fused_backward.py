@@ -43,7 +43,7 @@ class FusedBackward:
             return
         with torch.no_grad():
             ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
-            if self._update_config(batch.nnz).variant == "lane":
+            if any(c.variant == "lane" for c in self._group_configs(batch.nnz)):
                 ids.grad_stride = self.output_dim
                 ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
                                                             batch.batch_size, False)
@@ -77,8 +77,9 @@ class FusedBackward:
         has_mean = not sequence and any(self.tables[self.feature_to_table[f]].pooling == "mean"
                                         for f in self.pooled_features)
         has_scale = not sequence and (per_sample is not None or has_mean)
-        keys = torch.full((padded_length(n, self._update_config(n).span),), self.total_rows, dtype=self.key_dtype,
-                          device=dev)  # the padding sorts last (total_rows is the invalid key)
+        span = max(c.span for c in self._group_configs(n))  # powers of two: every group's programs are covered
+        keys = torch.full((padded_length(n, span),), self.invalid_key, dtype=self.key_dtype,
+                          device=dev)  # the padding sorts last (the invalid key)
         return SortKeys(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
                         keys=keys, src=torch.empty(n, dtype=torch.int32, device=dev),
                         scale=torch.empty(n, dtype=torch.float32, device=dev) if has_scale else None)
@@ -101,8 +102,8 @@ class FusedBackward:
         fcfg = self._forward_config(batch, feats.numel())
         sort_keys_kernel[(triton.cdiv(batch_size, fcfg.bags), feats.numel())](
             values, offsets, per_sample if out.scale is not None else None, out.keys, out.src, out.scale,
-            feats, lay.feat_table, lay.feat_mean, lay.table_rows, lay.table_row_base, seq_base,
-            batch_size, values.numel(), self.total_rows,
+            feats, lay.feat_table, lay.feat_mean, lay.table_rows, lay.table_key_base, seq_base,
+            batch_size, values.numel(), self.invalid_key,
             BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=out.scale is not None,
             num_warps=fcfg.num_warps)
         return out
@@ -131,36 +132,52 @@ class FusedBackward:
         if grad.stride(-1) != 1:  # the kernels take any row stride (the trainer's gradient is a column slice)
             grad = grad.contiguous()
         ids = prepared or self._sort_ids(values, offsets, per_sample, batch_size, sequence)
-        sorted_keys, perm, src, scale, has_scale = ids.keys, ids.perm, ids.src, ids.scale, ids.scale is not None
-        ucfg = self._update_config(n)
-        programs = triton.cdiv(n, ucfg.span)
-        partial = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
-        part_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)  # [programs * 2] row of each piece
+        configs = self._group_configs(n)
+        programs = [triton.cdiv(n, c.span) for c in configs]
+        slots = 2 * sum(programs)  # two per program of each group's launch, the groups' slots one after another
+        partial = torch.empty(slots, self.block_d, dtype=torch.float32, device=dev)  # [slots, BLOCK_D]
+        part_key = torch.empty(slots, dtype=torch.int64, device=dev)  # [slots] row of each piece
         opt = self.optimizer
         common = dict(lr=opt.step_size(self.step), eps=opt.eps, mix1=1.0 - opt.beta1, mix2=1.0 - opt.beta2,
                       weight_decay=opt.weight_decay, seed=self._next_seed())
         flags = dict(OPTIM=OPTIM_CODE[opt.kind], HAS_WD=opt.weight_decay > 0,
                      STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
-                     T_PAD=self.t_pad, TILE=ucfg.tile)
+                     T_PAD=self.t_pad)
+        if any(c.variant == "lane" for c in configs) and ids.grad_stride != grad.stride(0):
+            ids.g_off, ids.sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
+                                                        grad.stride(0))  # not prepared for this gradient's layout
+            ids.grad_stride = grad.stride(0)
+        slot = 0
+        for g, (block, ucfg, progs) in enumerate(zip(self.dim_blocks, configs, programs)):
+            group = dict(GROUPED=len(self.dim_blocks) > 1, PART_D=self.block_d, BLOCK_D=block, TILE=ucfg.tile)
+            self._update_group(ucfg, progs, grad, ids, partial[slot:], part_key[slot:], g, batch_size, sequence,
+                               common, dict(flags, **group))
+            slot += 2 * progs
+        self._merge(partial, part_key, common, flags, configs[-1].merge_chunks)
+
+    def _update_group(self, ucfg: tbe_select.UpdateConfig, programs: int, grad: Tensor, ids: SortedIds,
+                      partial: Tensor, part_key: Tensor, group: int, batch_size: int, sequence: list | None,
+                      common: dict, flags: dict) -> None:
+        """The update launch of dim group ``group`` (its keys ``group * total_rows`` and up; every key
+        when there is one group) with config ``ucfg`` over ``programs`` programs, parking its pieces in
+        ``partial`` / ``part_key`` (2 slots per program)."""
+        lay, dev = self.layout, self.weights.device
+        keys = (group * self.total_rows, (group + 1) * self.total_rows)
         if ucfg.variant == "scan":
             update_kernel[(programs,)](
-                self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, perm, src, scale,
-                lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
-                n, batch_size, grad.stride(0), len(self.tables), self.total_rows, **common,
-                SEQUENCE=sequence is not None, HAS_SCALE=has_scale, num_warps=ucfg.num_warps, **flags)
-        else:
-            g_off, sorted_scale = ids.g_off, ids.sorted_scale
-            if ids.grad_stride != grad.stride(0):  # not prepared for this gradient's layout
-                g_off, sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
-                                                    grad.stride(0))
-            lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)), ONE_DIM=self.one_dim)
-            cap = ({"maxnreg": ucfg.max_registers}
-                   if ucfg.max_registers and dev.type == "cuda" and torch.version.hip is None else {})
-            lane_update_kernel[(programs,)](
-                self.weights, self.state1, self.state2, grad, partial, part_key, sorted_keys, g_off, sorted_scale,
-                lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), self.total_rows,
-                **common, HAS_SCALE=has_scale, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **cap, **lane_flags)
-        self._merge(partial, part_key, common, flags, ucfg.merge_chunks)
+                self.weights, self.state1, self.state2, grad, partial, part_key, ids.keys, ids.perm, ids.src,
+                ids.scale, lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
+                ids.src.numel(), batch_size, grad.stride(0), len(self.tables), self.invalid_key, *keys, **common,
+                SEQUENCE=sequence is not None, HAS_SCALE=ids.scale is not None, num_warps=ucfg.num_warps, **flags)
+            return
+        lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)), ONE_DIM=self.one_dim)
+        cap = ({"maxnreg": ucfg.max_registers}
+               if ucfg.max_registers and dev.type == "cuda" and torch.version.hip is None else {})
+        lane_update_kernel[(programs,)](
+            self.weights, self.state1, self.state2, grad, partial, part_key, ids.keys, ids.g_off, ids.sorted_scale,
+            lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), self.invalid_key, *keys,
+            **common, HAS_SCALE=ids.scale is not None, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **cap,
+            **lane_flags)
 
     def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict, chunks: int) -> None:
         """Finish the runs that cross tile ends, level by level (``merge_level_kernel``): each level
@@ -197,7 +214,7 @@ class FusedBackward:
         sorted_scale = torch.empty(n, dtype=scale.dtype, device=scale.device) if scale is not None else None
         permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
             ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
-            self.output_dim if grad_stride is None else grad_stride, self.total_rows, SEQUENCE=sequence,
+            self.output_dim if grad_stride is None else grad_stride, self.invalid_key, SEQUENCE=sequence,
             HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
         return g_off, sorted_scale
 
