@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from polyrec.cli import app
@@ -156,3 +157,79 @@ def test_diff_marks_missing_final_newline_and_applies(tmp_path):
         shutil.copytree(src, work)
         subprocess.run([git, "apply", "--unsafe-paths", str(out / "hipify.diff")], cwd=work, check=True)
         assert (work / "nonl.cu").read_bytes() == (out / "nonl.cu").read_bytes()
+
+
+def test_runtime_header_goes_at_file_scope_outside_conditionals_and_comments():
+    runtime = '#include "hip/hip_runtime.h"\n'
+    kernel = "__global__ void k() {}\n"
+    cases = {  # input -> where the runtime include must land
+        "#ifdef USE_MPI\n#include <mpi.h>\n#endif\n#include <vector>\n" + kernel:
+            runtime + "#ifdef USE_MPI\n#include <mpi.h>\n#endif\n#include <vector>\n" + kernel,
+        "/* license\n#include <old.h>\n*/\n#include <vector>\n" + kernel:
+            "/* license\n#include <old.h>\n*/\n" + runtime + "#include <vector>\n" + kernel,
+        "// lic\n#define _USE_MATH_DEFINES\n#include <cmath>\n" + kernel:
+            "// lic\n#define _USE_MATH_DEFINES\n" + runtime + "#include <cmath>\n" + kernel,
+        "/* lic */\n#pragma once\n#define LAUNCH(f) \\\n  f<<<1, 1>>>()\n" + kernel:
+            "/* lic */\n#pragma once\n#define LAUNCH(f) \\\n  f<<<1, 1>>>()\n" + runtime + kernel,
+        "#ifndef K_CUH\n#define K_CUH\n#include <vector>\n" + kernel + "#endif\n":
+            runtime + "#ifndef K_CUH\n#define K_CUH\n#include <vector>\n" + kernel + "#endif\n",
+        "// ported from code that includes hip/hip_runtime.h\n" + kernel:
+            "// ported from code that includes hip/hip_runtime.h\n" + runtime + kernel,
+        "// nothing but a comment": "// nothing but a comment\n" + runtime,
+    }
+    for src, expected in cases.items():
+        out, report = hipify_source(src, "k.cu")
+        assert out == expected and report.runtime_header_added, (src, out)
+
+
+def test_includes_in_comments_are_neither_renamed_nor_counted():
+    src = "/* was:\n#include <cuda_runtime.h>\n*/\n#include <cuda_runtime.h>\n__global__ void k() {}\n"
+    out, report = hipify_source(src, "k.cu")
+    assert out == "/* was:\n#include <cuda_runtime.h>\n*/\n#include <hip/hip_runtime.h>\n__global__ void k() {}\n"
+    assert report.headers == ["cuda_runtime.h -> hip/hip_runtime.h"] and not report.runtime_header_added
+
+
+FP8_SRC = ("#include <cuda_fp8.h>\n__global__ void k(__nv_fp8_e4m3* out, const float* x) {\n"
+           "  __nv_fp8_storage_t s = __nv_cvt_float_to_fp8(x[0], __NV_SATFINITE, __NV_E4M3);\n"
+           "  out[0] = __nv_fp8_e4m3(x[1]);\n}\n")
+
+
+def test_fp8_types_are_translated_only_for_a_target_with_the_same_format():
+    neutral, _ = hipify_source(FP8_SRC, "f.cu")
+    assert "#include <hip/hip_fp8.h>" in neutral
+    assert "__hip_fp8_storage_t s = __hip_cvt_float_to_fp8(x[0], __HIP_SATFINITE, __NV_E4M3);" in neutral
+    assert "__nv_fp8_e4m3* out" in neutral and "out[0] = __nv_fp8_e4m3(x[1]);" in neutral  # OCP: kept, flagged
+    gfx942, _ = hipify_source(FP8_SRC, "f.cu", target="gfx942")
+    assert gfx942 == neutral  # gfx942 device code has only the FNUZ formats: nothing exact to map to
+    gfx950, report = hipify_source(FP8_SRC, "f.cu", target="gfx950")
+    assert "__hip_cvt_float_to_fp8(x[0], __HIP_SATFINITE, __HIP_E4M3);" in gfx950
+    assert "__hip_fp8_e4m3* out" in gfx950 and "out[0] = __hip_fp8_e4m3(x[1]);" in gfx950 and "__nv" not in gfx950
+    assert report.renamed["__nv_fp8_e4m3"] == "__hip_fp8_e4m3"
+    with pytest.raises(ValueError, match="gfx905.*gfx942, gfx950"):
+        hipify_source(FP8_SRC, "f.cu", target="gfx905")
+
+
+def test_fp8_left_for_gfx942_is_reported_by_the_scan(tmp_path):
+    from polyrec.migrate.hipify import hipify_tree
+    from polyrec.migrate.scan import scan_paths
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("f.cu", "g.cu"):  # two files: the target must hold for every file of a tree
+        (src / name).write_text(FP8_SRC)
+    hipify_tree(src, tmp_path / "942", target="gfx942")
+    left = scan_paths([tmp_path / "942" / "g.cu"]).findings
+    # line 1 is the added runtime header; cuda_fp8.h became hip/hip_fp8.h (the same header on every target)
+    assert sorted((f.line, f.rule) for f in left) == [(3, "PM112"), (4, "PM112"), (5, "PM112")]
+    assert "gfx942" in left[0].message and "fnuz" in left[0].message
+    hipify_tree(src, tmp_path / "950", target="gfx950")
+    assert scan_paths([tmp_path / "950"]).findings == []
+
+
+def test_cli_hipify_takes_the_target(tmp_path):
+    src = tmp_path / "f.cu"
+    src.write_text(FP8_SRC)
+    ok = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(tmp_path / "950"), "--target", "gfx950"])
+    assert ok.exit_code == 0 and "__nv_fp8_e4m3" not in (tmp_path / "950" / "f.cu").read_text()
+    bad = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(tmp_path / "x"), "--target", "gfx905"])
+    assert bad.exit_code == 2 and "unknown target 'gfx905'" in bad.output

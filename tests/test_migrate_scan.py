@@ -214,3 +214,61 @@ def test_sarif_uri_is_percent_encoded(tmp_path):
     uri = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert uri.endswith("/my%20dir%231/k%20100%25.py") and " " not in uri
     jsonschema.validate(sarif, json.loads(SCHEMA.read_text()))
+
+
+def test_corpus_files_of_the_audit_misses_are_scanned_exactly():
+    names = ("pos_fp8.cu", "neg_fp8.cu", "pos_warp.cu", "neg_warp.cu", "pos_triton.py", "neg_triton.py",
+             "pos_python_runtime.py", "neg_python_runtime.py")
+    got = {(Path(f.path).name, f.line, f.rule) for f in scan_paths([CORPUS / n for n in names]).findings}
+    expected = {e for e in expected_findings() if e[0] in names}
+    assert got == expected, (sorted(got - expected), sorted(expected - got))
+
+
+def test_cuda_fp8_types_name_both_amd_formats(tmp_path):
+    result = _scan_text(tmp_path, "q.cu", "#include <cuda_fp8.h>\n__device__ __nv_fp8x4_e4m3 q(float4 v);\n"
+                                          "__device__ int e() { return __NV_E4M3; }\n"
+                                          "#ifdef __HIP_PLATFORM_AMD__\n__device__ __nv_fp8_e5m2 r;\n#endif\n")
+    assert _rules(result) == [(1, "PM112"), (2, "PM112"), (3, "PM112")]
+    message = result.findings[1].message
+    assert "__hip_fp8x4_e4m3" in message and "gfx950" in message and "gfx942" in message and "fnuz" in message
+
+
+def test_macro_bodies_are_scanned_like_code(tmp_path):
+    src = ("#define FULL 0xffffffff\n"
+           "#define WARP_REDUCE(x) __shfl_down_sync(0xffffffff, x, 16)\n"
+           "#define LANE (threadIdx.x & 31)\n"
+           "#define SUM(v) \\\n  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o)\n"
+           "#define KERNEL(T) __global__ void k_##T(T* x) { x[threadIdx.x % 32] = 0; }\n"
+           "#define PTX(r) asm(\"mov.u32 %0, %%laneid;\" : \"=r\"(r))\n"
+           "#ifdef USE_ROCM\n#define R2(x) __shfl_down_sync(0xffffffff, x, 32)\n#endif\n"
+           "#define OK(x) __shfl_down(x, warpSize / 2)\n")
+    result = _scan_text(tmp_path, "m.cu", src)
+    assert _rules(result) == [(2, "PM102"), (3, "PM101"), (5, "PM101"), (5, "PM102"), (6, "PM101"), (7, "PM103")]
+    located = {(f.line, f.column, f.snippet) for f in result.findings}
+    assert (2, 24, src.splitlines()[1]) in located and (5, 3, src.splitlines()[4].strip()) in located
+
+
+def test_annotated_warp_size_assignment(tmp_path):
+    result = _scan_text(tmp_path, "a.py", "WARP_SIZE: int = 32\nself_warp_size: int = 64\nBLOCK: int = 32\n"
+                                          "class C:\n    threads_per_warp: int = 32\n")
+    assert _rules(result) == [(1, "PM101"), (5, "PM101")]
+
+
+def test_capability_read_through_a_properties_variable(tmp_path):
+    src = ("import torch\nprops = torch.cuda.get_device_properties(0)\nn = props.multi_processor_count\n"
+           "if props.major >= 9:\n    pass\ncap = (props.major, props.minor)\nuse = cap >= (9, 0)\n"
+           "p2: object = torch.cuda.get_device_properties(0)\nok = p2.minor == 0\n"
+           "if torch.version.hip is None and props.major == 8:\n    pass\nbig = n > 100\n")
+    assert _rules(_scan_text(tmp_path, "p.py", src)) == [(4, "PM202"), (7, "PM202"), (9, "PM202")]
+
+
+def test_ptx_approximate_ops_in_triton_inline_asm(tmp_path):
+    def asm(text: str) -> str:
+        return f"y = tl.inline_asm_elementwise({text!r}, '=r,r', [x], dtype=tl.float32, is_pure=True, pack=1)\n"
+
+    src = ("import triton.language as tl\n" + asm("tanh.approx.f32 $0, $1;") + asm("ex2.approx.ftz.f32 $0, $1;")
+           + asm("rcp.approx.ftz.f64 $0, $1;") + asm("{ lg2.approx.f32 $0, $1; }") + asm("v_exp_f32 $0, $1")
+           + asm("sqrt.rn.f32\t$0, $1;"))
+    result = _scan_text(tmp_path, "t.py", src)
+    assert _rules(result) == [(2, "PM103"), (3, "PM103"), (4, "PM103"), (5, "PM103"), (7, "PM103")]
+    assert "tanh.approx" in result.findings[0].message and "libdevice" in result.findings[0].message

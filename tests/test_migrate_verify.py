@@ -120,3 +120,38 @@ def test_compile_stage_rejects(name, reference, why, monkeypatch):
     report = verify(HERE / name, reference, VerifyConfig(seeds=(0,)))
     assert not report.accepted and report.stages["compile"] == "fail", report.failures
     assert any(why in f for f in report.failures), report.failures
+
+
+def test_static_check_refuses_modules_held_in_names():
+    src = ("import torch\nimport triton\nimport triton.language as tl\n@triton.jit\ndef k(p):\n    pass\n"
+           "def run(x, lib=tl):\n    t = torch\n    u = torch.utils\n    t.load('f')\n"
+           "    u.cpp_extension.load('m', [])\n    [torch][0].load('f')\n    return x\n")
+    problems = static_check(src, "ref", "f")
+    for line, module in ((7, "triton.language"), (8, "torch"), (9, "torch.utils"), (12, "torch")):
+        assert any(p.startswith(f"line {line}: the module {module} ") for p in problems), (line, problems)
+
+
+def test_candidates_get_their_own_triton_cache(tmp_path, monkeypatch):
+    import torch
+
+    from polyrec.migrate.verify import run_sandboxed
+
+    shared = tmp_path / "shared-triton-cache"  # the caller's cache, which other candidates' kernels use
+    shared.mkdir()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    poison = shared / "poisoned.json"
+    candidate = tmp_path / "poisoner.py"
+    candidate.write_text("import triton\n"
+                         "OWN = triton.knobs.cache.dir\n"
+                         f"def run(*inputs):\n    open({str(poison)!r}, 'w').write(OWN)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    torch.save([()], work / "cases.pt")
+    error = run_sandboxed("run", candidate, work / "cases.pt", work / "out.pt", "", NUMERICS, interpret=True)
+    assert error is not None and "PermissionError" in error and not poison.exists(), error
+    candidate.write_text("import triton\n"
+                         f"def run(*inputs):\n    open({str(work / 'cache_dir.txt')!r}, 'w').write("
+                         "triton.knobs.cache.dir)\n    return None\n")
+    run_sandboxed("run", candidate, work / "cases.pt", work / "out.pt", "", NUMERICS, interpret=True)
+    own = Path((work / "cache_dir.txt").read_text())
+    assert own.parent == work and own != shared

@@ -102,6 +102,9 @@ def hipify(
     launch_ggl: bool = typer.Option(False, "--launch-ggl",
                                     help="Rewrite <<<>>> to hipLaunchKernelGGL (hipify-clang --hip-kernel-execution-syntax)."),
     pytorch_extension: bool = typer.Option(False, help="Also apply torch's PyTorch/c10-specific names."),
+    target: str | None = typer.Option(None, help="The AMD target the output is for (gfx942 or gfx950): fp8 types "
+                                      "of CUDA's OCP formats are renamed only where the target has them (default: "
+                                      "none, left to the scan's PM112)."),
 ) -> None:
     """Translate CUDA to HIP; write the files, hipify.diff and hipify-report.json into OUT."""
     from polyrec.migrate.hipify import hipify_tree
@@ -110,8 +113,8 @@ def hipify(
     skipped: dict[str, str] = {}
     try:
         reports, diff = hipify_tree(path, out, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension,
-                                    skipped=skipped)
-    except FileNotFoundError as exc:
+                                    target=target, skipped=skipped)
+    except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     (out / "hipify.diff").write_text(diff)
     remaining = scan_paths([out / r.path for r in reports])

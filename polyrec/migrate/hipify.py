@@ -8,7 +8,12 @@ it this module closes the gaps of torch's hipify that the migration issue lists:
   ``<>``/``""`` style kept; a second include of the same HIP header dropped), per hipify-clang's tests
   (ROCm/HIP tests/hipify-clang/unit_tests/headers/headers_test_*.cu);
 - ``#include "hip/hip_runtime.h"`` is added to every .cu/.cuh file and to C++ files with device code
-  in code (not in comments), placed before the first ``#include``;
+  in code (not in comments), at file scope: before the first ``#include`` or line of code, or before the
+  outermost ``#if`` block around it (never inside a comment or a conditional block); includes inside
+  comments are neither renamed nor counted;
+- cuda_fp8.h names are translated where hip/hip_fp8.h has the same thing: storage types, saturation
+  modes and conversion functions always, the OCP format types (``__nv_fp8_e4m3``...) only for a target
+  whose device code has the OCP formats (gfx950); elsewhere they are left and the scan reports them (PM112);
 - launches stay ``<<<>>>`` (valid HIP, hipify-clang's default) or, with ``launch_ggl``, become
   ``hipLaunchKernelGGL`` also inside macros and for templated kernels (hipify_launch.py);
 - driver / cuSPARSE / cuSOLVER names missing from torch's table are added (GAP_MAPPINGS, each a HIP
@@ -33,7 +38,8 @@ from polyrec.migrate.hipify_launch import to_launch_ggl
 #: Names HIP provides under the same signature that torch 2.13's table lacks. Sources: HIP driver API
 #: reference (hipDeviceTotalMem, hipCtxPushCurrent/PopCurrent), hipSPARSE generic API
 #: (hipsparseCreateConstCsr, hipsparseCreateBlockedEll), hipSOLVER compatibility API (hipsolverStatus_t,
-#: HIPSOLVER_STATUS_SUCCESS, hipsolverDnCreateParams).
+#: HIPSOLVER_STATUS_SUCCESS, hipsolverDnCreateParams), hip/hip_fp8.h (the __hip_fp8 storage types,
+#: saturation modes and __hip_cvt_* conversions; hipify-clang maps them the same way).
 GAP_MAPPINGS: dict[str, str] = {
     "cuDeviceTotalMem": "hipDeviceTotalMem",
     "cuCtxPushCurrent": "hipCtxPushCurrent",
@@ -43,7 +49,24 @@ GAP_MAPPINGS: dict[str, str] = {
     "cusolverStatus_t": "hipsolverStatus_t",
     "CUSOLVER_STATUS_SUCCESS": "HIPSOLVER_STATUS_SUCCESS",
     "cusolverDnCreateParams": "hipsolverDnCreateParams",
-}
+} | {  # cuda_fp8.h names whose hip/hip_fp8.h twin does not fix the fp8 format (it is an argument or absent)
+    f"__nv_{name}": f"__hip_{name}" for name in (
+        "fp8_storage_t", "fp8x2_storage_t", "fp8x4_storage_t", "saturation_t", "fp8_interpretation_t",
+        "cvt_double_to_fp8", "cvt_double2_to_fp8x2", "cvt_float_to_fp8", "cvt_float2_to_fp8x2",
+        "cvt_halfraw_to_fp8", "cvt_halfraw2_to_fp8x2", "cvt_bfloat16raw_to_fp8", "cvt_bfloat16raw2_to_fp8x2",
+        "cvt_fp8_to_halfraw", "cvt_fp8x2_to_halfraw2")
+} | {"__NV_NOSAT": "__HIP_NOSAT", "__NV_SATFINITE": "__HIP_SATFINITE"}
+#: cuda_fp8.h names of the OCP fp8 formats and their hip/hip_fp8.h twins (same name, same OCP format).
+#: Exact only where device code has the OCP types: hip/hip_fp8.h sets HIP_FP8_TYPE_OCP to 0 for gfx942
+#: device code (only the FNUZ types ``__hip_fp8_e4m3_fnuz``...: bias one higher, no inf or -0, e4m3 max 240
+#: not 448) and to 1 for gfx950. Source: ROCm/clr hipamd/include/hip/amd_detail/amd_hip_fp8.h (commit
+#: 23b03d98); ROCm "Data types and precision support" (rocm.docs.amd.com/compatibility/precision-support.html).
+#: hipify-clang maps them to the _fnuz types, which changes what the bits mean (its synthetic device test).
+FP8_OCP_MAPPINGS: dict[str, str] = {
+    f"__nv_{kind}_{fmt}": f"__hip_{kind}_{fmt}" for kind in ("fp8", "fp8x2", "fp8x4") for fmt in ("e4m3", "e5m2")
+} | {"__NV_E4M3": "__HIP_E4M3", "__NV_E5M2": "__HIP_E5M2"}
+#: The fp8 format of device code per AMD target (same source as FP8_OCP_MAPPINGS).
+FP8_FORMAT_BY_TARGET = {"gfx942": "fnuz", "gfx950": "ocp"}
 #: Headers torch's table lacks or writes differently from hipify-clang.
 GAP_HEADERS: dict[str, str] = {
     "cusolverDn.h": "hipsolver.h",
@@ -54,18 +77,22 @@ GAP_HEADERS: dict[str, str] = {
 RUNTIME_HEADER = "hip/hip_runtime.h"
 _CUDA_NAME = re.compile(r"^(cuda[A-Z]\w*|cu[A-Z]\w*|cublas\w*|cusparse\w*|cusolver\w*|curand\w*|cufft\w*|"
                         r"nvrtc\w*|CUDA_\w+|CU_\w+|CUBLAS_\w+|CUSPARSE_\w+|CUSOLVER_\w+)$")
-_INCLUDE = re.compile(r'^(\s*#\s*include\s*)([<"])([^>"]+)([>"])', re.MULTILINE)
+_INCLUDE = re.compile(r'^([ \t]*#[ \t]*include[ \t]*)([<"])([^>"\n]+)([>"])', re.MULTILINE)
 _DEVICE_CODE = re.compile(r"__global__|__device__|__shared__|<<<|\bthreadIdx\b|\bblockIdx\b|__syncthreads")
 _MASK_FIX = re.compile(r"(__(?:shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|match_any|match_all)_sync\s*\(\s*)"
                        r"(0[xX][fF]{8}[uU]?[lL]{0,2}|~0[uU]?)(\s*,)")
 _POPC_BALLOT = re.compile(r"\b__popc(\s*\(\s*__(?:ballot_sync|ballot|activemask)\b)")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
-# Comments, raw strings R"d(...)d" (may span lines), strings, char literals, <header> names, and numbers
+# Comments, raw strings R"d(...)d" (may span lines), strings, char literals, #include lines, and numbers
 # (pp-numbers, so that the digit separator of 1'000 is not read as the start of a char literal).
 _LEX = re.compile(r'(?P<number>(?<![\w.])\.?\d(?:[eEpP][+-]|\'(?=\w)|[\w.])*)|//[^\n]*|/\*.*?\*/|'
                   r'(?<!\w)(?:u8|[uUL])?R"(?P<delim>[^()\\ \t\n"]{0,16})\(.*?\)(?P=delim)"|'
-                  r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|#\s*include\s*<[^>\n]*>',
+                  r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|'
+                  r'(?P<include>#\s*include\s*(?:<[^>\n]*>|"[^"\n]*"))',
                   re.DOTALL)
+# One logical source line: physical lines joined by a trailing backslash (a multi-line #define is one).
+_LOGICAL_LINE = re.compile(r"(?:[^\n]*\\\n)*[^\n]*\n?")
+_DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w*)")
 HIPIFY_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp"})
 
 
@@ -128,9 +155,16 @@ def _clang_header(header: str) -> str:
     return parts[1] if len(parts) == 2 and parts[1] == f"{parts[0]}.h" else header
 
 
-def mask_comments_and_strings(text: str) -> str:
-    """``text`` with comments and string/char literals replaced by spaces (newlines kept)."""
-    return _LEX.sub(lambda m: m.group(0) if m.group("number") else re.sub(r"[^\n]", " ", m.group(0)), text)
+def mask_comments_and_strings(text: str, *, keep_includes: bool = False) -> str:
+    """``text`` with comments and string/char literals replaced by spaces (newlines kept).
+
+    ``#include`` lines are masked too, unless ``keep_includes`` (then only real includes are left as text).
+    """
+    def mask(m: re.Match[str]) -> str:
+        keep = m.group("number") or (keep_includes and m.group("include"))
+        return m.group(0) if keep else re.sub(r"[^\n]", " ", m.group(0))
+
+    return _LEX.sub(mask, text)
 
 
 def _rename(text: str, masked: str, idents: dict[str, str], report: FileReport) -> str:
@@ -152,7 +186,7 @@ def _rename(text: str, masked: str, idents: dict[str, str], report: FileReport) 
 def _headers(text: str, headers: dict[str, str], report: FileReport) -> str:
     seen: set[str] = set()
 
-    def repl(m: re.Match[str]) -> str:
+    def repl(m: re.Match[str], _line: int) -> str:
         name = m.group(3)
         new = headers.get(name, name)
         if new != name:
@@ -162,26 +196,48 @@ def _headers(text: str, headers: dict[str, str], report: FileReport) -> str:
         seen.add(new)
         return f"{m.group(1)}{m.group(2)}{new}{m.group(4)}"
 
-    return _INCLUDE.sub(repl, text)
+    return _sub_code(_INCLUDE, text, repl, keep_includes=True)
+
+
+def _runtime_header_offset(code: str) -> int:
+    """Where the runtime include goes in ``code`` (comments and strings masked, includes kept).
+
+    Before the first ``#include`` or line of code; when that sits in an ``#if``/``#ifdef``/``#ifndef``
+    block, before the outermost such block instead, so the include is always at file scope.
+    """
+    opened: list[int] = []  # offsets of the #if lines whose blocks are open
+    for m in _LOGICAL_LINE.finditer(code):
+        if not m.group(0):
+            break
+        directive = _DIRECTIVE.match(m.group(0))
+        kind = directive.group(1) if directive else ("code" if m.group(0).strip() else "")
+        if kind in ("if", "ifdef", "ifndef"):
+            opened.append(m.start())
+        elif kind == "endif" and opened:
+            opened.pop()
+        elif kind in ("include", "code"):
+            return opened[0] if opened else m.start()
+    return opened[0] if opened else len(code)
 
 
 def _add_runtime_header(text: str, suffix: str, report: FileReport) -> str:
-    if RUNTIME_HEADER in text:
+    code = mask_comments_and_strings(text, keep_includes=True)
+    if any(m.group(3) == RUNTIME_HEADER for m in _INCLUDE.finditer(code)):
         return text
-    if suffix not in (".cu", ".cuh") and not _DEVICE_CODE.search(mask_comments_and_strings(text)):
+    if suffix not in (".cu", ".cuh") and not _DEVICE_CODE.search(code):
         return text
     report.runtime_header_added = True
+    at = _runtime_header_offset(code)
     line = f'#include "{RUNTIME_HEADER}"\n'
-    first = _INCLUDE.search(text)
-    if first is not None:
-        return text[:first.start()] + line + text[first.start():]
-    return line + text
+    if at and text[at - 1] != "\n":  # after a last line without a newline (a comment would swallow it)
+        line = "\n" + line
+    return text[:at] + line + text[at:]
 
 
-def _sub_code(pattern: re.Pattern[str], text: str, repl) -> str:
+def _sub_code(pattern: re.Pattern[str], text: str, repl, *, keep_includes: bool = False) -> str:
     """``pattern.sub(repl, text)`` for matches in code only (not in comments or strings)."""
     out, pos = [], 0
-    for m in pattern.finditer(mask_comments_and_strings(text)):
+    for m in pattern.finditer(mask_comments_and_strings(text, keep_includes=keep_includes)):
         out += [text[pos:m.start()], repl(m, text.count("\n", 0, m.start()) + 1)]
         pos = m.end()
     out.append(text[pos:])
@@ -200,10 +256,22 @@ def _safe_fixes(text: str, report: FileReport) -> str:
     return _sub_code(_POPC_BALLOT, _sub_code(_MASK_FIX, text, mask), popc)
 
 
-def hipify_source(text: str, path: str, *, launch_ggl: bool = False,
-                  pytorch_extension: bool = False) -> tuple[str, FileReport]:
-    """Translate one file's text; return the HIP text and what was done."""
+def _fp8_mappings(target: str | None) -> dict[str, str]:
+    """The OCP fp8 names to translate for ``target`` (an AMD gfx name; None: any target, so none)."""
+    if target is not None and target not in FP8_FORMAT_BY_TARGET:
+        raise ValueError(f"hipify: unknown target {target!r}; known: {', '.join(FP8_FORMAT_BY_TARGET)}")
+    return FP8_OCP_MAPPINGS if target is not None and FP8_FORMAT_BY_TARGET[target] == "ocp" else {}
+
+
+def hipify_source(text: str, path: str, *, launch_ggl: bool = False, pytorch_extension: bool = False,
+                  target: str | None = None) -> tuple[str, FileReport]:
+    """Translate one file's text; return the HIP text and what was done.
+
+    ``target`` (``"gfx942"``, ``"gfx950"`` or None for code that must run on both) decides the
+    translations that are exact on some targets only: the OCP fp8 types.
+    """
     idents, headers = mappings(pytorch_extension)
+    idents = idents | _fp8_mappings(target)
     report = FileReport(path=path)
     out = _safe_fixes(text, report)
     out = _rename(out, mask_comments_and_strings(out), idents, report)
@@ -244,11 +312,12 @@ def _sources(src: Path, skipped: dict[str, str]) -> list[Path]:
 
 
 def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_extension: bool = False,
-                skipped: dict[str, str] | None = None) -> tuple[list[FileReport], str]:
+                target: str | None = None, skipped: dict[str, str] | None = None) -> tuple[list[FileReport], str]:
     """Translate a file or a directory into ``out_dir`` (same relative names); return reports and a diff.
 
-    Paths that cannot be translated (dangling links, unreadable files, sockets...) are skipped, not fatal:
-    they go into ``skipped`` (relative path -> why) when given, and are warned about otherwise.
+    ``target`` is hipify_source's (the AMD target the output is for; None: every target). Paths that cannot
+    be translated (dangling links, unreadable files, sockets...) are skipped, not fatal: they go into
+    ``skipped`` (relative path -> why) when given, and are warned about otherwise.
     """
     missed: dict[str, str] = {} if skipped is None else skipped
     files = _sources(src, missed)
@@ -262,10 +331,11 @@ def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_e
         except OSError as exc:
             missed[rel] = f"cannot read: {exc.strerror or exc}"
             continue
-        new, report = hipify_source(text, rel, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension)
-        target = out_dir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(new.encode("utf-8", "surrogateescape"))
+        new, report = hipify_source(text, rel, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension,
+                                    target=target)
+        dest = out_dir / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(new.encode("utf-8", "surrogateescape"))
         reports.append(report)
         diff += _unified_diff(text, new, rel)
     if skipped is None:

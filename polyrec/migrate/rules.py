@@ -24,6 +24,9 @@ AMD_WAVEFRONT = 64
 _HIP_WARP = "HIP programming guide, 'Warp cross-lane functions' (64-bit masks, warpSize 64 on CDNA): " \
             "https://rocm.docs.amd.com/projects/HIP/en/latest/how-to/hip_cpp_language_extensions.html"
 _C10_WARP = "PyTorch c10/macros/Macros.h: C10_WARP_SIZE is 64 under USE_ROCM (real fix pattern)"
+_HIP_FP8 = "ROCm/clr hipamd/include/hip/amd_detail/amd_hip_fp8.h: HIP_FP8_TYPE_OCP is 0 in gfx942 device code, " \
+           "1 in gfx950 device code; ROCm 'Data types and precision support': " \
+           "https://rocm.docs.amd.com/en/latest/reference/precision-support.html"
 _TORCH_FP8 = "PyTorch dtypes float8_e4m3fnuz / float8_e5m2fnuz (added for MI300); vLLM's " \
              "current_platform.fp8_dtype() picks fnuz on gfx942 (real fix pattern)"
 
@@ -100,6 +103,18 @@ RULES: dict[str, Rule] = {r.id: r for r in (
                      "the LDS it needs exceeds the device's, or it spills.",
          fix="Choose a smaller tile or fewer stages on that target (polyrec selects configs per device).",
          sources=("polyrec.hardware.compile.compile_for",)),
+    Rule(id="PM112", name="cuda-fp8-types", severity=Severity.WARNING, languages=("cuda",),
+         summary="cuda_fp8.h OCP fp8 types (__nv_fp8_e4m3 / __nv_fp8_e5m2 and x2/x4, __NV_E4M3 / __NV_E5M2)",
+         explanation="hip/hip_fp8.h has twins of the same name and OCP format (__hip_fp8_e4m3...), but device "
+                     "code gets them only on gfx950 (MI350X / MI355X). gfx942 (MI300X / MI325X) device code has "
+                     "only the FNUZ formats (__hip_fp8_e4m3_fnuz...: exponent bias one higher, no infinity or "
+                     "negative zero, e4m3 max 240 not 448), so the same bits mean other numbers there "
+                     "(hipify-clang's own tests map __nv_fp8_e4m3 to __hip_fp8_e4m3_fnuz). Scales and clamps "
+                     "written for 448 overflow.",
+         fix="Choose the type per target (__hip_fp8_e4m3 on gfx950, __hip_fp8_e4m3_fnuz on gfx942, e.g. "
+             "behind #if HIP_FP8_TYPE_FNUZ) and take max / scales from it; polyrec migrate hipify translates "
+             "these names only for target gfx950.",
+         sources=(_HIP_FP8,)),
     Rule(id="PM201", name="fp8-ocp-format", severity=Severity.WARNING, languages=("python",),
          summary="OCP fp8 dtype (float8_e4m3fn / e5m2, tl.float8e4nv) without the fnuz variant",
          explanation="MI300X / MI325X (gfx942) implement the fnuz fp8 formats (float8_e4m3fnuz, "

@@ -5,8 +5,10 @@ resource limits (CPU seconds, address space, file size). Before the candidate is
 
 - installs an audit hook (``sys.addaudithook`` cannot be removed) that blocks the network, native
   libraries, new processes (compile mode: only the ptxas / cuobjdump binaries Triton resolved before
-  the candidate loaded) and every file write outside OUT's folder and Triton's cache. The hook's
-  decisions depend only on values frozen in its closure, nothing the candidate can reach and flip;
+  the candidate loaded) and every file write outside OUT's folder. Triton's cache is a folder in there
+  (TRITON_CACHE_DIR is set before torch / triton load), so a candidate cannot plant compiled kernels that
+  another candidate or the caller would load. The hook's decisions depend only on values frozen in its
+  closure, nothing the candidate can reach and flip;
 - blocks importing the reference module (BLOCKED), so the candidate cannot call or read it;
 - fills every tensor from torch.empty / empty_like / empty_strided / new_empty with NaN (poisoned
   outputs: a kernel that does not write its output returns NaN).
@@ -100,17 +102,6 @@ def _programs(mode: str) -> frozenset[str]:
         except Exception:  # noqa: BLE001 (a missing tool makes its compile fail later, with its own error)
             continue
     return frozenset(found)
-
-
-def _writable_roots(out_file: Path) -> tuple[str, ...]:
-    import triton
-
-    roots = [os.path.realpath(out_file.parent)]
-    cache = getattr(getattr(triton.knobs, "cache", None), "dir", None)
-    if cache:
-        os.makedirs(cache, exist_ok=True)
-        roots.append(os.path.realpath(cache))
-    return tuple(roots)
 
 
 def _poison_allocators(torch: Any) -> None:
@@ -252,11 +243,12 @@ def main(argv: list[str]) -> int:
     if mode not in ("run", "compile"):
         raise ValueError(f"sandbox: unknown mode {mode!r} (run | compile)")
     blocked = set(argv[4].split(",")) if len(argv) > 4 and argv[4] else set()
+    out_path = Path(out_file).resolve()
+    os.environ["TRITON_CACHE_DIR"] = str(out_path.parent / "triton-cache")  # this candidate's own cache
     import torch  # imported (with triton) before the locks: their own import machinery is trusted
 
     import triton  # noqa: F401
 
-    out_path = Path(out_file).resolve()
     private_tmp = out_path.parent / f"{mode}-tmp"
     private_tmp.mkdir(exist_ok=True)
     tempfile.tempdir = str(private_tmp)  # ptxas / cuobjdump scratch files land where writes are allowed
@@ -269,7 +261,7 @@ def main(argv: list[str]) -> int:
 
     kernel_classes = _kernel_classes()
     sys.meta_path.insert(0, _BlockImport(blocked))
-    sys.addaudithook(_make_audit(_programs(mode), _writable_roots(out_path)))
+    sys.addaudithook(_make_audit(_programs(mode), (os.path.realpath(out_path.parent),)))
     _poison_allocators(torch)
     if mode == "run":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,18 +1,21 @@
-"""CUDA / C++ hazards, found on the tree-sitter-cuda syntax tree (rules PM101-PM109).
+"""CUDA / C++ hazards, found on the tree-sitter-cuda syntax tree (rules PM101-PM109, PM112).
 
 tree-sitter and tree-sitter-cuda are optional dependencies: ``ParserMissing`` says how to install them,
 and the scanner then reports CUDA files as not scanned instead of scanning them some weaker way.
 Code inside a preprocessor conditional that names HIP / ROCm / __CUDA_ARCH__ is treated as already
 ported (HIP-Clang does not define __CUDA_ARCH__, so such a branch is not what runs on AMD).
+Macro bodies (object-like and function-like) are parsed and scanned as code too, at their place in the file.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from typing import Any
 
 from polyrec.migrate.cexpr import TYPE_BYTES, evaluate, resolve
+from polyrec.migrate.hipify import FP8_OCP_MAPPINGS
 from polyrec.migrate.rules import AMD_WAVEFRONT, LDS_BYTES_GFX942, LDS_BYTES_GFX950
 from polyrec.migrate.types import Finding
 
@@ -38,6 +41,10 @@ _LIBRARIES = (  # (include regex, namespace or call prefix, rule, library name)
     (re.compile(r"^cublasLt\.h$"), ("cublasLt",), "PM106", "cuBLASLt"),
     (re.compile(r"^cudnn(_\w+)?\.h$|^cudnn_frontend"), ("cudnn",), "PM107", "cuDNN"),
 )
+# Token pasting and stringizing mean nothing outside a macro: a##b is parsed as a__b and #x as x (same length).
+_MACRO_OPERATORS = re.compile(rb"##|#")
+# A macro body that is not a whole declaration is parsed as the body of this function.
+_MACRO_FUNCTION = b"void polyrec_macro_body() { "
 _QUERIES = {
     "define": "(preproc_def name: (identifier) @name value: (preproc_arg) @value) @node",
     "const": "(declaration declarator: (init_declarator declarator: (identifier) @name value: (_) @value)) @node",
@@ -50,6 +57,9 @@ _QUERIES = {
     "for": "(for_statement) @node",
     "shared": "(declaration (type_qualifier) @qual) @node",
     "launch": "(call_expression (kernel_call_syntax) @launch) @node",
+    "macro": "[(preproc_def name: (identifier) @name value: (preproc_arg) @value) "
+             "(preproc_function_def name: (identifier) @name value: (preproc_arg) @value)] @node",
+    "fp8": f"([(type_identifier) (identifier)] @name (#match? @name \"^({'|'.join(FP8_OCP_MAPPINGS)})$\"))",
 }
 
 
@@ -115,9 +125,11 @@ class _CudaScan:
         import tree_sitter
 
         self._cursor = tree_sitter.QueryCursor
+        self._parser = tree_sitter.Parser(lang)
         self.path = path
         parsed = _ALIGN_MACRO.sub(b"alignas  ", data)
-        self.root = tree_sitter.Parser(lang).parse(parsed).root_node
+        self.root = self._parser.parse(parsed).root_node
+        self.origin = (0, 0)  # (row, column) in the file where the parsed text starts (a macro body: its own)
         # tree-sitter counts rows at "\n" only; str.splitlines() would also split at \f, \v, \x1c...
         self.lines = data.decode("utf-8", "replace").split("\n")
         self.findings: list[Finding] = []
@@ -128,6 +140,7 @@ class _CudaScan:
 
     def add(self, rule: str, node: Any, message: str) -> None:
         row, col = node.start_point
+        row, col = row + self.origin[0], col + (self.origin[1] if row == 0 else 0)
         snippet = self.lines[row].strip() if row < len(self.lines) else ""
         self.findings.append(Finding(rule=rule, path=self.path, line=row + 1, column=col + 1, message=message,
                                      snippet=snippet[:200]))
@@ -139,10 +152,34 @@ class _CudaScan:
         return resolve(defs)
 
     def run(self) -> list[Finding]:
-        for check in (self._warp_constants, self._lane_math, self._calls, self._asm, self._libraries,
-                      self._reductions, self._static_shared, self._launches):
+        for check in (self._warp_constants, self._libraries, *self._occurrence_checks()):
             check()
+        for m in self.captures("macro"):
+            if _text(m["name"][0]) not in self.consts and not _guarded(m["node"][0]):
+                for check in self._macro_scan(m["value"][0])._occurrence_checks():
+                    check()
         return self.findings
+
+    def _occurrence_checks(self) -> tuple[Any, ...]:
+        """The checks that report each occurrence on their own (also run on macro bodies)."""
+        return (self._lane_math, self._calls, self._asm, self._reductions, self._static_shared, self._launches,
+                self._fp8)
+
+    def _macro_scan(self, value: Any) -> _CudaScan:
+        """A scan of one macro body, sharing this file's lines, constants and findings.
+
+        The body is parsed at file scope when it is a whole declaration there, else as a function body.
+        """
+        body = _MACRO_OPERATORS.sub(lambda m: b"__" if m.group(0) == b"##" else b" ",
+                                    value.text.replace(b"\\\n", b" \n"))
+        scan, prefix = copy.copy(self), b""
+        scan.root = self._parser.parse(body).root_node
+        if scan.root.has_error:
+            prefix = _MACRO_FUNCTION
+            scan.root = self._parser.parse(prefix + body + b"\n;}").root_node
+        row, col = value.start_point
+        scan.origin = (row, col - len(prefix))
+        return scan
 
     def _warp_constants(self) -> None:
         for key in ("define", "const"):
@@ -232,6 +269,19 @@ class _CudaScan:
                     self.add(rule, node, f"uses {lib} ({text})")
                     break
 
+    def _fp8(self) -> None:
+        for m in self.captures("include"):
+            if _text(m["path"][0]).strip('<>"') == "cuda_fp8.h" and not _guarded(m["node"][0]):
+                self.add("PM112", m["node"][0], "includes cuda_fp8.h: hip/hip_fp8.h has its OCP fp8 types "
+                                                f"(__hip_fp8_e4m3...) in device code on gfx950 only; {_FNUZ_ONLY}")
+        for m in self.captures("fp8"):
+            node = m["name"][0]
+            if not _guarded(node):
+                twin = FP8_OCP_MAPPINGS[_text(node)]
+                fnuz = twin + ("_FNUZ" if twin.isupper() else "_fnuz")
+                self.add("PM112", node, f"{_text(node)} is OCP fp8: its twin {twin} (hip/hip_fp8.h) has that "
+                                        f"format in device code on gfx950 only; {_FNUZ_ONLY} ({fnuz})")
+
     def _static_shared(self) -> None:
         totals: dict[int, int] = {}
         for m in self.captures("shared"):
@@ -279,6 +329,10 @@ class _CudaScan:
         size = evaluate(_text(size_node), self.consts)
         if size is not None and size > LDS_BYTES_GFX942 and not _guarded(node):
             self.add("PM109", node, f"{what} {size} B of dynamic shared memory: {_fit_text(size)}")
+
+
+_FNUZ_ONLY = ("gfx942 (MI300X/MI325X) device code has only the FNUZ formats, other numbers for the same bits "
+              "(bias +1, no inf or -0, e4m3 max 240 not 448)")
 
 
 def _fit_text(size: int) -> str:

@@ -21,8 +21,10 @@ _HIP_WORD = re.compile(r"(?<![A-Za-z0-9])(?i:hip|rocm)(?![a-z0-9])|(?<=[a-z0-9])
                        r"(?i:fnuz)")
 _WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|lanes_per_warp", re.IGNORECASE)
 _WARPS_NAME = re.compile(r"warp", re.IGNORECASE)
-_PTX = re.compile(r"(^|[\s;{])(cvt|mov|prmt|lop3|shf|ld|st|mma|ldmatrix|cp|fma|ex2|rcp|bfe|bfi|and|or|add|mul)"
-                  r"(\.[a-z0-9]+)+\s|\.reg\s+\.|%laneid|%%laneid")
+# A PTX instruction: an opcode with dotted modifiers (cvt.rn.f16.f32, tanh.approx.f32) before its first operand
+# ($0 in Triton's asm, %r1, [addr] or {a, b}); AMDGCN mnemonics join their parts with "_" (v_exp_f32), not ".".
+_PTX = re.compile(r"(?:^|[\s;{])[a-z][a-z0-9]*(?:\.[a-z0-9]+)+\s+[$%\[{]|\.reg\s+\.|%laneid")
+_PTX_APPROX = re.compile(r"\b[a-z][a-z0-9]*\.approx\b")
 _AMDGCN = re.compile(r"\b[vs]_[a-z0-9_]+\b")
 _CUPY_CUDA_ONLY = re.compile(r"\basm\s*(volatile\s*)?\(|__shfl\w*_sync\s*\(\s*0x[fF]{8}\b|__ballot_sync|"
                              r"__activemask|%laneid|cuda_fp8\.h|__nv_fp8|cuda/barrier|cuda/pipeline")
@@ -47,15 +49,16 @@ def _mentions_hip(node: ast.AST) -> bool:
     return bool(_HIP_WORD.search(ast.unparse(node)))
 
 
-def _is_capability_source(node: ast.AST) -> bool:
-    """get_device_capability(...)[i] or get_device_properties(...).major/.minor."""
+def _is_capability_source(node: ast.AST, properties_names: set[str]) -> bool:
+    """get_device_capability(...)[i], or .major / .minor of get_device_properties(...) or of a name bound to it."""
     if isinstance(node, ast.Subscript):
         node = node.value
     if isinstance(node, ast.Call):
         return _dotted(node.func).endswith("get_device_capability")
     if isinstance(node, ast.Attribute) and node.attr in ("major", "minor"):
         inner = node.value
-        return isinstance(inner, ast.Call) and _dotted(inner.func).endswith("get_device_properties")
+        return (isinstance(inner, ast.Call) and _dotted(inner.func).endswith("get_device_properties")) or \
+            (isinstance(inner, ast.Name) and inner.id in properties_names)
     return False
 
 
@@ -64,7 +67,8 @@ class _Visitor(ast.NodeVisitor):
         self.path, self.lines = path, lines
         self.findings: list[Finding] = []
         self.guard = 0  # depth of enclosing ROCm-aware conditionals
-        self.capability_names: set[str] = set()  # names bound from get_device_capability()
+        self.capability_names: set[str] = set()  # names bound to expressions that read the capability
+        self.properties_names: set[str] = set()  # names bound from get_device_properties()
         self.file_has_fnuz = any(isinstance(n, ast.Attribute) and ("fnuz" in n.attr or n.attr == "float8e4b8")
                                  for n in ast.walk(tree))
         self.str_constants: dict[str, str] = {}
@@ -110,31 +114,47 @@ class _Visitor(ast.NodeVisitor):
                 return
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        value = node.value
-        if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_device_capability"):
-            for target in node.targets:
-                for sub in ast.walk(target):
-                    if isinstance(sub, ast.Name):
-                        self.capability_names.add(sub.id)
+        self._bind(node.targets, node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind([node.target], node.value)
+        self.generic_visit(node)
+
+    def _bind(self, targets: list[ast.expr], value: ast.expr) -> None:
+        """What the names assigned ``value`` hold (capability, device properties, strings), and PM101 on 32."""
+        names = [sub.id for target in targets for sub in ast.walk(target) if isinstance(sub, ast.Name)]
+        if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_device_properties"):
+            self.properties_names.update(names)
+        if self._holds_capability(value):
+            self.capability_names.update(names)
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            for target in node.targets:
+            for target in targets:
                 if isinstance(target, ast.Name):
                     self.str_constants[target.id] = value.value
         if isinstance(value, ast.Constant) and value.value == 32 and not self.guard:
-            for target in node.targets:
+            for target in targets:
                 name = _dotted(target)
                 if name and _WARP_SIZE_NAME.search(name.split(".")[-1]):
-                    self.add("PM101", node, f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
-                                            f"{AMD_WAVEFRONT} wide")
+                    self.add("PM101", target, f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
+                                              f"{AMD_WAVEFRONT} wide")
         if isinstance(value, (ast.Compare, ast.BoolOp)):
             self._check_test(value)
-        self.generic_visit(node)
+
+    def _holds_capability(self, value: ast.expr) -> bool:
+        """``value`` is the capability, or a tuple of / arithmetic on it: (p.major, p.minor), major * 10 + minor."""
+        if isinstance(value, (ast.Tuple, ast.List)):
+            return any(self._holds_capability(e) for e in value.elts)
+        if isinstance(value, ast.BinOp):
+            return self._holds_capability(value.left) or self._holds_capability(value.right)
+        return _is_capability_source(value, self.properties_names) or \
+            (isinstance(value, ast.Name) and value.id in self.capability_names)
 
     def visit_Compare(self, node: ast.Compare) -> None:
         if not self.guard:
             for operand in (node.left, *node.comparators):
-                if _is_capability_source(operand) or (isinstance(operand, ast.Name)
-                                                       and operand.id in self.capability_names):
+                if self._holds_capability(operand):
                     self.add("PM202", node, f"`{ast.unparse(node)[:80]}` compares an NVIDIA SM version; ROCm "
                                             "reports (9, 4) on MI300X and (9, 5) on MI350X")
                     break
@@ -190,8 +210,11 @@ class _Visitor(ast.NodeVisitor):
         if last == "inline_asm_elementwise":
             asm = self._string_arg(node, 0, "asm")
             if asm is not None and _PTX.search(asm) and not _AMDGCN.search(asm):
-                self.add("PM103", node, "tl.inline_asm_elementwise with PTX assembly; Triton's AMD backend "
-                                        "cannot compile it")
+                approx = _PTX_APPROX.search(asm)
+                what = (f"the PTX approximate op {approx.group(0)}, which AMD GPUs lack; use tl.math or "
+                        "triton.language.extra.libdevice (exp2, tanh, rsqrt...), lowered for each backend"
+                        if approx else "PTX assembly; Triton's AMD backend cannot compile it")
+                self.add("PM103", node, f"tl.inline_asm_elementwise with {what}")
         elif last in ("RawKernel", "RawModule", "ElementwiseKernel", "ReductionKernel"):
             code = self._string_arg(node, 0, "code")
             if code is not None and _CUPY_CUDA_ONLY.search(code):

@@ -7,11 +7,14 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
 1. static bans (AST): only torch / triton / math imports; in kernels no torch and no try/except; no
    ``_private`` or ``__dunder__`` attribute or dunder name, no attribute that is (or a chain that reaches)
    a module outside torch / triton / math such as ``torch.sys`` or ``torch.os``, nor a risky torch
-   module (hub, serialization, cpp_extension...); no assignment to attributes of torch / triton / the
-   kernels; no eval/exec/open/globals/exit; no autotune; nothing named after the reference;
+   module (hub, serialization, cpp_extension...); a module only as ``module.attr`` (never bound to another
+   name, passed, stored or returned, which would hide what is reached through it); no assignment to
+   attributes of torch / triton / the kernels; no eval/exec/open/globals/exit; no autotune; nothing
+   named after the reference;
 2. numerics: every shape x at least one seed, fresh random inputs, outputs poisoned (NaN), against the
    reference in float64, in a sandboxed subprocess (CPU seconds, memory and file-size limits, no
-   network, no processes, no file writes outside its own folder, the reference module not importable)
+   network, no processes, no file writes outside its own folder, a Triton cache of its own in that
+   folder, the reference module not importable)
    through the Triton interpreter on a CPU or on the GPU when present. Rejected: outputs that alias an
    input, outputs not written by a Triton launch (already holding data when a launch first took them,
    or changed after their last launch), a child that exits without results, a reference file changed;
@@ -22,6 +25,7 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import json
@@ -30,6 +34,8 @@ import resource
 import subprocess
 import sys
 import tempfile
+import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,27 +117,33 @@ def _chain(node: ast.Attribute) -> list[str] | None:
     return [node.value.id, *reversed(parts)]
 
 
-def _reach_problem(dotted: str) -> str | None:
-    """Why the object at ``dotted`` (e.g. ``torch.sys.modules``) may not be used; None when it may."""
-    import types
-
-    parts = dotted.split(".")
-    if parts[0] not in ALLOWED_MODULE_ROOTS:
-        return None  # not an import: the import check speaks for it
+def _resolve(parts: list[str]) -> Iterator[Any]:
+    """The object at each prefix of ``parts`` (torch, torch.nn, torch.nn.functional...), up to one that is missing."""
     try:
         obj = importlib.import_module(parts[0])
     except ImportError:
-        return None
+        return
+    yield obj
     for i, part in enumerate(parts[1:], start=2):
-        if part.startswith("_"):
-            return f"{'.'.join(parts[:i])} is private"
         try:
             obj = getattr(obj, part)
         except AttributeError:
             try:
                 obj = importlib.import_module(".".join(parts[:i]))
             except ImportError:
-                return None  # does not exist: fails when run, no reach
+                return  # does not exist: fails when run, no reach
+        yield obj
+
+
+def _reach_problem(dotted: str) -> str | None:
+    """Why the object at ``dotted`` (e.g. ``torch.sys.modules``) may not be used; None when it may."""
+    parts = dotted.split(".")
+    if parts[0] not in ALLOWED_MODULE_ROOTS:
+        return None  # not an import: the import check speaks for it
+    private = next((i for i, part in enumerate(parts) if part.startswith("_")), None)
+    if private is not None:
+        return f"{'.'.join(parts[:private + 1])} is private"
+    for i, obj in enumerate(_resolve(parts), start=1):
         name = (getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType)
                 else f"{getattr(obj, '__module__', '') or ''}.{getattr(obj, '__qualname__', '')}")
         if isinstance(obj, types.ModuleType) and name.split(".")[0] not in ALLOWED_MODULE_ROOTS:
@@ -140,6 +152,32 @@ def _reach_problem(dotted: str) -> str | None:
         if risky_module or ".".join(parts[:i]) in RISKY_OBJECTS or name in RISKY_OBJECTS:
             return f"{'.'.join(parts[:i])} ({name}) loads code or files or reaches the network"
     return None
+
+
+@functools.cache
+def _is_module(dotted: str) -> bool:
+    """``dotted`` (torch, torch.utils, triton.language) names a module."""
+    parts = dotted.split(".")
+    if parts[0] not in ALLOWED_MODULE_ROOTS:
+        return False
+    found = list(_resolve(parts))
+    return len(found) == len(parts) and isinstance(found[-1], types.ModuleType)
+
+
+def _module_value_problem(node: ast.Name | ast.Attribute, aliases: dict[str, str]) -> str | None:
+    """Why ``node``, used as a value (not as ``node.attr``), may not be: it is a module.
+
+    A module bound to another name, passed, stored or returned would hide from the chain check what is
+    reached through it (``t = torch; t.load``), so modules may only be used as ``module.attr``.
+    """
+    chain = [node.id] if isinstance(node, ast.Name) else _chain(node)
+    if not chain or chain[0] not in aliases or not isinstance(node.ctx, ast.Load):
+        return None
+    dotted = ".".join([aliases[chain[0]], *chain[1:]])
+    if not _is_module(dotted):
+        return None
+    return (f"line {node.lineno}: the module {dotted} is used as a value; use it only as {'.'.join(chain)}.name "
+            "(an alias would hide what is reached through it)")
 
 
 def _attribute_problems(node: ast.Attribute, aliases: dict[str, str], kernels: set[str]) -> list[str]:
@@ -169,8 +207,12 @@ def static_check(source: str, reference_module: str, reference_func: str) -> lis
     ref_names = {reference_module.split(".")[0], reference_module.split(".")[-1], reference_func}
     aliases = _module_aliases(tree)
     kernels = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_jit(n)}
+    attribute_roots = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}  # x of x.attr
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
+        if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in attribute_roots and \
+                (problem := _module_value_problem(node, aliases)):
+            problems.append(problem)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for mod in mods:
@@ -220,7 +262,9 @@ def _limits(cpu_s: int, memory_bytes: int) -> Any:
 
 
 def _sandbox_env(interpret: bool) -> dict[str, str]:
-    keep = ("PATH", "HOME", "LANG", "TMPDIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+    # not TRITON_CACHE_DIR: the child keeps a cache of its own (sandbox.py), so no candidate can write
+    # compiled kernels another candidate or the caller would load
+    keep = ("PATH", "HOME", "LANG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env["PYTHONPATH"] = str(REPO_ROOT)
     if interpret:

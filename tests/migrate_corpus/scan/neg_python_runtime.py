@@ -24,6 +24,13 @@ def use_hopper_path() -> bool:
     return torch.version.hip is None and torch.cuda.get_device_capability() >= (9, 0)
 
 
+def occupancy_grid(blocks_per_cu: int) -> int:
+    props = torch.cuda.get_device_properties(0)
+    if torch.version.hip is None and props.major >= 9:
+        blocks_per_cu *= 2
+    return props.multi_processor_count * blocks_per_cu
+
+
 def describe() -> str:
     cap = torch.cuda.get_device_capability()
     print("capability", cap, "cuda", torch.version.cuda, "hip", torch.version.hip)

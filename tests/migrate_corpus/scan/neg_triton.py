@@ -3,10 +3,13 @@
 import cupy as cp
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 CONFIGS = [triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=2),
            triton.Config({"BLOCK_M": 256, "BLOCK_N": 128}, num_warps=16, num_stages=2)]
 NUM_WARPS = 32 // 4
+BLOCK_K: int = 32
+WARP_SIZE: int = 64
 BLOCK = 32 * 4
 
 _SRC = r'''
@@ -22,7 +25,7 @@ def amd_cvt(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n)
     y = tl.inline_asm_elementwise("v_cvt_f16_f32 $0, $1", "=v,v", [x], dtype=tl.float16, is_pure=True, pack=1)
-    tl.store(out_ptr + offs, y, mask=offs < n)
+    tl.store(out_ptr + offs, y + libdevice.tanh(x), mask=offs < n)
 
 
 def launch(x, out, warp_size: int, num_warps: int = 4):

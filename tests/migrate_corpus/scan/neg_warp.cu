@@ -7,6 +7,8 @@
 #define WARP_SIZE 32
 #endif
 #define TILE 32
+#define WARP_REDUCE(x) __shfl_down(x, warpSize / 2)
+#define LANE_OF(tid) ((tid) % warpSize)
 constexpr int kAlign = 32;
 
 __device__ float warp_reduce(float v) {

@@ -26,6 +26,14 @@ def pick_kernel(device: int) -> str:
     return "generic"
 
 
+def pick_by_properties(device: int) -> str:
+    props = torch.cuda.get_device_properties(device)
+    sm = props.major * 10 + props.minor
+    if props.major >= 9:  # expect: PM202
+        return "hopper"
+    return "ampere" if sm == 80 else "generic"  # expect: PM202
+
+
 def backend() -> str:
     if torch.version.cuda:  # expect: PM203
         return "gpu"

@@ -1,6 +1,6 @@
 # Triton code tuned for NVIDIA. Patterns: num_warps=32 configs from Hopper autotune lists; PTX via
-# tl.inline_asm_elementwise (fast conversions in fp8 GEMMs); warp counts turned into thread counts;
-# CuPy RawKernel strings with PTX and 32-bit masks (cupy on ROCm compiles them with hiprtc).
+# tl.inline_asm_elementwise (fast conversions in fp8 GEMMs, tanh.approx activations); warp counts turned
+# into thread counts; CuPy RawKernel strings with PTX and 32-bit masks (cupy on ROCm compiles them with hiprtc).
 import cupy as cp
 import triton
 import triton.language as tl
@@ -10,6 +10,7 @@ CONFIGS = [
     triton.Config({"BLOCK_M": 256, "BLOCK_N": 256}, num_warps=32, num_stages=2),  # expect: PM110
 ]
 WARP_SIZE = 32  # expect: PM101
+THREADS_PER_WARP: int = 32  # expect: PM101
 
 _SRC = r'''
 extern "C" __global__ void lane_sum(const float* x, float* out) {
@@ -33,3 +34,12 @@ def fast_cvt(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 def launch(x, out, num_warps: int):
     threads = num_warps * 32  # expect: PM101
     fast_cvt[(triton.cdiv(x.numel(), threads),)](x, out, x.numel(), BLOCK=threads, num_warps=32)  # expect: PM110
+
+
+@triton.jit
+def fast_gelu(x):
+    t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,  # expect: PM103
+                                  is_pure=True, pack=1)
+    e = tl.inline_asm_elementwise("{ sin.approx.ftz.f32 $0, $1; }", "=r,r", [t], dtype=tl.float32,  # expect: PM103
+                                  is_pure=True, pack=1)
+    return 0.5 * x * (1 + t) + e
