@@ -114,18 +114,24 @@ GROUP_CONFIGS = {4: tbe_select.UpdateConfig(tile=4, num_warps=1, variant="scan")
                  16: tbe_select.UpdateConfig(tile=4, num_warps=1, variant="lane", chunks=8, merge_chunks=8)}
 
 
-@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adam"])
-def test_dims_of_several_blocks_update_per_group_as_the_reference(kind, monkeypatch):
+@pytest.mark.parametrize("kind,grouped", [("rowwise_adagrad", True), ("adam", True), ("rowwise_adagrad", False)])
+def test_dims_of_several_blocks_update_per_group_as_the_reference(kind, grouped, monkeypatch):
     """TABLES' dims 8, 16 and 4 take three BLOCK_D: one update launch per group at its own width, each
     with its own config (a scan, a one-tile lane and an 8-tile lane update: spans 4, 8 and 32), its pieces
-    in its own slots, one merge over all; the sort keys carry the group (``group * total_rows`` + row)."""
+    in its own slots, one merge over all; the sort keys carry the group (``group * total_rows`` + row).
+    ``group_dims=False``: one launch at the widest BLOCK_D (16, the 8-tile lane update), keys = rows."""
     monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: GROUP_CONFIGS[kw["block_d"]])
     gen = torch.Generator().manual_seed(21)
     opt = EmbeddingOptimizer(kind=kind, lr=0.05, initial_accumulator_value=0.1 if "ada" in kind else 0)
-    module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=3)
+    module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=3, group_dims=grouped)
     rows = sum(t.rows for t in TABLES)
-    assert module.dim_blocks == [4, 8, 16] and module.invalid_key == 3 * rows
-    assert module.layout.table_key_base.tolist() == [1 * rows + 0, 2 * rows + 40, 0 * rows + 42]
+    plan = module.key_plan(100)
+    assert module.dim_blocks == [4, 8, 16]
+    if grouped:
+        assert plan.blocks == (4, 8, 16) and plan.invalid_key == 3 * rows
+        assert plan.key_base.tolist() == [1 * rows + 0, 2 * rows + 40, 0 * rows + 42]
+    else:
+        assert plan.blocks == (16,) and plan.invalid_key == rows and plan.key_base.tolist() == [0, 40, 42]
     weights, states = [w.double().clone() for w in module.table_weights()], init_states(opt, TABLES)
     for step in range(1, 4):
         batch = make_batch(gen, weighted=step == 2, max_len=9)
@@ -384,7 +390,7 @@ def test_a_trained_forward_writes_the_sort_keys_its_backward_would(weighted, mon
         want = real(batch.values, batch.offsets, batch.weights, B, None)
         n = batch.nnz
         assert written.keys.numel() > n and torch.equal(written.keys, want.keys)
-        assert torch.all(written.keys[n:] == a.invalid_key)  # the padding: the invalid key
+        assert torch.all(written.keys[n:] == written.plan.invalid_key)  # the padding: the invalid key
         assert torch.equal(written.src, want.src)
         assert (written.scale is None) == (want.scale is None)
         if written.scale is not None:
@@ -405,7 +411,8 @@ def test_an_out_of_range_id_gets_the_invalid_key_from_the_forward():
     batch.values[0], batch.values[1] = -1, TABLES[FEATURES[0]].rows
     module(batch)
     keys = module._forward_keys.keys
-    assert keys[0] == keys[1] == module.invalid_key and bool((keys[2:batch.nnz] < module.invalid_key).all())
+    invalid = module._forward_keys.plan.invalid_key
+    assert keys[0] == keys[1] == invalid and bool((keys[2:batch.nnz] < invalid).all())
 
 
 def test_no_sort_keys_are_kept_without_a_backward():
@@ -465,3 +472,21 @@ def test_a_forward_split_into_launches_writes_every_column_as_the_reference(weig
     assert len(module.forward_plan(batch)) == 3 and not torch.isnan(out).any()
     weights = [w.double() for w in module.table_weights()]
     torch.testing.assert_close(out.double(), ref_pooled(weights, batch, TABLES, FEATURES), rtol=1e-5, atol=1e-6)
+
+
+def test_dim_groups_get_their_own_launches_where_the_update_is_long_and_the_host_keeps_up():
+    """``group_dims=None``: one launch per dim group where the update at the widest BLOCK_D is predicted
+    at >= ``GROUP_MIN_UPDATE_S`` (MLPerf-sized batches) and the step is not host-bound; one launch on
+    small batches (the extra launches' host time is not paid back) and on host-bound steps."""
+    from polyrec.hardware.catalog import get_device
+
+    spec = get_device("H200")
+    shape = dict(block_d=128, row_bytes=512, state_tiles=0)
+    assert tbe_select.groups_pay(spec, nnz=20_000_000, **shape)
+    assert not tbe_select.groups_pay(spec, nnz=200_000, **shape)
+    assert not tbe_select.groups_pay(spec, nnz=20_000_000, host_bound=True, **shape)
+    module = TableBatchedEmbedding([TableSpec(name="a", rows=10, dim=16), TableSpec(name="b", rows=10, dim=128)],
+                                   optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.1))
+    assert module.key_plan(20_000_000).blocks == (16, 128) and module.key_plan(200_000).blocks == (128,)
+    module.host_bound = True
+    assert module.key_plan(20_000_000).blocks == (128,)

@@ -23,7 +23,7 @@ from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, FLAG_BAD_ID, FLAG_BAD_OF
                                          block_d,
                                          pooled_forward_kernel, sequence_forward_kernel, vector_width)
 from polyrec.kernels.tbe_forward_plan import ForwardLaunch, plan_forward
-from polyrec.kernels.tbe_fused_backward import FusedBackward, SortedIds, SortKeys
+from polyrec.kernels.tbe_fused_backward import FusedBackward, KeyPlan, SortedIds, SortKeys
 from polyrec.kernels.tbe_optim import STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
 
 POOLINGS = ("sum", "mean", "none")
@@ -56,9 +56,12 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
     def __init__(self, tables: list[TableSpec], *, optimizer: EmbeddingOptimizer, weight_dtype=torch.float32,
                  feature_to_table: list[int] | None = None, device=None, seed: int = 0, deterministic: bool = False,
                  init_scale: float | None = None, output_dtype=torch.float32, debug_checks: bool = False,
-                 update_config: tbe_select.UpdateConfig | None = None):
+                 update_config: tbe_select.UpdateConfig | None = None, group_dims: bool | None = None):
         """``update_config`` forces the update kernel's variant, tile and warps (benchmarks compare
-        variants with it); by default the cost model chooses (``tbe_select.select_update``)."""
+        variants with it); by default the cost model chooses (``tbe_select.select_update``).
+        ``group_dims``: tables whose dims take several BLOCK_D are updated by one launch per group (True),
+        by one launch at the widest (False), or as the cost model says per batch (None,
+        ``tbe_select.groups_pay``)."""
         super().__init__()
         if not tables:
             raise ValueError("TableBatchedEmbedding needs at least one table")
@@ -73,7 +76,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         self.tables, self.feature_to_table, self.optimizer = list(tables), feature_to_table, optimizer
         self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
         self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, seed
-        self.update_config = update_config
+        self.update_config, self.group_dims = update_config, group_dims
         # The step waits on the host (the trainer says so from the planner's prediction): the update's
         # selection then weighs the merge levels' host issue (tbe_select.select_update's host_bound)
         self.host_bound = False
@@ -106,7 +109,9 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         # one dim for all tables: row r of the packed buffer starts at element r * dim (the update kernels
         # then look no table up); 0 when the dims differ
         self.one_dim = dims.pop() if len(dims) == 1 else 0
-        key_base = self._group_keys(row_base)
+        blocks = [block_d([t.dim]) for t in self.tables]
+        self.dim_blocks = sorted(set(blocks))  # BLOCK_D of each dim group, ascending
+        key_base = [self.dim_blocks.index(b) * self.total_rows + base for b, base in zip(blocks, row_base)]
         col, cols = 0, []
         for t in self.feature_to_table:
             spec = self.tables[t]
@@ -128,20 +133,10 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             table_key_base=torch.tensor(key_base, dtype=i64, device=device),
             table_elem_base=torch.tensor(elem_base, dtype=i64, device=device),
             table_dim=torch.tensor([t.dim for t in self.tables], dtype=i32, device=device),
-            invalid_key=self.invalid_key)
+            total_rows=self.total_rows)
         self._pooled_ids = torch.tensor(self.pooled_features, dtype=i32, device=device)
         self._sequence_ids = torch.tensor(self.sequence_features, dtype=i32, device=device)
-        self.key_dtype = torch.int32 if self.invalid_key < 2**31 - 1 else torch.int64
-
-    def _group_keys(self, row_base: list[int]) -> list[int]:
-        """Each table's sort-key base, and the dim groups (``dim_blocks``: the BLOCK_D of each, ascending;
-        ``invalid_key``). Tables whose dims take different BLOCK_D are in different groups; a group's keys
-        are its rows' global ids plus ``group * total_rows``, so the sort puts each group's ids together and
-        the backward updates each group at its own width (docs/tbe.md, "Mixed dims")."""
-        blocks = [block_d([t.dim]) for t in self.tables]
-        self.dim_blocks = sorted(set(blocks))
-        self.invalid_key = len(self.dim_blocks) * self.total_rows
-        return [self.dim_blocks.index(b) * self.total_rows + base for b, base in zip(blocks, row_base)]
+        self.key_dtype = torch.int32 if len(self.dim_blocks) * self.total_rows < 2**31 - 1 else torch.int64
 
     def _allocate(self, device: torch.device, init_scale: float | None) -> None:
         weights = torch.empty(self.total_elems, dtype=self.weight_dtype, device=device)
@@ -318,15 +313,37 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         key = ("upd", max(nnz, 1).bit_length(), self.host_bound, block)
         if key not in self._configs:
             self._configs[key] = tbe_select.select_update(
-                tbe_select.selection_spec(self.weights.device), nnz=nnz, block_d=block,
-                row_bytes=block * self.weights.element_size(), state_tiles=STATE_PER_ELEMENT[self.optimizer.kind],
-                stochastic=self.weight_dtype != torch.float32, grad_bytes=self.output_dtype.itemsize,
-                one_dim=self.one_dim > 0, host_bound=self.host_bound)
+                tbe_select.selection_spec(self.weights.device), nnz=nnz, one_dim=self.one_dim > 0,
+                host_bound=self.host_bound, **self._update_shape(block))
         return self._configs[key]
 
-    def _group_configs(self, nnz: int) -> list[tbe_select.UpdateConfig]:
-        """The update config of each dim group (``dim_blocks``)."""
-        return [self._update_config(nnz, b) for b in self.dim_blocks]
+    def _update_shape(self, block: int) -> dict:
+        """What the update's selection and cost depend on at BLOCK_D ``block``, besides nnz."""
+        return dict(block_d=block, row_bytes=block * self.weights.element_size(),
+                    state_tiles=STATE_PER_ELEMENT[self.optimizer.kind], stochastic=self.weight_dtype != torch.float32,
+                    grad_bytes=self.output_dtype.itemsize)
+
+    def key_plan(self, nnz: int) -> KeyPlan:
+        """How the backward of a batch of ``nnz`` ids keys and launches its update (``KeyPlan``): one launch
+        per dim group where the tables' dims take several BLOCK_D and ``group_dims`` says so (None: where
+        ``tbe_select.groups_pay`` for this batch), else one at the widest BLOCK_D."""
+        lay = self.layout
+        single = KeyPlan(blocks=(self.block_d,), key_base=lay.table_row_base, invalid_key=self.total_rows)
+        if len(self.dim_blocks) == 1 or self.group_dims is False:
+            return single
+        grouped = KeyPlan(blocks=tuple(self.dim_blocks), key_base=lay.table_key_base,
+                          invalid_key=len(self.dim_blocks) * self.total_rows)
+        if self.group_dims:
+            return grouped
+        key = ("groups", max(nnz, 1).bit_length(), self.host_bound)
+        if key not in self._configs:
+            self._configs[key] = tbe_select.groups_pay(tbe_select.selection_spec(self.weights.device), nnz=nnz,
+                                                       host_bound=self.host_bound, **self._update_shape(self.block_d))
+        return grouped if self._configs[key] else single
+
+    def plan_configs(self, plan: KeyPlan, nnz: int) -> list[tbe_select.UpdateConfig]:
+        """The update config of each of ``plan``'s launches."""
+        return [self._update_config(nnz, b) for b in plan.blocks]
 
     # ---- lookups ------------------------------------------------------------------------------
     def forward(self, batch: JaggedBatch, *, lead_columns: int = 0) -> Tensor:
@@ -392,8 +409,8 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         pooled_forward_kernel[grid](
             self.weights, batch.values, batch.offsets, batch.weights, out, self.flags,
             feature_ids, lay.feat_table, lay.feat_col, lay.feat_mean, lay.table_rows, lay.table_elem_base,
-            lay.table_dim, *key_buffers, lay.table_key_base, batch.batch_size,
-            batch.values.numel(), out.stride(0), self.invalid_key,
+            lay.table_dim, *key_buffers, lay.table_row_base if keys is None else keys.plan.key_base, batch.batch_size,
+            batch.values.numel(), out.stride(0), self.total_rows if keys is None else keys.plan.invalid_key,
             BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=self.block_d, VEC=self.vec,
             HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
             STAGED=tbe_select.staged_loads(cfg) if self.staged_forward is None else self.staged_forward,

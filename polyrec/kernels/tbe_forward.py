@@ -2,9 +2,9 @@
 
 All tables of one precision live in one flat buffer; table ``t`` holds rows ``[rows_t, dim_t]`` at
 element offset ``elem_base[t]``, and its rows have global ids ``row_base[t] + local id``. The backward
-sorts keys ``key_base[t] + local id``: the global row id, plus ``group * total_rows`` where the tables'
-dims fall in more than one BLOCK_D group, so that each group's keys sort together (one update launch
-per group at its own width, ``tbe_fused_backward``).
+sorts keys ``key_base[t] + local id``: the global row id, or (tables whose dims take several BLOCK_D,
+on a batch where that pays) plus ``group * total_rows``, so that each group's keys sort together (one
+update launch per group at its own width: ``tbe_fused_backward.KeyPlan``).
 
 The pooled kernel runs one program per (block of BAGS samples, feature). Each iteration of its loop
 gathers a [BAGS, HOTS, BLOCK_D] tile: HOTS consecutive ids of each of the BAGS bags, so that
@@ -40,13 +40,13 @@ class TableLayout:
     table_key_base: Tensor  # [T] int64: sort key of the table's row 0 (its dim group * total_rows + row base)
     table_elem_base: Tensor  # [T] int64: element offset of the table in the flat buffer
     table_dim: Tensor  # [T] int32
-    invalid_key: int  # groups * total_rows: the key of no row (sorts after every table's keys)
+    total_rows: int  # sum of rows
 
     def to(self, device: torch.device) -> TableLayout:
         fields = {k: getattr(self, k).to(device) for k in ("feat_table", "feat_col", "feat_mean", "table_rows",
                                                            "table_row_base", "table_key_base", "table_elem_base",
                                                            "table_dim")}
-        return TableLayout(**fields, invalid_key=self.invalid_key)
+        return TableLayout(**fields, total_rows=self.total_rows)
 
 
 @triton.jit

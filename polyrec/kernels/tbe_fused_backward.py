@@ -43,7 +43,7 @@ class FusedBackward:
             return
         with torch.no_grad():
             ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
-            if any(c.variant == "lane" for c in self._group_configs(batch.nnz)):
+            if any(c.variant == "lane" for c in self.plan_configs(ids.plan, batch.nnz)):
                 ids.grad_stride = self.output_dim
                 ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
                                                             batch.batch_size, False)
@@ -77,11 +77,12 @@ class FusedBackward:
         has_mean = not sequence and any(self.tables[self.feature_to_table[f]].pooling == "mean"
                                         for f in self.pooled_features)
         has_scale = not sequence and (per_sample is not None or has_mean)
-        span = max(c.span for c in self._group_configs(n))  # powers of two: every group's programs are covered
-        keys = torch.full((padded_length(n, span),), self.invalid_key, dtype=self.key_dtype,
+        plan = self.key_plan(n)
+        span = max(c.span for c in self.plan_configs(plan, n))  # powers of two: every launch's programs covered
+        keys = torch.full((padded_length(n, span),), plan.invalid_key, dtype=self.key_dtype,
                           device=dev)  # the padding sorts last (the invalid key)
         return SortKeys(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
-                        keys=keys, src=torch.empty(n, dtype=torch.int32, device=dev),
+                        plan=plan, keys=keys, src=torch.empty(n, dtype=torch.int32, device=dev),
                         scale=torch.empty(n, dtype=torch.float32, device=dev) if has_scale else None)
 
     def _take_forward_keys(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> SortKeys | None:
@@ -102,8 +103,8 @@ class FusedBackward:
         fcfg = self._forward_config(batch, feats.numel())
         sort_keys_kernel[(triton.cdiv(batch_size, fcfg.bags), feats.numel())](
             values, offsets, per_sample if out.scale is not None else None, out.keys, out.src, out.scale,
-            feats, lay.feat_table, lay.feat_mean, lay.table_rows, lay.table_key_base, seq_base,
-            batch_size, values.numel(), self.invalid_key,
+            feats, lay.feat_table, lay.feat_mean, lay.table_rows, out.plan.key_base, seq_base,
+            batch_size, values.numel(), out.plan.invalid_key,
             BAGS=fcfg.bags, HOTS=fcfg.hots, SEQUENCE=sequence is not None, HAS_SCALE=out.scale is not None,
             num_warps=fcfg.num_warps)
         return out
@@ -114,8 +115,8 @@ class FusedBackward:
         written = self._take_forward_keys(values, offsets, per_sample) if sequence is None else None
         keys = written or self._sort_keys(values, offsets, per_sample, batch_size, sequence)
         sorted_keys, perm = torch.sort(keys.keys, stable=self.deterministic)
-        return SortedIds(batch=keys.batch, versions=keys.versions, keys=sorted_keys, perm=perm, src=keys.src,
-                         scale=keys.scale)
+        return SortedIds(batch=keys.batch, versions=keys.versions, plan=keys.plan, keys=sorted_keys, perm=perm,
+                         src=keys.src, scale=keys.scale)
 
     def _fused_backward(self, grad: Tensor, values: Tensor, offsets: Tensor, per_sample: Tensor | None,
                         batch_size: int, sequence: list | None) -> None:
@@ -132,7 +133,8 @@ class FusedBackward:
         if grad.stride(-1) != 1:  # the kernels take any row stride (the trainer's gradient is a column slice)
             grad = grad.contiguous()
         ids = prepared or self._sort_ids(values, offsets, per_sample, batch_size, sequence)
-        configs = self._group_configs(n)
+        plan = ids.plan
+        configs = self.plan_configs(plan, n)
         programs = [triton.cdiv(n, c.span) for c in configs]
         slots = 2 * sum(programs)  # two per program of each group's launch, the groups' slots one after another
         partial = torch.empty(slots, self.block_d, dtype=torch.float32, device=dev)  # [slots, BLOCK_D]
@@ -148,8 +150,8 @@ class FusedBackward:
                                                         grad.stride(0))  # not prepared for this gradient's layout
             ids.grad_stride = grad.stride(0)
         slot = 0
-        for g, (block, ucfg, progs) in enumerate(zip(self.dim_blocks, configs, programs)):
-            group = dict(GROUPED=len(self.dim_blocks) > 1, PART_D=self.block_d, BLOCK_D=block, TILE=ucfg.tile)
+        for g, (block, ucfg, progs) in enumerate(zip(plan.blocks, configs, programs)):
+            group = dict(GROUPED=plan.grouped, PART_D=self.block_d, BLOCK_D=block, TILE=ucfg.tile)
             self._update_group(ucfg, progs, grad, ids, partial[slot:], part_key[slot:], g, batch_size, sequence,
                                common, dict(flags, **group))
             slot += 2 * progs
@@ -167,7 +169,7 @@ class FusedBackward:
             update_kernel[(programs,)](
                 self.weights, self.state1, self.state2, grad, partial, part_key, ids.keys, ids.perm, ids.src,
                 ids.scale, lay.table_row_base, lay.table_elem_base, lay.table_dim, lay.feat_col,
-                ids.src.numel(), batch_size, grad.stride(0), len(self.tables), self.invalid_key, *keys, **common,
+                ids.src.numel(), batch_size, grad.stride(0), len(self.tables), ids.plan.invalid_key, *keys, **common,
                 SEQUENCE=sequence is not None, HAS_SCALE=ids.scale is not None, num_warps=ucfg.num_warps, **flags)
             return
         lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)), ONE_DIM=self.one_dim)
@@ -175,7 +177,7 @@ class FusedBackward:
                if ucfg.max_registers and dev.type == "cuda" and torch.version.hip is None else {})
         lane_update_kernel[(programs,)](
             self.weights, self.state1, self.state2, grad, partial, part_key, ids.keys, ids.g_off, ids.sorted_scale,
-            lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), self.invalid_key, *keys,
+            lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), ids.plan.invalid_key, *keys,
             **common, HAS_SCALE=ids.scale is not None, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **cap,
             **lane_flags)
 
@@ -214,7 +216,7 @@ class FusedBackward:
         sorted_scale = torch.empty(n, dtype=scale.dtype, device=scale.device) if scale is not None else None
         permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
             ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
-            self.output_dim if grad_stride is None else grad_stride, self.invalid_key, SEQUENCE=sequence,
+            self.output_dim if grad_stride is None else grad_stride, ids.plan.invalid_key, SEQUENCE=sequence,
             HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
         return g_off, sorted_scale
 
@@ -225,12 +227,29 @@ def padded_length(n: int, span: int) -> int:
     return triton.cdiv(n, span) * span + 1
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyPlan:
+    """How a batch's ids are keyed and updated (``TableBatchedEmbedding.key_plan``): one update launch at
+    the widest BLOCK_D, keys = global row ids; or, for tables whose dims take several BLOCK_D, one launch
+    per dim group at its own BLOCK_D, keys = group * total_rows + global row id, so that the sort puts
+    each group's ids together (``tbe_backward._group_row``)."""
+
+    blocks: tuple[int, ...]  # BLOCK_D of each launch, ascending
+    key_base: Tensor  # [T] int64 key of each table's row 0 (the layout's table_row_base or table_key_base)
+    invalid_key: int  # the key of no row: after every table's keys (len(blocks) * total_rows)
+
+    @property
+    def grouped(self) -> bool:
+        return len(self.blocks) > 1
+
+
 @dataclass(kw_only=True, slots=True)
 class SortKeys:
     """Per id position of a batch, unsorted: what the backward sorts and reads, and the batch it is of."""
 
     batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
     versions: tuple[int, ...]  # their in-place versions when written
+    plan: KeyPlan  # how the keys are made (and so how the update launches)
     keys: Tensor  # [padded_length(n, span)] global row of each id position; invalid key elsewhere
     src: Tensor  # [n] int32 gradient row of each id position
     scale: Tensor | None  # [n] per-sample weight x 1/len (mean) of each position, or None
@@ -242,6 +261,7 @@ class SortedIds:
 
     batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
     versions: tuple[int, ...]  # their in-place versions when sorted
+    plan: KeyPlan  # how the keys were made
     keys: Tensor  # [padded_length(n, span)] sorted global rows; the padding (invalid key) last
     perm: Tensor  # [padded_length] the sort's permutation (the padding's >= n)
     src: Tensor  # [n] gradient row of each id position (unsorted)

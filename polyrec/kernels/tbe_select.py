@@ -246,6 +246,15 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
     return best
 
 
+#: Predicted device seconds of a module's update at its widest BLOCK_D from which tables of mixed dims
+#: take one update launch per BLOCK_D group (``groups_pay``). Fitted on one H200 (in-process A/B of 15
+#: mixed-dims ``tbe_shapes`` cases, ``benchmarks/results/tbe_groups_ab_2026-12-01/``): the steps predicted at
+#: 0.13-1.88 ms of update waited on the host (steps of 1.9-2.3 ms, 0.2-2.2 ms of kernels) and lost 0-19%
+#: grouped, each of the G - 1 more launches adding ~0.1 ms of host time; those predicted at 4.4-19.4 ms won
+#: 7-35%. 2 ms is about the lookup step's own host time there.
+GROUP_MIN_UPDATE_S = 2e-3
+
+
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
                   unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
                   one_dim: bool = False, host_bound: bool = False) -> UpdateConfig:
@@ -255,6 +264,25 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
     ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
     ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
     gradient's element size (the module's output dtype); ``one_dim``: every table has the same dim."""
+    return _best_update(spec, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles, unique=unique,
+                        stochastic=stochastic, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound)[0]
+
+
+def groups_pay(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
+               stochastic: bool = False, grad_bytes: int = 4, host_bound: bool = False) -> bool:
+    """Whether a module whose dims take several BLOCK_D should update each dim group by a launch of its
+    own (``TableBatchedEmbedding.key_plan``): where the step does not wait on the host and the update of
+    ``nnz`` ids at the widest BLOCK_D (``block_d``, as ``select_update`` prices it) is predicted to take at
+    least ``GROUP_MIN_UPDATE_S`` of device time."""
+    seconds = _best_update(spec, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles,
+                           stochastic=stochastic, grad_bytes=grad_bytes)[1]
+    return not host_bound and seconds >= GROUP_MIN_UPDATE_S
+
+
+def _best_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
+                 unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
+                 one_dim: bool = False, host_bound: bool = False) -> tuple[UpdateConfig, float]:
+    """``select_update``'s config and its predicted device seconds."""
     ceil = ceilings(spec)
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
@@ -271,7 +299,7 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
         seconds = (priced(level_issue_s=MERGE_LEVEL_HOST_S) if host_bound else device, device)
         if seconds < best_s:
             best, best_s = cand, seconds
-    return best
+    return best, best_s[1]
 
 
 def sequence_positions(block_d: int) -> int:
