@@ -155,3 +155,25 @@ def test_candidates_get_their_own_triton_cache(tmp_path, monkeypatch):
     run_sandboxed("run", candidate, work / "cases.pt", work / "out.pt", "", NUMERICS, interpret=True)
     own = Path((work / "cache_dir.txt").read_text())
     assert own.parent == work and own != shared
+
+
+def test_the_run_stage_is_the_interpreter_on_the_cpu_even_where_a_gpu_is(tmp_path, monkeypatch):
+    """A GPU run inside the sandbox needs new processes (ldconfig, the C compiler for Triton's launcher)
+    that it refuses, so the numerics run in the interpreter with the GPUs hidden from the child, on a
+    host with a GPU too."""
+    import torch
+
+    from polyrec.migrate import verify
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    seen = {}
+
+    def record(mode, *args, interpret, **kw):
+        seen[mode] = interpret
+        return "stopped by the test"
+
+    monkeypatch.setattr(verify, "run_sandboxed", record)
+    report = verify.verify(HERE / "good_axpy.py", REFERENCE, NUMERICS)
+    assert seen == {"run": True} and "numerics: stopped by the test" in report.failures
+    env = verify._sandbox_env(True)
+    assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "" and env["HIP_VISIBLE_DEVICES"] == ""

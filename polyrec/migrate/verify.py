@@ -15,7 +15,8 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
    reference in float64, in a sandboxed subprocess (CPU seconds, memory and file-size limits, no
    network, no processes, no file writes outside its own folder, a Triton cache of its own in that
    folder, the reference module not importable)
-   through the Triton interpreter on a CPU or on the GPU when present. Rejected: outputs that alias an
+   through the Triton interpreter on the CPU (GPUs hidden from the child, present or not: a GPU run needs
+   Triton to start the C compiler and ldconfig, which the sandbox refuses). Rejected: outputs that alias an
    input, outputs not written by a Triton launch (already holding data when a launch first took them,
    or changed after their last launch), a child that exits without results, a reference file changed;
 3. compile: exactly the launches recorded during the numerics run are compiled for sm_90, gfx942 and
@@ -267,8 +268,9 @@ def _sandbox_env(interpret: bool) -> dict[str, str]:
     keep = ("PATH", "HOME", "LANG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
+    if interpret:  # the Triton interpreter on the CPU, GPUs hidden: a GPU run would have Triton build its
+        # launcher with the C compiler and find libcuda with ldconfig, new processes the sandbox refuses
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
     return env
 
 
@@ -357,8 +359,7 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
     with tempfile.TemporaryDirectory(prefix="polyrec-verify-") as tmp:
         cases_file, out_file = Path(tmp) / "cases.pt", Path(tmp) / "out.pt"
         torch.save(cases, cases_file)
-        error = run_sandboxed("run", candidate, cases_file, out_file, blocked, config,
-                              interpret=not torch.cuda.is_available())
+        error = run_sandboxed("run", candidate, cases_file, out_file, blocked, config, interpret=True)
         if not error and not out_file.is_file():
             error = "run: the sandbox exited without results (exit() / SystemExit in the candidate?)"
         result = None if error else torch.load(out_file, weights_only=True)
