@@ -490,3 +490,15 @@ def test_dim_groups_get_their_own_launches_where_the_update_is_long_and_the_host
     assert module.key_plan(20_000_000).blocks == (16, 128) and module.key_plan(200_000).blocks == (128,)
     module.host_bound = True
     assert module.key_plan(20_000_000).blocks == (128,)
+
+
+def test_dim_groups_are_not_chosen_where_their_keys_would_need_int64():
+    """Group keys reach groups * total_rows: where that passes int32 and the rows do not, the default keeps
+    one launch (int64 keys would double the sort's key bytes); ``group_dims=True`` still groups."""
+    module = TableBatchedEmbedding([TableSpec(name="a", rows=10, dim=16), TableSpec(name="b", rows=10, dim=128)],
+                                   optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.1))
+    assert module.key_plan(20_000_000).key_dtype == torch.int32 and module.key_plan(20_000_000).grouped
+    module.total_rows = 2**30  # as if the tables held 2^30 rows: 2 groups' keys reach 2^31
+    assert not module.key_plan(20_000_000).grouped and module.key_plan(20_000_000).key_dtype == torch.int32
+    module.group_dims = True
+    assert module.key_plan(20_000_000).grouped and module.key_plan(20_000_000).key_dtype == torch.int64

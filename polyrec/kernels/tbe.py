@@ -20,8 +20,7 @@ from torch import Tensor
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, FLAG_BAD_ID, FLAG_BAD_OFFSETS, TableLayout, bag_ends_kernel,
-                                         block_d,
-                                         pooled_forward_kernel, sequence_forward_kernel, vector_width)
+                                         block_d, pooled_forward_kernel, sequence_forward_kernel, vector_width)
 from polyrec.kernels.tbe_forward_plan import ForwardLaunch, plan_forward
 from polyrec.kernels.tbe_fused_backward import FusedBackward, KeyPlan, SortedIds, SortKeys
 from polyrec.kernels.tbe_optim import STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
@@ -136,7 +135,6 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             total_rows=self.total_rows)
         self._pooled_ids = torch.tensor(self.pooled_features, dtype=i32, device=device)
         self._sequence_ids = torch.tensor(self.sequence_features, dtype=i32, device=device)
-        self.key_dtype = torch.int32 if len(self.dim_blocks) * self.total_rows < 2**31 - 1 else torch.int64
 
     def _allocate(self, device: torch.device, init_scale: float | None) -> None:
         weights = torch.empty(self.total_elems, dtype=self.weight_dtype, device=device)
@@ -326,15 +324,18 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
     def key_plan(self, nnz: int) -> KeyPlan:
         """How the backward of a batch of ``nnz`` ids keys and launches its update (``KeyPlan``): one launch
         per dim group where the tables' dims take several BLOCK_D and ``group_dims`` says so (None: where
-        ``tbe_select.groups_pay`` for this batch), else one at the widest BLOCK_D."""
+        ``tbe_select.groups_pay`` for this batch and the groups' keys need no wider integers than the rows'
+        (int64 keys: a sort of twice the bytes), else one at the widest BLOCK_D."""
         lay = self.layout
         single = KeyPlan(blocks=(self.block_d,), key_base=lay.table_row_base, invalid_key=self.total_rows)
-        if len(self.dim_blocks) == 1 or self.group_dims is False:
-            return single
         grouped = KeyPlan(blocks=tuple(self.dim_blocks), key_base=lay.table_key_base,
                           invalid_key=len(self.dim_blocks) * self.total_rows)
+        if not grouped.grouped or self.group_dims is False:
+            return single
         if self.group_dims:
             return grouped
+        if grouped.key_dtype != single.key_dtype:
+            return single
         key = ("groups", max(nnz, 1).bit_length(), self.host_bound)
         if key not in self._configs:
             self._configs[key] = tbe_select.groups_pay(tbe_select.selection_spec(self.weights.device), nnz=nnz,

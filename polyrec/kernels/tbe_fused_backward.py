@@ -79,7 +79,7 @@ class FusedBackward:
         has_scale = not sequence and (per_sample is not None or has_mean)
         plan = self.key_plan(n)
         span = max(c.span for c in self.plan_configs(plan, n))  # powers of two: every launch's programs covered
-        keys = torch.full((padded_length(n, span),), plan.invalid_key, dtype=self.key_dtype,
+        keys = torch.full((padded_length(n, span),), plan.invalid_key, dtype=plan.key_dtype,
                           device=dev)  # the padding sorts last (the invalid key)
         return SortKeys(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
                         plan=plan, keys=keys, src=torch.empty(n, dtype=torch.int32, device=dev),
@@ -242,6 +242,11 @@ class KeyPlan:
     def grouped(self) -> bool:
         return len(self.blocks) > 1
 
+    @property
+    def key_dtype(self) -> torch.dtype:
+        """int32 where every key and the invalid one fit (fewer radix passes and bytes to sort)."""
+        return torch.int32 if self.invalid_key < 2**31 - 1 else torch.int64
+
 
 @dataclass(kw_only=True, slots=True)
 class SortKeys:
@@ -250,7 +255,7 @@ class SortKeys:
     batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
     versions: tuple[int, ...]  # their in-place versions when written
     plan: KeyPlan  # how the keys are made (and so how the update launches)
-    keys: Tensor  # [padded_length(n, span)] global row of each id position; invalid key elsewhere
+    keys: Tensor  # [padded_length(n, span)] sort key of each id position (``plan``); invalid key elsewhere
     src: Tensor  # [n] int32 gradient row of each id position
     scale: Tensor | None  # [n] per-sample weight x 1/len (mean) of each position, or None
 
@@ -262,7 +267,7 @@ class SortedIds:
     batch: tuple[Tensor, Tensor, Tensor | None]  # values, offsets, per-sample weights
     versions: tuple[int, ...]  # their in-place versions when sorted
     plan: KeyPlan  # how the keys were made
-    keys: Tensor  # [padded_length(n, span)] sorted global rows; the padding (invalid key) last
+    keys: Tensor  # [padded_length(n, span)] the sorted keys; the padding (invalid key) last
     perm: Tensor  # [padded_length] the sort's permutation (the padding's >= n)
     src: Tensor  # [n] gradient row of each id position (unsorted)
     scale: Tensor | None  # [n] per-sample weight x 1/len (mean) of each position, or None
