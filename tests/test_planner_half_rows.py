@@ -20,7 +20,11 @@ def _loads(dtype: str, last_dim: int = 128) -> tuple[ShardLoad, ...]:
 
 
 def test_half_rows_pay_the_rounding_and_fp32_rows_do_not(monkeypatch):
-    """Mixed dims: the one-tile update adds the rounding after its loads (ROUNDING_ISSUE_FRACTION)."""
+    """Mixed dims: the one-tile update adds the rounding after its loads (ROUNDING_ISSUE_FRACTION). Priced
+    as one launch at BLOCK_D 128 (the dim groups' launches kept off: ``tbe_select.GROUP_MIN_UPDATE_S``)."""
+    from polyrec.kernels import tbe_select
+
+    monkeypatch.setattr(tbe_select, "GROUP_MIN_UPDATE_S", float("inf"))
     spec = get_device("H200")
     ceil = ceilings(spec)
     base = {dt: _tbe_group_seconds(_loads(dt, 64), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}

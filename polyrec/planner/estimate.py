@@ -110,16 +110,47 @@ def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
     return tbe.rank_cdf(cache_rows, rows, skew)
 
 
-def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
-                   host_bound: bool = False) -> tbe_select.UpdateConfig:
-    """The update config the selector picks for one table-batched module holding ``loads`` (as
-    ``TableBatchedEmbedding._update_config``; ``host_bound``: its step is predicted host-bound)."""
+def _block_d(dim: int) -> int:
+    """BLOCK_D of rows of ``dim`` (``tbe_forward.block_d``)."""
+    return 1 << (dim - 1).bit_length()
+
+
+def _update_kwargs(loads: tuple[ShardLoad, ...], grad_bytes: int, block_d: int) -> dict:
+    """What the update's selection and cost depend on for ``loads`` at ``block_d``, besides nnz (as
+    ``TableBatchedEmbedding._update_shape``)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    block_d = 1 << (max(s.dim for s in loads) - 1).bit_length()
-    return tbe_select.select_update(spec, nnz=max(int(sum(s.accesses for s in loads)), 1), block_d=block_d,
-                                    row_bytes=block_d * wb, state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer],
-                                    stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=len({s.dim for s in loads}) == 1,
-                                    host_bound=host_bound)
+    return dict(block_d=block_d, row_bytes=block_d * wb, state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer],
+                stochastic=wb < 4, grad_bytes=grad_bytes)
+
+
+def _module_nnz(loads: tuple[ShardLoad, ...]) -> int:
+    return max(int(sum(s.accesses for s in loads)), 1)
+
+
+def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int, host_bound: bool = False,
+                   module: tuple[ShardLoad, ...] | None = None) -> tbe_select.UpdateConfig:
+    """The update config the selector picks for the launch that updates ``loads`` of the module holding
+    ``module`` (default: ``loads``; a dim group's launch is selected at the module's nnz and without
+    ``one_dim``, as ``TableBatchedEmbedding.plan_configs``); ``host_bound``: its step is predicted host-bound."""
+    module = loads if module is None else module
+    return tbe_select.select_update(spec, nnz=_module_nnz(module), one_dim=len({s.dim for s in module}) == 1,
+                                    host_bound=host_bound,
+                                    **_update_kwargs(loads, grad_bytes, _block_d(max(s.dim for s in loads))))
+
+
+def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
+                host_bound: bool = False) -> list[tuple[ShardLoad, ...]]:
+    """The shards of one module by the update launch that takes them (``TableBatchedEmbedding.key_plan``'s
+    default): one launch per BLOCK_D where the dims take several, ``tbe_select.groups_pay`` says so and
+    the groups' keys fit the rows' integer width; else one for all."""
+    blocks = sorted({_block_d(s.dim) for s in loads})
+    rows = sum(s.rows for s in loads)
+    if len(blocks) == 1 or (len(blocks) * rows >= 2**31 - 1 > rows):
+        return [loads]
+    if not tbe_select.groups_pay(spec, nnz=_module_nnz(loads), host_bound=host_bound,
+                                 **_update_kwargs(loads, grad_bytes, blocks[-1])):
+        return [loads]
+    return [tuple(s for s in loads if _block_d(s.dim) == b) for b in blocks]
 
 
 def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
@@ -128,30 +159,53 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     ``loads`` (same dtype, optimizer); ``grad_bytes``: its output gradient's element size (the dense
     half's dtype)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    block_d = 1 << (max(s.dim for s in loads) - 1).bit_length()
+    block_d = _block_d(max(s.dim for s in loads))
     bags = loads[0].bags
-    tables = []
-    for s in loads:
-        cached = s.memory == "host_cached"
-        rows = min(s.cache_rows, s.rows) if cached else s.rows
-        tables.append(tbe.TableLoad(rows=rows, row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew))
-    nnz = sum(t.accesses for t in tables)
+    tables = _table_loads(loads)
     launches = plan_forward(spec, batch_size=bags, bag_lengths=[t.accesses / bags for t in tables], block_d=block_d,
                             row_bytes=block_d * wb, table_rows=[t.rows for t in tables])
     fwd = [(tbe.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d, num_warps=la.config.num_warps),
             la.features) for la in launches]
-    one_dim = len({s.dim for s in loads}) == 1  # as TableBatchedEmbedding.one_dim
-    ucfg = _update_config(loads, spec, grad_bytes)
+    est = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
+    label = "fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
+                                for la in launches)
+    groups = _dim_groups(loads, spec, grad_bytes)
+    if len(groups) == 1:
+        ucfg = _update_config(loads, spec, grad_bytes)
+        return (est.forward_s, est.backward_s, est.sort_s,
+                label + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
+    # one launch per dim group: each group's ids priced at its own BLOCK_D and config (their sorts and
+    # merges add up to about the module's: both go with the ids)
+    parts = [_estimate(group, loads, spec, ceil, grad_bytes, [(fwd[0][0], tuple(range(len(group))))])
+             for group in groups]  # (their forward, of one launch over the group's tables, is not used)
+    configs = [_update_config(group, spec, grad_bytes, module=loads) for group in groups]
+    label += "; update " + " / ".join(f"D{_block_d(max(s.dim for s in g))} {c.variant} tile={c.tile} warps={c.num_warps}"
+                                      for g, c in zip(groups, configs))
+    return est.forward_s, sum(p.backward_s for p in parts), sum(p.sort_s for p in parts), label
+
+
+def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe.TableLoad]:
+    """The perf model's view of ``loads``: the rows a lookup reads (an HBM cache's, when host-cached)."""
+    wb = WEIGHT_BYTES[loads[0].weight_dtype]
+    return [tbe.TableLoad(rows=min(s.cache_rows, s.rows) if s.memory == "host_cached" else s.rows,
+                          row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew) for s in loads]
+
+
+def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
+              grad_bytes: int, fwd: list) -> tbe.StepEstimate:
+    """``tbe.estimate`` of ``loads`` (the module ``module``, or one of its dim groups) with the update
+    launch that takes them: its BLOCK_D and selected config; ``fwd``: forward launches over ``loads``."""
+    wb = WEIGHT_BYTES[loads[0].weight_dtype]
+    block_d = _block_d(max(s.dim for s in loads))
+    one_dim = len({s.dim for s in module}) == 1  # as TableBatchedEmbedding.one_dim
+    ucfg = _update_config(loads, spec, grad_bytes, module=module)
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
                           merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
-    est = tbe.estimate(tables, batch_size=bags, out_dim=sum(s.dim for s in loads), out_bytes=POOLED_BYTES,
-                       state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd, weight_bytes=wb,
-                       row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
-    label = ("fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
-                                 for la in launches) + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
-    return est.forward_s, est.backward_s, est.sort_s, label
+    return tbe.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
+                        out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd,
+                        weight_bytes=wb, row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
 
 
 def _host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
@@ -193,10 +247,21 @@ class Estimator:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019
     def tbe_merge_levels(self, device: str, loads: tuple[ShardLoad, ...], host_bound: bool = False) -> int:
-        """Merge-level launches of the backward of one module holding ``loads`` (its selected update config;
-        ``host_bound``: as the trainer selects it on a step predicted host-bound)."""
-        ucfg = _update_config(loads, self.specs[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype], host_bound)
-        return tbe.update_merge_levels(sum(s.accesses for s in loads), ucfg.span, ucfg.merge_chunks)
+        """Merge-level launches of the backward of one module holding ``loads`` (its selected update configs;
+        ``host_bound``: as the trainer selects them on a step predicted host-bound). The merge takes the
+        slots of every update launch: a dim group's launch covers all sorted positions."""
+        configs = self.tbe_update_configs(device, loads, host_bound)
+        programs = sum(-(-_module_nnz(loads) // c.span) for c in configs)
+        return tbe.merge_levels(programs, tbe.LEVEL_TILE * configs[-1].merge_chunks)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019
+    def tbe_update_configs(self, device: str, loads: tuple[ShardLoad, ...],
+                           host_bound: bool = False) -> tuple[tbe_select.UpdateConfig, ...]:
+        """The selected config of each update launch of one module holding ``loads`` (one per dim group
+        where it groups, ``_dim_groups``)."""
+        spec, grad_bytes = self.specs[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype]
+        return tuple(_update_config(group, spec, grad_bytes, host_bound, module=loads)
+                     for group in _dim_groups(loads, spec, grad_bytes, host_bound))
 
     def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, float, dict[str, str]]:
         """(fwd, bwd+update, of that the id sorts) seconds of one rank: one TBE module per (weight
@@ -367,8 +432,9 @@ class Estimator:
         """CPU seconds to issue one step on ``rank`` (``planner.host``); ``host_bound``: the merge levels
         the trainer's embedding backward takes on a step predicted host-bound."""
         device = self.rank_devices[rank]
-        levels = [self.tbe_merge_levels(device, _module_key(group), host_bound) for group in _modules(loads).values()]
-        emb_f, emb_b = tbe_launches(levels)
+        keys = [_module_key(group) for group in _modules(loads).values()]
+        emb_f, emb_b = tbe_launches([self.tbe_merge_levels(device, k, host_bound) for k in keys],
+                                    [len(self.tbe_update_configs(device, k, host_bound)) for k in keys])
         costs: HostCosts = self.host[self.rank_devices[rank]]
         return (emb_f + emb_b + dense.launches + dense.optimizer_launches).step_seconds(costs)
 

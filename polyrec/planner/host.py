@@ -49,10 +49,11 @@ GRAPHED_DENSE_HOST_S = 0.88e-3
 #: outputs, the seed, ``grad.contiguous`` (7).
 TBE_FWD_TORCH_OPS = 10
 TBE_BWD_TORCH_OPS = 7
-#: Triton launches per TBE module per step: forward 1 (it writes the sort keys too); backward permute,
-#: lane update, then the merge levels of the selected update config (``tbe_launches``).
-TBE_FWD_LAUNCHES = 1
-TBE_BWD_LAUNCHES = 2
+#: Triton launches per TBE module per step: forward 2 (the lookup, which writes the sort keys too, and
+#: the one-program check of the offsets' ends); backward the permute, then the update launches (one,
+#: or one per dim group) and the merge levels of the selected update configs (``tbe_launches``).
+TBE_FWD_LAUNCHES = 2
+TBE_BWD_LAUNCHES = 1
 #: Torch ops of one dense optimizer step: Adagrad's ``FusedAdagrad`` (two table copies to the device,
 #: one launch), SGD and Adam with torch's foreach implementation (step counts and the foreach ops;
 #: adam.py ``_multi_tensor_adam``), plus per parameter tensor the optimizer's Python and
@@ -131,13 +132,14 @@ def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:
     return Launches(triton=2 if split_k > 1 else 1, torch_ops=GEMM_CALL_TORCH_OPS + (1 if split_k > 1 else 0))
 
 
-def tbe_launches(merge_levels: Sequence[int]) -> tuple[Launches, Launches]:
+def tbe_launches(merge_levels: Sequence[int], update_launches: Sequence[int]) -> tuple[Launches, Launches]:
     """(forward, backward) launches of table-batched embedding modules, one per entry of
-    ``merge_levels``: the merge levels its selected update config launches
-    (``polyrec.perfmodel.tbe.update_merge_levels``)."""
+    ``merge_levels`` (the merge levels its selected update configs launch) and of ``update_launches``
+    (its update launches: 1, or one per dim group)."""
     modules = len(merge_levels)
     return (Launches(triton=TBE_FWD_LAUNCHES * modules, torch_ops=TBE_FWD_TORCH_OPS * modules),
-            Launches(triton=TBE_BWD_LAUNCHES * modules + sum(merge_levels), torch_ops=TBE_BWD_TORCH_OPS * modules))
+            Launches(triton=TBE_BWD_LAUNCHES * modules + sum(update_launches) + sum(merge_levels),
+                     torch_ops=TBE_BWD_TORCH_OPS * modules))
 
 
 def optimizer_launches(optimizer: str, tensors: int) -> Launches:

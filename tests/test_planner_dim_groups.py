@@ -1,0 +1,57 @@
+"""The planner prices a module of mixed dims as it runs (``TableBatchedEmbedding.key_plan``): one update
+launch per BLOCK_D group where ``tbe_select.groups_pay`` says so, each group's ids at its own BLOCK_D and
+config, the merge over every launch's slots; one launch at the widest BLOCK_D otherwise."""
+
+from __future__ import annotations
+
+from polyrec.hardware.calibrate import ceilings
+from polyrec.hardware.catalog import get_device
+from polyrec.perfmodel import tbe
+from polyrec.planner.estimate import ShardLoad, _dim_groups, _estimate, _tbe_group_seconds, _update_config
+
+SPEC = get_device("H200")
+CEIL = ceilings(SPEC)
+
+
+def _loads(accesses: float) -> tuple[ShardLoad, ...]:
+    """Two 20M-row fp32 tables of dims 16 and 128, row-wise Adagrad, ``accesses`` ids each."""
+    return tuple(ShardLoad(table=f"t{d}", rank=0, rows=20_000_000, dim=d, accesses=accesses, bags=65536,
+                           weight_dtype="fp32", optimizer="rowwise_adagrad", memory="device", cache_rows=0,
+                           skew="uniform") for d in (16, 128))
+
+
+def _single_backward(loads: tuple[ShardLoad, ...]) -> float:
+    fwd = [(tbe.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1), (0, 1))]
+    return _estimate(loads, loads, SPEC, CEIL, 2, fwd).backward_s
+
+
+def test_a_long_mixed_dims_update_is_priced_per_dim_group():
+    loads = _loads(10_000_000)
+    groups = _dim_groups(loads, SPEC, 2)
+    assert [[s.dim for s in g] for g in groups] == [[16], [128]]
+    fwd_s, bwd_s, sort_s, label = _tbe_group_seconds(loads, SPEC, CEIL, 2)
+    assert bwd_s < 0.9 * _single_backward(loads)  # the dim-16 ids no longer take the lanes of dim 128
+    assert "update D16 lane" in label and " / D128 lane" in label
+    small, wide = (_update_config(g, SPEC, 2, module=loads) for g in groups)
+    assert small.tile > wide.tile  # the narrow group takes longer tiles, as the module selects them
+
+
+def test_a_short_one_is_priced_as_one_launch():
+    loads = _loads(100_000)
+    assert _dim_groups(loads, SPEC, 2) == [loads]
+    assert _tbe_group_seconds(loads, SPEC, CEIL, 2)[1] == _single_backward(loads)
+    assert _dim_groups(_loads(10_000_000), SPEC, 2, host_bound=True) == [_loads(10_000_000)]
+
+
+def test_the_host_counts_each_update_launch_and_the_merge_over_all_of_them():
+    from polyrec.models.config import preset
+    from polyrec.planner import parse_fleet
+    from polyrec.planner.estimate import Estimator, _module_nnz
+    from polyrec.planner.types import model_spec_from_config
+
+    est = Estimator(model_spec_from_config(preset("dcnv2-small")), parse_fleet("H200"))
+    loads = _loads(10_000_000)
+    small, wide = est.tbe_update_configs("H200", loads)
+    one_launch = tbe.update_merge_levels(_module_nnz(loads), wide.span, wide.merge_chunks)
+    assert est.tbe_merge_levels("H200", loads) >= one_launch  # the narrow group's programs park slots too
+    assert len(est.tbe_update_configs("H200", _loads(100_000))) == 1
