@@ -67,11 +67,25 @@ def test_cli_bad_host_memory_gb(value, mode):
         " ".join(result.output.split())
 
 
-def test_cli_host_memory_gb_is_refused_with_compare(tmp_path):
+def test_compare_takes_the_hosts_memory():
+    """--compare's smallest fleets are sized for hosts of the given memory: MLPerf with fp32 rows fits one
+    H100 with host-cached tables on hosts of unknown memory (the 2 x 6 TiB bound), not on 40 GB hosts."""
+    from polyrec.models.config import preset
+    from polyrec.planner.types import PlanConstraints
+
+    model = model_spec_from_config(preset("mlperf-dcnv2"))
+    c = PlanConstraints(weight_dtypes=("fp32",))
+    unknown, small = (what_if(model, ["H100"], c, host_memory_bytes=h)[0] for h in (None, 40 * 10**9))
+    assert unknown.fleet == "H100x1" and small.gpus > unknown.gpus
+
+
+def test_cli_compare_passes_host_memory_gb(tmp_path):
     result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", "--compare", "H200", "--host-memory-gb", "2000",
-                                      "--out-dir", str(tmp_path)])
-    assert result.exit_code == 2 and "--host-memory-gb applies to a plan on --fleet" in " ".join(result.output.split())
-    assert not list(tmp_path.iterdir())
+                                      "--json", "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    bad = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", "--compare", "H200", "--host-memory-gb", "0",
+                                   "--out-dir", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and not (tmp_path / "x").exists()
 
 
 def test_cli_compare_writes_report(tmp_path):

@@ -115,8 +115,9 @@ def _print_plan(plan: Plan, console: Console) -> None:
         console.print(f"note: {note}")
 
 
-def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out_dir: Path, as_json: bool) -> None:
-    rows = what_if(model, list(devices), c)
+def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out_dir: Path, as_json: bool,
+             host_memory: int | None) -> None:
+    rows = what_if(model, list(devices), c, host_memory_bytes=host_memory)
     title = f"{model.name}: the same model on each accelerator"
     png, page = write_report(rows, out_dir, title=title, stem=f"whatif_{model.name}")
     if as_json:
@@ -190,10 +191,7 @@ def plan(
                       as_json)
             return
         if compare:
-            if host_memory_gb is not None:
-                raise ValueError("--host-memory-gb applies to a plan on --fleet and to --codesign, not to --compare "
-                                 "(its fleets are the smallest of each device kind, on hosts of unknown memory)")
-            _compare(spec, _csv(compare), c, out_dir, as_json)
+            _compare(spec, _csv(compare), c, out_dir, as_json, host_memory_bytes(host_memory_gb))
             return
         start = time.perf_counter()
         result = make_plan(spec, fleet_with_host_memory(fleet, host_memory_gb), c)

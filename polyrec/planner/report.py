@@ -33,13 +33,15 @@ class WhatIfRow:
     origin: str  # where the rates came from (copy bandwidth, matmul)
 
 
-def what_if(model: ModelSpec, devices: list[str], constraints: PlanConstraints | None = None) -> list[WhatIfRow]:
-    """One row per device kind (names as in the catalog)."""
+def what_if(model: ModelSpec, devices: list[str], constraints: PlanConstraints | None = None, *,
+            host_memory_bytes: int | None = None) -> list[WhatIfRow]:
+    """One row per device kind (names as in the catalog), on hosts of ``host_memory_bytes`` each
+    (``Fleet.host_memory_bytes``; None: not known)."""
     c = constraints or PlanConstraints()
     rows = []
     for name in devices:
         spec = get_device(name)
-        fleet = smallest_fleet(model, spec.name, c)
+        fleet = smallest_fleet(model, spec.name, c, host_memory_bytes=host_memory_bytes)
         if fleet is None:
             rows.append(WhatIfRow(device=spec.name, fleet=None, gpus=0, samples_per_s=0.0, samples_per_s_per_gpu=0.0,
                                   samples_per_s_per_watt=0.0, step_ms=0.0, peak_gb_per_gpu=0.0, batch_per_gpu=0,
