@@ -44,15 +44,20 @@ def e2e_command(
     """Train the direct port and polyrec's path on the same model and data; print samples/s and the ratio."""
     from polyrec.data import DataError
     from polyrec.runtime.bench import e2e
+    from polyrec.runtime.config import resolve
 
     if steps < 1 or warmup < 0:
         typer.echo(f"error: --steps must be at least 1 and --warmup 0 or more, got --steps {steps} --warmup {warmup}",
                    err=True)
         raise typer.Exit(2)
+    if synthetic_pool < 0:
+        typer.echo(f"error: --synthetic-pool must be 0 or more, got {synthetic_pool}", err=True)
+        raise typer.Exit(2)
     base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
                        device=device, cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, seed=seed,
                        synthetic_pool=synthetic_pool, pipeline=pipeline)
     try:
+        resolve(base)  # polyrec's path checked before the direct port's run, not after it
         out = e2e(base, warmup=warmup, steps=steps)
     except (DataError, ValueError, OSError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import json
 import os
 from typing import Any
@@ -177,7 +178,28 @@ def _load_jobs_fn(ref: str):
     if not callable(fn):
         err.print(f"[red]error:[/] --kernel {escape(ref)}: {type(fn).__name__} is not a function")
         raise typer.Exit(2)
+    try:
+        inspect.signature(fn).bind(None)  # called with one DeviceSpec
+    except TypeError as exc:
+        err.print(f"[red]error:[/] --kernel {escape(ref)}: cannot be called with one DeviceSpec ({escape(str(exc))})")
+        raise typer.Exit(2) from exc
     return fn
+
+
+def _jobs_of(ref: str, fn, spec: DeviceSpec) -> list:
+    """The compile jobs ``fn`` (a --kernel ``ref``) gives for ``spec``, or exit 2 when it gives something else."""
+    from polyrec.hardware.compile import CompileJob
+
+    jobs = fn(spec)
+    if isinstance(jobs, (list, tuple)):
+        stray = next((job for job in jobs if not isinstance(job, CompileJob)), None)
+        if stray is None:
+            return list(jobs)
+        what = f"a {type(jobs).__name__} holding a {type(stray).__name__}"
+    else:
+        what = type(jobs).__name__
+    err.print(f"[red]error:[/] --kernel {escape(ref)}: returned {escape(what)}, not a list of CompileJob")
+    raise typer.Exit(2)
 
 
 @app.command("compile-check")
@@ -198,8 +220,8 @@ def compile_check(
     refs = kernel or [f"{m}:compile_jobs" for m in KERNEL_MODULES]
     if not refs:
         err.print("[yellow]no kernels registered in polyrec.kernels.registry; pass --kernel module:function[/]")
-    jobs_fns = [_load_jobs_fn(ref) for ref in refs]  # every --kernel resolved before any compile
-    reports = [compile_for(job, spec) for jobs in jobs_fns for spec in specs for job in jobs(spec)]
+    jobs_fns = [(ref, _load_jobs_fn(ref)) for ref in refs]  # every --kernel resolved before any compile
+    reports = [compile_for(job, spec) for ref, fn in jobs_fns for spec in specs for job in _jobs_of(ref, fn, spec)]
     if as_json:
         _print_json([dataclasses.asdict(r) | {"fits": r.fits} for r in reports])
     else:

@@ -48,11 +48,19 @@ def calibration_path(device: str) -> Path:
 
 
 def load_calibration(device: str) -> dict[str, Any] | None:
-    """The stored calibration of a device, or None."""
+    """The stored calibration of a device, or None; a file that is not a JSON object is an error naming it."""
     path = calibration_path(device)
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    try:
+        measured = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"calibration file {path} is not valid JSON ({err}); run `polyrec hw calibrate` "
+                         "again or delete it") from err
+    if not isinstance(measured, dict):
+        raise ValueError(f"calibration file {path} must hold a JSON object, got {type(measured).__name__}; "
+                         "run `polyrec hw calibrate` again or delete it")
+    return measured
 
 
 def save_calibration(device: str, measured: dict[str, Any]) -> Path:
@@ -74,9 +82,12 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
     cal = f"calibrated {measured.get('date', '?')}" if measured else ""
 
     def pick(key: str, fallback: float, origin: str) -> Ceiling:
-        if measured and measured.get(key):
-            return Ceiling(value=float(measured[key]), origin=cal)
-        return Ceiling(value=fallback, origin=origin)
+        value = measured.get(key) if measured else None
+        if value is None:
+            return Ceiling(value=fallback, origin=origin)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"calibration of {spec.name}: '{key}' must be a positive number, got {value!r}")
+        return Ceiling(value=float(value), origin=cal)
 
     matmul = {}
     for dtype in MATMUL_DTYPES:

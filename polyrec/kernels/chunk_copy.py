@@ -57,28 +57,31 @@ def chunk_copy_kernel(x_ptr, out_ptr, src_start_ptr, dst_start_ptr, chunks, step
     tl.store(out_ptr + pos, v, mask=mask)
 
 
-def _validate(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor) -> None:
-    if x.dim() != 1:
-        raise ValueError(f"chunk_copy: x must be 1-D, got shape {tuple(x.shape)}")
+def _validate(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor, total: int) -> None:
+    if x.dim() != 1 or not x.is_contiguous():
+        raise ValueError(f"chunk_copy: x must be 1-D and contiguous, got shape {tuple(x.shape)} stride {x.stride()}")
     if x.dtype not in _TRITON_TYPES:
         raise TypeError(f"chunk_copy: x dtype {x.dtype} is not supported; use one of {sorted(map(str, _TRITON_TYPES))}")
     for name, t in (("src_start", src_start), ("dst_start", dst_start)):
-        if t.dim() != 1 or t.dtype != torch.int64 or t.device != x.device:
-            raise ValueError(f"chunk_copy: {name} must be a 1-D int64 tensor on {x.device}, "
-                             f"got {tuple(t.shape)} {t.dtype} on {t.device}")
+        if t.dim() != 1 or t.dtype != torch.int64 or t.device != x.device or not t.is_contiguous():
+            raise ValueError(f"chunk_copy: {name} must be a contiguous 1-D int64 tensor on {x.device}, "
+                             f"got {tuple(t.shape)} {t.dtype} stride {t.stride()} on {t.device}")
     if src_start.numel() != dst_start.numel():
         raise ValueError(f"chunk_copy: {src_start.numel()} source starts for {dst_start.numel()} destination starts")
+    if total < 0 or (total and not dst_start.numel()):
+        raise ValueError(f"chunk_copy: total must be >= 0, with at least one chunk when above 0; got total {total} "
+                         f"and {dst_start.numel()} chunks")
 
 
 def chunk_copy(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor, total: int, *,
                narrow: bool = False) -> torch.Tensor:
     """[total] tensor whose chunk c, from ``dst_start[c]`` up to the next chunk's start (or ``total``),
-    is ``x`` from ``src_start[c]`` on. ``dst_start`` [C] int64 must start at 0 and not decrease (the
+    is ``x`` from ``src_start[c]`` on (x and the starts contiguous: the kernel reads them packed). ``dst_start`` [C] int64 must start at 0 and not decrease (the
     chunks tile the output in order; they need not tile ``x``: a chunk may repeat or skip source ids).
     ``narrow``: ``x`` int64 ids, written as int32 clamped to [-1, INT32_MAX] in the same pass.
     No host synchronisation: the starts stay on the device.
     """
-    _validate(x, src_start, dst_start)
+    _validate(x, src_start, dst_start, total)
     if narrow and x.dtype != torch.int64:
         raise ValueError(f"chunk_copy: narrow takes int64 ids, got {x.dtype}")
     out = torch.empty(total, dtype=torch.int32 if narrow else x.dtype, device=x.device)

@@ -20,6 +20,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.interpreter import interpreting
 
 #: Values per program: 4 warps of 32 lanes, 8 fp32 values each (two 16-byte accesses per tensor).
 BLOCK = 1024
@@ -58,6 +59,9 @@ def adagrad_kernel(param_table, grad_table, sum_table, size_table, start_table, 
 
 def _check(p: torch.Tensor) -> None:
     g = p.grad
+    if not (p.is_cuda or interpreting()):
+        raise ValueError(f"FusedAdagrad: parameters must be on a CUDA / ROCm GPU (or run under TRITON_INTERPRET), "
+                         f"got one {tuple(p.shape)} on {p.device}; use torch.optim.Adagrad there")
     if p.dtype != torch.float32 or not p.is_contiguous():
         raise ValueError(f"FusedAdagrad: parameters must be contiguous fp32, got {p.dtype} {tuple(p.shape)}")
     if g.is_sparse or g.dtype != torch.float32 or not g.is_contiguous() or g.device != p.device:
@@ -74,21 +78,25 @@ class FusedAdagrad(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0, eps: float = 1e-10,
                  initial_accumulator_value: float = 0.0) -> None:
-        if lr < 0 or lr_decay < 0 or eps < 0 or initial_accumulator_value < 0:
+        if not min(lr, lr_decay, eps, initial_accumulator_value) >= 0:  # NaN fails too, as in torch's Adagrad
             raise ValueError(f"FusedAdagrad: lr, lr_decay, eps and initial_accumulator_value must be >= 0, got "
                              f"{lr}, {lr_decay}, {eps}, {initial_accumulator_value}")
         defaults = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": 0.0,
                     "initial_accumulator_value": initial_accumulator_value, "foreach": None, "maximize": False,
                     "differentiable": False, "fused": None}
-        super().__init__(params, defaults)
         #: Device tables of recent launches by their addresses, sizes and step sizes (``_launch``).
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor, int]] = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["step"] = torch.tensor(0.0)
-                self.state[p]["sum"] = torch.full_like(p, initial_accumulator_value)
-        self._link_steps()
+        super().__init__(params, defaults)  # each group through ``add_param_group``
         self.register_load_state_dict_post_hook(lambda optimizer: optimizer._link_steps())
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's, and the new parameters' state as ``torch.optim.Adagrad`` makes it (its sum starts at the
+        constructor's ``initial_accumulator_value``, whatever the group says), counts linked."""
+        super().add_param_group(param_group)
+        for p in self.param_groups[-1]["params"]:
+            self.state[p]["step"] = torch.tensor(0.0)
+            self.state[p]["sum"] = torch.full_like(p, self.defaults["initial_accumulator_value"])
+        self._link_steps()
 
     def _link_steps(self) -> None:
         """Make every parameter's ``step`` (torch's per-parameter CPU tensor) a view into one tensor of

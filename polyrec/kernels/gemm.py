@@ -20,6 +20,7 @@ aligned rows, 2-byte dtypes, the bias / ReLU / cross epilogues.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
-from polyrec.kernels.gemm_select import DISPATCH, select_gemm
+from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
 from polyrec.kernels.interpreter import interpreting
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
 from polyrec.perfmodel import gemm_library
@@ -38,6 +39,10 @@ ACTIVATIONS = ("none", "relu")
 _TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 #: Largest element offset the kernels compute in 32-bit arithmetic.
 MAX_ELEMENTS = 2**31 - 1
+#: What runs a GEMM with M, N or K = 0 (an empty batch): the library (torch.matmul returns the empty or
+#: all-zero product) and the epilogue pass; there are no tiles for a config (this one is never launched).
+EMPTY_CHOICE = GemmChoice(backend="library", config=INTERPRETER_CONFIG, triton_seconds=math.inf,
+                          library_seconds=math.inf)
 #: Call signatures ``matmul`` remembers before it starts over: a model makes ~40 per batch size
 #: (MLPerf DLRM-DCNv2: 41 per training step), so this holds ~100 batch sizes' worth.
 DISPATCH_ENTRIES = 4096
@@ -115,8 +120,9 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
                          f"{b.dtype}/{b.device}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"matmul: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if bias is not None and (bias.shape != (n,) or bias.device != a.device):
-        raise ValueError(f"matmul: bias must be [{n}] on {a.device}, got {tuple(bias.shape)} on {bias.device}")
+    if bias is not None and (bias.shape != (n,) or bias.device != a.device or not bias.is_contiguous()):
+        raise ValueError(f"matmul: bias must be a contiguous [{n}] on {a.device}, got {tuple(bias.shape)} with "
+                         f"stride {bias.stride()} on {bias.device}")
     if cross is not None:
         if activation != "none":
             raise ValueError("matmul: the cross epilogue takes no activation")
@@ -183,11 +189,16 @@ def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activati
     """``matmul``'s epilogue applied to an existing product y [M, N] in one Triton pass (where Triton
     cannot run — CPU tensors without the interpreter — torch ops apply it). ``out`` [M, N] may be y
     itself (each element is read, then written, by one program); None allocates one like y."""
+    if y.dim() != 2:
+        raise ValueError(f"epilogue_pass: y must be 2-D [M, N], got {tuple(y.shape)}")
     m, n = y.shape
+    if out is not None and (out.shape != (m, n) or out.device != y.device):
+        raise ValueError(f"epilogue_pass: out must be [{m}, {n}] on {y.device}, got {tuple(out.shape)} on {out.device}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"epilogue_pass: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if bias is not None and bias.shape != (n,):
-        raise ValueError(f"epilogue_pass: bias must be [{n}], got {tuple(bias.shape)}")
+    if bias is not None and (bias.shape != (n,) or not bias.is_contiguous()):
+        raise ValueError(f"epilogue_pass: bias must be a contiguous [{n}], got {tuple(bias.shape)} with stride "
+                         f"{bias.stride()}")
     for name, t in (("x0", cross[0]), ("x", cross[1])) if cross is not None else ():
         if t.shape != (m, n):
             raise ValueError(f"epilogue_pass: cross {name} must be [{m}, {n}], got {tuple(t.shape)}")
@@ -378,9 +389,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     ``warmup=True`` compiles the Triton kernel(s) for these arguments without running them.
     ``overwrite_residual=True`` gives ``residual``'s storage to the call, which returns ``residual``
     itself: the library path adds it inside the GEMM (``addmm_``, no pass, and the selector prices it
-    so), the Triton kernel writes its output over it (same dtype, contiguous).
+    so), the Triton kernel writes its output over it (same dtype, contiguous); it, and CrossGrad's d_x0,
+    must not share memory with a or b. M, N or K = 0 (an empty batch) runs the library path.
     """
     out_dtype = out_dtype or a.dtype
+    if cross_grad is not None or (overwrite_residual and residual is not None):
+        _check_in_place(a, b, residual if overwrite_residual else None, cross_grad)
     if library or config is not None:
         m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
         dtype = gemm_dtype(a)
@@ -400,6 +414,33 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     _launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
             (a_op.stride(0), a_op.stride(1)), (b_op.stride(0), b_op.stride(1)), warmup, residual, cross_grad)
     return out
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last) byte addresses a tensor's elements span."""
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether two tensors' memory spans meet (the same storage, overlapping byte ranges)."""
+    if x.numel() == 0 or y.numel() == 0 or x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr():
+        return False
+    (x_first, x_end), (y_first, y_end) = _extent(x), _extent(y)
+    return x_first < y_end and y_first < x_end
+
+
+def _check_in_place(a, b, given_up: torch.Tensor | None, cross_grad: CrossGrad | None) -> None:
+    """What ``matmul`` writes in place (a residual given up, CrossGrad's d_x0) must not share memory with
+    the operands: the programs of other output tiles still read the rows and columns it replaces."""
+    written = [("residual (overwrite_residual)", given_up)] if given_up is not None else []
+    if cross_grad is not None:
+        written.append(("cross_grad.d_x0", cross_grad.d_x0))
+    for name, t in written:
+        for operand, op in (("a", a), ("b", b)):
+            if _overlaps(t, op):
+                raise ValueError(f"matmul: {name} is written in place but shares memory with {operand}; "
+                                 "pass a separate tensor")
 
 
 def _layout(t: torch.Tensor) -> tuple:
@@ -431,6 +472,8 @@ def _dispatch(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_g
         return known
     m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
     dtype = gemm_dtype(a)
+    if min(m, n, k) == 0:  # an empty batch or layer: torch's empty (or zero) product, finished by the epilogue
+        return m, n, k, dtype, EMPTY_CHOICE
     a_op = a.t() if trans_a else a  # [M, K] view
     b_op = b.t() if trans_b else b  # [K, N] view
     spec = _device_spec(a)

@@ -170,6 +170,7 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
     Without a GPU target (the CPU), the Triton interpreter runs ``INTERPRETER_CONFIG`` when
     ``TRITON_INTERPRET`` is set, otherwise the library (torch) runs the GEMM.
     """
+    _check(m, n, k, dtype, epilogue)  # before the cache: a bucket holds sizes below 1 too
     entry = _SPECS.get(id(spec)) or _spec_entry(spec)
     if a_aligned is None or b_aligned is None:
         every = m % ALIGNMENT_ELEMENTS == 0 and n % ALIGNMENT_ELEMENTS == 0 and k % ALIGNMENT_ELEMENTS == 0
@@ -183,7 +184,6 @@ def select_gemm(m: int, n: int, k: int, dtype: str, spec: DeviceSpec, *, epilogu
     choice = _CACHE.get(key)
     if choice is not None:
         return choice
-    _check(m, n, k, dtype, epilogue)
     if spec.triton is None:
         backend = "triton" if interpreting() else "library"
         choice = GemmChoice(backend=backend, config=INTERPRETER_CONFIG, triton_seconds=math.inf,

@@ -196,9 +196,10 @@ def _validate(a, b, b_k_major: bool, bias, activation: str, cross) -> tuple[int,
     _check_operand("b [N, K]" if b_k_major else "b [K, N]", b, (n, k) if b_k_major else (k, n), a.dtype)
     if activation not in ("none", "relu"):
         raise ValueError(f"gemm_tma: activation must be 'none' or 'relu', got {activation!r}")
-    if bias is not None and (tuple(bias.shape) != (n,) or not bias.is_floating_point() or bias.device != a.device):
-        raise ValueError(f"gemm_tma: bias must be a float [{n}] on {a.device}, got {list(bias.shape)} {bias.dtype} "
-                         f"on {bias.device}")
+    if bias is not None and (tuple(bias.shape) != (n,) or not bias.is_floating_point() or bias.device != a.device
+                             or not bias.is_contiguous()):
+        raise ValueError(f"gemm_tma: bias must be a contiguous float [{n}] on {a.device}, got {list(bias.shape)} "
+                         f"{bias.dtype} with stride {bias.stride()} on {bias.device}")
     if cross is not None:
         if activation != "none":
             raise ValueError("gemm_tma: cross and relu together are not a supported epilogue")

@@ -56,6 +56,8 @@ class JaggedBatch:
         if lengths.dim() != 1 or lengths.numel() != batch_size * num_features:
             raise JaggedBatchError(f"lengths must have shape [F*B] = [{batch_size * num_features}], "
                                    f"got {tuple(lengths.shape)}")
+        if lengths.dtype not in INDEX_DTYPES:
+            raise JaggedBatchError(f"lengths must be int64 or int32, got {lengths.dtype}")
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
         torch.cumsum(lengths.to(torch.int64), 0, out=offsets[1:])
         return cls(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features,
@@ -149,6 +151,9 @@ class JaggedBatch:
     def from_kjt(cls, kjt, *, keys: Sequence[str] | None = None) -> JaggedBatch:
         """From a TorchRec ``KeyedJaggedTensor`` (optionally reordered to ``keys``)."""
         if keys is not None and list(kjt.keys()) != list(keys):
+            missing = [k for k in keys if k not in kjt.keys()]
+            if missing:
+                raise JaggedBatchError(f"keys {missing} are not in the KeyedJaggedTensor, whose keys are {list(kjt.keys())}")
             kjt = kjt.permute([list(kjt.keys()).index(k) for k in keys])
         num_features = len(kjt.keys())
         lengths = kjt.lengths()
@@ -158,9 +163,14 @@ class JaggedBatch:
 
     def to_kjt(self, keys: Sequence[str]):
         """To a TorchRec ``KeyedJaggedTensor`` with the given feature names (needs torchrec)."""
-        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
         if len(keys) != self.num_features:
             raise JaggedBatchError(f"{len(keys)} keys for {self.num_features} features")
+        try:
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+        except ModuleNotFoundError as err:
+            if err.name != "torchrec":  # torchrec is there but lacks something of its own
+                raise
+            raise ImportError("JaggedBatch.to_kjt needs torchrec, an optional extra of polyrec that is not "
+                              "installed (pip install polyrec[torchrec])") from err
         return KeyedJaggedTensor(keys=list(keys), values=self.values, weights=self.weights,
                                  lengths=self.lengths())

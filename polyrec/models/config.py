@@ -77,6 +77,11 @@ class ModelConfig:
             problems.append("dcnv2 needs dcn_layers >= 1 and dcn_rank >= 1")
         if any(r < 1 for r in self.table_rows) or self.num_dense < 1 or self.embedding_dim < 1:
             problems.append("table rows, num_dense and embedding_dim must be positive")
+        if not self.table_rows:
+            problems.append("needs at least one table (one per categorical feature)")
+        for name in ("multi_hot", "bottom_mlp", "top_mlp"):
+            if any(size < 1 for size in getattr(self, name)):
+                problems.append(f"{name} sizes must be positive, got {getattr(self, name)}")
         if problems:
             raise ValueError(f"model config {self.name!r}: " + "; ".join(problems))
 

@@ -82,8 +82,11 @@ def torch_sparse_optimizer(params: list[nn.Parameter], cfg: EmbeddingOptimConfig
     return SparseRowwiseAdagrad(params, lr=cfg.lr, eps=cfg.eps, initial_accumulator_value=cfg.initial_accumulator_value)
 
 
-def bag_bounds(offsets: torch.Tensor, batch_size: int) -> list[int]:
-    """Where each feature's values start and end: offsets[0], offsets[B], ..., offsets[F*B] (one host sync)."""
+def bag_bounds(offsets: torch.Tensor, batch_size: int, num_features: int) -> list[int]:
+    """Where each feature's values start and end: offsets[0], offsets[B], ..., offsets[F*B] (one host sync);
+    with no samples (offsets [1]) every feature's range is empty."""
+    if batch_size == 0:
+        return offsets[:1].tolist() * (num_features + 1)
     return offsets[::batch_size].tolist()
 
 
@@ -108,7 +111,7 @@ class TorchEmbeddings(nn.Module):
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
-        bounds = bag_bounds(offsets, batch_size)
+        bounds = bag_bounds(offsets, batch_size, len(self.bags))
         pooled = [bag(values[bounds[f]:bounds[f + 1]], offsets[f * batch_size:(f + 1) * batch_size] - bounds[f])
                   for f, bag in enumerate(self.bags)]  # F x [B, D]
         return torch.stack(pooled, dim=1)
@@ -159,7 +162,7 @@ class PolyrecEmbeddings(nn.Module):
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
-        num_features = (offsets.numel() - 1) // batch_size
+        num_features = len(self.tbe.feature_to_table)
         batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features)
         out = self.tbe(batch, lead_columns=self.lead_columns)  # [B, F*D]
         self._free_lead = out.data_ptr() if self.lead_columns else None
