@@ -222,6 +222,7 @@ def test_checkpoint_mode_follows_the_umask(tmp_path):
     ({"device": "meta"}, "device must be auto, cpu or cuda"),
     ({"eval_every": -2}, "--eval-every must be 0 or more"),
     ({"checkpoint_every": -2}, "--checkpoint-every must be 0 or more"),
+    ({"synthetic_pool": -1}, "--synthetic-pool must be 0 or more"),
     ({"row_cap": 0}, "--row-cap must be at least 1"),
     ({"checkpoint_every": 2}, "--checkpoint-every needs --checkpoint-dir"),
     ({"metrics_path": "DIR"}, "is a directory"),

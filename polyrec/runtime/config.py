@@ -85,7 +85,7 @@ def _device(name: str) -> torch.device:
 
 def _check_counts(cfg: TrainConfig) -> None:
     """Counts and intervals in range; errors name the option."""
-    for name in ("eval_every", "checkpoint_every", "cpu_threads"):
+    for name in ("eval_every", "checkpoint_every", "cpu_threads", "synthetic_pool"):
         if getattr(cfg, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(cfg, name)}")
     if cfg.row_cap is not None and cfg.row_cap < 1:
