@@ -18,7 +18,7 @@ from torch import nn
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.runtime.peer_exchange import CopyEngineExchange
-from polyrec.runtime.sharding import Shard, ShardedEmbedding, StartedInputs, TableSharding
+from polyrec.runtime.sharding import Shard, ShardedEmbedding, StartedInputs, TableSharding, make_shards
 
 #: Each rank initialises its shards from seed * _SEED_STRIDE + rank: distinct streams per rank, so
 #: initial values depend on the sharding (a resumed or resharded checkpoint carries exact values).
@@ -39,7 +39,8 @@ def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
     lookups per sample on one of 2 ranks, 1.54x scaling, multi_gpu_world2_*); a table with more than
     an even share of all lookups is split row-wise over every rank (no table placement could balance
     it). Without: bytes balanced, largest tables first onto the lightest rank. Tables with more than
-    ``row_wise_above`` rows are split row-wise over every rank too."""
+    ``row_wise_above`` rows are split row-wise over every rank too. A table with fewer rows than ranks
+    stays whole (a row shard without rows cannot be built)."""
     weight = list(lookups) if lookups is not None else list(table_rows)
     if len(weight) != len(table_rows):
         raise ValueError(f"default_shardings: {len(weight)} lookup counts for {len(table_rows)} tables")
@@ -50,7 +51,7 @@ def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
     for t in sorted(range(len(table_rows)), key=lambda t: (-weight[t], -table_rows[t])):
         too_hot = lookups is not None and weight[t] > sum(weight) / world_size
         too_big = row_wise_above is not None and table_rows[t] > row_wise_above
-        if (too_hot or too_big) and world_size > 1:
+        if (too_hot or too_big) and 1 < world_size <= table_rows[t]:
             plans[t] = TableSharding(kind="row", ranks=tuple(range(world_size)))
             for r in range(world_size):
                 rows[r] += table_rows[t] // world_size
@@ -63,6 +64,20 @@ def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
         rows[rank] += table_rows[t]
         load[rank] += weight[t]
     return [p for p in plans if p is not None]
+
+
+def check_buildable(shards: Sequence[Shard], world_size: int) -> None:
+    """Every rank can build its TableBatchedEmbedding: it holds a shard, and no shard is without rows
+    (a table split row-wise over more ranks than it has rows). Every rank checks the whole sharding, so
+    all raise the same error before any collective, instead of one rank failing while its peers wait."""
+    idle = sorted(set(range(world_size)) - {s.rank for s in shards})
+    if idle:
+        raise ValueError(f"rank(s) {idle} of {world_size} hold no shard; give every rank at least one table or shard")
+    empty = sorted({(s.table, s.rows[1]) for s in shards if s.num_rows == 0})
+    if empty:
+        tables = ", ".join(f"table {t} ({rows} rows)" for t, rows in empty)
+        raise ValueError(f"{tables} split row-wise over more ranks than rows: every row shard needs a row; "
+                         "shard it over fewer ranks or keep it whole")
 
 
 class DistributedEmbeddings(nn.Module):
@@ -78,11 +93,11 @@ class DistributedEmbeddings(nn.Module):
         super().__init__()
         self.dim, self.num_tables = dim, len(table_rows)
 
+        check_buildable(make_shards(table_rows, [dim] * len(table_rows), shardings, world_size), world_size)
+
         def build(shards: list[Shard], feature_to_shard: list[int]) -> nn.Module:
             tables = [TableSpec(name=f"t{s.table}[{s.rows[0]}:{s.rows[1]},{s.cols[0]}:{s.cols[1]}]",
                                 rows=s.num_rows, dim=s.dim) for s in shards]
-            if not tables:
-                raise ValueError(f"rank {rank} holds no shard; give every rank at least one table or shard")
             return TableBatchedEmbedding(tables, optimizer=optimizer, weight_dtype=weight_dtype,
                                          feature_to_table=feature_to_shard, device=device,
                                          seed=seed * _SEED_STRIDE + rank, output_dtype=output_dtype)

@@ -25,6 +25,12 @@ Ids travel as int32 when every table has fewer than 2^31 - 1 rows (half the byte
 all-to-all and of the copies around it): the pack narrows them in the same pass, clamped to
 [-1, 2^31 - 1], so an id outside its table stays outside it and is flagged by the shard's lookup.
 
+Offsets that are not a batch's (decreasing, outside ``[0, nnz]``, not from 0 to ``nnz``) would give
+split sizes the ranks disagree on, negative sizes or reads and writes out of bounds; ``count`` reads
+the nearest offsets that are (``_well_formed``: the same ones for any valid batch) and notes the
+features whose bags it changed in ``bad_features``, which ``take_malformed`` hands to the owner's
+error check (``ShardedEmbedding.check_errors``).
+
 ``regroup`` reorders what a rank received, (source rank, piece, sample), into the feature-major
 batch its local tables read, (piece, source rank, sample): a chunk copy of ``world x pieces`` blocks.
 
@@ -66,6 +72,16 @@ class Counted:
 def _exclusive_cumsum(x: Tensor) -> Tensor:
     """[n] -> [n] sums of the elements before each one."""
     return torch.cumsum(x, 0) - x
+
+
+def _well_formed(offsets: Tensor, nnz: int) -> Tensor:
+    """[F*B + 1] int64 offsets -> themselves when they are a batch's (0 first, ``nnz`` last, never
+    decreasing), else the nearest that are: clamped to [0, nnz], 0 first and ``nnz`` last, each then
+    the largest so far. Device ops only, no host sync."""
+    safe = offsets.clamp(0, nnz)
+    safe[:1].fill_(0)  # fill_ of a view: a kernel, where ``safe[0] = 0`` would copy a host scalar in
+    safe[-1:].fill_(nnz)
+    return torch.cummax(safe, 0).values
 
 
 def _take(x: Tensor, source: Tensor | None) -> Tensor:
@@ -134,6 +150,8 @@ class InputRouter:
         self.piece_row_lo = torch.tensor([p.shard.rows[0] for _, p in send], **i64)  # [P]
         self.piece_is_row = torch.tensor([p.shard.kind == "row" for _, p in send], dtype=torch.bool, device=device)
         self._build_row_search(send, per_feature, firsts, row, device)
+        # [F] features whose offsets ``count`` found malformed since the last ``take_malformed``
+        self.bad_features = torch.zeros(num_features, dtype=torch.bool, device=device)
 
     def _build_row_search(self, send: list[tuple[int, ShardFeature]], per_feature: list[list[int]],
                           firsts: list[int], row: list[bool], device: torch.device) -> None:
@@ -165,7 +183,10 @@ class InputRouter:
         if batch.num_features != self.num_features:
             raise ValueError(f"batch has {batch.num_features} features, the router serves {self.num_features}")
         b, n, dev = batch.batch_size, batch.nnz, batch.values.device
-        offsets = batch.offsets.to(torch.int64)
+        given = batch.offsets.to(torch.int64)
+        offsets = _well_formed(given, n)  # [F * B + 1]
+        changed = given != offsets
+        self.bad_features |= (changed[1:] | changed[:-1]).view(self.num_features, b).any(1)
         lengths = offsets[1:] - offsets[:-1]  # [F * B]
         feature_starts = offsets[::b] if b else offsets.new_zeros(self.num_features + 1)  # [F + 1]
         send_lengths = lengths.view(self.num_features, b)[self.piece_feature]  # [P, B]
@@ -188,6 +209,14 @@ class InputRouter:
         send_counts.index_add_(0, self.piece_dest, send_lengths.sum(1))
         return Counted(feature_starts=feature_starts, send_lengths=send_lengths, send_counts=send_counts,
                        feature=feature, route=route, sample=sample, rank=rank)
+
+    def take_malformed(self) -> list[int]:
+        """The features whose offsets ``count`` found malformed since the last call (and forgets them):
+        one host read."""
+        bad = self.bad_features.nonzero().flatten().tolist()
+        if bad:
+            self.bad_features.zero_()
+        return bad
 
     def _piece_sizes(self, feature_starts: Tensor) -> Tensor:
         """[P] ids of each piece's feature (table- and column-wise pieces take them all), send order."""

@@ -124,14 +124,29 @@ def gather(obj: Any) -> list[Any]:
 
 
 def save_shards(directory: Path, embeddings: DistributedEmbeddings, step: int) -> dict[str, str]:
-    """Write every rank's shards to a directory of their own step (collective); returns the pointer
+    """Write every rank's shards to a new directory of their own step (collective); returns the pointer
     the main checkpoint stores. Earlier shard directories stay until the main checkpoint that points
     to the new one is in place (``drop_old_shards``), so a crash in between loses nothing."""
-    name = f"{SHARDS_DIR}-step{step}"
+    name = _new_shards_dir(Path(directory), step)
     sharded = embeddings.sharded
     save_sharded(Path(directory) / name, sharded.local_shards, sharded.local, rank=sharded.rank,
                  world_size=sharded.world, step=step)
     return {"sharded": name}
+
+
+def _new_shards_dir(directory: Path, step: int) -> str:
+    """The name of a shard directory no earlier save wrote, chosen by rank 0 for every rank (collective).
+    A save never rewrites a directory the main checkpoint may point to: saved again at its step (a run
+    resumed under another sharding, stopped before its first step), the old files were replaced one
+    rank at a time, and a crash in between left no loadable checkpoint."""
+    name = [None]
+    if dist.get_rank() == 0:
+        name[0], again = f"{SHARDS_DIR}-step{step}", 0
+        while (directory / name[0]).exists():
+            again += 1
+            name[0] = f"{SHARDS_DIR}-step{step}-{again}"
+    dist.broadcast_object_list(name, src=0)
+    return name[0]
 
 
 def drop_old_shards(directory: Path, keep: str) -> None:

@@ -9,7 +9,8 @@ other than the plan's value is a conflict, reported with both values (edit the p
 
 Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM), and
 several row dtypes or optimizers across tables (the trainer's tables share one of each). A plan for
-another model (its table rows) or another number of ranks is refused too.
+another model (its table rows, embedding dim or dense half: a co-designed plan may change any of
+them) or another number of ranks is refused too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import dataclasses
 from pathlib import Path
 
 from polyrec.models import ModelConfig
-from polyrec.planner.types import Plan
+from polyrec.planner.types import DenseSpec, ModelSpec, Plan, model_spec_from_config
 from polyrec.runtime.config import TrainConfig
 
 #: The plan's dense dtypes (planner.types.Plan.dense_dtype) the trainer runs, by the same names
@@ -38,11 +39,32 @@ def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
     if plan.fleet.world_size != world_size:
         raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
                          f"this job has {world_size} rank{'s' if world_size > 1 else ''}")
-    rows = tuple(t.rows for t in plan.model.tables)
-    if rows != tuple(config.table_rows):
-        raise ValueError(f"{path}: plan's tables ({len(rows)} tables, {sum(rows)} rows) are not this run's model "
-                         f"'{config.name}' ({config.num_tables} tables, {sum(config.table_rows)} rows)")
+    differ = _model_differences(plan.model, config)
+    if differ:
+        raise ValueError(f"{path}: plan's model is not this run's model '{config.name}': " + "; ".join(differ))
     return plan
+
+
+def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:
+    """What the run would build differently from the plan's model: table rows, embedding dims, the
+    dense half's fields, each with both values (empty: the same model)."""
+    rows = tuple(t.rows for t in planned.tables)
+    differ = []
+    if len(rows) != config.num_tables:
+        differ.append(f"tables: the plan's {len(rows)}, the run's {config.num_tables}")
+    elif rows != tuple(config.table_rows):
+        t = next(t for t, (a, b) in enumerate(zip(rows, config.table_rows)) if a != b)
+        differ.append(f"rows of table {t} (the first that differs): the plan's {rows[t]}, "
+                      f"the run's {config.table_rows[t]}")
+    dims = sorted({t.dim for t in planned.tables})
+    if dims != [config.embedding_dim]:
+        differ.append(f"embedding dim: the plan's {', '.join(map(str, dims))}, the run's {config.embedding_dim}")
+    ours = model_spec_from_config(config).dense
+    for field in dataclasses.fields(DenseSpec):
+        theirs, mine = getattr(planned.dense, field.name), getattr(ours, field.name)
+        if (tuple(theirs) if isinstance(mine, tuple) else theirs) != mine:
+            differ.append(f"{field.name}: the plan's {theirs}, the run's {mine}")
+    return differ
 
 
 def _one(path: Path, what: str, by_table: dict[str, str]) -> str:

@@ -2,8 +2,8 @@
 
 Layout of a checkpoint directory::
 
-    manifest.json            world size, step, tables (rows, dims), the shards of every rank
-    emb-rank<r>.pt           rank r's shards: weights and optimizer state, one entry per shard
+    manifest.json            format version, world size, step, embedding optimizer, the caller's extra
+    emb-rank<r>.pt           rank r's shards (table, rows, columns): weights and optimizer state
 
 Every file is written to a temporary name and renamed into place (atomic on one filesystem), and
 the manifest is written last by rank 0 after all ranks have finished theirs, so a directory with a
@@ -34,9 +34,22 @@ FORMAT_VERSION = 1
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        torch.save(obj, tmp)
-    os.replace(tmp.name, path)
+    """``obj`` to ``path`` as ``polyrec.runtime.checkpoint.save_checkpoint`` writes the main checkpoint:
+    a temp file, synced, given mode 0o666 less the umask (a temp file's own, 0o600, kept the shards
+    from whoever may read ``checkpoint.pt``), then renamed; removed if the write fails."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _shard_key(shard: Shard) -> dict[str, Any]:

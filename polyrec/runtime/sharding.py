@@ -216,6 +216,22 @@ def _all_to_all(tensor: Tensor, send: list[int], recv: list[int], group: dist.Pr
     return out
 
 
+def _check_layout(batch: JaggedBatch) -> None:
+    """The shapes the input distribution reads a batch by (host metadata, no sync): 1-D values and
+    offsets, ``F * B + 1`` offsets, a weight per id. Else torch failed inside the bucketing ("shape
+    '[4, 2]' is invalid for input of size 7"); the local tables check the rest (dtypes, ids)."""
+    if batch.values.dim() != 1 or batch.offsets.dim() != 1:
+        raise JaggedBatchError(f"values and offsets must be 1-D, got shapes {tuple(batch.values.shape)} and "
+                               f"{tuple(batch.offsets.shape)}")
+    expected = batch.num_features * batch.batch_size + 1
+    if batch.offsets.numel() != expected:
+        raise JaggedBatchError(f"offsets must have F*B+1 = {batch.num_features}*{batch.batch_size}+1 = {expected} "
+                               f"entries, got {batch.offsets.numel()}")
+    if batch.weights is not None and batch.weights.shape != batch.values.shape:
+        raise JaggedBatchError(f"weights must have the shape of values {tuple(batch.values.shape)}, "
+                               f"got {tuple(batch.weights.shape)}")
+
+
 @dataclass(kw_only=True, slots=True)
 class StartedInputs:
     """A batch whose input distribution ``ShardedEmbedding.start_inputs`` began."""
@@ -301,6 +317,7 @@ class ShardedEmbedding(nn.Module):
         None in a world of one (nothing is exchanged)."""
         if self.world == 1:
             return None
+        _check_layout(batch)
         b, world, mine = batch.batch_size, self.world, self.router.pieces_per_rank[self.rank]
         if batch.nnz >= 2**31:
             raise ValueError(f"rank {self.rank}: {batch.nnz} ids in one local batch; bag lengths are exchanged "
@@ -436,6 +453,11 @@ class ShardedEmbedding(nn.Module):
                 check()
         except JaggedBatchError as exc:
             error = exc
+        malformed = self.router.take_malformed()
+        if malformed:
+            sent = (f"rank {self.rank}: the offsets of feature(s) {malformed} of a recent local batch decrease, leave "
+                    "[0, nnz] or do not run from 0 to nnz; its bags were read as the nearest valid offsets")
+            error = JaggedBatchError(sent if error is None else f"{error}; {sent}")
         if self.world > 1:
             flagged = torch.zeros(self.world, dtype=torch.int32, device=self.device)
             flagged[self.rank] = error is not None
@@ -519,6 +541,7 @@ class ShardedEmbedding(nn.Module):
         ``started``: this batch's ``start_inputs``, when the caller began its distribution earlier."""
         if batch.num_features != self.num_features:
             raise ValueError(f"batch has {batch.num_features} features, the sharded tables serve {self.num_features}")
+        _check_layout(batch)
         b, world = batch.batch_size, self.world
         local_batch = self._send_inputs(batch, started)
         pooled = self.local(local_batch) if local_batch.num_features else batch.values.new_zeros(
