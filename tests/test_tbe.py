@@ -234,16 +234,19 @@ def test_stochastic_rounding_is_unbiased(dtype):
     assert abs(frac_down - 0.3) < 5 * sigma
 
 
-def test_sequence_lookup_and_update():
-    tables = [TableSpec(name="pooled", rows=10, dim=8), TableSpec(name="seq", rows=6, dim=8, pooling="none")]
+@pytest.mark.parametrize("pooled_dim,grouped", [(8, None), (32, True)])
+def test_sequence_lookup_and_update(pooled_dim, grouped):
+    """Also beside a pooled table of another BLOCK_D, updated per dim group (``group_dims=True``)."""
+    tables = [TableSpec(name="pooled", rows=10, dim=pooled_dim), TableSpec(name="seq", rows=6, dim=8, pooling="none")]
     gen = torch.Generator().manual_seed(5)
-    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=0.5))
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=0.5), group_dims=grouped)
+    assert module.key_plan(100).grouped == bool(grouped)
     batch = make_batch(gen, tables=tables, features=[0, 1], batch_size=10)
     before = [w.clone() for w in module.table_weights()]
     seq = module.lookup_sequence(batch)
     s, e = int(batch.offsets[10]), int(batch.offsets[20])
     torch.testing.assert_close(seq, before[1][batch.values[s:e]])
-    assert module(batch).shape == (10, 8)  # the sequence feature is left out of the pooled output
+    assert module(batch).shape == (10, pooled_dim)  # the sequence feature is left out of the pooled output
     grad = torch.randn(seq.shape, generator=gen)
     seq.backward(grad)
     want = before[1].double().index_add(0, batch.values[s:e], -0.5 * grad.double())
