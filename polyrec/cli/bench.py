@@ -42,6 +42,7 @@ def e2e_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Train the direct port and polyrec's path on the same model and data; print samples/s and the ratio."""
+    from polyrec.cli.train import out_of_memory, out_of_memory_message
     from polyrec.data import DataError
     from polyrec.runtime.bench import e2e
     from polyrec.runtime.config import resolve
@@ -61,6 +62,11 @@ def e2e_command(
         out = e2e(base, warmup=warmup, steps=steps)
     except (DataError, ValueError, OSError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except RuntimeError as exc:
+        if not out_of_memory(exc):
+            raise
+        typer.echo(f"error: {out_of_memory_message(exc)}", err=True)
         raise typer.Exit(2) from exc
     if as_json:
         typer.echo(json.dumps(out, indent=1))

@@ -20,7 +20,7 @@ from polyrec.hardware.types import DeviceSpec
 
 app = typer.Typer(no_args_is_help=True, help="Hardware: catalog, detection, calibration, compile checks.")
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)  # messages quote user input: no ":x:" emoji, no markup (escape)
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
@@ -37,7 +37,7 @@ def _device_or_exit(name: str) -> DeviceSpec:
     try:
         return get_device(name)
     except UnknownDeviceError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
 
 
@@ -93,7 +93,7 @@ def detect(as_json: bool = JSON_OPT) -> None:
 
     found = run_detect()
     if found.warning:
-        err.print(f"[yellow]warning:[/] {found.warning}")
+        err.print(f"[yellow]warning:[/] {escape(found.warning)}")
     if as_json:
         _print_json({"how": found.how, "props": dataclasses.asdict(found.props) if found.props else None,
                      "spec": spec_dict(found.spec), "warning": found.warning})

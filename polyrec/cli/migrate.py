@@ -3,22 +3,55 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
+import math
 import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True, help="Migrate CUDA code to AMD: scan, hipify, port, verify.")
-console = Console()
-err = Console(stderr=True)
+# Paths and messages quote user input: no ":x:" emoji, and markup escaped where they are printed.
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
+    err.print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(code)
+
+
+def _message(exc: Exception) -> str:
+    """``exc``'s message; a KeyError's without the quotes ``str`` adds."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
+def _os_error(what: str, exc: OSError) -> typer.Exit:
+    return _fail(f"{what} {exc.filename}: {exc.strerror}" if exc.filename else f"{what}: {exc}")
+
+
+def _check_jobs_ref(ref: str) -> None:
+    """A --compile-jobs MODULE:FUNC that imports and takes one DeviceSpec, or ValueError naming it."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--compile-jobs takes MODULE:FUNC, got {ref!r}")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--compile-jobs {ref}: {exc}") from exc
+    if not callable(fn):
+        raise ValueError(f"--compile-jobs {ref}: {type(fn).__name__} is not a function")
+    try:
+        inspect.signature(fn).bind(None)  # called with one DeviceSpec
+    except TypeError as exc:
+        raise ValueError(f"--compile-jobs {ref}: cannot be called with one DeviceSpec ({exc})") from exc
+    except ValueError:  # a builtin without a signature: its call says what is wrong
+        pass
 
 
 @app.command()
@@ -38,17 +71,25 @@ def scan(
     from polyrec.migrate.scan import exit_code, scan_paths
     from polyrec.migrate.types import Severity
 
+    severities = [s.value for s in Severity]
+    if fail_on not in severities:
+        raise _fail(f"--fail-on must be one of {', '.join(severities)}, got {fail_on!r}")
     try:
         threshold = Severity(fail_on)
         result = scan_paths(paths, rules=set(rule) if rule else None)
         if compile_jobs and (not rule or "PM111" in rule):
             from polyrec.migrate.compile_fit import compile_fit_findings
 
+            for ref in compile_jobs:
+                _check_jobs_ref(ref)
             result.findings += compile_fit_findings(compile_jobs)
     except (ValueError, KeyError, FileNotFoundError, ImportError, AttributeError) as exc:
-        raise _fail(str(exc)) from exc
+        raise _fail(_message(exc)) from exc
     if sarif is not None:
-        sarif.write_text(json.dumps(to_sarif(result), indent=1) + "\n")
+        try:
+            sarif.write_text(json.dumps(to_sarif(result), indent=1) + "\n")
+        except OSError as exc:
+            raise _os_error("--sarif", exc) from exc
     if as_json:
         typer.echo(json.dumps({"findings": [dataclasses.asdict(f) | {"severity": RULES[f.rule].severity.value,
                                                                      "name": RULES[f.rule].name}
@@ -70,13 +111,13 @@ def _print_table(result) -> None:
     colors = {"error": "red", "warning": "yellow", "note": "cyan"}
     for f in result.findings:
         r = RULES[f.rule]
-        table.add_row(f"{f.path}:{f.line}", f"{r.id} {r.name}", f"[{colors[r.severity.value]}]{r.severity.value}[/]",
-                      f.message)
+        table.add_row(escape(f"{f.path}:{f.line}"), f"{r.id} {r.name}",
+                      f"[{colors[r.severity.value]}]{r.severity.value}[/]", escape(f.message))
     console.print(table)
     for rule_id in sorted({f.rule for f in result.findings}):
         console.print(f"[bold]{rule_id}[/] fix: {RULES[rule_id].fix}")
     for path, why in result.not_scanned.items():
-        err.print(f"[red]not scanned:[/] {path}: {why}")
+        err.print(f"[red]not scanned:[/] {escape(f'{path}: {why}')}")
 
 
 @app.command()
@@ -105,33 +146,41 @@ def hipify(
     target: str | None = typer.Option(None, help="The AMD target the output is for (gfx942 or gfx950): fp8 types "
                                       "of CUDA's OCP formats are renamed only where the target has them (default: "
                                       "none, left to the scan's PM112)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report (hipify-report.json) instead of a table."),
 ) -> None:
     """Translate CUDA to HIP; write the files, hipify.diff and hipify-report.json into OUT."""
     from polyrec.migrate.hipify import hipify_tree
     from polyrec.migrate.scan import scan_paths
 
+    if path.exists() and out.resolve() == (path if path.is_dir() else path.parent).resolve():
+        raise _fail(f"--out {out} is where the sources are: hipify would overwrite them; give another directory")
     skipped: dict[str, str] = {}
     try:
         reports, diff = hipify_tree(path, out, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension,
                                     target=target, skipped=skipped)
+        (out / "hipify.diff").write_text(diff)
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    (out / "hipify.diff").write_text(diff)
+    except OSError as exc:  # an --out that is a file, or under one
+        raise _os_error("--out", exc) from exc
     remaining = scan_paths([out / r.path for r in reports])
     doc = {"files": [dataclasses.asdict(r) for r in reports], "skipped": skipped,
            "left": [dataclasses.asdict(f) for f in remaining.findings], "not_scanned": remaining.not_scanned}
     (out / "hipify-report.json").write_text(json.dumps(doc, indent=1) + "\n")
-    table = Table(title=f"hipify {path} -> {out}")
+    if as_json:
+        typer.echo(json.dumps(doc, indent=1))
+        return
+    table = Table(title=escape(f"hipify {path} -> {out}"))
     for col in ("file", "renamed", "headers", "launches", "fixes", "unmapped", "hazards left"):
         table.add_column(col, overflow="fold")
     for r in reports:
         left = [f"{f.rule}:{f.line}" for f in remaining.findings if f.path == str(out / r.path)]
-        table.add_row(r.path, str(len(r.renamed)), str(len(r.headers)), str(r.launches_rewritten),
-                      "\n".join(r.fixes) or "-", ", ".join(r.unmapped) or "-", ", ".join(left) or "-")
+        table.add_row(escape(r.path), str(len(r.renamed)), str(len(r.headers)), str(r.launches_rewritten),
+                      escape("\n".join(r.fixes)) or "-", escape(", ".join(r.unmapped)) or "-", ", ".join(left) or "-")
     console.print(table)
     for rel, why in skipped.items():
-        console.print(f"skipped {rel}: {why}")
-    console.print(f"diff: {out / 'hipify.diff'}  report: {out / 'hipify-report.json'}")
+        console.print(escape(f"skipped {rel}: {why}"))
+    console.print(escape(f"diff: {out / 'hipify.diff'}  report: {out / 'hipify-report.json'}"))
 
 
 @app.command()
@@ -147,6 +196,10 @@ def verify(
     from polyrec.migrate.verify import VerifyConfig
     from polyrec.migrate.verify import verify as run_verify
 
+    if not candidate.is_file():
+        raise _fail(f"{candidate}: " + ("a directory, not a Python file" if candidate.is_dir() else "no such file"))
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise _fail(f"--timeout must be a positive number of seconds, got {timeout}")
     sys.path.insert(0, str(Path.cwd()))
     config = VerifyConfig(seeds=tuple(range(seeds)), timeout_s=timeout, compile=compile_)
     try:
@@ -157,9 +210,10 @@ def verify(
         typer.echo(json.dumps(report.as_dict(), indent=1))
     else:
         verdict = "[green]ACCEPTED[/]" if report.accepted else "[red]REJECTED[/]"
-        console.print(f"{candidate}: {verdict}  " + "  ".join(f"{k}={v}" for k, v in report.stages.items()))
+        console.print(escape(f"{candidate}: ") + verdict + "  "
+                      + escape("  ".join(f"{k}={v}" for k, v in report.stages.items())))
         for failure in report.failures:
-            console.print(f"  - {failure}")
+            console.print(escape(f"  - {failure}"))
     raise typer.Exit(0 if report.accepted else 1)
 
 
@@ -173,6 +227,7 @@ def port(
     api_key: str | None = typer.Option(None, help="API key (else $POLYREC_LLM_API_KEY); never logged."),
     rounds: int = typer.Option(4, help="Propose/verify rounds at most."),
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile stage of verification."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report (port-report.json) instead of text."),
 ) -> None:
     """Port a kernel to portable Triton with a propose/verify loop. Exit 0 ported, 1 not (yet)."""
     from polyrec.migrate.port import port as run_port
@@ -186,12 +241,18 @@ def port(
                           config=VerifyConfig(compile=compile_))
     except (ProviderError, ImportError, ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from exc
+    except OSError as exc:  # an --out that is a file, or under one
+        raise _os_error("--out", exc) from exc
     (out / "port-report.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=1))
+        raise typer.Exit(0 if report.accepted else 1)
     status = "[green]ported[/]" if report.accepted else "[yellow]not ported[/]"
-    console.print(f"{kernel}: {status} (provider: {report.provider or 'none'}, rounds: {report.rounds_used})")
+    console.print(escape(f"{kernel}: ") + status
+                  + escape(f" (provider: {report.provider or 'none'}, rounds: {report.rounds_used})"))
     for item in (report.result_path, report.hipified_path, report.transcript_path):
         if item:
-            console.print(f"  wrote {item}")
+            console.print(escape(f"  wrote {item}"))
     for item in report.left:
-        console.print(f"  left: {item}")
+        console.print(escape(f"  left: {item}"))
     raise typer.Exit(0 if report.accepted else 1)

@@ -32,7 +32,7 @@ from polyrec.planner.types import (
 )
 
 app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)  # messages quote user input: no ":x:" emoji, no markup (escape)
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -158,6 +158,19 @@ def _codesign(model: ModelSpec, fleets: list[Fleet], target: float, c: PlanConst
     Console().print(t)
 
 
+def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None) -> None:
+    """Options that only one mode reads are refused in the others, not ignored."""
+    if compare is not None and not _csv(compare):
+        raise FleetError(f"--compare {compare!r} names no device kind; e.g. --compare H100,H200,MI350X")
+    if not math.isfinite(target) or target < 0:
+        raise FleetError(f"--target-samples-per-s must be a finite number of samples/s, 0 or more, got {target}")
+    if target and not codesign_:
+        raise FleetError("--target-samples-per-s is the target of --codesign; add --codesign or leave it out")
+    if output is not None and (codesign_ or compare is not None):
+        mode = "--codesign prints its designs" if codesign_ else "--compare writes its report to --out-dir"
+        raise FleetError(f"-o/--output writes one plan, and {mode}; leave -o out or run a plain plan")
+
+
 @app.callback(invoke_without_command=True)
 def plan(
     model: str = typer.Option("mlperf-dcnv2", "--model", help="model preset (polyrec.models presets)"),
@@ -166,7 +179,7 @@ def plan(
     optimizers: str = typer.Option("rowwise_adagrad", help="embedding optimizers allowed, preferred first"),
     batch_per_gpu: int | None = typer.Option(None, help="fix the batch per GPU (default: the planner chooses)"),
     max_batch_per_gpu: int = typer.Option(65536, help="largest batch per GPU the planner may choose"),
-    no_host_cache: bool = typer.Option(False, help="never place tables in host memory"),
+    no_host_cache: bool = typer.Option(False, "--no-host-cache", help="never place tables in host memory"),
     host_memory_gb: float | None = typer.Option(None, help="memory of each host in GB (10^9 bytes) that host-cached "
                                                 "tables may take, e.g. 2000 for a DGX H200 (default: not known; "
                                                 "the planner takes an upper bound, two sockets of 6 TiB)"),
@@ -182,6 +195,7 @@ def plan(
 ) -> None:
     """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target."""
     try:
+        _check_modes(compare, codesign_, target_samples_per_s, output)
         spec = load_model(model, distribution)
         c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
                             max_batch_per_gpu=max_batch_per_gpu, allow_host_cache=not no_host_cache, overlap=overlap)
@@ -203,13 +217,13 @@ def plan(
         err.print(f"[red]error:[/red] {escape(where)}")
         raise typer.Exit(2) from exc
     except (FleetError, UnknownDeviceError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     except NoFitError as exc:
-        err.print(f"[red]does not fit:[/red] {exc}")
+        err.print(f"[red]does not fit:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
     except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     if as_json:
         print(plan_to_json(result))

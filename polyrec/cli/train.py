@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import torch
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -40,6 +42,25 @@ def summary_table(result: TrainResult, trainer: Trainer) -> Table:
     for what, value in rows:
         table.add_row(what, value)
     return table
+
+
+def check_rates(lr: float, embedding_lr: float | None) -> None:
+    """Learning rates a run can use, or ValueError naming the option (inf or NaN would train to NaN,
+    a negative rate climbs the loss, and an --embedding-lr of 0 would be read as "use --lr")."""
+    if not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"--lr must be a finite number, 0 or more, got {lr}")
+    if embedding_lr is not None and (not math.isfinite(embedding_lr) or embedding_lr <= 0):
+        raise ValueError(f"--embedding-lr must be a finite number above 0 (leave it out to use --lr), "
+                         f"got {embedding_lr}")
+
+
+def out_of_memory(exc: RuntimeError) -> bool:
+    """Whether ``exc`` is an allocation failure: the GPU's OutOfMemoryError or the CPU allocator's."""
+    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+
+
+def out_of_memory_message(exc: RuntimeError) -> str:
+    return f"out of memory (try a smaller --batch-size or --row-cap): {str(exc).strip().splitlines()[-1]}"
 
 
 @app.callback(invoke_without_command=True)
@@ -94,10 +115,16 @@ def train(
                       metrics_path=metrics, plan=plan)
     completed = False
     try:
+        check_rates(lr, embedding_lr)
         result = _train_and_report(cfg, as_json)
         completed = True
     except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except RuntimeError as exc:
+        if not out_of_memory(exc):
+            raise
+        typer.echo(f"error: {out_of_memory_message(exc)}", err=True)
         raise typer.Exit(2) from exc
     finally:
         shutdown(completed=completed)

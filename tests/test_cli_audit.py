@@ -1,0 +1,218 @@
+"""Bugs found by using every `polyrec` command as a user would: bad values of options give a clear error
+naming the option and exit 2 (never a traceback, a wrong verdict or a silently ignored option), and
+`--json` where the README promises it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from polyrec.cli import app
+
+runner = CliRunner()
+VERIFY = Path(__file__).parent / "migrate_corpus" / "verify"
+PORT_KERNEL = Path(__file__).parent / "migrate_corpus" / "port" / "axpy.cu"
+CUDA = ("#include <cuda_runtime.h>\n"
+        "__global__ void k(float* x) { int lane = threadIdx.x % 32; x[lane] = 1.0f; }\n"
+        "int main() { k<<<1, 32>>>(nullptr); cudaDeviceSynchronize(); }\n")
+
+
+def said(text: str) -> str:
+    """Output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def refused(args: list[str], *needles: str) -> str:
+    """Run ``args``; assert exit 2, an empty stdout and every needle in stderr; return stderr."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert result.stdout == ""
+    for needle in needles:
+        assert needle in said(result.stderr), result.stderr
+    return result.stderr
+
+
+# --- user input quoted in error messages is not read as rich markup or emoji codes ---------------
+
+def test_plan_errors_quote_markup_and_emoji_codes_verbatim():
+    refused(["plan", "--fleet", "[/]x1", "--json"], "fleet '[/]x1'")  # was: MarkupError traceback, exit 1
+    refused(["plan", "--model", "dcnv2-small", "--weight-dtypes", "fp16,[/x]"], "['[/x]'] not allowed")
+    refused(["plan", "--fleet", "H200:x:x1", "--json"], "'H200:x:x1'")  # was: 'H200❌x1'
+
+
+def test_hw_errors_quote_markup_and_emoji_codes_verbatim(monkeypatch):
+    refused(["hw", "show", "[/x]"], "unknown device '[/x]'")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    refused(["hw", "compile-check", "-k", "no_such_module:x"], "--kernel no_such_module:x: No module named")
+
+
+def test_migrate_errors_quote_markup_verbatim(tmp_path):
+    refused(["migrate", "scan", str(tmp_path / "x[/y]")], "x[/y] does not exist")
+    refused(["migrate", "hipify", str(tmp_path / "[/x]"), "-o", str(tmp_path / "out")], "[/x]")
+
+
+def test_scan_table_shows_bracketed_file_names(tmp_path):
+    (tmp_path / "[bold]k.cu").write_text(CUDA)
+    result = runner.invoke(app, ["migrate", "scan", str(tmp_path)])
+    assert result.exit_code == 1 and "[bold]k.cu:2" in result.stdout, result.output
+
+
+# --- polyrec plan: options of one mode are not silently ignored in another -----------------------
+
+def test_plan_output_with_compare_or_codesign_is_refused(tmp_path):
+    out = tmp_path / "p.json"
+    refused(["plan", "--model", "dcnv2-small", "--compare", "H200", "--out-dir", str(tmp_path), "-o", str(out),
+             "--json"], "-o/--output writes one plan")
+    refused(["plan", "--model", "dcnv2-small", "--codesign", "-o", str(out), "--json"], "-o/--output")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_codesign_target_must_be_finite_and_not_negative(value):
+    refused(["plan", "--model", "dcnv2-small", "--codesign", "--target-samples-per-s", value, "--json"],
+            "--target-samples-per-s must be a finite number")
+
+
+def test_codesign_target_without_codesign_is_refused():
+    refused(["plan", "--model", "dcnv2-small", "--target-samples-per-s", "3e6", "--json"],
+            "--target-samples-per-s is the target of --codesign")
+
+
+@pytest.mark.parametrize("extra", [[], ["--codesign"]])
+@pytest.mark.parametrize("kinds", [",", ""])
+def test_compare_naming_no_device_is_refused(tmp_path, kinds, extra):
+    refused(["plan", "--model", "dcnv2-small", "--compare", kinds, "--out-dir", str(tmp_path), "--json", *extra],
+            "names no device kind")
+    assert not list(tmp_path.iterdir())  # no empty report written
+
+
+def test_no_host_cache_flag_has_no_double_negative():
+    result = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
+    assert "--no-host-cache" in result.stdout and "--no-no-host-cache" not in result.stdout
+
+
+# --- polyrec migrate ------------------------------------------------------------------------------
+
+def test_scan_sarif_to_a_path_that_cannot_be_written(tmp_path):
+    (tmp_path / "k.cu").write_text(CUDA)
+    refused(["migrate", "scan", str(tmp_path), "--json", "--sarif", str(tmp_path / "no" / "x.sarif")],
+            "--sarif", "No such file or directory")
+    refused(["migrate", "scan", str(tmp_path), "--sarif", str(tmp_path)], "--sarif", "Is a directory")
+
+
+def test_scan_fail_on_names_the_option(tmp_path):
+    (tmp_path / "k.cu").write_text(CUDA)
+    refused(["migrate", "scan", str(tmp_path), "--fail-on", "nope"], "--fail-on must be one of", "'nope'")
+
+
+@pytest.mark.parametrize("ref, says", [("os:getcwd", "cannot be called with one DeviceSpec"),
+                                       ("os:sep", "str is not a function"),
+                                       ("no_such_module:f", "--compile-jobs no_such_module:f: No module named")])
+def test_scan_compile_jobs_that_cannot_be_used(tmp_path, monkeypatch, ref, says):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (tmp_path / "k.cu").write_text(CUDA)
+    refused(["migrate", "scan", str(tmp_path), "--json", "--compile-jobs", ref], says)
+
+
+def test_hipify_out_that_is_a_file_is_a_clear_error(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "k.cu").write_text(CUDA)
+    (tmp_path / "afile").write_text("")
+    refused(["migrate", "hipify", str(tmp_path / "src"), "-o", str(tmp_path / "afile")], "--out", "afile")
+    refused(["migrate", "hipify", str(tmp_path / "src"), "-o", str(tmp_path / "afile" / "sub")], "--out")
+
+
+@pytest.mark.parametrize("as_file", [False, True])
+def test_hipify_refuses_to_overwrite_its_sources(tmp_path, as_file):
+    src = tmp_path / "k.cu"
+    src.write_text(CUDA)
+    refused(["migrate", "hipify", str(src if as_file else tmp_path), "-o", str(tmp_path)], "overwrite")
+    assert src.read_text() == CUDA
+
+
+def test_hipify_json(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "k.cu").write_text(CUDA)
+    result = runner.invoke(app, ["migrate", "hipify", str(tmp_path / "src"), "-o", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc == json.loads((tmp_path / "out" / "hipify-report.json").read_text())
+    assert [f["path"] for f in doc["files"]] == ["k.cu"]
+
+
+def test_verify_candidate_missing_or_a_directory(tmp_path):
+    ref = ["--reference", "migrate_ref_ops:axpy", "--no-compile", "--json"]
+    refused(["migrate", "verify", str(tmp_path / "nope.py"), *ref], "nope.py: no such file")
+    refused(["migrate", "verify", str(tmp_path), *ref], "a directory, not a Python file")
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan"])
+def test_verify_timeout_must_be_positive(timeout):
+    refused(["migrate", "verify", str(VERIFY / "good_axpy.py"), "--reference", "migrate_ref_ops:axpy",
+             "--no-compile", "--timeout", timeout, "--json"], "--timeout must be a positive number of seconds")
+
+
+def test_port_out_that_is_a_file_and_json(tmp_path, monkeypatch):
+    for name in ("POLYREC_LLM_URL", "POLYREC_LLM_MODEL", "POLYREC_LLM_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.syspath_prepend(str(VERIFY))
+    (tmp_path / "afile").write_text("")
+    args = ["migrate", "port", str(PORT_KERNEL), "--reference", "migrate_ref_ops:axpy", "--no-compile"]
+    refused([*args, "-o", str(tmp_path / "afile")], "--out", "afile")
+    result = runner.invoke(app, [*args, "-o", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 1, result.output  # no provider: not ported
+    doc = json.loads(result.stdout)
+    assert doc["accepted"] is False and doc == json.loads((tmp_path / "out" / "port-report.json").read_text())
+
+
+# --- polyrec train / bench e2e ---------------------------------------------------------------------
+
+TRAIN = ["train", "--steps", "2", "--batch-size", "16", "--row-cap", "100", "--cpu-threads", "1", "--json"]
+
+
+@pytest.mark.parametrize("option, value", [("--lr", "inf"), ("--lr", "nan"), ("--lr", "-1"),
+                                           ("--embedding-lr", "nan"), ("--embedding-lr", "-0.1"),
+                                           ("--embedding-lr", "0")])
+def test_train_learning_rates_are_checked(option, value):
+    """inf/NaN trained to a NaN loss (exit 1), a negative --embedding-lr trained (exit 0) and 0 meant --lr."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        refused([*TRAIN, option, value], f"{option} must be a finite number")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _cpu_allocator_error(*args, **kwargs):
+    raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 20800000000000 bytes. Error code 12 (Cannot allocate memory)")
+
+
+def test_train_out_of_memory_is_a_clear_error(monkeypatch):
+    import polyrec.cli.train as train_cli
+
+    monkeypatch.setattr(train_cli, "Trainer", _cpu_allocator_error)
+    refused([*TRAIN, "--batch-size", "100000000000"], "out of memory (try a smaller --batch-size",
+            "can't allocate memory")
+
+
+def test_bench_out_of_memory_is_a_clear_error(monkeypatch):
+    import polyrec.runtime.bench
+
+    monkeypatch.setattr(polyrec.runtime.bench, "e2e", _cpu_allocator_error)
+    refused(["bench", "e2e", "--batch-size", "100000000000", "--json"], "out of memory (try a smaller --batch-size")
+
+
+def test_other_runtime_errors_still_raise(monkeypatch):
+    import polyrec.cli.train as train_cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug, not bad input")
+
+    monkeypatch.setattr(train_cli, "Trainer", broken)
+    result = runner.invoke(app, TRAIN)
+    assert isinstance(result.exception, RuntimeError)
