@@ -216,3 +216,9 @@ def test_other_runtime_errors_still_raise(monkeypatch):
     monkeypatch.setattr(train_cli, "Trainer", broken)
     result = runner.invoke(app, TRAIN)
     assert isinstance(result.exception, RuntimeError)
+
+
+def test_train_names_a_bad_row_cap():
+    """The cap shaped the model before the option checks ran, so the error blamed the model config."""
+    result = runner.invoke(app, ["train", "--steps", "1", "--batch-size", "8", "--row-cap", "-1"])
+    assert result.exit_code == 2 and "--row-cap must be at least 1" in result.output, result.output

@@ -83,8 +83,8 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _check_counts(cfg: TrainConfig) -> None:
-    """Counts and intervals in range; errors name the option."""
+def check_counts(cfg: TrainConfig) -> None:
+    """Counts and intervals in range; errors name the option (also before the row cap shapes the model)."""
     for name in ("eval_every", "checkpoint_every", "cpu_threads", "synthetic_pool"):
         if getattr(cfg, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(cfg, name)}")
@@ -109,7 +109,7 @@ def resolve(cfg: TrainConfig) -> Resolved:
     for name in ("steps", "batch_size", "log_every", "eval_batches"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")
-    _check_counts(cfg)
+    check_counts(cfg)
     if cfg.resume and cfg.checkpoint_dir is None:
         raise ValueError("--resume needs --checkpoint-dir")
     if cfg.checkpoint_every and cfg.checkpoint_dir is None:

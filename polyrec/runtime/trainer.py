@@ -29,7 +29,7 @@ from polyrec.data import Batch, open_source
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
 from polyrec.runtime.checkpoint import checkpoint_path, prepare_checkpoint_dir
 from polyrec.runtime import parallel
-from polyrec.runtime.config import TrainConfig, resolve
+from polyrec.runtime.config import TrainConfig, check_counts, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import choose_graphs, mark_host_bound
 from polyrec.runtime.plan_apply import apply_plan, load_plan
@@ -115,6 +115,7 @@ class Trainer(TrainerState):
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
         self.distributed = launched_by_torchrun()
         self.ctx = init_distributed()
+        check_counts(cfg)
         base = preset(cfg.preset)
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
