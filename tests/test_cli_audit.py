@@ -54,9 +54,10 @@ def test_migrate_errors_quote_markup_verbatim(tmp_path):
     refused(["migrate", "hipify", str(tmp_path / "[/x]"), "-o", str(tmp_path / "out")], "[/x]")
 
 
-def test_scan_table_shows_bracketed_file_names(tmp_path):
+def test_scan_table_shows_bracketed_file_names(tmp_path, monkeypatch):
     (tmp_path / "[bold]k.cu").write_text(CUDA)
-    result = runner.invoke(app, ["migrate", "scan", str(tmp_path)])
+    monkeypatch.chdir(tmp_path)  # a short relative path: rich wraps the table at 80 columns
+    result = runner.invoke(app, ["migrate", "scan", "."])
     assert result.exit_code == 1 and "[bold]k.cu:2" in result.stdout, result.output
 
 
@@ -143,9 +144,10 @@ def test_hipify_json(tmp_path):
     assert [f["path"] for f in doc["files"]] == ["k.cu"]
 
 
-def test_verify_candidate_missing_or_a_directory(tmp_path):
+def test_verify_candidate_missing_or_a_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     ref = ["--reference", "migrate_ref_ops:axpy", "--no-compile", "--json"]
-    refused(["migrate", "verify", str(tmp_path / "nope.py"), *ref], "nope.py: no such file")
+    refused(["migrate", "verify", "nope.py", *ref], "nope.py: no such file")  # relative: rich wraps long paths
     refused(["migrate", "verify", str(tmp_path), *ref], "a directory, not a Python file")
 
 

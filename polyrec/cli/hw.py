@@ -20,7 +20,8 @@ from polyrec.hardware.types import DeviceSpec
 
 app = typer.Typer(no_args_is_help=True, help="Hardware: catalog, detection, calibration, compile checks.")
 console = Console()
-err = Console(stderr=True, emoji=False)  # messages quote user input: no ":x:" emoji, no markup (escape)
+# messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
+err = Console(stderr=True, emoji=False, soft_wrap=True)
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
 

@@ -18,7 +18,7 @@ from rich.table import Table
 app = typer.Typer(no_args_is_help=True, help="Migrate CUDA code to AMD: scan, hipify, port, verify.")
 # Paths and messages quote user input: no ":x:" emoji, and markup escaped where they are printed.
 console = Console(emoji=False)
-err = Console(stderr=True, emoji=False)
+err = Console(stderr=True, emoji=False, soft_wrap=True)  # no line breaks inside quoted paths
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:

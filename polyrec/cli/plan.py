@@ -32,7 +32,8 @@ from polyrec.planner.types import (
 )
 
 app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
-err = Console(stderr=True, emoji=False)  # messages quote user input: no ":x:" emoji, no markup (escape)
+# messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
+err = Console(stderr=True, emoji=False, soft_wrap=True)
 
 
 def _csv(text: str) -> tuple[str, ...]:
