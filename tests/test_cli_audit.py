@@ -170,6 +170,13 @@ def test_port_out_that_is_a_file_and_json(tmp_path, monkeypatch):
     assert doc["accepted"] is False and doc == json.loads((tmp_path / "out" / "port-report.json").read_text())
 
 
+def test_port_of_a_directory_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kernels").mkdir()
+    refused(["migrate", "port", "kernels", "--reference", "migrate_ref_ops:axpy", "--no-compile", "-o", "out"],
+            "kernel file kernels is a directory, not a file")
+
+
 # --- polyrec train / bench e2e ---------------------------------------------------------------------
 
 TRAIN = ["train", "--steps", "2", "--batch-size", "16", "--row-cap", "100", "--cpu-threads", "1", "--json"]

@@ -83,7 +83,8 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
     if rounds < 1:
         raise ValueError(f"port: rounds must be >= 1, got {rounds}")
     if not kernel.is_file():
-        raise FileNotFoundError(f"port: kernel file {kernel} does not exist")
+        why = "is a directory, not a file" if kernel.is_dir() else "does not exist"
+        raise FileNotFoundError(f"port: kernel file {kernel} {why}")
     work_dir.mkdir(parents=True, exist_ok=True)
     report = PortReport(kernel=str(kernel), reference=reference,
                         provider=provider.describe() if provider is not None else None)
