@@ -22,7 +22,8 @@ from polyrec.planner.types import model_spec_from_config, parse_fleet
 from polyrec.runtime import parallel
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, default_shardings
 from polyrec.runtime.plan_apply import load_plan
-from polyrec.runtime.sharded_checkpoint import _atomic_save, load_sharded
+from polyrec.runtime.checkpoint import atomic_save
+from polyrec.runtime.sharded_checkpoint import load_sharded
 from polyrec.runtime.sharding import ShardedEmbedding, TableSharding, make_shards
 from test_sharding import DIMS, FEATURE_TO_TABLE, ROWS, double_factory, full_weights
 
@@ -172,10 +173,10 @@ def test_shard_files_get_the_main_checkpoints_mode_and_a_failed_write_leaves_not
     write left its temp file behind."""
     mask = os.umask(0o022)
     try:
-        _atomic_save({"x": 1}, tmp_path / "emb-rank0.pt")
+        atomic_save({"x": 1}, tmp_path / "emb-rank0.pt")
     finally:
         os.umask(mask)
     assert stat.S_IMODE((tmp_path / "emb-rank0.pt").stat().st_mode) == 0o644
     with mock.patch("torch.save", side_effect=OSError(28, "No space left on device")), pytest.raises(OSError):
-        _atomic_save({"x": 1}, tmp_path / "emb-rank1.pt")
+        atomic_save({"x": 1}, tmp_path / "emb-rank1.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb-rank0.pt"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,21 @@ def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(directory)
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=directory)
+    atomic_save({"format": FORMAT_VERSION, **state}, final, prefix=TEMP_PREFIX,
+                on_temp=lambda own: _remove_stale_temps(directory, own))
+    return final
+
+
+def atomic_save(obj: Any, final: Path, *, prefix: str = "", on_temp: Callable[[Path], None] | None = None) -> None:
+    """``torch.save(obj)`` to ``final`` atomically: a temp file beside it (``prefix``), synced, given mode
+    0o666 less the umask, renamed into place; removed if anything fails. ``on_temp`` is called with the
+    temp file's path once it exists."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=final.parent)
     try:
-        _remove_stale_temps(directory, Path(tmp))
+        if on_temp is not None:
+            on_temp(Path(tmp))
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT_VERSION, **state}, f)
+            torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
@@ -52,7 +63,6 @@ def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return final
 
 
 def _umask() -> int:

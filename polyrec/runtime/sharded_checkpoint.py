@@ -20,36 +20,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from polyrec.runtime.checkpoint import atomic_save
 from polyrec.runtime.sharding import Shard
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
-
-
-def _atomic_save(obj: Any, path: Path) -> None:
-    """``obj`` to ``path`` as ``polyrec.runtime.checkpoint.save_checkpoint`` writes the main checkpoint:
-    a temp file, synced, given mode 0o666 less the umask (a temp file's own, 0o600, kept the shards
-    from whoever may read ``checkpoint.pt``), then renamed; removed if the write fails."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _shard_key(shard: Shard) -> dict[str, Any]:
@@ -96,7 +77,7 @@ def save_sharded(directory: str | Path, shards: list[Shard], tbe, *, rank: int, 
     directory.mkdir(parents=True, exist_ok=True)
     payload = {"shards": [_shard_key(s) for s in shards], "pieces": _local_pieces(shards, tbe),
                "tbe_step": tbe.step}
-    _atomic_save(payload, directory / f"emb-rank{rank}.pt")
+    atomic_save(payload, directory / f"emb-rank{rank}.pt")
     if dist.is_initialized():
         dist.barrier()
     if rank == 0:
