@@ -13,31 +13,14 @@ About 1 minute on an H200.
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 
 import torch
 
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
-from profiling import kernel_table
+from profiling import host_profile, kernel_table
 
 DENSE_FLOP_PER_SAMPLE = 96e6  # issue 5: MLPerf DLRM-DCNv2 forward + backward dense work per sample
-
-
-def host_profile(trainer: Trainer, steps: int) -> str:
-    """The Python functions that take the host's time in ``steps`` steps (cProfile, by own time)."""
-    profiler = cProfile.Profile()
-    torch.cuda.synchronize()
-    profiler.enable()
-    for _ in range(steps):
-        trainer.train_step()
-    torch.cuda.synchronize()
-    profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
-    return text.getvalue()
 
 
 def main() -> None:
@@ -55,7 +38,7 @@ def main() -> None:
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=3, steps=5)
     rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0)
-    host = host_profile(trainer, args.steps) if args.host else None
+    host = host_profile(trainer.train_step, args.steps) if args.host else None
     total = sum(r["ms_per_step"] for r in rows)
     for r in rows:
         r["share"] = r["ms_per_step"] / total

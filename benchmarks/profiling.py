@@ -1,8 +1,12 @@
-"""The GPU kernels of a repeated step, by the torch profiler: one table format for the benchmarks."""
+"""The GPU kernels of a repeated step, by the torch profiler, and its host functions, by cProfile: one
+format of each for the benchmarks."""
 
 from __future__ import annotations
 
+import cProfile
+import io
 from pathlib import Path
+import pstats
 import time
 from typing import Callable
 
@@ -30,6 +34,21 @@ def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2, 
         if cuda_us > 0 and evt.device_type == torch.autograd.DeviceType.CUDA:
             rows.append({"kernel": evt.key[:110], "calls_per_step": evt.count / reps, "ms_per_step": cuda_us / 1e3 / reps})
     return sorted(rows, key=lambda r: -r["ms_per_step"])
+
+
+def host_profile(step: Callable[[], object], steps: int) -> str:
+    """The Python functions that take the host's time in ``steps`` calls of ``step`` (cProfile, by own
+    time, the top 30), the device idle before and after."""
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    return text.getvalue()
 
 
 def step_ms(trainer, *, steps: int = 20, warmup: int = 3) -> float:

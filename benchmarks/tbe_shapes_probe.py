@@ -12,14 +12,11 @@ selected one (warps as the selector's lane warps).
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 import random
 
 import torch
 import triton
-from profiling import kernel_table
+from profiling import host_profile as profile_calls, kernel_table
 from tbe_shapes import DTYPES, draw_case, make_batch, update_text
 
 from polyrec.kernels import tbe_select
@@ -63,16 +60,7 @@ def host_profile(case: dict, gen: torch.Generator, steps: int = 50) -> str:
     grad = torch.randn(case["batch"], module.output_dim, device="cuda", generator=gen)
     for _ in range(5):
         module(batch).backward(grad)
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(steps):
-        module(batch).backward(grad)
-    torch.cuda.synchronize()
-    prof.disable()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
-    return text.getvalue()
+    return profile_calls(lambda: module(batch).backward(grad), steps)
 
 
 def main() -> None:
