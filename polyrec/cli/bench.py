@@ -42,8 +42,7 @@ def e2e_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Train the direct port and polyrec's path on the same model and data; print samples/s and the ratio."""
-    from polyrec.cli.train import out_of_memory, out_of_memory_message
-    from polyrec.data import DataError
+    from polyrec.cli.train import bad_input_exits
     from polyrec.runtime.bench import e2e
     from polyrec.runtime.config import resolve
 
@@ -57,17 +56,9 @@ def e2e_command(
     base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
                        device=device, cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, seed=seed,
                        synthetic_pool=synthetic_pool, pipeline=pipeline)
-    try:
+    with bad_input_exits():
         resolve(base)  # polyrec's path checked before the direct port's run, not after it
         out = e2e(base, warmup=warmup, steps=steps)
-    except (DataError, ValueError, OSError, ImportError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    except RuntimeError as exc:
-        if not out_of_memory(exc):
-            raise
-        typer.echo(f"error: {out_of_memory_message(exc)}", err=True)
-        raise typer.Exit(2) from exc
     if as_json:
         typer.echo(json.dumps(out, indent=1))
         return

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -54,13 +56,27 @@ def check_rates(lr: float, embedding_lr: float | None) -> None:
                          f"got {embedding_lr}")
 
 
-def out_of_memory(exc: RuntimeError) -> bool:
+def _out_of_memory(exc: RuntimeError) -> bool:
     """Whether ``exc`` is an allocation failure: the GPU's OutOfMemoryError or the CPU allocator's."""
     return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
 
 
-def out_of_memory_message(exc: RuntimeError) -> str:
-    return f"out of memory (try a smaller --batch-size or --row-cap): {str(exc).strip().splitlines()[-1]}"
+@contextlib.contextmanager
+def bad_input_exits() -> Iterator[None]:
+    """Bad input of a training run (data, options, paths, a missing extra) and a batch that does not fit
+    in memory end the command with their message on stderr and exit 2 (``train``, ``bench e2e``); other
+    errors propagate."""
+    try:
+        yield
+    except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except RuntimeError as exc:
+        if not _out_of_memory(exc):
+            raise
+        last = str(exc).strip().splitlines()[-1]
+        typer.echo(f"error: out of memory (try a smaller --batch-size or --row-cap): {last}", err=True)
+        raise typer.Exit(2) from exc
 
 
 @app.callback(invoke_without_command=True)
@@ -115,17 +131,10 @@ def train(
                       metrics_path=metrics, plan=plan)
     completed = False
     try:
-        check_rates(lr, embedding_lr)
-        result = _train_and_report(cfg, as_json)
-        completed = True
-    except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    except RuntimeError as exc:
-        if not out_of_memory(exc):
-            raise
-        typer.echo(f"error: {out_of_memory_message(exc)}", err=True)
-        raise typer.Exit(2) from exc
+        with bad_input_exits():
+            check_rates(lr, embedding_lr)
+            result = _train_and_report(cfg, as_json)
+            completed = True
     finally:
         shutdown(completed=completed)
     if result.status == "nan":
