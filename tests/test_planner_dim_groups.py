@@ -22,7 +22,7 @@ def _loads(accesses: float) -> tuple[ShardLoad, ...]:
 
 def _single_backward(loads: tuple[ShardLoad, ...]) -> float:
     fwd = [(tbe.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1), (0, 1))]
-    return _estimate(loads, loads, SPEC, CEIL, 2, fwd).backward_s
+    return _estimate(loads, loads, SPEC, CEIL, 2, fwd)[0].backward_s
 
 
 def test_a_long_mixed_dims_update_is_priced_per_dim_group():

@@ -166,22 +166,20 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
                             row_bytes=block_d * wb, table_rows=[t.rows for t in tables])
     fwd = [(tbe.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d, num_warps=la.config.num_warps),
             la.features) for la in launches]
-    est = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
+    est, ucfg = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
     label = "fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
                                 for la in launches)
     groups = _dim_groups(loads, spec, grad_bytes)
     if len(groups) == 1:
-        ucfg = _update_config(loads, spec, grad_bytes)
         return (est.forward_s, est.backward_s, est.sort_s,
                 label + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
     # one launch per dim group: each group's ids priced at its own BLOCK_D and config (their sorts and
     # merges add up to about the module's: both go with the ids)
     parts = [_estimate(group, loads, spec, ceil, grad_bytes, [(fwd[0][0], tuple(range(len(group))))])
              for group in groups]  # (their forward, of one launch over the group's tables, is not used)
-    configs = [_update_config(group, spec, grad_bytes, module=loads) for group in groups]
     label += "; update " + " / ".join(f"D{_block_d(max(s.dim for s in g))} {c.variant} tile={c.tile} warps={c.num_warps}"
-                                      for g, c in zip(groups, configs))
-    return est.forward_s, sum(p.backward_s for p in parts), sum(p.sort_s for p in parts), label
+                                      for g, (_, c) in zip(groups, parts))
+    return est.forward_s, sum(p.backward_s for p, _ in parts), sum(p.sort_s for p, _ in parts), label
 
 
 def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe.TableLoad]:
@@ -192,9 +190,10 @@ def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe.TableLoad]:
 
 
 def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
-              grad_bytes: int, fwd: list) -> tbe.StepEstimate:
+              grad_bytes: int, fwd: list) -> tuple[tbe.StepEstimate, tbe_select.UpdateConfig]:
     """``tbe.estimate`` of ``loads`` (the module ``module``, or one of its dim groups) with the update
-    launch that takes them: its BLOCK_D and selected config; ``fwd``: forward launches over ``loads``."""
+    launch that takes them, and that launch's selected config (at its BLOCK_D); ``fwd``: forward
+    launches over ``loads``."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     block_d = _block_d(max(s.dim for s in loads))
     one_dim = len({s.dim for s in module}) == 1  # as TableBatchedEmbedding.one_dim
@@ -203,9 +202,10 @@ def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec:
                           merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
-    return tbe.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
-                        out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd,
-                        weight_bytes=wb, row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
+    est = tbe.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
+                       out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd,
+                       weight_bytes=wb, row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
+    return est, ucfg
 
 
 def _host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
