@@ -484,7 +484,7 @@ def test_dim_groups_get_their_own_launches_where_the_update_is_long_and_the_host
     from polyrec.hardware.catalog import get_device
 
     spec = get_device("H200")
-    shape = dict(block_d=128, row_bytes=512, state_tiles=0)
+    shape = dict(groups=2, total_rows=20, block_d=128, row_bytes=512, state_tiles=0)
     assert tbe_select.groups_pay(spec, nnz=20_000_000, **shape)
     assert not tbe_select.groups_pay(spec, nnz=200_000, **shape)
     assert not tbe_select.groups_pay(spec, nnz=20_000_000, host_bound=True, **shape)
@@ -498,9 +498,13 @@ def test_dim_groups_get_their_own_launches_where_the_update_is_long_and_the_host
 def test_dim_groups_are_not_chosen_where_their_keys_would_need_int64():
     """Group keys reach groups * total_rows: where that passes int32 and the rows do not, the default keeps
     one launch (int64 keys would double the sort's key bytes); ``group_dims=True`` still groups."""
-    module = TableBatchedEmbedding([TableSpec(name="a", rows=10, dim=16), TableSpec(name="b", rows=10, dim=128)],
-                                   optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.1))
+    def two_tables() -> TableBatchedEmbedding:
+        return TableBatchedEmbedding([TableSpec(name="a", rows=10, dim=16), TableSpec(name="b", rows=10, dim=128)],
+                                     optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.1))
+
+    module = two_tables()
     assert module.key_plan(20_000_000).key_dtype == torch.int32 and module.key_plan(20_000_000).grouped
+    module = two_tables()  # a new module: the choice of the first is kept per batch size
     module.total_rows = 2**30  # as if the tables held 2^30 rows: 2 groups' keys reach 2^31
     assert not module.key_plan(20_000_000).grouped and module.key_plan(20_000_000).key_dtype == torch.int32
     module.group_dims = True

@@ -324,8 +324,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
     def key_plan(self, nnz: int) -> KeyPlan:
         """How the backward of a batch of ``nnz`` ids keys and launches its update (``KeyPlan``): one launch
         per dim group where the tables' dims take several BLOCK_D and ``group_dims`` says so (None: where
-        ``tbe_select.groups_pay`` for this batch and the groups' keys need no wider integers than the rows'
-        (int64 keys: a sort of twice the bytes), else one at the widest BLOCK_D."""
+        ``tbe_select.groups_pay`` for this batch), else one at the widest BLOCK_D."""
         lay = self.layout
         single = KeyPlan(blocks=(self.block_d,), key_base=lay.table_row_base, invalid_key=self.total_rows)
         grouped = KeyPlan(blocks=tuple(self.dim_blocks), key_base=lay.table_key_base,
@@ -334,12 +333,11 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             return single
         if self.group_dims:
             return grouped
-        if grouped.key_dtype != single.key_dtype:
-            return single
         key = ("groups", max(nnz, 1).bit_length(), self.host_bound)
         if key not in self._configs:
-            self._configs[key] = tbe_select.groups_pay(tbe_select.selection_spec(self.weights.device), nnz=nnz,
-                                                       host_bound=self.host_bound, **self._update_shape(self.block_d))
+            self._configs[key] = tbe_select.groups_pay(
+                tbe_select.selection_spec(self.weights.device), nnz=nnz, groups=len(self.dim_blocks),
+                total_rows=self.total_rows, host_bound=self.host_bound, **self._update_shape(self.block_d))
         return grouped if self._configs[key] else single
 
     def plan_configs(self, plan: KeyPlan, nnz: int) -> list[tbe_select.UpdateConfig]:

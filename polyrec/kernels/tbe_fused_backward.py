@@ -245,7 +245,7 @@ class KeyPlan:
     @property
     def key_dtype(self) -> torch.dtype:
         """int32 where every key and the invalid one fit (fewer radix passes and bytes to sort)."""
-        return torch.int32 if self.invalid_key < 2**31 - 1 else torch.int64
+        return torch.int32 if self.invalid_key < tbe_select.INT32_KEY_LIMIT else torch.int64
 
 
 @dataclass(kw_only=True, slots=True)

@@ -246,6 +246,9 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
     return best
 
 
+#: Sort keys below this (and the invalid key) fit int32: fewer radix passes and bytes than int64
+#: (``tbe_fused_backward.KeyPlan.key_dtype``).
+INT32_KEY_LIMIT = 2**31 - 1
 #: Predicted device seconds of a module's update at its widest BLOCK_D from which tables of mixed dims
 #: take one update launch per BLOCK_D group (``groups_pay``). Fitted on one H200 (in-process A/B of 15
 #: mixed-dims ``tbe_shapes`` cases, ``benchmarks/results/tbe_groups_ab_2026-12-01/``): the steps predicted at
@@ -268,15 +271,19 @@ def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, s
                         stochastic=stochastic, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound)[0]
 
 
-def groups_pay(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
-               stochastic: bool = False, grad_bytes: int = 4, host_bound: bool = False) -> bool:
-    """Whether a module whose dims take several BLOCK_D should update each dim group by a launch of its
-    own (``TableBatchedEmbedding.key_plan``): where the step does not wait on the host and the update of
-    ``nnz`` ids at the widest BLOCK_D (``block_d``, as ``select_update`` prices it) is predicted to take at
-    least ``GROUP_MIN_UPDATE_S`` of device time."""
+def groups_pay(spec: DeviceSpec, *, nnz: int, groups: int, total_rows: int, block_d: int, row_bytes: int,
+               state_tiles: int, stochastic: bool = False, grad_bytes: int = 4, host_bound: bool = False) -> bool:
+    """Whether a module of ``total_rows`` rows whose dims take ``groups`` BLOCK_D should update each dim
+    group by a launch of its own (``TableBatchedEmbedding.key_plan``, the planner's ``_dim_groups``): where
+    the step does not wait on the host, the groups' keys (up to ``groups * total_rows``) need no wider
+    integers than the rows' (int64 keys: a sort of twice the key bytes), and the update of ``nnz`` ids at
+    the widest BLOCK_D (``block_d``, as ``select_update`` prices it) is predicted to take at least
+    ``GROUP_MIN_UPDATE_S`` of device time."""
+    if host_bound or groups * total_rows >= INT32_KEY_LIMIT > total_rows:
+        return False
     seconds = _best_update(spec, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles,
                            stochastic=stochastic, grad_bytes=grad_bytes)[1]
-    return not host_bound and seconds >= GROUP_MIN_UPDATE_S
+    return seconds >= GROUP_MIN_UPDATE_S
 
 
 def _best_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,

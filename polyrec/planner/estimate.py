@@ -141,13 +141,13 @@ def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: i
 def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
                 host_bound: bool = False) -> list[tuple[ShardLoad, ...]]:
     """The shards of one module by the update launch that takes them (``TableBatchedEmbedding.key_plan``'s
-    default): one launch per BLOCK_D where the dims take several, ``tbe_select.groups_pay`` says so and
-    the groups' keys fit the rows' integer width; else one for all."""
+    default): one launch per BLOCK_D where the dims take several and ``tbe_select.groups_pay`` says so;
+    else one for all."""
     blocks = sorted({_block_d(s.dim) for s in loads})
-    rows = sum(s.rows for s in loads)
-    if len(blocks) == 1 or (len(blocks) * rows >= 2**31 - 1 > rows):
+    if len(blocks) == 1:
         return [loads]
-    if not tbe_select.groups_pay(spec, nnz=_module_nnz(loads), host_bound=host_bound,
+    if not tbe_select.groups_pay(spec, nnz=_module_nnz(loads), groups=len(blocks),
+                                 total_rows=sum(s.rows for s in loads), host_bound=host_bound,
                                  **_update_kwargs(loads, grad_bytes, blocks[-1])):
         return [loads]
     return [tuple(s for s in loads if _block_d(s.dim) == b) for b in blocks]
