@@ -5,6 +5,7 @@ where the exchange is involved)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from pathlib import Path
@@ -180,3 +181,32 @@ def test_shard_files_get_the_main_checkpoints_mode_and_a_failed_write_leaves_not
     with mock.patch("torch.save", side_effect=OSError(28, "No space left on device")), pytest.raises(OSError):
         atomic_save({"x": 1}, tmp_path / "emb-rank1.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb-rank0.pt"]
+
+
+def _start_with(rank: int, world: int, changes: dict, message: str) -> None:
+    """Each rank builds a Trainer; rank 1 with ``changes``: both must refuse before any step."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.trainer import Trainer
+    cfg = TrainConfig(preset="dcnv2-small", data="synthetic", steps=2, batch_size=8, device="cpu",
+                      embedding_backend="polyrec", cuda_graphs=False)
+    if rank == 1:
+        cfg = dataclasses.replace(cfg, **changes)
+    with pytest.raises(ValueError, match=message):
+        Trainer(cfg)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"batch_size": 16}, r"batch_size differs between ranks \(rank 0: 8, rank 1: 16\)"),
+    ({"steps": 3}, r"steps differs between ranks \(rank 0: 2, rank 1: 3\)"),
+    ({"data": "criteo:/nowhere.tsv"}, r"data_kind differs between ranks \(rank 0: 'synthetic', rank 1: 'criteo'\)")])
+def test_ranks_started_with_different_options_refuse_on_every_rank(changes, message):
+    """Before, a batch size that differed between ranks aborted gloo mid-step (and NCCL would not
+    have noticed); a different step count left one rank waiting in a collective at the end."""
+    run_on_ranks(_start_with, 2, changes, message)
+
+
+def test_host_local_fields_may_differ_between_ranks():
+    from polyrec.runtime.config import TrainConfig
+    one = TrainConfig(data="criteo:/mnt/a/day_0.tsv", cpu_threads=2, metrics_path=Path("a.jsonl"))
+    other = TrainConfig(data="criteo:/data/day_0.tsv", cpu_threads=4, metrics_path=Path("b.jsonl"))
+    assert one.rank_shared() == other.rank_shared()

@@ -52,6 +52,21 @@ class TrainConfig:
         """Plain values only (checkpoints are loaded with weights_only=True)."""
         return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
 
+    def rank_shared(self) -> dict[str, Any]:
+        """The fields every rank of one job must agree on (``RANK_LOCAL_FIELDS`` may differ per host;
+        the data is compared by kind, as each host may mount its files elsewhere)."""
+        shared = {k: v for k, v in self.as_dict().items() if k not in RANK_LOCAL_FIELDS}
+        shared["data_kind"] = self.data.split(":", 1)[0]
+        shared["eval_data_kind"] = self.eval_data.split(":", 1)[0] if self.eval_data else None
+        return shared
+
+
+#: TrainConfig fields that may differ between the ranks of one job: the device (torchrun assigns it),
+#: host threads, file locations (the plan's content is compared by the trainer) and the side-stream
+#: switch, which a sync run does not use.
+RANK_LOCAL_FIELDS = frozenset({"device", "cpu_threads", "metrics_path", "data", "eval_data", "plan",
+                               "overlap_streams"})
+
 
 @dataclass(kw_only=True, slots=True)
 class Resolved:

@@ -112,6 +112,19 @@ def all_ranks_true(flag: bool, device: torch.device) -> bool:
     return bool(t.item())
 
 
+def check_same_config(fields: dict[str, Any]) -> None:
+    """Every rank runs one job: a field that differs between ranks (a batch size, a step count, a
+    learning rate) would desynchronise the collectives or train different dense halves. One
+    all-gather at start; every rank raises the same error, naming the field and each rank's value."""
+    seen = gather(fields)
+    for name in fields:
+        values = [ranks_fields[name] for ranks_fields in seen]
+        if any(v != values[0] for v in values[1:]):
+            per_rank = ", ".join(f"rank {rank}: {value!r}" for rank, value in enumerate(values))
+            raise ValueError(f"{name} differs between ranks ({per_rank}): every rank must be started "
+                             "with the same options")
+
+
 def barrier() -> None:
     dist.barrier()
 

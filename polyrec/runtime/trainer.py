@@ -9,6 +9,7 @@ device and are read every ``log_every`` steps, which is also when a non-finite l
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import signal
 import sys
@@ -191,6 +192,8 @@ class Trainer(TrainerState):
                              "--embedding-backend polyrec (or auto on a GPU)")
         if cfg.pipeline != "sync" or cfg.cuda_graphs is True:
             raise ValueError("training on several ranks supports --pipeline sync without --cuda-graphs")
+        plan = hashlib.sha256(self.plan.to_json().encode()).hexdigest()[:12] if self.plan is not None else None
+        parallel.check_same_config({**cfg.rank_shared(), "plan (content digest)": plan})
 
     # --- one step -------------------------------------------------------------------------------------
 
