@@ -84,6 +84,16 @@ def _well_formed(offsets: Tensor, nnz: int) -> Tensor:
     return torch.cummax(safe, 0).values
 
 
+def checked_offsets(batch: JaggedBatch, bad_features: Tensor) -> Tensor:
+    """The batch's offsets as int64, malformed ones read as the nearest well-formed (``_well_formed``);
+    the features whose bags that changed are set in ``bad_features`` ([F] bool). Device ops, no sync."""
+    given = batch.offsets.to(torch.int64)
+    offsets = _well_formed(given, batch.nnz)
+    changed = given != offsets
+    bad_features |= (changed[1:] | changed[:-1]).view(batch.num_features, batch.batch_size).any(1)
+    return offsets
+
+
 def _take(x: Tensor, source: Tensor | None) -> Tensor:
     """``x[source]``, or ``x`` itself where ``source`` is the identity (None)."""
     return x if source is None else x[source]
@@ -183,10 +193,7 @@ class InputRouter:
         if batch.num_features != self.num_features:
             raise ValueError(f"batch has {batch.num_features} features, the router serves {self.num_features}")
         b, n, dev = batch.batch_size, batch.nnz, batch.values.device
-        given = batch.offsets.to(torch.int64)
-        offsets = _well_formed(given, n)  # [F * B + 1]
-        changed = given != offsets
-        self.bad_features |= (changed[1:] | changed[:-1]).view(self.num_features, b).any(1)
+        offsets = checked_offsets(batch, self.bad_features)  # [F * B + 1]
         lengths = offsets[1:] - offsets[:-1]  # [F * B]
         feature_starts = offsets[::b] if b else offsets.new_zeros(self.num_features + 1)  # [F + 1]
         send_lengths = lengths.view(self.num_features, b)[self.piece_feature]  # [P, B]

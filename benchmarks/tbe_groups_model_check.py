@@ -1,0 +1,93 @@
+"""The planner's price of mixed-dims TBE modules against steps already measured (CPU, no GPU).
+
+``tbe_groups_ab`` timed each mixed-dims ``tbe_shapes`` case both ways on an H200 (one update launch per
+BLOCK_D group, and one at the widest BLOCK_D) and recorded the device time of each step's kernels. This
+re-draws those cases from their seeds, prices each as the planner does (``Estimator.tbe_seconds``:
+forward + backward + update of one module, grouped where ``tbe_select.groups_pay`` says the module
+groups, on the catalog H200 without a stored calibration, as on a fresh machine) and compares the price
+with the measured device time of that form. Nothing is measured here.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/tbe_groups_model_check.py RESULTS.json [RESULTS.json ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+from pathlib import Path
+
+from planner_accuracy import geomean_abs_error
+from tbe_shapes import draw_case
+
+from polyrec.models import preset
+from polyrec.planner.estimate import Estimator, ShardLoad
+from polyrec.planner.types import model_spec_from_config, parse_fleet
+from polyrec.results import write_results
+
+#: The A/B's output gradient: ``torch.randn`` of the module's output, fp32.
+GRADIENT_DTYPE = "fp32"
+
+
+def expected_bag(mean: float, ragged: bool) -> float:
+    """``tbe_shapes.make_batch``'s mean bag length: fixed ``max(1, round(mean))``, or ragged uniform
+    over 0 .. 2 * ceil(mean)."""
+    return float(math.ceil(mean)) if ragged else float(max(1, round(mean)))
+
+
+def shard_loads(case: dict) -> tuple[ShardLoad, ...]:
+    """The case's tables as one module's shard loads (one rank, rows in HBM)."""
+    skew = "log_uniform" if case["skew"] else "uniform"
+    return tuple(ShardLoad(table=f"t{i}", rank=0, rows=rows, dim=dim, accesses=case["batch"] * expected_bag(mean, case["ragged"]),
+                           bags=case["batch"], weight_dtype=case["dtype"], optimizer=case["optimizer"], memory="hbm",
+                           cache_rows=rows, skew=skew)
+                 for i, (rows, dim, mean) in enumerate(zip(case["rows"], case["dims"], case["mean_bag"])))
+
+
+def check(rows: list[dict], estimator: Estimator, cases_per_seed: int) -> list[dict]:
+    """Each measured row with the planner's price of its case and the measured device time of the form
+    the planner prices (grouped or not: the module's default takes the same ``groups_pay``; the rows
+    measured after the rule was in place say what the module chose, ``module_auto``)."""
+    drawn: dict[int, list[dict]] = {}
+    out = []
+    for row in rows:
+        if row["seed"] not in drawn:
+            rng = random.Random(row["seed"])
+            drawn[row["seed"]] = [draw_case(rng, False) for _ in range(cases_per_seed)]
+        case = drawn[row["seed"]][row["case"]]
+        loads = shard_loads(case)
+        fwd_s, bwd_s, _, label = estimator.tbe_seconds("H200", loads)
+        grouped = len(estimator.tbe_update_configs("H200", loads)) > 1
+        measured = row["grouped_device_ms"] if grouped else row["single_device_ms"]
+        out.append({"seed": row["seed"], "case": row["case"], "dims": row["dims"], "batch": row["batch"],
+                    "dtype": row["dtype"], "optimizer": row["optimizer"], "module_auto": row.get("auto", "-"),
+                    "planner_groups": grouped, "predicted_ms": (fwd_s + bwd_s) * 1e3, "measured_device_ms": measured,
+                    "error": (fwd_s + bwd_s) * 1e3 / measured - 1, "label": label})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path, help="tbe_groups_ab results files")
+    parser.add_argument("--cases", type=int, default=16, help="cases drawn per seed (as the A/B's --cases)")
+    args = parser.parse_args()
+    measured = [r for path in args.results for r in json.loads(path.read_text())["results"]["rows"]]
+    model = model_spec_from_config(preset("dcnv2-small"))  # only its tables' module is priced, not the model's
+    rows = check(measured, Estimator(model, parse_fleet("H200"), dense_dtype=GRADIENT_DTYPE), args.cases)
+    for r in rows:
+        print(f"seed {r['seed']:>2} case {r['case']:>2} {r['dims']:>16} B={r['batch']:>5} {r['dtype']} "
+              f"{r['optimizer']:>15} module {r['module_auto']:>7} planner {'grouped' if r['planner_groups'] else 'single':>7}: "
+              f"predicted {r['predicted_ms']:7.3f} ms measured {r['measured_device_ms']:7.3f} ({r['error']:+.1%})")
+    after_rule = [r for r in rows if r["module_auto"] != "-"]
+    summary = {"rows": len(rows), "rows_with_module_choice": len(after_rule),
+               "planner_form_matches_module": sum(r["planner_groups"] == (r["module_auto"] == "grouped")
+                                                  for r in after_rule),
+               "geomean_abs_error": geomean_abs_error([(r["predicted_ms"], r["measured_device_ms"]) for r in rows]),
+               "max_abs_error": max(abs(r["error"]) for r in rows), "files": [str(p) for p in args.results]}
+    print(summary)
+    write_results("tbe_groups_model_check", {"rows": rows}, rows=rows, summary=summary)
+
+
+if __name__ == "__main__":
+    main()
