@@ -21,6 +21,7 @@ from polyrec.models import preset
 from polyrec.planner.propose import make_plan
 from polyrec.planner.types import model_spec_from_config, parse_fleet
 from polyrec.runtime import parallel
+from polyrec.runtime.input_dist import checked_offsets
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, default_shardings
 from polyrec.runtime.plan_apply import load_plan
 from polyrec.runtime.checkpoint import atomic_save
@@ -40,7 +41,8 @@ OFFSETS = {"ok": [0, 1, 2, 3, 4, 5, 6],
            "decrease_in_a_bag": [0, 2, 1, 3, 4, 5, 6],  # row-wise: "repeats can not be negative"
            "past_nnz": [0, 1, 2, 3, 4, 5, 9],  # table-wise: read 3 ids past the values
            "not_from_zero": [1, 1, 2, 3, 4, 5, 6]}  # row-wise: "allocated size does not match"
-BAD_FEATURES = {"decrease_across_features": "[1, 2]", "decrease_in_a_bag": "[0, 1]", "past_nnz": "[2]",
+#: The features of the malformed bags (a bag that decreases, or an offset out of place, is its feature's).
+BAD_FEATURES = {"decrease_across_features": "[1]", "decrease_in_a_bag": "[0]", "past_nnz": "[2]",
                 "not_from_zero": "[0]"}
 
 
@@ -85,7 +87,7 @@ def test_malformed_offsets_on_one_rank_with_local_routing_are_flagged():
     module = _row_shards_on_one_rank()
     offsets = torch.tensor([0, 2, 1, 3, 4, 5, 6, 7, 8])  # 4 features x 2 samples; bag 1 decreases
     module(JaggedBatch(values=torch.arange(8), offsets=offsets, batch_size=2, num_features=4))
-    with pytest.raises(JaggedBatchError, match=r"rank 0: the offsets of feature\(s\) \[0, 1\]"):
+    with pytest.raises(JaggedBatchError, match=r"rank 0: the offsets of feature\(s\) \[0\]"):
         module.check_errors()
     module.check_errors()  # reported once
 
@@ -210,3 +212,30 @@ def test_host_local_fields_may_differ_between_ranks():
     one = TrainConfig(data="criteo:/mnt/a/day_0.tsv", cpu_threads=2, metrics_path=Path("a.jsonl"))
     other = TrainConfig(data="criteo:/data/day_0.tsv", cpu_threads=4, metrics_path=Path("b.jsonl"))
     assert one.rank_shared() == other.rank_shared()
+
+
+def test_checked_offsets_keep_a_valid_batch_and_make_any_other_well_formed():
+    """Valid offsets come back as they are and flag nothing; random ones come back non-decreasing, from
+    0 to nnz, and flag exactly the features of the bags that decrease or hold an offset out of place."""
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(60):
+        features, b = int(torch.randint(1, 5, (1,), generator=gen)), int(torch.randint(1, 6, (1,), generator=gen))
+        lengths = torch.randint(0, 4, (features * b,), generator=gen)
+        nnz = int(lengths.sum())
+        batch = JaggedBatch.from_lengths(values=torch.arange(nnz), lengths=lengths, batch_size=b,
+                                         num_features=features)
+        bad = torch.zeros(features, dtype=torch.bool)
+        assert torch.equal(checked_offsets(batch, bad), batch.offsets.long()) and not bad.any()
+        given = batch.offsets.long().clone()
+        if trial % 2:  # one offset out of place
+            given[int(torch.randint(0, given.numel(), (1,), generator=gen))] += int(torch.randint(-3, 4, (1,), generator=gen))
+        else:  # any offsets at all
+            given = torch.randint(-2, nnz + 3, given.shape, generator=gen)
+        out = checked_offsets(JaggedBatch(values=batch.values, offsets=given, batch_size=b, num_features=features), bad)
+        assert out[0] == 0 and out[-1] == nnz and bool((out[1:] >= out[:-1]).all()), (given, out)
+        outside = (given < 0) | (given > nnz)
+        outside[0] |= given[0] != 0
+        outside[-1] |= given[-1] != nnz
+        wrong_bag = (given[1:] < given[:-1]) | outside[1:] | outside[:-1]
+        assert torch.equal(bad, wrong_bag.view(features, b).any(1)), (given, bad)
+        bad.zero_()
