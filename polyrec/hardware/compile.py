@@ -3,7 +3,7 @@
 Triton 3.6 compiles on a CPU-only machine for ``GPUTarget("cuda", 80 | 90 | 100, 32)`` and
 ``GPUTarget("hip", "gfx942" | "gfx950", 64)``. From the result this module reads the shared memory /
 LDS bytes, the registers (NVIDIA: ``cuobjdump --dump-resource-usage`` on the cubin; AMD: the
-``.vgpr_count`` (unified VGPR+AGPR total) / ``.sgpr_count`` / spill counts in the AMDGCN assembly) and spills, and checks them
+``.vgpr_count`` (unified VGPR+AGPR total) / ``.sgpr_count`` / spill counts in the AMDGCN assembly) and spills to memory, and checks them
 against the device's limits. Kernel modules expose ``compile_jobs(spec) -> list[CompileJob]`` so that
 every config they may select can be proven to fit every target.
 
@@ -58,7 +58,9 @@ class CompileReport:
     shared_bytes: int  # static + dynamic shared memory / LDS per block
     registers: int  # per thread (NVIDIA) / VGPRs per lane (AMD: unified arch + acc total)
     scalar_registers: int  # SGPRs (AMD); 0 on NVIDIA
-    spill_bytes: int  # NVIDIA: local memory bytes per thread; AMD: spilled VGPRs+SGPRs
+    spill_bytes: int  # spilled to memory: NVIDIA local memory bytes per thread; AMD VGPRs spilled to scratch
+    scalar_spills: int  # AMD: SGPRs spilled into VGPR lanes (no memory traffic, so no problem); 0 on NVIDIA
+    scratch_bytes: int  # AMD: private (scratch) memory per work-item, spills or stack arrays; 0 on NVIDIA
     seconds: float  # compile time
     problems: tuple[str, ...]  # why it does not fit; empty when it fits
 
@@ -102,15 +104,17 @@ def _amd_field(asm: str, name: str) -> int:
     return int(match.group(1))
 
 
-def _amd_resources(asm: str) -> tuple[int, int, int]:
-    """(VGPRs, SGPRs, spilled registers) from the AMDGCN metadata.
+def _amd_resources(asm: str) -> tuple[int, int, int, int, int]:
+    """(VGPRs, SGPRs, VGPRs spilled to scratch, SGPRs spilled, scratch bytes per work-item) from the
+    AMDGCN metadata.
 
     On gfx90a and later ``.vgpr_count`` is already the unified total (architectural VGPRs aligned,
     plus AGPRs): the assembly's comments read e.g. NumVgprs 256, NumAgprs 192, TotalNumVgprs 448
-    with ``.vgpr_count: 448``.
+    with ``.vgpr_count: 448``. SGPR spills are written into VGPR lanes (``v_writelane``), not memory:
+    they cost instructions, not traffic, and do not make a config unfit.
     """
-    spills = _amd_field(asm, "vgpr_spill_count") + _amd_field(asm, "sgpr_spill_count")
-    return _amd_field(asm, "vgpr_count"), _amd_field(asm, "sgpr_count"), spills
+    return (_amd_field(asm, "vgpr_count"), _amd_field(asm, "sgpr_count"), _amd_field(asm, "vgpr_spill_count"),
+            _amd_field(asm, "sgpr_spill_count"), _amd_field(asm, "private_segment_fixed_size"))
 
 
 #: Threads one block / workgroup may have, per vendor: 1024 on every NVIDIA GPU since sm_20 (CUDA C++
@@ -122,7 +126,8 @@ def _amd_resources(asm: str) -> tuple[int, int, int]:
 MAX_THREADS_PER_BLOCK = {"nvidia": 1024, "amd": 1024}
 
 
-def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int, num_warps: int) -> tuple[str, ...]:
+def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int, num_warps: int,
+              scratch: int = 0) -> tuple[str, ...]:
     found = []
     threads, limit = num_warps * spec.warp_size, MAX_THREADS_PER_BLOCK.get(spec.vendor)
     if limit is not None and threads > limit:
@@ -132,7 +137,9 @@ def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int, num_wa
     if registers > spec.max_registers_per_thread:
         found.append(f"{registers} registers > {spec.max_registers_per_thread} per thread on {spec.name}")
     if spills:
-        found.append(f"spills {spills} (register spills to scratch/local memory)")
+        found.append(f"spills {spills} (registers spilled to scratch/local memory)")
+    elif scratch:
+        found.append(f"scratch {scratch} B per work-item (private memory)")
     return tuple(found)
 
 
@@ -167,9 +174,9 @@ def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
     shared = int(compiled.metadata.shared)
     if spec.triton.backend == "cuda":
         registers, spills = _nvidia_resources(compiled.asm["cubin"])
-        scalar = 0
+        scalar = scalar_spills = scratch = 0
     else:
-        registers, scalar, spills = _amd_resources(compiled.asm["amdgcn"])
+        registers, scalar, spills, scalar_spills, scratch = _amd_resources(compiled.asm["amdgcn"])
     return CompileReport(
         label=job.label,
         device=spec.name,
@@ -178,8 +185,10 @@ def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
         registers=registers,
         scalar_registers=scalar,
         spill_bytes=spills,
+        scalar_spills=scalar_spills,
+        scratch_bytes=scratch,
         seconds=seconds,
-        problems=_problems(spec, shared, registers, spills, job.num_warps),
+        problems=_problems(spec, shared, registers, spills, job.num_warps, scratch),
     )
 
 
