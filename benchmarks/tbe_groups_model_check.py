@@ -1,13 +1,14 @@
-"""The planner's price of mixed-dims TBE modules against steps already measured (CPU, no GPU).
+"""The planner's price of TBE modules against steps already measured (CPU, no GPU).
 
 ``tbe_groups_ab`` timed each mixed-dims ``tbe_shapes`` case both ways on an H200 (one update launch per
-BLOCK_D group, and one at the widest BLOCK_D) and recorded the device time of each step's kernels. This
-re-draws those cases from their seeds, prices each as the planner does (``Estimator.tbe_seconds``:
-forward + backward + update of one module, grouped where ``tbe_select.groups_pay`` says the module
-groups, on the catalog H200 without a stored calibration, as on a fresh machine) and compares the price
-with the measured device time of that form. Nothing is measured here.
+BLOCK_D group, and one at the widest BLOCK_D) and recorded the device time of each step's kernels;
+``tbe_device_times`` recorded it for every case under the module's default. This re-draws those cases
+from their seeds, prices each as the planner does (``Estimator.tbe_seconds``: forward + backward +
+update of one module, grouped where ``tbe_select.groups_pay`` says the module groups, on the catalog
+H200 without a stored calibration, as on a fresh machine) and compares the price with the measured
+device time (of the form the planner prices, where both were timed). Nothing is measured here.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/tbe_groups_model_check.py RESULTS.json [RESULTS.json ...]
+    PYTHONPATH=.:benchmarks python3 benchmarks/tbe_groups_model_check.py RESULTS.json [RESULTS.json ...] [--tag T]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import math
 import random
+import statistics
 from pathlib import Path
 
 from planner_accuracy import geomean_abs_error
@@ -59,7 +61,10 @@ def check(rows: list[dict], estimator: Estimator, cases_per_seed: int) -> list[d
         loads = shard_loads(case)
         fwd_s, bwd_s, _, label = estimator.tbe_seconds("H200", loads)
         grouped = len(estimator.tbe_update_configs("H200", loads)) > 1
-        measured = row["grouped_device_ms"] if grouped else row["single_device_ms"]
+        if "device_ms" in row:  # tbe_device_times: the module's default form
+            measured = row["device_ms"]
+        else:
+            measured = row["grouped_device_ms"] if grouped else row["single_device_ms"]
         out.append({"seed": row["seed"], "case": row["case"], "dims": row["dims"], "batch": row["batch"],
                     "dtype": row["dtype"], "optimizer": row["optimizer"], "module_auto": row.get("auto", "-"),
                     "planner_groups": grouped, "predicted_ms": (fwd_s + bwd_s) * 1e3, "measured_device_ms": measured,
@@ -69,8 +74,9 @@ def check(rows: list[dict], estimator: Estimator, cases_per_seed: int) -> list[d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="+", type=Path, help="tbe_groups_ab results files")
+    parser.add_argument("results", nargs="+", type=Path, help="tbe_groups_ab or tbe_device_times results files")
     parser.add_argument("--cases", type=int, default=16, help="cases drawn per seed (as the A/B's --cases)")
+    parser.add_argument("--tag", default="", help="suffix of the results name")
     args = parser.parse_args()
     measured = [r for path in args.results for r in json.loads(path.read_text())["results"]["rows"]]
     model = model_spec_from_config(preset("dcnv2-small"))  # only its tables' module is priced, not the model's
@@ -84,9 +90,12 @@ def main() -> None:
                "planner_form_matches_module": sum(r["planner_groups"] == (r["module_auto"] == "grouped")
                                                   for r in after_rule),
                "geomean_abs_error": geomean_abs_error([(r["predicted_ms"], r["measured_device_ms"]) for r in rows]),
-               "max_abs_error": max(abs(r["error"]) for r in rows), "files": [str(p) for p in args.results]}
+               "max_abs_error": max(abs(r["error"]) for r in rows), "files": [str(p) for p in args.results],
+               "mean_error_by_optimizer": {o: statistics.mean(r["error"] for r in rows if r["optimizer"] == o)
+                                           for o in sorted({r["optimizer"] for r in rows})}}
     print(summary)
-    write_results("tbe_groups_model_check", {"rows": rows}, rows=rows, summary=summary)
+    write_results("tbe_groups_model_check" + (f"_{args.tag}" if args.tag else ""), {"rows": rows}, rows=rows,
+                  summary=summary)
 
 
 if __name__ == "__main__":

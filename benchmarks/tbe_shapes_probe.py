@@ -3,7 +3,7 @@
 step (cProfile). A diagnostic; writes ``tbe_shapes_probe_<gpu>_<date>.json``.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/tbe_shapes_probe.py --seed 1 --case 12 [--case 1 ...] \
-        [--force lane:8:8:8:152 ...] [--host-case 0]
+        [--force lane:8:8:8:152 ...] [--host-case 0] [--grad-dtype bf16]
 
 ``--force variant:tile:chunks:merge_chunks[:max_registers]`` adds an update config to time beside the
 selected one (warps as the selector's lane warps).
@@ -38,9 +38,10 @@ def parse_force(text: str, block_d: int) -> tbe_select.UpdateConfig:
                                    max_registers=int(cap[0]) if cap else None)
 
 
-def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch.Generator) -> dict:
+def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch.Generator,
+                grad_dtype: torch.dtype = torch.float32) -> dict:
     module = build(case, config)
-    grad = torch.randn(grad_shape, device="cuda", generator=gen)
+    grad = torch.randn(grad_shape, device="cuda", generator=gen).to(grad_dtype)
     turn = iter(range(10**9))
 
     def step() -> None:
@@ -50,7 +51,7 @@ def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch
     kernels = kernel_table(step, reps=3)
     chosen = str(config) if config is not None else update_text(module, batches[0].nnz)
     del module
-    return {"config": chosen, "step_ms": ms, "kernels": kernels[:10]}
+    return {"config": chosen, "step_ms": ms, "device_ms": sum(k["ms_per_step"] for k in kernels), "kernels": kernels[:10]}
 
 
 def host_profile(case: dict, gen: torch.Generator, steps: int = 50) -> str:
@@ -70,6 +71,8 @@ def main() -> None:
     parser.add_argument("--force", action="append", default=[], help="variant:tile:chunks:merge_chunks[:max_registers]")
     parser.add_argument("--host-case", type=int, default=None, help="cProfile this case's steps")
     parser.add_argument("--cases", type=int, default=16, help="cases drawn (as tbe_shapes --cases)")
+    parser.add_argument("--grad-dtype", choices=sorted(DTYPES), default="fp32",
+                        help="the output gradient's dtype (bf16: as the trainer's bf16 dense half hands it)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     cases = [draw_case(rng, False) for _ in range(args.cases)]
@@ -82,9 +85,10 @@ def main() -> None:
         grad_shape, block_d = (case["batch"], probe.output_dim), probe.block_d
         del probe
         for config in [None] + [parse_force(f, block_d) for f in args.force]:
-            row = {"case": index, "forced": config is not None, **time_config(case, batches, grad_shape, config, gen)}
+            row = {"case": index, "forced": config is not None,
+                   **time_config(case, batches, grad_shape, config, gen, DTYPES[args.grad_dtype])}
             rows.append(row)
-            print(f"case {index} {row['config']}: step {row['step_ms']:.3f} ms", flush=True)
+            print(f"case {index} {row['config']}: step {row['step_ms']:.3f} ms, device {row['device_ms']:.3f} ms", flush=True)
             for k in row["kernels"][:6]:
                 print(f"    {k['ms_per_step']:8.3f} ms  x{k['calls_per_step']:<4g} {k['kernel'][:80]}")
         del batches
@@ -92,7 +96,7 @@ def main() -> None:
     if args.host_case is not None:
         host = host_profile(cases[args.host_case], gen)
         print(host[:6000])
-    write_results("tbe_shapes_probe", {"seed": args.seed, "rows": rows, "host_profile": host},
+    write_results("tbe_shapes_probe", {"seed": args.seed, "grad_dtype": args.grad_dtype, "rows": rows, "host_profile": host},
                   rows=[{k: v for k, v in r.items() if k != "kernels"} for r in rows])
 
 

@@ -320,7 +320,7 @@ def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_loo
     def predict(one_dim):
         shape = UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
                             merge_chunks=cfg.merge_chunks, grad_bytes=grad_bytes, one_dim=one_dim,
-                            elems_per_thread=cfg.tile * 128 / (32 * cfg.num_warps))
+                            elems_per_thread=cfg.tile * 128 / (32 * cfg.num_warps), max_registers=cfg.max_registers)
         return 1e3 * (update_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=512,
                                      grad_row_bytes=grad_bytes * 128, state_bytes_per_row=4)
                       + row_state_seconds(nnz, spec))

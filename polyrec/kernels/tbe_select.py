@@ -297,7 +297,8 @@ def _best_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, st
     for cand in update_candidates(block_d, spec.warp_size, spec.vendor, state_tiles, one_dim):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             merge_chunks=cand.merge_chunks, stochastic=stochastic, grad_bytes=grad_bytes,
-                            one_dim=one_dim, elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size))
+                            one_dim=one_dim, elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size),
+                            state_tiles=state_tiles, max_registers=cand.max_registers)
         if not update_fits_registers(shape, spec):
             continue
         priced = functools.partial(update_seconds, shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,

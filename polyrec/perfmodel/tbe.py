@@ -333,6 +333,13 @@ SCAN_SECONDS_PER_POSITION_TILE = 2.02e-11
 #: cuda:90 compiles of the candidates (rowwise Adagrad, fp32; tests/test_tbe_compile.py compiles them):
 #: scan 16 elements -> 128-148, lane TILE 8 (32 elements) -> 168; capped at 255.
 UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
+#: Registers per thread each per-element fp32 optimizer-state tile (Adagrad 1, Adam 2) adds per tile
+#: element per thread: counted, not fitted, on the cuda:90 compiles of the one-dim lane update at TILE 8
+#: (32 elements per thread, 8-tile chunks, no cap; benchmarks/sass_count.py, twenty-fifth session): Adam
+#: 254 registers (8 one-warp programs per SM) where 40 + 4 x 32 + 2 x 32 = 232 gives 8 as well; Adagrad
+#: asks 200 and runs at the selector's 152 cap (13 per SM). Allocation only: the candidates' register fit
+#: (``update_registers_needed``) is the fitted rule above.
+STATE_TILE_REGS_PER_ELEM = 1.0
 #: Partial slots per tile of a merge-level program (``tbe_backward.merge_level_kernel``, laid out as the
 #: lane update: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16
 #: asks ~296 registers per thread, over the 255 limit); with one tile per program (the config's
@@ -463,6 +470,15 @@ ONE_DIM_ROUNDED_ISSUE_FRACTION = 0.893
 #: benchmarks/results/tbe_lane_ab_2026-11-30/: 2.913 + 0.147 ms for 14.02M ids, 3.61M of them distinct,
 #: whose bytes at the copy rate give 2.94 ms). 0.48 at 02e0c4b (1252 instructions, 9 warps per SM).
 LANE_ISSUE_FRACTION = 0.56
+#: One-warp lane programs resident per SM in that fit's config (the 152-register cap: 65536 registers
+#: / (152 x 32) = 13). With fewer resident (an optimizer's state tiles take registers: Adam's 8 per SM)
+#: fewer warps hide each other's loads and the issue fraction falls in proportion (``lane_issue_fraction``).
+#: Checked, not fitted: on the 27 mixed-dims cases of tbe_groups_ab (device times, H200), the planner's
+#: error for Adam went from -26% to -11% in the mean, geomean over all 16.7% -> 10.4%
+#: (tbe_groups_model_check); the committed planner_accuracy run at 000b1ea re-predicted the same within
+#: 0.1 point (device-bound rows 1.98% -> 1.99%). NVIDIA only (AMD's lane programs are not measured: no
+#: scaling there).
+LANE_ISSUE_FIT_WARPS = {"nvidia": 13}
 #: Bytes of a partial slot's row id.
 SLOT_KEY_BYTES = 8
 #: fp32 values per lane vector in the lane layout (``tbe_select.LANE_VEC``).
@@ -482,6 +498,8 @@ class UpdateShape:
     stochastic: bool = False  # fp16 / bf16 rows: the update and the merge round stochastically (``rounding_seconds``)
     grad_bytes: int = 4  # element size of the output gradient (4 fp32, 2 bf16 / fp16): UPDATE_COPY_FRACTION
     one_dim: bool = False  # "lane": every table has the same dim (the ONE_DIM_* constants)
+    state_tiles: int = 0  # per-element fp32 optimizer-state tiles the program holds (Adagrad 1, Adam 2)
+    max_registers: int | None = None  # the config's register cap (``UpdateConfig.max_registers``)
 
     def block_d(self, warp_size: int) -> float:
         """Padded row width (elements) of the tile: elems_per_thread x threads / tile."""
@@ -502,7 +520,10 @@ def update_registers_needed(shape: UpdateShape) -> int:
 
 
 def update_registers(shape: UpdateShape) -> int:
-    return min(255, update_registers_needed(shape))
+    """Registers per thread the program is allocated: what its tile and state tiles ask for, within the
+    config's cap and the compiler's 255."""
+    asked = update_registers_needed(shape) + STATE_TILE_REGS_PER_ELEM * shape.state_tiles * shape.elems_per_thread
+    return int(min(255, asked, shape.max_registers or 255))
 
 
 def update_fits_registers(shape: UpdateShape, spec: DeviceSpec) -> bool:
@@ -554,6 +575,16 @@ def update_merge_levels(nnz: float, span: int, chunks: int) -> int:
     """Merge levels after an update over ``nnz`` sorted positions, ``span`` per update program, with
     ``chunks`` tiles of LEVEL_TILE slots per merge-level program."""
     return merge_levels(max(1, math.ceil(nnz / span)), LEVEL_TILE * chunks)
+
+
+def lane_issue_fraction(shape: UpdateShape, spec: DeviceSpec) -> float:
+    """LANE_ISSUE_FRACTION, scaled down where fewer warps are resident per compute unit than in its fit
+    (LANE_ISSUE_FIT_WARPS, where the vendor has one)."""
+    fit = LANE_ISSUE_FIT_WARPS.get(spec.vendor)
+    if fit is None:
+        return LANE_ISSUE_FRACTION
+    warps = update_resident(shape, spec) // spec.compute_units * shape.num_warps
+    return LANE_ISSUE_FRACTION * min(1.0, warps / fit)
 
 
 def issue_seconds(instructions: float, fraction: float, spec: DeviceSpec) -> float:
@@ -628,7 +659,7 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     # the one-dim kernel's constants hold for optimizers without a per-element state tile
     one_dim = shape.one_dim and shape.variant == "lane" and state_bytes_per_row < 4 * block_d
     instructions = ONE_DIM_LANE_INSTRUCTIONS if one_dim else LANE_INSTRUCTIONS
-    issue_fraction = LANE_ISSUE_FRACTION
+    issue_fraction = lane_issue_fraction(shape, spec)
     round_s = rounding_seconds(elements, shape.variant, spec) if shape.stochastic else 0.0
     if one_dim and shape.stochastic:  # one instruction stream, issue-bound: the rounding is part of it
         instructions += ONE_DIM_ROUNDING_INSTRUCTIONS

@@ -200,7 +200,8 @@ def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec:
     ucfg = _update_config(loads, spec, grad_bytes, module=module)
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
                           merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
-                          elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size))
+                          elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size),
+                          state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], max_registers=ucfg.max_registers)
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
     est = tbe.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
                        out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd,

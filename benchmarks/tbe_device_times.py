@@ -1,0 +1,63 @@
+"""Device time of forward + backward + update of ``tbe_shapes`` cases under the default selection, for
+checking the cost model on cases it was not fitted on (``tbe_groups_model_check`` prices them offline).
+
+Each case of ``--seed`` (drawn as ``tbe_shapes`` draws them) is built as the module builds it by default,
+stepped on fresh batches, and its kernels summed by the torch profiler (the device time of a step);
+``do_bench`` gives the step's wall time beside it. Writes ``tbe_device_times_<gpu>_<date>.json``.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/tbe_device_times.py --seed 21 [--seed 22] [--cases 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import torch
+import triton
+from profiling import kernel_table
+from tbe_groups_ab import build
+from tbe_shapes import draw_case, make_batch, update_text
+
+from polyrec.results import write_results
+
+
+def measure(seed: int, index: int, case: dict, gen: torch.Generator) -> dict:
+    module = build(case, None)
+    batches = [make_batch(case, gen) for _ in range(3)]
+    grad = torch.randn(case["batch"], module.output_dim, device="cuda", generator=gen)
+    turn = iter(range(10**9))
+
+    def step() -> None:
+        module(batches[next(turn) % len(batches)]).backward(grad)
+
+    wall = triton.testing.do_bench(step, warmup=10, rep=200, return_mode="median")
+    kernels = kernel_table(step, reps=3)
+    return {"seed": seed, "case": index, "dims": "/".join(str(d) for d in sorted(set(case["dims"]))),
+            "batch": case["batch"], "dtype": case["dtype"], "optimizer": case["optimizer"], "nnz": batches[0].nnz,
+            "update": update_text(module, batches[0].nnz), "device_ms": sum(k["ms_per_step"] for k in kernels),
+            "step_ms": wall, "kernels": kernels[:8]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, action="append", default=[])
+    parser.add_argument("--cases", type=int, default=16, help="cases drawn per seed (as tbe_shapes --cases)")
+    args = parser.parse_args()
+    rows = []
+    for seed in args.seed or [21]:
+        rng = random.Random(seed)
+        cases = [draw_case(rng, False) for _ in range(args.cases)]
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        for index, case in enumerate(cases):
+            row = measure(seed, index, case, gen)
+            rows.append(row)
+            print(f"seed {seed} case {index:>2} {row['dims']:>16} B={row['batch']:>5} {row['dtype']} {row['optimizer']:>15}: "
+                  f"device {row['device_ms']:7.3f} ms, step {row['step_ms']:7.3f} ms ({row['update']})", flush=True)
+            torch.cuda.empty_cache()
+    write_results("tbe_device_times", {"rows": rows}, rows=[{k: v for k, v in r.items() if k != "kernels"} for r in rows],
+                  summary={"seeds": args.seed or [21], "cases": len(rows)})
+
+
+if __name__ == "__main__":
+    main()
