@@ -31,6 +31,9 @@ from polyrec.planner.types import (
     parse_fleet,
 )
 
+#: The fleet planned for when --fleet is not given.
+DEFAULT_FLEET = "H200x1"
+
 app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
 # messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
 err = Console(stderr=True, emoji=False, soft_wrap=True)
@@ -55,6 +58,16 @@ def fleet_with_host_memory(text: str, host_memory_gb: float | None) -> Fleet:
     return dataclasses.replace(parse_fleet(text), host_memory_bytes=host_memory_bytes(host_memory_gb))
 
 
+def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
+    """The fleets --codesign designs for: ``fleet``, or each kind of ``compare`` in its shape (as many per
+    host, as many hosts)."""
+    if not compare:
+        return [fleet]
+    shape = parse_fleet(fleet)
+    hosts = f"@{shape.hosts}" if shape.hosts > 1 else ""
+    return [f"{kind}x{shape.per_host}{hosts}" for kind in _csv(compare)]
+
+
 def load_model(name: str, distribution: str) -> ModelSpec:
     from polyrec.models.config import preset
 
@@ -77,12 +90,19 @@ def plan_table(plan: Plan) -> Table:
     return t
 
 
+def ranks_text(ranks: tuple[int, ...]) -> str:
+    """``first..last`` for a run of more than 4 consecutive ranks (row-wise over many GPUs), else each rank
+    (a column-wise table's ranks are in no order)."""
+    run = ranks == tuple(range(ranks[0], ranks[0] + len(ranks)))
+    return f"{ranks[0]}..{ranks[-1]}" if run and len(ranks) > 4 else ",".join(map(str, ranks))
+
+
 def tables_table(plan: Plan) -> Table:
     t = Table(title="tables")
     for col in ("table", "rows", "sharding", "ranks", "memory", "dtype", "optimizer", "fwd ms", "bwd ms"):
         t.add_column(col)
     for tp in plan.tables:
-        ranks = ",".join(map(str, tp.ranks)) if len(tp.ranks) <= 4 else f"{tp.ranks[0]}..{tp.ranks[-1]}"
+        ranks = ranks_text(tp.ranks)
         memory = tp.memory + (f" ({tp.cache_rows:,} cached)" if tp.memory == "host_cached" else "")
         t.add_row(tp.table, f"{plan.model.table(tp.table).rows:,}", tp.sharding, ranks, memory, tp.weight_dtype,
                   tp.optimizer, f"{tp.fwd_ms:.3f}", f"{tp.bwd_ms:.3f}")
@@ -137,12 +157,19 @@ def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out
     Console().print(f"wrote {png} and {page}")
 
 
+def peak_gb_per_gpu(plan: Plan) -> float:
+    """The predicted allocator peak of the plan's busiest GPU, GB."""
+    return max(m.used for m in plan.memory) / 1e9
+
+
 def _codesign(model: ModelSpec, fleets: list[Fleet], target: float, c: PlanConstraints, as_json: bool) -> None:
     results = [codesign(model, f, target, c) for f in fleets]
     if as_json:
         print(json.dumps([{"fleet": r.fleet.text, "params": r.params, "reason": r.reason,
                            "model": model_config_fields(r.model) if r.model else None,
-                           "samples_per_s": r.plan.samples_per_s if r.plan else None} for r in results], indent=1))
+                           "samples_per_s": r.plan.samples_per_s if r.plan else None,
+                           "peak_gb_per_gpu": peak_gb_per_gpu(r.plan) if r.plan else None}
+                          for r in results], indent=1))
         return
     t = Table(title=f"co-design of {model.name} for >= {target:,.0f} samples/s")
     for col in ("fleet", "params (B)", "table rows (M)", "emb dim", "DCN rank x layers", "bottom MLP", "top MLP",
@@ -155,14 +182,17 @@ def _codesign(model: ModelSpec, fleets: list[Fleet], target: float, c: PlanConst
         d = r.model.dense
         t.add_row(r.fleet.text, f"{r.params / 1e9:.2f}", f"{r.model.total_rows / 1e6:.0f}", str(r.model.embedding_dim),
                   f"{d.dcn_rank} x {d.dcn_layers}", "-".join(map(str, d.bottom_mlp)), "-".join(map(str, d.top_mlp)),
-                  f"{r.plan.samples_per_s:,.0f}", f"{max(m.used for m in r.plan.memory) / 1e9:.1f}")
+                  f"{r.plan.samples_per_s:,.0f}", f"{peak_gb_per_gpu(r.plan):.1f}")
     Console().print(t)
 
 
-def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None) -> None:
+def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None, fleet: str | None) -> None:
     """Options that only one mode reads are refused in the others, not ignored."""
     if compare is not None and not _csv(compare):
         raise FleetError(f"--compare {compare!r} names no device kind; e.g. --compare H100,H200,MI350X")
+    if compare is not None and not codesign_ and fleet is not None:
+        raise FleetError("--compare finds the smallest fleet of each device kind itself, and reads no --fleet; "
+                         "leave --fleet out, or plan that fleet without --compare")
     if not math.isfinite(target) or target < 0:
         raise FleetError(f"--target-samples-per-s must be a finite number of samples/s, 0 or more, got {target}")
     if target and not codesign_:
@@ -175,7 +205,8 @@ def _check_modes(compare: str | None, codesign_: bool, target: float, output: Pa
 @app.callback(invoke_without_command=True)
 def plan(
     model: str = typer.Option("mlperf-dcnv2", "--model", help="model preset (polyrec.models presets)"),
-    fleet: str = typer.Option("H200x1", "--fleet", help=f"devices: {FLEET_SYNTAX}"),
+    fleet: str | None = typer.Option(None, "--fleet", help=f"devices: {FLEET_SYNTAX} (default: {DEFAULT_FLEET}; "
+                                                         "--compare without --codesign finds each kind's fleet)"),
     weight_dtypes: str = typer.Option("fp32,fp16", help="embedding weight precisions allowed, preferred first"),
     optimizers: str = typer.Option("rowwise_adagrad", help="embedding optimizers allowed, preferred first"),
     batch_per_gpu: int | None = typer.Option(None, help="fix the batch per GPU (default: the planner chooses)"),
@@ -187,7 +218,8 @@ def plan(
     overlap: str = typer.Option("ddp", help="what the runtime overlaps: none, ddp or pipeline"),
     distribution: str = typer.Option("uniform", help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)}"),
     compare: str | None = typer.Option(None, help="device kinds to compare, e.g. H100,H200,B200,MI300X,MI350X,MI355X "
-                                                  "(with --codesign: co-design on each, as many per host as --fleet)"),
+                                                  "(with --codesign: co-design on each, in the shape of --fleet: as "
+                                                  "many per host, as many hosts)"),
     codesign_: bool = typer.Option(False, "--codesign", help="search model dimensions for the largest model that fits"),
     target_samples_per_s: float = typer.Option(0.0, help="throughput target of --codesign, samples/s"),
     out_dir: Path = typer.Option(Path("plan_report"), help="where --compare writes its PNG and HTML"),
@@ -196,14 +228,14 @@ def plan(
 ) -> None:
     """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target."""
     try:
-        _check_modes(compare, codesign_, target_samples_per_s, output)
+        _check_modes(compare, codesign_, target_samples_per_s, output, fleet)
+        fleet = fleet or DEFAULT_FLEET
         spec = load_model(model, distribution)
         c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
                             max_batch_per_gpu=max_batch_per_gpu, allow_host_cache=not no_host_cache, overlap=overlap)
         if codesign_:
-            fleets = [f"{d}x{parse_fleet(fleet).per_host}" for d in _csv(compare or "")] or [fleet]
-            _codesign(spec, [fleet_with_host_memory(f, host_memory_gb) for f in fleets], target_samples_per_s, c,
-                      as_json)
+            fleets = [fleet_with_host_memory(f, host_memory_gb) for f in codesign_fleets(fleet, compare)]
+            _codesign(spec, fleets, target_samples_per_s, c, as_json)
             return
         if compare:
             _compare(spec, _csv(compare), c, out_dir, as_json, host_memory_bytes(host_memory_gb))

@@ -12,6 +12,7 @@ rates are higher.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from polyrec.planner.dense import dense_params
@@ -97,9 +98,13 @@ def _evaluate(base: ModelSpec, d: Design, fleet: Fleet, c: PlanConstraints, targ
 
 def codesign(base: ModelSpec, fleet: Fleet, target_samples_per_s: float,
              constraints: PlanConstraints | None = None) -> CodesignResult:
-    """Greedy growth from the smallest design (see the module docstring)."""
-    c = dataclasses.replace(constraints or PlanConstraints(),
-                            batch_per_gpu=(constraints.batch_per_gpu if constraints else None) or CODESIGN_BATCH)
+    """Greedy growth from the smallest design (see the module docstring), at the constraints' batch per GPU,
+    else CODESIGN_BATCH within their ``max_batch_per_gpu``."""
+    if not math.isfinite(target_samples_per_s) or target_samples_per_s < 0:
+        raise ValueError(f"codesign: target_samples_per_s must be a finite number of samples/s, 0 or more, "
+                         f"got {target_samples_per_s}")
+    given = constraints or PlanConstraints()
+    c = dataclasses.replace(given, batch_per_gpu=given.batch_per_gpu or min(CODESIGN_BATCH, given.max_batch_per_gpu))
     dcn = base.dense.interaction == "dcnv2"
     current = Design(rows=0, dim=0, rank=0, layers=0, mlp=0)
     found = _evaluate(base, current, fleet, c, target_samples_per_s)

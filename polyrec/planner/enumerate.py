@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polyrec.planner.memory import weight_bytes
+from polyrec.planner.memory import shard_shapes, weight_bytes
 from polyrec.planner.types import ModelSpec, TableSpec
 
 STRATEGIES: tuple[str, ...] = ("table_wise", "balanced", "row_wise_large", "column_wise_large", "row_wise_all")
@@ -70,8 +70,15 @@ def balanced_splits(model: ModelSpec, world: int) -> list[TableSplit]:
     return out
 
 
+def _row_shards_full(rows: int, world: int) -> bool:
+    """Whether ``rows`` split row-wise over ``world`` ranks give every rank at least MIN_ROWS_PER_SHARD
+    rows: ranges of ``ceil(rows / world)`` rows (``memory.shard_shapes``) leave the last ones short, or
+    empty, where rows / world is not much above the world (3073 rows over 3 ranks: 1023 in the last)."""
+    return world > 1 and min(r for r, _ in shard_shapes(rows, 1, "row_wise", world)) >= MIN_ROWS_PER_SHARD
+
+
 def _split(t: TableSpec, sharding: str, world: int) -> TableSplit:
-    if sharding == "row_wise" and world > 1 and t.rows >= world * MIN_ROWS_PER_SHARD:
+    if sharding == "row_wise" and _row_shards_full(t.rows, world):
         return TableSplit(table=t.name, sharding="row_wise", shards=world)
     if sharding == "column_wise" and column_shards(t.dim, world) > 1:
         return TableSplit(table=t.name, sharding="column_wise", shards=column_shards(t.dim, world))
@@ -79,8 +86,8 @@ def _split(t: TableSpec, sharding: str, world: int) -> TableSplit:
 
 
 def strategy_splits(model: ModelSpec, strategy: str, world: int, allowed: tuple[str, ...]) -> list[TableSplit] | None:
-    """The splits of every table under ``strategy``; None when the strategy needs a sharding not allowed
-    or changes nothing over ``table_wise``."""
+    """The splits of every table under ``strategy``; None when they take a sharding not ``allowed`` or change
+    nothing over ``table_wise``."""
     if strategy == "balanced":
         splits = balanced_splits(model, world)
         changed = any(s.sharding != "table_wise" for s in splits)
@@ -91,9 +98,8 @@ def strategy_splits(model: ModelSpec, strategy: str, world: int, allowed: tuple[
               "row_wise_all": {t.name: "row_wise" for t in model.tables}}[strategy]
     if any(s not in allowed for s in wanted.values()) or (strategy != "table_wise" and not wanted):
         return None
-    if "table_wise" not in allowed and len(wanted) < len(model.tables):
-        return None
     splits = [_split(t, wanted.get(t.name, "table_wise"), world) for t in model.tables]
     if strategy != "table_wise" and all(s.sharding == "table_wise" for s in splits):
         return None
-    return splits
+    # a table too small to split (or one GPU) stays whole: not where the user allows no table_wise
+    return splits if all(s.sharding in allowed for s in splits) else None

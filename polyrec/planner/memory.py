@@ -12,17 +12,12 @@ import math
 
 from polyrec.planner.dense import dense_params
 from polyrec.planner.ops import activation_peak_per_sample, dense_inventory
-from polyrec.planner.types import WEIGHT_BYTES, Fleet, ModelSpec
+from polyrec.planner.types import DENSE_DTYPE_BYTES, DENSE_STATE_PER_PARAM, WEIGHT_BYTES, Fleet, ModelSpec
 
 #: fp32 values of optimizer state per embedding row and per element (polyrec.kernels.tbe_optim
 #: STATE_PER_ROW / STATE_PER_ELEMENT; the planner keeps its own copy so it imports no Triton).
 STATE_PER_ROW: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 1, "adagrad": 0, "adam": 0}
 STATE_PER_ELEMENT: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 0, "adagrad": 1, "adam": 2}
-#: fp32 values of dense optimizer state per parameter: Adagrad's sum of squares, Adam's two moments
-#: (torch.optim.Adagrad / Adam).
-DENSE_STATE_PER_PARAM: dict[str, int] = {"sgd": 0, "adagrad": 1, "adam": 2}
-#: Bytes per value of the dense matmul inputs.
-DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
 #: Bytes of an index (int64 values and offsets, the jagged layout of polyrec.kernels.jagged).
 INDEX_BYTES = 8
 #: Bytes per lookup the TBE backward allocates besides its per-tile partials

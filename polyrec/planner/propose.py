@@ -9,6 +9,7 @@ a time (``constraints.weight_dtypes``); host memory with an HBM cache for the la
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from polyrec.hardware.catalog import catalog
@@ -56,11 +57,18 @@ class Candidate:
 
 def rank_budgets(est: Estimator, batch: int, storage: dict[str, Storage]) -> list[int]:
     """HBM bytes each rank has for embedding shards at ``batch``, the tables stored as ``storage``: capacity
-    minus reserve, the dense parameters, the embedding activations and ``Estimator.backward_peak`` (the
-    peak ``Estimator.rank_memory`` counts) of an even share of the embedding work."""
+    minus reserve, the dense parameters and ``batch_bytes``."""
+    dense = sum(est.dense_bytes)
+    return [est.specs[device].hbm_bytes - mem.reserve_bytes(est.specs[device].hbm_bytes) - dense - peak
+            for device, peak in zip(est.rank_devices, batch_bytes(est, batch, storage))]
+
+
+def batch_bytes(est: Estimator, batch: int, storage: dict[str, Storage]) -> list[int]:
+    """HBM bytes of each rank's activations and workspace at ``batch``, the tables stored as ``storage``: the
+    embedding activations and ``Estimator.backward_peak`` (the peak ``Estimator.rank_memory`` counts) of an
+    even share of the embedding work."""
     model = est.model
     cb = mem.DENSE_DTYPE_BYTES[est.dense_dtype]
-    dense_w, dense_state = est.dense_bytes
     modules: dict[tuple[str, str], float] = {}  # lookups per TBE module (weight dtype, optimizer)
     for t in model.tables:
         key = (storage[t.name].weight_dtype, storage[t.name].optimizer)
@@ -71,10 +79,7 @@ def rank_budgets(est: Estimator, batch: int, storage: dict[str, Storage]) -> lis
         local_features_dim=len(model.tables) * model.embedding_dim, num_dense=model.dense.num_dense,
         compute_bytes=cb)
     dim = max(t.dim for t in model.tables)
-    by_device: dict[str, int] = {}
-    for device, spec in est.specs.items():
-        peak = share + sum(est.backward_peak(device, modules, dim, pooled, batch))
-        by_device[device] = spec.hbm_bytes - mem.reserve_bytes(spec.hbm_bytes) - dense_w - dense_state - peak
+    by_device = {device: share + sum(est.backward_peak(device, modules, dim, pooled, batch)) for device in est.specs}
     return [by_device[device] for device in est.rank_devices]
 
 
@@ -195,9 +200,12 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
                          host_ms=1e3 * s.host_s, graphed_host_ms=1e3 * s.graphed_host_s, host_bound=s.host_bound,
                          graphed_host_bound=s.graphed_host_bound)
     notes = [f"strategy {best.strategy}"]
-    demoted = [t.table for t in best.tables if t.weight_dtype != c.weight_dtypes[0]]
-    if demoted:
-        notes.append(f"{c.weight_dtypes[-1]} rows for {', '.join(demoted)} to fit")
+    chosen = {t.optimizer for t in best.tables}
+    if chosen != {c.optimizers[0]}:
+        notes.append(f"{', '.join(sorted(chosen))} optimizer state to fit ({c.optimizers[0]}'s does not)")
+    demoted = {d: [t.table for t in best.tables if t.weight_dtype == d] for d in c.weight_dtypes[1:]}
+    if any(demoted.values()):
+        notes.append("; ".join(f"{d} rows for {', '.join(names)}" for d, names in demoted.items() if names) + " to fit")
     cached = [t.table for t in best.tables if t.memory == "host_cached"]
     if cached:
         host = max(est.host_memory(best.estimate.memory))
@@ -247,24 +255,99 @@ def host_memory_text(fleet: Fleet) -> str:
     return f"at most {mem.HOST_MEMORY_BYTES / 1e12:.1f} TB of host memory per host (an upper bound; none given)"
 
 
-def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
-    """Why nothing fits, and the smallest fleets that would."""
-    need = sum(mem.weight_bytes(t.rows, t.dim, c.weight_dtypes[0]) + mem.state_bytes(t.rows, t.dim, c.optimizers[0])
+def table_bytes(model: ModelSpec, c: PlanConstraints) -> int:
+    """Bytes of every table's rows and optimizer state in the preferred precision and optimizer."""
+    return sum(mem.weight_bytes(t.rows, t.dim, c.weight_dtypes[0]) + mem.state_bytes(t.rows, t.dim, c.optimizers[0])
                for t in model.tables)
+
+
+def largest_batch(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int) -> int:
+    """The largest batch per GPU below ``batch`` (which does not fit) at which the model fits; 0 where not even
+    one sample does. Bisection, each probe as ``fits``."""
+    if not fits(model, fleet, dataclasses.replace(c, batch_per_gpu=1)):
+        return 0
+    fitting, failing = 1, batch
+    while failing - fitting > 1:
+        middle = (fitting + failing) // 2
+        if fits(model, fleet, dataclasses.replace(c, batch_per_gpu=middle)):
+            fitting = middle
+        else:
+            failing = middle
+    return fitting
+
+
+def crowded_rank(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int) -> tuple[str, int, int]:
+    """(device, bytes of the activations and workspace at ``batch``, bytes they and the tables may take: capacity
+    minus reserve and the dense layers) of the rank that batch overflows most (``batch_bytes``), the tables
+    stored as the constraints prefer."""
+    est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
+    storage = {t.name: Storage(weight_dtype=c.weight_dtypes[0], optimizer=c.optimizers[0]) for t in model.tables}
+    taken = batch_bytes(est, batch, storage)
+    room = [b + t for b, t in zip(rank_budgets(est, batch, storage), taken)]
+    rank = max(range(len(taken)), key=lambda r: taken[r] - room[r])
+    return est.rank_devices[rank], taken[rank], room[rank]
+
+
+def batch_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int, largest: int) -> str:
+    """Why nothing fits where the tables would at a smaller batch: what the activations of ``batch`` take on
+    the rank they crowd most, the ``largest`` batch per GPU that fits, and where the batch alone fits a GPU,
+    the smallest fleets that make room for it beside the tables."""
+    device, taken, room = crowded_rank(model, fleet, c, batch)
+    which = "--batch-per-gpu" if c.batch_per_gpu is not None else "the smallest the planner tries"
+    lines = [f"{model.name} does not fit {fleet.text} at batch {batch:,} per GPU ({which}): at that batch the "
+             f"activations and workspace take {taken / 1e9:,.1f} GB per {device}, which has {room / 1e9:,.1f} GB "
+             f"for them and its share of the tables ({table_bytes(model, c) / 1e9:,.1f} GB over the fleet) beside "
+             f"the reserve and the dense layers.",
+             f"The largest batch per GPU that fits: {largest:,} (--batch-per-gpu {largest})."]
+    for kind in (g.device for g in fleet.groups) if taken <= room else ():
+        smallest = smallest_fleet(model, kind, dataclasses.replace(c, batch_per_gpu=batch),
+                                  host_memory_bytes=fleet.host_memory_bytes)
+        if smallest is not None:
+            lines.append(f"At batch {batch:,}, the smallest {kind} fleet that fits: {smallest.text}.")
+    return "\n".join(lines)
+
+
+def batch_overflow(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
+    """A sentence saying so where the activations and workspace of the constraints' smallest batch alone
+    overflow a GPU of ``fleet`` (no number of GPUs makes room for them); else empty."""
+    batch = min(_batches(c))
+    device, taken, room = crowded_rank(model, fleet, c, batch)
+    if taken <= room:
+        return ""
+    return (f"At batch {batch:,} per GPU the activations and workspace alone take {taken / 1e9:,.1f} GB per {device}, "
+            f"which has {room / 1e9:,.1f} GB for them.")
+
+
+def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
+    """Why nothing fits: the batch, where the model fits at a smaller one; else the tables, and the smallest
+    fleets that would hold them (at a batch the planner chooses, where the one given alone overflows a GPU)."""
+    batch = min(_batches(c))
+    largest = largest_batch(model, fleet, c, batch) if batch > 1 else 0
+    if largest:
+        return batch_message(model, fleet, c, batch, largest)
+    need = table_bytes(model, c)
     usable = sum(s.hbm_bytes - mem.reserve_bytes(s.hbm_bytes) for s in
                  (fleet.specs()[d] for d in fleet.rank_devices()))
     host = f", and {host_memory_text(fleet)} for host-cached tables" if c.allow_host_cache else ""
     lines = [f"{model.name} does not fit {fleet.text}: its tables need {need / 1e9:.1f} GB "
              f"({c.weight_dtypes[0]} rows, {c.optimizers[0]} state) and the fleet has {usable / 1e9:.1f} GB usable "
              f"(before activations){host}."]
+    if "table_wise" not in c.shardings:
+        lines.append(f"Shardings allowed: {', '.join(c.shardings)} (PlanConstraints.shardings); a table too small to "
+                     f"split, or any table on one GPU, needs table_wise.")
+    overflow = batch_overflow(model, fleet, c) if c.batch_per_gpu is not None else ""
+    if overflow:
+        lines.append(f"{overflow} The fleets below are at a batch the planner chooses.")
+        c = dataclasses.replace(c, batch_per_gpu=None)
     kinds = [g.device for g in fleet.groups]
     for kind in kinds:
         smallest = smallest_fleet(model, kind, c, host_memory_bytes=fleet.host_memory_bytes)
         lines.append(f"Smallest {kind} fleet that fits: {smallest.text if smallest else 'none up to 512 GPUs'}.")
-        if "fp16" not in c.weight_dtypes:
-            relaxed = PlanConstraints(**{**_fields(c), "weight_dtypes": (*c.weight_dtypes, "fp16")})
-            if fits(model, fleet, relaxed):
-                lines.append(f"It fits {fleet.text} with fp16 rows where needed (--weight-dtypes {','.join(relaxed.weight_dtypes)}).")
+    if "fp16" not in c.weight_dtypes:
+        relaxed = dataclasses.replace(c, weight_dtypes=(*c.weight_dtypes, "fp16"))
+        if fits(model, fleet, relaxed):
+            lines.append(f"It fits {fleet.text} with fp16 rows where needed "
+                         f"(--weight-dtypes {','.join(relaxed.weight_dtypes)}).")
     others = []
     for name in sorted(catalog()):
         if name not in kinds:
@@ -274,10 +357,6 @@ def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
     if others:
         lines.append("On other devices: " + ", ".join(others) + ".")
     return "\n".join(lines)
-
-
-def _fields(c: PlanConstraints) -> dict:
-    return {name: getattr(c, name) for name in PlanConstraints.__dataclass_fields__}
 
 
 def make_plan(model: ModelSpec, fleet: Fleet, constraints: PlanConstraints | None = None) -> Plan:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from polyrec.hardware.catalog import get_device
-from polyrec.planner.propose import make_plan, smallest_fleet
-from polyrec.planner.types import ModelSpec, Plan, PlanConstraints
+from polyrec.planner.propose import batch_overflow, make_plan, smallest_fleet
+from polyrec.planner.types import DeviceGroup, Fleet, ModelSpec, Plan, PlanConstraints, first_repeat
 
 
 @dataclass(kw_only=True, slots=True)
@@ -38,14 +37,18 @@ def what_if(model: ModelSpec, devices: list[str], constraints: PlanConstraints |
     """One row per device kind (names as in the catalog), on hosts of ``host_memory_bytes`` each
     (``Fleet.host_memory_bytes``; None: not known)."""
     c = constraints or PlanConstraints()
+    twice = first_repeat([get_device(name).name for name in devices])
+    if twice is not None:
+        raise ValueError(f"what-if: {twice} is listed twice")
     rows = []
     for name in devices:
         spec = get_device(name)
         fleet = smallest_fleet(model, spec.name, c, host_memory_bytes=host_memory_bytes)
         if fleet is None:
+            overflow = batch_overflow(model, Fleet(groups=(DeviceGroup(device=spec.name, count=1),)), c)
             rows.append(WhatIfRow(device=spec.name, fleet=None, gpus=0, samples_per_s=0.0, samples_per_s_per_gpu=0.0,
                                   samples_per_s_per_watt=0.0, step_ms=0.0, peak_gb_per_gpu=0.0, batch_per_gpu=0,
-                                  notes="fits no fleet up to 512 GPUs", origin=""))
+                                  notes=" ".join(("fits no fleet up to 512 GPUs.", overflow)).strip(), origin=""))
             continue
         plan = make_plan(model, fleet, c)
         rows.append(_row(spec.name, plan, spec.tdp_watts))

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from typing import Any
 
 from polyrec.planner.types import (
+    DENSE_DTYPE_BYTES,
+    DENSE_STATE_PER_PARAM,
     INDEX_DISTRIBUTIONS,
+    INTERACTIONS,
     MEMORY_KINDS,
     OPTIMIZERS,
     OVERLAP_MODES,
@@ -30,7 +34,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "TablePlan.weight_dtype": tuple(WEIGHT_BYTES),
     "TablePlan.optimizer": OPTIMIZERS,
     "Plan.overlap": OVERLAP_MODES,
-    "DenseSpec.interaction": ("dot", "dcnv2"),
+    "Plan.dense_dtype": tuple(DENSE_DTYPE_BYTES),
+    "Plan.dense_optimizer": tuple(DENSE_STATE_PER_PARAM),
+    "DenseSpec.interaction": INTERACTIONS,
     "ModelSpec.index_distribution": INDEX_DISTRIBUTIONS,
 }
 
@@ -84,6 +90,8 @@ def _decode(hint: Any, value: Any, where: str) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise PlanFormatError(where, f"expected a number, got {value!r}")
+        if not math.isfinite(value):  # json reads NaN and Infinity
+            raise PlanFormatError(where, f"expected a finite number, got {value!r}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -137,6 +145,10 @@ def _check_consistency(plan: Plan) -> None:
             raise PlanFormatError(f"{where}.ranks", f"must be a non-empty list of ranks in [0, {world}), got {tp.ranks}")
         if tp.sharding == "table_wise" and len(tp.ranks) != 1:
             raise PlanFormatError(f"{where}.ranks", f"a table_wise table lives on one rank, got {tp.ranks}")
+        dim = plan.model.table(tp.table).dim
+        if tp.sharding == "column_wise" and dim % len(tp.ranks):
+            raise PlanFormatError(f"{where}.ranks", f"dim {dim} does not split into {len(tp.ranks)} equal column "
+                                                    f"shards, got {tp.ranks}")
         if tp.memory == "host_cached" and tp.cache_rows < 1:
             raise PlanFormatError(f"{where}.cache_rows", "a host_cached table needs cache_rows >= 1")
     missing = sorted(set(names) - set(planned), key=names.index)

@@ -10,7 +10,9 @@ Units: bytes, seconds (``*_ms`` fields in milliseconds), samples per second.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,27 @@ INDEX_DISTRIBUTIONS: tuple[str, ...] = SKEWS
 #: How much of the step the runtime overlaps: nothing, DDP's all-reduce under the dense backward, or
 #: also the embedding all-to-alls under the dense compute (a pipelined trainer).
 OVERLAP_MODES: tuple[str, ...] = ("none", "ddp", "pipeline")
+#: Dense matmul input dtypes and their bytes per value.
+DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
+#: Dense optimizers and their fp32 values of state per parameter: Adagrad's sum of squares, Adam's two
+#: moments (torch.optim.Adagrad / Adam).
+DENSE_STATE_PER_PARAM: dict[str, int] = {"sgd": 0, "adagrad": 1, "adam": 2}
+#: Feature interactions of the DLRM family (``polyrec.models.ModelConfig.interaction``).
+INTERACTIONS: tuple[str, ...] = ("dot", "dcnv2")
+#: Most GPUs in a fleet the planner plans for: it prices every rank, and 4096 ranks take ~80 s to plan
+#: MLPerf DLRM-DCNv2 on the 2-core dev CPU (measured, 512 take 4 s); a fleet string of a typo's size
+#: (H200x99999999999) would otherwise fill the memory with its ranks.
+MAX_WORLD_SIZE = 4096
+
+
+def is_count(value: Any) -> bool:
+    """Whether ``value`` is an integer >= 1 (a bool is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def first_repeat(values: Sequence[Any]) -> Any | None:
+    """The first of ``values`` that an earlier one equals; None where each is listed once."""
+    return next((v for i, v in enumerate(values) if v in values[:i]), None)
 
 
 class FleetError(ValueError):
@@ -50,6 +73,15 @@ class TableSpec:
     dim: int  # embedding dimension D
     pooling: float  # mean lookups per sample (multi-hot size; 1 = one-hot)
 
+    def __post_init__(self) -> None:
+        for name in ("rows", "dim"):
+            if not is_count(getattr(self, name)):
+                raise ValueError(f"table {self.name!r}: {name} must be a positive integer, got {getattr(self, name)!r}")
+        p = self.pooling
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p <= 0:
+            raise ValueError(f"table {self.name!r}: pooling must be a finite number of lookups per sample above 0, "
+                             f"got {p!r}")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DenseSpec:
@@ -62,6 +94,21 @@ class DenseSpec:
     dcn_layers: int = 0  # cross layers (dcnv2)
     dcn_rank: int = 0  # low rank of each cross layer (dcnv2)
 
+    def __post_init__(self) -> None:
+        """The checks of ``polyrec.models.ModelConfig.validate`` on the dense half."""
+        if self.interaction not in INTERACTIONS:
+            raise ValueError(f"interaction must be 'dot' or 'dcnv2', got {self.interaction!r}")
+        if not is_count(self.num_dense):
+            raise ValueError(f"num_dense must be a positive integer, got {self.num_dense!r}")
+        for name in ("bottom_mlp", "top_mlp"):
+            if not all(is_count(w) for w in getattr(self, name)):
+                raise ValueError(f"{name} widths must be positive integers, got {getattr(self, name)!r}")
+        if not self.top_mlp or self.top_mlp[-1] != 1:
+            raise ValueError(f"top_mlp must end in 1 (the logit), got {self.top_mlp!r}")
+        if self.interaction == "dcnv2" and not (is_count(self.dcn_layers) and is_count(self.dcn_rank)):
+            raise ValueError(f"dcnv2 needs dcn_layers >= 1 and dcn_rank >= 1, got {self.dcn_layers!r} and "
+                             f"{self.dcn_rank!r}")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
@@ -71,6 +118,25 @@ class ModelSpec:
     tables: tuple[TableSpec, ...]
     dense: DenseSpec
     index_distribution: str = "uniform"  # one of INDEX_DISTRIBUTIONS
+
+    def __post_init__(self) -> None:
+        """Tables the planner can price: at least one, named once each, of the one embedding dim the bottom
+        MLP ends in (the interaction takes them side by side, as ``polyrec.models.ModelConfig``)."""
+        if not self.tables:
+            raise ValueError(f"model {self.name!r} needs at least one table (one per categorical feature)")
+        twice = first_repeat([t.name for t in self.tables])
+        if twice is not None:
+            raise ValueError(f"model {self.name!r}: table {twice!r} is listed twice")
+        dims = sorted({t.dim for t in self.tables})
+        if len(dims) > 1:
+            raise ValueError(f"model {self.name!r}: tables have dims {', '.join(map(str, dims))}; the planner's "
+                             f"models take one embedding dim")
+        if tuple(self.dense.bottom_mlp[-1:]) != (dims[0],):
+            raise ValueError(f"model {self.name!r}: bottom_mlp must end in the embedding dim {dims[0]}, "
+                             f"got {self.dense.bottom_mlp!r}")
+        if self.index_distribution not in INDEX_DISTRIBUTIONS:
+            raise ValueError(f"model {self.name!r}: index_distribution must be one of "
+                             f"{', '.join(INDEX_DISTRIBUTIONS)}, got {self.index_distribution!r}")
 
     @property
     def embedding_dim(self) -> int:
@@ -101,8 +167,6 @@ def model_spec_from_config(config: Any, *, index_distribution: str = "uniform") 
                    for i, (rows, hot) in enumerate(zip(config.table_rows, config.multi_hot, strict=True)))
     dense = DenseSpec(num_dense=config.num_dense, bottom_mlp=tuple(config.bottom_mlp), top_mlp=tuple(config.top_mlp),
                       interaction=config.interaction, dcn_layers=config.dcn_layers, dcn_rank=config.dcn_rank)
-    if index_distribution not in INDEX_DISTRIBUTIONS:
-        raise ValueError(f"index_distribution must be one of {INDEX_DISTRIBUTIONS}, got {index_distribution!r}")
     return ModelSpec(name=config.name, tables=tables, dense=dense, index_distribution=index_distribution)
 
 
@@ -125,6 +189,14 @@ class DeviceGroup:
     device: str  # catalog name, e.g. "H200"
     count: int  # devices of this kind per host
 
+    def __post_init__(self) -> None:
+        try:
+            get_device(self.device)
+        except UnknownDeviceError:
+            raise FleetError(f"unknown device {self.device!r}; valid devices: {', '.join(sorted(catalog()))}") from None
+        if not is_count(self.count):
+            raise FleetError(f"{self.device}: count must be a positive integer (devices per host), got {self.count!r}")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fleet:
@@ -138,9 +210,19 @@ class Fleet:
 
     def __post_init__(self) -> None:
         h = self.host_memory_bytes
-        if h is not None and (isinstance(h, bool) or not isinstance(h, int) or h < 1):
+        if h is not None and not is_count(h):
             raise FleetError(f"Fleet.host_memory_bytes must be a positive integer (bytes of memory per host) "
                              f"or None (not known), got {h!r}")
+        if not self.groups:
+            raise FleetError("a fleet needs at least one device group")
+        if not is_count(self.hosts):
+            raise FleetError(f"Fleet.hosts must be a positive integer, got {self.hosts!r}")
+        twice = first_repeat([get_device(g.device).name for g in self.groups])
+        if twice is not None:
+            raise FleetError(f"fleet {self.text}: {twice} is listed twice")
+        if self.world_size > MAX_WORLD_SIZE:
+            raise FleetError(f"fleet {self.text} has {self.world_size:,} GPUs; the planner plans fleets of up to "
+                             f"{MAX_WORLD_SIZE:,} GPUs")
 
     @property
     def per_host(self) -> int:
@@ -173,9 +255,9 @@ FLEET_SYNTAX = "KINDxCOUNT[,KINDxCOUNT][@HOSTS], e.g. H200x8, MI300Xx8@4 or H100
 
 def parse_fleet(text: str) -> Fleet:
     """Parse ``KINDxCOUNT[,KINDxCOUNT][@HOSTS]`` (a bare ``KIND`` means one device)."""
-    body, _, hosts_text = text.strip().partition("@")
+    body, at, hosts_text = text.strip().partition("@")
     hosts = 1
-    if hosts_text:
+    if at:
         if not hosts_text.strip().isdigit() or int(hosts_text) < 1:
             raise FleetError(f"fleet {text!r}: hosts after '@' must be a positive integer; syntax {FLEET_SYNTAX}")
         hosts = int(hosts_text)
@@ -192,8 +274,6 @@ def parse_fleet(text: str) -> Fleet:
             raise FleetError(f"fleet {text!r}: unknown device {name!r}; valid devices: {', '.join(valid)}") from None
         if count < 1:
             raise FleetError(f"fleet {text!r}: count of {name} must be a positive integer (>= 1), got {count}")
-        if any(g.device == spec.name for g in groups):
-            raise FleetError(f"fleet {text!r}: {spec.name} is listed twice")
         groups.append(DeviceGroup(device=spec.name, count=count))
     return Fleet(groups=tuple(groups), hosts=hosts)
 
@@ -216,15 +296,20 @@ class PlanConstraints:
         checks = (("weight_dtypes", self.weight_dtypes, tuple(WEIGHT_BYTES)), ("optimizers", self.optimizers, OPTIMIZERS),
                   ("shardings", self.shardings, SHARDINGS))
         for name, values, valid in checks:
+            if isinstance(values, str) or not isinstance(values, Sequence):
+                raise ValueError(f"constraint {name} must be a sequence of names, e.g. ({valid[0]!r},), got {values!r}")
             bad = [v for v in values if v not in valid]
             if not values or bad:
                 raise ValueError(f"constraint {name}: {bad or 'empty'} not allowed; valid: {', '.join(valid)}")
-        if self.overlap not in OVERLAP_MODES:
-            raise ValueError(f"constraint overlap: {self.overlap!r}; valid: {', '.join(OVERLAP_MODES)}")
+        for name, value, valid in (("overlap", self.overlap, OVERLAP_MODES),
+                                   ("dense_dtype", self.dense_dtype, tuple(DENSE_DTYPE_BYTES)),
+                                   ("dense_optimizer", self.dense_optimizer, tuple(DENSE_STATE_PER_PARAM))):
+            if value not in valid:
+                raise ValueError(f"constraint {name}: {value!r}; valid: {', '.join(valid)}")
         for name in ("batch_per_gpu", "max_batch_per_gpu"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"constraint {name} must be >= 1, got {value}")
+            if value is not None and not is_count(value):
+                raise ValueError(f"constraint {name} must be an integer >= 1, got {value!r}")
 
 
 @dataclass(kw_only=True, slots=True)
