@@ -115,6 +115,15 @@ def test_default_placement_keeps_a_table_with_fewer_rows_than_ranks_whole():
     assert {s.rank for s in shards} == set(range(8))
 
 
+@pytest.mark.parametrize("rows, world", [((9, 1000), 4), ((6, 1000), 4), ((10, 1000), 4), ((5, 7), 4)])
+def test_default_placement_splits_a_hot_table_only_where_every_rank_gets_rows(rows, world):
+    """A hot table of 9 rows on 4 ranks was split row-wise (3, 3, 3 and 0 rows), which the runtime's own
+    buildability check then refused on every rank."""
+    shardings = default_shardings(rows, 16, world, lookups=[100.0, 1.0])
+    shards = make_shards(rows, [16] * len(rows), shardings, world)
+    assert all(s.num_rows for s in shards)
+
+
 @pytest.mark.parametrize("shardings, message", [
     ([TableSharding(kind="row", ranks=(0, 1)), TableSharding(kind="table", ranks=(0,))],
      r"table 0 \(1 rows\) split row-wise over more ranks than rows"),

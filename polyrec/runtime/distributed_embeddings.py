@@ -18,7 +18,8 @@ from torch import nn
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.runtime.peer_exchange import CopyEngineExchange
-from polyrec.runtime.sharding import Shard, ShardedEmbedding, StartedInputs, TableSharding, make_shards
+from polyrec.runtime.sharding import (Shard, ShardedEmbedding, StartedInputs, TableSharding, make_shards,
+                                      row_split_fills)
 
 #: Each rank initialises its shards from seed * _SEED_STRIDE + rank: distinct streams per rank, so
 #: initial values depend on the sharding (a resumed or resharded checkpoint carries exact values).
@@ -39,8 +40,8 @@ def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
     lookups per sample on one of 2 ranks, 1.54x scaling, multi_gpu_world2_*); a table with more than
     an even share of all lookups is split row-wise over every rank (no table placement could balance
     it). Without: bytes balanced, largest tables first onto the lightest rank. Tables with more than
-    ``row_wise_above`` rows are split row-wise over every rank too. A table with fewer rows than ranks
-    stays whole (a row shard without rows cannot be built)."""
+    ``row_wise_above`` rows are split row-wise over every rank too. A table whose row split would leave
+    a rank no rows stays whole (a row shard without rows cannot be built)."""
     weight = list(lookups) if lookups is not None else list(table_rows)
     if len(weight) != len(table_rows):
         raise ValueError(f"default_shardings: {len(weight)} lookup counts for {len(table_rows)} tables")
@@ -51,7 +52,7 @@ def default_shardings(table_rows: Sequence[int], dim: int, world_size: int, *,
     for t in sorted(range(len(table_rows)), key=lambda t: (-weight[t], -table_rows[t])):
         too_hot = lookups is not None and weight[t] > sum(weight) / world_size
         too_big = row_wise_above is not None and table_rows[t] > row_wise_above
-        if (too_hot or too_big) and 1 < world_size <= table_rows[t]:
+        if (too_hot or too_big) and world_size > 1 and row_split_fills(table_rows[t], world_size):
             plans[t] = TableSharding(kind="row", ranks=tuple(range(world_size)))
             for r in range(world_size):
                 rows[r] += table_rows[t] // world_size

@@ -99,6 +99,11 @@ def _split(total: int, parts: int, quantum: int = 1) -> list[tuple[int, int]]:
     return [(min(i * step, total), min((i + 1) * step, total)) for i in range(parts)]
 
 
+def row_split_fills(total: int, parts: int) -> bool:
+    """Whether ``_split`` gives every one of ``parts`` ranges rows (9 rows over 4 ranks: 3, 3, 3, 0)."""
+    return all(lo < hi for lo, hi in _split(total, parts))
+
+
 def make_shards(rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
                 world_size: int) -> list[Shard]:
     """The shards of every table, table by table, shard order within a table."""
