@@ -277,3 +277,10 @@ def test_compare_listing_a_device_twice_is_refused(tmp_path):
     refused(["plan", "--model", "dcnv2-small", "--compare", "H200,h200", "--json", "--out-dir", str(tmp_path)],
             "H200 is listed twice")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("extra", [[], ["--codesign", "--compare", "H200"]])
+def test_out_dir_outside_compare_is_refused_not_ignored(tmp_path, extra):
+    """--out-dir was read by --compare alone and silently ignored by a plain plan and by --codesign."""
+    refused(["plan", "--model", "dcnv2-small", "--out-dir", str(tmp_path / "r"), *extra], "--out-dir")
+    assert not (tmp_path / "r").exists()

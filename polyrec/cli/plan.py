@@ -33,6 +33,8 @@ from polyrec.planner.types import (
 
 #: The fleet planned for when --fleet is not given.
 DEFAULT_FLEET = "H200x1"
+#: Where ``--compare`` writes its report unless --out-dir says.
+REPORT_DIR = Path("plan_report")
 
 app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
 # messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
@@ -186,7 +188,8 @@ def _codesign(model: ModelSpec, fleets: list[Fleet], target: float, c: PlanConst
     Console().print(t)
 
 
-def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None, fleet: str | None) -> None:
+def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None, fleet: str | None,
+                 out_dir: Path | None) -> None:
     """Options that only one mode reads are refused in the others, not ignored."""
     if compare is not None and not _csv(compare):
         raise FleetError(f"--compare {compare!r} names no device kind; e.g. --compare H100,H200,MI350X")
@@ -200,6 +203,9 @@ def _check_modes(compare: str | None, codesign_: bool, target: float, output: Pa
     if output is not None and (codesign_ or compare is not None):
         mode = "--codesign prints its designs" if codesign_ else "--compare writes its report to --out-dir"
         raise FleetError(f"-o/--output writes one plan, and {mode}; leave -o out or run a plain plan")
+    if out_dir is not None and (compare is None or codesign_):
+        raise FleetError("--out-dir is where --compare (without --codesign) writes its report; use -o/--output "
+                         "for a plan's JSON")
 
 
 @app.callback(invoke_without_command=True)
@@ -222,13 +228,13 @@ def plan(
                                                   "many per host, as many hosts)"),
     codesign_: bool = typer.Option(False, "--codesign", help="search model dimensions for the largest model that fits"),
     target_samples_per_s: float = typer.Option(0.0, help="throughput target of --codesign, samples/s"),
-    out_dir: Path = typer.Option(Path("plan_report"), help="where --compare writes its PNG and HTML"),
+    out_dir: Path | None = typer.Option(None, help=f"where --compare writes its PNG and HTML (default: {REPORT_DIR})"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the plan JSON here (for polyrec train --plan)"),
 ) -> None:
     """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target."""
     try:
-        _check_modes(compare, codesign_, target_samples_per_s, output, fleet)
+        _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
         fleet = fleet or DEFAULT_FLEET
         spec = load_model(model, distribution)
         c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
@@ -238,7 +244,7 @@ def plan(
             _codesign(spec, fleets, target_samples_per_s, c, as_json)
             return
         if compare:
-            _compare(spec, _csv(compare), c, out_dir, as_json, host_memory_bytes(host_memory_gb))
+            _compare(spec, _csv(compare), c, out_dir or REPORT_DIR, as_json, host_memory_bytes(host_memory_gb))
             return
         start = time.perf_counter()
         result = make_plan(spec, fleet_with_host_memory(fleet, host_memory_gb), c)
