@@ -111,6 +111,19 @@ def _group_row(key, key_lo, key_hi, invalid_key, GROUPED: tl.constexpr):
 
 
 @triton.jit
+def _group_bound(key, key_lo, key_hi, GROUPED: tl.constexpr):
+    """Row id bounding a tile's rows from its first or last sorted key (``_tile_rows``'s ``lo`` / ``hi``).
+    With ``GROUPED`` the key is clamped into the group's range first: a tile at the edge of its group's
+    keys starts or ends with another group's key, whose ``_group_row`` (the invalid key) would put the
+    bound in the last table, and a tile whose two bounds are then in that table takes every row as that
+    table's (tests/test_tbe_fuzz.py, ``test_grouped_lane_tile_at_other_groups_keys``)."""
+    if GROUPED:
+        inside = tl.minimum(tl.maximum(key, key_lo.to(key.dtype)), key_hi.to(key.dtype) - 1)
+        return inside - key_lo.to(key.dtype)
+    return key
+
+
+@triton.jit
 def _group_active(keys_ptr, first, span, key_lo, key_hi, GROUPED: tl.constexpr):
     """Whether any of the sorted positions [first, first + span) holds a key of the launch's group (the
     keys are sorted: the first and the last decide); always without ``GROUPED``."""
@@ -390,10 +403,10 @@ def _lane_program(
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
         whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
-        lo = _group_row(tl.load(keys_ptr + first + c * TILE), key_lo, key_hi, invalid_key,
-                        GROUPED)  # scalars: no cross-lane min / max
-        hi = _group_row(tl.load(keys_ptr + first + c * TILE + TILE - 1), key_lo, key_hi, invalid_key,
-                        GROUPED)  # invalid keys: masked (ok)
+        lo = _group_bound(tl.load(keys_ptr + first + c * TILE), key_lo, key_hi,
+                          GROUPED)  # scalars: no cross-lane min / max
+        hi = _group_bound(tl.load(keys_ptr + first + c * TILE + TILE - 1), key_lo, key_hi,
+                          GROUPED)  # invalid keys: masked (ok)
         addr, d_mask, dim = _tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
                                        VEC, ONE_DIM)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
