@@ -545,3 +545,24 @@ def test_grouped_lane_tile_at_other_groups_keys(layout, variant):
     for w, start, bag in zip(module.table_weights(), before, ids):
         counts = torch.bincount(torch.tensor(bag), minlength=3).float()[:, None]
         torch.testing.assert_close(w, start - counts, rtol=0, atol=1e-6)
+
+
+def test_update_launches_of_different_spans_read_no_key_past_the_padding(monkeypatch):
+    """Groups whose configs take 24 and 16 positions per program (chunks of 3 tiles beside one of 16): the
+    sorted keys were padded to a multiple of the widest span (24 + 1 = 25 at 17 ids), and the 16-position
+    launch's second program read keys 16..31. Now every launch's programs are covered (33)."""
+    configs = {8: tbe_select.UpdateConfig(tile=8, num_warps=1, chunks=3),
+               16: tbe_select.UpdateConfig(tile=16, num_warps=1)}
+    monkeypatch.setattr(tbe_select, "select_update", lambda spec, **kw: configs[kw["block_d"]])
+    tables = [TableSpec(name="t0", rows=5, dim=8), TableSpec(name="t1", rows=5, dim=16)]
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=1.0), group_dims=True)
+    ids = [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 0, 1, 2, 3]]  # 17 ids
+    batch = JaggedBatch.from_lengths(values=torch.tensor([i for bag in ids for i in bag]),
+                                     lengths=torch.tensor([len(bag) for bag in ids]), batch_size=1, num_features=2)
+    assert len(module.new_sort_keys(batch.values, batch.offsets, None).keys) >= 2 * 16 + 1
+    before = [w.clone() for w in module.table_weights()]
+    out = module(batch)
+    out.backward(torch.ones_like(out))
+    for w, start, bag in zip(module.table_weights(), before, ids):
+        counts = torch.bincount(torch.tensor(bag), minlength=5).float()[:, None]
+        torch.testing.assert_close(w, start - counts, rtol=0, atol=1e-6)

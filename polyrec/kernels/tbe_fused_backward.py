@@ -78,8 +78,9 @@ class FusedBackward:
                                         for f in self.pooled_features)
         has_scale = not sequence and (per_sample is not None or has_mean)
         plan = self.key_plan(n)
-        span = max(c.span for c in self.plan_configs(plan, n))  # powers of two: every launch's programs covered
-        keys = torch.full((padded_length(n, span),), plan.invalid_key, dtype=plan.key_dtype,
+        # every launch's programs covered whole, whatever their spans (24 and 16 need 32 positions at n = 17)
+        length = max(padded_length(n, c.span) for c in self.plan_configs(plan, n))
+        keys = torch.full((length,), plan.invalid_key, dtype=plan.key_dtype,
                           device=dev)  # the padding sorts last (the invalid key)
         return SortKeys(batch=(values, offsets, per_sample), versions=_versions(values, offsets, per_sample),
                         plan=plan, keys=keys, src=torch.empty(n, dtype=torch.int32, device=dev),
