@@ -523,6 +523,27 @@ GROUP_EDGE_CASES = {
 }
 
 
+def check_group_edge_layout(layout: str, variant: str, device: str = "cpu") -> None:
+    """One ``GROUP_EDGE_CASES`` layout, updated with one launch per dim group at a forced tile: SGD, lr 1,
+    gradient 1, so each row present moves by -1 per occurrence and no other row moves (also run on the
+    GPU by tests/gpu/test_tbe_gpu.py)."""
+    dims, ids, tile = GROUP_EDGE_CASES[layout]
+    tables = [TableSpec(name=f"t{t}", rows=3, dim=d) for t, d in enumerate(dims)]
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=1.0), group_dims=True,
+                                   update_config=tbe_select.UpdateConfig(tile=tile, num_warps=1, variant=variant),
+                                   device=device)
+    assert len(module.key_plan(4).blocks) == len(set(dims))
+    batch = JaggedBatch.from_lengths(values=torch.tensor([i for bag in ids for i in bag], device=device),
+                                     lengths=torch.tensor([len(bag) for bag in ids], device=device), batch_size=1,
+                                     num_features=len(dims))
+    before = [w.clone() for w in module.table_weights()]
+    out = module(batch)
+    out.backward(torch.ones_like(out))
+    for w, start, bag in zip(module.table_weights(), before, ids):
+        counts = torch.bincount(torch.tensor(bag), minlength=3).float()[:, None].to(device)
+        torch.testing.assert_close(w, start - counts, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("variant", ["lane", "scan"])
 @pytest.mark.parametrize("layout", sorted(GROUP_EDGE_CASES))
 def test_grouped_lane_tile_at_other_groups_keys(layout, variant):
@@ -530,21 +551,8 @@ def test_grouped_lane_tile_at_other_groups_keys(layout, variant):
     whose first (and last) sorted key is another group's took its table bounds from those keys' invalid
     rows, i.e. the last table, so when both bounds fell there every row of the tile was read as the last
     table's: a row of another table was updated at a wrong address (another table's memory) and its own
-    was left as it was. SGD, lr 1, gradient 1: each row present moves by -1 per occurrence."""
-    dims, ids, tile = GROUP_EDGE_CASES[layout]
-    tables = [TableSpec(name=f"t{t}", rows=3, dim=d) for t, d in enumerate(dims)]
-    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=1.0), group_dims=True,
-                                   update_config=tbe_select.UpdateConfig(tile=tile, num_warps=1, variant=variant))
-    assert len(module.key_plan(4).blocks) == len(set(dims))
-    batch = JaggedBatch.from_lengths(values=torch.tensor([i for bag in ids for i in bag]),
-                                     lengths=torch.tensor([len(bag) for bag in ids]), batch_size=1,
-                                     num_features=len(dims))
-    before = [w.clone() for w in module.table_weights()]
-    out = module(batch)
-    out.backward(torch.ones_like(out))
-    for w, start, bag in zip(module.table_weights(), before, ids):
-        counts = torch.bincount(torch.tensor(bag), minlength=3).float()[:, None]
-        torch.testing.assert_close(w, start - counts, rtol=0, atol=1e-6)
+    was left as it was."""
+    check_group_edge_layout(layout, variant)
 
 
 def test_update_launches_of_different_spans_read_no_key_past_the_padding(monkeypatch):

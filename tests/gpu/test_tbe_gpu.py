@@ -9,6 +9,7 @@ import torch
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_reference import init_states, ref_pooled, ref_step
+from test_tbe_fuzz import GROUP_EDGE_CASES, check_group_edge_layout
 
 TABLES = [TableSpec(name="big", rows=5000, dim=128), TableSpec(name="hot", rows=3, dim=64),
           TableSpec(name="mean", rows=100, dim=32, pooling="mean")]
@@ -32,7 +33,7 @@ def batch(gen: torch.Generator, weighted: bool) -> JaggedBatch:
 @pytest.mark.parametrize("kind", ["sgd", "rowwise_adagrad", "adagrad", "adam"])
 def test_steps_match_reference(kind, dtype, group_dims):
     """Also with one update launch per dim group (dims 128, 64, 32), which the default takes only on long
-    updates: its tiles at the groups' edges wrote into other tables until the bound fix (test_tbe_fuzz)."""
+    updates."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     opt = EmbeddingOptimizer(kind=kind, lr=0.02, weight_decay=0.001)
     module = TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, weight_dtype=dtype, device="cuda",
@@ -151,3 +152,12 @@ def test_a_backward_on_its_own_stream_updates_bitwise_as_on_the_current_one():
         return module.weights.clone()
 
     assert torch.equal(run(True), run(False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["lane", "scan"])
+@pytest.mark.parametrize("layout", sorted(GROUP_EDGE_CASES))
+def test_grouped_tiles_at_other_groups_keys_update_their_own_rows(layout, variant):
+    """The dim-group edge layouts of the interpreter's regression test, on the GPU (the random reference
+    test above passed on the GPU before the bound fix: its tiles never ended on another group's keys)."""
+    check_group_edge_layout(layout, variant, "cuda")
