@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from polyrec.planner.dense import dense_params
-from polyrec.planner.propose import NoFitError, make_plan
+from polyrec.planner.propose import plan_if_fits
 from polyrec.planner.types import DenseSpec, Fleet, ModelSpec, Plan, PlanConstraints, TableSpec
 
 #: Rows multipliers of the hashed tables (steps of about sqrt(2)).
@@ -89,11 +89,8 @@ def parameters(model: ModelSpec) -> int:
 
 def _evaluate(base: ModelSpec, d: Design, fleet: Fleet, c: PlanConstraints, target: float) -> tuple[ModelSpec, Plan] | None:
     model = apply_design(base, d)
-    try:
-        plan = make_plan(model, fleet, c)
-    except NoFitError:
-        return None
-    return (model, plan) if plan.samples_per_s >= target else None
+    plan = plan_if_fits(model, fleet, c)
+    return (model, plan) if plan is not None and plan.samples_per_s >= target else None
 
 
 def codesign(base: ModelSpec, fleet: Fleet, target_samples_per_s: float,

@@ -359,11 +359,19 @@ def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
     return "\n".join(lines)
 
 
-def make_plan(model: ModelSpec, fleet: Fleet, constraints: PlanConstraints | None = None) -> Plan:
-    """The best plan of ``model`` on ``fleet``; NoFitError (naming fleets that fit) when there is none."""
+def plan_if_fits(model: ModelSpec, fleet: Fleet, constraints: PlanConstraints | None = None) -> Plan | None:
+    """The best plan of ``model`` on ``fleet``, or None when nothing fits (no message is worked out: the
+    co-design asks this of every growth step)."""
     c = constraints or PlanConstraints()
     est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
     cands = candidates(model, fleet, c, est)
-    if not cands:
+    return build_plan(model, fleet, c, best_candidate(cands), est) if cands else None
+
+
+def make_plan(model: ModelSpec, fleet: Fleet, constraints: PlanConstraints | None = None) -> Plan:
+    """The best plan of ``model`` on ``fleet``; NoFitError (naming fleets that fit) when there is none."""
+    c = constraints or PlanConstraints()
+    plan = plan_if_fits(model, fleet, c)
+    if plan is None:
         raise NoFitError(no_fit_message(model, fleet, c))
-    return build_plan(model, fleet, c, best_candidate(cands), est)
+    return plan
