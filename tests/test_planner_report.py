@@ -63,7 +63,7 @@ def test_cli_host_memory_gb():
 def test_cli_bad_host_memory_gb(value, mode):
     result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", *mode, "--host-memory-gb", value])
     assert result.exit_code == 2
-    assert f"--host-memory-gb must be a positive number of GB (10^9 bytes) per host, got {float(value)}" in \
+    assert f"--host-memory-gb must be a positive, finite number of GB (10^9 bytes) per host, got {float(value)}" in \
         " ".join(result.output.split())
 
 

@@ -51,7 +51,7 @@ def host_memory_bytes(gb: float | None) -> int | None:
         return None
     size = gb * 1e9
     if not math.isfinite(size) or round(size) < 1:
-        raise FleetError(f"--host-memory-gb must be a positive number of GB (10^9 bytes) per host, got {gb}")
+        raise FleetError(f"--host-memory-gb must be a positive, finite number of GB (10^9 bytes) per host, got {gb}")
     return round(size)
 
 
