@@ -31,26 +31,12 @@ from polyrec.planner.codesign import codesign
 from polyrec.planner.enumerate import MIN_ROWS_PER_SHARD, strategy_splits
 from polyrec.planner.report import what_if
 from polyrec.planner.types import SHARDINGS, DeviceGroup, TableSpec
+from test_cli_audit import refused, said
 
 runner = CliRunner()
 SMALL = model_spec_from_config(dcnv2_small())
 MLPERF = model_spec_from_config(mlperf_dcnv2())
 H200 = parse_fleet("H200x1")
-
-
-def said(text: str) -> str:
-    """Output with rich's line wrapping undone."""
-    return " ".join(text.split())
-
-
-def refused(args: list[str], *needles: str) -> str:
-    """Run ``args``; assert exit 2, an empty stdout and every needle in stderr; return stderr."""
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert result.stdout == ""
-    for needle in needles:
-        assert needle in said(result.stderr), result.stderr
-    return result.stderr
 
 
 # --- a batch too large for the device: the message names the batch, not the tables -------------
