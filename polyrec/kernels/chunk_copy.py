@@ -20,6 +20,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 
 #: Elements per program: 16 KB of int64 ids in and out, 4 per thread at 4 warps of 64 lanes (AMD) or
@@ -93,7 +94,7 @@ def chunk_copy(x: torch.Tensor, src_start: torch.Tensor, dst_start: torch.Tensor
         moved = x[src_start[chunk] + pos - dst_start[chunk]]
         return moved.clamp(-1, INT32_MAX).to(torch.int32) if narrow else moved
     chunks = dst_start.numel()
-    chunk_copy_kernel[(triton.cdiv(total, BLOCK),)](x, out, src_start, dst_start, chunks, (chunks - 1).bit_length(),
+    chunk_copy_kernel[(ceil_div(total, BLOCK),)](x, out, src_start, dst_start, chunks, (chunks - 1).bit_length(),
                                                     total, BLOCK=BLOCK, NARROW=narrow, num_warps=NUM_WARPS)
     return out
 

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 
 _TRITON_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -96,7 +97,7 @@ def select_config(m: int, n: int, compute_units: int) -> DenseBackwardConfig:
     block_n = BLOCK_NS[0] if n <= BLOCK_NS[0] else BLOCK_NS[-1]
     block_m = TILE_ELEMENTS // block_n
     iterations = MAX_ITERATIONS
-    while iterations > 1 and triton.cdiv(m, block_m * iterations) * triton.cdiv(n, block_n) < \
+    while iterations > 1 and ceil_div(m, block_m * iterations) * ceil_div(n, block_n) < \
             PROGRAMS_PER_CU * compute_units:
         iterations //= 2
     return DenseBackwardConfig(block_m=block_m, block_n=block_n, rows_per_program=block_m * iterations)
@@ -144,10 +145,10 @@ def relu_bias_backward(grad: torch.Tensor, y: torch.Tensor | None, *, relu: bool
                                                              if need_bias else None)
     config = config or select_config(m, n, _compute_units(grad.device))
     out = torch.empty(m, n, dtype=grad.dtype, device=grad.device) if relu else grad
-    row_blocks = triton.cdiv(m, config.rows_per_program)
+    row_blocks = ceil_div(m, config.rows_per_program)
     partials = torch.empty(row_blocks, n, dtype=torch.float32, device=grad.device) if need_bias else out
     y_t = y if relu else grad  # never read without RELU
-    grid = (row_blocks, triton.cdiv(n, config.block_n))
+    grid = (row_blocks, ceil_div(n, config.block_n))
     relu_bias_backward_kernel[grid](
         grad, y_t, out, partials, m, n, config.rows_per_program,
         grad.stride(0), grad.stride(1), y_t.stride(0), y_t.stride(1), out.stride(0), out.stride(1),

@@ -20,6 +20,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 
 #: Values per program: 4 warps of 32 lanes, 8 fp32 values each (two 16-byte accesses per tensor).
@@ -156,7 +157,7 @@ def _device_tables(key: tuple, dev: torch.device) -> tuple[torch.Tensor, torch.T
     starts, programs = [], 0
     for size in sizes:
         starts.append(programs)
-        programs += triton.cdiv(size, BLOCK)
+        programs += ceil_div(size, BLOCK)
     ints = torch.tensor([params, grads, sums, sizes, starts], dtype=torch.int64)
     clr = torch.tensor(clrs, dtype=torch.float32)
     return ints.to(dev, non_blocking=dev.type == "cuda"), clr.to(dev, non_blocking=dev.type == "cuda"), programs

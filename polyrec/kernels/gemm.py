@@ -24,13 +24,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
 from polyrec.perfmodel import gemm_library
@@ -214,7 +214,7 @@ def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmu
     if not (y.is_cuda or interpreting()):
         return out.copy_(_eager_epilogue(y, bias, activation, cross, residual, cross_grad))
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
-                                                  triton.cdiv(y.shape[0], REDUCE_BLOCK_M))
+                                                  ceil_div(y.shape[0], REDUCE_BLOCK_M))
     _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
@@ -321,9 +321,9 @@ def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, 
     precision = input_precision(dtype, backend)
     row_block = config.block_m if config.split_k == 1 else REDUCE_BLOCK_M
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
-                                                  triton.cdiv(m, row_block))
-    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
-    k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+                                                  ceil_div(m, row_block))
+    tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
+    k_per_split = ceil_div(ceil_div(k, config.split_k), config.block_k) * config.block_k
     tile_args = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
                  "GROUP_M": config.group_m, "INPUT_PRECISION": precision}
     if config.split_k == 1:
@@ -344,7 +344,7 @@ def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, 
     """``split_k_reduce_kernel`` over out [M, N]: partials [S, M, N] (``partial_strides``), or with
     ``split_k`` 1 a library product [M, N] (its strides after a leading 0)."""
     m, n = out.shape
-    grid = (triton.cdiv(m, REDUCE_BLOCK_M), triton.cdiv(n, REDUCE_BLOCK_N))
+    grid = (ceil_div(m, REDUCE_BLOCK_M), ceil_div(n, REDUCE_BLOCK_N))
     _call(split_k_reduce_kernel, grid, warmup)(
         partials, out, *ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
         SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, num_warps=REDUCE_NUM_WARPS, **flags)

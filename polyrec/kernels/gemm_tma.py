@@ -36,6 +36,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from polyrec.hardware.compile import CompileJob
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 
 EPILOGUES = ("none", "bias_relu", "cross")
@@ -237,7 +238,7 @@ def gemm_tma(a: torch.Tensor, b: torch.Tensor, *, b_k_major: bool, config: TmaGe
     b_desc = TensorDescriptor.from_tensor(b, [c.block_n, c.block_k] if b_k_major else [c.block_k, c.block_n])
     c_desc = TensorDescriptor.from_tensor(out, store_block)
     x0_desc, xr_desc = (TensorDescriptor.from_tensor(t, store_block) for t in cross) if cross else (c_desc, c_desc)
-    tiles = triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n)
+    tiles = ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
     programs = min(tiles, num_programs or sm_count(a) * c.ctas_per_sm)
     options = {"num_warps": c.num_warps, "num_stages": c.num_stages} if a.is_cuda else {}
     x0, xr = cross if cross is not None else (out, out)

@@ -38,6 +38,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 from polyrec.kernels.tbe_select import warps_for
 
@@ -321,7 +322,7 @@ def place(flat: torch.Tensor, b: int, layout: ColumnLayout, *, out: torch.Tensor
     config = _config(layout, layout.place_block_n, flat, config)
     tiles = layout.place_tiles.shape[0]
     if b and tiles:
-        place_columns_kernel[(triton.cdiv(b, config.block_m) * tiles,)](
+        place_columns_kernel[(ceil_div(b, config.block_m) * tiles,)](
             flat, out, layout.place_tiles, b, tiles, layout.place_tiles.shape[1], out.stride(0),
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, VEC=config.vec, num_warps=config.num_warps)
     return out
@@ -342,7 +343,7 @@ def gather(grad: torch.Tensor, b: int, layout: ColumnLayout, scale: float, *, ou
     config = _config(layout, layout.gather_block_n, grad, config)
     tiles = layout.gather_tiles.shape[0]
     if b and tiles:
-        gather_columns_kernel[(triton.cdiv(b, config.block_m) * tiles,)](
+        gather_columns_kernel[(ceil_div(b, config.block_m) * tiles,)](
             grad, out, layout.gather_tiles, b, tiles, grad.stride(0), grad.stride(1), float(scale),
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, VEC=config.vec, num_warps=config.num_warps)
     return out

@@ -18,6 +18,7 @@ import triton
 from torch import Tensor
 
 from polyrec.kernels import tbe_select
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, FLAG_BAD_ID, FLAG_BAD_OFFSETS, TableLayout, bag_ends_kernel,
                                          block_d, pooled_forward_kernel, sequence_forward_kernel, vector_width)
@@ -403,7 +404,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         into their columns of ``out`` [B, output_dim], with launch config ``cfg``; with ``keys``
         (``new_sort_keys`` of this batch), also the backward's sort keys of those features."""
         lay = self.layout
-        grid = (triton.cdiv(batch.batch_size, cfg.bags), feature_ids.numel())
+        grid = (ceil_div(batch.batch_size, cfg.bags), feature_ids.numel())
         key_buffers = (None, None, None) if keys is None else (keys.keys, keys.src, keys.scale)
         pooled_forward_kernel[grid](
             self.weights, batch.values, batch.offsets, batch.weights, out, self.flags,
@@ -448,7 +449,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         for f, start, count, row0 in ranges:
             t = self.tables[self.feature_to_table[f]]
             base = sum(x.rows * x.dim for x in self.tables[: self.feature_to_table[f]])
-            sequence_forward_kernel[(triton.cdiv(max(count, batch_size), positions),)](  # ids, and bags to check
+            sequence_forward_kernel[(ceil_div(max(count, batch_size), positions),)](  # ids, and bags to check
                 self.weights, values, offsets, out, self.flags, f, start, count, row0, out.stride(0), t.rows, base,
                 t.dim, batch_size, nnz, POSITIONS=positions, BLOCK_D=self.block_d, num_warps=warps)
         self._check_bag_ends(offsets, nnz)

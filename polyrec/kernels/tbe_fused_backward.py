@@ -12,10 +12,10 @@ import contextlib
 from dataclasses import dataclass, fields
 
 import torch
-import triton
 from torch import Tensor
 
 from polyrec.kernels import tbe_select
+from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
                                           permute_kernel, update_kernel)
@@ -102,7 +102,7 @@ class FusedBackward:
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
                             num_features=len(self.feature_to_table))
         fcfg = self._forward_config(batch, feats.numel())
-        sort_keys_kernel[(triton.cdiv(batch_size, fcfg.bags), feats.numel())](
+        sort_keys_kernel[(ceil_div(batch_size, fcfg.bags), feats.numel())](
             values, offsets, per_sample if out.scale is not None else None, out.keys, out.src, out.scale,
             feats, lay.feat_table, lay.feat_mean, lay.table_rows, out.plan.key_base, seq_base,
             batch_size, values.numel(), out.plan.invalid_key,
@@ -136,7 +136,7 @@ class FusedBackward:
         ids = prepared or self._sort_ids(values, offsets, per_sample, batch_size, sequence)
         plan = ids.plan
         configs = self.plan_configs(plan, n)
-        programs = [triton.cdiv(n, c.span) for c in configs]
+        programs = [ceil_div(n, c.span) for c in configs]
         slots = 2 * sum(programs)  # two per program of each group's launch, the groups' slots one after another
         partial = torch.empty(slots, self.block_d, dtype=torch.float32, device=dev)  # [slots, BLOCK_D]
         part_key = torch.empty(slots, dtype=torch.int64, device=dev)  # [slots] row of each piece
@@ -191,7 +191,7 @@ class FusedBackward:
         level_flags = dict(flags, TILE=LEVEL_TILE, CHUNKS=chunks, VEC=min(self.vec, tbe_select.LANE_VEC),
                            ONE_DIM=self.one_dim)
         while True:
-            programs = triton.cdiv(part_key.numel(), LEVEL_TILE * chunks)
+            programs = ceil_div(part_key.numel(), LEVEL_TILE * chunks)
             out = torch.empty(programs * 2, self.block_d, dtype=torch.float32, device=dev)  # [programs * 2, BLOCK_D]
             out_key = torch.empty(programs * 2, dtype=torch.int64, device=dev)
             merge_level_kernel[(programs,)](
@@ -215,7 +215,7 @@ class FusedBackward:
         off_dtype = torch.int32 if grad_numel < 2**31 else torch.int64
         g_off = torch.empty(n, dtype=off_dtype, device=ids.keys.device)
         sorted_scale = torch.empty(n, dtype=scale.dtype, device=scale.device) if scale is not None else None
-        permute_kernel[(triton.cdiv(n, PERMUTE_BLOCK),)](
+        permute_kernel[(ceil_div(n, PERMUTE_BLOCK),)](
             ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
             self.output_dim if grad_stride is None else grad_stride, ids.plan.invalid_key, SEQUENCE=sequence,
             HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
@@ -225,7 +225,7 @@ class FusedBackward:
 def padded_length(n: int, span: int) -> int:
     """Length of the sorted arrays of ``n`` id positions: the update's programs of ``span`` positions
     cover them whole, plus the one position after the last that the lane update reads (its run ends)."""
-    return triton.cdiv(n, span) * span + 1
+    return ceil_div(n, span) * span + 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
