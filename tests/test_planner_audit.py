@@ -270,3 +270,17 @@ def test_out_dir_outside_compare_is_refused_not_ignored(tmp_path, extra):
     """--out-dir was read by --compare alone and silently ignored by a plain plan and by --codesign."""
     refused(["plan", "--model", "dcnv2-small", "--out-dir", str(tmp_path / "r"), *extra], "--out-dir")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda d: d["memory"].pop(), "plan.memory: must hold one entry per rank 0..1 in order, got ranks [0]"),
+    (lambda d: d["memory"][1].__setitem__("rank", 0), "got ranks [0, 0]"),
+    (lambda d: d["memory"][1].__setitem__("device", "MI300X"), "plan.memory[1].device: rank 1 is a H200"),
+    (lambda d: d["memory"][0].__setitem__("weights", -5), "plan.memory[0].weights: must be >= 0")])
+def test_a_plans_memory_entries_must_match_its_fleet(edit, where):
+    """Plan.from_json took any memory list, so a hand-edited plan's Plan.fits could say anything."""
+    data = json.loads(make_plan(SMALL, parse_fleet("H200x2")).to_json())
+    edit(data)
+    with pytest.raises(PlanFormatError) as info:
+        Plan.from_json(json.dumps(data))
+    assert where in str(info.value)

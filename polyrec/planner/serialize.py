@@ -158,6 +158,24 @@ def _check_consistency(plan: Plan) -> None:
         raise PlanFormatError("plan.tables", "a table is planned twice")
     if plan.batch_per_gpu < 1:
         raise PlanFormatError("plan.batch_per_gpu", f"must be >= 1, got {plan.batch_per_gpu}")
+    _check_memory(plan)
+
+
+def _check_memory(plan: Plan) -> None:
+    """One memory entry per rank of the fleet, in rank order, of that rank's device, bytes not negative
+    (``Plan.fits`` reads them: a hand-edited list could make it say anything)."""
+    devices = plan.fleet.rank_devices()
+    ranks = [m.rank for m in plan.memory]
+    if ranks != list(range(len(devices))):
+        raise PlanFormatError("plan.memory", f"must hold one entry per rank 0..{len(devices) - 1} in order, "
+                                             f"got ranks {ranks}")
+    for m in plan.memory:
+        where = f"plan.memory[{m.rank}]"
+        if m.device != devices[m.rank]:
+            raise PlanFormatError(f"{where}.device", f"rank {m.rank} is a {devices[m.rank]} in the fleet, got {m.device!r}")
+        for name in ("weights", "optimizer_state", "activations", "workspace", "reserve", "capacity", "host_bytes"):
+            if getattr(m, name) < 0:
+                raise PlanFormatError(f"{where}.{name}", f"must be >= 0, got {getattr(m, name)}")
 
 
 def plan_from_json(text: str) -> Plan:
