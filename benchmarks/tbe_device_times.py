@@ -3,7 +3,9 @@ checking the cost model on cases it was not fitted on (``tbe_groups_model_check`
 
 Each case of ``--seed`` (drawn as ``tbe_shapes`` draws them) is built as the module builds it by default,
 stepped on fresh batches, and its kernels summed by the torch profiler (the device time of a step);
-``do_bench`` gives the step's wall time beside it. Writes ``tbe_device_times_<gpu>_<date>.json``.
+``do_bench`` gives the step's wall time beside it (``tbe_shapes_probe.time_config``; the committed
+seeds 21-22 run took 200 repetitions for it where time_config takes 300). Writes
+``tbe_device_times_<gpu>_<date>.json``.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/tbe_device_times.py --seed 21 [--seed 22] [--cases 16]
 """
@@ -14,29 +16,19 @@ import argparse
 import random
 
 import torch
-import triton
-from profiling import kernel_table
-from tbe_groups_ab import build
-from tbe_shapes import draw_case, make_batch, update_text
+from tbe_shapes import draw_case, make_batch
+from tbe_shapes_probe import time_config
 
 from polyrec.results import write_results
 
 
 def measure(seed: int, index: int, case: dict, gen: torch.Generator) -> dict:
-    module = build(case, None)
     batches = [make_batch(case, gen) for _ in range(3)]
-    grad = torch.randn(case["batch"], module.output_dim, device="cuda", generator=gen)
-    turn = iter(range(10**9))
-
-    def step() -> None:
-        module(batches[next(turn) % len(batches)]).backward(grad)
-
-    wall = triton.testing.do_bench(step, warmup=10, rep=200, return_mode="median")
-    kernels = kernel_table(step, reps=3)
+    timed = time_config(case, batches, (case["batch"], sum(case["dims"])), None, gen)  # one pooled feature per table
     return {"seed": seed, "case": index, "dims": "/".join(str(d) for d in sorted(set(case["dims"]))),
             "batch": case["batch"], "dtype": case["dtype"], "optimizer": case["optimizer"], "nnz": batches[0].nnz,
-            "update": update_text(module, batches[0].nnz), "device_ms": sum(k["ms_per_step"] for k in kernels),
-            "step_ms": wall, "kernels": kernels[:8]}
+            "update": timed["config"], "device_ms": timed["device_ms"], "step_ms": timed["step_ms"],
+            "kernels": timed["kernels"][:8]}
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ from polyrec.planner.enumerate import MIN_ROWS_PER_SHARD, strategy_splits
 from polyrec.planner.report import what_if
 from polyrec.planner.types import SHARDINGS, DeviceGroup, TableSpec
 from test_cli_audit import refused, said
+from test_planner_json import edited_plan_json
 
 runner = CliRunner()
 SMALL = model_spec_from_config(dcnv2_small())
@@ -148,12 +149,6 @@ def plan() -> Plan:
     return make_plan(SMALL, parse_fleet("H200x2"))
 
 
-def _edited(plan: Plan, edit) -> str:
-    doc = json.loads(plan.to_json())
-    edit(doc)
-    return json.dumps(doc)
-
-
 @pytest.mark.parametrize("edit, where", [
     (lambda d: d["model"]["tables"][0].__setitem__("rows", 0), "plan.model.tables[0]: table 't0': rows"),
     (lambda d: d["model"]["tables"][2].__setitem__("pooling", -1), "plan.model.tables[2]: table 't2': pooling"),
@@ -169,7 +164,7 @@ def _edited(plan: Plan, edit) -> str:
 ])
 def test_bad_numbers_in_a_plan_name_the_field(plan, edit, where):
     with pytest.raises(PlanFormatError) as info:
-        Plan.from_json(_edited(plan, edit))
+        Plan.from_json(edited_plan_json(plan, edit))
     assert where in str(info.value)
 
 
@@ -277,10 +272,8 @@ def test_out_dir_outside_compare_is_refused_not_ignored(tmp_path, extra):
     (lambda d: d["memory"][1].__setitem__("rank", 0), "got ranks [0, 0]"),
     (lambda d: d["memory"][1].__setitem__("device", "MI300X"), "plan.memory[1].device: rank 1 is a H200"),
     (lambda d: d["memory"][0].__setitem__("weights", -5), "plan.memory[0].weights: must be >= 0")])
-def test_a_plans_memory_entries_must_match_its_fleet(edit, where):
+def test_a_plans_memory_entries_must_match_its_fleet(plan, edit, where):
     """Plan.from_json took any memory list, so a hand-edited plan's Plan.fits could say anything."""
-    data = json.loads(make_plan(SMALL, parse_fleet("H200x2")).to_json())
-    edit(data)
     with pytest.raises(PlanFormatError) as info:
-        Plan.from_json(json.dumps(data))
+        Plan.from_json(edited_plan_json(plan, edit))
     assert where in str(info.value)

@@ -34,7 +34,8 @@ def test_host_memory_round_trip(plan):
     assert Plan.from_json(json.dumps(doc)) == plan
 
 
-def _broken(plan: Plan, edit) -> str:
+def edited_plan_json(plan: Plan, edit) -> str:
+    """``plan``'s JSON after ``edit`` (a function changing its parsed document in place)."""
     doc = json.loads(plan.to_json())
     edit(doc)
     return json.dumps(doc)
@@ -58,7 +59,7 @@ def _broken(plan: Plan, edit) -> str:
 ])
 def test_malformed_plan_names_the_field(plan, edit, where):
     with pytest.raises(PlanFormatError) as info:
-        Plan.from_json(_broken(plan, edit))
+        Plan.from_json(edited_plan_json(plan, edit))
     assert where in str(info.value)
 
 

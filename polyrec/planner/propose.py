@@ -55,12 +55,18 @@ class Candidate:
         return self.batch * len(self.estimate.memory) / self.estimate.step.total_s
 
 
-def rank_budgets(est: Estimator, batch: int, storage: dict[str, Storage]) -> list[int]:
-    """HBM bytes each rank has for embedding shards at ``batch``, the tables stored as ``storage``: capacity
-    minus reserve, the dense parameters and ``batch_bytes``."""
+def rank_room(est: Estimator) -> list[int]:
+    """HBM bytes each rank has for the embedding shards, activations and workspace: capacity minus reserve
+    and the dense parameters."""
     dense = sum(est.dense_bytes)
-    return [est.specs[device].hbm_bytes - mem.reserve_bytes(est.specs[device].hbm_bytes) - dense - peak
-            for device, peak in zip(est.rank_devices, batch_bytes(est, batch, storage))]
+    return [est.specs[device].hbm_bytes - mem.reserve_bytes(est.specs[device].hbm_bytes) - dense
+            for device in est.rank_devices]
+
+
+def rank_budgets(est: Estimator, batch: int, storage: dict[str, Storage]) -> list[int]:
+    """HBM bytes each rank has for embedding shards at ``batch``, the tables stored as ``storage``:
+    ``rank_room`` minus ``batch_bytes``."""
+    return [room - peak for room, peak in zip(rank_room(est), batch_bytes(est, batch, storage))]
 
 
 def batch_bytes(est: Estimator, batch: int, storage: dict[str, Storage]) -> list[int]:
@@ -282,8 +288,7 @@ def crowded_rank(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int)
     stored as the constraints prefer."""
     est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
     storage = {t.name: Storage(weight_dtype=c.weight_dtypes[0], optimizer=c.optimizers[0]) for t in model.tables}
-    taken = batch_bytes(est, batch, storage)
-    room = [b + t for b, t in zip(rank_budgets(est, batch, storage), taken)]
+    taken, room = batch_bytes(est, batch, storage), rank_room(est)
     rank = max(range(len(taken)), key=lambda r: taken[r] - room[r])
     return est.rank_devices[rank], taken[rank], room[rank]
 
