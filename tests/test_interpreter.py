@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from polyrec.kernels import interpreter
-from polyrec.kernels.tbe_backward import _segment_add
+from polyrec.kernels.tbe_backward import segment_add
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter's scan")
 
@@ -29,7 +29,7 @@ def _scan_kernel(flag_ptr, x_ptr, out_flag_ptr, out_ptr, R: tl.constexpr, C: tl.
     flags = tl.load(flag_ptr + offs)
     x = tl.load(x_ptr + offs)
     if SEGMENTED:
-        a, b = tl.associative_scan((flags, x), AXIS, _segment_add, reverse=REVERSE)
+        a, b = tl.associative_scan((flags, x), AXIS, segment_add, reverse=REVERSE)
     else:
         b, a = tl.associative_scan((x, flags), AXIS, _max_with_count, reverse=REVERSE)
     tl.store(out_flag_ptr + offs, a)
@@ -39,7 +39,7 @@ def _scan_kernel(flag_ptr, x_ptr, out_flag_ptr, out_ptr, R: tl.constexpr, C: tl.
 @triton.jit
 def _scan_1d_kernel(flag_ptr, x_ptr, out_flag_ptr, out_ptr, N: tl.constexpr):
     i = tl.arange(0, N)
-    a, b = tl.associative_scan((tl.load(flag_ptr + i), tl.load(x_ptr + i)), 0, _segment_add)
+    a, b = tl.associative_scan((tl.load(flag_ptr + i), tl.load(x_ptr + i)), 0, segment_add)
     tl.store(out_flag_ptr + i, a)
     tl.store(out_ptr + i, b)
 

@@ -22,10 +22,10 @@ from typing import Any
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels import tbe_select
-from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
-                                          permute_kernel, update_kernel)
+from polyrec.kernels.tbe_backward import PERMUTE_BLOCK, lane_update_kernel, permute_kernel, update_kernel
 from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, bag_ends_kernel, pooled_forward_kernel, sequence_forward_kernel,
                                          sort_keys_kernel)
+from polyrec.kernels.tbe_merge import merge_level_kernel
 from polyrec.kernels.tbe_optim import OPTIM_CODE, OPTIMIZERS, STATE_PER_ELEMENT
 from polyrec.perfmodel.tbe import LEVEL_TILE
 

@@ -2,7 +2,7 @@
 of a lookup that will be trained, else by ``sort_keys_kernel``) sorted (early, by ``prepare_backward``,
 or in the backward), duplicates reduced exactly and the optimizer applied in place, then the runs that
 cross tile ends merged level by level. A mixin: it reads the module's tables, layout, weights,
-optimizer state and configs (``polyrec.kernels.tbe``); the kernels are in ``tbe_backward``. See
+optimizer state and configs (``polyrec.kernels.tbe``); the kernels are in ``tbe_backward`` and ``tbe_merge``. See
 docs/tbe.md.
 """
 
@@ -17,9 +17,9 @@ from torch import Tensor
 from polyrec.kernels import tbe_select
 from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.kernels.tbe_backward import (PERMUTE_BLOCK, lane_update_kernel, merge_level_kernel,
-                                          permute_kernel, update_kernel)
+from polyrec.kernels.tbe_backward import PERMUTE_BLOCK, lane_update_kernel, permute_kernel, update_kernel
 from polyrec.kernels.tbe_forward import sort_keys_kernel, vector_width
+from polyrec.kernels.tbe_merge import merge_level_kernel
 from polyrec.kernels.tbe_optim import OPTIM_CODE
 from polyrec.perfmodel.tbe import LEVEL_TILE
 

@@ -98,7 +98,7 @@ LANE_MAX_REGISTERS_ONE_DIM = {"nvidia": 128}
 #: Most per-element fp32 state tiles (Adagrad 1, Adam 2) of an update that takes the register cap.
 LANE_CAP_MAX_STATE_TILES = 1
 #: Tiles of LEVEL_TILE partial slots one merge-level program may take in turn, carrying open runs
-#: (``tbe_backward.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
+#: (``tbe_merge.merge_level_kernel``'s CHUNKS): 1 = one tile per program (11 levels on the MLPerf
 #: step with one-tile lane programs); 8 = the walk of 691c40d (5 levels). The selector takes the one
 #: the model prices lower (``merge_seconds``; on a step the planner predicts host-bound, with each level's
 #: host issue, ``MERGE_LEVEL_HOST_S``: 8 there, 1 on device time alone under 8-tile lane programs).
