@@ -85,7 +85,7 @@ LANE_CHUNKS = 8
 #: its two state tiles ran 6.806 ms uncapped, 9.715 capped (LANE_CAP_MAX_STATE_TILES). No spills at 152
 #: (the compile jobs build it: tests/test_tbe_compile.py).
 LANE_MAX_REGISTERS = {"nvidia": 152}
-#: LANE_MAX_REGISTERS of the lane update of tables that share one dim (``tbe_backward._tile_rows``'s
+#: LANE_MAX_REGISTERS of the lane update of tables that share one dim (``tbe_backward.tile_rows``'s
 #: ONE_DIM: no table looked up, 1042 -> 676 instructions per tile at 152 registers, cuda:90). 128 (ptxas
 #: takes 124, 16 programs per SM): measured on the H200 in one call, full MLPerf tables, row-wise Adagrad
 #: (benchmarks/results/tbe_lane_ab_2026-11-30/s16c_*), lane update at 152 / 128 / 112 / 96: fp32 gradient
@@ -157,7 +157,11 @@ def warps_for(tile_elems: int, warp_size: int, elems_per_thread: int = ELEMS_PER
 
 
 def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
-    """Every forward config the selector may return for a BLOCK_D."""
+    """Every forward config the selector may return for a BLOCK_D. Tiles whose warps outnumber their
+    bags (the warps split a bag's ids, summed across warps through shared memory) are left out where
+    others exist: in 15 H200 sweeps of every candidate (MLPerf tables under uniform and power-law ids,
+    fp32 and fp16; dims 8-256 at 16-id bags; 12 random lookups) none was the fastest, and the best of
+    them took 1.19-4.21x the fastest's time (benchmarks/results/gather_rate_2026-12-01/)."""
     out = []
     for tile in FORWARD_TILE_ELEMS:
         for hots in FORWARD_HOTS:
@@ -165,9 +169,10 @@ def forward_candidates(block_d: int, warp_size: int) -> list[ForwardConfig]:
             if bags >= 1 and bags * hots * block_d == tile:
                 out.append(ForwardConfig(bags=bags, hots=hots,
                                          num_warps=warps_for(tile, warp_size, FORWARD_ELEMS_PER_THREAD)))
-    if not out:  # rows wider than the largest tile: one row at a time
-        out.append(ForwardConfig(bags=1, hots=1, num_warps=warps_for(block_d, warp_size)))
-    return out
+    whole = [c for c in out if c.num_warps <= c.bags]
+    if whole:
+        return whole
+    return out or [ForwardConfig(bags=1, hots=1, num_warps=warps_for(block_d, warp_size))]  # rows past the tiles
 
 
 def scan_candidates(block_d: int, warp_size: int) -> list[UpdateConfig]:

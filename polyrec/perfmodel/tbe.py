@@ -214,27 +214,42 @@ def row_state_seconds(positions: float, spec: DeviceSpec) -> float:
 #: at ~100% of the memory bandwidth); fitted to the forward sweep of
 #: benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json (tests/test_tbe_perfmodel.py checks it).
 LOADED_LATENCY_S = {"nvidia": 1.0e-6, "amd": 1.4e-6}
-#: Loaded round trips (of LOADED_LATENCY_S) before a forward program's first id load. Counted, there are
-#: three (feature -> table -> its row count, base and dim), but every program of a feature reads the same
-#: few words, which hit in L1/L2 and overlap the resident programs' row loads: the fit below puts them at 0.
-FORWARD_SETUP_TRIPS = 0.0
+#: Latency of a forward round trip whose rows hit L2, as a fraction of LOADED_LATENCY_S (fitted with the
+#: trip constants below, the power-law sweeps priced at their ids' L2 hits as the planner prices them;
+#: the module's plan prices every lookup at its tables' least reuse).
+L2_HIT_LATENCY_FRACTION = 0.4
+#: Loaded round trips (of LOADED_LATENCY_S) before a forward program's first id load: the feature's
+#: table fields and its bags' offsets. A program pays them once, so tiles of few bags pay them per bag.
+FORWARD_SETUP_TRIPS = 2.0
 #: Loaded round trips per forward loop iteration: the ids, then the rows they address.
-FORWARD_TRIPS_PER_ITER = 1.5
+FORWARD_TRIPS_PER_ITER = 2.0
 #: Loaded round trips each iteration adds per extra warp sharing a bag (warps beyond BAGS split the
-#: HOTS axis, and the sum over it crosses warps through shared memory behind a barrier). The three
-#: constants were fitted together (grid search, session 14) on both committed H200 forward sweeps:
-#: tbe_breakdown_nvidia-h200_2026-11-29 (26 MLPerf features, uniform ids, 27 configs) and
-#: tbe_forward_groups_nvidia-h200_2026-11-30 (power-law ids: all features, each world-2 rank's, and their
-#: bag-length groups; 90 launches). Before (3, 1, none) the model put 1 x 16 tiles with 2 warps ahead
-#: of 4 x 4 for 27- and 100-id bags (in the uniform sweep HOTS 16 with 2 and 4 warps per bag took
-#: 1.3-1.6x and 2.8-3.4x the time of 1) and picked 16 x 1 for rank 1's 20 features (1.55 ms; 4 x 4 1.33 ms).
-#: After, the pick is the fastest candidate in all four sweeps and the log error over all rows falls
-#: from 0.41 to 0.37 rms (tests/test_tbe_perfmodel.py checks both files).
-FORWARD_CROSS_WARP_TRIPS = 1.5
+#: HOTS axis, and the sum over it crosses warps through shared memory behind a barrier; such tiles are
+#: candidates only where no other is, ``tbe_select.forward_candidates``). The four constants were fitted
+#: together by ``benchmarks/forward_model_fit.py --grid`` (the least worst pick, then the least rms log
+#: error) on 16 H200 sweeps of every candidate with today's kernel (``benchmarks/results/gather_rate_2026-12-01/``:
+#: dims 8-256 at 16-id bags; the full MLPerf tables, fp32 and fp16 rows, uniform and power-law ids; the
+#: world-2 ranks of tbe_forward_groups_nvidia-h200_2026-11-30), with RANDOM_READ_MIN_BYTES. Before (0, 1.5,
+#: 1.5, no L2 term; fitted in the fourteenth session on sweeps whose 16 x 1 tiles ran unstaged) the picks
+#: there took 1.081x the fastest candidate's time in the geometric mean (worst 1.73x: 16-id bags of 64 B
+#: rows in 2 x 16 tiles) and the rms log error was 0.416; after, 1.003x (worst 1.04x) and 0.269. On 24
+#: lookups drawn at random after the fit (``gather_rate --draw`` 101 and 102): 1.102x / 1.133x -> 1.029x /
+#: 1.093x, worst 1.69x / 1.77x -> 1.11x / 1.38x. The MLPerf forward plan went from one 4 x 4 launch (fp32
+#: rows) to 16 x 1 tiles for 20 features (bags of <= 6 ids; 9 ids on an L2-resident table), 4 x 4 for
+#: the 6 others: 1.870 -> 1.772 ms (uniform ids), 1.182 -> 1.082 ms (power-law); fp16 rows 1.097 -> 1.109 and 0.779 -> 0.783 ms
+#: (forward_plan_ab_l2, interleaved in one process); a capped MLPerf training step 17.65 -> 17.56 ms
+#: (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans; ``forward_registers`` counts a
+#: loaded fp16 element as a full register, the compiles use ~2/3 of fp32's).
+FORWARD_CROSS_WARP_TRIPS = 0.75
 #: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
 #: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
 #: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
 LSU_BYTES_PER_CLK = {"nvidia": 128, "amd": 64}
+#: Least bytes of copy rate one random row read costs, however small the row: random reads of 16-64 B
+#: rows ran at 39-40 G rows/s on the H200 whatever their size (a minimal Triton gather over 8 GiB,
+#: copy rate 4.25 TB/s in the same run: 4.25e12 / 40e9 = 106 B; 128 B rows ran at 0.92 of the copy rate;
+#: benchmarks/results/gather_rate_2026-12-01/). Not measured on AMD: the same bytes are assumed there.
+RANDOM_READ_MIN_BYTES = 106
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -270,17 +285,18 @@ def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
 def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
                     bag_lengths: list[float], row_bytes: int, out_bytes: int, hit_fraction: float = 0.0) -> float:
     """Predicted pooled-forward time: the longer of the bytes at the copy rate (row reads that miss
-    L2, ``1 - hit_fraction`` of them, and the output) and the programs' chains of dependent round trips
-    over the resident slots, plus the load-issue time of the whole tile (masked lanes included) and the
-    last program's chain (the tail of the grid)."""
-    lat = LOADED_LATENCY_S[spec.vendor]
+    L2, ``1 - hit_fraction`` of them, each at least RANDOM_READ_MIN_BYTES, and the output) and the
+    programs' chains of dependent round trips over the resident slots, plus the load-issue time of the
+    whole tile (masked lanes included) and the last program's chain (the tail of the grid). A round trip
+    takes LOADED_LATENCY_S, shortened by the L2 hits (``L2_HIT_LATENCY_FRACTION``)."""
+    lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
     programs = -(-batch_size // tile.bags)
     iters = [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths]
     per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * max(tile.num_warps / tile.bags - 1, 0)
     chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
     latency_s = programs * sum(chains) * lat / forward_slots(tile, spec)
     nnz = batch_size * sum(bag_lengths)
-    read = nnz * row_bytes * (1.0 - hit_fraction)
+    read = nnz * max(row_bytes, RANDOM_READ_MIN_BYTES) * (1.0 - hit_fraction)
     bytes_s = (read + batch_size * len(bag_lengths) * out_bytes) / ceil.copy_bandwidth.value
     issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
     issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
@@ -340,7 +356,7 @@ UPDATE_REGS_PER_ELEM = {"scan": 5.5, "lane": 4.0}
 #: asks 200 and runs at the selector's 152 cap (13 per SM). Allocation only: the candidates' register fit
 #: (``update_registers_needed``) is the fitted rule above.
 STATE_TILE_REGS_PER_ELEM = 1.0
-#: Partial slots per tile of a merge-level program (``tbe_backward.merge_level_kernel``, laid out as the
+#: Partial slots per tile of a merge-level program (``tbe_merge.merge_level_kernel``, laid out as the
 #: lane update: LEVEL_TILE x VEC fp32 values per lane). 8, as the lane update's fastest tile (TILE 16
 #: asks ~296 registers per thread, over the 255 limit); with one tile per program (the config's
 #: ``merge_chunks``, one of ``tbe_select.MERGE_CHUNK_CHOICES``) each level leaves 2 slots per 8, with 8 tiles 2 per 64.
@@ -378,7 +394,7 @@ MERGE_LEVEL_HOST_S = TRITON_PASS_HOST_S
 #: fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound: ``rounding_seconds``.
 UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: UPDATE_COPY_FRACTION of the lane update of tables that share one dim (``UpdateShape.one_dim``: rows
-#: addressed as global row x dim, no table looked up, ``tbe_backward._tile_rows``'s ONE_DIM; the gradient
+#: addressed as global row x dim, no table looked up, ``tbe_backward.tile_rows``'s ONE_DIM; the gradient
 #: slices loaded evict-last in L2, the rows and state stored evict-first; 128-register cap,
 #: ``tbe_select.LANE_MAX_REGISTERS_ONE_DIM``). Fitted on the sixteenth session's interleaved rows
 #: (benchmarks/results/tbe_lane_ab_2026-11-30/s16c_F128_*, full MLPerf tables, uniform ids, row-wise

@@ -1,0 +1,210 @@
+"""Fit and check the pooled-forward cost model (``polyrec.perfmodel.tbe.forward_seconds``) on the committed
+H200 forward sweeps, offline (CPU).
+
+Rows, each a pooled-forward launch measured under one config as the kernel runs today (HOTS = 1 tiles
+with staged loads, the others without), all from one H200 (``benchmarks/results/gather_rate_2026-12-01/``
+unless named):
+
+- ``gather_rate_*``: 10 row sizes (dims 8-256, fp32 / fp16), 4 features of 16-id bags, uniform ids
+  over 8 GiB, batch 65536, every candidate config;
+- ``forward_plan_ab_*``: the full MLPerf tables, fp32 and fp16 rows, uniform and power-law ids, every
+  candidate as one launch;
+- ``tbe_forward_groups_nvidia-h200_2026-11-30``: the MLPerf tables of each world-2 rank under power-law
+  ids (HOTS = 1 from its staged-loads rows). Its world-1 case and the 2026-11-29 uniform sweep are
+  left out: the forward_plan_ab sweeps measure the same features with today's kernel.
+
+For each constants' set it prints the rms log error of the predictions and, for each case, how much
+slower than its fastest candidate the model's pick was measured. ``--grid`` searches the forward
+constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fraction) for the least
+worst pick, then the least rms log error. ``--gather FILE --only``: a ``gather_rate --draw`` file's cases alone (a check on cases
+the constants were not fitted on).
+
+    PYTHONPATH=. python3 benchmarks/forward_model_fit.py [--grid] [--gather FILE [--only]] [--constants S,I,C]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+from polyrec.hardware.catalog import get_device
+from polyrec.kernels import tbe_select
+from polyrec.kernels.tbe_forward import block_d, vector_width
+from polyrec.models.config import mlperf_dcnv2
+from polyrec.perfmodel import tbe as model
+from polyrec.perfmodel.tbe import ForwardTile, TableLoad, hit_fraction
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GATHER = RESULTS / "gather_rate_2026-12-01" / "gather_rate_nvidia-h200_2026-12-01.json"
+PLAN_AB = RESULTS / "gather_rate_2026-12-01" / "forward_plan_ab_nvidia-h200_2026-12-01.json"
+POWER_LAW = RESULTS / "tbe_forward_groups_nvidia-h200_2026-11-30.json"
+#: The power-law sweep's features (MLPerf tables) and samples (as tests/test_tbe_perfmodel.py names them).
+POWER_LAW_CASES = {"world-2 rank 0": ([0, 8, 16, 17, 18, 20], 131072),
+                   "world-2 rank 1": ([1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 19, 21, 22, 23, 24, 25], 131072)}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Case:
+    """A set of features measured under several configs."""
+
+    name: str
+    batch: int
+    bag_lengths: tuple[float, ...]
+    table_rows: tuple[int, ...]
+    dim: int
+    elem_bytes: int
+    measured: dict[tuple[int, int, int], float]  # (bags, hots, warps) -> ms
+    skew: str = "uniform"  # the ids' distribution (``perfmodel.tbe.SKEWS``)
+
+    @property
+    def block_d(self) -> int:
+        return block_d([self.dim])
+
+    @property
+    def vec(self) -> int:
+        return vector_width([self.dim], self.elem_bytes)
+
+
+def gather_cases(path: Path) -> list[Case]:
+    rows = json.loads(path.read_text())["results"]["rows"]
+    out = []
+    for r in rows:
+        if r["kind"] != "lookup":
+            continue
+        elem = r["row_bytes"] // r["dim"]
+        lengths = tuple(float(b) for b in r.get("bags", (16,) * 4))  # the first run's rows: 4 features of 16
+        batch = r.get("batch", 65536)
+        table_rows = r.get("table_rows", (8 << 30) // (len(lengths) * r["row_bytes"]))
+        measured = {}
+        for name, ms in r["configs_ms"].items():
+            bags, hots, warps = map(int, re.match(r"(\d+)x(\d+) w(\d+)", name).groups())
+            measured[(bags, hots, warps)] = ms
+        out.append(Case(f"D{r['dim']} {r['dtype']} bags {r.get('bags', 16)} B {batch}", batch, lengths,
+                        (table_rows,) * len(lengths), r["dim"], elem, measured))
+    return out
+
+
+def plan_ab_cases(path: Path) -> list[Case]:
+    """The single-launch sweeps of ``forward_plan_ab`` (full MLPerf tables, batch 65536)."""
+    config = mlperf_dcnv2()
+    out = []
+    for r in json.loads(path.read_text())["results"]["rows"]:
+        measured = {}
+        for name, ms in r["sweep_ms"].items():
+            bags, hots, warps = map(int, re.match(r"(\d+)x(\d+) w(\d+)", name).groups())
+            measured[(bags, hots, warps)] = ms
+        elem = 4 if r["case"].startswith("float32") else 2
+        out.append(Case(f"mlperf {r['case']}", 65536, tuple(float(h) for h in config.multi_hot),
+                        tuple(config.table_rows), 128, elem, measured, "zipf" if "power-law" in r["case"] else "uniform"))
+    return out
+
+
+def power_law_cases(path: Path) -> list[Case]:
+    config = mlperf_dcnv2()
+    rows = json.loads(path.read_text())["results"]["rows"]
+    out = []
+    for case, (tables, batch) in POWER_LAW_CASES.items():
+        measured = {}
+        for r in rows:
+            if r["case"] != case or r["plan"] not in ("one launch", "one launch, staged loads"):
+                continue
+            bags, hots, warps = map(int, re.search(r"bags=(\d+), hots=(\d+), num_warps=(\d+)", r["config"]).groups())
+            if (hots == 1) == (r["plan"] == "one launch, staged loads"):
+                measured[(bags, hots, warps)] = r["ms"]
+        out.append(Case(f"power-law {case}", batch, tuple(float(config.multi_hot[t]) for t in tables),
+                        tuple(config.table_rows[t] for t in tables), 128, 4, measured, "zipf"))
+    return out
+
+
+@functools.cache
+def hit_of(case: Case, skew: str) -> float:
+    """The case's row reads that hit L2 under ids of ``skew`` (uniform: the least reuse, as the module's
+    forward plan prices any ids; the planner knows the skew)."""
+    loads = [TableLoad(rows=r, row_bytes=case.block_d * case.elem_bytes, accesses=case.batch * h, skew=skew)
+             for r, h in zip(case.table_rows, case.bag_lengths, strict=True)]
+    return hit_fraction(loads, get_device("H200"))
+
+
+def predict_ms(case: Case, key: tuple[int, int, int], skew: str = "uniform") -> float:
+    """Predicted ms of ``case`` under config ``key``, its rows' L2 hits as under ids of ``skew``."""
+    spec = get_device("H200")
+    row_bytes = case.block_d * case.elem_bytes
+    hit = hit_of(case, skew)
+    tile = ForwardTile(bags=key[0], hots=key[1], block_d=case.block_d, num_warps=key[2])
+    return 1e3 * model.forward_seconds(tile, spec, tbe_select.ceilings(spec), batch_size=case.batch,
+                                       bag_lengths=list(case.bag_lengths), row_bytes=row_bytes, out_bytes=4,
+                                       hit_fraction=hit)
+
+
+def score(cases: list[Case]) -> tuple[float, list[tuple[str, float, str]]]:
+    """(rms log error over every row, per case: (name, measured pick / measured best candidate, pick)). The
+    errors price each case at its ids' L2 hits (as the planner does), the picks at the least (as the module)."""
+    errs, picks = [], []
+    for case in cases:
+        errs += [math.log(predict_ms(case, k, case.skew) / ms) for k, ms in case.measured.items()]
+        preds = {k: predict_ms(case, k) for k in case.measured}
+        cands = {(c.bags, c.hots, c.num_warps) for c in tbe_select.forward_candidates(case.block_d, 32)}
+        timed = [k for k in case.measured if k in cands]
+        pick = min(timed, key=preds.get)
+        best = min(case.measured[k] for k in timed)
+        picks.append((case.name, case.measured[pick] / best, "%dx%d w%d" % pick))
+    return math.sqrt(sum(e * e for e in errs) / len(errs)), picks
+
+
+def quarters(lo: float, hi: float) -> list[float]:
+    return [lo + k / 4 for k in range(int((hi - lo) * 4) + 1)]
+
+
+def eighths(lo: float, hi: float) -> list[float]:
+    return [lo + k / 8 for k in range(int((hi - lo) * 8) + 1)]
+
+
+def set_constants(setup: float, per_iter: float, cross: float, l2_fraction: float | None = None) -> None:
+    model.FORWARD_SETUP_TRIPS, model.FORWARD_TRIPS_PER_ITER, model.FORWARD_CROSS_WARP_TRIPS = setup, per_iter, cross
+    if l2_fraction is not None:
+        model.L2_HIT_LATENCY_FRACTION = l2_fraction
+
+
+def report(label: str, cases: list[Case]) -> None:
+    rms, picks = score(cases)
+    worst = max(p[1] for p in picks)
+    print(f"{label}: rms log error {rms:.3f}, pick / fastest: geomean "
+          f"{math.exp(sum(math.log(p[1]) for p in picks) / len(picks)):.3f}, worst {worst:.3f}")
+    for name, ratio, pick in picks:
+        print(f"   {name:<26} {ratio:6.3f}  ({pick})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", action="store_true", help="search the three trip constants")
+    parser.add_argument("--gather", type=Path, default=GATHER, help="a gather_rate results file")
+    parser.add_argument("--only", action="store_true", help="the --gather file's cases alone (a check on new cases)")
+    parser.add_argument("--constants", default=None, help="setup,per_iter,cross_warp trips[,L2-hit latency fraction] instead of the committed")
+    args = parser.parse_args()
+    cases = gather_cases(args.gather) + ([] if args.only else plan_ab_cases(PLAN_AB) + power_law_cases(POWER_LAW))
+    if args.constants:
+        set_constants(*map(float, args.constants.split(",")))
+    report("constants " + (args.constants or "as committed"), cases)
+    if not args.grid:
+        return
+    best = None
+    fractions = [k / 10 for k in range(2, 11)]
+    for consts in itertools.product(quarters(0, 3), eighths(0.75, 2), quarters(0, 1.5), fractions):
+        set_constants(*consts)
+        rms, picks = score(cases)
+        key = (round(max(p[1] for p in picks), 2), rms)
+        if best is None or key < best[0]:
+            best = (key, *consts)
+    set_constants(*best[1:])
+    report("least worst pick, then rms, at setup {}, per iteration {}, cross-warp {}, L2-hit latency {}".format(
+        *best[1:]), cases)
+
+
+if __name__ == "__main__":
+    main()

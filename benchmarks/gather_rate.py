@@ -1,0 +1,200 @@
+"""Random row reads by row size: the device's floor, and the pooled lookup's every config against it.
+
+The TBE cost model prices a pooled lookup's row reads at the copy rate (``perfmodel.tbe.forward_seconds``),
+and it under-prices the lookups of small rows by 23-60% (dims 16-64, ``tbe_model_check_2026-12-01``).
+This measures, in one process on one device, for each row size:
+
+- the copy rate (``tbe.copy_rate``, 2 GiB);
+- ``gather_sum_kernel``: a minimal Triton kernel that reads uniformly random rows of an 8 GiB table
+  (int64 ids, IDS rows per iteration, summed into one row per program: no output traffic), at each
+  tile of ``FLOOR_TILES``: the best is the row-read floor this kernel design reaches;
+- ``pooled_forward_kernel`` (one ``TableBatchedEmbedding``, a table per feature, 8 GiB in all; ``LOOKUPS``:
+  four features of ``HOTS``-id bags, batch 65536) under every config ``tbe_select.forward_candidates``
+  offers, and the module's own launches (``forward_plan``).
+
+Rates are useful row bytes per second (ids and output not counted), and ids per second.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]
+    PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py --draw SEED [--cases 12]
+
+About 2 minutes on an H200. Writes ``gather_rate_<gpu>_<date>.json``. ``--draw``: no floor; instead
+lookups drawn at random (``draw_lookup``: dim, precision, features of their own bag lengths, batch),
+cases for checking the forward model on shapes it was not fitted on (``gather_rate_draw<SEED>_*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from tbe import bench_ms, copy_rate
+
+from polyrec.kernels import tbe_select
+from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.results import write_results
+
+#: Bytes of the tables read (beyond the H200's 50 MB L2 by far).
+TABLE_BYTES = 8 << 30
+#: Row sizes of the floor, bytes.
+ROW_BYTES = (16, 32, 64, 128, 256, 512, 1024)
+#: (ids per iteration x row elements, warps) tiles of the floor kernel.
+FLOOR_TILES = ((2048, 4), (4096, 4), (4096, 8), (8192, 8))
+FEATURES = 4
+HOTS = 16
+BATCH = 65536
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One pooled lookup: one table per feature, uniform ids, every bag of feature f ``bags[f]`` long."""
+
+    dim: int
+    dtype: torch.dtype
+    bags: tuple[int, ...] = (HOTS,) * FEATURES
+    batch: int = BATCH
+
+
+#: The fixed lookups: 4 features of 16-id bags at each row size.
+LOOKUPS = tuple(Lookup(dim, dtype) for dim, dtype in (
+    (8, torch.float32), (16, torch.float32), (32, torch.float32), (64, torch.float32), (128, torch.float32),
+    (256, torch.float32), (16, torch.float16), (32, torch.float16), (64, torch.float16), (128, torch.float16)))
+#: What ``draw_lookup`` draws from.
+DRAW_DIMS = (8, 12, 24, 40, 48, 64, 96, 128, 160, 256)
+DRAW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+DRAW_BAGS = (1, 2, 3, 5, 8, 12, 20, 30, 64)
+DRAW_BATCHES = (8192, 32768, 65536, 131072)
+
+
+def draw_lookup(rng: random.Random) -> Lookup:
+    """A lookup of random dim, precision, batch and 1-8 features of random bag lengths."""
+    return Lookup(rng.choice(DRAW_DIMS), rng.choice(DRAW_DTYPES),
+                  tuple(rng.choice(DRAW_BAGS) for _ in range(rng.randint(1, 8))), rng.choice(DRAW_BATCHES))
+#: Random ids the floor reads per row size: at least this many, or 1 GiB of rows.
+MIN_IDS = 8 << 20
+
+
+@triton.jit
+def gather_sum_kernel(table_ptr, ids_ptr, out_ptr, n, ROW: tl.constexpr, IDS: tl.constexpr, ITERS: tl.constexpr):
+    """out[program] = sum of the table rows (ROW fp32 elements) of ids ITERS * IDS * program ...+ ITERS * IDS."""
+    d = tl.arange(0, ROW)
+    acc = tl.zeros([ROW], dtype=tl.float32)
+    for it in range(ITERS):
+        i = (tl.program_id(0) * ITERS + it) * IDS + tl.arange(0, IDS)
+        ok = i < n
+        idx = tl.load(ids_ptr + i, mask=ok, other=0)
+        acc += tl.sum(tl.load(table_ptr + idx[:, None] * ROW + d[None, :], mask=ok[:, None], other=0.0), axis=0)
+    tl.store(out_ptr + tl.program_id(0) * ROW + d, acc)
+
+
+def floor_rows(row_bytes_list: tuple[int, ...], gen: torch.Generator) -> list[dict]:
+    """Best ``gather_sum_kernel`` time of each row size over FLOOR_TILES."""
+    table = torch.rand(TABLE_BYTES // 4, device="cuda", generator=gen)
+    out = []
+    for row_bytes in row_bytes_list:
+        row = row_bytes // 4
+        rows = table.numel() // row
+        n = max(MIN_IDS, (1 << 30) // row_bytes)
+        ids = torch.randint(0, rows, (n,), device="cuda", generator=gen)
+        tiles = {}
+        for elems, warps in FLOOR_TILES:
+            per_iter = elems // row
+            iters = 4
+            programs = triton.cdiv(n, per_iter * iters)
+            dst = torch.empty(programs, row, device="cuda")
+            ms = bench_ms(lambda: gather_sum_kernel[(programs,)](table, ids, dst, n, ROW=row, IDS=per_iter,
+                                                                  ITERS=iters, num_warps=warps))
+            tiles[f"{per_iter}x{row} w{warps}"] = ms
+        best = min(tiles, key=tiles.get)
+        out.append({"kind": "floor", "row_bytes": row_bytes, "ids": n, "best": best, "ms": tiles[best],
+                    "tiles_ms": tiles})
+        del ids
+    del table
+    return out
+
+
+def uniform_batch(lookup: Lookup, rows: int, gen: torch.Generator) -> JaggedBatch:
+    """``lookup.batch`` bags of uniform ids per feature (feature f's ``lookup.bags[f]`` long), on table f."""
+    lengths = torch.tensor(lookup.bags, device="cuda").repeat_interleave(lookup.batch)
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device="cuda")
+    offsets[1:] = torch.cumsum(lengths, 0)
+    values = torch.randint(0, rows, (int(offsets[-1]),), device="cuda", generator=gen)
+    return JaggedBatch(values=values, offsets=offsets, batch_size=lookup.batch, num_features=len(lookup.bags))
+
+
+def lookup_rows(lookup: Lookup, gen: torch.Generator) -> dict:
+    """The pooled lookup of one case under every forward candidate and the module's own plan."""
+    dim, dtype, features = lookup.dim, lookup.dtype, len(lookup.bags)
+    row_bytes = dim * dtype.itemsize
+    rows = TABLE_BYTES // (features * row_bytes)
+    module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=rows, dim=dim) for i in range(features)],
+                                   optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01), weight_dtype=dtype,
+                                   device="cuda", init_scale=0.01)
+    batch = uniform_batch(lookup, rows, gen)
+    out = torch.empty(lookup.batch, module.output_dim, device="cuda")
+    feature_ids = torch.arange(features, device="cuda", dtype=torch.int32)
+    configs = {}
+    for cfg in tbe_select.forward_candidates(module.block_d, 32):
+        configs[f"{cfg.bags}x{cfg.hots} w{cfg.num_warps}"] = bench_ms(
+            lambda cfg=cfg: module.launch_pooled(batch, out, feature_ids, cfg))
+    plan = module.forward_plan(batch)
+    chosen = ", ".join(f"{launch.config.bags}x{launch.config.hots} w{launch.config.num_warps}" for launch, _ in plan)
+
+    def selected() -> None:
+        for launch, ids in plan:
+            module.launch_pooled(batch, out, ids, launch.config)
+
+    row = {"kind": "lookup", "dim": dim, "dtype": str(dtype).removeprefix("torch."), "row_bytes": row_bytes,
+           "bags": list(lookup.bags), "batch": lookup.batch, "table_rows": rows, "ids": batch.nnz, "selected": chosen, "selected_ms": bench_ms(selected), "configs_ms": configs}
+    best = min(configs, key=configs.get)
+    row |= {"best": best, "ms": configs[best]}
+    del module
+    torch.cuda.empty_cache()
+    return row
+
+
+def rates(row: dict, copy: float) -> dict:
+    seconds = row["ms"] * 1e-3
+    return row | {"row_tb_s": row["ids"] * row["row_bytes"] / seconds / 1e12,
+                  "of_copy": row["ids"] * row["row_bytes"] / seconds / copy, "gids_s": row["ids"] / seconds / 1e9}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two row sizes and two lookups (a smoke run)")
+    parser.add_argument("--draw", type=int, default=None, metavar="SEED", help="random lookups, no floor")
+    parser.add_argument("--cases", type=int, default=12, help="lookups drawn with --draw")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("gather_rate needs a GPU")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    copy = copy_rate()
+    print(f"copy rate {copy / 1e12:.2f} TB/s", flush=True)
+    sizes = () if args.draw is not None else ROW_BYTES[1:3] if args.quick else ROW_BYTES
+    result = [rates(r, copy) for r in floor_rows(sizes, gen)] if sizes else []
+    for r in result:
+        print(f"floor  {r['row_bytes']:>5} B rows: {r['ms']:7.3f} ms  {r['of_copy']:.2f} of copy  "
+              f"{r['gids_s']:6.2f} G ids/s  ({r['best']})", flush=True)
+    if args.draw is not None:
+        rng = random.Random(args.draw)
+        lookups = tuple(draw_lookup(rng) for _ in range(args.cases))
+    else:
+        lookups = LOOKUPS[1:2] + LOOKUPS[7:8] if args.quick else LOOKUPS
+    for lookup in lookups:
+        r = rates(lookup_rows(lookup, gen), copy)
+        result.append(r)
+        print(f"lookup D{r['dim']:<4} {r['dtype']:<8} bags {r['bags']} B={r['batch']}: best {r['ms']:7.3f} ms "
+              f"({r['best']}) {r['of_copy']:.2f} of copy {r['gids_s']:6.2f} G ids/s; selected {r['selected_ms']:7.3f} "
+              f"ms ({r['selected']})", flush=True)
+    name = "gather_rate" + ("_quick" if args.quick else "") + (f"_draw{args.draw}" if args.draw is not None else "")
+    table = [{k: v for k, v in r.items() if k not in ("tiles_ms", "configs_ms")} for r in result]
+    write_results(name, {"rows": result}, rows=table, summary={"copy_tb_s": copy / 1e12, "table_gib": TABLE_BYTES >> 30,
+                                                                  "draw": args.draw, "cases": len(lookups)})
+
+
+if __name__ == "__main__":
+    main()
