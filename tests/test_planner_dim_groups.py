@@ -30,7 +30,9 @@ def test_a_long_mixed_dims_update_is_priced_per_dim_group():
     groups = _dim_groups(loads, SPEC, 2)
     assert [[s.dim for s in g] for g in groups] == [[16], [128]]
     fwd_s, bwd_s, sort_s, label = _tbe_group_seconds(loads, SPEC, CEIL, 2)
-    assert bwd_s < 0.9 * _single_backward(loads)  # the dim-16 ids no longer take the lanes of dim 128
+    # the dim-16 ids no longer take the lanes of dim 128 (7.8% less since their 32 B rows cost
+    # RANDOM_READ_MIN_BYTES each: both forms read them)
+    assert bwd_s < 0.95 * _single_backward(loads)
     assert "update D16 lane" in label and " / D128 lane" in label
     small, wide = (_update_config(g, SPEC, 2, module=loads) for g in groups)
     assert small.tile > wide.tile  # the narrow group takes longer tiles, as the module selects them
