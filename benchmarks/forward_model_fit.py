@@ -16,10 +16,10 @@ unless named):
 For each constants' set it prints the rms log error of the predictions and, for each case, how much
 slower than its fastest candidate the model's pick was measured. ``--grid`` searches the forward
 constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fraction) for the least
-worst pick, then the least rms log error. ``--gather FILE --only``: a ``gather_rate --draw`` file's cases alone (a check on cases
-the constants were not fitted on).
+worst pick, then the least rms log error. ``--gather FILE --only``: a ``gather_rate --draw`` file's cases
+alone (a check on cases the constants were not fitted on).
 
-    PYTHONPATH=. python3 benchmarks/forward_model_fit.py [--grid] [--gather FILE [--only]] [--constants S,I,C]
+    PYTHONPATH=. python3 benchmarks/forward_model_fit.py [--grid] [--gather FILE [--only]] [--constants S,I,C[,L]]
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def plan_ab_cases(path: Path) -> list[Case]:
             measured[(bags, hots, warps)] = ms
         elem = 4 if r["case"].startswith("float32") else 2
         out.append(Case(f"mlperf {r['case']}", 65536, tuple(float(h) for h in config.multi_hot),
-                        tuple(config.table_rows), 128, elem, measured, "zipf" if "power-law" in r["case"] else "uniform"))
+                        tuple(config.table_rows), 128, elem, measured,
+                        "zipf" if "power-law" in r["case"] else "uniform"))
     return out
 
 
@@ -165,10 +166,11 @@ def eighths(lo: float, hi: float) -> list[float]:
     return [lo + k / 8 for k in range(int((hi - lo) * 8) + 1)]
 
 
-def set_constants(setup: float, per_iter: float, cross: float, l2_fraction: float | None = None) -> None:
+def set_constants(setup: float, per_iter: float, cross: float, l2_fraction: float = 1.0) -> None:
+    """The forward model's constants; ``l2_fraction`` 1.0: L2 hits do not shorten a round trip (the
+    model before the L2 term)."""
     model.FORWARD_SETUP_TRIPS, model.FORWARD_TRIPS_PER_ITER, model.FORWARD_CROSS_WARP_TRIPS = setup, per_iter, cross
-    if l2_fraction is not None:
-        model.L2_HIT_LATENCY_FRACTION = l2_fraction
+    model.L2_HIT_LATENCY_FRACTION = l2_fraction
 
 
 def report(label: str, cases: list[Case]) -> None:
@@ -182,10 +184,12 @@ def report(label: str, cases: list[Case]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", action="store_true", help="search the three trip constants")
+    parser.add_argument("--grid", action="store_true", help="search the four constants")
     parser.add_argument("--gather", type=Path, default=GATHER, help="a gather_rate results file")
     parser.add_argument("--only", action="store_true", help="the --gather file's cases alone (a check on new cases)")
-    parser.add_argument("--constants", default=None, help="setup,per_iter,cross_warp trips[,L2-hit latency fraction] instead of the committed")
+    parser.add_argument("--constants", default=None,
+                        help="setup,per_iter,cross_warp trips[,L2-hit latency fraction, default 1] "
+                             "instead of the committed")
     args = parser.parse_args()
     cases = gather_cases(args.gather) + ([] if args.only else plan_ab_cases(PLAN_AB) + power_law_cases(POWER_LAW))
     if args.constants:

@@ -2,8 +2,9 @@
 
 ``tbe_forward_plan.plan_forward`` splits the features into launches by the forward model
 (``polyrec.perfmodel.tbe.forward_seconds``, whose constants ``--a`` and ``--b`` set: setup trips,
-trips per iteration, cross-warp trips and, optionally, the L2-hit latency fraction). For each case (full MLPerf tables, fp32 or fp16 rows, batch
-65536, ``tbe.py``'s uniform ids or the trainer's power-law ids) this times, in one process:
+trips per iteration, cross-warp trips and, optionally, the L2-hit latency fraction, 1 when left out).
+For each case (full MLPerf tables, fp32 or fp16 rows, batch 65536, ``tbe.py``'s uniform ids or the
+trainer's power-law ids) this times, in one process:
 
 - every forward candidate as one launch over all 26 features (the sweep the constants are fitted on);
 - the launches each constant set plans, in interleaved rounds.

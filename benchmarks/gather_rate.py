@@ -149,7 +149,8 @@ def lookup_rows(lookup: Lookup, gen: torch.Generator) -> dict:
             module.launch_pooled(batch, out, ids, launch.config)
 
     row = {"kind": "lookup", "dim": dim, "dtype": str(dtype).removeprefix("torch."), "row_bytes": row_bytes,
-           "bags": list(lookup.bags), "batch": lookup.batch, "table_rows": rows, "ids": batch.nnz, "selected": chosen, "selected_ms": bench_ms(selected), "configs_ms": configs}
+           "bags": list(lookup.bags), "batch": lookup.batch, "table_rows": rows, "ids": batch.nnz, "selected": chosen,
+           "selected_ms": bench_ms(selected), "configs_ms": configs}
     best = min(configs, key=configs.get)
     row |= {"best": best, "ms": configs[best]}
     del module

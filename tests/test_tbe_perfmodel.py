@@ -84,7 +84,10 @@ def test_no_candidate_splits_a_bag_across_warps():
     for block_d in (16, 32, 64, 128, 256, 512, 1024):
         for warp_size in (32, 64):
             assert all(c.num_warps <= c.bags for c in tbe_select.forward_candidates(block_d, warp_size))
-    assert tbe_select.forward_candidates(4096, 32)  # rows past every tile: one row at a time
+    wide = tbe_select.forward_candidates(2048, 32)  # every 2048-wide tile splits its bags: all are kept
+    assert wide and all(c.num_warps > c.bags for c in wide)
+    assert tbe_select.forward_candidates(16384, 32) == [  # rows past every tile: one row at a time
+        tbe_select.ForwardConfig(bags=1, hots=1, num_warps=tbe_select.warps_for(16384, 32))]
 
 
 def test_long_bags_prefer_more_hots():
@@ -194,11 +197,18 @@ def test_small_rows_are_priced_at_the_random_read_floor():
     copy = json.loads((SWEEPS / "gather_rate_nvidia-h200_2026-12-01.json").read_text())["summary"]["copy_tb_s"] * 1e12
     for size in (16, 32, 64):
         assert floor[size]["gids_s"] * 1e9 == pytest.approx(copy / RANDOM_READ_MIN_BYTES, rel=0.1)
+    from polyrec.perfmodel.tbe import update_bytes
+
+    kw = dict(nnz=1e7, unique=8e6, state_bytes_per_row=4, gran=32)
+    small = [update_bytes("lane", row_bytes=b, grad_row_bytes=b, **kw) for b in (32, 64)]
+    assert small[0] == small[1]  # both rows and slices cost the floor
+    assert update_bytes("lane", row_bytes=512, grad_row_bytes=512, **kw) > small[0]
     spec = get_device("H200")
-    tile = ForwardTile(bags=8, hots=16, block_d=16, num_warps=2)
-    kw = dict(batch_size=65536, bag_lengths=[16.0] * 4, out_bytes=4)
-    assert forward_seconds(tile, spec, ceilings(spec), row_bytes=32, **kw) == pytest.approx(
-        forward_seconds(tile, spec, ceilings(spec), row_bytes=64, **kw), rel=0.1)
+    tile = ForwardTile(bags=16, hots=16, block_d=16, num_warps=2)  # 256 ids per trip: bytes-bound
+    fwd = dict(batch_size=1 << 19, bag_lengths=[16.0], out_bytes=4)
+    at_32 = forward_seconds(tile, spec, ceilings(spec), row_bytes=32, **fwd)
+    assert at_32 == pytest.approx(forward_seconds(tile, spec, ceilings(spec), row_bytes=64, **fwd), rel=0.05)
+    assert at_32 > 8.3e6 * RANDOM_READ_MIN_BYTES / ceilings(spec).copy_bandwidth.value  # 8.4M ids at the floor
 
 
 def test_least_hit_fraction_from_table_sizes():

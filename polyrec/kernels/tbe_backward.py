@@ -241,12 +241,6 @@ def _table_fields(key, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: 
 
 
 @triton.jit
-def key_bounds(key, ok):
-    """Smallest and largest of the keys at the positions ``ok``."""
-    return tl.min(tl.where(ok, key, 0x7FFFFFFFFFFFFFFF), axis=0), tl.max(tl.where(ok, key, -1), axis=0)
-
-
-@triton.jit
 def _sorted_table_fields(key, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, T_PAD: tl.constexpr):
     """``_table_fields`` of a tile whose keys are sorted, ``lo`` and ``hi`` its smallest and largest
     key (scalars; keys past ``hi`` are masked by the caller). All but the tiles at a table's edge hold

@@ -9,8 +9,10 @@ their sum, plus a launch latency per extra launch, beats the best single launch.
 (benchmarks/results/tbe_forward_groups_nvidia-h200_2026-11-30, MLPerf tables, power-law ids, the best
 config per group): world 1 1.15 -> 1.07 ms, world-2 rank 1 1.52 -> 1.21 ms, rank 0 0.98 -> 0.93 ms.
 With each feature's table rows (the L2 reuse the model expects) the plan splits rank 1's features in
-two launches (1.546 -> 1.160 ms, benchmarks/results/forward_model_2026-11-30) and keeps one launch for
-rank 0 and world 1, whose small gains the model does not see.
+two launches (1.546 -> 1.160 ms, benchmarks/results/forward_model_2026-11-30) and, since the forward
+model's refit of the twenty-sixth session, world 1's too: 16 x 1 for 20 features, 4 x 4 for 6 (fp32 rows:
+1.870 -> 1.772 ms uniform ids, 1.182 -> 1.082 ms power-law, benchmarks/results/gather_rate_2026-12-01);
+rank 0 keeps one launch.
 """
 
 from __future__ import annotations

@@ -19,9 +19,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from polyrec.kernels.tbe_backward import (key_bounds, park_partials, park_program_ends, segment_add,
-                                          sum_tile_runs, tile_rows)
+from polyrec.kernels.tbe_backward import park_partials, park_program_ends, segment_add, sum_tile_runs, tile_rows
 from polyrec.kernels.tbe_optim import load_rows, store_update
+
+
+@triton.jit
+def _key_bounds(key, ok):
+    """Smallest and largest of the keys at the positions ``ok``."""
+    return tl.min(tl.where(ok, key, 0x7FFFFFFFFFFFFFFF), axis=0), tl.max(tl.where(ok, key, -1), axis=0)
 
 
 @triton.jit
@@ -78,7 +83,7 @@ def _merge_one_tile(
         started = key != before  # the run's first piece is in these slots (pieces are sorted by key)
         whole = ok & is_end & started
         d = tl.arange(0, BLOCK_D)
-        lo, hi = key_bounds(key, ok)
+        lo, hi = _key_bounds(key, ok)
         addr, d_mask, dim = tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d, T_PAD,
                                        VEC, ONE_DIM)
         w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], OPTIM)
@@ -125,7 +130,7 @@ def _merge_tiles_in_turn(
             is_end = key != nxt
             started = key != before  # the run's first piece is in this program (pieces are sorted by key)
             whole = ok & is_end & started
-            lo, hi = key_bounds(key, ok)
+            lo, hi = _key_bounds(key, ok)
             addr, d_mask, dim = tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d,
                                            T_PAD, VEC, ONE_DIM)
             w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None],

@@ -184,7 +184,6 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     gathered = sum((t.accesses - h) * t.row_bytes / gather_efficiency(t.row_bytes, gran)
                    for t, h in zip(tables, hits))
     out = batch_size * out_dim * out_bytes
-    mean_row = sum(t.accesses * t.row_bytes for t in tables) / max(nnz, 1)
     key_bytes = 4
     sort_keys = nnz * (key_bytes + 4)  # the trained forward also writes each id's key and gradient row
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
@@ -192,8 +191,12 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
                                      spec=spec, ceil=ceil)
              + sort_keys / ceil.copy_bandwidth.value)
     uniq = sum(unique_rows(t) for t in tables)
-    grad_row = mean_row / weight_bytes * bwd.grad_bytes  # gradient slice per id
-    update_kw = dict(nnz=nnz, unique=uniq, row_bytes=mean_row, grad_row_bytes=grad_row,
+    # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
+    # dims would hide the floor of the small ones)
+    row_read = sum(t.accesses * random_read_bytes(t.row_bytes) for t in tables) / max(nnz, 1)
+    grad_row = sum(t.accesses * random_read_bytes(t.row_bytes / weight_bytes * bwd.grad_bytes)
+                   for t in tables) / max(nnz, 1)
+    update_kw = dict(nnz=nnz, unique=uniq, row_bytes=row_read, grad_row_bytes=grad_row,
                      state_bytes_per_row=state_bytes_per_row)
     bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
     sort_s = sort_seconds(int(nnz), key_bytes, ceil)
@@ -232,14 +235,14 @@ FORWARD_TRIPS_PER_ITER = 2.0
 #: world-2 ranks of tbe_forward_groups_nvidia-h200_2026-11-30), with RANDOM_READ_MIN_BYTES. Before (0, 1.5,
 #: 1.5, no L2 term; fitted in the fourteenth session on sweeps whose 16 x 1 tiles ran unstaged) the picks
 #: there took 1.081x the fastest candidate's time in the geometric mean (worst 1.73x: 16-id bags of 64 B
-#: rows in 2 x 16 tiles) and the rms log error was 0.416; after, 1.003x (worst 1.04x) and 0.269. On 24
-#: lookups drawn at random after the fit (``gather_rate --draw`` 101 and 102): 1.102x / 1.133x -> 1.029x /
-#: 1.093x, worst 1.69x / 1.77x -> 1.11x / 1.38x. The MLPerf forward plan went from one 4 x 4 launch (fp32
-#: rows) to 16 x 1 tiles for 20 features (bags of <= 6 ids; 9 ids on an L2-resident table), 4 x 4 for
-#: the 6 others: 1.870 -> 1.772 ms (uniform ids), 1.182 -> 1.082 ms (power-law); fp16 rows 1.097 -> 1.109 and 0.779 -> 0.783 ms
-#: (forward_plan_ab_l2, interleaved in one process); a capped MLPerf training step 17.65 -> 17.56 ms
-#: (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans; ``forward_registers`` counts a
-#: loaded fp16 element as a full register, the compiles use ~2/3 of fp32's).
+#: rows in 2 x 16 tiles) and the rms log error was 0.403; after, 1.003x (worst 1.04x) and 0.269. On 36
+#: random lookups not fitted on (``gather_rate --draw`` 101, 102, 103; the last drawn after this change):
+#: 1.102x / 1.133x / 1.186x -> 1.029x / 1.093x / 1.071x. The MLPerf forward plan went from one 4 x 4 launch
+#: (fp32 rows) to 16 x 1 tiles for 20 features (bags of <= 6 ids; 9 ids on an L2-resident table), 4 x 4
+#: for the 6 others: 1.870 -> 1.772 ms (uniform ids), 1.182 -> 1.082 ms (power-law); fp16 rows 1.097 ->
+#: 1.109 and 0.779 -> 0.783 ms (forward_plan_ab_l2, interleaved in one process); a capped MLPerf training
+#: step 17.65 -> 17.56 ms (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans;
+#: ``forward_registers`` counts a loaded fp16 element as a full register, the compiles use ~2/3 of fp32's).
 FORWARD_CROSS_WARP_TRIPS = 0.75
 #: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
 #: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
@@ -565,9 +568,11 @@ def update_bytes(variant: str, *, nnz: float, unique: float, row_bytes: float, g
                  state_bytes_per_row: float, gran: int) -> float:
     """DRAM bytes of the update (and, for "lane", its permute pass): gradient slices one per id, unique
     rows and state read and written (at least one access unit each), and the per-position metadata.
-    A gradient slice or a row, read at random, counts at least RANDOM_READ_MIN_BYTES (it moves the
-    MLPerf update's 512 B rows not at all; small rows: ``benchmarks/tbe_groups_model_check.py`` on the
-    committed device times, 15.3% -> 14.4% geomean error on seeds 21-22, 13.1% -> 12.5% on seeds 11-13)."""
+    Gradient slices and rows, read and written at random, count at least RANDOM_READ_MIN_BYTES each (no
+    change for the MLPerf update's 512 B rows; small rows: ``benchmarks/tbe_groups_model_check.py`` on
+    the committed device times, 15.3% -> 14.4% geomean error on seeds 21-22, 13.1% -> 12.5% on seeds
+    11-13). The state keeps one access unit per row: it lies in the rows' sorted order, and the
+    update's fitted copy fraction was fitted with it so."""
     state = 2 * unique * max(state_bytes_per_row, gran) if state_bytes_per_row else 0.0
     common = nnz * random_read_bytes(grad_row_bytes) + 2 * unique * random_read_bytes(row_bytes) + state
     if variant == "scan":  # keys, perm (8 B), source row and scale gathered (one access unit each)
