@@ -1,4 +1,4 @@
-"""Fit and check the pooled-forward cost model (``polyrec.perfmodel.tbe.forward_seconds``) on the committed
+"""Fit and check the pooled-forward cost model (``polyrec.perfmodel.tbe_lookup.forward_seconds``) on the committed
 H200 forward sweeps, offline (CPU).
 
 Rows, each a pooled-forward launch measured under one config as the kernel runs today (HOTS = 1 tiles
@@ -37,8 +37,9 @@ from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe_forward import block_d, vector_width
 from polyrec.models.config import mlperf_dcnv2
-from polyrec.perfmodel import tbe as model
-from polyrec.perfmodel.tbe import ForwardTile, TableLoad, hit_fraction
+from polyrec.perfmodel import tbe_lookup as model
+from polyrec.perfmodel.tbe_lookup import ForwardTile
+from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GATHER = RESULTS / "gather_rate_2026-12-01" / "gather_rate_nvidia-h200_2026-12-01.json"
@@ -60,7 +61,7 @@ class Case:
     dim: int
     elem_bytes: int
     measured: dict[tuple[int, int, int], float]  # (bags, hots, warps) -> ms
-    skew: str = "uniform"  # the ids' distribution (``perfmodel.tbe.SKEWS``)
+    skew: str = "uniform"  # the ids' distribution (``perfmodel.tbe_reads.SKEWS``)
 
     @property
     def block_d(self) -> int:

@@ -1,7 +1,7 @@
 """The pooled forward of the MLPerf tables under two sets of forward-model constants, side by side.
 
 ``tbe_forward_plan.plan_forward`` splits the features into launches by the forward model
-(``polyrec.perfmodel.tbe.forward_seconds``, whose constants ``--a`` and ``--b`` set: setup trips,
+(``polyrec.perfmodel.tbe_lookup.forward_seconds``, whose constants ``--a`` and ``--b`` set: setup trips,
 trips per iteration, cross-warp trips and, optionally, the L2-hit latency fraction, 1 when left out).
 For each case (full MLPerf tables, fp32 or fp16 rows, batch 65536, ``tbe.py``'s uniform ids or the
 trainer's power-law ids) this times, in one process:

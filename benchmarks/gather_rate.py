@@ -1,6 +1,6 @@
 """Random row reads by row size: the device's floor, and the pooled lookup's every config against it.
 
-The TBE cost model prices a pooled lookup's row reads at the copy rate (``perfmodel.tbe.forward_seconds``),
+The TBE cost model prices a pooled lookup's row reads at the copy rate (``perfmodel.tbe_lookup.forward_seconds``),
 and it under-prices the lookups of small rows by 23-60% (dims 16-64, ``tbe_model_check_2026-12-01``).
 This measures, in one process on one device, for each row size:
 

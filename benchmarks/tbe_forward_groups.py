@@ -36,7 +36,8 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.models.config import preset
-from polyrec.perfmodel.tbe import ForwardTile, forward_seconds, least_hit_fraction
+from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
+from polyrec.perfmodel.tbe_reads import least_hit_fraction
 from polyrec.results import write_results
 from polyrec.runtime.distributed_embeddings import default_shardings
 from tbe import DIM

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
-from polyrec.perfmodel import tbe
+from polyrec.perfmodel import tbe, tbe_lookup
 from polyrec.planner.estimate import ShardLoad, _dim_groups, _estimate, _tbe_group_seconds, _update_config
 
 SPEC = get_device("H200")
@@ -21,7 +21,7 @@ def _loads(accesses: float) -> tuple[ShardLoad, ...]:
 
 
 def _single_backward(loads: tuple[ShardLoad, ...]) -> float:
-    fwd = [(tbe.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1), (0, 1))]
+    fwd = [(tbe_lookup.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1), (0, 1))]
     return _estimate(loads, loads, SPEC, CEIL, 2, fwd)[0].backward_s
 
 

@@ -11,8 +11,9 @@ import pytest
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
-from polyrec.perfmodel.tbe import (ForwardTile, TableLoad, UpdateShape, estimate, forward_seconds, gather_efficiency,
-                                   l2_hits, unique_rows)
+from polyrec.perfmodel.tbe import UpdateShape, estimate
+from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
+from polyrec.perfmodel.tbe_reads import TableLoad, gather_efficiency, l2_hits, unique_rows
 
 RESULTS = Path(__file__).parents[1] / "benchmarks/results"
 
@@ -39,7 +40,7 @@ def test_zipf_skew_is_the_trainers_power_law():
     import torch
 
     from polyrec.data.synthetic import DEFAULT_ZIPF_ALPHA, power_law_rows
-    from polyrec.perfmodel.tbe import ZIPF_ALPHA, rank_cdf
+    from polyrec.perfmodel.tbe_reads import ZIPF_ALPHA, rank_cdf
 
     assert ZIPF_ALPHA == DEFAULT_ZIPF_ALPHA
     rows, n = 4_000_000, 400_000
@@ -145,7 +146,7 @@ def _sweep_pick_ratio(measured: dict, *, batch: int, bag_lengths: list[float], t
                       elem_bytes: int) -> float:
     """Measured time of the selector's pick over the fastest candidate's, priced at the tables' least L2 reuse."""
     from polyrec.kernels.tbe_forward import block_d as block_of
-    from polyrec.perfmodel.tbe import least_hit_fraction
+    from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
     spec = get_device("H200")
     block = block_of([dim])
@@ -190,7 +191,7 @@ def test_forward_picks_the_fastest_at_every_row_size():
 def test_small_rows_are_priced_at_the_random_read_floor():
     """Rows under RANDOM_READ_MIN_BYTES cost that many bytes of copy rate each: 16-64 B rows ran at the
     same 39-40 G rows/s on the H200 (the committed floor rows)."""
-    from polyrec.perfmodel.tbe import RANDOM_READ_MIN_BYTES
+    from polyrec.perfmodel.tbe_reads import RANDOM_READ_MIN_BYTES
 
     rows = json.loads((SWEEPS / "gather_rate_nvidia-h200_2026-12-01.json").read_text())["results"]["rows"]
     floor = {r["row_bytes"]: r for r in rows if r["kind"] == "floor"}
@@ -212,7 +213,7 @@ def test_small_rows_are_priced_at_the_random_read_floor():
 
 
 def test_least_hit_fraction_from_table_sizes():
-    from polyrec.perfmodel.tbe import least_hit_fraction
+    from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
     spec = get_device("H200")
     assert least_hit_fraction([3], [65536.0], 512, spec) == pytest.approx(1 - 3 / 65536)  # resident after 3 misses

@@ -14,7 +14,7 @@ import pytest
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import gemm_select, tbe_select
-from polyrec.perfmodel import tbe
+from polyrec.perfmodel import tbe, tbe_reads
 from polyrec.planner import memory as mem
 
 RESULTS = Path(__file__).parents[1] / "benchmarks/results"
@@ -78,7 +78,7 @@ def test_update_never_beats_the_copy_rate():
         shape = tbe.UpdateShape(variant="lane", tile=tile, num_warps=1, elems_per_thread=tile * 4)
         kw = dict(nnz=NNZ, unique=UNIQUE, row_bytes=512, grad_row_bytes=grad_row, state_bytes_per_row=0)
         moved = tbe.update_bytes("lane", gran=32, **kw)
-        rest = (tbe.UPDATE_TRIPS["lane"] * tbe.LOADED_LATENCY_S["nvidia"]
+        rest = (tbe.UPDATE_TRIPS["lane"] * tbe_reads.LOADED_LATENCY_S["nvidia"]
                 + tbe.merge_seconds(nnz=NNZ, unique=UNIQUE, tile=tile, grad_row_bytes=grad_row, spec=spec, ceil=ceil))
         assert tbe.update_seconds(shape, spec, ceil, **kw) - rest >= moved / ceil.copy_bandwidth.value * (1 - 1e-12)
         # the one-dim kernel, fitted above the copy rate (L2 serves repeated gradient slices): never below the

@@ -4,7 +4,7 @@ that the forward model prices best under the same config.
 One launch takes one tile for every feature, yet one-hot features and long bags want different ones
 (HOTS wider than a bag masks lanes; narrower, the bag takes more dependent iterations). Each feature
 is priced alone (``tbe_select.select_forward``), the features that pick the same config form a group,
-and the groups are launched one after another when ``polyrec.perfmodel.tbe.forward_seconds`` says
+and the groups are launched one after another when ``polyrec.perfmodel.tbe_lookup.forward_seconds`` says
 their sum, plus a launch latency per extra launch, beats the best single launch. Measured on the H200
 (benchmarks/results/tbe_forward_groups_nvidia-h200_2026-11-30, MLPerf tables, power-law ids, the best
 config per group): world 1 1.15 -> 1.07 ms, world-2 rank 1 1.52 -> 1.21 ms, rank 0 0.98 -> 0.93 ms.
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.tbe_select import ForwardConfig, select_forward
-from polyrec.perfmodel.tbe import ForwardTile, forward_seconds, least_hit_fraction
+from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
+from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
-from polyrec.perfmodel.tbe import (MERGE_LEVEL_HOST_S, ForwardTile, UpdateShape, forward_seconds, update_fits_registers,
-                                   update_seconds)
+from polyrec.perfmodel.tbe import MERGE_LEVEL_HOST_S, UpdateShape, update_fits_registers, update_seconds
+from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
 
 if TYPE_CHECKING:
     import torch
@@ -233,11 +233,12 @@ def staged_loads(cfg: ForwardConfig) -> bool:
 
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
                    row_bytes: int, bag_lengths: list[float] | None = None, hit_fraction: float = 0.0) -> ForwardConfig:
-    """The forward (and sort-key) config with the least predicted time (``polyrec.perfmodel.tbe.forward_seconds``).
+    """The forward (and sort-key) config with the least predicted time
+    (``polyrec.perfmodel.tbe_lookup.forward_seconds``).
 
     ``bag_lengths``: mean bag length of each feature (HOTS > a feature's bags wastes lanes, long bags
     want HOTS); without it every feature is taken at ``mean_bag``. ``hit_fraction``: the row reads
-    expected to hit L2 (``polyrec.perfmodel.tbe.least_hit_fraction``).
+    expected to hit L2 (``polyrec.perfmodel.tbe_reads.least_hit_fraction``).
     """
     lengths = list(bag_lengths) if bag_lengths is not None else [mean_bag] * num_features
     ceil = ceilings(spec)

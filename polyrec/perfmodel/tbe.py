@@ -1,20 +1,12 @@
-"""Cost model of the table-batched embedding kernels (pure Python; no GPU, no torch).
+"""Cost model of the table-batched embedding's backward and of a whole lookup step (pure Python; no GPU,
+no torch): the id sort, the fused update and its merge levels, and ``estimate`` (forward + backward +
+update of one module, as the planner prices it).
 
-Everything is bytes over a bandwidth, with three corrections:
-
-* **Gather efficiency.** A row is fetched in whole DRAM access units (``granularity``): 32-byte
-  sectors on NVIDIA (CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory":
-  https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/#coalesced-access-to-global-memory),
-  64-byte requests between L2 and memory on AMD CDNA3, whose L2 line is 128 B (ROCm Compute
-  Profiler, "L2 cache (TCC)", L2-Fabric transactions:
-  https://rocm.docs.amd.com/projects/rocprofiler-compute/en/latest/conceptual/l2-cache.html).
-* **L2 reuse under skew.** Ids of a table follow a distribution over ranks (uniform, or the
-  log-uniform skew of the benchmark: rank = floor((rows+1)^u) - 1, which is Zipf with exponent ~1).
-  L2 is modelled as an ideal frequency cache shared by all tables: the hottest rows, over all tables,
-  that fit stay resident; each resident row still misses once (compulsory miss).
-* **Latency-bound occupancy.** The kernels' programs wait on chains of dependent loads: a launch
-  takes at least its programs' round trips over the programs resident at once (registers, warp and
-  block slots decide how many), and the lane update's instructions at the SMs' issue rate.
+Everything is bytes over a bandwidth, with the reads' corrections of ``tbe_reads`` (gather efficiency,
+the random-read floor, L2 reuse under skew) and **latency-bound occupancy**: the kernels' programs wait
+on chains of dependent loads, so a launch takes at least its programs' round trips over the programs
+resident at once (registers, warp and block slots decide how many), and the lane update's instructions
+at the SMs' issue rate. The pooled lookup's own model is ``tbe_lookup``.
 """
 
 from __future__ import annotations
@@ -25,24 +17,10 @@ from dataclasses import dataclass
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.perfmodel.gemm import TRITON_PASS_HOST_S
+from polyrec.perfmodel.tbe_lookup import ForwardTile, planned_forward_seconds
+from polyrec.perfmodel.tbe_reads import (GATHER_GRANULARITY, LOADED_LATENCY_S, MAX_PROGRAMS_PER_CU, MAX_WARPS_PER_CU,
+                                         TableLoad, gather_efficiency, l2_hits, random_read_bytes, unique_rows)
 
-#: DRAM access granularity in bytes, per vendor (sources in the module docstring).
-GATHER_GRANULARITY = {"nvidia": 32, "amd": 64}
-#: Resident warps (waves) per SM / CU: 64 on Hopper (CUDA C++ Programming Guide, "Technical
-#: Specifications per Compute Capability"); CDNA3 holds 8 waves per SIMD x 4 SIMDs (estimate from the
-#: CDNA3 ISA guide's wave slots).
-MAX_WARPS_PER_CU = {"nvidia": 64, "amd": 32}
-#: Resident programs (thread blocks / workgroups) per SM / CU: 32 on Hopper (CUDA guide, same table).
-MAX_PROGRAMS_PER_CU = {"nvidia": 32, "amd": 32}
-#: Exponent of the power law the trainer's synthetic ids follow (``polyrec.data.synthetic``'s
-#: DEFAULT_ZIPF_ALPHA; tests/test_tbe_perfmodel.py checks they agree). Priced as alpha 1 (log-uniform)
-#: until the fourteenth session, the MLPerf step's distinct rows came out 30% high: 3.61M for one GPU's
-#: 65536 samples where 2.78M are counted (benchmarks/shard_ids.py), and 2.79M with this exponent.
-ZIPF_ALPHA = 1.05
-#: Id distributions over a table's rows, with the power-law exponent of the skewed ones: "log_uniform",
-#: the TBE benchmark's rank = floor((rows+1)^u) - 1, and "zipf", the trainer's synthetic data.
-SKEW_ALPHA = {"log_uniform": 1.0, "zipf": ZIPF_ALPHA}
-SKEWS = ("uniform", *SKEW_ALPHA)
 #: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
 SORT_DIGIT_BITS = 8
 #: Fraction of the copy rate ``torch.sort`` of the TBE's keys reaches on the bytes ``sort_seconds``
@@ -65,86 +43,6 @@ SORT_COPY_FRACTION = 0.48
 #: it 0.73 ms there, and the full-size row-wise backward, 5.23 ms measured (e2e at 8ecaaac), was
 #: priced 5.23 without the term. The same count is assumed on AMD (estimate).
 ROW_STATE_SM_CYCLES = 9.3
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TableLoad:
-    """One table's traffic in one step."""
-
-    rows: int  # rows of the table
-    row_bytes: int  # bytes of one row (dim * element size)
-    accesses: float  # ids looked up in the table per step
-    skew: str = "uniform"  # one of SKEWS
-
-
-def gather_efficiency(row_bytes: int, granularity: int) -> float:
-    """Useful fraction of the bytes fetched for one random row read.
-
-    A row of ``r`` bytes starting at a multiple of ``gcd(r, granularity)`` touches on average
-    ``(r + granularity - gcd) / granularity`` access units.
-    """
-    g = math.gcd(row_bytes, granularity)
-    units = (row_bytes + granularity - g) / granularity
-    return row_bytes / (units * granularity)
-
-
-def rank_cdf(rank: float, rows: int, skew: str) -> float:
-    """P(an id's row rank < ``rank``) in a table of ``rows`` rows. The skewed ids are rank =
-    floor(x) - 1 with x drawn from a continuous power law x^-alpha on [1, rows + 1), as the TBE
-    benchmark (alpha 1) and the trainer's synthetic data (``ZIPF_ALPHA``) draw them."""
-    if rank >= rows:
-        return 1.0
-    if skew == "uniform":
-        return rank / rows
-    if skew not in SKEW_ALPHA:
-        raise ValueError(f"unknown skew '{skew}'; valid: {', '.join(SKEWS)}")
-    alpha, x, top = SKEW_ALPHA[skew], rank + 1.0, rows + 1.0
-    if alpha == 1.0:
-        return math.log(x) / math.log(top)
-    return (1.0 - x ** (1.0 - alpha)) / (1.0 - top ** (1.0 - alpha))
-
-
-def _rank_buckets(rows: int, skew: str, buckets: int = 48) -> list[tuple[float, float]]:
-    """(rows in bucket, probability mass of bucket) over geometrically growing rank ranges."""
-    if skew == "uniform":
-        return [(float(rows), 1.0)]
-    edges = sorted({0, *(int(round((rows) ** (i / buckets))) for i in range(buckets + 1))})
-    return [(float(hi - lo), rank_cdf(hi, rows, skew) - rank_cdf(lo, rows, skew)) for lo, hi in zip(edges, edges[1:])]
-
-
-def unique_rows(table: TableLoad) -> float:
-    """Expected distinct rows touched in one step: sum over rows of 1 - exp(-accesses * p_row)."""
-    total = 0.0
-    for n, mass in _rank_buckets(table.rows, table.skew):
-        total += n * -math.expm1(-table.accesses * mass / n)
-    return total
-
-
-def l2_hits(tables: list[TableLoad], l2_bytes: int) -> list[float]:
-    """Expected L2-hit accesses per table, for an ideal frequency cache of ``l2_bytes``.
-
-    The threshold access rate (per row) above which rows are resident is found by bisection so the
-    resident rows fill the cache; hits are the accesses to resident rows minus one miss per
-    resident row touched.
-    """
-    buckets = [[(n, t.accesses * m / n, t.row_bytes) for n, m in _rank_buckets(t.rows, t.skew)] for t in tables]
-
-    def resident_bytes(rate: float) -> float:
-        return sum(n * rb for bs in buckets for n, r, rb in bs if r >= rate)
-
-    lo, hi = 0.0, max((r for bs in buckets for _, r, _ in bs), default=0.0) + 1.0
-    if resident_bytes(lo) > l2_bytes:
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if resident_bytes(mid) > l2_bytes else (lo, mid)
-        threshold = hi
-    else:
-        threshold = lo
-    hits = []
-    for bs in buckets:
-        h = sum(n * r - n * -math.expm1(-r) for n, r, _ in bs if r >= threshold)
-        hits.append(max(h, 0.0))
-    return hits
 
 
 def sort_seconds(n: int, key_bytes: int, ceil: Ceilings) -> float:
@@ -211,129 +109,6 @@ def row_state_seconds(positions: float, spec: DeviceSpec) -> float:
     """The per-row work of an optimizer with per-row state over ``positions`` id positions
     (ROW_STATE_SM_CYCLES each, spread over the compute units)."""
     return positions * ROW_STATE_SM_CYCLES / (spec.compute_units * spec.boost_clock_hz)
-
-
-#: Loaded DRAM latency under a full gather load, seconds: about twice the idle latency above (queueing
-#: at ~100% of the memory bandwidth); fitted to the forward sweep of
-#: benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json (tests/test_tbe_perfmodel.py checks it).
-LOADED_LATENCY_S = {"nvidia": 1.0e-6, "amd": 1.4e-6}
-#: Latency of a forward round trip whose rows hit L2, as a fraction of LOADED_LATENCY_S (fitted with the
-#: trip constants below, the power-law sweeps priced at their ids' L2 hits as the planner prices them;
-#: the module's plan prices every lookup at its tables' least reuse).
-L2_HIT_LATENCY_FRACTION = 0.4
-#: Loaded round trips (of LOADED_LATENCY_S) before a forward program's first id load: the feature's
-#: table fields and its bags' offsets. A program pays them once, so tiles of few bags pay them per bag.
-FORWARD_SETUP_TRIPS = 2.0
-#: Loaded round trips per forward loop iteration: the ids, then the rows they address.
-FORWARD_TRIPS_PER_ITER = 2.0
-#: Loaded round trips each iteration adds per extra warp sharing a bag (warps beyond BAGS split the
-#: HOTS axis, and the sum over it crosses warps through shared memory behind a barrier; such tiles are
-#: candidates only where no other is, ``tbe_select.forward_candidates``). The four constants were fitted
-#: together by ``benchmarks/forward_model_fit.py --grid`` (the least worst pick, then the least rms log
-#: error) on 16 H200 sweeps of every candidate with today's kernel (``benchmarks/results/gather_rate_2026-12-01/``:
-#: dims 8-256 at 16-id bags; the full MLPerf tables, fp32 and fp16 rows, uniform and power-law ids; the
-#: world-2 ranks of tbe_forward_groups_nvidia-h200_2026-11-30), with RANDOM_READ_MIN_BYTES. Before (0, 1.5,
-#: 1.5, no L2 term; fitted in the fourteenth session on sweeps whose 16 x 1 tiles ran unstaged) the picks
-#: there took 1.081x the fastest candidate's time in the geometric mean (worst 1.73x: 16-id bags of 64 B
-#: rows in 2 x 16 tiles) and the rms log error was 0.403; after, 1.003x (worst 1.04x) and 0.269. On 36
-#: random lookups not fitted on (``gather_rate --draw`` 101, 102, 103; the last drawn after this change):
-#: 1.102x / 1.133x / 1.186x -> 1.029x / 1.093x / 1.071x. The MLPerf forward plan went from one 4 x 4 launch
-#: (fp32 rows) to 16 x 1 tiles for 20 features (bags of <= 6 ids; 9 ids on an L2-resident table), 4 x 4
-#: for the 6 others: 1.870 -> 1.772 ms (uniform ids), 1.182 -> 1.082 ms (power-law); fp16 rows 1.097 ->
-#: 1.109 and 0.779 -> 0.783 ms (forward_plan_ab_l2, interleaved in one process); a capped MLPerf training
-#: step 17.65 -> 17.56 ms (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans;
-#: ``forward_registers`` counts a loaded fp16 element as a full register, the compiles use ~2/3 of fp32's).
-FORWARD_CROSS_WARP_TRIPS = 0.75
-#: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
-#: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
-#: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
-LSU_BYTES_PER_CLK = {"nvidia": 128, "amd": 64}
-#: Least bytes of copy rate one random row read costs, however small the row: random reads of 16-64 B
-#: rows ran at 39-40 G rows/s on the H200 whatever their size (a minimal Triton gather over 8 GiB,
-#: copy rate 4.25 TB/s in the same run: 4.25e12 / 40e9 = 106 B; 128 B rows ran at 0.92 of the copy rate;
-#: benchmarks/results/gather_rate_2026-12-01/). Not measured on AMD: the same bytes are assumed there.
-RANDOM_READ_MIN_BYTES = 106
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ForwardTile:
-    """Launch shape of the pooled forward: a [bags, hots, block_d] tile per loop iteration."""
-
-    bags: int
-    hots: int
-    block_d: int
-    num_warps: int
-
-
-def forward_registers(tile: ForwardTile, warp_size: int) -> int:
-    """32-bit registers per thread: the fp32 accumulator [bags, block_d] with its 64-bit row base per
-    element (2 per element), the loaded [bags, hots, block_d] tile (1 per element) and ~32 for indices,
-    masks and loop state; capped at the 255 the compiler allows. Matches the cuda:90 compiles of the
-    candidates within ~30% (tests/test_tbe_compile.py prints them)."""
-    threads = tile.num_warps * warp_size
-    acc = tile.bags * tile.block_d / threads
-    loaded = tile.bags * tile.hots * tile.block_d / threads
-    return int(min(255, 32 + 2 * acc + loaded))
-
-
-def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
-    """Programs resident on the whole device (registers, warp slots, block slots)."""
-    regs = -(-forward_registers(tile, spec.warp_size) // 8) * 8  # allocation granule of 8 registers
-    threads = tile.num_warps * spec.warp_size
-    per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // tile.num_warps,
-                 MAX_PROGRAMS_PER_CU[spec.vendor])
-    return max(per_cu, 1) * spec.compute_units
-
-
-def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
-                    bag_lengths: list[float], row_bytes: int, out_bytes: int, hit_fraction: float = 0.0) -> float:
-    """Predicted pooled-forward time: the longer of the bytes at the copy rate (row reads that miss
-    L2, ``1 - hit_fraction`` of them, each at least RANDOM_READ_MIN_BYTES, and the output) and the
-    programs' chains of dependent round trips over the resident slots, plus the load-issue time of the
-    whole tile (masked lanes included) and the last program's chain (the tail of the grid). A round trip
-    takes LOADED_LATENCY_S, shortened by the L2 hits (``L2_HIT_LATENCY_FRACTION``)."""
-    lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
-    programs = -(-batch_size // tile.bags)
-    iters = [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths]
-    per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * max(tile.num_warps / tile.bags - 1, 0)
-    chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
-    latency_s = programs * sum(chains) * lat / forward_slots(tile, spec)
-    nnz = batch_size * sum(bag_lengths)
-    read = nnz * random_read_bytes(row_bytes) * (1.0 - hit_fraction)
-    bytes_s = (read + batch_size * len(bag_lengths) * out_bytes) / ceil.copy_bandwidth.value
-    issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
-    issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
-    return max(bytes_s, latency_s) + issue_s + max(chains, default=0) * lat
-
-
-def hit_fraction(tables: list[TableLoad], spec: DeviceSpec) -> float:
-    """Fraction of the row reads of ``tables`` that hit L2 (``l2_hits``, each table under its skew)."""
-    total = sum(t.accesses for t in tables)
-    return sum(l2_hits(tables, spec.l2_bytes)) / total if total > 0 else 0.0
-
-
-def least_hit_fraction(table_rows: list[int], accesses: list[float], row_bytes: int, spec: DeviceSpec) -> float:
-    """``hit_fraction`` when each feature's ids spread uniformly over its table (``table_rows[i]`` rows,
-    ``accesses[i]`` ids): the least reuse any data can have, since a table smaller than its share of
-    the L2 stays resident whatever the skew."""
-    return hit_fraction([TableLoad(rows=r, row_bytes=row_bytes, accesses=a)
-                         for r, a in zip(table_rows, accesses, strict=True)], spec)
-
-
-def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[ForwardTile, Sequence[int]]], *,
-                            batch_size: int, weight_bytes: int, out_bytes: int, spec: DeviceSpec,
-                            ceil: Ceilings) -> float:
-    """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
-    index) priced by ``forward_seconds`` at those tables' ``hit_fraction``, plus a launch latency each."""
-    total = 0.0
-    for tile, reads in launches:
-        loads = [tables[i] for i in reads]
-        total += forward_seconds(tile, spec, ceil, batch_size=batch_size,
-                                 bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
-                                 row_bytes=tile.block_d * weight_bytes, out_bytes=out_bytes,
-                                 hit_fraction=hit_fraction(loads, spec))
-        total += ceil.launch_latency.value
-    return total
 
 
 #: Dependent DRAM round trips of one update program, per variant (counted from ``tbe_backward``):
@@ -585,11 +360,6 @@ def update_dram_floor(moved: float, *, nnz: float, grad_row_bytes: float) -> flo
     """A lower bound of the update's DRAM bytes (``update_bytes``, ``moved``): all but its gradient slices,
     one per id, which L2 serves where a bag's ids read its slice again."""
     return moved - nnz * random_read_bytes(grad_row_bytes)
-
-
-def random_read_bytes(row_bytes: float) -> float:
-    """Bytes of copy rate one random read of ``row_bytes`` costs (at least RANDOM_READ_MIN_BYTES)."""
-    return max(row_bytes, RANDOM_READ_MIN_BYTES)
 
 
 def merge_levels(tiles: int, per: int = LEVEL_TILE) -> int:

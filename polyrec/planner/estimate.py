@@ -18,7 +18,7 @@ from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import gemm_select, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
 from polyrec.kernels.tbe_forward_plan import plan_forward
-from polyrec.perfmodel import tbe
+from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads
 from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
@@ -107,11 +107,11 @@ def shard_loads(model: ModelSpec, plans: Sequence[TablePlan], batch_per_gpu: int
 
 def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
     """Fraction of lookups an HBM cache of the ``cache_rows`` hottest rows serves."""
-    return tbe.rank_cdf(cache_rows, rows, skew)
+    return tbe_reads.rank_cdf(cache_rows, rows, skew)
 
 
 def _block_d(dim: int) -> int:
-    """BLOCK_D of rows of ``dim`` (``tbe_forward.block_d``)."""
+    """BLOCK_D of rows of ``dim`` (``polyrec.kernels.tbe_forward.block_d``)."""
     return 1 << (dim - 1).bit_length()
 
 
@@ -164,8 +164,8 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     tables = _table_loads(loads)
     launches = plan_forward(spec, batch_size=bags, bag_lengths=[t.accesses / bags for t in tables], block_d=block_d,
                             row_bytes=block_d * wb, table_rows=[t.rows for t in tables])
-    fwd = [(tbe.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d, num_warps=la.config.num_warps),
-            la.features) for la in launches]
+    fwd = [(tbe_lookup.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d,
+                                   num_warps=la.config.num_warps), la.features) for la in launches]
     est, ucfg = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
     label = "fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
                                 for la in launches)
@@ -182,10 +182,10 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     return est.forward_s, sum(p.backward_s for p, _ in parts), sum(p.sort_s for p, _ in parts), label
 
 
-def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe.TableLoad]:
+def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe_reads.TableLoad]:
     """The perf model's view of ``loads``: the rows a lookup reads (an HBM cache's, when host-cached)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    return [tbe.TableLoad(rows=min(s.cache_rows, s.rows) if s.memory == "host_cached" else s.rows,
+    return [tbe_reads.TableLoad(rows=min(s.cache_rows, s.rows) if s.memory == "host_cached" else s.rows,
                           row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew) for s in loads]
 
 
@@ -214,10 +214,10 @@ def _host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
     if s.memory != "host_cached":
         return 0.0
     miss = 1.0 - cache_hit_rate(s.rows, s.cache_rows, s.skew)
-    cold = tbe.TableLoad(rows=max(s.rows - s.cache_rows, 1), row_bytes=s.dim * WEIGHT_BYTES[s.weight_dtype],
+    cold = tbe_reads.TableLoad(rows=max(s.rows - s.cache_rows, 1), row_bytes=s.dim * WEIGHT_BYTES[s.weight_dtype],
                          accesses=s.accesses * miss, skew="uniform")
     row_bytes = mem.weight_bytes(1, s.dim, s.weight_dtype) + mem.state_bytes(1, s.dim, s.optimizer)
-    return 2 * tbe.unique_rows(cold) * row_bytes / spec.host_link_bandwidth
+    return 2 * tbe_reads.unique_rows(cold) * row_bytes / spec.host_link_bandwidth
 
 
 class Estimator:

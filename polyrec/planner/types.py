@@ -18,7 +18,7 @@ from typing import Any
 
 from polyrec.hardware.catalog import UnknownDeviceError, catalog, get_device
 from polyrec.hardware.types import DeviceSpec
-from polyrec.perfmodel.tbe import SKEWS
+from polyrec.perfmodel.tbe_reads import SKEWS
 
 #: Version of the plan JSON format; ``from_json`` refuses any other.
 PLAN_VERSION = 1
@@ -30,7 +30,7 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "rowwise_adagrad", "adagrad", "adam")
 SHARDINGS: tuple[str, ...] = ("table_wise", "row_wise", "column_wise")
 #: Where a shard's rows live: device memory, or host memory behind an HBM cache of ``cache_rows`` rows.
 MEMORY_KINDS: tuple[str, ...] = ("hbm", "host_cached")
-#: Index distributions the cost model knows (``polyrec.perfmodel.tbe.SKEWS``): uniform over rows, the
+#: Index distributions the cost model knows (``polyrec.perfmodel.tbe_reads.SKEWS``): uniform over rows, the
 #: log-uniform skew of the TBE benchmark (rank = floor((rows+1)^u) - 1, u uniform: P(rank < k) =
 #: ln(k+1) / ln(rows+1)), or the trainer's synthetic "zipf" ids (a power law of exponent 1.05).
 INDEX_DISTRIBUTIONS: tuple[str, ...] = SKEWS

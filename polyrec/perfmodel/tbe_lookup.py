@@ -1,0 +1,115 @@
+"""Cost model of the pooled lookup (``pooled_forward_kernel``; pure Python): a launch takes the longer of
+its row reads at the copy rate and its programs' chains of dependent round trips over the programs
+resident at once (registers, warp and block slots decide how many), plus its load issue. The forward
+selector (``tbe_select.select_forward``), the forward plan (``tbe_forward_plan``) and the planner price
+the same launches with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from polyrec.hardware.types import Ceilings, DeviceSpec
+from polyrec.perfmodel.tbe_reads import (LOADED_LATENCY_S, MAX_PROGRAMS_PER_CU, MAX_WARPS_PER_CU, TableLoad,
+                                         hit_fraction, random_read_bytes)
+
+#: Latency of a forward round trip whose rows hit L2, as a fraction of LOADED_LATENCY_S (fitted with the
+#: trip constants below, the power-law sweeps priced at their ids' L2 hits as the planner prices them;
+#: the module's plan prices every lookup at its tables' least reuse).
+L2_HIT_LATENCY_FRACTION = 0.4
+#: Loaded round trips (of LOADED_LATENCY_S) before a forward program's first id load: the feature's
+#: table fields and its bags' offsets. A program pays them once, so tiles of few bags pay them per bag.
+FORWARD_SETUP_TRIPS = 2.0
+#: Loaded round trips per forward loop iteration: the ids, then the rows they address.
+FORWARD_TRIPS_PER_ITER = 2.0
+#: Loaded round trips each iteration adds per extra warp sharing a bag (warps beyond BAGS split the
+#: HOTS axis, and the sum over it crosses warps through shared memory behind a barrier; such tiles are
+#: candidates only where no other is, ``tbe_select.forward_candidates``). The four constants were fitted
+#: together by ``benchmarks/forward_model_fit.py --grid`` (the least worst pick, then the least rms log
+#: error) on 16 H200 sweeps of every candidate with today's kernel (``benchmarks/results/gather_rate_2026-12-01/``:
+#: dims 8-256 at 16-id bags; the full MLPerf tables, fp32 and fp16 rows, uniform and power-law ids; the
+#: world-2 ranks of tbe_forward_groups_nvidia-h200_2026-11-30), with RANDOM_READ_MIN_BYTES. Before (0, 1.5,
+#: 1.5, no L2 term; fitted in the fourteenth session on sweeps whose 16 x 1 tiles ran unstaged) the picks
+#: there took 1.081x the fastest candidate's time in the geometric mean (worst 1.73x: 16-id bags of 64 B
+#: rows in 2 x 16 tiles) and the rms log error was 0.403; after, 1.003x (worst 1.04x) and 0.269. On 36
+#: random lookups not fitted on (``gather_rate --draw`` 101, 102, 103; the last drawn after this change):
+#: 1.102x / 1.133x / 1.186x -> 1.029x / 1.093x / 1.071x. The MLPerf forward plan went from one 4 x 4 launch
+#: (fp32 rows) to 16 x 1 tiles for 20 features (bags of <= 6 ids; 9 ids on an L2-resident table), 4 x 4
+#: for the 6 others: 1.870 -> 1.772 ms (uniform ids), 1.182 -> 1.082 ms (power-law); fp16 rows 1.097 ->
+#: 1.109 and 0.779 -> 0.783 ms (forward_plan_ab_l2, interleaved in one process); a capped MLPerf training
+#: step 17.65 -> 17.56 ms (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans;
+#: ``forward_registers`` counts a loaded fp16 element as a full register, the compiles use ~2/3 of fp32's).
+FORWARD_CROSS_WARP_TRIPS = 0.75
+#: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
+#: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
+#: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
+LSU_BYTES_PER_CLK = {"nvidia": 128, "amd": 64}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ForwardTile:
+    """Launch shape of the pooled forward: a [bags, hots, block_d] tile per loop iteration."""
+
+    bags: int
+    hots: int
+    block_d: int
+    num_warps: int
+
+
+def forward_registers(tile: ForwardTile, warp_size: int) -> int:
+    """32-bit registers per thread: the fp32 accumulator [bags, block_d] with its 64-bit row base per
+    element (2 per element), the loaded [bags, hots, block_d] tile (1 per element) and ~32 for indices,
+    masks and loop state; capped at the 255 the compiler allows. Matches the cuda:90 compiles of the
+    candidates within ~30% (tests/test_tbe_compile.py prints them)."""
+    threads = tile.num_warps * warp_size
+    acc = tile.bags * tile.block_d / threads
+    loaded = tile.bags * tile.hots * tile.block_d / threads
+    return int(min(255, 32 + 2 * acc + loaded))
+
+
+def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
+    """Programs resident on the whole device (registers, warp slots, block slots)."""
+    regs = -(-forward_registers(tile, spec.warp_size) // 8) * 8  # allocation granule of 8 registers
+    threads = tile.num_warps * spec.warp_size
+    per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // tile.num_warps,
+                 MAX_PROGRAMS_PER_CU[spec.vendor])
+    return max(per_cu, 1) * spec.compute_units
+
+
+def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
+                    bag_lengths: list[float], row_bytes: int, out_bytes: int, hit_fraction: float = 0.0) -> float:
+    """Predicted pooled-forward time: the longer of the bytes at the copy rate (row reads that miss
+    L2, ``1 - hit_fraction`` of them, each at least RANDOM_READ_MIN_BYTES, and the output) and the
+    programs' chains of dependent round trips over the resident slots, plus the load-issue time of the
+    whole tile (masked lanes included) and the last program's chain (the tail of the grid). A round trip
+    takes LOADED_LATENCY_S, shortened by the L2 hits (``L2_HIT_LATENCY_FRACTION``)."""
+    lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
+    programs = -(-batch_size // tile.bags)
+    iters = [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths]
+    per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * max(tile.num_warps / tile.bags - 1, 0)
+    chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
+    latency_s = programs * sum(chains) * lat / forward_slots(tile, spec)
+    nnz = batch_size * sum(bag_lengths)
+    read = nnz * random_read_bytes(row_bytes) * (1.0 - hit_fraction)
+    bytes_s = (read + batch_size * len(bag_lengths) * out_bytes) / ceil.copy_bandwidth.value
+    issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
+    issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
+    return max(bytes_s, latency_s) + issue_s + max(chains, default=0) * lat
+
+
+def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[ForwardTile, Sequence[int]]], *,
+                            batch_size: int, weight_bytes: int, out_bytes: int, spec: DeviceSpec,
+                            ceil: Ceilings) -> float:
+    """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
+    index) priced by ``forward_seconds`` at those tables' ``hit_fraction``, plus a launch latency each."""
+    total = 0.0
+    for tile, reads in launches:
+        loads = [tables[i] for i in reads]
+        total += forward_seconds(tile, spec, ceil, batch_size=batch_size,
+                                 bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
+                                 row_bytes=tile.block_d * weight_bytes, out_bytes=out_bytes,
+                                 hit_fraction=hit_fraction(loads, spec))
+        total += ceil.launch_latency.value
+    return total
