@@ -39,8 +39,9 @@ FORWARD_TRIPS_PER_ITER = 2.0
 #: (fp32 rows) to 16 x 1 tiles for 20 features (bags of <= 6 ids; 9 ids on an L2-resident table), 4 x 4
 #: for the 6 others: 1.870 -> 1.772 ms (uniform ids), 1.182 -> 1.082 ms (power-law); fp16 rows 1.097 ->
 #: 1.109 and 0.779 -> 0.783 ms (forward_plan_ab_l2, interleaved in one process); a capped MLPerf training
-#: step 17.65 -> 17.56 ms (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans;
-#: ``forward_registers`` counts a loaded fp16 element as a full register, the compiles use ~2/3 of fp32's).
+#: step 17.65 -> 17.56 ms (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans), not
+#: explained: ``forward_registers`` counts a loaded fp16 element as a whole register where the cuda:90
+#: compiles use ~2/3 of fp32's, but counting half a register made the fit worse (rms 0.269 -> 0.288).
 FORWARD_CROSS_WARP_TRIPS = 0.75
 #: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
 #: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
