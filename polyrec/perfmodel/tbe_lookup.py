@@ -62,8 +62,10 @@ class ForwardTile:
 def forward_registers(tile: ForwardTile, warp_size: int) -> int:
     """32-bit registers per thread: the fp32 accumulator [bags, block_d] with its 64-bit row base per
     element (2 per element), the loaded [bags, hots, block_d] tile (1 per element) and ~32 for indices,
-    masks and loop state; capped at the 255 the compiler allows. Matches the cuda:90 compiles of the
-    candidates within ~30% (tests/test_tbe_compile.py prints them)."""
+    masks and loop state; capped at the 255 the compiler allows. Only roughly the compiles': cuda:90 at
+    D = 128, fp32 rows (twenty-sixth session), 4 x 4 w2: 80 here, 62 compiled for inference, 119 with
+    the sort keys; staged 16 x 1 w2: 128 here, 148 / 232 compiled (tests/test_tbe_compile.py prints the
+    trained ones)."""
     threads = tile.num_warps * warp_size
     acc = tile.bags * tile.block_d / threads
     loaded = tile.bags * tile.hots * tile.block_d / threads
