@@ -12,6 +12,9 @@ touch, the reads L2 serves, and the bytes a random read costs.
   log-uniform skew of the benchmark: rank = floor((rows+1)^u) - 1, which is Zipf with exponent ~1).
   L2 is modelled as an ideal frequency cache shared by all tables: the hottest rows, over all tables,
   that fit stay resident; each resident row still misses once (compulsory miss).
+
+It also holds what both kernel models (``tbe_lookup``, ``tbe``) take for occupancy: resident warps and
+programs per compute unit, and the loaded DRAM latency of a round trip.
 """
 
 from __future__ import annotations
