@@ -72,6 +72,12 @@ class Case:
         return vector_width([self.dim], self.elem_bytes)
 
 
+def parse_config(name: str) -> tuple[int, int, int]:
+    """(bags, hots, warps) of a config named as the results files name it ("BAGSxHOTS wWARPS")."""
+    bags, hots, warps = map(int, re.match(r"(\d+)x(\d+) w(\d+)", name).groups())
+    return bags, hots, warps
+
+
 def gather_cases(path: Path) -> list[Case]:
     rows = json.loads(path.read_text())["results"]["rows"]
     out = []
@@ -84,8 +90,7 @@ def gather_cases(path: Path) -> list[Case]:
         table_rows = r.get("table_rows", (8 << 30) // (len(lengths) * r["row_bytes"]))
         measured = {}
         for name, ms in r["configs_ms"].items():
-            bags, hots, warps = map(int, re.match(r"(\d+)x(\d+) w(\d+)", name).groups())
-            measured[(bags, hots, warps)] = ms
+            measured[parse_config(name)] = ms
         out.append(Case(f"D{r['dim']} {r['dtype']} bags {r.get('bags', 16)} B {batch}", batch, lengths,
                         (table_rows,) * len(lengths), r["dim"], elem, measured))
     return out
@@ -98,8 +103,7 @@ def plan_ab_cases(path: Path) -> list[Case]:
     for r in json.loads(path.read_text())["results"]["rows"]:
         measured = {}
         for name, ms in r["sweep_ms"].items():
-            bags, hots, warps = map(int, re.match(r"(\d+)x(\d+) w(\d+)", name).groups())
-            measured[(bags, hots, warps)] = ms
+            measured[parse_config(name)] = ms
         elem = 4 if r["case"].startswith("float32") else 2
         out.append(Case(f"mlperf {r['case']}", 65536, tuple(float(h) for h in config.multi_hot),
                         tuple(config.table_rows), 128, elem, measured,
@@ -159,12 +163,9 @@ def score(cases: list[Case]) -> tuple[float, list[tuple[str, float, str]]]:
     return math.sqrt(sum(e * e for e in errs) / len(errs)), picks
 
 
-def quarters(lo: float, hi: float) -> list[float]:
-    return [lo + k / 4 for k in range(int((hi - lo) * 4) + 1)]
-
-
-def eighths(lo: float, hi: float) -> list[float]:
-    return [lo + k / 8 for k in range(int((hi - lo) * 8) + 1)]
+def steps(lo: float, hi: float, per_unit: int) -> list[float]:
+    """lo, lo + 1/per_unit, ... up to hi."""
+    return [lo + k / per_unit for k in range(int((hi - lo) * per_unit) + 1)]
 
 
 def set_constants(setup: float, per_iter: float, cross: float, l2_fraction: float = 1.0) -> None:
@@ -200,7 +201,7 @@ def main() -> None:
         return
     best = None
     fractions = [k / 10 for k in range(2, 11)]
-    for consts in itertools.product(quarters(0, 3), eighths(0.75, 2), quarters(0, 1.5), fractions):
+    for consts in itertools.product(steps(0, 3, 4), steps(0.75, 2, 8), steps(0, 1.5, 4), fractions):
         set_constants(*consts)
         rms, picks = score(cases)
         key = (round(max(p[1] for p in picks), 2), rms)

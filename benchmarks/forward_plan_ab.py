@@ -20,10 +20,10 @@ import argparse
 
 import torch
 from forward_model_fit import set_constants
+from gather_rate import config_text, launch_plan, sweep_configs
 from tbe import DIM, bench_ms, make_batch
 from tbe_forward_ab import synthetic_batch
 
-from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.models.config import preset
@@ -40,27 +40,18 @@ def plan_of(module: TableBatchedEmbedding, batch: JaggedBatch, constants: str) -
 
 
 def plan_text(plan: list) -> str:
-    return ", ".join(f"{len(launch.features)} x {launch.config.bags}x{launch.config.hots} w{launch.config.num_warps}"
-                     for launch, _ in plan)
+    return ", ".join(f"{len(launch.features)} x {config_text(launch.config)}" for launch, _ in plan)
 
 
 def run_case(module: TableBatchedEmbedding, batch: JaggedBatch, label: str, args) -> dict:
     out = torch.empty(batch.batch_size, module.output_dim, device="cuda")
-    every = torch.arange(len(module.pooled_features), device="cuda", dtype=torch.int32)
-    sweep = {}
-    for cfg in tbe_select.forward_candidates(module.block_d, 32):
-        sweep[f"{cfg.bags}x{cfg.hots} w{cfg.num_warps}"] = bench_ms(
-            lambda cfg=cfg: module.launch_pooled(batch, out, every, cfg))
+    sweep = sweep_configs(module, batch, out, torch.arange(len(module.pooled_features), device="cuda",
+                                                             dtype=torch.int32))
     plans = {"a": plan_of(module, batch, args.a), "b": plan_of(module, batch, args.b)}
-
-    def launch(plan: list) -> None:
-        for fwd, ids in plan:
-            module.launch_pooled(batch, out, ids, fwd.config)
-
     times = {"a": [], "b": []}
     for _ in range(args.rounds):
         for side in ("a", "b"):
-            times[side].append(bench_ms(lambda side=side: launch(plans[side])))
+            times[side].append(bench_ms(lambda side=side: launch_plan(module, batch, out, plans[side])))
     row = {"case": label, "sweep_ms": sweep, "plan_a": plan_text(plans["a"]), "plan_b": plan_text(plans["b"]),
            "a_ms": times["a"], "b_ms": times["b"]}
     best = min(sweep, key=sweep.get)

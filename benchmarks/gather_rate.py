@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from tbe import bench_ms, copy_rate
+from tbe import bench_ms, copy_rate, make_batch
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
@@ -117,13 +117,22 @@ def floor_rows(row_bytes_list: tuple[int, ...], gen: torch.Generator) -> list[di
     return out
 
 
-def uniform_batch(lookup: Lookup, rows: int, gen: torch.Generator) -> JaggedBatch:
-    """``lookup.batch`` bags of uniform ids per feature (feature f's ``lookup.bags[f]`` long), on table f."""
-    lengths = torch.tensor(lookup.bags, device="cuda").repeat_interleave(lookup.batch)
-    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device="cuda")
-    offsets[1:] = torch.cumsum(lengths, 0)
-    values = torch.randint(0, rows, (int(offsets[-1]),), device="cuda", generator=gen)
-    return JaggedBatch(values=values, offsets=offsets, batch_size=lookup.batch, num_features=len(lookup.bags))
+def config_text(cfg: tbe_select.ForwardConfig) -> str:
+    """A forward config as the results files name it: "BAGSxHOTS wWARPS"."""
+    return f"{cfg.bags}x{cfg.hots} w{cfg.num_warps}"
+
+
+def sweep_configs(module: TableBatchedEmbedding, batch: JaggedBatch, out: torch.Tensor,
+                  feature_ids: torch.Tensor) -> dict[str, float]:
+    """ms of one launch over ``feature_ids`` under each forward candidate, by ``config_text``."""
+    return {config_text(cfg): bench_ms(lambda cfg=cfg: module.launch_pooled(batch, out, feature_ids, cfg))
+            for cfg in tbe_select.forward_candidates(module.block_d, 32)}
+
+
+def launch_plan(module: TableBatchedEmbedding, batch: JaggedBatch, out: torch.Tensor, plan: list) -> None:
+    """The launches of a forward plan (``TableBatchedEmbedding.forward_plan``)."""
+    for launch, ids in plan:
+        module.launch_pooled(batch, out, ids, launch.config)
 
 
 def lookup_rows(lookup: Lookup, gen: torch.Generator) -> dict:
@@ -134,23 +143,14 @@ def lookup_rows(lookup: Lookup, gen: torch.Generator) -> dict:
     module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=rows, dim=dim) for i in range(features)],
                                    optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01), weight_dtype=dtype,
                                    device="cuda", init_scale=0.01)
-    batch = uniform_batch(lookup, rows, gen)
+    batch = make_batch([rows] * features, list(lookup.bags), lookup.batch, False, gen)
     out = torch.empty(lookup.batch, module.output_dim, device="cuda")
-    feature_ids = torch.arange(features, device="cuda", dtype=torch.int32)
-    configs = {}
-    for cfg in tbe_select.forward_candidates(module.block_d, 32):
-        configs[f"{cfg.bags}x{cfg.hots} w{cfg.num_warps}"] = bench_ms(
-            lambda cfg=cfg: module.launch_pooled(batch, out, feature_ids, cfg))
+    configs = sweep_configs(module, batch, out, torch.arange(features, device="cuda", dtype=torch.int32))
     plan = module.forward_plan(batch)
-    chosen = ", ".join(f"{launch.config.bags}x{launch.config.hots} w{launch.config.num_warps}" for launch, _ in plan)
-
-    def selected() -> None:
-        for launch, ids in plan:
-            module.launch_pooled(batch, out, ids, launch.config)
-
+    chosen = ", ".join(config_text(launch.config) for launch, _ in plan)
     row = {"kind": "lookup", "dim": dim, "dtype": str(dtype).removeprefix("torch."), "row_bytes": row_bytes,
            "bags": list(lookup.bags), "batch": lookup.batch, "table_rows": rows, "ids": batch.nnz, "selected": chosen,
-           "selected_ms": bench_ms(selected), "configs_ms": configs}
+           "selected_ms": bench_ms(lambda: launch_plan(module, batch, out, plan)), "configs_ms": configs}
     best = min(configs, key=configs.get)
     row |= {"best": best, "ms": configs[best]}
     del module
