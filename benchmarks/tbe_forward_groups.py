@@ -35,6 +35,7 @@ from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe_forward import vector_width
 from polyrec.models.config import preset
 from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
 from polyrec.perfmodel.tbe_reads import least_hit_fraction
@@ -93,7 +94,8 @@ def predicted_ms(cfg: tbe_select.ForwardConfig, block_d: int, batch_size: int, h
     """``forward_seconds`` of a config as the module's plan prices it (H200 ceilings, the tables'
     least L2 reuse), ms."""
     spec = get_device("H200")
-    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps)
+    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps,
+                       vec=vector_width([block_d], 4), elem_bytes=4)
     hit = least_hit_fraction(rows, [batch_size * h for h in hots], 4 * block_d, spec)
     return 1e3 * forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=hots,
                                  row_bytes=4 * block_d, out_bytes=4, hit_fraction=hit)

@@ -21,7 +21,8 @@ def _loads(accesses: float) -> tuple[ShardLoad, ...]:
 
 
 def _single_backward(loads: tuple[ShardLoad, ...]) -> float:
-    fwd = [(tbe_lookup.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1), (0, 1))]
+    fwd = [(tbe_lookup.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1, vec=4, elem_bytes=4),
+            (0, 1))]
     return _estimate(loads, loads, SPEC, CEIL, 2, fwd)[0].backward_s
 
 

@@ -65,7 +65,8 @@ def test_l2_reuse_grows_with_skew_and_cache():
 @pytest.mark.parametrize("device", ["H200", "MI300X", "MI350X"])
 def test_selector_picks_from_compiled_space_without_timing(device):
     spec = get_device(device)
-    cfg = tbe_select.select_forward(spec, batch_size=65536, num_features=26, mean_bag=8.2, block_d=128, row_bytes=512)
+    cfg = tbe_select.select_forward(spec, batch_size=65536, num_features=26, mean_bag=8.2, block_d=128, row_bytes=512,
+                                     vec=4)
     assert cfg in tbe_select.forward_candidates(128, spec.warp_size)
     upd = tbe_select.select_update(spec, nnz=14_000_000, block_d=128, row_bytes=512, state_tiles=0)
     assert upd in tbe_select.update_candidates(128, spec.warp_size)
@@ -94,8 +95,9 @@ def test_no_candidate_splits_a_bag_across_warps():
 def test_long_bags_prefer_more_hots():
     spec = get_device("H200")
     one_hot = tbe_select.select_forward(spec, batch_size=65536, num_features=26, mean_bag=1, block_d=128,
-                                        row_bytes=512)
-    long = tbe_select.select_forward(spec, batch_size=65536, num_features=1, mean_bag=100, block_d=128, row_bytes=512)
+                                        row_bytes=512, vec=4)
+    long = tbe_select.select_forward(spec, batch_size=65536, num_features=1, mean_bag=100, block_d=128, row_bytes=512,
+                                     vec=4)
     assert long.hots >= one_hot.hots
 
 
@@ -105,7 +107,7 @@ def test_mlperf_estimate_is_bandwidth_bound():
             155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
     hots = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
     loads = [TableLoad(rows=r, row_bytes=512, accesses=65536 * h) for r, h in zip(rows, hots)]
-    one_launch = [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2), range(len(loads)))]
+    one_launch = [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=4, elem_bytes=4), range(len(loads)))]
     lane = UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32)
     est = estimate(loads, batch_size=65536, out_dim=26 * 128, out_bytes=4, state_bytes_per_row=4, spec=spec,
                    ceil=ceilings(spec), fwd=one_launch, bwd=lane)
@@ -125,11 +127,11 @@ def test_forward_model_ranks_the_measured_h200_sweep():
     spec = get_device("H200")
     hots = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
     cfg = tbe_select.select_forward(spec, batch_size=65536, num_features=26, mean_bag=sum(hots) / 26, block_d=128,
-                                    row_bytes=512, bag_lengths=hots)
+                                    row_bytes=512, vec=4, bag_lengths=hots)
     assert measured[(cfg.bags, cfg.hots, cfg.num_warps)] <= 1.10 * min(measured.values())
 
     def predict(key):
-        tile = ForwardTile(bags=key[0], hots=key[1], block_d=128, num_warps=key[2])
+        tile = ForwardTile(bags=key[0], hots=key[1], block_d=128, num_warps=key[2], vec=4, elem_bytes=4)
         return forward_seconds(tile, spec, ceilings(spec), batch_size=65536, bag_lengths=hots, row_bytes=512,
                                out_bytes=4)
 
@@ -146,6 +148,7 @@ def _sweep_pick_ratio(measured: dict, *, batch: int, bag_lengths: list[float], t
                       elem_bytes: int) -> float:
     """Measured time of the selector's pick over the fastest candidate's, priced at the tables' least L2 reuse."""
     from polyrec.kernels.tbe_forward import block_d as block_of
+    from polyrec.kernels.tbe_forward import vector_width
     from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
     spec = get_device("H200")
@@ -153,7 +156,8 @@ def _sweep_pick_ratio(measured: dict, *, batch: int, bag_lengths: list[float], t
     hit = least_hit_fraction(table_rows, [batch * h for h in bag_lengths], block * elem_bytes, spec)
     pick = tbe_select.select_forward(spec, batch_size=batch, num_features=len(bag_lengths),
                                      mean_bag=sum(bag_lengths) / len(bag_lengths), block_d=block,
-                                     row_bytes=block * elem_bytes, bag_lengths=bag_lengths, hit_fraction=hit)
+                                     row_bytes=block * elem_bytes, vec=vector_width([dim], elem_bytes),
+                                     bag_lengths=bag_lengths, hit_fraction=hit)
     key = f"{pick.bags}x{pick.hots} w{pick.num_warps}"
     candidates = {f"{c.bags}x{c.hots} w{c.num_warps}" for c in tbe_select.forward_candidates(block, 32)}
     return measured[key] / min(ms for k, ms in measured.items() if k in candidates)
@@ -205,7 +209,7 @@ def test_small_rows_are_priced_at_the_random_read_floor():
     assert small[0] == small[1]  # both rows and slices cost the floor
     assert update_bytes("lane", row_bytes=512, grad_row_bytes=512, **kw) > small[0]
     spec = get_device("H200")
-    tile = ForwardTile(bags=16, hots=16, block_d=16, num_warps=2)  # 256 ids per trip: bytes-bound
+    tile = ForwardTile(bags=16, hots=16, block_d=16, num_warps=2, vec=4, elem_bytes=4)  # 256 ids per trip: bytes-bound
     fwd = dict(batch_size=1 << 19, bag_lengths=[16.0], out_bytes=4)
     at_32 = forward_seconds(tile, spec, ceilings(spec), row_bytes=32, **fwd)
     assert at_32 == pytest.approx(forward_seconds(tile, spec, ceilings(spec), row_bytes=64, **fwd), rel=0.05)
@@ -322,7 +326,7 @@ def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
     (2 x unique x the saved 256 B); a bf16 gradient halves the slices."""
     spec = get_device("H200")
     ceil = ceilings(spec)
-    fwd = [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2), [0])]
+    fwd = [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=4, elem_bytes=4), [0])]
     out = {}
     for wb in (4, 2):
         tables = [TableLoad(rows=1_000_000, row_bytes=128 * wb, accesses=65536 * 8)]

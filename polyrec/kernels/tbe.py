@@ -280,7 +280,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             row_bytes = self.block_d * self.weights.element_size()
             self._configs[key] = tbe_select.select_forward(
                 tbe_select.selection_spec(self.weights.device), batch_size=batch.batch_size, num_features=features,
-                mean_bag=mean_bag, block_d=self.block_d, row_bytes=row_bytes,
+                mean_bag=mean_bag, block_d=self.block_d, row_bytes=row_bytes, vec=self.vec,
                 bag_lengths=self._bag_lengths(batch) if features == len(self.pooled_features) else None)
         return self._configs[key]
 
@@ -292,7 +292,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         if key not in self._configs:
             launches = plan_forward(tbe_select.selection_spec(self.weights.device), batch_size=batch.batch_size,
                                     bag_lengths=self._bag_lengths(batch), block_d=self.block_d,
-                                    row_bytes=self.block_d * self.weights.element_size(),
+                                    row_bytes=self.block_d * self.weights.element_size(), vec=self.vec,
                                     table_rows=[self.tables[self.feature_to_table[f]].rows
                                                 for f in self.pooled_features])
             self._configs[key] = [(launch, self._pooled_ids[list(launch.features)]) for launch in launches]

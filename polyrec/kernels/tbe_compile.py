@@ -69,15 +69,18 @@ def _forward_jobs(spec: DeviceSpec, block_d: int, dtypes: tuple[str, ...], large
     cands = tbe_select.forward_candidates(block_d, spec.warp_size)
     if largest_only:
         cands = [max(cands, key=lambda c: c.bags * c.hots)]
-    jobs = []
-    for dtype in dtypes:
-        for c in cands:
-            staged = tbe_select.staged_loads(c)
-            consts = dict(BAGS=c.bags, HOTS=c.hots, BLOCK_D=block_d, VEC=16 // (4 if dtype == "fp32" else 2),
-                          HAS_PER_SAMPLE=True, HAS_MEAN=True, STAGED=staged, SORT_KEYS=True, HAS_SCALE=True)
-            jobs.append(_job(f"tbe fwd {dtype} D{block_d} bags{c.bags} hots{c.hots} w{c.num_warps}"
-                             + (" staged" if staged else ""), pooled_forward_kernel, dtype, consts, c.num_warps))
-    return jobs
+    return [forward_job(dtype, block_d, c) for dtype in dtypes for c in cands]
+
+
+def forward_job(dtype: str, block_d: int, cfg: tbe_select.ForwardConfig, trained: bool = True) -> CompileJob:
+    """The pooled forward of ``dtype`` rows ("fp32", "fp16", "bf16") under ``cfg`` at ``block_d``, with
+    16-byte row accesses; ``trained``: writing the backward's sort keys too (the most registers)."""
+    staged = tbe_select.staged_loads(cfg)
+    consts = dict(BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=block_d, VEC=min(16 // (4 if dtype == "fp32" else 2), block_d),
+                  HAS_PER_SAMPLE=trained, HAS_MEAN=True, STAGED=staged, SORT_KEYS=trained, HAS_SCALE=trained)
+    return _job(f"tbe fwd {dtype} D{block_d} bags{cfg.bags} hots{cfg.hots} w{cfg.num_warps}"
+                + (" staged" if staged else "") + ("" if trained else " inference"), pooled_forward_kernel, dtype,
+                consts, cfg.num_warps)
 
 
 #: (optimizer, row dtype) of the update jobs: every optimizer in fp32, and stochastic rounding once.

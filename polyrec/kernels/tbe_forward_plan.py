@@ -26,6 +26,14 @@ from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
 from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
 
+#: Least fraction of the best single launch's predicted time that a plan of several launches must save.
+#: On the committed H200 sweeps (benchmarks/results/gather_rate_2026-12-01/, the forward model of the
+#: twenty-seventh session) the groupings priced 0.974-0.996 of one launch measured 1.02-1.09 of it (draws
+#: 101-104: seven plans); those priced 0.87-0.92 won: the MLPerf tables on one GPU, fp32 rows (0.918;
+#: measured 0.95 uniform ids, 0.92 power-law) and world-2 rank 1 (0.872; measured 0.75).
+GROUPING_MIN_GAIN = 0.05
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ForwardLaunch:
     """One pooled-forward launch: positions in the module's list of pooled features, and its config."""
@@ -43,42 +51,44 @@ def _hit_fraction(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float]
 
 
 def _seconds(spec: DeviceSpec, cfg: ForwardConfig, *, batch_size: int, bag_lengths: list[float], block_d: int,
-             row_bytes: int, table_rows: list[int] | None) -> float:
-    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps)
+             row_bytes: int, vec: int, table_rows: list[int] | None) -> float:
+    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps, vec=vec,
+                       elem_bytes=row_bytes // block_d)
     hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=bag_lengths, table_rows=table_rows,
                         row_bytes=row_bytes)
     return forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=bag_lengths,
                            row_bytes=row_bytes, out_bytes=4, hit_fraction=hit)
 
 
-def _select(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int, row_bytes: int,
+def _select(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int, row_bytes: int, vec: int,
             table_rows: list[int] | None) -> ForwardConfig:
     """``tbe_select.select_forward`` for these features, priced at their tables' least L2 reuse."""
     lengths = list(bag_lengths)
     hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=lengths, table_rows=table_rows, row_bytes=row_bytes)
     return select_forward(spec, batch_size=batch_size, num_features=len(lengths),
                           mean_bag=sum(lengths) / max(len(lengths), 1), block_d=block_d, row_bytes=row_bytes,
-                          bag_lengths=lengths, hit_fraction=hit)
+                          vec=vec, bag_lengths=lengths, hit_fraction=hit)
 
 
 def one_launch(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
-               row_bytes: int, table_rows: list[int] | None = None) -> ForwardLaunch:
+               row_bytes: int, vec: int, table_rows: list[int] | None = None) -> ForwardLaunch:
     """Every feature in one launch, with the config ``tbe_select.select_forward`` picks for them all.
-    ``table_rows``: rows of each feature's table (the L2 reuse the model expects; none without)."""
+    ``row_bytes``, ``vec``: as ``select_forward``'s; ``table_rows``: rows of each feature's table (the L2
+    reuse the model expects; none without)."""
     cfg = _select(spec, batch_size=batch_size, bag_lengths=bag_lengths, block_d=block_d, row_bytes=row_bytes,
-                  table_rows=table_rows)
+                  vec=vec, table_rows=table_rows)
     return ForwardLaunch(features=tuple(range(len(bag_lengths))), config=cfg)
 
 
 def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
-                 row_bytes: int, table_rows: list[int] | None = None) -> list[ForwardLaunch]:
+                 row_bytes: int, vec: int, table_rows: list[int] | None = None) -> list[ForwardLaunch]:
     """The launches of one pooled forward over features with these mean bag lengths (see the module
     docstring): every feature in exactly one launch. ``table_rows``: as ``one_launch``'s."""
     if not bag_lengths:
         raise ValueError("plan_forward: no pooled features to plan")
     if table_rows is not None and len(table_rows) != len(bag_lengths):
         raise ValueError(f"plan_forward: {len(table_rows)} table row counts for {len(bag_lengths)} features")
-    shape = dict(batch_size=batch_size, block_d=block_d, row_bytes=row_bytes)
+    shape = dict(batch_size=batch_size, block_d=block_d, row_bytes=row_bytes, vec=vec)
     lengths = list(bag_lengths)
 
     def rows_of(features: list[int]) -> list[int] | None:
@@ -95,4 +105,4 @@ def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float],
                               table_rows=rows_of(list(g.features)), **shape) for g in grouped)
                  + (len(grouped) - 1) * ceilings(spec).launch_latency.value)
     single_s = _seconds(spec, single.config, bag_lengths=lengths, table_rows=table_rows, **shape)
-    return [single] if single_s <= grouped_s else grouped
+    return grouped if grouped_s < (1.0 - GROUPING_MIN_GAIN) * single_s else [single]

@@ -232,19 +232,22 @@ def staged_loads(cfg: ForwardConfig) -> bool:
 
 
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
-                   row_bytes: int, bag_lengths: list[float] | None = None, hit_fraction: float = 0.0) -> ForwardConfig:
+                   row_bytes: int, vec: int, bag_lengths: list[float] | None = None,
+                   hit_fraction: float = 0.0) -> ForwardConfig:
     """The forward (and sort-key) config with the least predicted time
     (``polyrec.perfmodel.tbe_lookup.forward_seconds``).
 
     ``bag_lengths``: mean bag length of each feature (HOTS > a feature's bags wastes lanes, long bags
-    want HOTS); without it every feature is taken at ``mean_bag``. ``hit_fraction``: the row reads
+    want HOTS); without it every feature is taken at ``mean_bag``. ``row_bytes``: ``block_d`` elements;
+    ``vec``: the kernel's VEC (``tbe_forward.vector_width``). ``hit_fraction``: the row reads
     expected to hit L2 (``polyrec.perfmodel.tbe_reads.least_hit_fraction``).
     """
     lengths = list(bag_lengths) if bag_lengths is not None else [mean_bag] * num_features
     ceil = ceilings(spec)
     best, best_s = None, math.inf
     for cand in forward_candidates(block_d, spec.warp_size):
-        tile = ForwardTile(bags=cand.bags, hots=cand.hots, block_d=block_d, num_warps=cand.num_warps)
+        tile = ForwardTile(bags=cand.bags, hots=cand.hots, block_d=block_d, num_warps=cand.num_warps, vec=vec,
+                           elem_bytes=row_bytes // block_d)
         seconds = forward_seconds(tile, spec, ceil, batch_size=batch_size, bag_lengths=lengths, row_bytes=row_bytes,
                                   out_bytes=4, hit_fraction=hit_fraction)
         if seconds < best_s:

@@ -21,28 +21,22 @@ from polyrec.perfmodel.tbe_reads import (LOADED_LATENCY_S, MAX_PROGRAMS_PER_CU, 
 L2_HIT_LATENCY_FRACTION = 0.4
 #: Loaded round trips (of LOADED_LATENCY_S) before a forward program's first id load: the feature's
 #: table fields and its bags' offsets. A program pays them once, so tiles of few bags pay them per bag.
-FORWARD_SETUP_TRIPS = 2.0
+FORWARD_SETUP_TRIPS = 0.75
 #: Loaded round trips per forward loop iteration: the ids, then the rows they address.
 FORWARD_TRIPS_PER_ITER = 2.0
-#: Loaded round trips each iteration adds per extra warp sharing a bag (warps beyond BAGS split the
-#: HOTS axis, and the sum over it crosses warps through shared memory behind a barrier; such tiles are
-#: candidates only where no other is, ``tbe_select.forward_candidates``). The four constants were fitted
-#: together by ``benchmarks/forward_model_fit.py --grid`` (the least worst pick, then the least rms log
-#: error) on 16 H200 sweeps of every candidate with today's kernel (``benchmarks/results/gather_rate_2026-12-01/``:
-#: dims 8-256 at 16-id bags; the full MLPerf tables, fp32 and fp16 rows, uniform and power-law ids; the
-#: world-2 ranks of tbe_forward_groups_nvidia-h200_2026-11-30), with RANDOM_READ_MIN_BYTES. Before (0, 1.5,
-#: 1.5, no L2 term; fitted in the fourteenth session on sweeps whose 16 x 1 tiles ran unstaged) the picks
-#: there took 1.081x the fastest candidate's time in the geometric mean (worst 1.73x: 16-id bags of 64 B
-#: rows in 2 x 16 tiles) and the rms log error was 0.403; after, 1.003x (worst 1.04x) and 0.269. On 36
-#: random lookups not fitted on (``gather_rate --draw`` 101, 102, 103; the last drawn after this change):
-#: 1.102x / 1.133x / 1.186x -> 1.029x / 1.093x / 1.071x. The MLPerf forward plan went from one 4 x 4 launch
-#: (fp32 rows) to 16 x 1 tiles for 20 features (bags of <= 6 ids; 9 ids on an L2-resident table), 4 x 4
-#: for the 6 others: 1.870 -> 1.772 ms (uniform ids), 1.182 -> 1.082 ms (power-law); fp16 rows 1.097 ->
-#: 1.109 and 0.779 -> 0.783 ms (forward_plan_ab_l2, interleaved in one process); a capped MLPerf training
-#: step 17.65 -> 17.56 ms (checkout_ab). Still over-priced: fp16 rows (+24-32% on the MLPerf plans), not
-#: explained: ``forward_registers`` counts a loaded fp16 element as a whole register where the cuda:90
-#: compiles use ~2/3 of fp32's, but counting half a register made the fit worse (rms 0.269 -> 0.288).
-FORWARD_CROSS_WARP_TRIPS = 0.75
+#: Loaded round trips each iteration adds per extra warp along the tile's HOTS axis (``warps_along_hots``):
+#: the sum over HOTS then crosses warps through shared memory behind a barrier every iteration. The four
+#: trip constants were fitted together by ``benchmarks/forward_model_fit.py --grid`` (the least worst
+#: pick, then the least rms log error) on 40 H200 sweeps of every candidate with today's kernel
+#: (``benchmarks/results/gather_rate_2026-12-01/``: dims 8-256 at 16-id bags; the full MLPerf tables,
+#: fp32 and fp16 rows, uniform and power-law ids; the world-2 ranks of
+#: tbe_forward_groups_nvidia-h200_2026-11-30; the random lookups of ``gather_rate --draw`` 101 and 102),
+#: with RANDOM_READ_MIN_BYTES and HALF_ELEMENT_REGISTERS. @@FIT@@
+FORWARD_CROSS_WARP_TRIPS = 2.25
+#: 32-bit registers a loaded half-precision row element takes: two share one (cuda:90 compiles of every
+#: forward candidate at D = 128, inference: fp16 rows 48-64 registers per thread for the HOTS = 4 tiles,
+#: fp32 66-74; ``/tmp`` tables are not kept: ``benchmarks/forward_model_fit.py`` names the compile).
+HALF_ELEMENT_REGISTERS = 0.5
 #: Bytes per clock one SM / CU's load-store path issues (L1: 128 B/clk on Hopper, CUDA C++ Programming
 #: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
 #: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
@@ -57,18 +51,34 @@ class ForwardTile:
     hots: int
     block_d: int
     num_warps: int
+    vec: int  # row elements per thread access (the kernel's VEC: up to 16 bytes, dividing every dim)
+    elem_bytes: int  # bytes of a row element
+
+
+def warps_along_hots(tile: ForwardTile, warp_size: int) -> int:
+    """Warps that split the HOTS axis of the tile's [BAGS, HOTS, BLOCK_D] row loads. Triton's default
+    blocked layout fills a warp's threads, then the program's warps, along BLOCK_D (VEC elements per
+    thread), then BAGS, then HOTS (order [2, 0, 1] in the compiled TTGIR; tests/test_tbe_compile.py
+    checks this against the compiles): 4 x 16 tiles of 4 warps over 64 fp16 columns put every warp on
+    HOTS, where the same tile of fp32 rows puts two."""
+    threads_d = min(warp_size, max(tile.block_d // tile.vec, 1))
+    threads_bags = min(warp_size // threads_d, tile.bags)
+    warps_d = min(tile.num_warps, max(tile.block_d // (tile.vec * threads_d), 1))
+    warps_bags = min(tile.num_warps // warps_d, max(tile.bags // threads_bags, 1))
+    return max(tile.num_warps // (warps_d * warps_bags), 1)
 
 
 def forward_registers(tile: ForwardTile, warp_size: int) -> int:
     """32-bit registers per thread: the fp32 accumulator [bags, block_d] with its 64-bit row base per
-    element (2 per element), the loaded [bags, hots, block_d] tile (1 per element) and ~32 for indices,
+    element (2 per element), the loaded [bags, hots, block_d] tile (1 per element, HALF_ELEMENT_REGISTERS
+    for half-precision rows) and ~32 for indices,
     masks and loop state; capped at the 255 the compiler allows. Only roughly the compiles': cuda:90 at
     D = 128, fp32 rows (twenty-sixth session), 4 x 4 w2: 80 here, 62 compiled for inference, 119 with
     the sort keys; staged 16 x 1 w2: 128 here, 148 / 232 compiled (tests/test_tbe_compile.py prints the
     trained ones)."""
     threads = tile.num_warps * warp_size
     acc = tile.bags * tile.block_d / threads
-    loaded = tile.bags * tile.hots * tile.block_d / threads
+    loaded = tile.bags * tile.hots * tile.block_d / threads * (HALF_ELEMENT_REGISTERS if tile.elem_bytes == 2 else 1)
     return int(min(255, 32 + 2 * acc + loaded))
 
 
@@ -91,7 +101,7 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
     programs = -(-batch_size // tile.bags)
     iters = [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths]
-    per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * max(tile.num_warps / tile.bags - 1, 0)
+    per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * (warps_along_hots(tile, spec.warp_size) - 1)
     chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
     latency_s = programs * sum(chains) * lat / forward_slots(tile, spec)
     nnz = batch_size * sum(bag_lengths)

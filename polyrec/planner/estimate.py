@@ -17,6 +17,7 @@ from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import gemm_select, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
+from polyrec.kernels.tbe_forward import vector_width
 from polyrec.kernels.tbe_forward_plan import plan_forward
 from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads
 from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
@@ -162,10 +163,12 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     block_d = _block_d(max(s.dim for s in loads))
     bags = loads[0].bags
     tables = _table_loads(loads)
+    vec = vector_width([s.dim for s in loads], wb)
     launches = plan_forward(spec, batch_size=bags, bag_lengths=[t.accesses / bags for t in tables], block_d=block_d,
-                            row_bytes=block_d * wb, table_rows=[t.rows for t in tables])
+                            row_bytes=block_d * wb, vec=vec, table_rows=[t.rows for t in tables])
     fwd = [(tbe_lookup.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d,
-                                   num_warps=la.config.num_warps), la.features) for la in launches]
+                                   num_warps=la.config.num_warps, vec=vec, elem_bytes=wb), la.features)
+           for la in launches]
     est, ucfg = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
     label = "fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
                                 for la in launches)
