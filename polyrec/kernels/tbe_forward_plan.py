@@ -5,14 +5,16 @@ One launch takes one tile for every feature, yet one-hot features and long bags 
 (HOTS wider than a bag masks lanes; narrower, the bag takes more dependent iterations). Each feature
 is priced alone (``tbe_select.select_forward``), the features that pick the same config form a group,
 and the groups are launched one after another when ``polyrec.perfmodel.tbe_lookup.forward_seconds`` says
-their sum, plus a launch latency per extra launch, beats the best single launch. Measured on the H200
+their sum, plus a launch latency per extra launch, beats the best single launch by GROUPING_MIN_GAIN.
+Measured on the H200
 (benchmarks/results/tbe_forward_groups_nvidia-h200_2026-11-30, MLPerf tables, power-law ids, the best
 config per group): world 1 1.15 -> 1.07 ms, world-2 rank 1 1.52 -> 1.21 ms, rank 0 0.98 -> 0.93 ms.
 With each feature's table rows (the L2 reuse the model expects) the plan splits rank 1's features in
 two launches (1.546 -> 1.160 ms, benchmarks/results/forward_model_2026-11-30) and, since the forward
 model's refit of the twenty-sixth session, world 1's too: 16 x 1 for 20 features, 4 x 4 for 6 (fp32 rows:
 1.870 -> 1.772 ms uniform ids, 1.182 -> 1.082 ms power-law, benchmarks/results/gather_rate_2026-12-01);
-rank 0 keeps one launch.
+rank 0 keeps one launch. Since the twenty-seventh session's model (warps along HOTS) world 1's fp32 rows
+take 16 x 1 for 15 features: 1.747 vs 1.746 ms against the 20 + 6 plan (forward_layout_2026-12-01).
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
 
 #: Least fraction of the best single launch's predicted time that a plan of several launches must save.
-#: On the committed H200 sweeps (benchmarks/results/gather_rate_2026-12-01/, the forward model of the
-#: twenty-seventh session) the groupings priced 0.974-0.996 of one launch measured 1.02-1.09 of it (draws
-#: 101-104: seven plans); those priced 0.87-0.92 won: the MLPerf tables on one GPU, fp32 rows (0.918;
-#: measured 0.95 uniform ids, 0.92 power-law) and world-2 rank 1 (0.872; measured 0.75).
+#: With the forward model of the twenty-seventh session, on the committed H200 sweeps
+#: (benchmarks/results/gather_rate_2026-12-01/, draws 101-103), five groupings priced at 0.984-0.996 of
+#: one launch measured 1.02-1.09 of it; the MLPerf tables on one GPU, priced 0.918 (fp32 rows) and 0.867
+#: (fp16), measured 0.946 / 0.917 and 0.961 / 0.942 (uniform / power-law ids, forward_layout_2026-12-01),
+#: and world-2 rank 1, priced 0.872, measured 0.75 (forward_model_2026-11-30). Not a clean edge: the two
+#: groupings of draws 105-106 (drawn after this was set) priced 0.858 and 0.936 measured 1.01 and 1.03.
 GROUPING_MIN_GAIN = 0.05
 
 
