@@ -48,7 +48,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 GATHER = RESULTS / "gather_rate_2026-12-01" / "gather_rate_nvidia-h200_2026-12-01.json"
 PLAN_AB = RESULTS / "gather_rate_2026-12-01" / "forward_plan_ab_nvidia-h200_2026-12-01.json"
 #: ``gather_rate --draw`` files fitted on, and those kept as checks (not fitted on).
-FIT_DRAWS = tuple(RESULTS / "gather_rate_2026-12-01" / f"gather_rate_draw{s}_nvidia-h200_2026-12-01.json" for s in (101, 102))
+FIT_DRAWS = tuple(RESULTS / "gather_rate_2026-12-01" / f"gather_rate_draw{s}_nvidia-h200_2026-12-01.json"
+                  for s in (101, 102))
 CHECK_DRAWS = tuple(RESULTS / "gather_rate_2026-12-01" / f"gather_rate_draw{s}_nvidia-h200_2026-12-01.json"
                     for s in (103, 104))
 POWER_LAW = RESULTS / "tbe_forward_groups_nvidia-h200_2026-11-30.json"

@@ -52,5 +52,6 @@ def test_half_precision_rows_take_fewer_registers():
     spec = get_device("H200")
     for cfg in (c for c in forward_candidates(128, 32) if c.hots == 4):
         for trained in (False, True):
-            fp32, fp16 = (compile_for(forward_job(dtype, 128, cfg, trained), spec).registers for dtype in ("fp32", "fp16"))
+            fp32, fp16 = (compile_for(forward_job(dtype, 128, cfg, trained), spec).registers
+                          for dtype in ("fp32", "fp16"))
             assert fp16 < fp32, (cfg, trained, fp16, fp32)

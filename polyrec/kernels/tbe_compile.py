@@ -76,8 +76,9 @@ def forward_job(dtype: str, block_d: int, cfg: tbe_select.ForwardConfig, trained
     """The pooled forward of ``dtype`` rows ("fp32", "fp16", "bf16") under ``cfg`` at ``block_d``, with
     16-byte row accesses; ``trained``: writing the backward's sort keys too (the most registers)."""
     staged = tbe_select.staged_loads(cfg)
-    consts = dict(BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=block_d, VEC=min(16 // (4 if dtype == "fp32" else 2), block_d),
-                  HAS_PER_SAMPLE=trained, HAS_MEAN=True, STAGED=staged, SORT_KEYS=trained, HAS_SCALE=trained)
+    vec = min(16 // (4 if dtype == "fp32" else 2), block_d)
+    consts = dict(BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=block_d, VEC=vec, HAS_PER_SAMPLE=trained, HAS_MEAN=True,
+                  STAGED=staged, SORT_KEYS=trained, HAS_SCALE=trained)
     return _job(f"tbe fwd {dtype} D{block_d} bags{cfg.bags} hots{cfg.hots} w{cfg.num_warps}"
                 + (" staged" if staged else "") + ("" if trained else " inference"), pooled_forward_kernel, dtype,
                 consts, cfg.num_warps)

@@ -24,23 +24,22 @@ L2_HIT_LATENCY_FRACTION = 0.4
 FORWARD_SETUP_TRIPS = 0.75
 #: Loaded round trips per forward loop iteration: the ids, then the rows they address.
 FORWARD_TRIPS_PER_ITER = 2.0
-#: Loaded round trips each iteration adds per extra warp along the tile's HOTS axis (``warps_along_hots``):
-#: the sum over HOTS then crosses warps through shared memory behind a barrier every iteration. Until the
-#: twenty-seventh session the term counted warps beyond BAGS, but Triton's layout fills BAGS with threads
-#: first: 4 x 16 tiles of fp16 rows over 64 columns put all 4 warps on HOTS, and such tiles (half-precision
-#: rows, 4 warps along HOTS = 16) ran 2.3x slower than priced (geometric mean of 44 measurements). The four constants were fitted together by
-#: ``benchmarks/forward_model_fit.py --grid`` (its ``objective``: rms log error and the picks'
-#: slowdowns) on 40 H200 sweeps of every candidate with today's kernel
-#: (``benchmarks/results/gather_rate_2026-12-01/``: dims 8-256 at 16-id bags; the full MLPerf tables,
-#: fp32 and fp16 rows, uniform and power-law ids; the world-2 ranks of
-#: tbe_forward_groups_nvidia-h200_2026-11-30; the random lookups of ``gather_rate --draw`` 101 and 102),
-#: with RANDOM_READ_MIN_BYTES and HALF_ELEMENT_REGISTERS: setup 2 -> 0.75 trips, cross-warp 0.75 ->
-#: 2.25 (the others unchanged). On those sweeps the rms log error went 0.37 -> 0.23 and the picks 1.037
-#: -> 1.011 of the fastest candidate; on draws 103 and 104 (not fitted on) 0.40 -> 0.34, picks 1.047 both. On 28 lookups drawn after the
-#: change (``benchmarks/results/forward_layout_2026-12-01/``, draws 105 and 106): rms 0.42 / 0.40 ->
-#: 0.29 / 0.28, single-launch picks 1.039 / 1.032 -> 1.009 / 1.013, and the module's plans (with
-#: ``tbe_forward_plan.GROUPING_MIN_GAIN``) 1.061 / 1.044 -> 1.008 / 1.010 of the fastest single launch
-#: (worst 1.62 -> 1.10). The MLPerf plans and the training step measured the same (within 0.3%).
+#: Loaded round trips each iteration adds per extra warp along the tile's HOTS axis (``warps_along_hots``): the sum
+#: over HOTS then crosses warps through shared memory behind a barrier every iteration. Until the twenty-seventh
+#: session the term counted warps beyond BAGS, but Triton's layout fills BAGS with threads first: 4 x 16 tiles of
+#: fp16 rows over 64 columns put all 4 warps on HOTS, and such tiles (half-precision rows, 4 warps along HOTS = 16)
+#: ran 2.3x slower than priced (geometric mean of 44 measurements). The four constants were fitted together by
+#: ``benchmarks/forward_model_fit.py --grid`` (its ``objective``: rms log error and the picks' slowdowns) on 40 H200
+#: sweeps of every candidate with today's kernel (``benchmarks/results/gather_rate_2026-12-01/``: dims 8-256 at
+#: 16-id bags; the full MLPerf tables, fp32 and fp16 rows, uniform and power-law ids; the world-2 ranks of
+#: tbe_forward_groups_nvidia-h200_2026-11-30; the random lookups of ``gather_rate --draw`` 101 and 102), with
+#: RANDOM_READ_MIN_BYTES and HALF_ELEMENT_REGISTERS: setup 2 -> 0.75 trips, cross-warp 0.75 -> 2.25 (the others
+#: unchanged). On those sweeps the rms log error went 0.37 -> 0.23 and the picks 1.037 -> 1.011 of the fastest
+#: candidate; on draws 103 and 104 (not fitted on) 0.40 -> 0.34, picks 1.047 both. On 28 lookups drawn after the
+#: change (``benchmarks/results/forward_layout_2026-12-01/``, draws 105 and 106): rms 0.42 / 0.40 -> 0.29 / 0.28,
+#: single-launch picks 1.039 / 1.032 -> 1.009 / 1.013, and the module's plans (with
+#: ``tbe_forward_plan.GROUPING_MIN_GAIN``) 1.061 / 1.044 -> 1.008 / 1.010 of the fastest single launch (worst 1.62
+#: -> 1.10). The MLPerf plans and the training step measured the same (within 0.3%).
 FORWARD_CROSS_WARP_TRIPS = 2.25
 #: 32-bit registers a loaded half-precision row element takes: two share one. cuda:90 compiles of the
 #: HOTS = 4 tiles at D = 128 (inference): 48-64 registers per thread with fp16 rows against 66-74 with fp32
@@ -67,7 +66,7 @@ class ForwardTile:
 def warps_along_hots(tile: ForwardTile, warp_size: int) -> int:
     """Warps that split the HOTS axis of the tile's [BAGS, HOTS, BLOCK_D] row loads. Triton's default
     blocked layout fills a warp's threads, then the program's warps, along BLOCK_D (VEC elements per
-    thread), then BAGS, then HOTS (order [2, 0, 1] in the compiled TTGIR; tests/test_tbe_compile.py
+    thread), then BAGS, then HOTS (order [2, 0, 1] in the compiled TTGIR; tests/test_tbe_forward_layout.py
     checks this against the compiles): 4 x 16 tiles of 4 warps over 64 fp16 columns put every warp on
     HOTS, where the same tile of fp32 rows puts two."""
     threads_d = min(warp_size, max(tile.block_d // tile.vec, 1))
@@ -86,7 +85,8 @@ def forward_registers(tile: ForwardTile, warp_size: int) -> int:
     compiled counts themselves, tried offline in place of this one, fitted no better (docs/tbe.md)."""
     threads = tile.num_warps * warp_size
     acc = tile.bags * tile.block_d / threads
-    loaded = tile.bags * tile.hots * tile.block_d / threads * (HALF_ELEMENT_REGISTERS if tile.elem_bytes == 2 else 1)
+    per_element = HALF_ELEMENT_REGISTERS if tile.elem_bytes == 2 else 1.0
+    loaded = tile.bags * tile.hots * tile.block_d / threads * per_element
     return int(min(255, 32 + 2 * acc + loaded))
 
 
