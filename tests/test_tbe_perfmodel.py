@@ -326,19 +326,21 @@ def test_half_rows_price_the_gradient_slice_at_fp32_like_fp32_rows():
     (2 x unique x the saved 256 B); a bf16 gradient halves the slices."""
     spec = get_device("H200")
     ceil = ceilings(spec)
-    fwd = [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=4, elem_bytes=4), [0])]
+    def fwd(wb: int) -> list:
+        return [(ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=16 // wb, elem_bytes=wb), [0])]
+
     out = {}
     for wb in (4, 2):
         tables = [TableLoad(rows=1_000_000, row_bytes=128 * wb, accesses=65536 * 8)]
         bwd = UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, stochastic=wb < 4)
         out[wb] = estimate(tables, batch_size=65536, out_dim=128, out_bytes=4, state_bytes_per_row=4, spec=spec,
-                           ceil=ceil, fwd=fwd, bwd=bwd, weight_bytes=wb)
+                           ceil=ceil, fwd=fwd(wb), bwd=bwd, weight_bytes=wb)
     uniq = out[4].unique_rows
     assert out[4].backward_bytes - out[2].backward_bytes == pytest.approx(2 * uniq * 256, rel=1e-9)
     assert out[2].backward_s > out[4].backward_s  # the rounding outweighs the bytes saved
     bf16_grad = UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, grad_bytes=2)
     half = estimate([TableLoad(rows=1_000_000, row_bytes=512, accesses=65536 * 8)], batch_size=65536, out_dim=128,
-                    out_bytes=4, state_bytes_per_row=4, spec=spec, ceil=ceil, fwd=fwd, bwd=bf16_grad)
+                    out_bytes=4, state_bytes_per_row=4, spec=spec, ceil=ceil, fwd=fwd(4), bwd=bf16_grad)
     assert out[4].backward_bytes - half.backward_bytes == pytest.approx(65536 * 8 * 256, rel=1e-9)  # slices halved
 
 

@@ -85,8 +85,7 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     key_bytes = 4
     sort_keys = nnz * (key_bytes + 4)  # the trained forward also writes each id's key and gradient row
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, weight_bytes=weight_bytes, out_bytes=out_bytes,
-                                     spec=spec, ceil=ceil)
+    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
              + sort_keys / ceil.copy_bandwidth.value)
     uniq = sum(unique_rows(t) for t in tables)
     # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed

@@ -121,16 +121,16 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
 
 
 def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[ForwardTile, Sequence[int]]], *,
-                            batch_size: int, weight_bytes: int, out_bytes: int, spec: DeviceSpec,
-                            ceil: Ceilings) -> float:
+                            batch_size: int, out_bytes: int, spec: DeviceSpec, ceil: Ceilings) -> float:
     """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
-    index) priced by ``forward_seconds`` at those tables' ``hit_fraction``, plus a launch latency each."""
+    index, its rows of ``block_d`` elements) priced by ``forward_seconds`` at those tables'
+    ``hit_fraction``, plus a launch latency each."""
     total = 0.0
     for tile, reads in launches:
         loads = [tables[i] for i in reads]
         total += forward_seconds(tile, spec, ceil, batch_size=batch_size,
                                  bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
-                                 row_bytes=tile.block_d * weight_bytes, out_bytes=out_bytes,
+                                 row_bytes=tile.block_d * tile.elem_bytes, out_bytes=out_bytes,
                                  hit_fraction=hit_fraction(loads, spec))
         total += ceil.launch_latency.value
     return total

@@ -15,9 +15,8 @@ from dataclasses import dataclass, replace
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.kernels import gemm_select, tbe_select
+from polyrec.kernels import gemm_select, tbe_forward, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
-from polyrec.kernels.tbe_forward import vector_width
 from polyrec.kernels.tbe_forward_plan import plan_forward
 from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads
 from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
@@ -111,11 +110,6 @@ def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
     return tbe_reads.rank_cdf(cache_rows, rows, skew)
 
 
-def _block_d(dim: int) -> int:
-    """BLOCK_D of rows of ``dim`` (``polyrec.kernels.tbe_forward.block_d``)."""
-    return 1 << (dim - 1).bit_length()
-
-
 def _update_kwargs(loads: tuple[ShardLoad, ...], grad_bytes: int, block_d: int) -> dict:
     """What the update's selection and cost depend on for ``loads`` at ``block_d``, besides nnz (as
     ``TableBatchedEmbedding._update_shape``)."""
@@ -136,7 +130,7 @@ def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: i
     module = loads if module is None else module
     return tbe_select.select_update(spec, nnz=_module_nnz(module), one_dim=len({s.dim for s in module}) == 1,
                                     host_bound=host_bound,
-                                    **_update_kwargs(loads, grad_bytes, _block_d(max(s.dim for s in loads))))
+                                    **_update_kwargs(loads, grad_bytes, tbe_forward.block_d([s.dim for s in loads])))
 
 
 def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
@@ -144,14 +138,14 @@ def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
     """The shards of one module by the update launch that takes them (``TableBatchedEmbedding.key_plan``'s
     default): one launch per BLOCK_D where the dims take several and ``tbe_select.groups_pay`` says so;
     else one for all."""
-    blocks = sorted({_block_d(s.dim) for s in loads})
+    blocks = sorted({tbe_forward.block_d([s.dim]) for s in loads})
     if len(blocks) == 1:
         return [loads]
     if not tbe_select.groups_pay(spec, nnz=_module_nnz(loads), groups=len(blocks),
                                  total_rows=sum(s.rows for s in loads), host_bound=host_bound,
                                  **_update_kwargs(loads, grad_bytes, blocks[-1])):
         return [loads]
-    return [tuple(s for s in loads if _block_d(s.dim) == b) for b in blocks]
+    return [tuple(s for s in loads if tbe_forward.block_d([s.dim]) == b) for b in blocks]
 
 
 def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
@@ -160,10 +154,10 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     ``loads`` (same dtype, optimizer); ``grad_bytes``: its output gradient's element size (the dense
     half's dtype)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    block_d = _block_d(max(s.dim for s in loads))
+    block_d = tbe_forward.block_d([s.dim for s in loads])
     bags = loads[0].bags
     tables = _table_loads(loads)
-    vec = vector_width([s.dim for s in loads], wb)
+    vec = tbe_forward.vector_width([s.dim for s in loads], wb)
     launches = plan_forward(spec, batch_size=bags, bag_lengths=[t.accesses / bags for t in tables], block_d=block_d,
                             row_bytes=block_d * wb, vec=vec, table_rows=[t.rows for t in tables])
     fwd = [(tbe_lookup.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d,
@@ -180,7 +174,8 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     # merges add up to about the module's: both go with the ids)
     parts = [_estimate(group, loads, spec, ceil, grad_bytes, [(fwd[0][0], tuple(range(len(group))))])
              for group in groups]  # (their forward, of one launch over the group's tables, is not used)
-    label += "; update " + " / ".join(f"D{_block_d(max(s.dim for s in g))} {c.variant} tile={c.tile} warps={c.num_warps}"
+    label += "; update " + " / ".join(f"D{tbe_forward.block_d([s.dim for s in g])} {c.variant} tile={c.tile} "
+                                      f"warps={c.num_warps}"
                                       for g, (_, c) in zip(groups, parts))
     return est.forward_s, sum(p.backward_s for p, _ in parts), sum(p.sort_s for p, _ in parts), label
 
@@ -189,7 +184,7 @@ def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe_reads.TableLoad]:
     """The perf model's view of ``loads``: the rows a lookup reads (an HBM cache's, when host-cached)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     return [tbe_reads.TableLoad(rows=min(s.cache_rows, s.rows) if s.memory == "host_cached" else s.rows,
-                          row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew) for s in loads]
+                                row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew) for s in loads]
 
 
 def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
@@ -198,7 +193,7 @@ def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec:
     launch that takes them, and that launch's selected config (at its BLOCK_D); ``fwd``: forward
     launches over ``loads``."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    block_d = _block_d(max(s.dim for s in loads))
+    block_d = tbe_forward.block_d([s.dim for s in loads])
     one_dim = len({s.dim for s in module}) == 1  # as TableBatchedEmbedding.one_dim
     ucfg = _update_config(loads, spec, grad_bytes, module=module)
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
@@ -218,7 +213,7 @@ def _host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
         return 0.0
     miss = 1.0 - cache_hit_rate(s.rows, s.cache_rows, s.skew)
     cold = tbe_reads.TableLoad(rows=max(s.rows - s.cache_rows, 1), row_bytes=s.dim * WEIGHT_BYTES[s.weight_dtype],
-                         accesses=s.accesses * miss, skew="uniform")
+                               accesses=s.accesses * miss, skew="uniform")
     row_bytes = mem.weight_bytes(1, s.dim, s.weight_dtype) + mem.state_bytes(1, s.dim, s.optimizer)
     return 2 * tbe_reads.unique_rows(cold) * row_bytes / spec.host_link_bandwidth
 
@@ -316,7 +311,7 @@ class Estimator:
     @functools.lru_cache(maxsize=4096)  # noqa: B019
     def tbe_workspace(self, device: str, lookups: float, dim: int, weight_dtype: str, optimizer: str) -> int:
         """Backward buffers of one TBE module with ``lookups`` ids (at the update tile its selector picks)."""
-        block_d = 1 << (dim - 1).bit_length()
+        block_d = tbe_forward.block_d([dim])
         ucfg = tbe_select.select_update(self.specs[device], nnz=max(int(lookups), 1), block_d=block_d,
                                         row_bytes=block_d * WEIGHT_BYTES[weight_dtype],
                                         state_tiles=mem.STATE_PER_ELEMENT[optimizer],
