@@ -1,0 +1,118 @@
+"""Every pooled-forward config on the random TBE shapes of ``tbe_shapes``: ragged bags, small tables, mixed dims.
+
+The forward cost model (``polyrec.perfmodel.tbe_lookup.forward_seconds``) was fitted on lookups of fixed bag
+lengths over tables far larger than L2 (``gather_rate``, ``forward_plan_ab``). Priced as the planner prices
+them, the forwards of the ``tbe_shapes`` cases measured by ``tbe_device_times`` (ragged bags, tables of
+10 to 20M rows whose ids mostly hit L2, mixed dims) came out 27% low in the mean (log), up to 3.6x. This
+draws the same cases (``tbe_shapes.draw_case``, by seed) and measures, in one process on one device:
+
+- each forward candidate (``tbe_select.forward_candidates``) as one launch over every feature, without
+  the backward's sort keys (inference) and with them (a trained lookup's forward);
+- the module's own plan (``forward_plan``), both ways;
+- per feature, the ids' mean bag length and, per candidate tile, the mean over its programs of the loop
+  iterations the longest of the program's bags takes (``ceil(max length / HOTS)``): what the kernel
+  loops over where bags are ragged.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/forward_shapes.py --seed 21 [--seed 22] [--cases 16]
+
+About 3 minutes per seed of 16 cases on an H200. Writes ``forward_shapes_seed<S>[_<S>...]_<gpu>_<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+
+import torch
+from gather_rate import config_text
+from tbe import bench_ms
+from tbe_shapes import DTYPES, draw_case, make_batch
+
+from polyrec.kernels import tbe_select
+from polyrec.kernels.jagged import JaggedBatch
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.results import write_results
+
+
+def loop_iterations(batch: JaggedBatch, features: int, configs: list[tbe_select.ForwardConfig]) -> dict[str, list[float]]:
+    """Per config ("BAGSxHOTS"), per feature: the mean over the launch's programs of ceil(longest bag of
+    the program's BAGS / HOTS), the loop trips of ``pooled_forward_kernel``."""
+    b = batch.batch_size
+    lengths = torch.diff(batch.offsets).view(features, b)  # [F, B]
+    out = {}
+    for cfg in configs:
+        programs = -(-b // cfg.bags)
+        padded = torch.zeros(features, programs * cfg.bags, dtype=lengths.dtype, device=lengths.device)
+        padded[:, :b] = lengths
+        longest = padded.view(features, programs, cfg.bags).amax(-1)  # [F, programs]
+        out[f"{cfg.bags}x{cfg.hots}"] = torch.div(longest + cfg.hots - 1, cfg.hots, rounding_mode="floor").double(
+        ).mean(-1).tolist()
+    return out
+
+
+def plan_ms(module: TableBatchedEmbedding, batch: JaggedBatch, out: torch.Tensor, keys) -> float:
+    plan = module.forward_plan(batch)
+    return bench_ms(lambda: [module.launch_pooled(batch, out, ids, launch.config, keys) for launch, ids in plan])
+
+
+def run_case(seed: int, index: int, case: dict, gen: torch.Generator) -> dict:
+    tables = [TableSpec(name=f"t{i}", rows=r, dim=d, pooling=p)
+              for i, (r, d, p) in enumerate(zip(case["rows"], case["dims"], case["pooling"]))]
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind=case["optimizer"], lr=0.01),
+                                   weight_dtype=DTYPES[case["dtype"]], device="cuda")
+    batch = make_batch(case, gen)
+    features = len(tables)
+    out = torch.empty(case["batch"], module.output_dim, device="cuda")
+    everything = torch.arange(features, device="cuda", dtype=torch.int32)
+    keys = module.new_sort_keys(batch.values, batch.offsets, batch.weights)
+    candidates = tbe_select.forward_candidates(module.block_d, 32)
+    inference = {config_text(c): bench_ms(lambda c=c: module.launch_pooled(batch, out, everything, c))
+                 for c in candidates}
+    trained = {config_text(c): bench_ms(lambda c=c: module.launch_pooled(batch, out, everything, c, keys))
+               for c in candidates}
+    plan = ", ".join(config_text(launch.config) for launch, _ in module.forward_plan(batch))
+    lengths = torch.diff(batch.offsets).view(features, -1).double().mean(-1).tolist()
+    row = {"seed": seed, "case": index, "dims": case["dims"], "rows": case["rows"], "batch": case["batch"],
+           "dtype": case["dtype"], "skew": case["skew"], "ragged": case["ragged"], "weighted": case["weighted"],
+           "pooling": case["pooling"], "block_d": module.block_d, "vec": module.vec, "nnz": batch.nnz,
+           "bag_lengths": lengths, "iterations": loop_iterations(batch, features, candidates),
+           "plan": plan, "plan_ms": plan_ms(module, batch, out, None), "plan_trained_ms": plan_ms(module, batch, out, keys),
+           "configs_ms": inference, "configs_trained_ms": trained}
+    best = min(inference, key=inference.get)
+    row |= {"best": best, "best_ms": inference[best]}
+    del module, batch, out, keys
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, action="append", required=True, help="tbe_shapes seed (repeatable)")
+    parser.add_argument("--cases", type=int, default=16, help="cases per seed (default 16, as tbe_shapes)")
+    args = parser.parse_args()
+    if args.cases < 1:
+        parser.error(f"--cases must be >= 1, got {args.cases}")
+    if not torch.cuda.is_available():
+        raise SystemExit("forward_shapes needs a GPU")
+    rows = []
+    for seed in args.seed:
+        rng = random.Random(seed)
+        cases = [draw_case(rng, False) for _ in range(args.cases)]
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        for i, case in enumerate(cases):
+            r = run_case(seed, i, case, gen)
+            rows.append(r)
+            print(f"seed {seed} case {i:>2} D{r['block_d']:<4} {r['dtype']} B={r['batch']:<6} nnz {r['nnz'] / 1e6:6.2f}M "
+                  f"{'ragged' if r['ragged'] else 'fixed '} {'skewed ' if r['skew'] else 'uniform'}: best {r['best_ms']:7.3f} ms "
+                  f"({r['best']}), plan {r['plan_ms']:7.3f} / trained {r['plan_trained_ms']:7.3f} ms ({r['plan']})",
+                  flush=True)
+    table = [{k: v for k, v in r.items() if k not in ("configs_ms", "configs_trained_ms", "iterations", "rows",
+                                                       "bag_lengths", "pooling", "dims")} for r in rows]
+    name = "forward_shapes_seed" + "_".join(str(s) for s in args.seed)
+    write_results(name, {"rows": rows}, rows=table, summary={"seeds": args.seed, "cases_per_seed": args.cases})
+
+
+if __name__ == "__main__":
+    main()
