@@ -20,9 +20,11 @@ For each constants' set it prints the rms log error of the predictions and, for 
 slower than its fastest candidate the model's pick was measured. ``--grid`` searches the forward
 constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fraction) for the least
 ``objective`` (rms log error and the picks' slowdowns). ``--gather FILE --only``: a ``gather_rate --draw`` file's cases
-alone (a check on cases the constants were not fitted on).
+alone (a check on cases the constants were not fitted on). ``--shapes FILE...``: ``forward_shapes`` files (random
+``tbe_shapes`` cases: ragged bags, small tables, trained forwards), priced with and without the batch's loop trips.
 
     PYTHONPATH=. python3 benchmarks/forward_model_fit.py [--grid] [--gather FILE [--only]] [--constants S,I,C[,L]]
+    PYTHONPATH=. python3 benchmarks/forward_model_fit.py --shapes FILE [FILE ...]
 """
 
 from __future__ import annotations
@@ -201,15 +203,59 @@ def report(label: str, cases: list[Case]) -> None:
         print(f"   {name:<26} {ratio:6.3f}  ({pick})")
 
 
+def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float, float, float, float]:
+    """(rms log error, mean log error, pick / fastest geomean, worst pick) of ``forward_shapes`` rows:
+    every candidate priced as the module prices it (L2 hits at the tables' ids; ``counted``: the batch's
+    loop trips, else bags of their mean length), inference or, ``trained``, with the sort-key stores."""
+    spec = get_device("H200")
+    errs, picks = [], []
+    for r in rows:
+        elem = {"fp32": 4, "fp16": 2, "bf16": 2}[r["dtype"]]
+        skew = "log_uniform" if r["skew"] else "uniform"
+        hit = hit_fraction([TableLoad(rows=n, row_bytes=d * elem, accesses=r["batch"] * length, skew=skew)
+                            for n, d, length in zip(r["rows"], r["dims"], r["bag_lengths"], strict=True)], spec)
+        arrays = (3 if r["weighted"] or "mean" in r["pooling"] else 2) if trained else 0
+        measured = r["configs_trained_ms" if trained else "configs_ms"]
+        preds = {}
+        for name in measured:
+            bags, hots, warps = parse_config(name)
+            tile = ForwardTile(bags=bags, hots=hots, block_d=r["block_d"], num_warps=warps, vec=r["vec"],
+                               elem_bytes=elem)
+            preds[name] = 1e3 * model.forward_seconds(
+                tile, spec, tbe_select.ceilings(spec), batch_size=r["batch"], bag_lengths=r["bag_lengths"],
+                row_bytes=r["block_d"] * elem, out_bytes=4, hit_fraction=hit, key_arrays=arrays,
+                loop_trips=r["iterations"][f"{bags}x{hots}"] if counted else None)
+        errs += [math.log(preds[k] / ms) for k, ms in measured.items()]
+        picks.append(measured[min(preds, key=preds.get)] / min(measured.values()))
+    logs = [math.log(p) for p in picks]
+    return (math.sqrt(sum(e * e for e in errs) / len(errs)), sum(errs) / len(errs),
+            math.exp(sum(logs) / len(logs)), max(picks))
+
+
+def report_shapes(paths: list[Path]) -> None:
+    rows = [r for path in paths for r in json.loads(path.read_text())["results"]["rows"]]
+    print(f"forward_shapes: {len(rows)} cases")
+    for trained, counted in itertools.product((False, True), (False, True)):
+        print("   {:<9} {:<15} rms log error {:.3f}, mean {:+.3f}, pick / fastest {:.3f} (worst {:.2f})".format(
+            "trained" if trained else "inference", "counted trips" if counted else "mean bags",
+            *shapes_score(rows, trained, counted)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", action="store_true", help="search the four constants")
     parser.add_argument("--gather", type=Path, default=GATHER, help="a gather_rate results file")
     parser.add_argument("--only", action="store_true", help="the --gather file's cases alone (a check on new cases)")
+    parser.add_argument("--shapes", type=Path, nargs="+", default=None,
+                        help="forward_shapes results files alone: each candidate's inference and trained time "
+                             "priced with and without the batch's loop trips")
     parser.add_argument("--constants", default=None,
                         help="setup,per_iter,cross_warp trips[,L2-hit latency fraction, default 1] "
                              "instead of the committed")
     args = parser.parse_args()
+    if args.shapes:
+        report_shapes(args.shapes)
+        return
     fitted = [] if args.only else (plan_ab_cases(PLAN_AB) + power_law_cases(POWER_LAW)
                                    + [c for path in FIT_DRAWS for c in gather_cases(path)])
     cases = gather_cases(args.gather) + fitted

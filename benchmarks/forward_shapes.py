@@ -10,7 +10,7 @@ draws the same cases (``tbe_shapes.draw_case``, by seed) and measures, in one pr
   the backward's sort keys (inference) and with them (a trained lookup's forward);
 - the module's own plan (``forward_plan``), both ways;
 - per feature, the ids' mean bag length and, per candidate tile, the mean over its programs of the loop
-  iterations the longest of the program's bags takes (``ceil(max length / HOTS)``): what the kernel
+  iterations the longest of the program's bags takes (``tbe_forward.loop_trips``): what the kernel
   loops over where bags are ragged.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_shapes.py --seed 21 [--seed 22] [--cases 16]
@@ -32,23 +32,8 @@ from tbe_shapes import DTYPES, draw_case, make_batch
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe_forward import loop_trips
 from polyrec.results import write_results
-
-
-def loop_iterations(batch: JaggedBatch, features: int, configs: list[tbe_select.ForwardConfig]) -> dict[str, list[float]]:
-    """Per config ("BAGSxHOTS"), per feature: the mean over the launch's programs of ceil(longest bag of
-    the program's BAGS / HOTS), the loop trips of ``pooled_forward_kernel``."""
-    b = batch.batch_size
-    lengths = torch.diff(batch.offsets).view(features, b)  # [F, B]
-    out = {}
-    for cfg in configs:
-        programs = -(-b // cfg.bags)
-        padded = torch.zeros(features, programs * cfg.bags, dtype=lengths.dtype, device=lengths.device)
-        padded[:, :b] = lengths
-        longest = padded.view(features, programs, cfg.bags).amax(-1)  # [F, programs]
-        out[f"{cfg.bags}x{cfg.hots}"] = torch.div(longest + cfg.hots - 1, cfg.hots, rounding_mode="floor").double(
-        ).mean(-1).tolist()
-    return out
 
 
 def plan_ms(module: TableBatchedEmbedding, batch: JaggedBatch, out: torch.Tensor, keys) -> float:
@@ -73,12 +58,13 @@ def run_case(seed: int, index: int, case: dict, gen: torch.Generator) -> dict:
                for c in candidates}
     plan = ", ".join(config_text(launch.config) for launch, _ in module.forward_plan(batch))
     lengths = torch.diff(batch.offsets).view(features, -1).double().mean(-1).tolist()
+    trips = loop_trips(batch.offsets, batch.batch_size, list(range(features)), [(c.bags, c.hots) for c in candidates])
     row = {"seed": seed, "case": index, "dims": case["dims"], "rows": case["rows"], "batch": case["batch"],
            "dtype": case["dtype"], "skew": case["skew"], "ragged": case["ragged"], "weighted": case["weighted"],
            "pooling": case["pooling"], "block_d": module.block_d, "vec": module.vec, "nnz": batch.nnz,
-           "bag_lengths": lengths, "iterations": loop_iterations(batch, features, candidates),
-           "plan": plan, "plan_ms": plan_ms(module, batch, out, None), "plan_trained_ms": plan_ms(module, batch, out, keys),
-           "configs_ms": inference, "configs_trained_ms": trained}
+           "bag_lengths": lengths, "iterations": {f"{bags}x{hots}": t for (bags, hots), t in trips.items()},
+           "plan": plan, "plan_ms": plan_ms(module, batch, out, None),
+           "plan_trained_ms": plan_ms(module, batch, out, keys), "configs_ms": inference, "configs_trained_ms": trained}
     best = min(inference, key=inference.get)
     row |= {"best": best, "best_ms": inference[best]}
     del module, batch, out, keys
@@ -104,10 +90,10 @@ def main() -> None:
         for i, case in enumerate(cases):
             r = run_case(seed, i, case, gen)
             rows.append(r)
-            print(f"seed {seed} case {i:>2} D{r['block_d']:<4} {r['dtype']} B={r['batch']:<6} nnz {r['nnz'] / 1e6:6.2f}M "
-                  f"{'ragged' if r['ragged'] else 'fixed '} {'skewed ' if r['skew'] else 'uniform'}: best {r['best_ms']:7.3f} ms "
-                  f"({r['best']}), plan {r['plan_ms']:7.3f} / trained {r['plan_trained_ms']:7.3f} ms ({r['plan']})",
-                  flush=True)
+            print(f"seed {seed} case {i:>2} D{r['block_d']:<4} {r['dtype']} B={r['batch']:<6} "
+                  f"nnz {r['nnz'] / 1e6:6.2f}M {'ragged' if r['ragged'] else 'fixed '} "
+                  f"{'skewed ' if r['skew'] else 'uniform'}: best {r['best_ms']:7.3f} ms ({r['best']}), "
+                  f"plan {r['plan_ms']:7.3f} / trained {r['plan_trained_ms']:7.3f} ms ({r['plan']})", flush=True)
     table = [{k: v for k, v in r.items() if k not in ("configs_ms", "configs_trained_ms", "iterations", "rows",
                                                        "bag_lengths", "pooling", "dims")} for r in rows]
     name = "forward_shapes_seed" + "_".join(str(s) for s in args.seed)

@@ -21,7 +21,8 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.kernels.tbe_forward import (FLAG_BAD_ENDS, FLAG_BAD_ID, FLAG_BAD_OFFSETS, TableLayout, bag_ends_kernel,
-                                         block_d, pooled_forward_kernel, sequence_forward_kernel, vector_width)
+                                         block_d, loop_trips, pooled_forward_kernel, sequence_forward_kernel,
+                                         vector_width)
 from polyrec.kernels.tbe_forward_plan import ForwardLaunch, plan_forward
 from polyrec.kernels.tbe_fused_backward import FusedBackward, KeyPlan, SortedIds, SortKeys
 from polyrec.kernels.tbe_optim import STATE_PER_ELEMENT, STATE_PER_ROW, EmbeddingOptimizer
@@ -286,15 +287,18 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
 
     def forward_plan(self, batch: JaggedBatch) -> list[tuple[ForwardLaunch, Tensor]]:
         """The pooled forward's launches for this batch shape (``tbe_forward_plan.plan_forward``), each with
-        its features as a device tensor of feature ids; planned once per batch size and mean bag length."""
+        its features as a device tensor of feature ids; planned once per batch size and mean bag length,
+        priced at this batch's loop iterations per program (``tbe_forward.loop_trips``: ragged bags)."""
         mean_bag = batch.nnz / max(batch.batch_size * batch.num_features, 1)
         key = ("plan", batch.batch_size, round(mean_bag, 1))
         if key not in self._configs:
-            launches = plan_forward(tbe_select.selection_spec(self.weights.device), batch_size=batch.batch_size,
-                                    bag_lengths=self._bag_lengths(batch), block_d=self.block_d,
-                                    row_bytes=self.block_d * self.weights.element_size(), vec=self.vec,
-                                    table_rows=[self.tables[self.feature_to_table[f]].rows
-                                                for f in self.pooled_features])
+            spec = tbe_select.selection_spec(self.weights.device)
+            tiles = [(c.bags, c.hots) for c in tbe_select.forward_candidates(self.block_d, spec.warp_size)]
+            launches = plan_forward(spec, batch_size=batch.batch_size, bag_lengths=self._bag_lengths(batch),
+                                    block_d=self.block_d, row_bytes=self.block_d * self.weights.element_size(),
+                                    vec=self.vec, table_rows=[self.tables[self.feature_to_table[f]].rows
+                                                              for f in self.pooled_features],
+                                    loop_trips=loop_trips(batch.offsets, batch.batch_size, self.pooled_features, tiles))
             self._configs[key] = [(launch, self._pooled_ids[list(launch.features)]) for launch in launches]
         return self._configs[key]
 

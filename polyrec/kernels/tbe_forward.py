@@ -255,3 +255,25 @@ def vector_width(dims: list[int], elem_bytes: int) -> int:
 
 def block_d(dims: list[int]) -> int:
     return triton.next_power_of_2(max(dims))
+
+
+def loop_trips(offsets: Tensor, batch_size: int, features: list[int],
+               tiles: list[tuple[int, int]]) -> dict[tuple[int, int], list[float]]:
+    """Per (BAGS, HOTS) tile, per feature (of ``features``, positions in the batch's feature-major
+    ``offsets``): the mean over the feature's programs of the loop iterations ``pooled_forward_kernel``
+    takes, ceil(longest of the program's BAGS bags / HOTS). Where bags are ragged this exceeds the
+    mean bag's iterations (16-id bags drawn uniform in [0, 32]: 8 bags per program loop ~1.8x as long);
+    it is what ``perfmodel.tbe_lookup.forward_seconds`` takes as ``loop_trips``. Synchronises once."""
+    if batch_size == 0 or not features:
+        return {tile: [0.0] * len(features) for tile in tiles}
+    bags = offsets[: (max(features) + 1) * batch_size + 1].diff().clamp_min(0)
+    lengths = bags.view(-1, batch_size)[features]  # [F, B]
+    trips = []
+    for bags_per_program, hots in tiles:
+        programs = -(-batch_size // bags_per_program)
+        padded = lengths.new_zeros(len(features), programs * bags_per_program)
+        padded[:, :batch_size] = lengths
+        longest = padded.view(len(features), programs, bags_per_program).amax(-1)  # [F, programs]
+        trips.append(torch.div(longest + hots - 1, hots, rounding_mode="floor").double().mean(-1))  # [F]
+    table = torch.stack(trips).tolist()  # [tiles, F]
+    return {tile: row for tile, row in zip(tiles, table)}

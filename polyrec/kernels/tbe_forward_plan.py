@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.tbe_select import ForwardConfig, select_forward
-from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
+from polyrec.perfmodel.tbe_lookup import ForwardTile, LoopTrips, forward_seconds
 from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
 
@@ -55,39 +55,50 @@ def _hit_fraction(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float]
 
 
 def _seconds(spec: DeviceSpec, cfg: ForwardConfig, *, batch_size: int, bag_lengths: list[float], block_d: int,
-             row_bytes: int, vec: int, table_rows: list[int] | None) -> float:
+             row_bytes: int, vec: int, table_rows: list[int] | None, loop_trips: LoopTrips | None) -> float:
     tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps, vec=vec,
                        elem_bytes=row_bytes // block_d)
     hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=bag_lengths, table_rows=table_rows,
                         row_bytes=row_bytes)
     return forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=bag_lengths,
-                           row_bytes=row_bytes, out_bytes=4, hit_fraction=hit)
+                           row_bytes=row_bytes, out_bytes=4, hit_fraction=hit,
+                           loop_trips=None if loop_trips is None else loop_trips[(cfg.bags, cfg.hots)])
 
 
 def _select(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int, row_bytes: int, vec: int,
-            table_rows: list[int] | None) -> ForwardConfig:
+            table_rows: list[int] | None, loop_trips: LoopTrips | None) -> ForwardConfig:
     """``tbe_select.select_forward`` for these features, priced at their tables' least L2 reuse."""
     lengths = list(bag_lengths)
     hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=lengths, table_rows=table_rows, row_bytes=row_bytes)
     return select_forward(spec, batch_size=batch_size, num_features=len(lengths),
                           mean_bag=sum(lengths) / max(len(lengths), 1), block_d=block_d, row_bytes=row_bytes,
-                          vec=vec, bag_lengths=lengths, hit_fraction=hit)
+                          vec=vec, bag_lengths=lengths, hit_fraction=hit, loop_trips=loop_trips)
+
+
+def _trips_of(loop_trips: LoopTrips | None, features: list[int]) -> LoopTrips | None:
+    """``loop_trips`` of a subset of the features (positions in the plan's feature list)."""
+    if loop_trips is None:
+        return None
+    return {tile: [trips[f] for f in features] for tile, trips in loop_trips.items()}
 
 
 def one_launch(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
-               row_bytes: int, vec: int, table_rows: list[int] | None = None) -> ForwardLaunch:
+               row_bytes: int, vec: int, table_rows: list[int] | None = None,
+               loop_trips: LoopTrips | None = None) -> ForwardLaunch:
     """Every feature in one launch, with the config ``tbe_select.select_forward`` picks for them all.
     ``row_bytes``, ``vec``: as ``select_forward``'s; ``table_rows``: rows of each feature's table (the L2
-    reuse the model expects; none without)."""
+    reuse the model expects; none without); ``loop_trips``: as ``select_forward``'s (per feature)."""
     cfg = _select(spec, batch_size=batch_size, bag_lengths=bag_lengths, block_d=block_d, row_bytes=row_bytes,
-                  vec=vec, table_rows=table_rows)
+                  vec=vec, table_rows=table_rows, loop_trips=loop_trips)
     return ForwardLaunch(features=tuple(range(len(bag_lengths))), config=cfg)
 
 
 def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
-                 row_bytes: int, vec: int, table_rows: list[int] | None = None) -> list[ForwardLaunch]:
+                 row_bytes: int, vec: int, table_rows: list[int] | None = None,
+                 loop_trips: LoopTrips | None = None) -> list[ForwardLaunch]:
     """The launches of one pooled forward over features with these mean bag lengths (see the module
-    docstring): every feature in exactly one launch. ``table_rows``: as ``one_launch``'s."""
+    docstring): every feature in exactly one launch. ``table_rows``, ``loop_trips``: as ``one_launch``'s
+    (the planner has neither per-batch fact and prices bags of their mean length; the module has both)."""
     if not bag_lengths:
         raise ValueError("plan_forward: no pooled features to plan")
     if table_rows is not None and len(table_rows) != len(bag_lengths):
@@ -98,15 +109,19 @@ def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float],
     def rows_of(features: list[int]) -> list[int] | None:
         return None if table_rows is None else [table_rows[f] for f in features]
 
-    single = one_launch(spec, bag_lengths=lengths, table_rows=table_rows, **shape)
+    single = one_launch(spec, bag_lengths=lengths, table_rows=table_rows, loop_trips=loop_trips, **shape)
     groups: dict[ForwardConfig, list[int]] = {}
     for f, length in enumerate(lengths):
-        groups.setdefault(_select(spec, bag_lengths=[length], table_rows=rows_of([f]), **shape), []).append(f)
+        cfg = _select(spec, bag_lengths=[length], table_rows=rows_of([f]), loop_trips=_trips_of(loop_trips, [f]),
+                      **shape)
+        groups.setdefault(cfg, []).append(f)
     if len(groups) == 1:
         return [single]
     grouped = [ForwardLaunch(features=tuple(fs), config=cfg) for cfg, fs in groups.items()]
     grouped_s = (sum(_seconds(spec, g.config, bag_lengths=[lengths[f] for f in g.features],
-                              table_rows=rows_of(list(g.features)), **shape) for g in grouped)
+                              table_rows=rows_of(list(g.features)), loop_trips=_trips_of(loop_trips, list(g.features)),
+                              **shape) for g in grouped)
                  + (len(grouped) - 1) * ceilings(spec).launch_latency.value)
-    single_s = _seconds(spec, single.config, bag_lengths=lengths, table_rows=table_rows, **shape)
+    single_s = _seconds(spec, single.config, bag_lengths=lengths, table_rows=table_rows, loop_trips=loop_trips,
+                        **shape)
     return grouped if grouped_s < (1.0 - GROUPING_MIN_GAIN) * single_s else [single]

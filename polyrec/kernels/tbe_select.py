@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.tbe import MERGE_LEVEL_HOST_S, UpdateShape, update_fits_registers, update_seconds
-from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
+from polyrec.perfmodel.tbe_lookup import ForwardTile, LoopTrips, forward_seconds
 
 if TYPE_CHECKING:
     import torch
@@ -233,14 +233,16 @@ def staged_loads(cfg: ForwardConfig) -> bool:
 
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
                    row_bytes: int, vec: int, bag_lengths: list[float] | None = None,
-                   hit_fraction: float = 0.0) -> ForwardConfig:
+                   hit_fraction: float = 0.0, loop_trips: LoopTrips | None = None) -> ForwardConfig:
     """The forward (and sort-key) config with the least predicted time
     (``polyrec.perfmodel.tbe_lookup.forward_seconds``).
 
     ``bag_lengths``: mean bag length of each feature (HOTS > a feature's bags wastes lanes, long bags
     want HOTS); without it every feature is taken at ``mean_bag``. ``row_bytes``: ``block_d`` elements;
     ``vec``: the kernel's VEC (``tbe_forward.vector_width``). ``hit_fraction``: the row reads
-    expected to hit L2 (``polyrec.perfmodel.tbe_reads.least_hit_fraction``).
+    expected to hit L2 (``polyrec.perfmodel.tbe_reads.least_hit_fraction``). ``loop_trips``: per
+    (BAGS, HOTS) tile, each feature's loop iterations per program on the batch at hand
+    (``tbe_forward.loop_trips``; ragged bags loop over their program's longest); None: bags of their mean.
     """
     lengths = list(bag_lengths) if bag_lengths is not None else [mean_bag] * num_features
     ceil = ceilings(spec)
@@ -248,8 +250,9 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
     for cand in forward_candidates(block_d, spec.warp_size):
         tile = ForwardTile(bags=cand.bags, hots=cand.hots, block_d=block_d, num_warps=cand.num_warps, vec=vec,
                            elem_bytes=row_bytes // block_d)
+        trips = None if loop_trips is None else loop_trips[(cand.bags, cand.hots)]
         seconds = forward_seconds(tile, spec, ceil, batch_size=batch_size, bag_lengths=lengths, row_bytes=row_bytes,
-                                  out_bytes=4, hit_fraction=hit_fraction)
+                                  out_bytes=4, hit_fraction=hit_fraction, loop_trips=trips)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best

@@ -65,6 +65,12 @@ class StepEstimate:
     sort_s: float  # of backward_s, the part that reads only the ids (the sort of the forward's keys)
 
 
+#: Sort-key arrays a trained forward stores (``tbe_lookup.key_store_bytes``): key and gradient row; a
+#: scale too where a table pools by mean or the batch has per-sample weights, which ``TableLoad`` does not
+#: say (the presets' tables pool by sum, unweighted).
+TRAINED_KEY_ARRAYS = 2
+
+
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
              spec: DeviceSpec, ceil: Ceilings, fwd: Sequence[tuple[ForwardTile, Sequence[int]]], bwd: UpdateShape,
              weight_bytes: int = 4, row_state: bool = False) -> StepEstimate:
@@ -85,8 +91,8 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     key_bytes = 4
     sort_keys = nnz * (key_bytes + 4)  # the trained forward also writes each id's key and gradient row
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
-             + sort_keys / ceil.copy_bandwidth.value)
+    fwd_s = planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil,
+                                    key_arrays=TRAINED_KEY_ARRAYS)
     uniq = sum(unique_rows(t) for t in tables)
     # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
     # dims would hide the floor of the small ones)
