@@ -14,8 +14,10 @@ draws the same cases (``tbe_shapes.draw_case``, by seed) and measures, in one pr
   loops over where bags are ragged.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_shapes.py --seed 21 [--seed 22] [--cases 16]
+    PYTHONPATH=.:benchmarks python3 benchmarks/forward_shapes.py --mlperf 4000000 [--mlperf 0]   # MLPerf tables
 
-About 3 minutes per seed of 16 cases on an H200. Writes ``forward_shapes_seed<S>[_<S>...]_<gpu>_<date>.json``.
+About 3 minutes per seed of 16 cases on an H200. Writes
+``forward_shapes[_seed<S>...][_mlperf<CAP>...]_<gpu>_<date>.json`` (the MLPerf cases' rows carry seed -1 - CAP).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_forward import loop_trips
+from polyrec.models.config import mlperf_dcnv2
 from polyrec.results import write_results
 
 
@@ -73,20 +76,41 @@ def run_case(seed: int, index: int, case: dict, gen: torch.Generator) -> dict:
     return row
 
 
+def draws(seed: int, cases: int) -> list[dict]:
+    """The first ``cases`` cases ``tbe_shapes`` draws from ``seed``."""
+    rng = random.Random(seed)
+    return [draw_case(rng, False) for _ in range(cases)]
+
+
+def mlperf_cases(cap: int) -> list[dict]:
+    """The MLPerf DLRM-DCNv2 tables (rows capped at ``cap``; 0: full size) at batch 65536, fixed bags,
+    sum pooling, unweighted: fp32 rows with uniform and skewed ids, fp16 rows with uniform ids."""
+    config = mlperf_dcnv2()
+    rows = [min(r, cap) if cap else r for r in config.table_rows]
+    base = {"rows": rows, "dims": [config.embedding_dim] * len(rows), "batch": 65536,
+            "mean_bag": [float(h) for h in config.multi_hot], "ragged": False, "optimizer": "rowwise_adagrad",
+            "weighted": False, "pooling": ["sum"] * len(rows)}
+    return [base | {"dtype": dtype, "skew": skew} for dtype, skew in (("fp32", False), ("fp32", True), ("fp16", False))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, action="append", required=True, help="tbe_shapes seed (repeatable)")
+    parser.add_argument("--seed", type=int, action="append", default=[], help="tbe_shapes seed (repeatable)")
+    parser.add_argument("--mlperf", type=int, action="append", default=[], metavar="CAP",
+                        help="the MLPerf tables with rows capped at CAP (0: full size; repeatable)")
     parser.add_argument("--cases", type=int, default=16, help="cases per seed (default 16, as tbe_shapes)")
     args = parser.parse_args()
     if args.cases < 1:
         parser.error(f"--cases must be >= 1, got {args.cases}")
+    if not args.seed and not args.mlperf:
+        parser.error("give --seed or --mlperf")
     if not torch.cuda.is_available():
         raise SystemExit("forward_shapes needs a GPU")
     rows = []
-    for seed in args.seed:
-        rng = random.Random(seed)
-        cases = [draw_case(rng, False) for _ in range(args.cases)]
-        gen = torch.Generator(device="cuda").manual_seed(seed)
+    drawn = [(seed, draws(seed, args.cases)) for seed in args.seed]
+    drawn += [(-1 - cap, mlperf_cases(cap)) for cap in args.mlperf]  # seed -1 - CAP names the MLPerf cases
+    for seed, cases in drawn:
+        gen = torch.Generator(device="cuda").manual_seed(seed % 2**31)
         for i, case in enumerate(cases):
             r = run_case(seed, i, case, gen)
             rows.append(r)
@@ -96,8 +120,9 @@ def main() -> None:
                   f"plan {r['plan_ms']:7.3f} / trained {r['plan_trained_ms']:7.3f} ms ({r['plan']})", flush=True)
     table = [{k: v for k, v in r.items() if k not in ("configs_ms", "configs_trained_ms", "iterations", "rows",
                                                        "bag_lengths", "pooling", "dims")} for r in rows]
-    name = "forward_shapes_seed" + "_".join(str(s) for s in args.seed)
-    write_results(name, {"rows": rows}, rows=table, summary={"seeds": args.seed, "cases_per_seed": args.cases})
+    name = "forward_shapes" + "".join(f"_seed{s}" for s in args.seed) + "".join(f"_mlperf{c}" for c in args.mlperf)
+    write_results(name, {"rows": rows}, rows=table, summary={"seeds": args.seed, "cases_per_seed": args.cases,
+                                                              "mlperf_caps": args.mlperf})
 
 
 if __name__ == "__main__":

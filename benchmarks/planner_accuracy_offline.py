@@ -33,6 +33,9 @@ def repredict(rows: list[dict]) -> list[dict]:
                "predicted_then_ms": r["predicted_ms"], "predicted_now_ms": step.total_ms,
                "error_then": r["error"], "error_now": step.total_ms / r["measured_ms"] - 1,
                "host_bound_now": step.host_ms >= step.total_ms - step.host_excess_ms}
+        if "meas_emb_ms" in r:  # the embedding phase alone (forward + backward + update)
+            row |= {"emb_measured_ms": r["meas_emb_ms"], "emb_then_ms": r["pred_emb_ms"],
+                    "emb_now_ms": step.embedding_fwd_ms + step.embedding_bwd_ms}
         if "measured_gb" in r:  # the peak the planner predicts does not depend on the calibration
             now_gb = plan.memory[0].used / 1e9 + r["harness_gb"]
             row |= {"measured_gb": r["measured_gb"], "predicted_then_gb": r["predicted_gb"], "predicted_now_gb": now_gb,
@@ -51,6 +54,10 @@ def summary(rows: list[dict]) -> dict:
               "device_bound_rows_now": geomean("predicted_now_ms", device),
               "host_bound_rows_now": geomean("predicted_now_ms", lambda r: r["host_bound_now"]),
               "device_bound_rows": sum(device(r) for r in rows)}
+    phase = [r for r in rows if "emb_measured_ms" in r and not r["host_bound_now"]]
+    if phase:
+        result |= {f"embedding_device_bound_{when}": geomean_abs_error([(r[f"emb_{when}_ms"], r["emb_measured_ms"])
+                                                                         for r in phase]) for when in ("then", "now")}
     memory = [r for r in rows if "measured_gb" in r]
     if memory:
         result |= {f"memory_max_{when}": max(abs(r[f"predicted_{when}_gb"] / r["measured_gb"] - 1) for r in memory)
