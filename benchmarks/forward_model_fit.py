@@ -24,7 +24,7 @@ alone (a check on cases the constants were not fitted on). ``--shapes FILE...``:
 ``tbe_shapes`` cases: ragged bags, small tables, trained forwards), priced with and without the batch's loop trips.
 
     PYTHONPATH=. python3 benchmarks/forward_model_fit.py [--grid] [--gather FILE [--only]] [--constants S,I,C[,L]]
-    PYTHONPATH=. python3 benchmarks/forward_model_fit.py --shapes FILE [FILE ...]
+    PYTHONPATH=. python3 benchmarks/forward_model_fit.py --shapes FILE [FILE ...] [--tag T]   # forward_model_shapes_*
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from polyrec.models.config import mlperf_dcnv2
 from polyrec.perfmodel import tbe_lookup as model
 from polyrec.perfmodel.tbe_lookup import ForwardTile
 from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
+from polyrec.results import write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GATHER = RESULTS / "gather_rate_2026-12-01" / "gather_rate_nvidia-h200_2026-12-01.json"
@@ -203,10 +204,17 @@ def report(label: str, cases: list[Case]) -> None:
         print(f"   {name:<26} {ratio:6.3f}  ({pick})")
 
 
-def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float, float, float, float]:
+#: What the planner added for a trained forward's sort keys before the key-store term (e098ff9): 8 bytes
+#: per id at the copy rate (``shapes_score``'s ``old_keys``).
+OLD_KEY_BYTES_PER_ID = 8
+
+
+def shapes_score(rows: list[dict], trained: bool, counted: bool,
+                 old_keys: bool = False) -> tuple[float, float, float, float]:
     """(rms log error, mean log error, pick / fastest geomean, worst pick) of ``forward_shapes`` rows:
     every candidate priced as the module prices it (L2 hits at the tables' ids; ``counted``: the batch's
-    loop trips, else bags of their mean length), inference or, ``trained``, with the sort-key stores."""
+    loop trips, else bags of their mean length), inference or, ``trained``, with the sort-key stores
+    (``old_keys``: as priced before, OLD_KEY_BYTES_PER_ID over the inference price)."""
     spec = get_device("H200")
     errs, picks = [], []
     for r in rows:
@@ -214,7 +222,9 @@ def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float,
         skew = "log_uniform" if r["skew"] else "uniform"
         hit = hit_fraction([TableLoad(rows=n, row_bytes=d * elem, accesses=r["batch"] * length, skew=skew)
                             for n, d, length in zip(r["rows"], r["dims"], r["bag_lengths"], strict=True)], spec)
-        arrays = (3 if r["weighted"] or "mean" in r["pooling"] else 2) if trained else 0
+        arrays = (3 if r["weighted"] or "mean" in r["pooling"] else 2) if trained and not old_keys else 0
+        copy = tbe_select.ceilings(spec).copy_bandwidth.value
+        extra_ms = 1e3 * r["nnz"] * OLD_KEY_BYTES_PER_ID / copy if old_keys else 0.0
         measured = r["configs_trained_ms" if trained else "configs_ms"]
         preds = {}
         for name in measured:
@@ -224,7 +234,7 @@ def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float,
             preds[name] = 1e3 * model.forward_seconds(
                 tile, spec, tbe_select.ceilings(spec), batch_size=r["batch"], bag_lengths=r["bag_lengths"],
                 row_bytes=r["block_d"] * elem, out_bytes=4, hit_fraction=hit, key_arrays=arrays,
-                loop_trips=r["iterations"][f"{bags}x{hots}"] if counted else None)
+                loop_trips=r["iterations"][f"{bags}x{hots}"] if counted else None) + extra_ms
         errs += [math.log(preds[k] / ms) for k, ms in measured.items()]
         picks.append(measured[min(preds, key=preds.get)] / min(measured.values()))
     logs = [math.log(p) for p in picks]
@@ -232,13 +242,24 @@ def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float,
             math.exp(sum(logs) / len(logs)), max(picks))
 
 
-def report_shapes(paths: list[Path]) -> None:
-    rows = [r for path in paths for r in json.loads(path.read_text())["results"]["rows"]]
-    print(f"forward_shapes: {len(rows)} cases")
-    for trained, counted in itertools.product((False, True), (False, True)):
-        print("   {:<9} {:<15} rms log error {:.3f}, mean {:+.3f}, pick / fastest {:.3f} (worst {:.2f})".format(
-            "trained" if trained else "inference", "counted trips" if counted else "mean bags",
-            *shapes_score(rows, trained, counted)))
+def report_shapes(paths: list[Path], tag: str) -> None:
+    """Each file's cases scored four ways (``shapes_score``), printed and written as ``forward_model_shapes``."""
+    table = []
+    for path in paths:
+        rows = json.loads(path.read_text())["results"]["rows"]
+        print(f"{path.name}: {len(rows)} cases")
+        for trained, counted, old in ((False, False, False), (False, True, False), (True, False, True),
+                                      (True, False, False), (True, True, False)):
+            rms, mean, pick, worst = shapes_score(rows, trained, counted, old)
+            kind = "trained, old" if old else "trained" if trained else "inference"
+            table.append({"file": path.name, "forward": kind,
+                          "bags": "counted trips" if counted else "mean length", "rms_log_error": rms,
+                          "mean_log_error": mean, "pick_over_fastest": pick, "worst_pick": worst})
+            print(f"   {table[-1]['forward']:<12} {table[-1]['bags']:<13} rms log error {rms:.3f}, mean {mean:+.3f}, "
+                  f"pick / fastest {pick:.3f} (worst {worst:.2f})")
+    write_results("forward_model_shapes" + (f"_{tag}" if tag else ""), {}, rows=table,
+                  summary={"constants": {"TRAINED_FORWARD_REGISTERS": model.TRAINED_FORWARD_REGISTERS,
+                                         "KEY_STORE_SEGMENT_BYTES": model.KEY_STORE_SEGMENT_BYTES}})
 
 
 def main() -> None:
@@ -249,12 +270,13 @@ def main() -> None:
     parser.add_argument("--shapes", type=Path, nargs="+", default=None,
                         help="forward_shapes results files alone: each candidate's inference and trained time "
                              "priced with and without the batch's loop trips")
+    parser.add_argument("--tag", default="", help="with --shapes: suffix of the results name")
     parser.add_argument("--constants", default=None,
                         help="setup,per_iter,cross_warp trips[,L2-hit latency fraction, default 1] "
                              "instead of the committed")
     args = parser.parse_args()
     if args.shapes:
-        report_shapes(args.shapes)
+        report_shapes(args.shapes, args.tag)
         return
     fitted = [] if args.only else (plan_ab_cases(PLAN_AB) + power_law_cases(POWER_LAW)
                                    + [c for path in FIT_DRAWS for c in gather_cases(path)])
