@@ -43,6 +43,7 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe_forward import block_d, vector_width
 from polyrec.models.config import mlperf_dcnv2
 from polyrec.perfmodel import tbe_lookup as model
+from polyrec.perfmodel.tbe import SORT_KEY_BYTES_PER_ID
 from polyrec.perfmodel.tbe_lookup import ForwardTile
 from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
 from polyrec.results import write_results
@@ -204,17 +205,11 @@ def report(label: str, cases: list[Case]) -> None:
         print(f"   {name:<26} {ratio:6.3f}  ({pick})")
 
 
-#: What the planner added for a trained forward's sort keys before the key-store term (e098ff9): 8 bytes
-#: per id at the copy rate (``shapes_score``'s ``old_keys``).
-OLD_KEY_BYTES_PER_ID = 8
-
-
-def shapes_score(rows: list[dict], trained: bool, counted: bool,
-                 old_keys: bool = False) -> tuple[float, float, float, float]:
+def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float, float, float, float]:
     """(rms log error, mean log error, pick / fastest geomean, worst pick) of ``forward_shapes`` rows:
     every candidate priced as the module prices it (L2 hits at the tables' ids; ``counted``: the batch's
-    loop trips, else bags of their mean length), inference or, ``trained``, with the sort-key stores
-    (``old_keys``: as priced before, OLD_KEY_BYTES_PER_ID over the inference price)."""
+    loop trips, else bags of their mean length), against its inference time or, ``trained``, its trained
+    time priced as the planner prices the sort keys (``perfmodel.tbe.SORT_KEY_BYTES_PER_ID`` more)."""
     spec = get_device("H200")
     errs, picks = [], []
     for r in rows:
@@ -222,9 +217,8 @@ def shapes_score(rows: list[dict], trained: bool, counted: bool,
         skew = "log_uniform" if r["skew"] else "uniform"
         hit = hit_fraction([TableLoad(rows=n, row_bytes=d * elem, accesses=r["batch"] * length, skew=skew)
                             for n, d, length in zip(r["rows"], r["dims"], r["bag_lengths"], strict=True)], spec)
-        arrays = (3 if r["weighted"] or "mean" in r["pooling"] else 2) if trained and not old_keys else 0
         copy = tbe_select.ceilings(spec).copy_bandwidth.value
-        extra_ms = 1e3 * r["nnz"] * OLD_KEY_BYTES_PER_ID / copy if old_keys else 0.0
+        keys_ms = 1e3 * r["nnz"] * SORT_KEY_BYTES_PER_ID / copy if trained else 0.0
         measured = r["configs_trained_ms" if trained else "configs_ms"]
         preds = {}
         for name in measured:
@@ -233,8 +227,8 @@ def shapes_score(rows: list[dict], trained: bool, counted: bool,
                                elem_bytes=elem)
             preds[name] = 1e3 * model.forward_seconds(
                 tile, spec, tbe_select.ceilings(spec), batch_size=r["batch"], bag_lengths=r["bag_lengths"],
-                row_bytes=r["block_d"] * elem, out_bytes=4, hit_fraction=hit, key_arrays=arrays,
-                loop_trips=r["iterations"][f"{bags}x{hots}"] if counted else None) + extra_ms
+                row_bytes=r["block_d"] * elem, out_bytes=4, hit_fraction=hit,
+                loop_trips=r["iterations"][f"{bags}x{hots}"] if counted else None) + keys_ms
         errs += [math.log(preds[k] / ms) for k, ms in measured.items()]
         picks.append(measured[min(preds, key=preds.get)] / min(measured.values()))
     logs = [math.log(p) for p in picks]
@@ -248,18 +242,15 @@ def report_shapes(paths: list[Path], tag: str) -> None:
     for path in paths:
         rows = json.loads(path.read_text())["results"]["rows"]
         print(f"{path.name}: {len(rows)} cases")
-        for trained, counted, old in ((False, False, False), (False, True, False), (True, False, True),
-                                      (True, False, False), (True, True, False)):
-            rms, mean, pick, worst = shapes_score(rows, trained, counted, old)
-            kind = "trained, old" if old else "trained" if trained else "inference"
-            table.append({"file": path.name, "forward": kind,
+        for trained, counted in itertools.product((False, True), (False, True)):
+            rms, mean, pick, worst = shapes_score(rows, trained, counted)
+            table.append({"file": path.name, "forward": "trained" if trained else "inference",
                           "bags": "counted trips" if counted else "mean length", "rms_log_error": rms,
                           "mean_log_error": mean, "pick_over_fastest": pick, "worst_pick": worst})
-            print(f"   {table[-1]['forward']:<12} {table[-1]['bags']:<13} rms log error {rms:.3f}, mean {mean:+.3f}, "
+            print(f"   {table[-1]['forward']:<9} {table[-1]['bags']:<13} rms log error {rms:.3f}, mean {mean:+.3f}, "
                   f"pick / fastest {pick:.3f} (worst {worst:.2f})")
     write_results("forward_model_shapes" + (f"_{tag}" if tag else ""), {}, rows=table,
-                  summary={"constants": {"TRAINED_FORWARD_REGISTERS": model.TRAINED_FORWARD_REGISTERS,
-                                         "KEY_STORE_SEGMENT_BYTES": model.KEY_STORE_SEGMENT_BYTES}})
+                  summary={"files": [p.name for p in paths]})
 
 
 def main() -> None:

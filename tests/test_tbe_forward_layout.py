@@ -1,6 +1,6 @@
 """What the pooled-forward model (polyrec.perfmodel.tbe_lookup) assumes of the compiled kernel, checked
 against compiles (CPU, no GPU): the warps Triton's layout puts along a tile's HOTS axis, and the
-registers half-precision rows save and those a trained lookup adds."""
+registers half-precision rows save."""
 
 from __future__ import annotations
 
@@ -55,18 +55,3 @@ def test_half_precision_rows_take_fewer_registers():
             fp32, fp16 = (compile_for(forward_job(dtype, 128, cfg, trained), spec).registers
                           for dtype in ("fp32", "fp16"))
             assert fp16 < fp32, (cfg, trained, fp16, fp32)
-
-
-@pytest.mark.compile
-def test_a_trained_lookup_takes_more_registers():
-    """The forward of a trained lookup (sort keys stored) compiles to more registers per thread than the
-    inference forward, on every candidate tile of narrow and wide rows: 8-77 more where
-    TRAINED_FORWARD_REGISTERS, fitted, says 16 (the model's base count is over most tiles' compiled one)."""
-    from polyrec.kernels.tbe_compile import forward_job
-
-    spec = get_device("H200")
-    for dtype, block_d in (("fp32", 128), ("fp16", 32)):
-        for cfg in forward_candidates(block_d, 32):
-            inference, trained = (compile_for(forward_job(dtype, block_d, cfg, t), spec).registers
-                                  for t in (False, True))
-            assert trained > inference, (dtype, cfg, inference, trained)

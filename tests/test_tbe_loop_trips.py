@@ -1,6 +1,5 @@
-"""Ragged bags and sort-key stores in the pooled forward's price: ``tbe_forward.loop_trips`` counts the
-loop iterations a program takes (its longest bag over HOTS), the forward model takes them, and the module
-plans with them; a trained lookup's forward pays its key stores (``tbe_lookup.key_store_bytes``)."""
+"""Ragged bags in the pooled forward's price: ``tbe_forward.loop_trips`` counts the loop iterations a
+program takes (its longest bag over HOTS), the forward model takes them, and the module plans with them."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_forward import loop_trips
 from polyrec.kernels.tbe_forward_plan import plan_forward
-from polyrec.perfmodel import tbe_lookup
 from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
 
 SPEC = get_device("H200")
@@ -87,23 +85,3 @@ def test_the_module_plans_with_the_batchs_trips(monkeypatch):
     assert seen["loop_trips"] == loop_trips(batch.offsets, 5, [0, 1], tiles)
     assert all(seen["loop_trips"][(bags, hots)] == [_brute(n, bags, hots) for n in lengths] for bags, hots in tiles)
 
-
-def test_key_stores_count_a_segment_per_bag_iteration():
-    """A bag longer than HOTS stores one segment of each key array per iteration; bags that fit one
-    iteration store one contiguous run per program; empty features store nothing."""
-    tile = ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=4, elem_bytes=4)
-    seg, elem = tbe_lookup.KEY_STORE_SEGMENT_BYTES, tbe_lookup.KEY_ELEMENT_BYTES
-    assert tbe_lookup.key_store_bytes(tile, 64, [100.0], 2) == 2 * (64 * 25 * seg + 6400 * elem)
-    assert tbe_lookup.key_store_bytes(tile, 64, [3.0], 3) == 3 * (16 * seg + 192 * elem)
-    assert tbe_lookup.key_store_bytes(tile, 64, [0.0, 1.0], 0) == 0
-    assert tbe_lookup.key_store_bytes(tile, 64, [0.0], 2) == 0
-
-
-def test_a_trained_forward_costs_more_than_inference():
-    """Sort-key stores and the registers they take: the MLPerf plan's trained forward is priced above its
-    inference forward, fp32 rows (bandwidth-bound) and fp16 (latency-bound) alike."""
-    ceil = tbe_select.ceilings(SPEC)
-    for elem in (4, 2):
-        tile = ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=16 // elem, elem_bytes=elem)
-        kw = dict(batch_size=65536, bag_lengths=[3.0, 100.0, 27.0], row_bytes=128 * elem, out_bytes=4)
-        assert forward_seconds(tile, SPEC, ceil, key_arrays=2, **kw) > forward_seconds(tile, SPEC, ceil, **kw)

@@ -65,10 +65,12 @@ class StepEstimate:
     sort_s: float  # of backward_s, the part that reads only the ids (the sort of the forward's keys)
 
 
-#: Sort-key arrays a trained forward stores (``tbe_lookup.key_store_bytes``): key and gradient row; a
-#: scale too where a table pools by mean or the batch has per-sample weights, which ``TableLoad`` does not
-#: say (the presets' tables pool by sum, unweighted).
-TRAINED_KEY_ARRAYS = 2
+#: Bytes per id a trained forward writes for the backward (int32 sort key and gradient row), priced at the
+#: copy rate beside the lookup. The stores cost more on the H200 (partial-sector segments and registers:
+#: +0.16-0.20 ms on the MLPerf tables where this prices 0.03, benchmarks/results/forward_shapes_2026-12-01/);
+#: pricing them so made the planner's MLPerf steps worse on four committed runs (its backward over-prices
+#: them by as much), so it is not adopted until that is mended.
+SORT_KEY_BYTES_PER_ID = 8
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
@@ -89,10 +91,10 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
                    for t, h in zip(tables, hits))
     out = batch_size * out_dim * out_bytes
     key_bytes = 4
-    sort_keys = nnz * (key_bytes + 4)  # the trained forward also writes each id's key and gradient row
+    sort_keys = nnz * SORT_KEY_BYTES_PER_ID
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil,
-                                    key_arrays=TRAINED_KEY_ARRAYS)
+    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
+             + sort_keys / ceil.copy_bandwidth.value)
     uniq = sum(unique_rows(t) for t in tables)
     # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
     # dims would hide the floor of the small ones)

@@ -49,21 +49,6 @@ HALF_ELEMENT_REGISTERS = 0.5
 #: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
 #: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
 LSU_BYTES_PER_CLK = {"nvidia": 128, "amd": 64}
-#: Registers per thread a trained lookup's forward takes beyond an inference one (it also computes and
-#: stores each id's sort key, gradient row and scale). Fitted with KEY_STORE_SEGMENT_BYTES on the trained
-#: sweeps of 16 random ``tbe_shapes`` cases per seed (``benchmarks/forward_shapes.py``, seeds 21 and 22,
-#: ``benchmarks/results/forward_shapes_2026-12-01/``): rms log error of every candidate's trained time
-#: 0.41 -> 0.30, and on seed 23 (not fitted on) 0.48 -> 0.30. The cuda:90 compiles add 24-77 (42 in the
-#: mean, per-sample weights and scales included); 16 fits best because the base count above over-counts
-#: most tiles (8 and 20 fitted 0.32 and 0.37: the occupancy steps at the 8-register granule).
-TRAINED_FORWARD_REGISTERS = 16
-#: Bytes of copy rate one store segment of the sort keys costs: each bag writes HOTS positions of each
-#: key array per iteration (a run of the program's BAGS bags where a bag fits in one iteration), a
-#: partial 32 B sector that memory completes by a read-modify-write. Fitted with
-#: TRAINED_FORWARD_REGISTERS (48 / 64 / 80 B fitted 0.31 / 0.30 / 0.30).
-KEY_STORE_SEGMENT_BYTES = 64
-#: Bytes of a sort-key array element (int32 key, int32 gradient row, fp32 scale).
-KEY_ELEMENT_BYTES = 4
 
 
 #: Per (BAGS, HOTS) tile, each feature's loop iterations per program on a batch (``forward_seconds``'s
@@ -96,24 +81,23 @@ def warps_along_hots(tile: ForwardTile, warp_size: int) -> int:
     return max(tile.num_warps // (warps_d * warps_bags), 1)
 
 
-def forward_registers(tile: ForwardTile, warp_size: int, trained: bool = False) -> int:
+def forward_registers(tile: ForwardTile, warp_size: int) -> int:
     """32-bit registers per thread: the fp32 accumulator [bags, block_d] with its 64-bit row base per
     element (2 per element), the loaded [bags, hots, block_d] tile (1 per element, HALF_ELEMENT_REGISTERS
     for half-precision rows) and ~32 for indices, masks and loop state; capped at the 255 the compiler
     allows. Only roughly the compiles' (cuda:90, D = 128, inference / trained): 4 x 4 w2 fp32 rows 80
     here, 66 / 96 compiled; fp16 64 here, 48 / 64; staged 16 x 1 w2 fp32 128 here, 165 / 192. The
-    compiled counts themselves, tried offline in place of this one, fitted no better (docs/tbe.md).
-    ``trained``: the forward also writes the sort keys (TRAINED_FORWARD_REGISTERS more)."""
+    compiled counts themselves, tried offline in place of this one, fitted no better (docs/tbe.md)."""
     threads = tile.num_warps * warp_size
     acc = tile.bags * tile.block_d / threads
     per_element = HALF_ELEMENT_REGISTERS if tile.elem_bytes == 2 else 1.0
     loaded = tile.bags * tile.hots * tile.block_d / threads * per_element
-    return int(min(255, 32 + 2 * acc + loaded + (TRAINED_FORWARD_REGISTERS if trained else 0)))
+    return int(min(255, 32 + 2 * acc + loaded))
 
 
-def forward_slots(tile: ForwardTile, spec: DeviceSpec, trained: bool = False) -> int:
+def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
     """Programs resident on the whole device (registers, warp slots, block slots)."""
-    regs = -(-forward_registers(tile, spec.warp_size, trained) // 8) * 8  # allocation granule of 8 registers
+    regs = -(-forward_registers(tile, spec.warp_size) // 8) * 8  # allocation granule of 8 registers
     threads = tile.num_warps * spec.warp_size
     per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // tile.num_warps,
                  MAX_PROGRAMS_PER_CU[spec.vendor])
@@ -122,7 +106,7 @@ def forward_slots(tile: ForwardTile, spec: DeviceSpec, trained: bool = False) ->
 
 def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
                     bag_lengths: list[float], row_bytes: int, out_bytes: int, hit_fraction: float = 0.0,
-                    loop_trips: Sequence[float] | None = None, key_arrays: int = 0) -> float:
+                    loop_trips: Sequence[float] | None = None) -> float:
     """Predicted pooled-forward time: the longer of the bytes at the copy rate (row reads that miss
     L2, ``1 - hit_fraction`` of them, each at least RANDOM_READ_MIN_BYTES, and the output) and the
     programs' chains of dependent round trips over the resident slots, plus the load-issue time of the
@@ -130,47 +114,33 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     takes LOADED_LATENCY_S, shortened by the L2 hits (``L2_HIT_LATENCY_FRACTION``).
     ``loop_trips``: each feature's loop iterations per program under this tile, where the batch is at
     hand (``tbe_forward.loop_trips``): a program loops over the longest of its BAGS bags, so ragged bags
-    take more iterations than their mean length says. None: every bag at its feature's mean length.
-    ``key_arrays``: a trained lookup's forward, which also stores this many sort-key arrays (2, 3 with
-    scales: ``key_store_bytes``) and takes TRAINED_FORWARD_REGISTERS more; 0: inference."""
+    take more iterations than their mean length says. None: every bag at its feature's mean length."""
     lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
     programs = -(-batch_size // tile.bags)
     iters = (list(loop_trips) if loop_trips is not None
              else [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths])
     per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * (warps_along_hots(tile, spec.warp_size) - 1)
     chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
-    latency_s = programs * sum(chains) * lat / forward_slots(tile, spec, trained=key_arrays > 0)
+    latency_s = programs * sum(chains) * lat / forward_slots(tile, spec)
     nnz = batch_size * sum(bag_lengths)
     read = nnz * random_read_bytes(row_bytes) * (1.0 - hit_fraction)
-    written = batch_size * len(bag_lengths) * out_bytes + key_store_bytes(tile, batch_size, bag_lengths, key_arrays)
-    bytes_s = (read + written) / ceil.copy_bandwidth.value
+    bytes_s = (read + batch_size * len(bag_lengths) * out_bytes) / ceil.copy_bandwidth.value
     issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
     issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
     return max(bytes_s, latency_s) + issue_s + max(chains, default=0) * lat
 
 
-def key_store_bytes(tile: ForwardTile, batch_size: int, bag_lengths: list[float], key_arrays: int) -> float:
-    """Bytes of copy rate the sort keys' stores cost: per array, its elements plus KEY_STORE_SEGMENT_BYTES
-    per store segment: one per bag per iteration, or one per program where a bag fits in one iteration
-    (its BAGS bags' positions are then contiguous)."""
-    programs = -(-batch_size // tile.bags)
-    segments = sum(0 if length <= 0 else programs if length <= tile.hots else batch_size * math.ceil(length / tile.hots)
-                   for length in bag_lengths)
-    return key_arrays * (segments * KEY_STORE_SEGMENT_BYTES + batch_size * sum(bag_lengths) * KEY_ELEMENT_BYTES)
-
-
 def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[ForwardTile, Sequence[int]]], *,
-                            batch_size: int, out_bytes: int, spec: DeviceSpec, ceil: Ceilings,
-                            key_arrays: int = 0) -> float:
+                            batch_size: int, out_bytes: int, spec: DeviceSpec, ceil: Ceilings) -> float:
     """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
     index, its rows of ``block_d`` elements) priced by ``forward_seconds`` at those tables'
-    ``hit_fraction``, plus a launch latency each; ``key_arrays``: as ``forward_seconds``'s."""
+    ``hit_fraction``, plus a launch latency each."""
     total = 0.0
     for tile, reads in launches:
         loads = [tables[i] for i in reads]
         total += forward_seconds(tile, spec, ceil, batch_size=batch_size,
                                  bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
                                  row_bytes=tile.block_d * tile.elem_bytes, out_bytes=out_bytes,
-                                 hit_fraction=hit_fraction(loads, spec), key_arrays=key_arrays)
+                                 hit_fraction=hit_fraction(loads, spec))
         total += ceil.launch_latency.value
     return total
