@@ -82,7 +82,6 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         # selection then weighs the merge levels' host issue (tbe_select.select_update's host_bound)
         self.host_bound = False
         self.staged_forward: bool | None = None  # pooled_forward_kernel's STAGED; None: tbe_select.staged_loads
-        self.flat_keys: bool | None = None  # pooled_forward_kernel's FLAT_KEYS; None: tbe_select.flat_sort_keys
         # On the CPU, keep flagged bad input for check_errors instead of raising in the lookup (sharded
         # tables: every rank checks at the same point, polyrec.runtime.sharding)
         self.defer_errors = False
@@ -420,8 +419,6 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             HAS_PER_SAMPLE=batch.weights is not None, HAS_MEAN=bool(any(t.pooling == "mean" for t in self.tables)),
             STAGED=tbe_select.staged_loads(cfg) if self.staged_forward is None else self.staged_forward,
             SORT_KEYS=keys is not None, HAS_SCALE=keys is not None and keys.scale is not None,
-            FLAT_KEYS=keys is not None and (tbe_select.flat_sort_keys(cfg) if self.flat_keys is None
-                                            else self.flat_keys), KEY_CHUNK=tbe_select.FLAT_KEY_CHUNK,
             num_warps=cfg.num_warps)
 
     def _check_bag_ends(self, offsets: Tensor, nnz: int) -> None:

@@ -78,8 +78,7 @@ def forward_job(dtype: str, block_d: int, cfg: tbe_select.ForwardConfig, trained
     staged = tbe_select.staged_loads(cfg)
     vec = min(16 // (4 if dtype == "fp32" else 2), block_d)
     consts = dict(BAGS=cfg.bags, HOTS=cfg.hots, BLOCK_D=block_d, VEC=vec, HAS_PER_SAMPLE=trained, HAS_MEAN=True,
-                  STAGED=staged, SORT_KEYS=trained, HAS_SCALE=trained,
-                  FLAT_KEYS=trained and tbe_select.flat_sort_keys(cfg), KEY_CHUNK=tbe_select.FLAT_KEY_CHUNK)
+                  STAGED=staged, SORT_KEYS=trained, HAS_SCALE=trained)
     return _job(f"tbe fwd {dtype} D{block_d} bags{cfg.bags} hots{cfg.hots} w{cfg.num_warps}"
                 + (" staged" if staged else "") + ("" if trained else " inference"), pooled_forward_kernel, dtype,
                 consts, cfg.num_warps)

@@ -111,38 +111,6 @@ def _store_sort_keys(keys_ptr, src_ptr, scale_ptr, pos, in_bag, ok, idx, key_bas
 
 
 @triton.jit
-def _store_sort_keys_flat(values_ptr, per_sample_ptr, keys_ptr, src_ptr, scale_ptr, f, b0, bag_ok, start, length,
-                          rows, key_base, bag_scale, batch_size, invalid_key, HAS_PER_SAMPLE: tl.constexpr,
-                          HAS_SCALE: tl.constexpr, BAGS: tl.constexpr, CHUNK: tl.constexpr):
-    """``_store_sort_keys`` of every id position of the program's BAGS bags, CHUNK consecutive positions at a
-    time: the bags of one feature and consecutive samples hold consecutive positions, so each store covers
-    whole sectors, where the tile loop's stores are one HOTS-position segment per bag and iteration. A
-    position belongs to the good bag (``bag_ok``, ``length`` > 0) of the largest start at or before it, if
-    it lies inside that bag; the others (gaps left by malformed offsets) are not written. ``bag_scale``
-    [BAGS]: the bag's gradient scale (1 / length for mean pooling)."""
-    b = tl.arange(0, BAGS)
-    good = bag_ok & (length > 0)
-    hi = tl.max(tl.where(good, start + length, 0), axis=0)
-    lo = tl.min(tl.where(good, start, hi), axis=0)  # no good bag: lo = hi = 0, nothing stored
-    for p0 in range(lo, hi, CHUNK):
-        pos = p0 + tl.arange(0, CHUNK)  # [CHUNK]
-        owner = tl.max(tl.where(good[None, :] & (start[None, :] <= pos[:, None]), b[None, :], -1), axis=1)
-        one = b[None, :] == owner[:, None]  # [CHUNK, BAGS]
-        end = tl.sum(tl.where(one, (start + length)[None, :], 0), axis=1)
-        inside = (owner >= 0) & (pos < end)
-        idx = tl.load(values_ptr + pos, mask=inside, other=0).to(tl.int64)
-        ok = inside & (idx >= 0) & (idx < rows)
-        kt = keys_ptr.dtype.element_ty
-        tl.store(keys_ptr + pos, tl.where(ok, key_base.to(kt) + idx.to(kt), invalid_key.to(kt)), mask=inside)
-        tl.store(src_ptr + pos, (f * batch_size + b0 + owner).to(tl.int32), mask=inside)
-        if HAS_SCALE:
-            scale = tl.sum(tl.where(one, bag_scale[None, :], 0.0), axis=1)
-            if HAS_PER_SAMPLE:
-                scale = scale * tl.load(per_sample_ptr + pos, mask=inside, other=0.0).to(tl.float32)
-            tl.store(scale_ptr + pos, scale, mask=inside)
-
-
-@triton.jit
 def pooled_forward_kernel(
     weights_ptr, values_ptr, offsets_ptr, per_sample_ptr, out_ptr, flags_ptr,
     feat_ids_ptr, feat_table_ptr, feat_col_ptr, feat_mean_ptr, table_rows_ptr, table_elem_base_ptr, table_dim_ptr,
@@ -150,8 +118,7 @@ def pooled_forward_kernel(
     batch_size, nnz, out_stride, invalid_key,
     BAGS: tl.constexpr, HOTS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr,
     HAS_PER_SAMPLE: tl.constexpr, HAS_MEAN: tl.constexpr, STAGED: tl.constexpr = False,
-    SORT_KEYS: tl.constexpr = False, HAS_SCALE: tl.constexpr = False, FLAT_KEYS: tl.constexpr = False,
-    KEY_CHUNK: tl.constexpr = 1,
+    SORT_KEYS: tl.constexpr = False, HAS_SCALE: tl.constexpr = False,
 ):
     """out[b, col_f : col_f + dim] = pool over the bag of (feature f, sample b) of weight rows.
     ``STAGED``: a barrier after the id loads and one after the row loads, so that a thread issues all
@@ -159,9 +126,7 @@ def pooled_forward_kernel(
     add per row, one round trip after another).
     ``SORT_KEYS`` (a lookup that will be trained): also write what ``sort_keys_kernel`` writes for the
     backward (key, gradient row and, with ``HAS_SCALE``, scale of each id position), from the ids this
-    kernel loads anyway: the backward then skips that kernel's second read of the ids and offsets.
-    ``FLAT_KEYS``: those stores after the loop, KEY_CHUNK consecutive positions at a time
-    (``_store_sort_keys_flat``), instead of one segment per bag and iteration."""
+    kernel loads anyway: the backward then skips that kernel's second read of the ids and offsets."""
     f = tl.load(feat_ids_ptr + tl.program_id(1))
     t = tl.load(feat_table_ptr + f)
     rows = tl.load(table_rows_ptr + t)
@@ -172,8 +137,7 @@ def pooled_forward_kernel(
     if SORT_KEYS:
         key_base = tl.load(table_key_base_ptr + t)
         src = (f * batch_size + bags)[:, None]  # [BAGS, 1] int32: the bag's gradient row
-        bag_scale = _mean_scale(feat_mean_ptr, f, length, HAS_SCALE)  # [BAGS]
-        key_scale = bag_scale[:, None]
+        key_scale = _mean_scale(feat_mean_ptr, f, length, HAS_SCALE)[:, None]
     d = tl.arange(0, BLOCK_D)
     d_ok = d < dim
     h = tl.arange(0, HOTS)
@@ -188,7 +152,7 @@ def pooled_forward_kernel(
         ok = in_bag & (idx >= 0) & (idx < rows)
         bad_ids = bad_ids | (in_bag & ~ok)
         row = base + idx * dim  # [BAGS, HOTS] element offset of each row
-        if SORT_KEYS and not FLAT_KEYS:  # before the row loads: idx is dead once they are issued
+        if SORT_KEYS:  # before the row loads: idx is dead once they are issued
             if HAS_PER_SAMPLE:
                 per_pos = key_scale * tl.load(per_sample_ptr + pos, mask=in_bag, other=0.0).to(tl.float32)
             else:
@@ -211,10 +175,6 @@ def pooled_forward_kernel(
     col = tl.load(feat_col_ptr + f)
     out = out_ptr + bags[:, None].to(tl.int64) * out_stride + col + d[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=bag_ok[:, None] & d_ok[None, :])
-    if FLAT_KEYS:
-        _store_sort_keys_flat(values_ptr, per_sample_ptr, keys_ptr, src_ptr, scale_ptr, f, tl.program_id(0) * BAGS,
-                              bag_ok, start, length, rows, key_base, bag_scale, batch_size,
-                              invalid_key, HAS_PER_SAMPLE, HAS_SCALE, BAGS, KEY_CHUNK)
     _raise_flags(flags_ptr, f, bad_ids, bad_off)
 
 

@@ -231,20 +231,6 @@ def staged_loads(cfg: ForwardConfig) -> bool:
     return cfg.hots == 1
 
 
-#: Most bags per program whose sort keys a trained forward stores in flat chunks (``flat_sort_keys``):
-#: finding each position's bag compares it with every bag's start, BAGS operations per position.
-FLAT_KEY_MAX_BAGS = 16
-#: Consecutive id positions per flat sort-key store: 64 x 4 B, two 128 B lines of each key array.
-FLAT_KEY_CHUNK = 64
-
-
-def flat_sort_keys(cfg: ForwardConfig) -> bool:
-    """Whether a trained forward under ``cfg`` stores the sort keys in flat chunks of consecutive
-    positions after its loop (``pooled_forward_kernel``'s FLAT_KEYS) instead of one HOTS-position segment
-    per bag and iteration: up to FLAT_KEY_MAX_BAGS bags per program."""
-    return cfg.bags <= FLAT_KEY_MAX_BAGS
-
-
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
                    row_bytes: int, vec: int, bag_lengths: list[float] | None = None,
                    hit_fraction: float = 0.0, loop_trips: LoopTrips | None = None) -> ForwardConfig:
