@@ -262,7 +262,7 @@ def loop_trips(offsets: Tensor, batch_size: int, features: list[int],
     """Per (BAGS, HOTS) tile, per feature (of ``features``, positions in the batch's feature-major
     ``offsets``): the mean over the feature's programs of the loop iterations ``pooled_forward_kernel``
     takes, ceil(longest of the program's BAGS bags / HOTS). Where bags are ragged this exceeds the
-    mean bag's iterations (16-id bags drawn uniform in [0, 32]: 8 bags per program loop ~1.8x as long);
+    mean bag's iterations (bags of 0-32 ids, uniform: 8 bags per program at HOTS 4 loop 1.9x as long);
     it is what ``perfmodel.tbe_lookup.forward_seconds`` takes as ``loop_trips``. Synchronises once."""
     if batch_size == 0 or not features:
         return {tile: [0.0] * len(features) for tile in tiles}

@@ -66,7 +66,7 @@ class StepEstimate:
 
 
 #: Bytes per id a trained forward writes for the backward (int32 sort key and gradient row), priced at the
-#: copy rate beside the lookup. The stores cost more on the H200 (partial-sector segments and registers:
+#: copy rate beside the lookup. The stores cost more on the H200 (a segment per bag and iteration, registers:
 #: +0.16-0.20 ms on the MLPerf tables where this prices 0.03, benchmarks/results/forward_shapes_2026-12-01/);
 #: pricing them so made the planner's MLPerf steps worse on four committed runs (its backward over-prices
 #: them by as much), so it is not adopted until that is mended.
