@@ -207,18 +207,19 @@ def report(label: str, cases: list[Case]) -> None:
 
 def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float, float, float, float]:
     """(rms log error, mean log error, pick / fastest geomean, worst pick) of ``forward_shapes`` rows:
-    every candidate priced as the module prices it (L2 hits at the tables' ids; ``counted``: the batch's
-    loop trips, else bags of their mean length), against its inference time or, ``trained``, its trained
-    time priced as the planner prices the sort keys (``perfmodel.tbe.SORT_KEY_BYTES_PER_ID`` more)."""
+    every candidate priced at its ids' L2 hits, as the planner prices them (errors and picks alike;
+    ``counted``: the batch's loop trips, as the module takes them, else bags of their mean length), against
+    its inference time or, ``trained``, its trained time priced as the planner prices the sort keys
+    (``perfmodel.tbe.SORT_KEY_BYTES_PER_ID`` more)."""
     spec = get_device("H200")
+    ceil = tbe_select.ceilings(spec)
     errs, picks = [], []
     for r in rows:
         elem = {"fp32": 4, "fp16": 2, "bf16": 2}[r["dtype"]]
         skew = "log_uniform" if r["skew"] else "uniform"
         hit = hit_fraction([TableLoad(rows=n, row_bytes=d * elem, accesses=r["batch"] * length, skew=skew)
                             for n, d, length in zip(r["rows"], r["dims"], r["bag_lengths"], strict=True)], spec)
-        copy = tbe_select.ceilings(spec).copy_bandwidth.value
-        keys_ms = 1e3 * r["nnz"] * SORT_KEY_BYTES_PER_ID / copy if trained else 0.0
+        keys_ms = 1e3 * r["nnz"] * SORT_KEY_BYTES_PER_ID / ceil.copy_bandwidth.value if trained else 0.0
         measured = r["configs_trained_ms" if trained else "configs_ms"]
         preds = {}
         for name in measured:
@@ -226,7 +227,7 @@ def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float,
             tile = ForwardTile(bags=bags, hots=hots, block_d=r["block_d"], num_warps=warps, vec=r["vec"],
                                elem_bytes=elem)
             preds[name] = 1e3 * model.forward_seconds(
-                tile, spec, tbe_select.ceilings(spec), batch_size=r["batch"], bag_lengths=r["bag_lengths"],
+                tile, spec, ceil, batch_size=r["batch"], bag_lengths=r["bag_lengths"],
                 row_bytes=r["block_d"] * elem, out_bytes=4, hit_fraction=hit,
                 loop_trips=r["iterations"][f"{bags}x{hots}"] if counted else None) + keys_ms
         errs += [math.log(preds[k] / ms) for k, ms in measured.items()]

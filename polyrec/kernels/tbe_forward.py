@@ -266,8 +266,8 @@ def loop_trips(offsets: Tensor, batch_size: int, features: list[int],
     it is what ``perfmodel.tbe_lookup.forward_seconds`` takes as ``loop_trips``. Synchronises once."""
     if batch_size == 0 or not features:
         return {tile: [0.0] * len(features) for tile in tiles}
-    bags = offsets[: (max(features) + 1) * batch_size + 1].diff().clamp_min(0)
-    lengths = bags.view(-1, batch_size)[features]  # [F, B]
+    bag_ends = offsets[: (max(features) + 1) * batch_size + 1]
+    lengths = bag_ends.diff().clamp_min(0).view(-1, batch_size)[features]  # [F, B]
     trips = []
     for bags_per_program, hots in tiles:
         programs = -(-batch_size // bags_per_program)
