@@ -117,6 +117,21 @@ def test_mlperf_estimate_is_bandwidth_bound():
     assert 10e6 < est.unique_rows < 14e6
 
 
+def test_a_launch_pays_each_features_bound_in_turn():
+    """The grid runs a launch's features one after another, so a feature bound by its row bytes does not
+    hide the round trips of one-hot features beside it: they cost about their sum apart (only the tail of
+    the grid, the longest chain, is paid once), not the larger of their summed bytes and summed trips."""
+    spec = get_device("H200")
+    tile = ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=4, elem_bytes=4)
+
+    def seconds(lengths: list[float]) -> float:
+        return forward_seconds(tile, spec, ceilings(spec), batch_size=65536, bag_lengths=lengths, row_bytes=512,
+                               out_bytes=4, hit_fraction=0.0)
+
+    wide, one_hot = seconds([100.0]), seconds([1.0] * 8)
+    assert 0.97 * (wide + one_hot) < seconds([100.0] + [1.0] * 8) <= wide + one_hot
+
+
 def test_forward_model_ranks_the_measured_h200_sweep():
     """Regression check against the committed H200 forward sweep (MLPerf shapes, fp32, uniform): the
     config the selector picks was measured within ~10% of the fastest config of the whole sweep, and
