@@ -124,12 +124,13 @@ def test_a_launch_pays_each_features_bound_in_turn():
     spec = get_device("H200")
     tile = ForwardTile(bags=4, hots=4, block_d=128, num_warps=2, vec=4, elem_bytes=4)
 
-    def seconds(lengths: list[float]) -> float:
-        return forward_seconds(tile, spec, ceilings(spec), batch_size=65536, bag_lengths=lengths, row_bytes=512,
-                               out_bytes=4, hit_fraction=0.0)
+    def seconds(lengths: list[float], batch_size: int = 65536) -> float:
+        return forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=lengths,
+                               row_bytes=512, out_bytes=4, hit_fraction=0.0)
 
     wide, one_hot = seconds([100.0]), seconds([1.0] * 8)
     assert 0.97 * (wide + one_hot) < seconds([100.0] + [1.0] * 8) <= wide + one_hot
+    assert 0.0 < seconds([100.0] + [1.0] * 8, batch_size=0) < wide  # no programs: the setup chain alone
 
 
 def test_forward_model_ranks_the_measured_h200_sweep():

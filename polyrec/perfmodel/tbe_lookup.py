@@ -1,7 +1,7 @@
-"""Cost model of the pooled lookup (``pooled_forward_kernel``; pure Python): a launch runs its features one
-after another (its grid is feature-major), each taking the longer of its row reads at the copy rate and its
-programs' chains of dependent round trips over the programs resident at once (registers, warp and block
-slots decide how many), plus the launch's load issue. The forward
+"""Cost model of the pooled lookup (``pooled_forward_kernel``; pure Python): a launch runs its features in
+turn (its grid is feature-major), each taking the longer of its row reads at the copy rate and its programs'
+chains of dependent round trips over the programs resident at once (registers, warp and block slots decide
+how many), plus the launch's load issue. The forward
 selector (``tbe_select.select_forward``), the forward plan (``tbe_forward_plan``) and the planner price
 the same launches with it.
 """
@@ -108,18 +108,21 @@ def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
 def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
                     bag_lengths: list[float], row_bytes: int, out_bytes: int, hit_fraction: float = 0.0,
                     loop_trips: Sequence[float] | None = None) -> float:
-    """Predicted pooled-forward time: per feature, in turn (the grid's programs run feature by feature),
-    the longer of its bytes at the copy rate (row reads that miss L2, ``1 - hit_fraction`` of them, each
-    at least RANDOM_READ_MIN_BYTES, and its output) and its programs' chains of dependent round trips over
-    the resident slots; plus the load-issue time of the whole tile (masked lanes included) and the last
-    program's chain (the tail of the grid). A round trip takes LOADED_LATENCY_S, shortened by the L2 hits
-    (``L2_HIT_LATENCY_FRACTION``). Until the twenty-ninth session the launch took the longer of all its
-    bytes and all its chains: a feature bound by its bytes then hid the round trips of the short bags
-    beside it, and with the H200's measured copy rate (4.24 TB/s, not the datasheet's 4.8) the MLPerf
-    forward planned one 4 x 4 launch, 1.856 ms against 1.757 for the two-launch plan
-    (benchmarks/results/forward_shapes_2026-12-01). Priced so, the committed sweeps' rms log error
-    (``benchmarks/forward_model_fit.py``) went 0.230 -> 0.227 at the datasheet's copy rate and 0.215 -> 0.212
-    at the measured one, the picks 1.011 -> 1.011 and 1.012 -> 1.015 of the fastest (the constants kept).
+    """Predicted pooled-forward time: per feature, in turn (the grid is feature-major: a feature's programs
+    run together, then the next feature's), the longer of its bytes at the copy rate (row reads that miss
+    L2, ``1 - hit_fraction`` of them, each at least RANDOM_READ_MIN_BYTES, and its output) and its programs'
+    chains of dependent round trips over the resident slots; features with fewer programs than the slots
+    share a turn with those resident beside them. Plus the load-issue time of the whole tile (masked lanes
+    included) and the last program's chain (the tail of the grid). A round trip takes LOADED_LATENCY_S,
+    shortened by the L2 hits (``L2_HIT_LATENCY_FRACTION``).
+    Until the twenty-ninth session a launch took the longer of all its bytes and all its chains: a feature
+    bound by its bytes hid the round trips of the short bags beside it, and at the H200's measured copy
+    rate (a stored calibration: 4.15-4.24 TB/s, not the datasheet's 4.8) the MLPerf forward planned one
+    4 x 4 launch, measured 1.851 ms against 1.752 for the two launches it plans now
+    (benchmarks/results/forward_phases_2026-12-01). On the committed sweeps (``benchmarks/forward_model_fit.py``,
+    the constants kept) the rms log error went 0.230 -> 0.227 at the datasheet's copy rate and 0.215 -> 0.212
+    at a measured one, the single-launch picks 1.011 -> 1.011 and 1.012 -> 1.015 of the fastest; on the
+    draws not fitted on, rms 0.342 -> 0.334 and 0.323 -> 0.318, picks 1.047 -> 1.047 and 1.035 -> 1.031.
     ``loop_trips``: each feature's loop iterations per program under this tile, where the batch is at
     hand (``tbe_forward.loop_trips``): a program loops over the longest of its BAGS bags, so ragged bags
     take more iterations than their mean length says. None: every bag at its feature's mean length."""
@@ -131,8 +134,11 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
     slots = forward_slots(tile, spec)
     per_read = random_read_bytes(row_bytes) * (1.0 - hit_fraction)
-    phases = sum(max((batch_size * (length * per_read + out_bytes)) / ceil.copy_bandwidth.value,
-                     programs * chain * lat / slots) for length, chain in zip(bag_lengths, chains, strict=True))
+    bytes_s = [batch_size * (length * per_read + out_bytes) / ceil.copy_bandwidth.value for length in bag_lengths]
+    trips_s = [programs * chain * lat / slots for chain in chains]
+    together = max(1, slots // max(programs, 1))  # features whose programs are resident at once
+    phases = sum(max(sum(bytes_s[f:f + together]), sum(trips_s[f:f + together]))
+                 for f in range(0, len(bag_lengths), together))
     issued = programs * sum(iters) * tile.bags * tile.hots * row_bytes
     issue_s = issued / (spec.compute_units * LSU_BYTES_PER_CLK[spec.vendor] * spec.boost_clock_hz)
     return phases + issue_s + max(chains, default=0) * lat
