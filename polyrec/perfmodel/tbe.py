@@ -71,9 +71,6 @@ class StepEstimate:
 #: pricing them so made the planner's MLPerf steps worse on four committed runs (its backward over-prices
 #: them by as much), so it is not adopted until that is mended.
 SORT_KEY_BYTES_PER_ID = 8
-#: Sort-key arrays a trained forward stores (``tbe_lookup.key_store_bytes``): key and gradient row; a scale
-#: too where a table pools by mean or the batch has per-sample weights, which ``TableLoad`` does not say.
-TRAINED_KEY_ARRAYS = 2
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
@@ -96,8 +93,8 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     key_bytes = 4
     sort_keys = nnz * SORT_KEY_BYTES_PER_ID
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil,
-                                    key_arrays=TRAINED_KEY_ARRAYS)
+    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
+             + sort_keys / ceil.copy_bandwidth.value)
     uniq = sum(unique_rows(t) for t in tables)
     # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
     # dims would hide the floor of the small ones)
@@ -108,10 +105,9 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
                      state_bytes_per_row=state_bytes_per_row)
     bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
     sort_s = sort_seconds(int(nnz), key_bytes, ceil)
-    miss = slice_miss([(t.accesses, t.row_bytes / weight_bytes) for t in tables], batch_size, bwd.grad_bytes, spec)
-    bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw, slice_miss=miss,
-                                    row_state_s=row_state_seconds(nnz, spec) if row_state else 0.0) \
-        + 2 * ceil.launch_latency.value
+    bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
+    if row_state:
+        bwd_s += row_state_seconds(nnz, spec)
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
                         unique_rows=uniq, sort_s=sort_s)
 
@@ -181,7 +177,7 @@ MERGE_LEVEL_HOST_S = TRITON_PASS_HOST_S
 #:   more, is not measured apart (its SASS is as long; ptxas gives it 8 more registers uncapped).
 #: Until c1ce9af one value, 0.866, fitted on the fp32-gradient row of the kernel then (5.21 ms).
 #: fp16 / bf16 rows move fewer bytes but round stochastically, which is issue-bound: ``rounding_seconds``.
-UPDATE_COPY_FRACTION = {4: 0.78, 2: 0.78}
+UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: UPDATE_COPY_FRACTION of the lane update of tables that share one dim (``UpdateShape.one_dim``: rows
 #: addressed as global row x dim, no table looked up, ``tbe_backward.tile_rows``'s ONE_DIM; the gradient
 #: slices loaded evict-last in L2, the rows and state stored evict-first; 128-register cap,
@@ -199,9 +195,7 @@ UPDATE_COPY_FRACTION = {4: 0.78, 2: 0.78}
 #: at 4M rows, bf16 gradient, lane + permute + merge, s16d_*: Adagrad 5.124 -> 4.738 ms, Adam 7.252 -> 6.860,
 #: against row-wise Adagrad 3.885 -> 2.926, SGD 3.228 -> 2.529): they keep UPDATE_COPY_FRACTION and
 #: LANE_INSTRUCTIONS.
-ONE_DIM_UPDATE_COPY_FRACTION = {4: 0.86, 2: 0.86}
-META_COUNTED = 1.0
-SLICE_L2_REACH = 1.22
+ONE_DIM_UPDATE_COPY_FRACTION = {4: 1.258, 2: 1.209}
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds beyond the kernel
 #: UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS). None since the lane update issues all of a tile's
 #: row, state and gradient loads before a barrier (02e0c4b; the cuda:90 SASS of the one-tile lane update
@@ -447,7 +441,7 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
 
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
                    row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float,
-                   level_issue_s: float = 0.0, slice_miss: float = 1.0, row_state_s: float = 0.0) -> float:
+                   level_issue_s: float = 0.0) -> float:
     """Predicted update (+ permute) + merge time (``level_issue_s``: ``merge_seconds``'s ``issue_s``): the
     longest of the bytes at the fitted fraction of the copy rate, the programs' dependent round trips over
     the resident programs (Little's law) and, for the lane update, the issue of its instructions
@@ -476,24 +470,11 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     if one_dim and shape.stochastic:  # one instruction stream, issue-bound: the rounding is part of it
         instructions += ONE_DIM_ROUNDING_INSTRUCTIONS
         issue_fraction, round_s = ONE_DIM_ROUNDED_ISSUE_FRACTION, 0.0
-    issue_s = (issue_seconds(elements * instructions, issue_fraction, spec) if shape.variant == "lane" else 0.0) + row_state_s
+    issue_s = issue_seconds(elements * instructions, issue_fraction, spec) if shape.variant == "lane" else 0.0
     fraction = (ONE_DIM_UPDATE_COPY_FRACTION if one_dim else UPDATE_COPY_FRACTION)[shape.grad_bytes]
     floor = update_dram_floor(moved, nnz=nnz, grad_row_bytes=grad_row_bytes)
-    rows_state = 2 * unique * random_read_bytes(row_bytes) + (2 * unique * max(state_bytes_per_row, gran) if state_bytes_per_row else 0.0)
-    slices = nnz * random_read_bytes(grad_row_bytes)
-    meta = moved - rows_state - slices
-    mem = rows_state / (fraction * copy) + (slices * slice_miss + META_COUNTED * meta) / copy
-    return (max(floor / copy, max(mem, chain_s, issue_s) + state_s) + scan_s + round_s
+    return (max(floor / copy, max(moved / (fraction * copy), chain_s, issue_s) + state_s) + scan_s + round_s
             + UPDATE_TRIPS[shape.variant] * lat
             + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
                             spec=spec, ceil=ceil, chunks=shape.merge_chunks,
                             rounded_block_d=round(block_d) if shape.stochastic else 0, issue_s=level_issue_s))
-
-
-def slice_miss(loads, batch_size, grad_bytes, spec):
-    """EXPERIMENT: fraction of gradient-slice reads that miss L2: (accesses, dim) per table."""
-    nnz = sum(a for a, _ in loads)
-    if nnz <= 0:
-        return 0.0
-    reach = SLICE_L2_REACH * spec.l2_bytes
-    return sum(a * min(1.0, batch_size * d * grad_bytes / reach) for a, d in loads) / nnz

@@ -50,18 +50,6 @@ HALF_ELEMENT_REGISTERS = 0.5
 #: Guide "Compute Capability 9.0" shared memory/L1; CDNA3 vL1D 64 B/clk, CDNA3 ISA/whitepaper). Masked
 #: lanes of a tile still occupy it: this is what HOTS > bag length wastes.
 LSU_BYTES_PER_CLK = {"nvidia": 128, "amd": 64}
-#: Registers per thread a trained lookup's forward takes beyond an inference one (it also computes and
-#: stores each id's sort key and gradient row): the cuda:90 compiles add 24-77 (8-77 in the twenty-eighth
-#: session's count); 16 fitted best with KEY_STORE_SEGMENT_BYTES on the trained sweeps of
-#: ``benchmarks/forward_shapes.py`` seeds 21-22 (e098ff9; the base count above over-counts most tiles).
-TRAINED_FORWARD_REGISTERS = 16
-#: Bytes of copy rate one store segment of a sort-key array costs: each bag writes HOTS positions per
-#: iteration (one segment per program where a bag fits in one iteration: its BAGS bags' positions are
-#: contiguous), a partial sector. Fitted with TRAINED_FORWARD_REGISTERS (48 / 64 / 80 B: rms log error
-#: 0.31 / 0.30 / 0.30 on the trained sweeps of seeds 21-22; seed 23, not fitted on, 0.48 -> 0.30).
-KEY_STORE_SEGMENT_BYTES = 64
-#: Bytes of a sort-key array element (int32 key, int32 gradient row, fp32 scale).
-KEY_ELEMENT_BYTES = 4
 
 
 #: Per (BAGS, HOTS) tile, each feature's loop iterations per program on a batch (``forward_seconds``'s
@@ -94,24 +82,23 @@ def warps_along_hots(tile: ForwardTile, warp_size: int) -> int:
     return max(tile.num_warps // (warps_d * warps_bags), 1)
 
 
-def forward_registers(tile: ForwardTile, warp_size: int, trained: bool = False) -> int:
+def forward_registers(tile: ForwardTile, warp_size: int) -> int:
     """32-bit registers per thread: the fp32 accumulator [bags, block_d] with its 64-bit row base per
     element (2 per element), the loaded [bags, hots, block_d] tile (1 per element, HALF_ELEMENT_REGISTERS
     for half-precision rows) and ~32 for indices, masks and loop state; capped at the 255 the compiler
     allows. Only roughly the compiles' (cuda:90, D = 128, inference / trained): 4 x 4 w2 fp32 rows 80
     here, 66 / 96 compiled; fp16 64 here, 48 / 64; staged 16 x 1 w2 fp32 128 here, 165 / 192. The
-    compiled counts themselves, tried offline in place of this one, fitted no better (docs/tbe.md).
-    ``trained``: the forward also stores the sort keys (TRAINED_FORWARD_REGISTERS more)."""
+    compiled counts themselves, tried offline in place of this one, fitted no better (docs/tbe.md)."""
     threads = tile.num_warps * warp_size
     acc = tile.bags * tile.block_d / threads
     per_element = HALF_ELEMENT_REGISTERS if tile.elem_bytes == 2 else 1.0
     loaded = tile.bags * tile.hots * tile.block_d / threads * per_element
-    return int(min(255, 32 + 2 * acc + loaded + (TRAINED_FORWARD_REGISTERS if trained else 0)))
+    return int(min(255, 32 + 2 * acc + loaded))
 
 
-def forward_slots(tile: ForwardTile, spec: DeviceSpec, trained: bool = False) -> int:
+def forward_slots(tile: ForwardTile, spec: DeviceSpec) -> int:
     """Programs resident on the whole device (registers, warp slots, block slots)."""
-    regs = -(-forward_registers(tile, spec.warp_size, trained) // 8) * 8  # allocation granule of 8 registers
+    regs = -(-forward_registers(tile, spec.warp_size) // 8) * 8  # allocation granule of 8 registers
     threads = tile.num_warps * spec.warp_size
     per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // tile.num_warps,
                  MAX_PROGRAMS_PER_CU[spec.vendor])
@@ -120,7 +107,7 @@ def forward_slots(tile: ForwardTile, spec: DeviceSpec, trained: bool = False) ->
 
 def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batch_size: int,
                     bag_lengths: list[float], row_bytes: int, out_bytes: int, hit_fraction: float = 0.0,
-                    loop_trips: Sequence[float] | None = None, key_arrays: int = 0) -> float:
+                    loop_trips: Sequence[float] | None = None) -> float:
     """Predicted pooled-forward time: per feature, in turn (the grid is feature-major: a feature's programs
     run together, then the next feature's), the longer of its bytes at the copy rate (row reads that miss
     L2, ``1 - hit_fraction`` of them, each at least RANDOM_READ_MIN_BYTES, and its output) and its programs'
@@ -138,19 +125,16 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     draws not fitted on, rms 0.342 -> 0.334 and 0.323 -> 0.318, picks 1.047 -> 1.047 and 1.035 -> 1.031.
     ``loop_trips``: each feature's loop iterations per program under this tile, where the batch is at
     hand (``tbe_forward.loop_trips``): a program loops over the longest of its BAGS bags, so ragged bags
-    take more iterations than their mean length says. None: every bag at its feature's mean length.
-    ``key_arrays``: a trained lookup's forward, which also stores this many sort-key arrays per id
-    (``key_store_bytes``) and takes TRAINED_FORWARD_REGISTERS more; 0: inference."""
+    take more iterations than their mean length says. None: every bag at its feature's mean length."""
     lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
     programs = -(-batch_size // tile.bags)
     iters = (list(loop_trips) if loop_trips is not None
              else [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths])
     per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * (warps_along_hots(tile, spec.warp_size) - 1)
     chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
-    slots = forward_slots(tile, spec, trained=key_arrays > 0)
+    slots = forward_slots(tile, spec)
     per_read = random_read_bytes(row_bytes) * (1.0 - hit_fraction)
-    bytes_s = [(batch_size * (length * per_read + out_bytes) + key_store_bytes(tile, batch_size, length, key_arrays))
-               / ceil.copy_bandwidth.value for length in bag_lengths]
+    bytes_s = [batch_size * (length * per_read + out_bytes) / ceil.copy_bandwidth.value for length in bag_lengths]
     trips_s = [programs * chain * lat / slots for chain in chains]
     together = max(1, slots // max(programs, 1))  # features whose programs are resident at once
     phases = sum(max(sum(bytes_s[f:f + together]), sum(trips_s[f:f + together]))
@@ -160,29 +144,17 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     return phases + issue_s + max(chains, default=0) * lat
 
 
-def key_store_bytes(tile: ForwardTile, batch_size: int, bag_length: float, key_arrays: int) -> float:
-    """Bytes of copy rate a feature's sort-key stores cost: per array, its elements plus
-    KEY_STORE_SEGMENT_BYTES per store segment (one per bag per iteration, or one per program where a bag
-    fits in one iteration)."""
-    if key_arrays == 0 or bag_length <= 0:
-        return 0.0
-    programs = -(-batch_size // tile.bags)
-    segments = programs if bag_length <= tile.hots else batch_size * math.ceil(bag_length / tile.hots)
-    return key_arrays * (segments * KEY_STORE_SEGMENT_BYTES + batch_size * bag_length * KEY_ELEMENT_BYTES)
-
-
 def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[ForwardTile, Sequence[int]]], *,
-                            batch_size: int, out_bytes: int, spec: DeviceSpec, ceil: Ceilings,
-                            key_arrays: int = 0) -> float:
+                            batch_size: int, out_bytes: int, spec: DeviceSpec, ceil: Ceilings) -> float:
     """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
     index, its rows of ``block_d`` elements) priced by ``forward_seconds`` at those tables'
-    ``hit_fraction`` (``key_arrays``: as its), plus a launch latency each."""
+    ``hit_fraction``, plus a launch latency each."""
     total = 0.0
     for tile, reads in launches:
         loads = [tables[i] for i in reads]
         total += forward_seconds(tile, spec, ceil, batch_size=batch_size,
                                  bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
                                  row_bytes=tile.block_d * tile.elem_bytes, out_bytes=out_bytes,
-                                 hit_fraction=hit_fraction(loads, spec), key_arrays=key_arrays)
+                                 hit_fraction=hit_fraction(loads, spec))
         total += ceil.launch_latency.value
     return total
