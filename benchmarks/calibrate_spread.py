@@ -1,0 +1,64 @@
+"""How much the calibrated ceilings move between repeats, and against what the MLPerf GEMMs reach.
+
+The stored bf16 matmul rate of the committed planner-accuracy runs' calibrations ranges 730-802 TFLOP/s
+(``benchmarks/results/planner_accuracy_runs_2026-12-01/calibration_h200_*``) while the same H200 step's dense
+half measured 13.1-13.4 ms in all of them; the planner's GEMM prices scale with that rate. This measures,
+in one process, ``--repeats`` times: the bf16 8192^3 matmul and the 2 GiB copy each timed two ways,
+``calibrate.median_ms`` (3 warm-up calls, then 10 calls each timed alone after a synchronisation: how
+``polyrec hw calibrate`` times the matmul, and timed the copy until the twenty-ninth session) and
+``calibrate.steady_ms`` (back-to-back calls, timed in blocks: how it times the copy since), and the MLPerf
+top MLP's first GEMM ([65536, 3456] x [3456, 1024] bf16) the steady way, beside.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/calibrate_spread.py [--repeats 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from polyrec.hardware.calibrate import COPY_BYTES, MATMUL_SIZE, median_ms, steady_ms
+from polyrec.results import write_results
+
+
+def matmul_rate(m: int, n: int, k: int, timing) -> float:
+    """FLOP/s of an [m, k] x [k, n] bf16 matmul on random data, timed by ``timing``."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    return 2 * m * n * k / (timing(lambda: a @ b) * 1e-3)
+
+
+def copy_rate(timing) -> float:
+    """bytes/s of the calibration's device-to-device copy (read + written), timed by ``timing``."""
+    src = torch.rand(COPY_BYTES // 4, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * COPY_BYTES / (timing(lambda: dst.copy_(src)) * 1e-3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=6)
+    args = parser.parse_args()
+    rows = []
+    for r in range(args.repeats):
+        row = {"repeat": r, "matmul_bf16_per_call": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, median_ms),
+               "matmul_bf16_steady": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, steady_ms),
+               "top0_gemm_steady": matmul_rate(65536, 1024, 3456, steady_ms),
+               "copy_per_call": copy_rate(median_ms), "copy_steady": copy_rate(steady_ms)}
+        rows.append(row)
+        print(", ".join(f"{k} {v / 1e12:.1f}" if k != "repeat" else f"{k} {v}" for k, v in row.items()))
+    summary = {}
+    for key in rows[0]:
+        if key == "repeat":
+            continue
+        values = [r[key] for r in rows]
+        summary[key] = {"min": min(values), "median": statistics.median(values), "max": max(values),
+                        "spread": (max(values) - min(values)) / statistics.median(values)}
+        print(f"{key}: median {summary[key]['median'] / 1e12:.1f} T/s, spread {summary[key]['spread']:.1%}")
+    write_results("calibrate_spread", {}, rows=rows, summary=summary)
+
+
+if __name__ == "__main__":
+    main()
