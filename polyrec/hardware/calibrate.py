@@ -34,9 +34,10 @@ MATMUL_SIZE = 8192
 COPY_BYTES = 2 << 30
 #: Steady-state timing of the copy (``steady_ms``): seconds of back-to-back calls first, blocks timed, calls
 #: per block. Each call timed alone after a synchronisation (``median_ms``, 3 warm-up calls, 10 timed) put
-#: the H200's copy at 4.1-4.2 TB/s with a 2.6-3.8% spread within one process; back to back it measured
-#: 4.3 TB/s within 0.3-0.5% (3 processes x 6 repeats, benchmarks/results/calibrate_spread_2026-12-01), as
-#: the benchmarks' own copies do (tbe.py 4.27, gather_rate 4.25-4.27 TB/s).
+#: an H200's copy at 4.15-4.17 TB/s with a 2.6-3.8% spread between repeats in one process; back to back
+#: 4.27-4.28 TB/s within 0.3-0.5% (benchmarks/results/calibrate_spread_2026-12-01, two machines), as the
+#: benchmarks' own copies run (tbe.py 4.27, gather_rate 4.25-4.27 TB/s); three ``hw calibrate`` runs on
+#: another H200 since: 4.250 / 4.251 / 4.252 TB/s.
 STEADY_WARM_S, STEADY_BLOCKS, STEADY_CALLS = 0.25, 5, 10
 #: L2 probe shape: programs per SM/CU (enough to hide latency) and passes over the buffer (so one
 #: launch runs ~1 ms, far above the launch gap).
