@@ -7,7 +7,8 @@ in one process, ``--repeats`` times: the bf16 8192^3 matmul and the 2 GiB copy e
 ``calibrate.median_ms`` (3 warm-up calls, then 10 calls each timed alone after a synchronisation: how
 ``polyrec hw calibrate`` times the matmul, and timed the copy until the twenty-ninth session) and
 ``calibrate.steady_ms`` (back-to-back calls, timed in blocks: how it times the copy since), and the MLPerf
-top MLP's first GEMM ([65536, 3456] x [3456, 1024] bf16) the steady way, beside.
+top MLP's first GEMM ([65536, 3456] x [3456, 1024] bf16) the steady way, beside; and the matmul per call
+with more calls (``LONG_PER_CALL``).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/calibrate_spread.py [--repeats 6]
 """
@@ -15,12 +16,16 @@ top MLP's first GEMM ([65536, 3456] x [3456, 1024] bf16) the steady way, beside.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 import torch
 
 from polyrec.hardware.calibrate import COPY_BYTES, MATMUL_SIZE, median_ms, steady_ms
 from polyrec.results import write_results
+
+#: Per-call timing with more calls: 10 warm-up, the median of 40.
+LONG_PER_CALL = functools.partial(median_ms, warmup=10, reps=40)
 
 
 def matmul_rate(m: int, n: int, k: int, timing) -> float:
@@ -44,6 +49,7 @@ def main() -> None:
     rows = []
     for r in range(args.repeats):
         row = {"repeat": r, "matmul_bf16_per_call": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, median_ms),
+               "matmul_bf16_per_call_long": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, LONG_PER_CALL),
                "matmul_bf16_steady": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, steady_ms),
                "top0_gemm_steady": matmul_rate(65536, 1024, 3456, steady_ms),
                "copy_per_call": copy_rate(median_ms), "copy_steady": copy_rate(steady_ms)}
