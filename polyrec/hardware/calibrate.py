@@ -34,10 +34,10 @@ MATMUL_SIZE = 8192
 COPY_BYTES = 2 << 30
 #: Steady-state timing of the copy (``steady_ms``): seconds of back-to-back calls first, blocks timed, calls
 #: per block. Each call timed alone after a synchronisation (``median_ms``, 3 warm-up calls, 10 timed) put
-#: an H200's copy at 4.15-4.17 TB/s with a 2.6-3.8% spread between repeats in one process; back to back
-#: 4.27-4.28 TB/s within 0.3-0.5% (benchmarks/results/calibrate_spread_2026-12-01, two machines), as the
+#: an H200's copy at 4.08-4.20 TB/s with up to a 3.8% spread between repeats in one process; back to back
+#: 4.24-4.28 TB/s within 0.2-0.5% (benchmarks/results/calibrate_spread_2026-12-01, three machines), as the
 #: benchmarks' own copies run (tbe.py 4.27, gather_rate 4.25-4.27 TB/s); three ``hw calibrate`` runs on
-#: another H200 since: 4.250 / 4.251 / 4.252 TB/s.
+#: one H200 since: 4.250 / 4.251 / 4.252 TB/s.
 STEADY_WARM_S, STEADY_BLOCKS, STEADY_CALLS = 0.25, 5, 10
 #: L2 probe shape: programs per SM/CU (enough to hide latency) and passes over the buffer (so one
 #: launch runs ~1 ms, far above the launch gap).
@@ -138,7 +138,7 @@ def median_ms(fn, *, warmup: int = 3, reps: int = 10, before=None) -> float:
 
 
 def steady_ms(fn) -> float:
-    """ms per call of ``fn`` with the device kept busy: back-to-back calls for STEADY_WARM_S, then the
+    """ms per call of ``fn`` with the device kept busy: calls for STEADY_WARM_S (each waited for), then the
     median over STEADY_BLOCKS blocks of STEADY_CALLS back-to-back calls timed between two events."""
     import torch
 
