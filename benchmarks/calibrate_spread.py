@@ -46,6 +46,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     rows = []
     for r in range(args.repeats):
         row = {"repeat": r, "matmul_bf16_per_call": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, median_ms),

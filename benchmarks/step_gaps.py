@@ -61,6 +61,8 @@ def main() -> None:
     parser.add_argument("--row-cap", type=int, default=4_000_000, help="0: full-size tables")
     parser.add_argument("--steps", type=int, default=3, help="profiled steps")
     args = parser.parse_args()
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
     from polyrec.runtime import TrainConfig, Trainer
 
     cfg = TrainConfig(preset=args.preset, batch_size=args.batch, row_cap=args.row_cap or None, steps=10_000,
