@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.tbe_select import ForwardConfig, select_forward
-from polyrec.perfmodel.tbe_lookup import ForwardTile, LoopTrips, forward_seconds
+from polyrec.kernels.tbe_select import ForwardConfig, forward_config_seconds, select_forward
+from polyrec.perfmodel.tbe_lookup import LoopTrips
 from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
 
@@ -56,13 +56,11 @@ def _hit_fraction(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float]
 
 def _seconds(spec: DeviceSpec, cfg: ForwardConfig, *, batch_size: int, bag_lengths: list[float], block_d: int,
              row_bytes: int, vec: int, table_rows: list[int] | None, loop_trips: LoopTrips | None) -> float:
-    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps, vec=vec,
-                       elem_bytes=row_bytes // block_d)
     hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=bag_lengths, table_rows=table_rows,
                         row_bytes=row_bytes)
-    return forward_seconds(tile, spec, ceilings(spec), batch_size=batch_size, bag_lengths=bag_lengths,
-                           row_bytes=row_bytes, out_bytes=4, hit_fraction=hit,
-                           loop_trips=None if loop_trips is None else loop_trips[(cfg.bags, cfg.hots)])
+    return forward_config_seconds(spec, ceilings(spec), cfg, batch_size=batch_size, bag_lengths=bag_lengths,
+                                  block_d=block_d, row_bytes=row_bytes, vec=vec, hit_fraction=hit,
+                                  loop_trips=loop_trips)
 
 
 def _select(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int, row_bytes: int, vec: int,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from polyrec.hardware.calibrate import ceilings
-from polyrec.hardware.types import DeviceSpec
+from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.perfmodel.tbe import MERGE_LEVEL_HOST_S, UpdateShape, update_fits_registers, update_seconds
 from polyrec.perfmodel.tbe_lookup import ForwardTile, LoopTrips, forward_seconds
 
@@ -231,6 +231,18 @@ def staged_loads(cfg: ForwardConfig) -> bool:
     return cfg.hots == 1
 
 
+def forward_config_seconds(spec: DeviceSpec, ceil: Ceilings, cfg: ForwardConfig, *, batch_size: int,
+                           bag_lengths: list[float], block_d: int, row_bytes: int, vec: int, hit_fraction: float,
+                           loop_trips: LoopTrips | None) -> float:
+    """``forward_seconds`` of the pooled forward under ``cfg`` (its tile of ``block_d`` elements of
+    ``row_bytes`` / ``block_d`` bytes), at this tile's entry of ``loop_trips`` where given."""
+    tile = ForwardTile(bags=cfg.bags, hots=cfg.hots, block_d=block_d, num_warps=cfg.num_warps, vec=vec,
+                       elem_bytes=row_bytes // block_d)
+    trips = None if loop_trips is None else loop_trips[(cfg.bags, cfg.hots)]
+    return forward_seconds(tile, spec, ceil, batch_size=batch_size, bag_lengths=bag_lengths, row_bytes=row_bytes,
+                           out_bytes=4, hit_fraction=hit_fraction, loop_trips=trips)
+
+
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
                    row_bytes: int, vec: int, bag_lengths: list[float] | None = None,
                    hit_fraction: float = 0.0, loop_trips: LoopTrips | None = None) -> ForwardConfig:
@@ -248,11 +260,9 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
     ceil = ceilings(spec)
     best, best_s = None, math.inf
     for cand in forward_candidates(block_d, spec.warp_size):
-        tile = ForwardTile(bags=cand.bags, hots=cand.hots, block_d=block_d, num_warps=cand.num_warps, vec=vec,
-                           elem_bytes=row_bytes // block_d)
-        trips = None if loop_trips is None else loop_trips[(cand.bags, cand.hots)]
-        seconds = forward_seconds(tile, spec, ceil, batch_size=batch_size, bag_lengths=lengths, row_bytes=row_bytes,
-                                  out_bytes=4, hit_fraction=hit_fraction, loop_trips=trips)
+        seconds = forward_config_seconds(spec, ceil, cand, batch_size=batch_size, bag_lengths=lengths,
+                                         block_d=block_d, row_bytes=row_bytes, vec=vec, hit_fraction=hit_fraction,
+                                         loop_trips=loop_trips)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best
