@@ -21,25 +21,18 @@ import statistics
 
 import torch
 
-from polyrec.hardware.calibrate import COPY_BYTES, MATMUL_SIZE, median_ms, steady_ms
+from polyrec.hardware.calibrate import COPY_BYTES, measure_copy_bandwidth, measure_matmul, median_ms, steady_ms
 from polyrec.results import write_results
 
 #: Per-call timing with more calls: 10 warm-up, the median of 40.
 LONG_PER_CALL = functools.partial(median_ms, warmup=10, reps=40)
 
 
-def matmul_rate(m: int, n: int, k: int, timing) -> float:
+def gemm_rate(m: int, n: int, k: int, timing) -> float:
     """FLOP/s of an [m, k] x [k, n] bf16 matmul on random data, timed by ``timing``."""
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     return 2 * m * n * k / (timing(lambda: a @ b) * 1e-3)
-
-
-def copy_rate(timing) -> float:
-    """bytes/s of the calibration's device-to-device copy (read + written), timed by ``timing``."""
-    src = torch.rand(COPY_BYTES // 4, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * COPY_BYTES / (timing(lambda: dst.copy_(src)) * 1e-3)
 
 
 def main() -> None:
@@ -50,11 +43,12 @@ def main() -> None:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     rows = []
     for r in range(args.repeats):
-        row = {"repeat": r, "matmul_bf16_per_call": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, median_ms),
-               "matmul_bf16_per_call_long": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, LONG_PER_CALL),
-               "matmul_bf16_steady": matmul_rate(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE, steady_ms),
-               "top0_gemm_steady": matmul_rate(65536, 1024, 3456, steady_ms),
-               "copy_per_call": copy_rate(median_ms), "copy_steady": copy_rate(steady_ms)}
+        row = {"repeat": r, "matmul_bf16_per_call": measure_matmul("bf16", timing=median_ms),
+               "matmul_bf16_per_call_long": measure_matmul("bf16", timing=LONG_PER_CALL),
+               "matmul_bf16_steady": measure_matmul("bf16", timing=steady_ms),
+               "top0_gemm_steady": gemm_rate(65536, 1024, 3456, steady_ms),
+               "copy_per_call": measure_copy_bandwidth(COPY_BYTES, timing=median_ms),
+               "copy_steady": measure_copy_bandwidth(COPY_BYTES, timing=steady_ms)}
         rows.append(row)
         print(", ".join(f"{k} {v / 1e12:.1f}" if k != "repeat" else f"{k} {v}" for k, v in row.items()))
     summary = {}

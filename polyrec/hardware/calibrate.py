@@ -159,14 +159,14 @@ def steady_ms(fn) -> float:
     return sorted(blocks)[len(blocks) // 2]
 
 
-def measure_copy_bandwidth(nbytes: int) -> float:
-    """bytes/s of a device-to-device copy of ``nbytes``, counting bytes read plus written, timed in the
-    steady state (``steady_ms``)."""
+def measure_copy_bandwidth(nbytes: int, timing=steady_ms) -> float:
+    """bytes/s of a device-to-device copy of ``nbytes``, counting bytes read plus written, timed by
+    ``timing`` (ms per call of a function; the steady state by default, see STEADY_WARM_S)."""
     import torch
 
     src = torch.rand(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    return 2 * nbytes / (steady_ms(lambda: dst.copy_(src)) * 1e-3)
+    return 2 * nbytes / (timing(lambda: dst.copy_(src)) * 1e-3)
 
 
 def measure_l2_bandwidth(spec: DeviceSpec) -> float:
@@ -184,8 +184,9 @@ def measure_l2_bandwidth(spec: DeviceSpec) -> float:
     return 4 * x.numel() * reps / (ms * 1e-3)
 
 
-def measure_matmul(dtype: str, size: int = MATMUL_SIZE) -> float:
-    """FLOP/s of a ``size``^3 matmul on random data through torch (cuBLAS / hipBLASLt)."""
+def measure_matmul(dtype: str, size: int = MATMUL_SIZE, timing=median_ms) -> float:
+    """FLOP/s of a ``size``^3 matmul on random data through torch (cuBLAS / hipBLASLt), timed by ``timing``
+    (each call alone by default: the rate the GEMM models' factors were fitted on)."""
     import torch
 
     torch_dtype = getattr(torch, _TORCH_DTYPES[dtype])
@@ -194,7 +195,7 @@ def measure_matmul(dtype: str, size: int = MATMUL_SIZE) -> float:
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
-        ms = median_ms(lambda: a @ b)
+        ms = timing(lambda: a @ b)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * size**3 / (ms * 1e-3)
