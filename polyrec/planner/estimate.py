@@ -79,6 +79,18 @@ class DenseTimes:
     labels: tuple[tuple[str, str], ...]  # (GEMM op, chosen kernel)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpTime:
+    """One op of the dense half priced: device seconds, what the host issues for it and, for a GEMM,
+    the epilogue it runs with and the kernel the selector picks."""
+
+    op: Op
+    seconds: float
+    launches: Launches
+    epilogue: str = ""
+    kernel: str = ""
+
+
 @dataclass(kw_only=True, slots=True)
 class Estimate:
     """Everything the planner predicts about one candidate."""
@@ -277,36 +289,48 @@ class Estimator:
         return fwd, bwd, sort, labels
 
     @functools.lru_cache(maxsize=256)  # noqa: B019
-    def dense_seconds(self, device: str, batch: int) -> DenseTimes:
-        """Device seconds of the dense half on one device kind (every op of ``planner.ops``: GEMMs as the
-        selector runs them, memory-bound ops at their rate class of the copy bandwidth), and its launches."""
+    def dense_op_times(self, device: str, batch: int) -> tuple[OpTime, ...]:
+        """Every op of the dense half (``planner.ops``) with its device seconds on one device kind: GEMMs
+        as the selector runs them, memory-bound ops at their rate class of the copy bandwidth."""
         spec, ceil = self.specs[device], self.ceilings[device]
         copy = ceil.copy_bandwidth.value
         epilogues = {f"{m.name}.fwd": _EPILOGUE[(m.epilogue, m.bias)] for m in self.matmuls}
         inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup)
+        out = []
+        for op in inv.ops:
+            if op.gemm is None:
+                out.append(OpTime(op=op, seconds=memory_op_seconds(op, copy),
+                                  launches=Launches(triton=op.triton_ops, torch_ops=op.torch_ops)))
+                continue
+            epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
+            in_place = op.gemm.library_adds_residual
+            choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi,
+                                             library_adds_residual=in_place)
+            out.append(OpTime(op=op, seconds=choice.gpu_seconds, epilogue=epi,  # the host side is the launch model's
+                              launches=gemm_launches(choice.backend, choice.config.split_k, "none" if in_place else epi),
+                              kernel=f"{choice.backend} {choice.config.label}"))
+        return tuple(out)
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019
+    def dense_seconds(self, device: str, batch: int) -> DenseTimes:
+        """Device seconds of the dense half on one device kind (the sum of ``dense_op_times`` by phase),
+        and its launches."""
+        copy = self.ceilings[device].copy_bandwidth.value
+        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup)
         seconds = {"fwd": 0.0, "bwd": 0.0}
         after = 0.0
         launches = Launches(torch_ops=inv.autograd_nodes)
-        labels = []
-        for op in inv.ops:
-            if op.gemm is not None:
-                epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
-                in_place = op.gemm.library_adds_residual
-                choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi,
-                                                 library_adds_residual=in_place)
-                op_s = choice.gpu_seconds  # device time; the host side is the launch model's
-                launches += gemm_launches(choice.backend, choice.config.split_k, "none" if in_place else epi)
-                labels.append((op.gemm.op, f"{choice.backend} {choice.config.label}"))
-            else:
-                op_s = memory_op_seconds(op, copy)
-                launches += Launches(triton=op.triton_ops, torch_ops=op.torch_ops)
-            seconds[op.phase] += op_s
-            after += op_s if runs_after_cross_input_grad(op) else 0.0
+        times = self.dense_op_times(device, batch)
+        for t in times:
+            seconds[t.op.phase] += t.seconds
+            after += t.seconds if runs_after_cross_input_grad(t.op) else 0.0
+            launches += t.launches
+        labels = tuple((t.op.gemm.op, t.kernel) for t in times if t.op.gemm is not None)
         opt = 4 * self.params * DENSE_OPTIMIZER_VALUES[self.dense_optimizer] / copy
         tensors = sum(TENSORS_PER_BIAS_MATMUL if m.bias else 1 for m in self.matmuls)
         return DenseTimes(fwd_s=seconds["fwd"], bwd_s=seconds["bwd"], optimizer_s=opt, after_input_grad_s=after,
                           launches=launches,
-                          optimizer_launches=optimizer_launches(self.dense_optimizer, tensors), labels=tuple(labels))
+                          optimizer_launches=optimizer_launches(self.dense_optimizer, tensors), labels=labels)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019
     def tbe_workspace(self, device: str, lookups: float, dim: int, weight_dtype: str, optimizer: str) -> int:
