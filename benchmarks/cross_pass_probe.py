@@ -1,6 +1,8 @@
 """The cross network's epilogue passes at other tile shapes: the forward cross pass and CrossGrad over
-MLPerf's [65536, 3456] bf16, each timed back to back (``calibrate.steady_ms``) at every (BLOCK_M,
-BLOCK_N, warps) of a small grid, against the copy rate measured in the same run.
+MLPerf's [65536, 3456] bf16 (also CrossGrad without its bias gradient and without the accumulation),
+each timed back to back (``calibrate.steady_ms``) at every (BLOCK_M, BLOCK_N, warps) of a small grid,
+against the copy rate measured in the same run; then CrossGrad at today's tile with each program
+walking 1-16 row blocks (its bias-gradient column sum once per program).
 
 ``dense_ops_check`` measured the CrossGrad pass at 0.84 of the copy rate inside the step and the
 forward pass at 1.05 (both at the shared 32 x 128, 4-warp tile of ``gemm_configs``). The tile is a
@@ -17,18 +19,24 @@ import itertools
 import torch
 
 from polyrec.hardware import calibrate
-from polyrec.kernels import gemm
+from polyrec.kernels import gemm, gemm_configs
 from polyrec.results import write_results
 
-#: Tiles tried: (BLOCK_M, BLOCK_N, num_warps).
-TILES = tuple(itertools.product((16, 32, 64, 128), (64, 128, 256), (4, 8)))
+#: Tiles tried: (BLOCK_M, BLOCK_N, num_warps) (the 256-column and 128-row tiles of a first run spilled
+#: and lost up to 13x: cross_pass_probe_2026-12-01).
+TILES = tuple(itertools.product((16, 32, 64), (64, 128), (4, 8)))
+#: Row blocks per CrossGrad program tried at today's tile (``gemm_configs.PASS_ROW_BLOCKS``).
+ROW_BLOCKS = (1, 2, 4, 8, 16)
 #: bf16 [M, N] tensors each pass moves: forward reads p, x0, x and writes x_next; CrossGrad reads p,
-#: grad, x0, d_x0 and writes g, d_x0 (the column-sum partials apart).
-FORWARD_TENSORS, CROSS_GRAD_TENSORS = 4, 6
+#: grad, x0, d_x0 and writes g, d_x0 (the column-sum partials apart); without the accumulation d_x0
+#: is not read.
+TENSORS = {"forward": 4, "cross_grad": 6, "cross_grad_no_bias_grad": 6, "cross_grad_no_accumulate": 5}
 
 
-def passes(m: int, n: int):
-    """(forward pass, CrossGrad pass) as callables on fresh tensors; CrossGrad accumulates into d_x0."""
+def passes(m: int, n: int) -> dict:
+    """The passes as callables on fresh tensors, by name: the forward cross pass, CrossGrad as the
+    middle layers run it (d_x0 accumulated, bias-gradient partials), and CrossGrad without the bias
+    gradient and without the accumulation (each one thing less, to see what it costs)."""
     def t():
         return torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
 
@@ -36,10 +44,13 @@ def passes(m: int, n: int):
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     bias_grad = torch.empty(n, device="cuda", dtype=torch.float32)
     out = torch.empty_like(p)
-    forward = lambda: gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out)  # noqa: E731
-    cg = gemm.CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=True, bias_grad=bias_grad)
-    backward = lambda: gemm.epilogue_pass(p, bias=bias, cross_grad=cg, out=out)  # noqa: E731
-    return forward, backward
+    def cross_grad(**kw):
+        cg = gemm.CrossGrad(grad=grad, x0=x0, d_x0=d_x0, **({"accumulate": True, "bias_grad": bias_grad} | kw))
+        return lambda: gemm.epilogue_pass(p, bias=bias, cross_grad=cg, out=out)
+
+    return {"forward": lambda: gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out),
+            "cross_grad": cross_grad(), "cross_grad_no_bias_grad": cross_grad(bias_grad=None),
+            "cross_grad_no_accumulate": cross_grad(accumulate=False)}
 
 
 def timed(fn, tile) -> float:
@@ -59,25 +70,37 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("cross_pass_probe times Triton kernels on a GPU; none is visible")
     copy = calibrate.measure_copy_bandwidth(2 << 30)
-    forward, backward = passes(args.rows, args.dim)
+    fns = passes(args.rows, args.dim)
     tensor_bytes = args.rows * args.dim * 2
     rows = []
     for tile in TILES:
-        fwd_ms, bwd_ms = timed(forward, tile), timed(backward, tile)
-        rows.append({"block_m": tile[0], "block_n": tile[1], "warps": tile[2], "forward_ms": fwd_ms,
-                     "cross_grad_ms": bwd_ms,
-                     "forward_of_copy": FORWARD_TENSORS * tensor_bytes / (fwd_ms * 1e-3) / copy,
-                     "cross_grad_of_copy": CROSS_GRAD_TENSORS * tensor_bytes / (bwd_ms * 1e-3) / copy})
-        print(f"{tile}: forward {fwd_ms:.3f} ms ({rows[-1]['forward_of_copy']:.3f}), "
-              f"CrossGrad {bwd_ms:.3f} ms ({rows[-1]['cross_grad_of_copy']:.3f})", flush=True)
+        row = {"block_m": tile[0], "block_n": tile[1], "warps": tile[2]}
+        for name, fn in fns.items():
+            ms = timed(fn, tile)
+            row |= {f"{name}_ms": ms, f"{name}_of_copy": TENSORS[name] * tensor_bytes / (ms * 1e-3) / copy}
+        rows.append(row)
+        print(f"{tile}: " + ", ".join(f"{name} {row[name + '_ms']:.3f} ms ({row[name + '_of_copy']:.3f})"
+                                      for name in fns), flush=True)
     current = next(r for r in rows if (r["block_m"], r["block_n"], r["warps"]) ==
                    (gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, gemm.REDUCE_NUM_WARPS))
-    best = {k: min(rows, key=lambda r: r[f"{k}_ms"]) for k in ("forward", "cross_grad")}
+    best = {k: min(rows, key=lambda r: r[f"{k}_ms"]) for k in fns}
     summary = {"rows": args.rows, "dim": args.dim, "copy_bandwidth": copy,
                "current_tile": [gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, gemm.REDUCE_NUM_WARPS],
-               "current_forward_ms": current["forward_ms"], "current_cross_grad_ms": current["cross_grad_ms"],
+               **{f"current_{k}_ms": current[f"{k}_ms"] for k in fns},
                **{f"best_{k}": [b["block_m"], b["block_n"], b["warps"], b[f"{k}_ms"]] for k, b in best.items()}}
-    write_results("cross_pass_probe", {"rows": rows}, rows=rows, summary=summary)
+    walked = []
+    for blocks in ROW_BLOCKS:
+        saved = gemm_configs.PASS_ROW_BLOCKS, gemm_configs.PASS_MIN_ROW_PROGRAMS
+        gemm_configs.PASS_ROW_BLOCKS, gemm_configs.PASS_MIN_ROW_PROGRAMS = blocks, 1
+        try:
+            ms = calibrate.steady_ms(fns["cross_grad"])
+        finally:
+            gemm_configs.PASS_ROW_BLOCKS, gemm_configs.PASS_MIN_ROW_PROGRAMS = saved
+        walked.append({"row_blocks": blocks, "cross_grad_ms": ms,
+                       "cross_grad_of_copy": TENSORS["cross_grad"] * tensor_bytes / (ms * 1e-3) / copy})
+        print(walked[-1], flush=True)
+    summary["cross_grad_ms_by_row_blocks"] = {w["row_blocks"]: w["cross_grad_ms"] for w in walked}
+    write_results("cross_pass_probe", {"rows": rows, "row_blocks": walked}, rows=rows, summary=summary)
     print(summary)
 
 

@@ -317,6 +317,36 @@ def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype
     _check(bias_grad, g_ref.sum(0), m, tol)
 
 
+@pytest.mark.parametrize("accumulate", [True, False])
+def test_cross_grad_pass_walking_row_blocks_matches_float64(accumulate, monkeypatch, poisoned, precision,
+                                                           force_gemm):
+    """The CrossGrad pass with two row blocks per program (``pass_row_blocks``): 150 rows = three
+    programs, the last one's second block wholly past the end; its column sums once per program."""
+    import polyrec.kernels.gemm_configs as configs
+
+    monkeypatch.setattr(configs, "PASS_ROW_BLOCKS", 2)
+    monkeypatch.setattr(configs, "PASS_MIN_ROW_PROGRAMS", 1)
+    assert configs.pass_row_blocks(150) == 2
+    force_gemm(GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0))
+    precision("fp32")
+    dtype, tol = DTYPES["fp32"]
+    m = 150
+    a, b = _operands("NT", dtype, m=m)
+    bias = torch.randn(N, dtype=dtype)
+    grad, x0, d_x0 = _cross_grad_case(dtype, dtype, m=m)
+    earlier = d_x0.double()
+    if not accumulate:
+        d_x0.fill_(float("nan"))  # must be overwritten
+    bias_grad = torch.full((N,), float("nan"))
+    g = matmul(a, b, trans_b=True, bias=bias,
+               cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=accumulate, bias_grad=bias_grad))
+    y = reference_matmul(a, b, trans_b=True, bias=bias)
+    g_ref = grad.double() * x0.double()
+    _check(g, g_ref, 1, tol)
+    _check(d_x0, grad.double() * y + (earlier if accumulate else 0), K, tol)
+    _check(bias_grad, g_ref.sum(0), m, tol)
+
+
 def test_library_path_overwrites_d_x0_without_reading_it(poisoned, force_gemm):
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
     force_gemm(choice)

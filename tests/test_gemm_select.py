@@ -12,7 +12,7 @@ import pytest
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import catalog, get_device
 from polyrec.kernels import gemm_select
-from polyrec.kernels.gemm_configs import GemmConfig, config_space, dlrm_suite
+from polyrec.kernels.gemm_configs import GemmConfig, config_space, dlrm_suite, pass_row_blocks
 from polyrec.kernels.gemm_select import bucket, select_gemm
 from polyrec.perfmodel.gemm import GemmProblem, estimate, footprint
 
@@ -382,3 +382,8 @@ def test_a_captured_call_picks_the_backend_by_gpu_time():
         assert graphed.backend == ("library" if library_gpu <= triton_gpu else "triton"), s.name
         flipped += graphed.backend != eager.backend
     assert flipped > 0  # small shapes: the host floor had sent them to the library
+
+
+def test_crossgrad_pass_walks_fewer_row_blocks_at_small_batches():
+    """Eight 32-row blocks per program at MLPerf's batch; halved while under 256 row programs would remain."""
+    assert [pass_row_blocks(m) for m in (65536, 65535, 32768, 16384, 8192, 4096, 1, 0)] == [8, 8, 4, 2, 1, 1, 1, 1]

@@ -27,7 +27,7 @@ import torch
 
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
-from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
+from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig, pass_row_blocks
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
 from polyrec.kernels.grid import ceil_div
@@ -213,9 +213,10 @@ def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmu
         return out.copy_(y) if out is not y else out
     if not (y.is_cuda or interpreting()):
         return out.copy_(_eager_epilogue(y, bias, activation, cross, residual, cross_grad))
+    per_program = pass_row_blocks(y.shape[0]) if cross_grad is not None and cross_grad.bias_grad is not None else 1
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
-                                                  ceil_div(y.shape[0], REDUCE_BLOCK_M))
-    _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup)
+                                                  ceil_div(y.shape[0], REDUCE_BLOCK_M * per_program))
+    _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup, per_program)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
     return out
@@ -340,14 +341,17 @@ def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, 
         torch.sum(db, 0, out=cross_grad.bias_grad)
 
 
-def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, warmup: bool) -> None:
+def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, warmup: bool,
+            per_program: int = 1) -> None:
     """``split_k_reduce_kernel`` over out [M, N]: partials [S, M, N] (``partial_strides``), or with
-    ``split_k`` 1 a library product [M, N] (its strides after a leading 0)."""
+    ``split_k`` 1 a library product [M, N] (its strides after a leading 0); each program walks
+    ``per_program`` blocks of REDUCE_BLOCK_M rows."""
     m, n = out.shape
-    grid = (ceil_div(m, REDUCE_BLOCK_M), ceil_div(n, REDUCE_BLOCK_N))
+    grid = (ceil_div(m, REDUCE_BLOCK_M * per_program), ceil_div(n, REDUCE_BLOCK_N))
     _call(split_k_reduce_kernel, grid, warmup)(
         partials, out, *ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
-        SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, num_warps=REDUCE_NUM_WARPS, **flags)
+        SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, ROW_BLOCKS=per_program,
+        num_warps=REDUCE_NUM_WARPS, **flags)
 
 
 def _device_spec(t: torch.Tensor) -> DeviceSpec:

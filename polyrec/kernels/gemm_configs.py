@@ -29,6 +29,22 @@ SPLIT_K_TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (1
 REDUCE_BLOCK_M = 32
 REDUCE_BLOCK_N = 128
 REDUCE_NUM_WARPS = 4
+#: Row blocks (of REDUCE_BLOCK_M rows) one program of the CrossGrad epilogue pass walks, summing its
+#: bias-gradient column partial once at the end instead of once per block: on MLPerf's [65536, 3456]
+#: bf16 the per-block column sum cost that pass 0.12 of 0.81 ms (H200,
+#: benchmarks/results/cross_pass_probe_2026-12-01). Halved while the batch would leave fewer than
+#: PASS_MIN_ROW_PROGRAMS row programs (programs to keep the device's memory system busy).
+PASS_ROW_BLOCKS = 8
+PASS_MIN_ROW_PROGRAMS = 256
+
+
+def pass_row_blocks(m: int) -> int:
+    """Row blocks per program of the CrossGrad pass over ``m`` rows (``PASS_ROW_BLOCKS``, halved while
+    fewer than ``PASS_MIN_ROW_PROGRAMS`` row programs would remain; at least 1)."""
+    blocks = PASS_ROW_BLOCKS
+    while blocks > 1 and -(-m // (REDUCE_BLOCK_M * blocks)) < PASS_MIN_ROW_PROGRAMS:
+        blocks //= 2
+    return blocks
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,24 +13,22 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
+from polyrec.kernels.gemm_configs import PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 
 _TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
 
 
 @triton.jit
-def _cross_grad(y, offs_m, offs_n, mask, row_block, x0_ptr, grad_ptr, dx0_ptr, db_ptr, stride_x0m, stride_x0n,
-                stride_gm, stride_gn, stride_dx0m, stride_dx0n, N, DX0_READ: tl.constexpr,
-                DX0_PLUS_GRAD: tl.constexpr, BIAS_GRAD: tl.constexpr):
-    """The cross layer's backward on y [BM, BN] = v @ Wᵀ + b (fp32): returns g = grad * x0, updates
-    d_x0 (+)= grad * y (+ grad) in place and writes this row block's column sums of g (fp32)."""
+def _cross_grad(y, offs_m, offs_n, mask, x0_ptr, grad_ptr, dx0_ptr, stride_x0m, stride_x0n,
+                stride_gm, stride_gn, stride_dx0m, stride_dx0n, DX0_READ: tl.constexpr,
+                DX0_PLUS_GRAD: tl.constexpr):
+    """The cross layer's backward on y [BM, BN] = v @ Wᵀ + b (fp32): returns g = grad * x0 (0 on masked
+    rows and columns), updates d_x0 (+)= grad * y (+ grad) in place."""
     grad = tl.load(grad_ptr + offs_m[:, None] * stride_gm + offs_n[None, :] * stride_gn, mask=mask,
                    other=0.0).to(tl.float32)
     x0 = tl.load(x0_ptr + offs_m[:, None] * stride_x0m + offs_n[None, :] * stride_x0n, mask=mask,
                  other=0.0).to(tl.float32)
     g = grad * x0
-    if BIAS_GRAD:
-        tl.store(db_ptr + row_block * N + offs_n, tl.sum(g, axis=0), mask=offs_n < N)
     if DX0_PLUS_GRAD:
         y = y + 1.0
     term = grad * y
@@ -42,12 +40,13 @@ def _cross_grad(y, offs_m, offs_n, mask, row_block, x0_ptr, grad_ptr, dx0_ptr, d
 
 
 @triton.jit
-def _epilogue(acc, offs_m, offs_n, mask, row_block, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+def _epilogue(acc, offs_m, offs_n, mask, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, stride_x0m,
               stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS: tl.constexpr,
               RELU: tl.constexpr, CROSS: tl.constexpr, RESIDUAL: tl.constexpr, CROSS_GRAD: tl.constexpr,
-              DX0_READ: tl.constexpr, DX0_PLUS_GRAD: tl.constexpr, BIAS_GRAD: tl.constexpr):
+              DX0_READ: tl.constexpr, DX0_PLUS_GRAD: tl.constexpr):
     """acc [BM, BN] fp32 -> (+ bias[N]) -> ReLU, cross ``x0 * y + x``, residual ``y + x`` or the cross
-    backward (``_cross_grad``, x is the gradient there), in fp32."""
+    backward (``_cross_grad``, x is the gradient there: returns g, whose column sums the caller writes
+    as the bias-gradient partial), in fp32."""
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
         acc = acc + bias[None, :]
@@ -61,9 +60,9 @@ def _epilogue(acc, offs_m, offs_n, mask, row_block, bias_ptr, x0_ptr, xr_ptr, dx
         xr = tl.load(xr_ptr + offs_m[:, None] * stride_xrm + offs_n[None, :] * stride_xrn, mask=mask)
         acc = acc + xr.to(tl.float32)
     if CROSS_GRAD:
-        acc = _cross_grad(acc, offs_m, offs_n, mask, row_block, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
-                          stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, DX0_READ,
-                          DX0_PLUS_GRAD, BIAS_GRAD)
+        acc = _cross_grad(acc, offs_m, offs_n, mask, x0_ptr, xr_ptr, dx0_ptr, stride_x0m,
+                          stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, DX0_READ,
+                          DX0_PLUS_GRAD)
     return acc
 
 
@@ -122,9 +121,11 @@ def gemm_kernel(
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     if SPLIT_K == 1:
-        acc = _epilogue(acc, rows, cols, mask, pid_m, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, stride_x0m,
+        acc = _epilogue(acc, rows, cols, mask, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, stride_x0m,
                         stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS, RELU, CROSS,
-                        RESIDUAL, CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD, BIAS_GRAD)
+                        RESIDUAL, CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD)
+        if CROSS_GRAD and BIAS_GRAD:  # this row block's column sums of g
+            tl.store(db_ptr + pid_m * N + cols, tl.sum(acc, axis=0), mask=cols < N)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
@@ -137,24 +138,31 @@ def split_k_reduce_kernel(
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr, RESIDUAL: tl.constexpr = False,
     CROSS_GRAD: tl.constexpr = False, DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False,
-    BIAS_GRAD: tl.constexpr = False,
+    BIAS_GRAD: tl.constexpr = False, ROW_BLOCKS: tl.constexpr = 1,
 ):
-    """C = epilogue(sum over s of partials[s]) for one [BLOCK_M, BLOCK_N] block: the split-K
-    reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass over a library GEMM's product
-    (any float dtype, summed in fp32; C may be the product itself: each element is read, then written,
-    by the same program)."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    """C = epilogue(sum over s of partials[s]) for ROW_BLOCKS blocks of [BLOCK_M, BLOCK_N], one after
+    another down the rows: the split-K reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass
+    over a library GEMM's product (any float dtype, summed in fp32; C may be the product itself: each
+    element is read, then written, by the same program). With CROSS_GRAD and BIAS_GRAD the column sums
+    of g over the program's rows go to partial row ``program_id(0)`` of db."""
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    ptrs = p_ptr + rows[:, None] * stride_pm + cols[None, :] * stride_pn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(SPLIT_K):
-        acc += tl.load(ptrs + s * stride_ps, mask=mask, other=0.0)
-    acc = _epilogue(acc, rows, cols, mask, tl.program_id(0), bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
-                    stride_x0m, stride_x0n, stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS, RELU,
-                    CROSS, RESIDUAL, CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD, BIAS_GRAD)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
-             acc.to(c_ptr.dtype.element_ty), mask=mask)
+    g_sum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for block in range(ROW_BLOCKS):
+        rows = (tl.program_id(0) * ROW_BLOCKS + block) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        ptrs = p_ptr + rows[:, None] * stride_pm + cols[None, :] * stride_pn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for s in range(SPLIT_K):
+            acc += tl.load(ptrs + s * stride_ps, mask=mask, other=0.0)
+        acc = _epilogue(acc, rows, cols, mask, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, stride_x0m, stride_x0n,
+                        stride_xrm, stride_xrn, stride_dx0m, stride_dx0n, N, HAS_BIAS, RELU, CROSS, RESIDUAL,
+                        CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD)
+        if CROSS_GRAD and BIAS_GRAD:
+            g_sum += acc
+        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+                 acc.to(c_ptr.dtype.element_ty), mask=mask)
+    if CROSS_GRAD and BIAS_GRAD:
+        tl.store(db_ptr + tl.program_id(0) * N + cols, tl.sum(g_sum, axis=0), mask=cols < N)
 
 
 def input_precision(dtype: str, backend: str) -> str:
@@ -223,7 +231,9 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross") ->
     signature = {"p_ptr": "*fp32" if split_k > 1 else ptr, "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr,
                  "db_ptr": "*fp32"}
     signature |= {n: "i32" for n in names}
-    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N} | _epilogue_flags(epilogue)
+    per_program = PASS_ROW_BLOCKS if epilogue == "cross_grad" and split_k == 1 else 1  # as gemm._apply_epilogue
+    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N,
+                  "ROW_BLOCKS": per_program} | _epilogue_flags(epilogue)
     signature |= {k: "constexpr" for k in constexprs}
     signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
     suffix = "" if epilogue == "cross" else f" {epilogue}"
