@@ -310,11 +310,16 @@ def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype
     bias_grad = torch.full((N,), float("nan"))
     g = matmul(a, b, trans_b=True, bias=bias,
                cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, plus_grad=True, bias_grad=bias_grad))
-    y = reference_matmul(a, b, trans_b=True, bias=bias)
+    _check_cross_grad(g, d_x0, bias_grad, grad, x0, reference_matmul(a, b, trans_b=True, bias=bias) + 1, earlier, tol)
+
+
+def _check_cross_grad(g, d_x0, bias_grad, grad, x0, y, earlier, tol):
+    """The library path's CrossGrad results against float64: g = grad * x0, d_x0 = earlier + grad * y
+    (y: the layer's output, plus one where x0 is also the residual), the bias gradient = g's column sums."""
     g_ref = grad.double() * x0.double()
     _check(g, g_ref, 1, tol)
-    _check(d_x0, earlier + grad.double() * (y + 1), K, tol)
-    _check(bias_grad, g_ref.sum(0), m, tol)
+    _check(d_x0, earlier + grad.double() * y, K, tol)
+    _check(bias_grad, g_ref.sum(0), g.shape[0], tol)
 
 
 @pytest.mark.parametrize("accumulate", [True, False])
@@ -340,11 +345,8 @@ def test_cross_grad_pass_walking_row_blocks_matches_float64(accumulate, monkeypa
     bias_grad = torch.full((N,), float("nan"))
     g = matmul(a, b, trans_b=True, bias=bias,
                cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=accumulate, bias_grad=bias_grad))
-    y = reference_matmul(a, b, trans_b=True, bias=bias)
-    g_ref = grad.double() * x0.double()
-    _check(g, g_ref, 1, tol)
-    _check(d_x0, grad.double() * y + (earlier if accumulate else 0), K, tol)
-    _check(bias_grad, g_ref.sum(0), m, tol)
+    _check_cross_grad(g, d_x0, bias_grad, grad, x0, reference_matmul(a, b, trans_b=True, bias=bias),
+                      earlier if accumulate else 0, tol)
 
 
 def test_library_path_overwrites_d_x0_without_reading_it(poisoned, force_gemm):
