@@ -57,7 +57,8 @@ def _matmul_key(a, b, *, trans_a=False, trans_b=False, bias=None, activation="no
                 cross_grad=None, overwrite_residual=False, **_) -> str:
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     n = b.shape[0] if trans_b else b.shape[1]
-    epi = gemm.epilogue_name(bias is not None, activation, cross is not None, residual is not None, cross_grad is not None)
+    epi = gemm.epilogue_name(bias is not None, activation, cross is not None, residual is not None,
+                             cross_grad is not None)
     return gemm_key(m, n, k, epi, overwrite_residual and residual is not None)
 
 
@@ -99,7 +100,8 @@ def op_kernel_ms(trace: dict) -> tuple[dict[str, list[float]], float]:
     range's time is the sum of the GPU events that start within its span on the GPU timeline (its
     launch gaps not counted)."""
     events = trace["traceEvents"]
-    kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES), key=lambda e: e["ts"])
+    kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES),
+                     key=lambda e: e["ts"])
     starts = [e["ts"] for e in kernels]
     spans = sorted((e for e in events if e.get("cat") == ANNOTATION and e.get("name", "").startswith(PREFIX)),
                    key=lambda e: e["ts"])
@@ -146,6 +148,9 @@ def priced_ops(est: Estimator, batch: int) -> dict[str, list[tuple[str, float, s
 
 def compare(measured: dict[str, list[float]], priced: dict[str, list[tuple[str, float, str]]], steps: int,
             kernels_ms: float) -> list[dict]:
+    """One row per key (ms per step measured and priced, calls both sides, the planner's ops and kernels),
+    largest price first; then "other": every kernel outside the ranges (the embedding half, the weight
+    casts, the column sums) against the planner's dense ops outside them (no error: not the same set)."""
     rows = []
     for key in sorted(set(measured) | set(priced), key=lambda k: -sum(p[1] for p in priced.get(k, []))):
         if key == "other":
@@ -157,10 +162,10 @@ def compare(measured: dict[str, list[float]], priced: dict[str, list[tuple[str, 
                      "calls_measured": len(measured.get(key, [])) / steps, "calls_priced": len(priced.get(key, [])),
                      "measured_ms": per_step, "priced_ms": price,
                      "error": price / per_step - 1 if per_step else float("nan")})
-    rest = kernels_ms - sum(r["measured_ms"] for r in rows)
-    other = sum(p[1] for p in priced.get("other", []))
-    rows.append({"key": "other", "ops": "", "kernel": "", "calls_measured": 0, "calls_priced": len(priced.get("other", [])),
-                 "measured_ms": rest, "priced_ms": other, "error": other / rest - 1 if rest else float("nan")})
+    rows.append({"key": "other", "ops": "", "kernel": "", "calls_measured": 0,
+                 "calls_priced": len(priced.get("other", [])),
+                 "measured_ms": kernels_ms - sum(r["measured_ms"] for r in rows),
+                 "priced_ms": sum(p[1] for p in priced.get("other", [])), "error": float("nan")})
     return rows
 
 
@@ -189,7 +194,8 @@ def main() -> None:
     ceil = est.ceilings[DEVICE]
     rates = {"matmul_bf16_per_call": calibrate.measure_matmul("bf16"),
              "matmul_bf16_back_to_back": calibrate.measure_matmul("bf16", timing=calibrate.steady_ms),
-             "planner_matmul_bf16": ceil.matmul_flops["bf16"].value, "planner_matmul_origin": ceil.matmul_flops["bf16"].origin,
+             "planner_matmul_bf16": ceil.matmul_flops["bf16"].value,
+             "planner_matmul_origin": ceil.matmul_flops["bf16"].origin,
              "planner_copy": ceil.copy_bandwidth.value}
     gemm_rows = [r for r in rows if r["key"].startswith("gemm")]
     summary = {"preset": name, "batch": batch, "row_cap": args.row_cap, "kernels_ms_per_step": kernels_ms,

@@ -29,7 +29,8 @@ def test_a_range_sums_the_kernels_that_start_in_its_span(check):
     """The launch gaps inside a range are not its time; a kernel outside every range counts only in
     the total; two ranges of one key keep one entry each, in issue order."""
     trace = {"traceEvents": [
-        _span("op|gemm 8x8x8 none", 10, 20), _span("op|gemm 8x8x8 none", 50, 5), _span("cpu range", 0, 100, "user_annotation"),
+        _span("op|gemm 8x8x8 none", 10, 20), _span("op|gemm 8x8x8 none", 50, 5),
+        _span("cpu range", 0, 100, "user_annotation"),
         _span("k1", 10, 5, "kernel"), _span("k2", 20, 10, "kernel"), _span("memset", 40, 2, "gpu_memset"),
         _span("k3", 50, 5, "kernel")]}
     calls, total = check.op_kernel_ms(trace)

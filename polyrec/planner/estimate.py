@@ -306,9 +306,9 @@ class Estimator:
             in_place = op.gemm.library_adds_residual
             choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi,
                                              library_adds_residual=in_place)
+            launches = gemm_launches(choice.backend, choice.config.split_k, "none" if in_place else epi)
             out.append(OpTime(op=op, seconds=choice.gpu_seconds, epilogue=epi,  # the host side is the launch model's
-                              launches=gemm_launches(choice.backend, choice.config.split_k, "none" if in_place else epi),
-                              kernel=f"{choice.backend} {choice.config.label}"))
+                              launches=launches, kernel=f"{choice.backend} {choice.config.label}"))
         return tuple(out)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019
