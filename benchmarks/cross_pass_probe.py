@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from unittest import mock
 
 import torch
 
@@ -54,12 +55,10 @@ def passes(m: int, n: int) -> dict:
 
 
 def timed(fn, tile) -> float:
-    saved = gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, gemm.REDUCE_NUM_WARPS
-    gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, gemm.REDUCE_NUM_WARPS = tile
-    try:
+    """``fn`` timed back to back with the passes' tile (BLOCK_M, BLOCK_N, warps) set to ``tile``."""
+    block_m, block_n, warps = tile
+    with mock.patch.multiple(gemm, REDUCE_BLOCK_M=block_m, REDUCE_BLOCK_N=block_n, REDUCE_NUM_WARPS=warps):
         return calibrate.steady_ms(fn)
-    finally:
-        gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, gemm.REDUCE_NUM_WARPS = saved
 
 
 def main() -> None:
@@ -90,12 +89,8 @@ def main() -> None:
                **{f"best_{k}": [b["block_m"], b["block_n"], b["warps"], b[f"{k}_ms"]] for k, b in best.items()}}
     walked = []
     for blocks in ROW_BLOCKS:
-        saved = gemm_configs.PASS_ROW_BLOCKS, gemm_configs.PASS_MIN_ROW_PROGRAMS
-        gemm_configs.PASS_ROW_BLOCKS, gemm_configs.PASS_MIN_ROW_PROGRAMS = blocks, 1
-        try:
+        with mock.patch.multiple(gemm_configs, PASS_ROW_BLOCKS=blocks, PASS_MIN_ROW_PROGRAMS=1):
             ms = calibrate.steady_ms(fns["cross_grad"])
-        finally:
-            gemm_configs.PASS_ROW_BLOCKS, gemm_configs.PASS_MIN_ROW_PROGRAMS = saved
         walked.append({"row_blocks": blocks, "cross_grad_ms": ms,
                        "cross_grad_of_copy": TENSORS["cross_grad"] * tensor_bytes / (ms * 1e-3) / copy})
         print(walked[-1], flush=True)

@@ -34,7 +34,7 @@ from polyrec.planner.estimate import Estimator
 from polyrec.planner.types import model_spec_from_config, parse_fleet
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
-from trace_timeline import GPU_CATEGORIES
+from trace_timeline import gpu_events_of
 
 #: Profiler range names start with this (the rest is the op's key).
 PREFIX = "op|"
@@ -100,8 +100,7 @@ def op_kernel_ms(trace: dict) -> tuple[dict[str, list[float]], float]:
     range's time is the sum of the GPU events that start within its span on the GPU timeline (its
     launch gaps not counted)."""
     events = trace["traceEvents"]
-    kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES),
-                     key=lambda e: e["ts"])
+    kernels = gpu_events_of(events)
     starts = [e["ts"] for e in kernels]
     spans = sorted((e for e in events if e.get("cat") == ANNOTATION and e.get("name", "").startswith(PREFIX)),
                    key=lambda e: e["ts"])

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from polyrec.hardware import get_device
 from polyrec.hardware.types import Ceiling, Ceilings
-from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape
+from polyrec.kernels.gemm_configs import GemmConfig, config_space, configs_for_shape, pass_partial_rows
 from polyrec.kernels.gemm_select import choose, problem_tma
 from polyrec.perfmodel import gemm as model
 from polyrec.perfmodel.gemm_library import fused_pass_seconds
@@ -139,7 +139,7 @@ def score_shape(row: dict, spec, ceil: Ceilings) -> dict:
     # sweep's samples are eager, so sweeps that also time finalists from a CUDA graph give the eager
     # library time (torch_epilogue_ms_eager) to compare with them.
     library_ms = (row.get("torch_epilogue_ms_eager", row["torch_epilogue_ms"]) if "kernel_chosen" in row
-                  else row["torch_ms"] + 1e3 * fused_pass_seconds(problem, ceil, REDUCE_BLOCK_M))
+                  else row["torch_ms"] + 1e3 * fused_pass_seconds(problem, ceil, pass_partial_rows(problem.m)))
     choice_ms = selected_ms if choice.backend == "triton" else library_ms
     return {
         "shape": row["shape"], "slowdown_vs_other": row.get("slowdown_vs_other", math.nan), "m": row["m"], "n": row["n"], "k": row["k"], "layout": row["layout"],

@@ -21,7 +21,11 @@ GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 def gpu_events(trace: Path) -> list[dict]:
     """The GPU events of one trace, by start time."""
-    events = json.loads(trace.read_text())["traceEvents"]
+    return gpu_events_of(json.loads(trace.read_text())["traceEvents"])
+
+
+def gpu_events_of(events: list[dict]) -> list[dict]:
+    """The GPU events among a trace's ``traceEvents``, by start time."""
     return sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES), key=lambda e: e["ts"])
 
 

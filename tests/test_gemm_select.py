@@ -12,7 +12,7 @@ import pytest
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import catalog, get_device
 from polyrec.kernels import gemm_select
-from polyrec.kernels.gemm_configs import GemmConfig, config_space, dlrm_suite, pass_row_blocks
+from polyrec.kernels.gemm_configs import GemmConfig, config_space, dlrm_suite, pass_partial_rows, pass_row_blocks
 from polyrec.kernels.gemm_select import bucket, select_gemm
 from polyrec.perfmodel.gemm import GemmProblem, estimate, footprint
 
@@ -377,7 +377,7 @@ def test_a_captured_call_picks_the_backend_by_gpu_time():
                               dtype="bf16", epilogue=s.epilogue, b_k_major=s.layout[1] == "T",
                               a_aligned=all(x % 16 == 0 for x in (s.m, s.n, s.k)),
                               b_aligned=all(x % 16 == 0 for x in (s.m, s.n, s.k)))
-        library_gpu = library_call_seconds(problem, spec, ceil, gemm_select.REDUCE_BLOCK_M)[1]
+        library_gpu = library_call_seconds(problem, spec, ceil, pass_partial_rows(problem.m))[1]
         triton_gpu = estimate(problem, graphed.config, spec, ceil).parts["gpu"]
         assert graphed.backend == ("library" if library_gpu <= triton_gpu else "triton"), s.name
         flipped += graphed.backend != eager.backend

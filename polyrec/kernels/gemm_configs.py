@@ -47,6 +47,12 @@ def pass_row_blocks(m: int) -> int:
     return blocks
 
 
+def pass_partial_rows(m: int) -> int:
+    """Rows of ``m`` summed into one bias-gradient partial row by the library path's CrossGrad pass
+    (``polyrec.kernels.gemm._apply_epilogue``): the rows one program walks."""
+    return REDUCE_BLOCK_M * pass_row_blocks(m)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GemmConfig:
     """One launch configuration of the GEMM kernel."""

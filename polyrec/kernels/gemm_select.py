@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings as device_ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.kernels.gemm_configs import (REDUCE_BLOCK_M, GemmConfig, config_space, configs_for_shape, pass_row_blocks,
-                                         tma_runs)
+from polyrec.kernels.gemm_configs import GemmConfig, config_space, configs_for_shape, pass_partial_rows, tma_runs
 from polyrec.kernels.interpreter import interpreting
 from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS, EPILOGUE_TENSORS, GEMM_DTYPES, GemmProblem, estimate, rate_dtype
 from polyrec.perfmodel.gemm_library import library_call_seconds
@@ -139,7 +138,7 @@ def choose(problem: GemmProblem, spec: DeviceSpec, ceil: Ceilings, *, tma: bool 
     if not ranked:
         raise RuntimeError(f"select_gemm: no config of the {spec.name} space fits {problem}")
     seconds, gpu, _, config = ranked[0]
-    library, library_gpu = library_call_seconds(problem, spec, ceil, REDUCE_BLOCK_M * pass_row_blocks(problem.m),
+    library, library_gpu = library_call_seconds(problem, spec, ceil, pass_partial_rows(problem.m),
                                                adds_residual=library_adds_residual)
     if graphed:
         backend = "library" if library_gpu <= gpu else "triton"

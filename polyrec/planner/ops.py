@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 
 from polyrec.kernels.dense_backward import BLOCK_NS, MAX_ITERATIONS, TILE_ELEMENTS
-from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, pass_row_blocks
+from polyrec.kernels.gemm_configs import pass_partial_rows
 from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS
 from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes, padded_in_dim
 from polyrec.planner.types import ModelSpec
@@ -37,7 +37,7 @@ COLUMN_SUM_S = 12.9e-6
 MIN_KERNEL_S = 3.3e-6
 #: Bytes of an fp32 value (master weights, their gradients, the loss).
 FP32 = 4
-#: fp32 [B / (REDUCE_BLOCK_M x pass_row_blocks(B)), D] buffers alive at the cross backward's peak: the
+#: fp32 [B / pass_partial_rows(B), D] buffers alive at the cross backward's peak: the
 #: CrossGrad pass's bias-gradient partials and two of the same size while ``torch.sum`` reduces them
 #: (allocator trace of one step, benchmarks/results/memory_peak_*_nvidia-h200_2026-11-30 at a184b6c,
 #: one partial row per 32 rows then: 3 blocks of 432 B per sample for D = 3456, 54 B for D = 432).
@@ -174,7 +174,7 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     # bias-gradient partials while torch sums them.
     return ops, LayerMemory(name="cross", saved=layers * (r + 2 * w) * cb,
                             backward_peak=(3 * w + r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w
-                            / (REDUCE_BLOCK_M * pass_row_blocks(batch)),
+                            / pass_partial_rows(batch),
                             freed_early=w * cb)
 
 
