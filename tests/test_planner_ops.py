@@ -285,3 +285,15 @@ def test_only_the_dense_features_layer_is_padded_to_aligned_rows():
     assert [op.name for op in kaggle.ops if ".pad_" in op.name] == ["bottom.0.pad_x", "bottom.0.pad_w"]
     top0 = next(op.gemm for op in kaggle.ops if op.gemm is not None and op.gemm.op == "top.0.fwd")
     assert top0.k % 16 != 0  # its input has a gradient: not padded
+
+
+def test_kept_copies_leave_only_the_padded_weight_to_cast():
+    """bf16 compute: every master weight and bias is cast each step (25 on MLPerf DLRM-DCNv2), unless the
+    dense optimizer keeps their copies (``kept_copies``, FusedAdagrad): then only bottom.0's zero-padded
+    weight, a new tensor each step, and the dense features; fp32 compute casts nothing."""
+    spec = _spec("mlperf-dcnv2")
+    casts = [op.name for op in dense_inventory(spec, 64, 2).ops if ".cast" in op.name]
+    assert len(casts) == 1 + 25 and "input.cast" in casts
+    kept = [op.name for op in dense_inventory(spec, 64, 2, True, kept_copies=True).ops if ".cast" in op.name]
+    assert kept == ["input.cast", "bottom.0.cast_w"]
+    assert not [op for op in dense_inventory(spec, 64, 4, kept_copies=True).ops if ".cast" in op.name]

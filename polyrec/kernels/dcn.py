@@ -36,8 +36,9 @@ import torch
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.gemm import CrossGrad, autocast_inputs, compute_copy, epilogue_pass, matmul
+from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
+from polyrec.kernels.master_copies import compute_copy
 
 #: Batch sizes whose fused-backward GEMM configs ``compile_jobs`` covers (MLPerf DLRM-DCNv2 runs
 #: 65536; 16384 is the e2e benchmark's smaller batch).

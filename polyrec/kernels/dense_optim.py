@@ -6,6 +6,9 @@ is CPU-only in torch 2.11 (refused on CUDA, seen on the H200 2026-12-01). ``adag
 parameter, its gradient and its sum once and writes the parameter and the sum: 5 passes. Every program
 takes BLOCK elements of one tensor; the tensors are found through tables of their addresses, sizes
 and first programs, so one launch covers all of them (MLPerf DLRM-DCNv2: 25 tensors, 16M values).
+Where a parameter keeps a compute-dtype copy (``polyrec.kernels.master_copies``: the forward's bf16
+copy of the master), the same pass writes the updated values into it too, so the next forward casts
+nothing.
 
 The state (per parameter ``sum`` and ``step``) and the state dict are ``torch.optim.Adagrad``'s, so a
 checkpoint of either optimizer loads into the other. Weight decay and ``maximize`` are not supported
@@ -22,6 +25,7 @@ from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
+from polyrec.kernels.master_copies import drop, kept_copy, mark_current
 
 #: Values per program: 4 warps of 32 lanes, 8 fp32 values each (two 16-byte accesses per tensor).
 BLOCK = 1024
@@ -37,11 +41,12 @@ TABLES_KEPT = 64
 
 
 @triton.jit
-def adagrad_kernel(param_table, grad_table, sum_table, size_table, start_table, clr_table, num_tensors, eps,
-                   BLOCK: tl.constexpr, T_PAD: tl.constexpr):
+def adagrad_kernel(param_table, grad_table, sum_table, copy_table, size_table, start_table, clr_table, num_tensors,
+                   eps, BLOCK: tl.constexpr, T_PAD: tl.constexpr, COPY_FP16: tl.constexpr):
     """BLOCK values of one tensor: ``sum += g * g``, ``p -= clr * g / (sqrt(sum) + eps)`` (IEEE sqrt
-    and division, as torch's). The tables hold per tensor its parameter, gradient and sum addresses
-    (int64), its size, its first program and its step size ``clr`` (fp32)."""
+    and division, as torch's), and the new ``p`` rounded to nearest into its copy where it has one.
+    The tables hold per tensor its parameter, gradient, sum and copy addresses (int64; copy 0: none; the
+    copies bf16, or fp16 with ``COPY_FP16``), its size, its first program and its step size ``clr`` (fp32)."""
     pid = tl.program_id(0)
     tb = tl.arange(0, T_PAD)
     starts = tl.load(start_table + tb, mask=tb < num_tensors, other=0x7FFFFFFF)
@@ -54,8 +59,13 @@ def adagrad_kernel(param_table, grad_table, sum_table, size_table, start_table, 
     g = tl.load(g_ptr + offs, mask=mask, other=0.0)
     s = tl.load(s_ptr + offs, mask=mask, other=0.0) + g * g
     p = tl.load(p_ptr + offs, mask=mask, other=0.0)
+    p = p - tl.load(clr_table + t) * tl.div_rn(g, tl.sqrt_rn(s) + eps)
     tl.store(s_ptr + offs, s, mask=mask)
-    tl.store(p_ptr + offs, p - tl.load(clr_table + t) * tl.div_rn(g, tl.sqrt_rn(s) + eps), mask=mask)
+    tl.store(p_ptr + offs, p, mask=mask)
+    copy_addr = tl.load(copy_table + t)
+    if copy_addr != 0:
+        copy_dtype = tl.float16 if COPY_FP16 else tl.bfloat16
+        tl.store(copy_addr.to(tl.pointer_type(copy_dtype)) + offs, p.to(copy_dtype), mask=mask)
 
 
 def _check(p: torch.Tensor) -> None:
@@ -133,12 +143,15 @@ class FusedAdagrad(torch.optim.Optimizer):
             torch._foreach_add_(steps, 1)
 
     def _launch(self, params: list[torch.Tensor], group: dict) -> None:
-        """One ``adagrad_kernel`` over ``params`` (all with gradients), each at its own step."""
+        """One ``adagrad_kernel`` over ``params`` (all with gradients), each at its own step, their kept
+        compute-dtype copies written in the same pass."""
         lr, decay = group["lr"], group["lr_decay"]
         clrs = (tuple(lr / (1 + (self.state[p]["step"].item() - 1) * decay) for p in params) if decay
                 else (lr,) * len(params))
+        copies, copy_fp16 = _copies(params)
         key = (tuple(p.data_ptr() for p in params), tuple(p.grad.data_ptr() for p in params),
-               tuple(self.state[p]["sum"].data_ptr() for p in params), tuple(p.numel() for p in params), clrs)
+               tuple(self.state[p]["sum"].data_ptr() for p in params), copies, tuple(p.numel() for p in params),
+               clrs)
         tables = self._tables.pop(key, None)
         if tables is None:
             if len(self._tables) >= TABLES_KEPT:
@@ -146,29 +159,50 @@ class FusedAdagrad(torch.optim.Optimizer):
             tables = _device_tables(key, params[0].device)
         self._tables[key] = tables  # now the most recently used
         ints, clr, programs = tables
-        adagrad_kernel[(programs,)](ints[0], ints[1], ints[2], ints[3], ints[4], clr, len(params), group["eps"],
-                                    BLOCK=BLOCK, T_PAD=triton.next_power_of_2(len(params)), num_warps=NUM_WARPS)
+        adagrad_kernel[(programs,)](ints[0], ints[1], ints[2], ints[3], ints[4], ints[5], clr, len(params),
+                                    group["eps"], BLOCK=BLOCK, T_PAD=triton.next_power_of_2(len(params)),
+                                    COPY_FP16=copy_fp16, num_warps=NUM_WARPS)
+        for p, copy in zip(params, copies):
+            if copy:
+                mark_current(p)
+
+
+def _copies(params: list[torch.Tensor]) -> tuple[tuple[int, ...], bool]:
+    """The address of each parameter's kept compute-dtype copy (0: none) and whether the copies are fp16
+    (else bf16). One launch writes one dtype: a copy of the dtype fewer copies have, or of another
+    dtype, is dropped (the next forward casts afresh)."""
+    held = [kept_copy(p) for p in params]
+    dtypes = [c.dtype for c in held if c is not None]
+    copy_fp16 = dtypes.count(torch.float16) > dtypes.count(torch.bfloat16)
+    want = torch.float16 if copy_fp16 else torch.bfloat16
+    for p, c in zip(params, held):
+        if c is not None and c.dtype != want:
+            drop(p)
+    return tuple(c.data_ptr() if c is not None and c.dtype == want else 0 for c in held), copy_fp16
 
 
 def _device_tables(key: tuple, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(the [5, T] int64 table of parameter, gradient and sum addresses, sizes and first programs; the
-    [T] fp32 step sizes; the programs in all) of ``FusedAdagrad._launch``'s key, on ``dev``."""
-    params, grads, sums, sizes, clrs = key
+    """(the [6, T] int64 table of parameter, gradient, sum and copy addresses, sizes and first programs;
+    the [T] fp32 step sizes; the programs in all) of ``FusedAdagrad._launch``'s key, on ``dev``."""
+    params, grads, sums, copies, sizes, clrs = key
     starts, programs = [], 0
     for size in sizes:
         starts.append(programs)
         programs += ceil_div(size, BLOCK)
-    ints = torch.tensor([params, grads, sums, sizes, starts], dtype=torch.int64)
+    ints = torch.tensor([params, grads, sums, copies, sizes, starts], dtype=torch.int64)
     clr = torch.tensor(clrs, dtype=torch.float32)
     return ints.to(dev, non_blocking=dev.type == "cuda"), clr.to(dev, non_blocking=dev.type == "cuda"), programs
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
-    """The one configuration ``FusedAdagrad`` launches (up to 64 tensors; MLPerf DLRM-DCNv2 has 25)."""
-    signature = {"param_table": "*i64", "grad_table": "*i64", "sum_table": "*i64", "size_table": "*i64",
-                 "start_table": "*i64", "clr_table": "*fp32", "num_tensors": "i32", "eps": "fp32",
-                 "BLOCK": "constexpr", "T_PAD": "constexpr"}
-    return [CompileJob(label=f"adagrad BLOCK{BLOCK} T64", kernel=adagrad_kernel, signature=signature,
-                       constexprs={"BLOCK": BLOCK, "T_PAD": 64}, num_warps=NUM_WARPS, num_stages=1,
-                       divisible_by_16=("param_table", "grad_table", "sum_table", "size_table", "start_table",
-                                        "clr_table"))]
+    """The configurations ``FusedAdagrad`` launches (up to 64 tensors, MLPerf DLRM-DCNv2 has 25; bf16 or
+    fp16 copies)."""
+    signature = {"param_table": "*i64", "grad_table": "*i64", "sum_table": "*i64", "copy_table": "*i64",
+                 "size_table": "*i64", "start_table": "*i64", "clr_table": "*fp32", "num_tensors": "i32",
+                 "eps": "fp32", "BLOCK": "constexpr", "T_PAD": "constexpr", "COPY_FP16": "constexpr"}
+    return [CompileJob(label=f"adagrad BLOCK{BLOCK} T64 {'fp16' if fp16 else 'bf16'} copies", kernel=adagrad_kernel,
+                       signature=signature, constexprs={"BLOCK": BLOCK, "T_PAD": 64, "COPY_FP16": fp16},
+                       num_warps=NUM_WARPS, num_stages=1,
+                       divisible_by_16=("param_table", "grad_table", "sum_table", "copy_table", "size_table",
+                                        "start_table", "clr_table"))
+            for fp16 in (False, True)]

@@ -32,6 +32,7 @@ from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_r
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
 from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
+from polyrec.kernels.master_copies import compute_copy
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
 from polyrec.perfmodel import gemm_library
 
@@ -515,12 +516,6 @@ def reference_matmul(a, b, *, trans_a=False, trans_b=False, bias=None, activatio
     if cross is not None:
         y = cross[0].double() * y + cross[1].double()
     return y
-
-
-def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """``t`` in the compute dtype (a master weight's copy, made inside an autograd Function: its
-    gradient is the Function's to return in the master's dtype)."""
-    return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
 class _Linear(torch.autograd.Function):

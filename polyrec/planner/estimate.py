@@ -24,7 +24,7 @@ from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
 from polyrec.planner.dense import dense_matmuls, dense_params
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
-from polyrec.planner.ops import COLUMN_SUM_S, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
+from polyrec.planner.ops import COLUMN_SUM_S, FP32, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
 
 #: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
@@ -250,6 +250,9 @@ class Estimator:
         # one GPU trains with polyrec's tables unsharded: the lookup writes into DLRM-DCNv2's x0
         # (polyrec.models.dlrm sets PolyrecEmbeddings.lead_columns); sharded tables concatenate
         self.x0_in_lookup = fleet.world_size == 1
+        # the trainer's GPU Adagrad (FusedAdagrad) writes the masters' half-precision copies the forward
+        # takes (polyrec.kernels.master_copies): no cast per step, the copies written by the optimizer
+        self.kept_copies = dense_optimizer == "adagrad" and mem.DENSE_DTYPE_BYTES[dense_dtype] < FP32
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
     def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, float, str]:
@@ -295,7 +298,8 @@ class Estimator:
         spec, ceil = self.specs[device], self.ceilings[device]
         copy = ceil.copy_bandwidth.value
         epilogues = {f"{m.name}.fwd": _EPILOGUE[(m.epilogue, m.bias)] for m in self.matmuls}
-        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup)
+        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup,
+                              self.kept_copies)
         out = []
         for op in inv.ops:
             if op.gemm is None:
@@ -316,7 +320,8 @@ class Estimator:
         """Device seconds of the dense half on one device kind (the sum of ``dense_op_times`` by phase),
         and its launches."""
         copy = self.ceilings[device].copy_bandwidth.value
-        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup)
+        inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup,
+                              self.kept_copies)
         seconds = {"fwd": 0.0, "bwd": 0.0}
         after = 0.0
         launches = Launches(torch_ops=inv.autograd_nodes)
@@ -326,7 +331,8 @@ class Estimator:
             after += t.seconds if runs_after_cross_input_grad(t.op) else 0.0
             launches += t.launches
         labels = tuple((t.op.gemm.op, t.kernel) for t in times if t.op.gemm is not None)
-        opt = 4 * self.params * DENSE_OPTIMIZER_VALUES[self.dense_optimizer] / copy
+        copies = mem.DENSE_DTYPE_BYTES[self.dense_dtype] * self.params if self.kept_copies else 0  # written
+        opt = (FP32 * self.params * DENSE_OPTIMIZER_VALUES[self.dense_optimizer] + copies) / copy
         tensors = sum(TENSORS_PER_BIAS_MATMUL if m.bias else 1 for m in self.matmuls)
         return DenseTimes(fwd_s=seconds["fwd"], bwd_s=seconds["bwd"], optimizer_s=opt, after_input_grad_s=after,
                           launches=launches,

@@ -149,7 +149,8 @@ def dense_activation_bytes(model: ModelSpec, batch: int, dense_dtype: str,
     """(activations, workspace) of the dense layers at the peak of their backward, ``batch`` samples.
 
     Activations: per sample, the saved tensors and backward buffers of ``planner.ops`` at the worst
-    layer, plus the compute-dtype copies of the weights the forward casts and keeps; workspace: BLAS.
+    layer, plus the compute-dtype copies of the weights (cast by the forward and kept for the backward,
+    or with Adagrad kept between steps: ``polyrec.kernels.master_copies``); workspace: BLAS.
     ``x0_in_lookup`` as ``planner.ops.dense_inventory`` takes it.
     """
     cb = DENSE_DTYPE_BYTES[dense_dtype]

@@ -98,24 +98,28 @@ def _reduction_pads(mat: Matmul, batch: int, cb: int) -> list[Op]:
             for what, rows, size in (("x", batch, cb), ("w", mat.out_dim, FP32))]
 
 
-def _weight_casts(mat: Matmul, cb: int) -> list[Op]:
-    """fp32 master -> compute dtype for the forward (``polyrec.kernels.gemm.compute_copy``); none when
-    the compute dtype is fp32. No cast back: the weight-gradient GEMM writes the fp32 gradient and the
-    bias gradient's column sums are fp32 already."""
+def _weight_casts(mat: Matmul, cb: int, kept_copies: bool) -> list[Op]:
+    """fp32 master -> compute dtype for the forward (``polyrec.kernels.master_copies.compute_copy``); none
+    when the compute dtype is fp32. ``kept_copies``: the dense optimizer writes the masters' copies
+    (``FusedAdagrad``), so only a weight that is not itself a parameter is cast: the first layer's
+    zero-padded copy (``_reduction_pads``), a new tensor each step. No cast back: the weight-gradient GEMM
+    writes the fp32 gradient and the bias gradient's column sums are fp32 already."""
     out: list[Op] = []
     if cb == FP32:
         return out
+    padded = bool(_reduction_pads(mat, 1, cb))
     for what, n in (("w", mat.in_dim * mat.out_dim), ("b", mat.out_dim if mat.bias else 0)):
-        if n:
+        if n and (not kept_copies or (what == "w" and padded)):
             out.append(Op(name=f"{mat.name}.cast_{what}", phase="fwd", bytes=n * (FP32 + 2)))
     return out
 
 
-def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
+def mlp_layer(mat: Matmul, batch: int, cb: int, kept_copies: bool = False) -> tuple[list[Op], LayerMemory]:
     """One ``linear`` (``_Linear``): fused bias/ReLU forward; backward one ReLU-mask + bias-sum pass
-    (``polyrec.kernels.dense_backward``), dgrad, wgrad."""
+    (``polyrec.kernels.dense_backward``), dgrad, wgrad. ``kept_copies`` as ``_weight_casts`` takes it."""
     n, k, b = mat.out_dim, padded_in_dim(mat, _pad_alignment(mat)), batch  # k: as the GEMMs see it
-    ops = _gemm_ops(mat, batch, _pad_alignment(mat)) + _weight_casts(mat, cb) + _reduction_pads(mat, batch, cb)
+    ops = (_gemm_ops(mat, batch, _pad_alignment(mat)) + _weight_casts(mat, cb, kept_copies)
+           + _reduction_pads(mat, batch, cb))
     relu = mat.epilogue == "relu"
     if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
@@ -132,7 +136,8 @@ def mlp_layer(mat: Matmul, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     return ops, LayerMemory(name=mat.name, saved=saved, backward_peak=peak)
 
 
-def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
+def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int,
+                  kept_copies: bool = False) -> tuple[list[Op], LayerMemory]:
     """The low-rank DCN-v2 network as ``polyrec.kernels.dcn.cross_network`` runs it (one autograd
     Function). Forward per layer: ``low = x_l Vᵀ``, the product ``p = low Uᵀ`` (kept for the backward),
     then one epilogue pass ``x_{l+1} = x0 * (p + b) + x_l`` (reads p, x0, x_l; writes x_{l+1}).
@@ -142,7 +147,7 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
     residual gradient added in its epilogue ("residual"), in place by the library in every layer: below
     the top one over the network's own buffer, in the top one over the incoming gradient, which DLRM
     gives up (``owns_output_grad``: the top MLP is the cross output's one reader). No elementwise torch
-    op of size [B, D].
+    op of size [B, D]. ``kept_copies`` as ``_weight_casts`` takes it.
     """
     ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
     b = batch
@@ -154,7 +159,7 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int) -> tu
                    gemm=GemmShape(op=f"{u.name}.product", m=b, n=w, k=r, epilogue="none"), torch_ops=0),
                 Op(name=f"{u.name}.cross_pass", phase="fwd", bytes=4 * b * w * cb, rate="pass", torch_ops=1,
                    triton_ops=1)]
-        ops += _weight_casts(v, cb) + _weight_casts(u, cb)
+        ops += _weight_casts(v, cb, kept_copies) + _weight_casts(u, cb, kept_copies)
         first_backward = i == len(pairs) - 1  # d_x0 is written, not read
         ops.append(Op(name=f"{u.name}.cross_grad_pass", phase="bwd", bytes=(6 - first_backward) * b * w * cb,
                       rate="pass", torch_ops=3, triton_ops=1))  # g and the partials allocated, the partials summed
@@ -198,12 +203,14 @@ def dot_interaction(model: ModelSpec, batch: int, cb: int) -> tuple[list[Op], La
 
 
 @functools.lru_cache(maxsize=1024)
-def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_lookup: bool = False) -> DenseInventory:
+def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_lookup: bool = False,
+                    kept_copies: bool = False) -> DenseInventory:
     """Every op of the dense forward and backward at ``batch`` samples, and the per-layer memory
     (cached: a 64-GPU plan asks for the same few batches ~1300 times). ``x0_in_lookup``: DLRM-DCNv2's
     x0 is the buffer the lookup wrote its pooled rows into (one GPU, polyrec's tables:
     ``polyrec.models.layers.beside``), so only the bottom MLP's columns are copied and x0 keeps only
-    those beyond the pooled output (which the embedding side counts)."""
+    those beyond the pooled output (which the embedding side counts). ``kept_copies``: the dense
+    optimizer keeps the masters' compute-dtype copies (``_weight_casts``)."""
     cb, b = dense_dtype_bytes, batch
     mats = dense_matmuls(model)
     bottom = [m for m in mats if m.name.startswith("bottom.")]
@@ -211,7 +218,7 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_
     ops: list[Op] = [] if cb == FP32 else [Op(name="input.cast", phase="fwd", bytes=b * model.dense.num_dense * (FP32 + cb))]
     layers: list[LayerMemory] = []
     for m in bottom:
-        o, lm = mlp_layer(m, batch, cb)
+        o, lm = mlp_layer(m, batch, cb, kept_copies)
         ops += o
         layers.append(lm)
     fd = len(model.tables) * model.embedding_dim
@@ -221,7 +228,7 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_
         ops.append(Op(name="cross.cat", phase="fwd", bytes=2 * b * copied * cb))
         layers.append(LayerMemory(name="cross.x0", saved=copied * cb, backward_peak=width * cb + fd * cb))
         cross = [m for m in mats if m.name.startswith("cross.")]
-        o, lm = cross_network(list(zip(cross[::2], cross[1::2])), batch, cb)
+        o, lm = cross_network(list(zip(cross[::2], cross[1::2])), batch, cb, kept_copies)
         ops += o
         layers.append(lm)
     else:
@@ -229,7 +236,7 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_
         ops += o
         layers.append(lm)
     for m in top:
-        o, lm = mlp_layer(m, batch, cb)
+        o, lm = mlp_layer(m, batch, cb, kept_copies)
         ops += o
         layers.append(lm)
     ops.append(Op(name="loss", phase="fwd", bytes=b * (cb + 3 * FP32), torch_ops=3))  # squeeze/float, BCE

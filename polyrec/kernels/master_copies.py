@@ -1,0 +1,78 @@
+"""Compute-dtype copies of fp32 master weights, kept up to date by the optimizer that writes the masters.
+
+Under bf16 compute each forward copies every fp32 master weight and bias to bf16 before its GEMM
+(``compute_copy``): on MLPerf DLRM-DCNv2 25 cast kernels and their launches per step. ``FusedAdagrad``
+reads and writes every master once per step anyway, so it writes the master's bf16 copy in the same pass
+(two more bytes per value) and ``compute_copy`` hands that copy out instead of casting, while it is
+current.
+
+Current means: the master's version counter and storage are the ones recorded when the copy was last
+made equal to it. Torch's in-place ops bump the version, so a master changed by anything else (a
+checkpoint load, torch's optimizers, user code) is cast afresh. Triton kernels do not bump it: the one
+kernel that writes dense masters, ``polyrec.kernels.dense_optim.adagrad_kernel``, writes their copies in
+the same pass and re-records them (``mark_current``) or drops them (``drop``).
+
+Copies are kept only for leaf tensors that require a gradient (parameters), on the parameter object
+itself, so they live and die with it. While a CUDA graph is being captured none is kept or handed out
+(and any kept one is dropped): a replay reads the addresses of its capture and would not see a later
+cast afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+#: The attribute of a master parameter that holds its :class:`KeptCopy`.
+ATTR = "_polyrec_compute_copy"
+
+
+@dataclass(slots=True)
+class KeptCopy:
+    """A master's copy in the compute dtype and the master's state when the two were last equal."""
+
+    tensor: torch.Tensor  # the master's values in the compute dtype, same shape
+    version: int  # master._version then
+    data_ptr: int  # master.data_ptr() then
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """``t`` in ``dtype`` (a master weight's copy for the forward, made inside an autograd Function: its
+    gradient is the Function's to return in the master's dtype): the kept copy where it is current, else a
+    new cast, kept for the optimizer to update where ``t`` is a parameter."""
+    if t is None or t.dtype == dtype:
+        return t
+    if _capturing(t):
+        drop(t)
+        return t.to(dtype)
+    held: KeptCopy | None = getattr(t, ATTR, None)
+    if held is not None and held.tensor.dtype == dtype and held.version == t._version \
+            and held.data_ptr == t.data_ptr():
+        return held.tensor
+    copy = t.to(dtype)
+    if t.is_leaf and t.requires_grad:
+        setattr(t, ATTR, KeptCopy(tensor=copy, version=t._version, data_ptr=t.data_ptr()))
+    return copy
+
+
+def kept_copy(t: torch.Tensor) -> torch.Tensor | None:
+    """The copy ``t`` holds (current or not), for the optimizer to overwrite with the updated values."""
+    held: KeptCopy | None = getattr(t, ATTR, None)
+    return None if held is None else held.tensor
+
+
+def mark_current(t: torch.Tensor) -> None:
+    """Record that ``t``'s kept copy now equals ``t`` (its writer does not bump the version)."""
+    held: KeptCopy = getattr(t, ATTR)
+    held.version, held.data_ptr = t._version, t.data_ptr()
+
+
+def drop(t: torch.Tensor) -> None:
+    """Forget ``t``'s kept copy, if any."""
+    if hasattr(t, ATTR):
+        delattr(t, ATTR)
