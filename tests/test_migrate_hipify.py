@@ -233,3 +233,53 @@ def test_cli_hipify_takes_the_target(tmp_path):
     assert ok.exit_code == 0 and "__nv_fp8_e4m3" not in (tmp_path / "950" / "f.cu").read_text()
     bad = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(tmp_path / "x"), "--target", "gfx905"])
     assert bad.exit_code == 2 and "unknown target 'gfx905'" in bad.output
+
+
+@pytest.mark.parametrize("launch_ggl", [False, True])
+def test_dynamic_shared_memory_over_lds_is_still_reported_after_hipify(tmp_path, launch_ggl):
+    from polyrec.migrate.hipify import hipify_tree
+    from polyrec.migrate.scan import scan_paths
+
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float* a) { extern __shared__ float s[]; a[0] = s[0]; }\n"
+                   "void run(float* a) {\n"
+                   "  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024);\n"
+                   "  k<<<1, 128, 96 * 1024>>>(a);\n"
+                   "}\n")
+    before = sorted((f.line, f.rule) for f in scan_paths([src]).findings)
+    assert before == [(3, "PM109"), (4, "PM109")]
+    hipify_tree(src, tmp_path / "out", launch_ggl=launch_ggl)
+    left = scan_paths([tmp_path / "out" / "k.cu"]).findings  # line 1 is the added runtime header
+    # was: hipFuncSetAttribute and hipLaunchKernelGGL were not read, so the hazards vanished from the report
+    assert sorted((f.line, f.rule) for f in left) == [(4, "PM109"), (5, "PM109")]
+    assert "hipFuncSetAttribute opts in to 102400 B" in left[0].message
+
+
+def test_an_output_directory_inside_the_tree_is_not_translated_again(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "k.cu").write_text("void f() { cudaDeviceSynchronize(); }\n")
+    for _ in range(2):  # the second run used to translate the first run's output, into out/out/
+        result = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(src / "out"), "--json"])
+        assert result.exit_code == 0, result.output
+        assert [f["path"] for f in json.loads(result.stdout)["files"]] == ["sub/k.cu"]
+    assert not (src / "out" / "out").exists()
+    outside = CliRunner().invoke(app, ["migrate", "hipify", str(src / "sub"), "-o", str(src), "--json"])
+    assert outside.exit_code == 0 and (src / "k.cu").exists()  # an output directory above the sources
+
+
+def test_cub_namespace_follows_its_header_to_hipcub():
+    src = ("#include <cub/cub.cuh>\n"
+           "// cub::DeviceRadixSort in a comment\n"
+           "void sort(int* k, size_t n) {\n"
+           "  size_t bytes = 0;\n"
+           "  cub::DeviceRadixSort::SortKeys(nullptr, bytes, k, k, n);\n"
+           "  using Reduce = ::cub :: BlockReduce<float, 256>;\n"
+           "  int cub = 1;\n"
+           "}\n")
+    out, report = hipify_source(src, "s.cu")
+    # was: the header became hipcub/hipcub.hpp and every cub:: stayed, which does not compile on ROCm
+    assert "#include <hipcub/hipcub.hpp>" in out and "  hipcub::DeviceRadixSort::SortKeys(" in out
+    assert "::hipcub :: BlockReduce<float, 256>" in out
+    assert "// cub::DeviceRadixSort in a comment" in out and "int cub = 1;" in out
+    assert report.renamed["cub"] == "hipcub"

@@ -130,3 +130,11 @@ def test_null_content_is_a_provider_error_that_port_reports(tmp_path):
 def test_extract_code_takes_last_python_block():
     assert extract_code("a\n```python\nx = 1\n```\nb\n```python\ny = 2\n```") == "y = 2\n"
     assert extract_code("z = 3") == "z = 3\n"
+
+
+@pytest.mark.parametrize("reference, says", [("no_such_module:f", "No module named 'no_such_module'"),
+                                             ("math:sqrt", "math must define SHAPES")])
+def test_a_bad_reference_is_refused_without_a_provider_too(tmp_path, reference, says):
+    with pytest.raises((ImportError, ValueError), match=says):
+        port(KERNEL, reference, None, work_dir=tmp_path / "out", config=CONFIG)
+    assert not (tmp_path / "out").exists()  # was: "not ported" (exit 1), the reference never read

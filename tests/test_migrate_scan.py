@@ -272,3 +272,13 @@ def test_ptx_approximate_ops_in_triton_inline_asm(tmp_path):
     result = _scan_text(tmp_path, "t.py", src)
     assert _rules(result) == [(2, "PM103"), (3, "PM103"), (4, "PM103"), (5, "PM103"), (7, "PM103")]
     assert "tanh.approx" in result.findings[0].message and "libdevice" in result.findings[0].message
+
+
+def test_a_file_of_another_type_is_not_scanned_with_the_suffixes_read(tmp_path):
+    (tmp_path / "notes.txt").write_text("#define WARP_SIZE 32\n")
+    result = CliRunner().invoke(app, ["migrate", "scan", str(tmp_path / "notes.txt"), "--json"])
+    assert result.exit_code == 2, result.output
+    why = json.loads(result.stdout)["not_scanned"][str(tmp_path / "notes.txt")]
+    # was: "scanner error: ValueError: ... (expected .py, .cu, .cuh, .cpp, .h)", as if the scanner had failed,
+    # and without the .cc / .cxx / .hpp it reads
+    assert why == "unsupported file type '.txt' (expected .cc, .cpp, .cu, .cuh, .cxx, .h, .hpp, .py)"

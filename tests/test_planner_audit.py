@@ -72,6 +72,23 @@ def test_a_fleet_with_nothing_after_the_at_sign_is_refused():
         parse_fleet("H200x1@")  # was: planned for one host
 
 
+def test_a_fleet_with_a_superscript_host_count_is_refused():
+    with pytest.raises(FleetError, match="hosts after '@' must be a positive integer"):
+        parse_fleet("H200x1@²")  # was: "invalid literal for int() with base 10: '²'"
+
+
+def test_an_empty_fleet_option_is_refused_not_the_default():
+    refused(["plan", "--model", "dcnv2-small", "--fleet", "", "--json"], "fleet '': empty device entry")
+    # was: planned H200x1, the default, exit 0
+
+
+def test_a_fixed_batch_above_the_given_bound_is_refused_not_ignored():
+    refused(["plan", "--model", "dcnv2-small", "--batch-per-gpu", "100000", "--max-batch-per-gpu", "1024", "--json"],
+            "--batch-per-gpu 100000 is above --max-batch-per-gpu 1024")  # was: planned at 100,000, exit 0
+    result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--batch-per-gpu", "100000", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["batch_per_gpu"] == 100000  # the default bound
+
+
 @pytest.mark.parametrize("text", ["H200x99999999999", "H200x8@99999999"])
 def test_a_fleet_too_large_to_plan_is_refused_at_once(text):
     start = time.perf_counter()

@@ -33,6 +33,8 @@ from polyrec.planner.types import (
 
 #: The fleet planned for when --fleet is not given.
 DEFAULT_FLEET = "H200x1"
+#: The largest batch per GPU the planner chooses unless --max-batch-per-gpu says (PlanConstraints' default).
+DEFAULT_MAX_BATCH = PlanConstraints().max_batch_per_gpu
 #: Where ``--compare`` writes its report unless --out-dir says.
 REPORT_DIR = Path("plan_report")
 
@@ -208,6 +210,14 @@ def _check_modes(compare: str | None, codesign_: bool, target: float, output: Pa
                          "for a plan's JSON")
 
 
+def _check_batch(batch_per_gpu: int | None, max_batch_per_gpu: int | None) -> None:
+    """A fixed batch above a --max-batch-per-gpu the user gave is refused (the fixed batch won in silence);
+    above the default bound it stands (that bound is the planner's choice, not the user's)."""
+    if batch_per_gpu is not None and max_batch_per_gpu is not None and batch_per_gpu > max_batch_per_gpu:
+        raise FleetError(f"--batch-per-gpu {batch_per_gpu} is above --max-batch-per-gpu {max_batch_per_gpu}; "
+                         "raise the bound or leave one of them out")
+
+
 @app.callback(invoke_without_command=True)
 def plan(
     model: str = typer.Option("mlperf-dcnv2", "--model", help="model preset (polyrec.models presets)"),
@@ -216,7 +226,8 @@ def plan(
     weight_dtypes: str = typer.Option("fp32,fp16", help="embedding weight precisions allowed, preferred first"),
     optimizers: str = typer.Option("rowwise_adagrad", help="embedding optimizers allowed, preferred first"),
     batch_per_gpu: int | None = typer.Option(None, help="fix the batch per GPU (default: the planner chooses)"),
-    max_batch_per_gpu: int = typer.Option(65536, help="largest batch per GPU the planner may choose"),
+    max_batch_per_gpu: int | None = typer.Option(None, help="largest batch per GPU the planner may choose "
+                                                 f"(default: {DEFAULT_MAX_BATCH})"),
     no_host_cache: bool = typer.Option(False, "--no-host-cache", help="never place tables in host memory"),
     host_memory_gb: float | None = typer.Option(None, help="memory of each host in GB (10^9 bytes) that host-cached "
                                                 "tables may take, e.g. 2000 for a DGX H200 (default: not known; "
@@ -235,10 +246,12 @@ def plan(
     """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target."""
     try:
         _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
-        fleet = fleet or DEFAULT_FLEET
+        _check_batch(batch_per_gpu, max_batch_per_gpu)
+        fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
         spec = load_model(model, distribution)
         c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
-                            max_batch_per_gpu=max_batch_per_gpu, allow_host_cache=not no_host_cache, overlap=overlap)
+                            max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,
+                            allow_host_cache=not no_host_cache, overlap=overlap)
         if codesign_:
             fleets = [fleet_with_host_memory(f, host_memory_gb) for f in codesign_fleets(fleet, compare)]
             _codesign(spec, fleets, target_samples_per_s, c, as_json)

@@ -3,7 +3,9 @@
 The mapping comes from ``torch.utils.hipify.cuda_to_hip_mappings`` (imported, never copied). On top of
 it this module closes the gaps of torch's hipify that the migration issue lists:
 
-- identifiers are renamed only in code, never in comments or string literals;
+- identifiers are renamed only in code, never in comments or string literals; a namespace torch's table
+  renames as a qualifier (``cub::`` -> ``hipcub::``) is renamed wherever ``::`` follows it (torch's own
+  table entries for it are not identifiers, so the header became hipcub's while ``cub::`` stayed);
 - headers are written as hipify-clang writes them (``hipblas.h``, not ``hipblas/hipblas.h``; the
   ``<>``/``""`` style kept; a second include of the same HIP header dropped), per hipify-clang's tests
   (ROCm/HIP tests/hipify-clang/unit_tests/headers/headers_test_*.cu);
@@ -83,6 +85,7 @@ _MASK_FIX = re.compile(r"(__(?:shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|ma
                        r"(0[xX][fF]{8}[uU]?[lL]{0,2}|~0[uU]?)(\s*,)")
 _POPC_BALLOT = re.compile(r"\b__popc(\s*\(\s*__(?:ballot_sync|ballot|activemask)\b)")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+_QUALIFIER = re.compile(r"\s*::")
 # Comments, raw strings R"d(...)d" (may span lines), strings, char literals, #include lines, and numbers
 # (pp-numbers, so that the digit separator of 1'000 is not read as the start of a char literal).
 _LEX = re.compile(r'(?P<number>(?<![\w.])\.?\d(?:[eEpP][+-]|\'(?=\w)|[\w.])*)|//[^\n]*|/\*.*?\*/|'
@@ -149,6 +152,21 @@ def mappings(pytorch_extension: bool = False) -> tuple[dict[str, str], dict[str,
     return idents | GAP_MAPPINGS, headers | GAP_HEADERS
 
 
+@functools.cache
+def namespace_mappings() -> dict[str, str]:
+    """Namespaces torch's table renames as a qualifier (``cub::`` -> ``hipcub::``: the header becomes
+    hipcub/hipcub.hpp, which has no ``cub``), renamed where ``::`` follows them in code."""
+    from torch.utils.hipify import cuda_to_hip_mappings as m
+
+    spaces: dict[str, str] = {}
+    for table in m.CUDA_TO_HIP_MAPPINGS:
+        for key, entry in table.items():
+            value = _value(entry)
+            if value is not None and re.fullmatch(r"\w+::", key) and re.fullmatch(r"\w+::", value):
+                spaces.setdefault(key[:-2], value[:-2])
+    return spaces
+
+
 def _clang_header(header: str) -> str:
     """hipify-clang names library headers without the directory: hipblas/hipblas.h -> hipblas.h."""
     parts = header.split("/")
@@ -169,9 +187,12 @@ def mask_comments_and_strings(text: str, *, keep_includes: bool = False) -> str:
 
 def _rename(text: str, masked: str, idents: dict[str, str], report: FileReport) -> str:
     out, pos = [], 0
+    spaces = namespace_mappings()
     for m in _IDENT.finditer(masked):
         name = m.group(0)
         new = idents.get(name)
+        if name in spaces and _QUALIFIER.match(masked, m.end()):
+            new = spaces[name]
         if new is None:
             if _CUDA_NAME.match(name) and name not in report.unmapped:
                 report.unmapped.append(name)
@@ -293,13 +314,16 @@ def _unified_diff(old: str, new: str, rel: str) -> list[str]:
     return lines
 
 
-def _sources(src: Path, skipped: dict[str, str]) -> list[Path]:
-    """The regular files to translate under ``src``; a dangling link or other non-file is put in ``skipped``."""
+def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
+    """The regular files to translate under ``src``, but for those under ``out_dir`` (an earlier run's output
+    inside the tree); a dangling link or other non-file is put in ``skipped``."""
     if src.is_file():
         return [src]
-    files = []
+    files, out = [], out_dir.resolve()
+    out_inside = out != src.resolve() and out.is_relative_to(src.resolve())
     for path in sorted(src.rglob("*")):
-        if path.suffix not in HIPIFY_SUFFIXES or path.is_dir():
+        if path.suffix not in HIPIFY_SUFFIXES or path.is_dir() or \
+                (out_inside and path.parent.resolve().is_relative_to(out)):
             continue  # a directory named x.cu is walked into, not translated
         rel = str(path.relative_to(src))
         if path.is_symlink() and not path.exists():
@@ -320,7 +344,7 @@ def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_e
     ``skipped`` (relative path -> why) when given, and are warned about otherwise.
     """
     missed: dict[str, str] = {} if skipped is None else skipped
-    files = _sources(src, missed)
+    files = _sources(src, missed, out_dir)
     if not files and not missed:
         raise FileNotFoundError(f"hipify: no .cu/.cuh/.cpp/.h files under {src}")
     reports, diff = [], []

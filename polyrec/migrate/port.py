@@ -85,6 +85,7 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
     if not kernel.is_file():
         why = "is a directory, not a file" if kernel.is_dir() else "does not exist"
         raise FileNotFoundError(f"port: kernel file {kernel} {why}")
+    load_reference(reference)  # bad input with or without a provider (without one it went unread: exit 1)
     work_dir.mkdir(parents=True, exist_ok=True)
     report = PortReport(kernel=str(kernel), reference=reference,
                         provider=provider.describe() if provider is not None else None)

@@ -16,6 +16,10 @@ CUDA_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp"})
 SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".tox", "build"})
 
 
+class UnsupportedFile(ValueError):
+    """A file named on the command line whose suffix no scanner reads."""
+
+
 def iter_sources(paths: Iterable[Path]) -> Iterable[tuple[Path, str]]:
     """(file, display path) for every scannable file under the given files/directories, sorted."""
     for root in paths:
@@ -34,14 +38,16 @@ def iter_sources(paths: Iterable[Path]) -> Iterable[tuple[Path, str]]:
 def scan_file(path: str, data: bytes) -> list[Finding]:
     """Findings in one file's bytes; the language comes from the suffix.
 
-    Raises ParserMissing for a CUDA file without tree-sitter-cuda and SyntaxError for bad Python.
+    Raises ParserMissing for a CUDA file without tree-sitter-cuda, SyntaxError for bad Python and
+    UnsupportedFile for another suffix.
     """
     suffix = Path(path).suffix
     if suffix in PYTHON_SUFFIXES:
         return scan_python(path, data)
     if suffix in CUDA_SUFFIXES:
         return scan_cuda(path, data)
-    raise ValueError(f"scan: {path}: unsupported file type {suffix!r} (expected .py, .cu, .cuh, .cpp, .h)")
+    read = ", ".join(sorted(PYTHON_SUFFIXES | CUDA_SUFFIXES))
+    raise UnsupportedFile(f"unsupported file type {suffix!r} (expected {read})")
 
 
 def scan_paths(paths: Iterable[Path], *, rules: set[str] | None = None,
@@ -56,7 +62,7 @@ def scan_paths(paths: Iterable[Path], *, rules: set[str] | None = None,
         data = file.read_bytes()
         try:
             found = scan_file(shown, data)
-        except ParserMissing as exc:
+        except (ParserMissing, UnsupportedFile) as exc:
             result.not_scanned[shown] = str(exc)
             continue
         except SyntaxError as exc:

@@ -219,9 +219,12 @@ class _CudaScan:
                 self.add("PM102", node, f"{name} with 32-bit mask `{_text(args[0])}`; AMD lane masks are 64-bit")
             if _BALLOT.match(name) and not _guarded(node):
                 self._narrow_ballot(node, name)
-            if name == "cudaFuncSetAttribute" and len(args) == 3 and \
+            # the HIP names too: hipify's output is scanned for what it left (its --launch-ggl launches)
+            if name in ("cudaFuncSetAttribute", "hipFuncSetAttribute") and len(args) == 3 and \
                     _text(args[1]).endswith("MaxDynamicSharedMemorySize"):
-                self._dynamic_smem(node, args[2], "cudaFuncSetAttribute opts in to")
+                self._dynamic_smem(node, args[2], f"{name} opts in to")
+            if name == "hipLaunchKernelGGL" and len(args) >= 5:  # (kernel, grid, block, shmem, stream, ...)
+                self._dynamic_smem(node, args[3], "kernel launch asks for")
 
     def _is_mask32(self, arg: Any) -> bool:
         text = _text(arg)

@@ -258,7 +258,7 @@ def parse_fleet(text: str) -> Fleet:
     body, at, hosts_text = text.strip().partition("@")
     hosts = 1
     if at:
-        if not hosts_text.strip().isdigit() or int(hosts_text) < 1:
+        if not hosts_text.strip().isdecimal() or int(hosts_text) < 1:  # isdigit() takes '²', which int() refuses
             raise FleetError(f"fleet {text!r}: hosts after '@' must be a positive integer; syntax {FLEET_SYNTAX}")
         hosts = int(hosts_text)
     groups: list[DeviceGroup] = []
