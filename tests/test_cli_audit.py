@@ -209,6 +209,20 @@ def test_train_out_of_memory_is_a_clear_error(monkeypatch):
             "can't allocate memory")
 
 
+@pytest.mark.parametrize("error", [MemoryError("Unable to allocate 2.91 TiB for an array with shape "
+                                               "(10000000000, 40) and data type int64"), MemoryError()])
+def test_train_numpy_out_of_memory_is_a_clear_error(monkeypatch, error):
+    """A file source's batch buffer is a numpy array: numpy raises MemoryError, not torch's RuntimeError."""
+    import polyrec.cli.train as train_cli
+
+    def numpy_allocation(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(train_cli, "Trainer", numpy_allocation)
+    refused([*TRAIN, "--batch-size", "10000000000"], "out of memory (try a smaller --batch-size",
+            str(error) or "MemoryError")
+
+
 def test_bench_out_of_memory_is_a_clear_error(monkeypatch):
     import polyrec.runtime.bench
 
@@ -231,3 +245,13 @@ def test_train_names_a_bad_row_cap():
     """The cap shaped the model before the option checks ran, so the error blamed the model config."""
     result = runner.invoke(app, ["train", "--steps", "1", "--batch-size", "8", "--row-cap", "-1"])
     assert result.exit_code == 2 and "--row-cap must be at least 1" in result.output, result.output
+
+
+@pytest.mark.parametrize("under", ["", "a/b"])
+def test_train_metrics_under_a_file_names_the_file(tmp_path, monkeypatch, under):
+    """Was: 'error: [Errno 17] File exists: ...', naming neither the metrics log nor the file in the way."""
+    monkeypatch.chdir(tmp_path)  # relative paths: the message stays on one line
+    Path("afile").write_text("x")
+    metrics = str(Path("afile", under, "m.jsonl"))
+    refused([*TRAIN, "--metrics", metrics],
+            f"metrics log {metrics} cannot be written: afile is a file, not a directory")

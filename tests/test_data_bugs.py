@@ -261,6 +261,43 @@ def test_mlperf_empty_file_is_a_data_error(tmp_path):
             MLPerfBinarySource(tmp_path / "empty.bin", small(), batch_size=4, bad_rows=BadRows(skip=skip))
 
 
+# --- 5b: compressed files are named as such, not read as malformed rows ------------------------------------
+
+@pytest.mark.parametrize("compress, name", [("gzip", "gzip"), ("bz2", "bzip2"), ("lzma", "xz")])
+def test_compressed_files_are_refused_naming_the_compression(tmp_path, compress, name):
+    """Criteo 1TB ships as day_N.gz: was 'day_0.gz:1: expected 40 tab-separated columns, found 2' (MovieLens:
+    'not UTF-8 text'; with --skip-bad-rows '1001 bad rows in a row')."""
+    import importlib
+
+    module = importlib.import_module(compress)
+    for src, kind, spec_path in ((DATA / "criteo_sample.tsv", "Criteo TSV", "criteo"),
+                                 (DATA / "ml_sample.data", "MovieLens", "movielens")):
+        packed = tmp_path / f"{src.name}.{compress}"
+        packed.write_bytes(module.compress(src.read_bytes()))
+        for skip in (False, True):
+            with pytest.raises(DataError, match=rf"{re.escape(str(packed))}:0: {name}-compressed: decompress it "
+                                                rf"first \(polyrec reads {kind} files uncompressed\)"):
+                open_source(f"{spec_path}:{packed}", small(), batch_size=4, seed=0, device=CPU, skip_bad_rows=skip)
+    write_records(tmp_path / "r.bin", 8)
+    (tmp_path / "r.bin.gz").write_bytes(module.compress((tmp_path / "r.bin").read_bytes()))
+    with pytest.raises(DataError, match=f"{name}-compressed"):
+        MLPerfBinarySource(tmp_path / "r.bin.gz", small(), batch_size=4, bad_rows=BadRows(skip=True))
+
+
+@pytest.mark.parametrize("spec", ["criteo", "mlperf", "movielens"])
+def test_a_pipe_or_device_is_named_not_reported_missing(tmp_path, spec):
+    """Was: 'Criteo TSV file not found: /dev/fd/63' for --data criteo:<(zcat day_0.gz)."""
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", Path("/dev/null")):
+        with pytest.raises(ValueError, match=rf"path {re.escape(str(path))} is not a regular file \(a pipe or a "
+                                             r"device\): give a file on disk"):
+            open_source(f"{spec}:{path}", small(), batch_size=4, seed=0, device=CPU)
+    with pytest.raises(FileNotFoundError, match="file not found"):
+        open_source(f"{spec}:{tmp_path / 'missing'}", small(), batch_size=4, seed=0, device=CPU)
+
+
 # --- 6, 7: MovieLens non-finite numbers and non-UTF-8 bytes ---------------------------------------------
 
 def movielens_with(tmp_path: Path, line: bytes, at: int = 4) -> Path:

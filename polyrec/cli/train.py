@@ -56,9 +56,10 @@ def check_rates(lr: float, embedding_lr: float | None) -> None:
                          f"got {embedding_lr}")
 
 
-def _out_of_memory(exc: RuntimeError) -> bool:
-    """Whether ``exc`` is an allocation failure: the GPU's OutOfMemoryError or the CPU allocator's."""
-    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+def _out_of_memory(exc: RuntimeError | MemoryError) -> bool:
+    """Whether ``exc`` is an allocation failure: the GPU's OutOfMemoryError, the CPU allocator's, or
+    numpy's MemoryError (a file source's batch buffer)."""
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
 
 
 @contextlib.contextmanager
@@ -71,10 +72,10 @@ def bad_input_exits() -> Iterator[None]:
     except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    except RuntimeError as exc:
+    except (RuntimeError, MemoryError) as exc:
         if not _out_of_memory(exc):
             raise
-        last = str(exc).strip().splitlines()[-1]
+        last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]  # a bare MemoryError says nothing
         typer.echo(f"error: out of memory (try a smaller --batch-size or --row-cap): {last}", err=True)
         raise typer.Exit(2) from exc
 

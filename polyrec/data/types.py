@@ -95,12 +95,28 @@ class Source(Protocol):
         ...
 
 
+#: Leading bytes of compressed files (each format's magic number; bzip2's with its block size digit), which
+#: the readers do not decompress: Criteo 1TB ships as ``day_N.gz``. None can begin a Criteo row (a 0/1
+#: label), an MLPerf record (an int32 0/1 label) or a MovieLens file (an .inter header or a numeric user id).
+COMPRESSED_MAGIC = {"gzip": (b"\x1f\x8b",), "bzip2": tuple(b"BZh%d" % size for size in range(1, 10)),
+                    "xz": (b"\xfd7zXZ\x00",), "zstd": (b"\x28\xb5\x2f\xfd",), "zip": (b"PK\x03\x04",)}
+
+
 def require_file(path: Path, what: str) -> Path:
-    """``path``, checked to be a file; ``what`` names the format in the error (e.g. "Criteo TSV")."""
+    """``path``, checked to be a file and not compressed; ``what`` names the format in the error (e.g.
+    "Criteo TSV")."""
     if path.is_dir():
         raise FileNotFoundError(f"{what} path {path} is a directory, not a file")
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{what} file not found: {path}")
+    if not path.is_file():  # a pipe or a device cannot be read again from the start (epochs, resume)
+        raise ValueError(f"{what} path {path} is not a regular file (a pipe or a device): give a file on disk")
+    with open(path, "rb") as f:
+        head = f.read(6)
+    compression = next((name for name, magics in COMPRESSED_MAGIC.items() if head.startswith(magics)), None)
+    if compression is not None:
+        raise DataError(str(path), 0, f"{compression}-compressed: decompress it first (polyrec reads {what} files "
+                        "uncompressed)")
     return path
 
 

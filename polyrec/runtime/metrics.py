@@ -115,13 +115,24 @@ class MetricsLog:
         line = json.dumps(strict_json(record), default=str, allow_nan=False)
         if self.path is not None:
             if self._file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+                self._file = self._open()
             self._file.write(line + "\n")
             self._file.flush()
         if self.echo is not None:
             self.echo.write(line + "\n")
             self.echo.flush()
+
+    def _open(self) -> TextIO:
+        """The log file, opened to append (its directory made); OSError names the file."""
+        file_above = next((parent for parent in self.path.parents if parent.is_file()), None)
+        if file_above is not None:
+            raise NotADirectoryError(f"metrics log {self.path} cannot be written: {file_above} is a file, "
+                                     "not a directory")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise OSError(f"metrics log {self.path} cannot be written: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
         if self._file is not None:
