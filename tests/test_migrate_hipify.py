@@ -283,3 +283,18 @@ def test_cub_namespace_follows_its_header_to_hipcub():
     assert "::hipcub :: BlockReduce<float, 256>" in out
     assert "// cub::DeviceRadixSort in a comment" in out and "int cub = 1;" in out
     assert report.renamed["cub"] == "hipcub"
+
+
+def test_a_file_of_another_type_or_a_binary_is_not_translated(tmp_path):
+    """A file named directly must be a source, as ``scan`` asks; a binary named like one is skipped."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("cudaMalloc\n")
+    refused = CliRunner().invoke(app, ["migrate", "hipify", str(notes), "-o", str(tmp_path / "o1")])
+    assert refused.exit_code == 2 and "unsupported file type '.txt'" in refused.output  # was: translated, exit 0
+    binary = tmp_path / "lib.cu"
+    binary.write_bytes(b"\x7fELF\x02\x01\x00\x00cudaMalloc")
+    result = CliRunner().invoke(app, ["migrate", "hipify", str(binary), "-o", str(tmp_path / "o2"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["files"] == [] and doc["skipped"] == {"lib.cu": "a binary file (NUL bytes), not a source"}
+    assert not (tmp_path / "o2" / "lib.cu").exists()  # was: a HIP header written into the binary

@@ -158,6 +158,7 @@ def hipify(
     try:
         reports, diff = hipify_tree(path, out, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension,
                                     target=target, skipped=skipped)
+        out.mkdir(parents=True, exist_ok=True)  # no file translated (all skipped) made none
         (out / "hipify.diff").write_text(diff)
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc

@@ -318,6 +318,9 @@ def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
     """The regular files to translate under ``src``, but for those under ``out_dir`` (an earlier run's output
     inside the tree); a dangling link or other non-file is put in ``skipped``."""
     if src.is_file():
+        if src.suffix not in HIPIFY_SUFFIXES:
+            raise ValueError(f"hipify: {src}: unsupported file type {src.suffix!r} "
+                             f"(expected {', '.join(sorted(HIPIFY_SUFFIXES))})")
         return [src]
     files, out = [], out_dir.resolve()
     out_inside = out != src.resolve() and out.is_relative_to(src.resolve())
@@ -351,10 +354,14 @@ def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_e
     for file in files:
         rel = file.name if src.is_file() else str(file.relative_to(src))
         try:
-            text = file.read_bytes().decode("utf-8", "surrogateescape")
+            data = file.read_bytes()
         except OSError as exc:
             missed[rel] = f"cannot read: {exc.strerror or exc}"
             continue
+        if b"\0" in data:  # no C++ source holds a NUL byte: an object file or archive named like one
+            missed[rel] = "a binary file (NUL bytes), not a source"
+            continue
+        text = data.decode("utf-8", "surrogateescape")
         new, report = hipify_source(text, rel, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension,
                                     target=target)
         dest = out_dir / rel
