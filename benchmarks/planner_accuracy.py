@@ -11,7 +11,8 @@ keep and the plan does not count: ``harness_gb``). Then, for each model measured
 among those batches against the fastest measured. The ceilings come from ``hw calibrate`` (run first
 when the device has no stored one; ``--quick`` skips it), with this host's speed against the fitted
 host costs (``polyrec.runtime.host_probe``: two probe steps no row uses; where the stored calibration
-has no host scale, this run measures it: two windows of each probe before each pass, their medians over the run,
+has no host scale, this run measures it: one window of each probe before every ``PROBE_EVERY``-th
+configuration of each pass, so the probes sample the same minutes as the rows, their medians over the run
 stored before any prediction is made). Every configuration is measured in each of ``--passes`` passes
 over the list (3; since the sixth session, before one), and its step is the median over the passes:
 the VM's CPU speed moves on a scale of seconds, so a single window is one moment's host speed. The planner's host costs were fitted on the even-numbered rows of an earlier run
@@ -69,11 +70,14 @@ FULL: tuple[tuple[str, int | None, int, str, str, str, str], ...] = (
 #: 65536, is ~1 s of them; building its trainer takes longer).
 STEPS = 40
 #: Passes over all configurations; a row's step is the median over passes, and each host probe
-#: (where this run measures the host scale) takes ``PROBE_WINDOWS_PER_PASS`` windows before each pass.
+#: (where this run measures the host scale) takes one window before every ``PROBE_EVERY``-th configuration.
 #: The VM's CPU speed moved 2.3x between trials seconds apart (host_jitter_nvidia-h200_2026-11-30), so
-#: one window is one moment: single-pass runs put the same host-bound rows 7.7-11.8 ms apart.
+#: one window is one moment: single-pass runs put the same host-bound rows 7.7-11.8 ms apart. Probe windows
+#: only at the start of each pass missed a slowdown the rows saw (fcda8b1's run: host-bound rows 30-45%
+#: slower in passes 2-3 than the windows before them); probes and rows alternated in one process drifted
+#: together, correlation 0.76-0.89 (benchmarks/results/host_drift_probe_2026-12-02).
 PASSES = 3
-PROBE_WINDOWS_PER_PASS = 2
+PROBE_EVERY = 4
 QUICK = (("dcnv2-small", None, 2048, "rowwise_adagrad", "bf16", "uniform", "fp32"),
          ("dcnv2-small", None, 4096, "rowwise_adagrad", "bf16", "uniform", "fp16"),
          ("dlrm-criteo-kaggle", 100_000, 2048, "rowwise_adagrad", "bf16", "zipf", "fp32"))
@@ -295,9 +299,10 @@ def main() -> None:
         if done and (time.perf_counter() - start) * (done + 1) / done > args.budget_s:
             skipped.append(f"passes {done + 1}-{passes} (budget)")
             break
-        for name, (windows, _) in probes.items():
-            windows += probe_windows_ms(name, PROBE_WINDOWS_PER_PASS)
         for index, case in enumerate(configurations):
+            if index % PROBE_EVERY == 0:
+                for name, (windows, _) in probes.items():
+                    windows += probe_windows_ms(name, 1)
             got.setdefault(index, []).append(measure(case, warmup=warmup, steps=steps))
             print(f"pass {done + 1}/{passes} {case.model_label:<58} B={case.batch:<6} "
                   f"{step_without_data_ms(got[index][-1]):8.2f} ms", flush=True)
