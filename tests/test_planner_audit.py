@@ -60,6 +60,46 @@ def test_a_batch_that_fits_a_larger_fleet_names_it():
         make_plan(MLPERF, H200, c)
 
 
+def _gb(text: str) -> float:
+    number, unit = text.split()
+    return float(number.replace(",", "")) / (1e3 if unit == "MB" else 1.0)
+
+
+def test_a_batch_too_large_for_a_large_fleet_names_the_rank_that_runs_out():
+    """On 64 MI355Xs at batch 3M the message said the activations take 243.7 GB of 278.1 GB and the tables 105.4
+    GB over the fleet: what fits on paper. What runs out is a rank whose shards serve the global batch: the
+    message names it and the parts of its peak, which add up, and the largest batch it names is the check's."""
+    fleet = parse_fleet("MI355Xx8@8")
+    c = PlanConstraints(weight_dtypes=("fp32",), allow_host_cache=False, batch_per_gpu=3_000_000)
+    with pytest.raises(NoFitError) as info:
+        make_plan(MLPERF, fleet, c)
+    text = " ".join(str(info.value).split())
+    assert "243.7 GB" not in text  # was: the even share, which fits
+    size = r"([\d,.]+ [GM]B)"
+    m = re.search(rf"rank \d+ \(MI355X\) needs {size} of its {size}, {size} too many: activations {size}, workspace "
+                  rf"{size}, table shards {size} \(fp32 rows, rowwise_adagrad state\), dense layers {size}, reserve "
+                  rf"{size}\.", text)
+    assert m, text
+    need, capacity, over, *parts = (_gb(g) for g in m.groups())
+    assert capacity == 288.0 and need > capacity and over == pytest.approx(need - capacity, abs=0.1)
+    assert sum(parts) == pytest.approx(need, abs=0.3)
+    assert "the global batch (64 GPUs x 3,000,000)" in text
+    assert "no MI355X fleet of up to 512 GPUs fits" in text
+    largest = int(re.search(r"largest batch per GPU that fits: ([\d,]+)", text).group(1).replace(",", ""))
+    assert make_plan(MLPERF, fleet, dataclasses.replace(c, batch_per_gpu=largest)).fits
+    with pytest.raises(NoFitError, match=r"too many") as info:
+        make_plan(MLPERF, fleet, dataclasses.replace(c, batch_per_gpu=largest + 1))
+    assert not re.search(r" 0\.0 [GM]B too many", str(info.value))  # a rank a few kB short names them
+
+
+def test_a_batch_too_large_for_one_gpu_beside_the_tables_says_what_is_left_for_them():
+    c = PlanConstraints(weight_dtypes=("fp32",), allow_host_cache=False, batch_per_gpu=800_000)
+    with pytest.raises(NoFitError, match=r"the activations and workspace take [\d.]+ GB of the 135.6 GB the H200 has "
+                                         r"beside the reserve and the dense layers, leaving [\d.]+ GB for the tables, "
+                                         r"which take 105.4 GB \(fp32 rows, rowwise_adagrad state\)"):
+        make_plan(MLPERF, H200, c)
+
+
 def test_tables_too_large_still_name_the_tables():
     with pytest.raises(NoFitError, match="its tables need 105.4 GB"):
         make_plan(MLPERF, parse_fleet("H100"), PlanConstraints(weight_dtypes=("fp32",), allow_host_cache=False))

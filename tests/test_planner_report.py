@@ -95,3 +95,49 @@ def test_cli_compare_writes_report(tmp_path):
     doc = json.loads(result.stdout)
     assert [r["device"] for r in doc["rows"]] == ["H200", "MI355X"]
     assert (tmp_path / "whatif_dcnv2-small.png").stat().st_size > 0
+
+
+NUMBERS = ("gpus", "samples_per_s", "samples_per_s_per_gpu", "samples_per_s_per_watt", "step_ms", "peak_gb_per_gpu",
+           "batch_per_gpu")
+FITS_NOWHERE = ["--compare", "H100,MI355X", "--batch-per-gpu", "3000000", "--weight-dtypes", "fp32", "--no-host-cache"]
+
+
+def test_compare_rows_that_fit_nowhere_have_no_numbers(tmp_path):
+    """MLPerf at 3M per GPU with fp32 rows in HBM fits no H100 or MI355X fleet. Those rows showed 0 in every
+    number column, "gpus": 0 and "samples_per_s": 0.0 in JSON, bars at 0 in the chart, a notes line ending
+    ".; numbers from: ", and no reason for the MI355X (whose GPU holds the batch alone)."""
+    result = CliRunner().invoke(app, ["plan", *FITS_NOWHERE, "--json", "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = {r["device"]: r for r in json.loads(result.stdout)["rows"]}
+    for row in rows.values():
+        assert row["fleet"] is None and row["origin"] is None and all(row[k] is None for k in NUMBERS), row
+    assert "At batch 3,000,000 per GPU the activations and workspace alone take" in rows["H100"]["notes"]
+    mi355x = rows["MI355X"]["notes"]
+    assert mi355x.startswith("fits no MI355X fleet of up to 512 GPUs. On MI355Xx1, at batch 3,000,000 per GPU: ")
+    assert "leaving 62.1 GB for the tables, which take 105.4 GB (fp32 rows, rowwise_adagrad state)" in mi355x
+    assert "On MI355Xx8@64, at batch 3,000,000 per GPU: " in mi355x and "too many: activations" in mi355x
+    page = (tmp_path / "whatif_mlperf-dcnv2.html").read_text()
+    assert "<tr><td>H100</td>" + "<td>-</td>" * 8 in page
+
+
+def test_compare_table_and_chart_show_no_result_where_nothing_fits(tmp_path):
+    result = CliRunner().invoke(app, ["plan", *FITS_NOWHERE, "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    table_rows = [line for line in result.stdout.splitlines() if line.startswith(("│ H100", "│ MI355X"))]
+    assert len(table_rows) == 2 and all(cell.strip() == "-" for line in table_rows for cell in line.split("│")[2:-1])
+    text = " ".join(result.stdout.split())
+    assert "MI355X: fits no MI355X fleet" in text and "numbers from" not in text and ".;" not in text
+
+
+def test_chart_draws_no_bar_for_a_kind_that_fits_no_fleet():
+    from polyrec.planner.report import NO_FLEET_LABEL, WhatIfRow, chart_bars
+
+    fits = WhatIfRow(device="H200", fleet="H200x2", gpus=2, samples_per_s=2e6, samples_per_s_per_gpu=1e6,
+                     samples_per_s_per_watt=1.4e3, step_ms=50.0, peak_gb_per_gpu=100.0, batch_per_gpu=50_000,
+                     notes="", origin="datasheet")
+    nowhere = WhatIfRow(device="H100", fleet=None, gpus=None, samples_per_s=None, samples_per_s_per_gpu=None,
+                        samples_per_s_per_watt=None, step_ms=None, peak_gb_per_gpu=None, batch_per_gpu=None,
+                        notes="fits no H100 fleet of up to 512 GPUs.", origin=None)
+    for _, heights, labels in chart_bars([fits, nowhere]):
+        assert heights[0] > 0 and labels[0] != NO_FLEET_LABEL
+        assert heights[1] == 0 and labels[1] == NO_FLEET_LABEL  # was: a bar labelled 0 / 0.00

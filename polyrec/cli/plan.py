@@ -156,8 +156,9 @@ def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out
     for r in rows:
         t.add_row(*(format_cell(getattr(r, k)) for k, _ in shown))
     Console().print(t)
-    for r in rows:
-        Console().print(f"{r.device}: {r.notes or '-'}; numbers from: {r.origin}")
+    for r in rows:  # a kind that fits no fleet has no plan: its notes say why, and no numbers have an origin
+        line = r.notes if r.fleet is None else f"{r.notes or '-'}; numbers from: {r.origin}"
+        Console().print(escape(f"{r.device}: {line}"))
     Console().print(f"wrote {png} and {page}")
 
 

@@ -18,10 +18,11 @@ from polyrec.perfmodel.step import NCCL_CONTENTION
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import link_origins
 from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
-from polyrec.planner.estimate import Estimate, Estimator
+from polyrec.planner.estimate import Estimate, Estimator, shard_loads
 from polyrec.planner.partition import Placement, Storage, partition, size_caches
 from polyrec.planner.types import (
     DeviceGroup,
+    DeviceMemory,
     Fleet,
     ModelSpec,
     Plan,
@@ -36,6 +37,8 @@ BATCH_CHOICES: tuple[int, ...] = (1024, 4096, 16384, 65536, 262144)
 #: Fleet sizes tried when looking for the smallest fleet that fits: devices per host, then hosts.
 PER_HOST_CHOICES: tuple[int, ...] = (1, 2, 4, 8)
 HOST_CHOICES: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+#: The largest fleet tried (``smallest_fleet``): hosts of the most devices, the most hosts.
+MAX_FLEET_GPUS = PER_HOST_CHOICES[-1] * HOST_CHOICES[-1]
 
 
 class NoFitError(ValueError):
@@ -89,11 +92,11 @@ def batch_bytes(est: Estimator, batch: int, storage: dict[str, Storage]) -> list
     return [by_device[device] for device in est.rank_devices]
 
 
-def _place(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storage], est: Estimator,
-           batch: int) -> Placement | None:
-    """The shards placed within each rank's budget, host-cached tables given HBM caches from what the
-    estimator leaves free on each rank with the caches empty; None where they do not fit, or where the
-    estimator finds a rank's HBM or a host's memory short (so ``fits`` and ``candidates`` agree)."""
+def _placement(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storage], est: Estimator,
+               batch: int) -> Placement | None:
+    """The shards placed within each rank's budget (``rank_budgets``), host-cached tables given HBM caches from
+    what the estimator leaves free on each rank with the caches empty; None where they find no place (the
+    estimator's check of the result is ``_place``'s)."""
     budgets = rank_budgets(est, batch, storage)
     speeds = [est.ceilings[d].copy_bandwidth.value for d in est.rank_devices]
     placed = partition(model, splits, storage, budgets, speeds, batch * est.fleet.world_size)
@@ -103,7 +106,15 @@ def _place(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storag
         free = [m.capacity - m.reserve - m.used for m in est.memory(placed.tables, batch)]
         if not size_caches(model, placed, [used + left for used, left in zip(placed.used, free)]):
             return None
-    return placed if est.memory_fits(est.memory(placed.tables, batch)) else None
+    return placed
+
+
+def _place(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storage], est: Estimator,
+           batch: int) -> Placement | None:
+    """``_placement``, or None where the estimator finds a rank's HBM or a host's memory short (so ``fits`` and
+    ``candidates`` agree)."""
+    placed = _placement(model, splits, storage, est, batch)
+    return placed if placed is not None and est.memory_fits(est.memory(placed.tables, batch)) else None
 
 
 def _fit(model: ModelSpec, splits: list[TableSplit], est: Estimator, batch: int,
@@ -293,22 +304,104 @@ def crowded_rank(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int)
     return est.rank_devices[rank], taken[rank], room[rank]
 
 
-def batch_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int, largest: int) -> str:
-    """Why nothing fits where the tables would at a smaller batch: what the activations of ``batch`` take on
-    the rank they crowd most, the ``largest`` batch per GPU that fits, and where the batch alone fits a GPU,
-    the smallest fleets that make room for it beside the tables."""
+def size_text(n: float) -> str:
+    """Bytes for messages: GB (10^9) with one decimal, MB below 0.1 GB (a rank a few MB short must not read
+    0.0 GB)."""
+    return f"{n / 1e9:,.1f} GB" if abs(n) >= 1e8 else f"{n / 1e6:,.3g} MB"
+
+
+def _excess(m: DeviceMemory) -> int:
+    """Bytes by which a rank's peak and reserve exceed its HBM (0 or less where it fits)."""
+    return m.used + m.reserve - m.capacity
+
+
+def _stored(c: PlanConstraints) -> str:
+    return f"{c.weight_dtypes[0]} rows, {c.optimizers[0]} state"
+
+
+def _fallbacks_text(c: PlanConstraints) -> str:
+    """A sentence naming the fallbacks ``_fit`` tried besides the preferred storage (they did not fit either)."""
+    tried = [f"{', '.join(c.weight_dtypes[1:])} rows"] if len(c.weight_dtypes) > 1 else []
+    tried += [f"{', '.join(c.optimizers[1:])} state"] if len(c.optimizers) > 1 else []
+    tried += ["host caches"] if c.allow_host_cache else []
+    return f" With {' or '.join(tried)} where allowed, it does not fit either." if tried else ""
+
+
+def _rank_shortfall(est: Estimator, placed: Placement, m: DeviceMemory, c: PlanConstraints, batch: int) -> str:
+    """The parts of rank ``m``'s peak (of ``placed`` at ``batch``), and on several ranks the global batch its
+    shards serve."""
+    dense = sum(est.dense_bytes)
+    shards = m.weights + m.optimizer_state - dense
+    text = (f"rank {m.rank} ({m.device}) needs {size_text(m.used + m.reserve)} of its {size_text(m.capacity)}, "
+            f"{size_text(_excess(m))} too many: activations {size_text(m.activations)}, workspace "
+            f"{size_text(m.workspace)}, table shards {size_text(shards)} ({_stored(c)}), dense layers "
+            f"{size_text(dense)}, reserve {size_text(m.reserve)}.")
+    world = est.fleet.world_size
+    if world == 1:
+        return text
+    lookups = sum(s.accesses for s in shard_loads(est.model, placed.tables, batch, world) if s.rank == m.rank)
+    return (f"{text} Its shards serve all {batch * world:,} samples of the global batch ({world} GPUs x {batch:,}): "
+            f"{lookups:,.0f} lookups per step.")
+
+
+def shortfall(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int) -> str:
+    """What refuses ``model`` on ``fleet`` at ``batch`` per GPU, by the planner's own check (``_fit``'s first try:
+    the tables as the constraints prefer, in HBM): of the shardings whose shards find a place (``_placement``),
+    the one closest to fitting, with the rank it overflows most and the parts of that rank's peak; where none
+    does, what the activations of an even share of the lookups (``rank_budgets``) leave each rank for the tables;
+    then the fallbacks ``_fit`` tried after it. Meant for a batch at which nothing fits (where the preferred
+    storage fits, its rank reads as 0 bytes short or less)."""
+    est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
+    splits_of = {s: strategy_splits(model, s, fleet.world_size, c.shardings) for s in STRATEGIES}
+    if all(splits is None for splits in splits_of.values()):
+        return (f"no sharding strategy keeps to the shardings allowed ({', '.join(c.shardings)}: "
+                f"PlanConstraints.shardings) on {fleet.world_size} GPU(s).")
+    return _preferred_shortfall(model, fleet, c, batch, est, splits_of) + _fallbacks_text(c)
+
+
+def _preferred_shortfall(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int, est: Estimator,
+                         splits_of: dict[str, list[TableSplit] | None]) -> str:
+    """``shortfall`` of the preferred storage, the tables split as ``splits_of`` (strategy -> splits)."""
+    storage = {t.name: Storage(weight_dtype=c.weight_dtypes[0], optimizer=c.optimizers[0]) for t in model.tables}
+    tried = []
+    for strategy, splits in splits_of.items():
+        placed = None if splits is None else _placement(model, splits, storage, est, batch)
+        if placed is not None:
+            worst = max(est.memory(placed.tables, batch), key=_excess)
+            tried.append((_excess(worst), strategy, placed, worst))
+    if tried:
+        _, strategy, placed, worst = min(tried, key=lambda t: t[0])
+        where = (f"with {strategy} sharding (the closest to fitting of the {len(tried)} shardings that place the "
+                 f"tables), " if fleet.world_size > 1 else "")
+        return where + _rank_shortfall(est, placed, worst, c, batch)
     device, taken, room = crowded_rank(model, fleet, c, batch)
+    what = "the activations and workspace" + (" of an even share of the lookups" if fleet.world_size > 1 else "")
+    if taken > room:
+        return (f"{what} alone take {size_text(taken)} per {device}, which has {size_text(room)} for them and the "
+                f"tables beside the reserve and the dense layers.")
+    if fleet.world_size == 1:
+        return (f"{what} take {size_text(taken)} of the {size_text(room)} the {device} has beside the reserve and "
+                f"the dense layers, leaving {size_text(room - taken)} for the tables, which take "
+                f"{size_text(table_bytes(model, c))} ({_stored(c)}).")
+    return (f"{what} take {size_text(taken)} of the {size_text(room)} a {device} has beside the reserve and the "
+            f"dense layers, leaving {size_text(room - taken)} per GPU for table shards, and no sharding places the "
+            f"tables ({size_text(table_bytes(model, c))} over the fleet, {_stored(c)}) in that.")
+
+
+def batch_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int, largest: int) -> str:
+    """Why nothing fits where the tables would at a smaller batch: what runs out at ``batch`` (``shortfall``),
+    the ``largest`` batch per GPU that fits, and where the batch alone fits a GPU, the smallest fleets that make
+    room for it beside the tables."""
     which = "--batch-per-gpu" if c.batch_per_gpu is not None else "the smallest the planner tries"
-    lines = [f"{model.name} does not fit {fleet.text} at batch {batch:,} per GPU ({which}): at that batch the "
-             f"activations and workspace take {taken / 1e9:,.1f} GB per {device}, which has {room / 1e9:,.1f} GB "
-             f"for them and its share of the tables ({table_bytes(model, c) / 1e9:,.1f} GB over the fleet) beside "
-             f"the reserve and the dense layers.",
+    lines = [f"{model.name} does not fit {fleet.text} at batch {batch:,} per GPU ({which}): "
+             f"{shortfall(model, fleet, c, batch)}",
              f"The largest batch per GPU that fits: {largest:,} (--batch-per-gpu {largest})."]
+    _, taken, room = crowded_rank(model, fleet, c, batch)
     for kind in (g.device for g in fleet.groups) if taken <= room else ():
         smallest = smallest_fleet(model, kind, dataclasses.replace(c, batch_per_gpu=batch),
                                   host_memory_bytes=fleet.host_memory_bytes)
-        if smallest is not None:
-            lines.append(f"At batch {batch:,}, the smallest {kind} fleet that fits: {smallest.text}.")
+        lines.append(f"At batch {batch:,}, the smallest {kind} fleet that fits: {smallest.text}." if smallest else
+                     f"At batch {batch:,}, no {kind} fleet of up to {MAX_FLEET_GPUS} GPUs fits.")
     return "\n".join(lines)
 
 
@@ -321,6 +414,21 @@ def batch_overflow(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
         return ""
     return (f"At batch {batch:,} per GPU the activations and workspace alone take {taken / 1e9:,.1f} GB per {device}, "
             f"which has {room / 1e9:,.1f} GB for them.")
+
+
+def no_fleet_reason(model: ModelSpec, device: str, c: PlanConstraints, *,
+                    host_memory_bytes: int | None = None) -> str:
+    """Why ``smallest_fleet`` finds no fleet of ``device``: where the constraints' smallest batch alone overflows
+    one GPU, that (``batch_overflow``); else what refuses one GPU and the largest fleet tried (``shortfall``)."""
+    one, most = (Fleet(groups=(DeviceGroup(device=device, count=n),), hosts=h, host_memory_bytes=host_memory_bytes)
+                 for n, h in ((1, 1), (PER_HOST_CHOICES[-1], HOST_CHOICES[-1])))
+    head = f"fits no {device} fleet of up to {MAX_FLEET_GPUS} GPUs."
+    overflow = batch_overflow(model, one, c)
+    if overflow:
+        return f"{head} {overflow}"
+    batch = min(_batches(c))
+    return " ".join([head, *(f"On {f.text}, at batch {batch:,} per GPU: {shortfall(model, f, c, batch)}"
+                             for f in (one, most))])
 
 
 def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
@@ -347,7 +455,8 @@ def no_fit_message(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
     kinds = [g.device for g in fleet.groups]
     for kind in kinds:
         smallest = smallest_fleet(model, kind, c, host_memory_bytes=fleet.host_memory_bytes)
-        lines.append(f"Smallest {kind} fleet that fits: {smallest.text if smallest else 'none up to 512 GPUs'}.")
+        found = smallest.text if smallest else f"none up to {MAX_FLEET_GPUS} GPUs"
+        lines.append(f"Smallest {kind} fleet that fits: {found}.")
     if "fp16" not in c.weight_dtypes:
         relaxed = dataclasses.replace(c, weight_dtypes=(*c.weight_dtypes, "fp16"))
         if fits(model, fleet, relaxed):

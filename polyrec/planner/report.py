@@ -2,7 +2,8 @@
 
 For each device kind: the fewest GPUs on which the model fits (``propose.smallest_fleet``), the best
 plan there, and its predicted samples/s in total, per GPU and per watt (board power from the
-catalog's datasheet TDP). Every row says where its ceilings came from (datasheet or calibration).
+catalog's datasheet TDP). Every row says where its ceilings came from (datasheet or calibration); a kind
+that fits no fleet has no numbers, only the reason.
 """
 
 from __future__ import annotations
@@ -13,23 +14,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyrec.hardware.catalog import get_device
-from polyrec.planner.propose import batch_overflow, make_plan, smallest_fleet
-from polyrec.planner.types import DeviceGroup, Fleet, ModelSpec, Plan, PlanConstraints, first_repeat
+from polyrec.planner.propose import make_plan, no_fleet_reason, smallest_fleet
+from polyrec.planner.types import ModelSpec, Plan, PlanConstraints, first_repeat
 
 
 @dataclass(kw_only=True, slots=True)
 class WhatIfRow:
+    """One device kind. Where it fits no fleet (``fleet`` None) every number is None (``-`` in the table,
+    ``null`` in JSON, no bar in the chart: never a 0 to read as a result) and ``notes`` says why."""
+
     device: str
     fleet: str | None  # smallest fleet that fits; None when none up to the largest tried
-    gpus: int
-    samples_per_s: float
-    samples_per_s_per_gpu: float
-    samples_per_s_per_watt: float
-    step_ms: float
-    peak_gb_per_gpu: float  # predicted allocator peak of the busiest GPU
-    batch_per_gpu: int
-    notes: str
-    origin: str  # where the rates came from (copy bandwidth, matmul)
+    gpus: int | None
+    samples_per_s: float | None
+    samples_per_s_per_gpu: float | None
+    samples_per_s_per_watt: float | None
+    step_ms: float | None
+    peak_gb_per_gpu: float | None  # predicted allocator peak of the busiest GPU
+    batch_per_gpu: int | None
+    notes: str  # the plan's notes; where no fleet fits, why (``propose.no_fleet_reason``)
+    origin: str | None  # where the rates came from (copy bandwidth, matmul); None where no fleet fits
 
 
 def what_if(model: ModelSpec, devices: list[str], constraints: PlanConstraints | None = None, *,
@@ -45,10 +49,10 @@ def what_if(model: ModelSpec, devices: list[str], constraints: PlanConstraints |
         spec = get_device(name)
         fleet = smallest_fleet(model, spec.name, c, host_memory_bytes=host_memory_bytes)
         if fleet is None:
-            overflow = batch_overflow(model, Fleet(groups=(DeviceGroup(device=spec.name, count=1),)), c)
-            rows.append(WhatIfRow(device=spec.name, fleet=None, gpus=0, samples_per_s=0.0, samples_per_s_per_gpu=0.0,
-                                  samples_per_s_per_watt=0.0, step_ms=0.0, peak_gb_per_gpu=0.0, batch_per_gpu=0,
-                                  notes=" ".join(("fits no fleet up to 512 GPUs.", overflow)).strip(), origin=""))
+            reason = no_fleet_reason(model, spec.name, c, host_memory_bytes=host_memory_bytes)
+            rows.append(WhatIfRow(device=spec.name, fleet=None, gpus=None, samples_per_s=None,
+                                  samples_per_s_per_gpu=None, samples_per_s_per_watt=None, step_ms=None,
+                                  peak_gb_per_gpu=None, batch_per_gpu=None, notes=reason, origin=None))
             continue
         plan = make_plan(model, fleet, c)
         rows.append(_row(spec.name, plan, spec.tdp_watts))
@@ -67,27 +71,40 @@ def _row(device: str, plan: Plan, tdp_watts: float) -> WhatIfRow:
                      batch_per_gpu=plan.batch_per_gpu, notes="; ".join(plan.notes), origin=origin)
 
 
+#: What a chart shows in place of a bar for a device kind that fits no fleet.
+NO_FLEET_LABEL = "fits no\nfleet"
+
+
+def chart_bars(rows: list[WhatIfRow]) -> list[tuple[str, list[float], list[str]]]:
+    """The three panels of ``render_png``: (title, bar heights, bar labels). A kind that fits no fleet gets no
+    bar (height 0) and ``NO_FLEET_LABEL``, not a number."""
+    panels = [("GPUs needed", [r.gpus for r in rows], "{:.0f}", 1),
+              ("samples/s per GPU (M)", [r.samples_per_s_per_gpu for r in rows], "{:.2f}", 1e6),
+              ("samples/s per watt (k)", [r.samples_per_s_per_watt for r in rows], "{:.2f}", 1e3)]
+    return [(title, [0.0 if v is None else v / unit for v in values],
+             [NO_FLEET_LABEL if v is None else fmt.format(v / unit) for v in values])
+            for title, values, fmt, unit in panels]
+
+
 def render_png(rows: list[WhatIfRow], path: Path, *, title: str) -> Path:
-    """Three bar charts side by side: GPUs needed, samples/s per GPU, samples/s per watt."""
+    """Three bar charts side by side: GPUs needed, samples/s per GPU, samples/s per watt (``chart_bars``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [r.device for r in rows]
-    panels = [("GPUs needed", [r.gpus for r in rows], "{:.0f}"),
-              ("samples/s per GPU (M)", [r.samples_per_s_per_gpu / 1e6 for r in rows], "{:.2f}"),
-              ("samples/s per watt (k)", [r.samples_per_s_per_watt / 1e3 for r in rows], "{:.2f}")]
     colors = ["#76b900" if get_device(n).vendor == "nvidia" else "#ed1c24" for n in names]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    for ax, (label, values, fmt) in zip(axes, panels):
-        bars = ax.bar(names, values, color=colors)
+    for ax, (label, heights, labels) in zip(axes, chart_bars(rows)):
+        bars = ax.bar(names, heights, color=colors)
         ax.set_title(label)
         ax.tick_params(axis="x", rotation=30)
-        for bar, v in zip(bars, values):
-            ax.annotate(fmt.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
-                        va="bottom", fontsize=8)
+        for bar, text in zip(bars, labels):
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize=8, color="gray" if text == NO_FLEET_LABEL else "black")
         ax.margins(y=0.15)
+        ax.set_ylim(bottom=0)  # no negative axis where every kind fits no fleet (all heights 0)
     axes[0].yaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(title)
     fig.text(0.5, 0.01, "predicted by polyrec plan (green: NVIDIA, red: AMD); rates from datasheet unless calibrated",
