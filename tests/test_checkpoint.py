@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from polyrec.cli import app
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.checkpoint import load_checkpoint, save_checkpoint
 
@@ -74,6 +76,21 @@ def test_resume_errors(tmp_path):
                         device="cpu", resume=True)
     with pytest.raises(ValueError, match="does not fit this run's model"):
         Trainer(other, progress=False)
+
+
+def test_resume_refuses_a_data_file_that_changed(tmp_path):
+    """The saved byte position beyond a cut Criteo file: refused naming the file, exit code 2 through the CLI."""
+    path = tmp_path / "mut.tsv"
+    full = (DATA / "criteo_sample.tsv").read_bytes()
+    path.write_bytes(full)
+    Trainer(config(tmp_path / "run", 1, data=f"criteo:{path}"), progress=False).train()  # 32 of 48 lines read
+    path.write_bytes(b"".join(full.splitlines(keepends=True)[:10]))
+    with pytest.raises(ValueError, match=f"{path} changed since the checkpoint was written: .* is beyond its end"):
+        Trainer(config(tmp_path / "run", 2, data=f"criteo:{path}", resume=True), progress=False)
+    result = CliRunner().invoke(app, ["train", "--data", f"criteo:{path}", "--steps", "2", "--batch-size", "32",
+                                      "--row-cap", "2000", "--checkpoint-dir", str(tmp_path / "run"), "--resume",
+                                      "--device", "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 2 and "changed since the checkpoint was written" in result.output, result.output
 
 
 def test_semi_sync_resume_is_bitwise_too(tmp_path):

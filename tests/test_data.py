@@ -199,6 +199,21 @@ def test_movielens_resume_continues_the_shuffle():
         assert torch.equal(c.next_batch().values, want.values)
 
 
+def test_movielens_row_cap_caps_both_tables():
+    """--row-cap N: user and item indices taken mod N, as Criteo's hashed ids are taken mod the capped rows."""
+    full = MovieLensSource(DATA / "ml_sample.data", batch_size=32, seed=0, bad_rows=BadRows(skip=False))
+    capped = open_source(f"movielens:{DATA / 'ml_sample.data'}", small().with_capped_rows(10), batch_size=32,
+                         seed=0, device=CPU, row_cap=10)
+    assert (full.num_users, full.num_items) == (30, 40) and (capped.num_users, capped.num_items) == (10, 10)
+    assert capped.adapt(small()).table_rows == (10, 10)
+    x, y = full.next_batch(), capped.next_batch()
+    assert torch.equal(y.values, x.values % 10) and torch.equal(y.labels, x.labels)
+    assert torch.equal(torch.cat([b.values for b in capped.eval_batches()]),
+                       torch.cat([b.values for b in full.eval_batches()]) % 10)
+    roomy = MovieLensSource(DATA / "ml_sample.data", batch_size=32, seed=0, bad_rows=BadRows(skip=False), row_cap=35)
+    assert (roomy.num_users, roomy.num_items) == (30, 35)
+
+
 def test_movielens_bad_rows():
     with pytest.raises(DataError, match=r"ml_bad\.inter:8: rating and timestamp must be numbers"):
         MovieLensSource(DATA / "ml_bad.inter", batch_size=8, seed=0, bad_rows=BadRows(skip=False))

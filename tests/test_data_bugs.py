@@ -137,16 +137,66 @@ def test_eval_bad_rows_counted_apart_and_once(tmp_path):
 
 
 def test_eval_bad_rows_of_a_small_eval_file_counted_once(tmp_path):
-    """An eval file shorter than the eval batches wraps into a new epoch inside one evaluation."""
+    """An eval file shorter than the eval batches is read once per evaluation, its bad record counted once."""
     rec = write_records(tmp_path / "e.bin", 6)
     rec[2, 0] = 9
     rec.tofile(tmp_path / "e.bin")
     write_records(tmp_path / "t.bin", 16)
     src = open_source(f"mlperf:{tmp_path / 't.bin'}", small(), batch_size=4, seed=0, device=CPU, skip_bad_rows=True,
                       eval_spec=f"mlperf:{tmp_path / 'e.bin'}", num_eval_batches=3)
+    good = np.delete(rec, 2, axis=0)  # the 5 good records, each evaluated once
     for _ in range(2):
-        src.eval_batches()
+        batches = src.eval_batches()
+        assert [b.batch_size for b in batches] == [4, 1]
+        assert torch.equal(torch.cat([b.labels for b in batches]), torch.from_numpy(good[:, 0].astype(np.float32)))
     assert src.eval_bad_rows.count == 1 and src.bad_rows.count == 0
+
+
+def test_criteo_eval_reads_a_small_eval_file_once(tmp_path):
+    """--eval-batches is an upper limit: a file that ends first gives fewer batches, the last one short, every
+    row once; the bad row in it is counted once over evaluations."""
+    lines = criteo_lines()
+    path = tmp_path / "eval.tsv"
+    path.write_bytes(b"".join(lines[:3]) + b"x\n" + b"".join(lines[3:10]))  # 10 good rows, line 4 bad
+    src = open_source(f"criteo:{DATA / 'criteo_sample.tsv'}", small(), batch_size=4, seed=0, device=CPU,
+                      skip_bad_rows=True, eval_spec=f"criteo:{path}", num_eval_batches=10)
+    want = torch.tensor([float(line[:1]) for line in lines[:10]])
+    for _ in range(3):
+        batches = src.eval_batches()
+        assert [b.batch_size for b in batches] == [4, 4, 2]
+        assert torch.equal(torch.cat([b.labels for b in batches]), want)
+    assert src.eval_bad_rows.count == 1 and src.bad_rows.count == 0
+    src.num_eval_batches = 2  # fewer than the file holds: the limit
+    assert [b.batch_size for b in src.eval_batches()] == [4, 4]
+    path.write_bytes(b"x\n")
+    with pytest.raises(DataError, match=r"eval\.tsv:0: no good row to evaluate on"):
+        src.eval_batches()
+
+
+def test_training_streams_still_wrap_after_an_evaluation(tmp_path):
+    """Training batches stay full and wrap into the next epoch; evaluations in between change nothing."""
+    write_records(tmp_path / "t.bin", 10)
+    spec = dict(batch_size=4, seed=0, device=CPU, eval_spec=f"mlperf:{tmp_path / 't.bin'}", num_eval_batches=5)
+    src = open_source(f"mlperf:{tmp_path / 't.bin'}", small(), **spec)
+    plain = open_source(f"mlperf:{tmp_path / 't.bin'}", small(), **spec)
+    for _ in range(4):
+        assert [b.batch_size for b in src.eval_batches()] == [4, 4, 2]
+        assert torch.equal(src.next_batch().values, plain.next_batch().values)
+    assert src.epoch == 1 and src.state_dict() == plain.state_dict()
+    tsv = open_source(f"criteo:{DATA / 'criteo_sample.tsv'}", small(), batch_size=32, seed=0, device=CPU,
+                      eval_spec=f"criteo:{DATA / 'criteo_sample.tsv'}", num_eval_batches=5)
+    for _ in range(3):  # 48 rows: the second batch wraps
+        assert [b.batch_size for b in tsv.eval_batches()] == [32, 16]
+        assert tsv.next_batch().batch_size == 32
+    assert tsv.epoch == 1
+
+
+def test_eval_event_counts_the_rows_evaluated(tmp_path):
+    cfg = TrainConfig(preset="dcnv2-small", data=f"criteo:{DATA / 'criteo_sample.tsv'}",
+                      eval_data=f"criteo:{DATA / 'criteo_sample.tsv'}", steps=2, batch_size=32, row_cap=100,
+                      eval_batches=10, log_every=1000, device="cpu", cpu_threads=1)
+    result = Trainer(cfg, progress=False).train()
+    assert [e["samples"] for e in result.evals] == [48]
 
 
 def criteo_eval_with_bad_rows(tmp_path: Path) -> Path:
@@ -252,6 +302,45 @@ def test_resumed_run_reports_the_bad_rows_of_an_uninterrupted_one(tmp_path):
     assert resumed.bad_rows == straight.bad_rows == 4 and resumed.bad_row_examples == straight.bad_row_examples
 
 
+def test_criteo_resume_refuses_a_file_that_changed(tmp_path):
+    """A saved position beyond the file's end or in the middle of a line: the file changed since the checkpoint."""
+    lines = criteo_lines()
+    path = tmp_path / "mut.tsv"
+    path.write_bytes(b"".join(lines))
+    src = criteo(path, 8, BadRows(skip=False))
+    for _ in range(3):
+        src.next_batch()
+    state = src.state_dict()  # after line 24
+    path.write_bytes(b"".join(lines[:10]))
+    with pytest.raises(ValueError, match=re.escape(f"{path} changed since the checkpoint was written: the saved "
+                                                   f"position, byte {state['byte_offset']} (after line 24), is beyond "
+                                                   "its end")):
+        criteo(path, 8, BadRows(skip=False)).load_state_dict(state)
+    path.write_bytes(b"".join(lines)[1:])  # one byte less before the position: it lands in line 25
+    with pytest.raises(ValueError, match=r"mut\.tsv changed since the checkpoint was written: .* in the middle of a "
+                                         "line; restore the file the run was trained on, or start a new --checkpoint-dir"):
+        criteo(path, 8, BadRows(skip=False)).load_state_dict(state)
+    path.write_bytes(b"".join(lines[:24]).rstrip(b"\n"))  # ends at the saved position, without a last newline
+    state = {**state, "byte_offset": path.stat().st_size}
+    resumed = criteo(path, 8, BadRows(skip=False))
+    resumed.load_state_dict(state)  # the end of the file: on to the next epoch, no half line
+    assert resumed.next_batch().batch_size == 8 and resumed.epoch == 1
+
+
+def test_mlperf_resume_refuses_a_file_that_shrank(tmp_path):
+    rec = write_records(tmp_path / "b.bin", 12)
+    src = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=BadRows(skip=False))
+    src.next_batch()
+    src.next_batch()
+    state = src.state_dict()  # position 8
+    rec[:8].tofile(tmp_path / "b.bin")
+    shrunk = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=BadRows(skip=False))
+    with pytest.raises(ValueError, match=r"b\.bin changed since the checkpoint was written: the saved position, 8 "
+                                         "records into an epoch, is at or beyond the end of its 8 records"):
+        shrunk.load_state_dict(state)
+    shrunk.load_state_dict({"epoch": 0, "position": 0})  # an eval rewind still loads
+
+
 # --- 5: an empty MLPerf file ---------------------------------------------------------------------------
 
 def test_mlperf_empty_file_is_a_data_error(tmp_path):
@@ -340,6 +429,15 @@ def test_movielens_reads_crlf_and_inter_files_as_before(tmp_path):
     a = MovieLensSource(tmp_path / "crlf.data", batch_size=8, seed=0, bad_rows=BadRows(skip=False))
     b = MovieLensSource(DATA / "ml_sample.inter", batch_size=8, seed=0, bad_rows=BadRows(skip=False))
     assert torch.equal(a.next_batch().values, b.next_batch().values)
+
+
+def test_trainer_caps_the_movielens_tables(tmp_path):
+    """--row-cap reaches MovieLens, whose table sizes come from the file, not from the preset."""
+    cfg = TrainConfig(preset="dcnv2-small", data=f"movielens:{DATA / 'ml_sample.data'}", steps=1, batch_size=32,
+                      row_cap=10, log_every=1000, device="cpu", cpu_threads=1)
+    trainer = Trainer(cfg, progress=False)
+    assert trainer.model_config.table_rows == (10, 10)
+    assert trainer.train().status == "done"
 
 
 # --- 8: synthetic ranks share one hidden model ----------------------------------------------------------

@@ -15,10 +15,13 @@ integer features, 26 categorical indices already hashed; dense values get the sa
 indices are taken mod the table rows (so capped tables work).
 
 Both stream from disk one batch at a time (bounded memory), wrap around into the next epoch, and can
-resume from a saved (epoch, position). On several ranks, the rows go in blocks of ``batch_size`` to the
-ranks in turn (block k of each file to rank k % world size), so the ranks' batches of one step together
-are the rows one process reads for a batch ``world size`` times as large. A bad row is counted once, by
-the rank it belongs to, when it is first read: not again in later epochs nor in later evaluations.
+resume from a saved (epoch, position); a saved position the file no longer fits (beyond its end, or not at
+the start of a TSV line) is refused: the file changed since the checkpoint. An evaluation reads the eval
+file from its start at most once (every row at most once, the last batch short where the file ends in
+it). On several ranks, the rows go in blocks of ``batch_size`` to the ranks in turn (block k of each
+file to rank k % world size), so the ranks' batches of one step together are the rows one process reads
+for a batch ``world size`` times as large. A bad row is counted once, by the rank it belongs to, when it
+is first read: not again in later epochs nor in later evaluations.
 """
 
 from __future__ import annotations
@@ -115,6 +118,13 @@ def parse_tsv_line(raw: bytes, path: str, line_no: int, out: np.ndarray) -> None
         raise field_error(line, path, line_no) from None
 
 
+def byte_at(path: Path, offset: int) -> bytes:
+    """The byte of ``path`` at ``offset`` (b"" past the end)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(1)
+
+
 class CriteoTSVSource:
     """Streams batches from Criteo TSV files (one after another, then again from the first); on several
     ranks, block k of ``batch_size`` lines of each file is rank k % world_size's."""
@@ -135,8 +145,9 @@ class CriteoTSVSource:
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return adapt_criteo(config, self.paths[0])
 
-    def _readline(self) -> bytes:
-        """The next line across files and epochs; tracks the position for resume."""
+    def _readline(self, wrap: bool = True) -> bytes:
+        """The next line across files and epochs; tracks the position for resume. ``wrap`` False: b"" at the
+        end of the last file (the position then at the start of the next epoch)."""
         while True:
             if self._file is None:
                 self._file = open(self.paths[self.file_index], "rb")  # noqa: SIM115 - kept open across batches
@@ -155,6 +166,8 @@ class CriteoTSVSource:
             self.file_index, self.byte_offset, self.line_no = self.file_index + 1, 0, 0
             if self.file_index == len(self.paths):
                 self.file_index, self.epoch = 0, self.epoch + 1
+                if not wrap:
+                    return b""
 
     def _counted_before(self) -> bool:
         """Whether the bad row just read was counted when it was read before: in an earlier epoch, or
@@ -166,12 +179,19 @@ class CriteoTSVSource:
         return False
 
     def next_batch(self) -> Batch:
+        return self._next(wrap=True)
+
+    def _next(self, *, wrap: bool) -> Batch | None:
+        """The next batch; ``wrap`` False: only rows before the end of this epoch, so the batch may be short,
+        or None when no good row was left."""
         rows = np.empty((self.batch_size, CRITEO_COLUMNS), np.int64)  # [B, 40]
         start = (self.epoch, self.file_index, self.line_no)
         block, world, rank = self.batch_size, self.world_size, self.rank
         n, skipped_in_a_row = 0, 0
         while n < self.batch_size:
-            raw = self._readline()
+            raw = self._readline(wrap)
+            if not raw:  # the end of the epoch, without wrapping
+                break
             if (self.line_no - 1) // block % world != rank:  # another rank's line
                 if not (n or skipped_in_a_row) and self._passed(start):
                     raise DataError(str(self.paths[self.file_index]), self.line_no,
@@ -187,6 +207,9 @@ class CriteoTSVSource:
                     raise DataError(err.path, err.line, f"{skipped_in_a_row} bad rows in a row; is this Criteo TSV?") from None
                 continue
             n, skipped_in_a_row = n + 1, 0
+        if n == 0:
+            return None
+        rows = rows[:n]
         return to_batch(rows[:, 0], rows[:, 1:1 + CRITEO_NUM_DENSE], rows[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
 
     def _passed(self, start: tuple[int, int, int]) -> bool:
@@ -197,11 +220,27 @@ class CriteoTSVSource:
         if self.eval_source is None:
             return None
         self.eval_source.load_state_dict({"epoch": 0, "file_index": 0, "byte_offset": 0, "line_no": 0})
-        return [self.eval_source.next_batch() for _ in range(self.num_eval_batches)]
+        return one_pass(self.eval_source, self.num_eval_batches, ",".join(map(str, self.eval_source.paths)))
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "file_index": self.file_index, "byte_offset": self.byte_offset,
                 "line_no": self.line_no, "bad_rows": self.bad_rows.state_dict()}
+
+    def _check_position(self) -> None:
+        """A loaded position must still be the start of a line of its file: within the file, after a newline
+        (or at the very end: a last line without one). Anything else means the file changed since the
+        position was saved, and reading on would parse half a line or skip to another epoch."""
+        path = self.paths[self.file_index]
+        size = path.stat().st_size
+        if self.byte_offset > size:
+            where = f"beyond its end ({size} bytes)"
+        elif 0 < self.byte_offset < size and byte_at(path, self.byte_offset - 1) != b"\n":
+            where = "in the middle of a line"
+        else:
+            return
+        raise ValueError(f"{path} changed since the checkpoint was written: the saved position, byte "
+                         f"{self.byte_offset} (after line {self.line_no}), is {where}; restore the file the run "
+                         "was trained on, or start a new --checkpoint-dir")
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
@@ -210,8 +249,24 @@ class CriteoTSVSource:
             self._file = None
         self.epoch, self.file_index = int(state["epoch"]), int(state["file_index"])
         self.byte_offset, self.line_no = int(state["byte_offset"]), int(state["line_no"])
+        self._empty_files = 0
+        self._check_position()
         if "bad_rows" in state:
             self.bad_rows.load_state_dict(state["bad_rows"])
+
+
+def one_pass(source: CriteoTSVSource | MLPerfBinarySource, max_batches: int, path: str) -> list[Batch]:
+    """At most ``max_batches`` batches from ``source``'s position (an epoch's start) to the end of that epoch:
+    every row at most once, the last batch short where the data ends in it."""
+    batches, epoch = [], source.epoch
+    while len(batches) < max_batches and source.epoch == epoch:
+        batch = source._next(wrap=False)
+        if batch is None:
+            break
+        batches.append(batch)
+    if not batches:
+        raise DataError(path, 0, "no good row to evaluate on")
+    return batches
 
 
 def rank_records(total: int, block: int, rank: int, world_size: int) -> int:
@@ -277,6 +332,10 @@ class MLPerfBinarySource:
         return ~(bad_label | bad_index)
 
     def next_batch(self) -> Batch:
+        return self._next(wrap=True)
+
+    def _next(self, *, wrap: bool) -> Batch | None:
+        """The next batch; ``wrap`` False: only records before the end of this epoch (see CriteoTSVSource)."""
         parts, n, scanned = [], 0, 0
         while n < self.batch_size:
             if scanned > self.num_records and n == 0:
@@ -293,6 +352,10 @@ class MLPerfBinarySource:
             scanned += take
             if self.position == self.num_records:
                 self.position, self.epoch = 0, self.epoch + 1
+                if not wrap:
+                    break
+        if n == 0:
+            return None
         rec = np.concatenate(parts)
         return to_batch(rec[:, 0], rec[:, 1:1 + CRITEO_NUM_DENSE], rec[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
 
@@ -300,13 +363,20 @@ class MLPerfBinarySource:
         if self.eval_source is None:
             return None
         self.eval_source.load_state_dict({"epoch": 0, "position": 0})
-        return [self.eval_source.next_batch() for _ in range(self.num_eval_batches)]
+        return one_pass(self.eval_source, self.num_eval_batches, str(self.eval_source.path))
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position, "bad_rows": self.bad_rows.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if position and position >= self.num_records:  # a saved position is always before the end
+            share = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+            raise ValueError(f"{self.path} changed since the checkpoint was written: the saved position, "
+                             f"{position} records into an epoch, is at or beyond the end of its {self.num_records} "
+                             f"records{share}; restore the file the run was trained on, or start a new "
+                             "--checkpoint-dir")
+        self.epoch, self.position = epoch, position
         if "bad_rows" in state:
             self.bad_rows.load_state_dict(state["bad_rows"])

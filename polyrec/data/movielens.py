@@ -8,9 +8,10 @@ Two formats of the same ratings:
   ``recbole/dataset_example/ml-100k/ml-100k.inter`` (RecBole docs, "Atomic Files").
 
 The 100k rows are read once (a few MB). Users and items become two embedding tables (ids indexed in
-sorted order); the one dense feature is the rating time scaled to [0, 1]. A permutation seeded by the
-split seed (the same on every rank) puts TEST_FRACTION of the rows in the test set; each training epoch
-is a fresh shuffle seeded by the (per-rank) data seed.
+sorted order; under ``--row-cap N`` the indices are taken mod N, as the Criteo readers take hashed ids
+mod the capped table rows); the one dense feature is the rating time scaled to [0, 1]. A permutation
+seeded by the split seed (the same on every rank) puts TEST_FRACTION of the rows in the test set; each
+training epoch is a fresh shuffle seeded by the (per-rank) data seed.
 """
 
 from __future__ import annotations
@@ -100,15 +101,19 @@ class MovieLensSource:
     """Shuffled training batches and a fixed test split of MovieLens ratings."""
 
     def __init__(self, path: Path, *, batch_size: int, seed: int, bad_rows: BadRows,
-                 split_seed: int | None = None) -> None:
+                 split_seed: int | None = None, row_cap: int | None = None) -> None:
         """``seed``: this rank's training shuffles; ``split_seed``: the train/test split, the same on every
-        rank (None: ``seed``, as in one process)."""
+        rank (None: ``seed``, as in one process); ``row_cap``: at most this many rows per table, the user
+        and item indices taken mod the cap (None: a row per user and per item)."""
         self.path, self.batch_size, self.bad_rows = require_file(Path(path), "MovieLens"), batch_size, bad_rows
         self.seed = seed
         self.eval_bad_rows = None  # the test split's bad rows are the file's: counted in bad_rows
         users, items, ratings, times = read_ratings(self.path, bad_rows)
         self.user, self.num_users = _index(users)
         self.item, self.num_items = _index(items)
+        if row_cap is not None:
+            self.user, self.num_users = self.user % row_cap, min(self.num_users, row_cap)
+            self.item, self.num_items = self.item % row_cap, min(self.num_items, row_cap)
         span = max(times.max() - times.min(), 1.0)
         self.time = ((times - times.min()) / span).astype(np.float32)  # [N] in [0, 1]
         self.label = (ratings >= POSITIVE_RATING).astype(np.float32)  # [N]

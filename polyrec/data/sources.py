@@ -28,9 +28,11 @@ def parse_spec(spec: str) -> tuple[str, str]:
 def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
                 skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8,
                 synthetic_pool: int = 0, shared_seed: int | None = None, rank: int = 0,
-                world_size: int = 1) -> Source:
+                world_size: int = 1, row_cap: int | None = None) -> Source:
     """The source named by ``spec``; ``eval_spec`` (same kind, file formats only) gives held-out data;
     ``synthetic_pool`` > 0 makes synthetic training batches repeat with that period (benchmarks).
+    ``row_cap`` (``--row-cap``) caps MovieLens' user and item tables, whose sizes come from the file; the
+    other sources follow ``config``'s table sizes, which the caller has capped already.
 
     On several ranks: ``seed`` is this rank's (its batch stream), ``shared_seed`` every rank's (the
     synthetic hidden model, the MovieLens train/test split; None: ``seed``, as in one process), and
@@ -45,7 +47,8 @@ def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, d
         return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device, distribution=arg or "zipf",
                                num_eval_batches=num_eval_batches, pool=synthetic_pool, model_seed=shared_seed)
     if kind == "movielens":
-        return MovieLensSource(Path(arg), batch_size=batch_size, seed=seed, bad_rows=bad, split_seed=shared_seed)
+        return MovieLensSource(Path(arg), batch_size=batch_size, seed=seed, bad_rows=bad, split_seed=shared_seed,
+                               row_cap=row_cap)
     eval_source = None
     if eval_spec:
         eval_kind, eval_arg = parse_spec(eval_spec)

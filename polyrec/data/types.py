@@ -85,7 +85,8 @@ class Source(Protocol):
         """The next training batch (full size; streams wrap around into the next epoch)."""
 
     def eval_batches(self) -> list[Batch] | None:
-        """The held-out batches to measure AUC on, or None when the source has none."""
+        """The held-out batches to measure AUC on, or None when the source has none; each held-out row at most
+        once (the last batch may be short)."""
 
     def state_dict(self) -> dict:
         """The stream position (plain ints), enough to continue exactly where it stopped; file sources add

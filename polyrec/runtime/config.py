@@ -34,7 +34,7 @@ class TrainConfig:
     embedding_dtype: str = "fp32"  # embedding rows: fp32, or fp16 / bf16 (stochastic rounding; polyrec backend)
     row_cap: int | None = None  # cut every table to at most this many rows (benchmarks on small memory)
     eval_every: int = 0  # steps between evaluations; 0: only at the end
-    eval_batches: int = 8  # synthetic/Criteo/MLPerf eval size in batches (MovieLens: its whole test split)
+    eval_batches: int = 8  # most batches per eval (Criteo/MLPerf: fewer if the file ends); MovieLens: its test split
     log_every: int = 50  # steps between metric lines (and NaN checks: one device sync each)
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 0  # steps between checkpoints; 0: only at the end and on SIGTERM

@@ -134,7 +134,8 @@ class Trainer(TrainerState):
         self.source = open_source(cfg.data, base, batch_size=cfg.batch_size, seed=data_seed, device=self.rt.device,
                                   skip_bad_rows=cfg.skip_bad_rows, eval_spec=cfg.eval_data,
                                   num_eval_batches=cfg.eval_batches, synthetic_pool=cfg.synthetic_pool,
-                                  shared_seed=cfg.seed, rank=self.ctx.rank, world_size=self.ctx.world_size)
+                                  shared_seed=cfg.seed, rank=self.ctx.rank, world_size=self.ctx.world_size,
+                                  row_cap=cfg.row_cap)
         self.model_config = self.source.adapt(base)
         torch.manual_seed(cfg.seed)
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
