@@ -5,6 +5,9 @@ naming the option and exit 2 (never a traceback, a wrong verdict or a silently i
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from typer.testing import CliRunner
 from polyrec.cli import app
 
 runner = CliRunner()
+ROOT = Path(__file__).parent.parent
 VERIFY = Path(__file__).parent / "migrate_corpus" / "verify"
 PORT_KERNEL = Path(__file__).parent / "migrate_corpus" / "port" / "axpy.cu"
 CUDA = ("#include <cuda_runtime.h>\n"
@@ -255,3 +259,70 @@ def test_train_metrics_under_a_file_names_the_file(tmp_path, monkeypatch, under)
     metrics = str(Path("afile", under, "m.jsonl"))
     refused([*TRAIN, "--metrics", metrics],
             f"metrics log {metrics} cannot be written: afile is a file, not a directory")
+
+
+@pytest.fixture
+def keep_threads():
+    """--cpu-threads 1 changes a process-wide setting."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_train_stdout_closed_by_its_reader_exits_quietly(tmp_path):
+    """`polyrec train --json | head -1` ended with 'error: [Errno 32] Broken pipe' and exit 2 (bad input)."""
+    cmd = [sys.executable, "-m", "polyrec", *TRAIN, "--steps", "1000000", "--log-every", "1"]
+    with open(tmp_path / "stderr", "w+b") as stderr:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert json.loads(proc.stdout.readline())["event"] == "start"
+        proc.stdout.close()  # as `head -1` does
+        assert proc.wait(timeout=120) == 141
+        stderr.seek(0)
+        assert stderr.read() == b""  # no error line, no traceback, no "Exception ignored" at exit
+
+
+def test_train_broken_pipe_in_process(monkeypatch):
+    import polyrec.cli.train as train_cli
+
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(train_cli, "Trainer", closed)
+    result = runner.invoke(app, TRAIN)
+    assert result.exit_code == 141 and result.stderr == "", (result.exit_code, result.output)
+
+
+@pytest.mark.parametrize("steps", ["2", "1"])
+def test_resume_with_no_steps_left_trains_nothing_and_keeps_the_checkpoint(tmp_path, keep_threads, steps):
+    """It trained 0 steps, evaluated, and rewrote the checkpoint, saying only 'trained 0 steps'."""
+    ckpt = tmp_path / "ck"
+    first = runner.invoke(app, [*TRAIN, "--checkpoint-dir", str(ckpt)])
+    assert first.exit_code == 0, first.output
+    saved, logged = (ckpt / "checkpoint.pt").read_bytes(), (ckpt / "metrics.jsonl").read_text()
+    mtime = (ckpt / "checkpoint.pt").stat().st_mtime_ns
+    result = runner.invoke(app, [*TRAIN, "--checkpoint-dir", str(ckpt), "--resume", "--steps", steps])
+    assert result.exit_code == 0, result.output
+    message = f"checkpoint {ckpt} is at step 2; --steps {steps} asks for no more: nothing to train"
+    assert message in said(result.stderr)
+    record = json.loads(result.stdout)
+    assert record["event"] == "result" and record["step"] == 2 and record["message"] == message
+    assert (ckpt / "checkpoint.pt").stat().st_mtime_ns == mtime
+    assert (ckpt / "checkpoint.pt").read_bytes() == saved and (ckpt / "metrics.jsonl").read_text() == logged
+
+
+def test_train_help_names_no_subcommand_and_the_exit_codes():
+    """The usage line read `polyrec train [OPTIONS] COMMAND [ARGS]...` (it has no subcommands) and the
+    help named no exit codes; --eval-batches read as an exact count."""
+    from typer.main import get_command
+
+    result = runner.invoke(app, ["train", "--help"], prog_name="polyrec")
+    assert result.exit_code == 0, result.output
+    text = said(result.output)
+    assert "Usage: polyrec train [OPTIONS]" in text and "COMMAND" not in text, text
+    for code in ("0 done", "1 a non-finite loss", "2 bad input", "141 stdout closed by its reader"):
+        assert code in text, text
+    eval_batches = next(p for p in get_command(app).commands["train"].params if p.name == "eval_batches")
+    assert "at most once" in eval_batches.help

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +18,18 @@ from rich.table import Table
 from polyrec.data import DataError
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
+from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.metrics import strict_json
 
-app = typer.Typer(help="Train a model preset.")
+# One command with options and no subcommands: its usage line names no COMMAND (the app stays a
+# group so that `polyrec train [OPTIONS]` is invoked as before).
+app = typer.Typer(subcommand_metavar="")
 err = Console(stderr=True)
+
+#: Exit status when the reader of stdout closes it (`polyrec train --json | head -1`): 128 + SIGPIPE (13),
+#: what a shell reports for a Unix tool that SIGPIPE ended.
+CLOSED_PIPE_EXIT = 141
 
 
 def summary_table(result: TrainResult, trainer: Trainer) -> Table:
@@ -62,13 +71,28 @@ def _out_of_memory(exc: RuntimeError | MemoryError) -> bool:
     return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's flush at exit does not hit the closed pipe
+    again ("Exception ignored ... BrokenPipeError"), as Python's signal docs advise."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test runner's buffer): nothing to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 @contextlib.contextmanager
 def bad_input_exits() -> Iterator[None]:
     """Bad input of a training run (data, options, paths, a missing extra) and a batch that does not fit
-    in memory end the command with their message on stderr and exit 2 (``train``, ``bench e2e``); other
-    errors propagate."""
+    in memory end the command with their message on stderr and exit 2 (``train``, ``bench e2e``); a
+    reader that closed stdout ends it quietly with CLOSED_PIPE_EXIT; other errors propagate."""
     try:
         yield
+    except BrokenPipeError as exc:  # the reader is gone: not bad input, and nothing more can be printed
+        _quiet_stdout()
+        raise typer.Exit(CLOSED_PIPE_EXIT) from exc
     except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -100,7 +124,9 @@ def train(
     dense_backend: str = typer.Option("auto", help="auto, torch or polyrec."),
     row_cap: int | None = typer.Option(None, help="Cut every table to at most this many rows."),
     eval_every: int = typer.Option(0, help="Steps between evaluations (0: at the end only)."),
-    eval_batches: int = typer.Option(8, help="Batches per evaluation (synthetic, criteo, mlperf)."),
+    eval_batches: int = typer.Option(8, help="Most batches per evaluation: it reads the eval data at most once, "
+                                     "so a shorter file gives fewer. Synthetic data: exactly this many; "
+                                     "MovieLens: its whole test split."),
     log_every: int = typer.Option(50, help="Steps between metric lines and NaN checks."),
     checkpoint_dir: Path | None = typer.Option(None, help="Where checkpoint.pt and metrics.jsonl go."),
     checkpoint_every: int = typer.Option(0, help="Steps between checkpoints (0: at the end and on SIGTERM)."),
@@ -119,7 +145,11 @@ def train(
                                      "row dtype, embedding optimizer and table shardings (options left at their "
                                      "defaults take the plan's; others must agree with it)."),
 ) -> None:
-    """Train; SIGTERM saves a checkpoint and exits 0; exit 1 on a non-finite loss, 2 on bad input."""
+    """Train a model preset.
+
+    Exit codes: 0 done (or nothing left to train), or stopped by SIGTERM; 1 a non-finite loss; 2 bad input;
+    141 stdout closed by its reader (`polyrec train --json | head -1`).
+    """
     cfg = TrainConfig(preset=preset, data=data, eval_data=eval_data, steps=steps, batch_size=batch_size, seed=seed,
                       device=device, precision=precision, embedding_backend=embedding_backend,
                       dense_backend=dense_backend, dense_optimizer=dense_optimizer, lr=lr,
@@ -149,9 +179,26 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     """Train; one rank reports. The trainer (and the process group its modules hold) is released on
     return, before ``shutdown``."""
     trainer = Trainer(cfg, echo_json=as_json)
+    if cfg.resume and trainer.step >= trainer.cfg.steps:
+        return _nothing_to_train(trainer, as_json)
     result = trainer.train()
     if trainer.ctx.is_main:
         _report(result, trainer, as_json)
+    return result
+
+
+def _nothing_to_train(trainer: Trainer, as_json: bool) -> TrainResult:
+    """A resumed run whose checkpoint is already at --steps: said so, and the checkpoint left as it is
+    (``Trainer.train`` would evaluate and save it again at its end)."""
+    trainer.log.close()  # restore may have logged an lr_changed event
+    directory = trainer.cfg.checkpoint_dir
+    message = (f"checkpoint {directory} is at step {trainer.step}; --steps {trainer.cfg.steps} asks for no more: "
+               "nothing to train")
+    result = TrainResult(status="done", step=trainer.step, message=message, checkpoint=checkpoint_path(directory))
+    if trainer.ctx.is_main:
+        if as_json:
+            _report(result, trainer, as_json)
+        typer.echo(message, err=True)
     return result
 
 
