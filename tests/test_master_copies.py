@@ -58,6 +58,8 @@ def test_only_parameters_keep_copies_and_a_new_storage_is_seen():
     again = compute_copy(p, torch.bfloat16)
     assert again is not first and torch.equal(again, p.detach().to(torch.bfloat16))
     assert compute_copy(p, torch.float16).dtype == torch.float16  # another dtype: a new copy
+    p.data = torch.randn(9)  # another size: the optimizer must not write 9 values into the 4 kept
+    assert kept_copy(p) is None and not hasattr(p, ATTR)
 
 
 @interpreted

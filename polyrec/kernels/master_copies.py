@@ -61,8 +61,13 @@ def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | N
 
 
 def kept_copy(t: torch.Tensor) -> torch.Tensor | None:
-    """The copy ``t`` holds (current or not), for the optimizer to overwrite with the updated values."""
+    """The copy ``t`` holds (current or not), for the optimizer to overwrite with the updated values; None,
+    and the copy dropped, where its shape is no longer the master's (a storage of another size swapped in:
+    writing ``t``'s values into it would overrun it)."""
     held: KeptCopy | None = getattr(t, ATTR, None)
+    if held is not None and held.tensor.shape != t.shape:
+        drop(t)
+        return None
     return None if held is None else held.tensor
 
 

@@ -107,7 +107,7 @@ def _weight_casts(mat: Matmul, cb: int, kept_copies: bool) -> list[Op]:
     out: list[Op] = []
     if cb == FP32:
         return out
-    padded = bool(_reduction_pads(mat, 1, cb))
+    padded = padded_in_dim(mat, _pad_alignment(mat)) != mat.in_dim  # the weight given to the GEMMs is a pad's copy
     for what, n in (("w", mat.in_dim * mat.out_dim), ("b", mat.out_dim if mat.bias else 0)):
         if n and (not kept_copies or (what == "w" and padded)):
             out.append(Op(name=f"{mat.name}.cast_{what}", phase="fwd", bytes=n * (FP32 + 2)))
