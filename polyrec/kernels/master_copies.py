@@ -10,7 +10,9 @@ Current means: the master's version counter and storage are the ones recorded wh
 made equal to it. Torch's in-place ops bump the version, so a master changed by anything else (a
 checkpoint load, torch's optimizers, user code) is cast afresh. Triton kernels do not bump it: the one
 kernel that writes dense masters, ``polyrec.kernels.dense_optim.adagrad_kernel``, writes their copies in
-the same pass and re-records them (``mark_current``) or drops them (``drop``).
+the same pass and re-records them (``mark_current``) or drops them (``drop``). Not seen: an in-place
+write through ``p.data`` (``p.data.add_(...)``: a tensor with a version counter of its own), which no
+polyrec code makes; a storage swapped in (``p.data = ...``) is seen by its address.
 
 Copies are kept only for leaf tensors that require a gradient (parameters), on the parameter object
 itself, so they live and die with it. While a CUDA graph is being captured none is kept or handed out
