@@ -39,3 +39,18 @@ def test_save_is_atomic_and_round_trips(tmp_path):
     assert load_calibration("MI350X") == {"copy_bandwidth": 2.0}
     assert not list(path.parent.glob("*.tmp"))
     assert load_calibration("H100") is None
+
+
+def test_a_plan_on_datasheet_peaks_says_so_and_a_calibrated_one_does_not():
+    """``polyrec plan`` without a stored calibration predicts from datasheet peaks, which no measured H200
+    reached: its notes say so and how to measure; with the device calibrated the note is gone."""
+    from polyrec.models import preset
+    from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
+
+    model = model_spec_from_config(preset("dcnv2-small"))
+    constraints = PlanConstraints(batch_per_gpu=4096)
+    plain = make_plan(model, parse_fleet("H200x1"), constraints)
+    assert any(n.startswith("H200: datasheet peaks, not measured") and "polyrec hw calibrate" in n for n in plain.notes)
+    save_calibration("H200", {"date": "2026-12-02", "copy_bandwidth": 4.2e12, "matmul_bf16": 780e12})
+    calibrated = make_plan(model, parse_fleet("H200x1"), constraints)
+    assert not any("datasheet peaks" in n for n in calibrated.notes)

@@ -111,6 +111,24 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
     )
 
 
+#: What an H200 measured against its datasheet peaks (4.8 TB/s HBM, 989 TFLOP/s bf16): copy 4.11-4.25 TB/s and
+#: bf16 matmul 748-802 TFLOP/s over the nine committed calibrations (README, "Measured so far";
+#: benchmarks/results/planner_accuracy_runs_2026-12-01/calibration_h200_*). Said where a plan uses datasheet peaks.
+MEASURED_BELOW_DATASHEET = "an H200 measured copy 4.11-4.25 of 4.8 TB/s and bf16 matmul 748-802 of 989 TFLOP/s"
+
+
+def datasheet_note(by_device: dict[str, Ceilings], dtype: str) -> str | None:
+    """A plan's note where a device's copy bandwidth or ``dtype`` matmul rate is its datasheet peak (no stored
+    calibration): the predicted step is then faster than the device will run it. None where all are measured."""
+    kinds = sorted(name for name, ceil in by_device.items()
+                   if "datasheet" in (ceil.copy_bandwidth.origin,
+                                      ceil.matmul_flops.get(dtype, ceil.matmul_flops["bf16"]).origin))
+    if not kinds:
+        return None
+    return (f"{', '.join(kinds)}: datasheet peaks, not measured ({MEASURED_BELOW_DATASHEET}), so the step will run "
+            "slower than predicted; `polyrec hw calibrate` on the device measures them")
+
+
 def timed_ms(fn, *, warmup: int = 3, reps: int = 10, before=None) -> list[float]:
     """Milliseconds of each of ``reps`` calls of ``fn`` timed with CUDA events, after warmup; ``before``
     (untimed) runs ahead of each timed call (a barrier, so every rank starts a collective together)."""

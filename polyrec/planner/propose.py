@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from polyrec.hardware.catalog import catalog
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.step import NCCL_CONTENTION
+from polyrec.hardware.calibrate import datasheet_note
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import link_origins
 from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
@@ -230,6 +231,9 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
                  else "")
         notes.append(f"host memory with an HBM cache for {', '.join(cached)}: {host / 1e9:.1f} GB of host memory "
                      f"per host{given}")
+    uncalibrated = datasheet_note(est.ceilings, est.dense_dtype)
+    if uncalibrated:
+        notes.append(uncalibrated)
     if fleet.world_size == 1 and step.host_excess_ms > 0:
         device_ms = step.total_ms - step.host_excess_ms
         notes.append(f"the eager step is host-bound by {step.host_excess_ms:.1f} ms: `polyrec train` CUDA-graphs "
