@@ -234,6 +234,14 @@ def test_resolve_names_bad_options(tmp_path, change, message):
         resolve(TrainConfig(**{**_as_kwargs(config(None)), **change}))
 
 
+def test_polyrec_tables_on_the_cpu_need_the_interpreter(monkeypatch):
+    """Without it the first lookup raised Triton's "0 active drivers" (a traceback on every rank)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="set TRITON_INTERPRET=1"):
+        resolve(config(None, embedding_backend="polyrec"))
+    resolve(config(None, embedding_backend="torch"))
+
+
 def test_cli_bad_option_exit_code():
     result = runner.invoke(app, ["train", "--steps", "2", *SMALL[:-2], "--cpu-threads", "-1"])
     assert result.exit_code == 2 and "error: --cpu-threads must be 0 or more" in result.output, result.output

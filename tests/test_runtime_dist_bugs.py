@@ -248,3 +248,25 @@ def test_checked_offsets_keep_a_valid_batch_and_make_any_other_well_formed():
         wrong_bag = (given[1:] < given[:-1]) | outside[1:] | outside[:-1]
         assert torch.equal(bad, wrong_bag.view(features, b).any(1)), (given, bad)
         bad.zero_()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "emb-rank0.pt").write_bytes((d / "emb-rank0.pt").read_bytes()[:1000]),
+     r"emb-rank0.pt is damaged or not a polyrec shard file \("),
+    (lambda d: (d / "emb-rank0.pt").write_bytes(b""), r"emb-rank0.pt is damaged or not a polyrec shard file \("),
+    (lambda d: atomic_save({"x": 1}, d / "emb-rank0.pt"), r"emb-rank0.pt is damaged .*\(it lacks shards, pieces"),
+    (lambda d: (d / "manifest.json").write_text('{"version": 1, "world_'),
+     r"manifest.json is damaged or not a polyrec shard manifest \("),
+    (lambda d: (d / "manifest.json").write_text("[1]"), r"manifest.json is damaged .*\(it holds a list\)")])
+def test_a_damaged_shard_file_or_manifest_is_named(tmp_path, damage, message):
+    """A truncated rank file raised torch's unpickling RuntimeError (a traceback on every rank) and a
+    truncated manifest a bare JSON error without its path; checkpoint.pt was already named as damaged."""
+    from polyrec.kernels.tbe import TableBatchedEmbedding, TableSpec
+    from polyrec.runtime.sharded_checkpoint import full_tables, save_sharded
+
+    tbe = TableBatchedEmbedding([TableSpec(name="t0", rows=50, dim=8), TableSpec(name="t1", rows=30, dim=8)],
+                                optimizer=SGD)
+    save_sharded(tmp_path, full_tables(tbe), tbe, rank=0, world_size=1, step=1)
+    damage(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        load_sharded(tmp_path, full_tables(tbe), tbe)

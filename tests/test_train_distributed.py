@@ -338,3 +338,88 @@ def _ddp_noting_the_last_bucket(rank: int, world: int) -> None:
 
 def test_ddp_calls_the_last_bucket_hook_once_per_backward_and_averages_as_without():
     run_on_ranks(_ddp_noting_the_last_bucket, 2)
+
+
+def test_skipped_bad_rows_are_counted_over_every_rank(tmp_path):
+    """Rank 0 alone reports, and it reported its own count: the bad rows of the other ranks' blocks
+    were skipped without a trace (criteo_bad.tsv: 4 bad rows, 2 in rank 1's blocks)."""
+    data = os.path.join(os.path.dirname(__file__), "data", "criteo_bad.tsv")
+    args = [a if a != "16" else "4" for a in COMMON]  # batch 4: every rank's blocks hold bad rows
+    proc = _torchrun(2, *args, "--steps", "4", "--data", f"criteo:{data}", "--skip-bad-rows")
+    assert _result(proc)["status"] == "done"
+    end = next(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"event": "end"'))
+    assert end["bad_rows"] == 4 and len(end["bad_row_examples"]) == 4, end
+    assert {e.split(":")[1] for e in end["bad_row_examples"]} == {"5", "10", "15", "18"}
+
+
+def _signal_to_one_rank(rank: int, world: int, ckpt: str) -> None:
+    """SIGTERM reaches rank 1 alone after step 2 (`kill` of one worker; torchrun forwards it to one
+    worker after another): every rank stops after the same step and the checkpoint is written. Rank 1
+    used to stop alone and wait in the checkpoint's collectives while rank 0 waited in the next step's
+    (a hang until the 600 s collective timeout)."""
+    import faulthandler
+    import signal
+
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.trainer import Trainer
+
+    faulthandler.dump_traceback_later(180, exit=True)  # a hang fails the test (the group's timeout is 30 min)
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=50, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100, checkpoint_dir=ckpt)
+    trainer = Trainer(cfg, progress=False)
+    step = trainer.train_step
+
+    def signalled_step():
+        loss = step()
+        if rank == 1 and trainer.step == 2:
+            trainer._on_signal(signal.SIGTERM, None)
+        return loss
+
+    trainer.train_step = signalled_step
+    result = trainer.train()
+    assert (result.status, result.step) == ("sigterm", 3), (rank, result.status, result.step)
+    assert result.message.startswith("stopped by signal 15 at step 3"), result.message
+    assert os.path.isfile(os.path.join(ckpt, "checkpoint.pt"))
+    faulthandler.cancel_dump_traceback_later()
+
+
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    run_on_ranks(_signal_to_one_rank, 2, str(tmp_path / "ckpt"))
+
+
+def _resume_one_process_checkpoint(rank: int, world: int, ckpt: str, tables: list, states: list) -> None:
+    """Each rank's shards hold the one-process run's rows and row-wise Adagrad state."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.trainer import Trainer
+
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=6, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100, checkpoint_dir=ckpt,
+                      resume=True)
+    trainer = Trainer(cfg, progress=False)
+    assert trainer.step == 3
+    local = trainer.model.embeddings.local
+    for shard, weights, state in zip(trainer.model.embeddings.sharded.local_shards, local.table_weights(),
+                                     local.table_state()):
+        rows, cols = slice(*shard.rows), slice(*shard.cols)
+        assert torch.equal(weights, tables[shard.table][rows, cols]), shard
+        assert torch.equal(state, states[shard.table][rows]), shard
+    assert local.step == 3
+    trainer.train_step()
+
+
+def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
+    """A checkpoint of one process (unsharded tables) stopped a 2-rank resume with KeyError: 'shards'."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.trainer import Trainer
+
+    ckpt = str(tmp_path / "ckpt")
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=3, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100, checkpoint_dir=ckpt)
+    one = Trainer(cfg, progress=False)
+    for _ in range(3):
+        one.train_step()
+    one.save()
+    tbe = one.model.embeddings.tbe
+    tables = [t.detach().clone() for t in tbe.table_weights()]
+    states = [s.detach().clone() for s in tbe.table_state()]
+    run_on_ranks(_resume_one_process_checkpoint, 2, ckpt, tables, states)

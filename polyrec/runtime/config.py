@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from polyrec.kernels.interpreter import interpreting
 from polyrec.models import default_backends
 from polyrec.runtime.graphs import check_choice
 
@@ -133,6 +134,9 @@ def resolve(cfg: TrainConfig) -> Resolved:
         raise ValueError(f"--metrics {cfg.metrics_path} is a directory; give a file name (e.g. "
                          f"{Path(cfg.metrics_path) / 'metrics.jsonl'})")
     embedding_backend = emb_default if cfg.embedding_backend == "auto" else cfg.embedding_backend
+    if embedding_backend == "polyrec" and device.type == "cpu" and not interpreting():  # else Triton's "0 active drivers"
+        raise ValueError("--embedding-backend polyrec on the CPU runs its Triton kernels in Triton's interpreter: "
+                         "set TRITON_INTERPRET=1 (on one process, --embedding-backend torch needs no Triton)")
     if cfg.embedding_dtype not in EMBEDDING_DTYPES:
         raise ValueError(f"embedding dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got {cfg.embedding_dtype!r}")
     if cfg.embedding_dtype != "fp32" and embedding_backend != "polyrec":

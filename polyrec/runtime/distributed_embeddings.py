@@ -18,6 +18,7 @@ from torch import nn
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.runtime.peer_exchange import CopyEngineExchange
+from polyrec.runtime.sharded_checkpoint import load_unsharded
 from polyrec.runtime.sharding import (Shard, ShardedEmbedding, StartedInputs, TableSharding, make_shards,
                                       row_split_fills)
 
@@ -162,7 +163,11 @@ class DistributedEmbeddings(nn.Module):
                 "tbe": self.local.state_dict()}
 
     def import_state(self, state: dict) -> None:
-        """Load a state exported by this rank under the same sharding (see sharded_checkpoint for resharding)."""
+        """Load a state exported by this rank under the same sharding (see sharded_checkpoint for resharding),
+        or a one-process checkpoint's unsharded tables (``{"tbe": ...}``), cut into this rank's shards."""
+        if "shards" not in state:
+            load_unsharded(state["tbe"], self.sharded.local_shards, self.local)
+            return
         mine = [{"table": s.table, "kind": s.kind, "rows": list(s.rows), "cols": list(s.cols)}
                 for s in self.sharded.local_shards]
         if state["shards"] != mine:

@@ -11,6 +11,7 @@ all-reduce overlapped with the backward) and the embedding all-to-all scales its
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -123,6 +124,47 @@ def check_same_config(fields: dict[str, Any]) -> None:
             per_rank = ", ".join(f"rank {rank}: {value!r}" for rank, value in enumerate(values))
             raise ValueError(f"{name} differs between ranks ({per_rank}): every rank must be started "
                              "with the same options")
+
+
+class StopVote:
+    """Whether any rank was signalled to stop (SIGTERM), agreed by every rank. A signal reaches each rank
+    at its own moment (torchrun forwards it to one worker after another; `kill` or a scheduler may
+    signal one worker alone): a rank that stopped on its own went into its checkpoint's collectives
+    while its peers started the next step's, and the job hung until the collective timeout. Each step
+    every rank starts a non-blocking all-reduce (MAX) of its signal number on a gloo group (host
+    memory: no device sync, nothing queued among the device's collectives) and reads the one it
+    started the step before: every rank reads the same value after the same step, one step after the
+    signal was seen."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=timeout_s))  # every rank, same point
+        self._sent: tuple[torch.Tensor, Any] | None = None
+
+    def agreed(self, signum: int | None) -> int | None:
+        """Send this rank's ``signum`` (None: not signalled); return the largest any rank sent at the
+        previous call (None: none had been signalled, or this is the first call)."""
+        flag = torch.tensor([signum or 0], dtype=torch.int32)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        previous, self._sent = self._sent, (flag, work)
+        if previous is None:
+            return None
+        previous[1].wait()
+        return int(previous[0]) or None
+
+    def drain(self) -> None:
+        """Wait for the last vote (every rank started it) before the group goes."""
+        if self._sent is not None:
+            self._sent[1].wait()
+            self._sent = None
+
+
+def all_bad_rows(bad: Any) -> tuple[int, list[str]]:
+    """The training rows every rank skipped (``BadRows`` of each rank's stream): their count and the
+    first examples, rank 0's first (collective). Rank 0 alone reports, and its own count left out the
+    rows of the other ranks' blocks."""
+    seen = gather((bad.count, list(bad.examples)))
+    examples = [example for _, some in seen for example in some]
+    return sum(count for count, _ in seen), examples[:bad.MAX_EXAMPLES]
 
 
 def barrier() -> None:

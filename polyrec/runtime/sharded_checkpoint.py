@@ -94,10 +94,32 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{directory}: no {MANIFEST}: not a complete sharded checkpoint")
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:  # truncated or overwritten: name the file, not the parser's state
+        raise ValueError(f"{path} is damaged or not a polyrec shard manifest ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path} is damaged or not a polyrec shard manifest (it holds a {type(manifest).__name__})")
     if manifest.get("version") != FORMAT_VERSION:
         raise ValueError(f"{path}: format version {manifest.get('version')} != {FORMAT_VERSION}")
     return manifest
+
+
+def _read_rank_file(path: Path) -> dict[str, Any]:
+    """One rank's file; a file that does not load or lacks a rank file's keys raises ValueError naming it
+    (as ``checkpoint.load_checkpoint`` does for checkpoint.pt), not torch's unpickling error."""
+    damaged = f"{path} is damaged or not a polyrec shard file"
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # truncated, random bytes, empty, other pickles: torch raises many kinds
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+        raise ValueError(f"{damaged} ({type(exc).__name__}: {reason})") from exc
+    missing = [key for key in ("shards", "pieces", "tbe_step") if not isinstance(payload, dict) or key not in payload]
+    if missing:
+        raise ValueError(f"{damaged} (it lacks {', '.join(missing)})")
+    return payload
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
@@ -146,9 +168,38 @@ def load_sharded(directory: str | Path, shards: list[Shard], tbe) -> dict[str, A
     old: list[tuple[dict, dict]] = []
     steps = set()
     for rank in range(manifest["world_size"]):
-        payload = torch.load(directory / f"emb-rank{rank}.pt", map_location="cpu", weights_only=True)
+        payload = _read_rank_file(directory / f"emb-rank{rank}.pt")
         old += list(zip(payload["shards"], payload["pieces"]))
         steps.add(payload["tbe_step"])
+    _fill_shards(shards, old, tbe)
+    tbe.step = max(steps)
+    return manifest
+
+
+def load_unsharded(state: dict[str, Any], shards: list[Shard], tbe) -> None:
+    """Fill ``shards`` (held in ``tbe``) from an unsharded TableBatchedEmbedding's ``state_dict`` (a
+    one-process checkpoint): every table is one table-wise piece, cut as ``_state_views`` cuts them."""
+    extra = state["_extra_state"]
+    if "layout" not in extra:
+        raise ValueError("this one-process checkpoint predates the saved table layout: it resumes on one "
+                         "process only (without torchrun)")
+    per_row = extra["optimizer"] == "rowwise_adagrad"
+    old: list[tuple[dict, dict]] = []
+    elem = row = 0
+    for t, (_, rows, dim, _) in enumerate(extra["layout"]["tables"]):
+        piece = {"weights": state["weights"][elem:elem + rows * dim].view(rows, dim)}
+        for name in ("state1", "state2"):
+            if state[name].numel():
+                flat = state[name]
+                piece[name] = flat[row:row + rows] if per_row else flat[elem:elem + rows * dim].view(rows, dim)
+        old.append(({"table": t, "kind": "table", "rows": [0, rows], "cols": [0, dim]}, piece))
+        elem, row = elem + rows * dim, row + rows
+    _fill_shards(shards, old, tbe)
+    tbe.step = int(extra["step"])
+
+
+def _fill_shards(shards: list[Shard], old: list[tuple[dict, dict]], tbe) -> None:
+    """Each of ``shards`` (held in ``tbe``) from the overlapping ``old`` (key, piece) pairs."""
     with torch.no_grad():
         for i, shard in enumerate(shards):
             _fill(shard, old, "weights", tbe.table_weights()[i])
@@ -156,5 +207,3 @@ def load_sharded(directory: str | Path, shards: list[Shard], tbe) -> dict[str, A
                 views = _state_views(tbe, name)
                 if views:
                     _fill(shard, old, name, views[i])
-    tbe.step = max(steps)
-    return manifest

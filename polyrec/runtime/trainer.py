@@ -165,7 +165,10 @@ class Trainer(TrainerState):
         self.echo_json = echo_json
         self.quiet = not main
         self.progress = main and (progress if progress is not None else (not echo_json and sys.stdout.isatty()))
-        self._stop_signal: int | None = None
+        self._stop_signal: int | None = None  # this process's SIGTERM
+        self._stopping: int | None = None  # the signal that stops the loop (on several ranks: agreed by all)
+        self._stop_vote = (parallel.StopVote(self.ctx.timeout_s) if self.distributed and self.ctx.world_size > 1
+                           else None)
         use_side = cfg.pipeline == "semi-sync" and cfg.overlap_streams and self.rt.device.type == "cuda"
         self._side = torch.cuda.Stream(self.rt.device) if use_side else None
         self._prefetched: tuple[Batch, torch.Tensor, Any] | None = None
@@ -391,7 +394,10 @@ class Trainer(TrainerState):
         handler_installed = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, self._on_signal) if handler_installed else None
         try:
-            return self._loop()
+            result = self._loop()
+            if self._stop_vote is not None:
+                self._stop_vote.drain()
+            return result
         finally:
             if handler_installed:
                 signal.signal(signal.SIGTERM, previous)
@@ -419,12 +425,14 @@ class Trainer(TrainerState):
         with self._progress_bar() as bar:
             task = bar.add_task("train", total=cfg.steps, completed=self.step, rate="-", loss="-")
             window_start, window_first = time.perf_counter(), self.step
-            while self.step < cfg.steps and self._stop_signal is None:
+            while self.step < cfg.steps and self._stopping is None:
                 pending.append(self.train_step())
+                self._stopping = (self._stop_signal if self._stop_vote is None
+                                  else self._stop_vote.agreed(self._stop_signal))
                 bar.update(task, completed=self.step)
                 due_eval = cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps
                 due_ckpt = (cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0)
-                last = self.step == cfg.steps or self._stop_signal is not None
+                last = self.step == cfg.steps or self._stopping is not None
                 if not (self.step % cfg.log_every == 0 or due_eval or due_ckpt or last):
                     continue
                 stacked = torch.stack(pending)
@@ -484,7 +492,7 @@ class Trainer(TrainerState):
         result.step = self.step
         result.samples_per_s = ran * self.cfg.batch_size / train_seconds if train_seconds > 0 else 0.0
         result.timing_ms = self.timer.per_step_ms(ran)
-        if self._stop_signal is not None:
+        if self._stopping is not None:
             result.status = "sigterm"
         else:
             stopped = self._eval_and_log(result)
@@ -495,11 +503,13 @@ class Trainer(TrainerState):
                 return self._stop_on_nan(result, self.step, float("nan"))
             result.checkpoint = self.save()
         bad, eval_bad = self.source.bad_rows, self.source.eval_bad_rows
-        result.bad_rows, result.bad_row_examples = bad.count, list(bad.examples)
+        # on several ranks each skipped the rows of its own blocks (every rank reads the whole eval file)
+        result.bad_rows, result.bad_row_examples = (parallel.all_bad_rows(bad) if self.distributed
+                                                    else (bad.count, list(bad.examples)))
         if eval_bad is not None:
             result.eval_bad_rows, result.eval_bad_row_examples = eval_bad.count, list(eval_bad.examples)
         where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
-        result.message = (f"stopped by signal {self._stop_signal} at step {self.step}{where}" if result.status == "sigterm"
+        result.message = (f"stopped by signal {self._stopping} at step {self.step}{where}" if result.status == "sigterm"
                           else f"trained {ran} steps (to step {self.step}){where}")
         self.log.write({"event": "end", "status": result.status, "step": self.step, "message": result.message,
                         "samples_per_s": result.samples_per_s, "timing_ms_per_step": result.timing_ms,
