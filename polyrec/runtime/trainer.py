@@ -8,17 +8,12 @@ device and are read every ``log_every`` steps, which is also when a non-finite l
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import math
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import nullcontext as _nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +30,8 @@ from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import choose_graphs, mark_host_bound
 from polyrec.runtime.plan_apply import apply_plan, load_plan
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
+from polyrec.runtime.train_loop import TrainLoop
 from polyrec.runtime.trainer_state import TrainerState
-
-
-@dataclass(kw_only=True, slots=True)
-class TrainResult:
-    """How a run ended and what it measured."""
-
-    status: str  # "done", "sigterm" (checkpoint saved, clean exit) or "nan" (stopped, last good checkpoint kept)
-    step: int  # steps completed in total (including those before a resume)
-    message: str
-    losses: list[float] = field(default_factory=list)  # loss of every step this process ran
-    evals: list[dict[str, Any]] = field(default_factory=list)  # {"step", "auc", "logloss"} per evaluation
-    samples_per_s: float = 0.0  # training throughput, eval and checkpoint time excluded
-    timing_ms: dict[str, float] = field(default_factory=dict)  # mean ms per step of each phase
-    checkpoint: Path | None = None
-    bad_rows: int = 0  # the training data's bad rows skipped under skip_bad_rows
-    bad_row_examples: list[str] = field(default_factory=list)
-    eval_bad_rows: int = 0  # the eval_data file's, counted apart (0 without such a file)
-    eval_bad_row_examples: list[str] = field(default_factory=list)
-
-    @property
-    def final_auc(self) -> float | None:
-        return self.evals[-1]["auc"] if self.evals else None
 
 
 class _GradientTap(torch.autograd.Function):
@@ -106,7 +80,7 @@ class DenseLoss(nn.Module):
         return F.binary_cross_entropy_with_logits(logits, labels)
 
 
-class Trainer(TrainerState):
+class Trainer(TrainerState, TrainLoop):
     """Builds the data source, model and optimizers of a TrainConfig, and runs or benchmarks it."""
 
     #: Batches whose input distribution runs ahead of their step, sharded tables on several ranks
@@ -383,140 +357,6 @@ class Trainer(TrainerState):
             logits, y = (torch.cat([t.to(self.rt.device) for t in parallel.gather(x.cpu())]) for x in (logits, y))
         return {"step": self.step, "auc": auc(torch.sigmoid(logits), y),
                 "logloss": float(F.binary_cross_entropy_with_logits(logits, y)), "samples": int(y.numel())}
-
-    # --- the loop ---------------------------------------------------------------------------------------
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self._stop_signal = signum
-
-    def train(self) -> TrainResult:
-        """Run to ``cfg.steps``; returns how it ended. Installs a SIGTERM handler while it runs."""
-        handler_installed = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, self._on_signal) if handler_installed else None
-        try:
-            result = self._loop()
-            if self._stop_vote is not None:
-                self._stop_vote.drain()
-            return result
-        finally:
-            if handler_installed:
-                signal.signal(signal.SIGTERM, previous)
-            self.log.close()
-
-    def _progress_bar(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[rate]} samples/s  loss {task.fields[loss]}"),
-                        TimeRemainingColumn(), disable=not self.progress, transient=False)
-
-    def _loop(self) -> TrainResult:
-        cfg = self.cfg
-        result = TrainResult(status="done", step=self.step, message="")
-        self.log.write({"event": "start", "step": self.step, "config": cfg.as_dict(), "device": str(self.rt.device),
-                        "embedding_backend": self.rt.embedding_backend, "dense_backend": self.rt.dense_backend,
-                        "compute_dtype": str(self.rt.compute_dtype).removeprefix("torch."),
-                        "cuda_graphs": self.graphs.on, "cuda_graphs_reason": self.graphs.reason,
-                        "host_bound": self.graphs.host_bound,
-                        "model": dataclasses.asdict(self.model_config)})
-        start_step, train_seconds = self.step, 0.0
-        self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
-        pending: list[torch.Tensor] = []
-        with self._progress_bar() as bar:
-            task = bar.add_task("train", total=cfg.steps, completed=self.step, rate="-", loss="-")
-            window_start, window_first = time.perf_counter(), self.step
-            while self.step < cfg.steps and self._stopping is None:
-                pending.append(self.train_step())
-                self._stopping = (self._stop_signal if self._stop_vote is None
-                                  else self._stop_vote.agreed(self._stop_signal))
-                bar.update(task, completed=self.step)
-                due_eval = cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps
-                due_ckpt = (cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0)
-                last = self.step == cfg.steps or self._stopping is not None
-                if not (self.step % cfg.log_every == 0 or due_eval or due_ckpt or last):
-                    continue
-                stacked = torch.stack(pending)
-                losses = (parallel.global_mean(stacked) if self.distributed else stacked).float().cpu().tolist()
-                pending.clear()
-                self.model.embeddings.check_errors()
-                elapsed = time.perf_counter() - window_start
-                train_seconds += elapsed
-                rate = (self.step - window_first) * cfg.batch_size / max(elapsed, 1e-9)
-                bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
-                if bad is not None:
-                    return self._stop_on_nan(result, self.step - len(losses) + bad + 1, losses[bad])
-                result.losses += losses
-                self.log.write({"event": "train", "step": self.step, "loss": sum(losses) / len(losses),
-                                "last_loss": losses[-1], "samples_per_s": rate})
-                bar.update(task, rate=f"{rate:,.0f}", loss=f"{losses[-1]:.4f}")
-                if not (self.progress or self.echo_json or self.quiet):
-                    print(f"step {self.step}/{cfg.steps}  loss {losses[-1]:.4f}  {rate:,.0f} samples/s", flush=True)
-                stopped = self._eval_and_log(result) if due_eval else None
-                if stopped is not None:
-                    return stopped
-                if due_ckpt:
-                    if not self.finite_state():
-                        return self._stop_on_nan(result, self.step, float("nan"))
-                    result.checkpoint = self.save()
-                window_start, window_first = time.perf_counter(), self.step
-        return self._finish(result, start_step, train_seconds)
-
-    def _eval_and_log(self, result: TrainResult) -> TrainResult | None:
-        """Evaluate and log; a non-finite eval log loss stops the run as a non-finite training loss does
-        (the stopped result is returned; None: go on)."""
-        ev = self.evaluate()
-        if ev is None:
-            return None
-        result.evals.append(ev)
-        self.log.write({"event": "eval", **ev})
-        if not (self.echo_json or self.quiet):
-            print(f"eval at step {ev['step']}: AUC {ev['auc']:.4f}  logloss {ev['logloss']:.4f}", flush=True)
-        if math.isfinite(ev["logloss"]):
-            return None
-        return self._stop_on_nan(result, ev["step"], ev["logloss"], what="eval logloss")
-
-    def _stop_on_nan(self, result: TrainResult, step: int, value: float, what: str = "loss") -> TrainResult:
-        ckpt = checkpoint_path(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
-        kept = (f"the last good checkpoint is {ckpt}" if ckpt and ckpt.is_file()
-                else "no checkpoint was written before it")
-        result.status, result.step = "nan", step
-        result.checkpoint = ckpt if ckpt and ckpt.is_file() else None
-        result.message = (f"{what} became {value} at step {step}: training stopped; {kept}. "
-                          "Try a lower learning rate (--lr) or fp32 (--precision fp32).")
-        self.log.write({"event": "stopped", "reason": "nan", "step": step, "message": result.message})
-        self.log.close()
-        return result
-
-    def _finish(self, result: TrainResult, start_step: int, train_seconds: float) -> TrainResult:
-        ran = self.step - start_step
-        result.step = self.step
-        result.samples_per_s = ran * self.cfg.batch_size / train_seconds if train_seconds > 0 else 0.0
-        result.timing_ms = self.timer.per_step_ms(ran)
-        if self._stopping is not None:
-            result.status = "sigterm"
-        else:
-            stopped = self._eval_and_log(result)
-            if stopped is not None:
-                return stopped
-        if self.cfg.checkpoint_dir:
-            if not self.finite_state():
-                return self._stop_on_nan(result, self.step, float("nan"))
-            result.checkpoint = self.save()
-        bad, eval_bad = self.source.bad_rows, self.source.eval_bad_rows
-        # on several ranks each skipped the rows of its own blocks (every rank reads the whole eval file)
-        result.bad_rows, result.bad_row_examples = (parallel.all_bad_rows(bad) if self.distributed
-                                                    else (bad.count, list(bad.examples)))
-        if eval_bad is not None:
-            result.eval_bad_rows, result.eval_bad_row_examples = eval_bad.count, list(eval_bad.examples)
-        where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
-        result.message = (f"stopped by signal {self._stopping} at step {self.step}{where}" if result.status == "sigterm"
-                          else f"trained {ran} steps (to step {self.step}){where}")
-        self.log.write({"event": "end", "status": result.status, "step": self.step, "message": result.message,
-                        "samples_per_s": result.samples_per_s, "timing_ms_per_step": result.timing_ms,
-                        "final_auc": result.final_auc, "bad_rows": result.bad_rows,
-                        "bad_row_examples": result.bad_row_examples, "eval_bad_rows": result.eval_bad_rows,
-                        "eval_bad_row_examples": result.eval_bad_row_examples})
-        return result
 
     # --- benchmarking -----------------------------------------------------------------------------------
 
