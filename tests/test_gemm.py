@@ -187,6 +187,15 @@ def _cross_grad_case(dtype: torch.dtype, acc_dtype: torch.dtype, m=M, n=N):
     return grad, x0, torch.randn(m, n, dtype=acc_dtype)
 
 
+def _cross_grad_outputs(d_x0: torch.Tensor, accumulate: bool, n=N) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d_x0's earlier terms in float64, a NaN-poisoned bias-gradient buffer [n]); d_x0 itself poisoned
+    where the epilogue must overwrite it (``accumulate`` False)."""
+    earlier = d_x0.double()
+    if not accumulate:
+        d_x0.fill_(float("nan"))  # must be overwritten
+    return earlier, torch.full((n,), float("nan"))
+
+
 @pytest.mark.parametrize("layout,dtype_name,accumulate,plus_grad,acc_dtype,split_k", [
     ("NT", "bf16", True, False, torch.bfloat16, 1), ("NT", "bf16", False, True, torch.float32, 1),
     ("NN", "fp32", True, True, torch.float32, 1), ("NT", "fp32", False, False, torch.float32, 3),
@@ -199,10 +208,7 @@ def test_cross_grad_epilogue_matches_float64(layout, dtype_name, accumulate, plu
     a, b = _operands(layout, dtype, m=m, k=k)
     bias = torch.randn(N, dtype=dtype)
     grad, x0, d_x0 = _cross_grad_case(dtype, acc_dtype, m=m)
-    earlier = d_x0.double()
-    if not accumulate:
-        d_x0.fill_(float("nan"))  # must be overwritten
-    bias_grad = torch.full((N,), float("nan"))
+    earlier, bias_grad = _cross_grad_outputs(d_x0, accumulate)
     config = GemmConfig(block_m=16, block_n=32, block_k=16, split_k=split_k, num_warps=4, num_stages=2)
     g = matmul(a, b, trans_b=layout[1] == "T", bias=bias, config=config,
                cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=accumulate, plus_grad=plus_grad,
@@ -306,8 +312,7 @@ def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype
         return
     bias = torch.randn(N, dtype=dtype)
     grad, x0, d_x0 = _cross_grad_case(dtype, dtype, m=m)
-    earlier = d_x0.double()
-    bias_grad = torch.full((N,), float("nan"))
+    earlier, bias_grad = _cross_grad_outputs(d_x0, accumulate=True)
     g = matmul(a, b, trans_b=True, bias=bias,
                cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, plus_grad=True, bias_grad=bias_grad))
     _check_cross_grad(g, d_x0, bias_grad, grad, x0, reference_matmul(a, b, trans_b=True, bias=bias) + 1, earlier, tol)
@@ -339,10 +344,7 @@ def test_cross_grad_pass_walking_row_blocks_matches_float64(accumulate, monkeypa
     a, b = _operands("NT", dtype, m=m)
     bias = torch.randn(N, dtype=dtype)
     grad, x0, d_x0 = _cross_grad_case(dtype, dtype, m=m)
-    earlier = d_x0.double()
-    if not accumulate:
-        d_x0.fill_(float("nan"))  # must be overwritten
-    bias_grad = torch.full((N,), float("nan"))
+    earlier, bias_grad = _cross_grad_outputs(d_x0, accumulate)
     g = matmul(a, b, trans_b=True, bias=bias,
                cross_grad=CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=accumulate, bias_grad=bias_grad))
     _check_cross_grad(g, d_x0, bias_grad, grad, x0, reference_matmul(a, b, trans_b=True, bias=bias),
