@@ -28,17 +28,12 @@ ROUNDS = 6
 CAST_KERNEL = "bfloat16_copy_kernel"
 
 
-def _cast(t, dtype):
-    """The cast every step (``compute_copy`` before the copies were kept)."""
-    return t if t is None or t.dtype == dtype else t.to(dtype)
-
-
 def policies(trainer) -> dict:
     def kept() -> None:
         gemm.compute_copy = dcn.compute_copy = master_copies.compute_copy
 
     def cast() -> None:
-        gemm.compute_copy = dcn.compute_copy = _cast
+        gemm.compute_copy = dcn.compute_copy = master_copies.cast  # a cast every step: the code before
         for p in trainer.model.dense_parameters():
             master_copies.drop(p)  # FusedAdagrad writes no copy then
 

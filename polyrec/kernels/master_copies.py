@@ -43,6 +43,11 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
+def cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """``t`` in ``dtype``, cast afresh at every call (differentiable); None and ``dtype`` tensors as they are."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
+
+
 def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """``t`` in ``dtype`` (a master weight's copy for the forward, made inside an autograd Function: its
     gradient is the Function's to return in the master's dtype): the kept copy where it is current, else a
@@ -51,12 +56,12 @@ def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | N
         return t
     if _capturing(t):
         drop(t)
-        return t.to(dtype)
+        return cast(t, dtype)
     held: KeptCopy | None = getattr(t, ATTR, None)
     if held is not None and held.tensor.dtype == dtype and held.version == t._version \
             and held.data_ptr == t.data_ptr():
         return held.tensor
-    copy = t.to(dtype)
+    copy = cast(t, dtype)
     if t.is_leaf and t.requires_grad:
         setattr(t, ATTR, KeptCopy(tensor=copy, version=t._version, data_ptr=t.data_ptr()))
     return copy

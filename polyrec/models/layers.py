@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from polyrec.kernels.master_copies import cast
 from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS
 
 DENSE_BACKENDS = ("torch", "polyrec")
@@ -53,14 +54,14 @@ class DenseOps:
         masters' gradients from its GEMM in fp32) -> [B, out]."""
         if self.backend == "polyrec":
             return self._gemm.linear(x, weight, bias, activation="relu" if relu else "none")
-        y = F.linear(x, _cast(weight, x.dtype), _cast(bias, x.dtype))
+        y = F.linear(x, cast(weight, x.dtype), cast(bias, x.dtype))
         return F.relu(y) if relu else y
 
     def cross(self, x0: torch.Tensor, v: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
               bias: torch.Tensor) -> torch.Tensor:
         """x0 * (v @ weight.T + bias) + x; x0, x [B, D], v [B, r] in the compute dtype, weight [D, r] and
         bias the masters (copied to v's dtype) -> [B, D]."""
-        weight, bias = _cast(weight, v.dtype), _cast(bias, v.dtype)
+        weight, bias = cast(weight, v.dtype), cast(bias, v.dtype)
         if self.backend == "polyrec":
             return self._gemm.cross_linear(x0, v, x, weight, bias)
         return x0 * F.linear(v, weight, bias) + x
@@ -76,10 +77,6 @@ class DenseOps:
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
         return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad,
                                        owns_output_grad=owns_output_grad)
-
-
-def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
 def pad_reduction(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
