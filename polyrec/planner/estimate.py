@@ -103,18 +103,25 @@ class Estimate:
 
 
 def shard_loads(model: ModelSpec, plans: Sequence[TablePlan], batch_per_gpu: int, world: int) -> list[ShardLoad]:
-    """The shards of every table with their per-step lookups (ids spread evenly over row shards)."""
-    global_batch = batch_per_gpu * world
+    """The shards of every table with their per-step lookups (``shard_load``)."""
     loads = []
     for tp in plans:
         t = model.table(tp.table)
         shapes = mem.shard_shapes(t.rows, t.dim, tp.sharding, len(tp.ranks))
-        for rank, (rows, dim) in zip(tp.ranks, shapes):
-            share = rows / t.rows if tp.sharding == "row_wise" else 1.0
-            loads.append(ShardLoad(table=t.name, rank=rank, rows=rows, dim=dim, accesses=global_batch * t.pooling * share,
-                                   bags=global_batch, weight_dtype=tp.weight_dtype, optimizer=tp.optimizer,
-                                   memory=tp.memory, cache_rows=tp.cache_rows, skew=model.index_distribution))
+        loads += [shard_load(model, tp, rank=rank, rows=rows, dim=dim, global_batch=batch_per_gpu * world)
+                  for rank, (rows, dim) in zip(tp.ranks, shapes)]
     return loads
+
+
+def shard_load(model: ModelSpec, tp: TablePlan, *, rank: int, rows: int, dim: int, global_batch: int) -> ShardLoad:
+    """One shard of ``tp``'s table (``rows`` x ``dim``, as ``memory.shard_shapes`` cuts it) on ``rank``: it pools
+    for every sample of the global batch, and looks up all of the table's ids or, row-wise, its share of them
+    (ids spread evenly over row shards). ``tp.ranks`` is not read: the partitioner prices shards before it."""
+    t = model.table(tp.table)
+    share = rows / t.rows if tp.sharding == "row_wise" else 1.0
+    return ShardLoad(table=t.name, rank=rank, rows=rows, dim=dim, accesses=global_batch * t.pooling * share,
+                     bags=global_batch, weight_dtype=tp.weight_dtype, optimizer=tp.optimizer, memory=tp.memory,
+                     cache_rows=tp.cache_rows, skew=model.index_distribution)
 
 
 def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
@@ -250,6 +257,8 @@ class Estimator:
         # one GPU trains with polyrec's tables unsharded: the lookup writes into DLRM-DCNv2's x0
         # (polyrec.models.dlrm sets PolyrecEmbeddings.lead_columns); sharded tables concatenate
         self.x0_in_lookup = fleet.world_size == 1
+        # feature values per sample each rank receives from the pooled all-to-all (none on one GPU)
+        self.exchanged_dim = len(model.tables) * model.embedding_dim if fleet.world_size > 1 else 0
         # the trainer's GPU Adagrad (FusedAdagrad) writes the masters' half-precision copies the forward
         # takes (polyrec.kernels.master_copies): no cast per step, the copies written by the optimizer
         self.kept_copies = dense_optimizer == "adagrad" and mem.DENSE_DTYPE_BYTES[dense_dtype] < FP32
@@ -386,7 +395,7 @@ class Estimator:
         pooled = sum(s.bags * s.dim for s in loads)
         emb_act = mem.embedding_activation_bytes(
             lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads), pooled_values=pooled,
-            local_batch=batch, local_features_dim=len(self.model.tables) * self.model.embedding_dim,
+            local_batch=batch, exchanged_dim=self.exchanged_dim,
             num_dense=self.model.dense.num_dense, compute_bytes=cb)
         groups: dict[tuple[str, str], float] = {}
         for s in loads:

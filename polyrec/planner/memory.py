@@ -103,17 +103,18 @@ def shard_device_bytes(rows: int, dim: int, *, weight_dtype: str, optimizer: str
 
 
 def embedding_activation_bytes(*, lookups: float, bags: int, pooled_values: int, local_batch: int,
-                               local_features_dim: int, num_dense: int, compute_bytes: int) -> int:
+                               exchanged_dim: int, num_dense: int, compute_bytes: int) -> int:
     """Embedding-side tensors alive through the step on one rank.
 
     ``lookups`` / ``bags``: ids and bags this rank's shards process (int64 values and offsets, kept by
     the lookup for its backward); ``pooled_values``: values of their pooled outputs (in the dense
-    compute dtype, polyrec.kernels.tbe ``output_dtype``); on several ranks, also the rank's own samples
-    after the all-to-all (``local_batch`` x ``local_features_dim``); the dense inputs and labels (fp32).
+    compute dtype, polyrec.kernels.tbe ``output_dtype``); ``exchanged_dim``: on several ranks, the
+    feature values per sample of the rank's own samples after the all-to-all (``local_batch`` x
+    ``exchanged_dim``; 0 on one rank, whose pooled outputs are its features); the dense inputs and
+    labels (fp32).
     """
     indices = INDEX_BYTES * (math.ceil(lookups) + bags + 1)
-    local = local_batch * local_features_dim
-    exchanged = compute_bytes * local if pooled_values != local else 0
+    exchanged = compute_bytes * local_batch * exchanged_dim
     return indices + compute_bytes * pooled_values + exchanged + 4 * local_batch * (num_dense + 1)
 
 

@@ -19,8 +19,8 @@ from polyrec.hardware.calibrate import datasheet_note
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import link_origins
 from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
-from polyrec.planner.estimate import Estimate, Estimator, shard_loads
-from polyrec.planner.partition import Placement, Storage, partition, size_caches
+from polyrec.planner.estimate import Estimate, Estimator, ShardLoad, shard_loads
+from polyrec.planner.partition import Placement, RankFits, Storage, partition, size_caches, within_budgets
 from polyrec.planner.types import (
     DeviceGroup,
     DeviceMemory,
@@ -86,21 +86,20 @@ def batch_bytes(est: Estimator, batch: int, storage: dict[str, Storage]) -> list
     pooled = batch * sum(t.dim for t in model.tables)
     share = mem.embedding_activation_bytes(
         lookups=sum(modules.values()), bags=batch * len(model.tables), pooled_values=pooled, local_batch=batch,
-        local_features_dim=len(model.tables) * model.embedding_dim, num_dense=model.dense.num_dense,
-        compute_bytes=cb)
+        exchanged_dim=est.exchanged_dim, num_dense=model.dense.num_dense, compute_bytes=cb)
     dim = max(t.dim for t in model.tables)
     by_device = {device: share + sum(est.backward_peak(device, modules, dim, pooled, batch)) for device in est.specs}
     return [by_device[device] for device in est.rank_devices]
 
 
 def _placement(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storage], est: Estimator,
-               batch: int) -> Placement | None:
-    """The shards placed within each rank's budget (``rank_budgets``), host-cached tables given HBM caches from
-    what the estimator leaves free on each rank with the caches empty; None where they find no place (the
-    estimator's check of the result is ``_place``'s)."""
-    budgets = rank_budgets(est, batch, storage)
+               batch: int, rank_fits: RankFits | None = None) -> Placement | None:
+    """The shards placed where ``rank_fits`` accepts them (by default ``_rank_fits``: each rank's peak as the
+    estimator prices it), host-cached tables given HBM caches from what the estimator leaves free on each rank
+    with the caches empty; None where they find no place (the estimator's check of the result is ``_place``'s)."""
     speeds = [est.ceilings[d].copy_bandwidth.value for d in est.rank_devices]
-    placed = partition(model, splits, storage, budgets, speeds, batch * est.fleet.world_size)
+    placed = partition(model, splits, storage, speeds, batch * est.fleet.world_size,
+                       rank_fits or _rank_fits(est, batch))
     if placed is None:
         return None
     if any(tp.memory == "host_cached" for tp in placed.tables):
@@ -108,6 +107,16 @@ def _placement(model: ModelSpec, splits: list[TableSplit], storage: dict[str, St
         if not size_caches(model, placed, [used + left for used, left in zip(placed.used, free)]):
             return None
     return placed
+
+
+def _rank_fits(est: Estimator, batch: int) -> RankFits:
+    """Whether a rank's shards fit its HBM at ``batch`` per GPU: its peak (``Estimator.rank_memory``: the shards,
+    the activations and TBE buffers of the lookups they serve, the dense layers) and the reserve within its
+    capacity. Host-cached shards count without a cache (``size_caches`` sizes them after)."""
+    def fits(rank: int, loads: list[ShardLoad]) -> bool:
+        m = est.rank_memory(rank, loads, batch)
+        return m.used + m.reserve <= m.capacity
+    return fits
 
 
 def _place(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storage], est: Estimator,
@@ -350,11 +359,11 @@ def _rank_shortfall(est: Estimator, placed: Placement, m: DeviceMemory, c: PlanC
 
 def shortfall(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int) -> str:
     """What refuses ``model`` on ``fleet`` at ``batch`` per GPU, by the planner's own check (``_fit``'s first try:
-    the tables as the constraints prefer, in HBM): of the shardings whose shards find a place (``_placement``),
-    the one closest to fitting, with the rank it overflows most and the parts of that rank's peak; where none
-    does, what the activations of an even share of the lookups (``rank_budgets``) leave each rank for the tables;
-    then the fallbacks ``_fit`` tried after it. Meant for a batch at which nothing fits (where the preferred
-    storage fits, its rank reads as 0 bytes short or less)."""
+    the tables as the constraints prefer, in HBM): of the shardings whose shards find a place within an even
+    share of the lookups' activations (``rank_budgets``: it places what overflows), the one closest to fitting,
+    with the rank it overflows most and the parts of that rank's peak; where none does, what those activations
+    leave each rank for the tables; then the fallbacks ``_fit`` tried after it. Meant for a batch at which
+    nothing fits (where the preferred storage fits, its rank reads as 0 bytes short or less)."""
     est = Estimator(model, fleet, dense_dtype=c.dense_dtype, dense_optimizer=c.dense_optimizer, overlap=c.overlap)
     splits_of = {s: strategy_splits(model, s, fleet.world_size, c.shardings) for s in STRATEGIES}
     if all(splits is None for splits in splits_of.values()):
@@ -367,9 +376,10 @@ def _preferred_shortfall(model: ModelSpec, fleet: Fleet, c: PlanConstraints, bat
                          splits_of: dict[str, list[TableSplit] | None]) -> str:
     """``shortfall`` of the preferred storage, the tables split as ``splits_of`` (strategy -> splits)."""
     storage = {t.name: Storage(weight_dtype=c.weight_dtypes[0], optimizer=c.optimizers[0]) for t in model.tables}
+    even_share = within_budgets(rank_budgets(est, batch, storage))  # places what overflows, to show by how much
     tried = []
     for strategy, splits in splits_of.items():
-        placed = None if splits is None else _placement(model, splits, storage, est, batch)
+        placed = None if splits is None else _placement(model, splits, storage, est, batch, even_share)
         if placed is not None:
             worst = max(est.memory(placed.tables, batch), key=_excess)
             tried.append((_excess(worst), strategy, placed, worst))
