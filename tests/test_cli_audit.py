@@ -295,6 +295,19 @@ def test_train_broken_pipe_in_process(monkeypatch):
     assert result.exit_code == 141 and result.stderr == "", (result.exit_code, result.output)
 
 
+def test_train_keeps_the_traceback_of_a_runtime_error_not_from_a_peer(monkeypatch):
+    """Only gloo's transport errors (a peer gone) are said in one line (tests/test_dist_faults.py); any
+    other RuntimeError is a bug to see whole."""
+    import polyrec.cli.train as train_cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("[/src/gloo/gloo/allreduce.cc:10] not a transport error")
+
+    monkeypatch.setattr(train_cli, "Trainer", broken)
+    result = runner.invoke(app, TRAIN)
+    assert isinstance(result.exception, RuntimeError) and "not a transport error" in str(result.exception)
+
+
 @pytest.mark.parametrize("steps", ["2", "1"])
 def test_resume_with_no_steps_left_trains_nothing_and_keeps_the_checkpoint(tmp_path, keep_threads, steps):
     """It trained 0 steps, evaluated, and rewrote the checkpoint, saying only 'trained 0 steps'."""
@@ -322,7 +335,8 @@ def test_train_help_names_no_subcommand_and_the_exit_codes():
     assert result.exit_code == 0, result.output
     text = said(result.output)
     assert "Usage: polyrec train [OPTIONS]" in text and "COMMAND" not in text, text
-    for code in ("0 done", "1 a non-finite loss", "2 bad input", "141 stdout closed by its reader"):
+    for code in ("0 done", "stopped by SIGTERM or Ctrl-C (SIGINT; a second Ctrl-C interrupts at once)",
+                 "1 a non-finite loss", "2 bad input", "3 another rank failed", "141 stdout closed by its reader"):
         assert code in text, text
     eval_batches = next(p for p in get_command(app).commands["train"].params if p.name == "eval_batches")
     assert "at most once" in eval_batches.help

@@ -1,4 +1,5 @@
-"""The trainer and the `polyrec train` / `polyrec bench e2e` commands: learning, NaN stop, SIGTERM, bad rows."""
+"""The trainer and the `polyrec train` / `polyrec bench e2e` commands: learning, NaN stop, SIGTERM and Ctrl-C,
+nothing left to train, bad rows."""
 
 from __future__ import annotations
 
@@ -33,6 +34,20 @@ def _restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def _sigint_missed(signum: int, frame) -> None:
+    raise AssertionError("SIGINT reached the handler the test set, not the trainer's")
+
+
+@pytest.fixture
+def sigint_handled():
+    """SIGINT handled here by ``_sigint_missed`` (a KeyboardInterrupt would end the pytest session rather
+    than fail the test) and not ignored in the children this test starts, even when pytest inherited it
+    ignored (started with `&` by a script)."""
+    previous = signal.signal(signal.SIGINT, _sigint_missed)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def invoke(args: list[str]):
@@ -139,7 +154,9 @@ def test_movielens_cli(tmp_path):
     assert 0.0 <= json_lines(result.output)[-1]["final_auc"] <= 1.0
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, sigint_handled, signum):
+    """SIGTERM, and Ctrl-C's SIGINT (which ended the run with a KeyboardInterrupt and no checkpoint)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "polyrec", "train", "--steps", "1000000", "--batch-size", "32", "--row-cap", "1000",
            "--log-every", "5", "--checkpoint-dir", str(tmp_path), "--json", "--cpu-threads", "1"]
@@ -151,14 +168,78 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
             break
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "stopped by signal 15" in err
+    assert f"stopped by signal {signum} ({signal.Signals(signum).name}) at step" in err
     state = load_checkpoint(tmp_path)
     assert state["step"] >= 5 and state["data"]["position"] == state["step"]
     last = json.loads(metrics.read_text().splitlines()[-1])
     assert last["event"] == "end" and last["status"] == "sigterm" and last["step"] == state["step"]
+
+
+def _signal_after(trainer: Trainer, step: int, *signals: int) -> None:
+    """Raise ``signals`` in this process (their handlers run at once) when the trainer's step ``step`` is done."""
+    train_step = trainer.train_step
+
+    def signalled_step():
+        loss = train_step()
+        if trainer.step == step:
+            for signum in signals:
+                signal.raise_signal(signum)
+        return loss
+
+    trainer.train_step = signalled_step
+
+
+def test_ctrl_c_stops_with_a_checkpoint_and_a_second_interrupts(tmp_path, sigint_handled):
+    """The first SIGINT stops the run as SIGTERM does (it raised KeyboardInterrupt: no checkpoint); a
+    second while stopping interrupts. The handlers are put back either way."""
+    cfg = TrainConfig(steps=50, batch_size=32, row_cap=1000, log_every=100, checkpoint_dir=tmp_path, device="cpu",
+                      cpu_threads=1)
+    trainer = Trainer(cfg, progress=False)
+    _signal_after(trainer, 2, signal.SIGINT)
+    result = trainer.train()
+    assert (result.status, result.step, result.checkpoint) == ("sigterm", 2, tmp_path / "checkpoint.pt")
+    assert result.message == f"stopped by signal 2 (SIGINT) at step 2; checkpoint {tmp_path / 'checkpoint.pt'}"
+    assert load_checkpoint(tmp_path)["step"] == 2
+    assert signal.getsignal(signal.SIGINT) is _sigint_missed
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    resumed = Trainer(dataclasses.replace(cfg, resume=True), progress=False)
+    _signal_after(resumed, 3, signal.SIGINT, signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        resumed.train()
+    assert load_checkpoint(tmp_path)["step"] == 2
+    assert signal.getsignal(signal.SIGINT) is _sigint_missed
+
+
+def test_an_ignored_sigint_stays_ignored(sigint_handled):
+    """A run started with `&` by a script ignores SIGINT (the shell set it so): Ctrl-C at the script does
+    not stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    trainer = Trainer(TrainConfig(steps=3, batch_size=32, row_cap=1000, device="cpu", cpu_threads=1), progress=False)
+    _signal_after(trainer, 1, signal.SIGINT)
+    assert (trainer.train().status, trainer.step) == ("done", 3)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_train_with_no_steps_left_trains_nothing_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    """Trainer.train() on a trainer resumed at --steps evaluated and wrote the checkpoint again (the CLI
+    alone checked for it)."""
+    cfg = TrainConfig(steps=2, batch_size=32, row_cap=1000, log_every=2, checkpoint_dir=tmp_path, device="cpu",
+                      cpu_threads=1)
+    Trainer(cfg, progress=False).train()
+    ckpt, metrics = tmp_path / "checkpoint.pt", tmp_path / "metrics.jsonl"
+    saved, mtime, logged = ckpt.read_bytes(), ckpt.stat().st_mtime_ns, metrics.read_text()
+    for steps in (2, 1):
+        resumed = Trainer(dataclasses.replace(cfg, resume=True, steps=steps), progress=False)
+        monkeypatch.setattr(resumed, "evaluate", lambda: pytest.fail("evaluated with nothing to train"))
+        result = resumed.train()
+        assert (result.status, result.step, result.nothing_to_train, result.checkpoint) == ("done", 2, True, ckpt)
+        assert result.message == (f"checkpoint {tmp_path} is at step 2; --steps {steps} asks for no more: "
+                                  "nothing to train")
+        assert ckpt.stat().st_mtime_ns == mtime and ckpt.read_bytes() == saved and metrics.read_text() == logged
 
 
 def test_bench_e2e_cli():

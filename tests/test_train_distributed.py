@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -352,11 +353,11 @@ def test_skipped_bad_rows_are_counted_over_every_rank(tmp_path):
     assert {e.split(":")[1] for e in end["bad_row_examples"]} == {"5", "10", "15", "18"}
 
 
-def _signal_to_one_rank(rank: int, world: int, ckpt: str) -> None:
-    """SIGTERM reaches rank 1 alone after step 2 (`kill` of one worker; torchrun forwards it to one
-    worker after another): every rank stops after the same step and the checkpoint is written. Rank 1
-    used to stop alone and wait in the checkpoint's collectives while rank 0 waited in the next step's
-    (a hang until the 600 s collective timeout)."""
+def _signal_to_one_rank(rank: int, world: int, ckpt: str, signum: int) -> None:
+    """SIGTERM (or Ctrl-C's SIGINT) reaches rank 1 alone after step 2 (`kill` of one worker; torchrun
+    forwards it to one worker after another): every rank stops after the same step and the checkpoint is
+    written. Rank 1 used to stop alone and wait in the checkpoint's collectives while rank 0 waited in
+    the next step's (a hang until the 600 s collective timeout)."""
     import faulthandler
     import signal
 
@@ -372,19 +373,21 @@ def _signal_to_one_rank(rank: int, world: int, ckpt: str) -> None:
     def signalled_step():
         loss = step()
         if rank == 1 and trainer.step == 2:
-            trainer._on_signal(signal.SIGTERM, None)
+            trainer._on_signal(signum, None)
         return loss
 
     trainer.train_step = signalled_step
     result = trainer.train()
     assert (result.status, result.step) == ("sigterm", 3), (rank, result.status, result.step)
-    assert result.message.startswith("stopped by signal 15 at step 3"), result.message
+    name = signal.Signals(signum).name
+    assert result.message.startswith(f"stopped by signal {signum} ({name}) at step 3"), result.message
     assert os.path.isfile(os.path.join(ckpt, "checkpoint.pt"))
     faulthandler.cancel_dump_traceback_later()
 
 
-def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
-    run_on_ranks(_signal_to_one_rank, 2, str(tmp_path / "ckpt"))
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path, signum):
+    run_on_ranks(_signal_to_one_rank, 2, str(tmp_path / "ckpt"), signum)
 
 
 def _resume_one_process_checkpoint(rank: int, world: int, ckpt: str, tables: list, states: list) -> None:
@@ -423,3 +426,34 @@ def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
     tables = [t.detach().clone() for t in tbe.table_weights()]
     states = [s.detach().clone() for s in tbe.table_state()]
     run_on_ranks(_resume_one_process_checkpoint, 2, ckpt, tables, states)
+
+
+def _each_held_out_row_counted_once(rank: int, world: int, train: str, held_out: str, movielens: str) -> None:
+    """Every rank scores the whole --eval-data file and the same MovieLens test split: gathered, each row
+    was counted once per rank (`samples` 32 for the file's 16 rows scored). Synthetic eval batches are
+    each rank's own: all of them count."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.trainer import Trainer
+
+    common = dict(preset="dcnv2-small", row_cap=64, batch_size=8, steps=1, device="cpu", embedding_backend="polyrec",
+                  dense_backend="torch", eval_batches=2)
+    on_file = Trainer(TrainConfig(**common, data=f"mlperf:{train}", eval_data=f"mlperf:{held_out}"),
+                      progress=False).evaluate()
+    assert on_file["samples"] == 2 * 8, on_file  # 2 batches of 8 of the file's 32 records
+    ml = Trainer(TrainConfig(**common, data=f"movielens:{movielens}"), progress=False)
+    on_split = ml.evaluate()
+    assert on_split["samples"] == len(ml.source.test_rows), on_split
+    synthetic = Trainer(TrainConfig(**common), progress=False).evaluate()
+    assert synthetic["samples"] == world * 2 * 8, synthetic
+    seen = parallel.gather((on_file, on_split, synthetic))
+    assert all(other == seen[0] for other in seen), seen  # every rank reports the same evaluation
+
+
+def test_distributed_eval_counts_each_held_out_row_once(tmp_path):
+    gen = torch.Generator().manual_seed(0)
+    for name, n in (("train.bin", 64), ("eval.bin", 32)):
+        records = torch.cat([torch.randint(0, 2, (n, 1), generator=gen), torch.randint(0, 50, (n, 13), generator=gen),
+                             torch.randint(0, 10**6, (n, 26), generator=gen)], 1)  # MLPerf: label, counts, ids
+        records.to(torch.int32).numpy().tofile(tmp_path / name)
+    movielens = os.path.join(os.path.dirname(__file__), "data", "ml_sample.data")
+    run_on_ranks(_each_held_out_row_counted_once, 2, str(tmp_path / "train.bin"), str(tmp_path / "eval.bin"), movielens)

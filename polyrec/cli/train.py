@@ -6,11 +6,13 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -18,7 +20,6 @@ from rich.table import Table
 from polyrec.data import DataError
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
-from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.dist import shutdown
 from polyrec.runtime.metrics import strict_json
 
@@ -30,6 +31,13 @@ err = Console(stderr=True)
 #: Exit status when the reader of stdout closes it (`polyrec train --json | head -1`): 128 + SIGPIPE (13),
 #: what a shell reports for a Unix tool that SIGPIPE ended.
 CLOSED_PIPE_EXIT = 141
+#: Exit status of a rank whose peer failed first (torchrun): the code after bad input's 2.
+PEER_FAILED_EXIT = 3
+#: gloo raises a peer's failure (its connection closed or reset, a receive timed out waiting for it) as a
+#: plain RuntimeError whose message starts with the gloo transport source file that raised it:
+#: "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:39088. This is typically
+#: caused by a remote worker crashing. ..." (torch 2.13, tests/test_dist_faults.py).
+GLOO_TRANSPORT_ERROR = re.compile(r"\[[^\]]*gloo/transport/[^\]]*\]\s*(?P<reason>.*?)(\.\s|$)", re.MULTILINE)
 
 
 def summary_table(result: TrainResult, trainer: Trainer) -> Table:
@@ -104,6 +112,21 @@ def bad_input_exits() -> Iterator[None]:
         raise typer.Exit(2) from exc
 
 
+@contextlib.contextmanager
+def peer_failure_exits() -> Iterator[None]:
+    """A collective that failed because a peer rank is gone or stopped answering (gloo) ends this rank with
+    one line and PEER_FAILED_EXIT, not a traceback: the cause is in the failed rank's own message."""
+    try:
+        yield
+    except RuntimeError as exc:
+        found = GLOO_TRANSPORT_ERROR.search(str(exc))
+        if found is None:
+            raise
+        typer.echo(f"error: rank {dist.get_rank()}: a peer rank failed or stopped answering "
+                   f"(gloo: {found['reason']}); its own message says why", err=True)
+        raise typer.Exit(PEER_FAILED_EXIT) from exc
+
+
 @app.callback(invoke_without_command=True)
 def train(
     preset: str = typer.Option("dcnv2-small", help=f"Model preset: {', '.join(PRESETS)}."),
@@ -129,7 +152,8 @@ def train(
                                      "MovieLens: its whole test split."),
     log_every: int = typer.Option(50, help="Steps between metric lines and NaN checks."),
     checkpoint_dir: Path | None = typer.Option(None, help="Where checkpoint.pt and metrics.jsonl go."),
-    checkpoint_every: int = typer.Option(0, help="Steps between checkpoints (0: at the end and on SIGTERM)."),
+    checkpoint_every: int = typer.Option(0, help="Steps between checkpoints (0: at the end, and on SIGTERM or "
+                                         "Ctrl-C)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from CHECKPOINT_DIR/checkpoint.pt."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Count and skip malformed rows."),
     pipeline: str = typer.Option("sync", help="sync, or semi-sync: each lookup reads the tables one update old "
@@ -147,8 +171,9 @@ def train(
 ) -> None:
     """Train a model preset.
 
-    Exit codes: 0 done (or nothing left to train), or stopped by SIGTERM; 1 a non-finite loss; 2 bad input;
-    141 stdout closed by its reader (`polyrec train --json | head -1`).
+    Exit codes: 0 done (or nothing left to train), or stopped by SIGTERM or Ctrl-C (SIGINT; a second Ctrl-C
+    interrupts at once); 1 a non-finite loss; 2 bad input; 3 another rank failed (torchrun); 141 stdout closed
+    by its reader (`polyrec train --json | head -1`).
     """
     cfg = TrainConfig(preset=preset, data=data, eval_data=eval_data, steps=steps, batch_size=batch_size, seed=seed,
                       device=device, precision=precision, embedding_backend=embedding_backend,
@@ -162,7 +187,7 @@ def train(
                       metrics_path=metrics, plan=plan)
     completed = False
     try:
-        with bad_input_exits():
+        with peer_failure_exits(), bad_input_exits():
             check_rates(lr, embedding_lr)
             result = _train_and_report(cfg, as_json)
             completed = True
@@ -179,35 +204,26 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     """Train; one rank reports. The trainer (and the process group its modules hold) is released on
     return, before ``shutdown``."""
     trainer = Trainer(cfg, echo_json=as_json)
-    if cfg.resume and trainer.step >= trainer.cfg.steps:
-        return _nothing_to_train(trainer, as_json)
     result = trainer.train()
     if trainer.ctx.is_main:
         _report(result, trainer, as_json)
     return result
 
 
-def _nothing_to_train(trainer: Trainer, as_json: bool) -> TrainResult:
-    """A resumed run whose checkpoint is already at --steps: said so, and the checkpoint left as it is
-    (``Trainer.train`` would evaluate and save it again at its end)."""
-    trainer.log.close()  # restore may have logged an lr_changed event
-    directory = trainer.cfg.checkpoint_dir
-    message = (f"checkpoint {directory} is at step {trainer.step}; --steps {trainer.cfg.steps} asks for no more: "
-               "nothing to train")
-    result = TrainResult(status="done", step=trainer.step, message=message, checkpoint=checkpoint_path(directory))
-    if trainer.ctx.is_main:
-        if as_json:
-            _report(result, trainer, as_json)
-        typer.echo(message, err=True)
-    return result
-
-
 def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:
+    """The result record (--json) or the summary table; a run with nothing to train says so on stderr
+    (and prints no table)."""
     if as_json:
         typer.echo(json.dumps(strict_json({"event": "result", "status": result.status, "step": result.step,
                                            "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
                                            "message": result.message}), allow_nan=False))
-        return
+    if result.nothing_to_train:
+        typer.echo(result.message, err=True)
+    elif not as_json:
+        _print_summary(result, trainer)
+
+
+def _print_summary(result: TrainResult, trainer: Trainer) -> None:
     Console().print(summary_table(result, trainer))
     if result.bad_row_examples:
         err.print(f"[yellow]skipped {result.bad_rows} bad rows[/], e.g. " + "; ".join(result.bad_row_examples))

@@ -129,6 +129,8 @@ class CriteoTSVSource:
     """Streams batches from Criteo TSV files (one after another, then again from the first); on several
     ranks, block k of ``batch_size`` lines of each file is rank k % world_size's."""
 
+    eval_rows_per_rank = False  # every rank reads the whole eval file
+
     def __init__(self, paths: list[Path], config: ModelConfig, *, batch_size: int, bad_rows: BadRows,
                  eval_source: CriteoTSVSource | None = None, num_eval_batches: int = 8, rank: int = 0,
                  world_size: int = 1) -> None:
@@ -277,6 +279,8 @@ def rank_records(total: int, block: int, rank: int, world_size: int) -> int:
 
 class MLPerfBinarySource:
     """Streams batches from a binary file of 40-int32 records (memory-mapped; one batch read at a time)."""
+
+    eval_rows_per_rank = False  # every rank reads the whole eval file
 
     def __init__(self, path: Path, config: ModelConfig, *, batch_size: int, bad_rows: BadRows,
                  eval_source: MLPerfBinarySource | None = None, num_eval_batches: int = 8, rank: int = 0,

@@ -100,6 +100,8 @@ def _index(tokens: list[str]) -> tuple[np.ndarray, int]:
 class MovieLensSource:
     """Shuffled training batches and a fixed test split of MovieLens ratings."""
 
+    eval_rows_per_rank = False  # every rank holds the whole test split (one split seed)
+
     def __init__(self, path: Path, *, batch_size: int, seed: int, bad_rows: BadRows,
                  split_seed: int | None = None, row_cap: int | None = None) -> None:
         """``seed``: this rank's training shuffles; ``split_seed``: the train/test split, the same on every

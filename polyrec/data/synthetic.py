@@ -57,6 +57,8 @@ def power_law_rows(u: torch.Tensor, rows: torch.Tensor, alpha: float) -> torch.T
 class SyntheticSource:
     """Criteo-like batches of one model config: ``num_dense`` counts, ``multi_hot[f]`` lookups per feature."""
 
+    eval_rows_per_rank = True  # eval batches from each rank's own seed
+
     def __init__(self, config: ModelConfig, *, batch_size: int, seed: int = 0, device: torch.device | str = "cpu",
                  distribution: str = "zipf", alpha: float = DEFAULT_ZIPF_ALPHA, num_eval_batches: int = 8,
                  pool: int = 0, model_seed: int | None = None) -> None:

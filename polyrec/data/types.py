@@ -77,6 +77,9 @@ class Source(Protocol):
 
     bad_rows: BadRows
     eval_bad_rows: BadRows | None  # the ``--eval-data`` file's, counted apart; None without such a file
+    #: Whether each rank's held-out rows are its own (synthetic: drawn from the rank's seed), so that
+    #: several ranks' evaluations gather them; else every rank holds all of them (an eval file, a test split).
+    eval_rows_per_rank: bool
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         """The model config with the table sizes and dense width this data needs."""

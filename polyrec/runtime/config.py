@@ -38,7 +38,7 @@ class TrainConfig:
     eval_batches: int = 8  # most batches per eval (Criteo/MLPerf: fewer if the file ends); MovieLens: its test split
     log_every: int = 50  # steps between metric lines (and NaN checks: one device sync each)
     checkpoint_dir: Path | None = None
-    checkpoint_every: int = 0  # steps between checkpoints; 0: only at the end and on SIGTERM
+    checkpoint_every: int = 0  # steps between checkpoints; 0: only at the end and on SIGTERM / Ctrl-C
     resume: bool = False  # continue from checkpoint_dir/checkpoint.pt
     skip_bad_rows: bool = False  # count and skip malformed input rows instead of stopping at the first
     pipeline: str = "sync"  # "sync", or "semi-sync": lookups one update stale, overlapped on a side stream

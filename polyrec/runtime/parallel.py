@@ -127,7 +127,7 @@ def check_same_config(fields: dict[str, Any]) -> None:
 
 
 class StopVote:
-    """Whether any rank was signalled to stop (SIGTERM), agreed by every rank. A signal reaches each rank
+    """Whether any rank was signalled to stop (SIGTERM, SIGINT), agreed by every rank. A signal reaches each rank
     at its own moment (torchrun forwards it to one worker after another; `kill` or a scheduler may
     signal one worker alone): a rank that stopped on its own went into its checkpoint's collectives
     while its peers started the next step's, and the job hung until the collective timeout. Each step

@@ -1,5 +1,5 @@
 """The run around the training step: the loop to ``cfg.steps`` with its logging, evaluations, checkpoints,
-SIGTERM and non-finite-loss stops, and how the run ended (:class:`TrainResult`).
+signal (SIGTERM, Ctrl-C) and non-finite-loss stops, and how the run ended (:class:`TrainResult`).
 
 ``TrainLoop`` holds these methods of ``polyrec.runtime.trainer.Trainer``; it reads the trainer's config,
 step, model, source, metrics log, timer and stop state, and calls its ``train_step``, ``evaluate`` and
@@ -23,12 +23,18 @@ from polyrec.runtime import parallel
 from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.metrics import PhaseTimer
 
+#: Signals that stop a run after the step in flight, with a checkpoint: SIGTERM (a scheduler, torchrun
+#: forwarding its own) and SIGINT (Ctrl-C; torchrun forwards it too, its workers being in sessions of
+#: their own). A second SIGINT while stopping interrupts at once (KeyboardInterrupt), as Ctrl-C does
+#: without the handler: a run stuck in its stop can still be ended.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
 
 @dataclass(kw_only=True, slots=True)
 class TrainResult:
     """How a run ended and what it measured."""
 
-    status: str  # "done", "sigterm" (checkpoint saved, clean exit) or "nan" (stopped, last good checkpoint kept)
+    status: str  # "done", "sigterm" (SIGTERM or SIGINT: checkpoint saved, clean exit), "nan" (last good checkpoint kept)
     step: int  # steps completed in total (including those before a resume)
     message: str
     losses: list[float] = field(default_factory=list)  # loss of every step this process ran
@@ -40,6 +46,7 @@ class TrainResult:
     bad_row_examples: list[str] = field(default_factory=list)
     eval_bad_rows: int = 0  # the eval_data file's, counted apart (0 without such a file)
     eval_bad_row_examples: list[str] = field(default_factory=list)
+    nothing_to_train: bool = False  # already at cfg.steps: no step, no evaluation, no checkpoint written
 
     @property
     def final_auc(self) -> float | None:
@@ -50,21 +57,32 @@ class TrainLoop:
     """The loop of ``Trainer`` (see the module docstring)."""
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self._stop_signal is not None:
+            raise KeyboardInterrupt  # Ctrl-C again while stopping (STOP_SIGNALS)
         self._stop_signal = signum
 
     def train(self) -> TrainResult:
-        """Run to ``cfg.steps``; returns how it ended. Installs a SIGTERM handler while it runs."""
-        handler_installed = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, self._on_signal) if handler_installed else None
+        """Run to ``cfg.steps``; returns how it ended. Handles STOP_SIGNALS while it runs (from the main
+        thread; a signal the process ignores stays ignored) and restores the handlers it replaced."""
+        previous = self._handle_stop_signals()
         try:
             result = self._loop()
             if self._stop_vote is not None:
                 self._stop_vote.drain()
             return result
         finally:
-            if handler_installed:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             self.log.close()
+
+    def _handle_stop_signals(self) -> dict[int, Any]:
+        """Install ``_on_signal`` for STOP_SIGNALS; returns the handlers it replaced. None off the main
+        thread (Python runs handlers there only), and none for a signal set to SIG_IGN (a job started with
+        ``&`` by a script: Ctrl-C at the script is not meant for it)."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
 
     def _progress_bar(self):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -75,6 +93,8 @@ class TrainLoop:
 
     def _loop(self) -> TrainResult:
         cfg = self.cfg
+        if self.step >= cfg.steps:
+            return self._nothing_to_train()
         result = TrainResult(status="done", step=self.step, message="")
         self.log.write({"event": "start", "step": self.step, "config": cfg.as_dict(), "device": str(self.rt.device),
                         "embedding_backend": self.rt.embedding_backend, "dense_backend": self.rt.dense_backend,
@@ -124,6 +144,16 @@ class TrainLoop:
                 window_start, window_first = time.perf_counter(), self.step
         return self._finish(result, start_step, train_seconds)
 
+    def _nothing_to_train(self) -> TrainResult:
+        """Already at ``cfg.steps`` (a resumed checkpoint at or past them): said so; nothing is evaluated,
+        logged or saved, so the checkpoint and the metrics log stay as they are."""
+        directory = self.cfg.checkpoint_dir
+        where = f"checkpoint {directory}" if directory else "the trainer"
+        message = f"{where} is at step {self.step}; --steps {self.cfg.steps} asks for no more: nothing to train"
+        ckpt = checkpoint_path(Path(directory)) if directory else None
+        return TrainResult(status="done", step=self.step, message=message, nothing_to_train=True,
+                           checkpoint=ckpt if ckpt and ckpt.is_file() else None)
+
     def _eval_and_log(self, result: TrainResult) -> TrainResult | None:
         """Evaluate and log; a non-finite eval log loss stops the run as a non-finite training loss does
         (the stopped result is returned; None: go on)."""
@@ -172,7 +202,8 @@ class TrainLoop:
         if eval_bad is not None:
             result.eval_bad_rows, result.eval_bad_row_examples = eval_bad.count, list(eval_bad.examples)
         where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
-        result.message = (f"stopped by signal {self._stopping} at step {self.step}{where}" if result.status == "sigterm"
+        result.message = (f"stopped by signal {self._stopping} ({signal.Signals(self._stopping).name}) at step "
+                          f"{self.step}{where}" if result.status == "sigterm"
                           else f"trained {ran} steps (to step {self.step}){where}")
         self.log.write({"event": "end", "status": result.status, "step": self.step, "message": result.message,
                         "samples_per_s": result.samples_per_s, "timing_ms_per_step": result.timing_ms,

@@ -139,7 +139,7 @@ class Trainer(TrainerState, TrainLoop):
         self.echo_json = echo_json
         self.quiet = not main
         self.progress = main and (progress if progress is not None else (not echo_json and sys.stdout.isatty()))
-        self._stop_signal: int | None = None  # this process's SIGTERM
+        self._stop_signal: int | None = None  # this process's stop signal (train_loop.STOP_SIGNALS)
         self._stopping: int | None = None  # the signal that stops the loop (on several ranks: agreed by all)
         self._stop_vote = (parallel.StopVote(self.ctx.timeout_s) if self.distributed and self.ctx.world_size > 1
                            else None)
@@ -342,7 +342,9 @@ class Trainer(TrainerState, TrainLoop):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any] | None:
-        """AUC and log loss on the source's held-out batches, or None when it has none."""
+        """AUC and log loss on the source's held-out batches, or None when it has none; ``samples``: the
+        distinct rows they cover (on several ranks, gathered only where each rank's are its own:
+        ``Source.eval_rows_per_rank``)."""
         self.drain()
         batches = self.source.eval_batches()
         if not batches:
@@ -353,7 +355,7 @@ class Trainer(TrainerState, TrainLoop):
             scores.append(self.model(b.dense, b.values, b.offsets, self.rt.compute_dtype))
             labels.append(b.labels)
         logits, y = torch.cat(scores), torch.cat(labels)
-        if self.distributed:  # AUC over every rank's held-out samples
+        if self.distributed and self.source.eval_rows_per_rank:  # every rank's rows, once
             logits, y = (torch.cat([t.to(self.rt.device) for t in parallel.gather(x.cpu())]) for x in (logits, y))
         return {"step": self.step, "auc": auc(torch.sigmoid(logits), y),
                 "logloss": float(F.binary_cross_entropy_with_logits(logits, y)), "samples": int(y.numel())}
