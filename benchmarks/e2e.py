@@ -7,7 +7,8 @@
    update old, overlapped with the dense layers on a side stream; reported apart, as it changes the
    math; first checked against the same order on one stream). The target is measured on uniform ids
    (every row equally likely: the most unique rows per step); the trainer's default synthetic ids
-   (power law, as real Criteo ids are skewed) are reported beside, eager. The direct port cannot hold these
+   (power law, as real Criteo ids are skewed) are reported beside, eager, and so are fp16 rows (stochastic
+   rounding: the precision the planner falls back to, not the target's fp32). The direct port cannot hold these
    tables with full Adagrad; the bytes it would need are reported instead of an out-of-memory error.
 2. The same model with tables capped at 4M rows: the direct port (nn.EmbeddingBag(sparse=True) per
    table, torch.optim.Adagrad, fp32, eager) against polyrec's path, eager and with CUDA graphs (the
@@ -178,6 +179,8 @@ def full_size(args) -> list[dict[str, Any]]:
     rows.append({"section": "full", **safe_measure(base, "polyrec", warmup, steps)})
     skewed = dataclasses.replace(base, data="synthetic")
     rows.append({"section": "full", "ids": "power-law", **safe_measure(skewed, "polyrec, power-law ids", warmup, steps)})
+    half = dataclasses.replace(base, embedding_dtype="fp16")
+    rows.append({"section": "full", "rows": "fp16", **safe_measure(half, "polyrec, fp16 rows", warmup, steps)})
     graphs = dataclasses.replace(base, cuda_graphs=True)
     rows.append({"section": "full", **safe_measure(graphs, "polyrec + CUDA graphs", warmup, steps)})
     semi = dataclasses.replace(base, pipeline="semi-sync")
@@ -233,15 +236,19 @@ def auc_gap(rows: list[dict[str, Any]]) -> float | None:
 
 def summarize(full: list[dict], cap: list[dict], ml: list[dict]) -> dict[str, Any]:
     cold = next((r for r in full if r.get("path") == "polyrec, cold process" and "first_steps_s" in r), None)
-    exact = [r for r in full if "samples_per_s" in r and r.get("pipeline") == "sync" and "ids" not in r]  # uniform
+    exact = [r for r in full if "samples_per_s" in r and r.get("pipeline") == "sync" and "ids" not in r
+             and "rows" not in r]  # uniform ids, fp32 rows
     best = max(exact, key=lambda r: r["samples_per_s"], default=None)  # same math as the reference
     semi = next((r for r in full if "samples_per_s" in r and r.get("pipeline") == "semi-sync"), None)
     speedups = [max((r["speedup"] for r in cap if r.get("speedup") and r.get("batch") == b), default=None)
                 for b in sorted({r["batch"] for r in cap if r.get("speedup")})]  # each batch's best polyrec path
     gap = auc_gap(ml)
     skewed = next((r for r in full if "samples_per_s" in r and r.get("ids") == "power-law"), None)
+    half = next((r for r in full if "samples_per_s" in r and r.get("rows") == "fp16"), None)
     return {"full_size_samples_per_s": best and best["samples_per_s"], "full_size_path": best and best["path"],
             "full_size_power_law_samples_per_s": skewed and skewed["samples_per_s"],
+            "full_size_fp16_rows_samples_per_s": half and half["samples_per_s"],
+            "full_size_fp16_rows_peak_gb": half and half["peak_gb"],
             "full_size_first5_s_cold": cold and cold["first_steps_s"], "full_size_peak_gb": best and best["peak_gb"],
             "meets_4M": bool(best and best["samples_per_s"] >= TARGET_SAMPLES_PER_S),
             "semi_sync_samples_per_s": semi and semi["samples_per_s"],
@@ -296,8 +303,8 @@ def _num(value: Any, fmt: str) -> str:
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
-    keys = ("section", "path", "ids", "pipeline", "embeddings", "dense", "dtype", "batch", "samples_per_s", "ms_per_step",
-            "first_steps_s", "build_s", "peak_gb", "speedup", "seed", "test_auc", "data_ms", "emb_fwd_ms",
+    keys = ("section", "path", "ids", "rows", "pipeline", "embeddings", "dense", "dtype", "batch", "samples_per_s",
+            "ms_per_step", "first_steps_s", "build_s", "peak_gb", "speedup", "seed", "test_auc", "data_ms", "emb_fwd_ms",
             "dense_ms", "emb_bwd_ms", "optimizer_ms", "loss_gap", "ok", "error")
     return {k: row.get(k) for k in keys}
 
