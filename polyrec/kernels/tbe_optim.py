@@ -72,31 +72,23 @@ def _mix32(x):
 
 
 @triton.jit
-def random_u32(seed, row, addr):
-    """Counter-based random uint32 per element of rows ``row`` ([R] int32 / int64 ids) at element addresses
-    ``addr`` ([R, BLOCK_D] int64), from a seed: one finaliser round per row mixes the seed with the row id
-    (its high word folded in by a multiplicative, Fibonacci, hash); each element then mixes in its address's
-    low word with one multiply and xorshift. Given a uniform row word, each element's value is uniform (an
-    xor, an odd multiply and an xorshift are bijections): what the rounding needs, bits independent of the
-    value. Elements of one row are not independent of each other, which no use here needs."""
-    r = row.to(tl.int64)
-    row_word = _mix32((r & 0xFFFFFFFF).to(tl.uint32) ^ ((r >> 32).to(tl.uint32) * 0x9E3779B9) ^ seed.to(tl.uint32))
-    x = ((addr & 0xFFFFFFFF).to(tl.uint32) ^ row_word[:, None]) * 0x846CA68B
-    return x ^ (x >> 16)
+def random_u32(seed, addr):
+    """Counter-based random uint32 per element from a seed and an int64 element address: the address's
+    high word is folded in by a multiplicative (Fibonacci) hash, then one finaliser round (the rounding
+    only needs bits uncorrelated with the value; one round instead of two: the fp16 update was
+    ALU-bound, benchmarks/results/tbe_breakdown_fp16_nvidia-h200_2026-11-29)."""
+    lo = (addr & 0xFFFFFFFF).to(tl.uint32)
+    hi = (addr >> 32).to(tl.uint32)
+    return _mix32(lo ^ (hi * 0x9E3779B9) ^ seed.to(tl.uint32))
 
 
 @triton.jit
 def round_stochastic(x, bits, OUT_DTYPE: tl.constexpr):
     """Round fp32 ``x`` to OUT_DTYPE up or down with probability proportional to the distance.
 
-    bf16 (fp32's high half): add 16 random bits to x's bit pattern and keep the high half, which the low
-    half carries into with probability (its value) / 2^16 (NaN gives bf16's quiet NaN 0x7FC0). fp16:
-    truncate toward zero, then move one ulp away from zero when u * ulp < |x| - |low| with u uniform in
+    Truncate toward zero, then move one ulp away from zero when u * ulp < |x| - |low| with u uniform in
     [0, 1) from 24 random bits: unbiased in expectation, including subnormals (no division).
     """
-    if OUT_DTYPE == tl.bfloat16:
-        high_half = (x.to(tl.uint32, bitcast=True) + (bits >> 16)) >> 16
-        return tl.where(x != x, 0x7FC0, high_half).to(tl.uint16).to(OUT_DTYPE, bitcast=True)
     low = x.to(OUT_DTYPE, fp_downcast_rounding="rtz")
     low_bits = low.to(tl.int16, bitcast=True)
     high = (low_bits + 1).to(OUT_DTYPE, bitcast=True)
@@ -158,7 +150,7 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g
         new = w - lr * m / (tl.sqrt(v) + eps)
     out_dtype = weights_ptr.dtype.element_ty
     if STOCHASTIC:
-        new = round_stochastic(new, random_u32(seed, row, addr), out_dtype)
+        new = round_stochastic(new, random_u32(seed, addr), out_dtype)
     tl.store(weights_ptr + addr, new.to(out_dtype), mask=mask, eviction_policy="evict_first")
 
 
