@@ -83,13 +83,13 @@ def partition(model: ModelSpec, splits: Sequence[TableSplit], storage: dict[str,
         st = storage[split.table]
         chosen: list[int] = []
         for _ in range(split.shards):
-            with_it = {r: loads[r] + [_load(model, split, st, r, shape, global_batch)]
-                       for r in range(world) if r not in chosen}
-            options = [r for r, placed in with_it.items() if rank_fits(r, placed)]
-            if not options:
+            preferred = sorted((r for r in range(world) if r not in chosen),
+                               key=lambda r: (busy[r] + cost / speeds[r], used[r], r))
+            with_it = ((r, loads[r] + [_load(model, split, st, r, shape, global_batch)]) for r in preferred)
+            best, placed = next(((r, p) for r, p in with_it if rank_fits(r, p)), (None, None))
+            if best is None:
                 return None
-            best = min(options, key=lambda r: (busy[r] + cost / speeds[r], used[r], r))
-            loads[best] = with_it[best]
+            loads[best] = placed
             used[best] += _hbm_bytes(*shape, st)
             busy[best] += cost / speeds[best]
             chosen.append(best)
