@@ -28,13 +28,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 1024 (smoke test)")
     parser.add_argument("--preset", default="mlperf-dcnv2", help="model preset (results of others are named after it)")
     parser.add_argument("--batch", type=int, default=65536)
-    parser.add_argument("--row-cap", type=int, default=4_000_000)
+    parser.add_argument("--row-cap", type=int, default=4_000_000, help="rows per table at most (0: full size)")
+    parser.add_argument("--data", default="synthetic", help="synthetic (power-law ids) or synthetic:uniform")
+    parser.add_argument("--embedding-dtype", default="fp32", help="embedding rows: fp32, fp16 or bf16")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--host", action="store_true",
                         help="also profile the host side (cProfile of the Python calls of a step)")
     args = parser.parse_args()
     cfg = TrainConfig(preset="dcnv2-small" if args.quick else args.preset, batch_size=1024 if args.quick else args.batch,
-                      row_cap=args.row_cap, steps=10_000, synthetic_pool=4, cuda_graphs=False)
+                      row_cap=args.row_cap or None, steps=10_000, synthetic_pool=4, cuda_graphs=False, data=args.data,
+                      embedding_dtype=args.embedding_dtype)
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=3, steps=5)
     rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0)
@@ -45,7 +48,8 @@ def main() -> None:
     floor_ms = DENSE_FLOP_PER_SAMPLE * cfg.batch_size / 686e12 * 1e3
     summary = {"preset": cfg.preset, "batch": cfg.batch_size, "kernel_ms_per_step": total,
                "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
-    name = "e2e_profile" if cfg.preset == "mlperf-dcnv2" else f"e2e_profile_{cfg.preset}"
+    name = ("e2e_profile" if cfg.preset == "mlperf-dcnv2" else f"e2e_profile_{cfg.preset}") + (
+        "" if args.embedding_dtype == "fp32" else f"_{args.embedding_dtype}_rows")
     write_results(name, {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
                   summary=summary)
     print(f"kernel time per step {total:.2f} ms; timer: {timing}")

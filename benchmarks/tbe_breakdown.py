@@ -2,7 +2,7 @@
 the forward+backward kernels timed one by one with the torch profiler. A diagnostic for tuning the
 TBE cost model; it writes ``tbe_breakdown_<gpu>_<date>.json``.
 
-    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16] [--skewed] [--skip-sweep] [--optimizer sgd] [--grad-dtype bf16] [--lane-chunks N] [--lane-max-registers N] [--row-cap N] [--merge-ab 1,8 [--rounds 3]]
+    PYTHONPATH=. python3 benchmarks/tbe_breakdown.py [--quick] [--dtype fp16|bf16] [--skewed] [--skip-sweep] [--optimizer sgd] [--grad-dtype bf16] [--lane-chunks N] [--lane-max-registers N] [--row-cap N] [--merge-ab 1,8 [--rounds 3]]
 
 ``--merge-ab 1,8``: an A/B of the merge levels' tiles per program (``UpdateConfig.merge_chunks``) in
 one process, on one module and batch: rounds of 1, 8, 1, 8, ..., each the backward's
@@ -161,9 +161,12 @@ def print_merge_ab(rows: list[dict], summary: dict, values: list[int]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="weight precision of the tables")
+    parser.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32",
+                        help="weight precision of the tables")
     parser.add_argument("--skip-sweep", action="store_true", help="only the kernel table (no forward sweep)")
     parser.add_argument("--skewed", action="store_true", help="the benchmark's skewed ids (default uniform)")
+    parser.add_argument("--init-scale", type=float, default=None,
+                        help="rows drawn from U(-s, s) (default: the module's, 1/sqrt(rows) per table)")
     parser.add_argument("--optimizer", default="rowwise_adagrad", choices=OPTIMIZERS,
                         help="the fused optimizer (row-wise Adagrad is MLPerf's)")
     parser.add_argument("--grad-dtype", choices=("fp32", "bf16"), default="fp32",
@@ -186,7 +189,7 @@ def main() -> None:
         chosen = tbe_select.select_update
         tbe_select.select_update = lambda *a, **kw: dataclasses.replace(chosen(*a, **kw),
                                                                         max_registers=args.lane_max_registers)
-    weight_dtype = {"fp32": torch.float32, "fp16": torch.float16}[args.dtype]
+    weight_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     batch_size = 2048 if args.quick else 65536
     cap = 100_000 if args.quick else args.row_cap
     rows_per_table = [min(r, cap) for r in MLPERF_ROWS] if cap else MLPERF_ROWS
@@ -194,7 +197,7 @@ def main() -> None:
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
     out_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.grad_dtype]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind=args.optimizer, lr=0.01),
-                                   output_dtype=out_dtype,
+                                   output_dtype=out_dtype, init_scale=args.init_scale,
                                    weight_dtype=weight_dtype, device="cuda")
     batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, args.skewed, gen)
     grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen).to(out_dtype)
@@ -249,7 +252,8 @@ def _result_name(args) -> str:
     return (f"tbe_breakdown_{args.dtype}" + ("_skewed" if args.skewed else "")
             + ("" if args.optimizer == "rowwise_adagrad" else f"_{args.optimizer}")
             + ("" if args.grad_dtype == "fp32" else f"_grad{args.grad_dtype}")
-            + (f"_chunks{args.lane_chunks}" if args.lane_chunks is not None else ""))
+            + (f"_chunks{args.lane_chunks}" if args.lane_chunks is not None else "")
+            + (f"_init{args.init_scale:g}" if args.init_scale is not None else ""))
 
 
 def _chunk_list(text: str) -> list[int]:
