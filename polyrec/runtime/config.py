@@ -44,7 +44,9 @@ class TrainConfig:
     pipeline: str = "sync"  # "sync", or "semi-sync": lookups one update stale, overlapped on a side stream
     overlap_streams: bool = True  # semi-sync on a GPU: False keeps its order on one stream (for checking)
     cuda_graphs: bool | str = "auto"  # CUDA-graph the dense forward+backward: True, False, or "auto" (runtime.graphs)
-    synthetic_pool: int = 0  # > 0: synthetic training batches repeat with this period (no generation cost)
+    # > 0: synthetic training batches repeat with this period (no generation cost; a model memorises a pool
+    # of 4 full-size batches within ~15 steps: benchmarks/results/half_rows_probe_2026-12-02)
+    synthetic_pool: int = 0
     cpu_threads: int = 0  # torch intra-op threads on the CPU; 0 keeps torch's default (one per core)
     metrics_path: Path | None = None  # JSON-lines log; default checkpoint_dir/metrics.jsonl when there is one
     plan: Path | None = None  # `polyrec plan` JSON whose choices the run takes (polyrec.runtime.plan_apply)
