@@ -76,7 +76,7 @@ def test_a_rank_whose_peer_failed_says_so_in_one_line():
                                        OMP_NUM_THREADS="1"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
     (_, err0), (_, err1) = (proc.communicate(timeout=240) for proc in procs)
-    assert procs[1].returncode == 2 and f"{data}:5: expected 40 tab-separated columns" in err1, err1
+    assert procs[1].returncode == 2 and f"error: rank 1: {data}:5: expected 40 tab-separated columns" in err1, err1
     assert procs[0].returncode == 3, err0
     assert "error: rank 0: a peer rank failed or stopped answering (gloo: Connection" in err0, err0
     assert "Traceback" not in err0 and "╭" not in err0, err0

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -91,6 +90,13 @@ def _quiet_stdout() -> None:
     os.close(devnull)
 
 
+def rank_prefix() -> str:
+    """"rank R: " in a process of several (torchrun's RANK and WORLD_SIZE, set before any process group
+    exists), so that each rank's message says whose it is; empty in one process."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    return f"rank {os.environ.get('RANK', '?')}: " if world.isdecimal() and int(world) > 1 else ""
+
+
 @contextlib.contextmanager
 def bad_input_exits() -> Iterator[None]:
     """Bad input of a training run (data, options, paths, a missing extra) and a batch that does not fit
@@ -102,13 +108,13 @@ def bad_input_exits() -> Iterator[None]:
         _quiet_stdout()
         raise typer.Exit(CLOSED_PIPE_EXIT) from exc
     except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {rank_prefix()}{exc}", err=True)
         raise typer.Exit(2) from exc
     except (RuntimeError, MemoryError) as exc:
         if not _out_of_memory(exc):
             raise
         last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]  # a bare MemoryError says nothing
-        typer.echo(f"error: out of memory (try a smaller --batch-size or --row-cap): {last}", err=True)
+        typer.echo(f"error: {rank_prefix()}out of memory (try a smaller --batch-size or --row-cap): {last}", err=True)
         raise typer.Exit(2) from exc
 
 
@@ -122,7 +128,7 @@ def peer_failure_exits() -> Iterator[None]:
         found = GLOO_TRANSPORT_ERROR.search(str(exc))
         if found is None:
             raise
-        typer.echo(f"error: rank {dist.get_rank()}: a peer rank failed or stopped answering "
+        typer.echo(f"error: {rank_prefix()}a peer rank failed or stopped answering "
                    f"(gloo: {found['reason']}); its own message says why", err=True)
         raise typer.Exit(PEER_FAILED_EXIT) from exc
 
