@@ -19,7 +19,7 @@ from polyrec.hardware.calibrate import datasheet_note
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import link_origins
 from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
-from polyrec.planner.estimate import Estimate, Estimator, ShardLoad, shard_loads
+from polyrec.planner.estimate import Estimate, Estimator, shard_loads
 from polyrec.planner.partition import Placement, RankFits, Storage, partition, size_caches, within_budgets
 from polyrec.planner.types import (
     DeviceGroup,
@@ -112,11 +112,9 @@ def _placement(model: ModelSpec, splits: list[TableSplit], storage: dict[str, St
 def _rank_fits(est: Estimator, batch: int) -> RankFits:
     """Whether a rank's shards fit its HBM at ``batch`` per GPU: its peak (``Estimator.rank_memory``: the shards,
     the activations and TBE buffers of the lookups they serve, the dense layers) and the reserve within its
-    capacity. Host-cached shards count without a cache (``size_caches`` sizes them after)."""
-    def fits(rank: int, loads: list[ShardLoad]) -> bool:
-        m = est.rank_memory(rank, loads, batch)
-        return m.used + m.reserve <= m.capacity
-    return fits
+    capacity (``DeviceMemory.fits``). Host-cached shards count without a cache (``size_caches`` sizes them
+    after)."""
+    return lambda rank, loads: est.rank_memory(rank, loads, batch).fits
 
 
 def _place(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storage], est: Estimator,

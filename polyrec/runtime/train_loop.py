@@ -150,9 +150,13 @@ class TrainLoop:
         directory = self.cfg.checkpoint_dir
         where = f"checkpoint {directory}" if directory else "the trainer"
         message = f"{where} is at step {self.step}; --steps {self.cfg.steps} asks for no more: nothing to train"
-        ckpt = checkpoint_path(Path(directory)) if directory else None
         return TrainResult(status="done", step=self.step, message=message, nothing_to_train=True,
-                           checkpoint=ckpt if ckpt and ckpt.is_file() else None)
+                           checkpoint=self._saved_checkpoint())
+
+    def _saved_checkpoint(self) -> Path | None:
+        """The checkpoint file in ``cfg.checkpoint_dir`` where one has been written, else None."""
+        ckpt = checkpoint_path(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
+        return ckpt if ckpt is not None and ckpt.is_file() else None
 
     def _eval_and_log(self, result: TrainResult) -> TrainResult | None:
         """Evaluate and log; a non-finite eval log loss stops the run as a non-finite training loss does
@@ -169,11 +173,10 @@ class TrainLoop:
         return self._stop_on_nan(result, ev["step"], ev["logloss"], what="eval logloss")
 
     def _stop_on_nan(self, result: TrainResult, step: int, value: float, what: str = "loss") -> TrainResult:
-        ckpt = checkpoint_path(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
-        kept = (f"the last good checkpoint is {ckpt}" if ckpt and ckpt.is_file()
-                else "no checkpoint was written before it")
+        ckpt = self._saved_checkpoint()
+        kept = f"the last good checkpoint is {ckpt}" if ckpt else "no checkpoint was written before it"
         result.status, result.step = "nan", step
-        result.checkpoint = ckpt if ckpt and ckpt.is_file() else None
+        result.checkpoint = ckpt
         result.message = (f"{what} became {value} at step {step}: training stopped; {kept}. "
                           "Try a lower learning rate (--lr) or fp32 (--precision fp32).")
         self.log.write({"event": "stopped", "reason": "nan", "step": step, "message": result.message})
