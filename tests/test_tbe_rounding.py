@@ -26,7 +26,7 @@ def _round_kernel(x_ptr, out_ptr, seed, ROWS: tl.constexpr, COLS: tl.constexpr):
     row = tl.arange(0, ROWS)
     addr = row.to(tl.int64)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     x = tl.load(x_ptr + tl.arange(0, COLS))[None, :] + tl.zeros((ROWS, COLS), dtype=tl.float32)
-    out = round_stochastic(x, random_u32(seed, addr), out_ptr.dtype.element_ty)
+    out = round_stochastic(x, random_u32(seed, row, addr), out_ptr.dtype.element_ty)
     tl.store(out_ptr + addr, out)
 
 

@@ -211,18 +211,21 @@ STATE_ARRAY_TRIPS = {"nvidia": 0, "amd": 0}
 #: fp32 state arrays of the kernel UPDATE_COPY_FRACTION was fitted on (row-wise Adagrad).
 FIT_STATE_ARRAYS = 1
 #: Instructions per thread per tile element that stochastic rounding (fp16 / bf16 rows,
-#: ``tbe_optim.round_stochastic`` of ``random_u32``: the address hash, the truncation, the ulp gap, the
-#: uniform draw, the compare and select; and the row's load converted to fp32) adds to a program: counted, not
-#: fitted, as the difference of the cuda:90 SASS (cuobjdump) of the kernels with STOCHASTIC on (fp16 rows)
-#: and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp: the one-tile lane update (TILE 8,
-#: 1024 elements) 1504 -> 2288 instructions (bf16 output gradient 1552 -> 2320; bf16 rows 2440), the
-#: one-tile merge level 3720 -> 4480 (4448 with 8 tiles per program: per tile, the same). Every element of a
-#: tile executes them, masked or not. The scan variant runs the same ``store_update``: the lane count.
-ROUNDING_INSTRUCTIONS = {"lane": 24.5, "scan": 24.5, "merge": 23.75}
+#: ``tbe_optim.round_stochastic`` of ``random_u32``: the per-row hash shared by the row's elements, each
+#: element's multiply, the dither and truncation (fp16) or the carry (bf16), and the row's load converted to
+#: fp32) adds to a program: counted, not fitted, as the difference of the cuda:90 SASS
+#: (``benchmarks/sass_count.py``) of the kernels with STOCHASTIC on (fp16 rows, the longer of the two: bf16
+#: rows add ~3 fewer per element) and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp, no weight
+#: decay or scale: the mixed-dims lane update (TILE 8, 8-tile chunks, 152-register cap) 1145 -> 1579 warp
+#: instructions per loop trip; the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 ->
+#: 1527 per trip) x 32 / 1024 elements. Every element of a tile executes them, masked or not. The scan variant
+#: runs the same ``store_update``: the lane count. (Before the thirty-third session's rounding: 24.5 / 24.5 /
+#: 23.75, a hash per element and the ulp gap drawn against.)
+ROUNDING_INSTRUCTIONS = {"lane": 13.56, "scan": 13.56, "merge": 14.25}
 #: Registers per thread stochastic rounding adds to a merge-level program, by its tiles per program (same
-#: compiles: one tile 168 -> 234, eight 211 -> 250): fewer merge programs stay resident. The lane update
-#: itself stays in the same allocation (144 -> 162 registers, both within the modelled 168).
-MERGE_ROUNDING_REGISTERS = {1: 66, 8: 39}
+#: compiles, the larger of fp16 / bf16 rows: one tile 189 -> 192 / 221, eight 191 -> 221 / 217): fewer merge
+#: programs stay resident. (66 and 39 with the rounding before the thirty-third session.)
+MERGE_ROUNDING_REGISTERS = {1: 32, 8: 30}
 #: Thread instructions one SM / CU issues per clock: 4 schedulers x one 32-wide warp instruction on Hopper
 #: (NVIDIA H100 whitepaper, "SM architecture"); CDNA3: 4 SIMDs x 16 lanes (a wave64 instruction every 4
 #: clocks; AMD CDNA3 ISA guide). The rounding's instructions are issued at this rate on top of the
@@ -238,6 +241,7 @@ ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: (-3.7%). Before the update kernel found its table once per tile and issued its rows ahead of the scan
 #: (22d2452, 02e0c4b) the same row measured 12.73 ms and the fit gave 0.33: the rounding's instructions then
 #: queued behind ~1630 others per tile.
+#: Not refitted to the thirty-third session's cheaper rounding (no mixed-dims half-row case measured since).
 ROUNDING_ISSUE_FRACTION = 0.75
 #: Thread instructions per tile element the lane update issues without rounding: counted, not fitted,
 #: with benchmarks/sass_count.py (``loop_path``) on the cuda:90 SASS of the lane update as MLPerf runs it
@@ -253,18 +257,20 @@ LANE_INSTRUCTIONS = 31.91
 #: loop trip (676 at the 152 cap; 1042 for the table-looking-up kernel at that commit) x 32 / 1024.
 ONE_DIM_LANE_INSTRUCTIONS = 23.78
 #: Instructions per tile element that stochastic rounding adds to the one-dim lane update with 8-tile
-#: chunks and the 128-register cap (fp16 / bf16 rows of one dim), counted as
-#: LANE_INSTRUCTIONS: 1705 warp instructions per loop trip against 766 without rounding (cuda:90,
-#: ``sass_count.py``, row-wise Adagrad, the compile job at BLOCK_D 128) x 32 / 1024.
-ONE_DIM_ROUNDING_INSTRUCTIONS = 29.34
-#: Fraction of ISSUE_LANES_PER_CLK the one-dim lane update with rounding reaches: it is issue-bound (the
-#: same instructions per position whatever the ids: Zipf-skewed ids took 3.434 ms against 3.636 uniform),
-#: its rounding part of the stream rather than added after the loads (``rounding_seconds``). Fitted on ONE
-#: row as ``estimate`` prices it (with ``row_state_seconds`` and the merge): full MLPerf tables, fp16 rows,
-#: uniform ids, row-wise Adagrad, lane update + permute + merge 3.636 + 0.148 + 0.211 ms
-#: (benchmarks/results/tbe_lane_ab_2026-11-30/s16e_c8cap128_uniform). Checked on the Zipf-skewed row of the
-#: same call: 4.08 ms predicted, 3.434 + 0.147 + 0.306 measured (+5%).
-ONE_DIM_ROUNDED_ISSUE_FRACTION = 0.893
+#: chunks and the 128-register cap (fp16 / bf16 rows of one dim), counted as LANE_INSTRUCTIONS: fp16 rows
+#: 1183 warp instructions per loop trip against 766 without rounding (cuda:90, ``sass_count.py``, row-wise
+#: Adagrad, the compile job at BLOCK_D 128) x 32 / 1024; bf16 rows 1070 (9.5 per element).
+ONE_DIM_ROUNDING_INSTRUCTIONS = 13.03
+#: Fraction of ISSUE_LANES_PER_CLK the one-dim lane update with rounding reaches: its rounding is part of
+#: its instruction stream rather than added after the loads (``rounding_seconds``); Nsight Compute on the
+#: H200 saw the fp16 update before the thirty-third session ALU-bound (ALU pipe 69% busy, issue slots 70%;
+#: benchmarks/results/rounding_ab_2026-12-02/s33/ncu). Fitted on ONE row as ``estimate`` prices it (with
+#: ``row_state_seconds`` and the merge): full MLPerf tables, fp16 rows, uniform ids, bf16 gradient,
+#: row-wise Adagrad, lane update + permute + merge 3.177 + 0.148 + 0.185 ms
+#: (benchmarks/results/rounding_ab_2026-12-02/s33/tbe_ab.json, variant vC). Checked on bf16 rows of the same
+#: call: 3.51 ms priced, 3.434 measured (+2%). (0.893 with the rounding before, fitted on an fp16 row at
+#: 29.34 instructions per element: the bf16 count.)
+ONE_DIM_ROUNDED_ISSUE_FRACTION = 0.711
 #: Fraction of ISSUE_LANES_PER_CLK the lane update's own instructions reach (one-warp programs, the loads
 #: of a tile in flight while they issue). Fitted on ONE row: the fp32-gradient lane update + permute on
 #: Zipf-skewed ids, full MLPerf tables, with the register cap (s11c_fp32_skewed_152 in
