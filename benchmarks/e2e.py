@@ -7,8 +7,9 @@
    update old, overlapped with the dense layers on a side stream; reported apart, as it changes the
    math; first checked against the same order on one stream). The target is measured on uniform ids
    (every row equally likely: the most unique rows per step); the trainer's default synthetic ids
-   (power law, as real Criteo ids are skewed) are reported beside, eager, and so are fp16 rows (stochastic
-   rounding: the precision the planner falls back to, not the target's fp32). The direct port cannot hold these
+   (power law, as real Criteo ids are skewed) are reported beside, eager, and so are fp16 and bf16 rows
+   (stochastic rounding: fp16 the precision the planner falls back to, bf16 the fastest rows since the
+   thirty-third session; neither is the target's fp32). The direct port cannot hold these
    tables with full Adagrad; the bytes it would need are reported instead of an out-of-memory error.
 2. The same model with tables capped at 4M rows: the direct port (nn.EmbeddingBag(sparse=True) per
    table, torch.optim.Adagrad, fp32, eager) against polyrec's path, eager and with CUDA graphs (the
@@ -57,6 +58,7 @@ TARGET_AUC_GAP = 0.002  # issue 5: MovieLens-100k test AUC, polyrec's path vs th
 CAP_ROWS = 4_000_000  # issue 5 / DESIGN.md: the direct-port anchor used tables capped at 4M rows
 ADAGRAD_STATE_FACTOR = 2  # full Adagrad keeps one fp32 accumulator per weight: weights + state = 2x
 MOVIELENS_DEFAULT = Path(".carry/ml-100k/ml-100k.inter")
+HALF_ROWS = ("fp16", "bf16")  # half-precision row dtypes reported beside the target's fp32 rows (full size)
 
 
 def tiny_config() -> ModelConfig:
@@ -179,8 +181,9 @@ def full_size(args) -> list[dict[str, Any]]:
     rows.append({"section": "full", **safe_measure(base, "polyrec", warmup, steps)})
     skewed = dataclasses.replace(base, data="synthetic")
     rows.append({"section": "full", "ids": "power-law", **safe_measure(skewed, "polyrec, power-law ids", warmup, steps)})
-    half = dataclasses.replace(base, embedding_dtype="fp16")
-    rows.append({"section": "full", "rows": "fp16", **safe_measure(half, "polyrec, fp16 rows", warmup, steps)})
+    for dtype in HALF_ROWS:
+        half = dataclasses.replace(base, embedding_dtype=dtype)
+        rows.append({"section": "full", "rows": dtype, **safe_measure(half, f"polyrec, {dtype} rows", warmup, steps)})
     graphs = dataclasses.replace(base, cuda_graphs=True)
     rows.append({"section": "full", **safe_measure(graphs, "polyrec + CUDA graphs", warmup, steps)})
     semi = dataclasses.replace(base, pipeline="semi-sync")
@@ -244,11 +247,11 @@ def summarize(full: list[dict], cap: list[dict], ml: list[dict]) -> dict[str, An
                 for b in sorted({r["batch"] for r in cap if r.get("speedup")})]  # each batch's best polyrec path
     gap = auc_gap(ml)
     skewed = next((r for r in full if "samples_per_s" in r and r.get("ids") == "power-law"), None)
-    half = next((r for r in full if "samples_per_s" in r and r.get("rows") == "fp16"), None)
+    halves = {d: next((r for r in full if "samples_per_s" in r and r.get("rows") == d), None) for d in HALF_ROWS}
     return {"full_size_samples_per_s": best and best["samples_per_s"], "full_size_path": best and best["path"],
             "full_size_power_law_samples_per_s": skewed and skewed["samples_per_s"],
-            "full_size_fp16_rows_samples_per_s": half and half["samples_per_s"],
-            "full_size_fp16_rows_peak_gb": half and half["peak_gb"],
+            **{f"full_size_{d}_rows_samples_per_s": h and h["samples_per_s"] for d, h in halves.items()},
+            **{f"full_size_{d}_rows_peak_gb": h and h["peak_gb"] for d, h in halves.items()},
             "full_size_first5_s_cold": cold and cold["first_steps_s"], "full_size_peak_gb": best and best["peak_gb"],
             "meets_4M": bool(best and best["samples_per_s"] >= TARGET_SAMPLES_PER_S),
             "semi_sync_samples_per_s": semi and semi["samples_per_s"],
