@@ -22,12 +22,19 @@ pytestmark = pytest.mark.skipif(DEVICE == "cpu" and not interpreting(), reason="
 
 
 @triton.jit
-def _round_kernel(x_ptr, out_ptr, seed, ROWS: tl.constexpr, COLS: tl.constexpr):
-    row = tl.arange(0, ROWS)
-    addr = row.to(tl.int64)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+def _round_kernel(x_ptr, out_ptr, seed, ROWS: tl.constexpr, COLS: tl.constexpr, ACROSS_STEPS: tl.constexpr = False):
+    """Round each column's value once per draw (row of ``out``): each draw with its own row id at one seed, or
+    (ACROSS_STEPS) the same row and element addresses with a new seed per draw, as one row updated step by step
+    (the steps' seeds 7919 apart, ``FusedBackward._next_seed``'s stride)."""
+    draw = tl.arange(0, ROWS)
+    addr = draw.to(tl.int64)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     x = tl.load(x_ptr + tl.arange(0, COLS))[None, :] + tl.zeros((ROWS, COLS), dtype=tl.float32)
-    out = round_stochastic(x, random_u32(seed, row, addr), out_ptr.dtype.element_ty)
-    tl.store(out_ptr + addr, out)
+    if ACROSS_STEPS:
+        row = draw * 0 + 12345
+        bits = random_u32(seed + draw * 7919, row, row.to(tl.int64)[:, None] * COLS + tl.arange(0, COLS)[None, :])
+    else:
+        bits = random_u32(seed, draw, addr)
+    tl.store(out_ptr + addr, round_stochastic(x, bits, out_ptr.dtype.element_ty))
 
 
 def neighbours(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,14 +65,15 @@ def cases(dtype: torch.dtype) -> list[float]:
     return CASES[dtype] + (BF16_SUBNORMALS if dtype == torch.bfloat16 and not interpreting() else [])
 
 
+@pytest.mark.parametrize("across_steps", [False, True], ids=["rows", "steps"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_each_draw_is_a_neighbour_and_the_mean_is_the_value(dtype):
+def test_each_draw_is_a_neighbour_and_the_mean_is_the_value(dtype, across_steps):
     values = torch.tensor(cases(dtype), dtype=torch.float32)
     cols = triton.next_power_of_2(len(values))
     x = torch.zeros(cols, dtype=torch.float32)
     x[: len(values)] = values
     out = torch.full((DRAWS, cols), float("nan"), dtype=dtype, device=DEVICE)  # poisoned: all must be written
-    _round_kernel[(1,)](x.to(DEVICE), out, 1234, ROWS=DRAWS, COLS=cols)
+    _round_kernel[(1,)](x.to(DEVICE), out, 1234, ROWS=DRAWS, COLS=cols, ACROSS_STEPS=across_steps)
     out = out.cpu()
     low, high = neighbours(x, dtype)
     got = out.double()

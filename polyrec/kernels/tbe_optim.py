@@ -80,9 +80,9 @@ def random_u32(seed, row, addr):
     is uniform whenever the row's word is. The rounding reads the high bits (where the multiply has mixed
     the low ones in). Elements of one row are not independent of each other; the rounding needs each
     value's bits independent of that value and of the other steps' draws, which they are. One hash per row
-    instead of one per element: the half-precision lane update is ALU-bound (Nsight Compute, H200: ALU pipe
-    69% busy), and this took its time 3.87 -> 3.18 ms (fp16 rows) and 4.31 -> 3.14 ms (bf16) on the MLPerf
-    tables (benchmarks/results/rounding_ab_2026-12-02)."""
+    instead of one per element, with ``round_stochastic``'s carry (bf16) and dither (fp16): the half-precision
+    lane update was ALU-bound (Nsight Compute, H200: ALU pipe 69% busy) and the two took its time 3.87 -> 3.18
+    ms (fp16 rows) and 4.31 -> 3.14 ms (bf16) on the MLPerf tables (benchmarks/results/rounding_ab_2026-12-02)."""
     r = row.to(tl.int64)
     row_word = _mix32((r & 0xFFFFFFFF).to(tl.uint32) ^ ((r >> 32).to(tl.uint32) * 0x9E3779B9) ^ seed.to(tl.uint32))
     return ((addr & 0xFFFFFFFF).to(tl.uint32) ^ row_word[:, None]) * 0x846CA68B
