@@ -2,9 +2,12 @@
 
 For a change that no switch can turn off inside one process (host-side code: the dispatch of every
 call), the baseline is the code before it. Each trial runs one checkout's trainer in a new Python
-process (``PYTHONPATH`` = that checkout) and reports ``Trainer.benchmark``; the rounds alternate the
-two checkouts so that drift over time hits both alike. The results file is written by the checkout
-this script runs from, and names both checkouts' commits.
+process (``PYTHONPATH`` = that checkout, and the checkout as its working directory: ``python -c`` puts the
+working directory first on ``sys.path``, so a child started from another tree imports that tree's
+``polyrec`` whatever ``PYTHONPATH`` says, which voided the thirty-second session's rounding A/B; the trial
+refuses a child whose ``polyrec`` is not the checkout's) and reports ``Trainer.benchmark``; the rounds
+alternate the two checkouts so that drift over time hits both alike. The results file is written by the
+checkout this script runs from, and names both checkouts' commits.
 
     PYTHONPATH=. python3 benchmarks/checkout_ab.py --base OLD_DIR --change NEW_DIR \\
         [--configs mlperf-dcnv2:16384,mlperf-dcnv2:65536] [--rounds 3] [--steps 30] [--cuda-graphs]
@@ -30,12 +33,13 @@ from polyrec.results import write_results
 #: What a child process runs: build the trainer, time it, print one JSON line.
 CHILD = """
 import json, sys
+import polyrec
 from polyrec.runtime import TrainConfig, Trainer
 preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000, synthetic_pool=4,
                   cuda_graphs=sys.argv[6] == "graphs")
 trainer = Trainer(cfg, progress=False)
-print(json.dumps(trainer.benchmark(warmup=warmup, steps=steps)))
+print(json.dumps({**trainer.benchmark(warmup=warmup, steps=steps), "polyrec_file": polyrec.__file__}))
 """
 
 
@@ -57,7 +61,11 @@ def trial(checkout: Path, preset: str, batch: int, args) -> dict:
                            str(args.steps), mode], cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"{checkout} {preset}@{batch} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    if not Path(row["polyrec_file"]).resolve().is_relative_to(checkout.resolve()):
+        raise RuntimeError(f"the trial of {checkout} imported polyrec from {row['polyrec_file']}: "
+                           "not the checkout's code")
+    return row
 
 
 def parse_configs(text: str) -> list[tuple[str, int]]:

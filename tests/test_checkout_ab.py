@@ -1,5 +1,5 @@
-"""benchmarks/checkout_ab.py's plumbing on the CPU: one trial in a fresh process of a checkout, the
-commit naming, bad --configs."""
+"""benchmarks/checkout_ab.py's plumbing on the CPU: one trial in a fresh process of a checkout (and only
+that checkout's code), the commit naming, bad --configs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ ab = load_benchmark("checkout_ab")
 def test_a_trial_times_the_checkouts_own_trainer_in_a_new_process():
     measured = ab.trial(ROOT, "dcnv2-small", 64, SimpleNamespace(row_cap=1000, warmup=1, steps=2, cuda_graphs=False))
     assert measured["median_step_ms"] > 0 and measured["ms_per_step"] > 0
+
+
+def test_a_trial_refuses_a_child_that_imported_another_trees_polyrec(tmp_path):
+    """A folder without polyrec/: the child imports the installed (editable) one, which the trial refuses."""
+    with pytest.raises(RuntimeError, match="imported polyrec from .*not the checkout's code"):
+        ab.trial(tmp_path, "dcnv2-small", 64, SimpleNamespace(row_cap=1000, warmup=1, steps=2, cuda_graphs=False))
 
 
 def test_a_checkout_is_named_by_its_commit_or_its_directory(tmp_path):
