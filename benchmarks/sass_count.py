@@ -4,7 +4,7 @@ resident warps per SM they allow, and instructions by kind. This is how the lane
 checked before any device time: fewer instructions per tile, or more resident warps.
 
     .venv/bin/python benchmarks/sass_count.py [--match "update-lane rowwise_adagrad fp32 D128"]
-        [--set HAS_WD=0 --set HAS_SCALE=0] [--json]
+        [--set HAS_WD=0 --set HAS_SCALE=0] [--weights fp16] [--json]
 
 ``--match``: a substring of ``tbe_compile.compile_jobs`` labels (every distinct match is compiled);
 ``--set``: a constexpr overridden in every matched job (the compile jobs turn every option on; the
@@ -128,12 +128,28 @@ def analyse(job, dump: Path | None) -> dict:
             **count_sass(sass)}
 
 
+def with_weights(job, dtype: str):
+    """``job`` compiled for rows of ``dtype`` ("fp32", "fp16", "bf16"): the weights pointer's type, stochastic
+    rounding on for the half precisions where the kernel has it, and the label renamed."""
+    signature = {k: (f"*{dtype}" if k == "weights_ptr" else v) for k, v in job.signature.items()}
+    if "weights_ptr" not in signature:
+        raise SystemExit(f"{job.label}: no weights_ptr to retype")
+    constexprs = dict(job.constexprs)
+    if "STOCHASTIC" in constexprs:
+        constexprs["STOCHASTIC"] = dtype != "fp32"
+    label = re.sub(r"\b(fp32|fp16|bf16)\b", dtype, job.label, count=1)
+    return dataclasses.replace(job, signature=signature, constexprs=constexprs, label=label)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--match", default="update-lane rowwise_adagrad fp32 D128",
                         help="substring of the compile-job labels to analyse")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=INT",
                         help="override a constexpr of the matched jobs (repeatable)")
+    parser.add_argument("--weights", choices=("fp32", "fp16", "bf16"),
+                        help="compile the matched jobs with rows of this dtype (STOCHASTIC on for fp16 / bf16); the "
+                             "compile jobs hold fp32 and bf16 rows only")
     parser.add_argument("--dump", type=Path, help="write each job's SASS into this folder")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/sass_count_cpu_<date>.json")
@@ -144,6 +160,8 @@ def main() -> None:
     overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
     jobs = {j.label: j for j in compile_jobs(get_device("H200")) if args.match in j.label}
     jobs = [dataclasses.replace(j, constexprs={**j.constexprs, **overrides}) for j in jobs.values()]
+    if args.weights:
+        jobs = [with_weights(j, args.weights) for j in jobs]
     if not jobs:
         raise SystemExit(f"no compile job label contains {args.match!r}")
     rows = [analyse(j, args.dump) for j in jobs]

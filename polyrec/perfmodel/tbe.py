@@ -214,7 +214,7 @@ FIT_STATE_ARRAYS = 1
 #: ``tbe_optim.round_stochastic`` of ``random_u32``: the per-row hash shared by the row's elements, each
 #: element's multiply, the dither and truncation (fp16) or the carry (bf16), and the row's load converted to
 #: fp32) adds to a program: counted, not fitted, as the difference of the cuda:90 SASS
-#: (``benchmarks/sass_count.py``) of the kernels with STOCHASTIC on (fp16 rows, the longer of the two: bf16
+#: (``benchmarks/sass_count.py --weights fp16`` / ``--weights fp32``) of the kernels with STOCHASTIC on (fp16 rows, the longer of the two: bf16
 #: rows add ~3 fewer per element) and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp, no weight
 #: decay or scale: the mixed-dims lane update (TILE 8, 8-tile chunks, 152-register cap) 1145 -> 1579 warp
 #: instructions per loop trip; the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 ->
