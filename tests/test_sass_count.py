@@ -4,6 +4,10 @@ register allocation."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from benchmark_util import load_benchmark
 
 sass_count = load_benchmark("sass_count")
@@ -52,3 +56,21 @@ def test_resident_warps_follow_the_register_allocation_unit():
     # 168 x 32 = 5376 -> 12, 176 x 32 = 5632 -> 11, 221 -> 224 x 32 = 7168 -> 9
     assert [sass_count.resident_warps(r, 1) for r in (152, 168, 176, 221)] == [13, 12, 11, 9]
     assert sass_count.resident_warps(72, 2) == 28
+
+
+def test_a_job_is_retyped_to_other_rows():
+    """--weights: the weights pointer's type and the label change, stochastic rounding follows the precision,
+    nothing else moves; a job without a weights pointer is refused."""
+    from polyrec.hardware.compile import CompileJob
+
+    job = CompileJob(label="tbe update-lane rowwise_adagrad bf16 D128 tile8", kernel=None, num_warps=1,
+                     signature={"weights_ptr": "*bf16", "grad_ptr": "*bf16", "STOCHASTIC": "constexpr"},
+                     constexprs={"STOCHASTIC": True, "TILE": 8})
+    fp32 = sass_count.with_weights(job, "fp32")
+    assert fp32.label == "tbe update-lane rowwise_adagrad fp32 D128 tile8"
+    assert fp32.signature == {"weights_ptr": "*fp32", "grad_ptr": "*bf16", "STOCHASTIC": "constexpr"}
+    assert fp32.constexprs == {"STOCHASTIC": False, "TILE": 8}
+    fp16 = sass_count.with_weights(fp32, "fp16")
+    assert fp16.signature["weights_ptr"] == "*fp16" and fp16.constexprs["STOCHASTIC"] is True
+    with pytest.raises(SystemExit, match="no weights_ptr"):
+        sass_count.with_weights(dataclasses.replace(job, signature={"grad_ptr": "*bf16"}), "fp16")
