@@ -53,19 +53,27 @@ def commit_of(checkout: Path) -> str:
     return commit if Path(top).resolve() == checkout.resolve() else checkout.name
 
 
-def trial(checkout: Path, preset: str, batch: int, args) -> dict:
-    """One fresh process of ``checkout`` timing ``preset`` at ``batch``."""
+def run_child(checkout: Path, code: str, argv: list[str], what: str) -> dict:
+    """``python -c code *argv`` in a fresh process of ``checkout`` (its working directory and ``PYTHONPATH``);
+    the last line it prints, as JSON, which must name the ``polyrec_file`` it imported: one outside the
+    checkout is refused."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    mode = "graphs" if args.cuda_graphs else "eager"
-    done = subprocess.run([sys.executable, "-c", CHILD, preset, str(batch), str(args.row_cap), str(args.warmup),
-                           str(args.steps), mode], cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", code, *argv], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=600)
     if done.returncode != 0:
-        raise RuntimeError(f"{checkout} {preset}@{batch} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{checkout} {what} failed:\n{done.stderr[-3000:]}")
     row = json.loads(done.stdout.strip().splitlines()[-1])
     if not Path(row["polyrec_file"]).resolve().is_relative_to(checkout.resolve()):
         raise RuntimeError(f"the trial of {checkout} imported polyrec from {row['polyrec_file']}: "
                            "not the checkout's code")
     return row
+
+
+def trial(checkout: Path, preset: str, batch: int, args) -> dict:
+    """One fresh process of ``checkout`` timing ``preset`` at ``batch``."""
+    mode = "graphs" if args.cuda_graphs else "eager"
+    return run_child(checkout, CHILD, [preset, str(batch), str(args.row_cap), str(args.warmup), str(args.steps), mode],
+                     f"{preset}@{batch}")
 
 
 def parse_configs(text: str) -> list[tuple[str, int]]:

@@ -211,16 +211,16 @@ STATE_ARRAY_TRIPS = {"nvidia": 0, "amd": 0}
 #: fp32 state arrays of the kernel UPDATE_COPY_FRACTION was fitted on (row-wise Adagrad).
 FIT_STATE_ARRAYS = 1
 #: Instructions per thread per tile element that stochastic rounding (fp16 / bf16 rows,
-#: ``tbe_optim.round_stochastic`` of ``random_u32``: the per-row hash shared by the row's elements, each
-#: element's multiply, the dither and truncation (fp16) or the carry (bf16), and the row's load converted to
-#: fp32) adds to a program: counted, not fitted, as the difference of the cuda:90 SASS
-#: (``benchmarks/sass_count.py --weights fp16`` / ``--weights fp32``) of the kernels with STOCHASTIC on (fp16 rows, the longer of the two: bf16
-#: rows add ~3 fewer per element) and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp, no weight
-#: decay or scale: the mixed-dims lane update (TILE 8, 8-tile chunks, 152-register cap) 1145 -> 1579 warp
-#: instructions per loop trip; the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 ->
-#: 1527 per trip) x 32 / 1024 elements. Every element of a tile executes them, masked or not. The scan variant
-#: runs the same ``store_update``: the lane count. (Before the thirty-third session's rounding: 24.5 / 24.5 /
-#: 23.75, a hash per element and the ulp gap drawn against.)
+#: ``tbe_optim.round_stochastic`` of ``random_u32``: the per-row hash shared by the row's elements, each element's
+#: multiply, the dither and truncation (fp16) or the carry (bf16), and the row's load converted to fp32) adds to a
+#: program: counted, not fitted, as the difference of the cuda:90 SASS (``benchmarks/sass_count.py --weights fp16``
+#: / ``--weights fp32``) of the kernels with STOCHASTIC on (fp16 rows, the longer of the two: bf16 rows add ~3 fewer
+#: per element) and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp, no weight decay or scale: the
+#: mixed-dims lane update (TILE 8, 8-tile chunks, 152-register cap) 1145 -> 1579 warp instructions per loop trip;
+#: the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 -> 1527 per trip) x 32 / 1024 elements.
+#: Every element of a tile executes them, masked or not. The scan variant runs the same ``store_update``: the lane
+#: count. (Before the thirty-third session's rounding: 24.5 / 24.5 / 23.75, a hash per element and the ulp gap drawn
+#: against.)
 ROUNDING_INSTRUCTIONS = {"lane": 13.56, "scan": 13.56, "merge": 14.25}
 #: Registers per thread stochastic rounding adds to a merge-level program, by its tiles per program (same
 #: compiles, the larger of fp16 / bf16 rows: one tile 189 -> 192 / 221, eight 191 -> 221 / 217): fewer merge
