@@ -1,6 +1,6 @@
 """Stochastic rounding of half-precision rows (``tbe_optim.round_stochastic`` of ``random_u32``), element by
-element: each result is one of the value's two neighbours in the row dtype, the mean over many draws is the
-value (unbiased), including subnormals, the carry into the next binade, negative values and the largest
+element: each result is one of the value's two neighbours in the row dtype, the mean over many draws (rows at
+one seed, or one row over many steps' seeds) is the value (unbiased), including subnormals, the carry into the next binade, negative values and the largest
 finite ones; NaN and infinities pass through."""
 
 from __future__ import annotations
