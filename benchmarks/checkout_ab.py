@@ -76,6 +76,16 @@ def trial(checkout: Path, preset: str, batch: int, args) -> dict:
                      f"{preset}@{batch}")
 
 
+def checkouts_of(args: argparse.Namespace) -> dict[str, Path]:
+    """{"base": ..., "change": ...}, resolved."""
+    return {"base": args.base.resolve(), "change": args.change.resolve()}
+
+
+def turn_order(round_index: int) -> tuple[str, str]:
+    """The checkouts in the order round ``round_index`` runs them: alternating, so that drift hits both alike."""
+    return ("base", "change") if round_index % 2 == 0 else ("change", "base")
+
+
 def parse_configs(text: str) -> list[tuple[str, int]]:
     configs = []
     for item in text.split(","):
@@ -98,11 +108,11 @@ def main() -> None:
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="graph the dense half in both checkouts (default: eager in both)")
     args = parser.parse_args()
-    checkouts = {"base": args.base.resolve(), "change": args.change.resolve()}
+    checkouts = checkouts_of(args)
     rows = []
     for preset, batch in parse_configs(args.configs):
         for r in range(args.rounds):
-            for name in (("base", "change") if r % 2 == 0 else ("change", "base")):
+            for name in turn_order(r):
                 measured = trial(checkouts[name], preset, batch, args)
                 rows.append({"preset": preset, "batch": batch, "round": r, "checkout": name,
                              "median_step_ms": measured["median_step_ms"], "ms_per_step": measured["ms_per_step"],

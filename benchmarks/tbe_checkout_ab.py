@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from checkout_ab import commit_of, run_child
+from checkout_ab import checkouts_of, commit_of, run_child, turn_order
 from polyrec.kernels.tbe_optim import OPTIMIZERS
 from polyrec.results import write_results
 
@@ -104,11 +104,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     dtypes = parse_dtypes(args.dtypes)
-    checkouts = {"base": args.base.resolve(), "change": args.change.resolve()}
+    checkouts = checkouts_of(args)
     rows = []
     for r in range(args.rounds):
         for dtype in dtypes:
-            for name in (("base", "change") if r % 2 == 0 else ("change", "base")):
+            for name in turn_order(r):
                 rows.append({"dtype": dtype, "round": r, "checkout": name, **trial(checkouts[name], dtype, args)})
                 print(json.dumps(rows[-1]), flush=True)
     summary = {name: commit_of(path) for name, path in checkouts.items()} | {

@@ -35,3 +35,7 @@ def test_configs_must_name_a_preset_and_a_batch():
     assert ab.parse_configs("mlperf-dcnv2:16384,dcnv2-small:64") == [("mlperf-dcnv2", 16384), ("dcnv2-small", 64)]
     with pytest.raises(SystemExit, match="not PRESET:BATCH"):
         ab.parse_configs("mlperf-dcnv2")
+
+
+def test_rounds_alternate_which_checkout_runs_first():
+    assert [ab.turn_order(r) for r in range(3)] == [("base", "change"), ("change", "base"), ("base", "change")]
