@@ -5,7 +5,8 @@ Each trial is one fresh process of a checkout (``checkout_ab.run_child``: the ch
 and ``PYTHONPATH``, and a child that imported any other ``polyrec`` is refused). It builds the MLPerf
 DLRM-DCNv2 tables (``tbe.py``'s shapes and ids, from this script's tree, so both arms run the same
 apparatus), runs 3 steps, then reports: a checksum of the tables and state (every 997th value, float64) so
-that two arms doing the same arithmetic show it, the kernels of one step by the torch profiler, and the
+that two arms doing the same arithmetic show it (half-precision rows too: torch's generator, which draws the
+rounding's seeds, is seeded), the kernels of one step by the torch profiler, and the
 median step by ``do_bench``. Rows of ``--dtypes`` fp32 / fp16 / bf16, the output gradient fp32 or bf16.
 
     PYTHONPATH=. python3 benchmarks/tbe_checkout_ab.py --base OLD_DIR --change NEW_DIR \\
@@ -41,6 +42,7 @@ from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch
 dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 rows_dtype, grad_dtype, cap, optimizer = dtypes[sys.argv[2]], dtypes[sys.argv[3]], int(sys.argv[4]), sys.argv[5]
 rows = [min(r, cap) for r in MLPERF_ROWS] if cap else MLPERF_ROWS
+torch.manual_seed(0)  # the stochastic rounding's seeds (drawn from torch's default generator): the same in both arms
 gen = torch.Generator(device="cuda").manual_seed(0)
 module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
                                optimizer=EmbeddingOptimizer(kind=optimizer, lr=0.01), output_dtype=grad_dtype,

@@ -1,0 +1,61 @@
+"""benchmarks/update_floor.py's kernel through the Triton interpreter: each mode does what it says, on the
+rows it is given and no others (the floor would be meaningless if a mode skipped work)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmark_util import load_benchmark
+
+floor = load_benchmark("update_floor")
+MODES, ideal_update_kernel, mode_bytes = floor.MODES, floor.ideal_update_kernel, floor.mode_bytes
+
+DIM, ROWS, UNIQUE, SLICES = 8, 40, 13, 30
+
+
+def _run(mode: str, r: int = 4):
+    gen = torch.Generator().manual_seed(1)
+    weights = torch.randn(ROWS * DIM, generator=gen)
+    state = torch.rand(ROWS, generator=gen)
+    rows = torch.randperm(ROWS, generator=gen)[:UNIQUE].sort().values
+    src = torch.randint(0, SLICES, (UNIQUE,), generator=gen)
+    grad = torch.randn(SLICES * DIM, generator=gen)
+    programs = -(-UNIQUE // r)
+    sink = torch.full((programs * DIM,), float("nan"))
+    w0, s0 = weights.clone(), state.clone()
+    ideal_update_kernel[(programs,)](weights, state, grad, rows, src, sink, UNIQUE, 0.1, 1e-8, D=DIM, R=r,
+                                     MODE=MODES[mode], num_warps=1)
+    return w0.view(ROWS, DIM), s0, weights.view(ROWS, DIM), state, rows, src, grad.view(SLICES, DIM), sink
+
+
+def test_read_sums_the_rows_of_each_program_and_writes_nothing():
+    w0, s0, w, s, rows, _, _, sink = _run("read")
+    want = torch.stack([w0[rows[i:i + 4]].sum(0) for i in range(0, UNIQUE, 4)]).flatten()
+    torch.testing.assert_close(sink, want)
+    assert torch.equal(w, w0) and torch.equal(s, s0)
+
+
+def test_rmw_touches_exactly_the_given_rows():
+    w0, s0, w, s, rows, _, _, _ = _run("rmw")
+    hit = torch.zeros(ROWS, dtype=torch.bool)
+    hit[rows] = True
+    torch.testing.assert_close(w[hit], w0[hit] + 1)
+    torch.testing.assert_close(s[hit], s0[hit] + 1)
+    assert torch.equal(w[~hit], w0[~hit]) and torch.equal(s[~hit], s0[~hit])
+
+
+@pytest.mark.parametrize("r", [2, 4, 16])
+def test_update_is_rowwise_adagrad_in_float64(r):
+    w0, s0, w, s, rows, src, grad, _ = _run("update", r)
+    g = grad[src].double()
+    s_want = s0[rows].double() + (g * g).mean(1)
+    w_want = w0[rows].double() - 0.1 * g / (s_want.sqrt() + 1e-8)[:, None]
+    torch.testing.assert_close(s[rows].double(), s_want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w[rows].double(), w_want, rtol=1e-5, atol=1e-5)
+
+
+def test_bytes_count_rows_both_ways_state_and_gradient():
+    assert mode_bytes("read", 10, 128, 4) == 10 * 512
+    assert mode_bytes("rmw", 10, 128, 4) == 10 * (1024 + 8)
+    assert mode_bytes("update", 10, 128, 2) == 10 * (1024 + 8 + 256)
