@@ -86,12 +86,18 @@ def write_results(name: str, payload: dict[str, Any], *, rows: list[dict[str, An
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     doc = {"name": name, "environment": env, "summary": summary or {}, "rows": rows or [], "results": payload}
     json_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    md = [f"# {name}\n", "Measured by `benchmarks/` scripts; do not edit by hand.\n"]
-    md += [f"- **{k}**: {_cell(v)}" for k, v in env.items()]
-    if summary:
-        md.append("\n## Summary\n")
-        md += [f"- **{k}**: {_cell(v)}" for k, v in summary.items()]
-    if rows:
-        md += ["\n## Rows\n", _markdown_table(rows)]
-    md_path.write_text("\n".join(md) + "\n")
+    md_path.write_text(markdown_of(doc))
     return json_path, md_path
+
+
+def markdown_of(doc: dict[str, Any]) -> str:
+    """The ``.md`` twin of a results document (``write_results``'s JSON): environment, summary, rows. Also
+    how a ``.md`` that did not come back from a device is written again from its JSON."""
+    md = [f"# {doc['name']}\n", "Measured by `benchmarks/` scripts; do not edit by hand.\n"]
+    md += [f"- **{k}**: {_cell(v)}" for k, v in doc["environment"].items()]
+    if doc["summary"]:
+        md.append("\n## Summary\n")
+        md += [f"- **{k}**: {_cell(v)}" for k, v in doc["summary"].items()]
+    if doc["rows"]:
+        md += ["\n## Rows\n", _markdown_table(doc["rows"])]
+    return "\n".join(md) + "\n"
