@@ -7,10 +7,11 @@ slice per id: not a stream. This measures, in one process:
 
 - the copy rate (``tbe.copy_rate``);
 - ``ideal_update_kernel``, a minimal Triton kernel over ``--unique`` distinct rows drawn uniformly from
-  ``--rows`` rows of ``--dim`` fp32 elements (sorted, as the update visits them), under each tile of
-  ``TILES``, in three modes: ``read`` (gather the rows, no writes), ``rmw`` (read each row and its state,
-  write both back), ``update`` (row-wise Adagrad: ``rmw`` plus one gathered gradient slice per row, fp32
-  or bf16). No duplicates, no sort, no scan: what is left is the memory system.
+  ``--rows`` rows of ``--dim`` fp32 elements, under each tile of ``TILES``, in three modes: ``read`` (gather
+  the rows, no writes), ``rmw`` (read each row and its state, write both back), ``update`` (row-wise
+  Adagrad: ``rmw`` plus one gradient slice per row, fp32 or bf16); the rows visited sorted (as the fused
+  update visits them) or shuffled, the gradient slices at random or one after another (``CASES``). No
+  duplicates, no sort, no scan: what is left is the memory system.
 
 Rates are bytes moved (rows read and written, state, gradient slices) per second, and that as a
 fraction of the copy rate. The module's own update is timed by ``tbe.py`` / ``tbe_checkout_ab.py``.
@@ -75,36 +76,54 @@ def mode_bytes(mode: str, unique: int, dim: int, grad_bytes: int) -> int:
     return rmw if mode == "rmw" else rmw + unique * grad_bytes * dim
 
 
+#: (mode, gradient dtype, order) of each measured case. Orders: "sorted" = rows ascending, gradient slices at
+#: random (the fused update's pattern); "shuffled" = the same rows in random order; "bag-major" = rows in random
+#: order, gradient slices read one after another (an update walking the ids in input order, each bag's
+#: slice read once: the pattern of the seventeenth session's solo kernel, docs/tbe.md).
+CASES = (("read", "float32", "sorted"), ("rmw", "float32", "sorted"), ("update", "float32", "sorted"),
+         ("update", "bfloat16", "sorted"), ("rmw", "float32", "shuffled"), ("update", "float32", "shuffled"),
+         ("update", "float32", "bag-major"))
+
+
+def visit_orders(rows: int, unique: int, gen: torch.Generator) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per order of CASES: the rows in the order visited and each visit's gradient slice."""
+    dev = gen.device
+    chosen = torch.randperm(rows, device=dev, generator=gen)[:unique]  # distinct rows, in random order
+    random_slices = torch.randint(0, GRAD_SLICES, (unique,), device=dev, generator=gen)
+    in_turn = torch.arange(unique, device=dev) % GRAD_SLICES
+    return {"sorted": (chosen.sort().values, random_slices), "shuffled": (chosen, random_slices),
+            "bag-major": (chosen, in_turn)}
+
+
 def measure(args) -> list[dict]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     weights = torch.empty(args.rows * args.dim, device="cuda")
     state = torch.zeros(args.rows, device="cuda")
-    rows = torch.randperm(args.rows, device="cuda", generator=gen)[:args.unique].sort().values
-    src = torch.randint(0, GRAD_SLICES, (args.unique,), device="cuda", generator=gen)
+    orders = visit_orders(args.rows, args.unique, gen)
+    grads = {dtype: torch.randn(GRAD_SLICES * args.dim, device="cuda", generator=gen).to(getattr(torch, dtype))
+             for dtype in {c[1] for c in CASES}}
     out = []
-    for grad_dtype in (torch.float32, torch.bfloat16):
-        grad = torch.randn(GRAD_SLICES * args.dim, device="cuda", generator=gen).to(grad_dtype)
-        modes = ("read", "rmw", "update") if grad_dtype == torch.float32 else ("update",)
-        for mode in modes:
-            for r, warps in TILES:
-                programs = triton.cdiv(args.unique, r)
-                sink = torch.empty(programs * args.dim, device="cuda") if mode == "read" else state
-                ms = bench_ms(lambda: ideal_update_kernel[(programs,)](
-                    weights, state, grad, rows, src, sink, args.unique, 0.01, 1e-8, D=args.dim, R=r,
-                    MODE=MODES[mode], num_warps=warps))
-                nbytes = mode_bytes(mode, args.unique, args.dim, grad.element_size())
-                out.append({"mode": mode, "grad": str(grad_dtype).removeprefix("torch."), "rows_per_program": r,
-                            "warps": warps, "ms": ms, "bytes": nbytes, "TBps": nbytes / ms / 1e9})
-                print(out[-1], flush=True)
-        del grad
+    for mode, grad_dtype, order in CASES:
+        rows, src = orders[order]
+        grad = grads[grad_dtype]
+        for r, warps in TILES:
+            programs = triton.cdiv(args.unique, r)
+            sink = torch.empty(programs * args.dim, device="cuda") if mode == "read" else state
+            ms = bench_ms(lambda: ideal_update_kernel[(programs,)](
+                weights, state, grad, rows, src, sink, args.unique, 0.01, 1e-8, D=args.dim, R=r,
+                MODE=MODES[mode], num_warps=warps))
+            nbytes = mode_bytes(mode, args.unique, args.dim, grad.element_size())
+            out.append({"mode": mode, "grad": grad_dtype, "order": order, "rows_per_program": r, "warps": warps,
+                        "ms": ms, "bytes": nbytes, "TBps": nbytes / ms / 1e9})
+            print(out[-1], flush=True)
     return out
 
 
 def summarize(rows: list[dict], copy: float) -> dict:
-    """Per (mode, gradient dtype): the best tile, its rate and its fraction of the copy rate."""
+    """Per case of CASES: the best tile, its rate and its fraction of the copy rate."""
     best = {}
     for r in rows:
-        key = f"{r['mode']}_{r['grad']}" if r["mode"] == "update" else r["mode"]
+        key = f"{r['mode']}_{r['grad']}_{r['order']}"
         if key not in best or r["ms"] < best[key]["ms"]:
             best[key] = r
     return {"copy_TBps": copy / 1e12} | {

@@ -59,3 +59,21 @@ def test_bytes_count_rows_both_ways_state_and_gradient():
     assert mode_bytes("read", 10, 128, 4) == 10 * 512
     assert mode_bytes("rmw", 10, 128, 4) == 10 * (1024 + 8)
     assert mode_bytes("update", 10, 128, 2) == 10 * (1024 + 8 + 256)
+
+
+def test_the_orders_visit_the_same_distinct_rows_and_read_the_slices_as_named():
+    orders = floor.visit_orders(1000, 300, torch.Generator().manual_seed(3))
+    ascending, shuffled = orders["sorted"][0], orders["shuffled"][0]
+    assert torch.equal(ascending, shuffled.sort().values) and ascending.unique().numel() == 300
+    assert bool((ascending[1:] > ascending[:-1]).all()) and not torch.equal(ascending, shuffled)
+    assert torch.equal(orders["bag-major"][0], shuffled)
+    assert torch.equal(orders["bag-major"][1], torch.arange(300))
+    assert torch.equal(orders["sorted"][1], orders["shuffled"][1])
+
+
+def test_the_summary_keeps_each_case_s_fastest_tile():
+    rows = [{"mode": "rmw", "grad": "float32", "order": o, "rows_per_program": r, "warps": 1, "ms": ms,
+             "TBps": 10 / ms} for o, r, ms in (("sorted", 4, 2.0), ("sorted", 8, 1.0), ("shuffled", 4, 3.0))]
+    got = floor.summarize(rows, copy=20e12)
+    assert got["rmw_float32_sorted_best"]["tile"] == "8x w1"
+    assert got["rmw_float32_shuffled_best"]["frac_of_copy"] == pytest.approx(10 / 3 / 20)
