@@ -246,7 +246,9 @@ ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: ``tbe_groups_model_check.py``): case 4 (fp16, row-wise Adagrad, 3.18 ms) -6.6% -> -3.7%, case 7 (bf16,
 #: 0.85 ms) -3.3% -> +0.3% at 0.75 -> 0.6. Checked on seed 26's four (fp16 Adam / Adagrad x2, bf16 SGD), all
 #: closer: -8.5 / -20.7 / -17.9 / -10.3% -> -6.4 / -18.1 / -16.0 / -7.1% (the Adagrad rows' gap is the
-#: per-element state's, under-priced for fp32 rows as well).
+#: per-element state's, under-priced for fp32 rows as well). On seeds 27-28, drawn after: the mixed-dims half-row
+#: modules of 0.48 ms and more closer but one (-8.0 / -12.9 / -8.7 / -5.4% -> -5.6 / -9.9 / -4.7 / -2.8%; +13.0 ->
+#: +17.2%), the small ones priced high higher (+5.4 / +7.9 -> +8.4 / +10.6%).
 ROUNDING_ISSUE_FRACTION = 0.6
 #: Thread instructions per tile element the lane update issues without rounding: counted, not fitted,
 #: with benchmarks/sass_count.py (``loop_path``) on the cuda:90 SASS of the lane update as MLPerf runs it
