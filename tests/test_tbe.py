@@ -509,3 +509,17 @@ def test_dim_groups_are_not_chosen_where_their_keys_would_need_int64():
     assert not module.key_plan(20_000_000).grouped and module.key_plan(20_000_000).key_dtype == torch.int32
     module.group_dims = True
     assert module.key_plan(20_000_000).grouped and module.key_plan(20_000_000).key_dtype == torch.int64
+
+
+def test_packed_views_cut_a_buffer_as_the_module_packs_it():
+    """tbe.packed_views (used by checkpoints without a live module) gives the module's own table views,
+    per element and per row (row-wise state)."""
+    from polyrec.kernels.tbe import packed_views
+
+    tables = [TableSpec(name="a", rows=5, dim=8), TableSpec(name="b", rows=3, dim=4), TableSpec(name="c", rows=2, dim=8)]
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad"))
+    shapes = [(t.rows, t.dim) for t in tables]
+    for got, want in zip(packed_views(module.weights, shapes), module.table_weights(), strict=True):
+        assert got.shape == want.shape and got.data_ptr() == want.data_ptr()
+    rows = packed_views(torch.arange(10.0), shapes, per_row=True)
+    assert [r.tolist() for r in rows] == [[0, 1, 2, 3, 4], [5, 6, 7], [8, 9]]

@@ -169,11 +169,7 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return self
 
     def _split(self, flat: Tensor) -> list[Tensor]:
-        out, start = [], 0
-        for t in self.tables:
-            out.append(flat[start: start + t.rows * t.dim].view(t.rows, t.dim))
-            start += t.rows * t.dim
-        return out
+        return packed_views(flat, [(t.rows, t.dim) for t in self.tables])
 
     def table_weights(self) -> list[Tensor]:
         """Views [rows, dim] of each table's weights in the flat buffer."""
@@ -467,6 +463,19 @@ def _flag_text(code: int) -> str:
              (FLAG_BAD_OFFSETS, "offsets that decrease or lie outside [0, nnz]"),
              (FLAG_BAD_ENDS, "ids outside every bag (offsets[0] != 0 or offsets[-1] < nnz)"))
     return " and ".join(text for bit, text in texts if code & bit)
+
+
+def packed_views(flat: Tensor, shapes: list[tuple[int, int]], per_row: bool = False) -> list[Tensor]:
+    """Each table's view of a flat buffer packed as ``TableBatchedEmbedding`` packs its weights and state:
+    the tables of ``shapes`` ((rows, dim) each) in order, back to back, [rows, dim] each; ``per_row``: one
+    value per row ([rows] each, row-wise state). Also how a checkpoint's buffers are cut without a module."""
+    out, start = [], 0
+    for rows, dim in shapes:
+        size = rows if per_row else rows * dim
+        piece = flat[start:start + size]
+        out.append(piece if per_row else piece.view(rows, dim))
+        start += size
+    return out
 
 
 def _cumsum(xs: list[int]) -> list[int]:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from polyrec.kernels.tbe import packed_views
 from polyrec.runtime.checkpoint import atomic_save
 from polyrec.runtime.sharding import Shard
 
@@ -55,12 +56,7 @@ def _state_views(tbe, name: str) -> list[torch.Tensor]:
     flat = getattr(tbe, name)
     if not flat.numel():
         return []
-    if tbe.optimizer.kind == "rowwise_adagrad":  # one value per row
-        bounds = [0]
-        for t in tbe.tables:
-            bounds.append(bounds[-1] + t.rows)
-        return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
-    return tbe._split(flat)
+    return packed_views(flat, [(t.rows, t.dim) for t in tbe.tables], per_row=tbe.optimizer.kind == "rowwise_adagrad")
 
 
 def full_tables(tbe) -> list[Shard]:
@@ -178,22 +174,19 @@ def load_sharded(directory: str | Path, shards: list[Shard], tbe) -> dict[str, A
 
 def load_unsharded(state: dict[str, Any], shards: list[Shard], tbe) -> None:
     """Fill ``shards`` (held in ``tbe``) from an unsharded TableBatchedEmbedding's ``state_dict`` (a
-    one-process checkpoint): every table is one table-wise piece, cut as ``_state_views`` cuts them."""
+    one-process checkpoint): every table is one table-wise piece, cut by the saved layout as the module packs
+    them (``tbe.packed_views``)."""
     extra = state["_extra_state"]
     if "layout" not in extra:
         raise ValueError("this one-process checkpoint predates the saved table layout: it resumes on one "
                          "process only (without torchrun)")
-    per_row = extra["optimizer"] == "rowwise_adagrad"
-    old: list[tuple[dict, dict]] = []
-    elem = row = 0
-    for t, (_, rows, dim, _) in enumerate(extra["layout"]["tables"]):
-        piece = {"weights": state["weights"][elem:elem + rows * dim].view(rows, dim)}
-        for name in ("state1", "state2"):
-            if state[name].numel():
-                flat = state[name]
-                piece[name] = flat[row:row + rows] if per_row else flat[elem:elem + rows * dim].view(rows, dim)
-        old.append(({"table": t, "kind": "table", "rows": [0, rows], "cols": [0, dim]}, piece))
-        elem, row = elem + rows * dim, row + rows
+    shapes = [(rows, dim) for _, rows, dim, _ in extra["layout"]["tables"]]
+    views = {"weights": packed_views(state["weights"], shapes)}
+    for name in ("state1", "state2"):
+        if state[name].numel():
+            views[name] = packed_views(state[name], shapes, per_row=extra["optimizer"] == "rowwise_adagrad")
+    old = [({"table": t, "kind": "table", "rows": [0, rows], "cols": [0, dim]},
+            {name: pieces[t] for name, pieces in views.items()}) for t, (rows, dim) in enumerate(shapes)]
     _fill_shards(shards, old, tbe)
     tbe.step = int(extra["step"])
 
