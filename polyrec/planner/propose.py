@@ -424,8 +424,8 @@ def batch_overflow(model: ModelSpec, fleet: Fleet, c: PlanConstraints) -> str:
     device, taken, room = crowded_rank(model, fleet, c, batch)
     if taken <= room:
         return ""
-    return (f"At batch {batch:,} per GPU the activations and workspace alone take {taken / 1e9:,.1f} GB per {device}, "
-            f"which has {room / 1e9:,.1f} GB for them.")
+    return (f"At batch {batch:,} per GPU the activations and workspace alone take {size_text(taken)} per {device}, "
+            f"which has {size_text(room)} for them.")
 
 
 def no_fleet_reason(model: ModelSpec, device: str, c: PlanConstraints, *,
