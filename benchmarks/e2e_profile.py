@@ -3,7 +3,9 @@
 A diagnostic for the training issue: the dense phase of MLPerf DLRM-DCNv2 measured about 2x its
 floor (96 MFLOP per sample over the measured matmul rate). This script runs polyrec's trainer on the
 MLPerf model (tables capped: the dense work does not depend on the row counts) and lists the kernels
-of a step grouped by name, with their share of the step. It writes ``e2e_profile_<gpu>_<date>.json``.
+of a step grouped by name, with their share of the step. It writes ``e2e_profile_<gpu>_<date>.json``
+(the preset, row dtype and data other than the default synthetic power-law ids marked in the name, e.g.
+``e2e_profile_uniform_...`` for ``--data synthetic:uniform``; all three in the summary).
 
     PYTHONPATH=. python3 benchmarks/e2e_profile.py [--quick] [--preset P] [--batch 65536] [--row-cap 4000000]
 
@@ -21,6 +23,15 @@ from polyrec.runtime import TrainConfig, Trainer
 from profiling import host_profile, kernel_table
 
 DENSE_FLOP_PER_SAMPLE = 96e6  # issue 5: MLPerf DLRM-DCNv2 forward + backward dense work per sample
+
+
+def data_suffix(data: str) -> str:
+    """The results name's mark of ``--data`` other than the default: "_uniform" for synthetic:uniform, else the
+    source's kind ("_criteo" for criteo:PATH; no path in a file name)."""
+    if data == "synthetic":
+        return ""
+    kind, _, detail = data.partition(":")
+    return f"_{detail}" if kind == "synthetic" and detail else f"_{kind}"
 
 
 def main() -> None:
@@ -46,10 +57,11 @@ def main() -> None:
     for r in rows:
         r["share"] = r["ms_per_step"] / total
     floor_ms = DENSE_FLOP_PER_SAMPLE * cfg.batch_size / 686e12 * 1e3
-    summary = {"preset": cfg.preset, "batch": cfg.batch_size, "kernel_ms_per_step": total,
+    summary = {"preset": cfg.preset, "batch": cfg.batch_size, "data": args.data, "row_cap": args.row_cap,
+               "embedding_dtype": args.embedding_dtype, "kernel_ms_per_step": total,
                "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
     name = ("e2e_profile" if cfg.preset == "mlperf-dcnv2" else f"e2e_profile_{cfg.preset}") + (
-        "" if args.embedding_dtype == "fp32" else f"_{args.embedding_dtype}_rows")
+        "" if args.embedding_dtype == "fp32" else f"_{args.embedding_dtype}_rows") + data_suffix(args.data)
     write_results(name, {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
                   summary=summary)
     print(f"kernel time per step {total:.2f} ms; timer: {timing}")
