@@ -38,25 +38,31 @@ def _shard_key(shard: Shard) -> dict[str, Any]:
     return {"table": shard.table, "kind": shard.kind, "rows": list(shard.rows), "cols": list(shard.cols)}
 
 
+#: The packed buffers of a TableBatchedEmbedding a checkpoint holds, weights first.
+BUFFERS = ("weights", "state1", "state2")
+
+
 def _local_pieces(shards: list[Shard], tbe) -> list[dict[str, torch.Tensor]]:
     """Per local shard: weights [rows, dim] and optimizer states ([rows] or [rows, dim])."""
-    weights = tbe.table_weights()
-    pieces = []
-    for i, _ in enumerate(shards):
-        piece = {"weights": weights[i].detach().cpu()}
-        for name in ("state1", "state2"):
-            views = _state_views(tbe, name)
-            if views:
-                piece[name] = views[i].detach().cpu()
-        pieces.append(piece)
-    return pieces
+    views = _table_views(tbe)
+    return [{name: tables[i].detach().cpu() for name, tables in views.items()} for i, _ in enumerate(shards)]
 
 
-def _state_views(tbe, name: str) -> list[torch.Tensor]:
-    flat = getattr(tbe, name)
-    if not flat.numel():
-        return []
-    return packed_views(flat, [(t.rows, t.dim) for t in tbe.tables], per_row=tbe.optimizer.kind == "rowwise_adagrad")
+def _table_views(tbe) -> dict[str, list[torch.Tensor]]:
+    """``_buffer_views`` of a live TableBatchedEmbedding's buffers."""
+    return _buffer_views({name: getattr(tbe, name) for name in BUFFERS}, [(t.rows, t.dim) for t in tbe.tables],
+                         per_row=tbe.optimizer.kind == "rowwise_adagrad")
+
+
+def _buffer_views(flat: dict[str, torch.Tensor], shapes: list[tuple[int, int]], per_row: bool
+                  ) -> dict[str, list[torch.Tensor]]:
+    """Per packed buffer in ``flat`` ("weights", and "state1" / "state2" where the optimizer keeps them): each
+    table's view, the tables of ``shapes`` as the module packs them; ``per_row``: row-wise state."""
+    views = {"weights": packed_views(flat["weights"], shapes)}
+    for name in BUFFERS[1:]:
+        if flat[name].numel():
+            views[name] = packed_views(flat[name], shapes, per_row=per_row)
+    return views
 
 
 def full_tables(tbe) -> list[Shard]:
@@ -181,10 +187,7 @@ def load_unsharded(state: dict[str, Any], shards: list[Shard], tbe) -> None:
         raise ValueError("this one-process checkpoint predates the saved table layout: it resumes on one "
                          "process only (without torchrun)")
     shapes = [(rows, dim) for _, rows, dim, _ in extra["layout"]["tables"]]
-    views = {"weights": packed_views(state["weights"], shapes)}
-    for name in ("state1", "state2"):
-        if state[name].numel():
-            views[name] = packed_views(state[name], shapes, per_row=extra["optimizer"] == "rowwise_adagrad")
+    views = _buffer_views(state, shapes, per_row=extra["optimizer"] == "rowwise_adagrad")
     old = [({"table": t, "kind": "table", "rows": [0, rows], "cols": [0, dim]},
             {name: pieces[t] for name, pieces in views.items()}) for t, (rows, dim) in enumerate(shapes)]
     _fill_shards(shards, old, tbe)
@@ -193,10 +196,8 @@ def load_unsharded(state: dict[str, Any], shards: list[Shard], tbe) -> None:
 
 def _fill_shards(shards: list[Shard], old: list[tuple[dict, dict]], tbe) -> None:
     """Each of ``shards`` (held in ``tbe``) from the overlapping ``old`` (key, piece) pairs."""
+    views = _table_views(tbe)
     with torch.no_grad():
         for i, shard in enumerate(shards):
-            _fill(shard, old, "weights", tbe.table_weights()[i])
-            for name in ("state1", "state2"):
-                views = _state_views(tbe, name)
-                if views:
-                    _fill(shard, old, name, views[i])
+            for name, tables in views.items():
+                _fill(shard, old, name, tables[i])
