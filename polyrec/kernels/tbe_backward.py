@@ -296,10 +296,10 @@ def sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, k
     where it ends (slot 2 * prog of ``head_ptr``, ``STRIDE`` elements per slot); ``last``: the tile's last
     position [TILE]. Returns the new (carry, carry_key, head_key)."""
     whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
+    goes_on = (tl.arange(0, TILE) == 0) & (key == carry_key)  # [TILE] the first position continues the open run
+    g += tl.where(goes_on[:, None], carry[None, :], 0.0)  # the scan carries it to the run's other positions
     flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
     _, acc = tl.associative_scan((flags, g), 0, segment_add)  # acc[i] = sum from i's run start (in tile)
-    lead = tl.cumsum(is_start.to(tl.int32), 0) == 0  # [TILE] before the tile's first run start
-    acc += tl.where((lead & (key == carry_key))[:, None], carry[None, :], 0.0)
     store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
                  eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     head = ok & ~started & is_end  # the run from before the program ends here

@@ -220,12 +220,15 @@ FIT_STATE_ARRAYS = 1
 #: the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 -> 1527 per trip) x 32 / 1024 elements.
 #: Every element of a tile executes them, masked or not. The scan variant runs the same ``store_update``: the lane
 #: count. (Before the thirty-third session's rounding: 24.5 / 24.5 / 23.75, a hash per element and the ulp gap drawn
-#: against.)
-ROUNDING_INSTRUCTIONS = {"lane": 13.56, "scan": 13.56, "merge": 14.25}
+#: against.) Recounted for the lane when the open run's carry moved before the scan (thirty-fifth session,
+#: benchmarks/results/lane_carry_probe_2026-12-02/sass_count_s35_cpu.json): 1016 -> 1469 (13.56 before); the
+#: one-tile merge level does not run that code (unchanged).
+ROUNDING_INSTRUCTIONS = {"lane": 14.16, "scan": 14.16, "merge": 14.25}
 #: Registers per thread stochastic rounding adds to a merge-level program, by its tiles per program (same
-#: compiles, the larger of fp16 / bf16 rows: one tile 189 -> 192 / 221, eight 191 -> 221 / 217): fewer merge
-#: programs stay resident. (66 and 39 with the rounding before the thirty-third session.)
-MERGE_ROUNDING_REGISTERS = {1: 32, 8: 30}
+#: compiles, the larger of fp16 / bf16 rows: one tile 189 -> 192 / 221, eight 207 -> 229 / 233 since the
+#: carry moved before the scan, 191 -> 221 / 217 before): fewer merge programs stay resident. (66 and 39 with
+#: the rounding before the thirty-third session.)
+MERGE_ROUNDING_REGISTERS = {1: 32, 8: 26}
 #: Thread instructions one SM / CU issues per clock: 4 schedulers x one 32-wide warp instruction on Hopper
 #: (NVIDIA H100 whitepaper, "SM architecture"); CDNA3: 4 SIMDs x 16 lanes (a wave64 instruction every 4
 #: clocks; AMD CDNA3 ISA guide). The rounding's instructions are issued at this rate on top of the
@@ -251,33 +254,38 @@ ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: +17.2%), the small ones priced high higher (+5.4 / +7.9 -> +8.4 / +10.6%).
 ROUNDING_ISSUE_FRACTION = 0.6
 #: Thread instructions per tile element the lane update issues without rounding: counted, not fitted,
-#: with benchmarks/sass_count.py (``loop_path``) on the cuda:90 SASS of the lane update as MLPerf runs it
-#: (TILE 8, 8-tile chunks, 152-register cap, BLOCK_D 128, row-wise Adagrad, fp32 rows, no weight decay or
-#: scale, int32 keys; commit e041e0d): 1021 warp instructions per trip of its loop on the path a tile
-#: inside one table takes (995 uncapped; 1199 at b2dc43c) x 32 lanes / 1024 tile elements. Every position
+#: with benchmarks/sass_count.py (``loop_path``) on the cuda:90 SASS of the lane update of mixed dims
+#: (one dim group's launch, ``GROUPED``; TILE 8, 8-tile chunks, 152-register cap, BLOCK_D 128, row-wise
+#: Adagrad, fp32 rows, no weight decay or scale, int32 keys): 1016 warp instructions per trip of its loop
+#: (benchmarks/results/lane_carry_probe_2026-12-02/sass_count_s35_cpu.json; 1145 before the open run's carry
+#: moved before the scan; 1021 for the kernel of e041e0d, before grouped launches, which LANE_ISSUE_FRACTION
+#: was fitted with) x 32 lanes / 1024 tile elements. Every position
 #: of the sorted ids pays them, unique or not: this is what the update costs when few of its ids are
 #: distinct (Zipf-skewed ids, small tables), where its bytes are few. Not counted on gfx942 (wave64): the
 #: same count is used there, as for ROUNDING_INSTRUCTIONS.
-LANE_INSTRUCTIONS = 31.91
+LANE_INSTRUCTIONS = 31.75
 #: LANE_INSTRUCTIONS of the one-dim lane update (``UpdateShape.one_dim``), counted the same way at the
-#: sixteenth session's config (128-register cap: 124 used, 16 warps per SM): 761 warp instructions per
-#: loop trip (676 at the 152 cap; 1042 for the table-looking-up kernel at that commit) x 32 / 1024.
-ONE_DIM_LANE_INSTRUCTIONS = 23.78
+#: sixteenth session's config (128-register cap: 123 used, 16 warps per SM): 625 warp instructions per
+#: loop trip x 32 / 1024 since the open run's carry is added before the scan (thirty-fifth session,
+#: sass_count_s35_cpu.json; 766 before, 761 at the sixteenth session).
+ONE_DIM_LANE_INSTRUCTIONS = 19.53
 #: Instructions per tile element that stochastic rounding adds to the one-dim lane update with 8-tile
 #: chunks and the 128-register cap (fp16 / bf16 rows of one dim), counted as LANE_INSTRUCTIONS: fp16 rows
-#: 1183 warp instructions per loop trip against 766 without rounding (cuda:90, ``sass_count.py``, row-wise
-#: Adagrad, the compile job at BLOCK_D 128) x 32 / 1024; bf16 rows 1070 (9.5 per element).
-ONE_DIM_ROUNDING_INSTRUCTIONS = 13.03
+#: 1089 warp instructions per loop trip against 625 without rounding (cuda:90, ``sass_count.py``, row-wise
+#: Adagrad, the compile job at BLOCK_D 128) x 32 / 1024; bf16 rows 979 (11.06 per element). (13.03 before the
+#: thirty-fifth session's carry: 1183 against 766.)
+ONE_DIM_ROUNDING_INSTRUCTIONS = 14.5
 #: Fraction of ISSUE_LANES_PER_CLK the one-dim lane update with rounding reaches: its rounding is part of
 #: its instruction stream rather than added after the loads (``rounding_seconds``); Nsight Compute on the
 #: H200 saw the fp16 update before the thirty-third session ALU-bound (ALU pipe 69% busy, issue slots 70%;
 #: benchmarks/results/rounding_ab_2026-12-02/s33/ncu). Fitted on ONE row as ``estimate`` prices it (with
 #: ``row_state_seconds`` and the merge): full MLPerf tables, fp16 rows, uniform ids, bf16 gradient,
-#: row-wise Adagrad, lane update + permute + merge 3.177 + 0.148 + 0.185 ms
-#: (benchmarks/results/rounding_ab_2026-12-02/s33/tbe_ab.json, variant vC). Checked on bf16 rows of the same
-#: call: 3.51 ms priced, 3.434 measured (+2%). (0.893 with the rounding before, fitted on an fp16 row at
-#: 29.34 instructions per element: the bf16 count.)
-ONE_DIM_ROUNDED_ISSUE_FRACTION = 0.711
+#: row-wise Adagrad, lane update + permute + merge 2.884 + 0.148 + 0.170 ms (the median of two rounds of
+#: benchmarks/results/lane_carry_probe_2026-12-02/tbe_checkout_ab_cf_g16_*, the open run's carry added before
+#: the scan). Checked on bf16 rows of the same call: 3.20 ms priced, 3.076 measured (+4%). (0.711 for the kernel
+#: before, at 36.81 instructions per element: 3.177 + 0.148 + 0.185 ms; 0.893 with the rounding before the
+#: thirty-third session.)
+ONE_DIM_ROUNDED_ISSUE_FRACTION = 0.742
 #: Fraction of ISSUE_LANES_PER_CLK the lane update's own instructions reach (one-warp programs, the loads
 #: of a tile in flight while they issue). Fitted on ONE row: the fp32-gradient lane update + permute on
 #: Zipf-skewed ids, full MLPerf tables, with the register cap (s11c_fp32_skewed_152 in
