@@ -33,10 +33,11 @@ TIMED = ("lane_update_kernel", "merge_level_kernel")
 
 
 def block_order(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int, batch_size: int,
-                blocks: int, dim: int = DIM) -> torch.Tensor:
+                blocks: int, dim: int = DIM, blocked: torch.Tensor | None = None) -> torch.Tensor:
     """Permutation of the sorted positions [:valid]: per table (the gradient column's feature, ``dim``
     columns each), the runs whose bags lie in one block of ``batch_size / blocks`` first, by block, then
-    the runs that span blocks; the order inside each class is the sorted one (a stable sort)."""
+    the runs that span blocks; the order inside each class is the sorted one (a stable sort).
+    ``blocked``: [features] bool, the features reordered so (default all); the others keep the sorted order."""
     k, off = keys[:valid].long(), g_off[:valid].long()
     bag, feature = off // stride, (off % stride) // dim
     block = bag * blocks // batch_size
@@ -47,15 +48,17 @@ def block_order(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int
     lo = torch.full((runs,), blocks, dtype=torch.long, device=k.device).scatter_reduce(0, run, block, "amin")
     hi = torch.full((runs,), -1, dtype=torch.long, device=k.device).scatter_reduce(0, run, block, "amax")
     tag = torch.where(lo[run] == hi[run], block, blocks)
+    if blocked is not None:
+        tag = torch.where(blocked[feature], tag, 0)
     return torch.sort(feature * (blocks + 1) + tag, stable=True).indices
 
 
 def reordered(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int, batch_size: int,
-              blocks: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+              blocks: int, blocked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The sorted keys and gradient offsets in ``block_order`` (padding kept last), and the reorder's ms."""
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
-    perm = block_order(keys, g_off, valid, stride, batch_size, blocks)
+    perm = block_order(keys, g_off, valid, stride, batch_size, blocks, blocked=blocked)
     new_keys, new_off = keys.clone(), g_off.clone()
     new_keys[:valid], new_off[:valid] = keys[:valid][perm], g_off[:valid][perm]
     end.record()
@@ -82,7 +85,7 @@ def timed_ms(module: TableBatchedEmbedding, batch, grad: torch.Tensor, keys: tor
 
 
 def probe(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int, rounds: int,
-          block_counts: list[int]) -> list[dict]:
+          block_counts: list[int], min_hots: list[int]) -> list[dict]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
@@ -92,8 +95,11 @@ def probe(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int, r
     module.prepare_backward(batch)
     ids = module._prepared
     variants = {"as sorted": (ids.keys, ids.g_off, 0.0)}
+    hots = torch.tensor(MLPERF_HOTS, device="cuda")
     for b in block_counts:
-        variants[f"{b} bag blocks"] = reordered(ids.keys, ids.g_off, batch.nnz, grad.stride(0), batch_size, b)
+        for h in min_hots:
+            variants[f"{b} blocks, hots >= {h}"] = reordered(ids.keys, ids.g_off, batch.nnz, grad.stride(0),
+                                                             batch_size, b, hots >= h)
     for name, (keys, _, _) in variants.items():
         if not runs_kept_whole(keys, batch.nnz):
             raise RuntimeError(f"{name}: a key's positions are no longer one run")
@@ -120,16 +126,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--blocks", default="2,4,8", help="bag blocks per table, comma-separated")
+    parser.add_argument("--min-hots", default="1", help="reorder only features of at least this many ids per "
+                        "bag, comma-separated (one variant each)")
+    parser.add_argument("--grad", default="fp32,bf16", help="output gradient dtypes, comma-separated")
     args = parser.parse_args()
     rows = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
     batch_size = 2048 if args.quick else 65536
-    counts = [int(b) for b in args.blocks.split(",")]
-    results = [r for dt in (torch.float32, torch.bfloat16) for r in probe(dt, rows, batch_size, args.rounds, counts)]
+    counts, min_hots = [int(b) for b in args.blocks.split(",")], [int(h) for h in args.min_hots.split(",")]
+    dtypes = [{"fp32": torch.float32, "bf16": torch.bfloat16}[g] for g in args.grad.split(",")]
+    results = [r for dt in dtypes for r in probe(dt, rows, batch_size, args.rounds, counts, min_hots)]
     table = [{k: v for k, v in r.items() if k != "rounds"} for r in results]
     write_results("bag_blocks_probe", {"rows": rows, "batch_size": batch_size, "results": results}, rows=table)
-    print(f"{'grad':>9} {'variant':>14} {'lane ms':>8} {'merge ms':>8} {'ratio':>6} {'reorder ms':>10}")
+    print(f"{'grad':>9} {'variant':>22} {'lane ms':>8} {'merge ms':>8} {'ratio':>6} {'reorder ms':>10}")
     for r in results:
-        print(f"{r['grad_dtype']:>9} {r['variant']:>14} {r['lane_ms']:8.3f} {r['merge_ms']:8.3f} "
+        print(f"{r['grad_dtype']:>9} {r['variant']:>22} {r['lane_ms']:8.3f} {r['merge_ms']:8.3f} "
               f"{r['vs_sorted']:6.3f} {r['reorder_ms_torch']:10.3f}")
 
 
