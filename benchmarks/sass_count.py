@@ -4,7 +4,7 @@ resident warps per SM they allow, and instructions by kind. This is how the lane
 checked before any device time: fewer instructions per tile, or more resident warps.
 
     .venv/bin/python benchmarks/sass_count.py [--match "update-lane rowwise_adagrad fp32 D128"]
-        [--set HAS_WD=0 --set HAS_SCALE=0] [--weights fp16] [--json]
+        [--set HAS_WD=0 --set HAS_SCALE=0] [--weights fp16] [--maxnreg 112] [--json]
 
 ``--match``: a substring of ``tbe_compile.compile_jobs`` labels (every distinct match is compiled);
 ``--set``: a constexpr overridden in every matched job (the compile jobs turn every option on; the
@@ -150,6 +150,8 @@ def main() -> None:
     parser.add_argument("--weights", choices=("fp32", "fp16", "bf16"),
                         help="compile the matched jobs with rows of this dtype (STOCHASTIC on for fp16 / bf16); the "
                              "compile jobs hold fp32 and bf16 rows only")
+    parser.add_argument("--maxnreg", type=int, help="compile the matched jobs with this register cap (ptxas "
+                        "maxnreg) instead of their own")
     parser.add_argument("--dump", type=Path, help="write each job's SASS into this folder")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/sass_count_cpu_<date>.json")
@@ -162,6 +164,9 @@ def main() -> None:
     jobs = [dataclasses.replace(j, constexprs={**j.constexprs, **overrides}) for j in jobs.values()]
     if args.weights:
         jobs = [with_weights(j, args.weights) for j in jobs]
+    if args.maxnreg:
+        jobs = [dataclasses.replace(j, options={**j.options, "maxnreg": args.maxnreg},
+                                    label=re.sub(r" maxnreg\d+", "", j.label) + f" maxnreg{args.maxnreg}") for j in jobs]
     if not jobs:
         raise SystemExit(f"no compile job label contains {args.match!r}")
     rows = [analyse(j, args.dump) for j in jobs]

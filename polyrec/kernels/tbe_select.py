@@ -93,7 +93,10 @@ LANE_MAX_REGISTERS = {"nvidia": 152}
 #: 4.092 (4.177), Zipf ids 2.594 / 2.438 / - / - (2.936). Below 128 ptxas recomputes more than the warps
 #: gain. SGD as row-wise Adagrad (tables capped at 4M rows, bf16 gradient, s16d_*: 2.553 at 152, 2.264 at
 #: 128); not Adagrad, whose state tile wants the registers (4.399 at 152, 4.595 at 128): it keeps
-#: LANE_MAX_REGISTERS. No spills at 128 (the compile jobs build it: tests/test_tbe_compile.py).
+#: LANE_MAX_REGISTERS. No spills at 128 (the compile jobs build it: tests/test_tbe_compile.py). Re-tried at
+#: ce59424, where 104 and 96 no longer spill (697 / 714 instructions per trip against 625): 128 -> 104 / 96
+#: lane update 4.002 -> 4.170 / 4.772 ms, fp32 gradient; more resident programs only add memory contention
+#: (benchmarks/results/lane_cap_probe_2026-12-02/).
 LANE_MAX_REGISTERS_ONE_DIM = {"nvidia": 128}
 #: Most per-element fp32 state tiles (Adagrad 1, Adam 2) of an update that takes the register cap.
 LANE_CAP_MAX_STATE_TILES = 1
