@@ -24,10 +24,10 @@ import statistics
 
 import torch
 
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe import TableBatchedEmbedding
 from polyrec.results import write_results
-from profiling import kernel_table
-from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch
+from tbe import DIM, MLPERF_HOTS
+from tbe_gradient_probe import backward_kernels, mlperf_backward, probe_shape
 
 TIMED = ("lane_update_kernel", "merge_level_kernel")
 
@@ -76,23 +76,13 @@ def runs_kept_whole(keys: torch.Tensor, valid: int) -> bool:
 
 def timed_ms(module: TableBatchedEmbedding, batch, grad: torch.Tensor, keys: torch.Tensor,
              g_off: torch.Tensor) -> dict[str, float]:
-    def step():
-        module.prepare_backward(batch)
-        module._prepared.keys, module._prepared.g_off = keys, g_off
-        module._fused_backward(grad, batch.values, batch.offsets, None, batch.batch_size, None)
-    rows = kernel_table(step, reps=5)
+    rows = backward_kernels(module, batch, grad, keys=keys, g_off=g_off)
     return {name: sum(r["ms_per_step"] for r in rows if r["kernel"].startswith(name)) for name in TIMED}
 
 
 def probe(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int, rounds: int,
           block_counts: list[int], min_hots: list[int]) -> list[dict]:
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
-    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
-                                   output_dtype=grad_dtype, device="cuda")
-    batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, False, gen)
-    grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen).to(grad_dtype)
-    module.prepare_backward(batch)
+    module, batch, grad = mlperf_backward(grad_dtype, rows_per_table, batch_size)
     ids = module._prepared
     variants = {"as sorted": (ids.keys, ids.g_off, 0.0)}
     hots = torch.tensor(MLPERF_HOTS, device="cuda")
@@ -130,8 +120,7 @@ def main() -> None:
                         "bag, comma-separated (one variant each)")
     parser.add_argument("--grad", default="fp32,bf16", help="output gradient dtypes, comma-separated")
     args = parser.parse_args()
-    rows = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
-    batch_size = 2048 if args.quick else 65536
+    rows, batch_size = probe_shape(args.quick)
     counts, min_hots = [int(b) for b in args.blocks.split(",")], [int(h) for h in args.min_hots.split(",")]
     dtypes = [{"fp32": torch.float32, "bf16": torch.bfloat16}[g] for g in args.grad.split(",")]
     results = [r for dt in dtypes for r in probe(dt, rows, batch_size, args.rounds, counts, min_hots)]

@@ -47,16 +47,14 @@ def variant_offsets(g_off: torch.Tensor, single: torch.Tensor, stride: int, batc
             "bags folded to quarter": folded(g_off, stride, batch_size // 4)}
 
 
-def lane_ms(module: TableBatchedEmbedding, batch, grad: torch.Tensor, g_off: torch.Tensor) -> float:
-    def step():
-        module.prepare_backward(batch)
-        module._prepared.g_off = g_off
-        module._fused_backward(grad, batch.values, batch.offsets, None, batch.batch_size, None)
-    rows = kernel_table(step, reps=5)
-    return next(r["ms_per_step"] for r in rows if r["kernel"].startswith(LANE))
+def probe_shape(quick: bool) -> tuple[list[int], int]:
+    """Rows per table and batch size: the MLPerf tables at 65536, or (``quick``) capped at 100k rows at 2048."""
+    return ([min(r, 100_000) for r in MLPERF_ROWS], 2048) if quick else (MLPERF_ROWS, 65536)
 
 
-def probe(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int, rounds: int) -> list[dict]:
+def mlperf_backward(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int):
+    """A module of the MLPerf tables with ``rows_per_table`` (row-wise Adagrad), one batch of uniform ids, an
+    output gradient of ``grad_dtype``, and the batch's sort prepared (``module._prepared``)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
@@ -64,6 +62,27 @@ def probe(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int, r
     batch = make_batch(rows_per_table, MLPERF_HOTS, batch_size, False, gen)
     grad = torch.randn(batch_size, DIM * len(tables), device="cuda", generator=gen).to(grad_dtype)
     module.prepare_backward(batch)
+    return module, batch, grad
+
+
+def backward_kernels(module: TableBatchedEmbedding, batch, grad: torch.Tensor, **prepared: torch.Tensor) -> list[dict]:
+    """``kernel_table`` of the fused backward, each step's prepared sort with its fields ``prepared`` (keys,
+    g_off) replaced."""
+    def step():
+        module.prepare_backward(batch)
+        for name, value in prepared.items():
+            setattr(module._prepared, name, value)
+        module._fused_backward(grad, batch.values, batch.offsets, None, batch.batch_size, None)
+    return kernel_table(step, reps=5)
+
+
+def lane_ms(module: TableBatchedEmbedding, batch, grad: torch.Tensor, g_off: torch.Tensor) -> float:
+    rows = backward_kernels(module, batch, grad, g_off=g_off)
+    return next(r["ms_per_step"] for r in rows if r["kernel"].startswith(LANE))
+
+
+def probe(grad_dtype: torch.dtype, rows_per_table: list[int], batch_size: int, rounds: int) -> list[dict]:
+    module, batch, grad = mlperf_backward(grad_dtype, rows_per_table, batch_size)
     ids = module._prepared
     single = single_positions(ids.keys)
     variants = variant_offsets(ids.g_off, single, grad.stride(0), batch_size)
@@ -85,8 +104,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    rows = [min(r, 100_000) for r in MLPERF_ROWS] if args.quick else MLPERF_ROWS
-    batch_size = 2048 if args.quick else 65536
+    rows, batch_size = probe_shape(args.quick)
     results = [r for dt in (torch.float32, torch.bfloat16) for r in probe(dt, rows, batch_size, args.rounds)]
     write_results("tbe_gradient_probe", {"rows": rows, "batch_size": batch_size, "results": results}, rows=results)
     print(f"{'grad':>9} {'variant':>24} {'lane ms':>8} {'ratio':>6}")
