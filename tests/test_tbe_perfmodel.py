@@ -417,10 +417,9 @@ def _rounded_update_ms(dtype: str) -> float:
 @pytest.mark.parametrize("dtype,rel", [("fp16", 0.01), ("bf16", 0.05)])
 def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(dtype, rel):
     """fp16 / bf16 rows of tables of one dim: 8-tile chunks at the 128-register cap (mixed dims: at the
-    152 cap), priced as ``estimate`` prices row-wise Adagrad against the thirty-third session's H200 rows
-    (lane update + permute + merge, full MLPerf tables, uniform ids, bf16 gradient; the thirty-fifth session's kernel):
-    the fp16 row is the fit of ONE_DIM_ROUNDED_ISSUE_FRACTION, the bf16 row a check (one count, fp16's, prices
-    both)."""
+    152 cap), priced as ``estimate`` prices row-wise Adagrad against the thirty-fifth session's H200 rows
+    (lane update + permute + merge, full MLPerf tables, uniform ids, bf16 gradient): the fp16 row is the fit of
+    ONE_DIM_ROUNDED_ISSUE_FRACTION, the bf16 row a check (one count, fp16's, prices both)."""
     from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
 
     spec, nnz, unique = get_device("H200"), 14_024_704, 10.21e6

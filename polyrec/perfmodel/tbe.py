@@ -217,7 +217,8 @@ FIT_STATE_ARRAYS = 1
 #: / ``--weights fp32``) of the kernels with STOCHASTIC on (fp16 rows, the longer of the two: bf16 rows add ~3 fewer
 #: per element) and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp, no weight decay or scale: the
 #: mixed-dims lane update (TILE 8, 8-tile chunks, 152-register cap) 1145 -> 1579 warp instructions per loop trip;
-#: the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 -> 1527 per trip) x 32 / 1024 elements.
+#: the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 -> 1527 per trip; 1004 -> 1441 since the
+#: thirty-fifth session's carry) x 32 / 1024 elements.
 #: Every element of a tile executes them, masked or not. The scan variant runs the same ``store_update``: the lane
 #: count. (Before the thirty-third session's rounding: 24.5 / 24.5 / 23.75, a hash per element and the ulp gap drawn
 #: against.) Recounted for the lane when the open run's carry moved before the scan (thirty-fifth session,
