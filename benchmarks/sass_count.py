@@ -141,6 +141,12 @@ def with_weights(job, dtype: str):
     return dataclasses.replace(job, signature=signature, constexprs=constexprs, label=label)
 
 
+def with_register_cap(job, cap: int):
+    """``job`` compiled with ptxas's register cap ``cap`` (``maxnreg``) instead of its own, the label saying so."""
+    label = re.sub(r" maxnreg\d+", "", job.label) + f" maxnreg{cap}"
+    return dataclasses.replace(job, options={**job.options, "maxnreg": cap}, label=label)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--match", default="update-lane rowwise_adagrad fp32 D128",
@@ -165,8 +171,7 @@ def main() -> None:
     if args.weights:
         jobs = [with_weights(j, args.weights) for j in jobs]
     if args.maxnreg:
-        jobs = [dataclasses.replace(j, options={**j.options, "maxnreg": args.maxnreg},
-                                    label=re.sub(r" maxnreg\d+", "", j.label) + f" maxnreg{args.maxnreg}") for j in jobs]
+        jobs = [with_register_cap(j, args.maxnreg) for j in jobs]
     if not jobs:
         raise SystemExit(f"no compile job label contains {args.match!r}")
     rows = [analyse(j, args.dump) for j in jobs]

@@ -74,3 +74,17 @@ def test_a_job_is_retyped_to_other_rows():
     assert fp16.signature["weights_ptr"] == "*fp16" and fp16.constexprs["STOCHASTIC"] is True
     with pytest.raises(SystemExit, match="no weights_ptr"):
         sass_count.with_weights(dataclasses.replace(job, signature={"grad_ptr": "*bf16"}), "fp16")
+
+
+def test_a_job_takes_another_register_cap():
+    """--maxnreg: the cap replaces the job's own (or is added), the label names the new one only, the other
+    options stay."""
+    from polyrec.hardware.compile import CompileJob
+
+    job = CompileJob(label="tbe update-lane rowwise_adagrad fp32 D128 tile8 chunks8 w1 maxnreg128", kernel=None,
+                     num_warps=1, signature={}, constexprs={}, options={"maxnreg": 128, "other": 1})
+    capped = sass_count.with_register_cap(job, 96)
+    assert capped.label == "tbe update-lane rowwise_adagrad fp32 D128 tile8 chunks8 w1 maxnreg96"
+    assert capped.options == {"maxnreg": 96, "other": 1}
+    uncapped = dataclasses.replace(job, label="tbe merge-level sgd fp32 D128 tile8 chunks1 w1", options={})
+    assert sass_count.with_register_cap(uncapped, 112).label.endswith("chunks1 w1 maxnreg112")
