@@ -32,6 +32,13 @@ from tbe_gradient_probe import backward_kernels, mlperf_backward, probe_shape
 TIMED = ("lane_update_kernel", "merge_level_kernel")
 
 
+def run_starts(keys: torch.Tensor) -> torch.Tensor:
+    """[n] bool: the positions of sorted ``keys`` where a run of equal keys starts."""
+    start = torch.ones_like(keys, dtype=torch.bool)
+    start[1:] = keys[1:] != keys[:-1]
+    return start
+
+
 def block_order(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int, batch_size: int,
                 blocks: int, dim: int = DIM, blocked: torch.Tensor | None = None) -> torch.Tensor:
     """Permutation of the sorted positions [:valid]: per table (the gradient column's feature, ``dim``
@@ -41,9 +48,7 @@ def block_order(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int
     k, off = keys[:valid].long(), g_off[:valid].long()
     bag, feature = off // stride, (off % stride) // dim
     block = bag * blocks // batch_size
-    start = torch.ones_like(k, dtype=torch.bool)
-    start[1:] = k[1:] != k[:-1]
-    run = torch.cumsum(start, 0) - 1
+    run = torch.cumsum(run_starts(k), 0) - 1
     runs = int(run[-1]) + 1
     lo = torch.full((runs,), blocks, dtype=torch.long, device=k.device).scatter_reduce(0, run, block, "amin")
     hi = torch.full((runs,), -1, dtype=torch.long, device=k.device).scatter_reduce(0, run, block, "amax")
@@ -53,14 +58,22 @@ def block_order(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int
     return torch.sort(feature * (blocks + 1) + tag, stable=True).indices
 
 
+def in_order(keys: torch.Tensor, g_off: torch.Tensor, valid: int,
+             perm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies of the sorted keys and gradient offsets with positions [:valid] taken in ``perm``'s order (the
+    padding after them kept)."""
+    new_keys, new_off = keys.clone(), g_off.clone()
+    new_keys[:valid], new_off[:valid] = keys[:valid][perm], g_off[:valid][perm]
+    return new_keys, new_off
+
+
 def reordered(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int, batch_size: int,
               blocks: int, blocked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The sorted keys and gradient offsets in ``block_order`` (padding kept last), and the reorder's ms."""
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
     perm = block_order(keys, g_off, valid, stride, batch_size, blocks, blocked=blocked)
-    new_keys, new_off = keys.clone(), g_off.clone()
-    new_keys[:valid], new_off[:valid] = keys[:valid][perm], g_off[:valid][perm]
+    new_keys, new_off = in_order(keys, g_off, valid, perm)
     end.record()
     torch.cuda.synchronize()
     return new_keys, new_off, begin.elapsed_time(end)
@@ -69,9 +82,7 @@ def reordered(keys: torch.Tensor, g_off: torch.Tensor, valid: int, stride: int, 
 def runs_kept_whole(keys: torch.Tensor, valid: int) -> bool:
     """Every key's positions are one contiguous run (no key starts twice)."""
     k = keys[:valid].long()
-    starts = torch.ones_like(k, dtype=torch.bool)
-    starts[1:] = k[1:] != k[:-1]
-    return int(starts.sum()) == int(torch.unique(k).numel())
+    return int(run_starts(k).sum()) == int(torch.unique(k).numel())
 
 
 def timed_ms(module: TableBatchedEmbedding, batch, grad: torch.Tensor, keys: torch.Tensor,

@@ -44,10 +44,9 @@ def test_update_over_bag_blocks_leaves_the_tables_of_the_sorted_order(blocks):
         module.prepare_backward(batch)
         ids = module._prepared
         if reorder:
-            n, stride = batch.nnz, grad.stride(0)
-            keys, g_off = ids.keys.clone(), ids.g_off.clone()
-            perm = probe.block_order(keys, g_off, n, stride, batch_size, blocks, dim=dim)
-            keys[:n], g_off[:n] = ids.keys[:n][perm], ids.g_off[:n][perm]
+            n = batch.nnz
+            perm = probe.block_order(ids.keys, ids.g_off, n, grad.stride(0), batch_size, blocks, dim=dim)
+            keys, g_off = probe.in_order(ids.keys, ids.g_off, n, perm)
             assert probe.runs_kept_whole(keys, n) and not torch.equal(keys, ids.keys)
             ids.keys, ids.g_off = keys, g_off
         module._fused_backward(grad, batch.values, batch.offsets, None, batch_size, None)
