@@ -23,11 +23,8 @@ from pathlib import Path
 
 import torch
 
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overlap_probe import BATCH, gemm_operands, green_stream, launch_gemms, set_carveout  # noqa: E402
-from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch  # noqa: E402
+from overlap_probe import green_stream, launch_gemms, mlperf_setup, set_carveout  # noqa: E402
 
 #: SMs of the TBE's green context (of the H200's 132).
 PARTITIONS = (24, 40, 66)
@@ -104,13 +101,7 @@ def arms(sms: int, notes: list[str]) -> tuple[list[Arm], list]:
 
 def main() -> None:
     out_dir = Path(os.environ.get("OUT", "/tmp"))
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(MLPERF_ROWS)]
-    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
-                                   output_dtype=torch.bfloat16, device="cuda")
-    batch = make_batch(MLPERF_ROWS, MLPERF_HOTS, BATCH, False, gen)
-    grad = torch.randn(BATCH, DIM * len(tables), device="cuda", generator=gen).to(torch.bfloat16)
-    ops = gemm_operands(gen)
+    module, batch, grad, ops = mlperf_setup(torch.Generator(device="cuda").manual_seed(0))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     res: dict = {"sms": sms, "torch": torch.__version__, "partitions": PARTITIONS, "rows": [], "notes": []}
     placements, held = arms(sms, res["notes"])
