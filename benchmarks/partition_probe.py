@@ -33,8 +33,8 @@ ROUNDS = 5
 
 class Arm:
     """One placement: the TBE backward on ``tbe_stream`` (None: the current stream, no backward stream),
-    the GEMMs (None: not run) on a high-priority stream of the primary context, cuBLASLt with ``carveout``
-    SMs left free when set. ``run`` returns (both, TBE done, GEMMs done) in ms from the start."""
+    the GEMMs (``gemms`` False: not run) on a high-priority stream of the primary context, cuBLASLt with
+    ``carveout`` SMs left free when set. ``run`` returns (both, TBE done, GEMMs done) in ms from the start."""
 
     def __init__(self, name: str, *, tbe_stream=None, gemms: bool = True, carveout: int | None = None,
                  serial: bool = False):
