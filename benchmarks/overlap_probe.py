@@ -143,21 +143,24 @@ def green_stream(sms: int):
         return None, f"{type(e).__name__}: {e}"
 
 
-def mlperf_setup(gen: torch.Generator):
-    """The probes' MLPerf TBE (full tables, fp32 rows, row-wise Adagrad, bf16 output), a uniform-ids batch
-    of BATCH, a bf16 output gradient and the weight-gradient GEMMs' operands."""
-    tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(MLPERF_ROWS)]
+def mlperf_tbe(gen: torch.Generator, features: list[int] | None = None):
+    """The probes' MLPerf TBE (full tables, fp32 rows, row-wise Adagrad, bf16 output) of ``features``
+    (default: all 26), a uniform-ids batch of BATCH and a bf16 output gradient."""
+    features = list(range(len(MLPERF_ROWS))) if features is None else features
+    rows, hots = [MLPERF_ROWS[f] for f in features], [MLPERF_HOTS[f] for f in features]
+    tables = [TableSpec(name=f"t{f}", rows=r, dim=DIM) for f, r in zip(features, rows)]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
                                    output_dtype=torch.bfloat16, device="cuda")
-    batch = make_batch(MLPERF_ROWS, MLPERF_HOTS, BATCH, False, gen)
+    batch = make_batch(rows, hots, BATCH, False, gen)
     grad = torch.randn(BATCH, DIM * len(tables), device="cuda", generator=gen).to(torch.bfloat16)
-    return module, batch, grad, gemm_operands(gen)
+    return module, batch, grad
 
 
 def main() -> None:
     out_dir = Path(os.environ.get("OUT", "/tmp"))
     gen = torch.Generator(device="cuda").manual_seed(0)
-    module, batch, grad, ops = mlperf_setup(gen)
+    module, batch, grad = mlperf_tbe(gen)
+    ops = gemm_operands(gen)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flops = sum(2 * o * i * BATCH for o, i in WGRADS)
     res: dict = {"sms": sms, "gemm_tflop": flops / 1e12, "torch": torch.__version__, "rows": [], "notes": [],
