@@ -157,36 +157,40 @@ class SplitArm:
         return start.elapsed_time(end), start.elapsed_time(tbe_end), start.elapsed_time(gemm_end)
 
 
-def arms(sms: int, notes: list[str]) -> tuple[list[Arm], list]:
-    """The placements measured, and the green contexts they hold (kept alive while their streams run)."""
-    out = [Arm("one stream, TBE then GEMMs", serial=True), Arm("TBE alone", gemms=False),
-           Arm("GEMMs high priority, TBE on every SM", tbe_stream=None)]
-    held = []
-    for c in PARTITIONS:
+def green_streams(partitions: tuple[int, ...], notes: list[str]) -> tuple[list[tuple[int, object]], list]:
+    """(SMs, stream) of a green context per partition that could be made (why not: in ``notes``), and the
+    contexts, to be kept alive while their streams run."""
+    streams, held = [], []
+    for c in partitions:
         green, why = green_stream(c)
         if green is None:
             notes.append(f"green context of {c} SMs: {why}")
             continue
         held.append(green[0])
-        out += [Arm(f"TBE alone on {c} SMs", tbe_stream=green[1], gemms=False),
-                Arm(f"TBE on {c} SMs, GEMMs cuBLAS on all {sms}", tbe_stream=green[1]),
-                Arm(f"TBE on {c} SMs, GEMMs cuBLASLt leaving {c}", tbe_stream=green[1], carveout=c)]
+        streams.append((c, green[1]))
+    return streams, held
+
+
+def arms(sms: int, notes: list[str]) -> tuple[list[Arm], list]:
+    """The placements measured, and the green contexts they hold."""
+    streams, held = green_streams(PARTITIONS, notes)
+    out = [Arm("one stream, TBE then GEMMs", serial=True), Arm("TBE alone", gemms=False),
+           Arm("GEMMs high priority, TBE on every SM", tbe_stream=None)]
+    for c, stream in streams:
+        out += [Arm(f"TBE alone on {c} SMs", tbe_stream=stream, gemms=False),
+                Arm(f"TBE on {c} SMs, GEMMs cuBLAS on all {sms}", tbe_stream=stream),
+                Arm(f"TBE on {c} SMs, GEMMs cuBLASLt leaving {c}", tbe_stream=stream, carveout=c)]
     return out, held
 
 
 def split_arms(sms: int, notes: list[str]) -> tuple[list[SplitArm], list]:
     """``arms`` of ``--split``."""
+    streams, held = green_streams(SPLIT_PARTITIONS, notes)
     out = [SplitArm("one stream, both TBEs then GEMMs", serial=True),
            SplitArm("GEMMs high priority, both TBEs on every SM")]
-    held = []
-    for c in SPLIT_PARTITIONS:
-        green, why = green_stream(c)
-        if green is None:
-            notes.append(f"green context of {c} SMs: {why}")
-            continue
-        held.append(green[0])
-        out += [SplitArm(f"early TBE on {c} SMs, GEMMs cuBLAS on all {sms}", green=green[1]),
-                SplitArm(f"early TBE on {c} SMs, GEMMs cuBLASLt leaving {c}", green=green[1], carveout=c)]
+    for c, stream in streams:
+        out += [SplitArm(f"early TBE on {c} SMs, GEMMs cuBLAS on all {sms}", green=stream),
+                SplitArm(f"early TBE on {c} SMs, GEMMs cuBLASLt leaving {c}", green=stream, carveout=c)]
     return out, held
 
 
