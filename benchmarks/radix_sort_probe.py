@@ -31,10 +31,10 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tbe import MLPERF_HOTS, MLPERF_ROWS, make_batch  # noqa: E402
 
-#: (digit bits, program block, chunk, warps of the scatter) of each configuration timed. A chunk of 32
-#: fills one warp's lanes (more warps would repeat its work).
-CONFIGS = [(10, 4096, 32, 1), (10, 2048, 32, 1), (10, 8192, 64, 2), (8, 4096, 32, 1), (8, 2048, 32, 1),
-           (7, 2048, 32, 1), (7, 1024, 32, 1), (11, 8192, 32, 1)]
+#: (digit bits, block, chunk, blocks per program V) of each configuration timed; the scatter runs V * chunk
+#: / 32 warps (a chunk of 32 fills one warp's lanes).
+CONFIGS = [(7, 1024, 32, 1), (7, 1024, 32, 4), (7, 1024, 32, 8), (7, 512, 32, 8), (8, 1024, 32, 4),
+           (8, 2048, 32, 4), (7, 2048, 32, 8), (10, 2048, 32, 2)]
 #: Warps of the histogram kernel.
 HISTOGRAM_WARPS = 4
 ROUNDS = 5
@@ -66,36 +66,43 @@ def histogram_kernel(keys_ptr, pay_ptr, counts_ptr, n, num_blocks, shift,
 @triton.jit
 def scatter_kernel(keys_ptr, pay_ptr, ends_ptr, counts_ptr, out_ptr, out_keys_ptr, out_pay_ptr, n, num_blocks,
                    shift, FIRST: tl.constexpr, LAST: tl.constexpr, R: tl.constexpr, BLOCK: tl.constexpr,
-                   CHUNK: tl.constexpr):
-    """Each element of program b's BLOCK to its place: the digit's start for this program (the exclusive
-    sum over (digit, program) in digit-major order) plus the same digit's elements before it, in order."""
-    b = tl.program_id(0)
-    idx = tl.arange(0, R) * num_blocks + b
-    run = tl.load(ends_ptr + idx) - tl.load(counts_ptr + idx)  # [R] next free place of each digit
+                   CHUNK: tl.constexpr, V: tl.constexpr):
+    """Each element of the V blocks (of BLOCK) of this program to its place: its digit's start for its block
+    (the exclusive sum over (digit, block) in digit-major order) plus the same digit's elements before it in
+    the block. The V blocks advance together, CHUNK elements of each per step, so that a step has V * CHUNK
+    loads in flight (one step loaded ahead)."""
+    blocks = tl.program_id(0) * V + tl.arange(0, V)  # [V]
+    idx = tl.arange(0, R)[None, :] * num_blocks + blocks[:, None]  # [V, R]
+    live = (blocks < num_blocks)[:, None]
+    run = tl.load(ends_ptr + idx, mask=live, other=0) - tl.load(counts_ptr + idx, mask=live, other=0)
+    run = tl.reshape(run, (V * R,))  # next free place of each (block, digit)
     lane = tl.arange(0, CHUNK)
-    before = lane[None, :] < lane[:, None]  # [CHUNK, CHUNK] j before i
-    start = b.to(tl.int64) * BLOCK
-    next_packed, next_d = _digits(keys_ptr, pay_ptr, start + lane, start + lane < n, shift, FIRST, R)
+    before = (lane[None, :] < lane[:, None])[None, :, :]  # [1, CHUNK (i), CHUNK (j)]: j before i
+    bin_base = (tl.arange(0, V) * R)[:, None]  # [V, 1]
+    start = blocks.to(tl.int64)[:, None] * BLOCK  # [V, 1]; past the last block: >= n, so masked
+    first = start + lane[None, :]
+    next_packed, next_d = _digits(keys_ptr, pay_ptr, first, first < n, shift, FIRST, R)
     for c in range(BLOCK // CHUNK):
-        offs = start + c * CHUNK + lane
+        offs = start + c * CHUNK + lane[None, :]  # [V, CHUNK]
         mask = offs < n
-        packed, d = next_packed, next_d  # loaded one chunk ahead: its round trip overlaps this chunk's work
+        packed, d = next_packed, next_d
         ahead = offs + CHUNK
         next_packed, next_d = _digits(keys_ptr, pay_ptr, ahead, (ahead < n) & (ahead < start + BLOCK), shift,
                                       FIRST, R)
-        rank = tl.sum(((d[None, :] == d[:, None]) & before).to(tl.int32), axis=1)
-        dest = tl.gather(run, d, 0) + rank
+        rank = tl.sum(((d[:, None, :] == d[:, :, None]) & before).to(tl.int32), axis=2)  # [V, CHUNK]
+        bins = tl.reshape(bin_base + d, (V * CHUNK,))
+        dest = tl.reshape(tl.gather(run, bins, 0), (V, CHUNK)) + rank
         if LAST:
             tl.store(out_keys_ptr + dest, (packed & 0xFFFFFFFF).to(tl.int32), mask=mask)
             tl.store(out_pay_ptr + dest, (packed >> 32).to(tl.int32), mask=mask)
         else:
             tl.store(out_ptr + dest, packed, mask=mask)
-        run += tl.histogram(d, R, mask=mask)
+        run += tl.histogram(bins, V * R, mask=tl.reshape(mask, (V * CHUNK,)))
 
 
 def radix_sort(keys: torch.Tensor, payload: torch.Tensor, key_bits: int, cfg) -> tuple[torch.Tensor, torch.Tensor]:
     """Stable sort of int32 ``keys`` (non-negative, < 2^key_bits) carrying int32 ``payload``."""
-    digit_bits, block, chunk, warps = cfg
+    digit_bits, block, chunk, virtual = cfg
     n, r = keys.numel(), 1 << digit_bits
     passes = -(-key_bits // digit_bits)
     num_blocks = triton.cdiv(n, block)
@@ -109,9 +116,9 @@ def radix_sort(keys: torch.Tensor, payload: torch.Tensor, key_bits: int, cfg) ->
                                         BLOCK=block, num_warps=HISTOGRAM_WARPS)
         ends = torch.cumsum(counts.view(-1), 0, dtype=torch.int32)
         dst = bufs[p % 2]
-        scatter_kernel[(num_blocks,)](src, payload, ends, counts, dst, out_keys, out_pay, n, num_blocks,
-                                      p * digit_bits, FIRST=first, LAST=last, R=r, BLOCK=block, CHUNK=chunk,
-                                      num_warps=warps)
+        scatter_kernel[(triton.cdiv(num_blocks, virtual),)](
+            src, payload, ends, counts, dst, out_keys, out_pay, n, num_blocks, p * digit_bits, FIRST=first,
+            LAST=last, R=r, BLOCK=block, CHUNK=chunk, V=virtual, num_warps=virtual * chunk // 32)
         src = dst
     return out_keys, out_pay
 
