@@ -14,9 +14,13 @@ MODES, ideal_update_kernel, mode_bytes = floor.MODES, floor.ideal_update_kernel,
 DIM, ROWS, UNIQUE, SLICES = 8, 40, 13, 30
 
 
-def _run(mode: str, r: int = 4):
+def _run(mode: str, r: int = 4, layout: str = "separate"):
+    """The kernel once over UNIQUE sorted rows; the table comes back as [ROWS, stride] (state columns and
+    padding included) and the separate state array beside it."""
     gen = torch.Generator().manual_seed(1)
-    weights = torch.randn(ROWS * DIM, generator=gen)
+    stride = floor.row_stride(layout, DIM)
+    weights = torch.randn(ROWS * stride, generator=gen)
+    weights.view(ROWS, stride)[:, DIM:] = torch.rand(ROWS, stride - DIM, generator=gen)  # state >= 0 inline
     state = torch.rand(ROWS, generator=gen)
     rows = torch.randperm(ROWS, generator=gen)[:UNIQUE].sort().values
     src = torch.randint(0, SLICES, (UNIQUE,), generator=gen)
@@ -25,8 +29,9 @@ def _run(mode: str, r: int = 4):
     sink = torch.full((programs * DIM,), float("nan"))
     w0, s0 = weights.clone(), state.clone()
     ideal_update_kernel[(programs,)](weights, state, grad, rows, src, sink, UNIQUE, 0.1, 1e-8, D=DIM, R=r,
-                                     MODE=MODES[mode], num_warps=1)
-    return w0.view(ROWS, DIM), s0, weights.view(ROWS, DIM), state, rows, src, grad.view(SLICES, DIM), sink
+                                     MODE=MODES[mode], STRIDE=stride, STATE=floor.LAYOUTS[layout][1], num_warps=1)
+    return (w0.view(ROWS, stride), s0, weights.view(ROWS, stride), state, rows, src, grad.view(SLICES, DIM),
+            sink)
 
 
 def test_read_sums_the_rows_of_each_program_and_writes_nothing():
@@ -55,10 +60,41 @@ def test_update_is_rowwise_adagrad_in_float64(r):
     torch.testing.assert_close(w[rows].double(), w_want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("layout", ["inline-528", "inline-544"])
+def test_inline_state_is_the_element_after_the_row_and_the_padding_stays(layout):
+    w0, s0, w, s, rows, src, grad, _ = _run("update", 4, layout)
+    hit = torch.zeros(ROWS, dtype=torch.bool)
+    hit[rows] = True
+    g = grad[src].double()
+    s_want = w0[rows, DIM].double() + (g * g).mean(1)
+    torch.testing.assert_close(w[rows, DIM].double(), s_want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w[rows, :DIM].double(),
+                               w0[rows, :DIM].double() - 0.1 * g / (s_want.sqrt() + 1e-8)[:, None],
+                               rtol=1e-5, atol=1e-5)
+    assert torch.equal(w[~hit], w0[~hit]) and torch.equal(w[:, DIM + 1:], w0[:, DIM + 1:])
+    assert torch.equal(s, s0)  # the separate array is not the state here
+
+
+def test_no_state_writes_the_rows_alone():
+    w0, s0, w, s, rows, _, _, _ = _run("rmw", 4, "no-state")
+    hit = torch.zeros(ROWS, dtype=torch.bool)
+    hit[rows] = True
+    torch.testing.assert_close(w[hit], w0[hit] + 1)
+    assert torch.equal(w[~hit], w0[~hit]) and torch.equal(s, s0)
+
+
+def test_row_stride_pads_to_the_named_bytes():
+    assert floor.row_stride("separate", 128) == floor.row_stride("no-state", 128) == 128
+    assert 4 * floor.row_stride("inline-528", 128) == 528 and 4 * floor.row_stride("inline-544", 128) == 544
+    assert floor.row_stride("inline-528", DIM) == DIM + 1  # room for the state at any dim
+
+
 def test_bytes_count_rows_both_ways_state_and_gradient():
     assert mode_bytes("read", 10, 128, 4) == 10 * 512
     assert mode_bytes("rmw", 10, 128, 4) == 10 * (1024 + 8)
     assert mode_bytes("update", 10, 128, 2) == 10 * (1024 + 8 + 256)
+    assert mode_bytes("rmw", 10, 128, 4, "inline-544") == 10 * (1024 + 8)  # padding not counted
+    assert mode_bytes("rmw", 10, 128, 4, "no-state") == 10 * 1024
 
 
 def test_the_orders_visit_the_same_distinct_rows_and_read_the_slices_as_named():
