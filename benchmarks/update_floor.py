@@ -16,13 +16,14 @@ slice per id: not a stream. This measures, in one process:
 Each case names where the row-wise state lives (``LAYOUTS``): in its own fp32 array, as the module keeps it
 (``separate``), nowhere (``no-state``: the rows alone, what any layout costs at least), or inline, in the
 padding of a row of 528 or 544 bytes (``inline-528`` / ``inline-544``): the state's 32-byte sector then sits in
-the DRAM page of its row instead of a page of its own.
+the DRAM page of its row instead of a page of its own. ``padded-544`` keeps no state in 544-byte rows: what
+the rows' lost 512-byte alignment costs by itself.
 
 Rates are bytes moved (rows read and written, state, gradient slices) per second, and that as a
 fraction of the copy rate. The module's own update is timed by ``tbe.py`` / ``tbe_checkout_ab.py``.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/update_floor.py [--rows 204184588] [--unique 10205714] \
-        [--layouts separate,no-state,inline-528,inline-544]
+        [--layouts separate,no-state,inline-528,inline-544,padded-544]
 
 Defaults: the MLPerf tables' rows and the unique rows of one uniform MLPerf step (``tbe.py``'s
 ``unique_rows``, 2026-12-02). Allocates rows x (dim + padding) x 4 bytes, one layout's table at a time (at most 111 GB by default).
@@ -44,7 +45,8 @@ MODES = {"read": 0, "rmw": 1, "update": 2}
 #: Where the row-wise state lives: (fp32 elements per stored row, state kind) per layout; state kinds:
 #: 0 none, 1 its own array ``s_ptr[row]``, 2 inline at element ``dim`` of the padded row (a layout's stride
 #: is ``dim`` + its padding; the padding's elements are given for dim 128, ``row_stride`` scales them).
-LAYOUTS = {"separate": (0, 1), "no-state": (0, 0), "inline-528": (4, 2), "inline-544": (8, 2)}
+LAYOUTS = {"separate": (0, 1), "no-state": (0, 0), "inline-528": (4, 2), "inline-544": (8, 2),
+           "padded-544": (8, 0)}
 STATE_NONE, STATE_SEPARATE, STATE_INLINE = 0, 1, 2
 #: (rows per program, warps) of ``ideal_update_kernel``.
 TILES = ((2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8))
@@ -92,7 +94,7 @@ def row_stride(layout: str, dim: int) -> int:
     """fp32 elements per stored row under ``layout`` (the padding scaled from dim 128, at least 1 element
     where the state is inline)."""
     pad, state = LAYOUTS[layout]
-    return dim + (max(1, pad * dim // 128) if state == STATE_INLINE else 0)
+    return dim + max(int(state == STATE_INLINE), pad * dim // 128)
 
 
 def mode_bytes(mode: str, unique: int, dim: int, grad_bytes: int, layout: str = "separate") -> int:
@@ -115,7 +117,8 @@ CASES = (("read", "float32", "sorted", "separate"), ("rmw", "float32", "sorted",
          ("update", "float32", "bag-major", "separate"), ("rmw", "float32", "sorted", "no-state"),
          ("update", "float32", "sorted", "no-state"), ("rmw", "float32", "sorted", "inline-528"),
          ("update", "float32", "sorted", "inline-528"), ("rmw", "float32", "sorted", "inline-544"),
-         ("update", "float32", "sorted", "inline-544"), ("update", "bfloat16", "sorted", "inline-544"))
+         ("update", "float32", "sorted", "inline-544"), ("update", "bfloat16", "sorted", "inline-544"),
+         ("read", "float32", "sorted", "padded-544"), ("rmw", "float32", "sorted", "padded-544"))
 
 
 def visit_orders(rows: int, unique: int, gen: torch.Generator) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

@@ -75,8 +75,9 @@ def test_inline_state_is_the_element_after_the_row_and_the_padding_stays(layout)
     assert torch.equal(s, s0)  # the separate array is not the state here
 
 
-def test_no_state_writes_the_rows_alone():
-    w0, s0, w, s, rows, _, _, _ = _run("rmw", 4, "no-state")
+@pytest.mark.parametrize("layout", ["no-state", "padded-544"])
+def test_no_state_writes_the_rows_alone(layout):
+    w0, s0, w, s, rows, _, _, _ = _run("rmw", 4, layout)
     hit = torch.zeros(ROWS, dtype=torch.bool)
     hit[rows] = True
     torch.testing.assert_close(w[hit], w0[hit] + 1)
@@ -87,6 +88,7 @@ def test_row_stride_pads_to_the_named_bytes():
     assert floor.row_stride("separate", 128) == floor.row_stride("no-state", 128) == 128
     assert 4 * floor.row_stride("inline-528", 128) == 528 and 4 * floor.row_stride("inline-544", 128) == 544
     assert floor.row_stride("inline-528", DIM) == DIM + 1  # room for the state at any dim
+    assert floor.row_stride("padded-544", 128) == 136
 
 
 def test_bytes_count_rows_both_ways_state_and_gradient():
