@@ -11,7 +11,8 @@ device's maximum, in alternating rounds, for an fp32 output gradient (``tbe.py``
 (the training step's). The set-aside is set through the driver API (``cuCtxSetLimit`` on torch's
 primary context) and read back.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/l2_setaside_probe.py [--rounds 3]
+    PYTHONPATH=.:benchmarks python3 benchmarks/l2_setaside_probe.py [--rounds 3] [--grads fp32,bf16] \
+        [--setasides-mb 4,8,16]
 
 About two minutes on an H200 (the fp32 tables take 108 GB).
 """
@@ -101,10 +102,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per set-aside (at least 1)")
     parser.add_argument("--grads", default="fp32,bf16", help="output-gradient dtypes, of fp32 and bf16")
+    parser.add_argument("--setasides-mb", default="",
+                        help="set-asides to compare with none, in MiB, comma-separated (default: the device's maximum)")
     args = parser.parse_args()
     grads = args.grads.split(",")
     if args.rounds < 1 or not grads or any(g not in GRAD_DTYPES for g in grads):
         raise SystemExit("--rounds must be >= 1 and --grads a comma-separated list of fp32, bf16")
+    try:
+        asked = [int(float(mb) * 2**20) for mb in args.setasides_mb.split(",") if mb]
+    except ValueError:
+        raise SystemExit(f"--setasides-mb: not a list of numbers: {args.setasides_mb!r}") from None
+    if any(a <= 0 for a in asked):
+        raise SystemExit("--setasides-mb: each set-aside must be > 0 (none is always measured)")
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the primary context current on this thread
     driver = Driver()
@@ -112,7 +121,9 @@ def main() -> None:
               "max_window": driver.attribute(ATTR_MAX_WINDOW)}
     print(device, flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    setasides = [0, device["max_persisting_l2"]]
+    if any(a > device["max_persisting_l2"] for a in asked):
+        raise SystemExit(f"--setasides-mb: at most {device['max_persisting_l2'] / 2**20:g} MiB on this device")
+    setasides = [0, *(asked or [device["max_persisting_l2"]])]
     rows = [row for g in grads for row in measure(g, setasides, driver, args.rounds, gen)]
     summary = device | summarize(rows)
     write_results("l2_setaside_probe", {"rows": rows, "summary": summary}, rows=rows, summary=summary)
