@@ -3,7 +3,7 @@
 ``polyrec.perfmodel.tbe_reads.l2_hits`` prices the rows that stay in L2 with an ideal frequency cache of the
 device's whole ``l2_bytes``. This measures what random gathers actually get: ``gather_kernel`` reads
 ``--gathers`` rows drawn uniformly from a buffer of S bytes (rows of ``--row-bytes``, every SM issuing, each
-program summing its rows into one sink row), for S from well inside to far outside the L2. Each size's rate
+program summing its rows, with no write traffic), for S from well inside to far outside the L2. Each size's rate
 gives its L2 hit fraction against the two plateaus measured in the same run (the smallest buffer: all hits;
 the largest: all misses), ``h = (1/rate - 1/miss_rate) / (1/hit_rate - 1/miss_rate)``, and the capacity that
 fraction implies for a cache holding a uniform random subset, ``h x S``.
@@ -27,21 +27,22 @@ from polyrec.results import write_results
 MIB = 2**20
 #: Buffer sizes (MiB): from a few MiB, all resident, to far past any L2 (the H200 reports 60 MiB).
 SIZES_MIB = (4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 256, 2048)
-#: Rows per tile and tiles per program of ``gather_kernel`` (one 4-warp program sums 512 rows).
-ROWS_PER_TILE, TILES = 16, 32
+#: Rows per program of ``gather_kernel`` (4 warps; one tile, no loop, so that every program's loads are in
+#: flight at once: a loop over tiles ran at the same ~3 TB/s whether its rows were in L2 or not).
+ROWS_PER_PROGRAM = 32
 
 
 @triton.jit
-def gather_kernel(src_ptr, idx_ptr, sink_ptr, n, D: tl.constexpr, R: tl.constexpr, TILES: tl.constexpr):
-    """sink[program] = sum of rows ``idx[i]`` of ``src`` ([*, D] fp32) over the program's TILES x R ids."""
+def gather_kernel(src_ptr, idx_ptr, sink_ptr, n, threshold, D: tl.constexpr, R: tl.constexpr):
+    """The sum of rows ``idx[i]`` of ``src`` ([*, D] fp32) over the program's R ids, stored to its sink row
+    only where it exceeds ``threshold`` (+inf when timed: no write traffic, yet nothing to optimise away).
+    The ids load evict-first, so that only the rows compete for L2."""
     d = tl.arange(0, D)
-    acc = tl.zeros([D], dtype=tl.float32)
-    for t in range(TILES):
-        i = (tl.program_id(0) * TILES + t) * R + tl.arange(0, R)
-        ok = i < n
-        row = tl.load(idx_ptr + i, mask=ok, other=0).to(tl.int64)
-        acc += tl.sum(tl.load(src_ptr + row[:, None] * D + d[None, :], mask=ok[:, None], other=0.0), axis=0)
-    tl.store(sink_ptr + tl.program_id(0) * D + d, acc)
+    i = tl.program_id(0) * R + tl.arange(0, R)
+    ok = i < n
+    row = tl.load(idx_ptr + i, mask=ok, other=0, eviction_policy="evict_first").to(tl.int64)
+    acc = tl.sum(tl.load(src_ptr + row[:, None] * D + d[None, :], mask=ok[:, None], other=0.0), axis=0)
+    tl.store(sink_ptr + tl.program_id(0) * D + d, acc, mask=acc > threshold)
 
 
 def hit_fraction(rate: float, hit_rate: float, miss_rate: float) -> float:
@@ -55,16 +56,15 @@ def hit_fraction(rate: float, hit_rate: float, miss_rate: float) -> float:
 
 def measure(row_bytes: int, gathers: int, gen: torch.Generator) -> list[dict]:
     dim = row_bytes // 4
-    per_program = ROWS_PER_TILE * TILES
-    programs = triton.cdiv(gathers, per_program)
+    programs = triton.cdiv(gathers, ROWS_PER_PROGRAM)
     sink = torch.empty(programs * dim, device="cuda")
     out = []
     for mib in SIZES_MIB:
         rows = mib * MIB // row_bytes
         src = torch.rand(rows * dim, device="cuda", generator=gen)
         idx = torch.randint(0, rows, (gathers,), device="cuda", generator=gen, dtype=torch.int32)
-        ms = bench_ms(lambda: gather_kernel[(programs,)](src, idx, sink, gathers, D=dim, R=ROWS_PER_TILE,
-                                                          TILES=TILES, num_warps=4))
+        ms = bench_ms(lambda: gather_kernel[(programs,)](src, idx, sink, gathers, float("inf"), D=dim,
+                                                          R=ROWS_PER_PROGRAM, num_warps=4))
         out.append({"row_bytes": row_bytes, "buffer_mib": mib, "ms": ms,
                     "rows_TBps": gathers * row_bytes / ms / 1e9})
         print(out[-1], flush=True)

@@ -11,17 +11,19 @@ from benchmark_util import load_benchmark
 probe = load_benchmark("l2_capacity_probe")
 
 
-def test_each_program_sums_its_rows_and_ignores_the_tail():
+def test_each_program_sums_its_rows_and_writes_only_above_the_threshold():
     gen = torch.Generator().manual_seed(2)
-    dim, rows, n, r, tiles = 16, 50, 37, 4, 3
+    dim, rows, n, r = 16, 50, 37, 4
     src = torch.randn(rows * dim, generator=gen)
     idx = torch.randint(0, rows, (n,), generator=gen, dtype=torch.int32)
-    programs = -(-n // (r * tiles))
+    programs = -(-n // r)
+    want = torch.stack([src.view(rows, dim)[idx[p * r:(p + 1) * r].long()].sum(0) for p in range(programs)])
     sink = torch.full((programs * dim,), float("nan"))
-    probe.gather_kernel[(programs,)](src, idx, sink, n, D=dim, R=r, TILES=tiles, num_warps=1)
-    per = r * tiles
-    want = torch.stack([src.view(rows, dim)[idx[p * per:(p + 1) * per].long()].sum(0) for p in range(programs)])
-    torch.testing.assert_close(sink.view(programs, dim), want)
+    probe.gather_kernel[(programs,)](src, idx, sink, n, float("-inf"), D=dim, R=r, num_warps=1)
+    torch.testing.assert_close(sink.view(programs, dim), want)  # the tail program sums its 1 id
+    untouched = torch.full((programs * dim,), float("nan"))
+    probe.gather_kernel[(programs,)](src, idx, untouched, n, float("inf"), D=dim, R=r, num_warps=1)
+    assert bool(untouched.isnan().all())  # as timed: nothing written
 
 
 def test_hit_fraction_is_the_mix_of_the_plateaus_that_gives_the_rate():
