@@ -3,10 +3,10 @@
 ``polyrec.perfmodel.tbe_reads.l2_hits`` prices the rows that stay in L2 with an ideal frequency cache of the
 device's whole ``l2_bytes``. This measures what random gathers actually get: ``gather_kernel`` reads
 ``--gathers`` rows drawn uniformly from a buffer of S bytes (rows of ``--row-bytes``, every SM issuing, each
-program summing its rows, with no write traffic), for S from well inside to far outside the L2. Each size's rate
-gives its L2 hit fraction against the two plateaus measured in the same run (the smallest buffer: all hits;
-the largest: all misses), ``h = (1/rate - 1/miss_rate) / (1/hit_rate - 1/miss_rate)``, and the capacity that
-fraction implies for a cache holding a uniform random subset, ``h x S``.
+program summing its rows, with no write traffic), for S from well inside to far outside the L2. The rate holds
+while the buffer stays resident and falls once gathers miss; where it starts to fall brackets the capacity the
+gathers get. (The rates themselves do not give the hit fraction: even all hits run far below the L2's bandwidth,
+so a two-rate mix under-counts misses.)
 
     PYTHONPATH=.:benchmarks python3 benchmarks/l2_capacity_probe.py [--row-bytes 512,256] [--gathers 16777216]
 
@@ -26,10 +26,13 @@ from polyrec.results import write_results
 
 MIB = 2**20
 #: Buffer sizes (MiB): from a few MiB, all resident, to far past any L2 (the H200 reports 60 MiB).
-SIZES_MIB = (4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 256, 2048)
+SIZES_MIB = (4, 8, 16, 24, 32, 36, 40, 44, 48, 52, 56, 60, 64, 80, 96, 128, 256, 2048)
 #: Rows per program of ``gather_kernel`` (4 warps; one tile, no loop, so that every program's loads are in
 #: flight at once: a loop over tiles ran at the same ~3 TB/s whether its rows were in L2 or not).
 ROWS_PER_PROGRAM = 32
+#: How far below the smallest buffer's rate a buffer's may be and still count as all hits (the rounds of one
+#: size repeat within ~0.2% on the H200).
+KNEE_TOLERANCE = 0.01
 
 
 @triton.jit
@@ -45,13 +48,14 @@ def gather_kernel(src_ptr, idx_ptr, sink_ptr, n, threshold, D: tl.constexpr, R: 
     tl.store(sink_ptr + tl.program_id(0) * D + d, acc, mask=acc > threshold)
 
 
-def hit_fraction(rate: float, hit_rate: float, miss_rate: float) -> float:
-    """The fraction of gathers served by L2 that makes a mix of the two plateaus run at ``rate`` (clamped to
-    [0, 1]); time per byte is the mix of each plateau's."""
-    if not hit_rate > miss_rate > 0:
-        raise ValueError(f"need hit_rate > miss_rate > 0, got {hit_rate}, {miss_rate}")
-    h = (1 / rate - 1 / miss_rate) / (1 / hit_rate - 1 / miss_rate)
-    return min(max(h, 0.0), 1.0)
+def knee(sizes_mib: list[int], rates: list[float], tolerance: float) -> tuple[int, int | None]:
+    """(the largest buffer whose rate is within ``tolerance`` of the smallest buffer's, the next buffer or
+    None): the rate only falls once gathers start to miss, so the L2's effective capacity for them lies
+    between the two. ``sizes_mib`` ascending."""
+    flat = 0
+    while flat + 1 < len(sizes_mib) and rates[flat + 1] >= (1 - tolerance) * rates[0]:
+        flat += 1
+    return sizes_mib[flat], (sizes_mib[flat + 1] if flat + 1 < len(sizes_mib) else None)
 
 
 def measure(row_bytes: int, gathers: int, gen: torch.Generator) -> list[dict]:
@@ -73,17 +77,14 @@ def measure(row_bytes: int, gathers: int, gen: torch.Generator) -> list[dict]:
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Per row size: the plateaus (smallest and largest buffer) and each buffer's hit fraction and implied
-    capacity (MiB)."""
+    """Per row size: the rates of the smallest (all hits) and largest (all misses) buffer and where the rate
+    starts to fall (``knee`` within KNEE_TOLERANCE)."""
     summary = {}
     for rb in sorted({r["row_bytes"] for r in rows}):
         mine = sorted((r for r in rows if r["row_bytes"] == rb), key=lambda r: r["buffer_mib"])
-        hit_rate, miss_rate = mine[0]["rows_TBps"], mine[-1]["rows_TBps"]
-        per_size = {}
-        for r in mine[1:-1]:
-            h = hit_fraction(r["rows_TBps"], hit_rate, miss_rate)
-            per_size[str(r["buffer_mib"])] = {"hit_fraction": h, "implied_mib": h * r["buffer_mib"]}
-        summary[f"row_{rb}B"] = {"hit_TBps": hit_rate, "miss_TBps": miss_rate, "sizes": per_size}
+        flat, slower = knee([r["buffer_mib"] for r in mine], [r["rows_TBps"] for r in mine], KNEE_TOLERANCE)
+        summary[f"row_{rb}B"] = {"resident_TBps": mine[0]["rows_TBps"], "streaming_TBps": mine[-1]["rows_TBps"],
+                                 "flat_until_mib": flat, "slower_from_mib": slower}
     return summary
 
 

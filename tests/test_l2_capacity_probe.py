@@ -1,9 +1,8 @@
 """benchmarks/l2_capacity_probe.py: the gather kernel sums exactly the rows it is given (interpreter), and the
-hit fraction and capacity come out of the two plateaus as stated."""
+knee is found where the rate first falls."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from benchmark_util import load_benchmark
@@ -26,22 +25,16 @@ def test_each_program_sums_its_rows_and_writes_only_above_the_threshold():
     assert bool(untouched.isnan().all())  # as timed: nothing written
 
 
-def test_hit_fraction_is_the_mix_of_the_plateaus_that_gives_the_rate():
-    hit, miss = 8.0, 4.0
-    assert probe.hit_fraction(8.0, hit, miss) == 1.0
-    assert probe.hit_fraction(4.0, hit, miss) == 0.0
-    half = 1 / (0.5 / hit + 0.5 / miss)  # half the bytes at each rate
-    assert probe.hit_fraction(half, hit, miss) == pytest.approx(0.5)
-    assert probe.hit_fraction(3.0, hit, miss) == 0.0  # slower than all misses: clamped
-    with pytest.raises(ValueError, match="hit_rate > miss_rate"):
-        probe.hit_fraction(5.0, 4.0, 8.0)
+def test_knee_is_the_last_size_within_tolerance_of_the_first():
+    sizes = [4, 8, 16, 32, 64]
+    assert probe.knee(sizes, [5.0, 4.99, 4.97, 4.90, 4.5], 0.01) == (16, 32)
+    assert probe.knee(sizes, [5.0, 5.0, 5.0, 5.0, 5.0], 0.01) == (64, None)
+    assert probe.knee(sizes, [5.0, 4.0, 5.0, 5.0, 5.0], 0.01) == (4, 8)  # the first fall counts
 
 
-def test_summary_takes_the_ends_as_plateaus_and_prices_the_sizes_between():
-    rate_at_half = 1 / (0.5 / 8.0 + 0.5 / 4.0)
-    rows = [{"row_bytes": 512, "buffer_mib": m, "rows_TBps": t} for m, t in ((4, 8.0), (64, rate_at_half), (2048, 4.0))]
-    got = probe.summarize(rows)["row_512B"]
-    assert got["hit_TBps"] == 8.0 and got["miss_TBps"] == 4.0
-    assert got["sizes"]["64"]["hit_fraction"] == pytest.approx(0.5)
-    assert got["sizes"]["64"]["implied_mib"] == pytest.approx(32.0)
-    assert set(got["sizes"]) == {"64"}
+def test_summary_names_the_plateaus_and_the_knee_per_row_size():
+    rows = [{"row_bytes": 512, "buffer_mib": m, "rows_TBps": t} for m, t in ((4, 5.0), (48, 4.98), (64, 4.8), (2048, 4.2))]
+    rows += [{"row_bytes": 256, "buffer_mib": m, "rows_TBps": t} for m, t in ((4, 4.4), (48, 4.3), (2048, 3.9))]
+    got = probe.summarize(rows)
+    assert got["row_512B"] == {"resident_TBps": 5.0, "streaming_TBps": 4.2, "flat_until_mib": 48, "slower_from_mib": 64}
+    assert got["row_256B"]["flat_until_mib"] == 4 and got["row_256B"]["slower_from_mib"] == 48
