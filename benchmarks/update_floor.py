@@ -10,8 +10,9 @@ slice per id: not a stream. This measures, in one process:
   ``--rows`` rows of ``--dim`` fp32 elements, under each tile of ``TILES``, in three modes: ``read`` (gather
   the rows, no writes), ``rmw`` (read each row and its state, write both back), ``update`` (row-wise
   Adagrad: ``rmw`` plus one gradient slice per row, fp32 or bf16); the rows visited sorted (as the fused
-  update visits them) or shuffled, the gradient slices at random or one after another (``CASES``). No
-  duplicates, no sort, no scan: what is left is the memory system.
+  update visits them) or shuffled, the gradient slices at random or one after another, or grouped by window of
+  the gradient with the rows sorted within each (``chunked-K``) (``CASES``). No duplicates, no sort, no scan:
+  what is left is the memory system.
 
 Each case names where the row-wise state lives (``LAYOUTS``): in its own fp32 array, as the module keeps it
 (``separate``), nowhere (``no-state``: the rows alone, what any layout costs at least), or inline, in the
@@ -23,7 +24,7 @@ Rates are bytes moved (rows read and written, state, gradient slices) per second
 fraction of the copy rate. The module's own update is timed by ``tbe.py`` / ``tbe_checkout_ab.py``.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/update_floor.py [--rows 204184588] [--unique 10205714] \
-        [--layouts separate,no-state,inline-528,inline-544,padded-544]
+        [--layouts separate,no-state,inline-528,inline-544,padded-544] [--orders sorted,chunked-32]
 
 Defaults: the MLPerf tables' rows and the unique rows of one uniform MLPerf step (``tbe.py``'s
 ``unique_rows``, 2026-12-02). Allocates rows x (dim + padding) x 4 bytes, one layout's table at a time (at most 111 GB by default).
@@ -52,6 +53,8 @@ STATE_NONE, STATE_SEPARATE, STATE_INLINE = 0, 1, 2
 TILES = ((2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8))
 #: Rows of the gradient matrix a slice is drawn from (MLPerf: batch 65536 x 26 features).
 GRAD_SLICES = 65536 * 26
+#: Windows of the gradient of the ``chunked-K`` orders (0.87 GB of fp32 slices: 109 / 27 / 6.8 MB each).
+CHUNKS = (8, 32, 128)
 
 
 @triton.jit
@@ -118,7 +121,9 @@ CASES = (("read", "float32", "sorted", "separate"), ("rmw", "float32", "sorted",
          ("update", "float32", "sorted", "no-state"), ("rmw", "float32", "sorted", "inline-528"),
          ("update", "float32", "sorted", "inline-528"), ("rmw", "float32", "sorted", "inline-544"),
          ("update", "float32", "sorted", "inline-544"), ("update", "bfloat16", "sorted", "inline-544"),
-         ("read", "float32", "sorted", "padded-544"), ("rmw", "float32", "sorted", "padded-544"))
+         ("read", "float32", "sorted", "padded-544"), ("rmw", "float32", "sorted", "padded-544"),
+         *(("update", "float32", f"chunked-{k}", "separate") for k in CHUNKS),
+         ("rmw", "float32", "chunked-32", "separate"), ("update", "bfloat16", "chunked-32", "separate"))
 
 
 def visit_orders(rows: int, unique: int, gen: torch.Generator) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -127,15 +132,27 @@ def visit_orders(rows: int, unique: int, gen: torch.Generator) -> dict[str, tupl
     chosen = torch.randperm(rows, device=dev, generator=gen)[:unique]  # distinct rows, in random order
     random_slices = torch.randint(0, GRAD_SLICES, (unique,), device=dev, generator=gen)
     in_turn = torch.arange(unique, device=dev) % GRAD_SLICES
-    return {"sorted": (chosen.sort().values, random_slices), "shuffled": (chosen, random_slices),
-            "bag-major": (chosen, in_turn)}
+    orders = {"sorted": (chosen.sort().values, random_slices), "shuffled": (chosen, random_slices),
+              "bag-major": (chosen, in_turn)}
+    for chunks in CHUNKS:
+        orders[f"chunked-{chunks}"] = chunked(chosen, random_slices, chunks, rows)
+    return orders
+
+
+def chunked(rows_visited: torch.Tensor, slices: torch.Tensor, chunks: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The visits grouped by which of ``chunks`` equal ranges of the gradient their slice lies in, each group's
+    rows ascending: an update that takes the bags a window at a time, so that a window's slices stay in L2
+    while its rows are visited in order."""
+    window = -(-GRAD_SLICES // chunks)
+    order = torch.argsort((slices // window) * rows + rows_visited)
+    return rows_visited[order], slices[order]
 
 
 def measure(args) -> list[dict]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     state = torch.zeros(args.rows, device="cuda")
     orders = visit_orders(args.rows, args.unique, gen)
-    cases = [c for c in CASES if c[3] in args.layouts]
+    cases = [c for c in CASES if c[3] in args.layouts and (not args.orders or c[2] in args.orders)]
     grads = {dtype: torch.randn(GRAD_SLICES * args.dim, device="cuda", generator=gen).to(getattr(torch, dtype))
              for dtype in {c[1] for c in cases}}
     out = []
@@ -180,10 +197,14 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128, help="fp32 elements per row")
     parser.add_argument("--layouts", default=",".join(LAYOUTS),
                         help=f"comma-separated state layouts to measure, of {', '.join(LAYOUTS)} (default: all)")
+    parser.add_argument("--orders", default="", help="comma-separated visit orders to measure (default: all)")
     args = parser.parse_args()
     if not 0 < args.unique <= args.rows or args.dim < 1 or args.dim & (args.dim - 1):
         raise SystemExit("--unique must be in [1, --rows] and --dim a power of two")
     args.layouts = args.layouts.split(",")
+    args.orders = args.orders.split(",") if args.orders else []
+    if unknown := [name for name in args.orders if name not in {c[2] for c in CASES}]:
+        raise SystemExit(f"--orders: unknown order(s) {unknown}; choose from {sorted({c[2] for c in CASES})}")
     if unknown := [name for name in args.layouts if name not in LAYOUTS]:
         raise SystemExit(f"--layouts: unknown layout(s) {unknown}; choose from {', '.join(LAYOUTS)}")
     copy = copy_rate()

@@ -109,6 +109,19 @@ def test_the_orders_visit_the_same_distinct_rows_and_read_the_slices_as_named():
     assert torch.equal(orders["sorted"][1], orders["shuffled"][1])
 
 
+def test_chunked_orders_group_by_gradient_window_and_sort_rows_within():
+    orders = floor.visit_orders(1000, 300, torch.Generator().manual_seed(4))
+    for k in floor.CHUNKS:
+        rows, slices = orders[f"chunked-{k}"]
+        window = -(-floor.GRAD_SLICES // k)
+        chunk = slices // window
+        assert bool((chunk[1:] >= chunk[:-1]).all())
+        same = chunk[1:] == chunk[:-1]
+        assert bool((rows[1:][same] > rows[:-1][same]).all())
+        pairs = sorted(zip(rows.tolist(), slices.tolist()))
+        assert pairs == sorted(zip(orders["shuffled"][0].tolist(), orders["shuffled"][1].tolist()))
+
+
 def test_the_summary_keeps_each_case_s_fastest_tile():
     rows = [{"mode": "rmw", "grad": "float32", "order": o, "rows_per_program": r, "warps": 1, "ms": ms,
              "TBps": 10 / ms} for o, r, ms in (("sorted", 4, 2.0), ("sorted", 8, 1.0), ("shuffled", 4, 3.0))]
