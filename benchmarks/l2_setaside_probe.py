@@ -117,7 +117,8 @@ def main() -> None:
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the primary context current on this thread
     driver = Driver()
-    device = {"l2_bytes": driver.attribute(ATTR_L2_BYTES), "max_persisting_l2": driver.attribute(ATTR_MAX_PERSISTING_L2),
+    device = {"l2_bytes": driver.attribute(ATTR_L2_BYTES),
+              "max_persisting_l2": driver.attribute(ATTR_MAX_PERSISTING_L2),
               "max_window": driver.attribute(ATTR_MAX_WINDOW)}
     print(device, flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)

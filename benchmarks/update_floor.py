@@ -16,8 +16,8 @@ slice per id: not a stream. This measures, in one process:
 
 Each case names where the row-wise state lives (``LAYOUTS``): in its own fp32 array, as the module keeps it
 (``separate``), nowhere (``no-state``: the rows alone, what any layout costs at least), or inline, in the
-padding of a row of 528 or 544 bytes (``inline-528`` / ``inline-544``): the state's 32-byte sector then sits in
-the DRAM page of its row instead of a page of its own. ``padded-544`` keeps no state in 544-byte rows: what
+padding of a row of 528 or 544 bytes (``inline-528`` / ``inline-544``): the state's 32-byte sector then lies
+next to its row instead of in an array of its own. ``padded-544`` keeps no state in 544-byte rows: what
 the rows' lost 512-byte alignment costs by itself.
 
 Rates are bytes moved (rows read and written, state, gradient slices) per second, and that as a
@@ -27,8 +27,8 @@ fraction of the copy rate. The module's own update is timed by ``tbe.py`` / ``tb
         [--layouts separate,no-state,inline-528,inline-544,padded-544] [--orders sorted,chunked-32]
 
 Defaults: the MLPerf tables' rows and the unique rows of one uniform MLPerf step (``tbe.py``'s
-``unique_rows``, 2026-12-02). Allocates rows x (dim + padding) x 4 bytes, one layout's table at a time (at most 111 GB by default).
-About two minutes on an H200.
+``unique_rows``, 2026-12-02). Allocates rows x (dim + padding) x 4 bytes, one layout's table at a time (at
+most 111 GB by default). About two minutes on an H200.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def visit_orders(rows: int, unique: int, gen: torch.Generator) -> dict[str, tupl
     return orders
 
 
-def chunked(rows_visited: torch.Tensor, slices: torch.Tensor, chunks: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def chunked(rows_visited: torch.Tensor, slices: torch.Tensor, chunks: int,
+            rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The visits grouped by which of ``chunks`` equal ranges of the gradient their slice lies in, each group's
     rows ascending: an update that takes the bags a window at a time, so that a window's slices stay in L2
     while its rows are visited in order."""

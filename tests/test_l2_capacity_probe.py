@@ -33,7 +33,8 @@ def test_knee_is_the_last_size_within_tolerance_of_the_first():
 
 
 def test_summary_names_the_plateaus_and_the_knee_per_row_size():
-    rows = [{"row_bytes": 512, "buffer_mib": m, "rows_TBps": t} for m, t in ((4, 5.0), (48, 4.98), (64, 4.8), (2048, 4.2))]
+    rows = [{"row_bytes": 512, "buffer_mib": m, "rows_TBps": t}
+            for m, t in ((4, 5.0), (48, 4.98), (64, 4.8), (2048, 4.2))]
     rows += [{"row_bytes": 256, "buffer_mib": m, "rows_TBps": t} for m, t in ((4, 4.4), (48, 4.3), (2048, 3.9))]
     got = probe.summarize(rows)
     assert got["row_512B"] == {"resident_TBps": 5.0, "streaming_TBps": 4.2, "flat_until_mib": 48, "slower_from_mib": 64}
