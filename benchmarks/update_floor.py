@@ -43,12 +43,12 @@ from tbe import bench_ms, copy_rate
 from polyrec.results import write_results
 
 MODES = {"read": 0, "rmw": 1, "update": 2}
-#: Where the row-wise state lives: (fp32 elements per stored row, state kind) per layout; state kinds:
-#: 0 none, 1 its own array ``s_ptr[row]``, 2 inline at element ``dim`` of the padded row (a layout's stride
-#: is ``dim`` + its padding; the padding's elements are given for dim 128, ``row_stride`` scales them).
-LAYOUTS = {"separate": (0, 1), "no-state": (0, 0), "inline-528": (4, 2), "inline-544": (8, 2),
-           "padded-544": (8, 0)}
+#: ``ideal_update_kernel``'s STATE: none, its own array ``s_ptr[row]``, inline at element ``dim`` of the padded row.
 STATE_NONE, STATE_SEPARATE, STATE_INLINE = 0, 1, 2
+#: Where the row-wise state lives: (padding fp32 elements per stored row, state kind) per layout (a layout's
+#: stride is ``dim`` + its padding; the padding is given for dim 128, ``row_stride`` scales it).
+LAYOUTS = {"separate": (0, STATE_SEPARATE), "no-state": (0, STATE_NONE), "inline-528": (4, STATE_INLINE),
+           "inline-544": (8, STATE_INLINE), "padded-544": (8, STATE_NONE)}
 #: (rows per program, warps) of ``ideal_update_kernel``.
 TILES = ((2, 1), (4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8))
 #: Rows of the gradient matrix a slice is drawn from (MLPerf: batch 65536 x 26 features).
@@ -204,8 +204,9 @@ def main() -> None:
         raise SystemExit("--unique must be in [1, --rows] and --dim a power of two")
     args.layouts = args.layouts.split(",")
     args.orders = args.orders.split(",") if args.orders else []
-    if unknown := [name for name in args.orders if name not in {c[2] for c in CASES}]:
-        raise SystemExit(f"--orders: unknown order(s) {unknown}; choose from {sorted({c[2] for c in CASES})}")
+    known = sorted({c[2] for c in CASES})
+    if unknown := [name for name in args.orders if name not in known]:
+        raise SystemExit(f"--orders: unknown order(s) {unknown}; choose from {known}")
     if unknown := [name for name in args.layouts if name not in LAYOUTS]:
         raise SystemExit(f"--layouts: unknown layout(s) {unknown}; choose from {', '.join(LAYOUTS)}")
     copy = copy_rate()
