@@ -14,9 +14,15 @@ rate measured in the same run (``cast_floor_ms``); written by the kernel that ma
 cross network's passes, the ReLU backward), only the 2 bytes of fp8 writes (``fused_cast_floor_ms``).
 ``cast_eager_ms`` times torch's own unfused casts of the largest tensor for comparison. GEMMs whose dims are not multiples of 16 stay bf16 in the sum.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/fp8_dense_probe.py [--batch 65536]
+``--operands step`` times the same comparison on the operands of one real training step instead of
+random ones (``mlperf-dcnv2`` with tables capped at 4M rows, uniform ids, after ``WARM_STEPS`` steps: every
+``polyrec.kernels.gemm.matmul`` call of the step recorded with its operands as the step laid them out; bf16
+as recorded, fp8 with per-tensor scales from each operand's amax). Random operands draw more power than
+activations, which run the library at ~710 TFLOP/s in the step (``dense_ops_check``) against ~600 here.
 
-Writes ``fp8_dense_probe_<gpu>_<date>.{json,md}``.
+    PYTHONPATH=.:benchmarks python3 benchmarks/fp8_dense_probe.py [--batch 65536] [--operands random|step]
+
+Writes ``fp8_dense_probe_<gpu>_<date>.{json,md}`` (``fp8_dense_probe_step_...`` with ``--operands step``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ CAST_BYTES_PER_ELEMENT = 4
 FUSED_CAST_BYTES_PER_ELEMENT = 2
 #: fp8 GEMM dims must be multiples of this many elements (cuBLASLt's fp8 alignment, 16 bytes).
 FP8_ALIGN = 16
+#: Training steps before the one whose operands ``--operands step`` records (kernels selected, weights moved).
+WARM_STEPS = 10
+#: Largest finite magnitudes of e4m3 and e5m2 (OCP 8-bit floating point specification v1.0).
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
 
 def gemm_rows(batch: int) -> list[dict]:
@@ -92,6 +102,68 @@ def _time_row(row: dict, bench) -> dict:
     return out
 
 
+def _scaled(x, fmt: str):
+    """x [M, K] (any layout) as fp8 of format ``fmt`` under one scale from its amax, and that scale."""
+    import torch
+
+    dtype = torch.float8_e5m2 if fmt == "e5m2" else torch.float8_e4m3fn
+    scale = (x.abs().amax().float() / FP8_MAX[fmt]).clamp(min=1e-12)
+    return (x.float() / scale).to(dtype), scale
+
+
+def _time_recorded(call: dict, bench) -> dict:
+    """bf16 and fp8 times of one recorded GEMM ``A @ B`` (A [M, K], B [K, N] as the step laid them out)."""
+    import torch
+
+    a, b = call.pop("a"), call.pop("b")
+    out = dict(call, bf16_ms=bench(lambda: torch.mm(a, b)))
+    if not call["fp8_ok"]:
+        return out
+    a8, sa = _scaled(a.contiguous(), "e5m2" if call["backward"] else "e4m3")  # row-major [M, K]
+    b8, sb = _scaled(b.t().contiguous(), "e4m3")  # [N, K] row-major: B column-major
+    for key, fast in (("fp8_ms", False), ("fp8_fast_ms", True)):
+        out[key] = bench(lambda: torch._scaled_mm(a8, b8.t(), sa, sb, out_dtype=torch.bfloat16,
+                                                  use_fast_accum=fast))
+    ref = a.double() @ b.double()
+    got = torch._scaled_mm(a8, b8.t(), sa, sb, out_dtype=torch.bfloat16).double()
+    out["fp8_rel_error"] = float((got - ref).norm() / ref.norm())
+    return out
+
+
+def record_step(batch: int) -> list[dict]:
+    """Every ``matmul`` call of one training step of ``mlperf-dcnv2`` (tables capped at 4M rows) with
+    copies of its operands as ``A [M, K] @ B [K, N]`` views, in call order; backward calls flagged."""
+    import torch
+
+    import polyrec.kernels.dcn as dcn
+    import polyrec.kernels.gemm as gemm
+    from polyrec.runtime import TrainConfig, Trainer
+
+    cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=batch, steps=10**9,
+                      synthetic_pool=4, device="cuda", cuda_graphs=False, row_cap=4_000_000)
+    trainer = Trainer(cfg, progress=False)
+    for _ in range(WARM_STEPS):
+        trainer.train_step()
+    calls, original = [], gemm.matmul
+
+    def recording(a, b, *, trans_a=False, trans_b=False, **kw):
+        A, B = (a.t() if trans_a else a), (b.t() if trans_b else b)
+        (m, k), n = A.shape, B.shape[1]
+        calls.append({"call": len(calls), "m": m, "n": n, "k": k, "a": A.clone(), "b": B.clone(),
+                      "backward": torch._C._current_graph_task_id() != -1,
+                      "fp8_ok": all(v % FP8_ALIGN == 0 for v in (m, n, k))})
+        return original(a, b, trans_a=trans_a, trans_b=trans_b, **kw)
+
+    gemm.matmul = dcn.matmul = recording
+    try:
+        trainer.train_step()
+        trainer.sync()
+    finally:
+        gemm.matmul = dcn.matmul = original
+    del trainer
+    return calls
+
+
 def _eager_cast_ms(batch: int, width: int, bench) -> float:
     import torch
 
@@ -112,19 +184,31 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=65536)
+    parser.add_argument("--operands", choices=("random", "step"), default="random",
+                        help="random operands of the planner's shapes, or those of one recorded training step")
     args = parser.parse_args()
     bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     rows = []
-    for row in gemm_rows(args.batch):
-        rows.append(_time_row(row, bench))
-        print(rows[-1]["op"], round(rows[-1]["bf16_ms"], 3), round(rows[-1].get("fp8_fast_ms", 0), 3), flush=True)
+    if args.operands == "step":
+        calls = record_step(args.batch)
+        while calls:
+            rows.append(_time_recorded(calls.pop(0), bench))
+            print(rows[-1]["call"], rows[-1]["m"], rows[-1]["n"], rows[-1]["k"], round(rows[-1]["bf16_ms"], 3),
+                  round(rows[-1].get("fp8_fast_ms", 0), 3), flush=True)
+    else:
+        for row in gemm_rows(args.batch):
+            rows.append(_time_row(row, bench))
+            print(rows[-1]["op"], round(rows[-1]["bf16_ms"], 3), round(rows[-1].get("fp8_fast_ms", 0), 3),
+                  flush=True)
     copy = copy_rate() / 1e12
     summary = summarize(rows, cast_elements(args.batch), copy)
     summary["batch"] = args.batch
     widest = max(m.in_dim for m in dense_matmuls(model_spec_from_config(mlperf_dcnv2())))
     summary[f"cast_eager_ms_{args.batch}x{widest}"] = _eager_cast_ms(args.batch, widest, bench)
     print(summary, flush=True)
-    write_results("fp8_dense_probe", {"rows": rows}, rows=rows, summary=summary)
+    summary["operands"] = args.operands
+    name = "fp8_dense_probe" if args.operands == "random" else "fp8_dense_probe_step"
+    write_results(name, {"rows": rows}, rows=rows, summary=summary)
 
 
 if __name__ == "__main__":
