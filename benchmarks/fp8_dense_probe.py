@@ -12,13 +12,15 @@ bound priced here: each batch-sized activation and gradient read once in bf16 an
 (plain and transposed, the scale taken from the previous step's amax): 4 bytes per element at the copy
 rate measured in the same run (``cast_floor_ms``); written by the kernel that makes the tensor (the
 cross network's passes, the ReLU backward), only the 2 bytes of fp8 writes (``fused_cast_floor_ms``).
-``cast_eager_ms`` times torch's own unfused casts of the largest tensor for comparison. GEMMs whose dims are not multiples of 16 stay bf16 in the sum.
+``cast_eager_ms`` times torch's own unfused casts of the largest tensor for comparison. GEMMs whose dims
+are not multiples of 16 stay bf16 in the sums.
 
 ``--operands step`` times the same comparison on the operands of one real training step instead of
 random ones (``mlperf-dcnv2`` with tables capped at 4M rows, uniform ids, after ``WARM_STEPS`` steps: every
 ``polyrec.kernels.gemm.matmul`` call of the step recorded with its operands as the step laid them out; bf16
-as recorded, fp8 with per-tensor scales from each operand's amax). Random operands draw more power than
-activations, which run the library at ~710 TFLOP/s in the step (``dense_ops_check``) against ~600 here.
+as recorded, fp8 with per-tensor scales from each operand's amax): back to back and alone, random operands
+run the library at ~600 TFLOP/s where the step runs it at ~710 (``dense_ops_check``); this asks whether
+the operands' values are why.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/fp8_dense_probe.py [--batch 65536] [--operands random|step]
 
@@ -170,7 +172,7 @@ def _eager_cast_ms(batch: int, width: int, bench) -> float:
     x = torch.randn(batch, width, device="cuda", dtype=torch.bfloat16)
 
     def cast():
-        scale = 448.0 / x.abs().amax().float()
+        scale = FP8_MAX["e4m3"] / x.abs().amax().float()
         return (x * scale).to(torch.float8_e4m3fn), (x.t() * scale).contiguous().to(torch.float8_e4m3fn)
 
     return bench(cast)
