@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from fp8_dense_probe import FP8_ALIGN, FP8_MAX
 from polyrec.models.layers import DenseOps
 
+#: Largest finite magnitudes of the two formats, from the speed probe's table.
 E4M3_MAX, E5M2_MAX = FP8_MAX["e4m3"], FP8_MAX["e5m2"]
 #: Where ``benchmarks/e2e.py`` finds the file when no path is given (RecBole 1.2.1's ml-100k.inter).
 MOVIELENS_DEFAULT = Path(".carry/ml-100k/ml-100k.inter")
