@@ -9,9 +9,12 @@ input- and weight-gradient GEMMs read to e5m2, each with one scale per tensor fr
 ("current" scaling). Accumulation, the bias and the elementwise cross update stay fp32, so the
 difference between the runs is the operands' rounding alone. The e2e target allows 0.002 of AUC.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/fp8_quality_probe.py [--movielens PATH] [--steps 400]
+``--synthetic`` runs ``make demo``'s task instead (``dcnv2-small`` on synthetic data whose labels come from a
+hidden model, 600 steps of 512, the trainer's default optimizers), a second model of the same family.
 
-Writes ``fp8_quality_probe_<device>_<date>.{json,md}``.
+    PYTHONPATH=.:benchmarks python3 benchmarks/fp8_quality_probe.py [--movielens PATH | --synthetic] [--steps N]
+
+Writes ``fp8_quality_probe_<device>_<date>.{json,md}`` (``fp8_quality_probe_synthetic_...``).
 """
 
 from __future__ import annotations
@@ -90,15 +93,26 @@ class Fp8Ops(DenseOps):
         return x0 * (fp8_matmul(v, weight.to(v.dtype)) + bias.to(v.dtype)) + x
 
 
-def train_auc(path: Path, seed: int, steps: int, fp8: bool) -> float:
-    """Test AUC of one MovieLens run as ``benchmarks/e2e.py``'s eager reference trains it (on the CPU)."""
+def task(data: str) -> dict:
+    """Training options of a quality task: ``benchmarks/e2e.py``'s MovieLens run for ``movielens:PATH``, and
+    ``make demo``'s run (the trainer's defaults, 600 steps of 512) for ``synthetic`` (hidden-model labels)."""
+    if data.startswith("movielens:"):
+        return dict(steps=400, batch_size=1024, lr=0.01, embedding_optimizer="adagrad", dense_optimizer="adagrad")
+    if data == "synthetic":
+        return dict(steps=600, batch_size=512)
+    raise ValueError(f"fp8_quality_probe: data must be movielens:PATH or synthetic, got {data!r}")
+
+
+def train_auc(data: str, seed: int, fp8: bool, steps: int | None = None) -> float:
+    """Test AUC of one run of the task ``data`` (``task``) with the eager torch layers in fp32, on the CPU;
+    ``steps`` overrides the task's."""
     from polyrec.runtime.config import TrainConfig
     from polyrec.runtime.trainer import Trainer
 
-    cfg = TrainConfig(preset="dcnv2-small", data=f"movielens:{path}", steps=steps, batch_size=1024, lr=0.01,
-                      embedding_optimizer="adagrad", dense_optimizer="adagrad", seed=seed, log_every=steps,
-                      device="cpu", cuda_graphs=False, embedding_backend="torch", dense_backend="torch",
-                      precision="fp32")
+    options = task(data) | ({"steps": steps} if steps else {})
+    cfg = TrainConfig(preset="dcnv2-small", data=data, seed=seed, log_every=options["steps"], device="cpu",
+                      cuda_graphs=False, embedding_backend="torch", dense_backend="torch", precision="fp32",
+                      **options)
     trainer = Trainer(cfg, progress=False)
     if fp8:
         trainer.model.ops = Fp8Ops()
@@ -119,19 +133,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--movielens", type=Path, default=MOVIELENS_DEFAULT,
                         help="path to ml-100k.inter (RecBole) or u.data (GroupLens)")
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--synthetic", action="store_true",
+                        help="make demo's synthetic task instead of MovieLens")
+    parser.add_argument("--steps", type=int, help="steps per run (default: the task's)")
     args = parser.parse_args()
-    if not args.movielens.is_file():
+    if not args.synthetic and not args.movielens.is_file():
         raise SystemExit(f"fp8_quality_probe: {args.movielens} not found; see benchmarks/e2e.py's docstring")
+    data = "synthetic" if args.synthetic else f"movielens:{args.movielens}"
     rows = []
     for seed in SEEDS:
         for fp8 in (False, True):
             rows.append({"seed": seed, "gemms": "fp8" if fp8 else "fp32",
-                         "test_auc": train_auc(args.movielens, seed, args.steps, fp8)})
+                         "test_auc": train_auc(data, seed, fp8, args.steps)})
             print(rows[-1], flush=True)
-    summary = summarize(rows) | {"steps": args.steps, "movielens": str(args.movielens)}
+    summary = summarize(rows) | {"data": data, "steps": args.steps or task(data)["steps"]}
     print(summary, flush=True)
-    write_results("fp8_quality_probe", {"rows": rows}, rows=rows, summary=summary)
+    write_results("fp8_quality_probe" + ("_synthetic" if args.synthetic else ""), {"rows": rows}, rows=rows,
+                  summary=summary)
 
 
 if __name__ == "__main__":

@@ -53,3 +53,11 @@ def test_summary_means_and_gap():
     got = probe.summarize(rows)
     assert got["fp32_auc"] == pytest.approx(0.77) and got["fp8_auc"] == pytest.approx(0.765)
     assert got["gap"] == pytest.approx(-0.005) and got["seeds"] == 2
+
+
+def test_tasks_are_e2es_movielens_run_and_make_demos_run():
+    assert probe.task("movielens:x.inter") == {"steps": 400, "batch_size": 1024, "lr": 0.01,
+                                               "embedding_optimizer": "adagrad", "dense_optimizer": "adagrad"}
+    assert probe.task("synthetic") == {"steps": 600, "batch_size": 512}
+    with pytest.raises(ValueError, match="criteo:x"):
+        probe.task("criteo:x")
