@@ -6,7 +6,8 @@ docs/training.md), so every timed step runs on a model that has already fit its 
 gradients, saturated logits. A GEMM's speed can follow its operands' values (the tensor cores' power), so
 this times ``mlperf-dcnv2`` (tables capped at 4M rows: the dense half is the full model's) on a pool of
 ``SMALL_POOL`` batches against one of ``LARGE_POOL``, which no timed window sees twice, in interleaved
-rounds in one process, after ``WARM_STEPS`` steps each; each round's last loss is printed beside its time.
+rounds in one process, after ``WARM_STEPS`` steps each (``Trainer.benchmark``: each round's step time, its
+phases by the trainer's timer and its last loss).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/data_pool_probe.py [--rounds 4] [--steps 20]
 
@@ -22,27 +23,35 @@ import statistics
 SMALL_POOL, LARGE_POOL = 4, 128
 #: Steps each trainer runs before the timed rounds (the small pool is memorised by then).
 WARM_STEPS = 30
+#: Untimed steps before each round's timed ones.
+ROUND_WARMUP = 3
 #: Rows per table at most: the dense half and the batch are the full model's, in a fraction of the memory.
 ROW_CAP = 4_000_000
 
 
+#: The trainer's phases reported per pool (``Trainer.benchmark``'s ``<phase>_ms``).
+PHASES = ("ms_per_step", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms")
+
+
 def summarize(rows: list[dict]) -> dict:
-    """Median ms per step of each pool and the large pool's change against the small one."""
-    med = {p: statistics.median(r["ms_per_step"] for r in rows if r["pool"] == p) for p in (SMALL_POOL, LARGE_POOL)}
-    return {f"pool_{p}_ms": v for p, v in med.items()} | {"large_vs_small": med[LARGE_POOL] / med[SMALL_POOL] - 1}
+    """Median of each pool's step and phases (ms), and the large pool's step change against the small one."""
+    med = {(p, k): statistics.median(r[k] for r in rows if r["pool"] == p)
+           for p in (SMALL_POOL, LARGE_POOL) for k in PHASES}
+    out = {f"pool_{p}_{k}": v for (p, k), v in med.items()}
+    change = med[LARGE_POOL, "ms_per_step"] / med[SMALL_POOL, "ms_per_step"] - 1
+    return out | {"large_vs_small": change}
 
 
 def main() -> None:
     from polyrec.results import write_results
     from polyrec.runtime import TrainConfig, Trainer
-    from profiling import step_ms
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
     parser.add_argument("--batch", type=int, default=65536)
     args = parser.parse_args()
-    if WARM_STEPS + args.rounds * (args.steps + 4) > LARGE_POOL:  # step_ms warms 3, the loss takes 1
+    if WARM_STEPS + args.rounds * (args.steps + ROUND_WARMUP) > LARGE_POOL:
         raise SystemExit(f"data_pool_probe: {args.rounds} rounds of {args.steps} steps would repeat the "
                          f"{LARGE_POOL}-batch pool")
     trainers = {p: Trainer(TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=args.batch,
@@ -56,8 +65,8 @@ def main() -> None:
     rows = []
     for r in range(args.rounds):
         for pool, tr in trainers.items():
-            ms = step_ms(tr, steps=args.steps)
-            rows.append({"round": r, "pool": pool, "ms_per_step": ms, "last_loss": float(tr.train_step())})
+            timed = tr.benchmark(warmup=ROUND_WARMUP, steps=args.steps)
+            rows.append({"round": r, "pool": pool} | {k: timed[k] for k in (*PHASES, "last_loss")})
             print(rows[-1], flush=True)
     summary = summarize(rows) | {"batch": args.batch, "row_cap": ROW_CAP, "warm_steps": WARM_STEPS}
     print(summary, flush=True)
