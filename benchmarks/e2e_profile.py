@@ -23,6 +23,10 @@ from polyrec.runtime import TrainConfig, Trainer
 from profiling import host_profile, kernel_table
 
 DENSE_FLOP_PER_SAMPLE = 96e6  # issue 5: MLPerf DLRM-DCNv2 forward + backward dense work per sample
+#: The trainer's timer run before the profile: untimed and timed steps. The synthetic batches are made once,
+#: as many as the whole script takes (a model memorises a few cycled ones and then steps faster:
+#: benchmarks/results/data_pool_probe_nvidia-h200_2026-12-02).
+TIMER_WARMUP, TIMER_STEPS = 3, 5
 
 
 def data_suffix(data: str) -> str:
@@ -46,11 +50,12 @@ def main() -> None:
     parser.add_argument("--host", action="store_true",
                         help="also profile the host side (cProfile of the Python calls of a step)")
     args = parser.parse_args()
+    pool = TIMER_WARMUP + TIMER_STEPS + args.steps * (2 if args.host else 1)  # no step sees a batch twice
     cfg = TrainConfig(preset="dcnv2-small" if args.quick else args.preset, batch_size=1024 if args.quick else args.batch,
-                      row_cap=args.row_cap or None, steps=10_000, synthetic_pool=4, cuda_graphs=False, data=args.data,
-                      embedding_dtype=args.embedding_dtype)
+                      row_cap=args.row_cap or None, steps=10_000, synthetic_pool=pool, cuda_graphs=False,
+                      data=args.data, embedding_dtype=args.embedding_dtype)
     trainer = Trainer(cfg, progress=False)
-    timing = trainer.benchmark(warmup=3, steps=5)
+    timing = trainer.benchmark(warmup=TIMER_WARMUP, steps=TIMER_STEPS)
     rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0)
     host = host_profile(trainer.train_step, args.steps) if args.host else None
     total = sum(r["ms_per_step"] for r in rows)
