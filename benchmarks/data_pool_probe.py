@@ -30,7 +30,7 @@ ROW_CAP = 4_000_000
 
 
 #: The trainer's phases reported per pool (``Trainer.benchmark``'s ``<phase>_ms``).
-PHASES = ("ms_per_step", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms")
+PHASES = ("ms_per_step", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms")
 
 
 def summarize(rows: list[dict]) -> dict:

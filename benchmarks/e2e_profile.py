@@ -24,8 +24,8 @@ from profiling import host_profile, kernel_table
 
 DENSE_FLOP_PER_SAMPLE = 96e6  # issue 5: MLPerf DLRM-DCNv2 forward + backward dense work per sample
 #: The trainer's timer run before the profile: untimed and timed steps. The synthetic batches are made once,
-#: as many as the whole script takes (a model memorises a few cycled ones and then steps faster:
-#: benchmarks/results/data_pool_probe_nvidia-h200_2026-12-02).
+#: before the first step, as many as the whole script takes (a model memorises a few cycled ones, and then
+#: steps faster: benchmarks/data_pool_probe.py).
 TIMER_WARMUP, TIMER_STEPS = 3, 5
 
 

@@ -69,8 +69,7 @@ class SyntheticSource:
         self.config, self.batch_size, self.seed = config, batch_size, seed
         self.device = torch.device(device)
         self.distribution, self.alpha, self.num_eval_batches = distribution, alpha, num_eval_batches
-        self.pool = pool  # > 0: training batches repeat with this period, generated once (benchmarks)
-        self._cache: dict[int, Batch] = {}
+        self.pool = pool  # > 0: training batches repeat with this period (benchmarks), made at the end of __init__
         self.bad_rows, self.eval_bad_rows = BadRows(skip=False), None
         self.position = 0
         b, hot = batch_size, torch.tensor(config.multi_hot)
@@ -89,6 +88,8 @@ class SyntheticSource:
         ref = self._dense(torch.Generator().manual_seed(model_seed), DENSE_REFERENCE_SAMPLES)
         self.dense_mean, self.dense_std = ref.mean(0).to(self.device), ref.std(0).to(self.device)  # [num_dense]
         self.bag_scale = (1.0 / hot.float().sqrt()).repeat_interleave(b).to(self.device)  # [F*B]
+        # the pool's batches made before any step, so that a timed step never pays for making one
+        self._pool = [self.batch(TRAIN_STREAM, key) for key in range(pool)]
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return config
@@ -127,14 +128,8 @@ class SyntheticSource:
         return HIDDEN_INTERCEPT + z @ self.dense_w + cat.sum(0) * math.sqrt(3.0)
 
     def next_batch(self) -> Batch:
-        """Training batch number ``position``; with a pool, batch ``position % pool``, kept after first use."""
-        if not self.pool:
-            batch = self.batch(TRAIN_STREAM, self.position)
-        else:
-            key = self.position % self.pool
-            if key not in self._cache:
-                self._cache[key] = self.batch(TRAIN_STREAM, key)
-            batch = self._cache[key]
+        """Training batch number ``position``; with a pool, batch ``position % pool`` (made in ``__init__``)."""
+        batch = self._pool[self.position % self.pool] if self.pool else self.batch(TRAIN_STREAM, self.position)
         self.position += 1
         return batch
 
