@@ -22,7 +22,7 @@
 
 Synthetic batches are made once per measured run, as many as it takes (``SYNTHETIC_POOL``): no timed step
 sees a batch twice (until the thirty-eighth session a pool of 4 was cycled, which the model memorises, and
-memorised batches ran the step faster: ``benchmarks/data_pool_probe.py``).
+memorised batches ran the step 1.7% faster: ``benchmarks/data_pool_probe.py``).
 
 Correctness first: polyrec's path must match the torch reference on a tiny model (forward and three
 training steps, fp32) or nothing is timed. Expected run time on an H200: about 4-6 minutes
@@ -65,8 +65,8 @@ MOVIELENS_DEFAULT = Path(".carry/ml-100k/ml-100k.inter")
 #: Untimed and timed steps of each measured run (``--quick``: 5 and 5).
 WARMUP_STEPS, TIMED_STEPS = 5, 40
 #: Synthetic batches made before the run and cycled: as many as a measured run takes, so that no timed step
-#: sees a batch twice. A 4-batch pool is memorised within ~15 steps (loss ~1e-7), and a memorised model steps
-#: faster than one seeing new data (benchmarks/data_pool_probe.py, its results).
+#: sees a batch twice. A 4-batch pool is memorised within ~15 steps (loss ~1e-7), and the memorised step ran
+#: 1.7% faster than one on new batches (benchmarks/results/data_pool_probe_nvidia-h200_2026-12-02, capped).
 SYNTHETIC_POOL = WARMUP_STEPS + TIMED_STEPS
 HALF_ROWS = ("fp16", "bf16")  # half-precision row dtypes reported beside the target's fp32 rows (full size)
 
