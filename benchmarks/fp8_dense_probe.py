@@ -92,15 +92,22 @@ def _time_row(row: dict, bench) -> dict:
     if not row["fp8_ok"]:
         return out
     a_type = torch.float8_e5m2 if row["backward"] else torch.float8_e4m3fn
-    a8, b8 = a.to(a_type), b.to(torch.float8_e4m3fn)
     one = torch.ones((), device="cuda")
-    for key, fast in (("fp8_ms", False), ("fp8_fast_ms", True)):
-        out[key] = bench(lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16,
-                                                  use_fast_accum=fast))
     ref = a.double() @ b.double().t()
-    got = torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16).double()
-    out["fp8_rel_error"] = float((got - ref).norm() / ref.norm())
+    out |= _fp8_times(a.to(a_type), one, b.to(torch.float8_e4m3fn), one, ref, bench)
     out["bf16_rel_error"] = float((torch.mm(a, b.t()).double() - ref).norm() / ref.norm())
+    return out
+
+
+def _fp8_times(a8, sa, b8, sb, ref, bench) -> dict:
+    """``_scaled_mm`` of a8 [M, K] (row-major) by b8 [N, K] (row-major, passed transposed) under scales sa, sb:
+    its time with and without fast accumulation, and its error against ``ref`` (float64, [M, N])."""
+    import torch
+
+    out = {key: bench(lambda: torch._scaled_mm(a8, b8.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+           for key, fast in (("fp8_ms", False), ("fp8_fast_ms", True))}
+    got = torch._scaled_mm(a8, b8.t(), sa, sb, out_dtype=torch.bfloat16).double()
+    out["fp8_rel_error"] = float((got - ref).norm() / ref.norm())
     return out
 
 
@@ -123,13 +130,7 @@ def _time_recorded(call: dict, bench) -> dict:
         return out
     a8, sa = _scaled(a.contiguous(), "e5m2" if call["backward"] else "e4m3")  # row-major [M, K]
     b8, sb = _scaled(b.t().contiguous(), "e4m3")  # [N, K] row-major: B column-major
-    for key, fast in (("fp8_ms", False), ("fp8_fast_ms", True)):
-        out[key] = bench(lambda: torch._scaled_mm(a8, b8.t(), sa, sb, out_dtype=torch.bfloat16,
-                                                  use_fast_accum=fast))
-    ref = a.double() @ b.double()
-    got = torch._scaled_mm(a8, b8.t(), sa, sb, out_dtype=torch.bfloat16).double()
-    out["fp8_rel_error"] = float((got - ref).norm() / ref.norm())
-    return out
+    return out | _fp8_times(a8, sa, b8, sb, a.double() @ b.double(), bench)
 
 
 def record_step(batch: int) -> list[dict]:
