@@ -18,7 +18,7 @@ from polyrec.runtime.config import resolve
 
 def _rt(device: str = "cuda", emb: str = "polyrec", dense: str = "polyrec"):
     return SimpleNamespace(device=torch.device(device), embedding_backend=emb, dense_backend=dense,
-                           compute_dtype=torch.bfloat16)
+                           compute_dtype=torch.bfloat16, dense_fp8=False)
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])

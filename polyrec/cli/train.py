@@ -44,7 +44,8 @@ def summary_table(result: TrainResult, trainer: Trainer) -> Table:
     table.add_column("what")
     table.add_column("value", justify="right")
     rows = [("status", result.status), ("steps", str(result.step)),
-            ("device / precision", f"{trainer.rt.device} / {str(trainer.rt.compute_dtype).removeprefix('torch.')}"),
+            ("device / precision", f"{trainer.rt.device} / {str(trainer.rt.compute_dtype).removeprefix('torch.')}"
+                                   + (" (fp8 GEMMs)" if trainer.rt.dense_fp8 else "")),
             ("embeddings / dense", f"{trainer.rt.embedding_backend} ({trainer.cfg.embedding_dtype} rows) / "
                                    f"{trainer.rt.dense_backend}"),
             ("cuda graphs", trainer.graphs.reason), ("samples/s", f"{result.samples_per_s:,.0f}")]
@@ -148,7 +149,8 @@ def train(
                                         "polyrec's TBE only)."),
     seed: int = typer.Option(0, help="Seed of model init, synthetic data and shuffles."),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
-    precision: str = typer.Option("auto", help="Dense matmuls: auto (bf16 on GPU), bf16 or fp32."),
+    precision: str = typer.Option("auto", help="Dense matmuls: auto (bf16 on GPU), bf16, fp32, or fp8 (GEMMs in fp8, "
+                                   "activations bf16; polyrec dense backend)."),
     embedding_backend: str = typer.Option("auto", help="auto, torch or polyrec."),
     dense_backend: str = typer.Option("auto", help="auto, torch or polyrec."),
     row_cap: int | None = typer.Option(None, help="Cut every table to at most this many rows."),

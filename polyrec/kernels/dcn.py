@@ -36,6 +36,8 @@ import torch
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.fp8 import Fp8Scaling, aligned
+from polyrec.kernels.fp8_dense import CROSS_ROLES, Fp8CrossGemms
 from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
 from polyrec.kernels.master_copies import compute_copy
@@ -48,32 +50,68 @@ COMPILE_BATCHES = (16384, 65536)
 MLPERF_DIM, MLPERF_RANK = 3456, 512
 
 
+class LibraryCrossGemms:
+    """The cross network's GEMMs in the compute dtype through ``matmul``; keeps x_l, v_l and g_l where
+    the weight gradients read them. ``polyrec.kernels.fp8_dense.Fp8CrossGemms`` has the same methods in fp8."""
+
+    def __init__(self, params: list[torch.Tensor], needs: tuple[bool, ...]) -> None:
+        self.layers = len(params) // 3
+        self.params = params  # V_l, U_l, b_l in the compute dtype
+        self.needs = needs  # a gradient for V_l, U_l, b_l of each layer
+        self.kept: dict[tuple[str, int], torch.Tensor] = {}
+
+    def down(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """v_l = x_l V_lᵀ: [B, D] -> [B, r]."""
+        if self.needs[layer]:
+            self.kept["x", layer] = x
+        return matmul(x, self.params[layer], trans_b=True)
+
+    def up(self, layer: int, low: torch.Tensor) -> torch.Tensor:
+        """p_l = v_l U_lᵀ: [B, r] -> [B, D]."""
+        if self.needs[self.layers + layer]:
+            self.kept["v", layer] = low
+        return matmul(low, self.params[self.layers + layer], trans_b=True)
+
+    def dlow(self, layer: int, g: torch.Tensor) -> torch.Tensor:
+        """g U_l: [B, D] @ [D, r]."""
+        if self.needs[self.layers + layer]:
+            self.kept["g", layer] = g
+        return matmul(g, self.params[self.layers + layer])
+
+    def d_u(self, layer: int, out_dtype: torch.dtype) -> torch.Tensor:
+        """U_l's gradient gᵀ v_l: [D, B] @ [B, r]."""
+        return matmul(self.kept.pop(("g", layer)), self.kept.pop(("v", layer)), trans_a=True, out_dtype=out_dtype)
+
+    def d_v(self, layer: int, dlow: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """V_l's gradient dv_lᵀ x_l: [r, B] @ [B, D]."""
+        return matmul(dlow, self.kept.pop(("x", layer)), trans_a=True, out_dtype=out_dtype)
+
+
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x0, on_input_grad, owns_output_grad, *masters):
+    def forward(ctx, x0, on_input_grad, owns_output_grad, fp8, *masters):
         layers = len(masters) // 3
         ctx.masters = [p.dtype for p in masters]  # the gradients' dtypes
         params = [compute_copy(p, x0.dtype) for p in masters]
-        vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
-        xs, lows, products = [x0], [], []
-        for v_w, u_w, b in zip(vs, us, bs):
-            low = matmul(xs[-1], v_w, trans_b=True)  # [B, r]
-            lows.append(low)
-            products.append(matmul(low, u_w, trans_b=True))  # [B, D] p_l, kept for the backward
-            xs.append(epilogue_pass(products[-1], bias=b, cross=(x0, xs[-1])))  # [B, D] x0 * (p_l + b) + x_l
-        ctx.layers, ctx.on_input_grad, ctx.owns_output_grad = layers, on_input_grad, owns_output_grad
-        ctx.save_for_backward(*xs[:-1], *lows, *products, *params)
-        return xs[-1]
+        gemms = (LibraryCrossGemms(params, ctx.needs_input_grad[4:]) if fp8 is None
+                 else Fp8CrossGemms(fp8, list(masters), ctx.needs_input_grad[4:]))
+        bs = params[2 * layers:]
+        x, products = x0, []
+        for l, b in enumerate(bs):
+            low = gemms.down(l, x)  # [B, r]
+            products.append(gemms.up(l, low))  # [B, D] p_l, kept for the backward
+            x = epilogue_pass(products[-1], bias=b, cross=(x0, x))  # [B, D] x0 * (p_l + b) + x_l
+        ctx.layers, ctx.on_input_grad, ctx.owns_output_grad, ctx.gemms = layers, on_input_grad, owns_output_grad, gemms
+        ctx.save_for_backward(x0, *products, *params)
+        return x
 
     @staticmethod
     def backward(ctx, grad):
-        layers = ctx.layers
-        saved = ctx.saved_tensors
-        xs, lows, products = saved[:layers], saved[layers:2 * layers], saved[2 * layers:3 * layers]
-        params = saved[3 * layers:]
-        vs, us, bs = params[:layers], params[layers:2 * layers], params[2 * layers:]
-        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[3:]  # need: V, U, b of each layer
-        x0 = xs[0]
+        layers, gemms = ctx.layers, ctx.gemms
+        x0, *saved = ctx.saved_tensors
+        products, params = saved[:layers], saved[layers:]
+        vs, bs = params[:layers], params[2 * layers:]
+        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[4:]  # need: V, U, b of each layer
         d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
         d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
         owned = ctx.owns_output_grad or not grad.is_contiguous()  # a copy made here is ours too
@@ -85,7 +123,8 @@ class _CrossNetwork(torch.autograd.Function):
             epilogue = CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=l < layers - 1, plus_grad=l == 0,
                                  bias_grad=bias_grad)
             g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue)  # [B, D] = G * x0
-            dlow = matmul(g, us[l])  # [B, D] @ [D, r]
+            dlow = gemms.dlow(l, g)  # [B, D] @ [D, r]
+            del g  # the fp8 GEMMs keep its copy; freed before the next layer allocates its own
             if l > 0:  # [B, D] dL/dx_l; below the top layer grad is this function's own buffer to overwrite,
                 # in the top layer where the caller gave the incoming gradient up
                 grad = matmul(dlow, vs[l], residual=grad, overwrite_residual=l < layers - 1 or owned)
@@ -94,18 +133,19 @@ class _CrossNetwork(torch.autograd.Function):
                 if ctx.on_input_grad is not None:
                     ctx.on_input_grad(d_x0)  # final now: what reads it runs beside layer 0's weight gradients
             if need[layers + l]:
-                d_u[l] = matmul(g, lows[l], trans_a=True, out_dtype=ctx.masters[layers + l])  # [D, B] @ [B, r]
+                d_u[l] = gemms.d_u(l, ctx.masters[layers + l])  # [D, B] @ [B, r]
             if bias_grad is not None:
                 d_b[l] = bias_grad.to(ctx.masters[2 * layers + l])
             if need[l]:
-                d_v[l] = matmul(dlow, xs[l], trans_a=True, out_dtype=ctx.masters[l])  # [r, B] @ [B, D]
-            del g, dlow  # freed before the next layer allocates its own (memory_peak: a second [B, D] at the peak)
-        return (d_x0 if need_x0 else None), None, None, *d_v, *d_u, *d_b
+                d_v[l] = gemms.d_v(l, dlow, ctx.masters[l])  # [r, B] @ [B, D]
+            del dlow  # (memory_peak: a second [B, D] at the peak)
+        ctx.gemms = None
+        return (d_x0 if need_x0 else None), None, None, None, *d_v, *d_u, *d_b
 
 
 def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
                   bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None,
-                  owns_output_grad: bool = False) -> torch.Tensor:
+                  owns_output_grad: bool = False, fp8: Fp8Scaling | None = None) -> torch.Tensor:
     """The low-rank cross network's output x_L with the fused backward.
 
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
@@ -118,6 +158,8 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     it must not write it. ``owns_output_grad``: the caller guarantees that nothing but this network
     reads the gradient autograd hands its output (the output's one consumer is the caller's own layer,
     no hooks), so the top layer's backward may write over it (the library adds the residual in place).
+    ``fp8``: run five of each layer's six GEMMs in fp8 with this state's scales (``cross_kinds(L)`` roles;
+    ``polyrec.kernels.fp8_dense``); a pass with a gradient ages its history.
     """
     if not (len(vs) == len(us) == len(bs) >= 1):
         raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "
@@ -131,7 +173,16 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
             raise ValueError(f"cross_network: layer {l} needs V [r, {d}], U [{d}, r], b [{d}]; got V "
                              f"{tuple(v_w.shape)}, U {tuple(u_w.shape)}, b {tuple(b.shape)}")
     (x0,) = autocast_inputs(x0)
-    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, *vs, *us, *bs)
+    if fp8 is not None:
+        if len(fp8.kinds) != CROSS_ROLES * len(vs):
+            raise ValueError(f"cross_network: fp8 scaling has {len(fp8.kinds)} roles, {len(vs)} layers need "
+                             f"{CROSS_ROLES * len(vs)}")
+        if not aligned(x0.shape[0], d, *(v.shape[0] for v in vs)):
+            raise ValueError(f"cross_network: fp8 GEMMs need the batch, D and every rank to be multiples of 16, "
+                             f"got batch {x0.shape[0]}, D {d}, ranks {[v.shape[0] for v in vs]}")
+        training = torch.is_grad_enabled() and (x0.requires_grad or any(p.requires_grad for p in (*vs, *us, *bs)))
+        fp8.begin(training)
+    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, fp8, *vs, *us, *bs)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:

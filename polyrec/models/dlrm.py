@@ -44,7 +44,8 @@ class DLRM(nn.Module):
     def __init__(self, config: ModelConfig, *, embedding_backend: str = "torch", dense_backend: str = "torch",
                  embedding_optimizer: EmbeddingOptimConfig | None = None, device: torch.device | str = "cpu",
                  seed: int = 0, embedding_output_dtype: torch.dtype = torch.float32,
-                 embedding_weight_dtype: torch.dtype = torch.float32, embeddings: nn.Module | None = None) -> None:
+                 embedding_weight_dtype: torch.dtype = torch.float32, embeddings: nn.Module | None = None,
+                 dense_fp8: bool = False) -> None:
         super().__init__()
         device = torch.device(device)
         self.config = config
@@ -64,6 +65,11 @@ class DLRM(nn.Module):
         self.top = MLP(config.interaction_dim, config.top_mlp, last_relu=False, gen=gen)
         for part in self.dense_parts():
             part.to(device)
+        if dense_fp8:  # the dense GEMMs in fp8 where their sizes allow (polyrec.kernels.fp8_dense)
+            if dense_backend != "polyrec":
+                raise ValueError(f"fp8 dense layers need the polyrec dense backend, got {dense_backend!r}")
+            for part in self.dense_parts():
+                part.enable_fp8()
         if self.cross is not None and hasattr(self.embeddings, "lead_columns"):  # x0 = [bottom, emb] without a copy
             self.embeddings.lead_columns = config.bottom_mlp[-1]
         # Set by a caller for the next dense_forward: called in its backward with the gradient of that

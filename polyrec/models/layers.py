@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from polyrec.kernels.fp8 import Fp8Scaling
+from polyrec.kernels.fp8 import aligned as fp8_aligned
 from polyrec.kernels.master_copies import cast
 from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS
 
@@ -68,15 +70,24 @@ class DenseOps:
 
     def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
                       bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None,
-                      owns_output_grad: bool = False) -> torch.Tensor:
+                      owns_output_grad: bool = False, fp8: Fp8Scaling | None = None) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
         x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each (the masters, copied to x0's dtype inside;
-        their gradients in the masters' dtype) -> [B, D]; ``on_input_grad`` and
-        ``owns_output_grad`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
+        their gradients in the masters' dtype) -> [B, D]; ``on_input_grad``, ``owns_output_grad`` and
+        ``fp8`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
         return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad,
-                                       owns_output_grad=owns_output_grad)
+                                       owns_output_grad=owns_output_grad, fp8=fp8)
+
+    def fp8_mlp(self, x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor],
+                relus: tuple[bool, ...], scaling: Fp8Scaling) -> torch.Tensor:
+        """MLP layers with fp8 GEMMs (polyrec backend only; ``polyrec.kernels.fp8_dense.mlp``)."""
+        if self.backend != "polyrec":
+            raise ValueError("DenseOps.fp8_mlp: fp8 layers need the polyrec backend")
+        from polyrec.kernels import fp8_dense
+
+        return fp8_dense.mlp(x, weights, biases, relus, scaling)
 
 
 def pad_reduction(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,14 +126,30 @@ class MLP(nn.Module):
         self.last_relu = last_relu
         for w, b in zip(self.weights, self.biases):
             init_linear_(w, b, gen)
+        self.fp8: Fp8Scaling | None = None
+
+    def enable_fp8(self) -> None:
+        """Run the leading layers whose sizes suit an fp8 GEMM (``fp8_dense.mlp_fits``; the first layer's
+        input counted padded, as ``pad_reduction`` pads it) with fp8 GEMMs on the polyrec backend."""
+        from polyrec.kernels import fp8_dense
+
+        in_dim = self.weights[0].shape[1]
+        dims = (in_dim + -in_dim % ALIGNMENT_ELEMENTS, *(w.shape[0] for w in self.weights))
+        count = fp8_dense.mlp_fits(dims)
+        self.fp8 = Fp8Scaling(fp8_dense.mlp_kinds(count)).to(self.weights[0].device) if count else None
 
     def forward(self, x: torch.Tensor, ops: DenseOps) -> torch.Tensor:
-        """x [B, in] in the compute dtype -> [B, out] (the matmuls in x's dtype)."""
+        """x [B, in] in the compute dtype -> [B, out] (the matmuls in x's dtype, or fp8 where enabled)."""
         n = len(self.weights)
-        for i, (weight, b) in enumerate(zip(self.weights, self.biases)):
-            if ops.backend == "polyrec" and not x.requires_grad:  # the dense features (the direct port's
-                x, weight = pad_reduction(x, weight)  # torch layers stay as they were)
-            x = ops.linear(x, weight, b, relu=i < n - 1 or self.last_relu)
+        relus = tuple(i < n - 1 or self.last_relu for i in range(n))
+        weights, start = list(self.weights), 0
+        if ops.backend == "polyrec" and not x.requires_grad:  # the dense features (the direct port's
+            x, weights[0] = pad_reduction(x, weights[0])  # torch layers stay as they were)
+        if self.fp8 is not None and ops.backend == "polyrec" and fp8_aligned(x.shape[0]):
+            start = len(self.fp8.kinds) // 3
+            x = ops.fp8_mlp(x, weights[:start], list(self.biases)[:start], relus[:start], self.fp8)
+        for i in range(start, n):
+            x = ops.linear(x, weights[i], self.biases[i], relu=relus[i])
         return x
 
 
@@ -146,6 +173,13 @@ class LowRankCross(nn.Module):
             init_linear_(v, None, gen)
             init_linear_(u, b, gen)
         self.fused = True
+        self.fp8: Fp8Scaling | None = None
+
+    def enable_fp8(self) -> None:
+        """Run the fused network's GEMMs in fp8 (five of six per layer; ``polyrec.kernels.fp8_dense``)."""
+        from polyrec.kernels import fp8_dense
+
+        self.fp8 = Fp8Scaling(fp8_dense.cross_kinds(len(self.v))).to(self.v[0].device)
 
     def forward(self, x0: torch.Tensor, ops: DenseOps,
                 on_input_grad: InputGradHook | None = None, owns_output_grad: bool = False) -> torch.Tensor:
@@ -154,8 +188,9 @@ class LowRankCross(nn.Module):
         the per-layer composition when autograd has summed x0's gradient. ``owns_output_grad``: the
         caller's layer is the output's one reader, so the fused backward may write over its gradient."""
         if self.fused and ops.backend == "polyrec":
+            fp8 = self.fp8 if fp8_aligned(x0.shape[0]) else None  # else the batch runs in the compute dtype
             return ops.cross_network(x0, list(self.v), list(self.u), list(self.b), on_input_grad,
-                                     owns_output_grad=owns_output_grad)  # [B, D]
+                                     owns_output_grad=owns_output_grad, fp8=fp8)  # [B, D]
         if on_input_grad is not None and x0.requires_grad:
             x0.register_hook(functools.partial(_observe, on_input_grad))
         x = x0  # [B, D]

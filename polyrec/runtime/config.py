@@ -25,7 +25,9 @@ class TrainConfig:
     batch_size: int = 512
     seed: int = 0  # model init, synthetic data, MovieLens split and shuffles
     device: str = "auto"  # "auto" (cuda when present), "cpu" or "cuda[:N]"
-    precision: str = "auto"  # dense matmul dtype: "auto" (bf16 on GPU, fp32 on CPU), "bf16" or "fp32"
+    # dense matmul dtype: "auto" (bf16 on GPU, fp32 on CPU), "bf16", "fp32", or "fp8" (GEMMs in fp8 with
+    # delayed scaling, activations bf16; polyrec dense backend; polyrec.kernels.fp8_dense)
+    precision: str = "auto"
     embedding_backend: str = "auto"  # "auto", "torch" or "polyrec" (polyrec.models.default_backends)
     dense_backend: str = "auto"  # "auto", "torch" or "polyrec"
     dense_optimizer: str = "adagrad"  # "adagrad" (MLPerf) or "adam"
@@ -77,11 +79,14 @@ class Resolved:
 
     device: torch.device
     compute_dtype: torch.dtype
+    dense_fp8: bool  # the dense GEMMs in fp8 (precision "fp8"; compute_dtype is then bf16)
     embedding_backend: str
     dense_backend: str
     embedding_dtype: torch.dtype
 
 
+#: ``TrainConfig.precision`` values.
+PRECISIONS = ("auto", "bf16", "fp32", "fp8")
 #: ``TrainConfig.embedding_dtype`` names -> row dtypes (polyrec.kernels.tbe.WEIGHT_DTYPES).
 EMBEDDING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -113,9 +118,9 @@ def check_counts(cfg: TrainConfig) -> None:
 def resolve(cfg: TrainConfig) -> Resolved:
     """Resolve the "auto" fields; errors name the field."""
     device = _device(cfg.device)
-    if cfg.precision not in ("auto", "bf16", "fp32"):
-        raise ValueError(f"precision must be auto, bf16 or fp32, got {cfg.precision!r}")
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    if cfg.precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {cfg.precision!r}")
+    bf16 = cfg.precision in ("bf16", "fp8") or (cfg.precision == "auto" and device.type == "cuda")
     emb_default, dense_default = default_backends(device)
     check_choice(cfg.cuda_graphs)
     if cfg.cuda_graphs is True and device.type != "cuda":
@@ -145,7 +150,10 @@ def resolve(cfg: TrainConfig) -> Resolved:
         origin = f" (from the plan {cfg.plan})" if cfg.plan is not None else ""
         raise ValueError(f"--embedding-dtype {cfg.embedding_dtype}{origin} needs --embedding-backend polyrec "
                          f"(torch's EmbeddingBag path keeps fp32 rows)")
+    dense_backend = dense_default if cfg.dense_backend == "auto" else cfg.dense_backend
+    if cfg.precision == "fp8" and dense_backend != "polyrec":
+        raise ValueError(f"--precision fp8 needs --dense-backend polyrec (got {dense_backend}; on the CPU the "
+                         "polyrec dense backend runs its kernels in Triton's interpreter: TRITON_INTERPRET=1)")
     return Resolved(device=device, compute_dtype=torch.bfloat16 if bf16 else torch.float32,
-                    embedding_backend=embedding_backend,
-                    dense_backend=dense_default if cfg.dense_backend == "auto" else cfg.dense_backend,
+                    dense_fp8=cfg.precision == "fp8", embedding_backend=embedding_backend, dense_backend=dense_backend,
                     embedding_dtype=EMBEDDING_DTYPES[cfg.embedding_dtype])

@@ -51,6 +51,8 @@ def not_modelled(cfg, rt, distributed: bool) -> str | None:
         return "semi-sync pipeline"
     if rt.embedding_backend != "polyrec" or rt.dense_backend != "polyrec":
         return "torch layers (the planner models polyrec's)"
+    if rt.dense_fp8:
+        return "fp8 dense GEMMs (not in the planner's model)"
     return None
 
 

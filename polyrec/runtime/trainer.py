@@ -120,7 +120,8 @@ class Trainer(TrainerState, TrainLoop):
         self.model = DLRM(self.model_config, embedding_backend=self.rt.embedding_backend,
                           dense_backend=self.rt.dense_backend, embedding_optimizer=emb_opt, device=self.rt.device,
                           seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype,
-                          embedding_weight_dtype=self.rt.embedding_dtype, embeddings=sharded)
+                          embedding_weight_dtype=self.rt.embedding_dtype, embeddings=sharded,
+                          dense_fp8=self.rt.dense_fp8)
         self.optimizer = dense_optimizer(self.model.dense_parameters(), cfg.dense_optimizer, cfg.lr,
                                          fused=self.rt.dense_backend == "polyrec" and self.rt.device.type == "cuda")
         self.dense_loss: nn.Module | Any = DenseLoss(self.model, self.rt.compute_dtype)

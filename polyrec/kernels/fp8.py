@@ -1,0 +1,324 @@
+"""fp8 copies of the dense layers' operands, with delayed per-tensor scaling, and the fp8 GEMM call.
+
+A GEMM in fp8 (``scaled_mm``: ``torch._scaled_mm``, cuBLASLt on NVIDIA, hipBLASLt on AMD) takes both
+operands as fp8 with one fp32 scale each: ``a ≈ a_q * a_scale``. On sm_90 both operands must be
+contiguous along the reduction axis (``a`` row-major [M, K], ``b`` column-major [K, N]), so a tensor
+reduced over the batch (a weight gradient's operands) needs a transposed fp8 copy too. ``cast_fp8``
+writes the plain copy, the transposed one, or both, from one read of the bf16 / fp32 tensor.
+
+Scaling (``Fp8Scaling``, as NVIDIA's Transformer Engine does it): each tensor role (a layer's input,
+weight, output gradient) has a history of its recent absolute maxima; its cast multiplies by
+``fp8_max / max(history)`` and records the tensor's own maximum, by atomic max, into the history's
+newest slot. The scale is known before the tensor exists, so a cast is one pass; a value past the
+recorded range saturates at ``fp8_max``. A role seen for the first time (a fresh model, or a role with
+no history) is scaled by its own maximum (one extra read). The history is a buffer of the module that
+owns the layers, so checkpoints carry it and a resumed run scales exactly as the uninterrupted one.
+
+Formats: forward tensors e4m3, gradients e5m2 (range over precision), the OCP formats on NVIDIA and
+gfx950, the fnuz ones on gfx942 (AMD CDNA3 ISA guide, "FP8 and BF8"; ``polyrec migrate`` rule PM201).
+
+Where Triton cannot run (CPU without ``TRITON_INTERPRET``), torch ops make the same copies. Triton
+3.6's interpreter converts fp32 to fp8 wrongly (it rounds ties up and loses the carry of a rounding
+into the exponent: 127.5 -> 64 in e4m3), so under the interpreter the kernel rounds in fp32 first
+(``ROUND_IN_FP32``) and converts the exact result; compiled kernels convert with the hardware's
+round-to-nearest-even instruction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+from polyrec.hardware.compile import CompileJob
+from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.grid import ceil_div
+from polyrec.kernels.interpreter import interpreting
+
+#: Steps of absolute maxima a role's scale is taken over (Transformer Engine's ``amax_history_len``
+#: defaults to 1024; 16 follows a training run's shrinking gradients within a few hundred steps while
+#: one outlier step still sets the scale for 16 steps).
+HISTORY_STEPS = 16
+#: Tile of the cast kernel: 128 rows x 64 columns. A transposed store then writes 128 bytes of fp8 per
+#: output row (one full 128-byte line), the plain store 64 bytes, and the load 128 bytes of bf16 per row.
+BLOCK_M, BLOCK_N = 128, 64
+#: Warps per cast program (128 lanes: 64 elements each per tile, eight 16-byte bf16 loads).
+NUM_WARPS = 4
+#: Tiles one program walks at most before its one atomic max (the atomics on one address serialise in
+#: L2: ~4 per SM per launch instead of one per tile).
+MAX_ITERATIONS = 8
+#: Programs per SM / CU the row split aims for (as ``polyrec.kernels.dense_backward.PROGRAMS_PER_CU``:
+#: a streaming pass needs ~22 KB in flight per H200 SM; one program has one 16 KB tile in flight).
+PROGRAMS_PER_CU = 4
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fp8Format:
+    """One fp8 format: its torch dtype, largest finite value, mantissa bits and smallest normal exponent."""
+
+    dtype: torch.dtype
+    max_value: float  # largest finite value (OCP fp8 spec v1.0, table 1; fnuz: AMD CDNA3 ISA guide)
+    mantissa_bits: int
+    min_exponent: int  # exponent of the smallest normal number
+
+
+E4M3 = Fp8Format(dtype=torch.float8_e4m3fn, max_value=448.0, mantissa_bits=3, min_exponent=-6)
+E5M2 = Fp8Format(dtype=torch.float8_e5m2, max_value=57344.0, mantissa_bits=2, min_exponent=-14)
+E4M3_FNUZ = Fp8Format(dtype=torch.float8_e4m3fnuz, max_value=240.0, mantissa_bits=3, min_exponent=-7)
+E5M2_FNUZ = Fp8Format(dtype=torch.float8_e5m2fnuz, max_value=57344.0, mantissa_bits=2, min_exponent=-15)
+#: Role kinds and the format family member each takes: forward operands e4m3, gradients e5m2.
+FORWARD, GRADIENT = "forward", "gradient"
+
+
+def formats(device: torch.device) -> dict[str, Fp8Format]:
+    """{FORWARD: e4m3, GRADIENT: e5m2} in the device's encoding: fnuz on gfx942 (MI300X / MI325X), OCP
+    elsewhere (NVIDIA sm_89+, gfx950, and the CPU)."""
+    if device.type == "cuda" and torch.version.hip is not None \
+            and torch.cuda.get_device_properties(device).gcnArchName.startswith("gfx942"):
+        return {FORWARD: E4M3_FNUZ, GRADIENT: E5M2_FNUZ}
+    return {FORWARD: E4M3, GRADIENT: E5M2}
+
+
+class Fp8Scaling(nn.Module):
+    """Delayed scaling state for ``kinds`` (one role kind per tensor role: FORWARD or GRADIENT).
+
+    ``history`` [roles, HISTORY_STEPS] fp32 (a persistent buffer): newest slot first. ``begin(training)``
+    at the start of each forward sets this pass's scales from the history; a training pass also ages
+    the history by one slot, and its casts record their maxima in the newest slot. An evaluation pass
+    records into a scratch slot, so evaluation leaves the state as it was.
+    """
+
+    def __init__(self, kinds: list[str]) -> None:
+        super().__init__()
+        bad = [k for k in kinds if k not in (FORWARD, GRADIENT)]
+        if bad:
+            raise ValueError(f"Fp8Scaling: role kinds must be {FORWARD!r} or {GRADIENT!r}, got {bad}")
+        self.kinds = tuple(kinds)
+        self.register_buffer("history", torch.zeros(len(kinds), HISTORY_STEPS))  # [roles, steps]
+        self.register_buffer("scales", torch.ones(len(kinds)), persistent=False)  # [roles] quantize multipliers
+        self.register_buffer("inverse", torch.ones(len(kinds)), persistent=False)  # [roles] dequantize scales
+        self.register_buffer("scratch", torch.zeros(len(kinds)), persistent=False)  # [roles] eval maxima
+        self.register_buffer("maxima", torch.zeros(len(kinds)), persistent=False)  # [roles] fp8 maxima
+        self._recorded: torch.Tensor | None = None  # [roles] where this pass's casts record their maxima
+        self._training = False  # this pass records into the history
+        self._maxima_device: torch.device | None = None  # the device ``maxima`` was filled for
+        self._seen: list[bool] | None = [False] * len(kinds)  # roles with a history; None: read it (after a load)
+        self.register_load_state_dict_post_hook(_history_loaded)
+
+    def begin(self, training: bool) -> None:
+        """Set this pass's scales from the history (before any cast of the pass)."""
+        device = self.history.device
+        if self._maxima_device != device:
+            fmt = formats(device)
+            self.maxima.copy_(torch.tensor([fmt[k].max_value for k in self.kinds]))
+            self._maxima_device = device
+        amax = self.history.amax(1)  # [roles]
+        if self._seen is None:  # after a checkpoint load: one device read
+            self._seen = (amax > 0).tolist()
+        tiny = torch.finfo(torch.float32).tiny
+        self.scales.copy_(torch.where(amax > 0, self.maxima / amax.clamp_min(tiny), torch.ones_like(amax)))
+        self.inverse.copy_(self.scales.reciprocal())
+        if training:
+            self.history.copy_(torch.roll(self.history, 1, dims=1))
+            self.history[:, 0] = 0
+            self._recorded = self.history[:, 0]
+        else:
+            self.scratch.zero_()
+            self._recorded = self.scratch
+        self._training = training
+
+    def prepare(self, role: int, x: torch.Tensor, relu: bool) -> None:
+        """Before ``role``'s cast of ``x``: a role without a history is scaled by ``x``'s own maximum
+        (one more read of x); a training pass's cast gives it one."""
+        if not self._seen[role]:
+            amax = (x.clamp_min(0) if relu else x).abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny)
+            self.scales[role] = self.maxima[role] / amax
+            self.inverse[role] = amax / self.maxima[role]
+        if self._training:
+            self._seen[role] = True
+
+    def recorded(self) -> torch.Tensor:
+        if self._recorded is None:
+            raise RuntimeError("Fp8Scaling: begin() must run before the pass's casts")
+        return self._recorded
+
+    def format(self, role: int) -> Fp8Format:
+        return formats(self.history.device)[self.kinds[role]]
+
+
+def _history_loaded(module: Fp8Scaling, incompatible) -> None:
+    """A loaded history may or may not cover every role: ``begin`` reads which once."""
+    module._seen = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CastConfig:
+    """Launch configuration of ``fp8_cast_kernel``."""
+
+    rows_per_program: int  # rows one program walks (a multiple of BLOCK_M) before its atomic max
+    block_m: int = BLOCK_M
+    block_n: int = BLOCK_N
+    num_warps: int = NUM_WARPS
+
+
+@lru_cache(maxsize=1024)
+def select_config(m: int, n: int, compute_units: int) -> CastConfig:
+    """Most tiles per program (up to MAX_ITERATIONS: fewest atomics) that still give PROGRAMS_PER_CU
+    programs per SM / CU; a rule from first principles, nothing timed."""
+    iterations = MAX_ITERATIONS
+    while iterations > 1 and ceil_div(m, BLOCK_M * iterations) * ceil_div(n, BLOCK_N) < PROGRAMS_PER_CU * compute_units:
+        iterations //= 2
+    return CastConfig(rows_per_program=BLOCK_M * iterations)
+
+
+@triton.jit
+def _round_in_fp32(y, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr):
+    """y (fp32, within the format's range) rounded to the fp8 grid, ties to even: normal numbers keep
+    MANTISSA_BITS bits, numbers below 2^MIN_EXPONENT round to multiples of 2^(MIN_EXPONENT - MANTISSA_BITS)."""
+    drop: tl.constexpr = 23 - MANTISSA_BITS
+    bits = y.to(tl.int32, bitcast=True)
+    rounded = (bits + ((1 << (drop - 1)) - 1) + ((bits >> drop) & 1)) & ~((1 << drop) - 1)
+    normal = rounded.to(tl.float32, bitcast=True)
+    magic: tl.constexpr = 2.0 ** (MIN_EXPONENT - MANTISSA_BITS + 23)  # its ulp is the subnormal step
+    tiny = (tl.abs(y) + magic) - magic
+    tiny = tl.where(y < 0, -tiny, tiny)
+    return tl.where(tl.abs(y) < 2.0 ** MIN_EXPONENT, tiny, normal)
+
+
+@triton.jit
+def fp8_cast_kernel(
+    x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr,
+    M, N, ROWS_PER_PROGRAM,
+    stride_xm, stride_xn, stride_qm, stride_tm,
+    PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr, RELU: tl.constexpr, MAX_VALUE: tl.constexpr,
+    ROUND_IN_FP32: tl.constexpr, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program: rows [pid_m * ROWS_PER_PROGRAM, + ROWS_PER_PROGRAM) x BLOCK_N columns of x [M, N].
+    q [M, N] (PLAIN) and qt [N, M] (TRANSPOSED) get fp8(clamp(act(x) * scale)); amax gets max |act(x)|
+    by one atomic max per program (act: ReLU with RELU, else identity)."""
+    pid_m = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    col_ok = cols < N
+    scale = tl.load(scale_ptr)
+    amax = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for start in range(pid_m * ROWS_PER_PROGRAM, (pid_m + 1) * ROWS_PER_PROGRAM, BLOCK_M):
+        rows = (start + tl.arange(0, BLOCK_M)).to(tl.int64)  # [BM], 64-bit offsets
+        mask = (rows < M)[:, None] & col_ok[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+        x = x.to(tl.float32)
+        if RELU:
+            x = tl.maximum(x, 0.0)
+        amax = tl.maximum(amax, tl.abs(x))
+        y = tl.clamp(x * scale, -MAX_VALUE, MAX_VALUE)
+        if ROUND_IN_FP32:
+            y = _round_in_fp32(y, MANTISSA_BITS, MIN_EXPONENT)
+        y = y.to(q_ptr.dtype.element_ty)
+        if PLAIN:
+            tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], y, mask=mask)
+        if TRANSPOSED:
+            tl.store(qt_ptr + cols[None, :].to(tl.int64) * stride_tm + rows[:, None], y, mask=mask)
+    tl.atomic_max(amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
+
+
+@lru_cache(maxsize=None)
+def _compute_units(device: torch.device) -> int:
+    """SMs / CUs of a CUDA or ROCm device; 1 for the interpreter on the CPU."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def _eager_cast(x: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format, relu: bool, recorded: torch.Tensor,
+                plain: bool, transposed: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``cast_fp8`` as torch ops (CPU without the interpreter)."""
+    x = x.float()
+    if relu:
+        x = x.clamp_min(0)
+    recorded.copy_(torch.maximum(recorded, x.abs().amax()))
+    q = (x * scale).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype)
+    return (q if plain else None), (q.t().contiguous() if transposed else None)
+
+
+def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = True, transposed: bool = False,
+             relu: bool = False, config: CastConfig | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(q [M, N], qt [N, M]) fp8 copies of ``act(x)`` (x [M, N] bf16 / fp16 / fp32) in ``role``'s format and
+    scale, either left None when not asked for; ``x``'s maximum recorded for the role. ``relu``: the
+    copies are of relu(x). Dequantize with ``scaling.inverse[role]``."""
+    if x.dim() != 2:
+        raise ValueError(f"cast_fp8: x must be 2-D [M, N], got {tuple(x.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"cast_fp8: x dtype {x.dtype} is not supported; use bfloat16, float16 or float32")
+    if not 0 <= role < len(scaling.kinds):
+        raise IndexError(f"cast_fp8: role {role} out of range for {len(scaling.kinds)} roles")
+    if not (plain or transposed):
+        raise ValueError("cast_fp8: asks for no copy (plain and transposed both False)")
+    fmt = scaling.format(role)
+    recorded = scaling.recorded()[role:role + 1]  # [1] view: this role's slot
+    scaling.prepare(role, x, relu)
+    scale = scaling.scales[role:role + 1]
+    if not (x.is_cuda or interpreting()):
+        return _eager_cast(x, scale, fmt, relu, recorded, plain, transposed)
+    m, n = x.shape
+    q = torch.empty(m, n, dtype=fmt.dtype, device=x.device) if plain else None
+    qt = torch.empty(n, m, dtype=fmt.dtype, device=x.device) if transposed else None
+    if m == 0 or n == 0:
+        return q, qt
+    config = config or select_config(m, n, _compute_units(x.device))
+    grid = (ceil_div(m, config.rows_per_program), ceil_div(n, config.block_n))
+    fp8_cast_kernel[grid](
+        x, q if plain else qt, qt if transposed else q, scale, recorded, m, n, config.rows_per_program,
+        x.stride(0), x.stride(1), n, m,
+        PLAIN=plain, TRANSPOSED=transposed, RELU=relu, MAX_VALUE=fmt.max_value, ROUND_IN_FP32=interpreting(),
+        MANTISSA_BITS=fmt.mantissa_bits, MIN_EXPONENT=fmt.min_exponent, BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n, num_warps=config.num_warps,
+    )
+    return q, qt
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, *,
+              out_dtype: torch.dtype, bias: torch.Tensor | None = None, fast_accumulation: bool = False) -> torch.Tensor:
+    """``(a * a_scale) @ (b * b_scale) + bias`` -> [M, N] in ``out_dtype``: a [M, K] fp8 row-major, b [K, N]
+    fp8 column-major (the ``.t()`` of a contiguous [N, K]), scales fp32 with one element; bias [N] in
+    ``out_dtype`` (bf16 / fp16 outputs only). ``fast_accumulation``: cuBLAS's fp8 fast accumulation
+    (Transformer Engine uses it in the forward only)."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"scaled_mm: a [M, K] and b [K, N] needed, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.stride(1) != 1 or b.stride(0) != 1:
+        raise ValueError(f"scaled_mm: a must be row-major and b column-major, got strides {a.stride()} and "
+                         f"{b.stride()}")
+    return torch._scaled_mm(a, b, a_scale.reshape(()), b_scale.reshape(()), bias=bias, out_dtype=out_dtype,
+                            use_fast_accum=fast_accumulation)
+
+
+def aligned(*sizes: int) -> bool:
+    """Whether every size suits an fp8 GEMM (cuBLASLt's fp8 kernels need multiples of 16)."""
+    return all(s % 16 == 0 and s > 0 for s in sizes)
+
+
+def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
+    """The cast kernel as the dense layers launch it: bf16 in, each format of ``spec``'s vendor, plain +
+    transposed and transposed only, with and without ReLU."""
+    fnuz = spec.vendor == "amd" and spec.arch.startswith("gfx942")
+    triton_types = {E4M3: "fp8e4nv", E5M2: "fp8e5", E4M3_FNUZ: "fp8e4b8", E5M2_FNUZ: "fp8e5b16"}
+    fmts = (E4M3_FNUZ, E5M2_FNUZ) if fnuz else (E4M3, E5M2)
+    jobs = []
+    for fmt in fmts:
+        for plain, transposed, relu in ((True, True, False), (True, True, True), (False, True, False)):
+            constexprs = {"stride_xn": 1, "PLAIN": plain, "TRANSPOSED": transposed, "RELU": relu,
+                          "MAX_VALUE": fmt.max_value, "ROUND_IN_FP32": False, "MANTISSA_BITS": fmt.mantissa_bits,
+                          "MIN_EXPONENT": fmt.min_exponent, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}
+            out = "*" + triton_types[fmt]
+            signature = {"x_ptr": "*bf16", "q_ptr": out, "qt_ptr": out, "scale_ptr": "*fp32", "amax_ptr": "*fp32",
+                         "M": "i32", "N": "i32", "ROWS_PER_PROGRAM": "i32", "stride_xm": "i32", "stride_qm": "i32",
+                         "stride_tm": "i32"}
+            signature |= {name: "constexpr" for name in constexprs}
+            signature = {name: signature[name] for name in fp8_cast_kernel.arg_names}
+            divisible = ("x_ptr", "q_ptr", "qt_ptr", "M", "N", "ROWS_PER_PROGRAM", "stride_xm", "stride_qm", "stride_tm")
+            flags = ("plain+" if plain else "") + "transposed" + (" relu" if relu else "")
+            jobs.append(CompileJob(label=f"fp8_cast {triton_types[fmt]} {flags}", kernel=fp8_cast_kernel,
+                                   signature=signature, constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1,
+                                   divisible_by_16=divisible))
+    return jobs
