@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--row-cap", type=int, default=4_000_000, help="rows per table at most (0: full size)")
     parser.add_argument("--data", default="synthetic", help="synthetic (power-law ids) or synthetic:uniform")
     parser.add_argument("--embedding-dtype", default="fp32", help="embedding rows: fp32, fp16 or bf16")
+    parser.add_argument("--precision", default="auto", help="dense matmuls: auto (bf16), bf16 or fp8")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--host", action="store_true",
                         help="also profile the host side (cProfile of the Python calls of a step)")
@@ -53,7 +54,7 @@ def main() -> None:
     pool = TIMER_WARMUP + TIMER_STEPS + args.steps * (2 if args.host else 1)  # no step sees a batch twice
     cfg = TrainConfig(preset="dcnv2-small" if args.quick else args.preset, batch_size=1024 if args.quick else args.batch,
                       row_cap=args.row_cap or None, steps=10_000, synthetic_pool=pool, cuda_graphs=False,
-                      data=args.data, embedding_dtype=args.embedding_dtype)
+                      data=args.data, embedding_dtype=args.embedding_dtype, precision=args.precision)
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=TIMER_WARMUP, steps=TIMER_STEPS)
     rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0)
@@ -63,10 +64,11 @@ def main() -> None:
         r["share"] = r["ms_per_step"] / total
     floor_ms = DENSE_FLOP_PER_SAMPLE * cfg.batch_size / 686e12 * 1e3
     summary = {"preset": cfg.preset, "batch": cfg.batch_size, "data": args.data, "row_cap": args.row_cap,
-               "embedding_dtype": args.embedding_dtype, "kernel_ms_per_step": total,
+               "embedding_dtype": args.embedding_dtype, "precision": args.precision, "kernel_ms_per_step": total,
                "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
     name = ("e2e_profile" if cfg.preset == "mlperf-dcnv2" else f"e2e_profile_{cfg.preset}") + (
-        "" if args.embedding_dtype == "fp32" else f"_{args.embedding_dtype}_rows") + data_suffix(args.data)
+        "" if args.embedding_dtype == "fp32" else f"_{args.embedding_dtype}_rows") + data_suffix(args.data) + (
+        "_fp8_dense" if args.precision == "fp8" else "")
     write_results(name, {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
                   summary=summary)
     print(f"kernel time per step {total:.2f} ms; timer: {timing}")
