@@ -70,6 +70,10 @@ E4M3 = Fp8Format(dtype=torch.float8_e4m3fn, max_value=448.0, mantissa_bits=3, mi
 E5M2 = Fp8Format(dtype=torch.float8_e5m2, max_value=57344.0, mantissa_bits=2, min_exponent=-14)
 E4M3_FNUZ = Fp8Format(dtype=torch.float8_e4m3fnuz, max_value=240.0, mantissa_bits=3, min_exponent=-7)
 E5M2_FNUZ = Fp8Format(dtype=torch.float8_e5m2fnuz, max_value=57344.0, mantissa_bits=2, min_exponent=-15)
+#: fp32 values per dequantize scale's slot: cuBLASLt refuses scale pointers that are not 16-byte aligned
+#: (CUBLAS_STATUS_NOT_SUPPORTED from ``torch._scaled_mm`` on the H200 with torch 2.11 / CUDA 13.0 for the
+#: 2nd and 4th elements of a packed fp32 vector, found by hand in the 39th session).
+SCALE_SLOT = 4
 #: Role kinds and the format family member each takes: forward operands e4m3, gradients e5m2.
 FORWARD, GRADIENT = "forward", "gradient"
 
@@ -100,7 +104,8 @@ class Fp8Scaling(nn.Module):
         self.kinds = tuple(kinds)
         self.register_buffer("history", torch.zeros(len(kinds), HISTORY_STEPS))  # [roles, steps]
         self.register_buffer("scales", torch.ones(len(kinds)), persistent=False)  # [roles] quantize multipliers
-        self.register_buffer("inverse", torch.ones(len(kinds)), persistent=False)  # [roles] dequantize scales
+        # [roles, SCALE_SLOT] dequantize scales, each in column 0 of a 16-byte row (``dequant``)
+        self.register_buffer("inverse", torch.ones(len(kinds), SCALE_SLOT), persistent=False)
         self.register_buffer("scratch", torch.zeros(len(kinds)), persistent=False)  # [roles] eval maxima
         self.register_buffer("maxima", torch.zeros(len(kinds)), persistent=False)  # [roles] fp8 maxima
         self._recorded: torch.Tensor | None = None  # [roles] where this pass's casts record their maxima
@@ -121,7 +126,7 @@ class Fp8Scaling(nn.Module):
             self._seen = (amax > 0).tolist()
         tiny = torch.finfo(torch.float32).tiny
         self.scales.copy_(torch.where(amax > 0, self.maxima / amax.clamp_min(tiny), torch.ones_like(amax)))
-        self.inverse.copy_(self.scales.reciprocal())
+        self.inverse[:, 0] = self.scales.reciprocal()
         if training:
             self.history.copy_(torch.roll(self.history, 1, dims=1))
             self.history[:, 0] = 0
@@ -137,9 +142,13 @@ class Fp8Scaling(nn.Module):
         if not self._seen[role]:
             amax = (x.clamp_min(0) if relu else x).abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny)
             self.scales[role] = self.maxima[role] / amax
-            self.inverse[role] = amax / self.maxima[role]
+            self.inverse[role, 0] = amax / self.maxima[role]
         if self._training:
             self._seen[role] = True
+
+    def dequant(self, role: int) -> torch.Tensor:
+        """``role``'s dequantize scale for ``scaled_mm``: a 0-dim fp32 tensor at a 16-byte aligned address."""
+        return self.inverse[role, 0]
 
     def recorded(self) -> torch.Tensor:
         if self._recorded is None:
@@ -246,7 +255,7 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
              relu: bool = False, config: CastConfig | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(q [M, N], qt [N, M]) fp8 copies of ``act(x)`` (x [M, N] bf16 / fp16 / fp32) in ``role``'s format and
     scale, either left None when not asked for; ``x``'s maximum recorded for the role. ``relu``: the
-    copies are of relu(x). Dequantize with ``scaling.inverse[role]``."""
+    copies are of relu(x). Dequantize with ``scaling.dequant(role)``."""
     if x.dim() != 2:
         raise ValueError(f"cast_fp8: x must be 2-D [M, N], got {tuple(x.shape)}")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):

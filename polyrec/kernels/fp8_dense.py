@@ -53,13 +53,12 @@ class _Fp8MLP(torch.autograd.Function):
     def forward(ctx, x, scaling, relus, *masters):
         layers = len(relus)
         weights, biases = masters[:layers], masters[layers:]
-        inverse = scaling.inverse
         h, relu_in, saved = x, False, []
         for i, (w, b) in enumerate(zip(weights, biases)):
             need_dw, need_dx = ctx.needs_input_grad[3 + i], i > 0 or ctx.needs_input_grad[0]
             xq, xqt = cast_fp8(h, scaling, 3 * i, transposed=need_dw, relu=relu_in)  # [B, K], [K, B]
             wq, wqt = cast_fp8(w, scaling, 3 * i + 1, transposed=need_dx)  # [N, K], [K, N]
-            h = scaled_mm(xq, wq.t(), inverse[3 * i], inverse[3 * i + 1], out_dtype=x.dtype,
+            h = scaled_mm(xq, wq.t(), scaling.dequant(3 * i), scaling.dequant(3 * i + 1), out_dtype=x.dtype,
                           bias=compute_copy(b, x.dtype), fast_accumulation=True)  # [B, N] pre-activation
             saved += [xqt, wqt, h if relus[i] else None]
             relu_in = relus[i]
@@ -69,7 +68,7 @@ class _Fp8MLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        layers, scaling, inverse = len(ctx.relus), ctx.scaling, ctx.scaling.inverse
+        layers, scaling = len(ctx.relus), ctx.scaling
         d_w, d_b = [None] * layers, [None] * layers
         grad = grad.contiguous()  # [B, N] of the last layer
         for i in reversed(range(layers)):
@@ -82,9 +81,9 @@ class _Fp8MLP(torch.autograd.Function):
                 continue
             gq, gqt = cast_fp8(g, scaling, 3 * i + 2, plain=need_dx, transposed=need_dw)  # [B, N], [N, B]
             if need_dw:  # [N, B] @ [B, K]
-                d_w[i] = scaled_mm(gqt, xqt.t(), inverse[3 * i + 2], inverse[3 * i], out_dtype=ctx.masters[i])
+                d_w[i] = scaled_mm(gqt, xqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i), out_dtype=ctx.masters[i])
             if need_dx:  # [B, N] @ [N, K]
-                grad = scaled_mm(gq, wqt.t(), inverse[3 * i + 2], inverse[3 * i + 1], out_dtype=grad.dtype)
+                grad = scaled_mm(gq, wqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i + 1), out_dtype=grad.dtype)
         ctx.saved = None
         return (grad if ctx.needs_input_grad[0] else None), None, None, *d_w, *d_b
 
@@ -124,7 +123,7 @@ class Fp8CrossGemms:
         return CROSS_ROLES * layer + which
 
     def _inverse(self, layer: int, which: int) -> torch.Tensor:
-        return self.scaling.inverse[self._role(layer, which)]
+        return self.scaling.dequant(self._role(layer, which))
 
     def down(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """v_l = x_l V_lᵀ: x [B, D] -> [B, r]; keeps x_l's transposed copy for V_l's gradient."""
