@@ -108,19 +108,15 @@ class Fp8Scaling(nn.Module):
         self.register_buffer("inverse", torch.ones(len(kinds), SCALE_SLOT), persistent=False)
         self.register_buffer("scratch", torch.zeros(len(kinds)), persistent=False)  # [roles] eval maxima
         self.register_buffer("maxima", torch.zeros(len(kinds)), persistent=False)  # [roles] fp8 maxima
-        self._recorded: torch.Tensor | None = None  # [roles] where this pass's casts record their maxima
+        self._recorded: list[torch.Tensor] | None = None  # per role, the [1] slot this pass's cast records into
         self._training = False  # this pass records into the history
-        self._maxima_device: torch.device | None = None  # the device ``maxima`` was filled for
+        self._views_of: tuple | None = None  # the buffers the views below were taken of (``_take_views``)
         self._seen: list[bool] | None = [False] * len(kinds)  # roles with a history; None: read it (after a load)
         self.register_load_state_dict_post_hook(_history_loaded)
 
     def begin(self, training: bool) -> None:
         """Set this pass's scales from the history (before any cast of the pass)."""
-        device = self.history.device
-        if self._maxima_device != device:
-            fmt = formats(device)
-            self.maxima.copy_(torch.tensor([fmt[k].max_value for k in self.kinds]))
-            self._maxima_device = device
+        self._take_views()
         amax = self.history.amax(1)  # [roles]
         if self._seen is None:  # after a checkpoint load: one device read
             self._seen = (amax > 0).tolist()
@@ -130,11 +126,27 @@ class Fp8Scaling(nn.Module):
         if training:
             self.history.copy_(torch.roll(self.history, 1, dims=1))
             self.history[:, 0] = 0
-            self._recorded = self.history[:, 0]
+            self._recorded = self._history_slots
         else:
             self.scratch.zero_()
-            self._recorded = self.scratch
+            self._recorded = self._scratch_slots
         self._training = training
+
+    def _take_views(self) -> None:
+        """Per-role views of the buffers, the formats and maxima of their device: made once per set of
+        buffers (a move to another device replaces them), since a view costs host time on every cast."""
+        key = tuple(t.data_ptr() for t in (self.history, self.scales, self.inverse, self.scratch)) + (self.history.device,)
+        if key == self._views_of:
+            return
+        fmt = formats(self.history.device)
+        self._formats = [fmt[k] for k in self.kinds]
+        self.maxima.copy_(torch.tensor([f.max_value for f in self._formats]))
+        roles = range(len(self.kinds))
+        self._history_slots = [self.history[r, 0:1] for r in roles]
+        self._scratch_slots = [self.scratch[r:r + 1] for r in roles]
+        self._scale_views = [self.scales[r:r + 1] for r in roles]
+        self._dequant_views = [self.inverse[r, 0] for r in roles]
+        self._views_of = key
 
     def prepare(self, role: int, x: torch.Tensor, relu: bool) -> None:
         """Before ``role``'s cast of ``x``: a role without a history is scaled by ``x``'s own maximum
@@ -148,15 +160,21 @@ class Fp8Scaling(nn.Module):
 
     def dequant(self, role: int) -> torch.Tensor:
         """``role``'s dequantize scale for ``scaled_mm``: a 0-dim fp32 tensor at a 16-byte aligned address."""
-        return self.inverse[role, 0]
+        return self._dequant_views[role]
 
-    def recorded(self) -> torch.Tensor:
+    def scale(self, role: int) -> torch.Tensor:
+        """[1] ``role``'s quantize multiplier."""
+        return self._scale_views[role]
+
+    def recorded(self, role: int) -> torch.Tensor:
+        """[1] the slot ``role``'s cast records its maximum into in this pass."""
         if self._recorded is None:
             raise RuntimeError("Fp8Scaling: begin() must run before the pass's casts")
-        return self._recorded
+        return self._recorded[role]
 
     def format(self, role: int) -> Fp8Format:
-        return formats(self.history.device)[self.kinds[role]]
+        self._take_views()
+        return self._formats[role]
 
 
 def _history_loaded(module: Fp8Scaling, incompatible) -> None:
@@ -265,9 +283,9 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
     if not (plain or transposed):
         raise ValueError("cast_fp8: asks for no copy (plain and transposed both False)")
     fmt = scaling.format(role)
-    recorded = scaling.recorded()[role:role + 1]  # [1] view: this role's slot
+    recorded = scaling.recorded(role)
     scaling.prepare(role, x, relu)
-    scale = scaling.scales[role:role + 1]
+    scale = scaling.scale(role)
     if not (x.is_cuda or interpreting()):
         return _eager_cast(x, scale, fmt, relu, recorded, plain, transposed)
     m, n = x.shape
