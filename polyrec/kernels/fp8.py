@@ -217,10 +217,26 @@ def _round_in_fp32(y, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr):
 
 
 @triton.jit
+def quantize_store(x, rows, cols, mask, q_ptr, qt_ptr, M, N, scale, PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr,
+                   MAX_VALUE: tl.constexpr, ROUND_IN_FP32: tl.constexpr, MANTISSA_BITS: tl.constexpr,
+                   MIN_EXPONENT: tl.constexpr):
+    """Store fp8(clamp(x * scale)) of the fp32 tile x [BM, BN] at rows x cols: into q [M, N] (PLAIN) and
+    qt [N, M] (TRANSPOSED), both contiguous; rows int64."""
+    y = tl.clamp(x * scale, -MAX_VALUE, MAX_VALUE)
+    if ROUND_IN_FP32:
+        y = _round_in_fp32(y, MANTISSA_BITS, MIN_EXPONENT)
+    y = y.to(q_ptr.dtype.element_ty)
+    if PLAIN:
+        tl.store(q_ptr + rows[:, None] * N + cols[None, :], y, mask=mask)
+    if TRANSPOSED:
+        tl.store(qt_ptr + cols[None, :].to(tl.int64) * M + rows[:, None], y, mask=mask)
+
+
+@triton.jit
 def fp8_cast_kernel(
     x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr,
     M, N, ROWS_PER_PROGRAM,
-    stride_xm, stride_xn, stride_qm, stride_tm,
+    stride_xm, stride_xn,
     PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr, RELU: tl.constexpr, MAX_VALUE: tl.constexpr,
     ROUND_IN_FP32: tl.constexpr, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -241,14 +257,8 @@ def fp8_cast_kernel(
         if RELU:
             x = tl.maximum(x, 0.0)
         amax = tl.maximum(amax, tl.abs(x))
-        y = tl.clamp(x * scale, -MAX_VALUE, MAX_VALUE)
-        if ROUND_IN_FP32:
-            y = _round_in_fp32(y, MANTISSA_BITS, MIN_EXPONENT)
-        y = y.to(q_ptr.dtype.element_ty)
-        if PLAIN:
-            tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], y, mask=mask)
-        if TRANSPOSED:
-            tl.store(qt_ptr + cols[None, :].to(tl.int64) * stride_tm + rows[:, None], y, mask=mask)
+        quantize_store(x, rows, cols, mask, q_ptr, qt_ptr, M, N, scale, PLAIN, TRANSPOSED, MAX_VALUE, ROUND_IN_FP32,
+                       MANTISSA_BITS, MIN_EXPONENT)
     tl.atomic_max(amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
 
 
@@ -297,7 +307,7 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
     grid = (ceil_div(m, config.rows_per_program), ceil_div(n, config.block_n))
     fp8_cast_kernel[grid](
         x, q if plain else qt, qt if transposed else q, scale, recorded, m, n, config.rows_per_program,
-        x.stride(0), x.stride(1), n, m,
+        x.stride(0), x.stride(1),
         PLAIN=plain, TRANSPOSED=transposed, RELU=relu, MAX_VALUE=fmt.max_value, ROUND_IN_FP32=interpreting(),
         MANTISSA_BITS=fmt.mantissa_bits, MIN_EXPONENT=fmt.min_exponent, BLOCK_M=config.block_m,
         BLOCK_N=config.block_n, num_warps=config.num_warps,
@@ -339,11 +349,10 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
                           "MIN_EXPONENT": fmt.min_exponent, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}
             out = "*" + triton_types[fmt]
             signature = {"x_ptr": "*bf16", "q_ptr": out, "qt_ptr": out, "scale_ptr": "*fp32", "amax_ptr": "*fp32",
-                         "M": "i32", "N": "i32", "ROWS_PER_PROGRAM": "i32", "stride_xm": "i32", "stride_qm": "i32",
-                         "stride_tm": "i32"}
+                         "M": "i32", "N": "i32", "ROWS_PER_PROGRAM": "i32", "stride_xm": "i32"}
             signature |= {name: "constexpr" for name in constexprs}
             signature = {name: signature[name] for name in fp8_cast_kernel.arg_names}
-            divisible = ("x_ptr", "q_ptr", "qt_ptr", "M", "N", "ROWS_PER_PROGRAM", "stride_xm", "stride_qm", "stride_tm")
+            divisible = ("x_ptr", "q_ptr", "qt_ptr", "M", "N", "ROWS_PER_PROGRAM", "stride_xm")
             flags = ("plain+" if plain else "") + "transposed" + (" relu" if relu else "")
             jobs.append(CompileJob(label=f"fp8_cast {triton_types[fmt]} {flags}", kernel=fp8_cast_kernel,
                                    signature=signature, constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1,
