@@ -72,6 +72,12 @@ class LibraryCrossGemms:
             self.kept["v", layer] = low
         return matmul(low, self.params[self.layers + layer], trans_b=True)
 
+    def fused_input(self, layer: int, x_shape: torch.Size, device: torch.device) -> None:
+        """No fp8 copies in the compute dtype."""
+
+    def fused_grad(self, layer: int, g_shape: torch.Size, device: torch.device) -> None:
+        """No fp8 copies in the compute dtype."""
+
     def dlow(self, layer: int, g: torch.Tensor) -> torch.Tensor:
         """g U_l: [B, D] @ [D, r]."""
         if self.needs[self.layers + layer]:
@@ -100,7 +106,8 @@ class _CrossNetwork(torch.autograd.Function):
         for l, b in enumerate(bs):
             low = gemms.down(l, x)  # [B, r]
             products.append(gemms.up(l, low))  # [B, D] p_l, kept for the backward
-            x = epilogue_pass(products[-1], bias=b, cross=(x0, x))  # [B, D] x0 * (p_l + b) + x_l
+            # [B, D] x0 * (p_l + b) + x_l, with its fp8 copies where the next layer's GEMMs take them
+            x = epilogue_pass(products[-1], bias=b, cross=(x0, x), fp8=gemms.fused_input(l + 1, x.shape, x.device))
         ctx.layers, ctx.on_input_grad, ctx.owns_output_grad, ctx.gemms = layers, on_input_grad, owns_output_grad, gemms
         ctx.save_for_backward(x0, *products, *params)
         return x
@@ -122,7 +129,8 @@ class _CrossNetwork(torch.autograd.Function):
                 bias_grad = torch.empty(x0.shape[1], device=x0.device, dtype=torch.float32)  # [D]
             epilogue = CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=l < layers - 1, plus_grad=l == 0,
                                  bias_grad=bias_grad)
-            g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue)  # [B, D] = G * x0
+            # [B, D] = G * x0, with its fp8 copies where the GEMMs take them
+            g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue, fp8=gemms.fused_grad(l, x0.shape, x0.device))
             dlow = gemms.dlow(l, g)  # [B, D] @ [D, r]
             del g  # the fp8 GEMMs keep its copy; freed before the next layer allocates its own
             if l > 0:  # [B, D] dL/dx_l; below the top layer grad is this function's own buffer to overwrite,

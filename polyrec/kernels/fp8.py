@@ -70,6 +70,8 @@ E4M3 = Fp8Format(dtype=torch.float8_e4m3fn, max_value=448.0, mantissa_bits=3, mi
 E5M2 = Fp8Format(dtype=torch.float8_e5m2, max_value=57344.0, mantissa_bits=2, min_exponent=-14)
 E4M3_FNUZ = Fp8Format(dtype=torch.float8_e4m3fnuz, max_value=240.0, mantissa_bits=3, min_exponent=-7)
 E5M2_FNUZ = Fp8Format(dtype=torch.float8_e5m2fnuz, max_value=57344.0, mantissa_bits=2, min_exponent=-15)
+#: Triton's names of the formats (pointer types of compile jobs).
+TRITON_FP8_TYPES = {E4M3: "fp8e4nv", E5M2: "fp8e5", E4M3_FNUZ: "fp8e4b8", E5M2_FNUZ: "fp8e5b16"}
 #: fp32 values per dequantize scale's slot: cuBLASLt refuses scale pointers that are not 16-byte aligned
 #: (CUBLAS_STATUS_NOT_SUPPORTED from ``torch._scaled_mm`` on the H200 with torch 2.11 / CUDA 13.0 for the
 #: 2nd and 4th elements of a packed fp32 vector, found by hand in the 39th session).
@@ -158,6 +160,10 @@ class Fp8Scaling(nn.Module):
         if self._training:
             self._seen[role] = True
 
+    def seen(self, role: int) -> bool:
+        """Whether ``role`` has a history (its scale is known before its tensor exists)."""
+        return bool(self._seen[role])
+
     def dequant(self, role: int) -> torch.Tensor:
         """``role``'s dequantize scale for ``scaled_mm``: a 0-dim fp32 tensor at a 16-byte aligned address."""
         return self._dequant_views[role]
@@ -180,6 +186,35 @@ class Fp8Scaling(nn.Module):
 def _history_loaded(module: Fp8Scaling, incompatible) -> None:
     """A loaded history may or may not cover every role: ``begin`` reads which once."""
     module._seen = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fp8Out:
+    """fp8 copies a producing kernel writes of its own output (``polyrec.kernels.gemm.epilogue_pass``'s
+    ``fp8``), as ``cast_fp8`` would of the stored tensor: both copies, the role's scale and maximum slot."""
+
+    q: torch.Tensor  # [M, N] fp8
+    qt: torch.Tensor  # [N, M] fp8
+    scale: torch.Tensor  # [1] fp32 quantize multiplier
+    recorded: torch.Tensor  # [1] fp32 slot the maximum goes to
+    fmt: Fp8Format
+
+
+def fused_out(scaling: Fp8Scaling, role: int, m: int, n: int, device: torch.device) -> Fp8Out | None:
+    """Where a producer of an [m, n] tensor writes ``role``'s fp8 copies; None while the role has no
+    history (its scale comes from the tensor itself then: cast it with ``cast_fp8`` once it exists)."""
+    if not scaling.seen(role):
+        return None
+    fmt = scaling.format(role)
+    return Fp8Out(q=torch.empty(m, n, dtype=fmt.dtype, device=device), qt=torch.empty(n, m, dtype=fmt.dtype, device=device),
+                  scale=scaling.scale(role), recorded=scaling.recorded(role), fmt=fmt)
+
+
+def eager_fused_out(y: torch.Tensor, out: Fp8Out) -> None:
+    """``Fp8Out``'s copies of y [M, N] by torch ops (CPU without the interpreter)."""
+    q, qt = _eager_cast(y, out.scale, out.fmt, False, out.recorded, True, True)
+    out.q.copy_(q)
+    out.qt.copy_(qt)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -339,7 +374,6 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """The cast kernel as the dense layers launch it: bf16 in, each format of ``spec``'s vendor, plain +
     transposed and transposed only, with and without ReLU."""
     fnuz = spec.vendor == "amd" and spec.arch.startswith("gfx942")
-    triton_types = {E4M3: "fp8e4nv", E5M2: "fp8e5", E4M3_FNUZ: "fp8e4b8", E5M2_FNUZ: "fp8e5b16"}
     fmts = (E4M3_FNUZ, E5M2_FNUZ) if fnuz else (E4M3, E5M2)
     jobs = []
     for fmt in fmts:
@@ -347,14 +381,14 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
             constexprs = {"stride_xn": 1, "PLAIN": plain, "TRANSPOSED": transposed, "RELU": relu,
                           "MAX_VALUE": fmt.max_value, "ROUND_IN_FP32": False, "MANTISSA_BITS": fmt.mantissa_bits,
                           "MIN_EXPONENT": fmt.min_exponent, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}
-            out = "*" + triton_types[fmt]
+            out = "*" + TRITON_FP8_TYPES[fmt]
             signature = {"x_ptr": "*bf16", "q_ptr": out, "qt_ptr": out, "scale_ptr": "*fp32", "amax_ptr": "*fp32",
                          "M": "i32", "N": "i32", "ROWS_PER_PROGRAM": "i32", "stride_xm": "i32"}
             signature |= {name: "constexpr" for name in constexprs}
             signature = {name: signature[name] for name in fp8_cast_kernel.arg_names}
             divisible = ("x_ptr", "q_ptr", "qt_ptr", "M", "N", "ROWS_PER_PROGRAM", "stride_xm")
             flags = ("plain+" if plain else "") + "transposed" + (" relu" if relu else "")
-            jobs.append(CompileJob(label=f"fp8_cast {triton_types[fmt]} {flags}", kernel=fp8_cast_kernel,
+            jobs.append(CompileJob(label=f"fp8_cast {TRITON_FP8_TYPES[fmt]} {flags}", kernel=fp8_cast_kernel,
                                    signature=signature, constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1,
                                    divisible_by_16=divisible))
     return jobs

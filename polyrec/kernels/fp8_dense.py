@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from polyrec.kernels.dense_backward import relu_bias_backward
-from polyrec.kernels.fp8 import FORWARD, GRADIENT, Fp8Scaling, aligned, cast_fp8, scaled_mm
+from polyrec.kernels.fp8 import FORWARD, GRADIENT, Fp8Out, Fp8Scaling, aligned, cast_fp8, fused_out, scaled_mm
 from polyrec.kernels.master_copies import compute_copy
 
 #: Roles per MLP layer and per cross layer (see the module docstring).
@@ -112,12 +112,15 @@ def mlp(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]
 
 class Fp8CrossGemms:
     """The cross network's GEMMs in fp8, for ``polyrec.kernels.dcn``: each call casts what it needs and
-    keeps what the backward's GEMMs read (transposed copies of x_l and v_l, U_lᵀ, g_l's transposed copy)."""
+    keeps what the backward's GEMMs read (transposed copies of x_l and v_l, U_lᵀ, g_l's transposed copy).
+    x_l (l >= 1) and g_l are not cast apart once their roles have a history: the passes that make them
+    write their fp8 copies too (``fused_input``, ``fused_grad``), saving a read of each [B, D] tensor."""
 
     def __init__(self, scaling: Fp8Scaling, masters: list[torch.Tensor], needs: tuple[bool, ...]) -> None:
         self.scaling, self.layers = scaling, len(masters) // 3
         self.masters, self.needs = masters, needs  # needs: a gradient for V_l, U_l, b_l of each layer
         self.kept: dict[tuple[str, int], torch.Tensor | None] = {}
+        self.made: dict[tuple[str, int], Fp8Out | None] = {}  # copies the passes wrote (``fused_*``)
 
     def _role(self, layer: int, which: int) -> int:
         return CROSS_ROLES * layer + which
@@ -125,9 +128,28 @@ class Fp8CrossGemms:
     def _inverse(self, layer: int, which: int) -> torch.Tensor:
         return self.scaling.dequant(self._role(layer, which))
 
+    def fused_input(self, layer: int, x_shape: torch.Size, device: torch.device) -> Fp8Out | None:
+        """Where the pass making x_layer (the previous layer's cross update) writes its fp8 copies; None for
+        the network's output (the next MLP casts it) and while the role has no history."""
+        if layer >= self.layers:
+            return None
+        out = fused_out(self.scaling, self._role(layer, 0), *x_shape, device)
+        self.made["x", layer] = out
+        return out
+
+    def fused_grad(self, layer: int, g_shape: torch.Size, device: torch.device) -> Fp8Out | None:
+        """Where layer's CrossGrad pass writes g_l's fp8 copies (None while the role has no history)."""
+        out = fused_out(self.scaling, self._role(layer, 4), *g_shape, device)
+        self.made["g", layer] = out
+        return out
+
     def down(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """v_l = x_l V_lᵀ: x [B, D] -> [B, r]; keeps x_l's transposed copy for V_l's gradient."""
-        xq, self.kept["xt", layer] = cast_fp8(x, self.scaling, self._role(layer, 0), transposed=self.needs[layer])
+        made = self.made.pop(("x", layer), None)
+        if made is not None:
+            xq, self.kept["xt", layer] = made.q, made.qt
+        else:
+            xq, self.kept["xt", layer] = cast_fp8(x, self.scaling, self._role(layer, 0), transposed=self.needs[layer])
         vq, _ = cast_fp8(self.masters[layer], self.scaling, self._role(layer, 2))  # [r, D]
         return scaled_mm(xq, vq.t(), self._inverse(layer, 0), self._inverse(layer, 2), out_dtype=x.dtype,
                          fast_accumulation=True)
@@ -143,8 +165,12 @@ class Fp8CrossGemms:
 
     def dlow(self, layer: int, g: torch.Tensor) -> torch.Tensor:
         """dv_l = g U_l: g [B, D] -> [B, r]; keeps g's transposed copy for U_l's gradient."""
-        need_du = self.needs[self.layers + layer]
-        gq, self.kept["gt", layer] = cast_fp8(g, self.scaling, self._role(layer, 4), transposed=need_du)
+        made = self.made.pop(("g", layer), None)
+        if made is not None:
+            gq, self.kept["gt", layer] = made.q, made.qt
+        else:
+            need_du = self.needs[self.layers + layer]
+            gq, self.kept["gt", layer] = cast_fp8(g, self.scaling, self._role(layer, 4), transposed=need_du)
         ut = self.kept.pop(("ut", layer))  # [r, D]
         return scaled_mm(gq, ut.t(), self._inverse(layer, 4), self._inverse(layer, 3), out_dtype=g.dtype)
 

@@ -27,6 +27,7 @@ import torch
 
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
+from polyrec.kernels.fp8 import Fp8Out, eager_fused_out
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig, pass_row_blocks
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
@@ -186,10 +187,11 @@ def _library_adds_residual(residual, overwrite: bool, bias, activation: str, dty
 def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
                   cross: tuple[torch.Tensor, torch.Tensor] | None = None, residual: torch.Tensor | None = None,
                   cross_grad: CrossGrad | None = None, out: torch.Tensor | None = None,
-                  warmup: bool = False) -> torch.Tensor:
+                  warmup: bool = False, fp8: Fp8Out | None = None) -> torch.Tensor:
     """``matmul``'s epilogue applied to an existing product y [M, N] in one Triton pass (where Triton
     cannot run — CPU tensors without the interpreter — torch ops apply it). ``out`` [M, N] may be y
-    itself (each element is read, then written, by one program); None allocates one like y."""
+    itself (each element is read, then written, by one program); None allocates one like y. ``fp8``:
+    the pass also writes fp8 copies of its output there (``polyrec.kernels.fp8.fused_out``)."""
     if y.dim() != 2:
         raise ValueError(f"epilogue_pass: y must be 2-D [M, N], got {tuple(y.shape)}")
     m, n = y.shape
@@ -204,20 +206,28 @@ def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activati
         if t.shape != (m, n):
             raise ValueError(f"epilogue_pass: cross {name} must be [{m}, {n}], got {tuple(t.shape)}")
     _validate_fused(m, n, y.device, activation, residual, cross_grad)
+    if fp8 is not None and (fp8.q.shape != (m, n) or fp8.qt.shape != (n, m)):
+        raise ValueError(f"epilogue_pass: fp8 copies must be [{m}, {n}] and [{n}, {m}], got {tuple(fp8.q.shape)} "
+                         f"and {tuple(fp8.qt.shape)}")
     return _apply_epilogue(y, torch.empty_like(y) if out is None else out, bias, activation, cross, residual,
-                           cross_grad, warmup)
+                           cross_grad, warmup, fp8)
 
 
-def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup: bool) -> torch.Tensor:
+def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup: bool,
+                    fp8: Fp8Out | None = None) -> torch.Tensor:
     """``epilogue_pass`` on validated arguments: out [M, N] = epilogue(y)."""
-    if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None:
+    if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None \
+            and fp8 is None:
         return out.copy_(y) if out is not y else out
     if not (y.is_cuda or interpreting()):
-        return out.copy_(_eager_epilogue(y, bias, activation, cross, residual, cross_grad))
+        out.copy_(_eager_epilogue(y, bias, activation, cross, residual, cross_grad))
+        if fp8 is not None:
+            eager_fused_out(out, fp8)
+        return out
     per_program = pass_row_blocks(y.shape[0]) if cross_grad is not None and cross_grad.bias_grad is not None else 1
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
                                                   ceil_div(y.shape[0], REDUCE_BLOCK_M * per_program))
-    _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup, per_program)
+    _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup, per_program, fp8)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
     return out
@@ -343,16 +353,20 @@ def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, 
 
 
 def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, warmup: bool,
-            per_program: int = 1) -> None:
+            per_program: int = 1, fp8: Fp8Out | None = None) -> None:
     """``split_k_reduce_kernel`` over out [M, N]: partials [S, M, N] (``partial_strides``), or with
     ``split_k`` 1 a library product [M, N] (its strides after a leading 0); each program walks
-    ``per_program`` blocks of REDUCE_BLOCK_M rows."""
+    ``per_program`` blocks of REDUCE_BLOCK_M rows; ``fp8``: fp8 copies of out written too."""
     m, n = out.shape
     grid = (ceil_div(m, REDUCE_BLOCK_M * per_program), ceil_div(n, REDUCE_BLOCK_N))
+    fp8_ptrs = (fp8.q, fp8.qt, fp8.scale, fp8.recorded) if fp8 is not None else (out,) * 4  # never read without
+    fp8_flags = {} if fp8 is None else {
+        "FP8_OUT": True, "FP8_MAX": fp8.fmt.max_value, "FP8_ROUND_IN_FP32": interpreting(),
+        "FP8_MANTISSA_BITS": fp8.fmt.mantissa_bits, "FP8_MIN_EXPONENT": fp8.fmt.min_exponent}
     _call(split_k_reduce_kernel, grid, warmup)(
-        partials, out, *ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
+        partials, out, *ptrs, *fp8_ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
         SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, ROW_BLOCKS=per_program,
-        num_warps=REDUCE_NUM_WARPS, **flags)
+        num_warps=REDUCE_NUM_WARPS, **flags, **fp8_flags)
 
 
 def _device_spec(t: torch.Tensor) -> DeviceSpec:

@@ -13,6 +13,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.fp8 import TRITON_FP8_TYPES, Fp8Format, quantize_store
 from polyrec.kernels.gemm_configs import PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 
 _TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
@@ -131,22 +132,27 @@ def gemm_kernel(
 
 @triton.jit
 def split_k_reduce_kernel(
-    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr,
+    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, q_ptr, qt_ptr, q_scale_ptr, q_amax_ptr,
     M, N,
     stride_ps, stride_pm, stride_pn, stride_cm, stride_cn, stride_x0m, stride_x0n, stride_xrm, stride_xrn,
     stride_dx0m, stride_dx0n,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_BIAS: tl.constexpr, RELU: tl.constexpr, CROSS: tl.constexpr, RESIDUAL: tl.constexpr = False,
     CROSS_GRAD: tl.constexpr = False, DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False,
-    BIAS_GRAD: tl.constexpr = False, ROW_BLOCKS: tl.constexpr = 1,
+    BIAS_GRAD: tl.constexpr = False, ROW_BLOCKS: tl.constexpr = 1, FP8_OUT: tl.constexpr = False,
+    FP8_MAX: tl.constexpr = 448.0, FP8_ROUND_IN_FP32: tl.constexpr = False, FP8_MANTISSA_BITS: tl.constexpr = 3,
+    FP8_MIN_EXPONENT: tl.constexpr = -6,
 ):
     """C = epilogue(sum over s of partials[s]) for ROW_BLOCKS blocks of [BLOCK_M, BLOCK_N], one after
     another down the rows: the split-K reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass
     over a library GEMM's product (any float dtype, summed in fp32; C may be the product itself: each
     element is read, then written, by the same program). With CROSS_GRAD and BIAS_GRAD the column sums
-    of g over the program's rows go to partial row ``program_id(0)`` of db."""
+    of g over the program's rows go to partial row ``program_id(0)`` of db. With FP8_OUT, C as stored
+    (rounded to its dtype) is also written as fp8 (``polyrec.kernels.fp8.quantize_store``: q [M, N] and
+    qt [N, M] at scale q_scale) and its absolute maximum goes to q_amax by one atomic max per program."""
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     g_sum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    amax = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for block in range(ROW_BLOCKS):
         rows = (tl.program_id(0) * ROW_BLOCKS + block) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
         mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -159,10 +165,17 @@ def split_k_reduce_kernel(
                         CROSS_GRAD, DX0_READ, DX0_PLUS_GRAD)
         if CROSS_GRAD and BIAS_GRAD:
             g_sum += acc
-        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
-                 acc.to(c_ptr.dtype.element_ty), mask=mask)
+        c = acc.to(c_ptr.dtype.element_ty)
+        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, c, mask=mask)
+        if FP8_OUT:
+            stored = tl.where(mask, c.to(tl.float32), 0.0)
+            amax = tl.maximum(amax, tl.abs(stored))
+            quantize_store(stored, rows.to(tl.int64), cols, mask, q_ptr, qt_ptr, M, N, tl.load(q_scale_ptr), True,
+                           True, FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT)
     if CROSS_GRAD and BIAS_GRAD:
         tl.store(db_ptr + tl.program_id(0) * N + cols, tl.sum(g_sum, axis=0), mask=cols < N)
+    if FP8_OUT:
+        tl.atomic_max(q_amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
 
 
 def input_precision(dtype: str, backend: str) -> str:
@@ -222,21 +235,26 @@ def _epilogue_flags(epilogue: str) -> dict[str, bool]:
             "DX0_READ": epilogue == "cross_grad", "DX0_PLUS_GRAD": False, "BIAS_GRAD": epilogue == "cross_grad"}
 
 
-def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross") -> CompileJob:
+def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross", fp8: Fp8Format | None = None) -> CompileJob:
     """The split-K reduction kernel with an epilogue (``compile_job_for``'s names); ``split_k`` 1 is
-    the epilogue pass after a library GEMM (it reads the product in ``dtype``)."""
+    the epilogue pass after a library GEMM (it reads the product in ``dtype``). ``fp8``: the pass also
+    writes fp8 copies of its output in that format (the fp8 dense layers' fused casts)."""
     ptr = _TRITON_TYPES[dtype]
     names = ["M", "N", "stride_ps", "stride_pm", "stride_pn", "stride_cm", "stride_cn", "stride_x0m",
              "stride_x0n", "stride_xrm", "stride_xrn", "stride_dx0m", "stride_dx0n"]
     signature = {"p_ptr": "*fp32" if split_k > 1 else ptr, "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr,
-                 "db_ptr": "*fp32"}
+                 "db_ptr": "*fp32", "q_ptr": ptr, "qt_ptr": ptr, "q_scale_ptr": "*fp32", "q_amax_ptr": "*fp32"}
     signature |= {n: "i32" for n in names}
     per_program = PASS_ROW_BLOCKS if epilogue == "cross_grad" and split_k == 1 else 1  # as gemm._apply_epilogue
     constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N,
                   "ROW_BLOCKS": per_program} | _epilogue_flags(epilogue)
+    if fp8 is not None:
+        signature["q_ptr"] = signature["qt_ptr"] = "*" + TRITON_FP8_TYPES[fp8]
+        constexprs |= {"FP8_OUT": True, "FP8_MAX": fp8.max_value, "FP8_MANTISSA_BITS": fp8.mantissa_bits,
+                       "FP8_MIN_EXPONENT": fp8.min_exponent}
     signature |= {k: "constexpr" for k in constexprs}
     signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
-    suffix = "" if epilogue == "cross" else f" {epilogue}"
+    suffix = ("" if epilogue == "cross" else f" {epilogue}") + (f" fp8 {TRITON_FP8_TYPES[fp8]}" if fp8 else "")
     kind = "split-k reduce" if split_k > 1 else "library epilogue pass"
     return CompileJob(label=f"gemm {kind} {dtype}{suffix}", kernel=split_k_reduce_kernel, signature=signature,
                       constexprs=constexprs, num_warps=REDUCE_NUM_WARPS, num_stages=1)
