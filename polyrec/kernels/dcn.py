@@ -36,7 +36,7 @@ import torch
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.fp8 import Fp8Scaling, aligned
+from polyrec.kernels.fp8 import E4M3, E4M3_FNUZ, E5M2, E5M2_FNUZ, Fp8Scaling, aligned
 from polyrec.kernels.fp8_dense import CROSS_ROLES, Fp8CrossGemms
 from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
@@ -196,7 +196,8 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """Compile jobs for the configs the selector picks for the MLPerf shapes: the up-projection GEMM
     (NT, no epilogue) and the projection dgrad (NN, residual), plus the epilogue passes (cross in the
-    forward, CrossGrad in the backward, residual on the library path) and the split-K reduction."""
+    forward, CrossGrad in the backward, residual on the library path), the split-K reduction, and the
+    two passes that write fp8 copies (e4m3 x_l in the forward, e5m2 g in the backward; fp8 dense layers)."""
     from polyrec.kernels.gemm_select import select_gemm
 
     jobs = []
@@ -208,4 +209,6 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
             if job.label not in {j.label for j in jobs}:
                 jobs.append(job)
     passes = [("cross", 1), ("cross_grad", 1), ("residual", 1), ("residual", 4)]
-    return jobs + [reduce_compile_job("bf16", split_k=s, epilogue=e) for e, s in passes]
+    fp8_formats = (E4M3_FNUZ, E5M2_FNUZ) if spec.vendor == "amd" and spec.arch.startswith("gfx942") else (E4M3, E5M2)
+    fp8_passes = [reduce_compile_job("bf16", split_k=1, epilogue=e, fp8=f) for e, f in zip(("cross", "cross_grad"), fp8_formats)]
+    return jobs + [reduce_compile_job("bf16", split_k=s, epilogue=e) for e, s in passes] + fp8_passes

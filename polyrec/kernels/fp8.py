@@ -119,20 +119,29 @@ class Fp8Scaling(nn.Module):
     def begin(self, training: bool) -> None:
         """Set this pass's scales from the history (before any cast of the pass)."""
         self._take_views()
-        amax = self.history.amax(1)  # [roles]
         if self._seen is None:  # after a checkpoint load: one device read
-            self._seen = (amax > 0).tolist()
-        tiny = torch.finfo(torch.float32).tiny
-        self.scales.copy_(torch.where(amax > 0, self.maxima / amax.clamp_min(tiny), torch.ones_like(amax)))
+            self._seen = (self.history.amax(1) > 0).tolist()
+        if self.history.is_cuda or interpreting():  # one launch instead of ~10 small torch ops per pass
+            roles = len(self.kinds)
+            fp8_begin_kernel[(1,)](self.history, self.scales, self.inverse, self.maxima, self.scratch, roles,
+                                   TRAINING=training, BLOCK_R=triton.next_power_of_2(roles), STEPS=HISTORY_STEPS,
+                                   SLOT=SCALE_SLOT, num_warps=1)
+        else:
+            self._begin_eager(training)
+        self._recorded = self._history_slots if training else self._scratch_slots
+        self._training = training
+
+    def _begin_eager(self, training: bool) -> None:
+        """``fp8_begin_kernel`` as torch ops (CPU without the interpreter)."""
+        amax = self.history.amax(1)  # [roles]
+        self.scales.copy_(torch.where(amax > 0, self.maxima / amax.clamp_min(torch.finfo(torch.float32).tiny),
+                                      torch.ones_like(amax)))
         self.inverse[:, 0] = self.scales.reciprocal()
         if training:
             self.history.copy_(torch.roll(self.history, 1, dims=1))
             self.history[:, 0] = 0
-            self._recorded = self._history_slots
         else:
             self.scratch.zero_()
-            self._recorded = self._scratch_slots
-        self._training = training
 
     def _take_views(self) -> None:
         """Per-role views of the buffers, the formats and maxima of their device: made once per set of
@@ -181,6 +190,32 @@ class Fp8Scaling(nn.Module):
     def format(self, role: int) -> Fp8Format:
         self._take_views()
         return self._formats[role]
+
+
+@triton.jit
+def fp8_begin_kernel(history_ptr, scales_ptr, inverse_ptr, maxima_ptr, scratch_ptr, R,
+                     TRAINING: tl.constexpr, BLOCK_R: tl.constexpr, STEPS: tl.constexpr, SLOT: tl.constexpr):
+    """``Fp8Scaling.begin`` in one program: scales = maxima / max(history row) (1 where the row is all
+    zero), inverse[:, 0] = 1 / scales (IEEE divisions); a training pass shifts each history row one slot
+    older and zeroes the newest (every load is consumed before the barrier, every store after it), an
+    evaluation pass zeroes the scratch maxima."""
+    roles = tl.arange(0, BLOCK_R)
+    steps = tl.arange(0, STEPS)
+    ok = roles < R
+    ptrs = history_ptr + roles[:, None] * STEPS + steps[None, :]  # [BR, STEPS]
+    history = tl.load(ptrs, mask=ok[:, None], other=0.0)
+    amax = tl.max(history, axis=1)  # [BR]
+    maxima = tl.load(maxima_ptr + roles, mask=ok, other=1.0)
+    seen = amax > 0
+    scale = tl.where(seen, tl.math.div_rn(maxima, tl.where(seen, amax, 1.0)), 1.0)
+    tl.store(scales_ptr + roles, scale, mask=ok)
+    tl.store(inverse_ptr + roles * SLOT, tl.math.div_rn(tl.full((BLOCK_R,), 1.0, tl.float32), scale), mask=ok)
+    if TRAINING:
+        tl.debug_barrier()
+        tl.store(ptrs + 1, history, mask=ok[:, None] & (steps < STEPS - 1)[None, :])
+        tl.store(ptrs, tl.zeros_like(history), mask=ok[:, None] & (steps == 0)[None, :])
+    else:
+        tl.store(scratch_ptr + roles, tl.zeros((BLOCK_R,), tl.float32), mask=ok)
 
 
 def _history_loaded(module: Fp8Scaling, incompatible) -> None:
@@ -361,8 +396,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: 
     if a.stride(1) != 1 or b.stride(0) != 1:
         raise ValueError(f"scaled_mm: a must be row-major and b column-major, got strides {a.stride()} and "
                          f"{b.stride()}")
-    return torch._scaled_mm(a, b, a_scale.reshape(()), b_scale.reshape(()), bias=bias, out_dtype=out_dtype,
-                            use_fast_accum=fast_accumulation)
+    a_scale, b_scale = (t if t.dim() == 0 else t.reshape(()) for t in (a_scale, b_scale))
+    return torch._scaled_mm(a, b, a_scale, b_scale, bias=bias, out_dtype=out_dtype, use_fast_accum=fast_accumulation)
 
 
 def aligned(*sizes: int) -> bool:
@@ -391,4 +426,10 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
             jobs.append(CompileJob(label=f"fp8_cast {TRITON_FP8_TYPES[fmt]} {flags}", kernel=fp8_cast_kernel,
                                    signature=signature, constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1,
                                    divisible_by_16=divisible))
+    for training in (True, False):
+        constexprs = {"TRAINING": training, "BLOCK_R": 32, "STEPS": HISTORY_STEPS, "SLOT": SCALE_SLOT}
+        signature = {name: "*fp32" for name in ("history_ptr", "scales_ptr", "inverse_ptr", "maxima_ptr", "scratch_ptr")}
+        signature |= {"R": "i32"} | {name: "constexpr" for name in constexprs}
+        jobs.append(CompileJob(label=f"fp8_begin {'training' if training else 'eval'}", kernel=fp8_begin_kernel,
+                               signature=signature, constexprs=constexprs, num_warps=1, num_stages=1))
     return jobs

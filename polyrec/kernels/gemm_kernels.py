@@ -13,7 +13,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.fp8 import TRITON_FP8_TYPES, Fp8Format, quantize_store
+from polyrec.kernels.fp8 import E4M3, TRITON_FP8_TYPES, Fp8Format, quantize_store
 from polyrec.kernels.gemm_configs import PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 
 _TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
@@ -152,7 +152,7 @@ def split_k_reduce_kernel(
     qt [N, M] at scale q_scale) and its absolute maximum goes to q_amax by one atomic max per program."""
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     g_sum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    amax = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    amax = tl.zeros((BLOCK_N,), dtype=tl.float32)  # column maxima of |C| (a tile's would cost 32 registers a lane)
     for block in range(ROW_BLOCKS):
         rows = (tl.program_id(0) * ROW_BLOCKS + block) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
         mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -169,13 +169,13 @@ def split_k_reduce_kernel(
         tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, c, mask=mask)
         if FP8_OUT:
             stored = tl.where(mask, c.to(tl.float32), 0.0)
-            amax = tl.maximum(amax, tl.abs(stored))
+            amax = tl.maximum(amax, tl.max(tl.abs(stored), axis=0))
             quantize_store(stored, rows.to(tl.int64), cols, mask, q_ptr, qt_ptr, M, N, tl.load(q_scale_ptr), True,
                            True, FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT)
     if CROSS_GRAD and BIAS_GRAD:
         tl.store(db_ptr + tl.program_id(0) * N + cols, tl.sum(g_sum, axis=0), mask=cols < N)
     if FP8_OUT:
-        tl.atomic_max(q_amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
+        tl.atomic_max(q_amax_ptr, tl.max(amax, axis=0))
 
 
 def input_precision(dtype: str, backend: str) -> str:
@@ -248,10 +248,11 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross", fp
     per_program = PASS_ROW_BLOCKS if epilogue == "cross_grad" and split_k == 1 else 1  # as gemm._apply_epilogue
     constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N,
                   "ROW_BLOCKS": per_program} | _epilogue_flags(epilogue)
+    fmt = fp8 or E4M3  # the kernel's defaults when no copies are written
+    constexprs |= {"FP8_OUT": fp8 is not None, "FP8_MAX": fmt.max_value, "FP8_ROUND_IN_FP32": False,
+                   "FP8_MANTISSA_BITS": fmt.mantissa_bits, "FP8_MIN_EXPONENT": fmt.min_exponent}
     if fp8 is not None:
         signature["q_ptr"] = signature["qt_ptr"] = "*" + TRITON_FP8_TYPES[fp8]
-        constexprs |= {"FP8_OUT": True, "FP8_MAX": fp8.max_value, "FP8_MANTISSA_BITS": fp8.mantissa_bits,
-                       "FP8_MIN_EXPONENT": fp8.min_exponent}
     signature |= {k: "constexpr" for k in constexprs}
     signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
     suffix = ("" if epilogue == "cross" else f" {epilogue}") + (f" fp8 {TRITON_FP8_TYPES[fp8]}" if fp8 else "")

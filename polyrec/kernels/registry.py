@@ -13,4 +13,5 @@ KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.kernels.dense_optim",
     "polyrec.kernels.chunk_copy",
     "polyrec.kernels.place_columns",
+    "polyrec.kernels.fp8",
 )
