@@ -1,0 +1,102 @@
+"""On the GPU machine: the fp8 dense layers (polyrec.kernels.fp8, fp8_dense) with the compiled kernels and
+cuBLASLt's fp8 GEMMs: casts equal torch's conversion, the MLP equals a float64 fake-quant reference, the
+passes that write their own fp8 copies equal the standalone casts bit for bit, and a training run learns."""
+
+from __future__ import annotations
+
+import copy
+from unittest import mock
+
+import pytest
+import torch
+
+from polyrec.kernels import dcn, fp8, fp8_dense
+from polyrec.runtime import TrainConfig, Trainer
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("kind", [fp8.FORWARD, fp8.GRADIENT])
+@pytest.mark.parametrize("relu", [False, True])
+def test_cast_equals_torchs_conversion(kind, relu):
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(1037, 2100, device="cuda", generator=gen) * torch.logspace(-7, 7, 2100, device="cuda")
+    x = x.to(torch.bfloat16)[:, 3:2083]  # strided, [1037, 2080]
+    scaling = fp8.Fp8Scaling([kind]).cuda()
+    scaling.begin(True)
+    scaling.prepare(0, x, relu)
+    scaling.scales.mul_(8)  # values past the recorded maximum saturate
+    q, qt = fp8.cast_fp8(x, scaling, 0, transposed=True, relu=relu)
+    fmt = scaling.format(0)
+    act = x.float().clamp_min(0) if relu else x.float()
+    ref = (act * scaling.scales[0]).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype)
+    assert torch.equal(q.view(torch.uint8), ref.view(torch.uint8))
+    assert torch.equal(qt.view(torch.uint8), ref.t().contiguous().view(torch.uint8))
+    assert scaling.history[0, 0] == act.abs().max()
+
+
+def _fake_quant(t: torch.Tensor, scaling: fp8.Fp8Scaling, role: int) -> torch.Tensor:
+    fmt = scaling.format(role)
+    q = (t.double() * scaling.scales[role].double()).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype)
+    return q.double() * scaling.inverse[role, 0].double()
+
+
+def test_mlp_equals_the_fake_quant_reference():
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    dims = (256, 512, 128)
+    ws = [(torch.randn(o, i, device="cuda", generator=gen) * 0.05).requires_grad_() for i, o in zip(dims, dims[1:])]
+    bs = [torch.randn(o, device="cuda", generator=gen).requires_grad_() for o in dims[1:]]
+    x = torch.randn(1024, dims[0], device="cuda", generator=gen, dtype=torch.bfloat16).requires_grad_()
+    scaling = fp8.Fp8Scaling(fp8_dense.mlp_kinds(2)).cuda()
+    y = fp8_dense.mlp(x, ws, bs, (True, False), scaling)
+    gy = torch.randn(y.shape, device="cuda", generator=gen, dtype=torch.bfloat16)
+    y.backward(gy)
+    b16 = [b.detach().bfloat16().double() for b in bs]
+    x0q, w0q = _fake_quant(x, scaling, 0), _fake_quant(ws[0], scaling, 1)
+    h = (x0q @ w0q.t() + b16[0]).bfloat16()
+    x1q, w1q = _fake_quant(h.clamp_min(0), scaling, 3), _fake_quant(ws[1], scaling, 4)
+    out = (x1q @ w1q.t() + b16[1]).bfloat16()
+    # the same quantized operands; the GEMMs' fp32 (fast) accumulation and a bf16 output round apart from
+    # float64, which moves a few quantized values of the next layer by one step: compared by relative norm
+    g1q = _fake_quant(gy, scaling, 5)
+    g0 = (g1q @ w1q).bfloat16().double() * (h > 0)
+    g0q = _fake_quant(g0, scaling, 2)
+    for got, want in ((y, out), (ws[1].grad, g1q.t() @ x1q), (bs[0].grad, g0.sum(0)), (ws[0].grad, g0q.t() @ x0q),
+                      (x.grad, g0q @ w0q)):
+        assert ((got.double() - want.double()).norm() / want.double().norm()).item() < 1e-2
+
+
+def test_fused_copies_equal_the_standalone_casts():
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    b, d, r, layers = 2048, 3456, 512, 3
+    vs = [(torch.randn(r, d, device="cuda", generator=gen) * 0.02).requires_grad_() for _ in range(layers)]
+    us = [(torch.randn(d, r, device="cuda", generator=gen) * 0.02).requires_grad_() for _ in range(layers)]
+    bs = [(torch.randn(d, device="cuda", generator=gen) * 0.1).requires_grad_() for _ in range(layers)]
+    x0 = torch.randn(b, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    scaling = fp8.Fp8Scaling(fp8_dense.cross_kinds(layers)).cuda()
+
+    def step(state):
+        x = x0.clone().requires_grad_()
+        y = dcn.cross_network(x, vs, us, bs, fp8=state)
+        y.backward(torch.full_like(y, 1e-3))
+        grads = [x.grad] + [p.grad.clone() for p in (*vs, *us, *bs)]
+        for p in (*vs, *us, *bs):
+            p.grad = None
+        return [y.detach(), *grads]
+
+    step(scaling)  # every role gets a history: the next step's passes write the copies
+    standalone_state = copy.deepcopy(scaling)
+    fused = step(scaling)
+    with mock.patch.object(fp8_dense, "fused_out", lambda *args, **kwargs: None):
+        standalone = step(standalone_state)
+    for a, c in zip(fused, standalone):
+        assert torch.equal(a, c)
+    assert torch.equal(scaling.history, standalone_state.history)
+
+
+def test_fp8_training_learns_on_the_demo_task():
+    cfg = TrainConfig(preset="dcnv2-small", data="synthetic", steps=300, batch_size=512, log_every=300,
+                      device="cuda", precision="fp8", cuda_graphs=False)
+    result = Trainer(cfg, progress=False).train()
+    assert result.status == "done"
+    assert result.final_auc is not None and result.final_auc > 0.7
