@@ -162,10 +162,11 @@ class Fp8Scaling(nn.Module):
     def prepare(self, role: int, x: torch.Tensor, relu: bool) -> None:
         """Before ``role``'s cast of ``x``: a role without a history is scaled by ``x``'s own maximum
         (one more read of x); a training pass's cast gives it one."""
-        if not self._seen[role]:
-            amax = (x.clamp_min(0) if relu else x).abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny)
-            self.scales[role] = self.maxima[role] / amax
-            self.inverse[role, 0] = amax / self.maxima[role]
+        if not self._seen[role] and x.numel():
+            amax = (x.clamp_min(0) if relu else x).abs().amax().float()
+            scale = torch.where(amax > 0, self.maxima[role] / amax.clamp_min(torch.finfo(torch.float32).tiny), 1.0)
+            self.scales[role] = scale  # 1 for an all-zero tensor (its copies are zeros at any scale)
+            self.inverse[role, 0] = scale.reciprocal()
         if self._training:
             self._seen[role] = True
 
@@ -366,13 +367,14 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
     recorded = scaling.recorded(role)
     scaling.prepare(role, x, relu)
     scale = scaling.scale(role)
+    m, n = x.shape
+    if m == 0 or n == 0:
+        return (torch.empty(m, n, dtype=fmt.dtype, device=x.device) if plain else None,
+                torch.empty(n, m, dtype=fmt.dtype, device=x.device) if transposed else None)
     if not (x.is_cuda or interpreting()):
         return _eager_cast(x, scale, fmt, relu, recorded, plain, transposed)
-    m, n = x.shape
     q = torch.empty(m, n, dtype=fmt.dtype, device=x.device) if plain else None
     qt = torch.empty(n, m, dtype=fmt.dtype, device=x.device) if transposed else None
-    if m == 0 or n == 0:
-        return q, qt
     config = config or select_config(m, n, _compute_units(x.device))
     grid = (ceil_div(m, config.rows_per_program), ceil_div(n, config.block_n))
     fp8_cast_kernel[grid](

@@ -130,7 +130,8 @@ class MLP(nn.Module):
 
     def enable_fp8(self) -> None:
         """Run the leading layers whose sizes suit an fp8 GEMM (``fp8_dense.mlp_fits``; the first layer's
-        input counted padded, as ``pad_reduction`` pads it) with fp8 GEMMs on the polyrec backend."""
+        input counted padded, as ``pad_reduction`` pads the dense features) with fp8 GEMMs on the polyrec
+        backend; ``forward`` keeps the compute dtype for an input it did not pad that does not suit."""
         from polyrec.kernels import fp8_dense
 
         in_dim = self.weights[0].shape[1]
@@ -145,7 +146,9 @@ class MLP(nn.Module):
         weights, start = list(self.weights), 0
         if ops.backend == "polyrec" and not x.requires_grad:  # the dense features (the direct port's
             x, weights[0] = pad_reduction(x, weights[0])  # torch layers stay as they were)
-        if self.fp8 is not None and ops.backend == "polyrec" and fp8_aligned(x.shape[0]):
+        # fp8 where the batch and the first layer's input (padded above only without an input gradient:
+        # DLRM's dot-interaction top MLP takes 367 columns) suit its GEMMs; else the compute dtype
+        if self.fp8 is not None and ops.backend == "polyrec" and fp8_aligned(x.shape[0], x.shape[1]):
             start = len(self.fp8.kinds) // 3
             x = ops.fp8_mlp(x, weights[:start], list(self.biases)[:start], relus[:start], self.fp8)
         for i in range(start, n):
