@@ -18,20 +18,23 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("kind", [fp8.FORWARD, fp8.GRADIENT])
 @pytest.mark.parametrize("relu", [False, True])
-def test_cast_equals_torchs_conversion(kind, relu):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cast_equals_torchs_conversion(kind, relu, dtype):
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(1037, 2100, device="cuda", generator=gen) * torch.logspace(-7, 7, 2100, device="cuda")
-    x = x.to(torch.bfloat16)[:, 3:2083]  # strided, [1037, 2080]
+    x = x.to(dtype)[:, 3:2083]  # strided, [1037, 2080]
     scaling = fp8.Fp8Scaling([kind]).cuda()
     scaling.begin(True)
     scaling.prepare(0, x, relu)
     scaling.scales.mul_(8)  # values past the recorded maximum saturate
     q, qt = fp8.cast_fp8(x, scaling, 0, transposed=True, relu=relu)
+    only_t = fp8.cast_fp8(x, scaling, 0, plain=False, transposed=True, relu=relu)[1]
     fmt = scaling.format(0)
     act = x.float().clamp_min(0) if relu else x.float()
     ref = (act * scaling.scales[0]).clamp(-fmt.max_value, fmt.max_value).to(fmt.dtype)
     assert torch.equal(q.view(torch.uint8), ref.view(torch.uint8))
     assert torch.equal(qt.view(torch.uint8), ref.t().contiguous().view(torch.uint8))
+    assert torch.equal(only_t.view(torch.uint8), ref.t().contiguous().view(torch.uint8))
     assert scaling.history[0, 0] == act.abs().max()
 
 
