@@ -1,6 +1,7 @@
 """On the GPU machine: the fp8 dense layers (polyrec.kernels.fp8, fp8_dense) with the compiled kernels and
 cuBLASLt's fp8 GEMMs: casts equal torch's conversion, the MLP equals a float64 fake-quant reference, the
-passes that write their own fp8 copies equal the standalone casts bit for bit, and a training run learns."""
+passes that write their own fp8 copies give the standalone casts' results bit for bit (the bias gradients,
+fp32 column sums of a kernel compiled with the copies' code beside them, within 1e-5), and a run learns."""
 
 from __future__ import annotations
 
@@ -92,8 +93,11 @@ def test_fused_copies_equal_the_standalone_casts():
     fused = step(scaling)
     with mock.patch.object(fp8_dense, "fused_out", lambda *args, **kwargs: None):
         standalone = step(standalone_state)
-    for a, c in zip(fused, standalone):
+    bias_grads = len(fused) - layers
+    for a, c in zip(fused[:bias_grads], standalone[:bias_grads]):
         assert torch.equal(a, c)
+    for a, c in zip(fused[bias_grads:], standalone[bias_grads:]):  # the pass's fp32 column sums, compiled apart
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-7)
     assert torch.equal(scaling.history, standalone_state.history)
 
 
