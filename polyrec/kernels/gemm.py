@@ -28,8 +28,7 @@ import torch
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.fp8 import Fp8Out, eager_fused_out
-from polyrec.kernels.gemm_configs import (REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, REDUCE_NUM_WARPS_FP8,
-                                          GemmConfig, pass_row_blocks)
+from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig, pass_row_blocks
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
 from polyrec.kernels.grid import ceil_div
@@ -367,7 +366,7 @@ def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, 
     _call(split_k_reduce_kernel, grid, warmup)(
         partials, out, *ptrs, *fp8_ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
         SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, ROW_BLOCKS=per_program,
-        num_warps=REDUCE_NUM_WARPS if fp8 is None else REDUCE_NUM_WARPS_FP8, **flags, **fp8_flags)
+        num_warps=REDUCE_NUM_WARPS, **flags, **fp8_flags)
 
 
 def _device_spec(t: torch.Tensor) -> DeviceSpec:

@@ -29,10 +29,6 @@ SPLIT_K_TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (1
 REDUCE_BLOCK_M = 32
 REDUCE_BLOCK_N = 128
 REDUCE_NUM_WARPS = 4
-#: Warps of the pass when it also writes fp8 copies (``FP8_OUT``): the CrossGrad pass with the copies needs
-#: 255 registers and 1200 B of stack per thread on sm_90 with 4 warps, 96 B with 8 (792 B without the copies
-#: at 4; cuobjdump of the compile jobs, thirty-ninth session).
-REDUCE_NUM_WARPS_FP8 = 8
 #: Row blocks (of REDUCE_BLOCK_M rows) one program of the CrossGrad epilogue pass walks, summing its
 #: bias-gradient column partial once at the end instead of once per block: on MLPerf's [65536, 3456]
 #: bf16 the per-block column sum cost that pass 0.12 of 0.81 ms (H200,

@@ -14,8 +14,7 @@ import triton.language as tl
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.fp8 import E4M3, TRITON_FP8_TYPES, Fp8Format, quantize_store
-from polyrec.kernels.gemm_configs import (PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS,
-                                          REDUCE_NUM_WARPS_FP8, GemmConfig)
+from polyrec.kernels.gemm_configs import PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 
 _TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
 
@@ -259,5 +258,4 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross", fp
     suffix = ("" if epilogue == "cross" else f" {epilogue}") + (f" fp8 {TRITON_FP8_TYPES[fp8]}" if fp8 else "")
     kind = "split-k reduce" if split_k > 1 else "library epilogue pass"
     return CompileJob(label=f"gemm {kind} {dtype}{suffix}", kernel=split_k_reduce_kernel, signature=signature,
-                      constexprs=constexprs, num_warps=REDUCE_NUM_WARPS if fp8 is None else REDUCE_NUM_WARPS_FP8,
-                      num_stages=1)
+                      constexprs=constexprs, num_warps=REDUCE_NUM_WARPS, num_stages=1)
