@@ -265,9 +265,9 @@ class CastConfig:
 
 @lru_cache(maxsize=1024)
 def select_config(m: int, n: int, compute_units: int) -> CastConfig:
-    """Most tiles per program (up to MAX_ITERATIONS: fewest atomics) that still give PROGRAMS_PER_CU
-    programs per SM / CU; a rule from first principles, nothing timed."""
-    iterations = MAX_ITERATIONS
+    """Most tiles per program (up to MAX_ITERATIONS: fewest atomics, and no more than the rows need) that
+    still give PROGRAMS_PER_CU programs per SM / CU; a rule from first principles, nothing timed."""
+    iterations = min(MAX_ITERATIONS, triton.next_power_of_2(ceil_div(m, BLOCK_M)))
     while iterations > 1 and ceil_div(m, BLOCK_M * iterations) * ceil_div(n, BLOCK_N) < PROGRAMS_PER_CU * compute_units:
         iterations //= 2
     return CastConfig(rows_per_program=BLOCK_M * iterations)
