@@ -153,8 +153,8 @@ def main() -> None:
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
-    keys = ("section", "path", "round", "rows", "precision", "graphs", "seed", "samples_per_s", "ms_per_step", "peak_gb",
-            "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms", "test_auc", "mismatched", "ok", "error")
+    keys = ("section", "path", "round", "rows", "precision", "graphs", "seed", "samples_per_s", "ms_per_step",
+            "peak_gb", "emb_fwd_ms", "dense_ms", "emb_bwd_ms", "optimizer_ms", "test_auc", "mismatched", "ok", "error")
     return {k: row.get(k) for k in keys}
 
 

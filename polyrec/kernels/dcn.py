@@ -36,7 +36,7 @@ import torch
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.fp8 import E4M3, E4M3_FNUZ, E5M2, E5M2_FNUZ, Fp8Scaling, aligned
+from polyrec.kernels.fp8 import Fp8Scaling, aligned, spec_formats
 from polyrec.kernels.fp8_dense import CROSS_ROLES, Fp8CrossGemms
 from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
@@ -130,7 +130,8 @@ class _CrossNetwork(torch.autograd.Function):
             epilogue = CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=l < layers - 1, plus_grad=l == 0,
                                  bias_grad=bias_grad)
             # [B, D] = G * x0, with its fp8 copies where the GEMMs take them
-            g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue, fp8=gemms.fused_grad(l, x0.shape, x0.device))
+            g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue,
+                              fp8=gemms.fused_grad(l, x0.shape, x0.device))
             dlow = gemms.dlow(l, g)  # [B, D] @ [D, r]
             del g  # the fp8 GEMMs keep its copy; freed before the next layer allocates its own
             if l > 0:  # [B, D] dL/dx_l; below the top layer grad is this function's own buffer to overwrite,
@@ -209,6 +210,6 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
             if job.label not in {j.label for j in jobs}:
                 jobs.append(job)
     passes = [("cross", 1), ("cross_grad", 1), ("residual", 1), ("residual", 4)]
-    fp8_formats = (E4M3_FNUZ, E5M2_FNUZ) if spec.vendor == "amd" and spec.arch.startswith("gfx942") else (E4M3, E5M2)
-    fp8_passes = [reduce_compile_job("bf16", split_k=1, epilogue=e, fp8=f) for e, f in zip(("cross", "cross_grad"), fp8_formats)]
+    fp8_passes = [reduce_compile_job("bf16", split_k=1, epilogue=e, fp8=f)
+                  for e, f in zip(("cross", "cross_grad"), spec_formats(spec))]
     return jobs + [reduce_compile_job("bf16", split_k=s, epilogue=e) for e, s in passes] + fp8_passes

@@ -89,6 +89,13 @@ def formats(device: torch.device) -> dict[str, Fp8Format]:
     return {FORWARD: E4M3, GRADIENT: E5M2}
 
 
+def spec_formats(spec: DeviceSpec) -> tuple[Fp8Format, Fp8Format]:
+    """(e4m3, e5m2) in the encoding of a catalog device (``formats`` for a compile target)."""
+    if spec.vendor == "amd" and spec.arch.startswith("gfx942"):
+        return E4M3_FNUZ, E5M2_FNUZ
+    return E4M3, E5M2
+
+
 class Fp8Scaling(nn.Module):
     """Delayed scaling state for ``kinds`` (one role kind per tensor role: FORWARD or GRADIENT).
 
@@ -146,7 +153,8 @@ class Fp8Scaling(nn.Module):
     def _take_views(self) -> None:
         """Per-role views of the buffers, the formats and maxima of their device: made once per set of
         buffers (a move to another device replaces them), since a view costs host time on every cast."""
-        key = tuple(t.data_ptr() for t in (self.history, self.scales, self.inverse, self.scratch)) + (self.history.device,)
+        buffers = (self.history, self.scales, self.inverse, self.scratch)
+        key = tuple(t.data_ptr() for t in buffers) + (self.history.device,)
         if key == self._views_of:
             return
         fmt = formats(self.history.device)
@@ -242,8 +250,9 @@ def fused_out(scaling: Fp8Scaling, role: int, m: int, n: int, device: torch.devi
     if not scaling.seen(role):
         return None
     fmt = scaling.format(role)
-    return Fp8Out(q=torch.empty(m, n, dtype=fmt.dtype, device=device), qt=torch.empty(n, m, dtype=fmt.dtype, device=device),
-                  scale=scaling.scale(role), recorded=scaling.recorded(role), fmt=fmt)
+    return Fp8Out(q=torch.empty(m, n, dtype=fmt.dtype, device=device),
+                  qt=torch.empty(n, m, dtype=fmt.dtype, device=device), scale=scaling.scale(role),
+                  recorded=scaling.recorded(role), fmt=fmt)
 
 
 def eager_fused_out(y: torch.Tensor, out: Fp8Out) -> None:
@@ -396,7 +405,8 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, *,
-              out_dtype: torch.dtype, bias: torch.Tensor | None = None, fast_accumulation: bool = False) -> torch.Tensor:
+              out_dtype: torch.dtype, bias: torch.Tensor | None = None,
+              fast_accumulation: bool = False) -> torch.Tensor:
     """``(a * a_scale) @ (b * b_scale) + bias`` -> [M, N] in ``out_dtype``: a [M, K] fp8 row-major, b [K, N]
     fp8 column-major (the ``.t()`` of a contiguous [N, K]), scales fp32 with one element; bias [N] in
     ``out_dtype`` (bf16 / fp16 outputs only). ``fast_accumulation``: cuBLAS's fp8 fast accumulation
@@ -418,8 +428,7 @@ def aligned(*sizes: int) -> bool:
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """The cast kernel as the dense layers launch it: bf16 in, each format of ``spec``'s vendor, plain +
     transposed and transposed only, with and without ReLU."""
-    fnuz = spec.vendor == "amd" and spec.arch.startswith("gfx942")
-    fmts = (E4M3_FNUZ, E5M2_FNUZ) if fnuz else (E4M3, E5M2)
+    fmts = spec_formats(spec)
     jobs = []
     for fmt in fmts:
         for plain, transposed, relu in ((True, True, False), (True, True, True), (False, True, False)):
@@ -438,7 +447,8 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
                                    divisible_by_16=divisible))
     for training in (True, False):
         constexprs = {"TRAINING": training, "BLOCK_R": 32, "STEPS": HISTORY_STEPS, "SLOT": SCALE_SLOT}
-        signature = {name: "*fp32" for name in ("history_ptr", "scales_ptr", "inverse_ptr", "maxima_ptr", "scratch_ptr")}
+        pointers = ("history_ptr", "scales_ptr", "inverse_ptr", "maxima_ptr", "scratch_ptr")
+        signature = {name: "*fp32" for name in pointers}
         signature |= {"R": "i32"} | {name: "constexpr" for name in constexprs}
         jobs.append(CompileJob(label=f"fp8_begin {'training' if training else 'eval'}", kernel=fp8_begin_kernel,
                                signature=signature, constexprs=constexprs, num_warps=1, num_stages=1))

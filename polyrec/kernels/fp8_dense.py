@@ -81,9 +81,11 @@ class _Fp8MLP(torch.autograd.Function):
                 continue
             gq, gqt = cast_fp8(g, scaling, 3 * i + 2, plain=need_dx, transposed=need_dw)  # [B, N], [N, B]
             if need_dw:  # [N, B] @ [B, K]
-                d_w[i] = scaled_mm(gqt, xqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i), out_dtype=ctx.masters[i])
+                d_w[i] = scaled_mm(gqt, xqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i),
+                                   out_dtype=ctx.masters[i])
             if need_dx:  # [B, N] @ [N, K]
-                grad = scaled_mm(gq, wqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i + 1), out_dtype=grad.dtype)
+                grad = scaled_mm(gq, wqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i + 1),
+                                 out_dtype=grad.dtype)
         ctx.saved = None
         return (grad if ctx.needs_input_grad[0] else None), None, None, *d_w, *d_b
 

@@ -235,7 +235,8 @@ def _epilogue_flags(epilogue: str) -> dict[str, bool]:
             "DX0_READ": epilogue == "cross_grad", "DX0_PLUS_GRAD": False, "BIAS_GRAD": epilogue == "cross_grad"}
 
 
-def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross", fp8: Fp8Format | None = None) -> CompileJob:
+def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
+                       fp8: Fp8Format | None = None) -> CompileJob:
     """The split-K reduction kernel with an epilogue (``compile_job_for``'s names); ``split_k`` 1 is
     the epilogue pass after a library GEMM (it reads the product in ``dtype``). ``fp8``: the pass also
     writes fp8 copies of its output in that format (the fp8 dense layers' fused casts)."""

@@ -49,7 +49,8 @@ def measure(cfg: TrainConfig, *, label: str, warmup: int, steps: int) -> dict[st
     row: dict[str, Any] = {"path": label, "pipeline": cfg.pipeline, "embeddings": trainer.rt.embedding_backend,
                            "dense": trainer.rt.dense_backend,
                            "dtype": str(trainer.rt.compute_dtype).removeprefix("torch."), "cuda_graphs": trainer.graphs.on,
-                           "dense_fp8": trainer.rt.dense_fp8, "embedding_optimizer": cfg.embedding_optimizer, "batch": cfg.batch_size,
+                           "dense_fp8": trainer.rt.dense_fp8, "embedding_optimizer": cfg.embedding_optimizer,
+                           "batch": cfg.batch_size,
                            "build_s": build_s, **trainer.benchmark(warmup=warmup, steps=steps)}
     row["peak_gb"] = peak_memory_gb(trainer.rt.device)
     del trainer
