@@ -151,8 +151,10 @@ def _polyrec(*args: str) -> subprocess.CompletedProcess:
                           timeout=240)
 
 
+# one eval batch: the final evaluation's lookups run through the interpreter (~1 s a batch per rank)
 COMMON = ["--preset", "dcnv2-small", "--row-cap", "64", "--batch-size", "16", "--device", "cpu",
-          "--embedding-backend", "polyrec", "--dense-backend", "torch", "--log-every", "2", "--json"]
+          "--embedding-backend", "polyrec", "--dense-backend", "torch", "--log-every", "2", "--eval-batches", "1",
+          "--json"]
 
 
 def _result(proc: subprocess.CompletedProcess) -> dict:
