@@ -67,6 +67,26 @@ def test_spills_make_a_config_unfit():
     assert any("spills" in p for p in report.problems)
 
 
+def test_nvidia_spills_are_read_from_the_stack_frame():
+    """ptxas spills to the stack frame (cuobjdump's STACK; LOCAL stays 0): a 256x256 fp32 accumulator on
+    4 warps (512 registers a thread) spills on sm_90, and the report says so and makes it unfit."""
+    job = dataclasses.replace(_dot_job(64, 2), constexprs={"BM": 256, "BN": 256, "BK": 64}, num_warps=4)
+    report = compile_for(job, get_device("H200"))
+    assert report.registers == 255 and report.spill_bytes > 0 and not report.fits
+    assert any("spills" in p for p in report.problems) and report.known_spill == ""
+
+
+def test_a_known_spill_fits_and_is_reported():
+    """A job that says why its spill is kept fits, still reports the bytes, and carries the reason; a job
+    that does not spill carries no reason whatever it says."""
+    big = dataclasses.replace(_dot_job(64, 2), constexprs={"BM": 256, "BN": 256, "BK": 64}, num_warps=4,
+                              known_spill="timed so (results/x)")
+    report = compile_for(big, get_device("H200"))
+    assert report.fits and report.spill_bytes > 0 and report.known_spill == "timed so (results/x)"
+    small = compile_for(dataclasses.replace(_scale_job(), known_spill="timed so (results/x)"), get_device("H200"))
+    assert small.fits and small.spill_bytes == 0 and small.known_spill == ""
+
+
 def test_interpreted_kernel_is_refused():
     from triton.runtime.interpreter import InterpretedFunction
 

@@ -203,6 +203,13 @@ def _jobs_of(ref: str, fn, spec: DeviceSpec) -> list:
     raise typer.Exit(2)
 
 
+def _fit_cell(report) -> str:
+    """The table's "fits" cell: yes (with a kept spill said so), or NO and the problems."""
+    if not report.fits:
+        return "[red]NO: " + escape("; ".join(report.problems)) + "[/]"
+    return "yes, spill kept: " + escape(report.known_spill) if report.known_spill else "yes"
+
+
 @app.command("compile-check")
 def compile_check(
     device: list[str] = typer.Option([], "--device", "-d", help="Device(s) to compile for; default: every distinct target."),
@@ -231,7 +238,7 @@ def compile_check(
             table.add_column(col)
         for r in reports:
             table.add_row(r.label, r.device, r.target, str(r.shared_bytes), str(r.registers), str(r.spill_bytes),
-                          "yes" if r.fits else "[red]NO: " + "; ".join(r.problems) + "[/]")
+                          _fit_cell(r))
         console.print(table)
     if any(not r.fits for r in reports):
         raise typer.Exit(1)

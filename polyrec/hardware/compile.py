@@ -46,6 +46,9 @@ class CompileJob:
     # sizes multiples of 16): Triton's JIT passes this as ``tt.divisibility`` and only then
     # vectorizes and pipelines, so leaving it out understates shared memory and registers.
     divisible_by_16: tuple[str, ...] = ()
+    # A spill kept on purpose (NVIDIA: ptxas's stack frame; AMD: VGPRs to scratch): the measurement that
+    # timed the config, spill and all, on that target and kept it. Empty: a spill makes the job unfit.
+    known_spill: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,11 +61,12 @@ class CompileReport:
     shared_bytes: int  # static + dynamic shared memory / LDS per block
     registers: int  # per thread (NVIDIA) / VGPRs per lane (AMD: unified arch + acc total)
     scalar_registers: int  # SGPRs (AMD); 0 on NVIDIA
-    spill_bytes: int  # spilled to memory: NVIDIA local memory bytes per thread; AMD VGPRs spilled to scratch
+    spill_bytes: int  # spilled to memory: NVIDIA stack + local bytes per thread; AMD VGPRs spilled to scratch
     scalar_spills: int  # AMD: SGPRs spilled into VGPR lanes (no memory traffic, so no problem); 0 on NVIDIA
     scratch_bytes: int  # AMD: private (scratch) memory per work-item, spills or stack arrays; 0 on NVIDIA
     seconds: float  # compile time
     problems: tuple[str, ...]  # why it does not fit; empty when it fits
+    known_spill: str = ""  # the job's measurement that kept its spill (``CompileJob.known_spill``)
 
     @property
     def fits(self) -> bool:
@@ -80,7 +84,10 @@ def _check_compilable(kernel: Any) -> None:
 
 
 def _nvidia_resources(cubin: bytes) -> tuple[int, int]:
-    """(registers per thread, local-memory bytes per thread) of the one function in a cubin."""
+    """(registers per thread, local-memory bytes per thread) of the one function in a cubin. The local
+    memory is the stack frame plus any other local allocation: Triton keeps no arrays on the stack, so its
+    frame is the slots ptxas spills registers to (``ptxas -v`` prints the same count as "bytes stack frame"
+    beside its spill stores and loads)."""
     import triton
 
     tool = triton.knobs.nvidia.cuobjdump.path
@@ -91,10 +98,10 @@ def _nvidia_resources(cubin: bytes) -> tuple[int, int]:
                              check=True).stdout
     # One line per function in the cubin (the kernel, and any function it did not inline): the
     # largest use is what the launch needs.
-    found = re.findall(r"REG:(\d+)\s+STACK:\d+\s+SHARED:\d+\s+LOCAL:(\d+)", out)
+    found = re.findall(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:\d+\s+LOCAL:(\d+)", out)
     if not found:
         raise CompileHarnessError(f"cuobjdump printed no resource usage:\n{out}")
-    return max(int(r) for r, _ in found), max(int(local) for _, local in found)
+    return max(int(r) for r, _, _ in found), max(int(stack) + int(local) for _, stack, local in found)
 
 
 def _amd_field(asm: str, name: str) -> int:
@@ -127,7 +134,7 @@ MAX_THREADS_PER_BLOCK = {"nvidia": 1024, "amd": 1024}
 
 
 def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int, num_warps: int,
-              scratch: int = 0) -> tuple[str, ...]:
+              scratch: int = 0, known_spill: str = "") -> tuple[str, ...]:
     found = []
     threads, limit = num_warps * spec.warp_size, MAX_THREADS_PER_BLOCK.get(spec.vendor)
     if limit is not None and threads > limit:
@@ -136,9 +143,9 @@ def _problems(spec: DeviceSpec, shared: int, registers: int, spills: int, num_wa
         found.append(f"shared memory {shared} B > {spec.smem_per_block} B per block on {spec.name}")
     if registers > spec.max_registers_per_thread:
         found.append(f"{registers} registers > {spec.max_registers_per_thread} per thread on {spec.name}")
-    if spills:
+    if spills and not known_spill:
         found.append(f"spills {spills} (registers spilled to scratch/local memory)")
-    elif scratch:
+    elif scratch and not spills:
         found.append(f"scratch {scratch} B per work-item (private memory)")
     return tuple(found)
 
@@ -188,7 +195,8 @@ def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
         scalar_spills=scalar_spills,
         scratch_bytes=scratch,
         seconds=seconds,
-        problems=_problems(spec, shared, registers, spills, job.num_warps, scratch),
+        problems=_problems(spec, shared, registers, spills, job.num_warps, scratch, job.known_spill),
+        known_spill=job.known_spill if spills else "",
     )
 
 

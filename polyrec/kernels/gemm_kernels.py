@@ -17,6 +17,13 @@ from polyrec.kernels.fp8 import E4M3, TRITON_FP8_TYPES, Fp8Format, quantize_stor
 from polyrec.kernels.gemm_configs import PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 
 _TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
+#: Why the pointer kernel's configs may spill on NVIDIA (ptxas's stack frame: 8-1664 B per thread for the
+#: selector's H200 configs with Triton 3.6): they were timed on the H200, spills and all, beside every
+#: config of the space (148-195 a shape), and the selected ran within 0.977 geomean of the measured best,
+#: which for several NT shapes spills itself (BM256 BN128 BK32 w8 s3, 88 B per thread, the bottom MLP's
+#: first layer at batch 65536): benchmarks/results/gemm_selection_nvidia-h200_2026-11-30.
+NVIDIA_POINTER_SPILLS = "timed with its spill among the whole config space on the H200 " \
+    "(gemm_selection_nvidia-h200_2026-11-30)"
 
 
 @triton.jit
@@ -216,7 +223,8 @@ def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogu
                     if kind.startswith("*") or n.startswith("stride") or n in ("M", "N", "K"))
     return CompileJob(label=f"gemm {dtype} {config.label} {epilogue}", kernel=gemm_kernel, signature=signature,
                       constexprs=constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
-                      options=options, divisible_by_16=tuple(n for n in aligned if signature[n] != "constexpr"))
+                      options=options, divisible_by_16=tuple(n for n in aligned if signature[n] != "constexpr"),
+                      known_spill=NVIDIA_POINTER_SPILLS if spec.vendor == "nvidia" else "")
 
 
 def _tma_compile_job(config: GemmConfig, dtype: str, epilogue: str, trans_b: bool) -> CompileJob:

@@ -86,6 +86,13 @@ def forward_job(dtype: str, block_d: int, cfg: tbe_select.ForwardConfig, trained
 
 #: (optimizer, row dtype) of the update jobs: every optimizer in fp32, and stochastic rounding once.
 UPDATE_VARIANTS = tuple((kind, "fp32") for kind in OPTIMIZERS) + (("rowwise_adagrad", "bf16"),)
+#: Why a lane update under its register cap (``tbe_select.LANE_MAX_REGISTERS*``) may spill on NVIDIA. The
+#: jobs build the largest variant, with weight decay and per-id scales; under the cap that one spills
+#: 24-152 B per thread on sm_90 (Triton 3.6: bf16 rows at 128 registers with one dim, bf16 rows at 152 of
+#: mixed dims, the D512 updates at 152), while the caps were timed on the H200 without either, where all
+#: but two D512 builds (16-24 B) compile without a spill. The spilling builds are not timed.
+LANE_CAP_SPILLS = "the register cap was timed without weight decay or per-id scales (tbe_select); " \
+    "this build with both spills and is untimed"
 
 
 def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: int,
@@ -96,8 +103,7 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: in
     jobs, dims = [], ("" if one_dim else " mixed") + (f" grouped{part_d}" if part_d else "")
     grouped = dict(GROUPED=part_d > 0, PART_D=part_d)
     for kind, dtype in variants:
-        cands = tbe_select.update_candidates(block_d, spec.warp_size, spec.vendor,
-                                             STATE_PER_ELEMENT[kind], one_dim > 0)
+        cands = tbe_select.fitting_update_candidates(block_d, spec, STATE_PER_ELEMENT[kind], one_dim > 0)
         if largest_only:
             cands = [max((c for c in cands if c.variant == v), key=lambda c: c.tile) for v in tbe_select.UPDATE_VARIANTS]
         common = dict(OPTIM=OPTIM_CODE[kind], HAS_WD=True, STOCHASTIC=dtype != "fp32", BLOCK_D=block_d,
@@ -116,7 +122,10 @@ def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: in
             if any(j.label == label for j in jobs):  # candidates that differ in their merge chunks alone
                 continue
             job = _job(label, kernel, dtype, consts, c.num_warps)
-            jobs.append(dataclasses.replace(job, options={"maxnreg": c.max_registers}) if c.max_registers else job)
+            if c.max_registers:
+                kept = LANE_CAP_SPILLS if spec.vendor == "nvidia" else ""
+                job = dataclasses.replace(job, options={"maxnreg": c.max_registers}, known_spill=kept)
+            jobs.append(job)
         jobs += _merge_jobs(spec, block_d, kind, dtype, common, {c.merge_chunks for c in cands}, one_dim, dims)
     return jobs
 

@@ -83,7 +83,8 @@ LANE_CHUNKS = 8
 #: then recomputes more), Zipf ids 3.034 -> 2.913, bf16 gradient with 8-tile chunks 4.216 at 168 -> 4.150;
 #: Adagrad (one per-element state tile; tables capped at 4M rows) 5.185 -> 4.753 (s11f_*). Not for Adam:
 #: its two state tiles ran 6.806 ms uncapped, 9.715 capped (LANE_CAP_MAX_STATE_TILES). No spills at 152
-#: (the compile jobs build it: tests/test_tbe_compile.py).
+#: for fp32 rows at D128 (cuobjdump's stack frame); with weight decay and per-id scales the bf16-row and
+#: D512 builds spill (``tbe_compile.LANE_CAP_SPILLS``, untimed).
 LANE_MAX_REGISTERS = {"nvidia": 152}
 #: LANE_MAX_REGISTERS of the lane update of tables that share one dim (``tbe_backward.tile_rows``'s
 #: ONE_DIM: no table looked up, 1042 -> 676 instructions per tile at 152 registers, cuda:90). 128 (ptxas
@@ -93,10 +94,12 @@ LANE_MAX_REGISTERS = {"nvidia": 152}
 #: 4.092 (4.177), Zipf ids 2.594 / 2.438 / - / - (2.936). Below 128 ptxas recomputes more than the warps
 #: gain. SGD as row-wise Adagrad (tables capped at 4M rows, bf16 gradient, s16d_*: 2.553 at 152, 2.264 at
 #: 128); not Adagrad, whose state tile wants the registers (4.399 at 152, 4.595 at 128): it keeps
-#: LANE_MAX_REGISTERS. No spills at 128 (the compile jobs build it: tests/test_tbe_compile.py). Re-tried at
-#: ce59424, where 104 and 96 no longer spill (697 / 714 instructions per trip against 625): 128 -> 104 / 96
-#: lane update 4.002 -> 4.170 / 4.772 ms, fp32 gradient; more resident programs only add memory contention
-#: (benchmarks/results/lane_cap_probe_2026-12-02/).
+#: LANE_MAX_REGISTERS. No spills at 128 for fp32 rows, nor for bf16 rows without weight decay and per-id
+#: scales (with both: 104 B, ``tbe_compile.LANE_CAP_SPILLS``). Re-tried at ce59424 (697 / 714 instructions
+#: per trip against 625): 128 -> 104 / 96 lane update 4.002 -> 4.170 / 4.772 ms, fp32 gradient
+#: (benchmarks/results/lane_cap_probe_2026-12-02/). That session read "no spills" at 104 and 96 from a
+#: harness that took cuobjdump's LOCAL column (always 0) for spills; the stack frame says they spill 24 / 72
+#: B per thread without weight decay or scales (136 / 256 B with both), which the slowdown includes.
 LANE_MAX_REGISTERS_ONE_DIM = {"nvidia": 128}
 #: Most per-element fp32 state tiles (Adagrad 1, Adam 2) of an update that takes the register cap.
 LANE_CAP_MAX_STATE_TILES = 1
@@ -213,13 +216,27 @@ def lane_candidates(block_d: int, warp_size: int, vendor: str = "nvidia", state_
 
 def update_candidates(block_d: int, warp_size: int, vendor: str = "nvidia", state_tiles: int = 0,
                       one_dim: bool = False) -> list[UpdateConfig]:
-    """Every update config the selector may return (both variants), for rows of any precision;
-    ``vendor``: the device's (register caps are NVIDIA's);
+    """Every update config of both variants, for rows of any precision, before the register fit
+    (``fitting_update_candidates``); ``vendor``: the device's (register caps are NVIDIA's);
     ``state_tiles``: per-element fp32 state tiles (0, 1, 2); ``one_dim``: every table has the same dim
     (the lane update then looks no table up: ``TableBatchedEmbedding.one_dim``). The same for either
     gradient dtype."""
     return (scan_candidates(block_d, warp_size)
             + lane_candidates(block_d, warp_size, vendor, state_tiles, one_dim))
+
+
+def fitting_update_candidates(block_d: int, spec: DeviceSpec, state_tiles: int = 0,
+                              one_dim: bool = False) -> list[UpdateConfig]:
+    """``update_candidates`` whose tile fits the registers (``update_fits_registers``): the configs
+    ``select_update`` prices, and ``tbe_compile.compile_jobs`` builds."""
+    return [c for c in update_candidates(block_d, spec.warp_size, spec.vendor, state_tiles, one_dim)
+            if update_fits_registers(UpdateShape(variant=c.variant, tile=c.tile, num_warps=c.num_warps,
+                                                 elems_per_thread=_elems_per_thread(c, block_d, spec)), spec)]
+
+
+def _elems_per_thread(cand: UpdateConfig, block_d: int, spec: DeviceSpec) -> float:
+    """fp32 gradient-tile elements one thread of ``cand`` holds."""
+    return cand.tile * block_d / (cand.num_warps * spec.warp_size)
 
 
 def staged_loads(cfg: ForwardConfig) -> bool:
@@ -319,13 +336,11 @@ def _best_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, st
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, (math.inf, math.inf)
-    for cand in update_candidates(block_d, spec.warp_size, spec.vendor, state_tiles, one_dim):
+    for cand in fitting_update_candidates(block_d, spec, state_tiles, one_dim):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
                             merge_chunks=cand.merge_chunks, stochastic=stochastic, grad_bytes=grad_bytes,
-                            one_dim=one_dim, elems_per_thread=cand.tile * block_d / (cand.num_warps * spec.warp_size),
+                            one_dim=one_dim, elems_per_thread=_elems_per_thread(cand, block_d, spec),
                             state_tiles=state_tiles, max_registers=cand.max_registers)
-        if not update_fits_registers(shape, spec):
-            continue
         priced = functools.partial(update_seconds, shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
                                    grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row)
         device = priced()
