@@ -10,7 +10,8 @@ rounding's seeds, is seeded), the kernels of one step by the torch profiler, and
 median step by ``do_bench``. Rows of ``--dtypes`` fp32 / fp16 / bf16, the output gradient fp32 or bf16.
 
     PYTHONPATH=. python3 benchmarks/tbe_checkout_ab.py --base OLD_DIR --change NEW_DIR \\
-        [--dtypes fp32,fp16] [--grad-dtype bf16] [--row-cap N] [--optimizer rowwise_adagrad] [--rounds 2]
+        [--dtypes fp32,fp16] [--grad-dtype bf16] [--row-cap N] [--optimizer rowwise_adagrad] [--weight-decay 0]
+        [--rounds 2]
 
 About 30 s per trial on an H200 with the full tables (compiles included in the first of each checkout).
 """
@@ -41,11 +42,13 @@ from profiling import kernel_table
 from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch
 dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 rows_dtype, grad_dtype, cap, optimizer = dtypes[sys.argv[2]], dtypes[sys.argv[3]], int(sys.argv[4]), sys.argv[5]
+weight_decay = float(sys.argv[6])
 rows = [min(r, cap) for r in MLPERF_ROWS] if cap else MLPERF_ROWS
 torch.manual_seed(0)  # the stochastic rounding's seeds (drawn from torch's default generator): the same in both arms
 gen = torch.Generator(device="cuda").manual_seed(0)
 module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
-                               optimizer=EmbeddingOptimizer(kind=optimizer, lr=0.01), output_dtype=grad_dtype,
+                               optimizer=EmbeddingOptimizer(kind=optimizer, lr=0.01, weight_decay=weight_decay),
+                               output_dtype=grad_dtype,
                                weight_dtype=rows_dtype, device="cuda")
 batch = make_batch(rows, MLPERF_HOTS, 65536, False, gen)
 grad = torch.randn(65536, DIM * len(rows), device="cuda", generator=gen).to(grad_dtype)
@@ -66,8 +69,8 @@ def kernel_ms(kernels: list[dict], prefixes: tuple[str, ...]) -> float:
 
 def trial(checkout: Path, dtype: str, args) -> dict:
     """One fresh process of ``checkout`` timing the module with ``dtype`` rows: step ms, per-kernel ms, checksum."""
-    got = run_child(checkout, CHILD, [str(BENCHMARKS), dtype, args.grad_dtype, str(args.row_cap), args.optimizer],
-                    f"tbe {dtype} rows")
+    got = run_child(checkout, CHILD, [str(BENCHMARKS), dtype, args.grad_dtype, str(args.row_cap), args.optimizer,
+                                      str(args.weight_decay)], f"tbe {dtype} rows")
     return {"step_ms": got["step_ms"], "checksum": got["checksum"],
             **{f"{name}_ms": kernel_ms(got["kernels"], prefixes) for name, prefixes in KERNELS.items()}}
 
@@ -103,6 +106,8 @@ def main() -> None:
                         help="the output gradient's dtype (bf16: training with a bf16 dense half)")
     parser.add_argument("--row-cap", type=int, default=0, help="cap every table's rows (0: the full tables)")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="rowwise_adagrad")
+    parser.add_argument("--weight-decay", type=float, default=0.0,
+                        help="the optimizer's weight decay (> 0 runs the update's weight-decay variant)")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     dtypes = parse_dtypes(args.dtypes)
@@ -114,7 +119,8 @@ def main() -> None:
                 rows.append({"dtype": dtype, "round": r, "checkout": name, **trial(checkouts[name], dtype, args)})
                 print(json.dumps(rows[-1]), flush=True)
     summary = {name: commit_of(path) for name, path in checkouts.items()} | {
-        "grad_dtype": args.grad_dtype, "row_cap": args.row_cap, "optimizer": args.optimizer} | summarize(rows, dtypes)
+        "grad_dtype": args.grad_dtype, "row_cap": args.row_cap, "optimizer": args.optimizer,
+        "weight_decay": args.weight_decay} | summarize(rows, dtypes)
     write_results("tbe_checkout_ab", {"rows": rows, "summary": summary}, rows=rows, summary=summary)
     print(json.dumps(summary, indent=1))
 
