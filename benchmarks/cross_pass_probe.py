@@ -61,8 +61,10 @@ def passes(m: int, n: int, fp8: bool = False) -> dict:
                         "cross_grad_no_accumulate": cross_grad(accumulate=False)}
     fmts = formats(p.device)
     forward_copies, grad_copies = (fp8_copies(m, n, fmts[kind]) for kind in (FORWARD, GRADIENT))
-    return found | {"forward_fp8": lambda: gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out, fp8=forward_copies),
-                    "cross_grad_fp8": cross_grad(grad_copies)}
+    def forward_fp8():
+        return gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out, fp8=forward_copies)
+
+    return found | {"forward_fp8": forward_fp8, "cross_grad_fp8": cross_grad(grad_copies)}
 
 
 def fp8_copies(m: int, n: int, fmt) -> Fp8Out:

@@ -46,8 +46,8 @@ class CompileJob:
     # sizes multiples of 16): Triton's JIT passes this as ``tt.divisibility`` and only then
     # vectorizes and pipelines, so leaving it out understates shared memory and registers.
     divisible_by_16: tuple[str, ...] = ()
-    # A spill kept on purpose (NVIDIA: ptxas's stack frame; AMD: VGPRs to scratch): the measurement that
-    # timed the config, spill and all, on that target and kept it. Empty: a spill makes the job unfit.
+    # Why a spill is kept (NVIDIA: ptxas's stack frame; AMD: VGPRs to scratch): the measurement on that
+    # target behind the config, and what of the build it did not time. Empty: a spill makes the job unfit.
     known_spill: str = ""
 
 

@@ -97,11 +97,12 @@ LANE_MAX_REGISTERS = {"nvidia": 152}
 #: LANE_MAX_REGISTERS. No spills at 128 for fp32 rows, nor for bf16 rows without weight decay and per-id
 #: scales (with weight decay 40 B, with both 104 B: ``tbe_compile.LANE_CAP_SPILLS``). 16-bit rows against
 #: 152, where no build spills (benchmarks/results/lane_cap_2026-12-03/, lane update): bf16 2.762 -> 2.774
-#: ms, fp16 2.884 -> 3.289; with weight decay bf16 3.133 -> 3.400, fp16 3.393 -> 3.567. Re-tried at ce59424 (697 / 714 instructions
-#: per trip against 625): 128 -> 104 / 96 lane update 4.002 -> 4.170 / 4.772 ms, fp32 gradient
-#: (benchmarks/results/lane_cap_probe_2026-12-02/). That session read "no spills" at 104 and 96 from a
-#: harness that took cuobjdump's LOCAL column (always 0) for spills; the stack frame says they spill 24 / 72
-#: B per thread without weight decay or scales (136 / 256 B with both), which the slowdown includes.
+#: ms, fp16 2.884 -> 3.289; with weight decay bf16 3.133 -> 3.400, fp16 3.393 -> 3.567. Re-tried at
+#: ce59424 (697 / 714 instructions per trip against 625): 128 -> 104 / 96 lane update 4.002 -> 4.170 /
+#: 4.772 ms, fp32 gradient (benchmarks/results/lane_cap_probe_2026-12-02/). That session read "no spills"
+#: at 104 and 96 from a harness that took cuobjdump's LOCAL column (always 0) for spills; the stack frame
+#: says they spill 24 / 72 B per thread without weight decay or scales (136 / 256 B with both), which the
+#: slowdown includes.
 LANE_MAX_REGISTERS_ONE_DIM = {"nvidia": 128}
 #: Most per-element fp32 state tiles (Adagrad 1, Adam 2) of an update that takes the register cap.
 LANE_CAP_MAX_STATE_TILES = 1
