@@ -200,22 +200,22 @@ def test_torch_backend_is_refused_on_several_ranks(tmp_path):
 
 
 def _resume_exactly(rank: int, world: int, ckpt: str) -> None:
-    """3 steps, a checkpoint, 3 more; a trainer resumed from the checkpoint repeats the last 3 losses.
+    """2 steps, a checkpoint, 2 more; a trainer resumed from the checkpoint repeats the last 2 losses.
     On several ranks the trainer takes each batch one step ahead (its input distribution started):
     the checkpoint must hold the data position before that batch."""
     from polyrec.runtime.config import TrainConfig
     from polyrec.runtime.trainer import Trainer
 
-    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=6, device="cpu",
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=4, device="cpu",
                       embedding_backend="polyrec", dense_backend="torch", log_every=100, checkpoint_dir=ckpt)
     first = Trainer(cfg, progress=False)
     assert first._exchange_ahead == (world > 1)
-    for _ in range(3):
+    for _ in range(2):
         first.train_step()
     first.save()
-    want = [float(first.train_step()) for _ in range(3)]
+    want = [float(first.train_step()) for _ in range(2)]
     again = Trainer(dataclasses.replace(cfg, resume=True), progress=False)
-    got = [float(again.train_step()) for _ in range(3)]
+    got = [float(again.train_step()) for _ in range(2)]
     assert got == want, (rank, got, want)
     if world > 1:  # a distribution started for one batch is refused for another
         a, b = again.source.next_batch(), again.source.next_batch()
@@ -229,15 +229,15 @@ def test_resume_repeats_the_losses_when_batches_are_taken_ahead(tmp_path, world)
     run_on_ranks(_resume_exactly, world, str(tmp_path / "ckpt"))
 
 
-def _with_and_without(spied: str, disabled: str) -> tuple[list[bool], list[float], list[float]]:
-    """Four small CPU training steps recording, at each call of ``ShardedEmbedding.<spied>``, whether it
-    returned something; then four from the same seed with ``DistributedEmbeddings.<disabled>`` removed
+def _with_and_without(spied: str, disabled: str, steps: int) -> tuple[list[bool], list[float], list[float]]:
+    """``steps`` small CPU training steps recording, at each call of ``ShardedEmbedding.<spied>``, whether it
+    returned something; then as many from the same seed with ``DistributedEmbeddings.<disabled>`` removed
     (the overlap off). Returns (those records, the losses with, the losses without)."""
     from polyrec.runtime.config import TrainConfig
     from polyrec.runtime.sharding import ShardedEmbedding
     from polyrec.runtime.trainer import Trainer
 
-    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=4, device="cpu",
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=steps, device="cpu",
                       embedding_backend="polyrec", dense_backend="torch", log_every=100)
     real, returned = getattr(ShardedEmbedding, spied), []
 
@@ -248,19 +248,26 @@ def _with_and_without(spied: str, disabled: str) -> tuple[list[bool], list[float
 
     with mock.patch.object(ShardedEmbedding, spied, spy):
         trainer = Trainer(cfg, progress=False)
-        with_it = [float(trainer.train_step()) for _ in range(4)]
+        with_it = [float(trainer.train_step()) for _ in range(steps)]
     with mock.patch.object(DistributedEmbeddings, disabled, None):
         trainer = Trainer(cfg, progress=False)
-        without = [float(trainer.train_step()) for _ in range(4)]
+        without = [float(trainer.train_step()) for _ in range(steps)]
     return returned, with_it, without
+
+
+def _steps_for(world: int) -> int:
+    """Steps of ``_with_and_without``: four where something crosses ranks, two where nothing can (the
+    interpreter's lookups make each step about a second)."""
+    return 4 if world > 1 else 2
 
 
 def _dense_step_during_the_gradient_exchange(rank: int, world: int) -> None:
     """On several ranks the dense optimizer steps while the embedding gradient crosses the all-to-all
     (``backward_overlapping``): every step, and the losses are bitwise those of stepping it after the
     embedding backward. On one rank nothing crosses and it steps after, as before."""
-    ran, overlapped, after = _with_and_without("_take_gradient_exchange_hook", "backward_overlapping")
-    assert ran == [world > 1] * 4 * (world > 1), ran
+    steps = _steps_for(world)
+    ran, overlapped, after = _with_and_without("_take_gradient_exchange_hook", "backward_overlapping", steps)
+    assert ran == [world > 1] * steps * (world > 1), ran
     assert overlapped == after, (rank, overlapped, after)
 
 
@@ -274,8 +281,9 @@ def _gradient_exchange_started_in_the_dense_backward(rank: int, world: int) -> N
     cross network's input gradient (``DLRM.embedding_grad_hook``), and the embedding backward takes
     that exchange every step; the losses are bitwise those of starting it in the embedding backward.
     On one rank nothing crosses and nothing is started."""
-    took, early, late = _with_and_without("take_started_gradient", "start_backward")
-    assert took == [True] * 4 * (world > 1), took
+    steps = _steps_for(world)
+    took, early, late = _with_and_without("take_started_gradient", "start_backward", steps)
+    assert took == [True] * steps * (world > 1), took
     assert early == late, (rank, early, late)
 
 
