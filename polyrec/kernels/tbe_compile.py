@@ -89,12 +89,13 @@ UPDATE_VARIANTS = tuple((kind, "fp32") for kind in OPTIMIZERS) + (("rowwise_adag
 #: Why a lane update under its register cap (``tbe_select.LANE_MAX_REGISTERS*``) may spill on NVIDIA. The
 #: jobs build the largest variant, with weight decay and per-id scales; under the cap that one spills
 #: 24-152 B per thread on sm_90 (Triton 3.6: bf16 rows at 128 registers with one dim, bf16 rows at 152 of
-#: mixed dims, the D512 updates at 152). The caps were timed without either, where all but two D512 builds
-#: (16-24 B) compile without a spill; with weight decay alone, 16-bit rows of one dim spill 40 B at 128 and
-#: still ran 5-8.5% faster than at the spill-free 152 (benchmarks/results/lane_cap_2026-12-03/). The builds
-#: with per-id scales are untimed.
-LANE_CAP_SPILLS = "the register cap was timed without per-id scales (tbe_select; lane_cap_2026-12-03 " \
-    "with weight decay); this build with them spills and is untimed"
+#: mixed dims, the D512 updates at 152; benchmarks/results/sm90_spills_2026-12-03/). The caps were timed
+#: without either, where all but two D512 builds (16-24 B) compile without a spill; with weight decay alone,
+#: 16-bit rows of one dim spill 40 B at 128 and still ran 5-8.5% faster than at the spill-free 152
+#: (benchmarks/results/lane_cap_2026-12-03/). Mixed dims with weight decay (80 B) and every build with
+#: per-id scales are untimed.
+LANE_CAP_SPILLS = "the register cap was timed without weight decay or per-id scales, and with weight decay " \
+    "for one dim (tbe_select; lane_cap_2026-12-03); this build with both spills and is untimed"
 
 
 def _update_jobs(spec: DeviceSpec, block_d: int, largest_only: bool, one_dim: int,
