@@ -4,7 +4,8 @@ each timed back to back (``calibrate.steady_ms``) at every (BLOCK_M, BLOCK_N, wa
 against the copy rate measured in the same run; then CrossGrad at today's tile with each program
 walking 1-16 row blocks (its bias-gradient column sum once per program). ``--fp8``: both passes also
 write the fp8 copies the fp8 dense layers take (e4m3 x_l in the forward, e5m2 g in CrossGrad: a plain
-and a transposed copy, one byte an element each), beside the bf16 passes at today's tile.
+and a transposed copy, one byte an element each), beside the bf16 passes at today's tile; and CrossGrad
+writing g's copies only (``epilogue_pass``'s ``fp8_only``, as the fp8 cross network runs it).
 
 ``dense_ops_check`` measured the CrossGrad pass at 0.84 of the copy rate inside the step and the
 forward pass at 1.05 (both at the shared 32 x 128, 4-warp tile of ``gemm_configs``). The tile is a
@@ -35,15 +36,16 @@ ROW_BLOCKS = (1, 2, 4, 8, 16)
 #: grad, x0, d_x0 and writes g, d_x0 (the column-sum partials apart); without the accumulation d_x0
 #: is not read.
 TENSORS = {"forward": 4, "cross_grad": 6, "cross_grad_no_bias_grad": 6, "cross_grad_no_accumulate": 5}
-#: With ``--fp8`` the passes write two one-byte copies more: one bf16 tensor's bytes.
-FP8_TENSORS = {"forward": 4, "cross_grad": 6, "forward_fp8": 5, "cross_grad_fp8": 7}
+#: With ``--fp8`` the passes write two one-byte copies more: one bf16 tensor's bytes; writing g's copies only,
+#: CrossGrad moves as many bytes as in bf16.
+FP8_TENSORS = {"forward": 4, "cross_grad": 6, "forward_fp8": 5, "cross_grad_fp8": 7, "cross_grad_fp8_only": 6}
 
 
 def passes(m: int, n: int, fp8: bool = False) -> dict:
     """The passes as callables on fresh tensors, by name: the forward cross pass, CrossGrad as the
     middle layers run it (d_x0 accumulated, bias-gradient partials), and CrossGrad without the bias
     gradient and without the accumulation (each one thing less, to see what it costs); with ``fp8``
-    the last two are replaced by both passes writing fp8 copies."""
+    the last two are replaced by both passes writing fp8 copies, and CrossGrad writing only g's."""
     def t():
         return torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
 
@@ -51,9 +53,10 @@ def passes(m: int, n: int, fp8: bool = False) -> dict:
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     bias_grad = torch.empty(n, device="cuda", dtype=torch.float32)
     out = torch.empty_like(p)
-    def cross_grad(copies=None, **kw):
+    def cross_grad(copies=None, only=False, **kw):
         cg = gemm.CrossGrad(grad=grad, x0=x0, d_x0=d_x0, **({"accumulate": True, "bias_grad": bias_grad} | kw))
-        return lambda: gemm.epilogue_pass(p, bias=bias, cross_grad=cg, out=out, fp8=copies)
+        return lambda: gemm.epilogue_pass(p, bias=bias, cross_grad=cg, out=None if only else out, fp8=copies,
+                                          fp8_only=only)
 
     found = {"forward": lambda: gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out), "cross_grad": cross_grad()}
     if not fp8:
@@ -64,7 +67,8 @@ def passes(m: int, n: int, fp8: bool = False) -> dict:
     def forward_fp8():
         return gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out, fp8=forward_copies)
 
-    return found | {"forward_fp8": forward_fp8, "cross_grad_fp8": cross_grad(grad_copies)}
+    return found | {"forward_fp8": forward_fp8, "cross_grad_fp8": cross_grad(grad_copies),
+                    "cross_grad_fp8_only": cross_grad(grad_copies, only=True)}
 
 
 def fp8_copies(m: int, n: int, fmt) -> Fp8Out:

@@ -8,7 +8,7 @@ import torch
 
 from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
 
-from polyrec.kernels import dense_backward
+from polyrec.kernels import dense_backward, fp8
 from polyrec.kernels.dense_backward import DenseBackwardConfig, relu_bias_backward, select_config
 
 needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton kernels through TRITON_INTERPRET=1")
@@ -96,6 +96,43 @@ def test_strided_grad_and_empty_batch():
     _check(wide[:, :40], y, True, True, SMALL)  # row stride 64, not N
     masked, bias = relu_bias_backward(grad[:0], y[:0], relu=True, need_bias=True)
     assert masked.shape == (0, 40) and torch.equal(bias, torch.zeros(40))
+
+
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize(("relu", "need_bias"), [(True, True), (False, True), (True, False)])
+def test_fp8_copies_equal_the_cast_of_the_masked_gradient(relu, need_bias, eager, monkeypatch):
+    """With ``fp8`` the pass writes the masked gradient's fp8 copies (poisoned first: every element
+    written), records its maximum, and returns no masked gradient; the copies and the maximum equal
+    ``cast_fp8`` of the masked gradient, the bias gradient the one without copies. ``eager``: the torch
+    path (CPU without the interpreter)."""
+    if eager:
+        monkeypatch.setattr(dense_backward, "interpreting", lambda: False)
+    elif not INTERPRETING:
+        pytest.skip("runs Triton kernels through TRITON_INTERPRET=1")
+    grad, y = _inputs(53, 37, torch.bfloat16, seed=20 + 2 * relu + need_bias)
+    grad[3] *= 1000.0  # beyond the delayed scale: these saturate
+    y_in = y if relu else None
+    masked, bias = relu_bias_backward(grad, y_in, relu=relu, need_bias=need_bias, config=SMALL)
+    states = []
+    for _ in range(2):
+        scaling = fp8.Fp8Scaling([fp8.GRADIENT])
+        scaling.load_state_dict({"history": torch.full((1, fp8.HISTORY_STEPS), 0.5)})  # the scale is known before
+        scaling.begin(True)
+        states.append(scaling)
+    copies = fp8.fused_out(states[0], 0, *grad.shape, grad.device)
+    copies.q.view(torch.uint8).fill_(0x7F)
+    copies.qt.view(torch.uint8).fill_(0x7F)  # NaN in e5m2
+    out, fused_bias = relu_bias_backward(grad, y_in, relu=relu, need_bias=need_bias, config=SMALL, fp8=copies)
+    q, qt = fp8.cast_fp8(masked, states[1], 0, transposed=True)
+    assert out is None
+    assert not copies.q.float().isnan().any() and not copies.qt.float().isnan().any()
+    assert torch.equal(copies.q.float(), q.float()) and torch.equal(copies.qt.float(), qt.float())
+    assert torch.equal(states[0].history, states[1].history) and states[0].history[0, 0] > 0
+    assert (fused_bias is None) == (bias is None)
+    if bias is not None:
+        assert torch.equal(fused_bias, bias)
+    with pytest.raises(ValueError, match="fp8 copies must be"):
+        relu_bias_backward(grad[:-1], y_in if y_in is None else y_in[:-1], relu=relu, need_bias=need_bias, fp8=copies)
 
 
 def test_torch_fallback_matches_float64(monkeypatch):

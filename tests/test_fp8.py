@@ -466,6 +466,36 @@ def test_mlp_matches_fake_quant_reference(dims, relus, gemm_outputs):
     assert x2.detach().float().abs().max() * scaling.scales[0] > 448  # the input's copy saturated
 
 
+def test_mlp_steps_with_fused_copies_equal_standalone_casts():
+    """Once the output gradients' roles have a history the ReLU / bias backward writes their fp8 copies:
+    the same step as casting the masked gradients apart, bit for bit."""
+    import copy
+    from unittest import mock
+
+    gen = torch.Generator().manual_seed(15)
+    dims, relus = (16, 64, 32, 16), (True, True, False)
+    x, weights, biases = _mlp_problem(dims, gen)
+    grad = torch.randn(x.shape[0], dims[-1], generator=gen).bfloat16()
+    scaling = fp8.Fp8Scaling(fp8_dense.mlp_kinds(len(weights)))
+
+    def step(state: fp8.Fp8Scaling) -> list[torch.Tensor]:
+        leaves = [x, *weights, *biases]
+        for t in leaves:
+            t.grad = None
+        out = fp8_dense.mlp(x, weights, biases, relus, state)
+        out.backward(grad)
+        return [out.detach(), *(t.grad.clone() for t in leaves)]
+
+    step(scaling)
+    standalone_state = copy.deepcopy(scaling)
+    fused = step(scaling)
+    with mock.patch.object(fp8_dense, "fused_out", lambda *args, **kwargs: None):
+        standalone = step(standalone_state)
+    for a, c in zip(fused, standalone):
+        assert torch.equal(a, c)
+    assert torch.equal(scaling.history, standalone_state.history)
+
+
 def test_mlp_without_input_gradient(gemm_outputs):
     """x needs no gradient: the first layer's dx GEMM is skipped, its weight and bias still train; with
     the first weight frozen too, the first layer trains through its bias alone."""
@@ -538,7 +568,7 @@ def _check_cross_gemms(layer: int, seed: int) -> None:
     g = (torch.randn(b, d, generator=gen) * 1e-3).bfloat16()
     scaling = fp8.Fp8Scaling(fp8_dense.cross_kinds(layers))
     scaling.begin(True)
-    gemms = fp8_dense.Fp8CrossGemms(scaling, [*vs, *us, *bs], needs=(True,) * 3 * layers)
+    gemms = fp8_dense.Fp8CrossGemms(scaling, [*vs, *us, *bs], needs=(True,) * 3 * layers, dtype=x.dtype)
     low = gemms.down(layer, x)  # [B, r]
     p = gemms.up(layer, low)  # [B, D]
     dlow = gemms.dlow(layer, g)  # [B, r]
@@ -602,6 +632,68 @@ def test_cross_network_fp8_argument_errors():
     odd = [torch.randn(12, 48) for _ in range(2)], [torch.randn(48, 12) for _ in range(2)]  # rank 12
     with pytest.raises(ValueError, match="multiples of 16"):
         cross_network(x0, *odd, bs, fp8=fp8.Fp8Scaling(fp8_dense.cross_kinds(2)))
+
+
+def test_cross_grad_pass_writing_only_copies_matches_the_full_pass():
+    """``epilogue_pass(fp8_only=True)``: the CrossGrad pass writes g's fp8 copies, d_x0 and the bias gradient
+    as the full pass does, leaves the product alone, and returns no g."""
+    from polyrec.kernels.gemm import CrossGrad, epilogue_pass
+
+    gen = torch.Generator().manual_seed(32)
+    m, n = 70, 48  # rows not a multiple of the pass's block
+    p, grad, x0 = (torch.randn(m, n, generator=gen).bfloat16() for _ in range(3))
+    bias, d_x0 = torch.randn(n, generator=gen).bfloat16(), torch.randn(m, n, generator=gen).bfloat16()
+    scaling = fp8.Fp8Scaling([fp8.GRADIENT])
+    scaling.begin(True)
+    scaling.prepare(0, grad * x0, relu=False)  # the role has a history: the pass may write its copies
+    results = []
+    for only in (False, True):
+        cg = CrossGrad(grad=grad, x0=x0, d_x0=d_x0.clone(), accumulate=True, bias_grad=torch.full((n,), float("nan")))
+        copies = fp8.fused_out(scaling, 0, m, n, p.device)
+        copies.q.fill_(float("nan"))
+        copies.qt.fill_(float("nan"))  # poisoned: every element must be written
+        product = p.clone()
+        g = epilogue_pass(product, bias=bias, cross_grad=cg, fp8=copies, fp8_only=only)
+        assert (g is None) == only
+        assert torch.equal(product, p)
+        results.append((copies.q, copies.qt, cg.d_x0, cg.bias_grad))
+    for full, only in zip(*results):
+        assert not full.float().isnan().any()
+        assert torch.equal(full.float(), only.float())
+    with pytest.raises(ValueError, match="fp8_only"):
+        epilogue_pass(p, bias=bias, fp8_only=True)
+
+
+def test_cross_network_steps_with_fused_copies_equal_standalone_casts():
+    """Once every role has a history the passes write x_l's and g_l's copies (g_l only as copies): the same
+    step as casting each tensor apart, bit for bit but for the pass's fp32 bias-gradient sums."""
+    import copy
+    from unittest import mock
+
+    gen = torch.Generator().manual_seed(33)
+    x0, vs, us, bs = _cross_problem(64, 48, 16, 2, gen)
+    grad = torch.randn(64, 48, generator=gen).bfloat16()
+    scaling = fp8.Fp8Scaling(fp8_dense.cross_kinds(2))
+
+    def step(state: fp8.Fp8Scaling) -> list[torch.Tensor]:
+        leaves = [x0, *vs, *us, *bs]
+        for t in leaves:
+            t.grad = None
+        out = cross_network(x0, vs, us, bs, fp8=state)
+        out.backward(grad)
+        return [out.detach(), *(t.grad.clone() for t in leaves)]
+
+    step(scaling)
+    standalone_state = copy.deepcopy(scaling)
+    fused = step(scaling)
+    with mock.patch.object(fp8_dense, "fused_out", lambda *args, **kwargs: None):
+        standalone = step(standalone_state)
+    bias_grads = len(fused) - len(bs)
+    for a, c in zip(fused[:bias_grads], standalone[:bias_grads]):
+        assert torch.equal(a, c)
+    for a, c in zip(fused[bias_grads:], standalone[bias_grads:]):
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-7)
+    assert torch.equal(scaling.history, standalone_state.history)
 
 
 # ---------------------------------------------------------------- models and config

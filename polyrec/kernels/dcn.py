@@ -107,7 +107,7 @@ class _CrossNetwork(torch.autograd.Function):
         ctx.masters = [p.dtype for p in masters]  # the gradients' dtypes
         params = [compute_copy(p, x0.dtype) for p in masters]
         gemms = (LibraryCrossGemms(params, ctx.needs_input_grad[4:]) if fp8 is None
-                 else Fp8CrossGemms(fp8, list(masters), ctx.needs_input_grad[4:]))
+                 else Fp8CrossGemms(fp8, list(masters), ctx.needs_input_grad[4:], x0.dtype))
         bs = params[2 * layers:]
         x, products = x0, []
         for l, b in enumerate(bs):
@@ -136,9 +136,9 @@ class _CrossNetwork(torch.autograd.Function):
                 bias_grad = torch.empty(x0.shape[1], device=x0.device, dtype=torch.float32)  # [D]
             epilogue = CrossGrad(grad=grad, x0=x0, d_x0=d_x0, accumulate=l < layers - 1, plus_grad=l == 0,
                                  bias_grad=bias_grad)
-            # [B, D] = G * x0, with its fp8 copies where the GEMMs take them
-            g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue,
-                              fp8=gemms.fused_grad(l, x0.shape, x0.device))
+            # [B, D] = G * x0; where the fp8 GEMMs take its copies from the pass, only those are written
+            copies = gemms.fused_grad(l, x0.shape, x0.device)
+            g = epilogue_pass(products[l], bias=bs[l], cross_grad=epilogue, fp8=copies, fp8_only=copies is not None)
             dlow = gemms.dlow(l, g)  # [B, D] @ [D, r]
             del g  # the fp8 GEMMs keep its copy; freed before the next layer allocates its own
             if l > 0:  # [B, D] dL/dx_l; below the top layer grad is this function's own buffer to overwrite,
@@ -205,7 +205,8 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
     """Compile jobs for the configs the selector picks for the MLPerf shapes: the up-projection GEMM
     (NT, no epilogue) and the projection dgrad (NN, residual), plus the epilogue passes (cross in the
     forward, CrossGrad in the backward, residual on the library path), the split-K reduction, and the
-    two passes that write fp8 copies (e4m3 x_l in the forward, e5m2 g in the backward; fp8 dense layers)."""
+    two passes that write fp8 copies (e4m3 x_l beside x_l in the forward, e5m2 g alone in the backward;
+    fp8 dense layers)."""
     from polyrec.kernels.gemm_select import select_gemm
 
     jobs = []
@@ -218,7 +219,7 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
                 jobs.append(job)
     passes = [reduce_compile_job("bf16", split_k=s, epilogue=e) for e, s in
               (("cross", 1), ("cross_grad", 1), ("residual", 1), ("residual", 4))]
-    passes += [reduce_compile_job("bf16", split_k=1, epilogue=e, fp8=f)
+    passes += [reduce_compile_job("bf16", split_k=1, epilogue=e, fp8=f, copies_only=e == "cross_grad")
                for e, f in zip(("cross", "cross_grad"), spec_formats(spec))]
     kept = CROSS_GRAD_SPILLS if spec.vendor == "nvidia" else ""
     return jobs + [dataclasses.replace(j, known_spill=kept) if "cross_grad" in j.label else j for j in passes]

@@ -2,7 +2,9 @@
 DCN-v2 cross network (``polyrec.kernels.dcn`` runs its passes and residual GEMMs as in bf16).
 
 Activations, biases and the tensors between layers stay in the compute dtype (bf16); each GEMM reads
-fp8 copies of its operands made by ``polyrec.kernels.fp8.cast_fp8`` with delayed per-tensor scales.
+fp8 copies of its operands made by ``polyrec.kernels.fp8.cast_fp8`` with delayed per-tensor scales, or,
+once a role has a history, by the pass that makes the tensor (an MLP layer's masked output gradient by
+``relu_bias_backward``, the cross network's x_l and g_l by its passes).
 Forward operands are e4m3 (with cuBLAS's fast accumulation, as Transformer Engine runs the forward),
 output gradients e5m2. Weight gradients come out of their GEMM in the masters' dtype (fp32).
 
@@ -75,11 +77,16 @@ class _Fp8MLP(torch.autograd.Function):
             xqt, wqt, y = ctx.saved[3 * i:3 * i + 3]
             need_dw, need_db = ctx.needs_input_grad[3 + i], ctx.needs_input_grad[3 + layers + i]
             need_dx = i > 0 or ctx.needs_input_grad[0]
-            g, db = relu_bias_backward(grad, y, relu=ctx.relus[i], need_bias=need_db)  # [B, N], [N]
+            # the masked gradient's fp8 copies [B, N], [N, B] written by the pass once the role has a history
+            copies = fused_out(scaling, 3 * i + 2, *grad.shape, grad.device) if need_dw and need_dx else None
+            g, db = relu_bias_backward(grad, y, relu=ctx.relus[i], need_bias=need_db, fp8=copies)  # [B, N], [N]
             d_b[i] = db.to(ctx.masters[layers + i]) if db is not None else None
             if not (need_dw or need_dx):  # the first layer, trained only through its bias
                 continue
-            gq, gqt = cast_fp8(g, scaling, 3 * i + 2, plain=need_dx, transposed=need_dw)  # [B, N], [N, B]
+            if copies is not None:
+                gq, gqt = copies.q, copies.qt
+            else:
+                gq, gqt = cast_fp8(g, scaling, 3 * i + 2, plain=need_dx, transposed=need_dw)  # [B, N], [N, B]
             if need_dw:  # [N, B] @ [B, K]
                 d_w[i] = scaled_mm(gqt, xqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i),
                                    out_dtype=ctx.masters[i])
@@ -116,11 +123,14 @@ class Fp8CrossGemms:
     """The cross network's GEMMs in fp8, for ``polyrec.kernels.dcn``: each call casts what it needs and
     keeps what the backward's GEMMs read (transposed copies of x_l and v_l, U_lᵀ, g_l's transposed copy).
     x_l (l >= 1) and g_l are not cast apart once their roles have a history: the passes that make them
-    write their fp8 copies too (``fused_input``, ``fused_grad``), saving a read of each [B, D] tensor."""
+    write their fp8 copies too (``fused_input``, ``fused_grad``), saving a read of each [B, D] tensor, and
+    g_l, which only these GEMMs read, is then not written in the compute dtype at all."""
 
-    def __init__(self, scaling: Fp8Scaling, masters: list[torch.Tensor], needs: tuple[bool, ...]) -> None:
+    def __init__(self, scaling: Fp8Scaling, masters: list[torch.Tensor], needs: tuple[bool, ...],
+                 dtype: torch.dtype) -> None:
         self.scaling, self.layers = scaling, len(masters) // 3
         self.masters, self.needs = masters, needs  # needs: a gradient for V_l, U_l, b_l of each layer
+        self.dtype = dtype  # the compute dtype: of x0, the products and the GEMMs' outputs
         self.kept: dict[tuple[str, int], torch.Tensor | None] = {}
         self.made: dict[tuple[str, int], Fp8Out | None] = {}  # copies the passes wrote (``fused_*``)
 
@@ -140,7 +150,8 @@ class Fp8CrossGemms:
         return out
 
     def fused_grad(self, layer: int, g_shape: torch.Size, device: torch.device) -> Fp8Out | None:
-        """Where layer's CrossGrad pass writes g_l's fp8 copies (None while the role has no history)."""
+        """Where layer's CrossGrad pass writes g_l's fp8 copies, and only those (None while the role has no
+        history: the pass writes g_l for ``dlow`` to cast)."""
         out = fused_out(self.scaling, self._role(layer, 4), *g_shape, device)
         self.made["g", layer] = out
         return out
@@ -165,16 +176,19 @@ class Fp8CrossGemms:
         return scaled_mm(lq, uq.t(), self._inverse(layer, 1), self._inverse(layer, 3), out_dtype=low.dtype,
                          fast_accumulation=True)
 
-    def dlow(self, layer: int, g: torch.Tensor) -> torch.Tensor:
-        """dv_l = g U_l: g [B, D] -> [B, r]; keeps g's transposed copy for U_l's gradient."""
+    def dlow(self, layer: int, g: torch.Tensor | None) -> torch.Tensor:
+        """dv_l = g U_l: g [B, D] (None when the pass wrote only its fp8 copies) -> [B, r]; keeps g's
+        transposed copy for U_l's gradient."""
         made = self.made.pop(("g", layer), None)
         if made is not None:
             gq, self.kept["gt", layer] = made.q, made.qt
+        elif g is None:
+            raise ValueError(f"Fp8CrossGemms.dlow: layer {layer}'s g has neither fp8 copies nor a tensor to cast")
         else:
             need_du = self.needs[self.layers + layer]
             gq, self.kept["gt", layer] = cast_fp8(g, self.scaling, self._role(layer, 4), transposed=need_du)
         ut = self.kept.pop(("ut", layer))  # [r, D]
-        return scaled_mm(gq, ut.t(), self._inverse(layer, 4), self._inverse(layer, 3), out_dtype=g.dtype)
+        return scaled_mm(gq, ut.t(), self._inverse(layer, 4), self._inverse(layer, 3), out_dtype=self.dtype)
 
     def d_u(self, layer: int, out_dtype: torch.dtype) -> torch.Tensor:
         """U_l's gradient gᵀ v_l: [D, B] @ [B, r] -> [D, r]."""

@@ -187,11 +187,13 @@ def _library_adds_residual(residual, overwrite: bool, bias, activation: str, dty
 def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
                   cross: tuple[torch.Tensor, torch.Tensor] | None = None, residual: torch.Tensor | None = None,
                   cross_grad: CrossGrad | None = None, out: torch.Tensor | None = None,
-                  warmup: bool = False, fp8: Fp8Out | None = None) -> torch.Tensor:
+                  warmup: bool = False, fp8: Fp8Out | None = None, fp8_only: bool = False) -> torch.Tensor | None:
     """``matmul``'s epilogue applied to an existing product y [M, N] in one Triton pass (where Triton
     cannot run — CPU tensors without the interpreter — torch ops apply it). ``out`` [M, N] may be y
     itself (each element is read, then written, by one program); None allocates one like y. ``fp8``:
-    the pass also writes fp8 copies of its output there (``polyrec.kernels.fp8.fused_out``)."""
+    the pass also writes fp8 copies of its output there (``polyrec.kernels.fp8.fused_out``);
+    ``fp8_only``: the output is wanted only as those copies, so it is not written and None is returned
+    (its other effects, a CrossGrad's d_x0 and bias gradient, are)."""
     if y.dim() != 2:
         raise ValueError(f"epilogue_pass: y must be 2-D [M, N], got {tuple(y.shape)}")
     m, n = y.shape
@@ -209,25 +211,32 @@ def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activati
     if fp8 is not None and (fp8.q.shape != (m, n) or fp8.qt.shape != (n, m)):
         raise ValueError(f"epilogue_pass: fp8 copies must be [{m}, {n}] and [{n}, {m}], got {tuple(fp8.q.shape)} "
                          f"and {tuple(fp8.qt.shape)}")
+    if fp8_only:
+        if fp8 is None or out is not None:
+            raise ValueError("epilogue_pass: fp8_only needs fp8 copies to write and no out")
+        _apply_epilogue(y, y, bias, activation, cross, residual, cross_grad, warmup, fp8, store=False)
+        return None
     return _apply_epilogue(y, torch.empty_like(y) if out is None else out, bias, activation, cross, residual,
                            cross_grad, warmup, fp8)
 
 
 def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup: bool,
-                    fp8: Fp8Out | None = None) -> torch.Tensor:
-    """``epilogue_pass`` on validated arguments: out [M, N] = epilogue(y)."""
+                    fp8: Fp8Out | None = None, store: bool = True) -> torch.Tensor:
+    """``epilogue_pass`` on validated arguments: out [M, N] = epilogue(y); without ``store`` out is y
+    and only ``fp8``'s copies (and a CrossGrad's other outputs) are written."""
     if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None \
             and fp8 is None:
         return out.copy_(y) if out is not y else out
     if not (y.is_cuda or interpreting()):
-        out.copy_(_eager_epilogue(y, bias, activation, cross, residual, cross_grad))
+        result = _eager_epilogue(y, bias, activation, cross, residual, cross_grad).to(out.dtype)
         if fp8 is not None:
-            eager_fused_out(out, fp8)
-        return out
+            eager_fused_out(result, fp8)
+        return out.copy_(result) if store else out
     per_program = pass_row_blocks(y.shape[0]) if cross_grad is not None and cross_grad.bias_grad is not None else 1
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
                                                   ceil_div(y.shape[0], REDUCE_BLOCK_M * per_program))
-    _reduce(y, out, ptrs, strides, flags, 1, (0, y.stride(0), y.stride(1)), warmup, per_program, fp8)
+    _reduce(y, out, ptrs, strides, flags | {"STORE_C": store}, 1, (0, y.stride(0), y.stride(1)), warmup, per_program,
+            fp8)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
     return out

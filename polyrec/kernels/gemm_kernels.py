@@ -148,7 +148,7 @@ def split_k_reduce_kernel(
     CROSS_GRAD: tl.constexpr = False, DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False,
     BIAS_GRAD: tl.constexpr = False, ROW_BLOCKS: tl.constexpr = 1, FP8_OUT: tl.constexpr = False,
     FP8_MAX: tl.constexpr = 448.0, FP8_ROUND_IN_FP32: tl.constexpr = False, FP8_MANTISSA_BITS: tl.constexpr = 3,
-    FP8_MIN_EXPONENT: tl.constexpr = -6,
+    FP8_MIN_EXPONENT: tl.constexpr = -6, STORE_C: tl.constexpr = True,
 ):
     """C = epilogue(sum over s of partials[s]) for ROW_BLOCKS blocks of [BLOCK_M, BLOCK_N], one after
     another down the rows: the split-K reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass
@@ -156,7 +156,8 @@ def split_k_reduce_kernel(
     element is read, then written, by the same program). With CROSS_GRAD and BIAS_GRAD the column sums
     of g over the program's rows go to partial row ``program_id(0)`` of db. With FP8_OUT, C as stored
     (rounded to its dtype) is also written as fp8 (``polyrec.kernels.fp8.quantize_store``: q [M, N] and
-    qt [N, M] at scale q_scale) and its absolute maximum goes to q_amax by one atomic max per program."""
+    qt [N, M] at scale q_scale) and its absolute maximum goes to q_amax by one atomic max per program; without
+    STORE_C only those copies are written (c_ptr gives the dtype C is rounded to, nothing is stored there)."""
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     g_sum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     amax = tl.zeros((BLOCK_N,), dtype=tl.float32)  # column maxima of |C| (a tile's would cost 32 registers a lane)
@@ -173,7 +174,8 @@ def split_k_reduce_kernel(
         if CROSS_GRAD and BIAS_GRAD:
             g_sum += acc
         c = acc.to(c_ptr.dtype.element_ty)
-        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, c, mask=mask)
+        if STORE_C:
+            tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, c, mask=mask)
         if FP8_OUT:
             stored = tl.where(mask, c.to(tl.float32), 0.0)
             amax = tl.maximum(amax, tl.max(tl.abs(stored), axis=0))
@@ -244,10 +246,11 @@ def _epilogue_flags(epilogue: str) -> dict[str, bool]:
 
 
 def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
-                       fp8: Fp8Format | None = None) -> CompileJob:
+                       fp8: Fp8Format | None = None, copies_only: bool = False) -> CompileJob:
     """The split-K reduction kernel with an epilogue (``compile_job_for``'s names); ``split_k`` 1 is
     the epilogue pass after a library GEMM (it reads the product in ``dtype``). ``fp8``: the pass also
-    writes fp8 copies of its output in that format (the fp8 dense layers' fused casts)."""
+    writes fp8 copies of its output in that format (the fp8 dense layers' fused casts); ``copies_only``:
+    it writes only those copies (``epilogue_pass``'s ``fp8_only``)."""
     ptr = _TRITON_TYPES[dtype]
     names = ["M", "N", "stride_ps", "stride_pm", "stride_pn", "stride_cm", "stride_cn", "stride_x0m",
              "stride_x0n", "stride_xrm", "stride_xrn", "stride_dx0m", "stride_dx0n"]
@@ -259,12 +262,16 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
                   "ROW_BLOCKS": per_program} | _epilogue_flags(epilogue)
     fmt = fp8 or E4M3  # the kernel's defaults when no copies are written
     constexprs |= {"FP8_OUT": fp8 is not None, "FP8_MAX": fmt.max_value, "FP8_ROUND_IN_FP32": False,
-                   "FP8_MANTISSA_BITS": fmt.mantissa_bits, "FP8_MIN_EXPONENT": fmt.min_exponent}
+                   "FP8_MANTISSA_BITS": fmt.mantissa_bits, "FP8_MIN_EXPONENT": fmt.min_exponent,
+                   "STORE_C": not copies_only}
+    if copies_only and fp8 is None:
+        raise ValueError("reduce_compile_job: copies_only needs an fp8 format")
     if fp8 is not None:
         signature["q_ptr"] = signature["qt_ptr"] = "*" + TRITON_FP8_TYPES[fp8]
     signature |= {k: "constexpr" for k in constexprs}
     signature = {name: signature[name] for name in split_k_reduce_kernel.arg_names}
-    suffix = ("" if epilogue == "cross" else f" {epilogue}") + (f" fp8 {TRITON_FP8_TYPES[fp8]}" if fp8 else "")
+    suffix = ("" if epilogue == "cross" else f" {epilogue}") + (f" fp8 {TRITON_FP8_TYPES[fp8]}" if fp8 else "") \
+        + (" copies only" if copies_only else "")
     kind = "split-k reduce" if split_k > 1 else "library epilogue pass"
     return CompileJob(label=f"gemm {kind} {dtype}{suffix}", kernel=split_k_reduce_kernel, signature=signature,
                       constexprs=constexprs, num_warps=REDUCE_NUM_WARPS, num_stages=1)

@@ -1,7 +1,8 @@
 """On the GPU machine: the fp8 dense layers (polyrec.kernels.fp8, fp8_dense) with the compiled kernels and
 cuBLASLt's fp8 GEMMs: casts equal torch's conversion, the MLP equals a float64 fake-quant reference, the
-passes that write their own fp8 copies give the standalone casts' results bit for bit (the bias gradients,
-fp32 column sums of a kernel compiled with the copies' code beside them, within 1e-5), and a run learns."""
+passes that write their own fp8 copies (the cross passes, the MLPs' ReLU / bias backward) give the
+standalone casts' results bit for bit (the bias gradients, fp32 column sums of a kernel compiled with the
+copies' code beside them, within 1e-5), and a run learns."""
 
 from __future__ import annotations
 
@@ -97,6 +98,39 @@ def test_fused_copies_equal_the_standalone_casts():
     for a, c in zip(fused[:bias_grads], standalone[:bias_grads]):
         assert torch.equal(a, c)
     for a, c in zip(fused[bias_grads:], standalone[bias_grads:]):  # the pass's fp32 column sums, compiled apart
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-7)
+    assert torch.equal(scaling.history, standalone_state.history)
+
+
+def test_mlp_fused_copies_equal_the_standalone_casts():
+    """The top MLP's fp8 layers (MLPerf's widths, a smaller batch): once the output gradients' roles have a
+    history, the ReLU / bias backward writes their copies; the step equals casting them apart (the bias
+    gradients' column sums within 1e-5: the kernel compiles apart with the copies' code)."""
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    dims, relus = (3456, 1024, 1024, 512, 256), (True, True, True, True)
+    ws = [(torch.randn(o, i, device="cuda", generator=gen) * (2 / (i + o)) ** 0.5).requires_grad_()
+          for i, o in zip(dims, dims[1:])]
+    bs = [(torch.randn(o, device="cuda", generator=gen) * 0.1).requires_grad_() for o in dims[1:]]
+    x0 = torch.randn(2048, dims[0], device="cuda", generator=gen, dtype=torch.bfloat16)
+    gy = torch.randn(2048, dims[-1], device="cuda", generator=gen, dtype=torch.bfloat16) * 1e-3
+    scaling = fp8.Fp8Scaling(fp8_dense.mlp_kinds(len(ws))).cuda()
+
+    def step(state):
+        x = x0.clone().requires_grad_()
+        fp8_dense.mlp(x, ws, bs, relus, state).backward(gy)
+        grads = [x.grad] + [p.grad.clone() for p in (*ws, *bs)]
+        for p in (*ws, *bs):
+            p.grad = None
+        return grads
+
+    step(scaling)
+    standalone_state = copy.deepcopy(scaling)
+    fused = step(scaling)
+    with mock.patch.object(fp8_dense, "fused_out", lambda *args, **kwargs: None):
+        standalone = step(standalone_state)
+    for a, c in zip(fused[:1 + len(ws)], standalone[:1 + len(ws)]):
+        assert torch.equal(a, c)
+    for a, c in zip(fused[1 + len(ws):], standalone[1 + len(ws):]):
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-7)
     assert torch.equal(scaling.history, standalone_state.history)
 
