@@ -26,8 +26,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.fp8 import (E5M2, TRITON_FP8_TYPES, Fp8Format, Fp8Out, eager_fused_out, quantize_store,
-                                 TRANSPOSED_WORDS, spec_formats, transposed_words)
+from polyrec.kernels.fp8 import E5M2, TRITON_FP8_TYPES, Fp8Format, Fp8Out, eager_fused_out, quantize_store, spec_formats
 from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 
@@ -73,7 +72,7 @@ def relu_bias_backward_kernel(
     stride_gm, stride_gn, stride_ym, stride_yn, stride_om, stride_on,
     RELU: tl.constexpr, BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     FP8_OUT: tl.constexpr = False, FP8_MAX: tl.constexpr = 57344.0, FP8_ROUND_IN_FP32: tl.constexpr = False,
-    FP8_MANTISSA_BITS: tl.constexpr = 2, FP8_MIN_EXPONENT: tl.constexpr = -14, FP8_WORDS: tl.constexpr = False,
+    FP8_MANTISSA_BITS: tl.constexpr = 2, FP8_MIN_EXPONENT: tl.constexpr = -14,
 ):
     """One program: rows [pid_m * ROWS_PER_PROGRAM, + ROWS_PER_PROGRAM) x BLOCK_N columns. With RELU
     it writes out = (y <= 0 ? 0 : grad) (aten's threshold_backward, NaN y passes grad); with BIAS it
@@ -96,7 +95,7 @@ def relu_bias_backward_kernel(
             masked = g.to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(masked), axis=0))
             quantize_store(masked, rows, cols, mask, q_ptr, qt_ptr, M, N, tl.load(q_scale_ptr), True, True,
-                           FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT, FP8_WORDS)
+                           FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT)
         elif RELU:
             tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, g, mask=mask)
         if BIAS:
@@ -178,8 +177,7 @@ def relu_bias_backward(grad: torch.Tensor, y: torch.Tensor | None, *, relu: bool
         grad, y_t, out, partials, *(_fp8_pointers(fp8) if fp8 is not None else (out,) * 4), m, n,
         config.rows_per_program, grad.stride(0), grad.stride(1), y_t.stride(0), y_t.stride(1), out.stride(0),
         out.stride(1), RELU=relu, BIAS=need_bias, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        num_warps=config.num_warps,
-        **(_fp8_flags(fp8.fmt, interpreting()) | {"FP8_WORDS": transposed_words(m)} if fp8 is not None else {}),
+        num_warps=config.num_warps, **(_fp8_flags(fp8.fmt, interpreting()) if fp8 is not None else {}),
     )
     return (None if fp8 is not None else out), partials.sum(0) if need_bias else None
 
@@ -202,8 +200,7 @@ def compile_job(dtype: torch.dtype, config: DenseBackwardConfig, *, relu: bool, 
     q = "*" + TRITON_FP8_TYPES[fp8] if fp8 is not None else ptr
     unit = {"stride_gn": 1, "stride_yn": 1, "stride_on": 1}
     constexprs = unit | {"RELU": relu, "BIAS": need_bias, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
-    constexprs |= _fp8_flags(fp8 or E5M2, round_in_fp32=False) | {  # E5M2: unused without fp8
-        "FP8_OUT": fp8 is not None, "FP8_WORDS": fp8 is not None and TRANSPOSED_WORDS}
+    constexprs |= _fp8_flags(fp8 or E5M2, round_in_fp32=False) | {"FP8_OUT": fp8 is not None}  # E5M2: unused
     signature = {"grad_ptr": ptr, "y_ptr": ptr, "out_ptr": ptr, "partial_ptr": "*fp32", "q_ptr": q, "qt_ptr": q,
                  "q_scale_ptr": "*fp32", "q_amax_ptr": "*fp32", "M": "i32", "N": "i32", "ROWS_PER_PROGRAM": "i32",
                  "stride_gm": "i32", "stride_ym": "i32", "stride_om": "i32"}

@@ -46,9 +46,6 @@ HISTORY_STEPS = 16
 #: Tile of the cast kernel: 128 rows x 64 columns. A transposed store then writes 128 bytes of fp8 per
 #: output row (one full 128-byte line), the plain store 64 bytes, and the load 128 bytes of bf16 per row.
 BLOCK_M, BLOCK_N = 128, 64
-#: Whether transposed copies are stored as 4-byte words of four rows (``_store_transposed_words``) where
-#: the rows allow it (``transposed_words``), instead of one byte per element.
-TRANSPOSED_WORDS = True
 #: Warps per cast program (128 lanes: 64 elements each per tile, eight 16-byte bf16 loads).
 NUM_WARPS = 4
 #: Tiles one program walks at most before its one atomic max (the atomics on one address serialise in
@@ -247,12 +244,6 @@ class Fp8Out:
     fmt: Fp8Format
 
 
-def transposed_words(m: int) -> bool:
-    """Whether a kernel writing the transposed copy of an [m, n] tensor stores it as 4-byte words (its tiles
-    start at multiples of 4 rows: every tile of polyrec's fp8 kernels has a multiple of 4 rows)."""
-    return TRANSPOSED_WORDS and m % 4 == 0
-
-
 def fused_out(scaling: Fp8Scaling, role: int, m: int, n: int, device: torch.device) -> Fp8Out | None:
     """Where a producer of an [m, n] tensor writes ``role``'s fp8 copies; None while the role has no
     history (its scale comes from the tensor itself then: cast it with ``cast_fp8`` once it exists)."""
@@ -306,31 +297,11 @@ def _round_in_fp32(y, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr):
 
 
 @triton.jit
-def _store_transposed_words(y, rows, cols, qt_ptr, M, N):
-    """qt [N, M] at cols x rows = the fp8 tile y [BM, BN], stored as 4-byte words, each of four consecutive
-    rows of one column (M and the tile's first row multiples of 4; rows int64, consecutive)."""
-    BM: tl.constexpr = y.shape[0]
-    BN: tl.constexpr = y.shape[1]
-    bits = y.to(tl.uint8, bitcast=True).to(tl.uint32)  # [BM, BN]
-    # [BM/4, BN, 2, 2]: row 4g + 2i + j of column c at [g, c, i, j]
-    quads = tl.reshape(tl.permute(tl.reshape(bits, (BM // 4, 4, BN)), (0, 2, 1)), (BM // 4, BN, 2, 2))
-    even, odd = tl.split(quads)  # j = 0, 1: [BM/4, BN, 2]
-    b0, b2 = tl.split(even)
-    b1, b3 = tl.split(odd)
-    words = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)  # [BM/4, BN], little-endian: row 4g first
-    groups = tl.max(tl.reshape(rows, (BM // 4, 4)), axis=1) // 4  # [BM/4]
-    mask = (groups < M // 4)[:, None] & (cols < N)[None, :]
-    word_ptr = qt_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
-    tl.store(word_ptr + cols[None, :].to(tl.int64) * (M // 4) + groups[:, None], words, mask=mask)
-
-
-@triton.jit
 def quantize_store(x, rows, cols, mask, q_ptr, qt_ptr, M, N, scale, PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr,
                    MAX_VALUE: tl.constexpr, ROUND_IN_FP32: tl.constexpr, MANTISSA_BITS: tl.constexpr,
-                   MIN_EXPONENT: tl.constexpr, WORDS: tl.constexpr = False):
+                   MIN_EXPONENT: tl.constexpr):
     """Store fp8(clamp(x * scale)) of the fp32 tile x [BM, BN] at rows x cols: into q [M, N] (PLAIN) and
-    qt [N, M] (TRANSPOSED), both contiguous; rows int64. ``WORDS``: qt as 4-byte words of four rows
-    (``_store_transposed_words``: M and the tile's first row multiples of 4)."""
+    qt [N, M] (TRANSPOSED), both contiguous; rows int64."""
     y = tl.clamp(x * scale, -MAX_VALUE, MAX_VALUE)
     if ROUND_IN_FP32:
         y = _round_in_fp32(y, MANTISSA_BITS, MIN_EXPONENT)
@@ -338,10 +309,7 @@ def quantize_store(x, rows, cols, mask, q_ptr, qt_ptr, M, N, scale, PLAIN: tl.co
     if PLAIN:
         tl.store(q_ptr + rows[:, None] * N + cols[None, :], y, mask=mask)
     if TRANSPOSED:
-        if WORDS:
-            _store_transposed_words(y, rows, cols, qt_ptr, M, N)
-        else:
-            tl.store(qt_ptr + cols[None, :].to(tl.int64) * M + rows[:, None], y, mask=mask)
+        tl.store(qt_ptr + cols[None, :].to(tl.int64) * M + rows[:, None], y, mask=mask)
 
 
 @triton.jit
@@ -351,7 +319,7 @@ def fp8_cast_kernel(
     stride_xm, stride_xn,
     PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr, RELU: tl.constexpr, MAX_VALUE: tl.constexpr,
     ROUND_IN_FP32: tl.constexpr, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr = False,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One program: rows [pid_m * ROWS_PER_PROGRAM, + ROWS_PER_PROGRAM) x BLOCK_N columns of x [M, N].
     q [M, N] (PLAIN) and qt [N, M] (TRANSPOSED) get fp8(clamp(act(x) * scale)); amax gets max |act(x)|
@@ -370,7 +338,7 @@ def fp8_cast_kernel(
             x = tl.maximum(x, 0.0)
         amax = tl.maximum(amax, tl.abs(x))
         quantize_store(x, rows, cols, mask, q_ptr, qt_ptr, M, N, scale, PLAIN, TRANSPOSED, MAX_VALUE, ROUND_IN_FP32,
-                       MANTISSA_BITS, MIN_EXPONENT, WORDS)
+                       MANTISSA_BITS, MIN_EXPONENT)
     tl.atomic_max(amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
 
 
@@ -431,7 +399,7 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
         x.stride(0), x.stride(1),
         PLAIN=plain, TRANSPOSED=transposed, RELU=relu, MAX_VALUE=fmt.max_value, ROUND_IN_FP32=interpreting(),
         MANTISSA_BITS=fmt.mantissa_bits, MIN_EXPONENT=fmt.min_exponent, BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n, WORDS=transposed and transposed_words(m), num_warps=config.num_warps,
+        BLOCK_N=config.block_n, num_warps=config.num_warps,
     )
     return q, qt
 
@@ -466,8 +434,7 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
         for plain, transposed, relu in ((True, True, False), (True, True, True), (False, True, False)):
             constexprs = {"stride_xn": 1, "PLAIN": plain, "TRANSPOSED": transposed, "RELU": relu,
                           "MAX_VALUE": fmt.max_value, "ROUND_IN_FP32": False, "MANTISSA_BITS": fmt.mantissa_bits,
-                          "MIN_EXPONENT": fmt.min_exponent, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N,
-                          "WORDS": TRANSPOSED_WORDS}  # as launched on batch-sized rows (multiples of 4)
+                          "MIN_EXPONENT": fmt.min_exponent, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}
             out = "*" + TRITON_FP8_TYPES[fmt]
             signature = {"x_ptr": "*bf16", "q_ptr": out, "qt_ptr": out, "scale_ptr": "*fp32", "amax_ptr": "*fp32",
                          "M": "i32", "N": "i32", "ROWS_PER_PROGRAM": "i32", "stride_xm": "i32"}

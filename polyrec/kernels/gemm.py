@@ -27,7 +27,7 @@ import torch
 
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
-from polyrec.kernels.fp8 import Fp8Out, eager_fused_out, transposed_words
+from polyrec.kernels.fp8 import Fp8Out, eager_fused_out
 from polyrec.kernels.gemm_configs import REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig, pass_row_blocks
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
@@ -371,8 +371,7 @@ def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, 
     fp8_ptrs = (fp8.q, fp8.qt, fp8.scale, fp8.recorded) if fp8 is not None else (out,) * 4  # never read without
     fp8_flags = {} if fp8 is None else {
         "FP8_OUT": True, "FP8_MAX": fp8.fmt.max_value, "FP8_ROUND_IN_FP32": interpreting(),
-        "FP8_MANTISSA_BITS": fp8.fmt.mantissa_bits, "FP8_MIN_EXPONENT": fp8.fmt.min_exponent,
-        "FP8_WORDS": transposed_words(m)}
+        "FP8_MANTISSA_BITS": fp8.fmt.mantissa_bits, "FP8_MIN_EXPONENT": fp8.fmt.min_exponent}
     _call(split_k_reduce_kernel, grid, warmup)(
         partials, out, *ptrs, *fp8_ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
         SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, ROW_BLOCKS=per_program,

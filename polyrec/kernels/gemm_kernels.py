@@ -13,7 +13,7 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.fp8 import E4M3, TRANSPOSED_WORDS, TRITON_FP8_TYPES, Fp8Format, quantize_store
+from polyrec.kernels.fp8 import E4M3, TRITON_FP8_TYPES, Fp8Format, quantize_store
 from polyrec.kernels.gemm_configs import PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
 
 _TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
@@ -148,7 +148,7 @@ def split_k_reduce_kernel(
     CROSS_GRAD: tl.constexpr = False, DX0_READ: tl.constexpr = False, DX0_PLUS_GRAD: tl.constexpr = False,
     BIAS_GRAD: tl.constexpr = False, ROW_BLOCKS: tl.constexpr = 1, FP8_OUT: tl.constexpr = False,
     FP8_MAX: tl.constexpr = 448.0, FP8_ROUND_IN_FP32: tl.constexpr = False, FP8_MANTISSA_BITS: tl.constexpr = 3,
-    FP8_MIN_EXPONENT: tl.constexpr = -6, STORE_C: tl.constexpr = True, FP8_WORDS: tl.constexpr = False,
+    FP8_MIN_EXPONENT: tl.constexpr = -6, STORE_C: tl.constexpr = True,
 ):
     """C = epilogue(sum over s of partials[s]) for ROW_BLOCKS blocks of [BLOCK_M, BLOCK_N], one after
     another down the rows: the split-K reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass
@@ -180,7 +180,7 @@ def split_k_reduce_kernel(
             stored = tl.where(mask, c.to(tl.float32), 0.0)
             amax = tl.maximum(amax, tl.max(tl.abs(stored), axis=0))
             quantize_store(stored, rows.to(tl.int64), cols, mask, q_ptr, qt_ptr, M, N, tl.load(q_scale_ptr), True,
-                           True, FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT, FP8_WORDS)
+                           True, FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT)
     if CROSS_GRAD and BIAS_GRAD:
         tl.store(db_ptr + tl.program_id(0) * N + cols, tl.sum(g_sum, axis=0), mask=cols < N)
     if FP8_OUT:
@@ -263,7 +263,7 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
     fmt = fp8 or E4M3  # the kernel's defaults when no copies are written
     constexprs |= {"FP8_OUT": fp8 is not None, "FP8_MAX": fmt.max_value, "FP8_ROUND_IN_FP32": False,
                    "FP8_MANTISSA_BITS": fmt.mantissa_bits, "FP8_MIN_EXPONENT": fmt.min_exponent,
-                   "STORE_C": not copies_only, "FP8_WORDS": fp8 is not None and TRANSPOSED_WORDS}
+                   "STORE_C": not copies_only}
     if copies_only and fp8 is None:
         raise ValueError("reduce_compile_job: copies_only needs an fp8 format")
     if fp8 is not None:
