@@ -39,6 +39,10 @@ TILE_ELEMENTS = 4096
 #: warp's 16 lanes x 8 bf16 cover a 256-byte row segment, coalesced); 32 for narrow layers (the top
 #: MLP's N = 1 output), where a 128-wide tile would leave most lanes masked.
 BLOCK_NS = (32, 128)
+#: Tile (BLOCK_M, BLOCK_N) of the pass writing the masked gradient's fp8 copies (``fp8``): 64 x 64, fastest
+#: of six tiles at N = 1024, 512 and 256 (0.164 / 0.090 / 0.068 ms at batch 65536 against 0.208 / 0.114 /
+#: 0.077 at the bf16 pass's 32 x 128; H200, benchmarks/results/fp8_copies_2026-12-03/relu_fp8_probe_*).
+FP8_TILE = (64, 64)
 #: Threads per program in warps (4: 128 lanes on NVIDIA, 256 on AMD's wave64).
 NUM_WARPS = 4
 #: Tile iterations one program walks before writing its partial sums: 8 at most (partials then add
@@ -107,11 +111,14 @@ def relu_bias_backward_kernel(
 
 
 @lru_cache(maxsize=1024)
-def select_config(m: int, n: int, compute_units: int) -> DenseBackwardConfig:
-    """The tile for N columns, and rows per program: the most iterations (up to MAX_ITERATIONS, fewest
-    partials) that still give PROGRAMS_PER_CU programs per SM / CU, else one iteration."""
+def select_config(m: int, n: int, compute_units: int, fp8: bool = False) -> DenseBackwardConfig:
+    """The tile for N columns (``FP8_TILE`` for a pass writing fp8 copies), and rows per program: the most
+    iterations (up to MAX_ITERATIONS, fewest partials) that still give PROGRAMS_PER_CU programs per SM / CU,
+    else one iteration."""
     block_n = BLOCK_NS[0] if n <= BLOCK_NS[0] else BLOCK_NS[-1]
     block_m = TILE_ELEMENTS // block_n
+    if fp8:
+        block_m, block_n = FP8_TILE
     iterations = MAX_ITERATIONS
     while iterations > 1 and ceil_div(m, block_m * iterations) * ceil_div(n, block_n) < \
             PROGRAMS_PER_CU * compute_units:
@@ -167,7 +174,7 @@ def relu_bias_backward(grad: torch.Tensor, y: torch.Tensor | None, *, relu: bool
     if m == 0 or n == 0:
         return (None if fp8 is not None else torch.empty_like(grad) if relu else grad), \
             (grad.new_zeros(n, dtype=torch.float32) if need_bias else None)
-    config = config or select_config(m, n, _compute_units(grad.device))
+    config = config or select_config(m, n, _compute_units(grad.device), fp8 is not None)
     out = torch.empty(m, n, dtype=grad.dtype, device=grad.device) if relu and fp8 is None else grad
     row_blocks = ceil_div(m, config.rows_per_program)
     partials = torch.empty(row_blocks, n, dtype=torch.float32, device=grad.device) if need_bias else out
@@ -227,8 +234,7 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
                                          rows_per_program=TILE_ELEMENTS // block_n)
             for relu, need_bias in ((True, True), (True, False), (False, True)):
                 jobs.append(compile_job(dtype, config, relu=relu, need_bias=need_bias))
-    config = DenseBackwardConfig(block_m=TILE_ELEMENTS // BLOCK_NS[-1], block_n=BLOCK_NS[-1],
-                                 rows_per_program=TILE_ELEMENTS // BLOCK_NS[-1])
+    config = DenseBackwardConfig(block_m=FP8_TILE[0], block_n=FP8_TILE[1], rows_per_program=FP8_TILE[0])
     gradient_format = spec_formats(spec)[1]
     return jobs + [compile_job(torch.bfloat16, config, relu=relu, need_bias=True, fp8=gradient_format)
                    for relu in (True, False)]

@@ -29,6 +29,10 @@ SPLIT_K_TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (1
 REDUCE_BLOCK_M = 32
 REDUCE_BLOCK_N = 128
 REDUCE_NUM_WARPS = 4
+#: Columns per program of the CrossGrad pass writing only g's fp8 copies (``epilogue_pass``'s ``fp8_only``):
+#: 64, at 0.864 ms on MLPerf's [65536, 3456] against 0.962 / 0.979 at REDUCE_BLOCK_N, fastest of the 12 tiles
+#: tried, in two runs on the H200 (benchmarks/results/fp8_copies_2026-12-03/).
+FP8_ONLY_PASS_BLOCK_N = 64
 #: Row blocks (of REDUCE_BLOCK_M rows) one program of the CrossGrad epilogue pass walks, summing its
 #: bias-gradient column partial once at the end instead of once per block: on MLPerf's [65536, 3456]
 #: bf16 the per-block column sum cost that pass 0.12 of 0.81 ms (H200,

@@ -14,7 +14,8 @@ import triton.language as tl
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.fp8 import E4M3, TRITON_FP8_TYPES, Fp8Format, quantize_store
-from polyrec.kernels.gemm_configs import PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS, GemmConfig
+from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_BLOCK_N, PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N,
+                                          REDUCE_NUM_WARPS, GemmConfig)
 
 _TRITON_TYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "tf32": "*fp32"}
 #: Why the pointer kernel's configs may spill on NVIDIA (ptxas's stack frame: 8-1664 B per thread for the
@@ -258,7 +259,8 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
                  "db_ptr": "*fp32", "q_ptr": ptr, "qt_ptr": ptr, "q_scale_ptr": "*fp32", "q_amax_ptr": "*fp32"}
     signature |= {n: "i32" for n in names}
     per_program = PASS_ROW_BLOCKS if epilogue == "cross_grad" and split_k == 1 else 1  # as gemm._apply_epilogue
-    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N,
+    constexprs = {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M,
+                  "BLOCK_N": FP8_ONLY_PASS_BLOCK_N if copies_only else REDUCE_BLOCK_N,
                   "ROW_BLOCKS": per_program} | _epilogue_flags(epilogue)
     fmt = fp8 or E4M3  # the kernel's defaults when no copies are written
     constexprs |= {"FP8_OUT": fp8 is not None, "FP8_MAX": fmt.max_value, "FP8_ROUND_IN_FP32": False,
