@@ -43,10 +43,12 @@ from polyrec.kernels.interpreter import interpreting
 #: defaults to 1024; 16 follows a training run's shrinking gradients within a few hundred steps while
 #: one outlier step still sets the scale for 16 steps).
 HISTORY_STEPS = 16
-#: Tile of the cast kernel: 128 rows x 64 columns. A transposed store then writes 128 bytes of fp8 per
-#: output row (one full 128-byte line), the plain store 64 bytes, and the load 128 bytes of bf16 per row.
-BLOCK_M, BLOCK_N = 128, 64
-#: Warps per cast program (128 lanes: 64 elements each per tile, eight 16-byte bf16 loads).
+#: Tile of the cast kernel: 64 rows x 128 columns (a transposed store writes 64 bytes of fp8 per output row,
+#: the plain store 128, the load 256 bytes of bf16 per row), on 4 warps (128 lanes: 64 elements each per
+#: tile). Fastest of 7 tiles for plain + transposed copies of bf16 [65536, 3456 / 1024 / 512] (0.264 / 0.086 /
+#: 0.045 ms against 0.285 / 0.089 / 0.049 at the first choice, 128 x 64) and the fp8 step's 28 casts 1.09 ms
+#: against 1.15 (H200, benchmarks/results/fp8_copies_2026-12-03/cast_tile*).
+BLOCK_M, BLOCK_N = 64, 128
 NUM_WARPS = 4
 #: Tiles one program walks at most before its one atomic max (the atomics on one address serialise in
 #: L2: ~4 per SM per launch instead of one per tile).
@@ -279,7 +281,7 @@ def select_config(m: int, n: int, compute_units: int) -> CastConfig:
     iterations = min(MAX_ITERATIONS, triton.next_power_of_2(ceil_div(m, BLOCK_M)))
     while iterations > 1 and ceil_div(m, BLOCK_M * iterations) * ceil_div(n, BLOCK_N) < PROGRAMS_PER_CU * compute_units:
         iterations //= 2
-    return CastConfig(rows_per_program=BLOCK_M * iterations)
+    return CastConfig(rows_per_program=BLOCK_M * iterations, block_m=BLOCK_M, block_n=BLOCK_N, num_warps=NUM_WARPS)
 
 
 @triton.jit
