@@ -469,20 +469,29 @@ def test_mlp_matches_fake_quant_reference(dims, relus, gemm_outputs):
 def test_mlp_steps_with_fused_copies_equal_standalone_casts():
     """Once the output gradients' roles have a history the ReLU / bias backward writes their fp8 copies:
     the same step as casting the masked gradients apart, bit for bit."""
-    import copy
-    from unittest import mock
-
     gen = torch.Generator().manual_seed(15)
     dims, relus = (16, 64, 32, 16), (True, True, False)
     x, weights, biases = _mlp_problem(dims, gen)
     grad = torch.randn(x.shape[0], dims[-1], generator=gen).bfloat16()
-    scaling = fp8.Fp8Scaling(fp8_dense.mlp_kinds(len(weights)))
+    fused, standalone = _fused_and_standalone_steps(
+        lambda state: fp8_dense.mlp(x, weights, biases, relus, state), [x, *weights, *biases], grad,
+        fp8.Fp8Scaling(fp8_dense.mlp_kinds(len(weights))))
+    for a, c in zip(fused, standalone):
+        assert torch.equal(a, c)
+
+
+def _fused_and_standalone_steps(forward, leaves: list[torch.Tensor], grad: torch.Tensor,
+                                scaling: fp8.Fp8Scaling) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """A first training step (every role gets a history), then the second step twice from the same state:
+    with the producers writing the fp8 copies, and with every copy cast apart (``fused_out`` patched to None);
+    each step's output and the leaves' gradients. Both leave the same history."""
+    import copy
+    from unittest import mock
 
     def step(state: fp8.Fp8Scaling) -> list[torch.Tensor]:
-        leaves = [x, *weights, *biases]
         for t in leaves:
             t.grad = None
-        out = fp8_dense.mlp(x, weights, biases, relus, state)
+        out = forward(state)
         out.backward(grad)
         return [out.detach(), *(t.grad.clone() for t in leaves)]
 
@@ -491,9 +500,8 @@ def test_mlp_steps_with_fused_copies_equal_standalone_casts():
     fused = step(scaling)
     with mock.patch.object(fp8_dense, "fused_out", lambda *args, **kwargs: None):
         standalone = step(standalone_state)
-    for a, c in zip(fused, standalone):
-        assert torch.equal(a, c)
     assert torch.equal(scaling.history, standalone_state.history)
+    return fused, standalone
 
 
 def test_mlp_without_input_gradient(gemm_outputs):
@@ -667,33 +675,16 @@ def test_cross_grad_pass_writing_only_copies_matches_the_full_pass():
 def test_cross_network_steps_with_fused_copies_equal_standalone_casts():
     """Once every role has a history the passes write x_l's and g_l's copies (g_l only as copies): the same
     step as casting each tensor apart, bit for bit but for the pass's fp32 bias-gradient sums."""
-    import copy
-    from unittest import mock
-
     gen = torch.Generator().manual_seed(33)
     x0, vs, us, bs = _cross_problem(64, 48, 16, 2, gen)
     grad = torch.randn(64, 48, generator=gen).bfloat16()
-    scaling = fp8.Fp8Scaling(fp8_dense.cross_kinds(2))
-
-    def step(state: fp8.Fp8Scaling) -> list[torch.Tensor]:
-        leaves = [x0, *vs, *us, *bs]
-        for t in leaves:
-            t.grad = None
-        out = cross_network(x0, vs, us, bs, fp8=state)
-        out.backward(grad)
-        return [out.detach(), *(t.grad.clone() for t in leaves)]
-
-    step(scaling)
-    standalone_state = copy.deepcopy(scaling)
-    fused = step(scaling)
-    with mock.patch.object(fp8_dense, "fused_out", lambda *args, **kwargs: None):
-        standalone = step(standalone_state)
+    fused, standalone = _fused_and_standalone_steps(lambda state: cross_network(x0, vs, us, bs, fp8=state),
+                                                    [x0, *vs, *us, *bs], grad, fp8.Fp8Scaling(fp8_dense.cross_kinds(2)))
     bias_grads = len(fused) - len(bs)
     for a, c in zip(fused[:bias_grads], standalone[:bias_grads]):
         assert torch.equal(a, c)
     for a, c in zip(fused[bias_grads:], standalone[bias_grads:]):
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-7)
-    assert torch.equal(scaling.history, standalone_state.history)
 
 
 # ---------------------------------------------------------------- models and config
