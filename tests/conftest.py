@@ -12,6 +12,17 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("POLYREC_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_embedding_selections():
+    """Each test selects the embedding kernels' configs afresh: none remembered by an earlier test (whose
+    selector or model constants a monkeypatch may have replaced) is reused, and none of its own outlives it."""
+    from polyrec.kernels import tbe_select
+
+    tbe_select.clear_cache()
+    yield
+    tbe_select.clear_cache()
+
+
 @pytest.fixture
 def force_gemm(monkeypatch):
     """``force_gemm(choice)``: every ``matmul`` without a config takes ``choice`` (a ``GemmChoice``), as

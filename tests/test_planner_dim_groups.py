@@ -28,22 +28,22 @@ def _single_backward(loads: tuple[ShardLoad, ...]) -> float:
 
 def test_a_long_mixed_dims_update_is_priced_per_dim_group():
     loads = _loads(10_000_000)
-    groups = _dim_groups(loads, SPEC, 2)
+    groups = _dim_groups(loads, SPEC, CEIL, 2)
     assert [[s.dim for s in g] for g in groups] == [[16], [128]]
     fwd_s, bwd_s, sort_s, label = _tbe_group_seconds(loads, SPEC, CEIL, 2)
     # the dim-16 ids no longer take the lanes of dim 128 (7.8% less since their 32 B rows cost
     # RANDOM_READ_MIN_BYTES each: both forms read them)
     assert bwd_s < 0.95 * _single_backward(loads)
     assert "update D16 lane" in label and " / D128 lane" in label
-    small, wide = (_update_config(g, SPEC, 2, module=loads) for g in groups)
+    small, wide = (_update_config(g, SPEC, CEIL, 2, module=loads) for g in groups)
     assert small.tile > wide.tile  # the narrow group takes longer tiles, as the module selects them
 
 
 def test_a_short_one_is_priced_as_one_launch():
     loads = _loads(100_000)
-    assert _dim_groups(loads, SPEC, 2) == [loads]
+    assert _dim_groups(loads, SPEC, CEIL, 2) == [loads]
     assert _tbe_group_seconds(loads, SPEC, CEIL, 2)[1] == _single_backward(loads)
-    assert _dim_groups(_loads(10_000_000), SPEC, 2, host_bound=True) == [_loads(10_000_000)]
+    assert _dim_groups(_loads(10_000_000), SPEC, CEIL, 2, host_bound=True) == [_loads(10_000_000)]
 
 
 def test_the_host_counts_each_update_launch_and_the_merge_over_all_of_them():

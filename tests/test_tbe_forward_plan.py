@@ -32,7 +32,8 @@ def _per_feature(monkeypatch, seconds):
     """Features of length 1 pick ONE_HOT, the others LONG; a launch costs ``seconds(config, lengths)``."""
     monkeypatch.setattr(tbe_forward_plan, "select_forward", lambda spec, *, num_features, bag_lengths, **kw:
                         (ONE_HOT if bag_lengths == [1] else LONG) if num_features == 1 else LONG)
-    monkeypatch.setattr(tbe_forward_plan, "_seconds", lambda spec, cfg, *, bag_lengths, **kw: seconds(cfg, bag_lengths))
+    monkeypatch.setattr(tbe_forward_plan, "_seconds",
+                        lambda spec, ceil, cfg, *, bag_lengths, **kw: seconds(cfg, bag_lengths))
 
 
 def test_groups_when_their_sum_beats_one_launch(monkeypatch):

@@ -47,8 +47,10 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("POLYREC_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "polyrec" / "calibration"
+    # os.path rather than Path.home(): the selectors read the ceilings thousands of times per plan
+    base = (os.environ.get("POLYREC_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+            or os.path.join(os.path.expanduser("~"), ".cache"))
+    return Path(base, "polyrec", "calibration")
 
 
 def calibration_path(device: str) -> Path:

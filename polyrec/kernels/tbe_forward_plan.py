@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polyrec.hardware.calibrate import ceilings
-from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.tbe_select import ForwardConfig, forward_config_seconds, select_forward
+from polyrec.hardware.types import Ceilings, DeviceSpec
+from polyrec.kernels.tbe_select import ForwardConfig, forward_config_seconds, remembered, select_forward
 from polyrec.perfmodel.tbe_lookup import LoopTrips
 from polyrec.perfmodel.tbe_reads import least_hit_fraction
 
@@ -54,23 +54,35 @@ def _hit_fraction(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float]
     return least_hit_fraction(table_rows, [batch_size * length for length in bag_lengths], row_bytes, spec)
 
 
-def _seconds(spec: DeviceSpec, cfg: ForwardConfig, *, batch_size: int, bag_lengths: list[float], block_d: int,
-             row_bytes: int, vec: int, table_rows: list[int] | None, loop_trips: LoopTrips | None) -> float:
+def _seconds(spec: DeviceSpec, ceil: Ceilings, cfg: ForwardConfig, *, batch_size: int, bag_lengths: list[float],
+             block_d: int, row_bytes: int, vec: int, table_rows: list[int] | None,
+             loop_trips: LoopTrips | None) -> float:
     hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=bag_lengths, table_rows=table_rows,
                         row_bytes=row_bytes)
-    return forward_config_seconds(spec, ceilings(spec), cfg, batch_size=batch_size, bag_lengths=bag_lengths,
+    return forward_config_seconds(spec, ceil, cfg, batch_size=batch_size, bag_lengths=bag_lengths,
                                   block_d=block_d, row_bytes=row_bytes, vec=vec, hit_fraction=hit,
                                   loop_trips=loop_trips)
 
 
-def _select(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int, row_bytes: int, vec: int,
-            table_rows: list[int] | None, loop_trips: LoopTrips | None) -> ForwardConfig:
-    """``tbe_select.select_forward`` for these features, priced at their tables' least L2 reuse."""
+def _select(spec: DeviceSpec, ceil: Ceilings, *, batch_size: int, bag_lengths: list[float], block_d: int,
+            row_bytes: int, vec: int, table_rows: list[int] | None, loop_trips: LoopTrips | None) -> ForwardConfig:
+    """``tbe_select.select_forward`` for these features, priced at their tables' least L2 reuse; without
+    ``loop_trips`` (the planner's case, which asks for the same features once per candidate plan)
+    remembered (``tbe_select.remembered``)."""
     lengths = list(bag_lengths)
-    hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=lengths, table_rows=table_rows, row_bytes=row_bytes)
-    return select_forward(spec, batch_size=batch_size, num_features=len(lengths),
-                          mean_bag=sum(lengths) / max(len(lengths), 1), block_d=block_d, row_bytes=row_bytes,
-                          vec=vec, bag_lengths=lengths, hit_fraction=hit, loop_trips=loop_trips)
+
+    def select() -> ForwardConfig:
+        hit = _hit_fraction(spec, batch_size=batch_size, bag_lengths=lengths, table_rows=table_rows,
+                            row_bytes=row_bytes)
+        return select_forward(spec, batch_size=batch_size, num_features=len(lengths),
+                              mean_bag=sum(lengths) / max(len(lengths), 1), block_d=block_d, row_bytes=row_bytes,
+                              vec=vec, bag_lengths=lengths, hit_fraction=hit, loop_trips=loop_trips, ceil=ceil)
+
+    if loop_trips is not None:
+        return select()
+    rows = None if table_rows is None else tuple(table_rows)
+    return remembered("forward", spec, ceil, (batch_size, tuple(lengths), block_d, row_bytes, vec, rows),
+                      select)
 
 
 def _trips_of(loop_trips: LoopTrips | None, features: list[int]) -> LoopTrips | None:
@@ -82,44 +94,46 @@ def _trips_of(loop_trips: LoopTrips | None, features: list[int]) -> LoopTrips | 
 
 def one_launch(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
                row_bytes: int, vec: int, table_rows: list[int] | None = None,
-               loop_trips: LoopTrips | None = None) -> ForwardLaunch:
+               loop_trips: LoopTrips | None = None, ceil: Ceilings | None = None) -> ForwardLaunch:
     """Every feature in one launch, with the config ``tbe_select.select_forward`` picks for them all.
-    ``row_bytes``, ``vec``: as ``select_forward``'s; ``table_rows``: rows of each feature's table (the L2
-    reuse the model expects; none without); ``loop_trips``: as ``select_forward``'s (per feature)."""
-    cfg = _select(spec, batch_size=batch_size, bag_lengths=bag_lengths, block_d=block_d, row_bytes=row_bytes,
-                  vec=vec, table_rows=table_rows, loop_trips=loop_trips)
+    ``row_bytes``, ``vec``, ``ceil``: as ``select_forward``'s; ``table_rows``: rows of each feature's table (the
+    L2 reuse the model expects; none without); ``loop_trips``: as ``select_forward``'s (per feature)."""
+    cfg = _select(spec, ceil or ceilings(spec), batch_size=batch_size, bag_lengths=bag_lengths, block_d=block_d,
+                  row_bytes=row_bytes, vec=vec, table_rows=table_rows, loop_trips=loop_trips)
     return ForwardLaunch(features=tuple(range(len(bag_lengths))), config=cfg)
 
 
 def plan_forward(spec: DeviceSpec, *, batch_size: int, bag_lengths: list[float], block_d: int,
                  row_bytes: int, vec: int, table_rows: list[int] | None = None,
-                 loop_trips: LoopTrips | None = None) -> list[ForwardLaunch]:
+                 loop_trips: LoopTrips | None = None, ceil: Ceilings | None = None) -> list[ForwardLaunch]:
     """The launches of one pooled forward over features with these mean bag lengths (see the module
-    docstring): every feature in exactly one launch. ``table_rows``, ``loop_trips``: as ``one_launch``'s
-    (the planner has neither per-batch fact and prices bags of their mean length; the module has both)."""
+    docstring): every feature in exactly one launch. ``table_rows``, ``loop_trips``, ``ceil``: as
+    ``one_launch``'s (the planner has neither per-batch fact and prices bags of their mean length; the module
+    has both)."""
     if not bag_lengths:
         raise ValueError("plan_forward: no pooled features to plan")
     if table_rows is not None and len(table_rows) != len(bag_lengths):
         raise ValueError(f"plan_forward: {len(table_rows)} table row counts for {len(bag_lengths)} features")
     shape = dict(batch_size=batch_size, block_d=block_d, row_bytes=row_bytes, vec=vec)
     lengths = list(bag_lengths)
+    ceil = ceil or ceilings(spec)
 
     def rows_of(features: list[int]) -> list[int] | None:
         return None if table_rows is None else [table_rows[f] for f in features]
 
-    single = one_launch(spec, bag_lengths=lengths, table_rows=table_rows, loop_trips=loop_trips, **shape)
+    single = one_launch(spec, bag_lengths=lengths, table_rows=table_rows, loop_trips=loop_trips, ceil=ceil, **shape)
     groups: dict[ForwardConfig, list[int]] = {}
     for f, length in enumerate(lengths):
-        cfg = _select(spec, bag_lengths=[length], table_rows=rows_of([f]), loop_trips=_trips_of(loop_trips, [f]),
+        cfg = _select(spec, ceil, bag_lengths=[length], table_rows=rows_of([f]), loop_trips=_trips_of(loop_trips, [f]),
                       **shape)
         groups.setdefault(cfg, []).append(f)
     if len(groups) == 1:
         return [single]
     grouped = [ForwardLaunch(features=tuple(fs), config=cfg) for cfg, fs in groups.items()]
-    grouped_s = (sum(_seconds(spec, g.config, bag_lengths=[lengths[f] for f in g.features],
+    grouped_s = (sum(_seconds(spec, ceil, g.config, bag_lengths=[lengths[f] for f in g.features],
                               table_rows=rows_of(list(g.features)), loop_trips=_trips_of(loop_trips, list(g.features)),
                               **shape) for g in grouped)
-                 + (len(grouped) - 1) * ceilings(spec).launch_latency.value)
-    single_s = _seconds(spec, single.config, bag_lengths=lengths, table_rows=table_rows, loop_trips=loop_trips,
+                 + (len(grouped) - 1) * ceil.launch_latency.value)
+    single_s = _seconds(spec, ceil, single.config, bag_lengths=lengths, table_rows=table_rows, loop_trips=loop_trips,
                         **shape)
     return grouped if grouped_s < (1.0 - GROUPING_MIN_GAIN) * single_s else [single]

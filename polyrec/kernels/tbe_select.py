@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
@@ -41,6 +42,39 @@ SEQUENCE_TILE_ELEMS = 4096
 #: Unique rows / ids assumed when the selector is not told (MLPerf uniform: 10.21M of 14.02M ids,
 #: benchmarks/results/tbe_nvidia-h200_2026-11-29.json); sets the merge's share of crossing runs.
 UNIQUE_FRACTION = 0.73
+
+
+#: Most selections ``remembered`` keeps (then it starts again): the planner asks a few hundred distinct
+#: ones per plan (MLPerf on 64 GPUs: 360 forward and 330 update selections among 1688 and 865 asked).
+REMEMBERED_LIMIT = 65536
+_REMEMBERED: dict[tuple, tuple[DeviceSpec, object]] = {}
+_T = TypeVar("_T")
+
+
+def _ceilings_key(ceil: Ceilings) -> tuple:
+    """The numbers of ``ceil`` the models read, hashable."""
+    return (ceil.copy_bandwidth.value, ceil.l2_bandwidth.value, ceil.launch_latency.value,
+            tuple(sorted((dtype, c.value) for dtype, c in ceil.matmul_flops.items())))
+
+
+def remembered(kind: str, spec: DeviceSpec, ceil: Ceilings, args: tuple, select: Callable[[], _T]) -> _T:
+    """``select()``, made once per (``kind``, device, ceilings, ``args``) in this process: a selection is a
+    pure function of those, and the planner asks for the same shard's again for every candidate plan.
+    Keyed by the spec's identity (kept alive with the answer) and the ceilings' values, so a new calibration
+    selects afresh. Forgotten by ``clear_cache``."""
+    key = (kind, id(spec), _ceilings_key(ceil), args)
+    entry = _REMEMBERED.get(key)
+    if entry is None:
+        if len(_REMEMBERED) >= REMEMBERED_LIMIT:
+            _REMEMBERED.clear()
+        entry = (spec, select())
+        _REMEMBERED[key] = entry
+    return entry[1]  # type: ignore[return-value]
+
+
+def clear_cache() -> None:
+    """Forget every remembered selection (tests that change the model's constants; a fresh process's timing)."""
+    _REMEMBERED.clear()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -268,7 +302,8 @@ def forward_config_seconds(spec: DeviceSpec, ceil: Ceilings, cfg: ForwardConfig,
 
 def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean_bag: float, block_d: int,
                    row_bytes: int, vec: int, bag_lengths: list[float] | None = None,
-                   hit_fraction: float = 0.0, loop_trips: LoopTrips | None = None) -> ForwardConfig:
+                   hit_fraction: float = 0.0, loop_trips: LoopTrips | None = None,
+                   ceil: Ceilings | None = None) -> ForwardConfig:
     """The forward (and sort-key) config with the least predicted time
     (``polyrec.perfmodel.tbe_lookup.forward_seconds``).
 
@@ -278,9 +313,10 @@ def select_forward(spec: DeviceSpec, *, batch_size: int, num_features: int, mean
     expected to hit L2 (``polyrec.perfmodel.tbe_reads.least_hit_fraction``). ``loop_trips``: per
     (BAGS, HOTS) tile, each feature's loop iterations per program on the batch at hand
     (``tbe_forward.loop_trips``; ragged bags loop over their program's longest); None: bags of their mean.
+    ``ceil``: the device's ceilings (default: ``ceilings(spec)``, which reads the stored calibration).
     """
     lengths = list(bag_lengths) if bag_lengths is not None else [mean_bag] * num_features
-    ceil = ceilings(spec)
+    ceil = ceil or ceilings(spec)
     best, best_s = None, math.inf
     for cand in forward_candidates(block_d, spec.warp_size):
         seconds = forward_config_seconds(spec, ceil, cand, batch_size=batch_size, bag_lengths=lengths,
@@ -305,19 +341,22 @@ GROUP_MIN_UPDATE_S = 2e-3
 
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
                   unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
-                  one_dim: bool = False, host_bound: bool = False) -> UpdateConfig:
+                  one_dim: bool = False, host_bound: bool = False, ceil: Ceilings | None = None) -> UpdateConfig:
     """The update config (variant, tile, warps, merge chunks) with the least predicted time
     (``polyrec.perfmodel.tbe.update_seconds``; ``host_bound``: the step waits on the host, so each merge
     level takes at least its host issue, ``MERGE_LEVEL_HOST_S``, ties broken by device time);
     ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
     ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
-    gradient's element size (the module's output dtype); ``one_dim``: every table has the same dim."""
+    gradient's element size (the module's output dtype); ``one_dim``: every table has the same dim;
+    ``ceil``: as ``select_forward``'s."""
     return _best_update(spec, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles, unique=unique,
-                        stochastic=stochastic, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound)[0]
+                        stochastic=stochastic, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound,
+                        ceil=ceil)[0]
 
 
 def groups_pay(spec: DeviceSpec, *, nnz: int, groups: int, total_rows: int, block_d: int, row_bytes: int,
-               state_tiles: int, stochastic: bool = False, grad_bytes: int = 4, host_bound: bool = False) -> bool:
+               state_tiles: int, stochastic: bool = False, grad_bytes: int = 4, host_bound: bool = False,
+               ceil: Ceilings | None = None) -> bool:
     """Whether a module of ``total_rows`` rows whose dims take ``groups`` BLOCK_D should update each dim
     group by a launch of its own (``TableBatchedEmbedding.key_plan``, the planner's ``_dim_groups``): where
     the step does not wait on the host, the groups' keys (up to ``groups * total_rows``) need no wider
@@ -327,15 +366,26 @@ def groups_pay(spec: DeviceSpec, *, nnz: int, groups: int, total_rows: int, bloc
     if host_bound or groups * total_rows >= INT32_KEY_LIMIT > total_rows:
         return False
     seconds = _best_update(spec, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles,
-                           stochastic=stochastic, grad_bytes=grad_bytes)[1]
+                           stochastic=stochastic, grad_bytes=grad_bytes, ceil=ceil)[1]
     return seconds >= GROUP_MIN_UPDATE_S
 
 
 def _best_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
                  unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
-                 one_dim: bool = False, host_bound: bool = False) -> tuple[UpdateConfig, float]:
+                 one_dim: bool = False, host_bound: bool = False,
+                 ceil: Ceilings | None = None) -> tuple[UpdateConfig, float]:
     """``select_update``'s config and its predicted device seconds."""
-    ceil = ceilings(spec)
+    ceil = ceil or ceilings(spec)
+    args = (nnz, block_d, row_bytes, state_tiles, unique, stochastic, grad_bytes, one_dim, host_bound)
+    return remembered("update", spec, ceil, args, functools.partial(
+        _price_updates, spec, ceil, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles,
+        unique=unique, stochastic=stochastic, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound))
+
+
+def _price_updates(spec: DeviceSpec, ceil: Ceilings, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
+                   unique: float | None, stochastic: bool, grad_bytes: int, one_dim: bool,
+                   host_bound: bool) -> tuple[UpdateConfig, float]:
+    """Every fitting update candidate priced: the fastest and its predicted device seconds."""
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
     state_row = 4 * block_d * state_tiles if state_tiles else 4
     best, best_s = None, (math.inf, math.inf)

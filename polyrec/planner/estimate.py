@@ -141,18 +141,18 @@ def _module_nnz(loads: tuple[ShardLoad, ...]) -> int:
     return max(int(sum(s.accesses for s in loads)), 1)
 
 
-def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int, host_bound: bool = False,
-                   module: tuple[ShardLoad, ...] | None = None) -> tbe_select.UpdateConfig:
+def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings, grad_bytes: int,
+                   host_bound: bool = False, module: tuple[ShardLoad, ...] | None = None) -> tbe_select.UpdateConfig:
     """The update config the selector picks for the launch that updates ``loads`` of the module holding
     ``module`` (default: ``loads``; a dim group's launch is selected at the module's nnz and without
     ``one_dim``, as ``TableBatchedEmbedding.plan_configs``); ``host_bound``: its step is predicted host-bound."""
     module = loads if module is None else module
     return tbe_select.select_update(spec, nnz=_module_nnz(module), one_dim=len({s.dim for s in module}) == 1,
-                                    host_bound=host_bound,
+                                    host_bound=host_bound, ceil=ceil,
                                     **_update_kwargs(loads, grad_bytes, tbe_forward.block_d([s.dim for s in loads])))
 
 
-def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
+def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings, grad_bytes: int,
                 host_bound: bool = False) -> list[tuple[ShardLoad, ...]]:
     """The shards of one module by the update launch that takes them (``TableBatchedEmbedding.key_plan``'s
     default): one launch per BLOCK_D where the dims take several and ``tbe_select.groups_pay`` says so;
@@ -161,7 +161,7 @@ def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, grad_bytes: int,
     if len(blocks) == 1:
         return [loads]
     if not tbe_select.groups_pay(spec, nnz=_module_nnz(loads), groups=len(blocks),
-                                 total_rows=sum(s.rows for s in loads), host_bound=host_bound,
+                                 total_rows=sum(s.rows for s in loads), host_bound=host_bound, ceil=ceil,
                                  **_update_kwargs(loads, grad_bytes, blocks[-1])):
         return [loads]
     return [tuple(s for s in loads if tbe_forward.block_d([s.dim]) == b) for b in blocks]
@@ -178,14 +178,14 @@ def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Cei
     tables = _table_loads(loads)
     vec = tbe_forward.vector_width([s.dim for s in loads], wb)
     launches = plan_forward(spec, batch_size=bags, bag_lengths=[t.accesses / bags for t in tables], block_d=block_d,
-                            row_bytes=block_d * wb, vec=vec, table_rows=[t.rows for t in tables])
+                            row_bytes=block_d * wb, vec=vec, table_rows=[t.rows for t in tables], ceil=ceil)
     fwd = [(tbe_lookup.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d,
                                    num_warps=la.config.num_warps, vec=vec, elem_bytes=wb), la.features)
            for la in launches]
     est, ucfg = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
     label = "fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
                                 for la in launches)
-    groups = _dim_groups(loads, spec, grad_bytes)
+    groups = _dim_groups(loads, spec, ceil, grad_bytes)
     if len(groups) == 1:
         return (est.forward_s, est.backward_s, est.sort_s,
                 label + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
@@ -214,7 +214,7 @@ def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec:
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     block_d = tbe_forward.block_d([s.dim for s in loads])
     one_dim = len({s.dim for s in module}) == 1  # as TableBatchedEmbedding.one_dim
-    ucfg = _update_config(loads, spec, grad_bytes, module=module)
+    ucfg = _update_config(loads, spec, ceil, grad_bytes, module=module)
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
                           merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size),
@@ -282,9 +282,9 @@ class Estimator:
                            host_bound: bool = False) -> tuple[tbe_select.UpdateConfig, ...]:
         """The selected config of each update launch of one module holding ``loads`` (one per dim group
         where it groups, ``_dim_groups``)."""
-        spec, grad_bytes = self.specs[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype]
-        return tuple(_update_config(group, spec, grad_bytes, host_bound, module=loads)
-                     for group in _dim_groups(loads, spec, grad_bytes, host_bound))
+        spec, ceil, grad_bytes = self.specs[device], self.ceilings[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype]
+        return tuple(_update_config(group, spec, ceil, grad_bytes, host_bound, module=loads)
+                     for group in _dim_groups(loads, spec, ceil, grad_bytes, host_bound))
 
     def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, float, dict[str, str]]:
         """(fwd, bwd+update, of that the id sorts) seconds of one rank: one TBE module per (weight
@@ -355,7 +355,7 @@ class Estimator:
                                         row_bytes=block_d * WEIGHT_BYTES[weight_dtype],
                                         state_tiles=mem.STATE_PER_ELEMENT[optimizer],
                                         stochastic=WEIGHT_BYTES[weight_dtype] < 4,
-                                        grad_bytes=mem.DENSE_DTYPE_BYTES[self.dense_dtype])
+                                        grad_bytes=mem.DENSE_DTYPE_BYTES[self.dense_dtype], ceil=self.ceilings[device])
         return mem.tbe_workspace_bytes(lookups=lookups, block_d=block_d, tile=ucfg.tile,
                                        wide_keys=self.model.total_rows >= 2**31 - 1)
 
