@@ -459,3 +459,34 @@ def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(dtype, r
     predicted = 1e3 * (update_seconds(shape, spec, _committed_h200_ceilings(), nnz=nnz, unique=unique, row_bytes=256,
                                       grad_row_bytes=256, state_bytes_per_row=4) + row_state_seconds(nnz, spec))
     assert predicted == pytest.approx(_rounded_update_ms(dtype), rel=rel)
+
+
+def test_selections_are_remembered_per_device_ceilings_and_shape():
+    """``tbe_select.remembered`` selects once per (kind, device, ceilings, arguments): a new calibration or
+    another shape selects afresh, and ``clear_cache`` forgets."""
+    spec = get_device("H200")
+    base = ceilings(spec)
+    faster = ceilings(spec, {"copy_bandwidth": 2 * base.copy_bandwidth.value})
+    calls = []
+
+    def select(answer: str):
+        return lambda: calls.append(answer) or answer
+
+    assert tbe_select.remembered("update", spec, base, (1, 2), select("a")) == "a"
+    assert tbe_select.remembered("update", spec, base, (1, 2), select("b")) == "a"  # remembered
+    assert tbe_select.remembered("update", spec, faster, (1, 2), select("c")) == "c"  # new ceilings
+    assert tbe_select.remembered("update", spec, base, (1, 3), select("d")) == "d"  # new shape
+    assert tbe_select.remembered("forward", spec, base, (1, 2), select("e")) == "e"  # another selector
+    tbe_select.clear_cache()
+    assert tbe_select.remembered("update", spec, base, (1, 2), select("f")) == "f"
+    assert calls == ["a", "c", "d", "e", "f"]
+
+
+def test_a_remembered_update_selection_is_the_one_made_afresh():
+    spec = get_device("H200")
+    shape = dict(nnz=14_024_704, block_d=128, row_bytes=512, state_tiles=0, grad_bytes=2, one_dim=True)
+    first = tbe_select.select_update(spec, **shape)
+    assert tbe_select.select_update(spec, **shape) is first
+    tbe_select.clear_cache()
+    assert tbe_select.select_update(spec, **shape) == first
+    assert tbe_select.select_update(spec, **{**shape, "host_bound": True}) is not first
