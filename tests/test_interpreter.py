@@ -1,6 +1,7 @@
 """The interpreter's scan by slices (``polyrec.kernels.interpreter``) gives bitwise the results of
-Triton's element-by-element scan, for the TBE's segmented sum and other combines, on either axis,
-forward and reversed, in 1-D and 2-D."""
+Triton's element-by-element scan, for the TBE's segmented sum (through its numpy form on 32-bit data)
+and other combines, on either axis, forward and reversed, in 1-D and 2-D; a launch patches
+``triton.language`` once and computes what it did when every nested call patched it again."""
 
 from __future__ import annotations
 
@@ -88,3 +89,50 @@ def test_the_segmented_sum_restarts_at_each_flag(rng):
         acc = v if f or not want else acc + v
         want.append(acc)
     torch.testing.assert_close(got, torch.tensor(want), rtol=1e-6, atol=1e-3)
+
+
+def test_the_segmented_sum_on_32_bit_data_takes_its_numpy_form(rng, monkeypatch):
+    calls = []
+    numpy_form = interpreter.NUMPY_COMBINES[segment_add.fn]
+    monkeypatch.setitem(interpreter.NUMPY_COMBINES, segment_add.fn, lambda *a: calls.append(1) or numpy_form(*a))
+    _run(_scan_1d_kernel, (16,), torch.float32, rng)
+    assert len(calls) == 15  # one per position after the first, in the scan-by-slices run only
+    calls.clear()
+    _run(_scan_1d_kernel, (16,), torch.bfloat16, rng)
+    assert not calls  # half precision: the interpreter's own arithmetic
+
+
+@triton.jit
+def _scaled(x, s):
+    return x * s
+
+
+@triton.jit
+def _nested_kernel(x_ptr, out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    x = _scaled(tl.load(x_ptr + i), 2.0)  # a jit function of this module, then one of Triton's (tl.core)
+    tl.store(out_ptr + i, x + tl.sum(x, axis=0) + tl.max(x, axis=0))
+
+
+def test_a_launch_patches_the_language_once_and_computes_as_before(rng, monkeypatch):
+    from triton.runtime import interpreter as triton_interpreter
+
+    assert interpreter.install_patch_once()
+    patch_once = triton_interpreter._patch_lang
+    walks: list[str] = []
+    walk = triton_interpreter._patch_builtin  # what each patch runs per module: the cost patching once saves
+    monkeypatch.setattr(triton_interpreter, "_patch_builtin", lambda pkg, *a: walks.append(pkg) or walk(pkg, *a))
+    x = torch.randn(4, 8, generator=rng)
+    outs, counts = {}, {}
+    for once in (True, False):
+        monkeypatch.setattr(triton_interpreter, "_patch_lang", patch_once if once else patch_once.each_call)
+        walks.clear()
+        out = torch.full((4, 8), float("nan"))
+        for row in range(4):
+            _nested_kernel[(1,)](x[row], out[row], N=8)
+        outs[once], counts[once] = out, len(walks)
+    assert torch.equal(outs[True], outs[False]) and not torch.isnan(outs[True]).any()
+    torch.testing.assert_close(outs[True], 2 * x + (2 * x).sum(1, keepdim=True) + (2 * x).amax(1, keepdim=True))
+    # per launch the kernel's modules and triton.language.core (tl.sum's) are walked once each, where every
+    # nested call walked them again (37 against 80 walks with Triton 3.6)
+    assert 2 * counts[True] < counts[False], counts

@@ -28,9 +28,11 @@ segment sums in a fixed order.
 
 from __future__ import annotations
 
+import numpy as np
 import triton
 import triton.language as tl
 
+from polyrec.kernels.interpreter import numpy_combine
 from polyrec.kernels.tbe_optim import apply_update, load_rows, store_update
 
 #: Sorted positions per program of ``permute_kernel`` (a streaming gather: 8 per thread at 4 warps).
@@ -60,6 +62,14 @@ def _row_addresses(key, ok, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, d,
 def segment_add(flag_a, sum_a, flag_b, sum_b):
     """Combine of a segmented sum: b restarts the sum where it holds a segment start."""
     return flag_a | flag_b, tl.where(flag_b != 0, sum_b, sum_a + sum_b)
+
+
+def _segment_add_numpy(flag_a, sum_a, flag_b, sum_b):
+    """``segment_add`` on numpy arrays, for the interpreter's scans (``interpreter.numpy_combine``)."""
+    return flag_a | flag_b, np.where(flag_b != 0, sum_b, sum_a + sum_b)
+
+
+numpy_combine(segment_add, _segment_add_numpy)
 
 
 @triton.jit
