@@ -122,7 +122,7 @@ def install_patch_once() -> bool:
         covered = _LAUNCH.get("langs")
         if covered is not None and langs <= covered:
             return scope()  # nothing patched, nothing to restore
-        patched = patch(fn)
+        patched = patch_once.each_call(fn)
         if "langs" in _LAUNCH:  # in place until the launch ends (a nested call's patch is never undone)
             _LAUNCH["langs"] = langs | (covered or frozenset())
         return patched
@@ -134,7 +134,7 @@ def install_patch_once() -> bool:
         finally:
             _LAUNCH.clear()
 
-    patch_once.each_call = patch  # the interpreter's own, for tests
+    patch_once.each_call = patch  # the interpreter's own (an attribute: tests count its calls)
     interpreter._patch_lang = patch_once
     grid.__call__ = launch
     return True
