@@ -15,6 +15,7 @@ About 1 minute on an H200.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -50,25 +51,28 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--host", action="store_true",
                         help="also profile the host side (cProfile of the Python calls of a step)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="the dense half CUDA-graphed (default: eager)")
+    parser.add_argument("--trace", type=Path, help="also write the profiled steps' timeline here (Chrome trace JSON)")
     args = parser.parse_args()
     pool = TIMER_WARMUP + TIMER_STEPS + args.steps * (2 if args.host else 1)  # no step sees a batch twice
     cfg = TrainConfig(preset="dcnv2-small" if args.quick else args.preset, batch_size=1024 if args.quick else args.batch,
-                      row_cap=args.row_cap or None, steps=10_000, synthetic_pool=pool, cuda_graphs=False,
+                      row_cap=args.row_cap or None, steps=10_000, synthetic_pool=pool, cuda_graphs=args.cuda_graphs,
                       data=args.data, embedding_dtype=args.embedding_dtype, precision=args.precision)
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=TIMER_WARMUP, steps=TIMER_STEPS)
-    rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0)
+    rows = kernel_table(trainer.train_step, reps=args.steps, warmup=0, trace=args.trace)
     host = host_profile(trainer.train_step, args.steps) if args.host else None
     total = sum(r["ms_per_step"] for r in rows)
     for r in rows:
         r["share"] = r["ms_per_step"] / total
     floor_ms = DENSE_FLOP_PER_SAMPLE * cfg.batch_size / 686e12 * 1e3
     summary = {"preset": cfg.preset, "batch": cfg.batch_size, "data": args.data, "row_cap": args.row_cap,
-               "embedding_dtype": args.embedding_dtype, "precision": args.precision, "kernel_ms_per_step": total,
+               "embedding_dtype": args.embedding_dtype, "precision": args.precision, "cuda_graphs": args.cuda_graphs,
+               "kernel_ms_per_step": total,
                "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
     name = ("e2e_profile" if cfg.preset == "mlperf-dcnv2" else f"e2e_profile_{cfg.preset}") + (
         "" if args.embedding_dtype == "fp32" else f"_{args.embedding_dtype}_rows") + data_suffix(args.data) + (
-        "_fp8_dense" if args.precision == "fp8" else "")
+        "_fp8_dense" if args.precision == "fp8" else "") + ("_graphs" if args.cuda_graphs else "")
     write_results(name, {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
                   summary=summary)
     print(f"kernel time per step {total:.2f} ms; timer: {timing}")

@@ -121,6 +121,17 @@ def test_bf16_embedding_output_feeds_bf16_dense():
     assert torch.isfinite(ours.embeddings.tbe.weights).all()
 
 
+def step_both(losses: list[torch.Tensor], opts: list[torch.optim.Optimizer], models: tuple[DLRM, DLRM]) -> None:
+    """One training step of each model from its loss (dense optimizer, then the embedding update); the two
+    losses equal."""
+    for loss, opt, model in zip(losses, opts, models):
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        model.embeddings.apply_gradients()
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-5)
+
+
 def test_cross_input_is_assembled_in_the_lookup_buffer():
     """DLRM-DCNv2 with polyrec's tables: the lookup leaves the bottom MLP's columns free in its output
     buffer and x0 is that buffer (no copy of the embeddings); two training steps through it (the
@@ -143,13 +154,40 @@ def test_cross_input_is_assembled_in_the_lookup_buffer():
         x0 = seen[0]
         assert x0.shape == (6, config.interaction_dim) and x0[:, 8:].data_ptr() == emb.data_ptr()
         torch.testing.assert_close(x0[:, :8], ours.bottom(dense, ours.ops))
-        for loss, opt, model in zip(losses, opts, (ours, ref)):
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            model.embeddings.apply_gradients()
-        torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-5)
+        step_both(losses, opts, (ours, ref))
     for w, bag in zip(ours.embeddings.tbe.table_weights(), ref.embeddings.bags):
         torch.testing.assert_close(w, bag.weight.detach(), rtol=1e-4, atol=1e-5)
     for a, b in zip(ours.dense_parameters(), ref.dense_parameters()):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_held_lookup_buffer_takes_every_trained_lookup_and_is_x0_at_every_call():
+    """``hold_output`` (the graphed trainer's static input): later trained lookups of that batch size land
+    in the held buffer, ``lead_buffer`` hands it out at every call (a graph capture runs the dense half
+    several times), and training through it equals the torch model's; an evaluation lookup (no grad) or
+    another batch size gets a buffer of its own; a tensor that is not the latest output is refused."""
+    gen = torch.Generator().manual_seed(12)
+    config = tiny("dcnv2")
+    ref, ours = pair(config, "rowwise_adagrad")
+    opts = [torch.optim.Adagrad(m.dense_parameters(), lr=0.05) for m in (ours, ref)]
+    dense, values, offsets, labels = batch(config, 6, gen)
+    first = ours.embed(values, offsets, 6)
+    assert not ours.embeddings.hold_output(first.clone())  # not the module's output
+    assert ours.embeddings.hold_output(first)
+    for step in range(3):
+        if step:
+            dense, values, offsets, labels = batch(config, 6, gen)
+        emb = ours.embed(values, offsets, 6)
+        assert emb.data_ptr() == first.data_ptr()
+        for _ in range(2):  # the same x0 buffer at every call
+            lead = ours.embeddings.lead_buffer(emb.view_as(emb))
+            assert lead is not None and lead[:, 8:].data_ptr() == first.data_ptr()
+        losses = [F.binary_cross_entropy_with_logits(m.dense_forward(dense, e), labels)
+                  for m, e in ((ours, emb.view_as(emb)), (ref, ref.embed(values, offsets, 6)))]
+        step_both(losses, opts, (ours, ref))
+    for w, bag in zip(ours.embeddings.tbe.table_weights(), ref.embeddings.bags):
+        torch.testing.assert_close(w, bag.weight.detach(), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        assert ours.embed(values, offsets, 6).data_ptr() != first.data_ptr()
+    dense, values, offsets, labels = batch(config, 4, gen)
+    assert ours.embed(values, offsets, 4).data_ptr() != first.data_ptr()

@@ -164,6 +164,30 @@ def test_lead_columns_leave_room_before_the_output_and_train_the_same():
         with_lead(batch, lead_columns=-1)
 
 
+def test_lookups_into_a_given_buffer_fill_it_in_place_and_train_the_same():
+    """``into``: two steps' lookups written into one buffer (a CUDA graph's static input) give the values
+    of lookups into new buffers, leave the lead columns as they were, and train the tables the same; a
+    buffer of the wrong shape, dtype or layout is refused."""
+    gen = torch.Generator().manual_seed(16)
+    opt = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05)
+    held, plain = (TableBatchedEmbedding(TABLES, optimizer=opt, feature_to_table=FEATURES, seed=3) for _ in range(2))
+    width = 4 + plain.output_dim
+    into = torch.full((B, width), float("nan"))
+    for _ in range(2):
+        batch = make_batch(gen)
+        out, want = held(batch, lead_columns=4, into=into), plain(batch, lead_columns=4)
+        assert out.data_ptr() == into[:, 4:].data_ptr() and torch.equal(out, want)
+        assert torch.isnan(into[:, :4]).all()
+        grad = torch.randn(B, width, generator=gen)[:, 4:]
+        out.backward(grad)
+        want.backward(grad)
+    assert torch.equal(held.weights, plain.weights) and torch.equal(held.state1, plain.state1)
+    batch = make_batch(gen)
+    for bad in (torch.empty(B, width + 1), torch.empty(B, width, dtype=torch.float64), torch.empty(width, B).t()):
+        with pytest.raises(ValueError, match="into: need a contiguous"):
+            held(batch, lead_columns=4, into=bad)
+
+
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 def test_matches_embedding_bag_and_torch_optimizer(kind):
     """Same tables as nn.EmbeddingBag(sparse=True) + torch.optim.SGD / Adagrad, three steps."""

@@ -346,14 +346,18 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return [self._update_config(nnz, b) for b in plan.blocks]
 
     # ---- lookups ------------------------------------------------------------------------------
-    def forward(self, batch: JaggedBatch, *, lead_columns: int = 0) -> Tensor:
+    def forward(self, batch: JaggedBatch, *, lead_columns: int = 0, into: Tensor | None = None) -> Tensor:
         """Pooled lookup: [B, output_dim] in ``output_dtype``; backward updates the weights in place.
         ``lead_columns``: the output is the last ``output_dim`` columns of a new [B, lead_columns +
         output_dim] buffer (its ``_base``), whose first columns are left unwritten for a caller that puts
-        another tensor beside it without a copy (``polyrec.models.layers.beside``). Per-sample weights get
-        no gradient: a trained lookup refuses ones that require it."""
+        another tensor beside it without a copy (``polyrec.models.layers.beside``). ``into``: that buffer,
+        given instead of a new one (contiguous, ``output_dtype``, on the module's device): a CUDA graph's
+        static input the lookup fills in place. Per-sample weights get no gradient: a trained lookup
+        refuses ones that require it."""
         if lead_columns < 0:
             raise ValueError(f"lead_columns must be >= 0, got {lead_columns}")
+        if into is not None:
+            self._check_into(into, batch.batch_size, lead_columns)
         if batch.weights is not None and batch.weights.requires_grad and torch.is_grad_enabled():
             raise ValueError("batch.weights requires grad, but the fused backward computes no gradient for per-sample "
                              "weights: pass batch.weights.detach() (or run the lookup under torch.no_grad())")
@@ -361,7 +365,17 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         self._prepared = None
         anchor = torch.empty(0, device=self.weights.device, requires_grad=torch.is_grad_enabled())
         return _PooledLookup.apply(anchor, self, batch.values, batch.offsets, batch.weights, batch.batch_size,
-                                   lead_columns)
+                                   lead_columns, into)
+
+    def _check_into(self, into: Tensor, batch_size: int, lead_columns: int) -> None:
+        """``forward``'s ``into`` must be the buffer it would have made: [B, lead_columns + output_dim],
+        contiguous, ``output_dtype``, on the tables' device."""
+        want = (batch_size, lead_columns + self.output_dim)
+        if (tuple(into.shape) != want or not into.is_contiguous() or into.dtype != self.output_dtype
+                or into.device != self.weights.device):
+            raise ValueError(f"into: need a contiguous {list(want)} {self.output_dtype} tensor on "
+                             f"{self.weights.device}, got {list(into.shape)} {into.dtype} on {into.device}"
+                             f"{'' if into.is_contiguous() else ' (not contiguous)'}")
 
     def lookup_sequence(self, batch: JaggedBatch) -> Tensor:
         """Unpooled rows of the pooling-"none" features: [n, D], row i = the table row of the i-th id of
@@ -379,13 +393,14 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return _SequenceLookup.apply(anchor, self, batch.values, batch.offsets, batch.batch_size)
 
     def _pooled_forward(self, values: Tensor, offsets: Tensor, per_sample: Tensor | None, batch_size: int,
-                        trained: bool, lead_columns: int = 0) -> Tensor:
+                        trained: bool, lead_columns: int = 0, into: Tensor | None = None) -> Tensor:
         """The pooled lookup; ``trained``: a backward will follow, so the launches also write its sort
-        keys (kept for it in ``_forward_keys``); ``lead_columns`` as ``forward`` takes them."""
+        keys (kept for it in ``_forward_keys``); ``lead_columns`` and ``into`` as ``forward`` takes them."""
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
                             num_features=len(self.feature_to_table), weights=per_sample)
-        buffer = torch.empty(batch_size, lead_columns + self.output_dim, dtype=self.output_dtype,
-                             device=self.weights.device)  # [B, lead + output_dim]
+        buffer = into if into is not None else torch.empty(
+            batch_size, lead_columns + self.output_dim, dtype=self.output_dtype,
+            device=self.weights.device)  # [B, lead + output_dim]
         out = buffer[:, lead_columns:] if lead_columns else buffer  # [B, output_dim]
         self._forward_keys = None
         if not self.pooled_features or batch_size == 0:
@@ -488,17 +503,18 @@ def _cumsum(xs: list[int]) -> list[int]:
 
 class _PooledLookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, anchor, module, values, offsets, per_sample, batch_size, lead_columns):
+    def forward(ctx, anchor, module, values, offsets, per_sample, batch_size, lead_columns, into):
         ctx.module, ctx.batch_size = module, batch_size
         ctx.save_for_backward(values, offsets, per_sample)
-        return module._pooled_forward(values, offsets, per_sample, batch_size, ctx.needs_input_grad[0], lead_columns)
+        return module._pooled_forward(values, offsets, per_sample, batch_size, ctx.needs_input_grad[0], lead_columns,
+                                      into)
 
     @staticmethod
     def backward(ctx, grad):
         values, offsets, per_sample = ctx.saved_tensors
         with torch.no_grad(), ctx.module.backward_side(grad, values, offsets, per_sample):
             ctx.module._fused_backward(grad, values, offsets, per_sample, ctx.batch_size, None)
-        return None, None, None, None, None, None, None
+        return None, None, None, None, None, None, None, None
 
 
 class _SequenceLookup(torch.autograd.Function):

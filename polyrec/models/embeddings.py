@@ -159,25 +159,54 @@ class PolyrecEmbeddings(nn.Module):
         # ``lead_columns``): DLRM-DCNv2 puts the bottom MLP's output there (polyrec.models.layers.beside).
         self.lead_columns = 0
         self._free_lead: int | None = None  # data_ptr of the latest output, while its lead columns are free
+        self._latest: int | None = None  # data_ptr of the latest output
+        self._held: torch.Tensor | None = None  # [B, lead_columns + F*D]: where trained lookups of B bags go
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
         num_features = len(self.tbe.feature_to_table)
         batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features)
-        out = self.tbe(batch, lead_columns=self.lead_columns)  # [B, F*D]
+        held = self._held
+        into = held if held is not None and torch.is_grad_enabled() and held.shape[0] == batch_size else None
+        out = self.tbe(batch, lead_columns=self.lead_columns, into=into)  # [B, F*D]
+        self._latest = out.data_ptr()
         self._free_lead = out.data_ptr() if self.lead_columns else None
         return out.view(batch_size, num_features, self.dim)
+
+    def hold_output(self, emb: torch.Tensor) -> bool:
+        """Write every later trained lookup of ``emb``'s batch size into ``emb``'s buffer (``emb`` [B, F, D]:
+        this module's latest output), so that a CUDA graph captured on ``emb`` finds each step's lookup in
+        its static input instead of copying it there, and ``lead_buffer`` hands that buffer out at every
+        call (the capture runs the dense half several times). For a caller that reads each lookup's output
+        before the next trained lookup (the sync trainer). False, holding nothing, where ``emb`` is not
+        that output."""
+        buffer = emb._base if emb._base is not None else emb
+        width = self.lead_columns + emb.shape[1] * emb.shape[2]
+        if (emb.data_ptr() != self._latest or not buffer.is_contiguous() or buffer.shape != (emb.shape[0], width)
+                or emb.data_ptr() != buffer.data_ptr() + self.lead_columns * buffer.element_size()):
+            return False
+        self._held = buffer
+        return True
+
+    def _holds(self, emb: torch.Tensor) -> bool:
+        """Whether ``emb`` [B, F, D] lies where ``hold_output``'s buffer has its lookups."""
+        held = self._held
+        return (held is not None and emb.shape[0] == held.shape[0]
+                and emb.data_ptr() == held.data_ptr() + self.lead_columns * held.element_size())
 
     def lead_buffer(self, emb: torch.Tensor) -> torch.Tensor | None:
         """The [B, lead_columns + F*D] buffer whose last columns are ``emb`` [B, F, D] (this module's latest
         output, or a view of it at the same place), while its lead columns are free: a tensor over the
         same memory with its own version counter (the lookup wrote the buffer and ``emb``'s values stay
-        as they are). Once per output: a second call, or any other tensor, gets None."""
+        as they are). Once per output: a second call, or any other tensor, gets None; but the buffer that
+        ``hold_output`` holds, at every call."""
         rows, width = emb.shape[0], self.lead_columns + emb.shape[1] * emb.shape[2]
-        if (self._free_lead is None or emb.data_ptr() != self._free_lead
-                or emb.stride() != (width, emb.shape[2], 1)):
+        if self.lead_columns == 0 or emb.stride() != (width, emb.shape[2], 1):
             return None
-        self._free_lead = None
+        if not self._holds(emb):
+            if emb.data_ptr() != self._free_lead:
+                return None
+            self._free_lead = None
         return torch.empty(0, dtype=emb.dtype, device=emb.device).set_(
             emb.untyped_storage(), emb.storage_offset() - self.lead_columns, (rows, width), (width, 1))
 

@@ -177,10 +177,18 @@ class Trainer(TrainerState, TrainLoop):
     # --- one step -------------------------------------------------------------------------------------
 
     def _maybe_graph(self, batch: Batch, emb: torch.Tensor) -> None:
-        """Replace the dense loss by a CUDA-graphed copy, captured on the first batch's shapes."""
+        """Replace the dense loss by a CUDA-graphed copy, captured on the first batch's shapes. With the
+        sync pipeline the graph's embedding input is the lookup's own buffer, which every later lookup
+        fills (``PolyrecEmbeddings.hold_output``): no copy into the graph, and DLRM-DCNv2's x0 is that
+        buffer without a cat (0.50 + 0.22 ms per MLPerf step at batch 65536 on the H200,
+        benchmarks/results/graphs_x0_2026-12-04/); semi-sync looks the next batch up before this
+        one's dense half reads its buffer, so it copies."""
         if not self.graphs.on or self._graphed:
             return
-        sample = (batch.dense.clone(), emb.detach().clone().requires_grad_(), batch.labels.clone())
+        hold = getattr(self.model.embeddings, "hold_output", None)
+        held = self.cfg.pipeline == "sync" and hold is not None and hold(emb)
+        sample = (batch.dense.clone(), (emb.detach() if held else emb.detach().clone()).requires_grad_(),
+                  batch.labels.clone())
         self.dense_loss = torch.cuda.make_graphed_callables(self.dense_loss, sample)
         self._graphed = True
 

@@ -1,0 +1,85 @@
+"""The CUDA-graphed dense half reading the lookup where it was written, against copying it in, on one GPU.
+
+Before the forty-third session a graphed step copied the lookup's output into the graph's static input
+(a strided copy: the output is the last columns of DLRM-DCNv2's x0 buffer) and the graph assembled x0 with a
+cat: 0.50 + 0.22 ms of a full-size MLPerf step at batch 65536 on the H200 (``e2e_profile.py --cuda-graphs``).
+``PolyrecEmbeddings.hold_output`` now makes every lookup land in the buffer the graph was captured on. This
+script times, in rotating order over ``--rounds`` rounds in one process, each case's eager step, the graphed
+step as built (``graphs``) and the graphed step with the hold turned off (``graphs, copied``: the code
+before), and writes ``graphs_x0_ab_<gpu>_<date>.{json,md}``.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/graphs_x0_ab.py [--rounds 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import statistics
+from collections.abc import Iterator
+from typing import Any
+
+from e2e import CAP_ROWS, SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, safe_measure
+from polyrec.models.embeddings import PolyrecEmbeddings
+from polyrec.results import write_results
+from polyrec.runtime import TrainConfig
+
+#: (label, TrainConfig changes): issue 5's full-size step, the capped 16384 batch where "auto" graphs, and
+#: the fastest full-size form measured (fp8 dense GEMMs beside bf16 rows), whose eager dense half waits on
+#: the host (docs/training.md).
+CASES = (("full, fp32 rows", {}),
+         ("capped 4M, batch 16384", {"row_cap": CAP_ROWS, "batch_size": 16384}),
+         ("full, bf16 rows, fp8 dense", {"embedding_dtype": "bf16", "precision": "fp8"}))
+VARIANTS = ("eager", "graphs", "graphs, copied")
+
+
+@contextlib.contextmanager
+def copied_input() -> Iterator[None]:
+    """The graphed trainer as before ``hold_output``: no lookup is held, so the graph copies it in and cats x0."""
+    hold = PolyrecEmbeddings.hold_output
+    PolyrecEmbeddings.hold_output = lambda self, emb: False
+    try:
+        yield
+    finally:
+        PolyrecEmbeddings.hold_output = hold
+
+
+def measure_variant(cfg: TrainConfig, variant: str, label: str, steps: int) -> dict[str, Any]:
+    graphed = dataclasses.replace(cfg, cuda_graphs=variant != "eager")
+    with copied_input() if variant == "graphs, copied" else contextlib.nullcontext():
+        return safe_measure(graphed, f"{label}: {variant}", WARMUP_STEPS, steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 4096, 5 steps (smoke test)")
+    args = parser.parse_args()
+    base = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", data="synthetic:uniform",
+                       batch_size=4096 if args.quick else 65536, steps=10**9, synthetic_pool=SYNTHETIC_POOL,
+                       device="cuda")
+    steps = 5 if args.quick else TIMED_STEPS
+    rows = []
+    for round_ in range(args.rounds):
+        for label, changes in CASES:
+            cfg = dataclasses.replace(base, **changes)
+            shift = round_ % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                row = measure_variant(cfg, variant, label, steps)
+                rows.append({"case": label, "variant": variant, "round": round_, **row})
+                print(f"{label:<28} {variant:<15} {row.get('ms_per_step', float('nan')):8.2f} ms "
+                      f"(dense {row.get('dense_ms', float('nan')):6.2f})  {row.get('error', '')}")
+    summary = {}
+    for label, _ in CASES:
+        for variant in VARIANTS:
+            times = [r["ms_per_step"] for r in rows if r["case"] == label and r["variant"] == variant
+                     and "ms_per_step" in r]
+            summary[f"{label}: {variant} ms"] = statistics.median(times) if times else None
+    write_results("graphs_x0_ab", {"rows": rows}, rows=rows, summary=summary)
+    for key, value in summary.items():
+        print(f"{key:<48} {value if value is None else f'{value:.2f}'}")
+
+
+if __name__ == "__main__":
+    main()
