@@ -191,3 +191,20 @@ def test_a_held_lookup_buffer_takes_every_trained_lookup_and_is_x0_at_every_call
         assert ours.embed(values, offsets, 6).data_ptr() != first.data_ptr()
     dense, values, offsets, labels = batch(config, 4, gen)
     assert ours.embed(values, offsets, 4).data_ptr() != first.data_ptr()
+
+
+def test_a_dot_model_holds_its_lookup_buffer_too():
+    """DLRM's dot interaction leaves no lead columns: the held buffer is the lookup's output itself, later
+    trained lookups land in it with the values a new buffer gets, and ``lead_buffer`` has nothing to hand out."""
+    gen = torch.Generator().manual_seed(13)
+    config = tiny("dot")
+    _, ours = pair(config, "sgd")
+    _, twin = pair(config, "sgd")
+    dense, values, offsets, labels = batch(config, 5, gen)
+    first = ours.embed(values, offsets, 5)
+    assert ours.embeddings.hold_output(first)
+    for _ in range(2):
+        dense, values, offsets, labels = batch(config, 5, gen)
+        emb = ours.embed(values, offsets, 5)
+        assert emb.data_ptr() == first.data_ptr() and torch.equal(emb, twin.embed(values, offsets, 5))
+    assert ours.embeddings.lead_buffer(emb) is None
