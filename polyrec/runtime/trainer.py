@@ -180,7 +180,7 @@ class Trainer(TrainerState, TrainLoop):
         """Replace the dense loss by a CUDA-graphed copy, captured on the first batch's shapes. With the
         sync pipeline the graph's embedding input is the lookup's own buffer, which every later lookup
         fills (``PolyrecEmbeddings.hold_output``): no copy into the graph, and DLRM-DCNv2's x0 is that
-        buffer without a cat (0.50 + 0.22 ms per MLPerf step at batch 65536 on the H200,
+        buffer without a cat (0.50 + 0.23 ms per MLPerf step at batch 65536 on the H200,
         benchmarks/results/graphs_x0_2026-12-04/); semi-sync looks the next batch up before this
         one's dense half reads its buffer, so it copies."""
         if not self.graphs.on or self._graphed:
