@@ -6,12 +6,13 @@ An eager step's CPU issues every kernel from Python. Where that takes longer tha
 dense forward and backward replays their ~40 GEMMs and their passes with one launch: MLPerf
 DLRM-DCNv2 at batch 16384 (tables capped at 4M rows) ran 5.57 ms per step graphed against 6.88 ms
 eager on one H200 and 11.0-11.6 ms eager on another (e2e and checkout_ab, 2026-12-01). Where the GPU
-is the bound, the graph costs a little: 20.22 against 19.51 ms at full size, batch 65536 (its GEMMs
-are chosen by GPU time). "auto" asks ``polyrec.planner.make_plan`` for this run's model, batch,
+is the bound, the graph costs a little: 19.40 against 19.27 ms at full size, batch 65536 (its GEMMs
+are chosen by GPU time; benchmarks/results/graphs_x0_2026-12-04/). "auto" asks ``polyrec.planner.make_plan`` for this run's model, batch,
 dtypes and optimizers on the detected device and graphs the dense half when the predicted host time
-of the eager step exceeds its device time (``StepBreakdown.host_excess_ms`` > 0). It stays eager
-where the planner does not model the run (the CPU, several ranks, the semi-synchronous pipeline,
-torch's embedding or dense layers): there the choice is the user's (``--cuda-graphs``).
+of the eager step exceeds its device time (``StepBreakdown.host_excess_ms`` > 0); an fp8 run by its
+bf16 step's prediction (``FP8_BY_BF16``). It stays eager where the planner does not model the run
+(the CPU, several ranks, the semi-synchronous pipeline, torch's embedding or dense layers): there the
+choice is the user's (``--cuda-graphs``).
 
 The same prediction says whether the step, as it will run (graphed or eager), waits on the host with its
 embedding updates selected by GPU time (``GraphChoice.host_bound``: the planner's ``StepBreakdown.host_bound``
@@ -23,6 +24,14 @@ stays so where the fewer launches leave the step bound by the GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+#: The planner does not price fp8 dense GEMMs, so an fp8 run is judged by its bf16 step: fp8 issues more
+#: launches (its casts) for less device time, so where the bf16 step waits on the host the fp8 step does too.
+#: Measured on the H200 at batch 16384 (benchmarks/results/fp8_graphs_2026-12-04/): MLPerf DLRM-DCNv2 (4M-row
+#: tables) 11.3-13.0 ms eager against 5.3 graphed, dcnv2-small 10.0-10.7 against 2.8-3.0; at 65536 full size,
+#: where the bf16 step is device-bound, 17.08 eager against 17.00 graphed (bf16 rows, graphs_x0_2026-12-04/).
+FP8_BY_BF16 = " of bf16 dense (fp8 issues more launches for less device time)"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,8 +60,6 @@ def not_modelled(cfg, rt, distributed: bool) -> str | None:
         return "semi-sync pipeline"
     if rt.embedding_backend != "polyrec" or rt.dense_backend != "polyrec":
         return "torch layers (the planner models polyrec's)"
-    if rt.dense_fp8:
-        return "fp8 dense GEMMs (not in the planner's model)"
     return None
 
 
@@ -72,7 +79,8 @@ def choose_graphs(cfg, rt, model_config, distributed: bool) -> GraphChoice:
         return GraphChoice(on=False, reason=f"auto: eager ({why_not})")
     on = prediction.host_ms > prediction.device_ms  # with the selection it would run eager (host_bound's)
     reason = (f"auto: {'graphed' if on else 'eager'}, predicted host {prediction.host_ms:.1f} ms "
-              f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step")
+              f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step"
+              f"{FP8_BY_BF16 if rt.dense_fp8 else ''}")
     return GraphChoice(on=on, reason=reason, host_bound=prediction.host_bound(on))
 
 

@@ -141,3 +141,20 @@ def test_fp8_training_learns_on_the_demo_task():
     result = Trainer(cfg, progress=False).train()
     assert result.status == "done"
     assert result.final_auc is not None and result.final_auc > 0.7
+
+
+def test_fp8_graphed_by_auto_trains_like_fp8_eager():
+    """At a host-bound batch "auto" graphs an fp8 run (by its bf16 step's prediction), and the graphed fp8
+    step trains as the eager one does: the same losses within fp8 noise over the first steps."""
+
+    def losses(cuda_graphs) -> tuple[bool, list[float]]:
+        cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=8, device="cuda",
+                          embedding_backend="polyrec", dense_backend="polyrec", precision="fp8",
+                          log_every=10**9, cuda_graphs=cuda_graphs)
+        trainer = Trainer(cfg, progress=False)
+        return trainer.graphs.on, [float(trainer.train_step()) for _ in range(8)]
+
+    graphed, with_graphs = losses("auto")
+    eager, without = losses(False)
+    assert graphed and not eager
+    assert with_graphs == pytest.approx(without, rel=0.02)
