@@ -7,10 +7,10 @@ dense forward and backward replays their ~40 GEMMs and their passes with one lau
 DLRM-DCNv2 at batch 16384 (tables capped at 4M rows) ran 5.57 ms per step graphed against 6.88 ms
 eager on one H200 and 11.0-11.6 ms eager on another (e2e and checkout_ab, 2026-12-01). Where the GPU
 is the bound, the graph costs a little: 19.40 against 19.27 ms at full size, batch 65536 (its GEMMs
-are chosen by GPU time; benchmarks/results/graphs_x0_2026-12-04/). "auto" asks ``polyrec.planner.make_plan`` for this run's model, batch,
-dtypes and optimizers on the detected device and graphs the dense half when the predicted host time
-of the eager step exceeds its device time (``StepBreakdown.host_excess_ms`` > 0); an fp8 run by its
-bf16 step's prediction (``FP8_BY_BF16``). It stays eager where the planner does not model the run
+are chosen by GPU time; benchmarks/results/graphs_x0_2026-12-04/). "auto" asks
+``polyrec.planner.make_plan`` for this run's model, batch, dtypes and optimizers on the detected
+device and graphs the dense half when the predicted host time of the eager step exceeds its device
+time (``StepBreakdown.host_excess_ms`` > 0); an fp8 run by its bf16 step's prediction (``FP8_BY_BF16``). It stays eager where the planner does not model the run
 (the CPU, several ranks, the semi-synchronous pipeline, torch's embedding or dense layers): there the
 choice is the user's (``--cuda-graphs``).
 
