@@ -2,7 +2,7 @@
 
 Before the forty-third session a graphed step copied the lookup's output into the graph's static input
 (a strided copy: the output is the last columns of DLRM-DCNv2's x0 buffer) and the graph assembled x0 with a
-cat: 0.50 + 0.22 ms of a full-size MLPerf step at batch 65536 on the H200 (``e2e_profile.py --cuda-graphs``).
+cat: 0.50 + 0.23 ms of an MLPerf step at batch 65536 on the H200 (``e2e_profile.py --cuda-graphs``).
 ``PolyrecEmbeddings.hold_output`` now makes every lookup land in the buffer the graph was captured on. This
 script times, in rotating order over ``--rounds`` rounds in one process, each case's eager step, the graphed
 step as built (``graphs``) and the graphed step with the hold turned off (``graphs, copied``: the code

@@ -183,16 +183,19 @@ class PolyrecEmbeddings(nn.Module):
         buffer = emb._base if emb._base is not None else emb
         width = self.lead_columns + emb.shape[1] * emb.shape[2]
         if (emb.data_ptr() != self._latest or not buffer.is_contiguous() or buffer.shape != (emb.shape[0], width)
-                or emb.data_ptr() != buffer.data_ptr() + self.lead_columns * buffer.element_size()):
+                or emb.data_ptr() != self._output_ptr(buffer)):
             return False
         self._held = buffer
         return True
 
+    def _output_ptr(self, buffer: torch.Tensor) -> int:
+        """Where a lookup's output starts in its [B, lead_columns + F*D] buffer: after the lead columns."""
+        return buffer.data_ptr() + self.lead_columns * buffer.element_size()
+
     def _holds(self, emb: torch.Tensor) -> bool:
         """Whether ``emb`` [B, F, D] lies where ``hold_output``'s buffer has its lookups."""
         held = self._held
-        return (held is not None and emb.shape[0] == held.shape[0]
-                and emb.data_ptr() == held.data_ptr() + self.lead_columns * held.element_size())
+        return held is not None and emb.shape[0] == held.shape[0] and emb.data_ptr() == self._output_ptr(held)
 
     def lead_buffer(self, emb: torch.Tensor) -> torch.Tensor | None:
         """The [B, lead_columns + F*D] buffer whose last columns are ``emb`` [B, F, D] (this module's latest
