@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from e2e import MOVIELENS_DEFAULT, SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, sa
 from polyrec.kernels import fp8
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
+from stats import median_where, rotated
 
 #: Row dtypes of the full-size rows: the target's fp32 and the fastest, bf16 (docs/training.md).
 ROWS = ("fp32", "bf16")
@@ -68,8 +68,7 @@ def full_size(args) -> list[dict[str, Any]]:
     rows = []
     for round_ in range(args.rounds):
         for rows_dtype in ROWS:
-            shift = round_ % len(VARIANTS)
-            for precision, graphs in VARIANTS[shift:] + VARIANTS[:shift]:
+            for precision, graphs in rotated(VARIANTS, round_):
                 cfg = dataclasses.replace(base, precision=precision, embedding_dtype=rows_dtype, cuda_graphs=graphs)
                 label = f"{precision} dense{' + graphs' if graphs else ''}, {rows_dtype} rows"
                 row = safe_measure(cfg, label, WARMUP_STEPS, steps)
@@ -111,16 +110,15 @@ def quality(args) -> list[dict[str, Any]]:
 def summarize(full: list[dict], quality_rows: list[dict]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for rows_dtype in ROWS:
-        ms = {(p, g): [r["ms_per_step"] for r in full if r.get("rows") == rows_dtype and r.get("precision") == p
-                       and r.get("graphs") == g and "ms_per_step" in r] for p, g in VARIANTS}
-        if not all(ms.values()):
+        ms = {(p, g): median_where(full, "ms_per_step", rows=rows_dtype, precision=p, graphs=g) for p, g in VARIANTS}
+        if None in ms.values():
             continue
-        bf16 = statistics.median(ms["bf16", False])
+        bf16 = ms["bf16", False]
         summary[f"{rows_dtype}_rows_ms_bf16_dense"] = bf16
         batch = next(r["batch"] for r in full if "batch" in r)
         for graphs in (False, True):
             name = f"{rows_dtype}_rows_fp8_dense{'_graphs' if graphs else ''}"
-            f8 = statistics.median(ms["fp8", graphs])
+            f8 = ms["fp8", graphs]
             summary[f"{name}_ms"], summary[f"{name}_over_bf16"] = f8, f8 / bf16
             summary[f"{name}_samples_per_s"] = batch / f8 * 1e3
     for task in ("movielens", "synthetic"):

@@ -10,11 +10,11 @@ and 30 timed steps per run, 2 rounds in alternating order; writes ``fp8_graphs_c
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 from e2e import CAP_ROWS, safe_measure
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig
+from stats import median_where, rotated
 
 PRESETS = (("mlperf-dcnv2", CAP_ROWS), ("dcnv2-small", None))
 BATCH, WARMUP, STEPS, ROUNDS = 16384, 5, 30, 2
@@ -26,14 +26,14 @@ def main() -> None:
         base = TrainConfig(preset=preset, data="synthetic:uniform", batch_size=BATCH, steps=10**9, row_cap=cap,
                            synthetic_pool=WARMUP + STEPS, device="cuda", precision="fp8")
         for r in range(ROUNDS):
-            for graphs in ((False, True) if r % 2 == 0 else (True, False)):
+            for graphs in rotated((False, True), r):
                 row = safe_measure(dataclasses.replace(base, cuda_graphs=graphs),
                                    f"{preset} fp8 {BATCH} graphs={graphs}", WARMUP, STEPS)
                 rows.append({"preset": preset, "graphs": graphs, "round": r, **row})
                 print(preset, graphs, r, row.get("ms_per_step"), row.get("error", ""), flush=True)
-    summary = {f"{preset} {'graphed' if graphs else 'eager'} ms": statistics.median(
-        r["ms_per_step"] for r in rows if r["preset"] == preset and r["graphs"] is graphs and "ms_per_step" in r)
-        for preset, _ in PRESETS for graphs in (False, True)}
+    summary = {f"{preset} {'graphed' if graphs else 'eager'} ms": median_where(rows, "ms_per_step", preset=preset,
+                                                                               graphs=graphs)
+               for preset, _ in PRESETS for graphs in (False, True)}
     write_results("fp8_graphs_check", {"rows": rows}, rows=rows, summary=summary)
 
 

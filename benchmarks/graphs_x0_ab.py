@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import statistics
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from e2e import CAP_ROWS, SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, safe_measur
 from polyrec.models.embeddings import PolyrecEmbeddings
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig
+from stats import median_where, rotated
 
 #: (label, TrainConfig changes): issue 5's full-size step, the capped 16384 batch where "auto" graphs, and
 #: the fastest full-size form measured (fp8 dense GEMMs beside bf16 rows), whose eager dense half waits on
@@ -64,18 +64,13 @@ def main() -> None:
     for round_ in range(args.rounds):
         for label, changes in CASES:
             cfg = dataclasses.replace(base, **changes)
-            shift = round_ % len(VARIANTS)
-            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            for variant in rotated(VARIANTS, round_):
                 row = measure_variant(cfg, variant, label, steps)
                 rows.append({"case": label, "variant": variant, "round": round_, **row})
                 print(f"{label:<28} {variant:<15} {row.get('ms_per_step', float('nan')):8.2f} ms "
                       f"(dense {row.get('dense_ms', float('nan')):6.2f})  {row.get('error', '')}")
-    summary = {}
-    for label, _ in CASES:
-        for variant in VARIANTS:
-            times = [r["ms_per_step"] for r in rows if r["case"] == label and r["variant"] == variant
-                     and "ms_per_step" in r]
-            summary[f"{label}: {variant} ms"] = statistics.median(times) if times else None
+    summary = {f"{label}: {variant} ms": median_where(rows, "ms_per_step", case=label, variant=variant)
+               for label, _ in CASES for variant in VARIANTS}
     write_results("graphs_x0_ab", {"rows": rows}, rows=rows, summary=summary)
     for key, value in summary.items():
         print(f"{key:<48} {value if value is None else f'{value:.2f}'}")
