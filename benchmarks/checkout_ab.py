@@ -12,7 +12,8 @@ checkout this script runs from, and names both checkouts' commits.
     PYTHONPATH=. python3 benchmarks/checkout_ab.py --base OLD_DIR --change NEW_DIR \\
         [--configs mlperf-dcnv2:16384,mlperf-dcnv2:65536] [--rounds 3] [--steps 30] [--cuda-graphs]
 
-Both checkouts run the dense half eager, or with ``--cuda-graphs`` both graphed (a checkout from before
+Each trial trains on a synthetic pool of as many batches as its warm and timed steps (no timed step sees a
+batch twice). Both checkouts run the dense half eager, or with ``--cuda-graphs`` both graphed (a checkout from before
 the trainer's "auto" default takes the same True / False).
 
 About 20 s per trial on an H200 with tables capped at 4M rows (``--row-cap``).
@@ -36,8 +37,8 @@ import json, sys
 import polyrec
 from polyrec.runtime import TrainConfig, Trainer
 preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000, synthetic_pool=4,
-                  cuda_graphs=sys.argv[6] == "graphs")
+cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000,
+                  synthetic_pool=warmup + steps, cuda_graphs=sys.argv[6] == "graphs")
 trainer = Trainer(cfg, progress=False)
 print(json.dumps({**trainer.benchmark(warmup=warmup, steps=steps), "polyrec_file": polyrec.__file__}))
 """

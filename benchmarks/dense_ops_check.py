@@ -34,6 +34,7 @@ from polyrec.planner.estimate import Estimator
 from polyrec.planner.types import model_spec_from_config, parse_fleet
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
+from profiling import PROBE_POOL
 from trace_timeline import gpu_events_of
 
 #: Profiler range names start with this (the rest is the op's key).
@@ -182,7 +183,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("dense_ops_check times the step on a GPU; none is visible")
     name, batch = ("dcnv2-small", 1024) if args.quick else (args.preset, args.batch)
-    cfg = TrainConfig(preset=name, batch_size=batch, row_cap=args.row_cap, steps=10_000, synthetic_pool=4,
+    cfg = TrainConfig(preset=name, batch_size=batch, row_cap=args.row_cap, steps=10_000, synthetic_pool=PROBE_POOL,
                       cuda_graphs=False)
     trainer = Trainer(cfg, progress=False)
     timing = trainer.benchmark(warmup=3, steps=5)

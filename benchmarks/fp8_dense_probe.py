@@ -141,9 +141,10 @@ def record_step(batch: int) -> list[dict]:
     import polyrec.kernels.dcn as dcn
     import polyrec.kernels.gemm as gemm
     from polyrec.runtime import TrainConfig, Trainer
+    from profiling import PROBE_POOL
 
     cfg = TrainConfig(preset="mlperf-dcnv2", data="synthetic:uniform", batch_size=batch, steps=10**9,
-                      synthetic_pool=4, device="cuda", cuda_graphs=False, row_cap=4_000_000)
+                      synthetic_pool=PROBE_POOL, device="cuda", cuda_graphs=False, row_cap=4_000_000)
     trainer = Trainer(cfg, progress=False)
     for _ in range(WARM_STEPS):
         trainer.train_step()

@@ -23,6 +23,7 @@ from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.config import resolve
 from polyrec.runtime.graphs import choose_graphs
+from profiling import PROBE_POOL
 
 #: (preset, batch): host-bound and device-bound steps of the three presets.
 CONFIGS = (("mlperf-dcnv2", 16384), ("mlperf-dcnv2", 65536), ("dcnv2-small", 16384), ("dcnv2-small", 65536),
@@ -50,7 +51,7 @@ def main() -> None:
         raise SystemExit("graphs_auto_check needs a GPU")
     rows = []
     for name, batch in CONFIGS:
-        base = TrainConfig(preset=name, batch_size=batch, row_cap=args.row_cap, steps=10**9, synthetic_pool=4,
+        base = TrainConfig(preset=name, batch_size=batch, row_cap=args.row_cap, steps=10**9, synthetic_pool=PROBE_POOL,
                            device="cuda")
         model = preset(name).with_capped_rows(args.row_cap)  # synthetic data keeps the preset's tables
         choice = choose_graphs(base, resolve(base), model, distributed=False)

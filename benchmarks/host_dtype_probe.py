@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from profiling import host_profile, step_ms
+from profiling import PROBE_POOL, host_profile, step_ms
 
 PRESET, BATCH = "dlrm-criteo-kaggle", 16384
 PRECISIONS = ("bf16", "fp32")
@@ -29,7 +29,7 @@ PRECISIONS = ("bf16", "fp32")
 def trainer(precision: str):
     from polyrec.runtime import TrainConfig, Trainer
 
-    cfg = TrainConfig(preset=PRESET, data="synthetic:uniform", batch_size=BATCH, steps=10**9, synthetic_pool=4,
+    cfg = TrainConfig(preset=PRESET, data="synthetic:uniform", batch_size=BATCH, steps=10**9, synthetic_pool=PROBE_POOL,
                       device="cuda", precision=precision, cuda_graphs=False)
     return Trainer(cfg, progress=False)
 

@@ -21,7 +21,7 @@ import os
 import torch
 
 from polyrec.kernels import dcn, gemm, master_copies
-from profiling import interleaved_rounds, kernel_table, warm_each
+from profiling import PROBE_POOL, interleaved_rounds, kernel_table, warm_each
 
 ROUNDS = 6
 #: Kernel names of torch's fp32 -> bf16 copies (the casts the kept copies replace).
@@ -55,7 +55,7 @@ def case_trainer(preset: str, batch: int, row_cap: int | None):
     from polyrec.runtime import TrainConfig, Trainer
 
     return Trainer(TrainConfig(preset=preset, data="synthetic:uniform", batch_size=batch, steps=10**9, row_cap=row_cap,
-                               synthetic_pool=4, device="cuda", cuda_graphs=False), progress=False)
+                               synthetic_pool=PROBE_POOL, device="cuda", cuda_graphs=False), progress=False)
 
 
 def measure_case(trainer, steps: int) -> dict:
