@@ -16,7 +16,7 @@ from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
 from polyrec.kernels import fp8, fp8_dense
 from polyrec.kernels.dcn import cross_network
 from polyrec.models import DLRM, ModelConfig
-from polyrec.models.layers import MLP, LowRankCross
+from polyrec.models.layers import MLP, DenseOps, LowRankCross
 
 needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="slow enough to run only where the "
                                        "kernels run through TRITON_INTERPRET=1 (as the other CPU kernel tests)")
@@ -743,6 +743,70 @@ def test_dlrm_dcnv2_fp8_trains_close_to_bf16():
     histories = [p.fp8.history.clone() for p in ours.dense_parts()]
     _dense_step(ours, torch.Generator().manual_seed(42), batch=24)
     assert all(torch.equal(p.fp8.history, h) for p, h in zip(ours.dense_parts(), histories))
+
+
+def _count_casts(counts: dict):
+    """``fp8_dense.cast_fp8`` counting its calls per (scaling, role) into ``counts``."""
+    original = fp8_dense.cast_fp8
+
+    def counting(x, scaling, role, **kwargs):
+        counts[id(scaling), role] = counts.get((id(scaling), role), 0) + 1
+        return original(x, scaling, role, **kwargs)
+    return counting
+
+
+def test_dcnv2_top_mlp_input_copies_from_the_cross_network_equal_a_cast():
+    """Once the top MLP's input role has a history, the cross network's last pass writes that input's fp8
+    copies (the top MLP's pass begun ahead of it) and no cast reads the input: the same step, bit for bit
+    (logits, every gradient but the passes' fp32 bias sums, each history), as casting it apart; an
+    evaluation pass then leaves every history alone."""
+    from unittest import mock
+
+    fused, standalone = (DLRM(_tiny("dcnv2"), dense_backend="polyrec", dense_fp8=True, seed=9) for _ in range(2))
+    results, counts = [], ({}, {})
+    for model, patch, count in ((fused, {}, counts[0]), (standalone, {"fused_out": lambda *a, **k: None}, counts[1])):
+        _dense_step(model, torch.Generator().manual_seed(50))  # every role gets a history
+        with mock.patch.multiple(fp8_dense, cast_fp8=_count_casts(count), **patch):
+            model.zero_grad(set_to_none=True)
+            logits, emb_grad = _dense_step(model, torch.Generator().manual_seed(51))
+        results.append((logits, emb_grad, [p.grad for p in model.dense_parameters()],
+                        [part.fp8.history.clone() for part in model.dense_parts()]))
+    top = (id(fused.top.fp8), 0), (id(standalone.top.fp8), 0)
+    assert counts[0].get(top[0], 0) == 0 and counts[1][top[1]] == 1
+    (logits, emb_grad, grads, histories), (ref_logits, ref_emb_grad, ref_grads, ref_histories) = results
+    assert torch.equal(logits, ref_logits) and torch.equal(emb_grad, ref_emb_grad)
+    assert all(torch.equal(a, b) for a, b in zip(histories, ref_histories))
+    biases = {id(b) for part in fused.dense_parts() for b in getattr(part, "biases", getattr(part, "b", []))}
+    for p, a, b in zip(fused.dense_parameters(), grads, ref_grads):
+        if id(p) in biases:  # fp32 column sums in the passes' own order
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+        else:
+            assert torch.equal(a, b)
+    with torch.no_grad():
+        fused.dense_forward(torch.rand(32, 3), torch.randn(32, 3, 16), torch.bfloat16)
+    assert all(torch.equal(part.fp8.history, h) for part, h in zip(fused.dense_parts(), histories))
+
+
+def test_begun_input_and_output_copies_refuse_what_does_not_fit():
+    gen = torch.Generator().manual_seed(52)
+    top = MLP(64, (32, 16, 1), last_relu=False, gen=gen)
+    top.enable_fp8()
+    ops = DenseOps("polyrec")
+    x = torch.randn(32, 64).bfloat16().requires_grad_()
+    top(x, ops)  # a history for every role
+    begun = top.begin_fp8_input(32, x.device, ops, input_requires_grad=True)
+    assert begun is not None and begun.copies.q.shape == (32, 64)
+    with pytest.raises(ValueError, match="copies are"):
+        top(torch.randn(48, 64).bfloat16(), ops, begun)
+    assert top.begin_fp8_input(24, x.device, ops, input_requires_grad=True) is None  # 24 rows run in bf16
+    with pytest.raises(ValueError, match="begun for an input"):
+        top(torch.randn(24, 64).bfloat16(), ops, begun)
+    cross = LowRankCross(64, 2, 16, gen=gen)
+    with pytest.raises(ValueError, match="output copies"):
+        cross(x, DenseOps("torch"), output_copies=begun.copies)
+    vs, us, bs = list(cross.v), list(cross.u), list(cross.b)
+    with pytest.raises(ValueError, match="output copies"):
+        cross_network(torch.randn(16, 64).bfloat16(), vs, us, bs, output_copies=begun.copies)
 
 
 def test_dlrm_dot_fp8_trains():

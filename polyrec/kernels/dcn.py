@@ -37,8 +37,8 @@ import torch
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.fp8 import Fp8Scaling, aligned, spec_formats
-from polyrec.kernels.fp8_dense import CROSS_ROLES, Fp8CrossGemms
+from polyrec.kernels.fp8 import Fp8Out, Fp8Scaling, aligned, spec_formats
+from polyrec.kernels.fp8_dense import CROSS_ROLES, Fp8CrossGemms, trains
 from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
 from polyrec.kernels.master_copies import compute_copy
@@ -102,19 +102,20 @@ class LibraryCrossGemms:
 
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x0, on_input_grad, owns_output_grad, fp8, *masters):
+    def forward(ctx, x0, on_input_grad, owns_output_grad, fp8, output_copies, *masters):
         layers = len(masters) // 3
         ctx.masters = [p.dtype for p in masters]  # the gradients' dtypes
         params = [compute_copy(p, x0.dtype) for p in masters]
-        gemms = (LibraryCrossGemms(params, ctx.needs_input_grad[4:]) if fp8 is None
-                 else Fp8CrossGemms(fp8, list(masters), ctx.needs_input_grad[4:], x0.dtype))
+        gemms = (LibraryCrossGemms(params, ctx.needs_input_grad[5:]) if fp8 is None
+                 else Fp8CrossGemms(fp8, list(masters), ctx.needs_input_grad[5:], x0.dtype))
         bs = params[2 * layers:]
         x, products = x0, []
         for l, b in enumerate(bs):
             low = gemms.down(l, x)  # [B, r]
             products.append(gemms.up(l, low))  # [B, D] p_l, kept for the backward
-            # [B, D] x0 * (p_l + b) + x_l, with its fp8 copies where the next layer's GEMMs take them
-            x = epilogue_pass(products[-1], bias=b, cross=(x0, x), fp8=gemms.fused_input(l + 1, x.shape, x.device))
+            # [B, D] x0 * (p_l + b) + x_l, with its fp8 copies where the next GEMMs take them
+            copies = gemms.fused_input(l + 1, x.shape, x.device) if l + 1 < layers else output_copies
+            x = epilogue_pass(products[-1], bias=b, cross=(x0, x), fp8=copies)
         ctx.layers, ctx.on_input_grad, ctx.owns_output_grad, ctx.gemms = layers, on_input_grad, owns_output_grad, gemms
         ctx.save_for_backward(x0, *products, *params)
         return x
@@ -125,7 +126,7 @@ class _CrossNetwork(torch.autograd.Function):
         x0, *saved = ctx.saved_tensors
         products, params = saved[:layers], saved[layers:]
         vs, bs = params[:layers], params[2 * layers:]
-        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[4:]  # need: V, U, b of each layer
+        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[5:]  # need: V, U, b of each layer
         d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
         d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
         owned = ctx.owns_output_grad or not grad.is_contiguous()  # a copy made here is ours too
@@ -156,12 +157,13 @@ class _CrossNetwork(torch.autograd.Function):
                 d_v[l] = gemms.d_v(l, dlow, ctx.masters[l])  # [r, B] @ [B, D]
             del dlow  # (memory_peak: a second [B, D] at the peak)
         ctx.gemms = None
-        return (d_x0 if need_x0 else None), None, None, None, *d_v, *d_u, *d_b
+        return (d_x0 if need_x0 else None), None, None, None, None, *d_v, *d_u, *d_b
 
 
 def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
                   bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None,
-                  owns_output_grad: bool = False, fp8: Fp8Scaling | None = None) -> torch.Tensor:
+                  owns_output_grad: bool = False, fp8: Fp8Scaling | None = None,
+                  output_copies: Fp8Out | None = None) -> torch.Tensor:
     """The low-rank cross network's output x_L with the fused backward.
 
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
@@ -175,7 +177,9 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     reads the gradient autograd hands its output (the output's one consumer is the caller's own layer,
     no hooks), so the top layer's backward may write over it (the library adds the residual in place).
     ``fp8``: run five of each layer's six GEMMs in fp8 with this state's scales (``cross_kinds(L)`` roles;
-    ``polyrec.kernels.fp8_dense``); a pass with a gradient ages its history.
+    ``polyrec.kernels.fp8_dense``); a pass with a gradient ages its history. ``output_copies``: the last
+    layer's pass also writes these fp8 copies of the output [B, D] (its next layer's input, begun by
+    ``fp8_dense.begin_input``), in either precision.
     """
     if not (len(vs) == len(us) == len(bs) >= 1):
         raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "
@@ -196,9 +200,11 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
         if not aligned(x0.shape[0], d, *(v.shape[0] for v in vs)):
             raise ValueError(f"cross_network: fp8 GEMMs need the batch, D and every rank to be multiples of 16, "
                              f"got batch {x0.shape[0]}, D {d}, ranks {[v.shape[0] for v in vs]}")
-        training = torch.is_grad_enabled() and (x0.requires_grad or any(p.requires_grad for p in (*vs, *us, *bs)))
-        fp8.begin(training)
-    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, fp8, *vs, *us, *bs)
+        fp8.begin(trains(x0.requires_grad, [*vs, *us, *bs]))
+    if output_copies is not None and output_copies.q.shape != x0.shape:
+        raise ValueError(f"cross_network: output copies {tuple(output_copies.q.shape)} for an output "
+                         f"{tuple(x0.shape)}")
+    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, fp8, output_copies, *vs, *us, *bs)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:

@@ -4,7 +4,8 @@ DCN-v2 cross network (``polyrec.kernels.dcn`` runs its passes and residual GEMMs
 Activations, biases and the tensors between layers stay in the compute dtype (bf16); each GEMM reads
 fp8 copies of its operands made by ``polyrec.kernels.fp8.cast_fp8`` with delayed per-tensor scales, or,
 once a role has a history, by the pass that makes the tensor (an MLP layer's masked output gradient by
-``relu_bias_backward``, the cross network's x_l and g_l by its passes).
+``relu_bias_backward``, the cross network's x_l and g_l by its passes, and its output, DLRM-DCNv2's top MLP
+input, by its last pass once that MLP's pass is begun ahead of it: ``begin_input``).
 Forward operands are e4m3 (with cuBLAS's fast accumulation, as Transformer Engine runs the forward),
 output gradients e5m2. Weight gradients come out of their GEMM in the masters' dtype (fp32).
 
@@ -20,6 +21,8 @@ embeddings train on, is formed in bf16 from an fp8 ``dv``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -50,15 +53,41 @@ def mlp_fits(dims: tuple[int, ...]) -> int:
     return count
 
 
+@dataclass(frozen=True, slots=True)
+class BegunInput:
+    """An fp8 MLP's pass begun before its input exists (``begin_input``). ``copies``: where the kernel
+    making the input writes the first layer's fp8 copies of it (None while that role has no history:
+    ``mlp`` casts the input itself)."""
+
+    copies: Fp8Out | None
+
+
+def trains(x_requires_grad: bool, params: list[torch.Tensor]) -> bool:
+    """Whether an fp8 pass over an input (``x_requires_grad``) and ``params`` records into the history:
+    under autograd, with anything to take a gradient."""
+    return torch.is_grad_enabled() and (x_requires_grad or any(p.requires_grad for p in params))
+
+
+def begin_input(scaling: Fp8Scaling, rows: int, cols: int, device: torch.device, training: bool) -> BegunInput:
+    """Begin an fp8 MLP's pass (``scaling``, ``mlp_kinds`` roles) ahead of its input [rows, cols], so that
+    the kernel making the input can write the first layer's copies with this pass's scale (saving the
+    standalone cast its read of the input); hand the result to ``mlp`` as ``begun``."""
+    scaling.begin(training)
+    return BegunInput(fused_out(scaling, 0, rows, cols, device))
+
+
 class _Fp8MLP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, scaling, relus, *masters):
+    def forward(ctx, x, scaling, relus, input_copies, *masters):
         layers = len(relus)
         weights, biases = masters[:layers], masters[layers:]
         h, relu_in, saved = x, False, []
         for i, (w, b) in enumerate(zip(weights, biases)):
-            need_dw, need_dx = ctx.needs_input_grad[3 + i], i > 0 or ctx.needs_input_grad[0]
-            xq, xqt = cast_fp8(h, scaling, 3 * i, transposed=need_dw, relu=relu_in)  # [B, K], [K, B]
+            need_dw, need_dx = ctx.needs_input_grad[4 + i], i > 0 or ctx.needs_input_grad[0]
+            if i == 0 and input_copies is not None:  # written by x's producer
+                xq, xqt = input_copies.q, input_copies.qt if need_dw else None
+            else:
+                xq, xqt = cast_fp8(h, scaling, 3 * i, transposed=need_dw, relu=relu_in)  # [B, K], [K, B]
             wq, wqt = cast_fp8(w, scaling, 3 * i + 1, transposed=need_dx)  # [N, K], [K, N]
             h = scaled_mm(xq, wq.t(), scaling.dequant(3 * i), scaling.dequant(3 * i + 1), out_dtype=x.dtype,
                           bias=compute_copy(b, x.dtype), fast_accumulation=True)  # [B, N] pre-activation
@@ -75,7 +104,7 @@ class _Fp8MLP(torch.autograd.Function):
         grad = grad.contiguous()  # [B, N] of the last layer
         for i in reversed(range(layers)):
             xqt, wqt, y = ctx.saved[3 * i:3 * i + 3]
-            need_dw, need_db = ctx.needs_input_grad[3 + i], ctx.needs_input_grad[3 + layers + i]
+            need_dw, need_db = ctx.needs_input_grad[4 + i], ctx.needs_input_grad[4 + layers + i]
             need_dx = i > 0 or ctx.needs_input_grad[0]
             # the masked gradient's fp8 copies [B, N], [N, B] written by the pass once the role has a history
             copies = fused_out(scaling, 3 * i + 2, *grad.shape, grad.device) if need_dw and need_dx else None
@@ -94,14 +123,15 @@ class _Fp8MLP(torch.autograd.Function):
                 grad = scaled_mm(gq, wqt.t(), scaling.dequant(3 * i + 2), scaling.dequant(3 * i + 1),
                                  out_dtype=grad.dtype)
         ctx.saved = None
-        return (grad if ctx.needs_input_grad[0] else None), None, None, *d_w, *d_b
+        return (grad if ctx.needs_input_grad[0] else None), None, None, None, *d_w, *d_b
 
 
 def mlp(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor], relus: tuple[bool, ...],
-        scaling: Fp8Scaling) -> torch.Tensor:
+        scaling: Fp8Scaling, begun: BegunInput | None = None) -> torch.Tensor:
     """An MLP's layers with fp8 GEMMs: x [B, K0] in the compute dtype, weights [N_i, K_i] and biases [N_i]
     (the masters), ``relus[i]``: ReLU after layer i -> [B, N_last] in x's dtype. ``scaling``: this MLP's
-    state (``mlp_kinds(len(weights))`` roles); a pass with a gradient ages its history."""
+    state (``mlp_kinds(len(weights))`` roles); a pass with a gradient ages its history. ``begun``: the pass
+    was begun by ``begin_input`` (not begun again here), its copies of x written by x's producer."""
     if not (len(weights) == len(biases) == len(relus) >= 1):
         raise ValueError(f"fp8 mlp: need as many weights, biases and relus (>= 1), got {len(weights)}, "
                          f"{len(biases)}, {len(relus)}")
@@ -114,9 +144,13 @@ def mlp(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]
             raise ValueError(f"fp8 mlp: layer {i} weight {tuple(w.shape)} does not take {k} inputs or is not a "
                              "multiple of 16 on both sides")
         k = w.shape[0]
-    training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in (*weights, *biases)))
-    scaling.begin(training)
-    return _Fp8MLP.apply(x, scaling, tuple(relus), *weights, *biases)
+    copies = begun.copies if begun is not None else None
+    if copies is not None and (copies.q.shape != x.shape or copies.q.device != x.device):
+        raise ValueError(f"fp8 mlp: the input's copies are {tuple(copies.q.shape)} on {copies.q.device}, the input "
+                         f"{tuple(x.shape)} on {x.device}")
+    if begun is None:
+        scaling.begin(trains(x.requires_grad, [*weights, *biases]))
+    return _Fp8MLP.apply(x, scaling, tuple(relus), copies, *weights, *biases)
 
 
 class Fp8CrossGemms:
@@ -141,10 +175,8 @@ class Fp8CrossGemms:
         return self.scaling.dequant(self._role(layer, which))
 
     def fused_input(self, layer: int, x_shape: torch.Size, device: torch.device) -> Fp8Out | None:
-        """Where the pass making x_layer (the previous layer's cross update) writes its fp8 copies; None for
-        the network's output (the next MLP casts it) and while the role has no history."""
-        if layer >= self.layers:
-            return None
+        """Where the pass making x_layer (the previous layer's cross update; layer >= 1) writes its fp8
+        copies; None while the role has no history."""
         out = fused_out(self.scaling, self._role(layer, 0), *x_shape, device)
         self.made["x", layer] = out
         return out

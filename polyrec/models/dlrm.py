@@ -102,11 +102,15 @@ class DLRM(nn.Module):
             x0 = beside(bottom, emb.flatten(1), lead)  # [B, (F+1) D]
             on_x0_grad = None if on_emb_grad is None else functools.partial(
                 _embedding_part, on_emb_grad, bottom.shape[1], emb.shape)
+            # the top MLP's fp8 pass begun ahead, so that the cross network's last pass writes its input copies
+            begun = self.top.begin_fp8_input(x0.shape[0], x0.device, self.ops, x0.requires_grad or any(
+                p.requires_grad for p in self.cross.parameters())) if self.cross.writes_output_copies(self.ops) else None
             # the top MLP alone reads the cross output: its gradient is the network's to overwrite
-            inter = self.cross(x0, self.ops, on_x0_grad, owns_output_grad=True)
+            inter = self.cross(x0, self.ops, on_x0_grad, owns_output_grad=True,
+                               output_copies=begun.copies if begun is not None else None)
         else:
-            inter = dot_interaction(bottom, emb)  # [B, D + (F+1)F/2]
-        return self.top(inter, self.ops).squeeze(1).float()
+            begun, inter = None, dot_interaction(bottom, emb)  # [B, D + (F+1)F/2]
+        return self.top(inter, self.ops, begun).squeeze(1).float()
 
     def forward(self, dense: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor,
                 compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:

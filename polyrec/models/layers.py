@@ -15,15 +15,19 @@ import functools
 import importlib.util
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polyrec.kernels.fp8 import Fp8Scaling
+from polyrec.kernels.fp8 import Fp8Out, Fp8Scaling
 from polyrec.kernels.fp8 import aligned as fp8_aligned
 from polyrec.kernels.master_copies import cast
 from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS
+
+if TYPE_CHECKING:
+    from polyrec.kernels.fp8_dense import BegunInput
 
 DENSE_BACKENDS = ("torch", "polyrec")
 #: Called in the backward with an input's final gradient, which it reads and must not write.
@@ -70,24 +74,25 @@ class DenseOps:
 
     def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
                       bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None,
-                      owns_output_grad: bool = False, fp8: Fp8Scaling | None = None) -> torch.Tensor:
+                      owns_output_grad: bool = False, fp8: Fp8Scaling | None = None,
+                      output_copies: Fp8Out | None = None) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
         x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each (the masters, copied to x0's dtype inside;
-        their gradients in the masters' dtype) -> [B, D]; ``on_input_grad``, ``owns_output_grad`` and
-        ``fp8`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
+        their gradients in the masters' dtype) -> [B, D]; ``on_input_grad``, ``owns_output_grad``, ``fp8``
+        and ``output_copies`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
         return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad,
-                                       owns_output_grad=owns_output_grad, fp8=fp8)
+                                       owns_output_grad=owns_output_grad, fp8=fp8, output_copies=output_copies)
 
     def fp8_mlp(self, x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor],
-                relus: tuple[bool, ...], scaling: Fp8Scaling) -> torch.Tensor:
+                relus: tuple[bool, ...], scaling: Fp8Scaling, begun: BegunInput | None = None) -> torch.Tensor:
         """MLP layers with fp8 GEMMs (polyrec backend only; ``polyrec.kernels.fp8_dense.mlp``)."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.fp8_mlp: fp8 layers need the polyrec backend")
         from polyrec.kernels import fp8_dense
 
-        return fp8_dense.mlp(x, weights, biases, relus, scaling)
+        return fp8_dense.mlp(x, weights, biases, relus, scaling, begun)
 
 
 def pad_reduction(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,18 +144,41 @@ class MLP(nn.Module):
         count = fp8_dense.mlp_fits(dims)
         self.fp8 = Fp8Scaling(fp8_dense.mlp_kinds(count)).to(self.weights[0].device) if count else None
 
-    def forward(self, x: torch.Tensor, ops: DenseOps) -> torch.Tensor:
-        """x [B, in] in the compute dtype -> [B, out] (the matmuls in x's dtype, or fp8 where enabled)."""
+    def _fp8_layers(self, rows: int, cols: int, ops: DenseOps) -> int:
+        """How many leading layers run in fp8 for an input [rows, cols] (as padded): the fp8 layers where
+        the batch and the input (padded only without an input gradient: DLRM's dot-interaction top MLP
+        takes 367 columns) suit their GEMMs; 0 where they run in the compute dtype."""
+        if self.fp8 is not None and ops.backend == "polyrec" and fp8_aligned(rows, cols):
+            return len(self.fp8.kinds) // 3
+        return 0
+
+    def begin_fp8_input(self, rows: int, device: torch.device, ops: DenseOps,
+                        input_requires_grad: bool) -> BegunInput | None:
+        """This MLP's fp8 pass begun ahead of its next input [rows, in], so that the kernel making the input
+        writes the first layer's copies (``BegunInput.copies``); hand it to ``forward`` as ``begun``. None
+        where that input will not run in fp8."""
+        cols = self.weights[0].shape[1]
+        start = self._fp8_layers(rows, cols, ops)
+        if not start:
+            return None
+        from polyrec.kernels import fp8_dense
+
+        trained = [*list(self.weights)[:start], *list(self.biases)[:start]]
+        return fp8_dense.begin_input(self.fp8, rows, cols, device, fp8_dense.trains(input_requires_grad, trained))
+
+    def forward(self, x: torch.Tensor, ops: DenseOps, begun: BegunInput | None = None) -> torch.Tensor:
+        """x [B, in] in the compute dtype -> [B, out] (the matmuls in x's dtype, or fp8 where enabled).
+        ``begun``: this pass's fp8 state, begun by ``begin_fp8_input`` ahead of x."""
         n = len(self.weights)
         relus = tuple(i < n - 1 or self.last_relu for i in range(n))
-        weights, start = list(self.weights), 0
+        weights = list(self.weights)
         if ops.backend == "polyrec" and not x.requires_grad:  # the dense features (the direct port's
             x, weights[0] = pad_reduction(x, weights[0])  # torch layers stay as they were)
-        # fp8 where the batch and the first layer's input (padded above only without an input gradient:
-        # DLRM's dot-interaction top MLP takes 367 columns) suit its GEMMs; else the compute dtype
-        if self.fp8 is not None and ops.backend == "polyrec" and fp8_aligned(x.shape[0], x.shape[1]):
-            start = len(self.fp8.kinds) // 3
-            x = ops.fp8_mlp(x, weights[:start], list(self.biases)[:start], relus[:start], self.fp8)
+        start = self._fp8_layers(x.shape[0], x.shape[1], ops)
+        if begun is not None and not start:
+            raise ValueError(f"MLP: an fp8 pass was begun for an input {tuple(x.shape)} that runs in {x.dtype}")
+        if start:
+            x = ops.fp8_mlp(x, weights[:start], list(self.biases)[:start], relus[:start], self.fp8, begun)
         for i in range(start, n):
             x = ops.linear(x, weights[i], self.biases[i], relu=relus[i])
         return x
@@ -184,16 +212,23 @@ class LowRankCross(nn.Module):
 
         self.fp8 = Fp8Scaling(fp8_dense.cross_kinds(len(self.v))).to(self.v[0].device)
 
-    def forward(self, x0: torch.Tensor, ops: DenseOps,
-                on_input_grad: InputGradHook | None = None, owns_output_grad: bool = False) -> torch.Tensor:
+    def writes_output_copies(self, ops: DenseOps) -> bool:
+        """Whether ``forward`` can write fp8 copies of its output (the fused network's last pass)."""
+        return self.fused and ops.backend == "polyrec"
+
+    def forward(self, x0: torch.Tensor, ops: DenseOps, on_input_grad: InputGradHook | None = None,
+                owns_output_grad: bool = False, output_copies: Fp8Out | None = None) -> torch.Tensor:
         """x0 [B, D] in the compute dtype -> [B, D]. ``on_input_grad``: called in the backward with x0's final gradient
         [B, D], which it must not write; the fused network calls it before its last weight gradients,
         the per-layer composition when autograd has summed x0's gradient. ``owns_output_grad``: the
-        caller's layer is the output's one reader, so the fused backward may write over its gradient."""
-        if self.fused and ops.backend == "polyrec":
+        caller's layer is the output's one reader, so the fused backward may write over its gradient.
+        ``output_copies``: fp8 copies of the output to write too (``writes_output_copies`` only)."""
+        if self.writes_output_copies(ops):
             fp8 = self.fp8 if fp8_aligned(x0.shape[0]) else None  # else the batch runs in the compute dtype
             return ops.cross_network(x0, list(self.v), list(self.u), list(self.b), on_input_grad,
-                                     owns_output_grad=owns_output_grad, fp8=fp8)  # [B, D]
+                                     owns_output_grad=owns_output_grad, fp8=fp8, output_copies=output_copies)
+        if output_copies is not None:
+            raise ValueError("LowRankCross: only the fused network on the polyrec backend writes output copies")
         if on_input_grad is not None and x0.requires_grad:
             x0.register_hook(functools.partial(_observe, on_input_grad))
         x = x0  # [B, D]

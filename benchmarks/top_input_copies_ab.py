@@ -1,0 +1,82 @@
+"""fp8 DLRM-DCNv2: the top MLP's input copies written by the cross network's last pass, against a cast.
+
+Until the forty-fourth session the top MLP cast its input (the cross network's output, [B, 3456] bf16 at MLPerf's
+size) to its fp8 copies in a kernel of its own: 0.26 ms per step on the H200 (``fp8_cast_probe``, plain +
+transposed at 64 x 128). Now the top MLP's fp8 pass is begun ahead of the cross network
+(``MLP.begin_fp8_input``), whose last pass writes the copies beside its output: predicted ~0.15 ms less per
+step (the cast's 0.26 less the pass's added fp8 writes, ~0.1). This script times, in rotating order over
+``--rounds`` rounds in one process, full-size MLPerf steps with fp8 dense layers both ways (``cast``: the
+code before, by patching ``LowRankCross.writes_output_copies`` to False) and writes
+``top_input_copies_ab_<gpu>_<date>.{json,md}``.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/top_input_copies_ab.py [--rounds 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from e2e import SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, safe_measure
+from polyrec.models.layers import LowRankCross
+from polyrec.results import write_results
+from polyrec.runtime import TrainConfig
+from stats import median_where, rotated
+
+#: (label, TrainConfig changes): the fastest full-size form measured (bf16 rows, graphed: its eager dense half
+#: waits on the host, docs/training.md) and the target's fp32 rows.
+CASES = (("bf16 rows, graphs", {"embedding_dtype": "bf16", "cuda_graphs": True}),
+         ("fp32 rows, eager", {"embedding_dtype": "fp32", "cuda_graphs": False}))
+VARIANTS = ("cast", "copies from the pass")
+
+
+@contextlib.contextmanager
+def cast_input() -> Iterator[None]:
+    """The step as before: the cross network writes no copies of its output, so the top MLP casts it."""
+    writes = LowRankCross.writes_output_copies
+    LowRankCross.writes_output_copies = lambda self, ops: False
+    try:
+        yield
+    finally:
+        LowRankCross.writes_output_copies = writes
+
+
+def measure_variant(cfg: TrainConfig, variant: str, label: str, steps: int) -> dict[str, Any]:
+    with cast_input() if variant == "cast" else contextlib.nullcontext():
+        return safe_measure(cfg, f"{label}: {variant}", WARMUP_STEPS, steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 4096, 5 steps (smoke test)")
+    args = parser.parse_args()
+    base = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", data="synthetic:uniform",
+                       batch_size=4096 if args.quick else 65536, steps=10**9, synthetic_pool=SYNTHETIC_POOL,
+                       device="cuda", precision="fp8")
+    steps = 5 if args.quick else TIMED_STEPS
+    rows = []
+    for round_ in range(args.rounds):
+        for label, changes in CASES:
+            cfg = dataclasses.replace(base, **changes)
+            for variant in rotated(VARIANTS, round_):
+                row = measure_variant(cfg, variant, label, steps)
+                rows.append({"case": label, "variant": variant, "round": round_, **row})
+                print(f"{label:<20} {variant:<22} {row.get('ms_per_step', float('nan')):8.2f} ms "
+                      f"(dense {row.get('dense_ms', float('nan')):6.2f})  {row.get('error', '')}", flush=True)
+    summary: dict[str, Any] = {}
+    for label, _ in CASES:
+        ms = {v: median_where(rows, "ms_per_step", case=label, variant=v) for v in VARIANTS}
+        summary.update({f"{label}: {v} ms": t for v, t in ms.items()})
+        if None not in ms.values():
+            summary[f"{label}: copies / cast"] = ms["copies from the pass"] / ms["cast"]
+    write_results("top_input_copies_ab", {"rows": rows}, rows=rows, summary=summary)
+    for key, value in summary.items():
+        print(f"{key:<44} {value if value is None else f'{value:.4f}'}")
+
+
+if __name__ == "__main__":
+    main()
