@@ -32,7 +32,9 @@ def main() -> None:
              "datasheet": None, "ratio": None}]
     for dtype in MATMUL_DTYPES:
         peak = spec.peak_flops[dtype]
-        value = measured[f"matmul_{dtype}"]
+        value = measured.get(f"matmul_{dtype}")
+        if value is None:  # no matrix rate for it on this device (calibrate skips it)
+            continue
         rows.append({"ceiling": f"matmul {dtype} (TFLOP/s)", "measured": value / 1e12, "datasheet": peak / 1e12,
                      "ratio": value / peak if peak else None})
     rows.append({"ceiling": "launch latency (us)", "measured": measured["launch_latency"] * 1e6,

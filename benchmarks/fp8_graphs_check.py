@@ -1,5 +1,6 @@
 """fp8 dense GEMMs at a small batch, eager against CUDA-graphed, on one GPU: whether the graph choice that
-"auto" makes for an fp8 run from its bf16 step's prediction (``polyrec.runtime.graphs.FP8_BY_BF16``) holds.
+"auto" made for an fp8 run from its bf16 step's prediction holds (the rule of the forty-third session; since the
+forty-fourth the planner prices the fp8 step itself).
 
 MLPerf DLRM-DCNv2 (tables capped at 4M rows) and dcnv2-small at batch 16384, uniform synthetic ids, 5 warm-up
 and 30 timed steps per run, 2 rounds in alternating order; writes ``fp8_graphs_check_<gpu>_<date>.{json,md}``.

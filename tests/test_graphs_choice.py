@@ -60,23 +60,12 @@ def test_auto_follows_the_predicted_bound(monkeypatch):
         graphs.GraphChoice(on=True, reason="asked", host_bound=False)  # not modelled: device time alone
 
 
-def test_an_fp8_run_is_graphed_where_its_bf16_step_waits_on_the_host(monkeypatch):
-    """fp8 dense GEMMs are not priced: "auto" asks the planner about the run's bf16 step (the run computes
-    in bf16) and graphs an fp8 run where that step is host-bound (fp8 adds launches and removes device
-    time), saying so; a device-bound bf16 step leaves it eager."""
-    asked = []
-
-    def predict(cfg, rt, model_config):
-        asked.append(rt.compute_dtype)
-        return _predict(7.0, 3.0, 5.0)()
-
-    monkeypatch.setattr(graphs, "predicted_ms", predict)
+def test_an_fp8_run_is_judged_by_the_planners_fp8_step():
+    """The planner prices fp8 dense layers: "auto" asks it about the run's fp8 step (dense dtype "fp8"),
+    a bf16 run about its bf16 step."""
     fp8 = SimpleNamespace(**{**vars(_rt()), "dense_fp8": True})
-    choice = graphs.choose_graphs(TrainConfig(precision="fp8"), fp8, preset("dcnv2-small"), distributed=False)
-    assert choice.on and choice.reason.endswith(graphs.FP8_BY_BF16) and asked == [torch.bfloat16]
-    monkeypatch.setattr(graphs, "predicted_ms", _predict(5.0, 1.0, 7.0))
-    choice = graphs.choose_graphs(TrainConfig(precision="fp8"), fp8, preset("dcnv2-small"), distributed=False)
-    assert not choice.on and "of bf16 dense" in choice.reason
+    assert graphs.planner_dtype(fp8) == "fp8"
+    assert graphs.planner_dtype(SimpleNamespace(**{**vars(_rt()), "dense_fp8": False})) == "bf16"
 
 
 def test_a_step_device_bound_only_with_the_host_bound_selection_runs_that_selection(monkeypatch):

@@ -190,7 +190,7 @@ def test_model_spec_out_of_range_is_named(build, says):
     (dict(batch_per_gpu=1000.5), "constraint batch_per_gpu must be an integer >= 1, got 1000.5"),
     (dict(batch_per_gpu=True), "constraint batch_per_gpu must be an integer >= 1, got True"),
     (dict(max_batch_per_gpu=math.nan), "constraint max_batch_per_gpu must be an integer >= 1"),
-    (dict(dense_dtype="fp8"), "constraint dense_dtype: 'fp8'; valid: bf16, fp16, fp32, tf32"),  # was: KeyError
+    (dict(dense_dtype="int8"), "constraint dense_dtype: 'int8'; valid: bf16, fp16, fp32, tf32, fp8"),  # was: KeyError
     (dict(dense_optimizer="lamb"), "constraint dense_optimizer: 'lamb'; valid: sgd, adagrad, adam"),
     (dict(weight_dtypes="fp32"), "constraint weight_dtypes must be a sequence of names, e.g. ('fp32',), got 'fp32'"),
 ])
@@ -213,7 +213,7 @@ def plan() -> Plan:
     (lambda d: d["fleet"].__setitem__("hosts", 0), "plan.fleet: Fleet.hosts must be a positive integer"),
     (lambda d: d["fleet"]["groups"][0].__setitem__("device", "H999"), "plan.fleet.groups[0]: unknown device"),
     (lambda d: d.__setitem__("dense_optimizer", "lamb"), "plan.dense_optimizer: must be one of sgd, adagrad, adam"),
-    (lambda d: d.__setitem__("dense_dtype", "fp8"), "plan.dense_dtype: must be one of"),
+    (lambda d: d.__setitem__("dense_dtype", "int8"), "plan.dense_dtype: must be one of"),
     (lambda d: d.__setitem__("samples_per_s", math.nan), "plan.samples_per_s: expected a finite number, got nan"),
     (lambda d: d["step"].__setitem__("total_ms", math.inf), "plan.step.total_ms: expected a finite number"),
     (lambda d: d["tables"][0].update(sharding="column_wise", ranks=[0, 1, 0]),

@@ -234,6 +234,8 @@ def plan(
                                                 "tables may take, e.g. 2000 for a DGX H200 (default: not known; "
                                                 "the planner takes an upper bound, two sockets of 6 TiB)"),
     overlap: str = typer.Option("ddp", help="what the runtime overlaps: none, ddp or pipeline"),
+    dense_dtype: str = typer.Option("bf16", help="dense matmul inputs: bf16, fp16, fp32, tf32, or fp8 (fp8 GEMMs "
+                                                 "where the sizes allow, bf16 activations: polyrec train --precision fp8)"),
     distribution: str = typer.Option("uniform", help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)}"),
     compare: str | None = typer.Option(None, help="device kinds to compare, e.g. H100,H200,B200,MI300X,MI350X,MI355X "
                                                   "(with --codesign: co-design on each, in the shape of --fleet: as "
@@ -252,7 +254,7 @@ def plan(
         spec = load_model(model, distribution)
         c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
                             max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,
-                            allow_host_cache=not no_host_cache, overlap=overlap)
+                            allow_host_cache=not no_host_cache, overlap=overlap, dense_dtype=dense_dtype)
         if codesign_:
             fleets = [fleet_with_host_memory(f, host_memory_gb) for f in codesign_fleets(fleet, compare)]
             _codesign(spec, fleets, target_samples_per_s, c, as_json)

@@ -209,6 +209,8 @@ def measure_matmul(dtype: str, size: int = MATMUL_SIZE, timing=median_ms) -> flo
     (each call alone by default: the rate the GEMM models' factors were fitted on)."""
     import torch
 
+    if dtype == "fp8":
+        return _measure_fp8_matmul(size, timing)
     torch_dtype = getattr(torch, _TORCH_DTYPES[dtype])
     a = torch.randn(size, size, device="cuda", dtype=torch_dtype)
     b = torch.randn(size, size, device="cuda", dtype=torch_dtype)
@@ -218,6 +220,21 @@ def measure_matmul(dtype: str, size: int = MATMUL_SIZE, timing=median_ms) -> flo
         ms = timing(lambda: a @ b)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
+    return 2 * size**3 / (ms * 1e-3)
+
+
+def _measure_fp8_matmul(size: int, timing) -> float:
+    """FLOP/s of a ``size``^3 fp8 matmul: the device's e4m3 operands (fnuz on gfx942), unit scales, a bf16
+    output, fast accumulation (``polyrec.kernels.fp8.scaled_mm``, as the fp8 forward GEMMs call it)."""
+    import torch
+
+    from polyrec.kernels.fp8 import FORWARD, formats, scaled_mm
+
+    fmt = formats(torch.device("cuda"))[FORWARD]
+    a = torch.randn(size, size, device="cuda").to(fmt.dtype)
+    b = torch.randn(size, size, device="cuda").to(fmt.dtype).t()  # column-major, as scaled_mm needs
+    one = torch.ones((), device="cuda")
+    ms = timing(lambda: scaled_mm(a, b, one, one, out_dtype=torch.bfloat16, fast_accumulation=True))
     return 2 * size**3 / (ms * 1e-3)
 
 
@@ -243,7 +260,8 @@ def calibrate(spec: DeviceSpec, *, progress=None) -> dict[str, Any]:
         raise RuntimeError("hw calibrate needs a CUDA or ROCm GPU; none is visible to torch")
     steps = [("copy_bandwidth", lambda: measure_copy_bandwidth(COPY_BYTES)),
              ("l2_bandwidth", lambda: measure_l2_bandwidth(spec))]
-    steps += [(f"matmul_{d}", lambda d=d: measure_matmul(d)) for d in MATMUL_DTYPES]
+    # a dtype the device has no matrix rate for (fp8 before Hopper / CDNA3: a datasheet peak of 0) is not timed
+    steps += [(f"matmul_{d}", lambda d=d: measure_matmul(d)) for d in MATMUL_DTYPES if spec.peak_flops[d] > 0]
     steps.append(("launch_latency", measure_launch_latency))
     measured: dict[str, Any] = {"device": spec.name, "gpu": torch.cuda.get_device_name(0),
                                 "date": dt.date.today().isoformat()}

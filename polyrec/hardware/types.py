@@ -79,5 +79,6 @@ class Ceilings:
     launch_latency: Ceiling  # seconds from one kernel launch to the next, back to back
 
 
-#: The dtypes ``hw calibrate`` times a matmul in.
-MATMUL_DTYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32")
+#: The dtypes ``hw calibrate`` times a matmul in (fp8: e4m3 operands, per-tensor scales, a bf16 output, as
+#: the fp8 dense layers' forward GEMMs run: ``polyrec.kernels.fp8.scaled_mm``).
+MATMUL_DTYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32", "fp8")

@@ -194,7 +194,7 @@ class GemmProblem:
     m: int
     n: int
     k: int
-    dtype: str  # input dtype, one of GEMM_DTYPES (accumulation is fp32)
+    dtype: str  # input dtype, one of GEMM_DTYPES (accumulation is fp32); "fp8" for the library's fp8 GEMMs only
     out_bytes: int = 0  # bytes per output element; 0 = same as the inputs
     epilogue: str = "none"  # a key of EPILOGUE_TENSORS
     # Whether each operand's loads vectorize: 16-byte aligned base, and its contiguous extent and
@@ -208,7 +208,7 @@ class GemmProblem:
 
     @property
     def in_bytes(self) -> int:
-        return 2 if self.dtype in ("bf16", "fp16") else 4
+        return {"bf16": 2, "fp16": 2, "fp8": 1}.get(self.dtype, 4)
 
     @property
     def c_bytes(self) -> int:

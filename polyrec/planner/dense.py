@@ -37,6 +37,8 @@ class GemmShape:
     k: int
     epilogue: str  # fused epilogue of the forward; "none" for backward GEMMs
     library_adds_residual: bool = False  # the residual's storage is the call's: the library adds it in place
+    fp8: bool = False  # fp8 operands through ``torch._scaled_mm`` (``polyrec.kernels.fp8.scaled_mm``)
+    out_bytes: int = 0  # bytes per output element of an fp8 GEMM: the compute dtype's, or fp32 (a weight gradient)
 
     @property
     def flops(self) -> float:

@@ -19,10 +19,12 @@ from polyrec.kernels import gemm_select, tbe_forward, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
 from polyrec.kernels.tbe_forward_plan import plan_forward
 from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads
+from polyrec.perfmodel.gemm import GemmProblem
+from polyrec.perfmodel.gemm_library import library_seconds
 from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
-from polyrec.planner.dense import dense_matmuls, dense_params
+from polyrec.planner.dense import GemmShape, dense_matmuls, dense_params
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
 from polyrec.planner.ops import COLUMN_SUM_S, FP32, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
@@ -37,6 +39,9 @@ POOLED_BYTES = 4
 DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 5, "adam": 22}
 #: Map the planner's epilogue names to polyrec.perfmodel.gemm's.
 _EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
+#: Torch ops one fp8 GEMM issues (``polyrec.kernels.fp8.scaled_mm``: ``torch._scaled_mm`` and the
+#: compute-dtype copy of a bias it takes).
+FP8_GEMM_TORCH_OPS = 2
 #: Parameter tensors of a dense matmul with a bias (weight and bias) the optimizer walks.
 TENSORS_PER_BIAS_MATMUL = 2
 #: Bytes of a bag length crossing the input all-to-all (int32). Ids cross as int32 when every table has
@@ -262,6 +267,13 @@ class Estimator:
         # the trainer's GPU Adagrad (FusedAdagrad) writes the masters' half-precision copies the forward
         # takes (polyrec.kernels.master_copies): no cast per step, the copies written by the optimizer
         self.kept_copies = dense_optimizer == "adagrad" and mem.DENSE_DTYPE_BYTES[dense_dtype] < FP32
+        # fp8 dense layers: their fp8 GEMMs priced at the fp8 matmul rate, the rest (and the activations) bf16
+        self.fp8 = dense_dtype == "fp8"
+        self.gemm_dtype = "bf16" if self.fp8 else dense_dtype
+        if self.fp8:
+            lacking = sorted(name for name, spec in self.specs.items() if not spec.peak_flops.get("fp8"))
+            if lacking:
+                raise ValueError(f"dense dtype fp8: {', '.join(lacking)} has no fp8 matrix rate (no fp8 GEMMs)")
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
     def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, float, str]:
@@ -308,16 +320,20 @@ class Estimator:
         copy = ceil.copy_bandwidth.value
         epilogues = {f"{m.name}.fwd": _EPILOGUE[(m.epilogue, m.bias)] for m in self.matmuls}
         inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup,
-                              self.kept_copies)
+                              self.kept_copies, self.fp8)
         out = []
         for op in inv.ops:
             if op.gemm is None:
                 out.append(OpTime(op=op, seconds=memory_op_seconds(op, copy),
                                   launches=Launches(triton=op.triton_ops, torch_ops=op.torch_ops)))
                 continue
+            if op.gemm.fp8:
+                out.append(OpTime(op=op, seconds=fp8_gemm_seconds(op.gemm, spec, ceil), epilogue=op.gemm.epilogue,
+                                  launches=Launches(torch_ops=FP8_GEMM_TORCH_OPS), kernel="library fp8"))
+                continue
             epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
             in_place = op.gemm.library_adds_residual
-            choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.dense_dtype, spec, epilogue=epi,
+            choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, self.gemm_dtype, spec, epilogue=epi,
                                              library_adds_residual=in_place)
             launches = gemm_launches(choice.backend, choice.config.split_k, "none" if in_place else epi)
             out.append(OpTime(op=op, seconds=choice.gpu_seconds, epilogue=epi,  # the host side is the launch model's
@@ -330,7 +346,7 @@ class Estimator:
         and its launches."""
         copy = self.ceilings[device].copy_bandwidth.value
         inv = dense_inventory(self.model, batch, mem.DENSE_DTYPE_BYTES[self.dense_dtype], self.x0_in_lookup,
-                              self.kept_copies)
+                              self.kept_copies, self.fp8)
         seconds = {"fwd": 0.0, "bwd": 0.0}
         after = 0.0
         launches = Launches(torch_ops=inv.autograd_nodes)
@@ -559,6 +575,13 @@ class Estimator:
             prev = out.get(s.table, (0.0, 0.0))
             out[s.table] = (max(prev[0], f + host / 2), max(prev[1], b + host / 2))
         return out
+
+
+def fp8_gemm_seconds(gemm: GemmShape, spec: DeviceSpec, ceil: Ceilings) -> float:
+    """Device seconds of one fp8 GEMM (``torch._scaled_mm``: cuBLASLt / hipBLASLt) by the library model at the
+    calibrated fp8 matmul rate (``hw calibrate``: e4m3, unit scales, bf16 out), 1-byte operands."""
+    problem = GemmProblem(m=gemm.m, n=gemm.n, k=gemm.k, dtype="fp8", out_bytes=gemm.out_bytes, epilogue="none")
+    return library_seconds(problem, spec, ceil)
 
 
 def memory_op_seconds(op: Op, copy: float) -> float:

@@ -155,6 +155,6 @@ def dense_activation_bytes(model: ModelSpec, batch: int, dense_dtype: str,
     ``x0_in_lookup`` as ``planner.ops.dense_inventory`` takes it.
     """
     cb = DENSE_DTYPE_BYTES[dense_dtype]
-    inv = dense_inventory(model, batch, cb, x0_in_lookup)
+    inv = dense_inventory(model, batch, cb, x0_in_lookup, fp8=dense_dtype == "fp8")
     casts = cb * dense_params(model) if cb < 4 else 0
     return int(activation_peak_per_sample(inv) * batch) + casts, BLAS_WORKSPACE_BYTES

@@ -18,6 +18,8 @@ import functools
 from dataclasses import dataclass
 
 from polyrec.kernels.dense_backward import BLOCK_NS, MAX_ITERATIONS, TILE_ELEMENTS
+from polyrec.kernels.fp8 import aligned as fp8_aligned
+from polyrec.kernels.fp8_dense import mlp_fits
 from polyrec.kernels.gemm_configs import pass_partial_rows
 from polyrec.perfmodel.gemm import ALIGNMENT_ELEMENTS
 from polyrec.planner.dense import GemmShape, Matmul, dense_matmuls, gemm_shapes, padded_in_dim
@@ -27,7 +29,17 @@ from polyrec.planner.types import ModelSpec
 #: same-dtype vectorized ops and polyrec's ReLU/bias backward at the copy rate ("vector"), the cross
 #: network's epilogue passes (``split_k_reduce_kernel``) below it ("pass": 6 calls moving 13.13 GB in
 #: 3.312 ms per step at a 4.24 TB/s copy rate, benchmarks/results/e2e_profile_nvidia-h200_2026-12-01 at 737b55b).
-RATE_CLASSES: dict[str, float] = {"vector": 1.0, "pass": 0.935}
+RATE_CLASSES: dict[str, float] = {"vector": 1.0, "pass": 0.935, **{
+    # fp8 dense layers (``--precision fp8``), on the H200 at MLPerf's batch 65536 against a ~4.27 TB/s copy:
+    # ``cast_fp8`` of a bf16 tensor into plain + transposed copies ([65536, 3456]: 4 bytes per element in 0.264 ms,
+    # benchmarks/results/fp8_copies_2026-12-03, cast tile 64 x 128);
+    "fp8_cast": 0.80,
+    # the cross forward pass writing its output's copies too (5 bf16 tensors' bytes in 0.635 ms) and CrossGrad
+    # writing only g's copies (6 in 0.864 ms): benchmarks/results/fp8_passes_2026-12-03, fp8_copies_2026-12-03;
+    "fp8_pass": 0.83, "fp8_cross_grad": 0.74,
+    # ReLU / bias backward writing the masked gradient's copies (6 bytes per element, N = 1024: 0.164 ms;
+    # fp8_copies_2026-12-03).
+    "fp8_relu": 0.58}}
 #: Device seconds of torch's column sum of a bias gradient's fp32 partials (``reduce_kernel``: 10 calls,
 #: 0.129 ms per step in the same profile: 7 ReLU layers with a bias, 3 cross layers).
 COLUMN_SUM_S = 12.9e-6
@@ -37,6 +49,8 @@ COLUMN_SUM_S = 12.9e-6
 MIN_KERNEL_S = 3.3e-6
 #: Bytes of an fp32 value (master weights, their gradients, the loss).
 FP32 = 4
+#: Bytes of an fp8 value (the fp8 GEMMs' operand copies).
+FP8 = 1
 #: fp32 [B / pass_partial_rows(B), D] buffers alive at the cross backward's peak: the
 #: CrossGrad pass's bias-gradient partials and two of the same size while ``torch.sum`` reduces them
 #: (allocator trace of one step, benchmarks/results/memory_peak_*_nvidia-h200_2026-11-30 at a184b6c,
@@ -183,6 +197,136 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int,
                             freed_early=w * cb)
 
 
+def _fp8_cast(name: str, phase: str, rows: int, cols: int, cb: int, *, plain: bool = True,
+              transposed: bool = True) -> Op:
+    """``polyrec.kernels.fp8.cast_fp8`` of a [rows, cols] tensor in the compute dtype: read once, each asked
+    copy written; its two copies allocated."""
+    return Op(name=name, phase=phase, bytes=rows * cols * (cb + FP8 * (plain + transposed)), rate="fp8_cast",
+              torch_ops=2, triton_ops=1)
+
+
+def _fp8_weight_casts(name: str, n: int, k: int, transposed: bool) -> list[Op]:
+    """``cast_fp8`` of an fp32 master [n, k]: the kernel writes the plain copy; a transposed one is torch's
+    transpose of it (``cast_fp8``'s fp32 rule)."""
+    ops = [Op(name=f"{name}.cast_w_fp8", phase="fwd", bytes=n * k * (FP32 + FP8), rate="fp8_cast", torch_ops=1,
+              triton_ops=1)]
+    if transposed:
+        ops.append(Op(name=f"{name}.transpose_w_fp8", phase="fwd", bytes=2 * n * k * FP8))
+    return ops
+
+
+def _fp8_gemm(name: str, phase: str, m: int, n: int, k: int, out_bytes: int, epilogue: str = "none") -> Op:
+    """One ``scaled_mm`` (a bias is the library's epilogue)."""
+    return Op(name=name, phase=phase, gemm=GemmShape(op=name, m=m, n=n, k=k, epilogue=epilogue, fp8=True,
+                                                     out_bytes=out_bytes))
+
+
+def fp8_mlp_layer(mat: Matmul, batch: int, cb: int, *, input_copies: bool, last: bool) -> tuple[list[Op], LayerMemory]:
+    """One layer of ``polyrec.kernels.fp8_dense.mlp`` (``_Fp8MLP``): its input cast to plain + transposed
+    copies (``input_copies``: written by the input's producer instead), the master's copies, the forward
+    GEMM with its bias; backward the ReLU / bias pass writing the masked gradient's copies (the first bottom
+    layer, with no input gradient: the gradient written, then its transposed copy cast), the weight- and
+    input-gradient GEMMs. ``last``: the MLP's last fp8 layer, whose ReLU is a torch op (and its backward)."""
+    n, k, b = mat.out_dim, padded_in_dim(mat, _pad_alignment(mat)), batch
+    relu = mat.epilogue == "relu"
+    ops = _reduction_pads(mat, batch, cb)
+    if not input_copies:
+        ops.append(_fp8_cast(f"{mat.name}.cast_x_fp8", "fwd", b, k, cb))
+    ops += _fp8_weight_casts(mat.name, n, k, transposed=mat.needs_dgrad)
+    ops.append(_fp8_gemm(f"{mat.name}.fwd", "fwd", b, n, k, cb, "bias" if mat.bias else "none"))
+    if last and relu:
+        ops += [Op(name=f"{mat.name}.relu", phase="fwd", bytes=2 * b * n * cb),
+                Op(name=f"{mat.name}.relu_grad", phase="bwd", bytes=3 * b * n * cb)]
+    partials = 2 * b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS) * n * FP32 if mat.bias else 0
+    read = (2 if relu else 1) * b * n * cb  # the gradient, and the pre-activation where a ReLU masks it
+    passes = dict(phase="bwd", triton_ops=1, torch_ops=2 if mat.bias else 1, column_sums=1 if mat.bias else 0)
+    if mat.needs_dgrad:
+        ops.append(Op(name=f"{mat.name}.relu_bias_grad", bytes=read + 2 * b * n * FP8 + partials, rate="fp8_relu",
+                      **passes))
+        ops.append(_fp8_gemm(f"{mat.name}.dgrad", "bwd", b, k, n, cb))
+    else:
+        ops += [Op(name=f"{mat.name}.relu_bias_grad", bytes=read + b * n * cb + partials, **passes),
+                _fp8_cast(f"{mat.name}.cast_g_fp8", "bwd", b, n, cb, plain=False)]
+    ops.append(_fp8_gemm(f"{mat.name}.wgrad", "bwd", n, k, b, FP32))
+    # saved: the input's transposed copy, the pre-activation where a ReLU follows (and the last one's
+    # output); backward: the incoming gradient, the masked gradient's copies, the input gradient
+    saved = k * FP8 + (n * cb if relu else 0) + (n * cb if last and relu else 0)
+    peak = n * cb + 2 * n * FP8 + (k * cb if mat.needs_dgrad else 0)
+    return ops, LayerMemory(name=mat.name, saved=saved, backward_peak=peak)
+
+
+def fp8_cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int, kept_copies: bool,
+                      output_copies: bool) -> tuple[list[Op], LayerMemory]:
+    """``cross_network`` with ``polyrec.kernels.fp8_dense.Fp8CrossGemms``: five of each layer's six GEMMs in
+    fp8 (``dlow V + G`` stays in the compute dtype). x0 is cast; each later x_l's copies are written by the
+    pass that makes it (``output_copies``: the last pass writes the next MLP's input copies too), g's by
+    CrossGrad instead of g (the same bytes in bf16: two 1-byte copies); low and dlow are cast, V and U cast
+    from their masters each step."""
+    ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
+    b = batch
+    for i, (v, u) in enumerate(pairs):
+        w, r = u.out_dim, v.out_dim
+        copies = i + 1 < len(pairs) or output_copies
+        if i == 0:
+            ops.append(_fp8_cast("cross.cast_x0_fp8", "fwd", b, w, cb))
+        ops += _fp8_weight_casts(v.name, r, w, transposed=False)
+        ops.append(_fp8_gemm(f"{v.name}.fwd", "fwd", b, r, w, cb))
+        ops.append(_fp8_cast(f"{v.name}.cast_low_fp8", "fwd", b, r, cb))
+        ops += _fp8_weight_casts(u.name, w, r, transposed=True)
+        ops += [_fp8_gemm(f"{u.name}.product", "fwd", b, w, r, cb),
+                Op(name=f"{u.name}.cross_pass", phase="fwd", bytes=b * w * (4 * cb + (2 * FP8 if copies else 0)),
+                   rate="fp8_pass" if copies else "pass", torch_ops=1 + 2 * copies, triton_ops=1)]
+        ops += _weight_casts(v, cb, kept_copies) + _weight_casts(u, cb, kept_copies)
+        first_backward = i == len(pairs) - 1  # d_x0 is written, not read
+        ops += [Op(name=f"{u.name}.cross_grad_pass", phase="bwd", bytes=(6 - first_backward) * b * w * cb,
+                   rate="fp8_cross_grad", torch_ops=4, triton_ops=1),
+                _fp8_gemm(f"{u.name}.dgrad", "bwd", b, r, w, cb),
+                Op(name=f"{v.name}.dgrad", phase="bwd", gemm=GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r,
+                                                                        epilogue="residual", library_adds_residual=True),
+                   torch_ops=0),
+                _fp8_gemm(f"{u.name}.wgrad", "bwd", w, r, b, FP32),
+                _fp8_cast(f"{v.name}.cast_dlow_fp8", "bwd", b, r, cb, plain=False),
+                _fp8_gemm(f"{v.name}.wgrad", "bwd", r, w, b, FP32),
+                Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=1, column_sums=1)]
+    w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
+    layers = len(pairs)
+    # saved until the whole backward ends: each layer's x_l and low as transposed fp8 copies and its product
+    # p; the backward's peak as ``cross_network``'s (g's two copies take g's bytes)
+    return ops, LayerMemory(name="cross", saved=layers * ((w + r) * FP8 + w * cb),
+                            backward_peak=(3 * w + r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w
+                            / pass_partial_rows(batch),
+                            freed_early=w * cb)
+
+
+def _fp8_layers(mlp: list[Matmul], batch: int, fp8: bool) -> int:
+    """How many leading layers of an MLP run in fp8 (``polyrec.models.layers.MLP``): the aligned leading
+    layers (the input counted padded, ``MLP.enable_fp8``) where the batch and the input as given (padded only
+    without an input gradient) suit an fp8 GEMM; 0 without fp8."""
+    if not fp8 or not mlp:
+        return 0
+    first = mlp[0]
+    k = padded_in_dim(first, _pad_alignment(first))
+    if not fp8_aligned(batch, k):
+        return 0
+    return mlp_fits((padded_in_dim(first, ALIGNMENT_ELEMENTS), *(m.out_dim for m in mlp)))
+
+
+def _mlp_ops(mlp: list[Matmul], batch: int, cb: int, kept_copies: bool, fp8: bool,
+             input_copies: bool = False) -> tuple[list[Op], list[LayerMemory]]:
+    """An MLP's layers: its leading fp8 layers (``_fp8_layers``), then the rest in the compute dtype."""
+    count = _fp8_layers(mlp, batch, fp8)
+    ops: list[Op] = []
+    layers: list[LayerMemory] = []
+    for i, m in enumerate(mlp):
+        if i < count:
+            o, lm = fp8_mlp_layer(m, batch, cb, input_copies=input_copies and i == 0, last=i == count - 1)
+        else:
+            o, lm = mlp_layer(m, batch, cb, kept_copies)
+        ops += o
+        layers.append(lm)
+    return ops, layers
+
+
 def dot_interaction(model: ModelSpec, batch: int, cb: int) -> tuple[list[Op], LayerMemory]:
     """``polyrec.models.layers.dot_interaction``: cat -> bmm(T, Tᵀ) -> lower triangle -> cat, and its backward."""
     f1, d, b = len(model.tables) + 1, model.embedding_dim, batch
@@ -204,23 +348,24 @@ def dot_interaction(model: ModelSpec, batch: int, cb: int) -> tuple[list[Op], La
 
 @functools.lru_cache(maxsize=1024)
 def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_lookup: bool = False,
-                    kept_copies: bool = False) -> DenseInventory:
+                    kept_copies: bool = False, fp8: bool = False) -> DenseInventory:
     """Every op of the dense forward and backward at ``batch`` samples, and the per-layer memory
     (cached: a 64-GPU plan asks for the same few batches ~1300 times). ``x0_in_lookup``: DLRM-DCNv2's
     x0 is the buffer the lookup wrote its pooled rows into (one GPU, polyrec's tables:
     ``polyrec.models.layers.beside``), so only the bottom MLP's columns are copied and x0 keeps only
     those beyond the pooled output (which the embedding side counts). ``kept_copies``: the dense
-    optimizer keeps the masters' compute-dtype copies (``_weight_casts``)."""
+    optimizer keeps the masters' compute-dtype copies (``_weight_casts``). ``fp8``: the dense layers'
+    GEMMs in fp8 where their sizes allow (``--precision fp8``; activations in the compute dtype, which
+    must be 16-bit)."""
     cb, b = dense_dtype_bytes, batch
+    if fp8 and cb != 2:
+        raise ValueError(f"dense_inventory: fp8 GEMMs run beside 16-bit activations, got {cb} bytes per value")
     mats = dense_matmuls(model)
     bottom = [m for m in mats if m.name.startswith("bottom.")]
     top = [m for m in mats if m.name.startswith("top.")]
     ops: list[Op] = [] if cb == FP32 else [Op(name="input.cast", phase="fwd", bytes=b * model.dense.num_dense * (FP32 + cb))]
-    layers: list[LayerMemory] = []
-    for m in bottom:
-        o, lm = mlp_layer(m, batch, cb, kept_copies)
-        ops += o
-        layers.append(lm)
+    o, layers = _mlp_ops(bottom, batch, cb, kept_copies, fp8)
+    ops += o
     fd = len(model.tables) * model.embedding_dim
     if model.dense.interaction == "dcnv2":
         width = model.interaction_dim
@@ -228,17 +373,23 @@ def dense_inventory(model: ModelSpec, batch: int, dense_dtype_bytes: int, x0_in_
         ops.append(Op(name="cross.cat", phase="fwd", bytes=2 * b * copied * cb))
         layers.append(LayerMemory(name="cross.x0", saved=copied * cb, backward_peak=width * cb + fd * cb))
         cross = [m for m in mats if m.name.startswith("cross.")]
-        o, lm = cross_network(list(zip(cross[::2], cross[1::2])), batch, cb, kept_copies)
+        pairs = list(zip(cross[::2], cross[1::2]))
+        # the last pass writes the top MLP's input copies where that layer runs in fp8 (DLRM.dense_forward)
+        top_copies = _fp8_layers(top, batch, fp8) > 0
+        if fp8 and fp8_aligned(batch, width, *(v.out_dim for v, _ in pairs)):
+            o, lm = fp8_cross_network(pairs, batch, cb, kept_copies, output_copies=top_copies)
+        else:
+            o, lm = cross_network(pairs, batch, cb, kept_copies)
         ops += o
         layers.append(lm)
     else:
+        top_copies = False
         o, lm = dot_interaction(model, batch, cb)
         ops += o
         layers.append(lm)
-    for m in top:
-        o, lm = mlp_layer(m, batch, cb, kept_copies)
-        ops += o
-        layers.append(lm)
+    o, lms = _mlp_ops(top, batch, cb, kept_copies, fp8, input_copies=top_copies)
+    ops += o
+    layers += lms
     ops.append(Op(name="loss", phase="fwd", bytes=b * (cb + 3 * FP32), torch_ops=3))  # squeeze/float, BCE
     ops.append(Op(name="loss_grad", phase="bwd", bytes=b * (cb + 3 * FP32), torch_ops=3))
     nodes = sum(2 + 2 * (1 if m.bias else 0) for m in mats) + 4

@@ -38,7 +38,8 @@ INDEX_DISTRIBUTIONS: tuple[str, ...] = SKEWS
 #: also the embedding all-to-alls under the dense compute (a pipelined trainer).
 OVERLAP_MODES: tuple[str, ...] = ("none", "ddp", "pipeline")
 #: Dense matmul input dtypes and their bytes per value.
-DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
+#: "fp8": fp8 GEMMs where the sizes allow beside bf16 activations (``--precision fp8``): 2 bytes a value.
+DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 2}
 #: Dense optimizers and their fp32 values of state per parameter: Adagrad's sum of squares, Adam's two
 #: moments (torch.optim.Adagrad / Adam).
 DENSE_STATE_PER_PARAM: dict[str, int] = {"sgd": 0, "adagrad": 1, "adam": 2}

@@ -10,7 +10,8 @@ is the bound, the graph costs a little: 19.40 against 19.27 ms at full size, bat
 are chosen by GPU time; benchmarks/results/graphs_x0_2026-12-04/). "auto" asks
 ``polyrec.planner.make_plan`` for this run's model, batch, dtypes and optimizers on the detected
 device and graphs the dense half when the predicted host time of the eager step exceeds its device
-time (``StepBreakdown.host_excess_ms`` > 0); an fp8 run by its bf16 step's prediction (``FP8_BY_BF16``). It stays eager where the planner does not model the run
+time (``StepBreakdown.host_excess_ms`` > 0); an fp8 run (``--precision fp8``) by the planner's fp8 step
+(``planner_dtype``; until the forty-fourth session, by its bf16 step). It stays eager where the planner does not model the run
 (the CPU, several ranks, the semi-synchronous pipeline, torch's embedding or dense layers): there the
 choice is the user's (``--cuda-graphs``).
 
@@ -25,13 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-#: The planner does not price fp8 dense GEMMs, so an fp8 run is judged by its bf16 step: fp8 issues more
-#: launches (its casts) for less device time, so where the bf16 step waits on the host the fp8 step does too.
-#: Measured on the H200 at batch 16384 (benchmarks/results/fp8_graphs_2026-12-04/): MLPerf DLRM-DCNv2 (4M-row
-#: tables) 11.3-13.0 ms eager against 5.3 graphed, dcnv2-small 10.0-10.7 against 2.8-3.0; at 65536 full size,
-#: where the bf16 step is device-bound, 17.08 eager against 17.00 graphed (bf16 rows, graphs_x0_2026-12-04/).
-FP8_BY_BF16 = " of bf16 dense (fp8 issues more launches for less device time)"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,8 +73,7 @@ def choose_graphs(cfg, rt, model_config, distributed: bool) -> GraphChoice:
         return GraphChoice(on=False, reason=f"auto: eager ({why_not})")
     on = prediction.host_ms > prediction.device_ms  # with the selection it would run eager (host_bound's)
     reason = (f"auto: {'graphed' if on else 'eager'}, predicted host {prediction.host_ms:.1f} ms "
-              f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step"
-              f"{FP8_BY_BF16 if rt.dense_fp8 else ''}")
+              f"{'>' if on else '<='} device {prediction.device_ms:.1f} ms per eager step")
     return GraphChoice(on=on, reason=reason, host_bound=prediction.host_bound(on))
 
 
@@ -107,12 +100,20 @@ def predicted_ms(cfg, rt, model_config) -> Prediction:
     spec = detect(rt.device.index or 0).spec
     constraints = PlanConstraints(weight_dtypes=(cfg.embedding_dtype,), optimizers=(cfg.embedding_optimizer,),
                                   batch_per_gpu=cfg.batch_size, allow_host_cache=False,
-                                  dense_dtype="bf16" if rt.compute_dtype.itemsize == 2 else "fp32",
+                                  dense_dtype=planner_dtype(rt),
                                   dense_optimizer=cfg.dense_optimizer, overlap="none")
     step = make_plan(model_spec_from_config(model_config), parse_fleet(spec.name), constraints).step
     return Prediction(host_ms=step.host_ms, graphed_host_ms=step.graphed_host_ms,
                       device_ms=step.total_ms - step.host_excess_ms, eager_host_bound=step.host_bound,
                       graphed_host_bound=step.graphed_host_bound)
+
+
+def planner_dtype(rt) -> str:
+    """The planner's dense dtype of this run: fp8 (its GEMMs in fp8 beside bf16 activations), else the
+    compute dtype's."""
+    if rt.dense_fp8:
+        return "fp8"
+    return "bf16" if rt.compute_dtype.itemsize == 2 else "fp32"
 
 
 def mark_host_bound(model, host_bound: bool) -> None:

@@ -24,7 +24,7 @@ from polyrec.runtime.config import TrainConfig
 
 #: The plan's dense dtypes (planner.types.Plan.dense_dtype) the trainer runs, by the same names
 #: (``TrainConfig.precision``).
-TRAINER_PRECISIONS = ("bf16", "fp32")
+TRAINER_PRECISIONS = ("bf16", "fp32", "fp8")
 
 
 def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
