@@ -81,7 +81,7 @@ def load_model(name: str, distribution: str) -> ModelSpec:
 def plan_table(plan: Plan) -> Table:
     s = plan.step
     t = Table(title=f"{plan.model.name} on {plan.fleet.text}: {plan.samples_per_s / 1e6:.2f}M samples/s predicted "
-                    f"(batch {plan.batch_per_gpu}/GPU, step {s.total_ms:.2f} ms)")
+                    f"(batch {plan.batch_per_gpu}/GPU, {plan.dense_dtype} dense, step {s.total_ms:.2f} ms)")
     t.add_column("step term")
     t.add_column("ms", justify="right")
     for label, value in (("embedding fwd", s.embedding_fwd_ms), ("embedding bwd + update", s.embedding_bwd_ms),
