@@ -92,3 +92,16 @@ def test_fp8_prices_less_gemm_time_and_more_copies_than_bf16():
     assert plan.dense_dtype == "fp8" and plan.step.total_ms > 0
     with pytest.raises(ValueError, match="A100 has no fp8"):
         Estimator(spec, parse_fleet("A100"), dense_dtype="fp8")
+
+
+def test_an_fp8_plan_runs_fp8_dense_layers(tmp_path):
+    """A plan priced with fp8 dense layers sets the trainer's precision to fp8 (``polyrec train --plan``)."""
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.plan_apply import apply_plan
+
+    config = preset("dcnv2-small").with_capped_rows(64)
+    plan = make_plan(model_spec_from_config(config), parse_fleet("H200"),
+                     PlanConstraints(batch_per_gpu=64, dense_dtype="fp8", allow_host_cache=False))
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    assert apply_plan(TrainConfig(plan=path), plan).precision == "fp8"
