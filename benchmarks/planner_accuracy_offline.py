@@ -16,17 +16,17 @@ import os
 import tempfile
 from pathlib import Path
 
-from planner_accuracy import FULL, cases, geomean_abs_error, predict, summary_line
+from planner_accuracy import FP8, FULL, cases, geomean_abs_error, predict, summary_line
 
 
 def repredict(rows: list[dict]) -> list[dict]:
     """Each row with this tree's prediction beside the run's (the calibration must be in the cache)."""
-    known = {(c.model_label, c.batch): c for c in cases(FULL)}
+    known = {(c.model_label, c.batch): c for c in cases(FULL + FP8)}
     out = []
     for r in rows:
         case = known.get((r["model"], r["batch"]))
         if case is None:
-            raise SystemExit(f"row {r['model']} batch {r['batch']} is not a configuration of planner_accuracy.FULL")
+            raise SystemExit(f"row {r['model']} batch {r['batch']} is not a configuration of planner_accuracy.FULL or FP8")
         plan = predict(case, "H200")
         step = plan.step
         row = {"model": r["model"], "batch": r["batch"], "measured_ms": r["measured_ms"],

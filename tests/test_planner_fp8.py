@@ -13,7 +13,7 @@ from polyrec.kernels import fp8_dense
 from polyrec.models import DLRM, ModelConfig, preset
 from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
 from polyrec.planner.estimate import Estimator
-from polyrec.planner.ops import RATE_CLASSES, dense_inventory
+from polyrec.planner.ops import FP8_OP_HOST_TORCH_OPS, RATE_CLASSES, dense_inventory
 
 #: DLRM-DCNv2 and DLRM with fp8-aligned sizes: D = 4 x 16, rank 16; the dot interaction's top MLP input
 #: (16 + 4 x 3 / 2 = 22 columns) is not aligned, so that MLP stays bf16.
@@ -71,6 +71,9 @@ def test_mlperf_fp8_inventory_is_the_profiled_steps():
     assert sum(op.name.endswith("transpose_w_fp8") for op in inv.ops) == 9
     gemms = [op.gemm for op in inv.ops if op.gemm is not None]
     assert (len(gemms), sum(g.fp8 for g in gemms)) == (41, 35)
+    fp8_ops = [op for op in inv.ops if op.rate == "fp8_cast" or "transpose_w_fp8" in op.name
+               or (op.gemm is not None and op.gemm.fp8)]
+    assert len(fp8_ops) == 71 and all(op.torch_ops >= 1 + FP8_OP_HOST_TORCH_OPS for op in fp8_ops)
     assert not any(g.fp8 for g in gemms if g.op.endswith(("v.dgrad",)) or g.op.startswith("top.4"))
     odd = dense_inventory(spec, 65528, 2, True, True, fp8=True)
     assert not any(op.rate.startswith("fp8") or (op.gemm is not None and op.gemm.fp8) for op in odd.ops)

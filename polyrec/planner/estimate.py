@@ -39,9 +39,6 @@ POOLED_BYTES = 4
 DENSE_OPTIMIZER_VALUES = {"sgd": 3, "adagrad": 5, "adam": 22}
 #: Map the planner's epilogue names to polyrec.perfmodel.gemm's.
 _EPILOGUE = {("relu", True): "bias_relu", ("none", True): "bias", ("none", False): "none", ("cross", True): "cross"}
-#: Torch ops one fp8 GEMM issues (``polyrec.kernels.fp8.scaled_mm``: ``torch._scaled_mm`` and the
-#: compute-dtype copy of a bias it takes).
-FP8_GEMM_TORCH_OPS = 2
 #: Parameter tensors of a dense matmul with a bias (weight and bias) the optimizer walks.
 TENSORS_PER_BIAS_MATMUL = 2
 #: Bytes of a bag length crossing the input all-to-all (int32). Ids cross as int32 when every table has
@@ -329,7 +326,7 @@ class Estimator:
                 continue
             if op.gemm.fp8:
                 out.append(OpTime(op=op, seconds=fp8_gemm_seconds(op.gemm, spec, ceil), epilogue=op.gemm.epilogue,
-                                  launches=Launches(torch_ops=FP8_GEMM_TORCH_OPS), kernel="library fp8"))
+                                  launches=Launches(torch_ops=op.torch_ops), kernel="library fp8"))
                 continue
             epi = epilogues.get(op.gemm.op, op.gemm.epilogue)
             in_place = op.gemm.library_adds_residual
