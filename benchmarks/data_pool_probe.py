@@ -1,8 +1,9 @@
 """Does the benchmarks' 4-batch data pool flatter the step? The same step on a memorised pool and a fresh one.
 
 ``benchmarks/e2e.py`` and the probes trained on ``synthetic_pool=4`` (until the thirty-eighth and forty-fourth
-sessions): four batches made once and cycled, so that no step pays for making its data. The model memorises them (loss 0.75 -> ~1e-5 within 15 steps,
-docs/training.md), so every timed step runs on a model that has already fit its batch: tiny loss
+sessions): four batches made once and cycled, so that no step pays for making its data. The model memorises
+them (loss 0.75 -> ~1e-5 within 15 steps, docs/training.md), so every timed step runs on a model that has
+already fit its batch: tiny loss
 gradients, saturated logits. A GEMM's speed can follow its operands' values (the tensor cores' power), so
 this times ``mlperf-dcnv2`` (tables capped at 4M rows: the dense half is the full model's) on a pool of
 ``SMALL_POOL`` batches against one of ``LARGE_POOL``, which no timed window sees twice, in interleaved

@@ -345,8 +345,8 @@ def main() -> None:
         "plan_choice_worst": min((c["picked_vs_fastest"] for c in choices), default=float("nan")),
         "wall_s": time.perf_counter() - start,
     }
-    write_results("planner_accuracy_fp8" if args.fp8 else "planner_accuracy", {"rows": table, "plan_choice": choices, "skipped": skipped,
-                                       "host_probe": host_probe}, rows=table,
+    write_results("planner_accuracy_fp8" if args.fp8 else "planner_accuracy",
+                  {"rows": table, "plan_choice": choices, "skipped": skipped, "host_probe": host_probe}, rows=table,
                   summary=summary)
     print()
     print(f"{'model':<58} {'batch':>6} {'pred ms':>8} {'meas ms':>8} {'err':>7} {'pred GB':>8} {'meas GB':>8}")

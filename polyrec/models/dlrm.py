@@ -103,8 +103,10 @@ class DLRM(nn.Module):
             on_x0_grad = None if on_emb_grad is None else functools.partial(
                 _embedding_part, on_emb_grad, bottom.shape[1], emb.shape)
             # the top MLP's fp8 pass begun ahead, so that the cross network's last pass writes its input copies
-            begun = self.top.begin_fp8_input(x0.shape[0], x0.device, self.ops, x0.requires_grad or any(
-                p.requires_grad for p in self.cross.parameters())) if self.cross.writes_output_copies(self.ops) else None
+            begun = None
+            if self.cross.writes_output_copies(self.ops):
+                cross_grad = x0.requires_grad or any(p.requires_grad for p in self.cross.parameters())
+                begun = self.top.begin_fp8_input(x0.shape[0], x0.device, self.ops, cross_grad)
             # the top MLP alone reads the cross output: its gradient is the network's to overwrite
             inter = self.cross(x0, self.ops, on_x0_grad, owns_output_grad=True,
                                output_copies=begun.copies if begun is not None else None)

@@ -11,9 +11,9 @@ are chosen by GPU time; benchmarks/results/graphs_x0_2026-12-04/). "auto" asks
 ``polyrec.planner.make_plan`` for this run's model, batch, dtypes and optimizers on the detected
 device and graphs the dense half when the predicted host time of the eager step exceeds its device
 time (``StepBreakdown.host_excess_ms`` > 0); an fp8 run (``--precision fp8``) by the planner's fp8 step
-(``planner_dtype``; until the forty-fourth session, by its bf16 step). It stays eager where the planner does not model the run
-(the CPU, several ranks, the semi-synchronous pipeline, torch's embedding or dense layers): there the
-choice is the user's (``--cuda-graphs``).
+(``planner_dtype``; until the forty-fourth session, by its bf16 step). It stays eager where the planner does
+not model the run (the CPU, several ranks, the semi-synchronous pipeline, torch's embedding or dense layers):
+there the choice is the user's (``--cuda-graphs``).
 
 The same prediction says whether the step, as it will run (graphed or eager), waits on the host with its
 embedding updates selected by GPU time (``GraphChoice.host_bound``: the planner's ``StepBreakdown.host_bound``
@@ -25,7 +25,6 @@ stays so where the fewer launches leave the step bound by the GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
