@@ -23,7 +23,7 @@ from e2e import CAP_ROWS, SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, safe_measur
 from polyrec.models.embeddings import PolyrecEmbeddings
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig
-from stats import median_where, rotated
+from stats import case_rounds, median_where
 
 #: (label, TrainConfig changes): issue 5's full-size step, the capped 16384 batch where "auto" graphs, and
 #: the fastest full-size form measured (fp8 dense GEMMs beside bf16 rows), whose eager dense half waits on
@@ -60,15 +60,8 @@ def main() -> None:
                        batch_size=4096 if args.quick else 65536, steps=10**9, synthetic_pool=SYNTHETIC_POOL,
                        device="cuda")
     steps = 5 if args.quick else TIMED_STEPS
-    rows = []
-    for round_ in range(args.rounds):
-        for label, changes in CASES:
-            cfg = dataclasses.replace(base, **changes)
-            for variant in rotated(VARIANTS, round_):
-                row = measure_variant(cfg, variant, label, steps)
-                rows.append({"case": label, "variant": variant, "round": round_, **row})
-                print(f"{label:<28} {variant:<15} {row.get('ms_per_step', float('nan')):8.2f} ms "
-                      f"(dense {row.get('dense_ms', float('nan')):6.2f})  {row.get('error', '')}")
+    rows = case_rounds(base, CASES, VARIANTS, args.rounds,
+                       lambda cfg, variant, label: measure_variant(cfg, variant, label, steps))
     summary = {f"{label}: {variant} ms": median_where(rows, "ms_per_step", case=label, variant=variant)
                for label, _ in CASES for variant in VARIANTS}
     write_results("graphs_x0_ab", {"rows": rows}, rows=rows, summary=summary)

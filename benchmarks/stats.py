@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -42,3 +43,21 @@ def median_where(rows: list[dict[str, Any]], key: str, **match: Any) -> float | 
     measurement carries an ``error`` instead) are left out; None when no row has it."""
     values = [r[key] for r in rows if key in r and all(r.get(k) == v for k, v in match.items())]
     return statistics.median(values) if values else None
+
+
+def case_rounds(base: Any, cases: Sequence[tuple[str, dict[str, Any]]], variants: Sequence[str], rounds: int,
+                measure: Callable[[Any, str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each case (label, changes to the dataclass ``base``) measured in each variant once per round, the
+    variants in ``rotated`` order: rows {"case", "variant", "round", **measure(config, variant, label)},
+    each printed with its ms per step and dense phase as it comes."""
+    widths = max(len(label) for label, _ in cases), max(len(v) for v in variants)
+    rows = []
+    for round_ in range(rounds):
+        for label, changes in cases:
+            cfg = dataclasses.replace(base, **changes)
+            for variant in rotated(variants, round_):
+                row = measure(cfg, variant, label)
+                rows.append({"case": label, "variant": variant, "round": round_, **row})
+                print(f"{label:<{widths[0]}} {variant:<{widths[1]}} {row.get('ms_per_step', math.nan):8.2f} ms "
+                      f"(dense {row.get('dense_ms', math.nan):6.2f})  {row.get('error', '')}", flush=True)
+    return rows

@@ -27,7 +27,7 @@ from polyrec.models.layers import MLP
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
 from profiling import kernel_table
-from stats import median_where, rotated
+from stats import case_rounds, median_where, rotated
 
 #: (label, TrainConfig changes): the fastest full-size form measured (bf16 rows, graphed: its eager dense half
 #: waits on the host, docs/training.md) and the target's fp32 rows.
@@ -84,15 +84,8 @@ def main() -> None:
                        device="cuda", precision="fp8")
     steps = 5 if args.quick else TIMED_STEPS
     kernels = kernel_rows(base, args.rounds)
-    rows = []
-    for round_ in range(args.rounds):
-        for label, changes in CASES:
-            cfg = dataclasses.replace(base, **changes)
-            for variant in rotated(VARIANTS, round_):
-                row = measure_variant(cfg, variant, label, steps)
-                rows.append({"case": label, "variant": variant, "round": round_, **row})
-                print(f"{label:<20} {variant:<22} {row.get('ms_per_step', float('nan')):8.2f} ms "
-                      f"(dense {row.get('dense_ms', float('nan')):6.2f})  {row.get('error', '')}", flush=True)
+    rows = case_rounds(base, CASES, VARIANTS, args.rounds,
+                       lambda cfg, variant, label: measure_variant(cfg, variant, label, steps))
     summary: dict[str, Any] = {}
     for v in VARIANTS:
         for key in ("kernel_ms_per_step", *(f"{name}_ms" for name in KERNELS)):
