@@ -10,7 +10,8 @@ alternate the two checkouts so that drift over time hits both alike. The results
 checkout this script runs from, and names both checkouts' commits.
 
     PYTHONPATH=. python3 benchmarks/checkout_ab.py --base OLD_DIR --change NEW_DIR \\
-        [--configs mlperf-dcnv2:16384,mlperf-dcnv2:65536] [--rounds 3] [--steps 30] [--cuda-graphs]
+        [--configs mlperf-dcnv2:16384,mlperf-dcnv2:65536] [--rounds 3] [--steps 30] [--cuda-graphs] \\
+        [--data synthetic:uniform] [--precision fp8] [--embedding-dtype bf16]
 
 Each trial trains on a synthetic pool of as many batches as its warm and timed steps (no timed step sees a
 batch twice). Both checkouts run the dense half eager, or with ``--cuda-graphs`` both graphed (a checkout from before
@@ -38,9 +39,10 @@ import polyrec
 from polyrec.runtime import TrainConfig, Trainer
 preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000,
-                  synthetic_pool=warmup + steps, cuda_graphs=sys.argv[6] == "graphs")
+                  synthetic_pool=warmup + steps, cuda_graphs=sys.argv[6] == "graphs", **json.loads(sys.argv[7]))
 trainer = Trainer(cfg, progress=False)
-print(json.dumps({**trainer.benchmark(warmup=warmup, steps=steps), "polyrec_file": polyrec.__file__}))
+options = {k: getattr(cfg, k) for k in json.loads(sys.argv[7])}
+print(json.dumps({**trainer.benchmark(warmup=warmup, steps=steps), "polyrec_file": polyrec.__file__, "options": options}))
 """
 
 
@@ -73,8 +75,13 @@ def run_child(checkout: Path, code: str, argv: list[str], what: str) -> dict:
 def trial(checkout: Path, preset: str, batch: int, args) -> dict:
     """One fresh process of ``checkout`` timing ``preset`` at ``batch``."""
     mode = "graphs" if args.cuda_graphs else "eager"
-    return run_child(checkout, CHILD, [preset, str(batch), str(args.row_cap), str(args.warmup), str(args.steps), mode],
-                     f"{preset}@{batch}")
+    return run_child(checkout, CHILD, [preset, str(batch), str(args.row_cap), str(args.warmup), str(args.steps), mode,
+                                       json.dumps(run_options(args))], f"{preset}@{batch}")
+
+
+def run_options(args: argparse.Namespace) -> dict:
+    """The trainer's settings both checkouts take from the command line: data, dense precision, row dtype."""
+    return {"data": args.data, "precision": args.precision, "embedding_dtype": args.embedding_dtype}
 
 
 def checkouts_of(args: argparse.Namespace) -> dict[str, Path]:
@@ -108,6 +115,9 @@ def main() -> None:
     parser.add_argument("--row-cap", type=int, default=4_000_000)
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="graph the dense half in both checkouts (default: eager in both)")
+    parser.add_argument("--data", default="synthetic", help="synthetic (power-law ids) or synthetic:uniform")
+    parser.add_argument("--precision", default="auto", help="dense matmuls: auto (bf16), bf16 or fp8")
+    parser.add_argument("--embedding-dtype", default="fp32", help="embedding rows: fp32, fp16 or bf16")
     args = parser.parse_args()
     checkouts = checkouts_of(args)
     rows = []
@@ -120,7 +130,7 @@ def main() -> None:
                              "dense_host_ms": measured.get("dense_host_ms"), "dense_ms": measured.get("dense_ms")})
                 print(rows[-1], flush=True)
     summary = {name: commit_of(path) for name, path in checkouts.items()} | {
-        "cuda_graphs": args.cuda_graphs}
+        "cuda_graphs": args.cuda_graphs, "row_cap": args.row_cap} | run_options(args)
     for preset, batch in parse_configs(args.configs):
         med = {name: statistics.median(r["median_step_ms"] for r in rows
                                        if (r["preset"], r["batch"], r["checkout"]) == (preset, batch, name))

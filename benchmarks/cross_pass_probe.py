@@ -81,16 +81,16 @@ def fp8_copies(m: int, n: int, fmt) -> Fp8Out:
 def timed(fn, tile) -> float:
     """``fn`` timed back to back with the passes' tile (BLOCK_M, BLOCK_N, warps) set to ``tile``."""
     block_m, block_n, warps = tile
-    with mock.patch.multiple(gemm, REDUCE_BLOCK_M=block_m, REDUCE_BLOCK_N=block_n, FP8_ONLY_PASS_BLOCK_N=block_n,
-                             REDUCE_NUM_WARPS=warps):
+    with mock.patch.multiple(gemm, REDUCE_BLOCK_M=block_m, REDUCE_BLOCK_N=block_n, REDUCE_NUM_WARPS=warps,
+                             FP8_ONLY_PASS_NUM_WARPS=warps):
         return calibrate.steady_ms(fn)
 
 
 def current_tile(name: str) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, warps) the pass ``name`` runs at today (CrossGrad writing only fp8 copies: its own
-    column count, ``gemm_configs.FP8_ONLY_PASS_BLOCK_N``)."""
-    block_n = gemm.FP8_ONLY_PASS_BLOCK_N if name.endswith("fp8_only") else gemm.REDUCE_BLOCK_N
-    return gemm.REDUCE_BLOCK_M, block_n, gemm.REDUCE_NUM_WARPS
+    warp count, ``gemm_configs.FP8_ONLY_PASS_NUM_WARPS``)."""
+    warps = gemm.FP8_ONLY_PASS_NUM_WARPS if name.endswith("fp8_only") else gemm.REDUCE_NUM_WARPS
+    return gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, warps
 
 
 def main() -> None:

@@ -14,15 +14,22 @@ ROOT = Path(__file__).parents[1]
 ab = load_benchmark("checkout_ab")
 
 
+def _args(**options) -> SimpleNamespace:
+    return SimpleNamespace(row_cap=1000, warmup=1, steps=2, cuda_graphs=False,
+                           **({"data": "synthetic", "precision": "auto", "embedding_dtype": "fp32"} | options))
+
+
 def test_a_trial_times_the_checkouts_own_trainer_in_a_new_process():
-    measured = ab.trial(ROOT, "dcnv2-small", 64, SimpleNamespace(row_cap=1000, warmup=1, steps=2, cuda_graphs=False))
+    """It trains with the data, precision and row dtype given (the child echoes its trainer's)."""
+    measured = ab.trial(ROOT, "dcnv2-small", 64, _args(data="synthetic:uniform", precision="bf16"))
     assert measured["median_step_ms"] > 0 and measured["ms_per_step"] > 0
+    assert measured["options"] == {"data": "synthetic:uniform", "precision": "bf16", "embedding_dtype": "fp32"}
 
 
 def test_a_trial_refuses_a_child_that_imported_another_trees_polyrec(tmp_path):
     """A folder without polyrec/: the child imports the installed (editable) one, which the trial refuses."""
     with pytest.raises(RuntimeError, match="imported polyrec from .*not the checkout's code"):
-        ab.trial(tmp_path, "dcnv2-small", 64, SimpleNamespace(row_cap=1000, warmup=1, steps=2, cuda_graphs=False))
+        ab.trial(tmp_path, "dcnv2-small", 64, _args())
 
 
 def test_a_checkout_is_named_by_its_commit_or_its_directory(tmp_path):

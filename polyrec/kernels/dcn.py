@@ -30,7 +30,6 @@ gradient tensors), and an fp32 accumulator would double its read-modify-write tr
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -46,12 +45,6 @@ from polyrec.kernels.master_copies import compute_copy
 #: Batch sizes whose fused-backward GEMM configs ``compile_jobs`` covers (MLPerf DLRM-DCNv2 runs
 #: 65536; 16384 is the e2e benchmark's smaller batch).
 COMPILE_BATCHES = (16384, 65536)
-#: Why the CrossGrad pass may spill on NVIDIA (sm_90, Triton 3.6: 792 B per thread; 24 B writing only g's
-#: fp8 copies at its 64 columns): timed on the H200 over MLPerf's [65536, 3456] at 12 tiles and 1-16 row
-#: blocks, spills and all, the tiles it runs at were the fastest or within 1% of them, the spill-free ones
-#: slower (benchmarks/results/cross_pass_probe_2026-12-01/, fp8_copies_2026-12-03/).
-CROSS_GRAD_SPILLS = "timed with its spill against 12 tiles and 5 row-block counts on the H200 " \
-    "(cross_pass_probe_2026-12-01, fp8_copies_2026-12-03)"
 #: MLPerf DLRM-DCNv2 cross network: 3456 = 27 x 128 features, rank 512 (MLPerf Training
 #: recommendation_v2/torchrec_dlrm README).
 MLPERF_DIM, MLPERF_RANK = 3456, 512
@@ -227,5 +220,4 @@ def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
               (("cross", 1), ("cross_grad", 1), ("residual", 1), ("residual", 4))]
     passes += [reduce_compile_job("bf16", split_k=1, epilogue=e, fp8=f, copies_only=e == "cross_grad")
                for e, f in zip(("cross", "cross_grad"), spec_formats(spec))]
-    kept = CROSS_GRAD_SPILLS if spec.vendor == "nvidia" else ""
-    return jobs + [dataclasses.replace(j, known_spill=kept) if "cross_grad" in j.label else j for j in passes]
+    return jobs + passes

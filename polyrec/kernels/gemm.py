@@ -28,7 +28,7 @@ import torch
 from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.dense_backward import relu_bias_backward
 from polyrec.kernels.fp8 import Fp8Out, eager_fused_out
-from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_BLOCK_N, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS,
+from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_NUM_WARPS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS,
                                           GemmConfig, pass_row_blocks)
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
@@ -237,7 +237,7 @@ def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmu
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
                                                   ceil_div(y.shape[0], REDUCE_BLOCK_M * per_program))
     _reduce(y, out, ptrs, strides, flags | {"STORE_C": store}, 1, (0, y.stride(0), y.stride(1)), warmup, per_program,
-            fp8, REDUCE_BLOCK_N if store else FP8_ONLY_PASS_BLOCK_N)
+            fp8, REDUCE_NUM_WARPS if store else FP8_ONLY_PASS_NUM_WARPS)
     if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
     return out
@@ -363,22 +363,21 @@ def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, 
 
 
 def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, warmup: bool,
-            per_program: int = 1, fp8: Fp8Out | None = None, block_n: int | None = None) -> None:
+            per_program: int = 1, fp8: Fp8Out | None = None, num_warps: int = REDUCE_NUM_WARPS) -> None:
     """``split_k_reduce_kernel`` over out [M, N]: partials [S, M, N] (``partial_strides``), or with
-    ``split_k`` 1 a library product [M, N] (its strides after a leading 0); each program walks
-    ``per_program`` blocks of REDUCE_BLOCK_M rows x ``block_n`` columns (None: REDUCE_BLOCK_N); ``fp8``:
-    fp8 copies of out written too."""
+    ``split_k`` 1 a library product [M, N] (its strides after a leading 0); each program, of ``num_warps``
+    warps, walks ``per_program`` blocks of REDUCE_BLOCK_M x REDUCE_BLOCK_N; ``fp8``: fp8 copies of out
+    written too."""
     m, n = out.shape
-    block_n = block_n or REDUCE_BLOCK_N
-    grid = (ceil_div(m, REDUCE_BLOCK_M * per_program), ceil_div(n, block_n))
+    grid = (ceil_div(m, REDUCE_BLOCK_M * per_program), ceil_div(n, REDUCE_BLOCK_N))
     fp8_ptrs = (fp8.q, fp8.qt, fp8.scale, fp8.recorded) if fp8 is not None else (out,) * 4  # never read without
     fp8_flags = {} if fp8 is None else {
         "FP8_OUT": True, "FP8_MAX": fp8.fmt.max_value, "FP8_ROUND_IN_FP32": interpreting(),
         "FP8_MANTISSA_BITS": fp8.fmt.mantissa_bits, "FP8_MIN_EXPONENT": fp8.fmt.min_exponent}
     _call(split_k_reduce_kernel, grid, warmup)(
         partials, out, *ptrs, *fp8_ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
-        SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=block_n, ROW_BLOCKS=per_program,
-        num_warps=REDUCE_NUM_WARPS, **flags, **fp8_flags)
+        SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, ROW_BLOCKS=per_program,
+        num_warps=num_warps, **flags, **fp8_flags)
 
 
 def _device_spec(t: torch.Tensor) -> DeviceSpec:

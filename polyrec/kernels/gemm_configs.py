@@ -29,10 +29,11 @@ SPLIT_K_TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (1
 REDUCE_BLOCK_M = 32
 REDUCE_BLOCK_N = 128
 REDUCE_NUM_WARPS = 4
-#: Columns per program of the CrossGrad pass writing only g's fp8 copies (``epilogue_pass``'s ``fp8_only``):
-#: 64, at 0.864 ms on MLPerf's [65536, 3456] against 0.962 / 0.979 at REDUCE_BLOCK_N, fastest of the 12 tiles
-#: tried, in two runs on the H200 (benchmarks/results/fp8_copies_2026-12-03/).
-FP8_ONLY_PASS_BLOCK_N = 64
+#: Warps of the CrossGrad pass writing only g's fp8 copies (``epilogue_pass``'s ``fp8_only``), at the
+#: shared REDUCE_BLOCK_M x REDUCE_BLOCK_N tile: 0.743 / 0.755 ms on MLPerf's [65536, 3456] in two runs against
+#: 0.845 / 0.857 at the 32 x 64, 4-warp tile it ran at before, fastest of 26 tiles and warp counts tried
+#: (H200, benchmarks/results/fp8_pass_tiles_2026-12-04/).
+FP8_ONLY_PASS_NUM_WARPS = 8
 #: Row blocks (of REDUCE_BLOCK_M rows) one program of the CrossGrad epilogue pass walks, summing its
 #: bias-gradient column partial once at the end instead of once per block: on MLPerf's [65536, 3456]
 #: bf16 the per-block column sum cost that pass 0.12 of 0.81 ms (H200,
