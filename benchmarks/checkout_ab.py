@@ -38,7 +38,7 @@ import json, sys
 import polyrec
 from polyrec.runtime import TrainConfig, Trainer
 preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap, steps=10_000,
+cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap or None, steps=10_000,
                   synthetic_pool=warmup + steps, cuda_graphs=sys.argv[6] == "graphs", **json.loads(sys.argv[7]))
 trainer = Trainer(cfg, progress=False)
 options = {k: getattr(cfg, k) for k in json.loads(sys.argv[7])}
@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--row-cap", type=int, default=4_000_000)
+    parser.add_argument("--row-cap", type=int, default=4_000_000, help="rows per table at most (0: full size)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="graph the dense half in both checkouts (default: eager in both)")
     parser.add_argument("--data", default="synthetic", help="synthetic (power-law ids) or synthetic:uniform")
