@@ -34,9 +34,10 @@ RATE_CLASSES: dict[str, float] = {"vector": 1.0, "pass": 0.935, **{
     # ``cast_fp8`` of a bf16 tensor into plain + transposed copies ([65536, 3456]: 4 bytes per element in 0.264 ms,
     # benchmarks/results/fp8_copies_2026-12-03, cast tile 64 x 128);
     "fp8_cast": 0.80,
-    # the cross forward pass writing its output's copies too (5 bf16 tensors' bytes in 0.635 ms) and CrossGrad
-    # writing only g's copies (6 in 0.864 ms): benchmarks/results/fp8_passes_2026-12-03, fp8_copies_2026-12-03;
-    "fp8_pass": 0.83, "fp8_cross_grad": 0.74,
+    # the cross forward pass writing its output's copies too (5 bf16 tensors' bytes in 0.635 ms,
+    # benchmarks/results/fp8_passes_2026-12-03) and CrossGrad writing only g's copies (6 in 0.771 ms at 8 warps,
+    # the maximum kept per tile element: benchmarks/results/fp8_pass_tiles_2026-12-04/probe);
+    "fp8_pass": 0.83, "fp8_cross_grad": 0.83,
     # ReLU / bias backward writing the masked gradient's copies (6 bytes per element, N = 1024: 0.164 ms;
     # fp8_copies_2026-12-03).
     "fp8_relu": 0.58}}
