@@ -87,7 +87,7 @@ def relu_bias_backward_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     col_ok = cols < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    amax = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # |masked gradient|'s maximum per tile element
+    amax = tl.zeros((BLOCK_N,), dtype=tl.float32)  # column maxima of |masked gradient|
     for start in range(pid_m * ROWS_PER_PROGRAM, (pid_m + 1) * ROWS_PER_PROGRAM, BLOCK_M):
         rows = (start + tl.arange(0, BLOCK_M)).to(tl.int64)  # [BM], 64-bit offsets
         mask = (rows < M)[:, None] & col_ok[None, :]
@@ -97,7 +97,7 @@ def relu_bias_backward_kernel(
             g = tl.where(y <= 0, tl.zeros_like(g), g)
         if FP8_OUT:
             masked = g.to(tl.float32)
-            amax = tl.maximum(amax, tl.abs(masked))
+            amax = tl.maximum(amax, tl.max(tl.abs(masked), axis=0))
             quantize_store(masked, rows, cols, mask, q_ptr, qt_ptr, M, N, tl.load(q_scale_ptr), True, True,
                            FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT)
         elif RELU:
@@ -107,7 +107,7 @@ def relu_bias_backward_kernel(
     if BIAS:
         tl.store(partial_ptr + pid_m * N + cols, tl.sum(acc, axis=0), mask=col_ok)
     if FP8_OUT:
-        tl.atomic_max(q_amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
+        tl.atomic_max(q_amax_ptr, tl.max(amax, axis=0))
 
 
 @lru_cache(maxsize=1024)
