@@ -31,8 +31,9 @@ REDUCE_BLOCK_N = 128
 REDUCE_NUM_WARPS = 4
 #: Warps of the CrossGrad pass writing only g's fp8 copies (``epilogue_pass``'s ``fp8_only``), at the
 #: shared REDUCE_BLOCK_M x REDUCE_BLOCK_N tile: 0.743 / 0.755 ms on MLPerf's [65536, 3456] in two runs against
-#: 0.845 / 0.857 at the 32 x 64, 4-warp tile it ran at before, fastest of 26 tiles and warp counts tried
-#: (H200, benchmarks/results/fp8_pass_tiles_2026-12-04/).
+#: 0.846 / 0.857 at the 32 x 64, 4-warp tile it ran at before; the fastest of the tiles tried then, and of
+#: ``cross_pass_probe.py --fp8``'s 12 after the change (0.771 ms; H200,
+#: benchmarks/results/fp8_pass_tiles_2026-12-04/).
 FP8_ONLY_PASS_NUM_WARPS = 8
 #: Row blocks (of REDUCE_BLOCK_M rows) one program of the CrossGrad epilogue pass walks, summing its
 #: bias-gradient column partial once at the end instead of once per block: on MLPerf's [65536, 3456]

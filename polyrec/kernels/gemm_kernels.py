@@ -162,7 +162,8 @@ def split_k_reduce_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     g_sum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # |C|'s running maximum per tile element, reduced once at the end: a column reduction per row block
-    # (across warps, through shared memory) cost the 8-warp CrossGrad pass 0.28 ms of 0.74 on the H200
+    # (across warps, through shared memory) made the 8-warp CrossGrad pass 1.02 ms instead of 0.74 on the
+    # H200 (benchmarks/results/fp8_pass_tiles_2026-12-04/)
     amax = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for block in range(ROW_BLOCKS):
         rows = (tl.program_id(0) * ROW_BLOCKS + block) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
@@ -257,7 +258,7 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
     it on row-major tensors: the column strides 1 (Triton's JIT makes an int argument of 1 a constant), the
     other integers multiples of 16 and the pointers 16-byte aligned. Compiled with the column strides as
     arguments, the passes would vectorize along the rows and take 164-255 registers on sm_90 (CrossGrad
-    spilling 792 B) against the 55-166 they launch with."""
+    spilling 792 B) against the 40-166 they launch with."""
     ptr = _TRITON_TYPES[dtype]
     unit = ("stride_pn", "stride_cn", "stride_x0n", "stride_xrn", "stride_dx0n")
     names = ["M", "N", "stride_ps", "stride_pm", "stride_cm", "stride_x0m", "stride_xrm", "stride_dx0m"]
