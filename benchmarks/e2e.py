@@ -64,6 +64,7 @@ ADAGRAD_STATE_FACTOR = 2  # full Adagrad keeps one fp32 accumulator per weight: 
 MOVIELENS_DEFAULT = Path(".carry/ml-100k/ml-100k.inter")
 #: Untimed and timed steps of each measured run (``--quick``: 5 and 5).
 WARMUP_STEPS, TIMED_STEPS = 5, 40
+QUICK_TIMED_STEPS = 5
 #: Synthetic batches made before the run and cycled: as many as a measured run takes, so that no timed step
 #: sees a batch twice. A 4-batch pool is memorised within ~15 steps (loss ~1e-7), and the memorised step ran
 #: 1.7% faster than one on new batches (benchmarks/results/data_pool_probe_nvidia-h200_2026-12-02, capped).
@@ -145,7 +146,14 @@ def safe_measure(cfg: TrainConfig, label: str, warmup: int, steps: int) -> dict[
     return row
 
 
+def timed_steps(quick: bool) -> int:
+    """Timed steps of a measured run (``--quick``: QUICK_TIMED_STEPS)."""
+    return QUICK_TIMED_STEPS if quick else TIMED_STEPS
+
+
 def full_config(quick: bool) -> TrainConfig:
+    """MLPerf DLRM-DCNv2 at full size and batch 65536 on uniform synthetic ids, eager (``--quick``: dcnv2-small
+    at batch 4096)."""
     return TrainConfig(preset="dcnv2-small" if quick else "mlperf-dcnv2", data="synthetic:uniform",
                        batch_size=4096 if quick else 65536, steps=10**9, synthetic_pool=SYNTHETIC_POOL,
                        device="cuda", cuda_graphs=False)
@@ -187,7 +195,7 @@ def full_size(args) -> list[dict[str, Any]]:
         f"not run: fp32 tables + full Adagrad state need {need / 1e9:.1f} GB, the GPU has {hbm / 1e9:.1f} GB")
         if need > hbm else "not run: the direct port is measured on capped tables"}]
     rows.append(cold_first_steps(args.quick))
-    warmup, steps = WARMUP_STEPS, (5 if args.quick else TIMED_STEPS)
+    warmup, steps = WARMUP_STEPS, timed_steps(args.quick)
     rows.append({"section": "full", **safe_measure(base, "polyrec", warmup, steps)})
     skewed = dataclasses.replace(base, data="synthetic")
     rows.append({"section": "full", "ids": "power-law", **safe_measure(skewed, "polyrec, power-law ids", warmup, steps)})
@@ -211,7 +219,7 @@ def capped(args) -> list[dict[str, Any]]:
         direct = safe_measure(direct_port_config(base), "direct port", 3, 3 if args.quick else 10)
         rows.append({"section": section, **direct})
         for cfg, label in ((base, "polyrec"), (dataclasses.replace(base, cuda_graphs=True), "polyrec + CUDA graphs")):
-            ours = safe_measure(cfg, label, WARMUP_STEPS, 5 if args.quick else TIMED_STEPS)
+            ours = safe_measure(cfg, label, WARMUP_STEPS, timed_steps(args.quick))
             speedup = (ours["samples_per_s"] / direct["samples_per_s"]
                        if "samples_per_s" in ours and "samples_per_s" in direct else None)
             rows.append({"section": section, **ours, "speedup": speedup})

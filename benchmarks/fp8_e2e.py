@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from e2e import MOVIELENS_DEFAULT, SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, safe_measure
+from e2e import MOVIELENS_DEFAULT, WARMUP_STEPS, full_config, safe_measure, timed_steps
 from polyrec.kernels import fp8
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
@@ -61,10 +61,7 @@ def check_casts(device: torch.device) -> dict[str, Any]:
 
 
 def full_size(args) -> list[dict[str, Any]]:
-    base = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", data="synthetic:uniform",
-                       batch_size=4096 if args.quick else 65536, steps=10**9, synthetic_pool=SYNTHETIC_POOL,
-                       device="cuda", cuda_graphs=False)
-    steps = 5 if args.quick else TIMED_STEPS
+    base, steps = full_config(args.quick), timed_steps(args.quick)
     rows = []
     for round_ in range(args.rounds):
         for rows_dtype in ROWS:

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from e2e import CAP_ROWS, SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, safe_measure
+from e2e import CAP_ROWS, WARMUP_STEPS, full_config, safe_measure, timed_steps
 from polyrec.models.embeddings import PolyrecEmbeddings
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig
@@ -56,10 +56,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 4096, 5 steps (smoke test)")
     args = parser.parse_args()
-    base = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", data="synthetic:uniform",
-                       batch_size=4096 if args.quick else 65536, steps=10**9, synthetic_pool=SYNTHETIC_POOL,
-                       device="cuda")
-    steps = 5 if args.quick else TIMED_STEPS
+    base, steps = full_config(args.quick), timed_steps(args.quick)  # each variant sets cuda_graphs
     rows = case_rounds(base, CASES, VARIANTS, args.rounds,
                        lambda cfg, variant, label: measure_variant(cfg, variant, label, steps))
     summary = {f"{label}: {variant} ms": median_where(rows, "ms_per_step", case=label, variant=variant)

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from e2e import SYNTHETIC_POOL, TIMED_STEPS, WARMUP_STEPS, safe_measure
+from e2e import WARMUP_STEPS, full_config, safe_measure, timed_steps
 from polyrec.models.layers import MLP
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
@@ -79,10 +79,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 4096, 5 steps (smoke test)")
     args = parser.parse_args()
-    base = TrainConfig(preset="dcnv2-small" if args.quick else "mlperf-dcnv2", data="synthetic:uniform",
-                       batch_size=4096 if args.quick else 65536, steps=10**9, synthetic_pool=SYNTHETIC_POOL,
-                       device="cuda", precision="fp8")
-    steps = 5 if args.quick else TIMED_STEPS
+    base = dataclasses.replace(full_config(args.quick), precision="fp8")  # each case sets cuda_graphs
+    steps = timed_steps(args.quick)
     kernels = kernel_rows(base, args.rounds)
     rows = case_rounds(base, CASES, VARIANTS, args.rounds,
                        lambda cfg, variant, label: measure_variant(cfg, variant, label, steps))
