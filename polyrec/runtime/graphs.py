@@ -26,6 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+from torch import nn
+
+#: Warm-up passes of the dense half before its capture: ``torch.cuda.make_graphed_callables``'s default
+#: (``num_warmup_iters``), run by ``capture`` itself with the loss's true gradient.
+WARMUP_PASSES = 3
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GraphChoice:
@@ -123,3 +130,27 @@ def mark_host_bound(model, host_bound: bool) -> None:
     for module in model.modules():
         if isinstance(module, TableBatchedEmbedding):
             module.host_bound = host_bound
+
+
+def capture(module: nn.Module, sample: tuple[torch.Tensor, ...]) -> nn.Module:
+    """``module`` (a scalar loss of ``sample``) as ``torch.cuda.make_graphed_callables`` makes it, warmed up
+    here with the loss's true gradient (1), not by make_graphed_callables: its warm-up hands the backward
+    uninitialized memory as the gradient (``torch.empty_like``), and fp8 delayed scaling records the
+    backward's maxima into its history. One such maximum of 1.2e24 (H200, forty-sixth session) scaled a
+    graphed fp8 run's gradients of every layer below the top MLP's second to zero; which memory the warm-up
+    got decided whether that happened (a change in the cross network's allocations was enough)."""
+    warm_up(module, sample)
+    return torch.cuda.make_graphed_callables(module, sample, num_warmup_iters=0)
+
+
+def warm_up(module: nn.Module, sample: tuple[torch.Tensor, ...]) -> None:
+    """What make_graphed_callables's warm-up runs (each lazy initialization and compile before the capture,
+    on a side stream, no parameter's ``.grad`` touched), with the loss's gradient 1."""
+    inputs = tuple(t for t in (*sample, *module.parameters()) if t.requires_grad)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(torch.cuda.Stream()):
+        for _ in range(WARMUP_PASSES):
+            loss = module(*sample)  # []
+            if loss.requires_grad:
+                torch.autograd.grad(loss, inputs, grad_outputs=torch.ones_like(loss))
+    torch.cuda.synchronize()

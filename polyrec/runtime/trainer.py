@@ -27,7 +27,7 @@ from polyrec.runtime.checkpoint import checkpoint_path, prepare_checkpoint_dir
 from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, check_counts, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
-from polyrec.runtime.graphs import choose_graphs, mark_host_bound
+from polyrec.runtime.graphs import capture, choose_graphs, mark_host_bound
 from polyrec.runtime.plan_apply import apply_plan, load_plan
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 from polyrec.runtime.train_loop import TrainLoop
@@ -189,7 +189,7 @@ class Trainer(TrainerState, TrainLoop):
         held = self.cfg.pipeline == "sync" and hold is not None and hold(emb)
         sample = (batch.dense.clone(), (emb.detach() if held else emb.detach().clone()).requires_grad_(),
                   batch.labels.clone())
-        self.dense_loss = torch.cuda.make_graphed_callables(self.dense_loss, sample)
+        self.dense_loss = capture(self.dense_loss, sample)
         self._graphed = True
 
     def train_step(self) -> torch.Tensor:

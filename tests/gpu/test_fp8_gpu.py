@@ -6,6 +6,7 @@ copies' code beside them, within 1e-5), and a run learns."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from unittest import mock
 
@@ -143,18 +144,42 @@ def test_fp8_training_learns_on_the_demo_task():
     assert result.final_auc is not None and result.final_auc > 0.7
 
 
+def _dcnv2_small_fp8(cuda_graphs, first_step=contextlib.nullcontext) -> tuple[Trainer, list[float]]:
+    """A dcnv2-small fp8 run's trainer and the losses of its first 8 steps (the first inside ``first_step()``)."""
+    cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=8, device="cuda",
+                      embedding_backend="polyrec", dense_backend="polyrec", precision="fp8",
+                      log_every=10**9, cuda_graphs=cuda_graphs)
+    trainer = Trainer(cfg, progress=False)
+    with first_step():
+        losses = [float(trainer.train_step())]
+    return trainer, losses + [float(trainer.train_step()) for _ in range(7)]
+
+
 def test_fp8_graphed_by_auto_trains_like_fp8_eager():
     """At a host-bound batch "auto" graphs an fp8 run (by its bf16 step's prediction), and the graphed fp8
     step trains as the eager one does: the same losses within fp8 noise over the first steps."""
-
-    def losses(cuda_graphs) -> tuple[bool, list[float]]:
-        cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=8, device="cuda",
-                          embedding_backend="polyrec", dense_backend="polyrec", precision="fp8",
-                          log_every=10**9, cuda_graphs=cuda_graphs)
-        trainer = Trainer(cfg, progress=False)
-        return trainer.graphs.on, [float(trainer.train_step()) for _ in range(8)]
-
-    graphed, with_graphs = losses("auto")
-    eager, without = losses(False)
-    assert graphed and not eager
+    graphed, with_graphs = _dcnv2_small_fp8("auto")
+    eager, without = _dcnv2_small_fp8(False)
+    assert graphed.graphs.on and not eager.graphs.on
     assert with_graphs == pytest.approx(without, rel=0.02)
+
+
+def test_graph_warm_up_gives_fp8_scaling_true_gradients():
+    """The capture's warm-up runs the backward with the loss's true gradient, not uninitialized memory
+    (``polyrec.runtime.graphs.capture``): with every floating ``torch.empty_like`` of the first step
+    outside the capture filled with a quarter of its dtype's maximum (make_graphed_callables's own
+    warm-up takes its loss gradient from one), no fp8 history records such a maximum and the graphed run
+    trains as the eager one does."""
+    real = torch.empty_like
+
+    def poisoned(t, *args, **kwargs):
+        out = real(t, *args, **kwargs)
+        capturing = torch.cuda.is_current_stream_capturing()
+        if out.is_cuda and out.dtype in (torch.float32, torch.bfloat16) and not capturing:
+            out.fill_(torch.finfo(out.dtype).max / 4)
+        return out
+
+    graphed, with_graphs = _dcnv2_small_fp8(True, lambda: mock.patch.object(torch, "empty_like", poisoned))
+    histories = [m.history for m in graphed.model.modules() if isinstance(m, fp8.Fp8Scaling)]
+    assert histories and all(bool(h.isfinite().all()) and h.max().item() < 1e3 for h in histories)
+    assert with_graphs == pytest.approx(_dcnv2_small_fp8(False)[1], rel=0.02)
