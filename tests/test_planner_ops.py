@@ -27,7 +27,8 @@ def test_inventory_issues_the_ops_of_the_autograd_layers():
     the last linear, and
     the cross network (polyrec.kernels.dcn): 2 forward and 4 backward GEMMs per layer (the projection
     dgrad priced with the "residual" epilogue), a cross pass in the forward and a CrossGrad pass in the
-    backward over the kept product, and no other elementwise op of its own."""
+    backward over the kept product, V's transposed copy for the projection dgrad, and no other
+    elementwise op of its own."""
     inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
     names = [op.name for op in inv.ops]
     assert sum(n.endswith(".relu_bias_grad") for n in names) == 7  # the ReLU layers
@@ -36,7 +37,9 @@ def test_inventory_issues_the_ops_of_the_autograd_layers():
     assert relu.bytes == 3 * 64 * 1024 * 2 + 2 * (64 / 256) * 1024 * 4 and relu.triton_ops == 1  # grad, y, out; partials
     cross = [op for op in inv.ops if op.name.startswith("cross.") and op.gemm is None and op.bytes > 0
              and "cast" not in op.name]
-    assert sorted({op.name.split(".")[-1] for op in cross}) == ["cat", "cross_grad_pass", "cross_pass"]
+    assert sorted({op.name.split(".")[-1] for op in cross}) == ["cat", "cross_grad_pass", "cross_pass", "transpose"]
+    transposes = [op for op in cross if op.name.endswith(".transpose")]  # V_l's K-major copy for dlow V + G
+    assert len(transposes) == 3 and all(op.bytes == 2 * 512 * 3456 * 2 for op in transposes)
     passes = [op for op in cross if op.name.endswith("_pass")]
     assert len(passes) == 6 and all(op.triton_ops == 1 for op in passes)
     # the first layer of the backward writes x0's gradient without reading it: 5 tensors, not 6
@@ -70,7 +73,7 @@ def test_elementwise_bytes_scale_with_batch_and_dtype():
     spec = _spec("dcnv2-small")
     small, big = dense_inventory(spec, 128, 2), dense_inventory(spec, 256, 2)
     wide = dense_inventory(spec, 128, 4)
-    weight_sized = ("cast", "pad_w")  # a weight's copies do not scale with the batch
+    weight_sized = ("cast", "pad_w", "transpose")  # a weight's copies do not scale with the batch
     by = lambda inv: {op.name: op.bytes for op in inv.ops  # noqa: E731
                       if op.gemm is None and not any(w in op.name for w in weight_sized)}
     for name, b in by(small).items():

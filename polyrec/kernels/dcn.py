@@ -16,7 +16,10 @@ Backward of layer l, from G = dL/dx_{l+1} (four GEMMs, no full-size elementwise 
 5. ``dv @ V_l`` with the residual gradient added in the epilogue: ``dL/dx_l = dv @ V_l + G``; for
    layer 0 the residual is the accumulated d_x0, so the last GEMM writes x0's whole gradient. Where
    the residual is this function's own buffer (all but the incoming gradient) and the selector picks
-   the library, the library adds it in place (``overwrite_residual``: no [B, D] pass).
+   the library, the library adds it in place (``overwrite_residual``: no [B, D] pass). V_l goes in as
+   a transposed copy [D, r] (a K-major B): at MLPerf's shape cuBLAS on the H200 runs that layout's kernel
+   faster than the row-major V_l's (0.380 against 0.423 ms a call, for a 3.5 MB copy; measured in the
+   forty-fifth session, ``benchmarks/results/fp8_pass_tiles_2026-12-04/dgrad_layout/``).
 
 The unfused composition (``cross_linear`` + ``linear``: autograd sums the gradients of x0 and of
 each x_l with separate adds, and the cross backward multiplies with torch ops) is kept in
@@ -93,6 +96,12 @@ class LibraryCrossGemms:
         return matmul(dlow, self.kept.pop(("x", layer)), trans_a=True, out_dtype=out_dtype)
 
 
+def _k_major(v: torch.Tensor) -> torch.Tensor:
+    """V_l [r, D] as the transposed copy [D, r] that ``dlow V_l + G`` takes as a K-major B, the layout the
+    library runs faster (module docstring)."""
+    return v.t().contiguous()
+
+
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x0, on_input_grad, owns_output_grad, fp8, output_copies, *masters):
@@ -137,9 +146,10 @@ class _CrossNetwork(torch.autograd.Function):
             del g  # the fp8 GEMMs keep its copy; freed before the next layer allocates its own
             if l > 0:  # [B, D] dL/dx_l; below the top layer grad is this function's own buffer to overwrite,
                 # in the top layer where the caller gave the incoming gradient up
-                grad = matmul(dlow, vs[l], residual=grad, overwrite_residual=l < layers - 1 or owned)
-            elif need_x0:
-                d_x0 = matmul(dlow, vs[0], residual=d_x0, overwrite_residual=True)  # [B, D] x0's whole gradient
+                grad = matmul(dlow, _k_major(vs[l]), trans_b=True, residual=grad,
+                              overwrite_residual=l < layers - 1 or owned)
+            elif need_x0:  # [B, D] x0's whole gradient
+                d_x0 = matmul(dlow, _k_major(vs[0]), trans_b=True, residual=d_x0, overwrite_residual=True)
                 if ctx.on_input_grad is not None:
                     ctx.on_input_grad(d_x0)  # final now: what reads it runs beside layer 0's weight gradients
             if need[layers + l]:

@@ -171,7 +171,7 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int,
     residual gradient added in its epilogue ("residual"), in place by the library in every layer: below
     the top one over the network's own buffer, in the top one over the incoming gradient, which DLRM
     gives up (``owns_output_grad``: the top MLP is the cross output's one reader). No elementwise torch
-    op of size [B, D]. ``kept_copies`` as ``_weight_casts`` takes it.
+    op of size [B, D]; V's transposed copy for that last GEMM. ``kept_copies`` as ``_weight_casts`` takes it.
     """
     ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
     b = batch
@@ -193,6 +193,7 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int,
                     GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r, epilogue="residual",
                               library_adds_residual=True))
         ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
+        ops.append(_transposed_v(v.name, r, w, cb))
         ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=1,
                       column_sums=1))  # the partials' column sum into the fp32 buffer
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
@@ -267,6 +268,11 @@ def fp8_mlp_layer(mat: Matmul, batch: int, cb: int, *, input_copies: bool, last:
     return ops, LayerMemory(name=mat.name, saved=saved, backward_peak=peak)
 
 
+def _transposed_v(name: str, r: int, w: int, cb: int) -> Op:
+    """The backward's transposed copy of V_l [r, w] in the compute dtype, for ``dlow V + G``'s K-major B."""
+    return Op(name=f"{name}.transpose", phase="bwd", bytes=2 * r * w * cb)
+
+
 def fp8_cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int, kept_copies: bool,
                       output_copies: bool) -> tuple[list[Op], LayerMemory]:
     """``cross_network`` with ``polyrec.kernels.fp8_dense.Fp8CrossGemms``: five of each layer's six GEMMs in
@@ -293,6 +299,7 @@ def fp8_cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int, k
         ops += [Op(name=f"{u.name}.cross_grad_pass", phase="bwd", bytes=(6 - first_backward) * b * w * cb,
                    rate="fp8_cross_grad", torch_ops=4, triton_ops=1),
                 _fp8_gemm(f"{u.name}.dgrad", "bwd", b, r, w, cb),
+                _transposed_v(v.name, r, w, cb),
                 Op(name=f"{v.name}.dgrad", phase="bwd", gemm=GemmShape(op=f"{v.name}.dgrad", m=b, n=w, k=r,
                                                                         epilogue="residual", library_adds_residual=True),
                    torch_ops=0),
