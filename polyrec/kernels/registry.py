@@ -14,4 +14,5 @@ KERNEL_MODULES: tuple[str, ...] = (
     "polyrec.kernels.chunk_copy",
     "polyrec.kernels.place_columns",
     "polyrec.kernels.fp8",
+    "polyrec.kernels.byte_transpose",
 )

@@ -217,13 +217,13 @@ def _fp8_cast(name: str, phase: str, rows: int, cols: int, cb: int, *, plain: bo
 
 
 def _fp8_weight_casts(name: str, n: int, k: int, transposed: bool) -> list[Op]:
-    """``cast_fp8`` of an fp32 master [n, k]: the kernel writes the plain copy; a transposed one is torch's
-    transpose of it (``cast_fp8``'s fp32 rule)."""
+    """``cast_fp8`` of an fp32 master [n, k]: the kernel writes the plain copy; a transposed one is
+    ``transpose_bytes`` of it (``cast_fp8``'s fp32 rule: its output allocated, one Triton launch)."""
     ops = [Op(name=f"{name}.cast_w_fp8", phase="fwd", bytes=n * k * (FP32 + FP8), rate="fp8_cast",
               torch_ops=1 + FP8_OP_HOST_TORCH_OPS, triton_ops=1)]
     if transposed:
         ops.append(Op(name=f"{name}.transpose_w_fp8", phase="fwd", bytes=2 * n * k * FP8,
-                      torch_ops=1 + FP8_OP_HOST_TORCH_OPS))
+                      torch_ops=1 + FP8_OP_HOST_TORCH_OPS, triton_ops=1))
     return ops
 
 
