@@ -20,6 +20,9 @@ embedding updates selected by GPU time (``GraphChoice.host_bound``: the planner'
 or ``graphed_host_bound``): the trainer then has its embedding backward choose fewer, longer merge
 launches (``TableBatchedEmbedding.host_bound``), the selection the planner's host time counts. That
 stays so where the fewer launches leave the step bound by the GPU.
+
+``capture`` makes the graphed dense half, warmed up with the loss's true gradient (not
+make_graphed_callables's uninitialized one, which fp8 scaling would record).
 """
 
 from __future__ import annotations
