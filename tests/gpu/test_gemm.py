@@ -107,9 +107,9 @@ def test_residual_dgrad_in_place_matches_float64(layout, capture):
     """The cross network's ``dlow @ V + G`` at dcnv2-small's size (batch 2048, D 432, rank 32), G given up to
     the call, at the config the selector takes while a graph is captured (Triton): eager, captured in a CUDA
     graph, and captured with B's copy made inside the graph and its memory taken by the next allocation there
-    (as the backward's ``V.t().contiguous()`` was). The forty-fifth session's transposed V (layout NT) made a
-    graphed dcnv2-small fp8 run train apart from the eager one; the Triton interpreter gives this GEMM right
-    on the CPU, so this is where the GPU differs, if it does."""
+    (as the backward's ``V.t().contiguous()`` is). Written when the forty-fifth session's transposed V (layout
+    NT) made a graphed dcnv2-small fp8 run train apart from the eager one; it passed on the H200, and the
+    cause was the capture's warm-up (``polyrec.runtime.graphs.capture``): kept as the GEMM's own check."""
     m, n, k = 2048, 432, 32
     dlow = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
