@@ -5,13 +5,15 @@ against the copy rate measured in the same run; then CrossGrad at today's tile w
 walking 1-16 row blocks (its bias-gradient column sum once per program). ``--fp8``: both passes also
 write the fp8 copies the fp8 dense layers take (e4m3 x_l in the forward, e5m2 g in CrossGrad: a plain
 and a transposed copy, one byte an element each), beside the bf16 passes at today's tile; and CrossGrad
-writing g's copies only (``epilogue_pass``'s ``fp8_only``, as the fp8 cross network runs it).
+writing g's copies only (``epilogue_pass``'s ``fp8_only``, as the fp8 cross network runs it), and the forward
+pass writing only its copies (the last layer's, whose output the top MLP reads only as its copies).
 
 ``dense_ops_check`` measured the CrossGrad pass at 0.84 of the copy rate inside the step and the
 forward pass at 1.05 (both at the shared 32 x 128, 4-warp tile of ``gemm_configs``). The tile is a
 module constant of ``polyrec.kernels.gemm``; this probe sets it for each row and restores it.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/cross_pass_probe.py [--rows 65536] [--dim 3456] [--fp8]
+    PYTHONPATH=.:benchmarks python3 benchmarks/cross_pass_probe.py [--rows 65536] [--dim 3456] [--fp8] \
+        [--tiles 32x128x4,32x128x8]
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ ROW_BLOCKS = (1, 2, 4, 8, 16)
 TENSORS = {"forward": 4, "cross_grad": 6, "cross_grad_no_bias_grad": 6, "cross_grad_no_accumulate": 5}
 #: With ``--fp8`` the passes write two one-byte copies more: one bf16 tensor's bytes; writing g's copies only,
 #: CrossGrad moves as many bytes as in bf16.
-FP8_TENSORS = {"forward": 4, "cross_grad": 6, "forward_fp8": 5, "cross_grad_fp8": 7, "cross_grad_fp8_only": 6}
+FP8_TENSORS = {"forward": 4, "cross_grad": 6, "forward_fp8": 5, "cross_grad_fp8": 7, "cross_grad_fp8_only": 6,
+               "forward_fp8_only": 4}
 
 
 def passes(m: int, n: int, fp8: bool = False) -> dict:
@@ -67,8 +70,11 @@ def passes(m: int, n: int, fp8: bool = False) -> dict:
     def forward_fp8():
         return gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out, fp8=forward_copies)
 
+    def forward_fp8_only():
+        return gemm.epilogue_pass(p, bias=bias, cross=(x0, x), fp8=forward_copies, fp8_only=True)
+
     return found | {"forward_fp8": forward_fp8, "cross_grad_fp8": cross_grad(grad_copies),
-                    "cross_grad_fp8_only": cross_grad(grad_copies, only=True)}
+                    "cross_grad_fp8_only": cross_grad(grad_copies, only=True), "forward_fp8_only": forward_fp8_only}
 
 
 def fp8_copies(m: int, n: int, fmt) -> Fp8Out:
@@ -93,11 +99,24 @@ def current_tile(name: str) -> tuple[int, int, int]:
     return gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, warps
 
 
+def parse_tiles(text: str) -> tuple[tuple[int, int, int], ...]:
+    """"32x128x4,32x128x8" -> ((32, 128, 4), (32, 128, 8))."""
+    try:
+        tiles = tuple(tuple(int(v) for v in item.split("x")) for item in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tiles must be BLOCK_MxBLOCK_NxWARPS,..., got {text!r}") from None
+    if any(len(t) != 3 for t in tiles):
+        raise argparse.ArgumentTypeError(f"tiles must be BLOCK_MxBLOCK_NxWARPS,..., got {text!r}")
+    return tiles
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=65536)
     parser.add_argument("--dim", type=int, default=3456)
     parser.add_argument("--fp8", action="store_true", help="the passes writing fp8 copies, beside bf16")
+    parser.add_argument("--tiles", type=parse_tiles, default=TILES,
+                        help="BLOCK_MxBLOCK_NxWARPS,... to time (default: the grid of TILES); today's must be among them")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("cross_pass_probe times Triton kernels on a GPU; none is visible")
@@ -106,7 +125,7 @@ def main() -> None:
     tensors = FP8_TENSORS if args.fp8 else TENSORS
     tensor_bytes = args.rows * args.dim * 2
     rows = []
-    for tile in TILES:
+    for tile in args.tiles:
         row = {"block_m": tile[0], "block_n": tile[1], "warps": tile[2]}
         for name, fn in fns.items():
             ms = timed(fn, tile)

@@ -687,6 +687,40 @@ def test_cross_network_steps_with_fused_copies_equal_standalone_casts():
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-7)
 
 
+def test_cross_network_copies_only_writes_the_output_copies_alone():
+    """``copies_only``: the last pass writes the output's fp8 copies (poisoned first: every element) equal to
+    those written beside the output, the output returned is NaN, and the backward gives the same gradients
+    bit for bit; without copies to write, ``copies_only`` changes nothing."""
+    import copy
+
+    gen = torch.Generator().manual_seed(34)
+    b, d, layers = 64, 48, 2
+    x0, vs, us, bs = _cross_problem(b, d, 16, layers, gen)
+    grad = torch.randn(b, d, generator=gen).bfloat16()
+    top = fp8.Fp8Scaling([fp8.FORWARD])
+    top.begin(True)
+    top.prepare(0, torch.randn(b, d, generator=gen), relu=False)  # the role has a history: copies can be written
+    state = fp8.Fp8Scaling(fp8_dense.cross_kinds(layers))
+    results = []
+    for only, scaling in ((False, state), (True, copy.deepcopy(state))):
+        for t in (x0, *vs, *us, *bs):
+            t.grad = None
+        copies = fp8.fused_out(top, 0, b, d, x0.device)
+        copies.q.fill_(float("nan"))
+        copies.qt.fill_(float("nan"))
+        out = cross_network(x0, vs, us, bs, fp8=scaling, output_copies=copies, copies_only=only)
+        out.backward(grad)
+        results.append((out.detach(), copies.q.float(), copies.qt.float(),
+                        [t.grad.clone() for t in (x0, *vs, *us, *bs)]))
+    (full, q, qt, grads), (unread, q_only, qt_only, grads_only) = results
+    assert torch.isfinite(full).all() and unread.shape == full.shape and unread.isnan().all()
+    assert not q.isnan().any() and not qt.isnan().any()
+    assert torch.equal(q, q_only) and torch.equal(qt, qt_only)
+    assert all(torch.equal(a, c) for a, c in zip(grads, grads_only))
+    out = cross_network(x0, vs, us, bs, fp8=copy.deepcopy(state), copies_only=True)
+    assert torch.equal(out.detach(), full)
+
+
 # ---------------------------------------------------------------- models and config
 
 

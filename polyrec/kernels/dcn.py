@@ -104,12 +104,12 @@ def _k_major(v: torch.Tensor) -> torch.Tensor:
 
 class _CrossNetwork(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x0, on_input_grad, owns_output_grad, fp8, output_copies, *masters):
+    def forward(ctx, x0, on_input_grad, owns_output_grad, fp8, output_copies, copies_only, *masters):
         layers = len(masters) // 3
         ctx.masters = [p.dtype for p in masters]  # the gradients' dtypes
         params = [compute_copy(p, x0.dtype) for p in masters]
-        gemms = (LibraryCrossGemms(params, ctx.needs_input_grad[5:]) if fp8 is None
-                 else Fp8CrossGemms(fp8, list(masters), ctx.needs_input_grad[5:], x0.dtype))
+        gemms = (LibraryCrossGemms(params, ctx.needs_input_grad[6:]) if fp8 is None
+                 else Fp8CrossGemms(fp8, list(masters), ctx.needs_input_grad[6:], x0.dtype))
         bs = params[2 * layers:]
         x, products = x0, []
         for l, b in enumerate(bs):
@@ -117,7 +117,9 @@ class _CrossNetwork(torch.autograd.Function):
             products.append(gemms.up(l, low))  # [B, D] p_l, kept for the backward
             # [B, D] x0 * (p_l + b) + x_l, with its fp8 copies where the next GEMMs take them
             copies = gemms.fused_input(l + 1, x.shape, x.device) if l + 1 < layers else output_copies
-            x = epilogue_pass(products[-1], bias=b, cross=(x0, x), fp8=copies)
+            unread = l + 1 == layers and copies_only and copies is not None  # the caller reads the copies alone
+            x = epilogue_pass(products[-1], bias=b, cross=(x0, x), fp8=copies, fp8_only=unread)
+            x = _unread_output(x0) if unread else x
         ctx.layers, ctx.on_input_grad, ctx.owns_output_grad, ctx.gemms = layers, on_input_grad, owns_output_grad, gemms
         ctx.save_for_backward(x0, *products, *params)
         return x
@@ -128,7 +130,7 @@ class _CrossNetwork(torch.autograd.Function):
         x0, *saved = ctx.saved_tensors
         products, params = saved[:layers], saved[layers:]
         vs, bs = params[:layers], params[2 * layers:]
-        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[5:]  # need: V, U, b of each layer
+        need_x0, need = ctx.needs_input_grad[0], ctx.needs_input_grad[6:]  # need: V, U, b of each layer
         d_x0 = torch.empty_like(x0)  # [B, D] x0's gradient, accumulated by the recompute epilogues
         d_v, d_u, d_b = [None] * layers, [None] * layers, [None] * layers
         owned = ctx.owns_output_grad or not grad.is_contiguous()  # a copy made here is ours too
@@ -160,13 +162,19 @@ class _CrossNetwork(torch.autograd.Function):
                 d_v[l] = gemms.d_v(l, dlow, ctx.masters[l])  # [r, B] @ [B, D]
             del dlow  # (memory_peak: a second [B, D] at the peak)
         ctx.gemms = None
-        return (d_x0 if need_x0 else None), None, None, None, None, *d_v, *d_u, *d_b
+        return (d_x0 if need_x0 else None), None, None, None, None, None, *d_v, *d_u, *d_b
+
+
+def _unread_output(like: torch.Tensor) -> torch.Tensor:
+    """What the network returns for an output whose values its caller does not read (``copies_only``): NaN
+    in ``like``'s shape, one value broadcast (no memory), so that a reader after all sees NaN, not stale data."""
+    return torch.full((1, 1), float("nan"), dtype=like.dtype, device=like.device).expand(like.shape)
 
 
 def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
                   bs: list[torch.Tensor], *, on_input_grad: Callable[[torch.Tensor], None] | None = None,
                   owns_output_grad: bool = False, fp8: Fp8Scaling | None = None,
-                  output_copies: Fp8Out | None = None) -> torch.Tensor:
+                  output_copies: Fp8Out | None = None, copies_only: bool = False) -> torch.Tensor:
     """The low-rank cross network's output x_L with the fused backward.
 
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
@@ -182,7 +190,9 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     ``fp8``: run five of each layer's six GEMMs in fp8 with this state's scales (``cross_kinds(L)`` roles;
     ``polyrec.kernels.fp8_dense``); a pass with a gradient ages its history. ``output_copies``: the last
     layer's pass also writes these fp8 copies of the output [B, D] (its next layer's input, begun by
-    ``fp8_dense.begin_input``), in either precision.
+    ``fp8_dense.begin_input``), in either precision. ``copies_only``: the caller reads the output only through
+    ``output_copies`` (where given): the last pass then writes those alone, not the output [B, D] (MLPerf: 453 MB
+    of bf16 a step), and the tensor returned holds NaN (a broadcast scalar).
     """
     if not (len(vs) == len(us) == len(bs) >= 1):
         raise ValueError(f"cross_network: need as many V, U and b as layers (>= 1), got {len(vs)}, {len(us)}, "
@@ -207,7 +217,7 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     if output_copies is not None and output_copies.q.shape != x0.shape:
         raise ValueError(f"cross_network: output copies {tuple(output_copies.q.shape)} for an output "
                          f"{tuple(x0.shape)}")
-    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, fp8, output_copies, *vs, *us, *bs)
+    return _CrossNetwork.apply(x0, on_input_grad, owns_output_grad, fp8, output_copies, copies_only, *vs, *us, *bs)
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:

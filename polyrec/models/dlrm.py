@@ -107,9 +107,11 @@ class DLRM(nn.Module):
             if self.cross.writes_output_copies(self.ops):
                 cross_grad = x0.requires_grad or any(p.requires_grad for p in self.cross.parameters())
                 begun = self.top.begin_fp8_input(x0.shape[0], x0.device, self.ops, cross_grad)
-            # the top MLP alone reads the cross output: its gradient is the network's to overwrite
-            inter = self.cross(x0, self.ops, on_x0_grad, owns_output_grad=True,
-                               output_copies=begun.copies if begun is not None else None)
+            # the top MLP alone reads the cross output: its gradient is the network's to overwrite, and where
+            # the last pass writes the top MLP's input copies that MLP reads nothing else of it
+            copies = begun.copies if begun is not None else None
+            inter = self.cross(x0, self.ops, on_x0_grad, owns_output_grad=True, output_copies=copies,
+                               copies_only=copies is not None)
         else:
             begun, inter = None, dot_interaction(bottom, emb)  # [B, D + (F+1)F/2]
         return self.top(inter, self.ops, begun).squeeze(1).float()

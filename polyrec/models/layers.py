@@ -75,15 +75,16 @@ class DenseOps:
     def cross_network(self, x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tensor],
                       bs: list[torch.Tensor], on_input_grad: InputGradHook | None = None,
                       owns_output_grad: bool = False, fp8: Fp8Scaling | None = None,
-                      output_copies: Fp8Out | None = None) -> torch.Tensor:
+                      output_copies: Fp8Out | None = None, copies_only: bool = False) -> torch.Tensor:
         """The whole low-rank cross network with the fused backward (polyrec backend only).
         x0 [B, D], vs [r, D] each, us [D, r] each, bs [D] each (the masters, copied to x0's dtype inside;
-        their gradients in the masters' dtype) -> [B, D]; ``on_input_grad``, ``owns_output_grad``, ``fp8``
-        and ``output_copies`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
+        their gradients in the masters' dtype) -> [B, D]; ``on_input_grad``, ``owns_output_grad``, ``fp8``,
+        ``output_copies`` and ``copies_only`` as ``polyrec.kernels.dcn.cross_network`` takes them."""
         if self.backend != "polyrec":
             raise ValueError("DenseOps.cross_network: the fused cross network needs the polyrec backend")
         return self._dcn.cross_network(x0, vs, us, bs, on_input_grad=on_input_grad,
-                                       owns_output_grad=owns_output_grad, fp8=fp8, output_copies=output_copies)
+                                       owns_output_grad=owns_output_grad, fp8=fp8, output_copies=output_copies,
+                                       copies_only=copies_only)
 
     def fp8_mlp(self, x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor],
                 relus: tuple[bool, ...], scaling: Fp8Scaling, begun: BegunInput | None = None) -> torch.Tensor:
@@ -217,16 +218,19 @@ class LowRankCross(nn.Module):
         return self.fused and ops.backend == "polyrec"
 
     def forward(self, x0: torch.Tensor, ops: DenseOps, on_input_grad: InputGradHook | None = None,
-                owns_output_grad: bool = False, output_copies: Fp8Out | None = None) -> torch.Tensor:
+                owns_output_grad: bool = False, output_copies: Fp8Out | None = None,
+                copies_only: bool = False) -> torch.Tensor:
         """x0 [B, D] in the compute dtype -> [B, D]. ``on_input_grad``: called in the backward with x0's final gradient
         [B, D], which it must not write; the fused network calls it before its last weight gradients,
         the per-layer composition when autograd has summed x0's gradient. ``owns_output_grad``: the
         caller's layer is the output's one reader, so the fused backward may write over its gradient.
-        ``output_copies``: fp8 copies of the output to write too (``writes_output_copies`` only)."""
+        ``output_copies``: fp8 copies of the output to write too (``writes_output_copies`` only);
+        ``copies_only``: the caller reads the output only through them (``polyrec.kernels.dcn.cross_network``)."""
         if self.writes_output_copies(ops):
             fp8 = self.fp8 if fp8_aligned(x0.shape[0]) else None  # else the batch runs in the compute dtype
             return ops.cross_network(x0, list(self.v), list(self.u), list(self.b), on_input_grad,
-                                     owns_output_grad=owns_output_grad, fp8=fp8, output_copies=output_copies)
+                                     owns_output_grad=owns_output_grad, fp8=fp8, output_copies=output_copies,
+                                     copies_only=copies_only)
         if output_copies is not None:
             raise ValueError("LowRankCross: only the fused network on the polyrec backend writes output copies")
         if on_input_grad is not None and x0.requires_grad:

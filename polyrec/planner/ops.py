@@ -38,6 +38,9 @@ RATE_CLASSES: dict[str, float] = {"vector": 1.0, "pass": 0.935, **{
     # benchmarks/results/fp8_passes_2026-12-03) and CrossGrad writing only g's copies (6 in 0.771 ms at 8 warps,
     # the maximum kept per tile element: benchmarks/results/fp8_pass_tiles_2026-12-04/probe);
     "fp8_pass": 0.83, "fp8_cross_grad": 0.83,
+    # the last cross pass writing only its output's copies (the top MLP's input: 4 bf16 tensors' bytes in
+    # 0.476 ms at 8 warps, benchmarks/results/cross_output_copies_2026-12-04/);
+    "fp8_copies_pass": 0.90,
     # ReLU / bias backward writing the masked gradient's copies (6 bytes per element, N = 1024: 0.164 ms;
     # fp8_copies_2026-12-03).
     "fp8_relu": 0.58}}
@@ -279,12 +282,14 @@ def fp8_cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int, k
     fp8 (``dlow V + G`` stays in the compute dtype). x0 is cast; each later x_l's copies are written by the
     pass that makes it (``output_copies``: the last pass writes the next MLP's input copies too), g's by
     CrossGrad instead of g (the same bytes in bf16: two 1-byte copies); low and dlow are cast, V and U cast
-    from their masters each step."""
+    from their masters each step. Where the last pass writes the next MLP's copies, it writes them alone (that
+    MLP reads nothing else of the output: ``cross_network``'s ``copies_only``)."""
     ops: list[Op] = [Op(name="cross.grad_x0_alloc", phase="bwd", bytes=0)]
     b = batch
     for i, (v, u) in enumerate(pairs):
         w, r = u.out_dim, v.out_dim
         copies = i + 1 < len(pairs) or output_copies
+        unread = i + 1 == len(pairs) and output_copies  # the output itself is not written
         if i == 0:
             ops.append(_fp8_cast("cross.cast_x0_fp8", "fwd", b, w, cb))
         ops += _fp8_weight_casts(v.name, r, w, transposed=False)
@@ -292,8 +297,10 @@ def fp8_cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int, k
         ops.append(_fp8_cast(f"{v.name}.cast_low_fp8", "fwd", b, r, cb))
         ops += _fp8_weight_casts(u.name, w, r, transposed=True)
         ops += [_fp8_gemm(f"{u.name}.product", "fwd", b, w, r, cb),
-                Op(name=f"{u.name}.cross_pass", phase="fwd", bytes=b * w * (4 * cb + (2 * FP8 if copies else 0)),
-                   rate="fp8_pass" if copies else "pass", torch_ops=1 + 2 * copies, triton_ops=1)]
+                Op(name=f"{u.name}.cross_pass", phase="fwd",
+                   bytes=b * w * ((4 - unread) * cb + (2 * FP8 if copies else 0)),
+                   rate="fp8_copies_pass" if unread else "fp8_pass" if copies else "pass",
+                   torch_ops=1 + 2 * copies, triton_ops=1)]
         ops += _weight_casts(v, cb, kept_copies) + _weight_casts(u, cb, kept_copies)
         first_backward = i == len(pairs) - 1  # d_x0 is written, not read
         ops += [Op(name=f"{u.name}.cross_grad_pass", phase="bwd", bytes=(6 - first_backward) * b * w * cb,
