@@ -8,7 +8,8 @@ import torch
 
 from compile_util import INTERPRETING
 from polyrec.kernels.dense_optim import BLOCK, FusedAdagrad
-from polyrec.kernels.master_copies import ATTR, compute_copy, kept_copy
+from polyrec.kernels import master_copies
+from polyrec.kernels.master_copies import ATTR, compute_copy, keeping_in_capture, kept_copy
 
 interpreted = pytest.mark.skipif(not INTERPRETING, reason="FusedAdagrad runs on the CPU only through Triton's "
                                  "interpreter (make test sets it)")
@@ -125,3 +126,50 @@ def test_a_checkpoint_load_between_steps_is_seen():
     with torch.no_grad():
         for p, v in zip(params, saved.values()):
             assert torch.equal(compute_copy(p, torch.bfloat16), v.to(torch.bfloat16))
+
+
+def _capturing(monkeypatch, on: bool) -> None:
+    """``compute_copy`` as inside a CUDA graph's capture or not (the CPU has none: the check is patched)."""
+    monkeypatch.setattr(master_copies, "_capturing", lambda t: on)
+
+
+@torch.no_grad()
+def test_a_capture_drops_copies_unless_keeping(monkeypatch):
+    p = torch.nn.Parameter(torch.randn(6, 2))
+    first = compute_copy(p, torch.bfloat16)
+    _capturing(monkeypatch, True)
+    cast_in_graph = compute_copy(p, torch.bfloat16)
+    assert cast_in_graph is not first and kept_copy(p) is None  # a plain capture casts and keeps nothing
+
+
+@torch.no_grad()
+def test_keeping_in_capture_hands_out_current_copies_and_refresh_restores_them(monkeypatch):
+    """Under ``keeping_in_capture`` a current copy is handed out (the same tensor) and recorded, a stale one
+    is cast afresh and not recorded; ``refresh`` writes a master's new values into its recorded copy in place
+    (after a torch in-place write, or after the copy was dropped) and refuses a master with new storage."""
+    current, stale = torch.nn.Parameter(torch.randn(6, 2)), torch.nn.Parameter(torch.randn(3))
+    copy = compute_copy(current, torch.bfloat16)
+    compute_copy(stale, torch.bfloat16)
+    stale.mul_(2)
+    _capturing(monkeypatch, True)
+    with keeping_in_capture() as kept:
+        assert compute_copy(current, torch.bfloat16) is copy
+        assert compute_copy(current, torch.bfloat16) is copy
+        fresh = compute_copy(stale, torch.bfloat16)
+    assert torch.equal(fresh, stale.detach().to(torch.bfloat16)) and kept_copy(stale) is None
+    assert [(m, c) for m, c, _ in kept.entries] == [(current, copy)]
+    assert compute_copy(current, torch.bfloat16) is not copy  # outside the context: a plain capture, which drops it
+    _capturing(monkeypatch, False)
+    current.add_(1)
+    kept.refresh()
+    assert kept_copy(current) is copy and torch.equal(copy, current.detach().to(torch.bfloat16))
+    current.mul_(-3)  # a torch in-place write: the copy is stale
+    copy.fill_(float("nan"))
+    kept.refresh()
+    assert kept_copy(current) is copy and torch.equal(copy, current.detach().to(torch.bfloat16))
+    copy.fill_(float("nan"))
+    kept.refresh()  # current: not written
+    assert copy.isnan().all()
+    current.data = torch.randn(6, 2)
+    with pytest.raises(RuntimeError, match="new storage"):
+        kept.refresh()

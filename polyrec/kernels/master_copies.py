@@ -17,12 +17,17 @@ polyrec code makes; a storage swapped in (``p.data = ...``) is seen by its addre
 Copies are kept only for leaf tensors that require a gradient (parameters), on the parameter object
 itself, so they live and die with it. While a CUDA graph is being captured none is kept or handed out
 (and any kept one is dropped): a replay reads the addresses of its capture and would not see a later
-cast afresh.
+cast afresh. Unless the capture runs under ``keeping_in_capture`` (the trainer's, when its optimizer
+writes the copies): then a current copy is handed out and recorded, and ``CapturedCopies.refresh``,
+before each replay, casts into the same tensor any copy whose master something else has written since.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 import torch
 
@@ -37,6 +42,51 @@ class KeptCopy:
     tensor: torch.Tensor  # the master's values in the compute dtype, same shape
     version: int  # master._version then
     data_ptr: int  # master.data_ptr() then
+
+
+@dataclass(slots=True)
+class CapturedCopies:
+    """The kept copies a CUDA graph's capture handed out (``keeping_in_capture``): (master, its copy, the
+    master's address then) each; the graph reads the copy at its address on every replay."""
+
+    entries: list[tuple[torch.Tensor, torch.Tensor, int]] = field(default_factory=list)
+
+    def add(self, master: torch.Tensor, copy: torch.Tensor) -> None:
+        if not any(c is copy for _, c, _ in self.entries):
+            self.entries.append((master, copy, master.data_ptr()))
+
+    def refresh(self) -> None:
+        """Before a replay: cast into its own tensor each copy that is not current (its master written by
+        something other than the optimizer that keeps the copies, or the copy dropped), and keep it again."""
+        for master, copy, address in self.entries:
+            if master.data_ptr() != address:
+                raise RuntimeError(f"a master weight {tuple(master.shape)} got new storage after the CUDA graph "
+                                   "that reads it was captured; the graph would read the old one")
+            held: KeptCopy | None = getattr(master, ATTR, None)
+            if held is not None and held.tensor is copy and _current(master, held):
+                continue
+            with torch.no_grad():
+                copy.copy_(master)
+            setattr(master, ATTR, KeptCopy(tensor=copy, version=master._version, data_ptr=address))
+
+
+_KEEPING: ContextVar[CapturedCopies | None] = ContextVar("polyrec_keeping_in_capture", default=None)
+
+
+@contextmanager
+def keeping_in_capture() -> Iterator[CapturedCopies]:
+    """Inside, a CUDA graph's capture takes each master's kept copy where it is current (no cast in the graph)
+    and records it in the object yielded, whose ``refresh`` must run before every replay."""
+    kept = CapturedCopies()
+    token = _KEEPING.set(kept)
+    try:
+        yield kept
+    finally:
+        _KEEPING.reset(token)
+
+
+def _current(t: torch.Tensor, held: KeptCopy) -> bool:
+    return held.version == t._version and held.data_ptr == t.data_ptr()
 
 
 def _capturing(t: torch.Tensor) -> bool:
@@ -54,12 +104,16 @@ def compute_copy(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | N
     new cast, kept for the optimizer to update where ``t`` is a parameter."""
     if t is None or t.dtype == dtype:
         return t
+    held: KeptCopy | None = getattr(t, ATTR, None)
+    current = held is not None and held.tensor.dtype == dtype and _current(t, held)
     if _capturing(t):
+        kept = _KEEPING.get()
+        if kept is not None and current:
+            kept.add(t, held.tensor)
+            return held.tensor
         drop(t)
         return cast(t, dtype)
-    held: KeptCopy | None = getattr(t, ATTR, None)
-    if held is not None and held.tensor.dtype == dtype and held.version == t._version \
-            and held.data_ptr == t.data_ptr():
+    if current:
         return held.tensor
     copy = cast(t, dtype)
     if t.is_leaf and t.requires_grad:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from polyrec.kernels.master_copies import keeping_in_capture
+
 #: Warm-up passes of the dense half before its capture: ``torch.cuda.make_graphed_callables``'s default
 #: (``num_warmup_iters``), run by ``capture`` itself with the loss's true gradient.
 WARMUP_PASSES = 3
@@ -135,15 +137,30 @@ def mark_host_bound(model, host_bound: bool) -> None:
             module.host_bound = host_bound
 
 
-def capture(module: nn.Module, sample: tuple[torch.Tensor, ...]) -> nn.Module:
+def capture(module: nn.Module, sample: tuple[torch.Tensor, ...], *, keep_copies: bool = False) -> nn.Module:
     """``module`` (a scalar loss of ``sample``) as ``torch.cuda.make_graphed_callables`` makes it, warmed up
     here with the loss's true gradient (1), not by make_graphed_callables: its warm-up hands the backward
     uninitialized memory as the gradient (``torch.empty_like``), and fp8 delayed scaling records the
     backward's maxima into its history. One such maximum of 1.2e24 (H200, forty-sixth session) scaled a
     graphed fp8 run's gradients of every layer below the top MLP's second to zero; which memory the warm-up
-    got decided whether that happened (a change in the cross network's allocations was enough)."""
+    got decided whether that happened (a change in the cross network's allocations was enough).
+    ``keep_copies``: the dense optimizer writes the masters' compute-dtype copies (``FusedAdagrad``), so the
+    graph reads those copies instead of casting each master in every replay
+    (``polyrec.kernels.master_copies.keeping_in_capture``); each replay first refreshes any copy a write
+    from elsewhere left stale."""
     warm_up(module, sample)
-    return torch.cuda.make_graphed_callables(module, sample, num_warmup_iters=0)
+    if not keep_copies:
+        return torch.cuda.make_graphed_callables(module, sample, num_warmup_iters=0)
+    with keeping_in_capture() as kept:
+        graphed = torch.cuda.make_graphed_callables(module, sample, num_warmup_iters=0)
+    replay = graphed.forward
+
+    def forward(*args):
+        kept.refresh()
+        return replay(*args)
+
+    graphed.forward = forward
+    return graphed
 
 
 def warm_up(module: nn.Module, sample: tuple[torch.Tensor, ...]) -> None:

@@ -66,6 +66,14 @@ def dense_optimizer(params: list[nn.Parameter], kind: str, lr: float, *, fused: 
     return torch.optim.Adagrad(params, lr=lr)
 
 
+def keeps_copies(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the dense optimizer writes the masters' compute-dtype copies (``FusedAdagrad``;
+    ``polyrec.kernels.master_copies``), which a CUDA graph of the dense half may then read."""
+    from polyrec.kernels.dense_optim import FusedAdagrad
+
+    return isinstance(optimizer, FusedAdagrad)
+
+
 class DenseLoss(nn.Module):
     """The dense half of a step as one module (what a CUDA graph captures): mean BCE of the logits."""
 
@@ -189,7 +197,7 @@ class Trainer(TrainerState, TrainLoop):
         held = self.cfg.pipeline == "sync" and hold is not None and hold(emb)
         sample = (batch.dense.clone(), (emb.detach() if held else emb.detach().clone()).requires_grad_(),
                   batch.labels.clone())
-        self.dense_loss = capture(self.dense_loss, sample)
+        self.dense_loss = capture(self.dense_loss, sample, keep_copies=keeps_copies(self.optimizer))
         self._graphed = True
 
     def train_step(self) -> torch.Tensor:
