@@ -9,7 +9,7 @@ import torch
 from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
 
 from polyrec.kernels import dense_backward, fp8
-from polyrec.kernels.dense_backward import DenseBackwardConfig, relu_bias_backward, select_config
+from polyrec.kernels.dense_backward import DenseBackwardConfig, relu_bias_backward, rows_apart, select_config
 
 needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton kernels through TRITON_INTERPRET=1")
 #: Small tiles so that the interpreter walks several programs in both dimensions and several loop
@@ -86,6 +86,35 @@ def test_selected_config_and_nan_semantics():
     assert torch.equal(masked, expected) and masked[5, 5] == 0 and masked[6, 6] == grad[6, 6]
     assert bias.isfinite().all()
     torch.testing.assert_close(bias, expected.double().sum(0).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_rows_apart_keeps_a_column_slice_and_copies_other_layouts():
+    wide = torch.randn(8, 64)
+    part = wide[:, 16:56]  # each row contiguous, rows 64 apart
+    assert rows_apart(part) is part
+    for other in (wide.t()[:, :8], torch.randn(1, 5).expand(4, 5), wide[:, ::2]):
+        kept = rows_apart(other)
+        assert kept.is_contiguous() and torch.equal(kept, other)
+
+
+@needs_interpreter
+def test_linear_backward_takes_a_column_slice_of_a_wider_gradient():
+    """The bottom MLP's output gradient is a column slice of x0's (``rows_apart``): the same gradients as
+    from the slice's contiguous copy, with ReLU (the masked pass reads the rows apart) and without (the GEMMs do)."""
+    from polyrec.kernels.gemm import linear
+
+    gen = torch.Generator().manual_seed(12)
+    for activation in ("relu", "none"):
+        wide = torch.randn(48, 96, generator=gen).bfloat16()
+        grads = []
+        for grad in (wide[:, 32:64], wide[:, 32:64].contiguous()):
+            x = torch.randn(48, 24, generator=torch.Generator().manual_seed(13)).bfloat16().requires_grad_()
+            w = torch.randn(32, 24, generator=torch.Generator().manual_seed(14)).requires_grad_()
+            b = torch.randn(32, generator=torch.Generator().manual_seed(15)).requires_grad_()
+            linear(x, w, b, activation=activation).backward(grad)
+            grads.append((x.grad, w.grad, b.grad))
+        for ours, ref in zip(*grads):
+            assert torch.equal(ours, ref), activation
 
 
 @needs_interpreter

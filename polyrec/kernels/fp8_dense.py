@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from polyrec.kernels.dense_backward import relu_bias_backward
+from polyrec.kernels.dense_backward import relu_bias_backward, rows_apart
 from polyrec.kernels.fp8 import FORWARD, GRADIENT, Fp8Out, Fp8Scaling, aligned, cast_fp8, fused_out, scaled_mm
 from polyrec.kernels.master_copies import compute_copy
 
@@ -101,7 +101,7 @@ class _Fp8MLP(torch.autograd.Function):
     def backward(ctx, grad):
         layers, scaling = len(ctx.relus), ctx.scaling
         d_w, d_b = [None] * layers, [None] * layers
-        grad = grad.contiguous()  # [B, N] of the last layer
+        grad = rows_apart(grad)  # [B, N] of the last layer
         for i in reversed(range(layers)):
             xqt, wqt, y = ctx.saved[3 * i:3 * i + 3]
             need_dw, need_db = ctx.needs_input_grad[4 + i], ctx.needs_input_grad[4 + layers + i]
