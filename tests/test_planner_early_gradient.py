@@ -11,7 +11,7 @@ from polyrec.models.config import dlrm_criteo_kaggle, mlperf_dcnv2
 from polyrec.planner import parse_fleet
 from polyrec.perfmodel.step import NCCL_CONTENTION, beside
 from polyrec.planner.estimate import Estimator, runs_after_cross_input_grad, shard_loads
-from polyrec.planner.ops import MIN_KERNEL_S, dense_inventory
+from polyrec.planner.ops import COLUMN_SUM_S, MIN_KERNEL_S, dense_inventory
 from polyrec.planner.types import TablePlan, model_spec_from_config
 
 MLPERF = model_spec_from_config(mlperf_dcnv2(), index_distribution="log_uniform")
@@ -44,7 +44,7 @@ def test_the_tail_is_priced_as_its_ops():
             continue
         if op.gemm is None:  # the tail's memory ops are vector-rate casts and ReLU passes
             assert op.rate == "vector"
-            by_hand += max(op.bytes / copy, MIN_KERNEL_S) if op.bytes else 0.0
+            by_hand += (max(op.bytes / copy, MIN_KERNEL_S) if op.bytes else 0.0) + op.column_sums * COLUMN_SUM_S
         else:
             choice = gemm_select.select_gemm(op.gemm.m, op.gemm.n, op.gemm.k, "bf16", spec, epilogue="none")
             by_hand += choice.gpu_seconds

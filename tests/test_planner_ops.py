@@ -264,12 +264,14 @@ def test_step_host_seconds_add_the_fixed_part_to_the_launches():
     assert Launches(triton=3, torch_ops=10).step_seconds(costs) == pytest.approx(10.0)
 
 
-def test_the_cross_passes_are_priced_as_profiled():
-    """The cross network's epilogue passes run at their own rate class, below the copy rate, and the step
-    has no embedding-gradient copy."""
+def test_the_cross_passes_and_the_bias_column_sums_are_priced_as_profiled():
+    """The cross network's epilogue passes run at their own rate class, below the copy rate; the step
+    issues one torch column sum per biased ReLU layer and per cross layer (10 ``reduce_kernel`` calls
+    in the MLPerf step's profile), and no embedding-gradient copy."""
     inv = dense_inventory(_spec("mlperf-dcnv2"), 64, 2)
     assert {op.rate for op in inv.ops if op.name.endswith("_pass")} == {"pass"}
     assert RATE_CLASSES["pass"] < RATE_CLASSES["vector"]
+    assert sum(op.column_sums for op in inv.ops) == 10
     assert not any("emb_grad" in op.name for op in inv.ops)
 
 

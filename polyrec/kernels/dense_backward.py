@@ -3,8 +3,8 @@ gradient's column sums.
 
 ``relu_bias_backward(grad, y, relu=..., need_bias=...)`` reads grad [B, N] (and, with ``relu``, the
 layer's output y [B, N]) once, writes ``grad where y > 0 else 0`` in grad's dtype and, with
-``need_bias``, fp32 column sums of that masked gradient per block of rows, which the pass's last
-programs sum into the bias gradient [N] (fp32; ``polyrec.kernels.column_total``). Unfused, this is ``threshold_backward``
+``need_bias``, fp32 column sums of that masked gradient per block of rows; one small ``torch.sum``
+over the row blocks gives the bias gradient [N] (fp32). Unfused, this is ``threshold_backward``
 (read grad and y, write) and a column-sum reduction that reads the masked gradient again: the fused
 pass saves that second read (one [B, N] tensor of the four). With ``fp8`` (the fp8 dense layers,
 ``polyrec.kernels.fp8_dense``) the pass writes the masked gradient's fp8 copies instead of the masked
@@ -26,7 +26,6 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.column_total import counters, total_if_last
 from polyrec.kernels.fp8 import E5M2, TRITON_FP8_TYPES, Fp8Format, Fp8Out, eager_fused_out, quantize_store, spec_formats
 from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
@@ -72,7 +71,7 @@ class DenseBackwardConfig:
 
 @triton.jit
 def relu_bias_backward_kernel(
-    grad_ptr, y_ptr, out_ptr, partial_ptr, total_ptr, count_ptr, q_ptr, qt_ptr, q_scale_ptr, q_amax_ptr,
+    grad_ptr, y_ptr, out_ptr, partial_ptr, q_ptr, qt_ptr, q_scale_ptr, q_amax_ptr,
     M, N, ROWS_PER_PROGRAM,
     stride_gm, stride_gn, stride_ym, stride_yn, stride_om, stride_on,
     RELU: tl.constexpr, BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -81,8 +80,7 @@ def relu_bias_backward_kernel(
 ):
     """One program: rows [pid_m * ROWS_PER_PROGRAM, + ROWS_PER_PROGRAM) x BLOCK_N columns. With RELU
     it writes out = (y <= 0 ? 0 : grad) (aten's threshold_backward, NaN y passes grad); with BIAS it
-    writes the fp32 column sums of the (masked) gradient over its rows to partials[pid_m, :], and the
-    column block's last program their sum to total (``column_total.total_if_last``; count zeroed). With
+    writes the fp32 column sums of the (masked) gradient over its rows to partials[pid_m, :]. With
     FP8_OUT the masked gradient goes, instead of to out, to fp8 copies q [M, N] and qt [N, M] at scale
     q_scale (``polyrec.kernels.fp8.quantize_store``), its absolute maximum to q_amax by one atomic max."""
     pid_m = tl.program_id(0)
@@ -108,7 +106,6 @@ def relu_bias_backward_kernel(
             acc += g.to(tl.float32)
     if BIAS:
         tl.store(partial_ptr + pid_m * N + cols, tl.sum(acc, axis=0), mask=col_ok)
-        total_if_last(partial_ptr, total_ptr, count_ptr, cols, N)
     if FP8_OUT:
         tl.atomic_max(q_amax_ptr, tl.max(amax, axis=0))
 
@@ -180,18 +177,16 @@ def relu_bias_backward(grad: torch.Tensor, y: torch.Tensor | None, *, relu: bool
     config = config or select_config(m, n, _compute_units(grad.device), fp8 is not None)
     out = torch.empty(m, n, dtype=grad.dtype, device=grad.device) if relu and fp8 is None else grad
     row_blocks = ceil_div(m, config.rows_per_program)
-    grid = (row_blocks, ceil_div(n, config.block_n))
     partials = torch.empty(row_blocks, n, dtype=torch.float32, device=grad.device) if need_bias else out
-    total = torch.empty(n, dtype=torch.float32, device=grad.device) if need_bias else out
-    count = counters(grid[1], grad.device) if need_bias else out
     y_t = y if relu else grad  # never read without RELU
+    grid = (row_blocks, ceil_div(n, config.block_n))
     relu_bias_backward_kernel[grid](
-        grad, y_t, out, partials, total, count, *(_fp8_pointers(fp8) if fp8 is not None else (out,) * 4), m, n,
+        grad, y_t, out, partials, *(_fp8_pointers(fp8) if fp8 is not None else (out,) * 4), m, n,
         config.rows_per_program, grad.stride(0), grad.stride(1), y_t.stride(0), y_t.stride(1), out.stride(0),
         out.stride(1), RELU=relu, BIAS=need_bias, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
         num_warps=config.num_warps, **(_fp8_flags(fp8.fmt, interpreting()) if fp8 is not None else {}),
     )
-    return (None if fp8 is not None else out), total if need_bias else None
+    return (None if fp8 is not None else out), partials.sum(0) if need_bias else None
 
 
 def rows_apart(grad: torch.Tensor) -> torch.Tensor:
@@ -221,8 +216,7 @@ def compile_job(dtype: torch.dtype, config: DenseBackwardConfig, *, relu: bool, 
     unit = {"stride_gn": 1, "stride_yn": 1, "stride_on": 1}
     constexprs = unit | {"RELU": relu, "BIAS": need_bias, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
     constexprs |= _fp8_flags(fp8 or E5M2, round_in_fp32=False) | {"FP8_OUT": fp8 is not None}  # E5M2: unused
-    signature = {"grad_ptr": ptr, "y_ptr": ptr, "out_ptr": ptr, "partial_ptr": "*fp32", "total_ptr": "*fp32",
-                 "count_ptr": "*i32", "q_ptr": q, "qt_ptr": q,
+    signature = {"grad_ptr": ptr, "y_ptr": ptr, "out_ptr": ptr, "partial_ptr": "*fp32", "q_ptr": q, "qt_ptr": q,
                  "q_scale_ptr": "*fp32", "q_amax_ptr": "*fp32", "M": "i32", "N": "i32", "ROWS_PER_PROGRAM": "i32",
                  "stride_gm": "i32", "stride_ym": "i32", "stride_om": "i32"}
     signature |= {name: "constexpr" for name in constexprs}

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import torch
 
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.column_total import counters
 from polyrec.kernels.dense_backward import relu_bias_backward, rows_apart
 from polyrec.kernels.fp8 import Fp8Out, eager_fused_out
 from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_NUM_WARPS, REDUCE_BLOCK_M, REDUCE_BLOCK_N, REDUCE_NUM_WARPS,
@@ -238,8 +237,9 @@ def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmu
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
                                                   ceil_div(y.shape[0], REDUCE_BLOCK_M * per_program))
     _reduce(y, out, ptrs, strides, flags | {"STORE_C": store}, 1, (0, y.stride(0), y.stride(1)), warmup, per_program,
-            fp8, REDUCE_NUM_WARPS if store else FP8_ONLY_PASS_NUM_WARPS,
-            bias_total=cross_grad.bias_grad if db is not None else None)
+            fp8, REDUCE_NUM_WARPS if store else FP8_ONLY_PASS_NUM_WARPS)
+    if db is not None and not warmup:
+        torch.sum(db, 0, out=cross_grad.bias_grad)
     return out
 
 
@@ -357,28 +357,25 @@ def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, 
         _call(gemm_kernel, (tiles, config.split_k), warmup)(
             a, b, partials, *ptrs, m, n, k, k_per_split, *sa, *sb, *partials.stride(), *strides,
             SPLIT_K=config.split_k, HAS_BIAS=False, RELU=False, CROSS=False, **tile_args, **options)
-        _reduce(partials, out, ptrs, strides, flags, config.split_k, partials.stride(), warmup,
-                bias_total=cross_grad.bias_grad if db is not None else None)
-    if db is not None and config.split_k == 1 and not warmup:
+        _reduce(partials, out, ptrs, strides, flags, config.split_k, partials.stride(), warmup)
+    if db is not None and not warmup:
         torch.sum(db, 0, out=cross_grad.bias_grad)
 
 
 def _reduce(partials, out, ptrs, strides, flags, split_k: int, partial_strides, warmup: bool,
-            per_program: int = 1, fp8: Fp8Out | None = None, num_warps: int = REDUCE_NUM_WARPS,
-            bias_total: torch.Tensor | None = None) -> None:
+            per_program: int = 1, fp8: Fp8Out | None = None, num_warps: int = REDUCE_NUM_WARPS) -> None:
     """``split_k_reduce_kernel`` over out [M, N]: partials [S, M, N] (``partial_strides``), or with
     ``split_k`` 1 a library product [M, N] (its strides after a leading 0); each program, of ``num_warps``
     warps, walks ``per_program`` blocks of REDUCE_BLOCK_M x REDUCE_BLOCK_N; ``fp8``: fp8 copies of out
-    written too; ``bias_total``: where a CrossGrad's bias gradient [N] (the sum of its partials) goes."""
+    written too."""
     m, n = out.shape
     grid = (ceil_div(m, REDUCE_BLOCK_M * per_program), ceil_div(n, REDUCE_BLOCK_N))
-    totals = (bias_total, counters(grid[1], out.device)) if bias_total is not None else (out, out)  # unread without
     fp8_ptrs = (fp8.q, fp8.qt, fp8.scale, fp8.recorded) if fp8 is not None else (out,) * 4  # never read without
     fp8_flags = {} if fp8 is None else {
         "FP8_OUT": True, "FP8_MAX": fp8.fmt.max_value, "FP8_ROUND_IN_FP32": interpreting(),
         "FP8_MANTISSA_BITS": fp8.fmt.mantissa_bits, "FP8_MIN_EXPONENT": fp8.fmt.min_exponent}
     _call(split_k_reduce_kernel, grid, warmup)(
-        partials, out, *ptrs, *totals, *fp8_ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
+        partials, out, *ptrs, *fp8_ptrs, m, n, *partial_strides, out.stride(0), out.stride(1), *strides,
         SPLIT_K=split_k, BLOCK_M=REDUCE_BLOCK_M, BLOCK_N=REDUCE_BLOCK_N, ROW_BLOCKS=per_program,
         num_warps=num_warps, **flags, **fp8_flags)
 

@@ -13,7 +13,6 @@ import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.column_total import total_if_last
 from polyrec.kernels.fp8 import E4M3, TRITON_FP8_TYPES, Fp8Format, quantize_store
 from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_NUM_WARPS, PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N,
                                           REDUCE_NUM_WARPS, GemmConfig)
@@ -141,8 +140,7 @@ def gemm_kernel(
 
 @triton.jit
 def split_k_reduce_kernel(
-    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, db_total_ptr, db_count_ptr, q_ptr, qt_ptr, q_scale_ptr,
-    q_amax_ptr,
+    p_ptr, c_ptr, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, db_ptr, q_ptr, qt_ptr, q_scale_ptr, q_amax_ptr,
     M, N,
     stride_ps, stride_pm, stride_pn, stride_cm, stride_cn, stride_x0m, stride_x0n, stride_xrm, stride_xrn,
     stride_dx0m, stride_dx0n,
@@ -157,8 +155,7 @@ def split_k_reduce_kernel(
     another down the rows: the split-K reduction (fp32 partials), and with SPLIT_K=1 the epilogue pass
     over a library GEMM's product (any float dtype, summed in fp32; C may be the product itself: each
     element is read, then written, by the same program). With CROSS_GRAD and BIAS_GRAD the column sums
-    of g over the program's rows go to partial row ``program_id(0)`` of db, and the column block's last program
-    sums the partial rows into db_total (``column_total.total_if_last``; db_count zeroed). With FP8_OUT, C as stored
+    of g over the program's rows go to partial row ``program_id(0)`` of db. With FP8_OUT, C as stored
     (rounded to its dtype) is also written as fp8 (``polyrec.kernels.fp8.quantize_store``: q [M, N] and
     qt [N, M] at scale q_scale) and its absolute maximum goes to q_amax by one atomic max per program; without
     STORE_C only those copies are written (c_ptr gives the dtype C is rounded to, nothing is stored there)."""
@@ -190,7 +187,6 @@ def split_k_reduce_kernel(
                            True, FP8_MAX, FP8_ROUND_IN_FP32, FP8_MANTISSA_BITS, FP8_MIN_EXPONENT)
     if CROSS_GRAD and BIAS_GRAD:
         tl.store(db_ptr + tl.program_id(0) * N + cols, tl.sum(g_sum, axis=0), mask=cols < N)
-        total_if_last(db_ptr, db_total_ptr, db_count_ptr, cols, N)
     if FP8_OUT:
         tl.atomic_max(q_amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
 
@@ -267,8 +263,7 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
     unit = ("stride_pn", "stride_cn", "stride_x0n", "stride_xrn", "stride_dx0n")
     names = ["M", "N", "stride_ps", "stride_pm", "stride_cm", "stride_x0m", "stride_xrm", "stride_dx0m"]
     signature = {"p_ptr": "*fp32" if split_k > 1 else ptr, "c_ptr": ptr, "bias_ptr": ptr, "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr,
-                 "db_ptr": "*fp32", "db_total_ptr": "*fp32", "db_count_ptr": "*i32", "q_ptr": ptr, "qt_ptr": ptr,
-                 "q_scale_ptr": "*fp32", "q_amax_ptr": "*fp32"}
+                 "db_ptr": "*fp32", "q_ptr": ptr, "qt_ptr": ptr, "q_scale_ptr": "*fp32", "q_amax_ptr": "*fp32"}
     signature |= {n: "i32" for n in names}
     divisible = tuple(signature)
     per_program = PASS_ROW_BLOCKS if epilogue == "cross_grad" and split_k == 1 else 1  # as gemm._apply_epilogue

@@ -26,7 +26,7 @@ from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
 from polyrec.planner.dense import GemmShape, dense_matmuls, dense_params
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
-from polyrec.planner.ops import FP32, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
+from polyrec.planner.ops import COLUMN_SUM_S, FP32, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
 
 #: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
@@ -583,8 +583,9 @@ def fp8_gemm_seconds(gemm: GemmShape, spec: DeviceSpec, ceil: Ceilings) -> float
 
 def memory_op_seconds(op: Op, copy: float) -> float:
     """Device seconds of a memory-bound op at ``copy`` bytes/s: its bytes at its rate class, at least one
-    small kernel's time."""
-    return max(op.bytes / (copy * RATE_CLASSES[op.rate]), MIN_KERNEL_S) if op.bytes else 0.0
+    small kernel's time, plus its bias-gradient column sums."""
+    moved = max(op.bytes / (copy * RATE_CLASSES[op.rate]), MIN_KERNEL_S) if op.bytes else 0.0
+    return moved + op.column_sums * COLUMN_SUM_S
 
 
 def runs_after_cross_input_grad(op: Op) -> bool:

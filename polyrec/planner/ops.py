@@ -44,6 +44,9 @@ RATE_CLASSES: dict[str, float] = {"vector": 1.0, "pass": 0.935, **{
     # ReLU / bias backward writing the masked gradient's copies (6 bytes per element, N = 1024: 0.164 ms;
     # fp8_copies_2026-12-03).
     "fp8_relu": 0.58}}
+#: Device seconds of torch's column sum of a bias gradient's fp32 partials (``reduce_kernel``: 10 calls,
+#: 0.129 ms per step in the same profile: 7 ReLU layers with a bias, 3 cross layers).
+COLUMN_SUM_S = 12.9e-6
 #: Device seconds at least of one small memory-bound kernel: the weight casts (then with their
 #: gradients' casts back to fp32 and the bias gradients' casts: 67 copy kernels, 0.219 ms per step in
 #: the same profile; the gradients' casts are gone since the weight-gradient GEMMs write fp32).
@@ -61,11 +64,11 @@ FP8_GEMM_TORCH_OPS = 2
 #: benchmarks/results/planner_accuracy_fp8_2026-12-04/ and run2/; run 1's row 6, 2.2, left out as the one that
 #: is likely device time). The odd rows check it (that directory's README).
 FP8_OP_HOST_TORCH_OPS = 1
-#: fp32 [B / pass_partial_rows(B), D] buffers alive at the cross backward's peak: the CrossGrad pass's
-#: bias-gradient partials, which the pass itself sums (``polyrec.kernels.column_total``). Until the
-#: forty-seventh session ``torch.sum`` reduced them with two more of the same size (allocator trace of one
-#: step, benchmarks/results/memory_peak_*_nvidia-h200_2026-11-30 at a184b6c: 3 such blocks).
-BIAS_GRAD_PARTIAL_COPIES = 1
+#: fp32 [B / pass_partial_rows(B), D] buffers alive at the cross backward's peak: the
+#: CrossGrad pass's bias-gradient partials and two of the same size while ``torch.sum`` reduces them
+#: (allocator trace of one step, benchmarks/results/memory_peak_*_nvidia-h200_2026-11-30 at a184b6c,
+#: one partial row per 32 rows then: 3 blocks of 432 B per sample for D = 3456, 54 B for D = 432).
+BIAS_GRAD_PARTIAL_COPIES = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +80,7 @@ class Op:
     gemm: GemmShape | None = None
     bytes: float = 0.0  # bytes read + written (memory-bound ops)
     rate: str = "vector"  # key of RATE_CLASSES
+    column_sums: int = 0  # torch column sums of bias-gradient partials it issues (COLUMN_SUM_S each)
     torch_ops: int = 1  # eager torch ops this issues (host); a GEMM's own launches are counted apart
     triton_ops: int = 0  # Triton kernels this issues (host), the GEMMs' own apart
 
@@ -147,9 +151,9 @@ def mlp_layer(mat: Matmul, batch: int, cb: int, kept_copies: bool = False) -> tu
     if relu:  # one relu_bias_backward pass: grad and y read, the masked grad written (+ bias partials)
         partial_rows = b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS)  # fp32 column partials (large B)
         moved = 3 * b * n * cb + (2 * partial_rows * n * FP32 if mat.bias else 0)
-        # masked grad allocated, the partials and their count (summed by the pass: polyrec.kernels.column_total)
+        # partials and masked grad allocated, the partials summed (one column sum, fp32 as the master)
         ops.append(Op(name=f"{mat.name}.relu_bias_grad", phase="bwd", bytes=moved, triton_ops=1,
-                      torch_ops=2 if mat.bias else 1))
+                      torch_ops=2 if mat.bias else 1, column_sums=1 if mat.bias else 0))
     elif mat.bias:  # torch's fp32 column sum of the gradient
         ops.append(Op(name=f"{mat.name}.bias_grad", phase="bwd", bytes=b * n * cb, torch_ops=1))
     # saved: its output (ReLU's mask source and the next layer's input); the first layer also its input
@@ -193,14 +197,14 @@ def cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int,
                               library_adds_residual=True))
         ops += [Op(name=g.op, phase="bwd", gemm=g, torch_ops=0) for g in backward]
         ops.append(_transposed_v(v.name, r, w, cb))
-        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0,
-                      torch_ops=1))  # the partials' arrival count (the pass sums them into the fp32 buffer)
+        ops.append(Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=1,
+                      column_sums=1))  # the partials' column sum into the fp32 buffer
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
     # saved until the whole backward ends: x_0..x_{L-1} (x0 counted by the cat), every low and every
     # product p; the output x_L only the top MLP keeps. Backward peak: grad (each layer writes the next
     # one over it, the top one too: ``owns_output_grad``), d_x0, g and dlow, and the CrossGrad pass's
-    # bias-gradient partials.
+    # bias-gradient partials while torch sums them.
     return ops, LayerMemory(name="cross", saved=layers * (r + 2 * w) * cb,
                             backward_peak=(3 * w + r) * cb + BIAS_GRAD_PARTIAL_COPIES * FP32 * w
                             / pass_partial_rows(batch),
@@ -251,7 +255,7 @@ def fp8_mlp_layer(mat: Matmul, batch: int, cb: int, *, input_copies: bool, last:
                 Op(name=f"{mat.name}.relu_grad", phase="bwd", bytes=3 * b * n * cb)]
     partials = 2 * b / (TILE_ELEMENTS // BLOCK_NS[-1] * MAX_ITERATIONS) * n * FP32 if mat.bias else 0
     read = (2 if relu else 1) * b * n * cb  # the gradient, and the pre-activation where a ReLU masks it
-    passes = dict(phase="bwd", triton_ops=1, torch_ops=2 if mat.bias else 1)
+    passes = dict(phase="bwd", triton_ops=1, torch_ops=2 if mat.bias else 1, column_sums=1 if mat.bias else 0)
     if mat.needs_dgrad:
         ops.append(Op(name=f"{mat.name}.relu_bias_grad", bytes=read + 2 * b * n * FP8 + partials, rate="fp8_relu",
                       **passes))
@@ -309,7 +313,7 @@ def fp8_cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int, k
                 _fp8_gemm(f"{u.name}.wgrad", "bwd", w, r, b, FP32),
                 _fp8_cast(f"{v.name}.cast_dlow_fp8", "bwd", b, r, cb, plain=False),
                 _fp8_gemm(f"{v.name}.wgrad", "bwd", r, w, b, FP32),
-                Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=1)]
+                Op(name=f"{u.name}.bias_grad", phase="bwd", bytes=0, torch_ops=1, column_sums=1)]
     w, r = pairs[0][1].out_dim, pairs[0][0].out_dim
     layers = len(pairs)
     # saved until the whole backward ends: each layer's x_l and low as transposed fp8 copies and its product
