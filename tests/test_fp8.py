@@ -791,22 +791,27 @@ def _count_casts(counts: dict):
 
 def test_dcnv2_top_mlp_input_copies_from_the_cross_network_equal_a_cast():
     """Once the top MLP's input role has a history, the cross network's last pass writes that input's fp8
-    copies (the top MLP's pass begun ahead of it) and no cast reads the input: the same step, bit for bit
+    copies (the top MLP's pass begun ahead of it), and only those, and no cast reads the input: the same step, bit for bit
     (logits, every gradient but the passes' fp32 bias sums, each history), as casting it apart; an
     evaluation pass then leaves every history alone."""
     from unittest import mock
 
+    from polyrec.kernels import dcn
+
     fused, standalone = (DLRM(_tiny("dcnv2"), dense_backend="polyrec", dense_fp8=True, seed=9) for _ in range(2))
-    results, counts = [], ({}, {})
+    results, counts, unread = [], ({}, {}), []
     for model, patch, count in ((fused, {}, counts[0]), (standalone, {"fused_out": lambda *a, **k: None}, counts[1])):
         _dense_step(model, torch.Generator().manual_seed(50))  # every role gets a history
-        with mock.patch.multiple(fp8_dense, cast_fp8=_count_casts(count), **patch):
+        placeholder = mock.patch.object(dcn, "_unread_output", side_effect=dcn._unread_output)
+        with mock.patch.multiple(fp8_dense, cast_fp8=_count_casts(count), **patch), placeholder as made:
             model.zero_grad(set_to_none=True)
             logits, emb_grad = _dense_step(model, torch.Generator().manual_seed(51))
+        unread.append(made.call_count)
         results.append((logits, emb_grad, [p.grad for p in model.dense_parameters()],
                         [part.fp8.history.clone() for part in model.dense_parts()]))
     top = (id(fused.top.fp8), 0), (id(standalone.top.fp8), 0)
     assert counts[0].get(top[0], 0) == 0 and counts[1][top[1]] == 1
+    assert unread == [1, 0]  # with the copies written, the cross output itself is not (``copies_only``)
     (logits, emb_grad, grads, histories), (ref_logits, ref_emb_grad, ref_grads, ref_histories) = results
     assert torch.equal(logits, ref_logits) and torch.equal(emb_grad, ref_emb_grad)
     assert all(torch.equal(a, b) for a, b in zip(histories, ref_histories))
