@@ -53,9 +53,9 @@ def test_training_with_kept_copies_makes_the_same_losses():
     assert isinstance(trainer.optimizer, FusedAdagrad)
 
 
-def _graphed_and_eager(keep_copies: bool):
-    """dcnv2-small's dense half on one batch, captured (``capture``) and eager over the same model, with the
-    fused dense optimizer."""
+def _graphed_and_eager():
+    """dcnv2-small's dense half on one batch, captured with ``keep_copies`` (``capture``) and eager over the same
+    model."""
     from polyrec.models import DLRM, preset
     from polyrec.runtime.graphs import capture
     from polyrec.runtime.trainer import DenseLoss
@@ -67,7 +67,7 @@ def _graphed_and_eager(keep_copies: bool):
     sample = (torch.rand(batch, config.num_dense, device="cuda", generator=gen),
               torch.randn(batch, features, config.embedding_dim, device="cuda", generator=gen).requires_grad_(),
               torch.randint(0, 2, (batch,), device="cuda", generator=gen).float())
-    graphed = capture(DenseLoss(model, torch.bfloat16), sample, keep_copies=keep_copies)
+    graphed = capture(DenseLoss(model, torch.bfloat16), sample, keep_copies=True)
     return model, graphed, DenseLoss(model, torch.bfloat16), sample
 
 
@@ -76,7 +76,7 @@ def test_a_graph_keeping_copies_follows_masters_written_outside_the_optimizer():
     every step, no cast in the graph) and its loss follows the eager loss of the updated masters; masters
     then written by a torch op (as a checkpoint load writes them) are seen at the next replay, which without
     the refresh would read the stale copies."""
-    model, graphed, eager, sample = _graphed_and_eager(keep_copies=True)
+    model, graphed, eager, sample = _graphed_and_eager()
     params = model.dense_parameters()
     opt = FusedAdagrad(params, lr=0.05)
     held = [kept_copy(p) for p in params]
