@@ -348,7 +348,7 @@ def test_stochastic_rounding_adds_the_counted_instructions_at_the_fitted_issue_r
     plain = tbe.UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=8)
     rounded = tbe.UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=8, stochastic=True)
     rate = 132 * 128 * spec.boost_clock_hz * tbe.ROUNDING_ISSUE_FRACTION
-    lane_s = math.ceil(nnz / 8) * 8 * 128 * 14.16 / rate
+    lane_s = math.ceil(nnz / 8) * 8 * 128 * 13.19 / rate
     merge_kw = dict(nnz=nnz, unique=unique, tile=8, grad_row_bytes=512, spec=spec, ceil=ceil, chunks=8)
     merge_plain, merge_rounded = tbe.merge_seconds(**merge_kw), tbe.merge_seconds(**merge_kw, rounded_block_d=128)
     got = tbe.update_seconds(rounded, spec, ceil, **kw) - tbe.update_seconds(plain, spec, ceil, **kw)
@@ -356,7 +356,7 @@ def test_stochastic_rounding_adds_the_counted_instructions_at_the_fitted_issue_r
     assert 0.8e-3 < lane_s < 1.6e-3  # ~1.2 ms on the MLPerf step (2.1 with the rounding before the 33rd session)
     crossing = 1 - unique / nnz
     holding = 2 * math.ceil(nnz / 8) / 8 * (1 + 2 / 64) * (1 - (1 - crossing) ** 8)
-    assert merge_rounded - merge_plain >= holding * 8 * 128 * 14.25 / rate  # plus the fuller registers' chain
+    assert merge_rounded - merge_plain >= holding * 8 * 128 * 11.75 / rate  # plus the fuller registers' chain
     fp32 = dict(kw, row_bytes=512)
     assert tbe.update_seconds(plain, spec, ceil, **fp32) == tbe.update_seconds(
         tbe.UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=8), spec, ceil, **fp32)
@@ -430,21 +430,21 @@ def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_loo
 
 
 def _rounded_update_ms(dtype: str) -> float:
-    """Lane update + permute + merge levels, ms per step, with ``dtype`` rows and the open run's carry added before
-    the scan (the thirty-fifth session's change arm): the median of the rounds in
-    benchmarks/results/lane_carry_probe_2026-12-02/tbe_checkout_ab_cf_g16_nvidia-h200_2026-12-02.json."""
-    doc = json.loads((RESULTS / "lane_carry_probe_2026-12-02/tbe_checkout_ab_cf_g16_nvidia-h200_2026-12-02.json")
-                     .read_text())
+    """Lane update + permute + merge levels, ms per step, with ``dtype`` rows and the forty-eighth session's
+    rounding (its change arm): the median of the rounds in
+    benchmarks/results/lane_alu_2026-12-04/tbe_checkout_ab_nvidia-h200_2026-12-04.json."""
+    doc = json.loads((RESULTS / "lane_alu_2026-12-04/tbe_checkout_ab_nvidia-h200_2026-12-04.json").read_text())
     return statistics.median(r["update_ms"] + r["permute_ms"] + r["merge_ms"] for r in doc["rows"]
                              if r["checkout"] == "change" and r["dtype"] == dtype)
 
 
-@pytest.mark.parametrize("dtype,rel", [("fp16", 0.01), ("bf16", 0.05)])
+@pytest.mark.parametrize("dtype,rel", [("fp16", 0.01), ("bf16", 0.06)])
 def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(dtype, rel):
     """fp16 / bf16 rows of tables of one dim: 8-tile chunks at the 128-register cap (mixed dims: at the
-    152 cap), priced as ``estimate`` prices row-wise Adagrad against the thirty-fifth session's H200 rows
-    (lane update + permute + merge, full MLPerf tables, uniform ids, bf16 gradient): the fp16 row is the fit of
-    ONE_DIM_ROUNDED_ISSUE_FRACTION, the bf16 row a check (one count, fp16's, prices both)."""
+    152 cap), priced as ``estimate`` prices row-wise Adagrad against the forty-eighth session's H200 rows
+    (lane update + permute + merge, full MLPerf tables, uniform ids, bf16 gradient): the fp16 row checks
+    ONE_DIM_ROUNDED_ISSUE_FRACTION (fitted on the thirty-fifth session's row, 1.2% before the recount), the bf16
+    row is priced with fp16's count (12.94 instructions per element where bf16 issues 8.0): +5% high."""
     from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
 
     spec, nnz, unique = get_device("H200"), 14_024_704, 10.21e6

@@ -31,9 +31,9 @@ def _round_kernel(x_ptr, out_ptr, seed, ROWS: tl.constexpr, COLS: tl.constexpr, 
     x = tl.load(x_ptr + tl.arange(0, COLS))[None, :] + tl.zeros((ROWS, COLS), dtype=tl.float32)
     if ACROSS_STEPS:
         row = draw * 0 + 12345
-        bits = random_u32(seed + draw * 7919, row, row.to(tl.int64)[:, None] * COLS + tl.arange(0, COLS)[None, :])
+        bits = random_u32(seed + draw * 7919, row, tl.arange(0, COLS))
     else:
-        bits = random_u32(seed, draw, addr)
+        bits = random_u32(seed, draw, tl.arange(0, COLS))
     tl.store(out_ptr + addr, round_stochastic(x, bits, out_ptr.dtype.element_ty))
 
 

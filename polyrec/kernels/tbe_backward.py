@@ -200,8 +200,8 @@ def _scan_tile(
     _, acc = tl.associative_scan((flags, g), 0, segment_add)  # acc[i] = sum from i's run start (in tile)
     started = tl.cumsum(is_start.to(tl.int32), 0) > 0  # [TILE] i's run started inside the tile
     whole = ok & is_end & started
-    apply_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, lr, eps, mix1,
-                 mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
+    apply_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d, d_mask & whole[:, None], acc, lr, eps,
+                 mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, STRIDE)
 
 
@@ -310,7 +310,7 @@ def sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, k
     g += tl.where(goes_on[:, None], carry[None, :], 0.0)  # the scan carries it to the run's other positions
     flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
     _, acc = tl.associative_scan((flags, g), 0, segment_add)  # acc[i] = sum from i's run start (in tile)
-    store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
+    store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d, d_mask & whole[:, None], acc, w, s1, s2, lr,
                  eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     head = ok & ~started & is_end  # the run from before the program ends here
     tl.store(head_ptr + prog * 2 * STRIDE + d[None, :] + 0 * key[:, None], acc, mask=head[:, None])

@@ -90,7 +90,7 @@ def _merge_one_tile(
         g = tl.load(part_ptr + pos[:, None] * BLOCK_D + d[None, :], mask=(code >= 0)[:, None] & d_mask, other=0.0)
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, segment_add)  # acc[i] = sum from i's run start (in tile)
-        store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d_mask & whole[:, None], acc, w, s1, s2, lr,
+        store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d, d_mask & whole[:, None], acc, w, s1, s2, lr,
                      eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
         park_partials(out_ptr, out_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
     else:

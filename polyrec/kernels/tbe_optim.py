@@ -72,20 +72,25 @@ def _mix32(x):
 
 
 @triton.jit
-def random_u32(seed, row, addr):
-    """Counter-based random uint32 per element of rows ``row`` ([R] int32 / int64 global ids) at element
-    addresses ``addr`` ([R, BLOCK_D] int64), from a seed: one finaliser round per row mixes the seed with the
-    row id (its high word folded in by a multiplicative, Fibonacci, hash), then each element's address's low
-    word, xor the row's word, times an odd constant: a bijection of the row's word, so each element's value
-    is uniform whenever the row's word is. The rounding reads the high bits (where the multiply has mixed
-    the low ones in). Elements of one row are not independent of each other; the rounding needs each
-    value's bits independent of that value and of the other steps' draws, which they are. One hash per row
-    instead of one per element, with ``round_stochastic``'s carry (bf16) and dither (fp16): the half-precision
-    lane update was ALU-bound (Nsight Compute, H200: ALU pipe 69% busy) and the two took its time 3.87 -> 3.18
-    ms (fp16 rows) and 4.31 -> 3.14 ms (bf16) on the MLPerf tables (benchmarks/results/rounding_ab_2026-12-02)."""
+def random_u32(seed, row, col):
+    """Counter-based random uint32 per element of rows ``row`` ([R] int32 / int64 global ids) at columns ``col``
+    ([BLOCK_D]), from a seed: one finaliser round per row mixes the seed with the row id (its high word folded
+    in by a multiplicative, Fibonacci, hash) into the row's word, and each element is that word times an odd
+    number of its column, (2 col + 1) x 0x9E3779B9: a bijection of the row's word, so each element's value is
+    uniform whenever the row's word is. Elements of one row are not independent of each other; the rounding
+    needs each value's bits independent of that value and of the other steps' draws, which they are.
+
+    Cost: a hash per row instead of one per element, with ``round_stochastic``'s carry (bf16) and dither
+    (fp16), took the half-precision lane update's time 3.87 -> 3.18 ms (fp16 rows) and 4.31 -> 3.14 ms (bf16)
+    on the MLPerf tables (benchmarks/results/rounding_ab_2026-12-02); it was ALU-bound (Nsight Compute, H200:
+    ALU pipe 69% busy), and is still with bf16 rows and gradient (68%, issue slots 70%, DRAM 38%;
+    benchmarks/results/lane_alu_2026-12-04/). So each element costs one multiply by a column constant (the
+    FMA pipe: ptxas cannot turn it into ALU adds, as it can a multiply-add of the element's address), where
+    the element's address xor the row's word, then a multiply, put an ALU op per element."""
     r = row.to(tl.int64)
     row_word = _mix32((r & 0xFFFFFFFF).to(tl.uint32) ^ ((r >> 32).to(tl.uint32) * 0x9E3779B9) ^ seed.to(tl.uint32))
-    return ((addr & 0xFFFFFFFF).to(tl.uint32) ^ row_word[:, None]) * 0x846CA68B
+    odd = (col.to(tl.uint32) * 2 + 1) * 0x9E3779B9  # [BLOCK_D]
+    return row_word[:, None] * odd[None, :]
 
 
 @triton.jit
@@ -95,7 +100,10 @@ def round_stochastic(x, bits, OUT_DTYPE: tl.constexpr):
 
     bf16 is fp32's high half: 16 random bits added to x's bit pattern carry into it with the chance (low
     half) / 2^16, exactly, subnormals included (integer work only: Triton 3.6's interpreter converts fp32
-    subnormals to bf16 wrongly); bf16's neighbour past its largest finite value is infinity.
+    subnormals to bf16 wrongly); bf16's neighbour past its largest finite value is infinity. A NaN is replaced by
+    the quiet NaN 0x7FC00000 before the carry (whose low half is zero, so nothing carries): the selected pattern
+    then packs straight into the stored pairs, where a NaN check on the rounded half cost an extraction per
+    element (ALU work, in a kernel bound by it).
     fp16: dither, then truncate. |x| + u * ulp, with u uniform on the 2^23 midpoints (2k + 1) / 2^24 of
     [0, 1) from 23 random bits and ulp fp16's spacing at |x| (|x|'s power of two, at least 2^-14, times
     2^-10), is rounded toward zero and x's sign put back: the chance of rounding up is the distance in ulps
@@ -104,8 +112,8 @@ def round_stochastic(x, bits, OUT_DTYPE: tl.constexpr):
     """
     pattern = x.to(tl.uint32, bitcast=True)
     if OUT_DTYPE == tl.bfloat16:
-        high_half = tl.where(x != x, 0x7FC0, (pattern + (bits >> 16)) >> 16)  # NaN: the carry could reach the sign
-        return high_half.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        safe = tl.where(x != x, 0x7FC00000, pattern)  # a NaN's carry could reach the sign
+        return ((safe + (bits >> 16)) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     binade = tl.maximum((pattern & 0x7F800000).to(tl.float32, bitcast=True), 6.103515625e-05)
     u = ((bits >> 8) | 1).to(tl.float32)  # odd, in (0, 2^24): exact, and never 0, so that u * inf stays inf
     dithered = u * (binade * 5.820766091346741e-11) + (pattern & 0x7FFFFFFF).to(tl.float32, bitcast=True)  # 2^-34
@@ -131,12 +139,13 @@ def load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTI
 
 
 @triton.jit
-def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g, w, s1, s2,
+def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, col, mask, g, w, s1, s2,
                  lr, eps, mix1, mix2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """Apply the optimizer to rows loaded by ``load_rows`` and store weights and state.
 
-    addr: [R, BLOCK_D] int64 element offsets into the flat weight (and per-element state) buffers;
+    addr: [R, BLOCK_D] int64 element offsets into the flat weight (and per-element state) buffers; col:
+    [BLOCK_D] each element's column in its row (the stochastic rounding's random bits, ``random_u32``);
     mask: [R, BLOCK_D], within ``row_ok`` [R]; g: [R, BLOCK_D] fp32 summed gradient (zero where masked).
     Row-wise Adagrad divides once per row (FBGEMM's ``multiplier``), not once per element: the
     per-element IEEE division made its update ~1.9 ms slower than SGD's on the MLPerf step
@@ -165,15 +174,15 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g
         new = w - lr * m / (tl.sqrt(v) + eps)
     out_dtype = weights_ptr.dtype.element_ty
     if STOCHASTIC:
-        new = round_stochastic(new, random_u32(seed, row, addr), out_dtype)
+        new = round_stochastic(new, random_u32(seed, row, col), out_dtype)
     tl.store(weights_ptr + addr, new.to(out_dtype), mask=mask, eviction_policy="evict_first")
 
 
 @triton.jit
-def apply_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g,
+def apply_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, col, mask, g,
                  lr, eps, mix1, mix2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """``load_rows`` then ``store_update``: the update of rows whose gradient is already summed."""
     w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTIM)
-    store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, g, w, s1, s2, lr, eps, mix1, mix2,
+    store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, col, mask, g, w, s1, s2, lr, eps, mix1, mix2,
                  weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)

@@ -223,8 +223,11 @@ FIT_STATE_ARRAYS = 1
 #: count. (Before the thirty-third session's rounding: 24.5 / 24.5 / 23.75, a hash per element and the ulp gap drawn
 #: against.) Recounted for the lane when the open run's carry moved before the scan (thirty-fifth session,
 #: benchmarks/results/lane_carry_probe_2026-12-02/sass_count_s35_cpu.json): 1016 -> 1469 (13.56 before); the
-#: one-tile merge level does not run that code (unchanged).
-ROUNDING_INSTRUCTIONS = {"lane": 14.16, "scan": 14.16, "merge": 14.25}
+#: one-tile merge level does not run that code (unchanged). Recounted after the forty-eighth session's cheaper
+#: random bits and NaN guard (``tbe_optim.random_u32``, ``round_stochastic``; benchmarks/results/lane_alu_2026-12-04/):
+#: the lane update 1016 -> 1438 per trip, the one-tile merge level 3464 -> 3840 in all (3864 before the change: the
+#: 14.25 above was a count of an older merge kernel).
+ROUNDING_INSTRUCTIONS = {"lane": 13.19, "scan": 13.19, "merge": 11.75}
 #: Registers per thread stochastic rounding adds to a merge-level program, by its tiles per program (same
 #: compiles, the larger of fp16 / bf16 rows: one tile 189 -> 192 / 221, eight 207 -> 229 / 233 since the
 #: carry moved before the scan, 191 -> 221 / 217 before): fewer merge programs stay resident. (66 and 39 with
@@ -272,10 +275,11 @@ LANE_INSTRUCTIONS = 31.75
 ONE_DIM_LANE_INSTRUCTIONS = 19.53
 #: Instructions per tile element that stochastic rounding adds to the one-dim lane update with 8-tile
 #: chunks and the 128-register cap (fp16 / bf16 rows of one dim), counted as LANE_INSTRUCTIONS: fp16 rows
-#: 1089 warp instructions per loop trip against 625 without rounding (cuda:90, ``sass_count.py``, row-wise
-#: Adagrad, the compile job at BLOCK_D 128) x 32 / 1024; bf16 rows 979 (11.06 per element). (13.03 before the
-#: thirty-fifth session's carry: 1183 against 766.)
-ONE_DIM_ROUNDING_INSTRUCTIONS = 14.5
+#: 1039 warp instructions per loop trip against 625 without rounding (cuda:90, ``sass_count.py``, row-wise
+#: Adagrad, the compile job at BLOCK_D 128) x 32 / 1024; bf16 rows 881 (8.0 per element). Since the
+#: forty-eighth session's cheaper random bits and NaN guard (``tbe_optim.random_u32``): 1089 and 979 before
+#: (14.5; 13.03 before the thirty-fifth session's carry: 1183 against 766).
+ONE_DIM_ROUNDING_INSTRUCTIONS = 12.94
 #: Fraction of ISSUE_LANES_PER_CLK the one-dim lane update with rounding reaches: its rounding is part of
 #: its instruction stream rather than added after the loads (``rounding_seconds``); Nsight Compute on the
 #: H200 saw the fp16 update before the thirty-third session ALU-bound (ALU pipe 69% busy, issue slots 70%;
@@ -283,7 +287,10 @@ ONE_DIM_ROUNDING_INSTRUCTIONS = 14.5
 #: ``row_state_seconds`` and the merge): full MLPerf tables, fp16 rows, uniform ids, bf16 gradient,
 #: row-wise Adagrad, lane update + permute + merge 2.884 + 0.148 + 0.170 ms (the median of two rounds of
 #: benchmarks/results/lane_carry_probe_2026-12-02/tbe_checkout_ab_cf_g16_*, the open run's carry added before
-#: the scan). Checked on bf16 rows of the same call: 3.20 ms priced, 3.076 measured (+4%). (0.711 for the kernel
+#: the scan). Checked on bf16 rows of the same call: 3.20 ms priced, 3.076 measured (+4%). Not refitted after the
+#: forty-eighth session's recount (ONE_DIM_ROUNDING_INSTRUCTIONS 14.5 -> 12.94): on that session's rows
+#: (benchmarks/results/lane_alu_2026-12-04/, change arm) fp16 is priced 3.08 ms against 3.09 measured (the fit
+#: would be 0.739), bf16 3.08 against 2.93 (+5%: one count, fp16's, prices both). (0.711 for the kernel
 #: before, at 36.81 instructions per element: 3.177 + 0.148 + 0.185 ms; 0.893 with the rounding before the
 #: thirty-third session.)
 ONE_DIM_ROUNDED_ISSUE_FRACTION = 0.742
