@@ -1,5 +1,5 @@
-"""Stochastic rounding of half-precision rows (``tbe_optim.round_stochastic`` of ``random_u32`` of ``row_words``),
-element by element: each result is one of the value's two neighbours in the row dtype, the mean over many draws (rows at
+"""Stochastic rounding of half-precision rows (``tbe_optim.round_stochastic`` of ``random_u32``), element by
+element: each result is one of the value's two neighbours in the row dtype, the mean over many draws (rows at
 one seed, or one row over many steps' seeds) is the value (unbiased), including subnormals, the carry into the next binade, negative values and the largest
 finite ones; NaN and infinities pass through."""
 
@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from polyrec.kernels.interpreter import interpreting
-from polyrec.kernels.tbe_optim import random_u32, round_stochastic, row_words
+from polyrec.kernels.tbe_optim import random_u32, round_stochastic
 
 DRAWS = 4096  # rows: each column's value is rounded once per row, with the row's own random bits
 #: The interpreter on the CPU; on a GPU machine (TRITON_INTERPRET unset) the compiled kernel.
@@ -31,9 +31,9 @@ def _round_kernel(x_ptr, out_ptr, seed, ROWS: tl.constexpr, COLS: tl.constexpr, 
     x = tl.load(x_ptr + tl.arange(0, COLS))[None, :] + tl.zeros((ROWS, COLS), dtype=tl.float32)
     if ACROSS_STEPS:
         row = draw * 0 + 12345
-        bits = random_u32(row_words(seed + draw * 7919, row), tl.arange(0, COLS))
+        bits = random_u32(seed + draw * 7919, row, tl.arange(0, COLS))
     else:
-        bits = random_u32(row_words(seed, draw), tl.arange(0, COLS))
+        bits = random_u32(seed, draw, tl.arange(0, COLS))
     tl.store(out_ptr + addr, round_stochastic(x, bits, out_ptr.dtype.element_ty))
 
 

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from polyrec.kernels.interpreter import numpy_combine
-from polyrec.kernels.tbe_optim import apply_update, load_rows, rounding_words, row_words, store_update
+from polyrec.kernels.tbe_optim import apply_update, load_rows, store_update
 
 #: Sorted positions per program of ``permute_kernel`` (a streaming gather: 8 per thread at 4 warps).
 PERMUTE_BLOCK = 1024
@@ -201,22 +201,18 @@ def _scan_tile(
     started = tl.cumsum(is_start.to(tl.int32), 0) > 0  # [TILE] i's run started inside the tile
     whole = ok & is_end & started
     apply_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d, d_mask & whole[:, None], acc, lr, eps,
-                 mix1, mix2, weight_decay, dim, rounding_words(seed, key, STOCHASTIC), OPTIM, HAS_WD, STOCHASTIC)
+                 mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     park_partials(partial_ptr, part_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, STRIDE)
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def permute_kernel(
-    keys_ptr, perm_ptr, src_ptr, scale_ptr, feat_col_ptr, g_off_ptr, sorted_scale_ptr, word_ptr,
-    n_pos, batch_size, grad_stride, invalid_key, total_rows, seed,
-    SEQUENCE: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr, STOCHASTIC: tl.constexpr = False,
-    GROUPED: tl.constexpr = False,
+    keys_ptr, perm_ptr, src_ptr, scale_ptr, feat_col_ptr, g_off_ptr, sorted_scale_ptr,
+    n_pos, batch_size, grad_stride, invalid_key,
+    SEQUENCE: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """Per sorted position: the element offset of its output-gradient slice and its scale, so the
-    update reads them coalesced with its key (one round trip instead of perm -> src -> column); and with
-    STOCHASTIC (half-precision rows) its row's random word for the step's ``seed`` (``tbe_optim.row_words``
-    of the global row id: the key less its dim group's ``group * total_rows`` when GROUPED), which every lane
-    of the lane update would otherwise hash for every row of its tiles."""
+    update reads them coalesced with its key (one round trip instead of perm -> src -> column)."""
     pos = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_range = pos < n_pos
     key = tl.load(keys_ptr + pos, mask=in_range, other=invalid_key)
@@ -226,9 +222,6 @@ def permute_kernel(
     tl.store(g_off_ptr + pos, g_off.to(g_off_ptr.dtype.element_ty), mask=in_range)
     if HAS_SCALE:
         tl.store(sorted_scale_ptr + pos, tl.load(scale_ptr + orig, mask=ok, other=0.0), mask=in_range)
-    if STOCHASTIC:
-        row = key % total_rows if GROUPED else key
-        tl.store(word_ptr + pos, row_words(seed, row).to(tl.int32, bitcast=True), mask=in_range)
 
 
 @triton.jit
@@ -303,7 +296,7 @@ def tile_rows(key, ok, lo, hi, row_base_ptr, elem_base_ptr, dim_ptr, num_tables,
 @triton.jit
 def sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok,
                    is_start, is_end, started, last, carry, carry_key, head_key, prog, d,
-                   lr, eps, mix1, mix2, weight_decay, words,
+                   lr, eps, mix1, mix2, weight_decay, seed,
                    OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, TILE: tl.constexpr,
                    BLOCK_D: tl.constexpr, STRIDE: tl.constexpr):
     """One tile of a program that takes its tiles in turn (``lane_update_kernel``, the chunked
@@ -311,15 +304,14 @@ def sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, k
     ``carry`` of the run open at the previous tile's end, update the rows (loaded as w, s1, s2) of runs
     that end here and began in the program, store the piece of the run that began before the program
     where it ends (slot 2 * prog of ``head_ptr``, ``STRIDE`` elements per slot); ``last``: the tile's last
-    position [TILE]; ``words``: the rows' random words [TILE] (``tbe_optim.row_words``; STOCHASTIC only).
-    Returns the new (carry, carry_key, head_key)."""
+    position [TILE]. Returns the new (carry, carry_key, head_key)."""
     whole = ok & is_end & started  # [TILE] last position of a run that lies inside the program
     goes_on = (tl.arange(0, TILE) == 0) & (key == carry_key)  # [TILE] the first position continues the open run
     g += tl.where(goes_on[:, None], carry[None, :], 0.0)  # the scan carries it to the run's other positions
     flags = tl.broadcast_to(is_start.to(tl.int32)[:, None], (TILE, BLOCK_D))
     _, acc = tl.associative_scan((flags, g), 0, segment_add)  # acc[i] = sum from i's run start (in tile)
     store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d, d_mask & whole[:, None], acc, w, s1, s2, lr,
-                 eps, mix1, mix2, weight_decay, dim, words, OPTIM, HAS_WD, STOCHASTIC)
+                 eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
     head = ok & ~started & is_end  # the run from before the program ends here
     tl.store(head_ptr + prog * 2 * STRIDE + d[None, :] + 0 * key[:, None], acc, mask=head[:, None])
     head_key = tl.maximum(head_key, tl.max(tl.where(head, key, -1), axis=0))
@@ -328,13 +320,13 @@ def sum_tile_runs(weights_ptr, state1_ptr, state2_ptr, head_ptr, g, w, s1, s2, k
     return carry, tl.max(tl.where(open_run, key, -3), axis=0), head_key
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def lane_update_kernel(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr,
-    keys_ptr, g_off_ptr, scale_ptr, word_ptr,
+    keys_ptr, g_off_ptr, scale_ptr,
     row_base_ptr, elem_base_ptr, dim_ptr,
     num_tables, invalid_key, key_lo, key_hi,
-    lr, eps, mix1, mix2, weight_decay,
+    lr, eps, mix1, mix2, weight_decay, seed,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
     TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
     ONE_DIM: tl.constexpr, GROUPED: tl.constexpr = False, PART_D: tl.constexpr = 0,
@@ -356,14 +348,13 @@ def lane_update_kernel(
 
     ``GROUPED``: the launch of one dim group of a module of mixed dims, at that group's BLOCK_D (keys
     ``key_lo`` .. ``key_hi``, ``_group_row``); a program without its keys only marks its slots empty.
-    ``PART_D``: elements per slot of ``partial`` (the merge's BLOCK_D; 0: BLOCK_D). ``word_ptr``: the
-    rows' random words in sorted order (``permute_kernel``; read with STOCHASTIC only).
+    ``PART_D``: elements per slot of ``partial`` (the merge's BLOCK_D; 0: BLOCK_D).
     """
     prog = tl.program_id(0).to(tl.int64)
     if _group_active(keys_ptr, prog * (CHUNKS * TILE), CHUNKS * TILE, key_lo, key_hi, GROUPED):
         _lane_program(weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr, keys_ptr, g_off_ptr,
-                      scale_ptr, word_ptr, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, invalid_key, key_lo,
-                      key_hi, lr, eps, mix1, mix2, weight_decay, prog, OPTIM, HAS_WD, STOCHASTIC, HAS_SCALE, TILE,
+                      scale_ptr, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, invalid_key, key_lo, key_hi,
+                      lr, eps, mix1, mix2, weight_decay, seed, prog, OPTIM, HAS_WD, STOCHASTIC, HAS_SCALE, TILE,
                       CHUNKS, BLOCK_D, VEC, T_PAD, ONE_DIM, GROUPED, PART_D if PART_D > 0 else BLOCK_D)
     else:
         tl.store(part_key_ptr + prog * 2, -1)
@@ -373,8 +364,8 @@ def lane_update_kernel(
 @triton.jit
 def _lane_program(
     weights_ptr, state1_ptr, state2_ptr, grad_ptr, partial_ptr, part_key_ptr, keys_ptr, g_off_ptr, scale_ptr,
-    word_ptr, row_base_ptr, elem_base_ptr, dim_ptr, num_tables, invalid_key, key_lo, key_hi,
-    lr, eps, mix1, mix2, weight_decay, prog,
+    row_base_ptr, elem_base_ptr, dim_ptr, num_tables, invalid_key, key_lo, key_hi,
+    lr, eps, mix1, mix2, weight_decay, seed, prog,
     OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr, HAS_SCALE: tl.constexpr,
     TILE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr, T_PAD: tl.constexpr,
     ONE_DIM: tl.constexpr, GROUPED: tl.constexpr, STRIDE: tl.constexpr,
@@ -395,10 +386,6 @@ def _lane_program(
         g_off = tl.multiple_of(tl.load(g_off_ptr + pos).to(tl.int64), [VEC])
         if HAS_SCALE:
             scale = tl.load(scale_ptr + pos)
-        if STOCHASTIC:
-            words = tl.load(word_ptr + pos).to(tl.uint32, bitcast=True)
-        else:
-            words = key
         ok = key != invalid_key
         is_end = key != nxt  # [TILE] a run ends here
         started = key != before  # [TILE] i's run started inside the program (keys are sorted)
@@ -419,7 +406,7 @@ def _lane_program(
             g = g * scale[:, None]
         carry, carry_key, head_key = sum_tile_runs(
             weights_ptr, state1_ptr, state2_ptr, partial_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
-            is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay, words,
+            is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay, seed,
             OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D, STRIDE)
     park_program_ends(partial_ptr, part_key_ptr, carry, carry_key, head_key, before, prog, d, STRIDE)
 

@@ -34,7 +34,7 @@ _SCALARS = {"batch_size": "i32", "num_bags": "i32", "nnz": "i64", "out_stride": 
             "out_row0": "i32", "rows": "i64", "base": "i64", "dim": "i32", "invalid_key": "i32", "n_pos": "i32",
             "key_lo": "i32", "key_hi": "i32", "last_feature": "i32",
             "grad_stride": "i64", "num_tables": "i32", "lr": "fp32", "eps": "fp32", "mix1": "fp32",
-            "mix2": "fp32", "weight_decay": "fp32", "seed": "i32", "n_slots": "i32", "total_rows": "i32"}
+            "mix2": "fp32", "weight_decay": "fp32", "seed": "i32", "n_slots": "i32"}
 _POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp32", "out_ptr": "*fp32",
              "flags_ptr": "*i32", "feat_ids_ptr": "*i32", "feat_table_ptr": "*i32", "feat_col_ptr": "*i32",
              "feat_mean_ptr": "*i32", "table_rows_ptr": "*i64", "table_elem_base_ptr": "*i64",
@@ -43,7 +43,7 @@ _POINTERS = {"values_ptr": "*i64", "offsets_ptr": "*i64", "per_sample_ptr": "*fp
              "grad_ptr": "*fp32", "partial_ptr": "*fp32", "perm_ptr": "*i64", "piece_start_ptr": "*i64",
              "num_pieces_ptr": "*i64", "row_base_ptr": "*i64", "elem_base_ptr": "*i64", "dim_ptr": "*i32",
              "g_off_ptr": "*i32", "sorted_scale_ptr": "*fp32", "part_key_ptr": "*i64", "part_ptr": "*fp32",
-             "out_key_ptr": "*i64", "word_ptr": "*i32"}
+             "out_key_ptr": "*i64"}
 
 
 def _signature(kernel: Any, weights: str, constexprs: dict[str, Any]) -> dict[str, str]:
@@ -152,10 +152,7 @@ def _prep_jobs(spec: DeviceSpec, block_d: int) -> list[CompileJob]:
                          consts, c.num_warps))
     for seq in (False, True):
         jobs.append(_job(f"tbe permute sequence={seq}", permute_kernel, "fp32",
-                         dict(SEQUENCE=seq, HAS_SCALE=not seq, BLOCK=PERMUTE_BLOCK, STOCHASTIC=False, GROUPED=False), 4))
-    for grouped in (False, True):  # half-precision rows: the rows' random words too
-        jobs.append(_job(f"tbe permute stochastic grouped={grouped}", permute_kernel, "fp32",
-                         dict(SEQUENCE=False, HAS_SCALE=True, BLOCK=PERMUTE_BLOCK, STOCHASTIC=True, GROUPED=grouped), 4))
+                         dict(SEQUENCE=seq, HAS_SCALE=not seq, BLOCK=PERMUTE_BLOCK), 4))
     positions = tbe_select.sequence_positions(block_d)
     warps = tbe_select.warps_for(positions * block_d, spec.warp_size)
     jobs.append(_job(f"tbe sequence D{block_d} pos{positions} w{warps}", sequence_forward_kernel, "fp32",

@@ -27,11 +27,9 @@ from polyrec.perfmodel.tbe import LEVEL_TILE
 class FusedBackward:
     """The backward half of ``polyrec.kernels.tbe.TableBatchedEmbedding`` (mixed into it)."""
 
-    def _seed_of(self, step: int) -> int:
-        """The stochastic rounding's seed of optimizer step ``step``: a function of the module's seed and the
-        step when deterministic, else a draw from torch's default generator."""
+    def _next_seed(self) -> int:
         if self.deterministic:
-            return (self.seed * 1_000_003 + step * 7_919 + 1) & 0x7FFFFFFF
+            return (self.seed * 1_000_003 + self.step * 7_919 + 1) & 0x7FFFFFFF
         return int(torch.randint(0, 2**31 - 1, (1,)))
 
     def prepare_backward(self, batch: JaggedBatch) -> None:
@@ -45,10 +43,10 @@ class FusedBackward:
             return
         with torch.no_grad():
             ids = self._sort_ids(batch.values, batch.offsets, batch.weights, batch.batch_size, None)
-            ids.seed = self._seed_of(self.step + 1)  # the step its backward will be
             if any(c.variant == "lane" for c in self.plan_configs(ids.plan, batch.nnz)):
                 ids.grad_stride = self.output_dim
-                self._permute(batch.batch_size * self.output_dim, ids, batch.batch_size, False)
+                ids.g_off, ids.sorted_scale = self._permute(batch.batch_size * self.output_dim, ids,
+                                                            batch.batch_size, False)
         self._prepared = ids
 
     def backward_side(self, *read: Tensor | None) -> contextlib.AbstractContextManager:
@@ -136,8 +134,6 @@ class FusedBackward:
         if grad.stride(-1) != 1:  # the kernels take any row stride (the trainer's gradient is a column slice)
             grad = grad.contiguous()
         ids = prepared or self._sort_ids(values, offsets, per_sample, batch_size, sequence)
-        if ids.seed is None:
-            ids.seed = self._seed_of(self.step)
         plan = ids.plan
         configs = self.plan_configs(plan, n)
         programs = [ceil_div(n, c.span) for c in configs]
@@ -146,13 +142,13 @@ class FusedBackward:
         part_key = torch.empty(slots, dtype=torch.int64, device=dev)  # [slots] row of each piece
         opt = self.optimizer
         common = dict(lr=opt.step_size(self.step), eps=opt.eps, mix1=1.0 - opt.beta1, mix2=1.0 - opt.beta2,
-                      weight_decay=opt.weight_decay, seed=ids.seed)
+                      weight_decay=opt.weight_decay, seed=self._next_seed())
         flags = dict(OPTIM=OPTIM_CODE[opt.kind], HAS_WD=opt.weight_decay > 0,
                      STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
                      T_PAD=self.t_pad)
         if any(c.variant == "lane" for c in configs) and ids.grad_stride != grad.stride(0):
-            self._permute(grad.numel(), ids, batch_size, sequence is not None,
-                          grad.stride(0))  # not prepared for this gradient's layout
+            ids.g_off, ids.sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
+                                                        grad.stride(0))  # not prepared for this gradient's layout
             ids.grad_stride = grad.stride(0)
         slot = 0
         for g, (block, ucfg, progs) in enumerate(zip(plan.blocks, configs, programs)):
@@ -180,12 +176,11 @@ class FusedBackward:
         lane_flags = dict(flags, VEC=min(self.vec, self._grad_vec(grad)), ONE_DIM=self.one_dim)
         cap = ({"maxnreg": ucfg.max_registers}
                if ucfg.max_registers and dev.type == "cuda" and torch.version.hip is None else {})
-        lane_common = {k: v for k, v in common.items() if k != "seed"}  # its rows' words come from the permute
         lane_update_kernel[(programs,)](
             self.weights, self.state1, self.state2, grad, partial, part_key, ids.keys, ids.g_off, ids.sorted_scale,
-            ids.words, lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), ids.plan.invalid_key,
-            *keys, **lane_common, HAS_SCALE=ids.scale is not None, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps,
-            **cap, **lane_flags)
+            lay.table_row_base, lay.table_elem_base, lay.table_dim, len(self.tables), ids.plan.invalid_key, *keys,
+            **common, HAS_SCALE=ids.scale is not None, CHUNKS=ucfg.chunks, num_warps=ucfg.num_warps, **cap,
+            **lane_flags)
 
     def _merge(self, partial: Tensor, part_key: Tensor, common: dict, flags: dict, chunks: int) -> None:
         """Finish the runs that cross tile ends, level by level (``merge_level_kernel``): each level
@@ -213,21 +208,18 @@ class FusedBackward:
         return vector_width(dims, grad.element_size()) if grad.data_ptr() % 16 == 0 else 1
 
     def _permute(self, grad_numel: int, ids: SortedIds, batch_size: int, sequence: bool,
-                 grad_stride: int | None = None) -> None:
-        """Set ``ids``' gradient element offsets [n] (int32 when the gradient allows) and scales [n] in sorted
-        order, for a gradient of ``grad_numel`` elements and row stride ``grad_stride`` (default output_dim);
-        and where the rows round stochastically their random words [n] for ``ids.seed``."""
-        n, scale, dev = ids.keys.numel(), ids.scale, ids.keys.device
+                 grad_stride: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order,
+        for a gradient of ``grad_numel`` elements and row stride ``grad_stride`` (default output_dim)."""
+        n, scale = ids.keys.numel(), ids.scale
         off_dtype = torch.int32 if grad_numel < 2**31 else torch.int64
-        ids.g_off = torch.empty(n, dtype=off_dtype, device=dev)
-        ids.sorted_scale = torch.empty(n, dtype=scale.dtype, device=dev) if scale is not None else None
-        stochastic = self.weight_dtype != torch.float32
-        ids.words = torch.empty(n, dtype=torch.int32, device=dev) if stochastic else None
+        g_off = torch.empty(n, dtype=off_dtype, device=ids.keys.device)
+        sorted_scale = torch.empty(n, dtype=scale.dtype, device=scale.device) if scale is not None else None
         permute_kernel[(ceil_div(n, PERMUTE_BLOCK),)](
-            ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, ids.g_off, ids.sorted_scale, ids.words, n,
-            batch_size, self.output_dim if grad_stride is None else grad_stride, ids.plan.invalid_key,
-            self.total_rows, ids.seed, SEQUENCE=sequence, HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK,
-            STOCHASTIC=stochastic, GROUPED=ids.plan.grouped, num_warps=4)
+            ids.keys, ids.perm, ids.src, scale, self.layout.feat_col, g_off, sorted_scale, n, batch_size,
+            self.output_dim if grad_stride is None else grad_stride, ids.plan.invalid_key, SEQUENCE=sequence,
+            HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
+        return g_off, sorted_scale
 
 
 def padded_length(n: int, span: int) -> int:
@@ -283,8 +275,6 @@ class SortedIds:
     grad_stride: int | None = None  # the gradient row stride g_off was computed for (lane update)
     g_off: Tensor | None = None  # [padded_length] gradient element offsets in sorted order (padding: 0)
     sorted_scale: Tensor | None = None  # [padded_length] scales in sorted order (padding: 0)
-    seed: int | None = None  # the stochastic rounding's seed of the step these ids will update
-    words: Tensor | None = None  # [padded_length] int32 rows' random words in sorted order (half rows, lane)
 
 
 def _of_batch(held: SortKeys | SortedIds | None, values: Tensor, offsets: Tensor, per_sample: Tensor | None) -> bool:

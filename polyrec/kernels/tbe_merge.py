@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from polyrec.kernels.tbe_backward import park_partials, park_program_ends, segment_add, sum_tile_runs, tile_rows
-from polyrec.kernels.tbe_optim import load_rows, rounding_words, store_update
+from polyrec.kernels.tbe_optim import load_rows, store_update
 
 
 @triton.jit
@@ -91,8 +91,7 @@ def _merge_one_tile(
         flags = tl.broadcast_to((key != prev).to(tl.int32)[:, None], (TILE, BLOCK_D))
         _, acc = tl.associative_scan((flags, g), 0, segment_add)  # acc[i] = sum from i's run start (in tile)
         store_update(weights_ptr, state1_ptr, state2_ptr, key, whole, addr, d, d_mask & whole[:, None], acc, w, s1, s2, lr,
-                     eps, mix1, mix2, weight_decay, dim, rounding_words(seed, key, STOCHASTIC), OPTIM, HAS_WD,
-                     STOCHASTIC)
+                     eps, mix1, mix2, weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
         park_partials(out_ptr, out_key_ptr, acc, key, i, ok, started, is_end, tile, d, TILE, BLOCK_D)
     else:
         tl.store(out_key_ptr + tile * 2, -1)
@@ -140,8 +139,8 @@ def _merge_tiles_in_turn(
                         other=0.0)
             carry, carry_key, head_key = sum_tile_runs(
                 weights_ptr, state1_ptr, state2_ptr, out_ptr, g, w, s1, s2, key, addr, d_mask, dim, ok, is_start,
-                is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay,
-                rounding_words(seed, key, STOCHASTIC), OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D, BLOCK_D)
+                is_end, started, last, carry, carry_key, head_key, prog, d, lr, eps, mix1, mix2, weight_decay, seed,
+                OPTIM, HAS_WD, STOCHASTIC, TILE, BLOCK_D, BLOCK_D)
         else:
             carry = carry * 0.0
             carry_key = carry_key * 0 - 3

@@ -72,32 +72,13 @@ def _mix32(x):
 
 
 @triton.jit
-def row_words(seed, row):
-    """Each row's random word for one step ([R] uint32 from ``row`` [R] int32 / int64 global ids): one
-    finaliser round mixes the seed with the row id (its high word folded in by a multiplicative, Fibonacci,
-    hash). ``random_u32`` spreads it over the row's elements."""
-    r = row.to(tl.int64)
-    return _mix32((r & 0xFFFFFFFF).to(tl.uint32) ^ ((r >> 32).to(tl.uint32) * 0x9E3779B9) ^ seed.to(tl.uint32))
-
-
-@triton.jit
-def rounding_words(seed, row, STOCHASTIC: tl.constexpr):
-    """``row_words`` of rows ``row`` where the update rounds (STOCHASTIC); else ``row`` itself, which no
-    rounding reads."""
-    if STOCHASTIC:
-        words = row_words(seed, row)
-    else:
-        words = row
-    return words
-
-
-@triton.jit
-def random_u32(words, col):
-    """Counter-based random uint32 per element of rows whose words are ``words`` ([R], ``row_words``) at
-    columns ``col`` ([BLOCK_D]): the row's word times an odd number of the column, (2 col + 1) x 0x9E3779B9,
-    a bijection of the word, so each element's value is uniform whenever the word is. Elements of one row are
-    not independent of each other; the rounding needs each value's bits independent of that value and of the
-    other steps' draws, which they are.
+def random_u32(seed, row, col):
+    """Counter-based random uint32 per element of rows ``row`` ([R] int32 / int64 global ids) at columns ``col``
+    ([BLOCK_D]), from a seed: one finaliser round per row mixes the seed with the row id (its high word folded
+    in by a multiplicative, Fibonacci, hash) into the row's word, and each element is that word times an odd
+    number of its column, (2 col + 1) x 0x9E3779B9: a bijection of the row's word, so each element's value is
+    uniform whenever the row's word is. Elements of one row are not independent of each other; the rounding
+    needs each value's bits independent of that value and of the other steps' draws, which they are.
 
     Cost: a hash per row instead of one per element, with ``round_stochastic``'s carry (bf16) and dither
     (fp16), took the half-precision lane update's time 3.87 -> 3.18 ms (fp16 rows) and 4.31 -> 3.14 ms (bf16)
@@ -105,11 +86,11 @@ def random_u32(words, col):
     ALU pipe 69% busy), and is still with bf16 rows and gradient (68%, issue slots 70%, DRAM 38%;
     benchmarks/results/lane_alu_2026-12-04/). So each element costs one multiply by a column constant (the
     FMA pipe: ptxas cannot turn it into ALU adds, as it can a multiply-add of the element's address), where
-    the element's address xor the row's word, then a multiply, put an ALU op per element; and the lane
-    update reads its rows' words, made once per sorted position by ``tbe_backward.permute_kernel``, where
-    each of its lanes hashed all of a tile's rows (20% of its ALU work)."""
+    the element's address xor the row's word, then a multiply, put an ALU op per element."""
+    r = row.to(tl.int64)
+    row_word = _mix32((r & 0xFFFFFFFF).to(tl.uint32) ^ ((r >> 32).to(tl.uint32) * 0x9E3779B9) ^ seed.to(tl.uint32))
     odd = (col.to(tl.uint32) * 2 + 1) * 0x9E3779B9  # [BLOCK_D]
-    return words[:, None] * odd[None, :]
+    return row_word[:, None] * odd[None, :]
 
 
 @triton.jit
@@ -159,13 +140,12 @@ def load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTI
 
 @triton.jit
 def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, col, mask, g, w, s1, s2,
-                 lr, eps, mix1, mix2, weight_decay, dim, words,
+                 lr, eps, mix1, mix2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """Apply the optimizer to rows loaded by ``load_rows`` and store weights and state.
 
     addr: [R, BLOCK_D] int64 element offsets into the flat weight (and per-element state) buffers; col:
-    [BLOCK_D] each element's column in its row and words: [R] uint32 the rows' words (``row_words``; both
-    the stochastic rounding's random bits, ``random_u32``; unused without STOCHASTIC);
+    [BLOCK_D] each element's column in its row (the stochastic rounding's random bits, ``random_u32``);
     mask: [R, BLOCK_D], within ``row_ok`` [R]; g: [R, BLOCK_D] fp32 summed gradient (zero where masked).
     Row-wise Adagrad divides once per row (FBGEMM's ``multiplier``), not once per element: the
     per-element IEEE division made its update ~1.9 ms slower than SGD's on the MLPerf step
@@ -194,15 +174,15 @@ def store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, col, ma
         new = w - lr * m / (tl.sqrt(v) + eps)
     out_dtype = weights_ptr.dtype.element_ty
     if STOCHASTIC:
-        new = round_stochastic(new, random_u32(words, col), out_dtype)
+        new = round_stochastic(new, random_u32(seed, row, col), out_dtype)
     tl.store(weights_ptr + addr, new.to(out_dtype), mask=mask, eviction_policy="evict_first")
 
 
 @triton.jit
 def apply_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, col, mask, g,
-                 lr, eps, mix1, mix2, weight_decay, dim, words,
+                 lr, eps, mix1, mix2, weight_decay, dim, seed,
                  OPTIM: tl.constexpr, HAS_WD: tl.constexpr, STOCHASTIC: tl.constexpr):
     """``load_rows`` then ``store_update``: the update of rows whose gradient is already summed."""
     w, s1, s2 = load_rows(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, mask, OPTIM)
     store_update(weights_ptr, state1_ptr, state2_ptr, row, row_ok, addr, col, mask, g, w, s1, s2, lr, eps, mix1, mix2,
-                 weight_decay, dim, words, OPTIM, HAS_WD, STOCHASTIC)
+                 weight_decay, dim, seed, OPTIM, HAS_WD, STOCHASTIC)
