@@ -1,12 +1,15 @@
-"""The transpose of a matrix of one-byte elements (an fp8 copy) in one Triton launch.
+"""The transpose of a matrix of one- or two-byte elements (an fp8 copy, a bf16 weight) in one Triton launch.
 
 ``cast_fp8`` makes an fp32 master weight's transposed fp8 copy from its plain one (Triton's transposed store
 from an fp32 load left elements unwritten on sm_90, ``polyrec.kernels.fp8.cast_fp8``). torch's
 ``q.t().contiguous()`` of an fp8 tensor runs an elementwise kernel, one byte per thread: its 9 copies took
 0.082 ms of a graphed MLPerf DLRM-DCNv2 step at batch 65536 (22 us for the top MLP's [1024, 3456]), this
 kernel at the best of four tiles for each weight 0.016 ms (2.7 us; each timed in a CUDA graph on one H200,
-forty-sixth session, ``benchmarks/results/byte_transpose_2026-12-04/``). A program moves a BLOCK x BLOCK
-tile: read along the rows, written along the columns (Triton stages it through shared memory).
+forty-sixth session, ``benchmarks/results/byte_transpose_2026-12-04/``). The cross network's backward takes
+each V_l [512, 3456] in bf16 transposed (``polyrec.kernels.dcn``): torch's copy took 14 us each in the
+forty-seventh session's eager trace (``benchmarks/results/cross_output_copies_2026-12-04/eager_trace/``). A
+program moves a BLOCK x BLOCK tile: read along the rows, written along the columns (Triton stages it through
+shared memory).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ NUM_WARPS = 8
 
 @triton.jit
 def byte_transpose_kernel(x_ptr, y_ptr, M, N, BLOCK: tl.constexpr):
-    """y [N, M] = xᵀ for x [M, N], both contiguous uint8; one BLOCK x BLOCK tile per program."""
+    """y [N, M] = xᵀ for x [M, N], both contiguous, of one integer type (uint8 or int16: the elements' bits);
+    one BLOCK x BLOCK tile per program."""
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK] of x
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK] of x
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -38,25 +42,32 @@ def byte_transpose_kernel(x_ptr, y_ptr, M, N, BLOCK: tl.constexpr):
     tl.store(y_ptr + cols.to(tl.int64)[None, :] * M + rows[:, None], tile, mask=mask)
 
 
-def transpose_bytes(x: torch.Tensor) -> torch.Tensor:
-    """``x.t().contiguous()`` for a contiguous 2-D tensor of one-byte elements (fp8, uint8, int8); torch's
-    copy where Triton cannot run (the CPU without the interpreter)."""
-    if x.dim() != 2 or not x.is_contiguous() or x.element_size() != 1:
-        raise ValueError(f"transpose_bytes: x must be a contiguous 2-D tensor of one-byte elements, got shape "
+#: The integer type that carries each element size's bits through the kernel.
+_BITS = {1: torch.uint8, 2: torch.int16}
+
+
+def transpose(x: torch.Tensor) -> torch.Tensor:
+    """``x.t().contiguous()`` for a contiguous 2-D tensor of one- or two-byte elements (fp8, uint8, int8, bf16,
+    fp16, int16); torch's copy where Triton cannot run (the CPU without the interpreter)."""
+    if x.dim() != 2 or not x.is_contiguous() or x.element_size() not in _BITS:
+        raise ValueError(f"transpose: x must be a contiguous 2-D tensor of one- or two-byte elements, got shape "
                          f"{tuple(x.shape)}, stride {x.stride()}, {x.dtype}")
     if not (x.is_cuda or interpreting()):
         return x.t().contiguous()
     m, n = x.shape
     y = torch.empty(n, m, dtype=x.dtype, device=x.device)  # [N, M]
     if m and n:
+        bits = _BITS[x.element_size()]
         byte_transpose_kernel[(ceil_div(m, BLOCK), ceil_div(n, BLOCK))](
-            x.view(torch.uint8), y.view(torch.uint8), m, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
+            x.view(bits), y.view(bits), m, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
     return y
 
 
 def compile_jobs(spec: DeviceSpec) -> list[CompileJob]:
-    """The kernel as ``transpose_bytes`` launches it (pointers and sizes 16-divisible: fp8 GEMM operands)."""
-    signature = {"x_ptr": "*u8", "y_ptr": "*u8", "M": "i32", "N": "i32", "BLOCK": "constexpr"}
-    return [CompileJob(label="byte_transpose", kernel=byte_transpose_kernel, signature=signature,
+    """The kernel as ``transpose`` launches it, for both element sizes (pointers and sizes 16-divisible: fp8
+    GEMM operands and the cross network's V)."""
+    return [CompileJob(label=f"byte_transpose {bits}", kernel=byte_transpose_kernel,
+                       signature={"x_ptr": f"*{bits}", "y_ptr": f"*{bits}", "M": "i32", "N": "i32", "BLOCK": "constexpr"},
                        constexprs={"BLOCK": BLOCK}, num_warps=NUM_WARPS, num_stages=1,
-                       divisible_by_16=("x_ptr", "y_ptr", "M", "N"))]
+                       divisible_by_16=("x_ptr", "y_ptr", "M", "N"))
+            for bits in ("u8", "i16")]

@@ -39,6 +39,7 @@ import torch
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
+from polyrec.kernels.byte_transpose import transpose
 from polyrec.kernels.fp8 import Fp8Out, Fp8Scaling, aligned, spec_formats
 from polyrec.kernels.fp8_dense import CROSS_ROLES, Fp8CrossGemms, trains
 from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
@@ -98,7 +99,10 @@ class LibraryCrossGemms:
 
 def _k_major(v: torch.Tensor) -> torch.Tensor:
     """V_l [r, D] as the transposed copy [D, r] that ``dlow V_l + G`` takes as a K-major B, the layout the
-    library runs faster (module docstring)."""
+    library runs faster (module docstring); by ``byte_transpose.transpose`` where it can (a contiguous
+    compute copy of two-byte elements), else torch's copy."""
+    if v.is_contiguous() and v.element_size() == 2:
+        return transpose(v)
     return v.t().contiguous()
 
 

@@ -36,7 +36,7 @@ from torch import nn
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
-from polyrec.kernels.byte_transpose import transpose_bytes
+from polyrec.kernels.byte_transpose import transpose
 from polyrec.kernels.grid import ceil_div
 from polyrec.kernels.interpreter import interpreting
 
@@ -371,7 +371,7 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
     An fp32 x's transposed copy is torch's transpose of the plain one: compiled for sm_90 by Triton 3.6, the
     kernel's transposed store from an fp32 load left elements unwritten (7 of 65536 for a [128, 512] tile
     grid, 847 of 262144 for [1024, 256]; bf16 loads were exact: ``tests/gpu/test_fp8_gpu.py``, H200, 39th
-    session). fp32 inputs are the master weights, small beside the activations (``transpose_bytes``)."""
+    session). fp32 inputs are the master weights, small beside the activations (``byte_transpose.transpose``)."""
     if x.dim() != 2:
         raise ValueError(f"cast_fp8: x must be 2-D [M, N], got {tuple(x.shape)}")
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -392,7 +392,7 @@ def cast_fp8(x: torch.Tensor, scaling: Fp8Scaling, role: int, *, plain: bool = T
         return _eager_cast(x, scale, fmt, relu, recorded, plain, transposed)
     if transposed and x.dtype == torch.float32 and not interpreting():  # a master weight: small
         q, _ = cast_fp8(x, scaling, role, relu=relu, config=config)
-        return (q if plain else None), transpose_bytes(q)
+        return (q if plain else None), transpose(q)
     q = torch.empty(m, n, dtype=fmt.dtype, device=x.device) if plain else None
     qt = torch.empty(n, m, dtype=fmt.dtype, device=x.device) if transposed else None
     config = config or select_config(m, n, _compute_units(x.device))

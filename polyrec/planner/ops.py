@@ -221,7 +221,7 @@ def _fp8_cast(name: str, phase: str, rows: int, cols: int, cb: int, *, plain: bo
 
 def _fp8_weight_casts(name: str, n: int, k: int, transposed: bool) -> list[Op]:
     """``cast_fp8`` of an fp32 master [n, k]: the kernel writes the plain copy; a transposed one is
-    ``transpose_bytes`` of it (``cast_fp8``'s fp32 rule: its output allocated, one Triton launch)."""
+    ``byte_transpose.transpose`` of it (``cast_fp8``'s fp32 rule: its output allocated, one Triton launch)."""
     ops = [Op(name=f"{name}.cast_w_fp8", phase="fwd", bytes=n * k * (FP32 + FP8), rate="fp8_cast",
               torch_ops=1 + FP8_OP_HOST_TORCH_OPS, triton_ops=1)]
     if transposed:
@@ -272,8 +272,9 @@ def fp8_mlp_layer(mat: Matmul, batch: int, cb: int, *, input_copies: bool, last:
 
 
 def _transposed_v(name: str, r: int, w: int, cb: int) -> Op:
-    """The backward's transposed copy of V_l [r, w] in the compute dtype, for ``dlow V + G``'s K-major B."""
-    return Op(name=f"{name}.transpose", phase="bwd", bytes=2 * r * w * cb)
+    """The backward's transposed copy of V_l [r, w] in the compute dtype, for ``dlow V + G``'s K-major B
+    (``byte_transpose.transpose``: its output allocated, one Triton launch)."""
+    return Op(name=f"{name}.transpose", phase="bwd", bytes=2 * r * w * cb, triton_ops=1)
 
 
 def fp8_cross_network(pairs: list[tuple[Matmul, Matmul]], batch: int, cb: int, kept_copies: bool,
