@@ -169,6 +169,9 @@ def train(
     cuda_graphs: bool | None = typer.Option(None, "--cuda-graphs/--no-cuda-graphs", show_default="auto",
                                            help="CUDA-graph the dense forward+backward (GPU). Default: where the "
                                                 "planner predicts the eager step host-bound."),
+    precompile: bool = typer.Option(True, "--precompile/--no-precompile",
+                                    help="Before the first step, compile its Triton kernels in parallel from a dry "
+                                         "run (GPU, polyrec tables, one process, sync pipeline)."),
     cpu_threads: int = typer.Option(0, help="CPU intra-op threads (0: torch's default). 1 avoids OpenMP "
                                     "spin-waits when other jobs share the cores."),
     metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
@@ -191,7 +194,8 @@ def train(
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
                       skip_bad_rows=skip_bad_rows, pipeline=pipeline,
-                      cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, cpu_threads=cpu_threads,
+                      cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, precompile=precompile,
+                      cpu_threads=cpu_threads,
                       metrics_path=metrics, plan=plan)
     completed = False
     try:

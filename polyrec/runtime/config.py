@@ -46,6 +46,9 @@ class TrainConfig:
     pipeline: str = "sync"  # "sync", or "semi-sync": lookups one update stale, overlapped on a side stream
     overlap_streams: bool = True  # semi-sync on a GPU: False keeps its order on one stream (for checking)
     cuda_graphs: bool | str = "auto"  # CUDA-graph the dense forward+backward: True, False, or "auto" (runtime.graphs)
+    # before the first step, compile its Triton kernels in parallel from a dry run (runtime.cold_start); on a GPU
+    # with polyrec's embedding tables, one process, the sync pipeline
+    precompile: bool = True
     # > 0: synthetic training batches repeat with this period (no generation cost; a model memorises a pool
     # of 4 full-size batches within ~15 steps: benchmarks/results/half_rows_probe_2026-12-02)
     synthetic_pool: int = 0

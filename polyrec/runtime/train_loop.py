@@ -102,6 +102,7 @@ class TrainLoop:
                         "cuda_graphs": self.graphs.on, "cuda_graphs_reason": self.graphs.reason,
                         "host_bound": self.graphs.host_bound,
                         "model": dataclasses.asdict(self.model_config)})
+        self._precompile_and_log()
         start_step, train_seconds = self.step, 0.0
         self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
         pending: list[torch.Tensor] = []
@@ -143,6 +144,19 @@ class TrainLoop:
                     result.checkpoint = self.save()
                 window_start, window_first = time.perf_counter(), self.step
         return self._finish(result, start_step, train_seconds)
+
+    def _precompile_and_log(self) -> None:
+        """The first step's kernels compiled ahead (``Trainer.precompile``), said while it runs and logged."""
+        from rich.console import Console
+
+        console = Console(stderr=True, quiet=not self.progress)
+        with console.status("compiling the first step's kernels (dry run, then one thread per core)"):
+            cold = self.precompile()
+        record = ({"skipped": self.precompile_skipped} if cold is None else dataclasses.asdict(cold))
+        self.log.write({"event": "precompile", "step": self.step, **record})
+        if cold is not None and not (self.progress or self.echo_json or self.quiet):
+            print(f"precompiled {cold.kernels} kernels: dry run {cold.dry_s:.1f} s, compiles {cold.compile_s:.1f} s",
+                  flush=True)
 
     def _nothing_to_train(self) -> TrainResult:
         """Already at ``cfg.steps`` (a resumed checkpoint at or past them): said so; nothing is evaluated,

@@ -13,6 +13,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import asdict
 from contextlib import nullcontext as _nullcontext
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from torch import nn
 from polyrec.data import Batch, open_source
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
 from polyrec.runtime.checkpoint import checkpoint_path, prepare_checkpoint_dir
+from polyrec.runtime.cold_start import ColdStart, applies, precompile_first_step
 from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, check_counts, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
@@ -139,6 +141,10 @@ class Trainer(TrainerState, TrainLoop):
         self.graphs = choose_graphs(cfg, self.rt, self.model_config, self.distributed)
         mark_host_bound(self.model, self.graphs.host_bound)
         self._graphed = False
+        # the first step's kernels compiled ahead (runtime.cold_start), unless this says why not
+        self.precompile_skipped: str | None = applies(self)
+        self.cold_start: ColdStart | None = None
+        self.dry_steps = False  # within cold_start's dry run: nothing is captured into a CUDA graph
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0
         self.timer = PhaseTimer(self.rt.device)
@@ -191,7 +197,7 @@ class Trainer(TrainerState, TrainLoop):
         buffer without a cat (0.50 + 0.23 ms per MLPerf step at batch 65536 on the H200,
         benchmarks/results/graphs_x0_2026-12-04/); semi-sync looks the next batch up before this
         one's dense half reads its buffer, so it copies."""
-        if not self.graphs.on or self._graphed:
+        if not self.graphs.on or self._graphed or self.dry_steps:
             return
         hold = getattr(self.model.embeddings, "hold_output", None)
         held = self.cfg.pipeline == "sync" and hold is not None and hold(emb)
@@ -200,8 +206,16 @@ class Trainer(TrainerState, TrainLoop):
         self.dense_loss = capture(self.dense_loss, sample, keep_copies=keeps_copies(self.optimizer))
         self._graphed = True
 
+    def precompile(self) -> ColdStart | None:
+        """Compile the first step's Triton kernels in parallel, once, before it runs (``runtime.cold_start``);
+        None where that does not apply (``precompile_skipped`` says why)."""
+        if self.cold_start is None and self.precompile_skipped is None and not self.dry_steps:
+            self.cold_start = precompile_first_step(self)
+        return self.cold_start
+
     def train_step(self) -> torch.Tensor:
         """One optimizer step; returns the loss (a device scalar, not synced)."""
+        self.precompile()
         if self.cfg.pipeline == "semi-sync":
             return self._semi_sync_step()
         t = self.timer
@@ -401,7 +415,8 @@ class Trainer(TrainerState, TrainLoop):
         self.timer.step_boundary()
         self.sync()
         t2 = time.perf_counter()
-        return {"first_steps_s": t1 - t0, "samples_per_s": steps * self.cfg.batch_size / (t2 - t1),
+        cold = {} if self.cold_start is None else {f"precompile_{k}": v for k, v in asdict(self.cold_start).items()}
+        return {**cold, "first_steps_s": t1 - t0, "samples_per_s": steps * self.cfg.batch_size / (t2 - t1),
                 "ms_per_step": 1e3 * (t2 - t1) / steps, "median_step_ms": self.timer.median_step_ms(),
                 "last_loss": float(loss),
                 **{f"{k}_ms": v for k, v in self.timer.per_step_ms(steps).items()},
