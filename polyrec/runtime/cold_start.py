@@ -85,13 +85,18 @@ def _put_back(live: dict, saved: dict) -> None:
             live[k] = saved[k]
 
 
+def _tbe_step(trainer: Any) -> int | None:
+    tbe = getattr(trainer.model.embeddings, "tbe", None)
+    return None if tbe is None else tbe.step
+
+
 @dataclass(slots=True)
 class StepSnapshot:
     """The trainer state a dry step may change (module docstring), taken before and put back after."""
 
     dense: dict[str, dict[str, Any]]
     optimizer_state: dict  # parameter -> its state; an optimizer that makes state in its first step has none yet
-    embedding_step: int
+    embedding_step: int | None  # polyrec's TBE counts its steps (stochastic rounding's seeds); torch's tables do not
     data: dict
     rng: dict
     step: int
@@ -100,7 +105,7 @@ class StepSnapshot:
     def take(cls, trainer: Any) -> StepSnapshot:
         return cls(dense={name: _cloned(part.state_dict()) for name, part in trainer._dense_named()},
                    optimizer_state={p: _cloned(s) for p, s in trainer.optimizer.state.items()},
-                   embedding_step=trainer.model.embeddings.tbe.step, data=_cloned(trainer.source.state_dict()),
+                   embedding_step=_tbe_step(trainer), data=_cloned(trainer.source.state_dict()),
                    rng=rng_state(trainer.rt.device), step=trainer.step)
 
     def restore(self, trainer: Any) -> None:
@@ -110,7 +115,8 @@ class StepSnapshot:
             _put_back(trainer.optimizer.state, self.optimizer_state)
         for p in trainer.model.dense_parameters():
             p.grad = None
-        trainer.model.embeddings.tbe.step = self.embedding_step
+        if self.embedding_step is not None:
+            trainer.model.embeddings.tbe.step = self.embedding_step
         trainer.source.load_state_dict(self.data)
         set_rng_state(self.rng, trainer.rt.device)
         trainer.step = self.step

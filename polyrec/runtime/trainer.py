@@ -297,13 +297,16 @@ class Trainer(TrainerState, TrainLoop):
         loss.backward()
         self.timer.stop()
         grad = caught[0]
+        # a graphed loss is the graph's output buffer, which the next replay rewrites: the losses a train loop
+        # keeps until its next log line would all read the last step's
+        loss = loss.detach().clone() if self._graphed else loss.detach()
         if self._graphed and self._side is not None:
             # a graphed backward's gradient is the graph's static buffer, which the next step's replay
             # rewrites while the side stream may still read it
-            return loss.detach(), grad.clone()
+            return loss, grad.clone()
         # torch's EmbeddingBag (the direct port) gets it contiguous, as through a leaf: the baseline's
         # step stays what it was
-        return loss.detach(), grad if self.model.embeddings.fused else grad.contiguous()
+        return loss, grad if self.model.embeddings.fused else grad.contiguous()
 
     def _early_gradient_exchange(self) -> Callable[[torch.Tensor], None] | None:
         """Sharded tables on several ranks (sync pipeline): the embedding gradient's all-to-all starts

@@ -1,0 +1,84 @@
+"""On the GPU machine: the first step's kernels compiled ahead from a dry run (``TrainConfig.precompile``)
+change nothing the run computes, leave no kernel of the first steps to compile on launch, and a graphed
+run's train loop logs each step's own loss."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from polyrec.runtime import TrainConfig, Trainer
+
+pytestmark = pytest.mark.gpu
+
+STEPS = 6
+#: (id, TrainConfig changes): the eager fp32-row step and the fastest form (bf16 rows, fp8 GEMMs, CUDA graphs).
+CASES = [("eager", {}), ("fp8-graphs", {"embedding_dtype": "bf16", "precision": "fp8", "cuda_graphs": True})]
+
+
+def _config(**changes) -> TrainConfig:
+    return TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=STEPS, device="cuda",
+                       embedding_backend="polyrec", dense_backend="polyrec", log_every=10**9, **changes)
+
+
+def _run(**changes) -> tuple[list[float], torch.Tensor, Trainer]:
+    trainer = Trainer(_config(**changes), progress=False)
+    losses = [float(trainer.train_step()) for _ in range(STEPS)]
+    return losses, trainer.model.embeddings.tbe.weights.detach().clone(), trainer
+
+
+@pytest.mark.parametrize("changes", [c for _, c in CASES], ids=[i for i, _ in CASES])
+def test_precompile_trains_exactly_as_without(changes):
+    """Bit for bit the same losses and tables: the dry steps' state is all put back."""
+    losses, weights, trainer = _run(precompile=True, **changes)
+    assert trainer.cold_start is not None and trainer.precompile_skipped is None
+    plain_losses, plain_weights, plain = _run(precompile=False, **changes)
+    assert plain.cold_start is None
+    assert losses == plain_losses
+    assert torch.equal(weights, plain_weights)
+
+
+#: A fresh process with an empty Triton cache: the kernels the first steps compile after the precompile.
+LATE_COMPILES = """
+import json, sys, time
+from triton.runtime.jit import JITFunction
+from polyrec.runtime import TrainConfig, Trainer
+changes = json.loads(sys.argv[1])
+cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=10, device="cuda",
+                  log_every=10**9, **changes)
+trainer = Trainer(cfg, progress=False)
+cold = trainer.precompile()
+late, do_compile = [], JITFunction._do_compile
+def counted(self, *args):
+    late.append(self.fn.__qualname__)
+    return do_compile(self, *args)
+JITFunction._do_compile = counted
+for _ in range(3):
+    float(trainer.train_step())
+print(json.dumps({"kernels": cold.kernels, "late": late}))
+"""
+
+
+@pytest.mark.parametrize("changes", [c for _, c in CASES], ids=[i for i, _ in CASES])
+def test_first_steps_compile_nothing_after_the_precompile(changes, tmp_path):
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    out = subprocess.run([sys.executable, "-c", LATE_COMPILES, json.dumps(changes)], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["kernels"] >= 10  # dcnv2-small's step launches more distinct kernels than that
+    assert found["late"] == []
+
+
+def test_graphed_train_loop_logs_each_steps_loss():
+    """A graphed step's loss is the graph's output buffer; the losses the loop keeps until it logs are each
+    step's own (they were all the last step's)."""
+    per_step, _, _ = _run(cuda_graphs=True)
+    trainer = Trainer(_config(cuda_graphs=True, log_every=STEPS), progress=False)
+    result = trainer.train()
+    assert result.losses == pytest.approx(per_step, rel=1e-6)
+    assert len(set(result.losses)) > 1

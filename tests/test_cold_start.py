@@ -1,0 +1,71 @@
+"""The cold-start precompile's CPU-side pieces: where it applies, and the trainer state a dry step may change
+put back exactly (``polyrec.runtime.cold_start``). The dry run itself needs Triton's JIT on a GPU:
+``tests/gpu/test_cold_start_gpu.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from polyrec.kernels import precompile
+from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime.checkpoint import rng_state
+from polyrec.runtime.cold_start import StepSnapshot, _put_back, applies
+
+
+def _trainer(**changes) -> Trainer:
+    cfg = TrainConfig(preset="dcnv2-small", batch_size=128, steps=10, device="cpu", log_every=10**9, **changes)
+    return Trainer(cfg, progress=False)
+
+
+def test_precompile_says_why_it_does_not_apply():
+    assert applies(_trainer()) == "not on a GPU"
+    assert applies(_trainer(precompile=False)) == "off (precompile=False)"
+    assert _trainer().cold_start is None  # nothing ran
+
+
+def test_recording_needs_triton_jit():
+    if precompile.supported():
+        pytest.skip("Triton's JIT is active: the refusal is for the interpreter")
+    with pytest.raises(RuntimeError, match="Triton 3.6's JIT"):
+        with precompile.recording_launches():
+            pass
+
+
+def test_put_back_restores_in_place_and_drops_added_entries():
+    live_tensor = torch.tensor([1.0, 2.0])
+    live = {"a": live_tensor, "nested": {"b": torch.zeros(2), "n": 3}, "added": torch.ones(1)}
+    saved = {"a": torch.tensor([5.0, 6.0]), "nested": {"b": torch.ones(2), "n": 1}}
+    _put_back(live, saved)
+    assert live["a"] is live_tensor and live_tensor.tolist() == [5.0, 6.0]
+    assert live["nested"]["b"].tolist() == [1.0, 1.0] and live["nested"]["n"] == 1
+    assert "added" not in live
+
+
+def _dense_state(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {f"{n}.{k}": v.clone() for n, part in trainer._dense_named() for k, v in part.state_dict().items()}
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_snapshot_puts_back_what_steps_change(optimizer):
+    """Two real steps change the dense weights, the optimizer state (Adam's made in its first step), the
+    data position, the RNG and the step count; the snapshot taken before puts every one back."""
+    trainer = _trainer(dense_optimizer=optimizer)
+    dense, position, rng = _dense_state(trainer), trainer.source.state_dict(), rng_state(trainer.rt.device)
+    optim = {p: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+             for p, s in trainer.optimizer.state.items()}
+    snapshot = StepSnapshot.take(trainer)
+    for _ in range(2):
+        trainer.train_step()
+    assert trainer.step == 2 and any(not torch.equal(v, _dense_state(trainer)[k]) for k, v in dense.items())
+    snapshot.restore(trainer)
+    assert trainer.step == 0 and trainer.source.state_dict() == position
+    assert torch.equal(torch.get_rng_state(), rng["cpu"])
+    after = _dense_state(trainer)
+    assert all(torch.equal(v, after[k]) for k, v in dense.items())
+    assert set(trainer.optimizer.state) == set(optim)  # Adam: no state before its first step, none after
+    for p, s in optim.items():
+        for k, v in s.items():
+            live = trainer.optimizer.state[p][k]
+            assert torch.equal(live, v) if isinstance(v, torch.Tensor) else live == v
+    assert all(p.grad is None for p in trainer.model.dense_parameters())
