@@ -1,10 +1,11 @@
 """The first step's Triton kernels compiled in parallel, before it runs (``TrainConfig.precompile``).
 
 A cold first step compiles each Triton kernel when it first launches, one after another. Here the
-trainer first runs ``DRY_STEPS`` steps under ``polyrec.kernels.precompile.recording_launches`` (no
-Triton kernel compiles or runs; torch's ops and the library GEMMs do, on whatever the skipped kernels
-left in their outputs), puts back every piece of state such a step changes (:class:`StepSnapshot`),
-then compiles the recorded kernels on a thread per core. The real first step then finds them compiled.
+trainer first runs ``DRY_STEPS`` steps (one more for a CUDA-graphed run) under
+``polyrec.kernels.precompile.recording_launches`` (no Triton kernel compiles or runs; torch's ops and the
+library GEMMs do, on whatever the skipped kernels left in their outputs), puts back every piece of state
+such a step changes (:class:`StepSnapshot`), then compiles the recorded kernels on a thread per core. The
+real first step then finds them compiled.
 
 What a dry step may change, and what :class:`StepSnapshot` puts back: the dense parts' parameters and
 buffers (torch's ops, e.g. Adam's, write them; putting them back in place also makes every kept
@@ -26,12 +27,15 @@ from typing import Any
 import torch
 
 from polyrec.kernels import precompile
+from polyrec.kernels.gemm import selecting_as_graphed
 from polyrec.runtime.checkpoint import rng_state, set_rng_state
 from polyrec.runtime.metrics import PhaseTimer
 
 #: Dry steps: the first takes the fp8 roles' first-step path (scaled by their own maxima); the second, with
-#: every role seen, the path of all later steps (copies written by the passes that make the tensors).
+#: every role seen, the path of all later steps (copies written by the passes that make the tensors). A run
+#: that CUDA-graphs its dense half runs one more, its GEMMs selected as in the capture (``GRAPHED_DRY_STEPS``).
 DRY_STEPS = 2
+GRAPHED_DRY_STEPS = 1
 
 
 @dataclass(slots=True)
@@ -123,7 +127,7 @@ class StepSnapshot:
 
 
 def precompile_first_step(trainer: Any) -> ColdStart:
-    """Run ``DRY_STEPS`` recorded steps of ``trainer`` (``trainer.dry_steps`` True meanwhile: no CUDA graph is
+    """Run the recorded dry steps of ``trainer`` (``trainer.dry_steps`` True meanwhile: no CUDA graph is
     captured), put its state back, and compile what they launched, in parallel."""
     start = time.perf_counter()
     snapshot = StepSnapshot.take(trainer)
@@ -133,6 +137,9 @@ def precompile_first_step(trainer: Any) -> ColdStart:
         with precompile.recording_launches() as records:
             for _ in range(DRY_STEPS):
                 trainer.train_step()
+            for _ in range(GRAPHED_DRY_STEPS if trainer.graphs.on else 0):
+                with selecting_as_graphed():
+                    trainer.train_step()
         torch.cuda.synchronize(trainer.rt.device)
     finally:
         trainer.timer, trainer.dry_steps = timer, False

@@ -22,8 +22,9 @@ CASES = [("eager", {}), ("fp8-graphs", {"embedding_dtype": "bf16", "precision": 
 
 
 def _config(**changes) -> TrainConfig:
-    return TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=STEPS, device="cuda",
-                       embedding_backend="polyrec", dense_backend="polyrec", log_every=10**9, **changes)
+    return TrainConfig(**{"preset": "dcnv2-small", "data": "synthetic:uniform", "batch_size": 2048, "steps": STEPS,
+                          "device": "cuda", "embedding_backend": "polyrec", "dense_backend": "polyrec",
+                          "log_every": 10**9, **changes})
 
 
 def _run(**changes) -> tuple[list[float], torch.Tensor, Trainer]:
