@@ -21,9 +21,6 @@ aligned rows, 2-byte dtypes, the bias / ReLU / cross epilogues.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -52,19 +49,6 @@ EMPTY_CHOICE = GemmChoice(backend="library", config=INTERPRETER_CONFIG, triton_s
 #: Call signatures ``matmul`` remembers before it starts over: a model makes ~40 per batch size
 #: (MLPerf DLRM-DCNv2: 41 per training step), so this holds ~100 batch sizes' worth.
 DISPATCH_ENTRIES = 4096
-#: Within ``selecting_as_graphed``: calls are selected as during a CUDA graph's capture.
-_AS_GRAPHED: ContextVar[bool] = ContextVar("polyrec_gemm_as_graphed", default=False)
-
-
-@contextmanager
-def selecting_as_graphed() -> Iterator[None]:
-    """Select every GEMM as if a CUDA graph were being captured (by GPU time, no host launch cost): a dry run
-    of a step that will be captured launches the kernels the capture will (``polyrec.runtime.cold_start``)."""
-    token = _AS_GRAPHED.set(True)
-    try:
-        yield
-    finally:
-        _AS_GRAPHED.reset(token)
 
 
 def gemm_dtype(t: torch.Tensor) -> str:
@@ -503,8 +487,7 @@ def _dispatch_key(a, b, trans_a: bool, trans_b: bool, bias, activation: str, cro
     return (_layout(a), _layout(b), trans_a, trans_b, activation, out_dtype, overwrite_residual,
             None if bias is None else _layout(bias), cross is not None, residual is not None, cross_grad is not None,
             tuple(_layout(t) for t in fused), None if bias_grad is None else _layout(bias_grad),
-            torch.get_float32_matmul_precision(),
-            a.is_cuda and (_AS_GRAPHED.get() or torch.cuda.is_current_stream_capturing()))
+            torch.get_float32_matmul_precision(), a.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def _dispatch(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad, out_dtype,

@@ -1,7 +1,7 @@
 """The first step's Triton kernels compiled in parallel, before it runs (``TrainConfig.precompile``).
 
 A cold first step compiles each Triton kernel when it first launches, one after another. Here the
-trainer first runs ``DRY_STEPS`` steps (one more for a CUDA-graphed run) under
+trainer first runs ``DRY_STEPS`` steps under
 ``polyrec.kernels.precompile.recording_launches`` (no Triton kernel compiles or runs; torch's ops and the
 library GEMMs do, on whatever the skipped kernels left in their outputs), puts back every piece of state
 such a step changes (:class:`StepSnapshot`), then compiles the recorded kernels on a thread per core. The
@@ -11,9 +11,9 @@ What a dry step may change, and what :class:`StepSnapshot` puts back: the dense 
 buffers (torch's ops, e.g. Adam's, write them; putting them back in place also makes every kept
 compute-dtype copy stale, ``polyrec.kernels.master_copies``, and re-reads the fp8 roles' histories,
 ``Fp8Scaling``), the dense optimizer's state, the embedding module's step count, the data position, the
-RNG, the trainer's step count and its phase timer. The embedding tables and their optimizer state are
-written by Triton kernels only (polyrec's TBE): a dry step leaves them as they were, and they are not
-copied (100 GB at full MLPerf size). So the dry run is for runs whose embeddings are polyrec's, on one
+RNG, the trainer's step count and its phase timer; a CUDA graph the dry run captured is dropped. The
+embedding tables and their optimizer state are written by Triton kernels only (polyrec's TBE): a dry step
+leaves them as they were, and they are not copied (100 GB at full MLPerf size). So the dry run is for runs whose embeddings are polyrec's, on one
 process, with the synchronous pipeline (:func:`applies`).
 """
 
@@ -27,15 +27,13 @@ from typing import Any
 import torch
 
 from polyrec.kernels import precompile
-from polyrec.kernels.gemm import selecting_as_graphed
 from polyrec.runtime.checkpoint import rng_state, set_rng_state
 from polyrec.runtime.metrics import PhaseTimer
 
-#: Dry steps: the first takes the fp8 roles' first-step path (scaled by their own maxima); the second, with
-#: every role seen, the path of all later steps (copies written by the passes that make the tensors). A run
-#: that CUDA-graphs its dense half runs one more, its GEMMs selected as in the capture (``GRAPHED_DRY_STEPS``).
+#: Dry steps: the first takes the fp8 roles' first-step path (scaled by their own maxima) and, in a run that
+#: CUDA-graphs its dense half, the capture (whose GEMMs are selected by GPU time alone); the second, with every
+#: role seen, the path of all later steps (copies written by the passes that make the tensors).
 DRY_STEPS = 2
-GRAPHED_DRY_STEPS = 1
 
 
 @dataclass(slots=True)
@@ -127,22 +125,23 @@ class StepSnapshot:
 
 
 def precompile_first_step(trainer: Any) -> ColdStart:
-    """Run the recorded dry steps of ``trainer`` (``trainer.dry_steps`` True meanwhile: no CUDA graph is
-    captured), put its state back, and compile what they launched, in parallel."""
+    """Run the recorded dry steps of ``trainer`` (``trainer.dry_steps`` True meanwhile), put its state back
+    (a CUDA graph the dry run captured is dropped), and compile what they launched, in parallel."""
     start = time.perf_counter()
     snapshot = StepSnapshot.take(trainer)
-    timer = trainer.timer
+    timer, dense_loss = trainer.timer, trainer.dense_loss
     trainer.timer, trainer.dry_steps = PhaseTimer(trainer.rt.device), True
     try:
         with precompile.recording_launches() as records:
             for _ in range(DRY_STEPS):
                 trainer.train_step()
-            for _ in range(GRAPHED_DRY_STEPS if trainer.graphs.on else 0):
-                with selecting_as_graphed():
-                    trainer.train_step()
         torch.cuda.synchronize(trainer.rt.device)
     finally:
         trainer.timer, trainer.dry_steps = timer, False
+        trainer.dense_loss, trainer._graphed = dense_loss, False  # the dry run's graph is dropped
+        release = getattr(trainer.model.embeddings, "release_output", None)
+        if release is not None:
+            release()
         snapshot.restore(trainer)
     dry_s = time.perf_counter() - start
     return ColdStart(kernels=len(records), dry_s=dry_s, compile_s=precompile.compile_recorded(records))
