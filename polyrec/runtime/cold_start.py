@@ -130,7 +130,8 @@ def precompile_first_step(trainer: Any) -> ColdStart:
     start = time.perf_counter()
     snapshot = StepSnapshot.take(trainer)
     timer, dense_loss = trainer.timer, trainer.dense_loss
-    trainer.timer, trainer.dry_steps = PhaseTimer(trainer.rt.device), True
+    # a capture replaces its module's forward (torch.cuda.make_graphed_callables): the dry run's is a copy's
+    trainer.timer, trainer.dry_steps, trainer.dense_loss = PhaseTimer(trainer.rt.device), True, copy.copy(dense_loss)
     try:
         with precompile.recording_launches() as records:
             for _ in range(DRY_STEPS):
