@@ -188,10 +188,6 @@ class PolyrecEmbeddings(nn.Module):
         self._held = buffer
         return True
 
-    def release_output(self) -> None:
-        """Undo ``hold_output``: later lookups get buffers of their own again."""
-        self._held = None
-
     def _output_ptr(self, buffer: torch.Tensor) -> int:
         """Where a lookup's output starts in its [B, lead_columns + F*D] buffer: after the lead columns."""
         return buffer.data_ptr() + self.lead_columns * buffer.element_size()

@@ -11,9 +11,9 @@ What a dry step may change, and what :class:`StepSnapshot` puts back: the dense 
 buffers (torch's ops, e.g. Adam's, write them; putting them back in place also makes every kept
 compute-dtype copy stale, ``polyrec.kernels.master_copies``, and re-reads the fp8 roles' histories,
 ``Fp8Scaling``), the dense optimizer's state, the embedding module's step count, the data position, the
-RNG, the trainer's step count and its phase timer; a CUDA graph the dry run captured is dropped. The
-embedding tables and their optimizer state are written by Triton kernels only (polyrec's TBE): a dry step
-leaves them as they were, and they are not copied (100 GB at full MLPerf size). So the dry run is for runs whose embeddings are polyrec's, on one
+RNG, the trainer's step count and its phase timer. The embedding tables and their optimizer state are
+written by Triton kernels only (polyrec's TBE): a dry step leaves them as they were, and they are not
+copied (100 GB at full MLPerf size). So the dry run is for runs whose embeddings are polyrec's, on one
 process, with the synchronous pipeline (:func:`applies`).
 """
 
@@ -30,9 +30,10 @@ from polyrec.kernels import precompile
 from polyrec.runtime.checkpoint import rng_state, set_rng_state
 from polyrec.runtime.metrics import PhaseTimer
 
-#: Dry steps: the first takes the fp8 roles' first-step path (scaled by their own maxima) and, in a run that
-#: CUDA-graphs its dense half, the capture (whose GEMMs are selected by GPU time alone); the second, with every
-#: role seen, the path of all later steps (copies written by the passes that make the tensors).
+#: Dry steps: the first takes the fp8 roles' first-step path (scaled by their own maxima); the second, with
+#: every role seen, the path of all later steps (copies written by the passes that make the tensors). Both
+#: eager: a CUDA graph's capture selects some GEMMs by GPU time alone, and those still compile when captured
+#: (a capture in the dry run left none, but a later capture in the same process failed: docs/training.md).
 DRY_STEPS = 2
 
 
@@ -125,13 +126,12 @@ class StepSnapshot:
 
 
 def precompile_first_step(trainer: Any) -> ColdStart:
-    """Run the recorded dry steps of ``trainer`` (``trainer.dry_steps`` True meanwhile), put its state back
-    (a CUDA graph the dry run captured is dropped), and compile what they launched, in parallel."""
+    """Run the recorded dry steps of ``trainer`` (``trainer.dry_steps`` True meanwhile: nothing is captured
+    into a CUDA graph), put its state back, and compile what they launched, in parallel."""
     start = time.perf_counter()
     snapshot = StepSnapshot.take(trainer)
-    timer, dense_loss = trainer.timer, trainer.dense_loss
-    # a capture replaces its module's forward (torch.cuda.make_graphed_callables): the dry run's is a copy's
-    trainer.timer, trainer.dry_steps, trainer.dense_loss = PhaseTimer(trainer.rt.device), True, copy.copy(dense_loss)
+    timer = trainer.timer
+    trainer.timer, trainer.dry_steps = PhaseTimer(trainer.rt.device), True
     try:
         with precompile.recording_launches() as records:
             for _ in range(DRY_STEPS):
@@ -139,10 +139,6 @@ def precompile_first_step(trainer: Any) -> ColdStart:
         torch.cuda.synchronize(trainer.rt.device)
     finally:
         trainer.timer, trainer.dry_steps = timer, False
-        trainer.dense_loss, trainer._graphed = dense_loss, False  # the dry run's graph is dropped
-        release = getattr(trainer.model.embeddings, "release_output", None)
-        if release is not None:
-            release()
         snapshot.restore(trainer)
     dry_s = time.perf_counter() - start
     return ColdStart(kernels=len(records), dry_s=dry_s, compile_s=precompile.compile_recorded(records))

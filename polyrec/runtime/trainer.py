@@ -144,7 +144,7 @@ class Trainer(TrainerState, TrainLoop):
         # the first step's kernels compiled ahead (runtime.cold_start), unless this says why not
         self.precompile_skipped: str | None = applies(self)
         self.cold_start: ColdStart | None = None
-        self.dry_steps = False  # within cold_start's dry run
+        self.dry_steps = False  # within cold_start's dry run: nothing is captured into a CUDA graph
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0
         self.timer = PhaseTimer(self.rt.device)
@@ -197,7 +197,7 @@ class Trainer(TrainerState, TrainLoop):
         buffer without a cat (0.50 + 0.23 ms per MLPerf step at batch 65536 on the H200,
         benchmarks/results/graphs_x0_2026-12-04/); semi-sync looks the next batch up before this
         one's dense half reads its buffer, so it copies."""
-        if not self.graphs.on or self._graphed:
+        if not self.graphs.on or self._graphed or self.dry_steps:
             return
         hold = getattr(self.model.embeddings, "hold_output", None)
         held = self.cfg.pipeline == "sync" and hold is not None and hold(emb)

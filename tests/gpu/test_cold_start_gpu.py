@@ -1,6 +1,6 @@
 """On the GPU machine: the first step's kernels compiled ahead from a dry run (``TrainConfig.precompile``)
-change nothing the run computes, leave no kernel of the first steps to compile on launch, and a graphed
-run's train loop logs each step's own loss."""
+change nothing the run computes and leave no kernel of the first steps to compile on launch but the GEMMs a
+CUDA graph's capture selects, and a graphed run's train loop logs each step's own loss."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 
 STEPS = 6
 #: (id, TrainConfig changes): the eager fp32-row step and the fastest form (bf16 rows, fp8 GEMMs, CUDA graphs).
-CASES = [("eager", {}), ("fp8-graphs", {"embedding_dtype": "bf16", "precision": "fp8", "cuda_graphs": True})]
+CASES = [("eager", {"cuda_graphs": False}), ("fp8-graphs", {"embedding_dtype": "bf16", "precision": "fp8", "cuda_graphs": True})]
 
 
 def _config(**changes) -> TrainConfig:
@@ -72,7 +72,8 @@ def test_first_steps_compile_nothing_after_the_precompile(changes, tmp_path):
                          text=True, check=True).stdout
     found = json.loads(out.strip().splitlines()[-1])
     assert found["kernels"] >= 10  # dcnv2-small's step launches more distinct kernels than that
-    assert found["late"] == []
+    # the dry run is eager: a capture selects some GEMMs by GPU time alone, and those compile when captured
+    assert set(found["late"]) <= ({"gemm_kernel"} if changes.get("cuda_graphs") else set())
 
 
 def test_graphed_train_loop_logs_each_steps_loss():
