@@ -69,3 +69,20 @@ def test_snapshot_puts_back_what_steps_change(optimizer):
             live = trainer.optimizer.state[p][k]
             assert torch.equal(live, v) if isinstance(v, torch.Tensor) else live == v
     assert all(p.grad is None for p in trainer.model.dense_parameters())
+
+
+def test_a_failed_dry_run_is_reported_and_training_goes_on(monkeypatch):
+    """The precompile is an optimisation: a dry run that raises leaves a warning and the reason, and the step
+    runs (its kernels compile at their first launch)."""
+    import polyrec.runtime.trainer as trainer_module
+
+    def broken(trainer):
+        raise ValueError("garbage in a torch op")
+
+    monkeypatch.setattr(trainer_module, "precompile_first_step", broken)
+    trainer = _trainer()
+    trainer.precompile_skipped = None  # as on a GPU, where it applies
+    with pytest.warns(RuntimeWarning, match="the dry run failed: ValueError: garbage in a torch op"):
+        loss = trainer.train_step()
+    assert torch.isfinite(loss) and trainer.step == 1 and trainer.cold_start is None
+    assert trainer.precompile_skipped.startswith("the dry run failed")

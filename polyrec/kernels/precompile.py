@@ -1,8 +1,8 @@
 """Compile a run's Triton kernels in parallel before they first launch.
 
 Triton compiles a kernel when it is first launched, and each launch waits for its own compile: a cold
-first training step compiles its ~50 kernels one after another (15.7 s on the H200 for full-size MLPerf
-DLRM-DCNv2 in fp8, ``benchmarks/results/first_steps_2026-12-04/``). Which kernels a step launches, with
+first training step compiles its ~35 kernels one after another (15.8 s of the first 5 steps on the H200 for
+full-size MLPerf DLRM-DCNv2 in fp8, ``benchmarks/results/cold_start_2026-12-04/``). Which kernels a step launches, with
 which specializations (argument dtypes, 16-byte alignment, constexprs, warps), is known only by running
 it. So a caller runs the step once under :func:`recording_launches`, where no Triton kernel compiles or
 runs and each launch of a kernel not yet compiled is recorded, then hands the records to

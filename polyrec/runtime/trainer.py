@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict
 from contextlib import nullcontext as _nullcontext
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +211,12 @@ class Trainer(TrainerState, TrainLoop):
         """Compile the first step's Triton kernels in parallel, once, before it runs (``runtime.cold_start``);
         None where that does not apply (``precompile_skipped`` says why)."""
         if self.cold_start is None and self.precompile_skipped is None and not self.dry_steps:
-            self.cold_start = precompile_first_step(self)
+            try:
+                self.cold_start = precompile_first_step(self)
+            except Exception as exc:  # the state is put back; the kernels then compile at their first launch
+                self.precompile_skipped = f"the dry run failed: {type(exc).__name__}: {exc}"
+                warnings.warn(f"precompile: {self.precompile_skipped}; kernels compile at their first launch",
+                              RuntimeWarning, stacklevel=2)
         return self.cold_start
 
     def train_step(self) -> torch.Tensor:
