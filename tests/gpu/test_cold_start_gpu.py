@@ -18,7 +18,8 @@ pytestmark = pytest.mark.gpu
 
 STEPS = 6
 #: (id, TrainConfig changes): the eager fp32-row step and the fastest form (bf16 rows, fp8 GEMMs, CUDA graphs).
-CASES = [("eager", {"cuda_graphs": False}), ("fp8-graphs", {"embedding_dtype": "bf16", "precision": "fp8", "cuda_graphs": True})]
+CASES = [("eager", {"cuda_graphs": False}),
+         ("fp8-graphs", {"embedding_dtype": "bf16", "precision": "fp8", "cuda_graphs": True})]
 
 
 def _config(**changes) -> TrainConfig:
@@ -46,7 +47,7 @@ def test_precompile_trains_exactly_as_without(changes):
 
 #: A fresh process with an empty Triton cache: the kernels the first steps compile after the precompile.
 LATE_COMPILES = """
-import json, sys, time
+import json, sys
 from triton.runtime.jit import JITFunction
 from polyrec.runtime import TrainConfig, Trainer
 changes = json.loads(sys.argv[1])
