@@ -19,7 +19,6 @@ process, with the synchronous pipeline (:func:`applies`).
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ import torch
 from polyrec.kernels import precompile
 from polyrec.runtime.checkpoint import rng_state, set_rng_state
 from polyrec.runtime.metrics import PhaseTimer
+from polyrec.runtime.trainer_state import map_tensors
 
 #: Dry steps: the first takes the fp8 roles' first-step path (scaled by their own maxima); the second, with
 #: every role seen, the path of all later steps (copies written by the passes that make the tensors). Both
@@ -64,14 +64,8 @@ def applies(trainer: Any) -> str | None:
 
 
 def _cloned(state: Any) -> Any:
-    """A deep copy of a nested state whose tensors are fresh clones (not views of the live ones)."""
-    if isinstance(state, torch.Tensor):
-        return state.detach().clone()
-    if isinstance(state, dict):
-        return {k: _cloned(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(_cloned(v) for v in state)
-    return copy.deepcopy(state)
+    """A copy of a nested state whose tensors are fresh clones (not views of the live ones)."""
+    return map_tensors(state, lambda t: t.detach().clone())
 
 
 def _put_back(live: dict, saved: dict) -> None:

@@ -8,6 +8,7 @@ model, optimizer, data source, configs and pipeline state.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +41,20 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return True
 
 
+def map_tensors(state: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """A copy of a nested state (dicts, lists, tuples) with ``fn`` of every tensor; other values as they are."""
+    if isinstance(state, torch.Tensor):
+        return fn(state)
+    if isinstance(state, dict):
+        return {k: map_tensors(v, fn) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(map_tensors(v, fn) for v in state)
+    return state
+
+
 def to_cpu(state: Any) -> Any:
     """A copy of a nested state with every tensor on the CPU (to gather it across ranks)."""
-    if isinstance(state, torch.Tensor):
-        return state.cpu()
-    if isinstance(state, dict):
-        return {k: to_cpu(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(to_cpu(v) for v in state)
-    return state
+    return map_tensors(state, torch.Tensor.cpu)
 
 
 def state_tensors(state: Any) -> list[torch.Tensor]:
