@@ -82,7 +82,7 @@ def test_a_failed_dry_run_is_reported_and_training_goes_on(monkeypatch):
     monkeypatch.setattr(trainer_module, "precompile_first_step", broken)
     trainer = _trainer()
     trainer.precompile_skipped = None  # as on a GPU, where it applies
-    with pytest.warns(RuntimeWarning, match="the dry run failed: ValueError: garbage in a torch op"):
+    with pytest.warns(RuntimeWarning, match="the precompile failed: ValueError: garbage in a torch op"):
         loss = trainer.train_step()
     assert torch.isfinite(loss) and trainer.step == 1 and trainer.cold_start is None
-    assert trainer.precompile_skipped.startswith("the dry run failed")
+    assert trainer.precompile_skipped.startswith("the precompile failed")

@@ -43,7 +43,7 @@ class ColdStart:
 
     kernels: int  # compiles recorded
     dry_s: float  # wall seconds of the dry steps and the state put back
-    compile_s: float  # wall seconds of the parallel compiles
+    compile_s: float  # wall seconds of the parallel compiles and launcher builds
 
 
 def applies(trainer: Any) -> str | None:

@@ -213,8 +213,8 @@ class Trainer(TrainerState, TrainLoop):
         if self.cold_start is None and self.precompile_skipped is None and not self.dry_steps:
             try:
                 self.cold_start = precompile_first_step(self)
-            except Exception as exc:  # the state is put back; the kernels then compile at their first launch
-                self.precompile_skipped = f"the dry run failed: {type(exc).__name__}: {exc}"
+            except Exception as exc:  # dry run or compiles: state put back; kernels compile at their first launch
+                self.precompile_skipped = f"the precompile failed: {type(exc).__name__}: {exc}"
                 warnings.warn(f"precompile: {self.precompile_skipped}; kernels compile at their first launch",
                               RuntimeWarning, stacklevel=2)
         return self.cold_start

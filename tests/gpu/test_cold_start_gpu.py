@@ -1,6 +1,6 @@
 """On the GPU machine: the first step's kernels compiled ahead from a dry run (``TrainConfig.precompile``)
-change nothing the run computes and leave no kernel of the first steps to compile on launch but the GEMMs a
-CUDA graph's capture selects, and a graphed run's train loop logs each step's own loss."""
+change nothing the run computes and leave no kernel of the first steps to compile on launch, nor launcher to
+build, but the GEMMs a CUDA graph's capture selects, and a graphed run's train loop logs each step's own loss."""
 
 from __future__ import annotations
 
@@ -45,9 +45,11 @@ def test_precompile_trains_exactly_as_without(changes):
     assert torch.equal(weights, plain_weights)
 
 
-#: A fresh process with an empty Triton cache: the kernels the first steps compile after the precompile.
+#: A fresh process with an empty Triton cache: the kernels the first steps compile after the precompile, and the
+#: launchers (C modules) they build.
 LATE_COMPILES = """
 import json, sys
+import triton.runtime.build as build
 from triton.runtime.jit import JITFunction
 from polyrec.runtime import TrainConfig, Trainer
 changes = json.loads(sys.argv[1])
@@ -60,9 +62,14 @@ def counted(self, *args):
     late.append(self.fn.__qualname__)
     return do_compile(self, *args)
 JITFunction._do_compile = counted
+builds, c_build = [], build._build
+def built(name, *args):
+    builds.append(name)
+    return c_build(name, *args)
+build._build = built
 for _ in range(3):
     float(trainer.train_step())
-print(json.dumps({"kernels": cold.kernels, "late": late}))
+print(json.dumps({"kernels": cold.kernels, "late": late, "launchers": builds}))
 """
 
 
@@ -75,6 +82,8 @@ def test_first_steps_compile_nothing_after_the_precompile(changes, tmp_path):
     assert found["kernels"] >= 10  # dcnv2-small's step launches more distinct kernels than that
     # the dry run is eager: a capture selects some GEMMs by GPU time alone, and those compile when captured
     assert set(found["late"]) <= ({"gemm_kernel"} if changes.get("cuda_graphs") else set())
+    # every launcher of a precompiled kernel was built with it: at most the late kernels build one
+    assert len(found["launchers"]) <= len(found["late"])
 
 
 def test_graphed_train_loop_logs_each_steps_loss():
