@@ -6,7 +6,7 @@ On the H200 the full-size ``mlperf-dcnv2`` runs' first losses jump (fp32 rows, b
 initial accumulator: its first step moves every dense weight by about lr (g / sqrt(g * g)), whatever its
 gradient. This trains MLPerf's dense half (its MLPs and cross layers at full width; tables capped at
 ``ROW_CAP`` rows) on the torch path, ``--steps`` steps per seed, with Adagrad and with Adam, and writes each
-run's losses. Runs on the CPU by default (about 20 s a run on 2 cores at batch 1024).
+run's losses. Runs on the CPU by default (about 7 s a run on 2 cores at batch 1024).
 
     PYTHONPATH=. python3 benchmarks/first_losses_probe.py [--batch 1024] [--steps 6] [--seeds 3] [--device cpu]
 
