@@ -1,8 +1,10 @@
-"""The cold-start precompile's CPU-side pieces: where it applies, and the trainer state a dry step may change
-put back exactly (``polyrec.runtime.cold_start``). The dry run itself needs Triton's JIT on a GPU:
-``tests/gpu/test_cold_start_gpu.py``."""
+"""The cold-start precompile's CPU-side pieces: where it applies, the trainer state a dry step may change
+put back exactly (``polyrec.runtime.cold_start``), and the launchers built after the compiles (on stand-in
+kernels). The dry run itself needs Triton's JIT on a GPU: ``tests/gpu/test_cold_start_gpu.py``."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -30,6 +32,32 @@ def test_recording_needs_triton_jit():
     with pytest.raises(RuntimeError, match="Triton 3.6's JIT"):
         with precompile.recording_launches():
             pass
+
+
+class _KernelCompiledByKey:
+    """A stand-in for a ``JITFunction``: ``_do_compile`` leaves a compiled kernel per key in its cache."""
+
+    def __init__(self) -> None:
+        self.device_caches = {0: ({}, None, None, None, None)}
+
+    def _do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
+        compiled = SimpleNamespace(src=f"src {key}", metadata=f"metadata {key}")
+        self.device_caches[device][0][key] = compiled
+        return compiled
+
+
+def test_compile_recorded_builds_the_launcher_of_each_compiled_kernel(monkeypatch):
+    """Triton builds a kernel's launcher (a C module) at its first launch: the precompile builds them all,
+    from the kernels its compiles left in the JIT caches."""
+    from triton.runtime.driver import driver
+
+    built = []
+    monkeypatch.setattr(driver, "_active", SimpleNamespace(launcher_cls=lambda src, md: built.append((src, md))))
+    first, second = _KernelCompiledByKey(), _KernelCompiledByKey()
+    records = [precompile.RecordedCompile(kernel=kernel, key=key, signature={}, device=0, constexprs={}, options=None,
+                                          attrs={}) for kernel, key in ((first, "a"), (first, "b"), (second, "a"))]
+    assert precompile.compile_recorded(records, threads=2) >= 0
+    assert sorted(built) == [("src a", "metadata a"), ("src a", "metadata a"), ("src b", "metadata b")]
 
 
 def test_put_back_restores_in_place_and_drops_added_entries():
