@@ -155,8 +155,8 @@ class TrainLoop:
         record = ({"skipped": self.precompile_skipped} if cold is None else dataclasses.asdict(cold))
         self.log.write({"event": "precompile", "step": self.step, **record})
         if cold is not None and not (self.progress or self.echo_json or self.quiet):
-            print(f"precompiled {cold.kernels} kernels: dry run {cold.dry_s:.1f} s, compiles {cold.compile_s:.1f} s",
-                  flush=True)
+            print(f"precompiled {cold.kernels} kernels: dry run {cold.dry_s:.1f} s, compiles and launchers "
+                  f"{cold.compile_s:.1f} s", flush=True)
 
     def _nothing_to_train(self) -> TrainResult:
         """Already at ``cfg.steps`` (a resumed checkpoint at or past them): said so; nothing is evaluated,
