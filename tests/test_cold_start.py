@@ -12,7 +12,7 @@ import torch
 from polyrec.kernels import precompile
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.checkpoint import rng_state
-from polyrec.runtime.cold_start import StepSnapshot, _put_back, applies
+from polyrec.runtime.cold_start import StepSnapshot, _put_back, applies, dense_selection
 
 
 def _trainer(**changes) -> Trainer:
@@ -114,3 +114,13 @@ def test_a_failed_dry_run_is_reported_and_training_goes_on(monkeypatch):
         loss = trainer.train_step()
     assert torch.isfinite(loss) and trainer.step == 1 and trainer.cold_start is None
     assert trainer.precompile_skipped.startswith("the precompile failed")
+
+
+@pytest.mark.parametrize("graphed", [True, False])
+def test_a_graphed_runs_dry_steps_select_gemms_as_its_capture_will(graphed, monkeypatch):
+    """So the capture's GEMMs (chosen by GPU time alone) are compiled in the precompile, not in the capture."""
+    from polyrec.kernels.gemm import _selects_as_captured
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    with dense_selection(SimpleNamespace(graphs=SimpleNamespace(on=graphed))):
+        assert _selects_as_captured(SimpleNamespace(is_cuda=True)) is graphed

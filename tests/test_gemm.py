@@ -473,3 +473,30 @@ def test_matmul_checks_and_selects_once_per_call_signature(force_gemm, monkeypat
     assert len(gemm_select.DISPATCH) <= 2
     gemm_select.clear_cache()
     assert not gemm_select.DISPATCH
+
+
+def test_selecting_as_captured_holds_for_every_thread_until_its_block_ends(monkeypatch):
+    """A warm-up's GEMMs select as its capture's will (by GPU time alone), its backward's too: the autograd
+    engine runs those on its own thread. CPU tensors are never captured."""
+    import threading
+    from types import SimpleNamespace
+
+    from polyrec.kernels.gemm import _selects_as_captured, selecting_as_captured
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    on_gpu, on_cpu = SimpleNamespace(is_cuda=True), SimpleNamespace(is_cuda=False)
+    assert not _selects_as_captured(on_gpu)
+    seen = []
+    with pytest.raises(KeyError), selecting_as_captured():
+        worker = threading.Thread(target=lambda: seen.append(_selects_as_captured(on_gpu)))
+        worker.start()
+        worker.join()
+        with selecting_as_captured():
+            seen.append(_selects_as_captured(on_gpu))
+        seen.append(_selects_as_captured(on_gpu))
+        seen.append(_selects_as_captured(on_cpu))
+        raise KeyError("a failed warm-up pass")
+    assert seen == [True, True, True, False]
+    assert not _selects_as_captured(on_gpu)  # the block ended by an exception
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert _selects_as_captured(on_gpu) and not _selects_as_captured(on_cpu)

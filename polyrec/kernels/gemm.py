@@ -21,6 +21,8 @@ aligned rows, 2-byte dtypes, the bias / ReLU / cross epilogues.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -49,6 +51,27 @@ EMPTY_CHOICE = GemmChoice(backend="library", config=INTERPRETER_CONFIG, triton_s
 #: Call signatures ``matmul`` remembers before it starts over: a model makes ~40 per batch size
 #: (MLPerf DLRM-DCNv2: 41 per training step), so this holds ~100 batch sizes' worth.
 DISPATCH_ENTRIES = 4096
+#: Open ``selecting_as_captured`` blocks. A count for the whole process, not a ContextVar: the autograd engine
+#: runs a CUDA backward's functions on its own thread, where a ContextVar set by the caller reads its default.
+_AS_CAPTURED = [0]
+
+
+@contextmanager
+def selecting_as_captured() -> Iterator[None]:
+    """Within: every call selects its GEMM as inside a CUDA graph's capture (``select_gemm(graphed=True)``, by
+    GPU time alone), so that a warm-up or a dry run compiles and loads the Triton kernels the capture will
+    launch. A kernel's first load (``cuModuleLoadData``) inside a capture can invalidate it: a graphed test
+    failed so, once in four runs, at its capture's first Triton GEMM (H200, fiftieth session)."""
+    _AS_CAPTURED[0] += 1
+    try:
+        yield
+    finally:
+        _AS_CAPTURED[0] -= 1
+
+
+def _selects_as_captured(a: torch.Tensor) -> bool:
+    """Whether a call on ``a`` selects as a captured one: it is being captured, or runs as if it were."""
+    return a.is_cuda and (_AS_CAPTURED[0] > 0 or torch.cuda.is_current_stream_capturing())
 
 
 def gemm_dtype(t: torch.Tensor) -> str:
@@ -487,7 +510,7 @@ def _dispatch_key(a, b, trans_a: bool, trans_b: bool, bias, activation: str, cro
     return (_layout(a), _layout(b), trans_a, trans_b, activation, out_dtype, overwrite_residual,
             None if bias is None else _layout(bias), cross is not None, residual is not None, cross_grad is not None,
             tuple(_layout(t) for t in fused), None if bias_grad is None else _layout(bias_grad),
-            torch.get_float32_matmul_precision(), a.is_cuda and torch.cuda.is_current_stream_capturing())
+            torch.get_float32_matmul_precision(), _selects_as_captured(a))
 
 
 def _dispatch(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad, out_dtype,

@@ -20,20 +20,22 @@ process, with the synchronous pipeline (:func:`applies`).
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from polyrec.kernels import precompile
+from polyrec.kernels.gemm import selecting_as_captured
 from polyrec.runtime.checkpoint import rng_state, set_rng_state
 from polyrec.runtime.metrics import PhaseTimer
 from polyrec.runtime.trainer_state import map_tensors
 
 #: Dry steps: the first takes the fp8 roles' first-step path (scaled by their own maxima); the second, with
 #: every role seen, the path of all later steps (copies written by the passes that make the tensors). Both
-#: eager: a CUDA graph's capture selects some GEMMs by GPU time alone, and those still compile when captured
-#: (a capture in the dry run left none, but a later capture in the same process failed: docs/training.md).
+#: eager (a capture in the dry run left no kernel to compile, but a later capture in the same process failed:
+#: docs/training.md); a graphed run's select their GEMMs as its capture will (:func:`dense_selection`).
 DRY_STEPS = 2
 
 
@@ -119,6 +121,12 @@ class StepSnapshot:
         trainer.step = self.step
 
 
+def dense_selection(trainer: Any) -> AbstractContextManager:
+    """How the dry steps select their GEMMs: as the CUDA graph's capture will (by GPU time alone) where the
+    run is graphed, so those kernels are compiled here too; else as the eager steps will."""
+    return selecting_as_captured() if trainer.graphs.on else nullcontext()
+
+
 def precompile_first_step(trainer: Any) -> ColdStart:
     """Run the recorded dry steps of ``trainer`` (``trainer.dry_steps`` True meanwhile: nothing is captured
     into a CUDA graph), put its state back, and compile what they launched, in parallel."""
@@ -127,7 +135,7 @@ def precompile_first_step(trainer: Any) -> ColdStart:
     timer = trainer.timer
     trainer.timer, trainer.dry_steps = PhaseTimer(trainer.rt.device), True
     try:
-        with precompile.recording_launches() as records:
+        with precompile.recording_launches() as records, dense_selection(trainer):
             for _ in range(DRY_STEPS):
                 trainer.train_step()
         torch.cuda.synchronize(trainer.rt.device)

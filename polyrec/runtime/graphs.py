@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from polyrec.kernels.gemm import selecting_as_captured
 from polyrec.kernels.master_copies import keeping_in_capture
 
 #: Warm-up passes of the dense half before its capture: ``torch.cuda.make_graphed_callables``'s default
@@ -165,10 +166,11 @@ def capture(module: nn.Module, sample: tuple[torch.Tensor, ...], *, keep_copies:
 
 def warm_up(module: nn.Module, sample: tuple[torch.Tensor, ...]) -> None:
     """What make_graphed_callables's warm-up runs (each lazy initialization and compile before the capture,
-    on a side stream, no parameter's ``.grad`` touched), with the loss's gradient 1."""
+    on a side stream, no parameter's ``.grad`` touched), with the loss's gradient 1; its GEMMs selected as
+    the capture will select them, so that none is first compiled or loaded inside the capture."""
     inputs = tuple(t for t in (*sample, *module.parameters()) if t.requires_grad)
     torch.cuda.synchronize()
-    with torch.cuda.stream(torch.cuda.Stream()):
+    with torch.cuda.stream(torch.cuda.Stream()), selecting_as_captured():
         for _ in range(WARMUP_PASSES):
             loss = module(*sample)  # []
             if loss.requires_grad:

@@ -1,6 +1,7 @@
 """On the GPU machine: the first step's kernels compiled ahead from a dry run (``TrainConfig.precompile``)
 change nothing the run computes and leave no kernel of the first steps to compile on launch, nor launcher to
-build, but the GEMMs a CUDA graph's capture selects, and a graphed run's train loop logs each step's own loss."""
+build; a graphed run compiles no kernel inside its capture, precompiled or not; and a graphed run's train loop
+logs each step's own loss."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def test_precompile_trains_exactly_as_without(changes):
 #: launchers (C modules) they build.
 LATE_COMPILES = """
 import json, sys
+import torch
 import triton.runtime.build as build
 from triton.runtime.jit import JITFunction
 from polyrec.runtime import TrainConfig, Trainer
@@ -57,9 +59,11 @@ cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=204
                   log_every=10**9, **changes)
 trainer = Trainer(cfg, progress=False)
 cold = trainer.precompile()
-late, do_compile = [], JITFunction._do_compile
+late, captured, do_compile = [], [], JITFunction._do_compile
 def counted(self, *args):
     late.append(self.fn.__qualname__)
+    if torch.cuda.is_current_stream_capturing():
+        captured.append(self.fn.__qualname__)
     return do_compile(self, *args)
 JITFunction._do_compile = counted
 builds, c_build = [], build._build
@@ -69,21 +73,32 @@ def built(name, *args):
 build._build = built
 for _ in range(3):
     float(trainer.train_step())
-print(json.dumps({"kernels": cold.kernels, "late": late, "launchers": builds}))
+print(json.dumps({"kernels": cold.kernels if cold else 0, "late": late, "captured": captured,
+                  "launchers": builds}))
 """
+
+
+def _late_compiles(changes: dict, tmp_path) -> dict:
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    out = subprocess.run([sys.executable, "-c", LATE_COMPILES, json.dumps(changes)], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("changes", [c for _, c in CASES], ids=[i for i, _ in CASES])
 def test_first_steps_compile_nothing_after_the_precompile(changes, tmp_path):
-    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
-    out = subprocess.run([sys.executable, "-c", LATE_COMPILES, json.dumps(changes)], env=env, capture_output=True,
-                         text=True, check=True).stdout
-    found = json.loads(out.strip().splitlines()[-1])
+    found = _late_compiles(changes, tmp_path)
     assert found["kernels"] >= 10  # dcnv2-small's step launches more distinct kernels than that
-    # the dry run is eager: a capture selects some GEMMs by GPU time alone, and those compile when captured
-    assert set(found["late"]) <= ({"gemm_kernel"} if changes.get("cuda_graphs") else set())
-    # every launcher of a precompiled kernel was built with it: at most the late kernels build one
-    assert len(found["launchers"]) <= len(found["late"])
+    # a graphed run's dry steps select their GEMMs as its capture will
+    assert found["late"] == []
+    assert found["launchers"] == []  # every launcher of a precompiled kernel was built with it
+
+
+def test_graphed_run_compiles_no_kernel_inside_its_capture(tmp_path):
+    """Without the precompile the kernels compile at their first launch: in the warm-up, not the capture."""
+    found = _late_compiles({"cuda_graphs": True, "precompile": False}, tmp_path)
+    assert "gemm_kernel" in found["late"]  # compiled late, as it should be without the precompile
+    assert found["captured"] == []
 
 
 def test_graphed_train_loop_logs_each_steps_loss():
