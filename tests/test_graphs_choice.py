@@ -132,3 +132,36 @@ def test_a_one_gpu_plan_says_when_the_trainer_will_graph():
     assert not any("host-bound" in n for n in full.notes)
     pair = make_plan(spec, parse_fleet("H200x2"), PlanConstraints(batch_per_gpu=1024, weight_dtypes=("fp32",)))
     assert not any("CUDA-graphs" in n for n in pair.notes)
+
+
+def test_the_warm_up_selects_gemms_as_the_capture_will_forward_and_backward(monkeypatch):
+    """Every warm-up pass, its backward included, selects GEMMs as the capture will, so none is first compiled
+    and loaded inside the capture; after the warm-up the selection is eager's again."""
+    from contextlib import nullcontext
+
+    from polyrec.kernels.gemm import _selects_as_captured
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: nullcontext())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    on_gpu, seen = SimpleNamespace(is_cuda=True), []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            seen.append(("forward", _selects_as_captured(on_gpu)))
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(("backward", _selects_as_captured(on_gpu)))
+            return grad * 2
+
+    class Loss(torch.nn.Module):
+        def forward(self, x):
+            return Probe.apply(x).sum()
+
+    graphs.warm_up(Loss(), (torch.ones(3, requires_grad=True),))
+    assert seen == [("forward", True), ("backward", True)] * graphs.WARMUP_PASSES
+    assert not _selects_as_captured(on_gpu)

@@ -95,9 +95,10 @@ def test_first_steps_compile_nothing_after_the_precompile(changes, tmp_path):
 
 
 def test_graphed_run_compiles_no_kernel_inside_its_capture(tmp_path):
-    """Without the precompile the kernels compile at their first launch: in the warm-up, not the capture."""
-    found = _late_compiles({"cuda_graphs": True, "precompile": False}, tmp_path)
-    assert "gemm_kernel" in found["late"]  # compiled late, as it should be without the precompile
+    """Without the precompile the kernels compile at their first launch: the dense half's in the graph's
+    warm-up, none in its capture (a GEMM there is selected by GPU time alone, as in the warm-up)."""
+    found = _late_compiles({**dict(CASES)["fp8-graphs"], "precompile": False}, tmp_path)
+    assert len(found["late"]) >= 10  # all compiled at their first launch, as they should be without the precompile
     assert found["captured"] == []
 
 
