@@ -35,29 +35,38 @@ def test_recording_needs_triton_jit():
 
 
 class _KernelCompiledByKey:
-    """A stand-in for a ``JITFunction``: ``_do_compile`` leaves a compiled kernel per key in its cache."""
+    """A stand-in for a ``JITFunction``: ``_do_compile`` leaves a compiled kernel per key in its cache, its
+    source's argument types those of the replayed signature."""
 
     def __init__(self) -> None:
         self.device_caches = {0: ({}, None, None, None, None)}
 
     def _do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
-        compiled = SimpleNamespace(src=f"src {key}", metadata=f"metadata {key}")
+        compiled = SimpleNamespace(src=SimpleNamespace(signature=signature, key=key),
+                                   metadata=SimpleNamespace(tensordesc_meta=None))
         self.device_caches[device][0][key] = compiled
         return compiled
 
 
-def test_compile_recorded_builds_the_launcher_of_each_compiled_kernel(monkeypatch):
-    """Triton builds a kernel's launcher (a C module) at its first launch: the precompile builds them all,
-    from the kernels its compiles left in the JIT caches."""
+def test_compile_recorded_builds_one_launcher_per_argument_types(monkeypatch):
+    """Triton builds a kernel's launcher (a C module) at its first launch from its argument types alone: the
+    precompile builds each once, from the kernels its compiles left in the JIT caches."""
     from triton.runtime.driver import driver
 
     built = []
-    monkeypatch.setattr(driver, "_active", SimpleNamespace(launcher_cls=lambda src, md: built.append((src, md))))
+    monkeypatch.setattr(driver, "_active", SimpleNamespace(launcher_cls=lambda src, md: built.append(src)))
     first, second = _KernelCompiledByKey(), _KernelCompiledByKey()
-    records = [precompile.RecordedCompile(kernel=kernel, key=key, signature={}, device=0, constexprs={}, options=None,
-                                          attrs={}) for kernel, key in ((first, "a"), (first, "b"), (second, "a"))]
+    int32 = {"x": "*bf16", "n": "i32", "BLOCK": "constexpr"}
+    int64 = {"x": "*bf16", "n": "i64", "BLOCK": "constexpr"}
+    renamed = {"y": "*bf16", "m": "i32", "B": "constexpr"}
+    cases = ((first, "a", int32), (first, "b", int64), (second, "a", renamed), (second, "c", int64))
+    records = [precompile.RecordedCompile(kernel=kernel, key=key, signature=sig, device=0, constexprs={}, options=None,
+                                          attrs={}) for kernel, key, sig in cases]
     assert precompile.compile_recorded(records, threads=2) >= 0
-    assert sorted(built) == [("src a", "metadata a"), ("src a", "metadata a"), ("src b", "metadata b")]
+    # the second kernel's "a" has the first's "a" types under other names, its "c" the first's "b" types
+    assert len(built) == 2
+    assert sorted(tuple(src.signature.values()) for src in built) == [("*bf16", "i32", "constexpr"),
+                                                                      ("*bf16", "i64", "constexpr")]
 
 
 def test_put_back_restores_in_place_and_drops_added_entries():
