@@ -289,6 +289,38 @@ def test_state_without_bad_rows_still_loads(tmp_path):
     assert src.next_batch().batch_size == 4 and src.bad_rows.count == 1
 
 
+def test_bad_rows_read_again_after_their_count_was_put_back_are_counted(tmp_path):
+    """The precompile's dry steps read batches, then put the position and the count back
+    (``cold_start.StepSnapshot``): the real steps count those batches' bad rows as a run without it does."""
+    rec = write_records(tmp_path / "b.bin", 16)
+    rec[2, 0] = 5
+    rec.tofile(tmp_path / "b.bin")
+    makers = [lambda bad: criteo(DATA / "criteo_bad.tsv", 4, bad),
+              lambda bad: MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=bad)]
+    for make in makers:
+        plain, put_back = make(BadRows(skip=True)), make(BadRows(skip=True))
+        state = through_torch_save(put_back.state_dict())
+        for _ in range(2):  # the dry steps
+            put_back.next_batch()
+        put_back.load_state_dict(state)
+        for _ in range(3):
+            plain.next_batch()
+            put_back.next_batch()
+        assert put_back.bad_rows.count == plain.bad_rows.count > 0
+        assert put_back.bad_rows.examples == plain.bad_rows.examples
+
+
+def test_mlperf_truncated_record_counted_by_one_rank(tmp_path):
+    rec = write_records(tmp_path / "t.bin", 8)
+    (tmp_path / "t.bin").write_bytes(rec.tobytes() + bytes(10))  # record 9 truncated: block 4 of 2, rank 0's
+    counts = []
+    for rank in range(2):
+        bad = BadRows(skip=True)
+        MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=2, bad_rows=bad, rank=rank, world_size=2)
+        counts.append(bad.count)
+    assert counts == [1, 0]
+
+
 def test_resumed_run_reports_the_bad_rows_of_an_uninterrupted_one(tmp_path):
     def run(directory: str, steps: int, resume: bool = False):
         cfg = TrainConfig(preset="dcnv2-small", data=f"criteo:{DATA / 'criteo_bad.tsv'}", skip_bad_rows=True,

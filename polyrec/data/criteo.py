@@ -253,8 +253,9 @@ class CriteoTSVSource:
         self.byte_offset, self.line_no = int(state["byte_offset"]), int(state["line_no"])
         self._empty_files = 0
         self._check_position()
-        if "bad_rows" in state:
+        if "bad_rows" in state:  # counted: the bad lines before the position, none after (a dry run's put back)
             self.bad_rows.load_state_dict(state["bad_rows"])
+            self._counted_to = (self.file_index, self.line_no)
 
 
 def one_pass(source: CriteoTSVSource | MLPerfBinarySource, max_batches: int, path: str) -> list[Batch]:
@@ -289,7 +290,7 @@ class MLPerfBinarySource:
         self.batch_size, self.bad_rows, self.rank, self.world_size = batch_size, bad_rows, rank, world_size
         size = self.path.stat().st_size
         total = size // RECORD_BYTES
-        if size % RECORD_BYTES:
+        if size % RECORD_BYTES and total // batch_size % world_size == rank:  # counted by its block's rank
             err = DataError(str(self.path), total + 1,
                             f"record {total + 1} is truncated: file size {size} is not a multiple "
                             f"of {RECORD_BYTES} bytes (40 int32 per record)")
@@ -382,5 +383,6 @@ class MLPerfBinarySource:
                              f"records{share}; restore the file the run was trained on, or start a new "
                              "--checkpoint-dir")
         self.epoch, self.position = epoch, position
-        if "bad_rows" in state:
+        if "bad_rows" in state:  # counted: the bad records before the position, none after (a dry run's put back)
             self.bad_rows.load_state_dict(state["bad_rows"])
+            self._counted_to = position - 1
