@@ -79,6 +79,18 @@ def test_criteo_int64_limits_are_read():
     assert out[1] == 2**63 - 1 and out[2] == -2**63 and out[14] == 2**63 - 1
 
 
+def test_criteo_values_behind_more_zeros_than_python_converts_are_read():
+    """Python's int() refuses over 4300 digits; zeros in front of a value within int64 are no reason to refuse it."""
+    line = criteo_lines()[0].rstrip(b"\n").split(b"\t")
+    line[1], line[2], line[3] = b"0" * 5000 + b"7", b"-" + b"0" * 5000 + b"9223372036854775808", b"0" * 5000
+    out = np.empty(40, np.int64)
+    parse_tsv_line(b"\t".join(line), "x.tsv", 1, out)
+    assert out[1] == 7 and out[2] == -2**63 and out[3] == 0
+    line[4] = b"0" * 5000 + b"9223372036854775808"  # 2^63 behind the zeros: still past int64
+    with pytest.raises(DataError, match=r"x\.tsv:1: I4 is b'0000"):
+        parse_tsv_line(b"\t".join(line), "x.tsv", 1, out)
+
+
 @pytest.mark.parametrize("column,value", [
     (1, b" 5 "), (1, b"1_000"), (1, b"+7"), (1, b"5-"), (1, b"-"), (1, b"--1"), (1, b"\xd9\xa1"),
     (14, b"0x1f"), (14, b"-1f"), (14, b"dead_beef"), (14, b" ab"), (14, b"+ab"),

@@ -69,11 +69,18 @@ def to_batch(label: np.ndarray, dense: np.ndarray, cat: np.ndarray, table_rows: 
                  labels=torch.from_numpy(label.astype(np.float32)))
 
 
+def decimal(field: bytes) -> int:
+    """A decimal integer field (empty: 0) read without its leading zeros: Python converts at most 4300 digits
+    (``sys.get_int_max_str_digits``), and zeros in front of a value within int64 may make a field longer."""
+    sign, digits = (b"-", field[1:]) if field[:1] == b"-" else (b"", field)
+    return int(sign + (digits.lstrip(b"0") or b"0"))
+
+
 def dense_ok(field: bytes) -> bool:
     """An integer feature: empty, or decimal digits after an optional '-', within int64."""
     digits = field[1:] if field[:1] == b"-" else field
     return not field or (digits.isdigit() and len(digits.lstrip(b"0")) <= INT64_DIGITS
-                         and INT64_MIN <= int(field) <= INT64_MAX)
+                         and INT64_MIN <= decimal(field) <= INT64_MAX)
 
 
 def categorical_ok(field: bytes) -> bool:
@@ -109,8 +116,10 @@ def parse_tsv_line(raw: bytes, path: str, line_no: int, out: np.ndarray) -> None
         raise field_error(line, path, line_no)  # ' ', '+', '_', 'x', a '-' in C1..C26, ...
     try:
         ints = [int(c) if c else 0 for c in head]
-    except ValueError:  # a '-' alone or not in front
-        raise field_error(line, path, line_no) from None
+    except ValueError:  # a '-' alone or not in front, or more digits than Python converts
+        if not all(map(dense_ok, head[1:])):
+            raise field_error(line, path, line_no) from None
+        ints = [decimal(c) for c in head]  # good values behind leading zeros
     ints += [int(c, 16) if c else 0 for c in cats]
     try:
         out[:] = ints
