@@ -22,7 +22,7 @@ from test_data import small, write_records
 
 DATA = Path(__file__).parent / "data"
 CPU = torch.device("cpu")
-RANK_1_SEED = 7_919  # what polyrec.runtime.parallel.rank_seed gives rank 1 for seed 0
+RANK_1_SEED = 1_000_000_007  # what polyrec.runtime.parallel.rank_seed gives rank 1 for seed 0
 
 
 @pytest.fixture(autouse=True)
@@ -524,6 +524,19 @@ def test_synthetic_ranks_share_the_hidden_model():
     assert torch.equal(rank0.dense_w, rank1.dense_w) and torch.equal(rank0.table_w, rank1.table_w)
     assert torch.equal(rank0.dense_mean, rank1.dense_mean) and torch.equal(rank0.dense_std, rank1.dense_std)
     assert not torch.equal(rank0.next_batch().values, rank1.next_batch().values)  # own batch streams
+
+
+def test_synthetic_ranks_do_not_read_each_others_batches_later():
+    """Was: rank 1's batch i was rank 0's batch i + 1,000,003 (the rank stride a multiple of the batch stride)."""
+    from polyrec.data.synthetic import TRAIN_STREAM
+    from polyrec.runtime.dist import DistContext
+    from polyrec.runtime.parallel import rank_seed
+
+    ranks = [SyntheticSource(small(), batch_size=4, seed=rank_seed(0, DistContext(rank=r, world_size=2, local_rank=r,
+                                                                                    device=CPU, backend="gloo")))
+             for r in range(2)]
+    seeds = [ranks[0]._generator(TRAIN_STREAM, i).initial_seed() for i in (0, 1_000_003)]
+    assert ranks[1]._generator(TRAIN_STREAM, 0).initial_seed() not in seeds
 
 
 def test_synthetic_single_process_unchanged():

@@ -32,8 +32,11 @@ from polyrec.runtime.sharding import TableSharding
 if TYPE_CHECKING:
     from polyrec.planner.types import Plan
 
-#: Offset between the data seeds of consecutive ranks (a prime, so streams never coincide).
-RANK_SEED_STRIDE = 7_919
+#: Offset between the data seeds of consecutive ranks. Not a multiple of the synthetic source's batch stride
+#: (7919, ``SyntheticSource._generator``): with 7919 here, rank r's batch i was rank 0's batch i + 1,000,003 r.
+#: With this prime, two ranks' (train or eval) streams of up to 1024 ranks meet after 3.6e12 batches at the
+#: soonest (the generator seeds are linear in the seed and the batch index, modulo 2^63 - 1).
+RANK_SEED_STRIDE = 1_000_000_007
 #: Plan sharding names (TorchRec's, used by polyrec.planner) -> polyrec.runtime.sharding kinds.
 PLAN_KINDS = {"table_wise": "table", "row_wise": "row", "column_wise": "column"}
 #: Sub-directory of a checkpoint that holds the embedding shards.
