@@ -20,7 +20,9 @@ the start of a TSV line) is refused: the file changed since the checkpoint. An e
 file from its start at most once (every row at most once, the last batch short where the file ends in
 it). On several ranks, the rows go in blocks of ``batch_size`` to the ranks in turn (block k of each
 file to rank k % world size), so the ranks' batches of one step together are the rows one process reads
-for a batch ``world size`` times as large. A bad row is counted once, by the rank it belongs to, when it
+for a batch ``world size`` times as large while every file's length is a multiple of ``batch_size`` x
+world size; otherwise, around a file's end and an epoch's, ranks read some rows of a step twice and skip
+others (each rank wraps after its own share; a file's blocks are dealt from its first line). A bad row is counted once, by the rank it belongs to, when it
 is first read: not again in later epochs nor in later evaluations.
 """
 
