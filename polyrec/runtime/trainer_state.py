@@ -29,6 +29,20 @@ RESUME_MUST_MATCH = ("embedding_dtype", "embedding_optimizer", "dense_optimizer"
 FINITE_CHECK_CHUNK = 1 << 26
 
 
+class _SavedLookup(torch.autograd.Function):
+    """A saved lookup's values on a re-run lookup's autograd graph: the gradient goes to the re-run lookup.
+    Not written into the re-run's output: polyrec's lookup returns a view made in a custom Function, which
+    autograd refuses to differentiate once changed in place."""
+
+    @staticmethod
+    def forward(ctx, rerun: torch.Tensor, saved: torch.Tensor) -> torch.Tensor:
+        return saved.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
 def all_finite(tensors: list[torch.Tensor]) -> bool:
     """No NaN/inf in any floating tensor (chunked, so a 100 GB table needs no 25 GB mask)."""
     for t in tensors:
@@ -111,12 +125,10 @@ class TrainerState:
         dev = self.rt.device
         batch = Batch(dense=state["dense"].to(dev), values=state["values"].to(dev), offsets=state["offsets"].to(dev),
                       labels=state["labels"].to(dev))
-        # re-run the lookup for its autograd graph (the backward applies this batch's update), then put
-        # back the saved output, which was read from the tables one update before the checkpoint
+        # re-run the lookup for its autograd graph (the backward applies this batch's update), with the saved
+        # output, read from the tables one update before the checkpoint, as its values
         emb = self.model.embed(batch.values, batch.offsets, batch.batch_size)
-        with torch.no_grad():
-            emb.copy_(state["emb"].to(dev))
-        self._prefetched = (batch, emb, None)
+        self._prefetched = (batch, _SavedLookup.apply(emb, state["emb"].to(dev)), None)
 
     def _dense_named(self) -> list[tuple[str, nn.Module]]:
         return [(n, m) for n, m in (("bottom", self.model.bottom), ("cross", self.model.cross), ("top", self.model.top))
