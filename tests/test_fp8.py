@@ -900,6 +900,36 @@ def test_fp8_resume_continues_the_same_losses_bitwise(tmp_path, _restore_threads
     assert all(torch.isfinite(torch.tensor(straight.losses)))
 
 
+@needs_interpreter
+@pytest.mark.parametrize("before,after", [("fp8", "fp32"), ("fp32", "fp8")])
+def test_a_run_resumes_into_or_out_of_fp8(tmp_path, _restore_threads, before, after):
+    """The NaN stop advises resuming an fp8 run in fp32: the fp8 histories one precision lacks are dropped or
+    started afresh (was: a traceback, 'Missing key(s) in state_dict: "fp8.history"', and exit 1)."""
+    from polyrec.runtime import TrainConfig, Trainer
+
+    def config(steps, precision, **kw):
+        return TrainConfig(preset="dcnv2-small", data="synthetic", steps=steps, batch_size=16, row_cap=500,
+                           log_every=1, checkpoint_dir=tmp_path, device="cpu", cpu_threads=1, precision=precision,
+                           dense_backend="polyrec", embedding_backend="torch", eval_batches=1, **kw)
+
+    Trainer(config(2, before), progress=False).train()
+    resumed = Trainer(config(3, after, resume=True), progress=False)
+    scalings = [m for m in resumed.model.modules() if isinstance(m, fp8.Fp8Scaling)]
+    assert bool(scalings) == (after == "fp8") and all((m.history == 0).all() for m in scalings)  # afresh
+    assert resumed.step == 2 and torch.isfinite(torch.tensor(resumed.train().losses)).all()
+
+
+def test_a_dense_state_that_does_not_fit_names_the_checkpoint_and_the_entries():
+    from polyrec.runtime.trainer_state import load_dense
+
+    layer = torch.nn.Linear(4, 2)
+    with pytest.raises(ValueError, match=r"ck\.pt: top: the checkpoint's dense state does not fit this run's "
+                                         r"layers \(missing or extra: bias, extra\.weight\)"):
+        load_dense(layer, {"weight": torch.zeros(2, 4), "extra.weight": torch.zeros(1)}, "ck.pt: top")
+    load_dense(layer, {"weight": torch.ones(2, 4), "bias": torch.ones(2), "fp8.history": torch.zeros(3, 16)}, "ck.pt")
+    assert bool((layer.weight == 1).all())
+
+
 # ---------------------------------------------------------------- compile fit
 
 

@@ -25,6 +25,11 @@ CHECKPOINT_KEYS = ("step", "dense", "dense_optimizer", "data", "rng", "train_con
 RESUME_MUST_MATCH = ("embedding_dtype", "embedding_optimizer", "dense_optimizer", "pipeline", "seed", "batch_size",
                      "data")
 
+#: Dense state one precision has and another lacks: the fp8 roles' histories (``Fp8Scaling``'s buffer, at
+#: ``<layer>.fp8.history``). A run resumed in fp8 from another precision's checkpoint starts them afresh (its
+#: first step scales each role by its own maximum, as a new run's does); one resumed in another precision
+#: drops them. The NaN stop's advice (``--precision fp32``) resumes an fp8 run so.
+FP8_STATE_KEY = "fp8.history"
 #: Elements checked per chunk when testing a (possibly 100 GB) table for NaN/inf: 2^26 bools = 64 MiB.
 FINITE_CHECK_CHUNK = 1 << 26
 
@@ -41,6 +46,16 @@ class _SavedLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
+
+
+def load_dense(part: nn.Module, saved: dict[str, torch.Tensor], where: str) -> None:
+    """``part``'s saved state, the fp8 histories one precision lacks (``FP8_STATE_KEY``) aside; ValueError naming
+    ``where`` and the entries for anything else missing or extra."""
+    missing, unexpected = part.load_state_dict(saved, strict=False)
+    misfits = [k for k in (*missing, *unexpected) if not k.endswith(FP8_STATE_KEY)]
+    if misfits:
+        raise ValueError(f"{where}: the checkpoint's dense state does not fit this run's layers "
+                         f"(missing or extra: {', '.join(misfits)})")
 
 
 def all_finite(tensors: list[torch.Tensor]) -> bool:
@@ -142,7 +157,7 @@ class TrainerState:
                              f"{state['model_config']['name']!r} with other sizes; it does not fit this run's model")
         self._check_resume_config(state["train_config"])
         for name, part in self._dense_named():
-            part.load_state_dict(state["dense"][name])
+            load_dense(part, state["dense"][name], f"{checkpoint_path(Path(self.cfg.checkpoint_dir))}: {name}")
         if "sharded" in state["embeddings"]:
             parallel.load_shards(Path(self.cfg.checkpoint_dir), self.model.embeddings, state["embeddings"])
         else:
