@@ -248,7 +248,7 @@ def test_notes_name_a_fallback_optimizer():
     c = PlanConstraints(optimizers=("adam", "rowwise_adagrad"), weight_dtypes=("fp32",), allow_host_cache=False)
     p = make_plan(MLPERF, H200, c)
     assert {t.optimizer for t in p.tables} == {"rowwise_adagrad"}
-    assert "rowwise_adagrad optimizer state to fit (adam's does not)" in p.notes  # was: no word of it
+    assert "rowwise_adagrad optimizer state to fit (adam's does not fit in HBM)" in p.notes  # was: no word of it
 
 
 @pytest.mark.parametrize("world", [3, 1500, 2048])
@@ -334,3 +334,32 @@ def test_a_plans_memory_entries_must_match_its_fleet(plan, edit, where):
     with pytest.raises(PlanFormatError) as info:
         Plan.from_json(edited_plan_json(plan, edit))
     assert where in str(info.value)
+
+
+def test_host_caching_keeps_the_earliest_optimizer_that_fits_so():
+    """Was: the host-cache fallback took the last optimizer listed (adagrad), with every table in the lowest
+    precision, where the first (adam) fits with host caches. Neither fits in HBM on an 80 GB H100."""
+    h100 = parse_fleet("H100x1")
+    for optimizers in (("adam",), ("adam", "adagrad")):
+        p = make_plan(MLPERF, h100, PlanConstraints(optimizers=optimizers, weight_dtypes=("fp32", "fp16"),
+                                                    batch_per_gpu=16384))
+        assert {t.optimizer for t in p.tables} == {"adam"}
+        assert any(t.memory == "host_cached" for t in p.tables)
+        # the smaller tables back in fp32 where they still fit (was: all 26 in fp16)
+        assert sum(t.weight_dtype == "fp32" for t in p.tables) >= 10
+
+
+def test_a_later_optimizer_in_hbm_comes_before_host_caching():
+    """The trainer runs HBM plans only: on an H200 row-wise Adagrad's fp32 tables fit in HBM, Adam's only with host
+    caches."""
+    p = make_plan(MLPERF, H200, PlanConstraints(optimizers=("adam", "rowwise_adagrad"), weight_dtypes=("fp32",),
+                                                batch_per_gpu=16384))
+    assert {t.optimizer for t in p.tables} == {"rowwise_adagrad"} and {t.memory for t in p.tables} == {"hbm"}
+    assert "rowwise_adagrad optimizer state to fit (adam's does not fit in HBM)" in p.notes
+
+
+def test_the_largest_batch_allowed_is_tried_itself():
+    """Was: only the powers of four up to it (3000 planned at 1024, 60000 at 16384)."""
+    for largest in (3000, 60000):
+        p = make_plan(SMALL, H200, PlanConstraints(max_batch_per_gpu=largest))
+        assert p.batch_per_gpu == largest

@@ -1,10 +1,12 @@
 """Search: strategies x batch sizes x storage, priced by the estimator; the best plan wins.
 
-Order of preference: the user's earliest optimizer, then plans that keep the first weight precision
-everywhere, then those that only lower precision, then host caching; among equals, predicted
-samples/s. Fallbacks, tried in order until the tables
-fit: a later optimizer of ``constraints.optimizers``; lower precision for the largest tables, one at
-a time (``constraints.weight_dtypes``); host memory with an HBM cache for the largest tables.
+Order of preference: every table in HBM before any host caching (the trainer runs HBM plans only); then
+the user's earliest optimizer; then the first weight precision everywhere before lower precision for
+some tables; among equals, predicted samples/s. Tried in that order until the tables fit: in HBM, for
+each optimizer of ``constraints.optimizers`` in turn, the first precision, then lower precision for the
+largest tables one step at a time (``constraints.weight_dtypes``); then, where allowed, for each
+optimizer in turn, host memory with an HBM cache for the fewest largest tables, in the lowest precision,
+and each table (the smallest first) back in the first precision where it still fits.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Candidate:
     tables: list[TablePlan]
     batch: int
     estimate: Estimate
-    fallbacks: tuple[int, int]  # (optimizer index, 0 = preferred storage, 1 = lower precision, 2 = host cache)
+    fallbacks: tuple[int, int, int]  # (1 = host caches, the optimizer's index, 1 = some rows in lower precision)
     strategy: str
 
     @property
@@ -126,38 +128,74 @@ def _place(model: ModelSpec, splits: list[TableSplit], storage: dict[str, Storag
 
 
 def _fit(model: ModelSpec, splits: list[TableSplit], est: Estimator, batch: int,
-         c: PlanConstraints) -> tuple[Placement, tuple[int, int]] | None:
-    """Place the tables with the fewest fallbacks (see the module docstring)."""
+         c: PlanConstraints) -> tuple[Placement, tuple[int, int, int]] | None:
+    """Place the tables with the fewest fallbacks (see the module docstring): in HBM with each optimizer in
+    turn, then with host caches, each optimizer in turn."""
     by_size = sorted(model.tables, key=lambda t: (-t.rows * t.dim, t.name))
     for opt_index, optimizer in enumerate(c.optimizers):
-        dtype_index = {t.name: 0 for t in model.tables}
-        demoted = False
-        while True:
-            storage = {n: Storage(weight_dtype=c.weight_dtypes[i], optimizer=optimizer) for n, i in dtype_index.items()}
-            placed = _place(model, splits, storage, est, batch)
-            if placed is not None:
-                return placed, (opt_index, 1 if demoted else 0)
-            nxt = next((t for t in by_size if dtype_index[t.name] < len(c.weight_dtypes) - 1), None)
-            if nxt is None:
-                break
-            dtype_index[nxt.name] += 1
-            demoted = True
+        fitted = _fit_in_hbm(model, splits, est, batch, c, optimizer, by_size)
+        if fitted is not None:
+            return fitted[0], (0, opt_index, int(fitted[1]))
     if not c.allow_host_cache:
         return None
-    lowest, optimizer = c.weight_dtypes[-1], c.optimizers[-1]
-    storage = {t.name: Storage(weight_dtype=lowest, optimizer=optimizer) for t in model.tables}
-    for t in by_size:
-        storage[t.name] = Storage(weight_dtype=lowest, optimizer=optimizer, memory="host_cached")
-        placed = _place(model, splits, storage, est, batch)
-        if placed is not None:
-            return placed, (len(c.optimizers) - 1, 2)
+    for opt_index, optimizer in enumerate(c.optimizers):
+        fitted = _fit_host_cached(model, splits, est, batch, c, optimizer, by_size)
+        if fitted is not None:
+            return fitted[0], (1, opt_index, int(fitted[1]))
     return None
 
 
+def _storage(model: ModelSpec, c: PlanConstraints, optimizer: str, dtype_index: dict[str, int],
+             cached: set[str]) -> dict[str, Storage]:
+    return {t.name: Storage(weight_dtype=c.weight_dtypes[dtype_index[t.name]], optimizer=optimizer,
+                            memory="host_cached" if t.name in cached else "hbm") for t in model.tables}
+
+
+def _fit_in_hbm(model: ModelSpec, splits: list[TableSplit], est: Estimator, batch: int, c: PlanConstraints,
+                optimizer: str, by_size: list) -> tuple[Placement, bool] | None:
+    """Every table in HBM: in the first weight precision, else with the largest tables lowered one step at a
+    time; (the placement, whether any table was lowered)."""
+    dtype_index = {t.name: 0 for t in model.tables}
+    while True:
+        placed = _place(model, splits, _storage(model, c, optimizer, dtype_index, set()), est, batch)
+        if placed is not None:
+            return placed, any(dtype_index.values())
+        nxt = next((t for t in by_size if dtype_index[t.name] < len(c.weight_dtypes) - 1), None)
+        if nxt is None:
+            return None
+        dtype_index[nxt.name] += 1
+
+
+def _fit_host_cached(model: ModelSpec, splits: list[TableSplit], est: Estimator, batch: int, c: PlanConstraints,
+                     optimizer: str, by_size: list) -> tuple[Placement, bool] | None:
+    """Host memory with an HBM cache for the fewest largest tables that fit in the lowest precision; then each
+    table, the smallest first, back in the first precision where that still fits; (the placement, whether
+    any table stayed lowered)."""
+    dtype_index = {t.name: len(c.weight_dtypes) - 1 for t in model.tables}
+    cached: set[str] = set()
+    placed = None
+    for t in by_size:
+        cached.add(t.name)
+        placed = _place(model, splits, _storage(model, c, optimizer, dtype_index, cached), est, batch)
+        if placed is not None:
+            break
+    if placed is None:
+        return None
+    for t in reversed(by_size):
+        lowered, dtype_index[t.name] = dtype_index[t.name], 0
+        again = _place(model, splits, _storage(model, c, optimizer, dtype_index, cached), est, batch)
+        if again is None:
+            dtype_index[t.name] = lowered
+        else:
+            placed = again
+    return placed, any(dtype_index.values())
+
+
 def _batches(c: PlanConstraints) -> list[int]:
+    """The fixed batch, else ``BATCH_CHOICES`` up to the largest allowed, and that largest itself."""
     if c.batch_per_gpu is not None:
         return [c.batch_per_gpu]
-    return [b for b in BATCH_CHOICES if b <= c.max_batch_per_gpu] or [c.max_batch_per_gpu]
+    return sorted({b for b in BATCH_CHOICES if b <= c.max_batch_per_gpu} | {c.max_batch_per_gpu})
 
 
 def candidates(model: ModelSpec, fleet: Fleet, c: PlanConstraints, est: Estimator | None = None) -> list[Candidate]:
@@ -224,14 +262,15 @@ def build_plan(model: ModelSpec, fleet: Fleet, c: PlanConstraints, best: Candida
                          host_excess_ms=1e3 * s.host_excess_s, total_ms=1e3 * s.total_s,
                          host_ms=1e3 * s.host_s, graphed_host_ms=1e3 * s.graphed_host_s, host_bound=s.host_bound,
                          graphed_host_bound=s.graphed_host_bound)
+    cached = [t.table for t in best.tables if t.memory == "host_cached"]
     notes = [f"strategy {best.strategy}"]
     chosen = {t.optimizer for t in best.tables}
     if chosen != {c.optimizers[0]}:
-        notes.append(f"{', '.join(sorted(chosen))} optimizer state to fit ({c.optimizers[0]}'s does not)")
+        notes.append(f"{', '.join(sorted(chosen))} optimizer state to fit ({c.optimizers[0]}'s does not fit"
+                     f"{'' if cached else ' in HBM'})")
     demoted = {d: [t.table for t in best.tables if t.weight_dtype == d] for d in c.weight_dtypes[1:]}
     if any(demoted.values()):
         notes.append("; ".join(f"{d} rows for {', '.join(names)}" for d, names in demoted.items() if names) + " to fit")
-    cached = [t.table for t in best.tables if t.memory == "host_cached"]
     if cached:
         host = max(est.host_memory(best.estimate.memory))
         given = (f" (of the {fleet.host_memory_bytes / 1e9:.1f} GB given)" if fleet.host_memory_bytes is not None
