@@ -76,6 +76,10 @@ def _edit(path: Path, old: str, new: str) -> None:
         ('backend = "cuda"', 'backend = "hip"', "triton.backend"),
         ('[peak_flops.fp8]', '[peak_flops.fp4]', "peak_flops.fp8"),
         ('[l2_bytes]', '[l2_size]', "l2_bytes"),
+        ('[hbm_bandwidth]\nvalue = 4.8e12', '[hbm_bandwidth]\nvalue = nan', "hbm_bandwidth"),  # was accepted
+        ('[hbm_bandwidth]\nvalue = 4.8e12', '[hbm_bandwidth]\nvalue = inf', "hbm_bandwidth"),
+        ('[hbm_bandwidth]\nvalue = 4.8e12', '[hbm_bandwidth]\nvalue = 0', "hbm_bandwidth"),  # the planner divided by it
+        ('[compute_units]\nvalue = 132', '[compute_units]\nvalue = inf', "compute_units"),  # was an OverflowError
     ],
 )
 def test_malformed_file_names_file_and_field(scratch_catalog, old, new, field):

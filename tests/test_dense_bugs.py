@@ -192,8 +192,9 @@ def test_dlrm_takes_an_empty_batch(backend):
 @pytest.mark.parametrize("text, says", [
     ("{not json", "is not valid JSON"),
     ("[1, 2]", "must hold a JSON object, got list"),
-    ('{"copy_bandwidth": -5}', "'copy_bandwidth' must be a positive number, got -5"),
-    ('{"matmul_bf16": "fast"}', "'matmul_bf16' must be a positive number, got 'fast'"),
+    ('{"copy_bandwidth": -5}', "'copy_bandwidth' must be a finite positive number, got -5"),
+    ('{"matmul_bf16": "fast"}', "'matmul_bf16' must be a finite positive number, got 'fast'"),
+    ('{"matmul_bf16": Infinity}', "'matmul_bf16' must be a finite positive number, got inf"),  # was accepted
 ])
 def test_malformed_calibration_is_an_error_naming_it(text, says):
     spec = get_device("H200")

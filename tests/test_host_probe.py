@@ -40,6 +40,20 @@ def test_an_entry_of_one_scale_scales_the_fixed_part_too():
     assert host_costs("H200").step_fixed_s == pytest.approx(2.0 * DEFAULT_STEP_FIXED_S)
 
 
+@pytest.mark.parametrize("entry, says", [
+    ({"value": 1.0}, r"'host_scale' has no date"),  # was a KeyError
+    ({"value": -1.0, "fixed_ms": 5, "date": "x"}, r"'host_scale'\.value must be a positive number, got -1\.0"),
+    ({"value": 1.0, "fixed_ms": -5, "date": "x"}, r"'host_scale'\.fixed_ms must be a number >= 0, got -5"),
+    ({"value": float("nan"), "date": "x"}, r"'host_scale'\.value must be a positive number, got nan"),
+    ([1.0], r"'host_scale' must be a table"),
+])
+def test_a_damaged_host_scale_is_an_error_naming_it(entry, says):
+    """Was: a KeyError, or negative host times planned (a hand-edited calibration file)."""
+    save_calibration("H200", {"device": "H200", "host_scale": entry})
+    with pytest.raises(ValueError, match=rf"calibration of H200: {says}"):
+        host_costs("H200")
+
+
 def test_no_window_is_an_error():
     with pytest.raises(ValueError, match="no window"):
         host_scale_entry({"mlperf-dcnv2": ([], 10.0)})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import tempfile
 import time
@@ -95,8 +96,8 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
         value = measured.get(key) if measured else None
         if value is None:
             return Ceiling(value=fallback, origin=origin)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"calibration of {spec.name}: '{key}' must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"calibration of {spec.name}: '{key}' must be a finite positive number, got {value!r}")
         return Ceiling(value=float(value), origin=cal)
 
     matmul = {}

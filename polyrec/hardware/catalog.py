@@ -32,6 +32,7 @@ Adding a device is adding one such file. Every error names the file and the fiel
 from __future__ import annotations
 
 import functools
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,8 @@ def _quantity(path: Path, where: str, entry: Any, unit: str, named: dict[str, st
     value = entry.get("value")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CatalogError(path, where, f"'value' must be a number, got {value!r}")
-    if value < 0:
-        raise CatalogError(path, where, f"'value' must be >= 0, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise CatalogError(path, where, f"'value' must be a finite number >= 0, got {value!r}")
     if entry.get("unit") != unit:
         raise CatalogError(path, where, f"'unit' must be \"{unit}\", got {entry.get('unit')!r}")
     return value, _resolve_source(path, where, entry.get("source"), named)
@@ -155,6 +156,8 @@ def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
         if key not in data:
             raise CatalogError(path, key, f"missing; expected a table with value, unit = \"{unit}\", source")
         value, sources[key] = _quantity(path, key, data[key], unit, named)
+        if value == 0 and key not in OPTIONAL_DEFAULTS:  # a size, a rate or a count every device has
+            raise CatalogError(path, key, "'value' must be > 0")
         if key in INTEGER_FIELDS and value != int(value):
             raise CatalogError(path, key, f"must be a whole number, got {value!r}")
         numbers[key] = int(value) if key in INTEGER_FIELDS else float(value)

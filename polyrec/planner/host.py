@@ -15,8 +15,10 @@ host-bound steps (``FITTED_TRITON_LAUNCH_S``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from polyrec.hardware.calibrate import load_calibration
 from polyrec.perfmodel.gemm_library import LIBRARY_EPILOGUES
@@ -106,6 +108,25 @@ def host_costs(device: str | None = None) -> HostCosts:
                      step_fixed_s=fixed_s, origin=origin, graphed_dense_s=GRAPHED_DENSE_HOST_S * scale)
 
 
+def check_host_scale(device: str, stored: Any) -> None:
+    """A stored ``host_scale`` (a hand-edited or damaged calibration file): a table with a finite scale
+    above 0, a finite ``fixed_ms`` >= 0 where present, and a date; ValueError naming what is wrong."""
+    def number(key: str, low_ok: bool) -> bool:
+        value = stored.get(key)
+        return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+                and (value >= 0 if low_ok else value > 0))
+
+    where = f"calibration of {device}: 'host_scale'"
+    if not isinstance(stored, dict):
+        raise ValueError(f"{where} must be a table, got {stored!r}")
+    if not number("value", low_ok=False):
+        raise ValueError(f"{where}.value must be a positive number, got {stored.get('value')!r}")
+    if "fixed_ms" in stored and not number("fixed_ms", low_ok=True):
+        raise ValueError(f"{where}.fixed_ms must be a number >= 0, got {stored['fixed_ms']!r}")
+    if not isinstance(stored.get("date"), str):
+        raise ValueError(f"{where} has no date; run `polyrec hw calibrate` again")
+
+
 def stored_host_scale(device: str | None) -> tuple[float, float, str]:
     """(launch-cost scale, fixed seconds per step, origin) of this machine's host against the fitted
     costs: 1 and ``DEFAULT_STEP_FIXED_S`` without a measurement."""
@@ -113,6 +134,7 @@ def stored_host_scale(device: str | None) -> tuple[float, float, str]:
     stored = (load_calibration(device) or {}).get("host_scale") if device else None
     if not stored:
         return 1.0, DEFAULT_STEP_FIXED_S, fitted + ", used for every host"
+    check_host_scale(device, stored)
     scale = float(stored["value"])
     if "fixed_ms" in stored:
         fixed_s = float(stored["fixed_ms"]) / 1e3
