@@ -193,6 +193,8 @@ def test_model_spec_out_of_range_is_named(build, says):
     (dict(dense_dtype="int8"), "constraint dense_dtype: 'int8'; valid: bf16, fp16, fp32, tf32, fp8"),  # was: KeyError
     (dict(dense_optimizer="lamb"), "constraint dense_optimizer: 'lamb'; valid: sgd, adagrad, adam"),
     (dict(weight_dtypes="fp32"), "constraint weight_dtypes must be a sequence of names, e.g. ('fp32',), got 'fp32'"),
+    (dict(weight_dtypes=("fp32", "fp32")), "constraint weight_dtypes: fp32 listed more than once"),  # was: a note
+    (dict(optimizers=("sgd", "adam", "sgd")), "constraint optimizers: sgd listed more than once"),  # of 26 demotions
 ])
 def test_constraints_out_of_range_are_named(change, says):
     with pytest.raises(ValueError, match=re.escape(says)):
@@ -363,3 +365,22 @@ def test_the_largest_batch_allowed_is_tried_itself():
     for largest in (3000, 60000):
         p = make_plan(SMALL, H200, PlanConstraints(max_batch_per_gpu=largest))
         assert p.batch_per_gpu == largest
+
+
+def test_the_plan_table_shows_slow_rates_and_no_negative_zero():
+    """Was: '0.00M samples/s' for a plan at batch 1, and '-0.000' hidden overlap on every one-GPU plan."""
+    from rich.console import Console
+
+    from polyrec.cli.plan import per_second, plan_table
+
+    assert [per_second(r) for r in (3_414_000, 512_300, 950.4, 114.2)] == ["3.41M", "512k", "950", "114"]
+    console = Console(width=200, record=True)
+    console.print(plan_table(make_plan(MLPERF, H200, PlanConstraints(batch_per_gpu=1))))
+    text = console.export_text()
+    assert "-0.000" not in text and " 0.00M" not in text
+
+
+def test_codesign_refuses_a_kind_compared_twice_as_the_what_if_does():
+    """Was: --codesign --compare H200,h200 designed for H200 twice."""
+    refused(["plan", "--codesign", "--compare", "H200,h200", "--json"], "co-design: H200 is listed twice")
+    refused(["plan", "--compare", "H200,h200", "--json"], "what-if: H200 is listed twice")

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from polyrec.hardware.catalog import UnknownDeviceError
+from polyrec.hardware.catalog import UnknownDeviceError, get_device
 from polyrec.planner.codesign import codesign
 from polyrec.planner.propose import NoFitError, make_plan
 from polyrec.planner.report import COLUMNS, format_cell, what_if, write_report
@@ -26,6 +26,7 @@ from polyrec.planner.types import (
     ModelSpec,
     Plan,
     PlanConstraints,
+    first_repeat,
     model_config_fields,
     model_spec_from_config,
     parse_fleet,
@@ -69,7 +70,11 @@ def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
         return [fleet]
     shape = parse_fleet(fleet)
     hosts = f"@{shape.hosts}" if shape.hosts > 1 else ""
-    return [f"{kind}x{shape.per_host}{hosts}" for kind in _csv(compare)]
+    kinds = [get_device(kind).name for kind in _csv(compare)]
+    twice = first_repeat(kinds)
+    if twice is not None:  # as --compare without --codesign refuses it
+        raise ValueError(f"co-design: {twice} is listed twice")
+    return [f"{kind}x{shape.per_host}{hosts}" for kind in kinds]
 
 
 def load_model(name: str, distribution: str) -> ModelSpec:
@@ -78,16 +83,24 @@ def load_model(name: str, distribution: str) -> ModelSpec:
     return model_spec_from_config(preset(name), index_distribution=distribution)
 
 
+def per_second(rate: float) -> str:
+    """A rate in the unit that keeps three significant digits in view: 3.41M, 512k, 950."""
+    for scale, unit in ((1e6, "M"), (1e3, "k")):
+        if rate >= scale:
+            return f"{rate / scale:.3g}{unit}"
+    return f"{rate:.3g}"
+
+
 def plan_table(plan: Plan) -> Table:
     s = plan.step
-    t = Table(title=f"{plan.model.name} on {plan.fleet.text}: {plan.samples_per_s / 1e6:.2f}M samples/s predicted "
+    t = Table(title=f"{plan.model.name} on {plan.fleet.text}: {per_second(plan.samples_per_s)} samples/s predicted "
                     f"(batch {plan.batch_per_gpu}/GPU, {plan.dense_dtype} dense, step {s.total_ms:.2f} ms)")
     t.add_column("step term")
     t.add_column("ms", justify="right")
     for label, value in (("embedding fwd", s.embedding_fwd_ms), ("embedding bwd + update", s.embedding_bwd_ms),
                          ("dense fwd", s.dense_fwd_ms), ("dense bwd", s.dense_bwd_ms),
                          ("all-to-all", s.all_to_all_ms), ("all-reduce", s.all_reduce_ms),
-                         ("dense optimizer", s.optimizer_ms), ("other", s.other_ms), ("overlap (hidden)", -s.overlap_ms),
+                         ("dense optimizer", s.optimizer_ms), ("other", s.other_ms), ("overlap (hidden)", -s.overlap_ms or 0.0),
                          ("CPU issue beyond GPU", s.host_excess_ms),
                          ("total", s.total_ms)):
         t.add_row(label, f"{value:.3f}")

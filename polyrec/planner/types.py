@@ -302,6 +302,9 @@ class PlanConstraints:
             bad = [v for v in values if v not in valid]
             if not values or bad:
                 raise ValueError(f"constraint {name}: {bad or 'empty'} not allowed; valid: {', '.join(valid)}")
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:  # an order of preference names each once (a repeat made the notes claim demotions)
+                raise ValueError(f"constraint {name}: {', '.join(repeated)} listed more than once")
         for name, value, valid in (("overlap", self.overlap, OVERLAP_MODES),
                                    ("dense_dtype", self.dense_dtype, tuple(DENSE_DTYPE_BYTES)),
                                    ("dense_optimizer", self.dense_optimizer, tuple(DENSE_STATE_PER_PARAM))):
