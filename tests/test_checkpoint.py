@@ -69,13 +69,30 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
 
 def test_resume_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint to resume from"):
-        Trainer(config(tmp_path / "none", 3, resume=True), progress=False)
+    with pytest.raises(FileNotFoundError, match="no checkpoint to resume from: .*none/typo does not exist"):
+        Trainer(config(tmp_path / "none" / "typo", 3, resume=True), progress=False)
+    assert not (tmp_path / "none").exists()  # was: created before the refusal
     Trainer(config(tmp_path, 2), progress=False).train()
     other = TrainConfig(preset="dcnv2-small", steps=4, batch_size=32, row_cap=500, checkpoint_dir=tmp_path,
                         device="cpu", resume=True)
     with pytest.raises(ValueError, match="does not fit this run's model"):
         Trainer(other, progress=False)
+
+
+def test_the_last_steps_checkpoint_is_written_once(tmp_path, monkeypatch):
+    """Was twice when the last step was also a periodic checkpoint's (a second 100 GB write at full size,
+    inside a scheduler's grace period after a signal)."""
+    import polyrec.runtime.trainer_state as trainer_state
+
+    written, save = [], trainer_state.save_checkpoint
+
+    def counted(directory, state):
+        written.append(state["step"])
+        return save(directory, state)
+
+    monkeypatch.setattr(trainer_state, "save_checkpoint", counted)
+    Trainer(config(tmp_path, 4, checkpoint_every=2), progress=False).train()
+    assert written == [2, 4]
 
 
 def test_resume_refuses_a_data_file_that_changed(tmp_path):

@@ -115,8 +115,10 @@ class TrainLoop:
                                   else self._stop_vote.agreed(self._stop_signal))
                 bar.update(task, completed=self.step)
                 due_eval = cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps
-                due_ckpt = (cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0)
                 last = self.step == cfg.steps or self._stopping is not None
+                # the last step's checkpoint is the finish's, after its evaluation (one write, not two)
+                due_ckpt = (cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+                            and not last)
                 if not (self.step % cfg.log_every == 0 or due_eval or due_ckpt or last):
                     continue
                 stacked = torch.stack(pending)

@@ -172,7 +172,10 @@ class Trainer(TrainerState, TrainLoop):
         after the last step, and a fresh run does not overwrite another run's checkpoint."""
         if self.cfg.checkpoint_dir is None:
             return
-        prepare_checkpoint_dir(Path(self.cfg.checkpoint_dir))
+        directory = Path(self.cfg.checkpoint_dir)
+        if self.cfg.resume and not directory.exists():  # a mistyped directory is named, not created
+            raise FileNotFoundError(f"no checkpoint to resume from: {directory} does not exist")
+        prepare_checkpoint_dir(directory)
         existing = checkpoint_path(Path(self.cfg.checkpoint_dir))
         if not self.cfg.resume and existing.exists():
             raise ValueError(f"{existing} exists: pass --resume to continue that run, or choose another "
