@@ -142,6 +142,15 @@ def test_finite_state_checks_the_dense_optimizer(tmp_path):
     assert not trainer.finite_state()
 
 
+def test_a_non_finite_state_at_a_save_is_named_as_such(tmp_path, monkeypatch):
+    """Was: 'loss became nan at step 2', where every loss was finite and the check before the save failed."""
+    trainer = Trainer(config(tmp_path, steps=2), progress=False)
+    monkeypatch.setattr(trainer, "finite_state", lambda: False)
+    result = trainer.train()
+    assert result.status == "nan" and "a weight or optimizer state became nan at step 2" in result.message
+    assert all(math.isfinite(v) for v in result.losses)
+
+
 # --- 5. resume refuses another run's settings; --lr applies ----------------------------------------------
 
 @pytest.mark.parametrize("change,field", [

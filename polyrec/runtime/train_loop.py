@@ -28,6 +28,8 @@ from polyrec.runtime.metrics import PhaseTimer
 #: their own). A second SIGINT while stopping interrupts at once (KeyboardInterrupt), as Ctrl-C does
 #: without the handler: a run stuck in its stop can still be ended.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: What a save's check (``finite_state``) found non-finite: the losses logged so far were finite.
+STATE_NOT_FINITE = "a weight or optimizer state"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -142,7 +144,7 @@ class TrainLoop:
                     return stopped
                 if due_ckpt:
                     if not self.finite_state():
-                        return self._stop_on_nan(result, self.step, float("nan"))
+                        return self._stop_on_nan(result, self.step, float("nan"), what=STATE_NOT_FINITE)
                     result.checkpoint = self.save()
                 window_start, window_first = time.perf_counter(), self.step
         return self._finish(result, start_step, train_seconds)
@@ -212,7 +214,7 @@ class TrainLoop:
                 return stopped
         if self.cfg.checkpoint_dir:
             if not self.finite_state():
-                return self._stop_on_nan(result, self.step, float("nan"))
+                return self._stop_on_nan(result, self.step, float("nan"), what=STATE_NOT_FINITE)
             result.checkpoint = self.save()
         bad, eval_bad = self.source.bad_rows, self.source.eval_bad_rows
         # on several ranks each skipped the rows of its own blocks (every rank reads the whole eval file)
