@@ -507,6 +507,21 @@ def test_movielens_ids_are_indexed_without_padding_each_to_the_longest(tmp_path)
     assert src.num_users == 98 and src.user[7] == 97  # 'x...' sorts after 'u0'..'u96'
 
 
+def test_movielens_too_small_for_a_test_split_is_refused(tmp_path):
+    """Was: every evaluation scored no row and said nothing (no AUC)."""
+    (tmp_path / "two.data").write_text("1\t2\t5\t1\n2\t3\t4\t2\n")
+    with pytest.raises(ValueError, match=r"two\.data: 2 good rows leave no test rows \(20% are held out\); give a "
+                                         r"file of at least 3 ratings"):
+        MovieLensSource(tmp_path / "two.data", batch_size=1, seed=0, bad_rows=BadRows(skip=False))
+
+
+def test_an_empty_path_in_a_criteo_list_is_named():
+    """Was: 'path . is a directory' for criteo:a,,b."""
+    for spec in ("criteo:a,,b", "criteo:a,"):
+        with pytest.raises(ValueError, match=f"{spec}: an empty path in the comma-separated list"):
+            open_source(spec, small(), batch_size=4, seed=0, device=CPU)
+
+
 def test_trainer_caps_the_movielens_tables(tmp_path):
     """--row-cap reaches MovieLens, whose table sizes come from the file, not from the preset."""
     cfg = TrainConfig(preset="dcnv2-small", data=f"movielens:{DATA / 'ml_sample.data'}", steps=1, batch_size=32,

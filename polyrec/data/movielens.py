@@ -128,6 +128,9 @@ class MovieLensSource:
         split = self.seed if split_seed is None else split_seed % SEED_MODULUS
         order = np.random.default_rng(split).permutation(len(ratings))
         n_test = int(round(len(ratings) * TEST_FRACTION))
+        if n_test == 0:  # else every evaluation scored nothing, and said nothing
+            raise ValueError(f"{self.path}: {len(ratings)} good rows leave no test rows ({TEST_FRACTION:.0%} are "
+                             f"held out); give a file of at least {math.ceil(0.5 / TEST_FRACTION)} ratings")
         self.test_rows, self.train_rows = order[:n_test], order[n_test:]
         if len(self.train_rows) < batch_size:
             raise ValueError(f"{self.path}: {len(self.train_rows)} training rows, fewer than one batch of {batch_size}")

@@ -63,6 +63,8 @@ def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int,
                       eval_source: Source | None = None, num_eval_batches: int = 0, rank: int = 0,
                       world_size: int = 1) -> Source:
     if kind == "criteo":
+        if "" in arg.split(","):  # Path("") is the working directory: "path . is a directory" said nothing useful
+            raise ValueError(f"criteo:{arg}: an empty path in the comma-separated list")
         paths = [Path(p) for p in arg.split(",")]
         return CriteoTSVSource(paths, config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                                num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
