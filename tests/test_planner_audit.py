@@ -384,3 +384,9 @@ def test_codesign_refuses_a_kind_compared_twice_as_the_what_if_does():
     """Was: --codesign --compare H200,h200 designed for H200 twice."""
     refused(["plan", "--codesign", "--compare", "H200,h200", "--json"], "co-design: H200 is listed twice")
     refused(["plan", "--compare", "H200,h200", "--json"], "what-if: H200 is listed twice")
+
+
+def test_host_memory_without_host_caches_is_refused():
+    """Was: --host-memory-gb silently ignored with --no-host-cache (the other mode-only options are refused)."""
+    refused(["plan", "--no-host-cache", "--host-memory-gb", "512", "--json"],
+            "--host-memory-gb sizes host caches, which --no-host-cache turns off")

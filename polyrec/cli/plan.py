@@ -263,6 +263,8 @@ def plan(
     try:
         _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
         _check_batch(batch_per_gpu, max_batch_per_gpu)
+        if no_host_cache and host_memory_gb is not None:  # it sizes host caches only: it would be ignored
+            raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
         fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
         spec = load_model(model, distribution)
         c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
