@@ -109,6 +109,17 @@ def test_host_memory_and_mixed_storage_are_refused_naming_the_tables(tmp_path):
         apply_plan(TrainConfig(plan=_write(tmp_path, mixed)), mixed)
 
 
+def test_a_dense_optimizer_the_trainer_lacks_names_the_plan(tmp_path):
+    """The planner prices SGD for the dense layers; the trainer runs Adagrad or Adam. Was: 'dense optimizer must
+    be adagrad or adam, got 'sgd'', naming no plan."""
+    plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"),
+                     dataclasses.replace(SMALL, dense_optimizer="sgd"))
+    path = _write(tmp_path, plan)
+    with pytest.raises(ValueError, match=f"{path}: dense optimizer 'sgd' is not one the trainer runs "
+                                         "\\(adagrad, adam\\)"):
+        apply_plan(TrainConfig(plan=path), plan)
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                     reason="fp16 rows need polyrec's TBE, on the CPU only through Triton's interpreter")
 def test_the_trainer_runs_the_plan_and_resume_keeps_its_row_dtype(tmp_path):

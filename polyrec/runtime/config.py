@@ -90,6 +90,8 @@ class Resolved:
 
 #: ``TrainConfig.precision`` values.
 PRECISIONS = ("auto", "bf16", "fp32", "fp8")
+#: The dense optimizers the trainer runs (MLPerf's Adagrad, and Adam).
+DENSE_OPTIMIZERS = ("adagrad", "adam")
 #: ``TrainConfig.embedding_dtype`` names -> row dtypes (polyrec.kernels.tbe.WEIGHT_DTYPES).
 EMBEDDING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -130,8 +132,8 @@ def resolve(cfg: TrainConfig) -> Resolved:
         raise ValueError("--cuda-graphs needs a CUDA/ROCm GPU")
     if cfg.pipeline not in ("sync", "semi-sync"):
         raise ValueError(f"pipeline must be sync or semi-sync, got {cfg.pipeline!r}")
-    if cfg.dense_optimizer not in ("adagrad", "adam"):
-        raise ValueError(f"dense optimizer must be adagrad or adam, got {cfg.dense_optimizer!r}")
+    if cfg.dense_optimizer not in DENSE_OPTIMIZERS:
+        raise ValueError(f"dense optimizer must be {' or '.join(DENSE_OPTIMIZERS)}, got {cfg.dense_optimizer!r}")
     for name in ("steps", "batch_size", "log_every", "eval_batches"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from polyrec.models import ModelConfig
 from polyrec.planner.types import DenseSpec, ModelSpec, Plan, model_spec_from_config
-from polyrec.runtime.config import TrainConfig
+from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
 
 #: The plan's dense dtypes (planner.types.Plan.dense_dtype) the trainer runs, by the same names
 #: (``TrainConfig.precision``).
@@ -83,6 +83,9 @@ def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
     if host:
         raise ValueError(f"{path}: the plan keeps tables {', '.join(host)} in host memory with an HBM cache; the "
                          f"trainer keeps every table in HBM. Re-plan with --no-host-cache or on a larger fleet")
+    if plan.dense_optimizer not in DENSE_OPTIMIZERS:
+        raise ValueError(f"{path}: dense optimizer {plan.dense_optimizer!r} is not one the trainer runs "
+                         f"({', '.join(DENSE_OPTIMIZERS)})")
     if plan.dense_dtype not in TRAINER_PRECISIONS:
         raise ValueError(f"{path}: dense dtype {plan.dense_dtype!r} is not one the trainer runs "
                          f"({', '.join(TRAINER_PRECISIONS)})")
