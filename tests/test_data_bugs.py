@@ -376,13 +376,19 @@ def test_mlperf_resume_refuses_a_file_that_shrank(tmp_path):
     src = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=BadRows(skip=False))
     src.next_batch()
     src.next_batch()
-    state = src.state_dict()  # position 8
+    state = src.state_dict()  # 8 records read
     rec[:8].tofile(tmp_path / "b.bin")
     shrunk = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=BadRows(skip=False))
+    with pytest.raises(ValueError, match=r"b\.bin changed since the checkpoint was written: it held 12 records, "
+                                         "now 8"):
+        shrunk.load_state_dict(state)
+    # a checkpoint from before the fifty-first session saved the position in the epoch
     with pytest.raises(ValueError, match=r"b\.bin changed since the checkpoint was written: the saved position, 8 "
                                          "records into an epoch, is at or beyond the end of its 8 records"):
-        shrunk.load_state_dict(state)
-    shrunk.load_state_dict({"epoch": 0, "position": 0})  # an eval rewind still loads
+        shrunk.load_state_dict({"epoch": 0, "position": 8})
+    shrunk.load_state_dict({"read": 0})  # an eval rewind still loads
+    shrunk.load_state_dict({"epoch": 1, "position": 4})
+    assert shrunk.read == 12 and shrunk.epoch == 1
 
 
 # --- 5: an empty MLPerf file ---------------------------------------------------------------------------
@@ -601,11 +607,31 @@ def test_criteo_rank_bad_rows_counted_by_their_rank():
     assert sorted(e.split(": ", 1)[0].rsplit(":", 1)[1] for b in bad for e in b.examples) == ["10", "15", "18", "5"]
 
 
-def test_criteo_rank_without_rows_is_an_error(tmp_path):
-    (tmp_path / "short.tsv").write_bytes(b"".join(criteo_lines()[:6]))
-    src = criteo(tmp_path / "short.tsv", 4, BadRows(skip=False), rank=2, world_size=3)
-    with pytest.raises(DataError, match="no rows for rank 2 of 3"):
-        src.next_batch()
+def test_ranks_deal_the_runs_whole_stream_so_their_steps_are_one_process_global_batches(tmp_path):
+    """Blocks go to the ranks by their place in the run's stream (files one after another, epoch after epoch),
+    not in each file from its first line: files of 5 and 3 lines, batch 2, world 2 read line 13 twice and
+    line 22 never in the first epoch's two steps. A rank beyond the lines of a short file reads the next
+    epoch's (was: 'no rows for rank 2 of 3'), as one process's global batch does."""
+    lines = criteo_lines()
+    (tmp_path / "a.tsv").write_bytes(b"".join(lines[:5]))
+    (tmp_path / "b.tsv").write_bytes(b"".join(lines[5:8]))
+    files = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
+    for batch, world in ((2, 2), (4, 3), (3, 2)):
+        one = criteo(files, batch * world, BadRows(skip=False))
+        ranks = [criteo(files, batch, BadRows(skip=False), rank=r, world_size=world) for r in range(world)]
+        for _ in range(5):
+            want = one.next_batch()
+            got = [r.next_batch() for r in ranks]
+            assert torch.equal(torch.cat([g.dense for g in got]), want.dense)
+    rec = write_records(tmp_path / "t.bin", 30)
+    for batch, world in ((4, 3), (4, 8), (5, 2)):
+        one = MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=batch * world, bad_rows=BadRows(skip=False))
+        ranks = [MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=batch, bad_rows=BadRows(skip=False),
+                                    rank=r, world_size=world) for r in range(world)]
+        for _ in range(4):
+            want = one.next_batch()
+            assert torch.equal(torch.cat([r.next_batch().dense for r in ranks]), want.dense)
+    assert rec.shape == (30, 40)
 
 
 def test_mlperf_ranks_read_alternate_blocks(tmp_path):
@@ -614,9 +640,8 @@ def test_mlperf_ranks_read_alternate_blocks(tmp_path):
     want = [one.next_batch() for _ in range(8)]  # records 0..31: wraps after 30
     ranks = [MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False), rank=r,
                                 world_size=3) for r in range(3)]
-    assert [r.num_records for r in ranks] == [12, 10, 8]
     for r, got in enumerate(ranks):
-        for w in want[r:7:3]:
+        for w in want[r::3]:  # over the epoch's end: rank 1's third block is records 28, 29, 0, 1
             assert torch.equal(got.next_batch().values, w.values)
 
 
@@ -630,11 +655,14 @@ def test_mlperf_rank_bad_record_named_by_its_file_position(tmp_path):
         src.next_batch()
 
 
-def test_mlperf_rank_without_records_is_an_error(tmp_path):
-    write_records(tmp_path / "t.bin", 6)
-    with pytest.raises(DataError, match="no records for rank 2 of 3"):
-        MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False), rank=2,
-                           world_size=3)
+def test_a_rank_dealt_only_bad_records_says_so(tmp_path):
+    rec = write_records(tmp_path / "t.bin", 8)
+    rec[4:, 0] = 3  # rank 1's block of every epoch
+    rec.tofile(tmp_path / "t.bin")
+    src = MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=True), rank=1,
+                             world_size=2)
+    with pytest.raises(DataError, match="no good record in the whole file dealt to rank 1 of 2"):
+        src.next_batch()
 
 
 # --- 10: --eval-data only for file sources; directories -------------------------------------------------

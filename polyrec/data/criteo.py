@@ -18,11 +18,11 @@ Both stream from disk one batch at a time (bounded memory), wrap around into the
 resume from a saved (epoch, position); a saved position the file no longer fits (beyond its end, or not at
 the start of a TSV line) is refused: the file changed since the checkpoint. An evaluation reads the eval
 file from its start at most once (every row at most once, the last batch short where the file ends in
-it). On several ranks, the rows go in blocks of ``batch_size`` to the ranks in turn (block k of each
-file to rank k % world size), so the ranks' batches of one step together are the rows one process reads
-for a batch ``world size`` times as large while every file's length is a multiple of ``batch_size`` x
-world size; otherwise, around a file's end and an epoch's, ranks read some rows of a step twice and skip
-others (each rank wraps after its own share; a file's blocks are dealt from its first line). A bad row is counted once, by the rank it belongs to, when it
+it). On several ranks, the rows go in blocks of ``batch_size`` to the ranks in turn by their place in the
+run's stream (the files one after another, epoch after epoch: block k to rank k % world size), so the ranks'
+batches of one step together are the rows one process reads for a batch ``world size`` times as large, over
+files' and epochs' ends too (until the fifty-first session each file's blocks were dealt from its first line,
+and each rank wrapped after its own share). A bad row is counted once, by the rank it belongs to, when it
 is first read: not again in later epochs nor in later evaluations.
 """
 
@@ -151,6 +151,7 @@ class CriteoTSVSource:
         self.eval_source, self.num_eval_batches = eval_source, num_eval_batches
         self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
         self.epoch, self.file_index, self.byte_offset, self.line_no = 0, 0, 0, 0
+        self.stream_line = 0  # lines read in the run, over files and epochs: which rank's block a line is in
         self._file = None
         self._empty_files = 0  # files ended in a row without a line: all of them means no data at all
         self._counted_to = (0, 0)  # (file_index, line_no) of the last bad row counted in epoch 0
@@ -170,6 +171,7 @@ class CriteoTSVSource:
                 self._empty_files = 0
                 self.byte_offset += len(raw)
                 self.line_no += 1
+                self.stream_line += 1
                 return raw
             self._file.close()
             self._file = None
@@ -198,18 +200,13 @@ class CriteoTSVSource:
         """The next batch; ``wrap`` False: only rows before the end of this epoch, so the batch may be short,
         or None when no good row was left."""
         rows = np.empty((self.batch_size, CRITEO_COLUMNS), np.int64)  # [B, 40]
-        start = (self.epoch, self.file_index, self.line_no)
         block, world, rank = self.batch_size, self.world_size, self.rank
         n, skipped_in_a_row = 0, 0
         while n < self.batch_size:
             raw = self._readline(wrap)
             if not raw:  # the end of the epoch, without wrapping
                 break
-            if (self.line_no - 1) // block % world != rank:  # another rank's line
-                if not (n or skipped_in_a_row) and self._passed(start):
-                    raise DataError(str(self.paths[self.file_index]), self.line_no,
-                                    f"no rows for rank {rank} of {world}: no file has more than {rank * block} "
-                                    f"lines (the ranks take blocks of {block} lines in turn)")
+            if (self.stream_line - 1) // block % world != rank:  # another rank's line
                 continue
             try:
                 parse_tsv_line(raw, str(self.paths[self.file_index]), self.line_no, rows[n])
@@ -225,10 +222,6 @@ class CriteoTSVSource:
         rows = rows[:n]
         return to_batch(rows[:, 0], rows[:, 1:1 + CRITEO_NUM_DENSE], rows[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
 
-    def _passed(self, start: tuple[int, int, int]) -> bool:
-        """Whether the stream has gone a whole pass over the files since (epoch, file_index, line_no) ``start``."""
-        return self.epoch > start[0] and (self.file_index, self.line_no) >= start[1:]
-
     def eval_batches(self) -> list[Batch] | None:
         if self.eval_source is None:
             return None
@@ -237,7 +230,7 @@ class CriteoTSVSource:
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "file_index": self.file_index, "byte_offset": self.byte_offset,
-                "line_no": self.line_no, "bad_rows": self.bad_rows.state_dict()}
+                "line_no": self.line_no, "stream_line": self.stream_line, "bad_rows": self.bad_rows.state_dict()}
 
     def _check_position(self) -> None:
         """A loaded position must still be the start of a line of its file: within the file, after a newline
@@ -262,6 +255,9 @@ class CriteoTSVSource:
             self._file = None
         self.epoch, self.file_index = int(state["epoch"]), int(state["file_index"])
         self.byte_offset, self.line_no = int(state["byte_offset"]), int(state["line_no"])
+        # a checkpoint from before the fifty-first session dealt each file's lines from its first: on one rank
+        # the same lines
+        self.stream_line = int(state.get("stream_line", self.line_no))
         self._empty_files = 0
         self._check_position()
         if "bad_rows" in state:  # counted: the bad lines before the position, none after (a dry run's put back)
@@ -309,42 +305,45 @@ class MLPerfBinarySource:
         if total == 0:  # before np.memmap, which cannot map an empty file
             raise DataError(str(self.path), 0, "file holds no complete record")
         self.records = np.memmap(self.path, dtype="<i4", mode="r", shape=(total, CRITEO_COLUMNS))
-        self.num_records = rank_records(total, batch_size, rank, world_size)  # this rank's
-        if self.num_records == 0:
-            blocks = -(-total // batch_size)
-            raise DataError(str(self.path), 0, f"no records for rank {rank} of {world_size}: the file's {total} records "
-                            f"make {blocks} block(s) of {batch_size}, one for each rank in turn")
+        self.total = total
         self.table_rows = np.asarray(config.table_rows, dtype=np.int64)
         self.eval_source, self.num_eval_batches = eval_source, num_eval_batches
         self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
-        self.epoch, self.position = 0, 0  # position: among this rank's records
-        self._counted_to = -1  # position of the last bad record counted in epoch 0
+        self.read = 0  # this rank's records read in the run, over epochs (``_stream_index``)
+        self._counted_to = -1  # stream index of the last bad record counted in epoch 0
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return adapt_criteo(config, self.path)
 
-    def _file_record(self, position: int) -> int:
-        """This rank's record ``position`` -> its index in the file."""
-        block, offset = divmod(position, self.batch_size)
+    def _stream_index(self, read: int) -> int:
+        """This rank's record ``read`` (0-based, over the run) -> its index in the run's stream, the file
+        repeated epoch after epoch: blocks of ``batch_size`` go to the ranks in turn."""
+        block, offset = divmod(read, self.batch_size)
         return (block * self.world_size + self.rank) * self.batch_size + offset
 
-    def _counted_before(self, position: int) -> bool:
-        """Whether the bad record at ``position`` was counted when it was read before (see CriteoTSVSource)."""
-        if self.epoch or position <= self._counted_to:
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next record this rank reads."""
+        return self._stream_index(self.read) // self.total
+
+    def _counted_before(self, index: int) -> bool:
+        """Whether the bad record at stream index ``index`` was counted when it was read before (see
+        CriteoTSVSource): in an earlier epoch, or before a put-back position."""
+        if index >= self.total or index <= self._counted_to:
             return True
-        self._counted_to = position
+        self._counted_to = index
         return False
 
-    def _check(self, chunk: np.ndarray, first: int) -> np.ndarray:
-        """Mask of good records in chunk [n, 40]: this rank's from ``self.position``, the file's from ``first``
-        (0-based; 1-based in messages)."""
+    def _check(self, chunk: np.ndarray, index: int) -> np.ndarray:
+        """Mask of good records in chunk [n, 40], the stream's from ``index`` (within one epoch)."""
+        first = index % self.total  # in the file, 0-based; 1-based in messages
         bad_label = (chunk[:, 0] != 0) & (chunk[:, 0] != 1)
         bad_index = (chunk[:, 1 + CRITEO_NUM_DENSE:] < 0).any(axis=1)
         for i in np.flatnonzero(bad_label | bad_index):
             problem = "label must be 0 or 1" if bad_label[i] else "categorical index is negative"
             number = first + int(i) + 1
             self.bad_rows.handle(DataError(str(self.path), number, f"record {number}: {problem}"),
-                                 counted=self._counted_before(self.position + int(i)))
+                                 counted=self._counted_before(index + int(i)))
         return ~(bad_label | bad_index)
 
     def next_batch(self) -> Batch:
@@ -352,24 +351,23 @@ class MLPerfBinarySource:
 
     def _next(self, *, wrap: bool) -> Batch | None:
         """The next batch; ``wrap`` False: only records before the end of this epoch (see CriteoTSVSource)."""
-        parts, n, scanned = [], 0, 0
+        parts, n, scanned, epoch = [], 0, 0, self.epoch
         while n < self.batch_size:
-            if scanned > self.num_records and n == 0:
-                raise DataError(str(self.path), 0, "no good record in the whole file")
-            # within one block: contiguous in the file
-            take = min(self.batch_size - n, self.num_records - self.position,
-                       self.batch_size - self.position % self.batch_size)
-            first = self._file_record(self.position)
+            if scanned > self.total + self.batch_size and n == 0:  # past every record this rank is dealt
+                share = f" dealt to rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+                raise DataError(str(self.path), 0, f"no good record in the whole file{share}")
+            index = self._stream_index(self.read)
+            if not wrap and index // self.total > epoch:
+                break
+            # within one block and one epoch: contiguous in the file
+            first = index % self.total
+            take = min(self.batch_size - n, self.batch_size - self.read % self.batch_size, self.total - first)
             chunk = np.asarray(self.records[first:first + take])
-            good = chunk[self._check(chunk, first)]
+            good = chunk[self._check(chunk, index)]
             parts.append(good)
             n += good.shape[0]
-            self.position += take
+            self.read += take
             scanned += take
-            if self.position == self.num_records:
-                self.position, self.epoch = 0, self.epoch + 1
-                if not wrap:
-                    break
         if n == 0:
             return None
         rec = np.concatenate(parts)
@@ -378,22 +376,35 @@ class MLPerfBinarySource:
     def eval_batches(self) -> list[Batch] | None:
         if self.eval_source is None:
             return None
-        self.eval_source.load_state_dict({"epoch": 0, "position": 0})
+        self.eval_source.load_state_dict({"read": 0})
         return one_pass(self.eval_source, self.num_eval_batches, str(self.eval_source.path))
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "bad_rows": self.bad_rows.state_dict()}
+        return {"read": self.read, "records": self.total, "bad_rows": self.bad_rows.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
-        epoch, position = int(state["epoch"]), int(state["position"])
-        if position and position >= self.num_records:  # a saved position is always before the end
-            share = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-            raise ValueError(f"{self.path} changed since the checkpoint was written: the saved position, "
-                             f"{position} records into an epoch, is at or beyond the end of its {self.num_records} "
-                             f"records{share}; restore the file the run was trained on, or start a new "
-                             "--checkpoint-dir")
-        self.epoch, self.position = epoch, position
+        self.read = self._saved_read(state)
         if "bad_rows" in state:  # counted: the bad records before the position, none after (a dry run's put back)
             self.bad_rows.load_state_dict(state["bad_rows"])
-            self._counted_to = position - 1
+            self._counted_to = self._stream_index(self.read) - 1
+
+    def _saved_read(self, state: dict) -> int:
+        """The records read that ``state`` saved. A checkpoint from before the fifty-first session saved this
+        rank's epoch and position in it (each epoch's blocks dealt from the file's first record: on one rank
+        the same records). A file of another size than the one saved is refused: it changed since."""
+        if "read" not in state:
+            epoch, position = int(state["epoch"]), int(state["position"])
+            records = rank_records(self.total, self.batch_size, self.rank, self.world_size)
+            if position and position >= records:  # a saved position was always before the end
+                share = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+                raise ValueError(f"{self.path} changed since the checkpoint was written: the saved position, "
+                                 f"{position} records into an epoch, is at or beyond the end of its {records} "
+                                 f"records{share}; restore the file the run was trained on, or start a new "
+                                 "--checkpoint-dir")
+            return epoch * records + position
+        if "records" in state and int(state["records"]) != self.total:
+            raise ValueError(f"{self.path} changed since the checkpoint was written: it held {state['records']} "
+                             f"records, now {self.total}; restore the file the run was trained on, or start a new "
+                             "--checkpoint-dir")
+        return int(state["read"])
