@@ -53,6 +53,34 @@ def test_checkpoint_holds_only_plain_data(tmp_path):
     assert not list(tmp_path.glob(".checkpoint-*"))  # no temp file left behind
 
 
+def test_a_write_syncs_its_directory_after_the_rename(tmp_path, monkeypatch):
+    """The rename is on disk only once the directory is synced (was not: a power cut could lose the new name;
+    the sharded checkpoint's manifest was not synced at all)."""
+    import errno
+    import os
+
+    import polyrec.runtime.checkpoint as checkpoint
+    from polyrec.runtime.sharded_checkpoint import MANIFEST
+
+    synced, sync = [], checkpoint.sync_directory
+    monkeypatch.setattr(checkpoint, "sync_directory", lambda d: synced.append((d, sorted(os.listdir(d)))) or sync(d))
+    save_checkpoint(tmp_path, {"step": 1})
+    assert synced == [(tmp_path, ["checkpoint.pt"])]  # after the rename, the temp file gone
+    checkpoint.atomic_write(tmp_path / MANIFEST, lambda f: f.write(b"{}"), prefix=".m-")
+    assert synced[-1] == (tmp_path, ["checkpoint.pt", MANIFEST]) and (tmp_path / MANIFEST).read_text() == "{}"
+
+    def failing(code):
+        def fsync(fd):
+            raise OSError(code, os.strerror(code))
+        return fsync
+
+    monkeypatch.setattr(os, "fsync", failing(errno.EINVAL))
+    sync(tmp_path)  # a file system that cannot sync a directory: nothing more to do
+    monkeypatch.setattr(os, "fsync", failing(errno.EIO))
+    with pytest.raises(OSError, match=os.strerror(errno.EIO)):
+        sync(tmp_path)
+
+
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     save_checkpoint(tmp_path, {"step": 1})
 

@@ -19,7 +19,6 @@ approximation across column-split changes (documented in docs/distributed.md).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from polyrec.kernels.tbe import packed_views
-from polyrec.runtime.checkpoint import atomic_save
+from polyrec.runtime.checkpoint import atomic_save, atomic_write
 from polyrec.runtime.sharding import Shard
 
 MANIFEST = "manifest.json"
@@ -85,9 +84,8 @@ def save_sharded(directory: str | Path, shards: list[Shard], tbe, *, rank: int, 
     if rank == 0:
         manifest = {"version": FORMAT_VERSION, "world_size": world_size, "step": step, "extra": extra or {},
                     "optimizer": tbe.optimizer.kind}
-        tmp = directory / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=1))
-        os.replace(tmp, directory / MANIFEST)
+        atomic_write(directory / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()),
+                     prefix=f".{MANIFEST}-")
     if dist.is_initialized():
         dist.barrier()
 
