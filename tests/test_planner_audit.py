@@ -117,6 +117,13 @@ def test_a_fleet_with_a_superscript_host_count_is_refused():
         parse_fleet("H200x1@²")  # was: "invalid literal for int() with base 10: '²'"
 
 
+def test_a_fleet_of_two_vendors_is_refused():
+    """Was: planned over a 'pcie' link, though no NCCL / RCCL job runs NVIDIA and AMD GPUs together."""
+    with pytest.raises(FleetError, match="fleet H100x1,MI300Xx1 mixes amd and nvidia GPUs"):
+        parse_fleet("H100x1,MI300Xx1")
+    assert parse_fleet("H100x1,H200x1").world_size == 2  # one vendor's kinds mix
+
+
 def test_an_empty_fleet_option_is_refused_not_the_default():
     refused(["plan", "--model", "dcnv2-small", "--fleet", "", "--json"], "fleet '': empty device entry")
     # was: planned H200x1, the default, exit 0

@@ -221,6 +221,10 @@ class Fleet:
         twice = first_repeat([get_device(g.device).name for g in self.groups])
         if twice is not None:
             raise FleetError(f"fleet {self.text}: {twice} is listed twice")
+        vendors = sorted({get_device(g.device).vendor for g in self.groups})
+        if len(vendors) > 1:  # one job's collectives run on NCCL or on RCCL, not across both
+            raise FleetError(f"fleet {self.text} mixes {' and '.join(vendors)} GPUs; one training job runs on one "
+                             "vendor's (NCCL or RCCL): plan each kind apart, or compare them with --compare")
         if self.world_size > MAX_WORLD_SIZE:
             raise FleetError(f"fleet {self.text} has {self.world_size:,} GPUs; the planner plans fleets of up to "
                              f"{MAX_WORLD_SIZE:,} GPUs")
