@@ -521,6 +521,17 @@ def test_movielens_too_small_for_a_test_split_is_refused(tmp_path):
         MovieLensSource(tmp_path / "two.data", batch_size=1, seed=0, bad_rows=BadRows(skip=False))
 
 
+def test_a_criteo_file_without_newlines_is_not_read_whole(tmp_path, monkeypatch):
+    """Was: a file with few newlines (an archive given as criteo:) read into memory as one "line"."""
+    import polyrec.data.criteo as criteo_module
+
+    monkeypatch.setattr(criteo_module, "MAX_LINE_BYTES", 4096)
+    (tmp_path / "blob.tsv").write_bytes(criteo_lines()[0] + b"x" * 10_000)
+    src = criteo(tmp_path / "blob.tsv", 2, BadRows(skip=True))
+    with pytest.raises(DataError, match=r"blob\.tsv:2: a line longer than 4,096 bytes; is this Criteo TSV\?"):
+        src.next_batch()
+
+
 def test_an_empty_path_in_a_criteo_list_is_named():
     """Was: 'path . is a directory' for criteo:a,,b."""
     for spec in ("criteo:a,,b", "criteo:a,"):

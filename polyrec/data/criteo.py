@@ -41,6 +41,10 @@ CRITEO_COLUMNS = 1 + CRITEO_NUM_DENSE + CRITEO_NUM_CATEGORICAL  # 40
 RECORD_BYTES = 4 * CRITEO_COLUMNS  # one binary record: 40 int32
 #: Consecutive malformed rows after which even ``--skip-bad-rows`` stops: a wrong file, not bad rows.
 MAX_BAD_ROWS_IN_A_ROW = 1000
+#: Bytes a TSV line may take before the reader stops: a Criteo line of 40 valid fields is under 1 KB (13
+#: integers of at most 20 characters, 26 hex fields of at most 16); a file without newlines (an archive, a
+#: binary file) would otherwise be read whole as its first "line".
+MAX_LINE_BYTES = 1 << 20
 #: What C1..C26 are made of (Criteo's readme: 32-bit hashes in hex, e.g. 68fd1e64).
 HEX_DIGITS = b"0123456789abcdefABCDEF"
 #: Bytes the label and I1..I13 may hold, with their tabs: digits and '-' (Criteo's counts include -1, -2).
@@ -166,7 +170,10 @@ class CriteoTSVSource:
             if self._file is None:
                 self._file = open(self.paths[self.file_index], "rb")  # noqa: SIM115 - kept open across batches
                 self._file.seek(self.byte_offset)
-            raw = self._file.readline()
+            raw = self._file.readline(MAX_LINE_BYTES + 1)
+            if len(raw) > MAX_LINE_BYTES:
+                raise DataError(str(self.paths[self.file_index]), self.line_no + 1,
+                                f"a line longer than {MAX_LINE_BYTES:,} bytes; is this Criteo TSV?")
             if raw:
                 self._empty_files = 0
                 self.byte_offset += len(raw)
