@@ -393,6 +393,21 @@ def test_mlperf_resume_refuses_a_file_that_shrank(tmp_path):
 
 # --- 5: an empty MLPerf file ---------------------------------------------------------------------------
 
+def test_movielens_resume_refuses_a_file_that_changed(tmp_path):
+    """Was: resumed on whatever the file held, its split and shuffles over other rows."""
+    lines = (DATA / "ml_sample.data").read_bytes().splitlines(keepends=True)
+    (tmp_path / "m.data").write_bytes(b"".join(lines))
+    src = MovieLensSource(tmp_path / "m.data", batch_size=8, seed=0, bad_rows=BadRows(skip=False))
+    src.next_batch()
+    state = through_torch_save(src.state_dict())
+    (tmp_path / "m.data").write_bytes(b"".join(lines[:-5]))
+    cut = MovieLensSource(tmp_path / "m.data", batch_size=8, seed=0, bad_rows=BadRows(skip=False))
+    with pytest.raises(ValueError, match=rf"m\.data changed since the checkpoint was written: it had {len(lines)} "
+                                         rf"good rows, now {len(lines) - 5}"):
+        cut.load_state_dict(state)
+    cut.load_state_dict({"epoch": 0, "cursor": 8})  # a checkpoint from before the row count was saved
+
+
 def test_mlperf_empty_file_is_a_data_error(tmp_path):
     (tmp_path / "empty.bin").write_bytes(b"")
     for skip in (False, True):

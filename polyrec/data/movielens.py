@@ -164,8 +164,14 @@ class MovieLensSource:
                 for i in range(0, len(self.test_rows), self.batch_size)]
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "cursor": self.cursor}
+        return {"epoch": self.epoch, "cursor": self.cursor, "rows": len(self.label)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``; a file with another number of good rows than the one saved (a checkpoint
+        since the fifty-first session says) is refused: its split and shuffles would be other rows."""
+        if "rows" in state and int(state["rows"]) != len(self.label):
+            raise ValueError(f"{self.path} changed since the checkpoint was written: it had {state['rows']} good "
+                             f"rows, now {len(self.label)}; restore the file the run was trained on, or start a new "
+                             "--checkpoint-dir")
         self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
         self._order = self._epoch_order()
