@@ -500,3 +500,23 @@ def test_selecting_as_captured_holds_for_every_thread_until_its_block_ends(monke
     assert not _selects_as_captured(on_gpu)  # the block ended by an exception
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert _selects_as_captured(on_gpu) and not _selects_as_captured(on_cpu)
+
+
+def test_a_strided_operand_past_32_bit_offsets_runs_on_the_library(force_gemm):
+    """A [4, 16] slice of rows 2^30 apart holds 64 elements but spans 3.2e9: the Triton kernels' 32-bit offsets
+    wrapped (a crash in the interpreter). The selector's Triton answer goes to the library, which takes any
+    strides; a Triton config given for it is refused (meta tensors: no memory)."""
+    from polyrec.kernels.gemm import _dispatch
+
+    def backend(a, b):
+        return _dispatch(a, b, False, False, None, "none", None, None, None, torch.float16, False)[-1].backend
+
+    wide = torch.empty(4, 2**30, dtype=torch.float16, device="meta")[:, :16]
+    narrow = torch.empty(4, 2**20, dtype=torch.float16, device="meta")[:, :16]
+    b = torch.empty(16, 16, dtype=torch.float16, device="meta")
+    force_gemm(GemmChoice(backend="triton", config=SMALL, triton_seconds=1.0, library_seconds=2.0))
+    assert backend(wide, b) == "library" and backend(narrow, b) == "triton"
+    assert matmul(wide, b).shape == (4, 16)
+    with pytest.raises(ValueError, match=r"matmul: a spans 3221225488 elements \(shape \(4, 16\), strides "
+                                         r"\(1073741824, 1\)\), more than the Triton kernels' 32-bit offsets reach"):
+        matmul(wide, b, config=SMALL)

@@ -371,6 +371,28 @@ def test_a_row_strided_gradient_updates_as_its_contiguous_copy():
     assert torch.equal(a.weights, b.weights) and torch.equal(a.state1, b.state1)
 
 
+def test_gradient_offsets_are_sized_by_the_span_of_a_strided_gradient():
+    """int32 offsets were chosen by the gradient's element count: a [3, 4] slice of rows 2^30 + 8 apart has 12
+    elements but its last row starts past 2^31 (offsets wrapped negative; a crash in the interpreter)."""
+    from polyrec.kernels.tbe_fused_backward import element_span
+
+    wide = torch.empty(3, 10)[:, :4]
+    assert element_span(wide) == 2 * 10 + 4 and element_span(torch.empty(3, 4)) == 12
+    assert element_span(torch.empty(0, 4)) == 0 and element_span(torch.empty(3, 4).expand(2, 3, 4)) == 12
+    module = TableBatchedEmbedding([TableSpec(name="t", rows=3, dim=4)], optimizer=EmbeddingOptimizer(kind="sgd"),
+                                   update_config=tbe_select.UpdateConfig(tile=8, num_warps=1, variant="lane", chunks=1))
+    batch = JaggedBatch(values=torch.tensor([0, 1, 2]), offsets=torch.tensor([0, 1, 2, 3]), batch_size=3,
+                        num_features=1)
+    ids = module._sort_ids(batch.values, batch.offsets, None, 3, None)
+    assert module._permute(2**31, ids, 3, False, 2**30)[0].dtype == torch.int32
+    g_off, _ = module._permute(2**31 + 1, ids, 3, False, 2**30 + 8)
+    assert g_off.dtype == torch.int64 and g_off[:3].tolist() == [0, 2**30 + 8, 2 * (2**30 + 8)]  # padded after
+    spans, permute = [], module._permute
+    module._permute = lambda span, *rest: spans.append(span) or permute(span, *rest)
+    module(batch).backward(torch.randn(3, 10)[:, :4])
+    assert spans == [2 * 10 + 4]  # the backward sizes them by the span (was the element count, 12)
+
+
 def _sort_calls(module: TableBatchedEmbedding, monkeypatch) -> list[int]:
     """Counts ``module._sort_ids`` calls (the id-only part of a backward)."""
     calls, real = [], module._sort_ids

@@ -20,6 +20,7 @@ aligned rows, 2-byte dtypes, the bias / ReLU / cross epilogues.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -163,6 +164,17 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
         if t.numel() > MAX_ELEMENTS:
             raise ValueError(f"matmul: {name} has {t.numel()} elements, more than {MAX_ELEMENTS}")
     return m, n, k
+
+
+def _operand_too_wide(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """The operand a Triton GEMM cannot address, with its span, else None: the kernels' offsets are 32-bit, and
+    a strided view spans more elements than it holds (a [4, 16] slice of rows 2^30 apart spans 3.2e9)."""
+    for name, t in (("a", a), ("b", b)):
+        first, end = _extent(t)
+        span = (end - first) // t.element_size()
+        if span > MAX_ELEMENTS:
+            return f"{name} spans {span} elements (shape {tuple(t.shape)}, strides {t.stride()})"
+    return None
 
 
 def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad=None,
@@ -453,6 +465,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
         dtype = gemm_dtype(a)
         if library and config is not None:
             raise ValueError("matmul: library=True runs torch.matmul; it takes no Triton config")
+        wide = None if library else _operand_too_wide(a, b)
+        if wide is not None:
+            raise ValueError(f"matmul: {wide}, more than the Triton kernels' 32-bit offsets reach "
+                             f"({MAX_ELEMENTS}); pass library=True or a contiguous copy")
     else:
         m, n, k, dtype, choice = _dispatch(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad,
                                            out_dtype, overwrite_residual)
@@ -539,6 +555,8 @@ def _dispatch(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_g
                          graphed=key[-1],
                          library_adds_residual=_library_adds_residual(residual, overwrite_residual, bias, activation,
                                                                       a.dtype, out_dtype))
+    if choice.backend == "triton" and _operand_too_wide(a, b) is not None:  # the library takes any strides
+        choice = dataclasses.replace(choice, backend="library")
     if len(DISPATCH) >= DISPATCH_ENTRIES:
         DISPATCH.clear()
     DISPATCH[key] = (m, n, k, dtype, choice)

@@ -147,7 +147,7 @@ class FusedBackward:
                      STOCHASTIC=self.weight_dtype != torch.float32, BLOCK_D=self.block_d, VEC=self.vec,
                      T_PAD=self.t_pad)
         if any(c.variant == "lane" for c in configs) and ids.grad_stride != grad.stride(0):
-            ids.g_off, ids.sorted_scale = self._permute(grad.numel(), ids, batch_size, sequence is not None,
+            ids.g_off, ids.sorted_scale = self._permute(element_span(grad), ids, batch_size, sequence is not None,
                                                         grad.stride(0))  # not prepared for this gradient's layout
             ids.grad_stride = grad.stride(0)
         slot = 0
@@ -207,12 +207,13 @@ class FusedBackward:
         dims = [t.dim for t in self.tables] + [grad.stride(0)]
         return vector_width(dims, grad.element_size()) if grad.data_ptr() % 16 == 0 else 1
 
-    def _permute(self, grad_numel: int, ids: SortedIds, batch_size: int, sequence: bool,
+    def _permute(self, grad_span: int, ids: SortedIds, batch_size: int, sequence: bool,
                  grad_stride: int | None = None) -> tuple[Tensor, Tensor | None]:
         """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order,
-        for a gradient of ``grad_numel`` elements and row stride ``grad_stride`` (default output_dim)."""
+        for a gradient spanning ``grad_span`` elements (``element_span``) with row stride ``grad_stride``
+        (default output_dim)."""
         n, scale = ids.keys.numel(), ids.scale
-        off_dtype = torch.int32 if grad_numel < 2**31 else torch.int64
+        off_dtype = torch.int32 if grad_span <= 2**31 else torch.int64
         g_off = torch.empty(n, dtype=off_dtype, device=ids.keys.device)
         sorted_scale = torch.empty(n, dtype=scale.dtype, device=scale.device) if scale is not None else None
         permute_kernel[(ceil_div(n, PERMUTE_BLOCK),)](
@@ -220,6 +221,12 @@ class FusedBackward:
             self.output_dim if grad_stride is None else grad_stride, ids.plan.invalid_key, SEQUENCE=sequence,
             HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
         return g_off, sorted_scale
+
+
+def element_span(t: Tensor) -> int:
+    """Elements from ``t``'s first to one past its last (its element count where contiguous; a column slice
+    of a wider gradient spans its rows' stride: the offsets ``_permute`` writes reach that far)."""
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1 if t.numel() else 0
 
 
 def padded_length(n: int, span: int) -> int:
