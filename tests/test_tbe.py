@@ -569,3 +569,21 @@ def test_packed_views_cut_a_buffer_as_the_module_packs_it():
         assert got.shape == want.shape and got.data_ptr() == want.data_ptr()
     rows = packed_views(torch.arange(10.0), shapes, per_row=True)
     assert [r.tolist() for r in rows] == [[0, 1, 2, 3, 4], [5, 6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.float16])
+def test_a_dtype_change_is_refused_before_anything_changes(weight_dtype):
+    """Was: .half() cast the fp32 optimizer state too (an fp16 Adagrad sum overflowed and froze its row) and left
+    weight_dtype, so stochastic rounding, as built. Moves, and a cast that changes nothing, still apply."""
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad"),
+                                   feature_to_table=FEATURES, weight_dtype=weight_dtype)
+    casts = {"half": lambda m: m.half(), "bf16": lambda m: m.to(torch.bfloat16), "double": lambda m: m.double(),
+             "float": lambda m: m.float()}
+    for name, cast in casts.items():
+        if weight_dtype == torch.float32 and name == "float":
+            assert cast(module) is module  # fp32 rows and state: nothing to change
+            continue
+        with pytest.raises(TypeError, match="a dtype change would cast both"):
+            cast(module)
+        assert module.weights.dtype == weight_dtype and module.state1.dtype == torch.float32
+    assert module.to("cpu").cpu() is module
