@@ -58,6 +58,20 @@ def test_ids_outside_every_bag_are_flagged_naming_the_feature(offsets, feature):
         make(SEQ).lookup_sequence(batch([1, 2, 3, 4], offsets, 2, 2))
 
 
+def test_ids_of_a_batch_without_bags_are_flagged_as_outside_every_bag():
+    """Batch size 0 with ids: the default checks flagged nothing (the lookup returned before them), while the
+    debug checks refused the batch."""
+    names = [name for name, *_ in TWO]
+    with pytest.raises(JaggedBatchError, match=rf"feature 1 \(table '{names[1]}', rows \d+\): ids outside every bag"):
+        make(TWO)(batch([1, 2], [0], 0, 2))
+    with pytest.raises(JaggedBatchError, match=rf"feature 1 \(table '{SEQ_NAMES[1]}', rows 10\): ids outside every "
+                                               "bag"):
+        make(SEQ).lookup_sequence(batch([1, 2], [0], 0, 2))
+    empty = JaggedBatch(values=torch.empty(0, dtype=torch.int64), offsets=torch.zeros(1, dtype=torch.int64),
+                        batch_size=0, num_features=2)
+    assert make(TWO)(empty).shape == (0, 8)  # no ids, no bags: nothing to flag
+
+
 def test_bags_that_cover_every_id_raise_no_ends_flag():
     pooled = make(TWO)(batch([1, 2, 3, 4], [0, 1, 2, 3, 4], 2, 2))
     assert pooled.shape == (2, 8)  # no error: the ends are right (the flag is not raised on any input)

@@ -411,7 +411,11 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             device=self.weights.device)  # [B, lead + output_dim]
         out = buffer[:, lead_columns:] if lead_columns else buffer  # [B, output_dim]
         self._forward_keys = None
-        if not self.pooled_features or batch_size == 0:
+        if not self.pooled_features:
+            return out.zero_()
+        if batch_size == 0:  # no bag to read: any id lies outside every bag
+            self._check_bag_ends(offsets, batch.nnz)
+            self._record_flags()
             return out.zero_()
         keys = self.new_sort_keys(values, offsets, per_sample) if trained and batch.nnz else None
         for launch, feature_ids in self.forward_plan(batch):
@@ -467,7 +471,9 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         out = torch.empty(total, self.sequence_dim, dtype=self.output_dtype, device=self.weights.device)
         positions = tbe_select.sequence_positions(self.block_d)
         warps = tbe_select.warps_for(positions * self.block_d, tbe_select.selection_spec(self.weights.device).warp_size)
-        if batch_size == 0:  # no bags: nothing to read or check
+        if batch_size == 0:  # no bag to read: any id lies outside every bag
+            self._check_bag_ends(offsets, nnz)
+            self._record_flags()
             return out, ranges
         for f, start, count, row0 in ranges:
             t = self.tables[self.feature_to_table[f]]
