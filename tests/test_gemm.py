@@ -520,3 +520,10 @@ def test_a_strided_operand_past_32_bit_offsets_runs_on_the_library(force_gemm):
     with pytest.raises(ValueError, match=r"matmul: a spans 3221225488 elements \(shape \(4, 16\), strides "
                                          r"\(1073741824, 1\)\), more than the Triton kernels' 32-bit offsets reach"):
         matmul(wide, b, config=SMALL)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.int32, torch.bool, torch.float64])
+def test_an_output_dtype_the_kernels_do_not_write_is_refused(out_dtype):
+    """Was: accepted, the product truncated or cast in silence."""
+    with pytest.raises(TypeError, match=f"matmul: out_dtype {out_dtype} is not supported"):
+        matmul(torch.randn(4, 8), torch.randn(8, 4), out_dtype=out_dtype)

@@ -458,6 +458,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     must not share memory with a or b. M, N or K = 0 (an empty batch) runs the library path.
     """
     out_dtype = out_dtype or a.dtype
+    if out_dtype not in _TORCH_TO_GEMM:  # an integer or fp64 output was truncated or cast in silence
+        raise TypeError(f"matmul: out_dtype {out_dtype} is not supported; use bfloat16, float16 or float32")
     if cross_grad is not None or (overwrite_residual and residual is not None):
         _check_in_place(a, b, residual if overwrite_residual else None, cross_grad)
     if library or config is not None:
