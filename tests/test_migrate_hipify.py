@@ -298,3 +298,33 @@ def test_a_file_of_another_type_or_a_binary_is_not_translated(tmp_path):
     doc = json.loads(result.stdout)
     assert doc["files"] == [] and doc["skipped"] == {"lib.cu": "a binary file (NUL bytes), not a source"}
     assert not (tmp_path / "o2" / "lib.cu").exists()  # was: a HIP header written into the binary
+
+
+def test_an_include_in_another_branch_of_an_if_is_kept():
+    """Was dropped as a second include of the same HIP header: without USE_DRIVER_API the file had none."""
+    src = ("#ifdef USE_DRIVER_API\n#include <cuda.h>\n#else\n#include <cuda_runtime.h>\n#endif\n"
+           "#include <cuda_runtime.h>\nvoid alloc(float** p, size_t n) { cudaMalloc(p, n); }\n")
+    out, _ = hipify_source(src, "a.cpp")
+    assert out == ("#ifdef USE_DRIVER_API\n#include <hip/hip_runtime.h>\n#else\n#include <hip/hip_runtime.h>\n"
+                   "#endif\n#include <hip/hip_runtime.h>\nvoid alloc(float** p, size_t n) { hipMalloc(p, n); }\n")
+    seen = "#include <cuda_runtime.h>\n#ifdef X\n#include <cuda_runtime.h>\n#endif\n"  # seen from inside: dropped
+    assert hipify_source(seen, "b.cpp")[0] == "#include <hip/hip_runtime.h>\n#ifdef X\n\n#endif\n"
+    kernel = "#ifdef X\n#include <cuda_runtime.h>\n#endif\n__global__ void k() {}\n"  # no file-scope include
+    assert hipify_source(kernel, "k.cu")[0].startswith('#include "hip/hip_runtime.h"\n#ifdef X\n')
+
+
+def test_launch_ggl_leaves_a_configuration_with_template_commas_as_chevrons():
+    """Was split at the comma of Traits<4, 64>: dim3(Traits<4), 64>::kThreads as block and shared memory."""
+    src = ("template <int M, int N> struct Traits { static constexpr int kThreads = M * N; };\n"
+           "__global__ void k(float* x) {}\nvoid run(float* x, dim3 g) {\n  k<<<g, Traits<4, 64>::kThreads>>>(x);\n"
+           "  k<<<g, 256>>>(x);\n}\n")
+    out, report = hipify_source(src, "t.cu", launch_ggl=True)
+    assert "  k<<<g, Traits<4, 64>::kThreads>>>(x);\n" in out
+    assert "  hipLaunchKernelGGL(k, dim3(g), dim3(256), 0, 0, x);\n" in out and report.launches_rewritten == 1
+
+
+def test_a_projects_version_names_are_not_renamed():
+    """torch's table maps MAJOR_VERSION & co. (library_types.h, no CUDA prefix) to names HIP lacks."""
+    src = "struct V { int MAJOR_VERSION; int MINOR_VERSION; };\nint p = PATCH_LEVEL + cudaSuccess;\n"
+    out, _ = hipify_source(src, "v.cpp")
+    assert out == "struct V { int MAJOR_VERSION; int MINOR_VERSION; };\nint p = PATCH_LEVEL + hipSuccess;\n"

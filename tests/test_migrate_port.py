@@ -104,6 +104,41 @@ def test_http_errors_do_not_leak_the_key():
     assert SECRET not in str(info.value)
 
 
+class _BrokenReplyHandler(BaseHTTPRequestHandler):
+    """An endpoint that drops the connection without a reply, or sends a body shorter than it announced."""
+
+    short = False
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if type(self).short:
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b'{"choices"')
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("short, says", [(False, "RemoteDisconnected"), (True, "IncompleteRead")])
+def test_a_reply_cut_off_by_the_endpoint_is_a_provider_error(short, says):
+    """Was: an OSError that the CLI blamed on --out, or a traceback (IncompleteRead), and no report."""
+    _BrokenReplyHandler.short = short
+    server = HTTPServer(("127.0.0.1", 0), _BrokenReplyHandler)
+    server.timeout = 30
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        provider = OpenAICompatibleProvider(url=f"http://127.0.0.1:{server.server_port}/v1", model="m", timeout_s=30)
+        with pytest.raises(ProviderError, match=says):
+            provider.complete([{"role": "user", "content": "hi"}])
+    finally:
+        thread.join(timeout=30)
+        server.server_close()
+
+
 def test_candidate_that_exits_is_a_failed_round_not_a_crash(tmp_path):
     provider = RecordedTranscriptProvider(replies=[_reply("adv_exits.py"), _reply("good_axpy.py")])
     report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=2, config=CONFIG)

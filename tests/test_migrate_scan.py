@@ -282,3 +282,21 @@ def test_a_file_of_another_type_is_not_scanned_with_the_suffixes_read(tmp_path):
     # was: "scanner error: ValueError: ... (expected .py, .cu, .cuh, .cpp, .h)", as if the scanner had failed,
     # and without the .cc / .cxx / .hpp it reads
     assert why == "unsupported file type '.txt' (expected .cc, .cpp, .cu, .cuh, .cxx, .h, .hpp, .py)"
+
+
+def test_a_file_with_nul_bytes_is_not_scanned_not_reported_clean(tmp_path):
+    """UTF-16 text read as UTF-8 bytes parsed to nothing: 'files 1, findings []' for a warp-size hazard."""
+    (tmp_path / "w16.cu").write_text("#define WARP_SIZE 32\n", encoding="utf-16")
+    (tmp_path / "w8.cu").write_text("#define WARP_SIZE 32\n")
+    result = scan_paths([tmp_path])
+    assert [Path(f.path).name for f in result.findings] == ["w8.cu"] and result.files_scanned == 1
+    assert "not UTF-8 (UTF-16?)" in next(v for k, v in result.not_scanned.items() if k.endswith("w16.cu"))
+
+
+def test_sarif_percent_encodes_a_file_name_that_is_not_utf8(tmp_path):
+    """Was a UnicodeEncodeError traceback (the name's undecodable byte held as a surrogate)."""
+    name = b"caf\xe9.cu".decode("utf-8", "surrogateescape")
+    (tmp_path / name).write_text("#define WARP_SIZE 32\n")
+    sarif = to_sarif(scan_paths([tmp_path]))
+    assert sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith(
+        "caf%E9.cu")

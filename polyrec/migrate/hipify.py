@@ -76,6 +76,11 @@ GAP_HEADERS: dict[str, str] = {
     "cusparse_v2.h": "hipsparse.h",
     "cuda_fp8.h": "hip/hip_fp8.h",
 }
+#: torch's table renames these names without a CUDA prefix (library_types.h's libraryPropertyType); a project's
+#: own version macros or fields take them too, and HIP has no such names (its enum is HIP_LIBRARY_MAJOR_VERSION
+#: ...; hipify-clang marks MAJOR_VERSION -> hipLibraryMajorVersion HIP_UNSUPPORTED): left as written.
+UNPREFIXED_NOT_RENAMED = frozenset({"MAJOR_VERSION", "MINOR_VERSION", "PATCH_LEVEL", "libraryPropertyType",
+                                    "libraryPropertyType_t"})
 RUNTIME_HEADER = "hip/hip_runtime.h"
 _CUDA_NAME = re.compile(r"^(cuda[A-Z]\w*|cu[A-Z]\w*|cublas\w*|cusparse\w*|cusolver\w*|curand\w*|cufft\w*|"
                         r"nvrtc\w*|CUDA_\w+|CU_\w+|CUBLAS_\w+|CUSPARSE_\w+|CUSOLVER_\w+)$")
@@ -139,7 +144,7 @@ def mappings(pytorch_extension: bool = False) -> tuple[dict[str, str], dict[str,
             continue
         for key, entry in table.items():
             value = _value(entry)
-            if value is not None and re.fullmatch(r"\w+", key):
+            if value is not None and re.fullmatch(r"\w+", key) and key not in UNPREFIXED_NOT_RENAMED:
                 idents.setdefault(key, value)
     headers: dict[str, str] = {}
     for key, entry in m.CUDA_INCLUDE_MAP.items():
@@ -205,19 +210,39 @@ def _rename(text: str, masked: str, idents: dict[str, str], report: FileReport) 
 
 
 def _headers(text: str, headers: dict[str, str], report: FileReport) -> str:
-    seen: set[str] = set()
+    branches = _branches(mask_comments_and_strings(text, keep_includes=True))
+    seen: dict[str, list[tuple]] = {}  # header -> the branches of its includes so far
 
-    def repl(m: re.Match[str], _line: int) -> str:
+    def repl(m: re.Match[str], line: int) -> str:
         name = m.group(3)
         new = headers.get(name, name)
         if new != name:
             report.headers.append(f"{name} -> {new}")
-        if new in seen and new != name:
-            return ""  # hipify-clang drops a second include of the same HIP header
-        seen.add(new)
+        here = branches[line - 1]
+        if new != name and any(here[:len(b)] == b for b in seen.get(new, ())):
+            return ""  # hipify-clang drops a second include of the same HIP header (one this line sees)
+        seen.setdefault(new, []).append(here)
         return f"{m.group(1)}{m.group(2)}{new}{m.group(4)}"
 
     return _sub_code(_INCLUDE, text, repl, keep_includes=True)
+
+
+def _branches(code: str) -> list[tuple[tuple[int, int], ...]]:
+    """Per line of ``code`` (comments and strings masked), the preprocessor branches it lies in, outermost
+    first: (the ``#if``'s line, which of its branches). An include in another branch (``#else``) of the same
+    ``#if`` is not one this line sees."""
+    paths, open_ = [], []
+    for number, line in enumerate(code.split("\n")):
+        directive = _DIRECTIVE.match(line)
+        kind = directive.group(1) if directive else ""
+        if kind in ("elif", "else") and open_:
+            open_[-1] = (open_[-1][0], open_[-1][1] + 1)
+        elif kind == "endif" and open_:
+            open_.pop()
+        paths.append(tuple(open_))
+        if kind in ("if", "ifdef", "ifndef"):
+            open_.append((number, 0))
+    return paths
 
 
 def _runtime_header_offset(code: str) -> int:
@@ -243,7 +268,9 @@ def _runtime_header_offset(code: str) -> int:
 
 def _add_runtime_header(text: str, suffix: str, report: FileReport) -> str:
     code = mask_comments_and_strings(text, keep_includes=True)
-    if any(m.group(3) == RUNTIME_HEADER for m in _INCLUDE.finditer(code)):
+    branches = _branches(code)
+    if any(m.group(3) == RUNTIME_HEADER and not branches[code.count("\n", 0, m.start())]
+           for m in _INCLUDE.finditer(code)):  # at file scope: an #if's branch may not be compiled
         return text
     if suffix not in (".cu", ".cuh") and not _DEVICE_CODE.search(code):
         return text

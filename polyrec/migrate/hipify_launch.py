@@ -17,7 +17,7 @@ _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
 
 
 def _split_top(text: str) -> list[str]:
-    """Split on commas outside (), [], {} and template <>."""
+    """Split on commas outside (), [] and {} (a configuration with a ``<`` is left as it was: ``launches``)."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch in "([{":
@@ -93,6 +93,8 @@ def to_launch_ggl(source: str, masked: str) -> tuple[str, int]:
         if args_end < 0:
             continue
         name = source[name_start:m.start()].strip()
+        if "<" in masked[m.end():cfg_end]:  # Traits<4, 64>::kThreads, or a comparison: commas not told apart
+            continue  # the chevrons stay (hipcc compiles them)
         config = _split_top(source[m.end():cfg_end])
         if not 2 <= len(config) <= 4:
             continue

@@ -6,6 +6,7 @@ it is not stored in transcripts, reprs or error messages.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -67,7 +68,9 @@ class OpenAICompatibleProvider:
                 payload = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             raise ProviderError(f"{self.describe()}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
+        # URLError and TimeoutError are OSErrors; a connection the endpoint drops mid-reply raises an OSError
+        # (ConnectionResetError, RemoteDisconnected) or http.client's IncompleteRead, not wrapped by urllib
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: not JSON, not UTF-8
             raise ProviderError(f"{self.describe()}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
         try:
             content = payload["choices"][0]["message"]["content"]

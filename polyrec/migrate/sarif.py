@@ -6,6 +6,7 @@ validate against the schema file shipped in tests/migrate_corpus/schema/.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import quote
 
@@ -34,7 +35,7 @@ def _uri(path: str) -> str:
     (a space is %20, ``#`` %23, ``%`` %25; RFC 3986 as SARIF 3.10.2 requires)."""
     path = path.replace("\\", "/")
     path = path[2:] if path.startswith("./") else path
-    return quote(path, safe="/")
+    return quote(os.fsencode(path), safe=b"/")  # a name that is not UTF-8: its bytes, percent-encoded
 
 
 def to_sarif(result: ScanResult, *, version: str = "0.1.0") -> dict[str, Any]:

@@ -60,6 +60,10 @@ def scan_paths(paths: Iterable[Path], *, rules: set[str] | None = None,
     result = ScanResult()
     for file, shown in iter_sources(paths):
         data = file.read_bytes()
+        if b"\0" in data:  # UTF-16 / UTF-32 text or a binary: read as UTF-8 bytes it looked clean (hipify skips it)
+            result.not_scanned[shown] = ("NUL bytes: a binary file, or text that is not UTF-8 (UTF-16?); save it "
+                                         "as UTF-8 to scan it")
+            continue
         try:
             found = scan_file(shown, data)
         except (ParserMissing, UnsupportedFile) as exc:
