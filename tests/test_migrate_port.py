@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -74,20 +76,26 @@ class _StubHandler(BaseHTTPRequestHandler):
         pass
 
 
-def test_real_http_call_to_loopback_stub(tmp_path):
-    _StubHandler.replies, _StubHandler.seen = [_reply("good_axpy.py")], []
-    server = HTTPServer(("127.0.0.1", 0), _StubHandler)
+@contextlib.contextmanager
+def _one_request_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A loopback server of ``handler`` that serves one request; yields its /v1 URL."""
+    server = HTTPServer(("127.0.0.1", 0), handler)
     server.timeout = 30
     thread = threading.Thread(target=server.handle_request, daemon=True)  # serves one request, then stops
     thread.start()
     try:
-        provider = OpenAICompatibleProvider(url=f"http://127.0.0.1:{server.server_port}/v1", model="stub",
-                                            api_key=SECRET, timeout_s=30)
-        assert SECRET not in repr(provider)
-        report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=1, config=CONFIG)
+        yield f"http://127.0.0.1:{server.server_port}/v1"
     finally:
         thread.join(timeout=30)
         server.server_close()
+
+
+def test_real_http_call_to_loopback_stub(tmp_path):
+    _StubHandler.replies, _StubHandler.seen = [_reply("good_axpy.py")], []
+    with _one_request_server(_StubHandler) as url:
+        provider = OpenAICompatibleProvider(url=url, model="stub", api_key=SECRET, timeout_s=30)
+        assert SECRET not in repr(provider)
+        report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=1, config=CONFIG)
     assert report.accepted, report.left
     assert _StubHandler.seen[0]["path"] == "/v1/chat/completions"
     assert _StubHandler.seen[0]["auth"] == f"Bearer {SECRET}"
@@ -126,17 +134,10 @@ class _BrokenReplyHandler(BaseHTTPRequestHandler):
 def test_a_reply_cut_off_by_the_endpoint_is_a_provider_error(short, says):
     """Was: an OSError that the CLI blamed on --out, or a traceback (IncompleteRead), and no report."""
     _BrokenReplyHandler.short = short
-    server = HTTPServer(("127.0.0.1", 0), _BrokenReplyHandler)
-    server.timeout = 30
-    thread = threading.Thread(target=server.handle_request, daemon=True)
-    thread.start()
-    try:
-        provider = OpenAICompatibleProvider(url=f"http://127.0.0.1:{server.server_port}/v1", model="m", timeout_s=30)
+    with _one_request_server(_BrokenReplyHandler) as url:
+        provider = OpenAICompatibleProvider(url=url, model="m", timeout_s=30)
         with pytest.raises(ProviderError, match=says):
             provider.complete([{"role": "user", "content": "hi"}])
-    finally:
-        thread.join(timeout=30)
-        server.server_close()
 
 
 def test_candidate_that_exits_is_a_failed_round_not_a_crash(tmp_path):
@@ -148,16 +149,9 @@ def test_candidate_that_exits_is_a_failed_round_not_a_crash(tmp_path):
 
 def test_null_content_is_a_provider_error_that_port_reports(tmp_path):
     _StubHandler.replies, _StubHandler.seen = [None], []
-    server = HTTPServer(("127.0.0.1", 0), _StubHandler)
-    server.timeout = 30
-    thread = threading.Thread(target=server.handle_request, daemon=True)
-    thread.start()
-    try:
-        provider = OpenAICompatibleProvider(url=f"http://127.0.0.1:{server.server_port}/v1", model="stub", timeout_s=30)
+    with _one_request_server(_StubHandler) as url:
+        provider = OpenAICompatibleProvider(url=url, model="stub", timeout_s=30)
         report = port(KERNEL, REFERENCE, provider, work_dir=tmp_path, rounds=2, config=CONFIG)
-    finally:
-        thread.join(timeout=30)
-        server.server_close()
     assert not report.accepted and report.rounds_used == 1
     assert "content is NoneType, not text" in report.left[0], report.left
 
