@@ -328,3 +328,14 @@ def test_a_projects_version_names_are_not_renamed():
     src = "struct V { int MAJOR_VERSION; int MINOR_VERSION; };\nint p = PATCH_LEVEL + cudaSuccess;\n"
     out, _ = hipify_source(src, "v.cpp")
     assert out == "struct V { int MAJOR_VERSION; int MINOR_VERSION; };\nint p = PATCH_LEVEL + hipSuccess;\n"
+
+
+def test_a_tree_leaves_out_environments_and_build_folders(tmp_path):
+    """Was: `hipify . -o out` translated every vendored header under .venv and build (the scan leaves them out)."""
+    from polyrec.migrate.hipify import hipify_tree
+
+    for rel in ("src/k.cu", ".venv/lib/site/v.h", "build/gen.cu", "third/.git/x.h"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("__global__ void k() {}\n")
+    reports, _ = hipify_tree(tmp_path, tmp_path.parent / "out")
+    assert [r.path for r in reports] == ["src/k.cu"]

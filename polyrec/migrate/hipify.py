@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polyrec.migrate.hipify_launch import to_launch_ggl
+from polyrec.migrate.types import SKIP_DIRS
 
 #: Names HIP provides under the same signature that torch 2.13's table lacks. Sources: HIP driver API
 #: reference (hipDeviceTotalMem, hipCtxPushCurrent/PopCurrent), hipSPARSE generic API
@@ -355,6 +356,8 @@ def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
         if path.suffix not in HIPIFY_SUFFIXES or path.is_dir() or \
                 (out_inside and path.parent.resolve().is_relative_to(out)):
             continue  # a directory named x.cu is walked into, not translated
+        if SKIP_DIRS.intersection(path.relative_to(src).parts[:-1]):
+            continue  # .git, .venv, build...: not the project's sources (the scan leaves them out too)
         rel = str(path.relative_to(src))
         if path.is_symlink() and not path.exists():
             skipped[rel] = f"dangling symbolic link to {os.readlink(path)}"

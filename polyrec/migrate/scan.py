@@ -9,11 +9,10 @@ from pathlib import Path
 from polyrec.migrate.rules import RULES
 from polyrec.migrate.scan_cuda import ParserMissing, scan_cuda
 from polyrec.migrate.scan_python import scan_python
-from polyrec.migrate.types import Finding, ScanResult, Severity
+from polyrec.migrate.types import SKIP_DIRS, Finding, ScanResult, Severity
 
 PYTHON_SUFFIXES = frozenset({".py"})
 CUDA_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp"})
-SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".tox", "build"})
 
 
 class UnsupportedFile(ValueError):

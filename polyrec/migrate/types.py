@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+#: Folders a tree walk leaves out (scan and hipify): tools' and environments' copies, not the project's sources.
+SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".tox", "build"})
+
 
 class Severity(str, Enum):
     """How sure we are that the code misbehaves on AMD. Values are SARIF ``level`` names."""
