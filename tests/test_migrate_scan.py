@@ -300,3 +300,11 @@ def test_sarif_percent_encodes_a_file_name_that_is_not_utf8(tmp_path):
     sarif = to_sarif(scan_paths([tmp_path]))
     assert sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith(
         "caf%E9.cu")
+
+
+def test_a_file_named_twice_is_scanned_once(tmp_path):
+    """Was: `scan d d/a.cu` gave each finding twice and counted the file's lines twice."""
+    (tmp_path / "a.cu").write_text("#define WARP_SIZE 32\n")
+    once, twice = scan_paths([tmp_path]), scan_paths([tmp_path, tmp_path / "a.cu", tmp_path])
+    assert (twice.files_scanned, twice.lines_scanned, len(twice.findings)) == \
+        (once.files_scanned, once.lines_scanned, len(once.findings)) == (1, 1, len(once.findings))

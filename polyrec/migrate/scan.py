@@ -20,18 +20,25 @@ class UnsupportedFile(ValueError):
 
 
 def iter_sources(paths: Iterable[Path]) -> Iterable[tuple[Path, str]]:
-    """(file, display path) for every scannable file under the given files/directories, sorted."""
+    """(file, display path) for every scannable file under the given files/directories, sorted; a file named
+    twice (``scan d d/a.cu``) once: its findings and lines were counted twice."""
+    seen: set[Path] = set()
     for root in paths:
         if not root.exists():
             raise FileNotFoundError(f"scan: {root} does not exist")
-        if root.is_file():
-            yield root, str(root)
-            continue
-        for file in sorted(root.rglob("*")):
-            rel = file.relative_to(root)
-            if file.is_file() and file.suffix in PYTHON_SUFFIXES | CUDA_SUFFIXES \
-                    and not SKIP_DIRS.intersection(rel.parts[:-1]):
-                yield file, str(root / rel) if str(root) != "." else str(rel)
+        for file, shown in [(root, str(root))] if root.is_file() else _tree(root):
+            if file.resolve() not in seen:
+                seen.add(file.resolve())
+                yield file, shown
+
+
+def _tree(root: Path) -> Iterable[tuple[Path, str]]:
+    """(file, display path) of the scannable files under directory ``root``, sorted, ``SKIP_DIRS`` left out."""
+    for file in sorted(root.rglob("*")):
+        rel = file.relative_to(root)
+        if file.is_file() and file.suffix in PYTHON_SUFFIXES | CUDA_SUFFIXES \
+                and not SKIP_DIRS.intersection(rel.parts[:-1]):
+            yield file, str(root / rel) if str(root) != "." else str(rel)
 
 
 def scan_file(path: str, data: bytes) -> list[Finding]:
