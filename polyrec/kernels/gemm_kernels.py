@@ -60,7 +60,7 @@ def _epilogue(acc, offs_m, offs_n, mask, bias_ptr, x0_ptr, xr_ptr, dx0_ptr, stri
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
         acc = acc + bias[None, :]
     if RELU:
-        acc = tl.maximum(acc, 0.0)
+        acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as torch.relu
     if CROSS:
         x0 = tl.load(x0_ptr + offs_m[:, None] * stride_x0m + offs_n[None, :] * stride_x0n, mask=mask)
         xr = tl.load(xr_ptr + offs_m[:, None] * stride_xrm + offs_n[None, :] * stride_xrn, mask=mask)

@@ -107,7 +107,7 @@ def _finish(acc, off_m, off_n, bias_ptr, x0_desc, xr_desc, c_desc, N, HAS_BIAS: 
         cols = off_n + tl.arange(0, width)  # [W]
         acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     if RELU:
-        acc = tl.maximum(acc, 0.0)
+        acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as torch.relu
     if CROSS:
         x0 = x0_desc.load([off_m, off_n])  # [BM, W]
         xr = xr_desc.load([off_m, off_n])  # [BM, W]

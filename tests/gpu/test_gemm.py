@@ -74,6 +74,21 @@ def test_tma_configs_match_float64(layout, epilogue, subtile):
     _assert_matches(matmul(a, b, config=config, **args), a, b, args)
 
 
+TMA_CONFIG = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, persistent_tma=True)
+
+
+@pytest.mark.parametrize("config", [CONFIGS[1], CONFIGS[2], TMA_CONFIG], ids=["128x128", "splitk4", "tma"])
+def test_the_relu_epilogue_keeps_nan_as_torch_relu(config):
+    """tl.maximum(acc, 0) turns NaN into 0 on a GPU by default (its propagate_nan NONE): a NaN weight's
+    products vanished at the next ReLU and the loss stayed finite. The interpreter keeps NaN either way."""
+    if config.persistent_tma and (torch.version.hip is not None or torch.cuda.get_device_capability() != (9, 0)):
+        pytest.skip("the TMA kernel is sm_90 only")
+    a, b, args = _operands("NN", "bias_relu", 256, 256, 256)
+    a[3, 5] = float("nan")  # row 3 of the product is NaN
+    out = matmul(a, b, config=config, **args)
+    assert torch.isnan(out[3]).all() and not torch.isnan(out[:3]).any()
+
+
 def test_relu_bias_backward_matches_torch():
     from polyrec.kernels.dense_backward import relu_bias_backward
 
