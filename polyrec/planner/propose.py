@@ -182,6 +182,8 @@ def _fit_host_cached(model: ModelSpec, splits: list[TableSplit], est: Estimator,
     if placed is None:
         return None
     for t in reversed(by_size):
+        if dtype_index[t.name] == 0:  # one weight dtype allowed: nothing to raise
+            continue
         lowered, dtype_index[t.name] = dtype_index[t.name], 0
         again = _place(model, splits, _storage(model, c, optimizer, dtype_index, cached), est, batch)
         if again is None:
