@@ -374,7 +374,7 @@ def test_a_row_strided_gradient_updates_as_its_contiguous_copy():
 def test_gradient_offsets_are_sized_by_the_span_of_a_strided_gradient():
     """int32 offsets were chosen by the gradient's element count: a [3, 4] slice of rows 2^30 + 8 apart has 12
     elements but its last row starts past 2^31 (offsets wrapped negative; a crash in the interpreter)."""
-    from polyrec.kernels.tbe_fused_backward import element_span
+    from polyrec.kernels.grid import element_span
 
     wide = torch.empty(3, 10)[:, :4]
     assert element_span(wide) == 2 * 10 + 4 and element_span(torch.empty(3, 4)) == 12

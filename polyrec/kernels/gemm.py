@@ -35,7 +35,7 @@ from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_NUM_WARPS, REDUCE_BLOCK_
                                           GemmConfig, pass_row_blocks)
 from polyrec.kernels.gemm_kernels import gemm_kernel, input_precision, split_k_reduce_kernel
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
-from polyrec.kernels.grid import ceil_div
+from polyrec.kernels.grid import ceil_div, element_span
 from polyrec.kernels.interpreter import interpreting
 from polyrec.kernels.master_copies import compute_copy
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES, TmaGemmConfig, gemm_tma
@@ -170,8 +170,7 @@ def _operand_too_wide(a: torch.Tensor, b: torch.Tensor) -> str | None:
     """The operand a Triton GEMM cannot address, with its span, else None: the kernels' offsets are 32-bit, and
     a strided view spans more elements than it holds (a [4, 16] slice of rows 2^30 apart spans 3.2e9)."""
     for name, t in (("a", a), ("b", b)):
-        first, end = _extent(t)
-        span = (end - first) // t.element_size()
+        span = element_span(t)
         if span > MAX_ELEMENTS:
             return f"{name} spans {span} elements (shape {tuple(t.shape)}, strides {t.stride()})"
     return None
@@ -489,8 +488,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
 
 def _extent(t: torch.Tensor) -> tuple[int, int]:
     """[first, last) byte addresses a tensor's elements span."""
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+    return t.data_ptr(), t.data_ptr() + element_span(t) * t.element_size()
 
 
 def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:

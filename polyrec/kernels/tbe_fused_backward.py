@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from polyrec.kernels import tbe_select
-from polyrec.kernels.grid import ceil_div
+from polyrec.kernels.grid import ceil_div, element_span
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe_backward import PERMUTE_BLOCK, lane_update_kernel, permute_kernel, update_kernel
 from polyrec.kernels.tbe_forward import sort_keys_kernel, vector_width
@@ -210,7 +210,7 @@ class FusedBackward:
     def _permute(self, grad_span: int, ids: SortedIds, batch_size: int, sequence: bool,
                  grad_stride: int | None = None) -> tuple[Tensor, Tensor | None]:
         """Gradient element offset [n] (int32 when the gradient allows) and scale [n] in sorted order,
-        for a gradient spanning ``grad_span`` elements (``element_span``) with row stride ``grad_stride``
+        for a gradient spanning ``grad_span`` elements (``grid.element_span``) with row stride ``grad_stride``
         (default output_dim)."""
         n, scale = ids.keys.numel(), ids.scale
         off_dtype = torch.int32 if grad_span <= 2**31 else torch.int64
@@ -221,12 +221,6 @@ class FusedBackward:
             self.output_dim if grad_stride is None else grad_stride, ids.plan.invalid_key, SEQUENCE=sequence,
             HAS_SCALE=scale is not None, BLOCK=PERMUTE_BLOCK, num_warps=4)
         return g_off, sorted_scale
-
-
-def element_span(t: Tensor) -> int:
-    """Elements from ``t``'s first to one past its last (its element count where contiguous; a column slice
-    of a wider gradient spans its rows' stride: the offsets ``_permute`` writes reach that far)."""
-    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1 if t.numel() else 0
 
 
 def padded_length(n: int, span: int) -> int:

@@ -176,7 +176,7 @@ class Trainer(TrainerState, TrainLoop):
         if self.cfg.resume and not directory.exists():  # a mistyped directory is named, not created
             raise FileNotFoundError(f"no checkpoint to resume from: {directory} does not exist")
         prepare_checkpoint_dir(directory)
-        existing = checkpoint_path(Path(self.cfg.checkpoint_dir))
+        existing = checkpoint_path(directory)
         if not self.cfg.resume and existing.exists():
             raise ValueError(f"{existing} exists: pass --resume to continue that run, or choose another "
                              "--checkpoint-dir")
