@@ -84,6 +84,11 @@ def save_calibration(device: str, measured: dict[str, Any]) -> Path:
     return path
 
 
+def finite_number(value: Any) -> bool:
+    """Whether a value read from a calibration file is a finite int or float (not a bool, NaN or infinity)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilings:
     """The ceilings of a device: calibrated where measured, else datasheet, else a stated estimate.
 
@@ -96,7 +101,7 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
         value = measured.get(key) if measured else None
         if value is None:
             return Ceiling(value=fallback, origin=origin)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        if not (finite_number(value) and value > 0):
             raise ValueError(f"calibration of {spec.name}: '{key}' must be a finite positive number, got {value!r}")
         return Ceiling(value=float(value), origin=cal)
 

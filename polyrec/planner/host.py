@@ -15,12 +15,11 @@ host-bound steps (``FITTED_TRITON_LAUNCH_S``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from polyrec.hardware.calibrate import load_calibration
+from polyrec.hardware.calibrate import finite_number, load_calibration
 from polyrec.perfmodel.gemm_library import LIBRARY_EPILOGUES
 
 #: Host seconds per counted Triton launch and per counted torch op, and per step besides them: 42.6 us,
@@ -113,8 +112,7 @@ def check_host_scale(device: str, stored: Any) -> None:
     above 0, a finite ``fixed_ms`` >= 0 where present, and a date; ValueError naming what is wrong."""
     def number(key: str, low_ok: bool) -> bool:
         value = stored.get(key)
-        return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-                and (value >= 0 if low_ok else value > 0))
+        return finite_number(value) and (value >= 0 if low_ok else value > 0)
 
     where = f"calibration of {device}: 'host_scale'"
     if not isinstance(stored, dict):

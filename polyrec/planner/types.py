@@ -218,10 +218,11 @@ class Fleet:
             raise FleetError("a fleet needs at least one device group")
         if not is_count(self.hosts):
             raise FleetError(f"Fleet.hosts must be a positive integer, got {self.hosts!r}")
-        twice = first_repeat([get_device(g.device).name for g in self.groups])
+        specs = [get_device(g.device) for g in self.groups]
+        twice = first_repeat([spec.name for spec in specs])
         if twice is not None:
             raise FleetError(f"fleet {self.text}: {twice} is listed twice")
-        vendors = sorted({get_device(g.device).vendor for g in self.groups})
+        vendors = sorted({spec.vendor for spec in specs})
         if len(vendors) > 1:  # one job's collectives run on NCCL or on RCCL, not across both
             raise FleetError(f"fleet {self.text} mixes {' and '.join(vendors)} GPUs; one training job runs on one "
                              "vendor's (NCCL or RCCL): plan each kind apart, or compare them with --compare")
@@ -306,9 +307,9 @@ class PlanConstraints:
             bad = [v for v in values if v not in valid]
             if not values or bad:
                 raise ValueError(f"constraint {name}: {bad or 'empty'} not allowed; valid: {', '.join(valid)}")
-            repeated = sorted({v for v in values if values.count(v) > 1})
-            if repeated:  # an order of preference names each once (a repeat made the notes claim demotions)
-                raise ValueError(f"constraint {name}: {', '.join(repeated)} listed more than once")
+            twice = first_repeat(values)
+            if twice is not None:  # an order of preference names each once (a repeat made the notes claim demotions)
+                raise ValueError(f"constraint {name}: {twice} listed more than once")
         for name, value, valid in (("overlap", self.overlap, OVERLAP_MODES),
                                    ("dense_dtype", self.dense_dtype, tuple(DENSE_DTYPE_BYTES)),
                                    ("dense_optimizer", self.dense_optimizer, tuple(DENSE_STATE_PER_PARAM))):
