@@ -513,8 +513,8 @@ def test_movielens_takes_a_negative_seed_as_the_other_sources_do():
 
 
 def test_movielens_ids_are_indexed_without_padding_each_to_the_longest(tmp_path):
-    """A fixed-width array of the ids held each at the longest one's width: 0.4 MB of ratings, one id of
-    10,000 characters, took 3.4 GB."""
+    """A fixed-width array of the ids held each at the longest one's width (4 bytes a character): here 2000
+    ids and one of 10,000 characters would take 80 MB."""
     import tracemalloc
 
     rows = [f"u{i % 97}\ti{i % 13}\t{1 + i % 5}\t{i}\n" for i in range(2000)]
