@@ -305,7 +305,7 @@ def quantize_store(x, rows, cols, mask, q_ptr, qt_ptr, M, N, scale, PLAIN: tl.co
                    MIN_EXPONENT: tl.constexpr):
     """Store fp8(clamp(x * scale)) of the fp32 tile x [BM, BN] at rows x cols: into q [M, N] (PLAIN) and
     qt [N, M] (TRANSPOSED), both contiguous; rows int64."""
-    y = tl.clamp(x * scale, -MAX_VALUE, MAX_VALUE)
+    y = tl.clamp(x * scale, -MAX_VALUE, MAX_VALUE, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN
     if ROUND_IN_FP32:
         y = _round_in_fp32(y, MANTISSA_BITS, MIN_EXPONENT)
     y = y.to(q_ptr.dtype.element_ty)
@@ -326,7 +326,8 @@ def fp8_cast_kernel(
 ):
     """One program: rows [pid_m * ROWS_PER_PROGRAM, + ROWS_PER_PROGRAM) x BLOCK_N columns of x [M, N].
     q [M, N] (PLAIN) and qt [N, M] (TRANSPOSED) get fp8(clamp(act(x) * scale)); amax gets max |act(x)|
-    by one atomic max per program (act: ReLU with RELU, else identity)."""
+    by one atomic max per program (act: ReLU with RELU, else identity). A NaN stays NaN in the copies, so
+    it reaches the loss as in torch; amax's maximum (``tl.maximum``'s default) leaves it out on a GPU."""
     pid_m = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     col_ok = cols < N
@@ -338,7 +339,7 @@ def fp8_cast_kernel(
         x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
         x = x.to(tl.float32)
         if RELU:
-            x = tl.maximum(x, 0.0)
+            x = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)  # as torch.relu: NaN stays NaN
         amax = tl.maximum(amax, tl.abs(x))
         quantize_store(x, rows, cols, mask, q_ptr, qt_ptr, M, N, scale, PLAIN, TRANSPOSED, MAX_VALUE, ROUND_IN_FP32,
                        MANTISSA_BITS, MIN_EXPONENT)
