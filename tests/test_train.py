@@ -192,6 +192,32 @@ def _signal_after(trainer: Trainer, step: int, *signals: int) -> None:
     trainer.train_step = signalled_step
 
 
+@pytest.mark.parametrize("during", ["save", "evaluate"])
+def test_a_signal_during_a_save_or_an_evaluation_stops_without_another_step(tmp_path, sigint_handled, during):
+    """SIGTERM while step 4's periodic checkpoint (or evaluation) is written: the run stops at step 4 with
+    one checkpoint written there (it ran step 5 and wrote a second, doubling the time to exit)."""
+    cfg = TrainConfig(steps=50, batch_size=32, row_cap=1000, log_every=100, checkpoint_every=4, eval_every=4,
+                      checkpoint_dir=tmp_path, device="cpu", cpu_threads=1)
+    trainer = Trainer(cfg, progress=False)
+    saves, pause = [], getattr(trainer, during)
+    save = trainer.save
+
+    def counted_save():
+        saves.append(trainer.step)
+        return save()
+
+    def signalled_pause():
+        out = pause() if during == "evaluate" else counted_save()
+        signal.raise_signal(signal.SIGTERM)
+        return out
+
+    trainer.save = counted_save
+    setattr(trainer, during, signalled_pause)
+    result = trainer.train()
+    assert (result.status, result.step) == ("sigterm", 4), result.message
+    assert saves == [4] and load_checkpoint(tmp_path)["step"] == 4
+
+
 def test_ctrl_c_stops_with_a_checkpoint_and_a_second_interrupts(tmp_path, sigint_handled):
     """The first SIGINT stops the run as SIGTERM does (it raised KeyboardInterrupt: no checkpoint); a
     second while stopping interrupts. The handlers are put back either way."""

@@ -400,6 +400,39 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path, signum
     run_on_ranks(_signal_to_one_rank, 2, str(tmp_path / "ckpt"), signum)
 
 
+def _signal_to_one_rank_during_a_save(rank: int, world: int, ckpt: str) -> None:
+    """SIGTERM reaches rank 1 alone while step 2's periodic checkpoint is written: every rank stops at
+    step 2 with no second save (the step vote read it a step late: one more step and save)."""
+    import faulthandler
+    import signal
+
+    from polyrec.runtime.config import TrainConfig
+    from polyrec.runtime.trainer import Trainer
+
+    faulthandler.dump_traceback_later(180, exit=True)
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=50, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=100, checkpoint_every=2,
+                      checkpoint_dir=ckpt)
+    trainer = Trainer(cfg, progress=False)
+    save, saves = trainer.save, []
+
+    def signalled_save():
+        saves.append(trainer.step)
+        out = save()
+        if rank == 1:
+            trainer._on_signal(signal.SIGTERM, None)
+        return out
+
+    trainer.save = signalled_save
+    result = trainer.train()
+    assert (result.status, result.step, saves) == ("sigterm", 2, [2]), (rank, result.status, result.step, saves)
+    faulthandler.cancel_dump_traceback_later()
+
+
+def test_a_signal_to_one_rank_during_a_save_stops_every_rank_after_it(tmp_path):
+    run_on_ranks(_signal_to_one_rank_during_a_save, 2, str(tmp_path / "ckpt"))
+
+
 def _resume_one_process_checkpoint(rank: int, world: int, ckpt: str, tables: list, states: list) -> None:
     """Each rank's shards hold the one-process run's rows and row-wise Adagrad state."""
     from polyrec.runtime.config import TrainConfig

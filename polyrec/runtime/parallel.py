@@ -154,6 +154,15 @@ class StopVote:
         previous[1].wait()
         return int(previous[0]) or None
 
+    def settle(self, signum: int | None) -> int | None:
+        """Agree on ``signum`` now (a blocking vote, for after a save or an evaluation, which can take
+        minutes): the largest signal any rank sent at the previous call or this one; the next ``agreed``
+        starts afresh."""
+        previous = self.agreed(signum)
+        (flag, work), self._sent = self._sent, None
+        work.wait()
+        return max(previous or 0, int(flag[0])) or None
+
     def drain(self) -> None:
         """Wait for the last vote (every rank started it) before the group goes."""
         if self._sent is not None:

@@ -108,6 +108,7 @@ class TrainLoop:
         start_step, train_seconds = self.step, 0.0
         self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
         pending: list[torch.Tensor] = []
+        saved_step = None  # the step of this run's last periodic checkpoint
         with self._progress_bar() as bar:
             task = bar.add_task("train", total=cfg.steps, completed=self.step, rate="-", loss="-")
             window_start, window_first = time.perf_counter(), self.step
@@ -145,9 +146,18 @@ class TrainLoop:
                 if due_ckpt:
                     if not self.finite_state():
                         return self._stop_on_nan(result, self.step, float("nan"), what=STATE_NOT_FINITE)
-                    result.checkpoint = self.save()
+                    result.checkpoint, saved_step = self.save(), self.step
+                if due_eval or due_ckpt:
+                    self._stopping = self._stop_after_pause()
                 window_start, window_first = time.perf_counter(), self.step
-        return self._finish(result, start_step, train_seconds)
+        return self._finish(result, start_step, train_seconds, saved_step)
+
+    def _stop_after_pause(self) -> int | None:
+        """The stop signal after a periodic save or evaluation: one received while it ran (a save of the
+        full model takes minutes) stops the run now, not after one more step and a second save."""
+        if self._stop_vote is None:
+            return self._stop_signal
+        return self._stop_vote.settle(self._stop_signal)
 
     def _precompile_and_log(self) -> None:
         """The first step's kernels compiled ahead (``Trainer.precompile``), said while it runs and logged."""
@@ -201,7 +211,8 @@ class TrainLoop:
         self.log.close()
         return result
 
-    def _finish(self, result: TrainResult, start_step: int, train_seconds: float) -> TrainResult:
+    def _finish(self, result: TrainResult, start_step: int, train_seconds: float,
+                saved_step: int | None) -> TrainResult:
         ran = self.step - start_step
         result.step = self.step
         result.samples_per_s = ran * self.cfg.batch_size / train_seconds if train_seconds > 0 else 0.0
@@ -212,7 +223,7 @@ class TrainLoop:
             stopped = self._eval_and_log(result)
             if stopped is not None:
                 return stopped
-        if self.cfg.checkpoint_dir:
+        if self.cfg.checkpoint_dir and saved_step != self.step:  # not twice at one step
             if not self.finite_state():
                 return self._stop_on_nan(result, self.step, float("nan"), what=STATE_NOT_FINITE)
             result.checkpoint = self.save()
