@@ -8,9 +8,10 @@ The fiftieth session saw a capture fail once in four runs of ``tests/gpu/test_co
 trainer). Each child here is a fresh process with an empty ``TRITON_CACHE_DIR`` that builds that file's
 sequence of trainers (``SEQUENCE``) ``--cycles`` times, ``STEPS`` steps each, and counts the Triton kernels
 compiled, and first loaded (``CompiledKernel._init_handles``), while a capture is in progress, and each
-trainer that failed. Children alternate code / baseline. Writes ``capture_stress_<gpu>_<date>.{json,md}``.
+trainer that failed. Children alternate code / baseline. Writes ``capture_stress_<gpu>_<date>.{json,md}``
+after each child; a child that would end after ``--budget-s`` is not started (listed as skipped).
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/capture_stress.py [--children 4] [--cycles 2]
+    PYTHONPATH=.:benchmarks python3 benchmarks/capture_stress.py [--children 4] [--cycles 2] [--budget-s 480]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import nullcontext
 from typing import Any
 
@@ -116,29 +118,46 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def write(results: list[dict[str, Any]], skipped: list[str]) -> tuple:
+    """The results file of the children run so far (rewritten after each: a run cut short keeps them)."""
+    rows = [{"mode": r["mode"], "crashed": "crashed" in r, "trainers": len(r.get("trainers", [])),
+             "failed": sum(t["error"] is not None for t in r.get("trainers", [])),
+             "compiled_in_capture": len(r.get("compiled", [])), "loaded_in_capture": len(r.get("loaded", []))}
+            for r in results]
+    summary = summarize(results) | {"children_skipped": skipped}
+    return summary, write_results("capture_stress", {"children": results}, rows=rows, summary=summary)
+
+
+def child_order(children: int) -> list[str]:
+    """The modes of the children in run order: code and baseline alternate which goes first."""
+    return [mode for i in range(children) for mode in (MODES if i % 2 == 0 else MODES[::-1])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--children", type=int, default=4, help="fresh processes per mode")
     parser.add_argument("--cycles", type=int, default=2, help="times each child makes the trainers' sequence")
+    parser.add_argument("--budget-s", type=float, default=480.0,
+                        help="wall seconds: a child that would end after them is not started")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.cycles)
         return
-    results = []
-    for i in range(args.children):
-        for mode in MODES if i % 2 == 0 else MODES[::-1]:
-            results.append(run_child(mode, args.cycles))
-            row = results[-1]
-            print({"mode": mode, "crashed": "crashed" in row,
-                   "failed": [t for t in row.get("trainers", []) if t["error"]],
-                   "compiled_in_capture": row.get("compiled"), "loaded_in_capture": row.get("loaded")}, flush=True)
-    summary = summarize(results)
-    rows = [{"mode": r["mode"], "crashed": "crashed" in r, "trainers": len(r.get("trainers", [])),
-             "failed": sum(t["error"] is not None for t in r.get("trainers", [])),
-             "compiled_in_capture": len(r.get("compiled", [])), "loaded_in_capture": len(r.get("loaded", []))}
-            for r in results]
-    paths = write_results("capture_stress", {"children": results}, rows=rows, summary=summary)
+    start, results, skipped = time.perf_counter(), [], []
+    order = child_order(args.children)
+    for i, mode in enumerate(order):
+        elapsed = time.perf_counter() - start
+        if results and elapsed * (len(results) + 1) / len(results) > args.budget_s:
+            skipped = [f"{m} ({j + 1} of {len(order)})" for j, m in enumerate(order) if j >= i]
+            break
+        results.append(run_child(mode, args.cycles))
+        row = results[-1]
+        print({"mode": mode, "crashed": "crashed" in row, "failed": [t for t in row.get("trainers", []) if t["error"]],
+               "compiled_in_capture": row.get("compiled"), "loaded_in_capture": row.get("loaded"),
+               "seconds": round(time.perf_counter() - start - elapsed, 1)}, flush=True)
+        write(results, skipped)
+    summary, paths = write(results, skipped)
     print(json.dumps(summary, indent=1))
     print("wrote", *paths)
 

@@ -34,3 +34,27 @@ def test_the_baseline_warms_up_selecting_as_an_eager_step(monkeypatch):
     stress.use_baseline()
     with graphs.selecting_as_captured(), cold_start.dense_selection(SimpleNamespace(graphs=SimpleNamespace(on=True))):
         assert not _selects_as_captured(SimpleNamespace(is_cuda=True))
+
+
+def test_children_alternate_and_a_child_past_the_budget_is_skipped_with_results_kept(tmp_path, monkeypatch):
+    """Each child takes 100 s here: a 250 s budget runs two (the third would end at 300 s); the file
+    written lists them and the skipped ones."""
+    import json
+    import sys
+    import time
+
+    now = [0.0]
+
+    def child_of_100_s(mode, cycles):
+        now[0] += 100
+        return {"mode": mode, "trainers": [], "compiled": [], "loaded": []}
+
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(stress, "run_child", child_of_100_s)
+    monkeypatch.setenv("POLYREC_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["capture_stress.py", "--children", "2", "--budget-s", "250"])
+    assert stress.child_order(2) == ["code", "baseline", "baseline", "code"]
+    stress.main()
+    doc = json.loads(next(tmp_path.glob("capture_stress_*.json")).read_text())
+    assert [c["mode"] for c in doc["results"]["children"]] == ["code", "baseline"]
+    assert doc["summary"]["children_skipped"] == ["baseline (3 of 4)", "code (4 of 4)"]
