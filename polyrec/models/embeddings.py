@@ -110,7 +110,11 @@ class TorchEmbeddings(nn.Module):
         self.optimizer = torch_sparse_optimizer(list(self.parameters()), optimizer)
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
-        """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
+        """values [nnz], offsets [F*B+1] -> pooled [B, F, D]; offsets of another length are an error (they
+        would split the bags between the features at the wrong places)."""
+        if offsets.numel() != len(self.bags) * batch_size + 1:
+            raise ValueError(f"offsets must have F*B+1 = {len(self.bags)}*{batch_size}+1 entries, "
+                             f"got {offsets.numel()}")
         bounds = bag_bounds(offsets, batch_size, len(self.bags))
         pooled = [bag(values[bounds[f]:bounds[f + 1]], offsets[f * batch_size:(f + 1) * batch_size] - bounds[f])
                   for f, bag in enumerate(self.bags)]  # F x [B, D]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,15 @@ def check_counts(cfg: TrainConfig) -> None:
         raise ValueError(f"--row-cap must be at least 1 (or left out), got {cfg.row_cap}")
 
 
+def check_rates(cfg: TrainConfig) -> None:
+    """Learning rates a run can use; errors name the field (inf or NaN would train to NaN, a negative rate
+    climbs the loss, and an embedding_lr of 0 would be read as "same as lr")."""
+    if not math.isfinite(cfg.lr) or cfg.lr < 0:
+        raise ValueError(f"lr must be a finite number, 0 or more, got {cfg.lr}")
+    if cfg.embedding_lr is not None and (not math.isfinite(cfg.embedding_lr) or cfg.embedding_lr <= 0):
+        raise ValueError(f"embedding_lr must be a finite number above 0 (None: same as lr), got {cfg.embedding_lr}")
+
+
 def resolve(cfg: TrainConfig) -> Resolved:
     """Resolve the "auto" fields; errors name the field."""
     device = _device(cfg.device)
@@ -138,6 +148,7 @@ def resolve(cfg: TrainConfig) -> Resolved:
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")
     check_counts(cfg)
+    check_rates(cfg)
     if cfg.resume and cfg.checkpoint_dir is None:
         raise ValueError("--resume needs --checkpoint-dir")
     if cfg.checkpoint_every and cfg.checkpoint_dir is None:

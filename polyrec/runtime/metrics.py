@@ -19,8 +19,13 @@ included), embedding backward (with the fused update for polyrec's TBE), optimiz
 
 
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """ROC AUC of scores [N] against labels [N] in {0, 1} (torchmetrics' binary AUROC)."""
-    return float(binary_auroc(scores.float(), labels.long()))
+    """ROC AUC of scores [N] against labels [N] in {0, 1} (torchmetrics' binary AUROC); NaN where it is
+    undefined: labels of one class (or none), or a NaN score (torchmetrics gives 0.0 for the first and
+    up to 1.0 for the second)."""
+    labels = labels.long()
+    if labels.numel() == 0 or bool(labels.min() == labels.max()) or bool(scores.isnan().any()):
+        return math.nan
+    return float(binary_auroc(scores.float(), labels))
 
 
 class PhaseTimer:

@@ -1,0 +1,29 @@
+"""TrainConfig's learning rates are checked where every run resolves its config (the CLI checked them;
+a TrainConfig built in Python, as by `polyrec bench` or a notebook, trained on with any rate)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from polyrec.runtime.config import TrainConfig, resolve
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"lr": -0.1}, "lr must be a finite number, 0 or more, got -0.1"),
+    ({"lr": math.nan}, "lr must be a finite number, 0 or more, got nan"),
+    ({"lr": math.inf}, "lr must be a finite number, 0 or more, got inf"),
+    ({"embedding_lr": 0.0}, r"embedding_lr must be a finite number above 0 \(None: same as lr\), got 0.0"),
+    ({"embedding_lr": -1.0}, "embedding_lr must be a finite number above 0"),
+    ({"embedding_lr": math.nan}, "embedding_lr must be a finite number above 0"),
+])
+def test_a_rate_no_run_can_use_is_refused_naming_the_field(changes, message):
+    with pytest.raises(ValueError, match=message):
+        resolve(TrainConfig(device="cpu", **changes))
+
+
+@pytest.mark.parametrize("changes", [{"lr": 0.0}, {"lr": 0.1, "embedding_lr": 0.02}, {"eval_every": 5000}])
+def test_usable_rates_and_a_late_eval_are_accepted(changes):
+    """lr 0 (weights held) as the CLI takes it; eval_every past steps only evaluates at the end."""
+    assert resolve(TrainConfig(device="cpu", **changes)).device.type == "cpu"
