@@ -161,6 +161,17 @@ def test_extract_code_takes_last_python_block():
     assert extract_code("z = 3") == "z = 3\n"
 
 
+def test_extract_code_reads_python_tags_only():
+    """Was: a ```python3 block was not read (the whole reply, fences and all, became the candidate), and after
+    a ```cuda block the prose up to the next fence was taken for the code."""
+    for tag in ("python3", "py3", "py", "Python", "python title=k.py", ""):
+        assert extract_code(f"The port:\n```{tag}\nx = 1\n```\nDone.\n") == "x = 1\n", tag
+    for tag in ("cuda", "cpp", "c++", "hip"):
+        quoted = (f"The kernel:\n```{tag}\nint k;\n```\nThe port:\n```python\ny = 2\n```\n"
+                  f"Note:\n```{tag}\nint z;\n```\n")
+        assert extract_code(quoted) == "y = 2\n", tag
+
+
 @pytest.mark.parametrize("reference, says", [("no_such_module:f", "No module named 'no_such_module'"),
                                              ("math:sqrt", "math must define SHAPES")])
 def test_a_bad_reference_is_refused_without_a_provider_too(tmp_path, reference, says):

@@ -308,3 +308,44 @@ def test_a_file_named_twice_is_scanned_once(tmp_path):
     once, twice = scan_paths([tmp_path]), scan_paths([tmp_path, tmp_path / "a.cu", tmp_path])
     assert (twice.files_scanned, twice.lines_scanned, len(twice.findings)) == \
         (once.files_scanned, once.lines_scanned, len(once.findings)) == (1, 1, len(once.findings))
+
+
+def test_warps_per_block_enumerators_and_template_defaults_are_warp_sizes(tmp_path):
+    """Were missed: warps per block from blockDim, and a warp size held in an enum, a template default or a
+    class constant. A 32 on another operand or under another name stays clean."""
+    src = ("enum { WARP_SIZE = 32 };\n"
+           "enum Tiles { kTile = 32, kRows = 31 };\n"
+           "template <int kWarpSize = 32, int BLOCK = 32>\n__device__ void f() {}\n"
+           "struct S { static constexpr int WARP_SIZE = 32; static constexpr int kAlign = 32; };\n"
+           "__global__ void k(int* out, int n) {\n"
+           "  int warps = blockDim.x / 32;\n  int warps2 = blockDim.x >> 5;\n  int partial = blockDim.x % 32;\n"
+           "  int lane = threadIdx.x & 31;\n"
+           "  int a = n & 31;\n  int b = n / 32;\n  int c = gridDim.x / 32;\n  int d = blockIdx.x & 31;\n"
+           "  out[0] = warps + warps2 + partial + lane + a + b + c + d + kTile + kRows;\n}\n")
+    result = _scan_text(tmp_path, "w.cu", src)
+    assert _rules(result) == [(1, "PM101"), (3, "PM101"), (5, "PM101"), (7, "PM101"), (8, "PM101"),
+                              (9, "PM101"), (10, "PM101")]
+    assert [f.snippet for f in result.findings][:3] == [src.splitlines()[i] for i in (0, 2, 4)]
+
+
+def test_unsigned_long_holds_a_64_lane_ballot(tmp_path):
+    """Was a false positive: unsigned long is 64-bit on Linux (LP64), where ROCm runs."""
+    src = ("__global__ void k(unsigned long long* out, int v) {\n"
+           "  unsigned long a = __ballot_sync(0xffffffffffffffffull, v > 0);\n"
+           "  unsigned int b = __ballot_sync(0xffffffffffffffffull, v > 1);\n"
+           "  unsigned c = __activemask();\n  uint32_t d = __activemask();\n"
+           "  int e = __ballot_sync(0xffffffffffffffffull, v > 2);\n"
+           "  unsigned long long f = __activemask();\n  out[0] = a + b + c + d + e + f;\n}\n")
+    assert _rules(_scan_text(tmp_path, "b.cu", src)) == [(3, "PM102"), (4, "PM102"), (5, "PM102"), (6, "PM102")]
+
+
+@pytest.mark.parametrize("eol", ["\r", "\r\n", "\n"])
+def test_old_mac_line_endings_keep_line_numbers(tmp_path, eol):
+    """Was: tree-sitter ends lines at LF only, so in a CR-only file the first // comment ran to the end of the
+    file and hid every hazard; CR-only files also counted as one line."""
+    lines = ["// reduce.cu", "#define WARP_SIZE 32", "__global__ void k(int* o) {", "  o[0] = threadIdx.x % 32;", "}"]
+    cu = _scan_text(tmp_path, "cr.cu", eol.join(lines) + eol)
+    assert _rules(cu) == [(2, "PM101"), (4, "PM101")] and cu.lines_scanned == 5
+    assert (cu.findings[1].column, cu.findings[1].snippet) == (10, "o[0] = threadIdx.x % 32;")
+    py = _scan_text(tmp_path, "cr.py", eol.join(["# a", "x = 1", "WARP_SIZE = 32"]) + eol)
+    assert _rules(py) == [(3, "PM101")] and py.lines_scanned == 3

@@ -27,7 +27,12 @@ Reply with one complete Python module in a ```python block. It must:
 - define run(*inputs) -> torch.Tensor that allocates the output, launches the kernel(s) and returns it;
 - handle every shape (mask the tails), never cache results, never call or import the reference;
 - keep num_warps <= 16 and tiles small enough for 64 KiB of LDS (gfx942)."""
-_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+# A fenced block (CommonMark): ``` and an info string at the start of a line, up to ``` alone on a line.
+_CODE_BLOCK = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^\n`]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+#: Info-string languages of a block that holds the module (no tag: plain code). Python's names in GitHub
+#: Linguist's languages.yml (python, python3; py from its .py extension) and py3; other blocks (cuda, cpp,
+#: hip...) quote the source being ported.
+PYTHON_TAGS = frozenset({"", "python", "python3", "py", "py3"})
 
 
 @dataclass(kw_only=True, slots=True)
@@ -50,8 +55,8 @@ class PortReport:
 
 
 def extract_code(reply: str) -> str:
-    """The last fenced Python block of a reply, or the whole reply when it has no fence."""
-    blocks = _CODE_BLOCK.findall(reply)
+    """The last fenced Python (or untagged) block of a reply, or the whole reply when it has none."""
+    blocks = [code for tag, code in _CODE_BLOCK.findall(reply) if tag.lower() in PYTHON_TAGS]
     return (blocks[-1] if blocks else reply).strip() + "\n"
 
 

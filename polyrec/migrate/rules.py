@@ -34,7 +34,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule(id="PM101", name="warp-size-32", severity=Severity.ERROR, languages=("cuda", "python"),
          summary="Hard-coded warp size 32 or lane arithmetic that assumes it",
          explanation="AMD CDNA GPUs run 64-wide wavefronts. Code that hard-codes 32 threads per warp "
-                     "(WARP_SIZE 32, tid % 32, tid >> 5, reductions that start at offset 16, "
+                     "(WARP_SIZE 32, tid % 32, tid >> 5, blockDim.x / 32, reductions that start at offset 16, "
                      "num_warps * 32) computes wrong lane/warp indices and skips half of each wavefront.",
          fix="Use warpSize (device) or a per-platform constant (64 on ROCm, as PyTorch's C10_WARP_SIZE); "
              "start shuffle reductions at warpSize / 2; in Python read the target's warp size.",

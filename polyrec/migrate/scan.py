@@ -86,7 +86,7 @@ def scan_paths(paths: Iterable[Path], *, rules: set[str] | None = None,
             result.not_scanned[shown] = f"scanner error: {type(exc).__name__}: {exc}"
             continue
         result.files_scanned += 1
-        result.lines_scanned += data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
+        result.lines_scanned += len(data.splitlines())  # lines end at LF, CR LF or a lone CR (old Mac files)
         result.findings += [f for f in found if (rules is None or f.rule in rules)
                             and RULES[f.rule].severity.rank >= min_severity.rank]
     result.findings.sort(key=lambda f: (f.path, f.line, f.column, f.rule))

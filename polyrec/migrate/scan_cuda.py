@@ -28,13 +28,16 @@ _WARP_SIZE_NAME = re.compile(r"warp_?size|threads_?per_?warp|warp_?sz|^k_?warp$"
 # __align__(n) is a CUDA macro tree-sitter-cuda does not know (it breaks the declaration); parse it as
 # alignas(n), padded to the same length so byte offsets and columns stay those of the file.
 _ALIGN_MACRO = re.compile(rb"\b__align__(?=\s*\()")
-_THREAD_INDEX = re.compile(r"threadIdx|\btid\b|\blane\w*|\bthread_?id\w*|\bthread_?idx\w*", re.IGNORECASE)
+# A thread's index (lane / warp of a thread) or the block's thread count (warps per block: blockDim.x / 32).
+_THREAD_OPERAND = re.compile(r"threadIdx|\btid\b|\blane\w*|\bthread_?id\w*|\bthread_?idx\w*|\bblockDim\b",
+                             re.IGNORECASE)
 _COMMENT = re.compile(r"//.*|/\*.*?\*/", re.DOTALL)
 _LANE_MATH = {"%": 32, "&": 31, "/": 32, ">>": 5}
 _SYNC_MASKED = re.compile(r"^__(shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|uni|match_any|match_all|"
                           r"reduce_\w+)_sync$|^__syncwarp$")
 _BALLOT = re.compile(r"^__(ballot_sync|ballot|activemask)$")
-_NARROW_TYPES = re.compile(r"^(unsigned|unsigned int|int|uint32_t|int32_t|unsigned long)$")
+# 32-bit integer types; not unsigned long, 64-bit on Linux where ROCm runs (LP64, the x86-64 System V ABI).
+_NARROW_TYPES = re.compile(r"^(unsigned|unsigned int|int|uint32_t|int32_t)$")
 _LIBRARIES = (  # (include regex, namespace or call prefix, rule, library name)
     (re.compile(r"^(cutlass|cute)/"), ("cutlass", "cute"), "PM104", "CUTLASS/CuTe"),
     (re.compile(r"^cub/"), ("cub",), "PM105", "CUB"),
@@ -45,9 +48,16 @@ _LIBRARIES = (  # (include regex, namespace or call prefix, rule, library name)
 _MACRO_OPERATORS = re.compile(rb"##|#")
 # A macro body that is not a whole declaration is parsed as the body of this function.
 _MACRO_FUNCTION = b"void polyrec_macro_body() { "
+# A CR not followed by LF ends a line (old Mac files; GCC reads LF, CR LF and CR as line ends: cpp manual,
+# 'Initial processing'; so does Clang's lexer), but tree-sitter ends lines at LF only: a // comment ran to
+# the end of such a file.
+_LONE_CR = re.compile(rb"\r(?!\n)")
 _QUERIES = {
     "define": "(preproc_def name: (identifier) @name value: (preproc_arg) @value) @node",
     "const": "(declaration declarator: (init_declarator declarator: (identifier) @name value: (_) @value)) @node",
+    "enum": "(enumerator name: (identifier) @name value: (_) @value) @node",
+    "default": "(optional_parameter_declaration declarator: (identifier) @name default_value: (_) @value) @node",
+    "field": "(field_declaration declarator: (field_identifier) @name default_value: (_) @value) @node",
     "call": "(call_expression function: (_) @fn arguments: (argument_list) @args) @node",
     "binary": "(binary_expression left: (_) @left right: (number_literal) @right) @node",
     "asm": "(gnu_asm_expression) @node",
@@ -127,6 +137,7 @@ class _CudaScan:
         self._cursor = tree_sitter.QueryCursor
         self._parser = tree_sitter.Parser(lang)
         self.path = path
+        data = _LONE_CR.sub(b"\n", data)  # same length: byte offsets and columns stay those of the file
         parsed = _ALIGN_MACRO.sub(b"alignas  ", data)
         self.root = self._parser.parse(parsed).root_node
         self.origin = (0, 0)  # (row, column) in the file where the parsed text starts (a macro body: its own)
@@ -147,7 +158,7 @@ class _CudaScan:
 
     def _constants(self) -> dict[str, int]:
         defs = {_text(m["name"][0]): _COMMENT.sub("", _text(m["value"][0])) for m in self.captures("define")}
-        for m in self.captures("const"):
+        for m in self.captures("const") + self.captures("enum"):
             defs.setdefault(_text(m["name"][0]), _text(m["value"][0]))
         return resolve(defs)
 
@@ -182,19 +193,24 @@ class _CudaScan:
         return scan
 
     def _warp_constants(self) -> None:
-        for key in ("define", "const"):
-            for m in self.captures(key):
-                name = _text(m["name"][0])
-                if _WARP_SIZE_NAME.search(name) and self.consts.get(name) == 32 and not _guarded(m["node"][0]):
-                    self.add("PM101", m["node"][0], f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
-                                                    f"{AMD_WAVEFRONT} wide (use warpSize)")
+        """Constants named like a warp size that are 32: #defines, constants and enumerators (file-wide
+        values), and the defaults of template / function parameters and class members (values at their place)."""
+        named = [(m, self.consts.get(_text(m["name"][0]))) for key in ("define", "const", "enum")
+                 for m in self.captures(key)]
+        named += [(m, evaluate(_text(m["value"][0]), self.consts)) for key in ("default", "field")
+                  for m in self.captures(key)]
+        for m, value in named:
+            name = _text(m["name"][0])
+            if _WARP_SIZE_NAME.search(name) and value == 32 and not _guarded(m["node"][0]):
+                self.add("PM101", m["node"][0], f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
+                                                f"{AMD_WAVEFRONT} wide (use warpSize)")
 
     def _lane_math(self) -> None:
         for m in self.captures("binary"):
             node, left = m["node"][0], m["left"][0]
             op = _text(node.child_by_field_name("operator"))
             value = evaluate(_text(m["right"][0]), {})
-            if _LANE_MATH.get(op) == value and _THREAD_INDEX.search(_text(left)) and not _guarded(node):
+            if _LANE_MATH.get(op) == value and _THREAD_OPERAND.search(_text(left)) and not _guarded(node):
                 self.add("PM101", node, f"`{_text(node)}` is lane/warp arithmetic for 32-wide warps; use "
                                         "warpSize (64 on AMD)")
 
