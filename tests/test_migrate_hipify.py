@@ -339,3 +339,16 @@ def test_a_tree_leaves_out_environments_and_build_folders(tmp_path):
         (tmp_path / rel).write_text("__global__ void k() {}\n")
     reports, _ = hipify_tree(tmp_path, tmp_path.parent / "out")
     assert [r.path for r in reports] == ["src/k.cu"]
+
+
+def test_an_old_mac_file_is_translated_and_keeps_its_line_ends(tmp_path):
+    """A file whose lines end in a lone CR: its first // comment hid the whole file (nothing renamed, the HIP
+    header appended at its end)."""
+    lines = ["// kernel", "#include <cuda_runtime.h>", "__global__ void k(float* x) { x[threadIdx.x] = 0; }",
+             "void run(float* x) { cudaDeviceSynchronize(); }", ""]
+    out, report = hipify_source("\r".join(lines), "k.cu")
+    assert "\n" not in out
+    got = out.split("\r")
+    assert got[0] == "// kernel" and got[1] == "#include <hip/hip_runtime.h>"
+    assert "hipDeviceSynchronize();" in got[3] and "cudaDeviceSynchronize" not in out
+    assert report.changed

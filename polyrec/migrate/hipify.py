@@ -312,6 +312,11 @@ def _fp8_mappings(target: str | None) -> dict[str, str]:
     return FP8_OCP_MAPPINGS if target is not None and FP8_FORMAT_BY_TARGET[target] == "ocp" else {}
 
 
+def _cr_only(text: str) -> bool:
+    """Whether ``text``'s lines end in a lone CR (classic Mac OS files): a // comment would run to its end."""
+    return "\r" in text and "\n" not in text
+
+
 def hipify_source(text: str, path: str, *, launch_ggl: bool = False, pytorch_extension: bool = False,
                   target: str | None = None) -> tuple[str, FileReport]:
     """Translate one file's text; return the HIP text and what was done.
@@ -319,6 +324,10 @@ def hipify_source(text: str, path: str, *, launch_ggl: bool = False, pytorch_ext
     ``target`` (``"gfx942"``, ``"gfx950"`` or None for code that must run on both) decides the
     translations that are exact on some targets only: the OCP fp8 types.
     """
+    if _cr_only(text):  # lines read as LF lines (the patterns end lines there), written back with CR
+        out, report = hipify_source(text.replace("\r", "\n"), path, launch_ggl=launch_ggl,
+                                    pytorch_extension=pytorch_extension, target=target)
+        return out.replace("\n", "\r"), report
     idents, headers = mappings(pytorch_extension)
     idents = idents | _fp8_mappings(target)
     report = FileReport(path=path)
@@ -335,6 +344,8 @@ def hipify_source(text: str, path: str, *, launch_ggl: bool = False, pytorch_ext
 def _unified_diff(old: str, new: str, rel: str) -> list[str]:
     """``diff -u`` of one file, with ``\\ No newline at end of file`` where a side lacks the final newline
     (difflib leaves such a line unterminated, which glues it to the next one and breaks patch/git apply)."""
+    if _cr_only(old) and _cr_only(new):  # shown as lines; patch tools see one line in such a file
+        old, new = old.replace("\r", "\n"), new.replace("\r", "\n")
     lines = []
     for line in difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                      fromfile=f"a/{rel}", tofile=f"b/{rel}"):
