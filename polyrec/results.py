@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from polyrec.files import atomic_write_text
+
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
@@ -59,10 +61,10 @@ def _slug(text: str) -> str:
 def _markdown_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(no rows)\n"
-    cols = list(rows[0])
+    cols = list(dict.fromkeys(key for row in rows for key in row))  # every row's fields, first seen first
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in rows:
-        lines.append("| " + " | ".join(_cell(row.get(c)) for c in cols) + " |")
+        lines.append("| " + " | ".join(_cell(row[c]) if c in row else "" for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -85,8 +87,8 @@ def write_results(name: str, payload: dict[str, Any], *, rows: list[dict[str, An
     stem = f"{name}_{_slug(env['gpu'] or 'cpu')}_{env['date'][:10]}"
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     doc = {"name": name, "environment": env, "summary": summary or {}, "rows": rows or [], "results": payload}
-    json_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    md_path.write_text(markdown_of(doc))
+    atomic_write_text(json_path, json.dumps(doc, indent=1, default=str) + "\n")
+    atomic_write_text(md_path, markdown_of(doc))
     return json_path, md_path
 
 

@@ -54,3 +54,12 @@ def test_a_plan_on_datasheet_peaks_says_so_and_a_calibrated_one_does_not():
     save_calibration("H200", {"date": "2026-12-02", "copy_bandwidth": 4.2e12, "matmul_bf16": 780e12})
     calibrated = make_plan(model, parse_fleet("H200x1"), constraints)
     assert not any("datasheet peaks" in n for n in calibrated.notes)
+
+
+def test_a_calibration_file_that_is_not_utf8_names_the_file():
+    """Was "'utf-8' codec can't decode byte 0xff ...", naming no file (`polyrec plan` printed only that)."""
+    path = calibration_path("H200")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match=f"calibration file {path} is not valid JSON"):
+        load_calibration("H200")

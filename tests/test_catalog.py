@@ -80,6 +80,9 @@ def _edit(path: Path, old: str, new: str) -> None:
         ('[hbm_bandwidth]\nvalue = 4.8e12', '[hbm_bandwidth]\nvalue = inf', "hbm_bandwidth"),
         ('[hbm_bandwidth]\nvalue = 4.8e12', '[hbm_bandwidth]\nvalue = 0', "hbm_bandwidth"),  # the planner divided by it
         ('[compute_units]\nvalue = 132', '[compute_units]\nvalue = inf', "compute_units"),  # was an OverflowError
+        # misspelt optional fields were ignored: a device never detected, an Infinity Cache of 0
+        ('match_names = ["H200"]', 'match_name = ["H200"]', "match_name"),
+        ('[l2_bytes]', '[infinity_cache]\nvalue = 1\nunit = "bytes"\nsource = "x"\n\n[l2_bytes]', "infinity_cache"),
     ],
 )
 def test_malformed_file_names_file_and_field(scratch_catalog, old, new, field):
@@ -98,3 +101,17 @@ def test_invalid_toml_and_duplicate_names(scratch_catalog):
     (scratch_catalog / "h200-copy.toml").write_text("name = [unclosed")
     with pytest.raises(CatalogError, match="not valid TOML"):
         load_catalog(scratch_catalog)
+
+
+def test_a_file_that_is_not_utf8_names_the_file(scratch_catalog):
+    """Was a bare UnicodeDecodeError naming neither the file nor that it is a data file."""
+    (scratch_catalog / "h200-copy.toml").write_bytes(b"name = \"\xff\"\n")
+    with pytest.raises(CatalogError, match="h200-copy.toml.*not valid TOML"):
+        load_catalog(scratch_catalog)
+
+
+def test_a_card_without_a_scaleup_link_says_zero(scratch_catalog):
+    """types.py and the planner take scaleup_bandwidth = 0 as "no NVLink / Infinity Fabric" (collectives over
+    PCIe); the loader refused the 0, so a PCIe-only card could not be added."""
+    _edit(scratch_catalog / "h200.toml", '[scaleup_bandwidth]\nvalue = 450e9', '[scaleup_bandwidth]\nvalue = 0')
+    assert load_catalog(scratch_catalog)["H200"].scaleup_bandwidth == 0

@@ -69,3 +69,57 @@ def test_compile_check_of_a_kernel_that_cannot_be_loaded_is_a_clear_error(monkey
     assert result.exit_code == 2 and result.stdout == ""  # --json: nothing but the error, on stderr
     said = " ".join(result.output.split())
     assert f"error: --kernel {ref}:" in said and says in said
+
+
+@pytest.fixture
+def broken_catalog(tmp_path, monkeypatch):
+    """The packaged catalog with one data file whose HBM bandwidth is in the wrong unit (as a user adding a
+    device may write it); yields that file."""
+    import shutil
+    import sys
+
+    catalog_module = sys.modules["polyrec.hardware.catalog"]  # polyrec.hardware.catalog is also a function's name
+    for path in catalog_module.DEVICES_DIR.glob("*.toml"):
+        shutil.copy(path, tmp_path)
+    bad = tmp_path / "zz_new.toml"
+    text = (tmp_path / "h200.toml").read_text().replace('name = "H200"', 'name = "NEW"', 1)
+    bad.write_text(text.replace('unit = "B/s"', 'unit = "GB/s"', 1))
+    real_load = catalog_module.load_catalog
+    monkeypatch.setattr(catalog_module, "load_catalog", lambda: real_load(tmp_path))
+    catalog_module.catalog.cache_clear()
+    yield bad
+    catalog_module.catalog.cache_clear()
+
+
+@pytest.mark.parametrize("args", [["hw", "list", "--json"], ["hw", "show", "NEW"], ["hw", "detect", "--json"],
+                                  ["hw", "calibrate", "--json"], ["hw", "compile-check", "--json"]])
+def test_a_malformed_data_file_is_a_clear_error(broken_catalog, monkeypatch, args):
+    """Was a traceback ending in CatalogError, exit 1 (`hw show NAME` is how docs/hardware.md checks a new file;
+    detect and calibrate read the catalog where a GPU is present, faked here)."""
+    import torch
+
+    from polyrec.hardware import detect
+    from polyrec.hardware.detect import DeviceProps
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(detect, "read_props", lambda index=0: DeviceProps(
+        name="NVIDIA H200", total_memory=143771 * 2**20, multi_processor_count=132, major=9))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    said = " ".join(result.stderr.split())
+    assert said.startswith(f"error: {broken_catalog}: field 'hbm_bandwidth'") and "Traceback" not in said
+
+
+def not_jit_jobs(spec):
+    from polyrec.hardware.compile import CompileJob
+
+    return [CompileJob(label="plain python", kernel=len, signature={"x": "*fp32"})]
+
+
+def test_compile_check_of_a_job_that_is_not_a_triton_kernel_is_a_clear_error(monkeypatch):
+    """Was a traceback ending in CompileHarnessError, exit 1."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    result = runner.invoke(app, ["hw", "compile-check", "-d", "H200", "-k", "test_cli_hw:not_jit_jobs", "--json"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert "error: 'len' is not a JITFunction" in " ".join(result.stderr.split())

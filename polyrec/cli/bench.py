@@ -10,6 +10,7 @@ from rich.table import Table
 
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig
+from polyrec.runtime.metrics import strict_json
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
 
@@ -61,11 +62,16 @@ def e2e_command(
     base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
                        device=device, cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, seed=seed,
                        synthetic_pool=synthetic_pool, pipeline=pipeline)
-    with bad_input_exits():
+    with bad_input_exits():  # the report too: a reader that closed stdout ends it with CLOSED_PIPE_EXIT
         resolve(base)  # polyrec's path checked before the direct port's run, not after it
         out = e2e(base, warmup=warmup, steps=steps)
-    if as_json:
-        typer.echo(json.dumps(out, indent=1))
+        _report(out, preset, batch_size, steps, as_json)
+
+
+def _report(out: dict, preset: str, batch_size: int, steps: int, as_json: bool) -> None:
+    """``e2e``'s result as JSON, or its tables and the ratio."""
+    if as_json:  # strict JSON, as polyrec train --json: a diverged run's NaN loss is null
+        typer.echo(json.dumps(strict_json(out), indent=1, allow_nan=False))
         return
     console = Console()
     for title, cols in ((f"polyrec bench e2e: {preset}, batch {batch_size}, {steps} timed steps", COLUMNS),

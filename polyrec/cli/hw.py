@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from polyrec.hardware import catalog, get_device
-from polyrec.hardware.catalog import UnknownDeviceError
+from polyrec.hardware.catalog import CatalogError, UnknownDeviceError
 from polyrec.hardware.types import DeviceSpec
 
 app = typer.Typer(no_args_is_help=True, help="Hardware: catalog, detection, calibration, compile checks.")
@@ -34,10 +34,19 @@ def _print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=1, default=str))
 
 
+def _catalog_or_exit() -> dict[str, DeviceSpec]:
+    """The catalog, or exit 2 naming the malformed data file and field (not a traceback)."""
+    try:
+        return catalog()
+    except CatalogError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
 def _device_or_exit(name: str) -> DeviceSpec:
     try:
         return get_device(name)
-    except UnknownDeviceError as exc:
+    except (UnknownDeviceError, CatalogError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
 
@@ -49,7 +58,7 @@ def _tb(x: float) -> str:
 @app.command("list")
 def list_devices(as_json: bool = JSON_OPT) -> None:
     """List the catalog's devices."""
-    specs = catalog()
+    specs = _catalog_or_exit()
     if as_json:
         _print_json([spec_dict(s) for s in specs.values()])
         return
@@ -92,6 +101,7 @@ def detect(as_json: bool = JSON_OPT) -> None:
     """Name the present device (the CPU when there is no GPU)."""
     from polyrec.hardware.detect import detect as run_detect
 
+    _catalog_or_exit()
     found = run_detect()
     if found.warning:
         err.print(f"[yellow]warning:[/] {escape(found.warning)}")
@@ -141,6 +151,7 @@ def calibrate(as_json: bool = JSON_OPT,
     from polyrec.hardware.calibrate import save_calibration
     from polyrec.hardware.detect import detect as run_detect
 
+    _catalog_or_exit()
     found = run_detect()
     if found.how == "cpu":
         err.print("[red]error:[/] hw calibrate needs a CUDA or ROCm GPU; torch sees none")
@@ -218,18 +229,22 @@ def compile_check(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Compile kernels for NVIDIA and AMD targets without a GPU; report shared memory, registers, spills."""
-    from polyrec.hardware.compile import compile_for, distinct_targets
+    from polyrec.hardware.compile import CompileHarnessError, compile_for, distinct_targets
     from polyrec.kernels.registry import KERNEL_MODULES
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         err.print("[red]error:[/] compile-check needs TRITON_INTERPRET unset")
         raise typer.Exit(2)
-    specs = [_device_or_exit(d) for d in device] if device else distinct_targets(list(catalog().values()))
+    specs = [_device_or_exit(d) for d in device] if device else distinct_targets(list(_catalog_or_exit().values()))
     refs = kernel or [f"{m}:compile_jobs" for m in KERNEL_MODULES]
     if not refs:
         err.print("[yellow]no kernels registered in polyrec.kernels.registry; pass --kernel module:function[/]")
     jobs_fns = [(ref, _load_jobs_fn(ref)) for ref in refs]  # every --kernel resolved before any compile
-    reports = [compile_for(job, spec) for ref, fn in jobs_fns for spec in specs for job in _jobs_of(ref, fn, spec)]
+    try:
+        reports = [compile_for(job, spec) for ref, fn in jobs_fns for spec in specs for job in _jobs_of(ref, fn, spec)]
+    except CompileHarnessError as exc:  # a job the harness cannot compile: not a JITFunction, unknown argument names
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
     if as_json:
         _print_json([dataclasses.asdict(r) | {"fits": r.fits} for r in reports])
     else:

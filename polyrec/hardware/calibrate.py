@@ -14,11 +14,11 @@ import datetime as dt
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from polyrec.files import atomic_write_text
 from polyrec.hardware.types import MATMUL_DTYPES, Ceiling, Ceilings, DeviceSpec
 
 #: Launch latency assumed when none was measured: seconds between back-to-back launches of an empty
@@ -65,7 +65,7 @@ def load_calibration(device: str) -> dict[str, Any] | None:
         return None
     try:
         measured = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"calibration file {path} is not valid JSON ({err}); run `polyrec hw calibrate` "
                          "again or delete it") from err
     if not isinstance(measured, dict):
@@ -75,12 +75,10 @@ def load_calibration(device: str) -> dict[str, Any] | None:
 
 
 def save_calibration(device: str, measured: dict[str, Any]) -> Path:
-    """Store a calibration atomically (write to a temporary file, then rename)."""
+    """Store a calibration atomically (``polyrec.files``)."""
     path = calibration_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(measured, tmp, indent=1)
-    os.replace(tmp.name, path)
+    atomic_write_text(path, json.dumps(measured, indent=1))
     return path
 
 

@@ -66,7 +66,12 @@ INTEGER_FIELDS = frozenset(
 )
 #: Numeric fields a data file may leave out, and the value they then take.
 OPTIONAL_DEFAULTS: dict[str, float] = {"infinity_cache_bytes": 0, "xcd_count": 1}
+#: Numeric fields that may be 0: the optional ones, and the scale-up link a PCIe-only card lacks (types.py:
+#: 0 = none; the planner then prices collectives over PCIe).
+ZERO_ALLOWED = frozenset({*OPTIONAL_DEFAULTS, "scaleup_bandwidth"})
 STRING_FIELDS = ("name", "full_name", "vendor", "arch")
+#: Every key a data file may have at its top level: any other is a typo that would go unseen.
+KNOWN_FIELDS = frozenset({*STRING_FIELDS, *NUMERIC_FIELDS, "match_names", "sources", "triton", "peak_flops"})
 VENDORS = ("nvidia", "amd")
 TRITON_BACKENDS = {"nvidia": "cuda", "amd": "hip"}
 
@@ -156,7 +161,7 @@ def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
         if key not in data:
             raise CatalogError(path, key, f"missing; expected a table with value, unit = \"{unit}\", source")
         value, sources[key] = _quantity(path, key, data[key], unit, named)
-        if value == 0 and key not in OPTIONAL_DEFAULTS:  # a size, a rate or a count every device has
+        if value == 0 and key not in ZERO_ALLOWED:  # a size, a rate or a count every device has
             raise CatalogError(path, key, "'value' must be > 0")
         if key in INTEGER_FIELDS and value != int(value):
             raise CatalogError(path, key, f"must be a whole number, got {value!r}")
@@ -178,6 +183,9 @@ def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
     triton = _triton_target(path, strings["vendor"], data.get("triton"))
     if triton.warp_size != numbers["warp_size"]:
         raise CatalogError(path, "triton.warp_size", "differs from warp_size")
+    stray = sorted(set(data) - KNOWN_FIELDS)  # after the checks, so a misspelt required field is said missing
+    if stray:
+        raise CatalogError(path, stray[0], f"unknown field; known: {sorted(KNOWN_FIELDS)}")
     return DeviceSpec(
         **strings,
         match_names=tuple(match_names),
@@ -192,7 +200,7 @@ def load_device_file(path: Path) -> DeviceSpec:
     """Read and validate one data file."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise CatalogError(path, "<file>", f"not valid TOML: {err}") from err
     return parse_device(path, data)
 

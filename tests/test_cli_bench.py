@@ -1,0 +1,45 @@
+"""`polyrec bench e2e`'s output, through typer's test runner (the runs themselves: tests/test_cli_audit.py)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from typer.testing import CliRunner
+
+from polyrec.cli import app
+
+runner = CliRunner()
+
+
+def test_json_to_a_closed_stdout_exits_quietly_with_141(monkeypatch):
+    """`polyrec bench e2e --json | head -1` shares train's 141 (docs/training.md); the result, printed after the
+    run outside the error handling, ended it with exit 1."""
+    import polyrec.runtime.bench
+
+    monkeypatch.setattr(polyrec.runtime.bench, "e2e", lambda base, warmup, steps: {"rows": [], "speedup": 1.0})
+    echo = typer.echo
+
+    def closed_stdout(message=None, *args, err=False, **kwargs):
+        if not err:
+            raise BrokenPipeError(32, "Broken pipe")
+        echo(message, *args, err=err, **kwargs)
+
+    monkeypatch.setattr(typer, "echo", closed_stdout)
+    result = runner.invoke(app, ["bench", "e2e", "--json"])
+    assert result.exit_code == 141 and result.stderr == "", (result.exit_code, result.output)
+
+
+def test_json_of_a_run_whose_loss_went_nan_is_strict_json(monkeypatch):
+    """Was `"last_loss": NaN`, which jq and other languages' JSON parsers reject; polyrec train --json writes null."""
+    import polyrec.runtime.bench
+
+    row = {"path": "polyrec", "samples_per_s": 100.0, "last_loss": float("nan")}
+    monkeypatch.setattr(polyrec.runtime.bench, "e2e", lambda base, warmup, steps: {"rows": [row], "speedup": 1.0})
+    result = runner.invoke(app, ["bench", "e2e", "--json"])
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    assert json.loads(result.stdout, parse_constant=refuse)["rows"][0]["last_loss"] is None
