@@ -59,14 +59,14 @@ def test_a_write_syncs_its_directory_after_the_rename(tmp_path, monkeypatch):
     import errno
     import os
 
-    import polyrec.runtime.checkpoint as checkpoint
+    import polyrec.files as files
     from polyrec.runtime.sharded_checkpoint import MANIFEST
 
-    synced, sync = [], checkpoint.sync_directory
-    monkeypatch.setattr(checkpoint, "sync_directory", lambda d: synced.append((d, sorted(os.listdir(d)))) or sync(d))
+    synced, sync = [], files.sync_directory
+    monkeypatch.setattr(files, "sync_directory", lambda d: synced.append((d, sorted(os.listdir(d)))) or sync(d))
     save_checkpoint(tmp_path, {"step": 1})
     assert synced == [(tmp_path, ["checkpoint.pt"])]  # after the rename, the temp file gone
-    checkpoint.atomic_write(tmp_path / MANIFEST, lambda f: f.write(b"{}"), prefix=".m-")
+    files.atomic_write(tmp_path / MANIFEST, lambda f: f.write(b"{}"), prefix=".m-")
     assert synced[-1] == (tmp_path, ["checkpoint.pt", MANIFEST]) and (tmp_path / MANIFEST).read_text() == "{}"
 
     def failing(code):

@@ -4,18 +4,18 @@ checkpoint cannot run code when loaded."""
 
 from __future__ import annotations
 
-import errno
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
+from polyrec.files import TEMP_SUFFIX, atomic_write
+
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
-TEMP_PREFIX, TEMP_SUFFIX = ".checkpoint-", ".tmp"
+TEMP_PREFIX = ".checkpoint-"
 
 
 def checkpoint_path(directory: Path) -> Path:
@@ -50,46 +50,6 @@ def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:
 def atomic_save(obj: Any, final: Path, *, prefix: str = "", on_temp: Callable[[Path], None] | None = None) -> None:
     """``torch.save(obj)`` to ``final`` atomically (``atomic_write``)."""
     atomic_write(final, lambda f: torch.save(obj, f), prefix=prefix, on_temp=on_temp)
-
-
-def atomic_write(final: Path, write: Callable[[BinaryIO], None], *, prefix: str = "",
-                 on_temp: Callable[[Path], None] | None = None) -> None:
-    """``write`` a file to ``final`` atomically and durably: a temp file beside it (``prefix``), synced,
-    given mode 0o666 less the umask, renamed into place, the directory synced (the rename itself on disk);
-    the temp file removed if anything fails. ``on_temp`` is called with its path once it exists."""
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=final.parent)
-    try:
-        if on_temp is not None:
-            on_temp(Path(tmp))
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    sync_directory(final.parent)
-
-
-def sync_directory(directory: Path) -> None:
-    """Put ``directory``'s entries on disk (POSIX: a renamed file's new name is durable once its directory is
-    synced). A file system that cannot sync a directory (EINVAL) has nothing more to do."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _remove_stale_temps(directory: Path, own: Path) -> None:

@@ -25,8 +25,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from polyrec.files import atomic_write
 from polyrec.kernels.tbe import packed_views
-from polyrec.runtime.checkpoint import atomic_save, atomic_write
+from polyrec.runtime.checkpoint import atomic_save
 from polyrec.runtime.sharding import Shard
 
 MANIFEST = "manifest.json"
