@@ -63,3 +63,35 @@ def test_a_calibration_file_that_is_not_utf8_names_the_file():
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(ValueError, match=f"calibration file {path} is not valid JSON"):
         load_calibration("H200")
+
+
+def test_a_gpu_the_catalog_lacks_gets_every_matmul_rate_it_can_run_measured(monkeypatch):
+    """Its peaks are unknown (0): calibration timed no matmul at all (the ceilings stayed 0 FLOP/s, labelled
+    datasheet), though detection's warning sends the user to it for them. A dtype the GPU cannot run (fp8
+    before Hopper) is left unmeasured; a catalog device's zero peak is still not timed."""
+    import torch
+
+    import polyrec.hardware.calibrate as calibrate
+    from polyrec.hardware.detect import DeviceProps, spec_from_props
+    from polyrec.hardware.types import MATMUL_DTYPES
+
+    def matmul(dtype):
+        if dtype == "fp8":
+            raise RuntimeError("torch._scaled_mm is only supported on compute capability >= 8.9")
+        return 1e14
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA A40")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(calibrate, "measure_copy_bandwidth", lambda n: 6e11)
+    monkeypatch.setattr(calibrate, "measure_l2_bandwidth", lambda spec: 2e12)
+    monkeypatch.setattr(calibrate, "measure_launch_latency", lambda: 5e-6)
+    monkeypatch.setattr(calibrate, "measure_matmul", matmul)
+    unknown = spec_from_props(DeviceProps(name="NVIDIA A40", total_memory=48 * 2**30, multi_processor_count=84,
+                                          major=8, minor=6))
+    measured = calibrate.calibrate(unknown)
+    assert {d: measured.get(f"matmul_{d}") for d in MATMUL_DTYPES} == {
+        d: (None if d == "fp8" else 1e14) for d in MATMUL_DTYPES}
+    assert ceilings(unknown, measured).matmul_flops["bf16"].value == 1e14
+    a100 = calibrate.calibrate(get_device("A100"))
+    assert "matmul_fp8" not in a100 and a100["matmul_bf16"] == 1e14

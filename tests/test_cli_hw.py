@@ -123,3 +123,25 @@ def test_compile_check_of_a_job_that_is_not_a_triton_kernel_is_a_clear_error(mon
     result = runner.invoke(app, ["hw", "compile-check", "-d", "H200", "-k", "test_cli_hw:not_jit_jobs", "--json"])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert "error: 'len' is not a JITFunction" in " ".join(result.stderr.split())
+
+
+def test_a_calibration_that_cannot_be_stored_is_printed_and_said(tmp_path, monkeypatch):
+    """Was a traceback (PermissionError) after the minute of timing, the values lost."""
+    import torch
+
+    import polyrec.hardware.calibrate as calibrate
+    from polyrec.hardware import detect
+    from polyrec.hardware.detect import DeviceProps
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(detect, "read_props", lambda index=0: DeviceProps(
+        name="NVIDIA H200", total_memory=143771 * 2**20, multi_processor_count=132, major=9))
+    monkeypatch.setattr(calibrate, "calibrate", lambda spec, progress=None: {"device": spec.name,
+                                                                           "copy_bandwidth": 4.2e12})
+    monkeypatch.setattr(calibrate, "save_calibration", lambda device, measured: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")))
+    result = runner.invoke(app, ["hw", "calibrate", "--json", "--no-host-probe"])
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["measured"]["copy_bandwidth"] == 4.2e12
+    said = " ".join(result.stderr.split())
+    assert "error: could not store the calibration at" in said and "Permission denied" in said

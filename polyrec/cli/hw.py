@@ -7,6 +7,7 @@ import importlib
 import inspect
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -148,7 +149,7 @@ def calibrate(as_json: bool = JSON_OPT,
     from rich.progress import Progress
 
     from polyrec.hardware.calibrate import calibrate as run_calibrate
-    from polyrec.hardware.calibrate import save_calibration
+    from polyrec.hardware.calibrate import calibration_steps
     from polyrec.hardware.detect import detect as run_detect
 
     _catalog_or_exit()
@@ -157,26 +158,42 @@ def calibrate(as_json: bool = JSON_OPT,
         err.print("[red]error:[/] hw calibrate needs a CUDA or ROCm GPU; torch sees none")
         raise typer.Exit(2)
     with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("calibrating", total=7)
+        task = bar.add_task("calibrating", total=len(calibration_steps(found.spec)) + host_probe)
         measured = run_calibrate(found.spec, progress=lambda step: bar.update(task, advance=1, description=step))
         if host_probe:
             from polyrec.runtime.host_probe import measure_host_scale
 
             bar.update(task, description="host probe steps")
             measured["host_scale"] = measure_host_scale(found.spec.name)
-    path = save_calibration(found.spec.name, measured) if save else None
+            bar.update(task, advance=1)
+    path, unsaved = _saved(found.spec.name, measured) if save else (None, None)
     rows = _ceiling_rows(found.spec, measured)
     if as_json:
         _print_json({"measured": measured, "ceilings": rows, "saved_to": str(path) if path else None})
-        return
-    table = Table(title=f"{found.spec.name} ceilings")
-    for col in ("ceiling", "value", "origin"):
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row.values())
-    console.print(table)
-    if path:
-        console.print(f"saved to {path}")
+    else:
+        table = Table(title=f"{found.spec.name} ceilings")
+        for col in ("ceiling", "value", "origin"):
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row.values())
+        console.print(table)
+        if path:
+            console.print(f"saved to {path}")
+    if unsaved:
+        err.print(f"[red]error:[/] {escape(unsaved)}")
+        raise typer.Exit(1)
+
+
+def _saved(device: str, measured: dict[str, Any]) -> tuple[Path | None, str | None]:
+    """(where the calibration was stored, None), or (None, why it could not be): the measurements are
+    printed either way, not lost to a traceback after a minute of timing."""
+    from polyrec.hardware.calibrate import calibration_path, save_calibration
+
+    try:
+        return save_calibration(device, measured), None
+    except OSError as exc:
+        return None, (f"could not store the calibration at {calibration_path(device)}: {exc.strerror or exc}; "
+                      "set POLYREC_CACHE_DIR to a writable directory and run it again (the values are above)")
 
 
 def _load_jobs_fn(ref: str):

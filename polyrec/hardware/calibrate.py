@@ -256,20 +256,44 @@ def measure_launch_latency(launches: int = 2000) -> float:
     return ms * 1e-3 / launches
 
 
+def _matmul_steps(spec: DeviceSpec) -> list[tuple[str, Any]]:
+    """The matmul rates to time: each dtype the datasheet gives a peak (fp8 before Hopper / CDNA3 has none:
+    not timed), or, for a GPU the catalog lacks (every peak unknown, 0), each dtype the GPU can run."""
+    if any(spec.peak_flops[d] > 0 for d in MATMUL_DTYPES):
+        return [(f"matmul_{d}", lambda d=d: measure_matmul(d)) for d in MATMUL_DTYPES if spec.peak_flops[d] > 0]
+    return [(f"matmul_{d}", lambda d=d: _rate_if_supported(d)) for d in MATMUL_DTYPES]
+
+
+def _rate_if_supported(dtype: str) -> float | None:
+    """``measure_matmul(dtype)``, or None (not measured: the datasheet's 0 stays) where the GPU cannot run
+    ``dtype`` (torch or the fp8 formats refuse it); running out of memory is an error still."""
+    import torch
+
+    try:
+        return measure_matmul(dtype)
+    except torch.OutOfMemoryError:
+        raise
+    except (RuntimeError, ValueError):
+        return None
+
+
+def calibration_steps(spec: DeviceSpec) -> list[tuple[str, Any]]:
+    """(key, measurement) of each ceiling ``calibrate`` measures on ``spec``'s GPU, in order."""
+    return [("copy_bandwidth", lambda: measure_copy_bandwidth(COPY_BYTES)),
+            ("l2_bandwidth", lambda: measure_l2_bandwidth(spec)),
+            *_matmul_steps(spec),
+            ("launch_latency", measure_launch_latency)]
+
+
 def calibrate(spec: DeviceSpec, *, progress=None) -> dict[str, Any]:
     """Measure the present GPU's ceilings; ``progress(step_name)`` is called before each step."""
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("hw calibrate needs a CUDA or ROCm GPU; none is visible to torch")
-    steps = [("copy_bandwidth", lambda: measure_copy_bandwidth(COPY_BYTES)),
-             ("l2_bandwidth", lambda: measure_l2_bandwidth(spec))]
-    # a dtype the device has no matrix rate for (fp8 before Hopper / CDNA3: a datasheet peak of 0) is not timed
-    steps += [(f"matmul_{d}", lambda d=d: measure_matmul(d)) for d in MATMUL_DTYPES if spec.peak_flops[d] > 0]
-    steps.append(("launch_latency", measure_launch_latency))
     measured: dict[str, Any] = {"device": spec.name, "gpu": torch.cuda.get_device_name(0),
                                 "date": dt.date.today().isoformat()}
-    for key, step in steps:
+    for key, step in calibration_steps(spec):
         if progress is not None:
             progress(key)
         measured[key] = step()
