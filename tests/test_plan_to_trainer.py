@@ -120,6 +120,47 @@ def test_a_dense_optimizer_the_trainer_lacks_names_the_plan(tmp_path):
         apply_plan(TrainConfig(plan=path), plan)
 
 
+def test_synthetic_data_draws_the_plans_index_distribution(tmp_path):
+    """Was: the plan's model.index_distribution was not read, and synthetic data drew zipf ids under a plan
+    priced for uniform ones (the planner's default)."""
+    plans = {d: make_plan(model_spec_from_config(CONFIG, index_distribution=d), parse_fleet("H200x1"), SMALL)
+             for d in ("uniform", "zipf")}
+    for distribution, plan in plans.items():
+        path = _write(tmp_path, plan, f"{distribution}.json")
+        for data in (f"synthetic:{distribution}", "criteo:day_0.tsv"):  # agrees, or file data (not checked)
+            assert apply_plan(TrainConfig(plan=path, data=data), plan).data == data
+    uniform, zipf = (TrainConfig(plan=_write(tmp_path, plans[d], f"{d}.json")) for d in ("uniform", "zipf"))
+    assert apply_plan(uniform, plans["uniform"]).data == "synthetic:uniform"  # was: "synthetic", zipf ids
+    assert apply_plan(zipf, plans["zipf"]).data == "synthetic"  # draws zipf already: as before
+    path = _write(tmp_path, plans["uniform"])
+    with pytest.raises(ValueError, match=f"{path}: the run sets data 'synthetic:zipf' \(the plan: 'synthetic:uniform', "
+                                         "from its model.index_distribution\)"):
+        apply_plan(TrainConfig(plan=path, data="synthetic:zipf"), plans["uniform"])
+    skewed = dataclasses.replace(plans["zipf"], model=dataclasses.replace(plans["zipf"].model,
+                                                                           index_distribution="log_uniform"))
+    path = _write(tmp_path, skewed, "log_uniform.json")
+    with pytest.raises(ValueError, match=f"{path}: the plan's model.index_distribution 'log_uniform' is not one "
+                                         "synthetic data draws"):
+        apply_plan(TrainConfig(plan=path), skewed)
+    assert apply_plan(TrainConfig(plan=path, data="mlperf:day_23"), skewed).data == "mlperf:day_23"
+
+
+def test_a_pipeline_overlap_on_several_ranks_is_refused(plan_file):
+    """The trainer has no overlap setting: its ranks overlap DDP's all-reduce ("ddp"). Was: a plan priced with the
+    all-to-alls hidden ("pipeline") trained without a word."""
+    _, plan, path = plan_file
+    assert plan.overlap == "ddp"
+    for overlap in ("ddp", "none"):  # the trainer overlaps as much, or more: taken
+        assert apply_plan(TrainConfig(plan=path), dataclasses.replace(plan, overlap=overlap)).batch_size == (
+            plan.batch_per_gpu)
+    piped = dataclasses.replace(plan, overlap="pipeline")
+    with pytest.raises(ValueError, match=f"{path}: the plan's overlap 'pipeline' .* Re-plan with --overlap ddp"):
+        apply_plan(TrainConfig(plan=path), piped)
+    one = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
+    assert one.overlap == "none"  # one rank: nothing to overlap, whatever was asked
+    apply_plan(TrainConfig(plan=path), dataclasses.replace(one, overlap="pipeline"))
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                     reason="fp16 rows need polyrec's TBE, on the CPU only through Triton's interpreter")
 def test_the_trainer_runs_the_plan_and_resume_keeps_its_row_dtype(tmp_path):
@@ -132,6 +173,7 @@ def test_the_trainer_runs_the_plan_and_resume_keeps_its_row_dtype(tmp_path):
     assert trainer.model.embeddings.tbe.weight_dtype == torch.float16
     assert isinstance(trainer.optimizer, torch.optim.Adam) and trainer.rt.compute_dtype == torch.float32
     assert trainer.train().status == "done" and trainer.source.batch_size == 16
+    assert trainer.source.distribution == plan.model.index_distribution == "uniform"  # was: zipf, the default
     resumed = Trainer(dataclasses.replace(cfg, steps=3, resume=True), progress=False)
     assert resumed.step == 2 and resumed.train().step == 3
     again = dataclasses.replace(cfg, plan=None, embedding_dtype="fp32", steps=3, resume=True)

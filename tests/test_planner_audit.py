@@ -44,7 +44,7 @@ H200 = parse_fleet("H200x1")
 
 def test_a_batch_too_large_names_the_batch_and_the_largest_that_fits():
     result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--batch-per-gpu", "100000000", "--json"])
-    assert result.exit_code == 1 and result.stdout == ""
+    assert result.exit_code == 1 and json.loads(result.stdout)["fits"] is False  # --json: the no-fit answer
     text = said(result.stderr)
     assert "at batch 100,000,000 per GPU" in text and "activations" in text, text
     assert "its tables need" not in text and "Smallest H200 fleet" not in text  # was: blamed the tables

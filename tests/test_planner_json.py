@@ -88,3 +88,17 @@ def test_compare_report_to_a_directory_that_cannot_be_made_is_a_clear_error(tmp_
                                       str(tmp_path / "afile" / "report")])
     assert result.exit_code == 2 and result.stdout == ""
     assert "error:" in _said(result) and "Not a directory" in _said(result)
+
+
+def test_no_fit_with_json_prints_the_reason_as_json_and_exits_1(plan):
+    """Was: exit 1, the reason on stderr and nothing on stdout, so a --json script had nothing to read."""
+    result = CliRunner().invoke(app, ["plan", "--fleet", "H100x1", "--weight-dtypes", "fp32", "--no-host-cache",
+                                      "--json"])
+    assert result.exit_code == 1 and "does not fit:" in result.stderr  # a person still reads why
+    answer = json.loads(result.stdout)
+    assert answer["fits"] is False and "Smallest H100 fleet that fits: H100x2" in answer["reason"]
+    keys = json.loads(plan.to_json())  # model and fleet as a plan writes them
+    assert set(answer["model"]) == set(keys["model"]) and answer["model"]["name"] == "mlperf-dcnv2"
+    assert answer["fleet"] == {"groups": [{"device": "H100", "count": 1}], "hosts": 1, "host_memory_bytes": None}
+    with pytest.raises(PlanFormatError, match="plan.fits: false"):  # saved by a script, it does not train
+        Plan.from_json(result.stdout)

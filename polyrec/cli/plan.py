@@ -17,7 +17,7 @@ from polyrec.hardware.catalog import UnknownDeviceError, get_device
 from polyrec.planner.codesign import codesign
 from polyrec.planner.propose import NoFitError, make_plan
 from polyrec.planner.report import COLUMNS, format_cell, what_if, write_report
-from polyrec.planner.serialize import plan_to_json
+from polyrec.planner.serialize import no_fit_to_json, plan_to_json
 from polyrec.planner.types import (
     FLEET_SYNTAX,
     INDEX_DISTRIBUTIONS,
@@ -259,7 +259,11 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the plan JSON here (for polyrec train --plan)"),
 ) -> None:
-    """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target."""
+    """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target.
+
+    Exit codes: 0 a plan; 1 the model does not fit FLEET (with --json, stdout has {"fits": false, "model",
+    "fleet", "reason"}); 2 bad input.
+    """
     try:
         _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
         _check_batch(batch_per_gpu, max_batch_per_gpu)
@@ -291,6 +295,8 @@ def plan(
         raise typer.Exit(2) from exc
     except NoFitError as exc:
         err.print(f"[red]does not fit:[/red] {escape(str(exc))}")
+        if as_json:
+            print(no_fit_to_json(exc.model, exc.fleet, str(exc)))
         raise typer.Exit(1) from exc
     except ValueError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")

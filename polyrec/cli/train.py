@@ -177,8 +177,9 @@ def train(
     metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a progress bar and table."),
     plan: Path | None = typer.Option(None, help="Plan JSON from `polyrec plan`: its batch, dense dtype and optimizer, "
-                                     "row dtype, embedding optimizer and table shardings (options left at their "
-                                     "defaults take the plan's; others must agree with it)."),
+                                     "row dtype, embedding optimizer, table shardings and, for synthetic data, "
+                                     "index distribution (options left at their defaults take the plan's; others "
+                                     "must agree with it)."),
 ) -> None:
     """Train a model preset.
 

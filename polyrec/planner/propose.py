@@ -45,7 +45,12 @@ MAX_FLEET_GPUS = PER_HOST_CHOICES[-1] * HOST_CHOICES[-1]
 
 
 class NoFitError(ValueError):
-    """The model fits no plan on the fleet; the message names fleets that would fit."""
+    """The model fits no plan on the fleet; the message names fleets that would fit, ``model`` and ``fleet`` are
+    what was planned (``serialize.no_fit_to_json``)."""
+
+    def __init__(self, message: str, *, model: ModelSpec, fleet: Fleet):
+        super().__init__(message)
+        self.model, self.fleet = model, fleet
 
 
 @dataclass(kw_only=True, slots=True)
@@ -540,5 +545,5 @@ def make_plan(model: ModelSpec, fleet: Fleet, constraints: PlanConstraints | Non
     c = constraints or PlanConstraints()
     plan = plan_if_fits(model, fleet, c)
     if plan is None:
-        raise NoFitError(no_fit_message(model, fleet, c))
+        raise NoFitError(no_fit_message(model, fleet, c), model=model, fleet=fleet)
     return plan

@@ -24,6 +24,8 @@ from polyrec.planner.types import (
     PLAN_VERSION,
     SHARDINGS,
     WEIGHT_BYTES,
+    Fleet,
+    ModelSpec,
     Plan,
 )
 
@@ -61,6 +63,14 @@ def _encode(value: Any) -> Any:
 
 def plan_to_json(plan: Plan, *, indent: int | None = 1) -> str:
     return json.dumps(_encode(plan), indent=indent)
+
+
+def no_fit_to_json(model: ModelSpec, fleet: Fleet, reason: str, *, indent: int | None = 1) -> str:
+    """The answer where nothing fits: ``"fits": false``, the ``model`` and ``fleet`` as a plan writes them, and
+    the ``reason`` (``propose.no_fit_message``: what runs out, and the fleets or batch that would fit). Not a
+    plan: ``plan_from_json`` refuses it, naming ``fits``."""
+    return json.dumps({"fits": False, "model": _encode(model), "fleet": _encode(fleet), "reason": reason},
+                      indent=indent)
 
 
 def _type_name(hint: Any) -> str:
@@ -186,6 +196,9 @@ def plan_from_json(text: str) -> Plan:
         raise PlanFormatError("<document>", f"not valid JSON: {err}") from err
     if not isinstance(data, dict):
         raise PlanFormatError("plan", "expected a JSON object")
+    if data.get("fits") is False:  # polyrec plan --json's answer where nothing fits (no_fit_to_json)
+        raise PlanFormatError("plan.fits", "false: polyrec plan's answer where the model does not fit, not a plan "
+                                           "(its \"reason\" says why)")
     if data.get("version") != PLAN_VERSION:
         raise PlanFormatError("plan.version", f"this polyrec reads plan version {PLAN_VERSION}, "
                                               f"got {data.get('version')!r}")

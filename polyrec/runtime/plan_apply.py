@@ -1,16 +1,20 @@
 """What ``polyrec train --plan plan.json`` takes from a ``polyrec plan`` answer, and what it refuses.
 
 A plan chooses, for one model on one fleet: the batch per GPU, the dense layers' matmul dtype and
-optimizer, and per table its sharding (ranks), memory, row dtype and optimizer. The trainer takes
-all of them: the shardings where the embeddings are built (``parallel.sharded_embeddings``), the
-rest as ``TrainConfig`` fields here. A field the user set to something other than its default and
-other than the plan's value is a conflict, reported with both values (edit the plan, or drop
-``--plan``); a field left at its default takes the plan's value.
+optimizer, and per table its sharding (ranks), memory, row dtype and optimizer; it was priced for an
+index distribution and an overlap mode. The trainer takes all of them: the shardings where the
+embeddings are built (``parallel.sharded_embeddings``), the rest as ``TrainConfig`` fields here, the
+index distribution as synthetic data's (``data``: ``synthetic`` draws zipf ids, ``synthetic:uniform``
+uniform ones; file data's ids are the file's, not checked). A field the user set to something other
+than its default and other than the plan's value is a conflict, reported with both values (edit the
+plan, or drop ``--plan``); a field left at its default takes the plan's value.
 
 Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM), and
-several row dtypes or optimizers across tables (the trainer's tables share one of each). A plan for
-another model (its table rows, embedding dim or dense half: a co-designed plan may change any of
-them) or another number of ranks is refused too.
+several row dtypes or optimizers across tables (the trainer's tables share one of each). Refused too:
+with synthetic data, an index distribution it does not draw (log_uniform); on several ranks, overlap
+"pipeline" (the trainer has no overlap setting: its ranks overlap as "ddp" prices, and one rank has
+nothing to overlap); and a plan for another model (its table rows, embedding dim or dense half: a
+co-designed plan may change any of them) or another number of ranks.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
 #: The plan's dense dtypes (planner.types.Plan.dense_dtype) the trainer runs, by the same names
 #: (``TrainConfig.precision``).
 TRAINER_PRECISIONS = ("bf16", "fp32", "fp8")
+#: The plan's index distributions (planner.types.INDEX_DISTRIBUTIONS) that synthetic data draws, by the same
+#: names (``polyrec.data.synthetic.SyntheticSource``'s ``distribution``; the planner's "zipf" is its power law);
+#: the first is what plain ``synthetic`` draws (``polyrec.data.sources.open_source``).
+SYNTHETIC_DISTRIBUTIONS = ("zipf", "uniform")
+#: Where in the plan a TrainConfig field's value comes from, where the names differ enough to need saying.
+PLAN_SOURCES = {"data": "model.index_distribution"}
 
 
 def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
@@ -89,6 +99,10 @@ def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
     if plan.dense_dtype not in TRAINER_PRECISIONS:
         raise ValueError(f"{path}: dense dtype {plan.dense_dtype!r} is not one the trainer runs "
                          f"({', '.join(TRAINER_PRECISIONS)})")
+    if plan.overlap == "pipeline" and plan.fleet.world_size > 1:
+        raise ValueError(f"{path}: the plan's overlap 'pipeline' hides the embedding all-to-alls under the dense "
+                         "compute; the trainer's ranks overlap DDP's all-reduce only ('ddp'). Re-plan with "
+                         "--overlap ddp")
     return {"batch_size": plan.batch_per_gpu,
             "precision": plan.dense_dtype,
             "dense_optimizer": plan.dense_optimizer,
@@ -96,12 +110,33 @@ def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
             "embedding_optimizer": _one(path, "embedding optimizers", {t.table: t.optimizer for t in plan.tables})}
 
 
+def plan_data(plan: Plan, data: str, path: Path) -> str:
+    """The data spec the plan sets for a run of ``data``: synthetic data of the plan's index distribution
+    (``data`` itself where it draws that one, else ``synthetic:<distribution>``); file data as it is (its ids
+    are the file's)."""
+    kind, _, drawn = data.partition(":")
+    wanted = plan.model.index_distribution
+    if kind != "synthetic" or (drawn or SYNTHETIC_DISTRIBUTIONS[0]) == wanted:
+        return data
+    if wanted not in SYNTHETIC_DISTRIBUTIONS:
+        raise ValueError(f"{path}: the plan's model.index_distribution {wanted!r} is not one synthetic data draws "
+                         f"({', '.join(SYNTHETIC_DISTRIBUTIONS)}). Re-plan with --distribution "
+                         f"{' or '.join(SYNTHETIC_DISTRIBUTIONS)}, or train on file data")
+    return f"synthetic:{wanted}"
+
+
+def _clash(name: str, ours: object, planned: object) -> str:
+    """One field the run sets against the plan: both values, and where the plan's comes from."""
+    source = f", from its {PLAN_SOURCES[name]}" if name in PLAN_SOURCES else ""
+    return f"{name} {ours!r} (the plan: {planned!r}{source})"
+
+
 def apply_plan(cfg: TrainConfig, plan: Plan) -> TrainConfig:
     """``cfg`` with the plan's choices; a field set away from its default and from the plan's value
     is refused, naming both."""
     defaults = TrainConfig()
-    fields = plan_fields(plan, Path(cfg.plan))
-    clashes = [f"{name} {getattr(cfg, name)!r} (the plan: {value!r})" for name, value in fields.items()
+    fields = plan_fields(plan, Path(cfg.plan)) | {"data": plan_data(plan, cfg.data, Path(cfg.plan))}
+    clashes = [_clash(name, getattr(cfg, name), value) for name, value in fields.items()
                if getattr(cfg, name) not in (value, getattr(defaults, name))]
     if clashes:
         raise ValueError(f"{cfg.plan}: the run sets " + "; ".join(clashes) + ". Leave them out to take the "
