@@ -14,9 +14,9 @@ from polyrec.runtime.config import TrainConfig, resolve
     ({"lr": -0.1}, "lr must be a finite number, 0 or more, got -0.1"),
     ({"lr": math.nan}, "lr must be a finite number, 0 or more, got nan"),
     ({"lr": math.inf}, "lr must be a finite number, 0 or more, got inf"),
-    ({"embedding_lr": 0.0}, r"embedding_lr must be a finite number above 0 \(None: same as lr\), got 0.0"),
-    ({"embedding_lr": -1.0}, "embedding_lr must be a finite number above 0"),
-    ({"embedding_lr": math.nan}, "embedding_lr must be a finite number above 0"),
+    ({"embedding_lr": 0.0}, r"--embedding-lr must be a finite number above 0 \(leave it out to use --lr\), got 0.0"),
+    ({"embedding_lr": -1.0}, "--embedding-lr must be a finite number above 0"),
+    ({"embedding_lr": math.nan}, "--embedding-lr must be a finite number above 0"),
 ])
 def test_a_rate_no_run_can_use_is_refused_naming_the_field(changes, message):
     with pytest.raises(ValueError, match=message):

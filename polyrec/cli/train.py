@@ -63,16 +63,6 @@ def summary_table(result: TrainResult, trainer: Trainer) -> Table:
     return table
 
 
-def check_rates(lr: float, embedding_lr: float | None) -> None:
-    """Learning rates a run can use, or ValueError naming the option (inf or NaN would train to NaN,
-    a negative rate climbs the loss, and an --embedding-lr of 0 would be read as "use --lr")."""
-    if not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"--lr must be a finite number, 0 or more, got {lr}")
-    if embedding_lr is not None and (not math.isfinite(embedding_lr) or embedding_lr <= 0):
-        raise ValueError(f"--embedding-lr must be a finite number above 0 (leave it out to use --lr), "
-                         f"got {embedding_lr}")
-
-
 def _out_of_memory(exc: RuntimeError | MemoryError) -> bool:
     """Whether ``exc`` is an allocation failure: the GPU's OutOfMemoryError, the CPU allocator's, or
     numpy's MemoryError (a file source's batch buffer)."""
@@ -201,7 +191,6 @@ def train(
     completed = False
     try:
         with peer_failure_exits(), bad_input_exits():
-            check_rates(lr, embedding_lr)
             result = _train_and_report(cfg, as_json)
             completed = True
     finally:

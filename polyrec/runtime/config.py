@@ -122,12 +122,13 @@ def check_counts(cfg: TrainConfig) -> None:
 
 
 def check_rates(cfg: TrainConfig) -> None:
-    """Learning rates a run can use; errors name the field (inf or NaN would train to NaN, a negative rate
+    """Learning rates a run can use; errors name the option (inf or NaN would train to NaN, a negative rate
     climbs the loss, and an embedding_lr of 0 would be read as "same as lr")."""
     if not math.isfinite(cfg.lr) or cfg.lr < 0:
-        raise ValueError(f"lr must be a finite number, 0 or more, got {cfg.lr}")
+        raise ValueError(f"--lr must be a finite number, 0 or more, got {cfg.lr}")
     if cfg.embedding_lr is not None and (not math.isfinite(cfg.embedding_lr) or cfg.embedding_lr <= 0):
-        raise ValueError(f"embedding_lr must be a finite number above 0 (None: same as lr), got {cfg.embedding_lr}")
+        raise ValueError(f"--embedding-lr must be a finite number above 0 (leave it out to use --lr), "
+                         f"got {cfg.embedding_lr}")
 
 
 def resolve(cfg: TrainConfig) -> Resolved:
