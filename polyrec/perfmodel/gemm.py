@@ -477,7 +477,7 @@ def estimate(p: GemmProblem, cfg: TileConfig, spec: DeviceSpec, ceil: Ceilings, 
         return GemmEstimate(seconds=math.inf, footprint=fp, parts={})
     rate = ceil.matmul_flops[rate_dtype(p.dtype, spec)].value
     peak = spec.peak_flops[rate_dtype(p.dtype, spec)]
-    clock = spec.boost_clock_hz * rate / peak * efficiency  # sustained clock implied by the ceiling
+    clock = rate * (spec.boost_clock_hz / peak) * efficiency  # sustained clock implied by the ceiling (no overflow)
     mma, smem = _step_cycles(cfg, p, spec, fp)
     operand_bw = ceil.l2_bandwidth.value * L2_OPERAND_OVER_PROBE[spec.vendor]
     port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (operand_bw / spec.compute_units / clock)

@@ -139,7 +139,7 @@ def estimate(p: base.GemmProblem, cfg: base.TileConfig, spec: DeviceSpec, ceil: 
     if not fp.fits:
         return base.GemmEstimate(seconds=math.inf, footprint=fp, parts={})
     rated = base.rate_dtype(p.dtype, spec)
-    clock = spec.boost_clock_hz * ceil.matmul_flops[rated].value / spec.peak_flops[rated] * efficiency
+    clock = ceil.matmul_flops[rated].value * (spec.boost_clock_hz / spec.peak_flops[rated]) * efficiency
     mma, smem = base._step_cycles(cfg, p, spec, fp)
     operand_bw = ceil.l2_bandwidth.value * base.L2_OPERAND_OVER_PROBE[spec.vendor]
     port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (operand_bw / spec.compute_units / clock)

@@ -17,7 +17,8 @@ Overlap:
 
 With ``ddp`` (polyrec's runtime), the input all-to-all of a batch crosses during the previous
 step's dense work, on its own stream and communicator (polyrec.runtime.trainer
-``_send_inputs_ahead``), so it hides up to that work's time, and no collective stands between a
+``_send_inputs_ahead``), so it hides up to what of that work the all-reduce has not hidden under (as
+under ``pipeline``: the two share the link), and no collective stands between a
 rank's embedding backward and its next lookup: the embedding phases cost the slowest rank's
 forward + backward, not the slowest forward plus the slowest backward. Each rank's embedding backward also sorts its ids while
 the pooled rows cross the forward all-to-all (polyrec.runtime.sharding calls the TBE's
@@ -170,12 +171,12 @@ def step_time(parts: StepParts) -> StepTime:
     overlap, c = 0.0, parts.contention.compute_bound
     if parts.overlap in ("ddp", "pipeline"):
         overlap += parts.all_reduce_s - exposed_all_reduce(parts.all_reduce_s, parts.all_reduce_bytes, dense_b, c)
+    room = max(0.0, dense_f + dense_b - overlap)  # the dense compute the all-reduce has not hidden under
     if parts.overlap == "pipeline":
-        room = max(0.0, dense_f + dense_b - overlap)
         overlap += beside(a2a, room, c)
     elif parts.overlap == "ddp":
         overlap += _gradient_exchange_overlap(parts, opt)
-        overlap += beside(parts.input_all_to_all_s, dense_f + dense_b, c)
+        overlap += beside(parts.input_all_to_all_s, room, c)
         overlap += emb_f + emb_b - _embedding_chain(parts)
     device = emb_f + emb_b + dense_f + dense_b + a2a + parts.all_reduce_s + opt + other - overlap
     host = max(parts.host_s or [0.0])

@@ -41,9 +41,12 @@ ZIPF_ALPHA = 1.05
 #: the TBE benchmark's rank = floor((rows+1)^u) - 1, and "zipf", the trainer's synthetic data.
 SKEW_ALPHA = {"log_uniform": 1.0, "zipf": ZIPF_ALPHA}
 SKEWS = ("uniform", *SKEW_ALPHA)
-#: Loaded DRAM latency under a full gather load, seconds: about twice the idle latency above (queueing
-#: at ~100% of the memory bandwidth); fitted to the forward sweep of
-#: benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json (tests/test_tbe_perfmodel.py checks it).
+#: Loaded DRAM latency under a full gather load, seconds: about twice the idle latency (queueing at ~100%
+#: of the memory bandwidth). Idle: ~0.5-0.6 us on H100 (Chips and Cheese, "Nvidia's H100: Funny L2, and Tons
+#: of Bandwidth", 2023), ~0.7-0.8 us on MI300X (Chips and Cheese, "Testing AMD's Giant MI300X", 2024).
+#: NVIDIA: fitted to the forward sweep of benchmarks/results/tbe_breakdown_nvidia-h200_2026-11-29.json
+#: (tests/test_tbe_perfmodel.py checks it); AMD: estimate (not measured), the MI300X's idle latency scaled
+#: as that fit scales the H100's.
 LOADED_LATENCY_S = {"nvidia": 1.0e-6, "amd": 1.4e-6}
 #: Least bytes of copy rate one random row read costs, however small the row: random reads of 16-64 B
 #: rows ran at 39-40 G rows/s on the H200 whatever their size (a minimal Triton gather over 8 GiB,
