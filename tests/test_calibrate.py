@@ -95,3 +95,13 @@ def test_a_gpu_the_catalog_lacks_gets_every_matmul_rate_it_can_run_measured(monk
     assert ceilings(unknown, measured).matmul_flops["bf16"].value == 1e14
     a100 = calibrate.calibrate(get_device("A100"))
     assert "matmul_fp8" not in a100 and a100["matmul_bf16"] == 1e14
+
+
+@pytest.mark.parametrize("value", [1e300, 1e-300, 2.5 * 989.4e12])
+def test_a_calibrated_rate_no_device_measures_is_refused_naming_it(value):
+    """1e300 FLOP/s overflowed the GEMM models and 1e-300 priced every kernel at infinity (the planner then
+    crashed on a missing config); a rate past twice the datasheet's is not a measurement either."""
+    spec = get_device("H200")
+    with pytest.raises(ValueError, match=r"calibration of H200: 'matmul_bf16' .* the datasheet's 9\.894e\+14"):
+        ceilings(spec, {"matmul_bf16": value})
+    assert ceilings(spec, {"matmul_bf16": 779.5e12}).matmul_flops["bf16"].value == 779.5e12

@@ -3,6 +3,7 @@ the collectives outlast the dense work they hide under."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
+from polyrec.hardware.types import Ceiling
 from polyrec.kernels.gemm_configs import config_space
 from polyrec.perfmodel.gemm import GemmProblem, estimate
 from polyrec.perfmodel.step import DDP_BUCKET_BYTES, NCCL_CONTENTION, Contention, StepParts, step_time
@@ -17,11 +19,13 @@ from polyrec.perfmodel.step import DDP_BUCKET_BYTES, NCCL_CONTENTION, Contention
 
 @pytest.mark.parametrize("tma", [False, True])
 def test_a_matmul_rate_near_the_float_limit_prices_every_config(tma):
-    """A calibrated matmul rate of 1e300 FLOP/s (``ceilings`` takes any finite positive rate) made the sustained
+    """A matmul ceiling of 1e300 FLOP/s (a calibration file held one; ``ceilings`` now refuses it) made the sustained
     clock ``boost x rate`` overflow to inf and the operand port's cycles divide by 0: ZeroDivisionError in the
     planner. Every fitting config, classic or TMA, is priced finite, and no slower than at the datasheet's rate."""
     spec = get_device("H200")
-    fast, datasheet = ceilings(spec, {"matmul_bf16": 1e300}), ceilings(spec, {})
+    datasheet = ceilings(spec, {})
+    fast = dataclasses.replace(datasheet, matmul_flops={**datasheet.matmul_flops, "bf16": Ceiling(value=1e300,
+                                                                                                  origin="test")})
     problem = GemmProblem(m=65536, n=3456, k=512, dtype="bf16")
     configs = [c for c in config_space(spec, "bf16") if c.persistent_tma == tma]
     assert configs

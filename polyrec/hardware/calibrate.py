@@ -87,6 +87,13 @@ def finite_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
+#: Measured over datasheet ceilings a calibration file may hold: a device measures at most its datasheet
+#: peak (an H200 measured 0.78x bf16, 0.88x copy: benchmarks/results/calibrate_nvidia-h200_2026-11-29.json),
+#: and a thousandth of it is a broken measurement or file; values outside overflowed the models (1e300
+#: FLOP/s) or priced every kernel at infinity (1e-300).
+PLAUSIBLE_OVER_DATASHEET = (1e-3, 2.0)
+
+
 def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilings:
     """The ceilings of a device: calibrated where measured, else datasheet, else a stated estimate.
 
@@ -101,6 +108,11 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
             return Ceiling(value=fallback, origin=origin)
         if not (finite_number(value) and value > 0):
             raise ValueError(f"calibration of {spec.name}: '{key}' must be a finite positive number, got {value!r}")
+        if origin == "datasheet" and fallback > 0 and not PLAUSIBLE_OVER_DATASHEET[0] <= value / fallback \
+                <= PLAUSIBLE_OVER_DATASHEET[1]:
+            raise ValueError(f"calibration of {spec.name}: '{key}' {value:.4g} is {value / fallback:.3g}x the "
+                             f"datasheet's {fallback:.4g}, not a measurement of this device; run `polyrec hw "
+                             "calibrate` again or delete the file")
         return Ceiling(value=float(value), origin=cal)
 
     matmul = {}
