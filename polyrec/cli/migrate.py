@@ -56,7 +56,7 @@ def _check_jobs_ref(ref: str) -> None:
 
 @app.command()
 def scan(
-    paths: list[Path] = typer.Argument(..., help="Files or directories (.py .cu .cuh .cpp .h)."),
+    paths: list[Path] = typer.Argument(..., help="Files or directories (.py .cu .cuh .cpp .cc .cxx .h .hpp)."),
     as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
     sarif: Path | None = typer.Option(None, "--sarif", help="Also write SARIF 2.1.0 to this file."),
     rule: list[str] = typer.Option([], "--rule", "-r", help="Only these rule IDs (repeatable)."),

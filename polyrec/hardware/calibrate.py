@@ -129,10 +129,11 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
     )
 
 
-#: What an H200 measured against its datasheet peaks (4.8 TB/s HBM, 989 TFLOP/s bf16): copy 4.11-4.25 TB/s and
-#: bf16 matmul 748-802 TFLOP/s over the nine committed calibrations (README, "Measured so far";
-#: benchmarks/results/planner_accuracy_runs_2026-12-01/calibration_h200_*). Said where a plan uses datasheet peaks.
-MEASURED_BELOW_DATASHEET = "an H200 measured copy 4.11-4.25 of 4.8 TB/s and bf16 matmul 748-802 of 989 TFLOP/s"
+#: What an H200 measured against its datasheet peaks (4.8 TB/s HBM, 989 TFLOP/s bf16): copy 4.11-4.28 TB/s and
+#: bf16 matmul 730-802 TFLOP/s over the nineteen H200 calibrations committed by 2026-12-04
+#: (benchmarks/results/*/calibration_h200*.json and calibrate_spread_2026-12-01/hw_calibrate_run*_h200.json).
+#: Said where a plan uses datasheet peaks.
+MEASURED_BELOW_DATASHEET = "an H200 measured copy 4.11-4.28 of 4.8 TB/s and bf16 matmul 730-802 of 989 TFLOP/s"
 
 
 def datasheet_note(by_device: dict[str, Ceilings], dtype: str) -> str | None:
