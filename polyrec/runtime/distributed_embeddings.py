@@ -9,6 +9,7 @@ on each shard) and the all-to-alls of ``polyrec.runtime.sharding`` move ids and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -82,6 +83,17 @@ def check_buildable(shards: Sequence[Shard], world_size: int) -> None:
                          "shard it over fewer ranks or keep it whole")
 
 
+def _init_as_whole_tables(local: TableBatchedEmbedding, shards: Sequence[Shard], table_rows: Sequence[int]) -> None:
+    """Row shards' initial weights drawn from their whole table's range: the TBE draws each of its tables
+    from U(-sqrt(1 / rows), sqrt(1 / rows)) of its own rows (docs/tbe.md), which for a shard of a table
+    split row-wise over N ranks was about sqrt(N) wider than one process's (TorchRec inits a shard by
+    its whole table's size)."""
+    with torch.no_grad():
+        for view, s in zip(local.table_weights(), shards):
+            if s.num_rows != table_rows[s.table]:
+                view.mul_(math.sqrt(s.num_rows / table_rows[s.table]))
+
+
 class DistributedEmbeddings(nn.Module):
     """Sharded embedding tables with the single-GPU backends' interface."""
 
@@ -100,9 +112,11 @@ class DistributedEmbeddings(nn.Module):
         def build(shards: list[Shard], feature_to_shard: list[int]) -> nn.Module:
             tables = [TableSpec(name=f"t{s.table}[{s.rows[0]}:{s.rows[1]},{s.cols[0]}:{s.cols[1]}]",
                                 rows=s.num_rows, dim=s.dim) for s in shards]
-            return TableBatchedEmbedding(tables, optimizer=optimizer, weight_dtype=weight_dtype,
-                                         feature_to_table=feature_to_shard, device=device,
-                                         seed=seed * _SEED_STRIDE + rank, output_dtype=output_dtype)
+            local = TableBatchedEmbedding(tables, optimizer=optimizer, weight_dtype=weight_dtype,
+                                          feature_to_table=feature_to_shard, device=device,
+                                          seed=seed * _SEED_STRIDE + rank, output_dtype=output_dtype)
+            _init_as_whole_tables(local, shards, table_rows)
+            return local
 
         self.sharded = ShardedEmbedding(rows=table_rows, dims=[dim] * len(table_rows), shardings=shardings,
                                         feature_to_table=list(range(len(table_rows))), local_factory=build,

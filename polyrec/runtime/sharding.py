@@ -256,7 +256,8 @@ class ShardedEmbedding(nn.Module):
     ``local_factory(shards, local_feature_to_shard)`` builds this rank's module: one table per shard
     (``shard.num_rows`` x ``shard.dim``), one feature per shard-feature, whose
     ``forward(JaggedBatch) -> [samples, sum of dims]`` pools sum-wise and whose backward applies its
-    optimizer (polyrec's TableBatchedEmbedding).
+    optimizer (polyrec's TableBatchedEmbedding). On several ranks every rank serves a feature (a
+    sharding that leaves one without raises on every rank).
 
     A step's host work does not grow with the number of features: the input distribution is a fixed
     number of vectorised ops (``polyrec.runtime.input_dist``), its one host sync reads the split
@@ -281,6 +282,12 @@ class ShardedEmbedding(nn.Module):
         self.shards = make_shards(rows, dims, shardings, world_size)
         self.pieces = shard_features(self.shards, feature_to_table, dims)
         self.pieces += [[] for _ in range(world_size - len(self.pieces))]
+        idle = [r for r, pieces in enumerate(self.pieces) if not pieces]
+        # An idle rank's pooled rows (fp32 zeros, no gradient) broke both exchanges: gloo aborted on another
+        # dtype, and its peers' backward waited for a gradient exchange it never began. Every rank raises here.
+        if world_size > 1 and idle:
+            raise ValueError(f"rank(s) {idle} of {world_size} serve no feature; give every rank a shard of a table "
+                             "that a feature reads")
         self.out_dim = sum(dims[t] for t in feature_to_table)
         self.num_features = len(feature_to_table)
         self.local_shards = [s for s in self.shards if s.rank == rank]
@@ -537,7 +544,7 @@ class ShardedEmbedding(nn.Module):
         of a world-2 MLPerf step otherwise spent after the gradient arrives). Only when a backward
         will follow."""
         prepare = getattr(self.local, "prepare_backward", None)
-        if prepare is None or not torch.is_grad_enabled() or local_batch.num_features == 0:
+        if prepare is None or not torch.is_grad_enabled():
             return None
         return functools.partial(prepare, local_batch)
 
