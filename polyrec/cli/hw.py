@@ -66,7 +66,7 @@ def list_devices(as_json: bool = JSON_OPT) -> None:
     table = Table(title="polyrec hardware catalog (datasheet values)")
     table.add_column("name", no_wrap=True, min_width=6)
     for col in ("arch", "CUs", "HBM GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
-                "LDS/smem KB", "L2 MB", "TDP W"):
+                "LDS/smem KiB", "L2 MiB", "TDP W"):
         table.add_column(col, justify="right")
     for s in specs.values():
         table.add_row(s.name, s.arch, str(s.compute_units), f"{s.hbm_bytes / 1e9:.0f}", _tb(s.hbm_bandwidth),
