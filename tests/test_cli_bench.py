@@ -43,3 +43,18 @@ def test_json_of_a_run_whose_loss_went_nan_is_strict_json(monkeypatch):
         raise ValueError(f"not strict JSON: {constant}")
 
     assert json.loads(result.stdout, parse_constant=refuse)["rows"][0]["last_loss"] is None
+
+
+def test_file_data_runs_without_a_synthetic_pool_and_synthetic_with_one(monkeypatch):
+    """The default pool (warmup + steps) is for synthetic data; file data gets none (open_source refuses one)."""
+    import polyrec.runtime.bench
+
+    pools = []
+    monkeypatch.setattr(polyrec.runtime.bench, "e2e",
+                        lambda base, warmup, steps: pools.append(base.synthetic_pool) or {"rows": [], "speedup": 1.0})
+    from pathlib import Path
+
+    for data in (f"criteo:{Path(__file__).parent / 'data' / 'criteo_sample.tsv'}", "synthetic"):
+        result = runner.invoke(app, ["bench", "e2e", "--json", "--data", data, "--warmup", "2", "--steps", "3"])
+        assert result.exit_code == 0, result.output
+    assert pools == [0, 5]

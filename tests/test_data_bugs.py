@@ -703,3 +703,10 @@ def test_eval_spec_rejected_where_it_would_be_ignored(spec):
 def test_directory_is_reported_as_a_directory(tmp_path, kind):
     with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path} is a directory, not a file")):
         open_source(f"{kind}:{tmp_path}", small(), batch_size=4, seed=0, device=CPU)
+
+
+@pytest.mark.parametrize("spec", [f"criteo:{DATA / 'criteo_sample.tsv'}", f"movielens:{DATA / 'ml_sample.data'}"])
+def test_a_synthetic_pool_with_file_data_is_refused(spec):
+    """Was ignored: `bench e2e --synthetic-pool 8 --data criteo:...` timed the file's batches as asked-for repeats."""
+    with pytest.raises(ValueError, match="--synthetic-pool 8 repeats synthetic batches; .* data reads its file"):
+        open_source(spec, small(), batch_size=4, seed=0, device=CPU, synthetic_pool=8)

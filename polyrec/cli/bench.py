@@ -39,7 +39,7 @@ def e2e_command(
                                            help="polyrec's path with CUDA graphs (GPU); default as polyrec train."),
     pipeline: str = typer.Option("sync", help="polyrec's path: sync or semi-sync (see polyrec train --help)."),
     synthetic_pool: int | None = typer.Option(
-        None, show_default="warmup + steps",
+        None, show_default="warmup + steps (synthetic data)",
         help="Synthetic batches generated once and cycled (0: a new one per step). The default makes as many as "
              "the run takes: a model memorises a few cycled batches and then steps faster than on new data."),
     seed: int = typer.Option(0),
@@ -54,8 +54,8 @@ def e2e_command(
         typer.echo(f"error: --steps must be at least 1 and --warmup 0 or more, got --steps {steps} --warmup {warmup}",
                    err=True)
         raise typer.Exit(2)
-    if synthetic_pool is None:
-        synthetic_pool = warmup + steps
+    if synthetic_pool is None:  # file data reads its file: no pool
+        synthetic_pool = warmup + steps if data.startswith("synthetic") else 0
     if synthetic_pool < 0:
         typer.echo(f"error: --synthetic-pool must be 0 or more, got {synthetic_pool}", err=True)
         raise typer.Exit(2)

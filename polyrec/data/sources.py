@@ -42,6 +42,9 @@ def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, d
     if eval_spec and kind in ("synthetic", "movielens"):
         raise ValueError(f"eval data {eval_spec!r} is only for criteo and mlperf data: synthetic data has its own "
                          "eval stream and MovieLens its test split")
+    if synthetic_pool and kind != "synthetic":
+        raise ValueError(f"--synthetic-pool {synthetic_pool} repeats synthetic batches; {kind} data reads its "
+                         "file: leave it out")
     bad = BadRows(skip=skip_bad_rows)
     if kind == "synthetic":
         return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device, distribution=arg or "zipf",
