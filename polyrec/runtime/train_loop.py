@@ -217,7 +217,7 @@ class TrainLoop:
         result.step = self.step
         result.samples_per_s = ran * self.cfg.batch_size / train_seconds if train_seconds > 0 else 0.0
         result.timing_ms = self.timer.per_step_ms(ran)
-        if self._stopping is not None:
+        if self._stopping is not None and self.step < self.cfg.steps:  # one during the last step: the run is done
             result.status = "sigterm"
         else:
             stopped = self._eval_and_log(result)
