@@ -27,3 +27,10 @@ def test_a_rate_no_run_can_use_is_refused_naming_the_field(changes, message):
 def test_usable_rates_and_a_late_eval_are_accepted(changes):
     """lr 0 (weights held) as the CLI takes it; eval_every past steps only evaluates at the end."""
     assert resolve(TrainConfig(device="cpu", **changes)).device.type == "cpu"
+
+
+@pytest.mark.parametrize("name", ["steps", "batch_size", "log_every", "eval_batches"])
+def test_a_count_below_one_names_its_option(name):
+    """Said `log_every must be at least 1` to a user who typed --log-every 0."""
+    with pytest.raises(ValueError, match=f"^--{name.replace('_', '-')} must be at least 1, got 0$"):
+        resolve(TrainConfig(device="cpu", **{name: 0}))

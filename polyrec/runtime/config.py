@@ -147,7 +147,7 @@ def resolve(cfg: TrainConfig) -> Resolved:
         raise ValueError(f"dense optimizer must be {' or '.join(DENSE_OPTIMIZERS)}, got {cfg.dense_optimizer!r}")
     for name in ("steps", "batch_size", "log_every", "eval_batches"):
         if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
     check_counts(cfg)
     check_rates(cfg)
     if cfg.resume and cfg.checkpoint_dir is None:
