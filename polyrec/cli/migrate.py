@@ -244,7 +244,6 @@ def port(
         raise _fail(str(exc)) from exc
     except OSError as exc:  # an --out that is a file, or under one
         raise _os_error("--out", exc) from exc
-    (out / "port-report.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n")
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=1))
         raise typer.Exit(0 if report.accepted else 1)

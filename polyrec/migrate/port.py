@@ -84,7 +84,8 @@ def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> None:
 
 def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: Path, rounds: int = 4,
          config: VerifyConfig | None = None) -> PortReport:
-    """Run the loop; write attempts, the transcript and (when accepted) ``port_result.py`` in ``work_dir``."""
+    """Run the loop; write attempts, the transcript, ``port-report.json`` (also when a round raises or on
+    Ctrl-C) and (when accepted) ``port_result.py`` in ``work_dir``."""
     if rounds < 1:
         raise ValueError(f"port: rounds must be >= 1, got {rounds}")
     if not kernel.is_file():
@@ -94,12 +95,25 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
     work_dir.mkdir(parents=True, exist_ok=True)
     report = PortReport(kernel=str(kernel), reference=reference,
                         provider=provider.describe() if provider is not None else None)
-    _deterministic(kernel, work_dir, report)
-    if provider is None:
-        report.left = ["no LLM endpoint configured (--url/--model or POLYREC_LLM_URL/POLYREC_LLM_MODEL): "
-                       "write a Triton candidate by hand and check it with `polyrec migrate verify`",
-                       *[f"hazard: {f}" for f in report.scan_findings]]
-        return report
+    try:
+        _deterministic(kernel, work_dir, report)
+        if provider is None:
+            report.left = ["no LLM endpoint configured (--url/--model or POLYREC_LLM_URL/POLYREC_LLM_MODEL): "
+                           "write a Triton candidate by hand and check it with `polyrec migrate verify`",
+                           *[f"hazard: {f}" for f in report.scan_findings]]
+        else:
+            _loop(kernel, reference, provider, work_dir, rounds, config, report)
+    except BaseException as exc:  # Ctrl-C or a crash in a later round: the rounds so far stay on record
+        report.left.append(f"stopped in round {report.rounds_used}: {type(exc).__name__} {exc}".rstrip())
+        raise
+    finally:
+        (work_dir / "port-report.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+    return report
+
+
+def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, rounds: int,
+          config: VerifyConfig | None, report: PortReport) -> None:
+    """The propose / verify rounds; fills ``report``."""
     transcript = work_dir / "transcript.jsonl"
     transcript.write_text("")
     report.transcript_path = str(transcript)
@@ -115,7 +129,7 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
             entry["error"] = str(exc)
             _append(transcript, entry)
             report.left.append(f"provider failed in round {round_}: {exc}")
-            return report
+            return
         candidate = work_dir / f"attempt_{round_}.py"
         candidate.write_text(extract_code(reply))
         verdict = verify(candidate, reference, config)
@@ -125,12 +139,11 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
             result = work_dir / "port_result.py"
             result.write_text(candidate.read_text())
             report.accepted, report.result_path = True, str(result)
-            return report
+            return
         feedback = "The candidate failed verification:\n" + "\n".join(f"- {f}" for f in verdict.failures[:20])
         messages = [*messages, {"role": "assistant", "content": reply},
                     {"role": "user", "content": feedback + "\nReply with the corrected complete module."}]
     report.left.append(f"no candidate passed verification in {rounds} rounds; see {transcript}")
-    return report
 
 
 def _append(path: Path, entry: dict[str, Any]) -> None:

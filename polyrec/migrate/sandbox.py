@@ -14,8 +14,9 @@ resource limits (CPU seconds, address space, file size). Before the candidate is
   outputs: a kernel that does not write its output returns NaN).
 
 MODE "run" calls ``run(*inputs)`` on every case (IN: the cases) and saves the outputs, each Triton
-launch (launch_capture) and whether each output was written by a launch: an output's storage must be
-uniform (poison or one constant) when a launch first takes it, and unchanged after its last launch.
+launch (launch_capture), whether each output was written by a launch (an output's storage must be
+uniform (poison or one constant) when a launch first takes it, and unchanged between and after its
+launches) and which inputs run() wrote to.
 MODE "compile" (IN: the launches the run recorded, JSON) compiles exactly those launches for sm_90,
 gfx942 and gfx950 through polyrec.hardware.compile.compile_for; the candidate's run() is not called.
 """
@@ -146,9 +147,14 @@ class _WriteTracker:
         self.launches: dict[str, dict[str, Any]] = {}
         self.fresh: dict[int, bool] = {}  # storage address -> uniform when a launch first took it
         self.after: dict[int, Any] = {}  # storage address -> its bytes after its last launch
+        self.between: set[int] = set()  # storage addresses changed between two launches (by torch?)
 
     def _storage(self, tensor: Any, dtype: Any) -> Any:
         return self.torch.tensor([], dtype=dtype, device=tensor.device).set_(tensor.untyped_storage())
+
+    def bytes_of(self, tensor: Any) -> Any:
+        """The bytes of ``tensor``'s whole storage (NaN-safe to compare)."""
+        return self._storage(tensor, self.torch.uint8)
 
     def _tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         return [v for v in (*args, *kwargs.values()) if isinstance(v, self.torch.Tensor) and v.numel()]
@@ -160,6 +166,8 @@ class _WriteTracker:
         self.launches.setdefault(json.dumps(record, sort_keys=True), record)
         for t in self._tensors(args, kwargs):
             key = t.untyped_storage().data_ptr()
+            if key in self.after and not self.torch.equal(self._storage(t, self.torch.uint8), self.after[key]):
+                self.between.add(key)
             if key not in self.fresh:
                 flat = self._storage(t, t.dtype) if t.untyped_storage().nbytes() % t.element_size() == 0 else t
                 flat = flat.detach().reshape(-1)
@@ -181,19 +189,22 @@ class _WriteTracker:
             return "the output was not written by any Triton launch (computed by torch?)"
         if not self.fresh[key]:
             return "the output already held data when a Triton launch first took it (computed by torch?)"
+        if key in self.between:
+            return "the output was changed between two Triton launches (by torch?)"
         if not self.torch.equal(self._storage(out, self.torch.uint8), self.after[key]):
             return "the output was changed after its last Triton launch (by torch?)"
         return None
 
     def reset(self) -> None:
-        self.fresh, self.after = {}, {}
+        self.fresh, self.after, self.between = {}, {}, set()
 
 
 def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str, tracker: _WriteTracker) -> dict[str, Any]:
-    outputs, aliased, unwritten = [], [], []
+    outputs, aliased, unwritten, clobbered = [], [], [], []
     for inputs in cases:
         tracker.reset()
         inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+        before = {i: tracker.bytes_of(x).clone() for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
         out = module.run(*inputs)
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"run() returned {type(out).__name__}, expected a torch.Tensor")
@@ -201,8 +212,9 @@ def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str, tracker
                            and x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for x in inputs))
         unwritten.append(tracker.unwritten(out))
+        clobbered.append([i for i, b in before.items() if not torch.equal(tracker.bytes_of(inputs[i]), b)])
         outputs.append(out.detach().to("cpu").clone())
-    return {"outputs": outputs, "aliased": aliased, "unwritten": unwritten,
+    return {"outputs": outputs, "aliased": aliased, "unwritten": unwritten, "clobbered": clobbered,
             "launches": list(tracker.launches.values())}
 
 

@@ -18,7 +18,8 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
    through the Triton interpreter on the CPU (GPUs hidden from the child, present or not: a GPU run needs
    Triton to start the C compiler and ldconfig, which the sandbox refuses). Rejected: outputs that alias an
    input, outputs not written by a Triton launch (already holding data when a launch first took them,
-   or changed after their last launch), a child that exits without results, a reference file changed;
+   changed between launches or after their last launch), inputs that run() wrote to, a child that exits
+   without results, a reference file changed;
 3. compile: exactly the launches recorded during the numerics run are compiled for sm_90, gfx942 and
    gfx950 and must fit (shared memory / LDS, registers, spills, threads per block).
 """
@@ -295,7 +296,12 @@ def load_reference(ref: str) -> tuple[Any, Any]:
     module_name, _, func_name = ref.partition(":")
     if not func_name:
         raise ValueError(f"reference {ref!r}: expected MODULE:FUNCTION")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise
+    except Exception as exc:  # a reference that fails to import (SyntaxError, its own raise) is bad input
+        raise ValueError(f"reference {ref!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ValueError(f"reference {ref!r}: {module_name} has no function {func_name}")
@@ -385,8 +391,8 @@ def _digest(module: Any) -> str | None:
 
 def _check_outputs(result: dict[str, Any], cases: list[tuple], func: Any, module: Any) -> list[str]:
     failures = []
-    for i, (inputs, out, aliased, unwritten) in enumerate(zip(cases, result["outputs"], result["aliased"],
-                                                             result["unwritten"], strict=True)):
+    for i, (inputs, out, aliased, unwritten, clobbered) in enumerate(zip(
+            cases, result["outputs"], result["aliased"], result["unwritten"], result["clobbered"], strict=True)):
         shape = module.SHAPES[i % len(module.SHAPES)]
         where = f"case {i} (shape {tuple(shape)}, seed {i // len(module.SHAPES)})"
         if aliased:
@@ -394,6 +400,9 @@ def _check_outputs(result: dict[str, Any], cases: list[tuple], func: Any, module
             continue
         if unwritten:
             failures.append(f"numerics: {where}: {unwritten}")
+            continue
+        if clobbered:
+            failures.append(f"numerics: {where}: run() wrote to its input(s) {clobbered} (outputs only)")
             continue
         problem = compare(out, inputs, func, where)
         if problem:
