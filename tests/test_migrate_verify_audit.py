@@ -78,3 +78,19 @@ def test_reference_that_fails_to_import_is_bad_input_not_a_traceback(tmp_path, m
                                       "broken_ref:f", "--no-compile", "--json"])
     assert result.exit_code == 2, (result.output, result.exception)
     assert result.stdout == "" and "importing broken_ref failed: SyntaxError" in " ".join(result.stderr.split())
+
+
+def test_inputs_come_from_seeds_drawn_per_run_and_the_report_names_them(monkeypatch):
+    """The seeds were always 0, 1, 2: a candidate could special-case the inputs it is checked on. Now a run
+    draws its first seed (secrets) unless given one, and the report and its failures name the seeds run."""
+    import secrets
+
+    from polyrec.migrate import verify as verify_module
+
+    monkeypatch.setattr(secrets, "randbelow", lambda n: 4242)
+    assert VerifyConfig().seeds == (4242, 4243, 4244)
+    report = verify(HERE / "adv_one_shape.py", REFERENCE, VerifyConfig(compile=False,
+                                                                       seeds=verify_module.fresh_seeds(1, 77)))
+    assert not report.accepted and report.seeds == (77,)
+    assert any("seed 77)" in f for f in report.failures), report.failures
+    assert report.as_dict()["seeds"] == [77]

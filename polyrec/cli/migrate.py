@@ -189,12 +189,14 @@ def verify(
     candidate: Path = typer.Argument(..., help="Python file with @triton.jit kernels and run(*inputs)."),
     reference: str = typer.Option(..., "--reference", help="MODULE:FUNC (module defines SHAPES, make_inputs)."),
     seeds: int = typer.Option(3, help="Random seeds per shape."),
+    seed: int | None = typer.Option(None, help="First seed (the report's 'seeds' repeat a run); default: drawn "
+                                    "at random, so a candidate cannot special-case known inputs."),
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile for sm_90, gfx942, gfx950."),
     timeout: float = typer.Option(300.0, help="Seconds per sandboxed subprocess."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify a hand-written kernel. Exit 0 accepted, 1 rejected, 2 bad input."""
-    from polyrec.migrate.verify import VerifyConfig
+    from polyrec.migrate.verify import SEED_BASES, VerifyConfig, fresh_seeds
     from polyrec.migrate.verify import verify as run_verify
 
     if not candidate.is_file():
@@ -202,7 +204,9 @@ def verify(
     if not math.isfinite(timeout) or timeout <= 0:
         raise _fail(f"--timeout must be a positive number of seconds, got {timeout}")
     sys.path.insert(0, str(Path.cwd()))
-    config = VerifyConfig(seeds=tuple(range(seeds)), timeout_s=timeout, compile=compile_)
+    if seed is not None and not 0 <= seed < SEED_BASES:
+        raise _fail(f"--seed must be in [0, {SEED_BASES}), got {seed}")
+    config = VerifyConfig(seeds=fresh_seeds(seeds, seed), timeout_s=timeout, compile=compile_)
     try:
         report = run_verify(candidate, reference, config)
     except (ImportError, ValueError) as exc:

@@ -33,6 +33,7 @@ import importlib
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -65,11 +66,22 @@ TOLERANCES = {"torch.float32": (1e-4, 1e-4), "torch.float16": (1e-2, 1e-2), "tor
               "torch.float64": (1e-10, 1e-10)}
 
 
+#: Base seeds a run draws from: each seed's generators are seeded seed * 1000 + shape index (below 2^63).
+SEED_BASES = 2**31
+
+
+def fresh_seeds(count: int, base: int | None = None) -> tuple[int, ...]:
+    """``count`` consecutive seeds from ``base``, by default drawn at random: a candidate cannot know the
+    inputs it is checked on (fixed seeds let one special-case them); the report says which ran."""
+    base = secrets.randbelow(SEED_BASES) if base is None else base
+    return tuple(range(base, base + count))
+
+
 @dataclass(kw_only=True, slots=True)
 class VerifyConfig:
     """How hard verification pushes a candidate."""
 
-    seeds: tuple[int, ...] = (0, 1, 2)  # fresh random inputs per seed and shape
+    seeds: tuple[int, ...] = field(default_factory=lambda: fresh_seeds(3))  # inputs per seed and shape
     timeout_s: float = 300.0  # wall-clock limit of each sandboxed subprocess, seconds
     cpu_s: int = 300  # RLIMIT_CPU of the subprocess, CPU seconds
     memory_bytes: int = 8 << 30  # RLIMIT_AS of the subprocess, bytes (torch + triton need ~3 GiB virtual)
@@ -85,10 +97,11 @@ class VerifyReport:
     failures: list[str] = field(default_factory=list)
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "pass" | "fail" | "skipped: why"
     compile_reports: list[dict[str, Any]] = field(default_factory=list)
+    seeds: tuple[int, ...] = ()  # the input seeds it was checked on (``--seed`` repeats them)
 
     def as_dict(self) -> dict[str, Any]:
         return {"candidate": self.candidate, "accepted": self.accepted, "failures": self.failures,
-                "stages": self.stages, "compile_reports": self.compile_reports}
+                "stages": self.stages, "compile_reports": self.compile_reports, "seeds": list(self.seeds)}
 
 
 def _is_jit(node: ast.FunctionDef) -> bool:
@@ -350,7 +363,7 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
     config = config or VerifyConfig()
     if len(config.seeds) < 1:
         raise ValueError("verify: at least one seed is needed (--seeds >= 1)")
-    report = VerifyReport(candidate=str(candidate))
+    report = VerifyReport(candidate=str(candidate), seeds=tuple(config.seeds))
     module, func = load_reference(reference)
     ref_digest = _digest(module)
     module_name, _, func_name = reference.partition(":")
@@ -369,7 +382,8 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
         if not error and not out_file.is_file():
             error = "run: the sandbox exited without results (exit() / SystemExit in the candidate?)"
         result = None if error else torch.load(out_file, weights_only=True)
-        report.failures += [f"numerics: {error}"] if error else _check_outputs(result, cases, func, module)
+        report.failures += ([f"numerics: {error}"] if error
+                            else _check_outputs(result, cases, func, module, config.seeds))
         if _digest(module) != ref_digest:
             report.failures.append(f"numerics: the reference file {module.__file__} changed during verification")
         report.stages["numerics"] = "fail" if report.failures else "pass"
@@ -389,12 +403,13 @@ def _digest(module: Any) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path and Path(path).is_file() else None
 
 
-def _check_outputs(result: dict[str, Any], cases: list[tuple], func: Any, module: Any) -> list[str]:
+def _check_outputs(result: dict[str, Any], cases: list[tuple], func: Any, module: Any,
+                   seeds: tuple[int, ...]) -> list[str]:
     failures = []
     for i, (inputs, out, aliased, unwritten, clobbered) in enumerate(zip(
             cases, result["outputs"], result["aliased"], result["unwritten"], result["clobbered"], strict=True)):
         shape = module.SHAPES[i % len(module.SHAPES)]
-        where = f"case {i} (shape {tuple(shape)}, seed {i // len(module.SHAPES)})"
+        where = f"case {i} (shape {tuple(shape)}, seed {seeds[i // len(module.SHAPES)]})"
         if aliased:
             failures.append(f"numerics: {where}: output shares memory with an input")
             continue
