@@ -94,3 +94,33 @@ def test_inputs_come_from_seeds_drawn_per_run_and_the_report_names_them(monkeypa
     assert not report.accepted and report.seeds == (77,)
     assert any("seed 77)" in f for f in report.failures), report.failures
     assert report.as_dict()["seeds"] == [77]
+
+
+def test_a_timeout_kills_what_the_child_started(tmp_path):
+    """A process the sandbox child started (the compile stage's ptxas) outlived a timeout: only the child was
+    killed."""
+    import os
+    import time
+
+    from polyrec.migrate.verify import run_as_group
+
+    pid_file = tmp_path / "grandchild.pid"
+    got = run_as_group(["sh", "-c", f"sleep 30 & echo $! > {pid_file}; sleep 30"], env=dict(os.environ),
+                       timeout_s=1.0, preexec_fn=os.setsid)
+    assert got is None
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(grandchild):
+        time.sleep(0.05)
+    assert not _alive(grandchild), "the child's own process outlived the timeout"
+    assert run_as_group(["sh", "-c", "echo oops >&2; exit 3"], env=dict(os.environ), timeout_s=10.0,
+                        preexec_fn=os.setsid) == (3, "oops\n")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed but not yet reaped by init, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

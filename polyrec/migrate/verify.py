@@ -34,6 +34,7 @@ import json
 import os
 import resource
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -293,15 +294,40 @@ def run_sandboxed(mode: str, candidate: Path, cases_file: Path, out_file: Path, 
     """Run the sandbox child; None on success, else why it failed (stderr tail, timeout, limit)."""
     cmd = [sys.executable, "-m", "polyrec.migrate.sandbox", mode, str(candidate.resolve()), str(cases_file),
            str(out_file), blocked]
-    try:
-        proc = subprocess.run(cmd, env=_sandbox_env(interpret), capture_output=True, text=True,
-                              timeout=config.timeout_s, preexec_fn=_limits(config.cpu_s, config.memory_bytes),
-                              cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
+    finished = run_as_group(cmd, env=_sandbox_env(interpret), timeout_s=config.timeout_s,
+                            preexec_fn=_limits(config.cpu_s, config.memory_bytes))
+    if finished is None:
         return f"{mode}: timed out after {config.timeout_s:.0f} s"
-    if proc.returncode != 0:
-        return f"{mode}: exit code {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+    code, stderr = finished
+    if code != 0:
+        return f"{mode}: exit code {code}: {stderr.strip()[-1500:]}"
     return None
+
+
+def run_as_group(cmd: list[str], *, env: dict[str, str], timeout_s: float,
+                 preexec_fn: Any) -> tuple[int, str] | None:
+    """Run ``cmd`` (whose ``preexec_fn`` makes it a session leader: ``_limits``) in the temp directory; (exit
+    code, stderr), or None past ``timeout_s``. Its whole process group is killed when it ends or times out: a
+    process it started (the compile stage's ptxas) outlived a timeout."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=preexec_fn, cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.communicate()
+            return None
+        finally:
+            _kill_group(proc.pid)
+    return proc.returncode, stderr
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL every process left in group ``pgid`` (none: nothing to do)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def load_reference(ref: str) -> tuple[Any, Any]:
