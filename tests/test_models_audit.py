@@ -100,3 +100,19 @@ def test_edge_shapes_match_the_float64_reference():
     refs = [m.weight for m in (*ref.bottom, *ref.top) if isinstance(m, torch.nn.Linear)]
     for got, lin in zip([*model.bottom.weights, *model.top.weights], refs):
         torch.testing.assert_close(got.grad.double(), lin.grad, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("changes", [{"embedding_dim": 16.0}, {"num_dense": True}, {"table_rows": (10, 2.5)},
+                                     {"dcn_rank": 32.0}])
+def test_a_size_that_is_not_a_whole_number_is_named(changes):
+    """Was accepted, then failed inside nn.Linear (or trained a model of another shape: True is 1)."""
+    name = next(iter(changes))
+    with pytest.raises(ValueError, match=f"sizes must be whole numbers, got {name}="):
+        preset("dcnv2-small").replace(**changes)
+
+
+def test_numpy_integers_are_whole_numbers():
+    import numpy as np
+
+    config = preset("dcnv2-small")
+    assert config.replace(table_rows=tuple(np.int64(r) for r in config.table_rows)).num_tables == 26

@@ -7,6 +7,7 @@ up by name with :func:`preset`. Sizes come from the reference implementations ci
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,20 @@ KAGGLE_TABLE_ROWS: tuple[int, ...] = (
 
 #: Dense (integer) features in a Criteo row. Source: Criteo's dataset description (I1..I13).
 CRITEO_NUM_DENSE = 13
+
+
+#: ModelConfig's fields that are sizes or counts (a number or a tuple of numbers), whole numbers all.
+SIZE_FIELDS = ("num_dense", "table_rows", "embedding_dim", "multi_hot", "bottom_mlp", "top_mlp", "dcn_layers",
+               "dcn_rank")
+
+
+def _values(field_value: object) -> tuple:
+    return tuple(field_value) if isinstance(field_value, (tuple, list)) else (field_value,)
+
+
+def _whole(value: object) -> bool:
+    """An int (numpy's too), not a bool or a float."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -64,6 +79,10 @@ class ModelConfig:
         return f * self.embedding_dim
 
     def validate(self) -> None:
+        not_whole = [f"{name}={getattr(self, name)!r}" for name in SIZE_FIELDS
+                     if not all(_whole(v) for v in _values(getattr(self, name)))]
+        if not_whole:  # a float or bool size passed these checks and failed later, inside nn.Linear
+            raise ValueError(f"model config {self.name!r}: sizes must be whole numbers, got " + ", ".join(not_whole))
         problems = []
         if self.interaction not in ("dot", "dcnv2"):
             problems.append(f"interaction must be 'dot' or 'dcnv2', got {self.interaction!r}")
