@@ -116,3 +116,14 @@ def test_numpy_integers_are_whole_numbers():
 
     config = preset("dcnv2-small")
     assert config.replace(table_rows=tuple(np.int64(r) for r in config.table_rows)).num_tables == 26
+
+
+@pytest.mark.parametrize("changes", [{"lr": float("nan")}, {"lr": -0.1}, {"eps": float("inf")}, {"beta2": 1.0}])
+def test_an_embedding_optimizer_number_out_of_range_is_refused(changes):
+    """The model's config took a NaN or negative rate (the torch tables trained on it); polyrec's TBE took NaN."""
+    from polyrec.kernels.tbe_optim import EmbeddingOptimizer
+    from polyrec.models import EmbeddingOptimConfig
+
+    for config in (EmbeddingOptimConfig, EmbeddingOptimizer):
+        with pytest.raises(ValueError, match="must be"):
+            config(**changes)

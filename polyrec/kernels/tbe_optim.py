@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -31,6 +32,17 @@ OPTIM_CODE = {name: code for code, name in enumerate(OPTIMIZERS)}
 #: fp32 state values per embedding element (``adagrad``, ``adam``) or per row (``rowwise_adagrad``).
 STATE_PER_ELEMENT = {"sgd": 0, "rowwise_adagrad": 0, "adagrad": 1, "adam": 2}
 STATE_PER_ROW = {"sgd": 0, "rowwise_adagrad": 1, "adagrad": 0, "adam": 0}
+
+
+def check_hyperparameters(optim: Any) -> None:
+    """An embedding optimizer's numbers (``EmbeddingOptimizer`` or the model's config of one) in range:
+    lr, eps, weight_decay and initial_accumulator_value finite and >= 0 (NaN passed a ``< 0`` check and
+    trained the tables to NaN), beta1 and beta2 in [0, 1)."""
+    names = ("lr", "eps", "weight_decay", "initial_accumulator_value")
+    if not all(math.isfinite(getattr(optim, n)) and getattr(optim, n) >= 0 for n in names):
+        raise ValueError(f"lr, eps, weight_decay and initial_accumulator_value must be finite and >= 0: {optim}")
+    if not (0.0 <= optim.beta1 < 1.0 and 0.0 <= optim.beta2 < 1.0):
+        raise ValueError(f"beta1 and beta2 must be in [0, 1): {optim}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -48,10 +60,7 @@ class EmbeddingOptimizer:
     def __post_init__(self) -> None:
         if self.kind not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer kind '{self.kind}'; valid: {', '.join(OPTIMIZERS)}")
-        if self.lr < 0 or self.eps < 0 or self.weight_decay < 0 or self.initial_accumulator_value < 0:
-            raise ValueError(f"lr, eps, weight_decay and initial_accumulator_value must be >= 0: {self}")
-        if not (0.0 <= self.beta1 < 1.0 and 0.0 <= self.beta2 < 1.0):
-            raise ValueError(f"beta1 and beta2 must be in [0, 1): {self}")
+        check_hyperparameters(self)
 
     def step_size(self, step: int) -> float:
         """The learning rate the kernel multiplies by at 1-based ``step`` (Adam: bias-corrected)."""

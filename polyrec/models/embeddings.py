@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from polyrec.kernels.tbe_optim import check_hyperparameters
+
 EMBEDDING_BACKENDS = ("torch", "polyrec")
 EMBEDDING_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
 
@@ -42,6 +44,7 @@ class EmbeddingOptimConfig:
     def __post_init__(self) -> None:
         if self.kind not in EMBEDDING_OPTIMIZERS:
             raise ValueError(f"embedding optimizer must be one of {EMBEDDING_OPTIMIZERS}, got {self.kind!r}")
+        check_hyperparameters(self)  # polyrec's TBE checked them, the torch tables did not
 
 
 class SparseRowwiseAdagrad(torch.optim.Optimizer):
