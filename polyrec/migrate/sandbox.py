@@ -166,7 +166,7 @@ class _WriteTracker:
         self.launches.setdefault(json.dumps(record, sort_keys=True), record)
         for t in self._tensors(args, kwargs):
             key = t.untyped_storage().data_ptr()
-            if key in self.after and not self.torch.equal(self._storage(t, self.torch.uint8), self.after[key]):
+            if key in self.after and not self.torch.equal(self.bytes_of(t), self.after[key]):
                 self.between.add(key)
             if key not in self.fresh:
                 flat = self._storage(t, t.dtype) if t.untyped_storage().nbytes() % t.element_size() == 0 else t
@@ -178,7 +178,7 @@ class _WriteTracker:
         for t in self._tensors(args, kwargs):
             key = t.untyped_storage().data_ptr()
             if self.fresh.get(key):
-                self.after[key] = self._storage(t, self.torch.uint8).clone()
+                self.after[key] = self.bytes_of(t).clone()
 
     def unwritten(self, out: Any) -> str | None:
         """Why ``out`` was not produced by a Triton launch; None when it was."""
@@ -191,7 +191,7 @@ class _WriteTracker:
             return "the output already held data when a Triton launch first took it (computed by torch?)"
         if key in self.between:
             return "the output was changed between two Triton launches (by torch?)"
-        if not self.torch.equal(self._storage(out, self.torch.uint8), self.after[key]):
+        if not self.torch.equal(self.bytes_of(out), self.after[key]):
             return "the output was changed after its last Triton launch (by torch?)"
         return None
 

@@ -314,9 +314,7 @@ def run_as_group(cmd: list[str], *, env: dict[str, str], timeout_s: float,
         try:
             _, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            proc.communicate()
-            return None
+            return None  # the group killed below; leaving the block closes the pipes and reaps the child
         finally:
             _kill_group(proc.pid)
     return proc.returncode, stderr
