@@ -38,7 +38,7 @@ def test_torch_tables_refuse_offsets_of_another_batch(batch):
     config = tiny("dot")
     values, offsets = jagged(config, 4, torch.Generator().manual_seed(0))
     model = DLRM(config)
-    with pytest.raises(ValueError, match=rf"offsets must have F\*B\+1 = 3\*{batch}\+1 entries, got 13"):
+    with pytest.raises(ValueError, match=rf"offsets must have F\*B\+1 = 3\*{batch}\+1 = {3 * batch + 1} entries, got 13"):
         model(torch.rand(batch, config.num_dense), values, offsets)
 
 

@@ -21,6 +21,15 @@ class JaggedBatchError(ValueError):
     """A malformed batch; the message names the field and, where known, the feature and table."""
 
 
+def check_offsets_length(offsets: Tensor, num_features: int, batch_size: int) -> None:
+    """``offsets`` holds ``F * B + 1`` entries (one bag per feature and sample, then the end), else
+    JaggedBatchError: offsets of another batch split the bags between the features at the wrong places."""
+    expected = num_features * batch_size + 1
+    if offsets.numel() != expected:
+        raise JaggedBatchError(f"offsets must have F*B+1 = {num_features}*{batch_size}+1 = {expected} entries, "
+                               f"got {offsets.numel()}")
+
+
 def _feature_name(feature: int, names: Sequence[str] | None, tables: Sequence[str] | None) -> str:
     name = f"feature {feature}"
     if names is not None:
@@ -97,10 +106,7 @@ class JaggedBatch:
                 raise JaggedBatchError(f"{name} must be int64 or int32, got {tensor.dtype}")
             if tensor.dim() != 1:
                 raise JaggedBatchError(f"{name} must be 1-D, got shape {tuple(tensor.shape)}")
-        expected = self.num_features * self.batch_size + 1
-        if self.offsets.numel() != expected:
-            raise JaggedBatchError(f"offsets must have F*B+1 = {self.num_features}*{self.batch_size}+1 = "
-                                   f"{expected} entries, got {self.offsets.numel()}")
+        check_offsets_length(self.offsets, self.num_features, self.batch_size)
         if self.weights is not None:
             if self.weights.dtype not in WEIGHT_DTYPES:
                 raise JaggedBatchError(f"weights must be a float tensor, got {self.weights.dtype}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from polyrec.kernels.jagged import check_offsets_length
 from polyrec.kernels.tbe_optim import check_hyperparameters
 
 EMBEDDING_BACKENDS = ("torch", "polyrec")
@@ -115,9 +116,7 @@ class TorchEmbeddings(nn.Module):
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]; offsets of another length are an error (they
         would split the bags between the features at the wrong places)."""
-        if offsets.numel() != len(self.bags) * batch_size + 1:
-            raise ValueError(f"offsets must have F*B+1 = {len(self.bags)}*{batch_size}+1 entries, "
-                             f"got {offsets.numel()}")
+        check_offsets_length(offsets, len(self.bags), batch_size)
         bounds = bag_bounds(offsets, batch_size, len(self.bags))
         pooled = [bag(values[bounds[f]:bounds[f + 1]], offsets[f * batch_size:(f + 1) * batch_size] - bounds[f])
                   for f, bag in enumerate(self.bags)]  # F x [B, D]

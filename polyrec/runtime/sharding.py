@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
+from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError, check_offsets_length
 from polyrec.kernels.place_columns import ColumnLayout, column_layout, gather, place
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
 from polyrec.runtime.peer_exchange import CopiesLanded, CopyEngineExchange
@@ -228,10 +228,7 @@ def _check_layout(batch: JaggedBatch) -> None:
     if batch.values.dim() != 1 or batch.offsets.dim() != 1:
         raise JaggedBatchError(f"values and offsets must be 1-D, got shapes {tuple(batch.values.shape)} and "
                                f"{tuple(batch.offsets.shape)}")
-    expected = batch.num_features * batch.batch_size + 1
-    if batch.offsets.numel() != expected:
-        raise JaggedBatchError(f"offsets must have F*B+1 = {batch.num_features}*{batch.batch_size}+1 = {expected} "
-                               f"entries, got {batch.offsets.numel()}")
+    check_offsets_length(batch.offsets, batch.num_features, batch.batch_size)
     if batch.weights is not None and batch.weights.shape != batch.values.shape:
         raise JaggedBatchError(f"weights must have the shape of values {tuple(batch.values.shape)}, "
                                f"got {tuple(batch.weights.shape)}")
