@@ -114,9 +114,11 @@ def _device(name: str) -> torch.device:
 
 def check_counts(cfg: TrainConfig) -> None:
     """Counts and intervals in range; errors name the option (also before the row cap shapes the model)."""
-    for name in ("eval_every", "checkpoint_every", "cpu_threads", "synthetic_pool"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(cfg, name)}")
+    for name, least in (("steps", 1), ("batch_size", 1), ("log_every", 1), ("eval_batches", 1), ("eval_every", 0),
+                        ("checkpoint_every", 0), ("cpu_threads", 0), ("synthetic_pool", 0)):
+        if getattr(cfg, name) < least:
+            needs = "at least 1" if least else "0 or more"
+            raise ValueError(f"--{name.replace('_', '-')} must be {needs}, got {getattr(cfg, name)}")
     if cfg.row_cap is not None and cfg.row_cap < 1:
         raise ValueError(f"--row-cap must be at least 1 (or left out), got {cfg.row_cap}")
 
@@ -145,9 +147,6 @@ def resolve(cfg: TrainConfig) -> Resolved:
         raise ValueError(f"pipeline must be sync or semi-sync, got {cfg.pipeline!r}")
     if cfg.dense_optimizer not in DENSE_OPTIMIZERS:
         raise ValueError(f"dense optimizer must be {' or '.join(DENSE_OPTIMIZERS)}, got {cfg.dense_optimizer!r}")
-    for name in ("steps", "batch_size", "log_every", "eval_batches"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
     check_counts(cfg)
     check_rates(cfg)
     if cfg.resume and cfg.checkpoint_dir is None:
