@@ -110,6 +110,13 @@ def test_a_file_that_is_not_utf8_names_the_file(scratch_catalog):
         load_catalog(scratch_catalog)
 
 
+def test_a_whole_float_warp_size_is_taken_as_an_integer(scratch_catalog):
+    """TOML's ``warp_size = 32.0`` passed the check and reached Triton's launch options as a float."""
+    _edit(scratch_catalog / "h200.toml", "warp_size = 32", "warp_size = 32.0")
+    spec = load_catalog(scratch_catalog)["H200"]
+    assert type(spec.triton.warp_size) is int and spec.triton.warp_size == 32
+
+
 def test_a_card_without_a_scaleup_link_says_zero(scratch_catalog):
     """types.py and the planner take scaleup_bandwidth = 0 as "no NVLink / Infinity Fabric" (collectives over
     PCIe); the loader refused the 0, so a PCIe-only card could not be added."""

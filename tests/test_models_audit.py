@@ -111,6 +111,12 @@ def test_a_size_that_is_not_a_whole_number_is_named(changes):
         preset("dcnv2-small").replace(**changes)
 
 
+def test_cross_layers_on_a_dot_model_are_refused():
+    """A dot-interaction model with dcn_layers was accepted and trained with no cross layer at all."""
+    with pytest.raises(ValueError, match="dcn_layers and dcn_rank are for dcnv2 only, got dcn_layers=3"):
+        preset("dlrm-criteo-kaggle").replace(dcn_layers=3, dcn_rank=64)
+
+
 def test_numpy_integers_are_whole_numbers():
     import numpy as np
 

@@ -130,9 +130,9 @@ def _triton_target(path: Path, vendor: str, data: Any) -> TritonTarget:
         raise CatalogError(path, "triton.arch", f"must be an integer like 90 for cuda, got {arch!r}")
     if backend == "hip" and not (isinstance(arch, str) and arch.startswith("gfx")):
         raise CatalogError(path, "triton.arch", f"must be a string like 'gfx942' for hip, got {arch!r}")
-    if warp not in (32, 64):
+    if isinstance(warp, bool) or warp not in (32, 64):
         raise CatalogError(path, "triton.warp_size", f"must be 32 or 64, got {warp!r}")
-    return TritonTarget(backend=backend, arch=arch, warp_size=warp)
+    return TritonTarget(backend=backend, arch=arch, warp_size=int(warp))  # a whole float, as INTEGER_FIELDS take
 
 
 def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:

@@ -94,6 +94,9 @@ class ModelConfig:
             problems.append(f"top_mlp must end in 1 (the logit), got {self.top_mlp}")
         if self.interaction == "dcnv2" and (self.dcn_layers < 1 or self.dcn_rank < 1):
             problems.append("dcnv2 needs dcn_layers >= 1 and dcn_rank >= 1")
+        if self.interaction == "dot" and (self.dcn_layers or self.dcn_rank):  # no cross layer would be built
+            problems.append(f"dcn_layers and dcn_rank are for dcnv2 only, got dcn_layers={self.dcn_layers}, "
+                            f"dcn_rank={self.dcn_rank} with interaction 'dot'")
         for name in ("num_dense", "embedding_dim"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
