@@ -105,3 +105,24 @@ def test_a_calibrated_rate_no_device_measures_is_refused_naming_it(value):
     with pytest.raises(ValueError, match=r"calibration of H200: 'matmul_bf16' .* the datasheet's 9\.894e\+14"):
         ceilings(spec, {"matmul_bf16": value})
     assert ceilings(spec, {"matmul_bf16": 779.5e12}).matmul_flops["bf16"].value == 779.5e12
+
+
+@pytest.mark.parametrize("hip", [None, "7.0"])
+def test_tf32_matmuls_set_rocms_variable_and_put_everything_back(monkeypatch, hip):
+    """On ROCm torch reads HIPBLASLT_ALLOW_TF32 beside its flag: without it the "tf32" rate was fp32's."""
+    import os
+
+    import torch
+
+    from polyrec.hardware.calibrate import HIPBLASLT_TF32_VARIABLE, tf32_matmuls
+
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.delenv(HIPBLASLT_TF32_VARIABLE, raising=False)
+    before = torch.backends.cuda.matmul.allow_tf32
+    with tf32_matmuls(True):
+        assert torch.backends.cuda.matmul.allow_tf32
+        assert os.environ.get(HIPBLASLT_TF32_VARIABLE) == (None if hip is None else "1")
+    with tf32_matmuls(False):
+        assert not torch.backends.cuda.matmul.allow_tf32
+        assert os.environ.get(HIPBLASLT_TF32_VARIABLE) == (None if hip is None else "0")
+    assert torch.backends.cuda.matmul.allow_tf32 == before and HIPBLASLT_TF32_VARIABLE not in os.environ

@@ -10,6 +10,7 @@ says which it is.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -45,6 +46,10 @@ STEADY_WARM_S, STEADY_BLOCKS, STEADY_CALLS = 0.25, 5, 10
 L2_PROBE_WAVES = 4
 L2_PROBE_REPS = 256
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
+#: On ROCm, torch takes ``allow_tf32`` for hipBLASLt's XF32 only where this variable is "1" (read at each
+#: GEMM: pytorch/pytorch pull request 139869, "[AMD] Turn on TF32 for aten::mm"); without it a "tf32" rate
+#: would be the fp32 one.
+HIPBLASLT_TF32_VARIABLE = "HIPBLASLT_ALLOW_TF32"
 
 
 def cache_dir() -> Path:
@@ -231,13 +236,30 @@ def measure_matmul(dtype: str, size: int = MATMUL_SIZE, timing=median_ms) -> flo
     torch_dtype = getattr(torch, _TORCH_DTYPES[dtype])
     a = torch.randn(size, size, device="cuda", dtype=torch_dtype)
     b = torch.randn(size, size, device="cuda", dtype=torch_dtype)
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    try:
+    with tf32_matmuls(dtype == "tf32"):
         ms = timing(lambda: a @ b)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * size**3 / (ms * 1e-3)
+
+
+@contextlib.contextmanager
+def tf32_matmuls(allowed: bool):
+    """fp32 matmuls through torch with TF32 / XF32 allowed or not, both put back after: torch's flag and, on
+    ROCm, ``HIPBLASLT_TF32_VARIABLE``."""
+    import torch
+
+    previous_flag = torch.backends.cuda.matmul.allow_tf32
+    previous_variable = os.environ.get(HIPBLASLT_TF32_VARIABLE)
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    if torch.version.hip is not None:
+        os.environ[HIPBLASLT_TF32_VARIABLE] = "1" if allowed else "0"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous_flag
+        if previous_variable is None:
+            os.environ.pop(HIPBLASLT_TF32_VARIABLE, None)
+        else:
+            os.environ[HIPBLASLT_TF32_VARIABLE] = previous_variable
 
 
 def _measure_fp8_matmul(size: int, timing) -> float:
