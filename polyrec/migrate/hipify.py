@@ -228,21 +228,38 @@ def _headers(text: str, headers: dict[str, str], report: FileReport) -> str:
     return _sub_code(_INCLUDE, text, repl, keep_includes=True)
 
 
-def _branches(code: str) -> list[tuple[tuple[int, int], ...]]:
-    """Per line of ``code`` (comments and strings masked), the preprocessor branches it lies in, outermost
-    first: (the ``#if``'s line, which of its branches). An include in another branch (``#else``) of the same
-    ``#if`` is not one this line sees."""
-    paths, open_ = [], []
-    for number, line in enumerate(code.split("\n")):
-        directive = _DIRECTIVE.match(line)
-        kind = directive.group(1) if directive else ""
+def _preprocessor_lines(code: str):
+    """Each logical line of ``code`` (comments and strings masked; backslash continuations joined) as (its
+    match, its kind, the preprocessor branches it lies in, outermost first: (the offset of the ``#if``,
+    which of its branches)); kind is the directive's name, "code", or "" for a blank line. Then
+    (None, "end", the branches still open at the end). An ``#if`` line lies outside its own block, an
+    ``#else`` in the branch it opens."""
+    open_: list[tuple[int, int]] = []
+    for m in _LOGICAL_LINE.finditer(code):
+        if not m.group(0):
+            break
+        directive = _DIRECTIVE.match(m.group(0))
+        kind = directive.group(1) if directive else ("code" if m.group(0).strip() else "")
         if kind in ("elif", "else") and open_:
             open_[-1] = (open_[-1][0], open_[-1][1] + 1)
         elif kind == "endif" and open_:
             open_.pop()
-        paths.append(tuple(open_))
+        yield m, kind, tuple(open_)
         if kind in ("if", "ifdef", "ifndef"):
-            open_.append((number, 0))
+            open_.append((m.start(), 0))
+    yield None, "end", tuple(open_)
+
+
+def _branches(code: str) -> list[tuple[tuple[int, int], ...]]:
+    """Per physical line of ``code`` (comments and strings masked), the preprocessor branches it lies in
+    (``_preprocessor_lines``). An include in another branch (``#else``) of the same ``#if`` is not one this
+    line sees."""
+    paths: list[tuple[tuple[int, int], ...]] = []
+    for m, _, branches in _preprocessor_lines(code):
+        if m is None:  # the empty line after a last newline
+            paths += [branches] * (code.count("\n") + 1 - len(paths))
+        else:
+            paths += [branches] * (m.group(0).count("\n") + (not m.group(0).endswith("\n")))
     return paths
 
 
@@ -252,19 +269,8 @@ def _runtime_header_offset(code: str) -> int:
     Before the first ``#include`` or line of code; when that sits in an ``#if``/``#ifdef``/``#ifndef``
     block, before the outermost such block instead, so the include is always at file scope.
     """
-    opened: list[int] = []  # offsets of the #if lines whose blocks are open
-    for m in _LOGICAL_LINE.finditer(code):
-        if not m.group(0):
-            break
-        directive = _DIRECTIVE.match(m.group(0))
-        kind = directive.group(1) if directive else ("code" if m.group(0).strip() else "")
-        if kind in ("if", "ifdef", "ifndef"):
-            opened.append(m.start())
-        elif kind == "endif" and opened:
-            opened.pop()
-        elif kind in ("include", "code"):
-            return opened[0] if opened else m.start()
-    return opened[0] if opened else len(code)
+    m, _, branches = next(line for line in _preprocessor_lines(code) if line[1] in ("include", "code", "end"))
+    return branches[0][0] if branches else (len(code) if m is None else m.start())
 
 
 def _add_runtime_header(text: str, suffix: str, report: FileReport) -> str:
