@@ -98,6 +98,35 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     assert all(torch.isfinite(t).all() for t in state["dense"]["top"].values())
 
 
+def test_nan_loss_mid_window_logs_the_steps_before_it(tmp_path, monkeypatch, capsys):
+    """Was: a loss that became NaN between two log lines dropped the window's finite steps from the metrics
+    log, the result and the printed lines. Log lines every 4 steps, NaN from step 7: steps 5 and 6 get a
+    `train` line at step 6 before the `stopped` one."""
+    cfg = TrainConfig(steps=20, batch_size=32, row_cap=1000, log_every=4, checkpoint_dir=tmp_path, device="cpu",
+                      cpu_threads=1)
+    trainer = Trainer(cfg, progress=False)
+    real_step, ran = trainer.train_step, []
+
+    def step_then_poison_at_6():
+        loss = real_step()
+        ran.append(loss.item())
+        if trainer.step == 6:
+            with torch.no_grad():
+                trainer.model.top.weights[0].fill_(float("nan"))
+        return loss
+
+    monkeypatch.setattr(trainer, "train_step", step_then_poison_at_6)
+    result = trainer.train()
+    assert result.status == "nan" and "loss became nan at step 7" in result.message
+    assert len(ran) == 8 and math.isnan(ran[6]) and result.losses == ran[:6]
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    trains = [r for r in records if r["event"] == "train"]
+    assert [r["step"] for r in trains] == [4, 6]
+    assert trains[-1]["loss"] == pytest.approx((ran[4] + ran[5]) / 2) and trains[-1]["last_loss"] == ran[5]
+    assert records[-1]["event"] == "stopped" and records[-1]["step"] == 7
+    assert f"step 6/20  loss {ran[5]:.4f}" in capsys.readouterr().out
+
+
 def test_nan_loss_exit_code_from_cli(tmp_path):
     result = invoke(["train", "--steps", "30", "--batch-size", "32", "--row-cap", "1000", "--lr", "1e30",
                                  "--log-every", "1", "--checkpoint-dir", str(tmp_path)])

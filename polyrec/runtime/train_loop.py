@@ -15,13 +15,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from polyrec.runtime import parallel
 from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.metrics import PhaseTimer
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 #: Signals that stop a run after the step in flight, with a checkpoint: SIGTERM (a scheduler, torchrun
 #: forwarding its own) and SIGINT (Ctrl-C; torchrun forwards it too, its workers being in sessions of
@@ -39,7 +42,7 @@ class TrainResult:
     status: str  # "done", "sigterm" (SIGTERM or SIGINT: checkpoint saved, clean exit), "nan" (last good checkpoint kept)
     step: int  # steps completed in total (including those before a resume)
     message: str
-    losses: list[float] = field(default_factory=list)  # loss of every step this process ran
+    losses: list[float] = field(default_factory=list)  # loss of every step this process ran, to a non-finite one
     evals: list[dict[str, Any]] = field(default_factory=list)  # {"step", "auc", "logloss"} per evaluation
     samples_per_s: float = 0.0  # training throughput, eval and checkpoint time excluded
     timing_ms: dict[str, float] = field(default_factory=dict)  # mean ms per step of each phase
@@ -131,26 +134,44 @@ class TrainLoop:
                 elapsed = time.perf_counter() - window_start
                 train_seconds += elapsed
                 rate = (self.step - window_first) * cfg.batch_size / max(elapsed, 1e-9)
-                bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
-                if bad is not None:
-                    return self._stop_on_nan(result, self.step - len(losses) + bad + 1, losses[bad])
-                result.losses += losses
-                self.log.write({"event": "train", "step": self.step, "loss": sum(losses) / len(losses),
-                                "last_loss": losses[-1], "samples_per_s": rate})
-                bar.update(task, rate=f"{rate:,.0f}", loss=f"{losses[-1]:.4f}")
-                if not (self.progress or self.echo_json or self.quiet):
-                    print(f"step {self.step}/{cfg.steps}  loss {losses[-1]:.4f}  {rate:,.0f} samples/s", flush=True)
+                bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), len(losses))
+                first = self.step - len(losses) + 1  # the window's first step
+                if bad > 0:  # the window's finite steps: all, or those before a non-finite loss
+                    self._log_train(result, bar, task, losses[:bad], first + bad - 1, rate)
+                if bad < len(losses):
+                    return self._stop_on_nan(result, first + bad, losses[bad])
                 stopped = self._eval_and_log(result) if due_eval else None
                 if stopped is not None:
                     return stopped
                 if due_ckpt:
-                    if not self.finite_state():
-                        return self._stop_on_nan(result, self.step, float("nan"), what=STATE_NOT_FINITE)
-                    result.checkpoint, saved_step = self.save(), self.step
+                    stopped = self._save_if_finite(result)
+                    if stopped is not None:
+                        return stopped
+                    saved_step = self.step
                 if due_eval or due_ckpt:
                     self._stopping = self._stop_after_pause()
                 window_start, window_first = time.perf_counter(), self.step
         return self._finish(result, start_step, train_seconds, saved_step)
+
+    def _log_train(self, result: TrainResult, bar: Progress, task: TaskID, losses: list[float], step: int,
+                   rate: float) -> None:
+        """Record the finite ``losses`` of a window's steps, up to ``step``: in ``result``, as a ``train``
+        line of the metrics log (their mean and last; ``rate`` in samples/s) and on the progress bar or a
+        plain line."""
+        result.losses += losses
+        self.log.write({"event": "train", "step": step, "loss": sum(losses) / len(losses),
+                        "last_loss": losses[-1], "samples_per_s": rate})
+        bar.update(task, rate=f"{rate:,.0f}", loss=f"{losses[-1]:.4f}")
+        if not (self.progress or self.echo_json or self.quiet):
+            print(f"step {step}/{self.cfg.steps}  loss {losses[-1]:.4f}  {rate:,.0f} samples/s", flush=True)
+
+    def _save_if_finite(self, result: TrainResult) -> TrainResult | None:
+        """Save a checkpoint (``result.checkpoint``; None: go on) where every weight and optimizer state is
+        finite; else stop as a non-finite loss does, the last good checkpoint kept (the stopped result)."""
+        if not self.finite_state():
+            return self._stop_on_nan(result, self.step, float("nan"), what=STATE_NOT_FINITE)
+        result.checkpoint = self.save()
+        return None
 
     def _stop_after_pause(self) -> int | None:
         """The stop signal after a periodic save or evaluation: one received while it ran (a save of the
@@ -224,9 +245,9 @@ class TrainLoop:
             if stopped is not None:
                 return stopped
         if self.cfg.checkpoint_dir and saved_step != self.step:  # not twice at one step
-            if not self.finite_state():
-                return self._stop_on_nan(result, self.step, float("nan"), what=STATE_NOT_FINITE)
-            result.checkpoint = self.save()
+            stopped = self._save_if_finite(result)
+            if stopped is not None:
+                return stopped
         bad, eval_bad = self.source.bad_rows, self.source.eval_bad_rows
         # on several ranks each skipped the rows of its own blocks (every rank reads the whole eval file)
         result.bad_rows, result.bad_row_examples = (parallel.all_bad_rows(bad) if self.distributed
