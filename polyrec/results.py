@@ -7,7 +7,6 @@ measured in (GPU, torch, triton, commit), so that every number quoted in a doc c
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import platform
 import re
@@ -15,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from polyrec import jsontext
 from polyrec.files import atomic_write_text
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
@@ -87,8 +87,9 @@ def write_results(name: str, payload: dict[str, Any], *, rows: list[dict[str, An
     stem = f"{name}_{_slug(env['gpu'] or 'cpu')}_{env['date'][:10]}"
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     doc = {"name": name, "environment": env, "summary": summary or {}, "rows": rows or [], "results": payload}
-    atomic_write_text(json_path, json.dumps(doc, indent=1, default=str) + "\n")
-    atomic_write_text(md_path, markdown_of(doc))
+    strict = jsontext.strict_json(doc)  # NaN as null, in both files: the .md stays the JSON's
+    atomic_write_text(json_path, jsontext.dumps(strict, indent=1, default=str) + "\n")
+    atomic_write_text(md_path, markdown_of(strict))
     return json_path, md_path
 
 

@@ -19,6 +19,16 @@ def test_markdown_of_the_json_is_the_markdown_written(tmp_path):
     assert "| a | 1.235 | 3 |" in text and "- **ratio**: 0.5" in text
 
 
+def test_a_nan_is_written_as_null_in_strict_json(tmp_path):
+    """Was: Python's bare NaN in the JSON, which jq and other languages' parsers reject."""
+    rows = [{"case": "a", "auc": float("nan")}]
+    json_path, md_path = write_results("probe", {"rows": rows}, rows=rows, summary={"auc": float("nan")},
+                                       out_dir=tmp_path)
+    doc = json.loads(json_path.read_text(), parse_constant=pytest.fail)
+    assert doc["rows"] == [{"case": "a", "auc": None}] and doc["summary"] == {"auc": None}
+    assert markdown_of(doc) == md_path.read_text()
+
+
 def test_a_document_without_rows_or_summary_has_neither_section(tmp_path):
     json_path, md_path = write_results("bare", {}, out_dir=tmp_path)
     assert "## Rows" not in md_path.read_text() and "## Summary" not in md_path.read_text()

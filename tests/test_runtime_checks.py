@@ -267,3 +267,14 @@ def test_benchmark_refuses_zero_steps():
     with pytest.raises(ValueError, match="steps >= 1"):
         trainer.benchmark(warmup=0, steps=0)
     assert math.isfinite(trainer.benchmark(warmup=0, steps=1)["last_loss"])
+
+
+def test_strict_json_turns_tensors_and_numpy_values_into_numbers():
+    """The metrics log wrote a tensor as the string "tensor(0.5000)" (``default=str``)."""
+    import numpy as np
+
+    from polyrec.jsontext import dumps
+
+    text = dumps({"loss": torch.tensor(0.5), "rows": torch.tensor([1, 2]), "auc": np.float64("nan"),
+                  "rate": np.float32(2.0), "pair": (float("inf"), 1)})
+    assert json.loads(text) == {"loss": 0.5, "rows": [1, 2], "auc": None, "rate": 2.0, "pair": [None, 1]}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import typer
 from rich.console import Console
@@ -10,7 +9,7 @@ from rich.table import Table
 
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig
-from polyrec.runtime.metrics import strict_json
+from polyrec import jsontext
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
 
@@ -71,7 +70,7 @@ def e2e_command(
 def _report(out: dict, preset: str, batch_size: int, steps: int, as_json: bool) -> None:
     """``e2e``'s result as JSON, or its tables and the ratio."""
     if as_json:  # strict JSON, as polyrec train --json: a diverged run's NaN loss is null
-        typer.echo(json.dumps(strict_json(out), indent=1, allow_nan=False))
+        typer.echo(jsontext.dumps(out, indent=1))
         return
     console = Console()
     for title, cols in ((f"polyrec bench e2e: {preset}, batch {batch_size}, {steps} timed steps", COLUMNS),

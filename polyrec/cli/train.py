@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -20,7 +19,7 @@ from polyrec.data import DataError
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
 from polyrec.runtime.dist import shutdown
-from polyrec.runtime.metrics import strict_json
+from polyrec import jsontext
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
 # group so that `polyrec train [OPTIONS]` is invoked as before).
@@ -216,9 +215,9 @@ def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:
     """The result record (--json) or the summary table; a run with nothing to train says so on stderr
     (and prints no table)."""
     if as_json:
-        typer.echo(json.dumps(strict_json({"event": "result", "status": result.status, "step": result.step,
-                                           "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
-                                           "message": result.message}), allow_nan=False))
+        typer.echo(jsontext.dumps({"event": "result", "status": result.status, "step": result.step,
+                                   "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
+                                   "message": result.message}))
     if result.nothing_to_train:
         typer.echo(result.message, err=True)
     elif not as_json:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -12,6 +11,8 @@ from typing import Any, TextIO
 
 import torch
 from torchmetrics.functional.classification import binary_auroc
+
+from polyrec import jsontext
 
 PHASES = ("data", "emb_fwd", "dense", "emb_bwd", "optimizer")
 """Timed parts of a step: data loading/generation, embedding forward, dense forward+backward (loss
@@ -96,18 +97,6 @@ class PhaseTimer:
         return {p: 1e3 * totals.get(p, 0.0) / max(steps, 1) for p in PHASES}
 
 
-def strict_json(value: Any) -> Any:
-    """``value`` with every NaN/inf float (in nested dicts and lists) made None: strict JSON has no
-    NaN, and a reader (jq, a JSON parser in another language) rejects Python's ``NaN``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    return value
-
-
 class MetricsLog:
     """Appends one strict-JSON object per line (NaN/inf as null) to a file (opened on first write,
     reopened after close), and optionally echoes it to stdout."""
@@ -117,7 +106,7 @@ class MetricsLog:
         self._file = None
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(strict_json(record), default=str, allow_nan=False)
+        line = jsontext.dumps(record, default=str)
         if self.path is not None:
             if self._file is None:
                 self._file = self._open()
