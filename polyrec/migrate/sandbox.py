@@ -10,13 +10,17 @@ resource limits (CPU seconds, address space, file size). Before the candidate is
   another candidate or the caller would load. The hook's decisions depend only on values frozen in its
   closure, nothing the candidate can reach and flip;
 - blocks importing the reference module (BLOCKED), so the candidate cannot call or read it;
-- fills every tensor from torch.empty / empty_like / empty_strided / new_empty with NaN (poisoned
-  outputs: a kernel that does not write its output returns NaN).
+- fills every tensor from torch.empty / empty_like / empty_strided / new_empty with a poison: NaN for
+  floating point, True for bool, the maximum for integers (a kernel that does not write its output
+  returns the poison).
 
 MODE "run" calls ``run(*inputs)`` on every case (IN: the cases) and saves the outputs, each Triton
 launch (launch_capture), whether each output was written by a launch (an output's storage must be
 uniform (poison or one constant) when a launch first takes it, and unchanged between and after its
-launches) and which inputs run() wrote to.
+launches) and which inputs run() wrote to. A case whose output holds the first poison anywhere runs again
+with the second (the float maximum, False, the integer minimum) and counts the elements that held the first
+poison, then the second: those were left unwritten, though the first poison may match the reference there (a
+bool has two values, a saturated int8 output is often 127).
 MODE "compile" (IN: the launches the run recorded, JSON) compiles exactly those launches for sm_90,
 gfx942 and gfx950 through polyrec.hardware.compile.compile_for; the candidate's run() is not called.
 """
@@ -105,14 +109,37 @@ def _programs(mode: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def _poison_allocators(torch: Any) -> None:
+class _Poison:
+    """What fresh tensors are filled with: the first poison, or the second while ``second`` is set."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.second = False
+
+    def value(self, dtype: Any, second: bool) -> Any:
+        """The first (NaN, True, integer maximum) or second (float maximum, False, integer minimum) poison."""
+        if dtype.is_floating_point or dtype.is_complex:
+            return self.torch.finfo(dtype).max if second else float("nan")
+        if dtype == self.torch.bool:
+            return not second
+        info = self.torch.iinfo(dtype)
+        return info.min if second else info.max
+
+    def fill(self, tensor: Any) -> None:
+        tensor.fill_(self.value(tensor.dtype, self.second))
+
+    def holds(self, tensor: Any, second: bool) -> Any:
+        """Which elements of ``tensor`` equal the first or second poison (any NaN for the first, floating point)."""
+        if not second and (tensor.is_floating_point() or tensor.is_complex()):
+            return tensor.isnan()
+        return tensor == self.value(tensor.dtype, second)
+
+
+def _poison_allocators(torch: Any, poison: _Poison) -> None:
     def poisoned(fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
-            if out.is_floating_point() or out.is_complex():
-                out.fill_(float("nan"))
-            elif out.dtype != torch.bool:
-                out.fill_(torch.iinfo(out.dtype).max)
+            poison.fill(out)
             return out
         return wrapper
 
@@ -199,23 +226,53 @@ class _WriteTracker:
         self.fresh, self.after, self.between = {}, {}, set()
 
 
-def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str, tracker: _WriteTracker) -> dict[str, Any]:
-    outputs, aliased, unwritten, clobbered = [], [], [], []
+def _run_case(module: Any, inputs: tuple, torch: Any, tracker: _WriteTracker) -> tuple[Any, str | None]:
+    """``run(*inputs)`` once: its output, and why that was not written by Triton launches (None when it was)."""
+    tracker.reset()
+    out = module.run(*inputs)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"run() returned {type(out).__name__}, expected a torch.Tensor")
+    return out, tracker.unwritten(out)
+
+
+def _second_poison_run(module: Any, inputs: tuple, out: Any, torch: Any, tracker: _WriteTracker,
+                       poison: _Poison) -> str | None:
+    """Run the case again with the second poison when ``out`` holds the first anywhere; why (elements no launch
+    wrote: the first poison in the first output, the second in the second), None when none or not run again.
+    Element by element, so a kernel whose other elements differ between runs (atomics) is not flagged."""
+    first = poison.holds(out, second=False)
+    if not bool(first.any()):
+        return None
+    poison.second = True
+    try:
+        again, unwritten = _run_case(module, inputs, torch, tracker)
+    finally:
+        poison.second = False
+    if unwritten:
+        return f"on the second run: {unwritten}"
+    if again.shape != out.shape or again.dtype != out.dtype:
+        return f"the second run returned {tuple(again.shape)} {again.dtype}, the first {tuple(out.shape)} {out.dtype}"
+    left = int((first & poison.holds(again, second=True)).sum())
+    return f"{left} of {out.numel()} held the first poison, then the second" if left else None
+
+
+def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str, tracker: _WriteTracker,
+               poison: _Poison) -> dict[str, Any]:
+    outputs, aliased, unwritten, clobbered, second_poison = [], [], [], [], []
     for inputs in cases:
-        tracker.reset()
         inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
         before = {i: tracker.bytes_of(x).clone() for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
-        out = module.run(*inputs)
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"run() returned {type(out).__name__}, expected a torch.Tensor")
+        out, why = _run_case(module, inputs, torch, tracker)
+        unwritten.append(why)
         aliased.append(any(isinstance(x, torch.Tensor) and x.numel() and out.numel()
                            and x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for x in inputs))
-        unwritten.append(tracker.unwritten(out))
         clobbered.append([i for i, b in before.items() if not torch.equal(tracker.bytes_of(inputs[i]), b)])
         outputs.append(out.detach().to("cpu").clone())
+        checked = why is None and not aliased[-1] and not clobbered[-1]
+        second_poison.append(_second_poison_run(module, inputs, out, torch, tracker, poison) if checked else None)
     return {"outputs": outputs, "aliased": aliased, "unwritten": unwritten, "clobbered": clobbered,
-            "launches": list(tracker.launches.values())}
+            "second_poison": second_poison, "launches": list(tracker.launches.values())}
 
 
 def _compile_launches(module: Any, launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -274,12 +331,13 @@ def main(argv: list[str]) -> int:
     kernel_classes = _kernel_classes()
     sys.meta_path.insert(0, _BlockImport(blocked))
     sys.addaudithook(_make_audit(_programs(mode), (os.path.realpath(out_path.parent),)))
-    _poison_allocators(torch)
+    poison = _Poison(torch)
+    _poison_allocators(torch, poison)
     if mode == "run":
         device = "cuda" if torch.cuda.is_available() else "cpu"
         with recording(kernel_classes, tracker.on_launch, tracker.after_launch):
             module = _load_candidate(Path(candidate))
-            result = _run_cases(module, payload, torch, device, tracker)
+            result = _run_cases(module, payload, torch, device, tracker, poison)
         torch.save(result, out_path)
     else:
         module = _load_candidate(Path(candidate))

@@ -11,15 +11,19 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
    name, passed, stored or returned, which would hide what is reached through it); no assignment to
    attributes of torch / triton / the kernels; no eval/exec/open/globals/exit; no autotune; nothing
    named after the reference;
-2. numerics: every shape x at least one seed, fresh random inputs, outputs poisoned (NaN), against the
-   reference in float64, in a sandboxed subprocess (CPU seconds, memory and file-size limits, no
-   network, no processes, no file writes outside its own folder, a Triton cache of its own in that
-   folder, the reference module not importable)
-   through the Triton interpreter on the CPU (GPUs hidden from the child, present or not: a GPU run needs
-   Triton to start the C compiler and ldconfig, which the sandbox refuses). Rejected: outputs that alias an
-   input, outputs not written by a Triton launch (already holding data when a launch first took them,
-   changed between launches or after their last launch), inputs that run() wrote to, a child that exits
-   without results, a reference file changed;
+2. numerics: every shape x at least one seed, fresh random inputs, outputs poisoned, against the reference in
+   float64 (TOLERANCES), in a sandboxed subprocess (CPU seconds, memory and file-size limits, no network, no
+   processes, no file writes outside its own folder, a Triton cache of its own in that folder, the reference
+   module not importable) through the Triton interpreter on the CPU (GPUs hidden from the child, present or
+   not: a GPU run needs Triton to start the C compiler and ldconfig, which the sandbox refuses). Rejected:
+   outputs that alias an input, outputs not written by a Triton launch (already holding data when a launch
+   first took them, changed between launches or after their last launch), inputs that run() wrote to, a child
+   that exits without results, a reference file changed. The shapes are the reference's ``SHAPES`` and, per
+   seed, shapes derived from them within the dims it declares (off-by-one tails, size 1, one random size:
+   cases.py), so a port right only on the declared sizes fails. Fresh tensors are poisoned (sandbox.py: NaN,
+   True, the integer maximum) and a case whose output still holds that value anywhere runs again with a second
+   poison (the float maximum, False, the integer minimum): an element holding the first poison, then the
+   second, was left unwritten, even where the first poison was the right value (a bool output has only two);
 3. compile: exactly the launches recorded during the numerics run are compiled for sm_90, gfx942 and
    gfx950 and must fit (shared memory / LDS, registers, spills, threads per block).
 """
@@ -44,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from polyrec.migrate.cases import Case, make_cases
+
 ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
 BANNED_CALLS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
                           "getattr", "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help"})
@@ -62,12 +68,21 @@ RISKY_MODULES = ("torch.hub", "torch.serialization", "torch.utils.cpp_extension"
                  "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs", "triton.tools")
 RISKY_OBJECTS = frozenset({"torch.load", "torch.save", "torch.compile", "torch.from_file"})
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: Comparison tolerances per output dtype (atol, rtol): a few units in the last place of the dtype.
+#: Comparison tolerances per output dtype (atol, rtol) against the float64 reference. float16 and bfloat16:
+#: about 10 and 4 units in the last place at 1.0 (ulp 2^-10, 2^-7). float32 is much wider than its ulp (2^-23
+#: at 1.0: rtol 1e-4 is ~840 ulp), on purpose: a correct fp32 reduction drifts from the exact result as it
+#: grows. A K-loop of 32-wide chunks into one fp32 accumulator (32x32 outputs, N(0, 1) inputs) is off by up
+#: to 2.5e-5 at K=1024, 5.2e-5 at K=3456 and 2.5e-4 at K=16384, within a quarter of this bound, while
+#: torch.testing's fp32 default (atol 1e-5, rtol 1.3e-6; https://pytorch.org/docs/stable/testing.html)
+#: rejects it from K=2048, and torch's own fp32 matmul from K=1024. The bound still rejects an fp32 result of
+#: magnitude ~1 rounded once to tf32 or float16 (10-bit mantissa, relative error up to 2^-11 = 4.9e-4) or to
+#: bfloat16. tests/test_migrate_verify_coverage.py checks both sides. float64: 1e-10 (~4.5e5 ulp of 2^-52) is a loose
+#: bound, not a measured one.
 TOLERANCES = {"torch.float32": (1e-4, 1e-4), "torch.float16": (1e-2, 1e-2), "torch.bfloat16": (3e-2, 3e-2),
               "torch.float64": (1e-10, 1e-10)}
 
 
-#: Base seeds a run draws from: each seed's generators are seeded seed * 1000 + shape index (below 2^63).
+#: Base seeds a run draws from: each seed's generators are seeded seed * cases.CASES_PER_SEED + case index (< 2^63).
 SEED_BASES = 2**31
 
 
@@ -349,18 +364,6 @@ def load_reference(ref: str) -> tuple[Any, Any]:
     return module, func
 
 
-def make_cases(module: Any, seeds: tuple[int, ...]) -> list[tuple]:
-    """One input tuple per (seed, shape), each from its own generator."""
-    import torch
-
-    cases = []
-    for seed in seeds:
-        for i, shape in enumerate(module.SHAPES):
-            gen = torch.Generator().manual_seed(seed * 1000 + i)
-            cases.append(tuple(module.make_inputs(tuple(shape), gen)))
-    return cases
-
-
 def compare(out: Any, inputs: tuple, func: Any, where: str) -> str | None:
     """Why ``out`` does not match the float64 reference of ``func(*inputs)``; None when it does."""
     import torch
@@ -401,13 +404,13 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
     blocked = ",".join({module_name} | ({top} if top != "polyrec" else set()))
     with tempfile.TemporaryDirectory(prefix="polyrec-verify-") as tmp:
         cases_file, out_file = Path(tmp) / "cases.pt", Path(tmp) / "out.pt"
-        torch.save(cases, cases_file)
+        torch.save([case.inputs for case in cases], cases_file)
         error = run_sandboxed("run", candidate, cases_file, out_file, blocked, config, interpret=True)
         if not error and not out_file.is_file():
             error = "run: the sandbox exited without results (exit() / SystemExit in the candidate?)"
         result = None if error else torch.load(out_file, weights_only=True)
         report.failures += ([f"numerics: {error}"] if error
-                            else _check_outputs(result, cases, func, module, config.seeds))
+                            else _check_outputs(result, cases, func))
         if _digest(module) != ref_digest:
             report.failures.append(f"numerics: the reference file {module.__file__} changed during verification")
         report.stages["numerics"] = "fail" if report.failures else "pass"
@@ -427,13 +430,12 @@ def _digest(module: Any) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path and Path(path).is_file() else None
 
 
-def _check_outputs(result: dict[str, Any], cases: list[tuple], func: Any, module: Any,
-                   seeds: tuple[int, ...]) -> list[str]:
+def _check_outputs(result: dict[str, Any], cases: list[Case], func: Any) -> list[str]:
     failures = []
-    for i, (inputs, out, aliased, unwritten, clobbered) in enumerate(zip(
-            cases, result["outputs"], result["aliased"], result["unwritten"], result["clobbered"], strict=True)):
-        shape = module.SHAPES[i % len(module.SHAPES)]
-        where = f"case {i} (shape {tuple(shape)}, seed {seeds[i // len(module.SHAPES)]})"
+    for i, (case, out, aliased, unwritten, clobbered, second_poison) in enumerate(zip(
+            cases, result["outputs"], result["aliased"], result["unwritten"], result["clobbered"],
+            result["second_poison"], strict=True)):
+        where = case.label(i)
         if aliased:
             failures.append(f"numerics: {where}: output shares memory with an input")
             continue
@@ -443,9 +445,12 @@ def _check_outputs(result: dict[str, Any], cases: list[tuple], func: Any, module
         if clobbered:
             failures.append(f"numerics: {where}: run() wrote to its input(s) {clobbered} (outputs only)")
             continue
-        problem = compare(out, inputs, func, where)
+        problem = compare(out, case.inputs, func, where)
         if problem:
             failures.append(f"numerics: {problem}")
+        elif second_poison:
+            failures.append(f"numerics: {where}: elements of the output were left unwritten ({second_poison}); "
+                            "the first poison (NaN, True or the integer maximum) matched the reference there")
     return failures
 
 
