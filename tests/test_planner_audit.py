@@ -182,6 +182,7 @@ def _dense(**change):
     (lambda: dict(index_distribution="foo"), "index_distribution must be one of uniform, log_uniform, zipf"),
     (lambda: dict(dense=_dense(interaction="mlp")), "interaction must be 'dot' or 'dcnv2'"),  # was: planned
     (lambda: dict(dense=_dense(dcn_rank=0)), "dcnv2 needs dcn_layers >= 1 and dcn_rank >= 1"),
+    (lambda: dict(dense=_dense(interaction="dot")), "dcn_layers and dcn_rank are for dcnv2 only"),  # was: planned
     (lambda: dict(dense=_dense(num_dense=0)), "num_dense must be a positive integer"),
     (lambda: dict(dense=_dense(top_mlp=(128, 64))), "top_mlp must end in 1"),
     (lambda: dict(dense=_dense(bottom_mlp=())), "bottom_mlp must end in the embedding dim 16"),

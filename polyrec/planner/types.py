@@ -109,6 +109,9 @@ class DenseSpec:
         if self.interaction == "dcnv2" and not (is_count(self.dcn_layers) and is_count(self.dcn_rank)):
             raise ValueError(f"dcnv2 needs dcn_layers >= 1 and dcn_rank >= 1, got {self.dcn_layers!r} and "
                              f"{self.dcn_rank!r}")
+        if self.interaction == "dot" and (self.dcn_layers or self.dcn_rank):
+            raise ValueError(f"dcn_layers and dcn_rank are for dcnv2 only, got dcn_layers={self.dcn_layers}, "
+                             f"dcn_rank={self.dcn_rank} with interaction 'dot'")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
