@@ -9,7 +9,8 @@ import os
 import pytest
 
 from polyrec.migrate.sandbox import _make_audit
-from polyrec.migrate.verify import VerifyConfig, static_check, verify
+from polyrec.migrate.static import static_check
+from polyrec.migrate.verify import VerifyConfig, verify
 
 HERE = Path(__file__).parent / "migrate_corpus" / "verify"
 REFERENCE = "migrate_ref_ops:axpy"

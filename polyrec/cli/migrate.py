@@ -219,6 +219,8 @@ def verify(
                       + escape("  ".join(f"{k}={v}" for k, v in report.stages.items())))
         for failure in report.failures:
             console.print(escape(f"  - {failure}"))
+        for warning in report.warnings:
+            console.print("  [yellow]warning:[/] " + escape(warning))
     raise typer.Exit(0 if report.accepted else 1)
 
 

@@ -1,9 +1,9 @@
 """``polyrec migrate port``: propose / verify loop that ports a CUDA kernel or a PyTorch op to Triton.
 
 Each round asks the provider for a complete Python module (``@triton.jit`` kernels and ``run(*inputs)``),
-verifies it (verify.py), and feeds the failures back, up to ``rounds`` times. Every attempt (prompt,
-reply, extracted code, verdict) is appended to a JSON-lines transcript. Without a provider only the
-deterministic stages run (scan, and hipify for CUDA sources) and the report says what is left.
+verifies it (verify.py), and feeds the failures back (its warnings too, as advice), up to ``rounds`` times.
+Every attempt (prompt, reply, extracted code, verdict) is appended to a JSON-lines transcript. Without a
+provider only the deterministic stages run (scan, and hipify for CUDA sources) and the report says what is left.
 """
 
 from __future__ import annotations
@@ -142,6 +142,9 @@ def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, roun
             report.accepted, report.result_path = True, str(result)
             return
         feedback = "The candidate failed verification:\n" + "\n".join(f"- {f}" for f in verdict.failures[:20])
+        if verdict.warnings:
+            feedback += "\nWarnings (advice; they do not fail verification):\n" + "\n".join(
+                f"- {w}" for w in verdict.warnings[:20])
         messages = [*messages, {"role": "assistant", "content": reply},
                     {"role": "user", "content": feedback + "\nReply with the corrected complete module."}]
     report.left.append(f"no candidate passed verification in {rounds} rounds; see {transcript}")

@@ -4,13 +4,9 @@ A candidate is a Python file defining ``run(*inputs) -> Tensor`` that launches `
 The reference is ``module:function`` in a module that also defines ``SHAPES`` (at least three
 distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of which must pass:
 
-1. static bans (AST): only torch / triton / math imports; in kernels no torch and no try/except; no
-   ``_private`` or ``__dunder__`` attribute or dunder name, no attribute that is (or a chain that reaches)
-   a module outside torch / triton / math such as ``torch.sys`` or ``torch.os``, nor a risky torch
-   module (hub, serialization, cpp_extension...); a module only as ``module.attr`` (never bound to another
-   name, passed, stored or returned, which would hide what is reached through it); no assignment to
-   attributes of torch / triton / the kernels; no eval/exec/open/globals/exit; no autotune; nothing
-   named after the reference;
+1. static bans (AST; static.py): only torch / triton / math imports, no reach into other modules, no
+   eval/exec/open, no autotune, nothing named after the reference. Warned, not failed: a ``tl.dot`` left
+   at Triton's default precision (``static.DOT_DEFAULT_PRECISION``), which stage 2's interpreter does not model;
 2. numerics: every shape x at least one seed, fresh random inputs, outputs poisoned, against the reference in
    float64 (TOLERANCES), in a sandboxed subprocess (CPU seconds, memory and file-size limits, no network, no
    processes, no file writes outside its own folder, a Triton cache of its own in that folder, the reference
@@ -30,8 +26,6 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
 
 from __future__ import annotations
 
-import ast
-import functools
 import hashlib
 import importlib
 import json
@@ -42,31 +36,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import types
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from polyrec.migrate.cases import Case, make_cases
+from polyrec.migrate.static import precision_warnings, static_check
 
-ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
-BANNED_CALLS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
-                          "getattr", "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help"})
-#: Attribute names refused on anything: modules a candidate could reach through torch / triton
-#: (``torch.sys``, ``torch.os``) and what they lead to.
-BANNED_ATTRS = frozenset({"os", "sys", "subprocess", "builtins", "importlib", "ctypes", "shutil", "socket", "pathlib",
-                          "io", "inspect", "gc", "pickle", "marshal", "posix", "signal", "threading",
-                          "multiprocessing", "runpy", "pty", "tempfile", "glob", "urllib", "http", "resource",
-                          "platform", "sysconfig", "site", "codecs", "weakref", "traceback", "linecache", "autotune",
-                          "modules", "popen", "system"})
-#: Roots of modules a candidate may reach; and torch parts that load code or files, or reach the network.
-ALLOWED_MODULE_ROOTS = frozenset({"torch", "triton", "math", "typing"})
-RISKY_MODULES = ("torch.hub", "torch.serialization", "torch.utils.cpp_extension", "torch.package", "torch.jit",
-                 "torch.multiprocessing", "torch.distributed", "torch.ops", "torch.classes", "torch.library",
-                 "torch.compiler", "torch.utils.data", "torch.fx", "torch.export", "torch.onnx", "torch.backends",
-                 "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs", "triton.tools")
-RISKY_OBJECTS = frozenset({"torch.load", "torch.save", "torch.compile", "torch.from_file"})
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Comparison tolerances per output dtype (atol, rtol) against the float64 reference. float16 and bfloat16:
 #: about 10 and 4 units in the last place at 1.0 (ulp 2^-10, 2^-7). float32 is much wider than its ulp (2^-23
@@ -80,7 +56,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: bound, not a measured one.
 TOLERANCES = {"torch.float32": (1e-4, 1e-4), "torch.float16": (1e-2, 1e-2), "torch.bfloat16": (3e-2, 3e-2),
               "torch.float64": (1e-10, 1e-10)}
-
 
 #: Base seeds a run draws from: each seed's generators are seeded seed * cases.CASES_PER_SEED + case index (< 2^63).
 SEED_BASES = 2**31
@@ -106,181 +81,20 @@ class VerifyConfig:
 
 @dataclass(kw_only=True, slots=True)
 class VerifyReport:
-    """Verdict and the reasons; ``failures`` is what a person or the LLM gets back."""
+    """Verdict and the reasons; ``failures`` and, as advice, ``warnings`` are what a person or the LLM gets back."""
 
     candidate: str
     accepted: bool = False
     failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # risks the stages cannot check; they do not reject
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "pass" | "fail" | "skipped: why"
     compile_reports: list[dict[str, Any]] = field(default_factory=list)
     seeds: tuple[int, ...] = ()  # the input seeds it was checked on (``--seed`` repeats them)
 
     def as_dict(self) -> dict[str, Any]:
         return {"candidate": self.candidate, "accepted": self.accepted, "failures": self.failures,
-                "stages": self.stages, "compile_reports": self.compile_reports, "seeds": list(self.seeds)}
-
-
-def _is_jit(node: ast.FunctionDef) -> bool:
-    return any("jit" in ast.unparse(d) for d in node.decorator_list)
-
-
-def _module_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name -> dotted path of what it was imported as (``tl`` -> ``triton.language``)."""
-    aliases = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module != "__future__":
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
-
-
-def _chain(node: ast.Attribute) -> list[str] | None:
-    """``torch.nn.functional.relu`` -> ["torch", "nn", "functional", "relu"]; None when not rooted at a name."""
-    parts = [node.attr]
-    while isinstance(node.value, ast.Attribute):
-        node = node.value
-        parts.append(node.attr)
-    if not isinstance(node.value, ast.Name):
-        return None
-    return [node.value.id, *reversed(parts)]
-
-
-def _resolve(parts: list[str]) -> Iterator[Any]:
-    """The object at each prefix of ``parts`` (torch, torch.nn, torch.nn.functional...), up to one that is missing."""
-    try:
-        obj = importlib.import_module(parts[0])
-    except ImportError:
-        return
-    yield obj
-    for i, part in enumerate(parts[1:], start=2):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            try:
-                obj = importlib.import_module(".".join(parts[:i]))
-            except ImportError:
-                return  # does not exist: fails when run, no reach
-        yield obj
-
-
-def _reach_problem(dotted: str) -> str | None:
-    """Why the object at ``dotted`` (e.g. ``torch.sys.modules``) may not be used; None when it may."""
-    parts = dotted.split(".")
-    if parts[0] not in ALLOWED_MODULE_ROOTS:
-        return None  # not an import: the import check speaks for it
-    private = next((i for i, part in enumerate(parts) if part.startswith("_")), None)
-    if private is not None:
-        return f"{'.'.join(parts[:private + 1])} is private"
-    for i, obj in enumerate(_resolve(parts), start=1):
-        name = (getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType)
-                else f"{getattr(obj, '__module__', '') or ''}.{getattr(obj, '__qualname__', '')}")
-        if isinstance(obj, types.ModuleType) and name.split(".")[0] not in ALLOWED_MODULE_ROOTS:
-            return f"{'.'.join(parts[:i])} is the module {name!r}"
-        risky_module = isinstance(obj, types.ModuleType) and name.startswith(RISKY_MODULES)
-        if risky_module or ".".join(parts[:i]) in RISKY_OBJECTS or name in RISKY_OBJECTS:
-            return f"{'.'.join(parts[:i])} ({name}) loads code or files or reaches the network"
-    return None
-
-
-@functools.cache
-def _is_module(dotted: str) -> bool:
-    """``dotted`` (torch, torch.utils, triton.language) names a module."""
-    parts = dotted.split(".")
-    if parts[0] not in ALLOWED_MODULE_ROOTS:
-        return False
-    found = list(_resolve(parts))
-    return len(found) == len(parts) and isinstance(found[-1], types.ModuleType)
-
-
-def _module_value_problem(node: ast.Name | ast.Attribute, aliases: dict[str, str]) -> str | None:
-    """Why ``node``, used as a value (not as ``node.attr``), may not be: it is a module.
-
-    A module bound to another name, passed, stored or returned would hide from the chain check what is
-    reached through it (``t = torch; t.load``), so modules may only be used as ``module.attr``.
-    """
-    chain = [node.id] if isinstance(node, ast.Name) else _chain(node)
-    if not chain or chain[0] not in aliases or not isinstance(node.ctx, ast.Load):
-        return None
-    dotted = ".".join([aliases[chain[0]], *chain[1:]])
-    if not _is_module(dotted):
-        return None
-    return (f"line {node.lineno}: the module {dotted} is used as a value; use it only as {'.'.join(chain)}.name "
-            "(an alias would hide what is reached through it)")
-
-
-def _attribute_problems(node: ast.Attribute, aliases: dict[str, str], kernels: set[str]) -> list[str]:
-    line = node.lineno
-    if node.attr.startswith("_"):
-        return [f"line {line}: attribute {node.attr!r} is not allowed (private or dunder)"]
-    if node.attr in BANNED_ATTRS:
-        return [f"line {line}: attribute {node.attr!r} is not allowed"]
-    chain = _chain(node)
-    if chain is None:
-        return []
-    if not isinstance(node.ctx, ast.Load) and (chain[0] in aliases or chain[0] in kernels):
-        return [f"line {line}: assigning to {'.'.join(chain)} is not allowed"]
-    if chain[0] not in aliases:
-        return []
-    problem = _reach_problem(".".join([aliases[chain[0]], *chain[1:]]))
-    return [f"line {line}: {problem}"] if problem else []
-
-
-def static_check(source: str, reference_module: str, reference_func: str) -> list[str]:
-    """Why the candidate's source is not acceptable; empty when it is."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        return [f"syntax error line {exc.lineno}: {exc.msg}"]
-    problems: list[str] = []
-    ref_names = {reference_module.split(".")[0], reference_module.split(".")[-1], reference_func}
-    aliases = _module_aliases(tree)
-    kernels = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_jit(n)}
-    attribute_roots = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}  # x of x.attr
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in attribute_roots and \
-                (problem := _module_value_problem(node, aliases)):
-            problems.append(problem)
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for mod in mods:
-                if mod.split(".")[0] not in ALLOWED_IMPORTS:
-                    problems.append(f"line {line}: import of {mod!r} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})")
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ALLOWED_IMPORTS:
-                for a in node.names:
-                    bad = f"{a.name} is private" if a.name.startswith("_") else (
-                        None if node.module == "__future__" else _reach_problem(f"{node.module}.{a.name}"))
-                    if bad or a.name in BANNED_ATTRS:
-                        problems.append(f"line {line}: from {node.module} import {a.name}: {bad or 'not allowed'}")
-            elif isinstance(node, ast.Import):
-                problems += [f"line {line}: import {a.name}: {bad}" for a in node.names
-                             if (bad := _reach_problem(a.name))]
-        elif isinstance(node, ast.Name) and (node.id in BANNED_CALLS or node.id in ref_names):
-            problems.append(f"line {line}: use of {node.id!r} is not allowed")
-        elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id != "__name__":
-            problems.append(f"line {line}: use of {node.id!r} is not allowed")
-        elif isinstance(node, ast.Attribute):
-            problems += _attribute_problems(node, aliases, kernels)
-        elif isinstance(node, ast.FunctionDef) and _is_jit(node):
-            problems += _kernel_problems(node)
-    if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
-        problems.append("no top-level run(*inputs) function")
-    if not kernels:
-        problems.append("no @triton.jit kernel: the port must be a Triton kernel")
-    return list(dict.fromkeys(problems))
-
-
-def _kernel_problems(kernel: ast.FunctionDef) -> list[str]:
-    problems = []
-    for node in ast.walk(kernel):
-        if isinstance(node, ast.Name) and node.id == "torch":
-            problems.append(f"line {node.lineno}: torch used inside kernel {kernel.name}")
-        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
-            problems.append(f"line {node.lineno}: try/except inside kernel {kernel.name}")
-    return problems
+                "warnings": self.warnings, "stages": self.stages, "compile_reports": self.compile_reports,
+                "seeds": list(self.seeds)}
 
 
 def _limits(cpu_s: int, memory_bytes: int) -> Any:
@@ -394,7 +208,9 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
     module, func = load_reference(reference)
     ref_digest = _digest(module)
     module_name, _, func_name = reference.partition(":")
-    problems = static_check(candidate.read_text(), module_name, func_name)
+    source = candidate.read_text()
+    problems = static_check(source, module_name, func_name)
+    report.warnings = [f"static: {w}" for w in precision_warnings(source)]
     report.stages["static"] = "fail" if problems else "pass"
     report.failures += [f"static: {p}" for p in problems]
     if problems:
