@@ -74,3 +74,22 @@ def test_fused_cross_backward_epilogues_compile_and_fit(name):
         if not report.fits:
             failures.append(f"{job.label}: {', '.join(report.problems)}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name, precision, mfma", [("H200", "tf32", None), ("MI300X", "tf32", "xf32"),
+                                                   ("MI350X", "ieee", None)])
+def test_a_tf32_gemm_takes_the_targets_tf32_dot(name, precision, mfma):
+    """A tf32 GEMM ran IEEE fp32 on every AMD target (a quarter of MI300X's XF32 rate, while the model priced
+    it at the fp32 rate); Triton 3.6 has XF32 on gfx942 (its ``v_mfma_*_xf32``) and none on gfx950."""
+    from polyrec.hardware.compile import compile_job
+    from polyrec.kernels.gemm_configs import config_space
+    from polyrec.kernels.gemm_kernels import compile_job_for, input_precision
+    from polyrec.perfmodel.gemm import rate_dtype
+
+    spec = get_device(name)
+    assert input_precision("tf32", spec.triton) == precision and input_precision("fp32", spec.triton) == "ieee"
+    assert rate_dtype("tf32", spec) == ("tf32" if precision == "tf32" else "fp32")
+    if mfma is not None:
+        config = next(c for c in config_space(spec, "tf32") if not c.persistent_tma and c.split_k == 1)
+        assembly = compile_job(compile_job_for(config, "tf32", spec, epilogue="none"), spec).asm["amdgcn"]
+        assert f"_{mfma}" in assembly

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 #: AMD's XF32 (fp32 inputs rounded in the matrix unit); ``fp32`` is plain IEEE fp32 math.
 PEAK_DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
+#: AMD targets with a TF32 dot in Triton 3.6: gfx942 (CDNA3's XF32; triton/backends/amd/compiler.py, parse_options,
+#: "Enable XF32 (TF32) for CDNA3 GPUs"). gfx950 (CDNA4) has no XF32: Triton refuses "tf32" there.
+AMD_TF32_DOT_ARCHS = frozenset({"gfx942"})
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TritonTarget:
@@ -21,6 +25,12 @@ class TritonTarget:
     backend: str  # "cuda" or "hip"
     arch: int | str  # 90 for sm_90, "gfx942" for CDNA3
     warp_size: int  # threads per warp / wavefront
+
+    @property
+    def tf32_dot(self) -> bool:
+        """Whether Triton 3.6's ``tl.dot`` takes ``input_precision="tf32"`` here: on every CUDA target, and on
+        AMD's in ``AMD_TF32_DOT_ARCHS`` alone."""
+        return self.backend == "cuda" or self.arch in AMD_TF32_DOT_ARCHS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -374,7 +374,7 @@ def _launch(a, b, out, bias, cross, activation, config: GemmConfig, dtype: str, 
         return
     backend = "hip" if torch.version.hip else "cuda"
     options = config.launch_options(backend) if a.is_cuda else {"WIDEN_OPERANDS": True}
-    precision = input_precision(dtype, backend)
+    precision = input_precision(dtype, _device_spec(a).triton if a.is_cuda else None)
     row_block = config.block_m if config.split_k == 1 else REDUCE_BLOCK_M
     ptrs, strides, flags, db = _epilogue_operands(out, bias, cross, residual, cross_grad, activation,
                                                   ceil_div(m, row_block))

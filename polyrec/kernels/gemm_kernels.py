@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from polyrec.hardware.compile import CompileJob
-from polyrec.hardware.types import DeviceSpec
+from polyrec.hardware.types import DeviceSpec, TritonTarget
 from polyrec.kernels.fp8 import E4M3, TRITON_FP8_TYPES, Fp8Format, quantize_store
 from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_NUM_WARPS, PASS_ROW_BLOCKS, REDUCE_BLOCK_M, REDUCE_BLOCK_N,
                                           REDUCE_NUM_WARPS, GemmConfig)
@@ -191,9 +191,10 @@ def split_k_reduce_kernel(
         tl.atomic_max(q_amax_ptr, tl.max(tl.max(amax, axis=1), axis=0))
 
 
-def input_precision(dtype: str, backend: str) -> str:
-    """tl.dot's input_precision: Triton 3.6 has no TF32 dot on AMD, so fp32 stays IEEE there."""
-    return "tf32" if dtype == "tf32" and backend == "cuda" else "ieee"
+def input_precision(dtype: str, target: TritonTarget | None) -> str:
+    """tl.dot's input_precision: "tf32" for a tf32 GEMM where the target has a TF32 dot (every CUDA target,
+    gfx942's XF32: ``TritonTarget.tf32_dot``), else IEEE fp32 (gfx950; the interpreter, target None)."""
+    return "tf32" if dtype == "tf32" and target is not None and target.tf32_dot else "ieee"
 
 
 def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogue: str = "cross",
@@ -214,7 +215,7 @@ def compile_job_for(config: GemmConfig, dtype: str, spec: DeviceSpec, *, epilogu
     constexprs = unit | {
         "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
         "GROUP_M": config.group_m, "SPLIT_K": config.split_k,
-        "INPUT_PRECISION": input_precision(dtype, spec.triton.backend if spec.triton else "cuda"),
+        "INPUT_PRECISION": input_precision(dtype, spec.triton),
         "WIDEN_OPERANDS": False} | _epilogue_flags(epilogue if fused else "none")
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr if fused else "*fp32", "bias_ptr": ptr,
                  "x0_ptr": ptr, "xr_ptr": ptr, "dx0_ptr": ptr, "db_ptr": "*fp32"}

@@ -374,8 +374,9 @@ def footprint(cfg: TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "no
 
 
 def rate_dtype(dtype: str, spec: DeviceSpec) -> str:
-    """The ceiling that bounds this dtype: Triton 3.6 has no TF32 dot on AMD (ieee only)."""
-    if dtype == "tf32" and (spec.vendor == "amd" or not spec.peak_flops.get("tf32")):
+    """The ceiling that bounds this dtype: tf32 runs as IEEE fp32 where the target has no TF32 dot in Triton
+    (gfx950: ``TritonTarget.tf32_dot``) or the datasheet no TF32 rate."""
+    if dtype == "tf32" and (spec.triton is None or not spec.triton.tf32_dot or not spec.peak_flops.get("tf32")):
         return "fp32"
     return dtype
 
