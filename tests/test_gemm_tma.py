@@ -162,17 +162,18 @@ def test_matmul_runs_tma_configs(epilogue, layout, monkeypatch):
 
 
 def test_matmul_refuses_tma_configs_it_cannot_run():
-    from polyrec.kernels.gemm import _tma_operands, matmul
+    from polyrec.kernels.gemm import matmul
+    from polyrec.kernels.gemm_launch import tma_operands
 
     a = torch.randn(16, 32).bfloat16()
     with pytest.raises(ValueError, match="residual"):
         matmul(a, torch.randn(32, 16).bfloat16(), residual=torch.zeros(16, 16).bfloat16(),
                config=_selector_config(False))
     g = torch.randn(48, 16).bfloat16()
-    assert not _tma_operands(g.t(), g, torch.bfloat16, None, None, None)  # wgrad: Aᵀ
-    assert not _tma_operands(a, a.t(), torch.float32, None, None, None)  # fp32 output
+    assert not tma_operands(g.t(), g, torch.bfloat16, None, None, None)  # wgrad: Aᵀ
+    assert not tma_operands(a, a.t(), torch.float32, None, None, None)  # fp32 output
     odd = torch.randn(16, 36).bfloat16()  # rows of 72 bytes
-    assert not _tma_operands(odd, torch.randn(36, 16).bfloat16(), torch.bfloat16, None, None, None)
+    assert not tma_operands(odd, torch.randn(36, 16).bfloat16(), torch.bfloat16, None, None, None)
     x = torch.randn(16, 16).bfloat16()
-    assert _tma_operands(a, torch.randn(16, 32).bfloat16().t(), torch.bfloat16, (x, x), None, None)
-    assert not _tma_operands(a, torch.randn(32, 16).bfloat16(), torch.bfloat16, (x.float(), x), None, None)
+    assert tma_operands(a, torch.randn(16, 32).bfloat16().t(), torch.bfloat16, (x, x), None, None)
+    assert not tma_operands(a, torch.randn(32, 16).bfloat16(), torch.bfloat16, (x.float(), x), None, None)

@@ -255,9 +255,9 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
     """The split-K reduction kernel with an epilogue (``compile_job_for``'s names); ``split_k`` 1 is
     the epilogue pass after a library GEMM (it reads the product in ``dtype``). ``fp8``: the pass also
     writes fp8 copies of its output in that format (the fp8 dense layers' fused casts); ``copies_only``:
-    it writes only those copies (``epilogue_pass``'s ``fp8_only``). Specialized as ``gemm._reduce`` launches
-    it on row-major tensors: the column strides 1 (Triton's JIT makes an int argument of 1 a constant), the
-    other integers multiples of 16 and the pointers 16-byte aligned. Compiled with the column strides as
+    it writes only those copies (``epilogue_pass``'s ``fp8_only``). Specialized as
+    ``gemm_launch.reduce_pass`` launches it on row-major tensors: the column strides 1 (Triton's JIT makes an
+    int argument of 1 a constant), the other integers multiples of 16 and the pointers 16-byte aligned. Compiled with the column strides as
     arguments, the passes would vectorize along the rows and take 164-255 registers on sm_90 (CrossGrad
     spilling 792 B) against the 40-166 they launch with."""
     ptr = _TRITON_TYPES[dtype]
