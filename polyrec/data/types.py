@@ -104,11 +104,30 @@ class Source(Protocol):
 #: label), an MLPerf record (an int32 0/1 label) or a MovieLens file (an .inter header or a numeric user id).
 COMPRESSED_MAGIC = {"gzip": (b"\x1f\x8b",), "bzip2": tuple(b"BZh%d" % size for size in range(1, 10)),
                     "xz": (b"\xfd7zXZ\x00",), "zstd": (b"\x28\xb5\x2f\xfd",), "zip": (b"PK\x03\x04",)}
+#: Uncompressed files of other formats, by their magic numbers ((offset, bytes), ...), and what to give instead.
+#: A tar archive has "ustar" and a NUL (POSIX.1 ustar) or a space (GNU tar) at byte 257: Criteo Kaggle's
+#: ``dac.tar.gz`` once gunzipped. A NumPy array file begins with "\x93NUMPY" (NumPy's .npy format): TorchRec's
+#: MLPerf DLRMv2 preprocessing writes ``day_N_{dense,sparse,labels}.npy``, whose int32s read as MLPerf records
+#: pass for good ones under --skip-bad-rows. Neither shows in a file of the three formats: Criteo and MovieLens
+#: files are text, and in an MLPerf file "ust" at bytes 257-259 would be the top of record 2's C11, an id above 1.9e9.
+OTHER_FORMATS = {
+    "a tar archive": (((257, b"ustar\x00"), (257, b"ustar ")), "extract its files first"),
+    "a NumPy .npy array": (((0, b"\x93NUMPY"),), "mlperf:PATH reads the DLRM reference's *_processed.bin (40 int32 "
+                           "per record), not TorchRec's .npy arrays"),
+}
+#: Leading bytes read to recognise a file's format: enough for every magic number above.
+SNIFF_BYTES = max(at + len(magic) for marks, _ in OTHER_FORMATS.values() for at, magic in marks)
+
+
+def other_format(head: bytes) -> str | None:
+    """The name of the OTHER_FORMATS entry whose magic number ``head`` (a file's first bytes) holds, or None."""
+    return next((name for name, (marks, _) in OTHER_FORMATS.items()
+                 if any(head[at:at + len(magic)] == magic for at, magic in marks)), None)
 
 
 def require_file(path: Path, what: str) -> Path:
-    """``path``, checked to be a file and not compressed; ``what`` names the format in the error (e.g.
-    "Criteo TSV")."""
+    """``path``, checked to be a file, not compressed and not of another format (OTHER_FORMATS); ``what`` names the
+    format in the error (e.g. "Criteo TSV")."""
     if path.is_dir():
         raise FileNotFoundError(f"{what} path {path} is a directory, not a file")
     if not path.exists():
@@ -116,11 +135,14 @@ def require_file(path: Path, what: str) -> Path:
     if not path.is_file():  # a pipe or a device cannot be read again from the start (epochs, resume)
         raise ValueError(f"{what} path {path} is not a regular file (a pipe or a device): give a file on disk")
     with open(path, "rb") as f:
-        head = f.read(6)
+        head = f.read(SNIFF_BYTES)
     compression = next((name for name, magics in COMPRESSED_MAGIC.items() if head.startswith(magics)), None)
     if compression is not None:
         raise DataError(str(path), 0, f"{compression}-compressed: decompress it first (polyrec reads {what} files "
                         "uncompressed)")
+    fmt = other_format(head)
+    if fmt is not None:
+        raise DataError(str(path), 0, f"{fmt}, not {what} data: {OTHER_FORMATS[fmt][1]}")
     return path
 
 
