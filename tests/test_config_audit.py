@@ -34,3 +34,11 @@ def test_a_count_below_one_names_its_option(name):
     """Said `log_every must be at least 1` to a user who typed --log-every 0."""
     with pytest.raises(ValueError, match=f"^--{name.replace('_', '-')} must be at least 1, got 0$"):
         resolve(TrainConfig(device="cpu", **{name: 0}))
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1])
+def test_a_seed_beyond_64_bits_names_its_option(seed):
+    """Was torch's 'Overflow when unpacking long long' from inside the synthetic source."""
+    with pytest.raises(ValueError, match=r"^--seed must be an integer from -2\*\*63 to 2\*\*63 - 1, got "):
+        resolve(TrainConfig(device="cpu", seed=seed))
+    assert resolve(TrainConfig(device="cpu", seed=2**63 - 1)).device.type == "cpu"

@@ -25,6 +25,11 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return kind, arg
 
 
+def data_path(arg: str) -> Path:
+    """A data path with ``~`` expanded: the shell expands it only at the start of a word, not in ``criteo:~/x``."""
+    return Path(arg).expanduser()
+
+
 def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
                 skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8,
                 synthetic_pool: int = 0, shared_seed: int | None = None, rank: int = 0,
@@ -50,7 +55,7 @@ def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, d
         return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device, distribution=arg or "zipf",
                                num_eval_batches=num_eval_batches, pool=synthetic_pool, model_seed=shared_seed)
     if kind == "movielens":
-        return MovieLensSource(Path(arg), batch_size=batch_size, seed=seed, bad_rows=bad, split_seed=shared_seed,
+        return MovieLensSource(data_path(arg), batch_size=batch_size, seed=seed, bad_rows=bad, split_seed=shared_seed,
                                row_cap=row_cap)
     eval_source = None
     if eval_spec:
@@ -68,8 +73,8 @@ def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int,
     if kind == "criteo":
         if "" in arg.split(","):  # Path("") is the working directory: "path . is a directory" said nothing useful
             raise ValueError(f"criteo:{arg}: an empty path in the comma-separated list")
-        paths = [Path(p) for p in arg.split(",")]
+        paths = [data_path(p) for p in arg.split(",")]
         return CriteoTSVSource(paths, config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                                num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
-    return MLPerfBinarySource(Path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
+    return MLPerfBinarySource(data_path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                               num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)

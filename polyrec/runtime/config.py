@@ -112,6 +112,11 @@ def _device(name: str) -> torch.device:
     return device
 
 
+#: Seeds are within a signed 64-bit integer: torch.manual_seed takes -2**63 to 2**64 - 1 ("Overflow when unpacking
+#: long long" above), and each rank adds ``parallel.RANK_SEED_STRIDE`` times its rank to the run's seed.
+SEED_LIMIT = 2**63
+
+
 def check_counts(cfg: TrainConfig) -> None:
     """Counts and intervals in range; errors name the option (also before the row cap shapes the model)."""
     for name, least in (("steps", 1), ("batch_size", 1), ("log_every", 1), ("eval_batches", 1), ("eval_every", 0),
@@ -121,6 +126,8 @@ def check_counts(cfg: TrainConfig) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be {needs}, got {getattr(cfg, name)}")
     if cfg.row_cap is not None and cfg.row_cap < 1:
         raise ValueError(f"--row-cap must be at least 1 (or left out), got {cfg.row_cap}")
+    if not -SEED_LIMIT <= cfg.seed < SEED_LIMIT:
+        raise ValueError(f"--seed must be an integer from -2**63 to 2**63 - 1, got {cfg.seed}")
 
 
 def check_rates(cfg: TrainConfig) -> None:
