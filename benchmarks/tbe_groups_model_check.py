@@ -24,7 +24,8 @@ from planner_accuracy import geomean_abs_error
 from tbe_shapes import draw_case
 
 from polyrec.models import preset
-from polyrec.planner.estimate import Estimator, ShardLoad
+from polyrec.planner.estimate import Estimator
+from polyrec.planner.shard_cost import ShardLoad
 from polyrec.planner.types import model_spec_from_config, parse_fleet
 from polyrec.results import write_results
 

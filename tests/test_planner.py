@@ -21,7 +21,7 @@ from polyrec.planner import NoFitError, PlanConstraints, make_plan, parse_fleet
 from polyrec.planner import memory as mem
 from polyrec.planner.codesign import codesign
 from polyrec.planner.dense import dense_flops_per_sample, dense_params
-from polyrec.planner.estimate import cache_hit_rate
+from polyrec.planner.shard_cost import cache_hit_rate
 from polyrec.planner.types import FleetError, model_config_fields, model_spec_from_config
 
 MLPERF = model_spec_from_config(mlperf_dcnv2())
@@ -184,7 +184,8 @@ def test_distribution_copies_by_hand():
     """On several ranks each rank places the pooled rows and gathers their gradient (a read and a
     write of B x out values each, bf16) and packs / regroups ids (int64 in, int32 on the wire), which
     the step prices with the input all-to-all; on one rank nothing of that runs."""
-    from polyrec.planner.estimate import Estimator, shard_loads
+    from polyrec.planner.estimate import Estimator
+    from polyrec.planner.shard_cost import shard_loads
 
     small = model_spec_from_config(dcnv2_small())
     batch = 4096

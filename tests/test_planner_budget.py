@@ -11,7 +11,7 @@ import pytest
 from polyrec.models.config import mlperf_dcnv2
 from polyrec.planner import NoFitError, PlanConstraints, make_plan, parse_fleet
 from polyrec.planner import memory as mem
-from polyrec.planner import propose
+from polyrec.planner import fitting, no_fit, propose
 from polyrec.planner.estimate import Estimator
 from polyrec.planner.partition import Storage
 from polyrec.planner.types import (
@@ -52,7 +52,7 @@ def test_budget_is_what_the_estimator_leaves_for_the_tables(model, fleet, batch)
     tables = sum(mem.weight_bytes(t.rows, t.dim, "fp32") + mem.state_bytes(t.rows, t.dim, "rowwise_adagrad")
                  for t in model.tables)
     m = est.memory(plans, batch)[0]
-    assert propose.rank_budgets(est, batch, storage)[0] == m.capacity - m.reserve - (m.used - tables)
+    assert no_fit.rank_budgets(est, batch, storage)[0] == m.capacity - m.reserve - (m.used - tables)
 
 
 @pytest.mark.parametrize("fleet, batch", [("H200", 262144), ("MI325X", 1_000_000)])
@@ -76,14 +76,14 @@ def test_a_host_cache_that_fills_the_budget_fits():
     assert 0 <= m.capacity - m.reserve - m.used < 128 * WEIGHT_BYTES[t0.weight_dtype] + mem.CACHE_META_BYTES_PER_ROW
     assert any("GB of host memory per host" in n for n in plan.notes)
     c = PlanConstraints(batch_per_gpu=1024)
-    assert propose.fits(model, fleet, c) and propose.candidates(model, fleet, c)
+    assert fitting.fits(model, fleet, c) and propose.candidates(model, fleet, c)
 
 
 def test_host_cached_tables_fit_their_hosts_memory():
     """1e13 rows (2,600 TB in fp16 with their state) once planned as fitting one H200 with all of it in host memory."""
     model, fleet = one_table(10**13), parse_fleet("H200x1")
     c = PlanConstraints(batch_per_gpu=1024)
-    assert not propose.fits(model, fleet, c) and not propose.candidates(model, fleet, c)
+    assert not fitting.fits(model, fleet, c) and not propose.candidates(model, fleet, c)
     with pytest.raises(NoFitError, match="host memory per host") as info:
         make_plan(model, fleet, c)
     assert "Smallest H200 fleet that fits: none" in str(info.value)
@@ -135,7 +135,7 @@ def test_hosts_of_the_given_memory_refuse_what_the_upper_bound_holds():
     model, c = one_table(10**11), PlanConstraints(batch_per_gpu=1024)
     assert make_plan(model, parse_fleet("H200x8@2"), c).fits
     fleet = with_host_memory("H200x8@2", 2 * 10**12)
-    assert not propose.fits(model, fleet, c) and not propose.candidates(model, fleet, c)
+    assert not fitting.fits(model, fleet, c) and not propose.candidates(model, fleet, c)
     with pytest.raises(NoFitError, match=r"2,000\.0 GB of host memory per host \(as given\)") as info:
         make_plan(model, fleet, c)
     assert "Smallest H200 fleet that fits: H200x8@16." in str(info.value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.perfmodel import tbe, tbe_lookup
-from polyrec.planner.estimate import ShardLoad, _dim_groups, _estimate, _tbe_group_seconds, _update_config
+from polyrec.planner.shard_cost import ShardLoad, _estimate, dim_groups, tbe_group_seconds, update_config
 
 SPEC = get_device("H200")
 CEIL = ceilings(SPEC)
@@ -28,33 +28,34 @@ def _single_backward(loads: tuple[ShardLoad, ...]) -> float:
 
 def test_a_long_mixed_dims_update_is_priced_per_dim_group():
     loads = _loads(10_000_000)
-    groups = _dim_groups(loads, SPEC, CEIL, 2)
+    groups = dim_groups(loads, SPEC, CEIL, 2)
     assert [[s.dim for s in g] for g in groups] == [[16], [128]]
-    fwd_s, bwd_s, sort_s, label = _tbe_group_seconds(loads, SPEC, CEIL, 2)
+    fwd_s, bwd_s, sort_s, label = tbe_group_seconds(loads, SPEC, CEIL, 2)
     # the dim-16 ids no longer take the lanes of dim 128 (7.8% less since their 32 B rows cost
     # RANDOM_READ_MIN_BYTES each: both forms read them)
     assert bwd_s < 0.95 * _single_backward(loads)
     assert "update D16 lane" in label and " / D128 lane" in label
-    small, wide = (_update_config(g, SPEC, CEIL, 2, module=loads) for g in groups)
+    small, wide = (update_config(g, SPEC, CEIL, 2, module=loads) for g in groups)
     assert small.tile > wide.tile  # the narrow group takes longer tiles, as the module selects them
 
 
 def test_a_short_one_is_priced_as_one_launch():
     loads = _loads(100_000)
-    assert _dim_groups(loads, SPEC, CEIL, 2) == [loads]
-    assert _tbe_group_seconds(loads, SPEC, CEIL, 2)[1] == _single_backward(loads)
-    assert _dim_groups(_loads(10_000_000), SPEC, CEIL, 2, host_bound=True) == [_loads(10_000_000)]
+    assert dim_groups(loads, SPEC, CEIL, 2) == [loads]
+    assert tbe_group_seconds(loads, SPEC, CEIL, 2)[1] == _single_backward(loads)
+    assert dim_groups(_loads(10_000_000), SPEC, CEIL, 2, host_bound=True) == [_loads(10_000_000)]
 
 
 def test_the_host_counts_each_update_launch_and_the_merge_over_all_of_them():
     from polyrec.models.config import preset
     from polyrec.planner import parse_fleet
-    from polyrec.planner.estimate import Estimator, _module_nnz
+    from polyrec.planner.estimate import Estimator
+    from polyrec.planner.shard_cost import module_nnz
     from polyrec.planner.types import model_spec_from_config
 
     est = Estimator(model_spec_from_config(preset("dcnv2-small")), parse_fleet("H200"))
     loads = _loads(10_000_000)
     small, wide = est.tbe_update_configs("H200", loads)
-    one_launch = tbe.update_merge_levels(_module_nnz(loads), wide.span, wide.merge_chunks)
+    one_launch = tbe.update_merge_levels(module_nnz(loads), wide.span, wide.merge_chunks)
     assert est.tbe_merge_levels("H200", loads) >= one_launch  # the narrow group's programs park slots too
     assert len(est.tbe_update_configs("H200", _loads(100_000))) == 1

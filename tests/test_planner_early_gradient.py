@@ -10,8 +10,9 @@ from polyrec.kernels import gemm_select
 from polyrec.models.config import dlrm_criteo_kaggle, mlperf_dcnv2
 from polyrec.planner import parse_fleet
 from polyrec.perfmodel.step import NCCL_CONTENTION, beside
-from polyrec.planner.estimate import Estimator, runs_after_cross_input_grad, shard_loads
+from polyrec.planner.estimate import Estimator, runs_after_cross_input_grad
 from polyrec.planner.ops import COLUMN_SUM_S, MIN_KERNEL_S, dense_inventory
+from polyrec.planner.shard_cost import shard_loads
 from polyrec.planner.types import TablePlan, model_spec_from_config
 
 MLPERF = model_spec_from_config(mlperf_dcnv2(), index_distribution="log_uniform")

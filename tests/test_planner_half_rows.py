@@ -8,7 +8,7 @@ from __future__ import annotations
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.perfmodel import tbe
-from polyrec.planner.estimate import ShardLoad, _tbe_group_seconds
+from polyrec.planner.shard_cost import ShardLoad, tbe_group_seconds
 
 
 def _loads(dtype: str, last_dim: int = 128) -> tuple[ShardLoad, ...]:
@@ -27,9 +27,9 @@ def test_half_rows_pay_the_rounding_and_fp32_rows_do_not(monkeypatch):
     monkeypatch.setattr(tbe_select, "GROUP_MIN_UPDATE_S", float("inf"))
     spec = get_device("H200")
     ceil = ceilings(spec)
-    base = {dt: _tbe_group_seconds(_loads(dt, 64), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    base = {dt: tbe_group_seconds(_loads(dt, 64), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
     monkeypatch.setattr(tbe, "ROUNDING_ISSUE_FRACTION", tbe.ROUNDING_ISSUE_FRACTION * 2)
-    faster = {dt: _tbe_group_seconds(_loads(dt, 64), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    faster = {dt: tbe_group_seconds(_loads(dt, 64), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
     assert faster["fp32"] == base["fp32"]
     for dt in ("fp16", "bf16"):
         assert faster[dt][0] == base[dt][0]  # the forward does not round
@@ -46,9 +46,9 @@ def test_half_rows_of_one_dim_issue_their_rounding_in_the_update(monkeypatch):
     (ONE_DIM_ROUNDED_ISSUE_FRACTION), which prices the half-precision rows and not the fp32 ones."""
     spec = get_device("H200")
     ceil = ceilings(spec)
-    base = {dt: _tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    base = {dt: tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
     monkeypatch.setattr(tbe, "ONE_DIM_ROUNDED_ISSUE_FRACTION", tbe.ONE_DIM_ROUNDED_ISSUE_FRACTION * 2)
-    faster = {dt: _tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
+    faster = {dt: tbe_group_seconds(_loads(dt), spec, ceil, 2) for dt in ("fp32", "fp16", "bf16")}
     assert faster["fp32"] == base["fp32"]
     for dt in ("fp16", "bf16"):
         assert faster[dt][0] == base[dt][0] and faster[dt][1] < base[dt][1]

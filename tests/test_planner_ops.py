@@ -124,7 +124,8 @@ def test_tbe_launches_count_the_selected_merge_levels():
     ids, bf16 output gradient, 8-tile lane programs): one tile per merge program, 9 levels (the count
     this replaced took one-tile lane programs: 11)."""
     from polyrec.planner import parse_fleet
-    from polyrec.planner.estimate import Estimator, _module_key, shard_loads
+    from polyrec.planner.estimate import Estimator
+    from polyrec.planner.shard_cost import module_key, shard_loads
     from polyrec.planner.types import TablePlan
 
     # two modules: forward lookup + ends check each; backward a permute each, 1 and 3 update launches
@@ -137,7 +138,7 @@ def test_tbe_launches_count_the_selected_merge_levels():
     plans = [TablePlan(table=t.name, sharding="table_wise", ranks=(0,)) for t in spec.tables]
     loads = shard_loads(spec, plans, 65536, 1)
     assert sum(s.accesses for s in loads) == 214 * 65536
-    assert est.tbe_merge_levels("H200", _module_key(loads)) == 9
+    assert est.tbe_merge_levels("H200", module_key(loads)) == 9
 
 
 def test_a_host_bound_step_is_priced_with_the_merge_levels_the_trainer_then_runs():
@@ -145,7 +146,8 @@ def test_a_host_bound_step_is_priced_with_the_merge_levels_the_trainer_then_runs
     selects with the merge levels' host issue (fewer levels): the planner's host time counts those; a
     device-bound step (MLPerf DLRM-DCNv2 at 65536) keeps the device-time choice's count."""
     from polyrec.planner import parse_fleet
-    from polyrec.planner.estimate import Estimator, _module_key, shard_loads
+    from polyrec.planner.estimate import Estimator
+    from polyrec.planner.shard_cost import module_key, shard_loads
     from polyrec.planner.types import TablePlan
 
     for name, batch, bound in (("dcnv2-small", 16384, True), ("mlperf-dcnv2", 65536, False)):
@@ -155,7 +157,7 @@ def test_a_host_bound_step_is_priced_with_the_merge_levels_the_trainer_then_runs
         loads = shard_loads(spec, plans, batch, 1)
         dense = est.dense_seconds("H200", batch)
         step = est.evaluate(plans, batch).step
-        key = _module_key(loads)
+        key = module_key(loads)
         assert est.tbe_merge_levels("H200", key, True) < est.tbe_merge_levels("H200", key)
         assert (step.host_s > step.total_s - step.host_excess_s) is bound
         assert step.host_s == pytest.approx(est.host_seconds(0, loads, dense, host_bound=bound))

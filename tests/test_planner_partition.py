@@ -10,9 +10,10 @@ import pytest
 
 from polyrec.models.config import mlperf_dcnv2
 from polyrec.planner import PlanConstraints, make_plan, parse_fleet
-from polyrec.planner import propose
+from polyrec.planner import fitting, no_fit
 from polyrec.planner.enumerate import STRATEGIES, strategy_splits
-from polyrec.planner.estimate import Estimator, shard_loads
+from polyrec.planner.estimate import Estimator
+from polyrec.planner.shard_cost import shard_loads
 from polyrec.planner.partition import Storage, within_budgets
 from polyrec.planner.types import DenseSpec, ModelSpec, TablePlan, TableSpec, model_spec_from_config
 
@@ -26,8 +27,8 @@ def storage_of(model: ModelSpec, weight_dtype: str) -> dict[str, Storage]:
 
 def even_share_fits(est: Estimator, splits, storage, batch: int) -> bool:
     """Whether the budget of an even share of the lookups places the shards where the estimator fits them."""
-    budgets = within_budgets(propose.rank_budgets(est, batch, storage))
-    placed = propose._placement(est.model, splits, storage, est, batch, budgets)
+    budgets = within_budgets(no_fit.rank_budgets(est, batch, storage))
+    placed = fitting.placement(est.model, splits, storage, est, batch, budgets)
     return placed is not None and est.memory_fits(est.memory(placed.tables, batch))
 
 
@@ -38,7 +39,7 @@ def test_places_what_an_even_share_refused(fleet, batch):
     gained = []
     for strategy in STRATEGIES:
         splits = strategy_splits(MLPERF, strategy, est.fleet.world_size, FP32_HBM.shardings)
-        placed = propose._placement(MLPERF, splits, storage, est, batch) if splits else None
+        placed = fitting.placement(MLPERF, splits, storage, est, batch) if splits else None
         if placed is not None and not even_share_fits(est, splits, storage, batch):
             assert est.memory_fits(est.memory(placed.tables, batch)), strategy
             gained.append(strategy)
@@ -55,7 +56,7 @@ def test_every_placement_fits_and_none_is_lost(fleet, weight_dtype):
     for strategy in STRATEGIES:
         splits = strategy_splits(MLPERF, strategy, est.fleet.world_size, FP32_HBM.shardings)
         for batch in (8192, 65536, 163840, 327680, 524288, 786432):
-            placed = propose._placement(MLPERF, splits, storage, est, batch) if splits else None
+            placed = fitting.placement(MLPERF, splits, storage, est, batch) if splits else None
             if placed is not None:
                 assert est.memory_fits(est.memory(placed.tables, batch)), (strategy, batch)
             elif splits:
@@ -66,9 +67,9 @@ def test_largest_batch_is_one_the_even_share_refused():
     """MLPerf in fp32 on 8 H100s: the largest batch per GPU that fits is one at which no sharding fitted by the
     even-share budget (619,114 per GPU before; the estimator fits more on the rank given the 100-hot table)."""
     fleet = parse_fleet("H100x8")
-    largest = propose.largest_batch(MLPERF, fleet, FP32_HBM, 1 << 21)
+    largest = fitting.largest_batch(MLPERF, fleet, FP32_HBM, 1 << 21)
     assert make_plan(MLPERF, fleet, dataclasses.replace(FP32_HBM, batch_per_gpu=largest)).fits
-    assert not propose.fits(MLPERF, fleet, dataclasses.replace(FP32_HBM, batch_per_gpu=largest + 1))
+    assert not fitting.fits(MLPERF, fleet, dataclasses.replace(FP32_HBM, batch_per_gpu=largest + 1))
     est = Estimator(MLPERF, fleet)
     storage = storage_of(MLPERF, "fp32")
     assert not any(even_share_fits(est, splits, storage, largest) for s in STRATEGIES

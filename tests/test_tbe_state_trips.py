@@ -35,7 +35,7 @@ def _kernel_ms(name: str, kernel: str) -> float:
 
 
 def _state_row(optimizer: str, block_d: int) -> int:
-    """The state bytes per row the planner passes (``planner.estimate._tbe_group_seconds``)."""
+    """The state bytes per row the planner passes (``planner.shard_cost.tbe_group_seconds``)."""
     return 4 * (mem.STATE_PER_ROW[optimizer] + mem.STATE_PER_ELEMENT[optimizer] * block_d)
 
 

@@ -358,7 +358,7 @@ def groups_pay(spec: DeviceSpec, *, nnz: int, groups: int, total_rows: int, bloc
                state_tiles: int, stochastic: bool = False, grad_bytes: int = 4, host_bound: bool = False,
                ceil: Ceilings | None = None) -> bool:
     """Whether a module of ``total_rows`` rows whose dims take ``groups`` BLOCK_D should update each dim
-    group by a launch of its own (``TableBatchedEmbedding.key_plan``, the planner's ``_dim_groups``): where
+    group by a launch of its own (``TableBatchedEmbedding.key_plan``, ``planner.shard_cost.dim_groups``): where
     the step does not wait on the host, the groups' keys (up to ``groups * total_rows``) need no wider
     integers than the rows' (int64 keys: a sort of twice the key bytes), and the update of ``nnz`` ids at
     the widest BLOCK_D (``block_d``, as ``select_update`` prices it) is predicted to take at least

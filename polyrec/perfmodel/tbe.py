@@ -241,7 +241,7 @@ MERGE_ROUNDING_REGISTERS = {1: 32, 8: 26}
 ISSUE_LANES_PER_CLK = {"nvidia": 128, "amd": 64}
 #: Fraction of ISSUE_LANES_PER_CLK the rounding instructions reach (one-warp programs, ~3 per scheduler,
 #: whose instructions mostly wait on the one before). Fitted on ONE committed row, as the planner prices it
-#: (``planner.estimate._tbe_group_seconds`` with the committed calibrate_nvidia-h200_2026-11-29 ceilings, and
+#: (``planner.shard_cost.tbe_group_seconds`` with the committed calibrate_nvidia-h200_2026-11-29 ceilings, and
 #: the lane update's own issue floor, LANE_INSTRUCTIONS): benchmarks/tbe.py at d0fe027
 #: (tbe_nvidia-h200_2026-11-30), fp16 rows, full MLPerf tables, uniform ids, fp32 output gradient, forward +
 #: backward 9.04 ms. Checked, not refitted: the same run's Zipf-skewed ids 9.13 ms predicted vs 9.48 measured

@@ -1,10 +1,10 @@
 """Predicted step time and memory of a candidate plan, from the per-op cost models.
 
 Per-op terms come from the kernels' own models, never from a second copy here: embedding lookups
-and the fused backward from ``polyrec.perfmodel.tbe`` with the configs ``polyrec.kernels.tbe_select``
-picks, dense GEMMs from ``polyrec.kernels.gemm_select`` (which ranks configs with
-``polyrec.perfmodel.gemm`` and chooses Triton or the vendor library). Collectives use the alpha-beta
-model of ``planner.comms``; ``perfmodel.step`` combines everything.
+and the fused backward from ``planner.shard_cost`` (``polyrec.perfmodel.tbe`` with the configs
+``polyrec.kernels.tbe_select`` picks), dense GEMMs from ``polyrec.kernels.gemm_select`` (which ranks
+configs with ``polyrec.perfmodel.gemm`` and chooses Triton or the vendor library). Collectives use the
+alpha-beta model of ``planner.comms``; ``perfmodel.step`` combines everything.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import gemm_select, tbe_forward, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
-from polyrec.kernels.tbe_forward_plan import plan_forward
-from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads
+from polyrec.perfmodel import tbe
 from polyrec.perfmodel.gemm import GemmProblem
 from polyrec.perfmodel.gemm_library import library_seconds
 from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
@@ -27,11 +26,20 @@ from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_sec
 from polyrec.planner.dense import GemmShape, dense_matmuls, dense_params
 from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
 from polyrec.planner.ops import COLUMN_SUM_S, FP32, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
+from polyrec.planner.shard_cost import (
+    ShardLoad,
+    anonymous,
+    dim_groups,
+    host_traffic_seconds,
+    module_key,
+    module_nnz,
+    modules,
+    shard_loads,
+    tbe_group_seconds,
+    update_config,
+)
 from polyrec.planner.types import WEIGHT_BYTES, DeviceMemory, Fleet, ModelSpec, TablePlan
 
-#: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
-#: bf16 output under a bf16 dense half is not modelled there: the planner_accuracy fit was made so).
-POOLED_BYTES = 4
 #: fp32 values the dense optimizer reads plus writes per parameter: Adagrad as the trainer runs it on a
 #: GPU, ``polyrec.kernels.dense_optim.FusedAdagrad`` (parameter, gradient and sum read; parameter and
 #: sum written: 5; torch's foreach path was 11); SGD and Adam through torch's foreach implementation
@@ -49,23 +57,6 @@ LENGTH_BYTES = 4
 def wire_id_bytes(model: ModelSpec) -> int:
     """Bytes of one id crossing the input all-to-all for ``model``'s tables."""
     return 4 if max(t.rows for t in model.tables) < INT32_MAX else 8
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ShardLoad:
-    """One shard of one table on one rank, and the lookups it serves per step."""
-
-    table: str
-    rank: int
-    rows: int
-    dim: int
-    accesses: float  # ids looked up per step
-    bags: int  # pooled outputs produced per step (samples of all ranks)
-    weight_dtype: str
-    optimizer: str
-    memory: str
-    cache_rows: int
-    skew: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,141 +95,6 @@ class Estimate:
     table_times: dict[str, tuple[float, float]]  # table -> (fwd s, bwd s) of its slowest shard
 
 
-def shard_loads(model: ModelSpec, plans: Sequence[TablePlan], batch_per_gpu: int, world: int) -> list[ShardLoad]:
-    """The shards of every table with their per-step lookups (``shard_load``)."""
-    loads = []
-    for tp in plans:
-        t = model.table(tp.table)
-        shapes = mem.shard_shapes(t.rows, t.dim, tp.sharding, len(tp.ranks))
-        loads += [shard_load(model, tp, rank=rank, rows=rows, dim=dim, global_batch=batch_per_gpu * world)
-                  for rank, (rows, dim) in zip(tp.ranks, shapes)]
-    return loads
-
-
-def shard_load(model: ModelSpec, tp: TablePlan, *, rank: int, rows: int, dim: int, global_batch: int) -> ShardLoad:
-    """One shard of ``tp``'s table (``rows`` x ``dim``, as ``memory.shard_shapes`` cuts it) on ``rank``: it pools
-    for every sample of the global batch, and looks up all of the table's ids or, row-wise, its share of them
-    (ids spread evenly over row shards). ``tp.ranks`` is not read: the partitioner prices shards before it."""
-    t = model.table(tp.table)
-    share = rows / t.rows if tp.sharding == "row_wise" else 1.0
-    return ShardLoad(table=t.name, rank=rank, rows=rows, dim=dim, accesses=global_batch * t.pooling * share,
-                     bags=global_batch, weight_dtype=tp.weight_dtype, optimizer=tp.optimizer, memory=tp.memory,
-                     cache_rows=tp.cache_rows, skew=model.index_distribution)
-
-
-def cache_hit_rate(rows: int, cache_rows: int, skew: str) -> float:
-    """Fraction of lookups an HBM cache of the ``cache_rows`` hottest rows serves."""
-    return tbe_reads.rank_cdf(cache_rows, rows, skew)
-
-
-def _update_kwargs(loads: tuple[ShardLoad, ...], grad_bytes: int, block_d: int) -> dict:
-    """What the update's selection and cost depend on for ``loads`` at ``block_d``, besides nnz (as
-    ``TableBatchedEmbedding._update_shape``)."""
-    wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    return dict(block_d=block_d, row_bytes=block_d * wb, state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer],
-                stochastic=wb < 4, grad_bytes=grad_bytes)
-
-
-def _module_nnz(loads: tuple[ShardLoad, ...]) -> int:
-    return max(int(sum(s.accesses for s in loads)), 1)
-
-
-def _update_config(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings, grad_bytes: int,
-                   host_bound: bool = False, module: tuple[ShardLoad, ...] | None = None) -> tbe_select.UpdateConfig:
-    """The update config the selector picks for the launch that updates ``loads`` of the module holding
-    ``module`` (default: ``loads``; a dim group's launch is selected at the module's nnz and without
-    ``one_dim``, as ``TableBatchedEmbedding.plan_configs``); ``host_bound``: its step is predicted host-bound."""
-    module = loads if module is None else module
-    return tbe_select.select_update(spec, nnz=_module_nnz(module), one_dim=len({s.dim for s in module}) == 1,
-                                    host_bound=host_bound, ceil=ceil,
-                                    **_update_kwargs(loads, grad_bytes, tbe_forward.block_d([s.dim for s in loads])))
-
-
-def _dim_groups(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings, grad_bytes: int,
-                host_bound: bool = False) -> list[tuple[ShardLoad, ...]]:
-    """The shards of one module by the update launch that takes them (``TableBatchedEmbedding.key_plan``'s
-    default): one launch per BLOCK_D where the dims take several and ``tbe_select.groups_pay`` says so;
-    else one for all."""
-    blocks = sorted({tbe_forward.block_d([s.dim]) for s in loads})
-    if len(blocks) == 1:
-        return [loads]
-    if not tbe_select.groups_pay(spec, nnz=_module_nnz(loads), groups=len(blocks),
-                                 total_rows=sum(s.rows for s in loads), host_bound=host_bound, ceil=ceil,
-                                 **_update_kwargs(loads, grad_bytes, blocks[-1])):
-        return [loads]
-    return [tuple(s for s in loads if tbe_forward.block_d([s.dim]) == b) for b in blocks]
-
-
-def _tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
-                       grad_bytes: int) -> tuple[float, float, float, str]:
-    """(fwd s, bwd+update s, of that the id sort s, config label) of one table-batched module holding
-    ``loads`` (same dtype, optimizer); ``grad_bytes``: its output gradient's element size (the dense
-    half's dtype)."""
-    wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    block_d = tbe_forward.block_d([s.dim for s in loads])
-    bags = loads[0].bags
-    tables = _table_loads(loads)
-    vec = tbe_forward.vector_width([s.dim for s in loads], wb)
-    launches = plan_forward(spec, batch_size=bags, bag_lengths=[t.accesses / bags for t in tables], block_d=block_d,
-                            row_bytes=block_d * wb, vec=vec, table_rows=[t.rows for t in tables], ceil=ceil)
-    fwd = [(tbe_lookup.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d,
-                                   num_warps=la.config.num_warps, vec=vec, elem_bytes=wb), la.features)
-           for la in launches]
-    est, ucfg = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
-    label = "fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
-                                for la in launches)
-    groups = _dim_groups(loads, spec, ceil, grad_bytes)
-    if len(groups) == 1:
-        return (est.forward_s, est.backward_s, est.sort_s,
-                label + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
-    # one launch per dim group: each group's ids priced at its own BLOCK_D and config (their sorts and
-    # merges add up to about the module's: both go with the ids)
-    parts = [_estimate(group, loads, spec, ceil, grad_bytes, [(fwd[0][0], tuple(range(len(group))))])
-             for group in groups]  # (their forward, of one launch over the group's tables, is not used)
-    label += "; update " + " / ".join(f"D{tbe_forward.block_d([s.dim for s in g])} {c.variant} tile={c.tile} "
-                                      f"warps={c.num_warps}"
-                                      for g, (_, c) in zip(groups, parts))
-    return est.forward_s, sum(p.backward_s for p, _ in parts), sum(p.sort_s for p, _ in parts), label
-
-
-def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe_reads.TableLoad]:
-    """The perf model's view of ``loads``: the rows a lookup reads (an HBM cache's, when host-cached)."""
-    wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    return [tbe_reads.TableLoad(rows=min(s.cache_rows, s.rows) if s.memory == "host_cached" else s.rows,
-                                row_bytes=s.dim * wb, accesses=s.accesses, skew=s.skew) for s in loads]
-
-
-def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
-              grad_bytes: int, fwd: list) -> tuple[tbe.StepEstimate, tbe_select.UpdateConfig]:
-    """``tbe.estimate`` of ``loads`` (the module ``module``, or one of its dim groups) with the update
-    launch that takes them, and that launch's selected config (at its BLOCK_D); ``fwd``: forward
-    launches over ``loads``."""
-    wb = WEIGHT_BYTES[loads[0].weight_dtype]
-    block_d = tbe_forward.block_d([s.dim for s in loads])
-    one_dim = len({s.dim for s in module}) == 1  # as TableBatchedEmbedding.one_dim
-    ucfg = _update_config(loads, spec, ceil, grad_bytes, module=module)
-    bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
-                          merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
-                          elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size),
-                          state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], max_registers=ucfg.max_registers)
-    state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
-    est = tbe.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
-                       out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd,
-                       weight_bytes=wb, row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
-    return est, ucfg
-
-
-def _host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
-    """PCIe time of a host-cached shard: missed unique rows (and their state) fetched, evicted rows written back."""
-    if s.memory != "host_cached":
-        return 0.0
-    miss = 1.0 - cache_hit_rate(s.rows, s.cache_rows, s.skew)
-    cold = tbe_reads.TableLoad(rows=max(s.rows - s.cache_rows, 1), row_bytes=s.dim * WEIGHT_BYTES[s.weight_dtype],
-                               accesses=s.accesses * miss, skew="uniform")
-    row_bytes = mem.weight_bytes(1, s.dim, s.weight_dtype) + mem.state_bytes(1, s.dim, s.optimizer)
-    return 2 * tbe_reads.unique_rows(cold) * row_bytes / spec.host_link_bandwidth
-
-
 class Estimator:
     """Predicts plans of one model on one fleet; per-op answers are cached across candidates."""
 
@@ -274,8 +130,8 @@ class Estimator:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
     def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, float, str]:
-        return _tbe_group_seconds(loads, self.specs[device], self.ceilings[device],
-                                  mem.DENSE_DTYPE_BYTES[self.dense_dtype])
+        return tbe_group_seconds(loads, self.specs[device], self.ceilings[device],
+                                 mem.DENSE_DTYPE_BYTES[self.dense_dtype])
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019
     def tbe_merge_levels(self, device: str, loads: tuple[ShardLoad, ...], host_bound: bool = False) -> int:
@@ -283,17 +139,17 @@ class Estimator:
         ``host_bound``: as the trainer selects them on a step predicted host-bound). The merge takes the
         slots of every update launch: a dim group's launch covers all sorted positions."""
         configs = self.tbe_update_configs(device, loads, host_bound)
-        programs = sum(-(-_module_nnz(loads) // c.span) for c in configs)
+        programs = sum(-(-module_nnz(loads) // c.span) for c in configs)
         return tbe.merge_levels(programs, tbe.LEVEL_TILE * configs[-1].merge_chunks)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019
     def tbe_update_configs(self, device: str, loads: tuple[ShardLoad, ...],
                            host_bound: bool = False) -> tuple[tbe_select.UpdateConfig, ...]:
         """The selected config of each update launch of one module holding ``loads`` (one per dim group
-        where it groups, ``_dim_groups``)."""
+        where it groups, ``shard_cost.dim_groups``)."""
         spec, ceil, grad_bytes = self.specs[device], self.ceilings[device], mem.DENSE_DTYPE_BYTES[self.dense_dtype]
-        return tuple(_update_config(group, spec, ceil, grad_bytes, host_bound, module=loads)
-                     for group in _dim_groups(loads, spec, ceil, grad_bytes, host_bound))
+        return tuple(update_config(group, spec, ceil, grad_bytes, host_bound, module=loads)
+                     for group in dim_groups(loads, spec, ceil, grad_bytes, host_bound))
 
     def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, float, dict[str, str]]:
         """(fwd, bwd+update, of that the id sorts) seconds of one rank: one TBE module per (weight
@@ -301,10 +157,10 @@ class Estimator:
         device = self.rank_devices[rank]
         fwd = bwd = sort = 0.0
         labels = {}
-        for (dtype, opt), group in _modules(loads).items():
-            key = _module_key(group)
+        for (dtype, opt), group in modules(loads).items():
+            key = module_key(group)
             f, b, sort_s, label = self.tbe_seconds(device, key)
-            host = sum(_host_traffic_seconds(s, self.specs[device]) for s in group)
+            host = sum(host_traffic_seconds(s, self.specs[device]) for s in group)
             fwd, bwd, sort = fwd + f + host / 2, bwd + b + host / 2, sort + sort_s
             labels[f"tbe.{dtype}.{opt}"] = label
         return fwd, bwd, sort, labels
@@ -483,7 +339,7 @@ class Estimator:
         """CPU seconds to issue one step on ``rank`` (``planner.host``); ``host_bound``: the merge levels
         the trainer's embedding backward takes on a step predicted host-bound."""
         device = self.rank_devices[rank]
-        keys = [_module_key(group) for group in _modules(loads).values()]
+        keys = [module_key(group) for group in modules(loads).values()]
         emb_f, emb_b = tbe_launches([self.tbe_merge_levels(device, k, host_bound) for k in keys],
                                     [len(self.tbe_update_configs(device, k, host_bound)) for k in keys])
         costs: HostCosts = self.host[self.rank_devices[rank]]
@@ -567,8 +423,8 @@ class Estimator:
         out: dict[str, tuple[float, float]] = {}
         for s in shard_loads(self.model, plans, batch, self.fleet.world_size):
             device = self.rank_devices[s.rank]
-            f, b, _, _ = self.tbe_seconds(device, (_anonymous(s),))
-            host = _host_traffic_seconds(s, self.specs[device])
+            f, b, _, _ = self.tbe_seconds(device, (anonymous(s),))
+            host = host_traffic_seconds(s, self.specs[device])
             prev = out.get(s.table, (0.0, 0.0))
             out[s.table] = (max(prev[0], f + host / 2), max(prev[1], b + host / 2))
         return out
@@ -596,23 +452,3 @@ def runs_after_cross_input_grad(op: Op) -> bool:
     if op.phase != "bwd":
         return False
     return op.name.split(".")[0] == "bottom" or op.name in ("cross.0.u.wgrad", "cross.0.v.wgrad")
-
-
-def _modules(loads: list[ShardLoad]) -> dict[tuple[str, str], list[ShardLoad]]:
-    """One rank's shards by TBE module: one per (weight dtype, optimizer), in that order."""
-    groups: dict[tuple[str, str], list[ShardLoad]] = {}
-    for s in loads:
-        groups.setdefault((s.weight_dtype, s.optimizer), []).append(s)
-    return dict(sorted(groups.items()))
-
-
-def _module_key(group: list[ShardLoad]) -> tuple[ShardLoad, ...]:
-    """A module's shards as a cache key: without table names or rank, in a fixed order."""
-    return tuple(sorted((_anonymous(s) for s in group), key=lambda s: (s.rows, s.dim, s.accesses)))
-
-
-def _anonymous(s: ShardLoad) -> ShardLoad:
-    """The shard without its name and rank, so equal shards share one cache entry."""
-    return ShardLoad(table="", rank=0, rows=s.rows, dim=s.dim, accesses=s.accesses, bags=s.bags,
-                     weight_dtype=s.weight_dtype, optimizer=s.optimizer, memory=s.memory, cache_rows=s.cache_rows,
-                     skew=s.skew)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from polyrec.planner import memory as mem
 from polyrec.planner.enumerate import TableSplit
-from polyrec.planner.estimate import ShardLoad, shard_load
+from polyrec.planner.shard_cost import ShardLoad, shard_load
 from polyrec.planner.types import WEIGHT_BYTES, ModelSpec, TablePlan
 
 

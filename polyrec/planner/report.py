@@ -1,6 +1,6 @@
 """Fleet what-if: the same model on each accelerator, as rows, a matplotlib PNG and an HTML page.
 
-For each device kind: the fewest GPUs on which the model fits (``propose.smallest_fleet``), the best
+For each device kind: the fewest GPUs on which the model fits (``fitting.smallest_fleet``), the best
 plan there, and its predicted samples/s in total, per GPU and per watt (board power from the
 catalog's datasheet TDP). Every row says where its ceilings came from (datasheet or calibration); a kind
 that fits no fleet has no numbers, only the reason.
@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyrec.hardware.catalog import get_device
-from polyrec.planner.propose import make_plan, no_fleet_reason, smallest_fleet
+from polyrec.planner.fitting import smallest_fleet
+from polyrec.planner.no_fit import no_fleet_reason
+from polyrec.planner.propose import make_plan
 from polyrec.planner.types import ModelSpec, Plan, PlanConstraints, first_repeat
 
 
@@ -32,7 +34,7 @@ class WhatIfRow:
     step_ms: float | None
     peak_gb_per_gpu: float | None  # predicted allocator peak of the busiest GPU
     batch_per_gpu: int | None
-    notes: str  # the plan's notes; where no fleet fits, why (``propose.no_fleet_reason``)
+    notes: str  # the plan's notes; where no fleet fits, why (``no_fit.no_fleet_reason``)
     origin: str | None  # where the rates came from (copy bandwidth, matmul); None where no fleet fits
 
 

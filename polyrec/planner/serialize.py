@@ -67,7 +67,7 @@ def plan_to_json(plan: Plan, *, indent: int | None = 1) -> str:
 
 def no_fit_to_json(model: ModelSpec, fleet: Fleet, reason: str, *, indent: int | None = 1) -> str:
     """The answer where nothing fits: ``"fits": false``, the ``model`` and ``fleet`` as a plan writes them, and
-    the ``reason`` (``propose.no_fit_message``: what runs out, and the fleets or batch that would fit). Not a
+    the ``reason`` (``no_fit.no_fit_message``: what runs out, and the fleets or batch that would fit). Not a
     plan: ``plan_from_json`` refuses it, naming ``fits``."""
     return json.dumps({"fits": False, "model": _encode(model), "fleet": _encode(fleet), "reason": reason},
                       indent=indent)
