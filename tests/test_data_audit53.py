@@ -67,3 +67,20 @@ def test_a_home_relative_path_is_expanded(tmp_path, monkeypatch, kind, name):
     (tmp_path / name).write_bytes((DATA / name).read_bytes())
     batch = open_source(f"{kind}:~/{name}", small(), batch_size=4, seed=0, device=CPU).next_batch()
     assert batch.labels.numel() == 4
+
+
+def test_an_unlabelled_criteo_row_says_so(tmp_path):
+    """Kaggle's test.txt said only 'expected 40 tab-separated columns, found 39'."""
+    row = (DATA / "criteo_sample.tsv").read_bytes().split(b"\n")[0]
+    path = tmp_path / "test.txt"
+    path.write_bytes(row.split(b"\t", 1)[1] + b"\n")
+    with pytest.raises(DataError, match="found 39 \\(no label column: Criteo Kaggle's test.txt is unlabelled\\)"):
+        open_source(f"criteo:{path}", small(), batch_size=1, seed=0, device=CPU).next_batch()
+
+
+def test_a_movielens_1m_ratings_file_is_named(tmp_path):
+    """Was '.inter header lacks column(s) user_id, ...' for the '::'-separated ratings.dat."""
+    path = tmp_path / "ratings.dat"
+    path.write_text("1::1193::5::978300760\n1::661::3::978302109\n")
+    with pytest.raises(DataError, match="MovieLens 1M/10M ratings.dat"):
+        open_source(f"movielens:{path}", small(), batch_size=1, seed=0, device=CPU).next_batch()

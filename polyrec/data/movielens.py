@@ -39,6 +39,9 @@ SEED_MODULUS = 2**64
 def _header(first: str, path: str) -> list[str] | None:
     """Column names of an .inter header (``name:type`` fields), or None for a headerless u.data file."""
     fields = first.rstrip("\r\n").split("\t")
+    if len(fields) == 1 and "::" in first:
+        raise DataError(path, 1, "'::'-separated rows (MovieLens 1M/10M ratings.dat): polyrec reads ml-100k's "
+                        "tab-separated u.data or RecBole's .inter")
     if all(":" in f for f in fields):
         names = [f.split(":", 1)[0] for f in fields]
         missing = [c for c in UDATA_COLUMNS if c not in names]
