@@ -115,7 +115,8 @@ def parse_tsv_line(raw: bytes, path: str, line_no: int, out: np.ndarray) -> None
     cats = tail.split(b"\t")
     if len(head) + len(cats) != CRITEO_COLUMNS:
         columns = line.count(b"\t") + 1
-        unlabelled = " (no label column: Criteo Kaggle's test.txt is unlabelled)" if columns == CRITEO_COLUMNS - 1 else ""
+        unlabelled = (" (no label column: Criteo Kaggle's test.txt is unlabelled)" if columns == CRITEO_COLUMNS - 1
+                      else "")
         raise DataError(path, line_no, f"expected {CRITEO_COLUMNS} tab-separated columns, found {columns}{unlabelled}")
     if head[0] not in (b"0", b"1"):
         raise DataError(path, line_no, f"label must be 0 or 1, got {head[0][:20]!r}")
