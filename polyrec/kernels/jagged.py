@@ -109,7 +109,7 @@ class JaggedBatch:
         check_offsets_length(self.offsets, self.num_features, self.batch_size)
         if self.weights is not None:
             if self.weights.dtype not in WEIGHT_DTYPES:
-                raise JaggedBatchError(f"weights must be a float tensor, got {self.weights.dtype}")
+                raise JaggedBatchError(f"weights must be float32, float16 or bfloat16, got {self.weights.dtype}")
             if self.weights.shape != self.values.shape:
                 raise JaggedBatchError(f"weights must have the shape of values {tuple(self.values.shape)}, "
                                        f"got {tuple(self.weights.shape)}")

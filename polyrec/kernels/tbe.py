@@ -164,13 +164,17 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
     def _apply(self, fn, recurse=True):
         """Moves (``.to(device)``, ``.cuda()``) apply; a dtype change (``.half()``, ``.to(dtype)``) is refused
         before anything changes: it would cast the fp32 optimizer state too, with ``weight_dtype`` (and so
-        stochastic rounding) left as built (an fp16 Adagrad sum overflowed and froze its row)."""
+        stochastic rounding) left as built (an fp16 Adagrad sum overflowed and froze its row). A move forgets
+        the configs: they were selected for the old device, and the forward's plans hold its feature-id tensors."""
         for dtype in {self.weights.dtype, torch.float32}:
             if fn(torch.empty(0, dtype=dtype, device=self.weights.device)).dtype != dtype:
                 raise TypeError(f"TableBatchedEmbedding: its rows are {self.weights.dtype} and its optimizer state "
                                 "fp32, set when it was built (weight_dtype); a dtype change would cast both. Build "
                                 "it with the row dtype wanted, and move it with .to(device)")
+        before = self.weights.device
         super()._apply(fn, recurse)
+        if self.weights.device != before:
+            self._configs.clear()
         self.layout = self.layout.to(self.weights.device)
         self._pooled_ids = self._pooled_ids.to(self.weights.device)
         self._sequence_ids = self._sequence_ids.to(self.weights.device)
