@@ -67,7 +67,10 @@ def test_mlperf_short_bags_take_their_own_launch(copy_rate):
     forward_plan_ab_*); so do the 20 features the default world-2 placement gives rank 1 (1.546 -> 1.160
     ms with the constants of then, benchmarks/results/forward_model_2026-11-30). The same with the datasheet's
     copy rate and with the H200's measured one (benchmarks/results/calibrate_nvidia-h200_2026-11-29): until
-    the forward priced each feature's bound in turn, a stored calibration made the plan one 4 x 4 launch."""
+    the forward priced each feature's bound in turn, a stored calibration made the plan one 4 x 4 launch.
+    Rank 1's one 16 x 1 launch (what pricing each bag's whole output row plans) measured 1.02x / 1.10x
+    slower than these two at the H200's measured copy rate, uniform / skewed ids
+    (benchmarks/results/capture_forward_2026-12-05)."""
     if copy_rate is not None:
         save_calibration(SPEC.name, {"copy_bandwidth": copy_rate})
     shape = dict(block_d=128, row_bytes=512, vec=4)

@@ -125,7 +125,12 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     draws not fitted on, rms 0.342 -> 0.334 and 0.323 -> 0.318, picks 1.047 -> 1.047 and 1.035 -> 1.031.
     ``loop_trips``: each feature's loop iterations per program under this tile, where the batch is at
     hand (``tbe_forward.loop_trips``): a program loops over the longest of its BAGS bags, so ragged bags
-    take more iterations than their mean length says. None: every bag at its feature's mean length."""
+    take more iterations than their mean length says. None: every bag at its feature's mean length.
+    ``out_bytes`` is priced once per bag (the callers pass one element's size), not per pooled row of
+    ``block_d`` elements as the kernel writes it: pricing the whole row moves world 2 rank 1's fp32 plan
+    to one 16 x 1 launch, measured 1.02x (uniform ids) and 1.10x (skewed) slower than the two launches
+    planned now; elsewhere it changed nothing measurable (benchmarks/results/capture_forward_2026-12-05,
+    ``forward_out_bytes_ab.py``), so the constants fitted with it stay."""
     lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
     programs = -(-batch_size // tile.bags)
     iters = (list(loop_trips) if loop_trips is not None
