@@ -3,7 +3,9 @@ float64 reference: several steps, duplicates, hot rows longer than a chunk, empt
 
 from __future__ import annotations
 
+import io
 import math
+from copy import deepcopy
 
 import pytest
 import torch
@@ -305,6 +307,64 @@ def test_checkpoint_resume_is_exact():
     for m in (a, b):
         m(batches[1]).backward(grads[1])
     assert torch.equal(a.weights, b.weights) and torch.equal(a.state2, b.state2)
+
+
+def test_half_precision_resume_keeps_the_rounding_seed():
+    """bf16 rows round stochastically from the module's seed and step: a module built with another seed
+    continues bitwise from the checkpoint (it holds the seed)."""
+    gen = torch.Generator().manual_seed(17)
+    opt = EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.05)
+    batches = [make_batch(gen) for _ in range(2)]
+    grads = [torch.randn(B, 8 + 16 + 4 + 16, generator=gen) for _ in range(2)]
+    kw = dict(optimizer=opt, feature_to_table=FEATURES, deterministic=True, weight_dtype=torch.bfloat16)
+    a = TableBatchedEmbedding(TABLES, seed=5, **kw)
+    a(batches[0]).backward(grads[0])
+    b = TableBatchedEmbedding(TABLES, seed=99, **kw)
+    b.load_state_dict(a.state_dict())
+    for m in (a, b):
+        m(batches[1]).backward(grads[1])
+    assert torch.equal(a.weights.view(torch.int16), b.weights.view(torch.int16))
+
+
+def test_fp32_rows_draw_no_rounding_seed():
+    """Only half-precision rows round stochastically: an fp32 step leaves torch's generator where it was."""
+    gen = torch.Generator().manual_seed(18)
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES)
+    batch, grad = make_batch(gen), torch.randn(B, 8 + 16 + 4 + 16, generator=gen)
+    before = torch.get_rng_state()
+    module(batch).backward(grad)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+class _DeviceEvent:
+    """Stands in for the torch.cuda.Event a GPU lookup leaves: waitable, not copyable."""
+
+    def __init__(self):
+        self.waited = False
+
+    def synchronize(self):
+        self.waited = True
+
+    def query(self):
+        return self.waited
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle 'Event' object")
+
+
+def test_a_module_with_pending_flags_copies_and_saves():
+    """After a GPU lookup the module holds its flags' copy event: deepcopy and torch.save wait for it and
+    drop it, and the copy still reports the bad input the flags hold."""
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES)
+    module(make_batch(torch.Generator().manual_seed(19)))
+    event, flags = _DeviceEvent(), torch.zeros_like(module.flags)
+    flags[2] = 1
+    module._pending_flags = (flags, event)
+    torch.save(module, io.BytesIO())
+    copy = deepcopy(module)
+    assert event.waited and module._pending_flags[1] is event
+    with pytest.raises(JaggedBatchError, match=r"feature 2 \(table 'mid'"):
+        copy.check_errors()
 
 
 def test_out_of_range_and_negative_ids_name_feature_and_table():

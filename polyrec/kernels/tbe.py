@@ -195,10 +195,13 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
         return self._split(self.state1) if self.state1.numel() else []
 
     def get_extra_state(self) -> dict:
-        return {"step": self.step, "optimizer": self.optimizer.kind, "layout": self._layout_state()}
+        return {"step": self.step, "seed": self.seed, "optimizer": self.optimizer.kind, "layout": self._layout_state()}
 
     def set_extra_state(self, state: dict) -> None:
+        """The step count, and the seed the deterministic rounding derives from (a checkpoint written before
+        the seed was stored keeps this module's)."""
         self.step = int(state["step"])
+        self.seed = int(state.get("seed", self.seed))
 
     def _layout_state(self) -> dict:
         """How the flat buffers are packed, as plain lists and strings (checkpoints load with weights_only)."""
@@ -268,6 +271,16 @@ class TableBatchedEmbedding(FusedBackward, torch.nn.Module):
             lines = "; ".join(f"{self._feature_label(f)}: {_flag_text(v)}" for f, v in bad)
             raise JaggedBatchError(f"bad input in a recent batch (masked, not applied): {lines}. "
                                    "Construct with debug_checks=True to locate it before launch")
+
+    def __getstate__(self) -> dict:
+        """Pickling and ``copy.deepcopy``: a CUDA event cannot be copied, so the last lookup's flags are waited
+        for and kept without one (a copy reports them at its next check, as the original would)."""
+        state = self.__dict__.copy()
+        if self._pending_flags is not None and self._pending_flags[1] is not None:
+            host, event = self._pending_flags
+            event.synchronize()
+            state["_pending_flags"] = (host, None)
+        return state
 
     def _record_flags(self) -> None:
         if self.flags.device.type == "cpu":

@@ -28,6 +28,10 @@ class FusedBackward:
     """The backward half of ``polyrec.kernels.tbe.TableBatchedEmbedding`` (mixed into it)."""
 
     def _next_seed(self) -> int:
+        """The stochastic rounding's seed for this step: from the module's seed and step when deterministic,
+        else drawn from torch's generator; fp32 rows round nothing and draw nothing."""
+        if self.weight_dtype == torch.float32:
+            return 0
         if self.deterministic:
             return (self.seed * 1_000_003 + self.step * 7_919 + 1) & 0x7FFFFFFF
         return int(torch.randint(0, 2**31 - 1, (1,)))

@@ -3,6 +3,9 @@ determinism. Run on the device machine: PYTHONPATH=. python3 -m pytest -q tests/
 
 from __future__ import annotations
 
+import io
+from copy import deepcopy
+
 import pytest
 import torch
 
@@ -74,6 +77,28 @@ def test_deterministic_bitwise_and_bad_ids():
     module(b)
     with pytest.raises(JaggedBatchError, match="feature 1 \\(table 'hot'"):
         module.check_errors()
+
+
+@pytest.mark.gpu
+def test_a_module_after_a_lookup_copies_and_saves():
+    """A GPU lookup leaves a CUDA event for its flags' copy: deepcopy and torch.save still work, and the copy
+    reports the bad id the original saw."""
+    module = TableBatchedEmbedding(TABLES, optimizer=EmbeddingOptimizer(kind="sgd"), feature_to_table=FEATURES,
+                                   device="cuda")
+    b = batch(torch.Generator(device="cuda").manual_seed(3), False)
+    b.values[int(b.offsets[B])] = 3  # feature 1 reads 'hot' (3 rows)
+    module(b)
+    assert module._pending_flags is not None and module._pending_flags[1] is not None
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    copy = deepcopy(module)
+    assert torch.equal(copy.weights, module.weights)
+    with pytest.raises(JaggedBatchError, match="feature 1 \\(table 'hot'"):
+        copy.check_errors()
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    with pytest.raises(JaggedBatchError, match="feature 1 \\(table 'hot'"):
+        loaded.check_errors()
 
 
 @pytest.mark.gpu
