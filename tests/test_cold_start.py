@@ -4,6 +4,7 @@ kernels). The dry run itself needs Triton's JIT on a GPU: ``tests/gpu/test_cold_
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from polyrec.kernels import precompile
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.checkpoint import rng_state
+from polyrec.runtime import cold_start
 from polyrec.runtime.cold_start import StepSnapshot, _put_back, applies, dense_selection
 
 
@@ -133,3 +135,35 @@ def test_a_graphed_runs_dry_steps_select_gemms_as_its_capture_will(graphed, monk
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     with dense_selection(SimpleNamespace(graphs=SimpleNamespace(on=graphed))):
         assert _selects_as_captured(SimpleNamespace(is_cuda=True)) is graphed
+
+
+def test_the_dry_run_evaluates_once_eagerly_and_puts_the_data_back(monkeypatch):
+    """The first evaluation's kernels are recorded too: after the dry steps, one held-out forward without
+    autograd, at the full batch size and outside the capture's GEMM selection; the data position is put back."""
+    trainer = _trainer(cuda_graphs=False)
+    seen, selecting = [], []
+
+    @contextmanager
+    def recording():
+        yield []
+
+    @contextmanager
+    def selection(_):
+        selecting.append(True)
+        yield
+        selecting.pop()
+
+    def logits(batch):
+        seen.append((batch.batch_size, torch.is_grad_enabled(), bool(selecting)))
+        return eval_logits(batch)
+
+    eval_logits = trainer.eval_logits
+    monkeypatch.setattr(trainer, "eval_logits", logits)
+    monkeypatch.setattr(cold_start.precompile, "recording_launches", recording)
+    monkeypatch.setattr(cold_start.precompile, "compile_recorded", lambda records: 0.0)
+    monkeypatch.setattr(cold_start, "dense_selection", selection)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    position = trainer.source.state_dict()
+    cold = cold_start.precompile_first_step(trainer)
+    assert seen == [(128, False, False)] and cold.kernels == 0
+    assert trainer.source.state_dict() == position and trainer.step == 0

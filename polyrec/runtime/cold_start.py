@@ -1,7 +1,7 @@
 """The first step's Triton kernels compiled in parallel, before it runs (``TrainConfig.precompile``).
 
 A cold first step compiles each Triton kernel when it first launches, one after another. Here the
-trainer first runs ``DRY_STEPS`` steps under
+trainer first runs ``DRY_STEPS`` steps and one evaluation forward (the first evaluation's kernels) under
 ``polyrec.kernels.precompile.recording_launches`` (no Triton kernel compiles or runs; torch's ops and the
 library GEMMs do, on whatever the skipped kernels left in their outputs), puts back every piece of state
 such a step changes (:class:`StepSnapshot`), then compiles the recorded kernels on a thread per core. The
@@ -127,17 +127,26 @@ def dense_selection(trainer: Any) -> AbstractContextManager:
     return selecting_as_captured() if trainer.graphs.on else nullcontext()
 
 
+def _dry_evaluation(trainer: Any) -> None:
+    """One held-out forward as ``Trainer.evaluate`` runs it (eager, no autograd) on the next training batch:
+    the first evaluation's kernels, at the full batch size (a short last held-out batch still compiles its own)."""
+    with torch.no_grad():
+        trainer.eval_logits(trainer.source.next_batch().to(trainer.rt.device))
+
+
 def precompile_first_step(trainer: Any) -> ColdStart:
     """Run the recorded dry steps of ``trainer`` (``trainer.dry_steps`` True meanwhile: nothing is captured
-    into a CUDA graph), put its state back, and compile what they launched, in parallel."""
+    into a CUDA graph) and a dry evaluation, put its state back, and compile what they launched, in parallel."""
     start = time.perf_counter()
     snapshot = StepSnapshot.take(trainer)
     timer = trainer.timer
     trainer.timer, trainer.dry_steps = PhaseTimer(trainer.rt.device), True
     try:
-        with precompile.recording_launches() as records, dense_selection(trainer):
-            for _ in range(DRY_STEPS):
-                trainer.train_step()
+        with precompile.recording_launches() as records:
+            with dense_selection(trainer):
+                for _ in range(DRY_STEPS):
+                    trainer.train_step()
+            _dry_evaluation(trainer)
         torch.cuda.synchronize(trainer.rt.device)
     finally:
         trainer.timer, trainer.dry_steps = timer, False

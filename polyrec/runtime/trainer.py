@@ -395,13 +395,18 @@ class Trainer(TrainerState, TrainLoop):
         scores, labels = [], []
         for b in batches:
             b = b.to(self.rt.device)
-            scores.append(self.model(b.dense, b.values, b.offsets, self.rt.compute_dtype))
+            scores.append(self.eval_logits(b))
             labels.append(b.labels)
         logits, y = torch.cat(scores), torch.cat(labels)
         if self.distributed and self.source.eval_rows_per_rank:  # every rank's rows, once
             logits, y = (torch.cat([t.to(self.rt.device) for t in parallel.gather(x.cpu())]) for x in (logits, y))
         return {"step": self.step, "auc": auc(torch.sigmoid(logits), y),
                 "logloss": float(F.binary_cross_entropy_with_logits(logits, y)), "samples": int(y.numel())}
+
+    def eval_logits(self, batch: Batch) -> torch.Tensor:
+        """The model's logits for one held-out batch already on the device, eager (no CUDA graph); the caller
+        turns autograd off."""
+        return self.model(batch.dense, batch.values, batch.offsets, self.rt.compute_dtype)
 
     # --- benchmarking -----------------------------------------------------------------------------------
 

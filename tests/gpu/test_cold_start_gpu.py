@@ -1,7 +1,7 @@
 """On the GPU machine: the first step's kernels compiled ahead from a dry run (``TrainConfig.precompile``)
-change nothing the run computes and leave no kernel of the first steps to compile on launch, nor launcher to
-build; a graphed run compiles no kernel inside its capture, precompiled or not; and a graphed run's train loop
-logs each step's own loss."""
+change nothing the run computes and leave no kernel of the first steps or the first evaluation to compile on
+launch, nor launcher to build; a graphed run compiles no kernel inside its capture, precompiled or not; and a
+graphed run's train loop logs each step's own loss."""
 
 from __future__ import annotations
 
@@ -73,8 +73,10 @@ def built(name, *args):
 build._build = built
 for _ in range(3):
     float(trainer.train_step())
-print(json.dumps({"kernels": cold.kernels if cold else 0, "late": late, "captured": captured,
-                  "launchers": builds}))
+steps_late, late[:] = list(late), []
+trainer.evaluate()
+print(json.dumps({"kernels": cold.kernels if cold else 0, "late": steps_late, "captured": captured,
+                  "launchers": builds, "eval_late": late}))
 """
 
 
@@ -91,6 +93,7 @@ def test_first_steps_compile_nothing_after_the_precompile(changes, tmp_path):
     assert found["kernels"] >= 10  # dcnv2-small's step launches more distinct kernels than that
     # a graphed run's dry steps select their GEMMs as its capture will
     assert found["late"] == []
+    assert found["eval_late"] == []  # the dry run's evaluation forward compiled the first evaluation's kernels
     assert found["launchers"] == []  # every launcher of a precompiled kernel was built with it
 
 
