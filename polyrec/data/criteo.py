@@ -28,6 +28,7 @@ is first read: not again in later epochs nor in later evaluations.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,9 @@ TAIL_BYTES = b"\t" + HEX_DIGITS
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 #: Most digits of an int64 (19); checked before int(), which refuses over 4300 (Python's int_max_str_digits).
 INT64_DIGITS = len(str(INT64_MAX))
+#: Records read at a time when looking through a whole MLPerf file for a good record a rank is dealt: 2^16
+#: records of RECORD_BYTES (160) are 10 MiB, so the look costs bounded memory whatever the file's size.
+SCAN_RECORDS = 1 << 16
 
 
 def adapt_criteo(config: ModelConfig, path: Path) -> ModelConfig:
@@ -294,6 +298,24 @@ def rank_records(total: int, block: int, rank: int, world_size: int) -> int:
     return cycles * block + min(max(rest - rank * block, 0), block)
 
 
+def dealt_ever(positions: np.ndarray, total: int, block: int, rank: int, world_size: int) -> np.ndarray:
+    """Mask [n] of the file ``positions`` [n] (0-based, in a file of ``total`` records) that rank ``rank`` is dealt
+    in some epoch. Position p is stream index p + e * total in epoch e, in block (p + e * total) // block, which
+    is rank (that block) % world_size's. As e runs, (p + e * total) mod (block * world_size) takes every value
+    congruent to p modulo g = gcd(total, block * world_size), and the rank's blocks cover the values
+    [rank * block, rank * block + block): one of them is congruent to p iff (p - rank * block) mod g < block.
+    So with one rank, or g <= block, every record; with a whole number of rounds of blocks in the file
+    (g = block * world_size), the same share every epoch."""
+    g = math.gcd(total, block * world_size)
+    return (positions - rank * block) % g < block
+
+
+def record_problems(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """MLPerf records [n, 40] -> (label not 0 or 1 [n], a categorical index negative [n])."""
+    bad_label = (chunk[:, 0] != 0) & (chunk[:, 0] != 1)
+    return bad_label, (chunk[:, 1 + CRITEO_NUM_DENSE:] < 0).any(axis=1)
+
+
 class MLPerfBinarySource:
     """Streams batches from a binary file of 40-int32 records (memory-mapped; one batch read at a time)."""
 
@@ -320,6 +342,7 @@ class MLPerfBinarySource:
         self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
         self.read = 0  # this rank's records read in the run, over epochs (``_stream_index``)
         self._counted_to = -1  # stream index of the last bad record counted in epoch 0
+        self._dealt_good: bool | None = None  # whether a record this rank is dealt is good; None: not looked yet
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return adapt_criteo(config, self.path)
@@ -346,8 +369,7 @@ class MLPerfBinarySource:
     def _check(self, chunk: np.ndarray, index: int) -> np.ndarray:
         """Mask of good records in chunk [n, 40], the stream's from ``index`` (within one epoch)."""
         first = index % self.total  # in the file, 0-based; 1-based in messages
-        bad_label = (chunk[:, 0] != 0) & (chunk[:, 0] != 1)
-        bad_index = (chunk[:, 1 + CRITEO_NUM_DENSE:] < 0).any(axis=1)
+        bad_label, bad_index = record_problems(chunk)
         for i in np.flatnonzero(bad_label | bad_index):
             problem = "label must be 0 or 1" if bad_label[i] else "categorical index is negative"
             number = first + int(i) + 1
@@ -355,19 +377,37 @@ class MLPerfBinarySource:
                                  counted=self._counted_before(index + int(i)))
         return ~(bad_label | bad_index)
 
+    def _good_dealt_in(self, first: int) -> bool:
+        """Whether a record of the file's SCAN_RECORDS from ``first`` that this rank is dealt in some epoch is
+        good (bad ones are not counted: ``_check`` counts them as they are read)."""
+        chunk = np.asarray(self.records[first:first + SCAN_RECORDS])
+        bad_label, bad_index = record_problems(chunk)
+        dealt = dealt_ever(np.arange(first, first + chunk.shape[0]), self.total, self.batch_size, self.rank,
+                           self.world_size)
+        return bool((dealt & ~bad_label & ~bad_index).any())
+
+    def _require_a_good_record(self) -> None:
+        """DataError unless a record this rank is dealt, in any epoch, is good: asked once a whole epoch of its
+        records held none. On several ranks what a rank is dealt may shift from epoch to epoch (``dealt_ever``),
+        so its good records may come epochs later; the file is looked through once, for the run."""
+        if self._dealt_good is None:
+            self._dealt_good = any(map(self._good_dealt_in, range(0, self.total, SCAN_RECORDS)))
+        if not self._dealt_good:
+            share = f" dealt to rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+            raise DataError(str(self.path), 0, f"no good record in the whole file{share}")
+
     def next_batch(self) -> Batch:
         return self._next(wrap=True)
 
     def _next(self, *, wrap: bool) -> Batch | None:
         """The next batch; ``wrap`` False: only records before the end of this epoch (see CriteoTSVSource)."""
-        parts, n, scanned, epoch = [], 0, 0, self.epoch
+        parts, n, epoch, start = [], 0, self.epoch, self._stream_index(self.read)
         while n < self.batch_size:
-            if scanned > self.total + self.batch_size and n == 0:  # past every record this rank is dealt
-                share = f" dealt to rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-                raise DataError(str(self.path), 0, f"no good record in the whole file{share}")
             index = self._stream_index(self.read)
             if not wrap and index // self.total > epoch:
                 break
+            if n == 0 and index - start >= self.total:  # a whole epoch of this rank's records, none good
+                self._require_a_good_record()
             # within one block and one epoch: contiguous in the file
             first = index % self.total
             take = min(self.batch_size - n, self.batch_size - self.read % self.batch_size, self.total - first)
@@ -376,7 +416,6 @@ class MLPerfBinarySource:
             parts.append(good)
             n += good.shape[0]
             self.read += take
-            scanned += take
         if n == 0:
             return None
         rec = np.concatenate(parts)
