@@ -14,13 +14,13 @@ from collections.abc import Sequence
 import torch
 
 from polyrec.data.synthetic import DEFAULT_ZIPF_ALPHA, TRAIN_STREAM, SyntheticSource
-from polyrec.runtime.sharding import Shard
+from polyrec.runtime.shards import Shard
 
 
 def ids_by_rank(config, shards: Sequence[Shard], world: int, batch_per_gpu: int, *,
                 device: torch.device | str, distribution: str = "zipf", alpha: float = DEFAULT_ZIPF_ALPHA,
                 seed: int = 0) -> list[dict]:
-    """Per rank: its shards (``polyrec.runtime.sharding.make_shards``), the ids they receive in one step
+    """Per rank: its shards (``polyrec.runtime.shards.make_shards``), the ids they receive in one step
     and the distinct rows among them (a column shard receives all of its table's ids)."""
     source = SyntheticSource(config, batch_size=world * batch_per_gpu, seed=seed, device=device,
                              distribution=distribution, alpha=alpha)

@@ -15,7 +15,8 @@ from distributed_util import run_on_ranks
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
-from polyrec.runtime.sharding import ShardedEmbedding, TableSharding
+from polyrec.runtime.sharding import ShardedEmbedding
+from polyrec.runtime.shards import TableSharding
 from test_sharding import double_factory, full_weights
 
 T = TableSharding

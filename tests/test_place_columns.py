@@ -13,7 +13,7 @@ from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
 
 from polyrec.kernels import place_columns
 from polyrec.kernels.place_columns import PlaceConfig, column_layout, gather, place, select_config
-from polyrec.runtime.sharding import _PlaceColumns
+from polyrec.runtime.pooled_exchange import _PlaceColumns
 
 needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton kernels through TRITON_INTERPRET=1")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)

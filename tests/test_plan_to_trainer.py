@@ -19,7 +19,7 @@ from polyrec.planner.types import PlanConstraints, model_spec_from_config, parse
 from polyrec.runtime.config import TrainConfig
 from polyrec.runtime.parallel import PLAN_KINDS, shardings_from_plan
 from polyrec.runtime.plan_apply import apply_plan, load_plan
-from polyrec.runtime.sharding import make_shards
+from polyrec.runtime.shards import make_shards
 
 CONFIG = preset("dcnv2-small").with_capped_rows(64)
 #: A plan one CPU test can run: fp16 rows, fp32 dense matmuls, Adam, a batch of 16.

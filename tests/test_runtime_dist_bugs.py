@@ -26,7 +26,8 @@ from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, defaul
 from polyrec.runtime.plan_apply import load_plan
 from polyrec.runtime.checkpoint import atomic_save
 from polyrec.runtime.sharded_checkpoint import load_sharded
-from polyrec.runtime.sharding import ShardedEmbedding, TableSharding, make_shards
+from polyrec.runtime.sharding import ShardedEmbedding
+from polyrec.runtime.shards import TableSharding, make_shards
 from test_sharding import DIMS, FEATURE_TO_TABLE, ROWS, double_factory, full_weights
 
 # the tables' kernels run through the interpreter (make test sets it; setting it here, at collection, made the

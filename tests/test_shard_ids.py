@@ -6,7 +6,7 @@ import torch
 
 from benchmark_util import load_benchmark
 from polyrec.models import preset
-from polyrec.runtime.sharding import TableSharding, make_shards
+from polyrec.runtime.shards import TableSharding, make_shards
 
 
 def test_counts_split_by_shard_and_add_up_to_the_batch():

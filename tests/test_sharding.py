@@ -16,7 +16,8 @@ from torch import nn
 from distributed_util import run_on_ranks
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.runtime.peer_exchange import _local_peers_reachable, copy_engine_exchange
-from polyrec.runtime.sharding import Shard, ShardedEmbedding, TableSharding, make_shards
+from polyrec.runtime.sharding import ShardedEmbedding
+from polyrec.runtime.shards import Shard, TableSharding, make_shards
 
 ROWS = (50, 37, 64)
 DIMS = (8, 4, 8)

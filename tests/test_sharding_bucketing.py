@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.runtime.input_dist import InputRouter, regroup
-from polyrec.runtime.sharding import ShardFeature, TableSharding, make_shards, shard_features
+from polyrec.runtime.shards import ShardFeature, TableSharding, make_shards, shard_features
 
 ROWS = (50, 37, 64, 2, 9)
 DIMS = (12, 6, 12, 6, 6)

@@ -10,7 +10,8 @@ import torch
 from distributed_util import run_on_ranks
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.runtime.sharded_checkpoint import load_sharded, save_sharded
-from polyrec.runtime.sharding import ShardedEmbedding, TableSharding
+from polyrec.runtime.sharding import ShardedEmbedding
+from polyrec.runtime.shards import TableSharding
 from test_sharding import DIMS, FEATURE_TO_TABLE, ROWS, B, global_batch, local_part
 
 STEPS = 3

@@ -23,7 +23,7 @@ from polyrec.models import DLRM, EmbeddingOptimConfig, preset
 from polyrec.runtime import parallel
 from polyrec.runtime.dist import DistContext
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings
-from polyrec.runtime.sharding import TableSharding
+from polyrec.runtime.shards import TableSharding
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="the TBE runs on the CPU only through Triton's interpreter")

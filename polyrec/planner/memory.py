@@ -74,7 +74,7 @@ def reserve_bytes(capacity: int) -> int:
 
 
 def shard_shapes(rows: int, dim: int, sharding: str, shards: int) -> list[tuple[int, int]]:
-    """(rows, dim) of each shard, as ``polyrec.runtime.sharding.make_shards`` cuts them: row-wise in
+    """(rows, dim) of each shard, as ``polyrec.runtime.shards.make_shards`` cuts them: row-wise in
     ranges of ``ceil(rows / shards)`` (the last shard takes what is left); column-wise in ``shards``
     equal slices (``dim`` must divide)."""
     if sharding == "table_wise" or shards == 1:

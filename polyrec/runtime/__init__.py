@@ -1,4 +1,4 @@
-"""Training runtime: the trainer, checkpoints and metrics (single device; sharding comes later)."""
+"""Training runtime: the trainer, checkpoints, metrics, and the embeddings sharded over several ranks."""
 
 from polyrec.runtime.config import TrainConfig
 from polyrec.runtime.train_loop import TrainResult

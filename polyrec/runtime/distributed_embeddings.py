@@ -20,8 +20,8 @@ from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.runtime.peer_exchange import CopyEngineExchange
 from polyrec.runtime.sharded_checkpoint import load_unsharded
-from polyrec.runtime.sharding import (Shard, ShardedEmbedding, StartedInputs, TableSharding, make_shards,
-                                      row_split_fills)
+from polyrec.runtime.sharding import ShardedEmbedding, StartedInputs
+from polyrec.runtime.shards import Shard, TableSharding, make_shards, row_split_fills
 
 #: Each rank initialises its shards from seed * _SEED_STRIDE + rank: distinct streams per rank, so
 #: initial values depend on the sharding (a resumed or resharded checkpoint carries exact values).

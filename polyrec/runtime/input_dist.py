@@ -53,7 +53,7 @@ from polyrec.kernels.chunk_copy import INT32_MAX, chunk_copy
 from polyrec.kernels.jagged import JaggedBatch
 
 if TYPE_CHECKING:
-    from polyrec.runtime.sharding import ShardFeature
+    from polyrec.runtime.shards import ShardFeature
 
 
 @dataclass(kw_only=True, slots=True)

@@ -27,7 +27,7 @@ from polyrec.runtime.dist import DistContext, second_group
 from polyrec.runtime.distributed_embeddings import DistributedEmbeddings, default_shardings
 from polyrec.runtime.peer_exchange import copy_engine_exchange
 from polyrec.runtime.sharded_checkpoint import full_tables, load_sharded, save_sharded
-from polyrec.runtime.sharding import TableSharding
+from polyrec.runtime.shards import TableSharding
 
 if TYPE_CHECKING:
     from polyrec.planner.types import Plan
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 #: With this prime, two ranks' (train or eval) streams of up to 1024 ranks meet after 3.6e12 batches at the
 #: soonest (the generator seeds are linear in the seed and the batch index, modulo 2^63 - 1).
 RANK_SEED_STRIDE = 1_000_000_007
-#: Plan sharding names (TorchRec's, used by polyrec.planner) -> polyrec.runtime.sharding kinds.
+#: Plan sharding names (TorchRec's, used by polyrec.planner) -> polyrec.runtime.shards kinds.
 PLAN_KINDS = {"table_wise": "table", "row_wise": "row", "column_wise": "column"}
 #: Sub-directory of a checkpoint that holds the embedding shards.
 SHARDS_DIR = "embedding_shards"

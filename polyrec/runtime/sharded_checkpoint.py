@@ -28,7 +28,7 @@ import torch.distributed as dist
 from polyrec.files import atomic_write
 from polyrec.kernels.tbe import packed_views
 from polyrec.runtime.checkpoint import atomic_save
-from polyrec.runtime.sharding import Shard
+from polyrec.runtime.shards import Shard
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1

@@ -1,7 +1,7 @@
 """Sharded embeddings over torch.distributed: table-wise, row-wise and column-wise shards.
 
-Every rank holds a local batch of ``B`` samples of all ``F`` features and some shards of the tables.
-A step moves data in three all-to-alls (TorchRec's pattern, our own code):
+Every rank holds a local batch of ``B`` samples of all ``F`` features and some shards of the tables
+(cut by ``polyrec.runtime.shards``). A step moves data in three all-to-alls (TorchRec's pattern, our own code):
 
 1. input: each rank sends every shard owner the ids of that shard's feature for its ``B`` samples
    (row-wise shards get only the ids in their row range, rebased): lengths first, then values,
@@ -11,11 +11,11 @@ A step moves data in three all-to-alls (TorchRec's pattern, our own code):
 3. output: pooled rows go back to the samples' ranks; column-wise pieces are concatenated and
    row-wise partial sums added, giving ``[B, sum of feature dims]`` in feature order.
 
-Backward reverses step 3 through autograd (``_ExchangeRows``), so each owner's fused optimizer sees
-the gradients of all ranks' samples. Each rank's loss is a mean over its own ``B`` samples, while the
-single-process equivalent is a mean over ``world * B``: the backward of the column placement scales
-the gradient by ``1 / world`` so that sharded training takes the same steps as one process on the
-whole batch.
+Backward reverses step 3 through autograd (``_ExchangeRows``: ``polyrec.runtime.pooled_exchange``), so
+each owner's fused optimizer sees the gradients of all ranks' samples. Each rank's loss is a mean over
+its own ``B`` samples, while the single-process equivalent is a mean over ``world * B``: the backward
+of the column placement scales the gradient by ``1 / world`` so that sharded training takes the same
+steps as one process on the whole batch.
 
 Both pooled exchanges start asynchronously and have work to do while the rows cross: in the forward,
 the local tables' id sort for their backward (``prepare_backward``); in the backward, whatever the
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -50,169 +49,11 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError, check_offsets_length
-from polyrec.kernels.place_columns import ColumnLayout, column_layout, gather, place
+from polyrec.kernels.place_columns import column_layout, gather
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
-from polyrec.runtime.peer_exchange import CopiesLanded, CopyEngineExchange
-
-SHARDING_KINDS = ("table", "row", "column")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TableSharding:
-    """How one table is split: ``kind`` and the ranks of its shards, in shard order."""
-
-    kind: str  # "table" (one rank), "row" (row ranges) or "column" (column ranges)
-    ranks: tuple[int, ...]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Shard:
-    """One piece of one table, on one rank."""
-
-    table: int  # index of the table
-    kind: str  # the table's sharding kind
-    rank: int
-    rows: tuple[int, int]  # [start, end) of the table's rows held here
-    cols: tuple[int, int]  # [start, end) of the table's columns held here
-
-    @property
-    def dim(self) -> int:
-        return self.cols[1] - self.cols[0]
-
-    @property
-    def num_rows(self) -> int:
-        return self.rows[1] - self.rows[0]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ShardFeature:
-    """A feature as one shard sees it: the lookups of ``feature`` served by ``shard``."""
-
-    feature: int
-    shard: Shard
-    out_cols: tuple[int, int]  # [start, end) of the output columns this piece lands in
-
-
-def _split(total: int, parts: int, quantum: int = 1) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering [0, total), sizes multiples of ``quantum`` but the last."""
-    step = math.ceil(total / parts / quantum) * quantum
-    return [(min(i * step, total), min((i + 1) * step, total)) for i in range(parts)]
-
-
-def row_split_fills(total: int, parts: int) -> bool:
-    """Whether ``_split`` gives every one of ``parts`` ranges rows (9 rows over 4 ranks: 3, 3, 3, 0)."""
-    return all(lo < hi for lo, hi in _split(total, parts))
-
-
-def make_shards(rows: Sequence[int], dims: Sequence[int], shardings: Sequence[TableSharding],
-                world_size: int) -> list[Shard]:
-    """The shards of every table, table by table, shard order within a table."""
-    if not (len(rows) == len(dims) == len(shardings)):
-        raise ValueError(f"rows, dims and shardings differ in length: {len(rows)}, {len(dims)}, {len(shardings)}")
-    shards = []
-    for t, (n_rows, dim, plan) in enumerate(zip(rows, dims, shardings)):
-        if plan.kind not in SHARDING_KINDS:
-            raise ValueError(f"table {t}: sharding kind must be one of {SHARDING_KINDS}, got {plan.kind!r}")
-        if not plan.ranks or any(not 0 <= r < world_size for r in plan.ranks):
-            raise ValueError(f"table {t}: ranks {plan.ranks} must be non-empty and within [0, {world_size})")
-        if plan.kind == "table" and len(plan.ranks) != 1:
-            raise ValueError(f"table {t}: table-wise sharding takes exactly one rank, got {plan.ranks}")
-        n = len(plan.ranks)
-        if plan.kind == "column" and dim % n:
-            raise ValueError(f"table {t}: dim {dim} does not split into {n} equal column shards")
-        row_ranges = _split(n_rows, n) if plan.kind == "row" else [(0, n_rows)] * n
-        col_ranges = _split(dim, n) if plan.kind == "column" else [(0, dim)] * n
-        shards += [Shard(table=t, kind=plan.kind, rank=r, rows=rr, cols=cc) for r, rr, cc in zip(plan.ranks, row_ranges, col_ranges)]
-    return shards
-
-
-def shard_features(shards: Sequence[Shard], feature_to_table: Sequence[int],
-                   dims: Sequence[int]) -> list[list[ShardFeature]]:
-    """Per rank, the shard-features it serves, in (feature, shard) order."""
-    starts = [0]
-    for f in feature_to_table:
-        starts.append(starts[-1] + dims[f])
-    world = 1 + max(s.rank for s in shards)
-    per_rank: list[list[ShardFeature]] = [[] for _ in range(world)]
-    for feature, table in enumerate(feature_to_table):
-        for shard in (s for s in shards if s.table == table):
-            cols = (starts[feature] + shard.cols[0], starts[feature] + shard.cols[1])
-            per_rank[shard.rank].append(ShardFeature(feature=feature, shard=shard, out_cols=cols))
-    return per_rank
-
-
-@dataclass(kw_only=True, slots=True)
-class _Exchange:
-    """An all-to-all under way (NCCL's, or over copy engines); ``out`` holds what arrived once
-    ``finish`` returns."""
-
-    work: dist.Work | CopiesLanded
-    out: Tensor
-    src: Tensor  # held until the exchange is done
-
-    def finish(self, meanwhile: Callable[[], None] | None = None, *,
-               consumer: torch.cuda.Stream | None = None) -> Tensor:
-        """Make the stream that reads ``out`` (``consumer``; None: the current one) wait for the
-        exchange, calling ``meanwhile`` (or None) first: work it queues on the current stream runs while
-        the rows cross."""
-        if meanwhile is not None:
-            meanwhile()
-        with torch.cuda.stream(consumer) if consumer is not None else contextlib.nullcontext():
-            self.work.wait()
-        return self.out
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _GradientKey:
-    """Which gradient an early-started exchange was started from: the same memory, read the same way."""
-
-    ptr: int
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: torch.dtype
-
-    @staticmethod
-    def of(grad: Tensor) -> _GradientKey:
-        stride = tuple(st if n > 1 else 0 for n, st in zip(grad.shape, grad.stride()))  # a size-1 dim's is arbitrary
-        return _GradientKey(ptr=grad.data_ptr(), shape=tuple(grad.shape), stride=stride, dtype=grad.dtype)
-
-
-class _ExchangeRows(torch.autograd.Function):
-    """Pooled rows of this rank's tables for every rank's samples -> this rank's ``[B, out_dim]``: the
-    all-to-all (running ``prelude`` while the rows cross), then the columns placed in one kernel. The
-    backward gathers each rank's columns and sends them back (or takes the exchange
-    ``ShardedEmbedding.start_backward`` began from this gradient), running the owner's
-    gradient-exchange hook (``backward_overlapping``) while they cross. The gradient it returns goes
-    to the local tables' backward through views only (no kernel reads it on the way), so under
-    ``backward_overlapping`` only the stream that backward runs on waits for it."""
-
-    @staticmethod
-    def forward(ctx, flat: Tensor, b: int, prelude: Callable[[], None] | None, owner: ShardedEmbedding) -> Tensor:
-        ctx.b, ctx.owner = b, owner
-        got = owner.start_rows_exchange(flat, b).finish(prelude)
-        return place(got, b, owner.layout)  # [B, out_dim]
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        owner = ctx.owner
-        exchange = owner.take_started_gradient(grad) or owner.start_gradient_exchange(grad, ctx.b)
-        consumer = getattr(owner.local, "backward_stream", None)
-        return exchange.finish(owner._take_gradient_exchange_hook(), consumer=consumer), None, None, None
-
-
-class _PlaceColumns(torch.autograd.Function):
-    """A world of one whose pooled columns are not in feature order: ``[B, out_dim]`` placed in one
-    kernel (``polyrec.kernels.place_columns.place``), columns copied or partial sums added in a fixed
-    order; backward gathers the columns times ``grad_scale`` in one kernel."""
-
-    @staticmethod
-    def forward(ctx, flat: Tensor, b: int, layout: ColumnLayout, grad_scale: float) -> Tensor:
-        ctx.b, ctx.layout, ctx.grad_scale = b, layout, grad_scale
-        return place(flat, b, layout)  # [B, out_dim]
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return gather(grad, ctx.b, ctx.layout, ctx.grad_scale), None, None, None
+from polyrec.runtime.peer_exchange import CopyEngineExchange
+from polyrec.runtime.pooled_exchange import _Exchange, _ExchangeRows, _GradientKey, _PlaceColumns
+from polyrec.runtime.shards import Shard, TableSharding, make_shards, shard_features
 
 
 def _all_to_all(tensor: Tensor, send: list[int], recv: list[int], group: dist.ProcessGroup | None) -> Tensor:
