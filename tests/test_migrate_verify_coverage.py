@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from polyrec.migrate.cases import derived_shapes, make_cases
+from polyrec.migrate.cases import above, derived_shapes, make_cases
 from polyrec.migrate.verify import TOLERANCES, VerifyConfig, compare, verify
 
 HERE = Path(__file__).parent / "migrate_corpus" / "verify"
@@ -26,11 +26,58 @@ def _reference_on_path(monkeypatch):
 
 # --- shapes derived from SHAPES ---------------------------------------------------------------------------
 
-def test_derived_shapes_add_tails_and_size_one_within_the_declared_sizes():
+def test_derived_shapes_add_tails_and_size_one_and_one_size_above_the_declared_sizes():
     shapes = derived_shapes(ALIGNED, seed=0)
-    assert {(255,), (257,), (1023,), (1025,), (4095,), (1,)} <= set(shapes)
+    assert {(255,), (257,), (1023,), (1025,), (4095,), (1,), (4097,)} <= set(shapes)
     assert not set(shapes) & set(ALIGNED) and len(shapes) == len(set(shapes))
-    assert all(1 <= n <= 4096 for (n,) in shapes)  # never past the largest declared size
+    assert [n for (n,) in shapes if not 1 <= n <= 4096] == [4097]  # past the largest declared size: one
+
+
+@pytest.mark.parametrize(("top", "size"), [(1, 2), (2, 3), (70, 129), (1000, 1025), (4096, 4097), (4097, 8193)])
+def test_the_size_above_is_one_past_the_smallest_power_of_two_holding_the_largest(top, size):
+    assert above(top) == size <= 2 * top
+
+
+def test_sizes_above_raise_one_free_dim_at_a_time_from_the_shape_declaring_its_largest():
+    """Each costs at most twice a declared shape: raising all three dims of a matmul at once would cost 8x."""
+    declared = [(32, 32, 32), (64, 48, 40), (70, 65, 33)]  # migrate_ref_mm.SHAPES: (m, n, k), all free
+    tops = [max(dims) for dims in zip(*declared)]
+    beyond = [s for s in derived_shapes(declared, seed=0) if any(n > top for n, top in zip(s, tops))]
+    assert beyond == [(129, 65, 33), (70, 129, 33), (64, 48, 65)]
+    assert all(d == 128 for _, d in derived_shapes([(1024, 128), (4096, 128), (3000, 128)], seed=0))  # fixed dim
+
+
+WRONG_ABOVE_THE_LARGEST = {  # axpy ports right on every size up to 4096, the largest of migrate_ref_aligned.SHAPES
+    "one program": "kernel[(1,)](x, y, out, 0, n, BLOCK=4096)",  # a single block covers the whole tensor
+    "grid capped": "kernel[(min(triton.cdiv(n, 256), 16),)](x, y, out, 256, n, BLOCK=256)",  # 16 blocks, no loop
+}
+AXPY_PORT = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kernel(x_ptr, y_ptr, out_ptr, step, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * step + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, 2.0 * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def run(x, y):
+    out = torch.empty_like(x)
+    n = x.numel()
+    {launch}
+    return out
+"""
+
+
+@pytest.mark.parametrize("wrong", sorted(WRONG_ABOVE_THE_LARGEST))
+def test_port_right_only_up_to_the_largest_declared_size_is_rejected(wrong, tmp_path):
+    candidate = tmp_path / "axpy_port.py"
+    candidate.write_text(AXPY_PORT.format(launch=WRONG_ABOVE_THE_LARGEST[wrong]))
+    report = verify(candidate, "migrate_ref_aligned:axpy", NUMERICS)
+    assert not report.accepted and report.stages["numerics"] == "fail"
+    assert [f.split(": ")[1] for f in report.failures] == ["case 10 (derived shape (4097,), seed 0)"], report.failures
 
 
 def test_derived_shapes_keep_dims_every_declared_shape_agrees_on():

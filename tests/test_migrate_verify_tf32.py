@@ -71,6 +71,65 @@ def test_dot_is_found_however_triton_language_is_named(imports, lang, dot):
     assert [w.split(":")[0] for w in warnings] == [f"line {_dot_line(source, 'x = ')}"], (source, warnings)
 
 
+#: (imports and module-level lines, name of triton.language for tl.arange, the dot called with operands ARGS)
+ALIASES = {
+    "assigned": ("import triton.language as tl\nmm = tl.dot", "tl", "mm(ARGS)"),
+    "assigned twice": ("import triton.language as tl\nmm = tl.dot\nmatmul = mm", "tl", "matmul(ARGS)"),
+    "assigned from triton": ("mm = triton.language.dot\nimport triton.language as tl", "tl", "mm(ARGS)"),
+    "imported": ("from triton.language import dot", "triton.language", "dot(ARGS)"),
+    "imported, assigned": ("from triton.language import dot\nmm = dot", "triton.language", "mm(ARGS)"),
+    "module renamed": ("import triton.language as tlang", "tlang", "tlang.dot(ARGS)"),
+    "unpacked": ("import triton.language as tl\nmm, add = tl.dot, tl.add", "tl", "mm(ARGS)"),
+    "annotated": ("import triton.language as tl\nmm: object = tl.dot", "tl", "mm(ARGS)"),
+}
+OPERANDS = "r[:, None] + r[None, :], r[:, None] * r[None, :]"
+
+
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_a_dot_reached_through_an_alias_is_warned(alias):
+    imports, lang, dot = ALIASES[alias]
+    source = KERNEL.format(imports=imports, lang=lang, dot=dot.replace("ARGS", OPERANDS))
+    warnings = precision_warnings(source)
+    assert [w.split(":")[0] for w in warnings] == [f"line {_dot_line(source, 'x = ')}"], (source, warnings)
+
+
+@pytest.mark.parametrize("precision", ['input_precision="ieee"', "allow_tf32=False", 'None, "ieee"'])
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_a_dot_reached_through_an_alias_that_states_its_precision_is_not_warned(alias, precision):
+    imports, lang, dot = ALIASES[alias]
+    source = KERNEL.format(imports=imports, lang=lang, dot=dot.replace("ARGS", f"{OPERANDS}, {precision}"))
+    assert precision_warnings(source) == [], source
+
+
+def test_alias_names_are_resolved_per_scope():
+    """A kernel's parameters and own names hide the module's; a name bound in another function is not seen; a
+    kernel's own alias is followed (Triton's compiler refuses ``d = tl.dot`` in a kernel, its interpreter runs it)."""
+    source = ("import triton\nimport triton.language as tl\nmm = tl.dot\n\n"
+              "def helper():\n    dot2 = tl.dot\n\n"
+              "@triton.jit\ndef k(a, b, mm: tl.constexpr):\n    x = mm(a, b)\n    y = dot2(a, b)\n\n"
+              "@triton.jit\ndef k2(a, b):\n    mm = tl.maximum\n    x = mm(a, b)\n\n"
+              "@triton.jit\ndef k3(a, b):\n    x = mm(a, b)\n\n"  # the module's mm
+              "@triton.jit\ndef k4(a, b):\n    d = tl.dot\n    x = d(a, b)\n"  # its own
+              "@triton.jit\ndef k5(a, b):\n    d = tl.dot\n    x = d(a, b, allow_tf32=False)\n")
+    warned = [w.split(":")[0] for w in precision_warnings(source)]
+    assert warned == [f"line {_dot_line(source, 'def k3') + 1}", f"line {_dot_line(source, 'def k4') + 2}"], warned
+
+
+def test_a_candidate_calling_a_module_level_alias_is_warned_though_the_interpreter_cannot_run_it(tmp_path):
+    """Triton 3.6 compiles such a kernel (the global is tl.dot: TF32 on sm_90 and gfx942), but its interpreter
+    patches only the attributes of triton.language, so the global still holds the unpatched builtin and the
+    numerics stage fails; the warning names the precision problem the failure does not."""
+    candidate = tmp_path / "mm_alias.py"
+    source = BARE.read_text().replace("tl.dot(x, y)", "matmul(x, y)")
+    source = source.replace("\n\n\n@triton.jit", "\nmatmul = tl.dot\n\n\n@triton.jit")
+    candidate.write_text(source)
+    report = verify(candidate, REFERENCE, NUMERICS)
+    assert report.stages["static"] == "pass" and report.stages["numerics"] == "fail", report.failures
+    assert "Did you forget to add @triton.jit" in report.failures[0], report.failures
+    line = _dot_line(source, "matmul(x, y)")
+    assert [w.split(": tl.dot")[0] for w in report.warnings] == [f"static: line {line}"], report.warnings
+
+
 def test_a_dot_that_is_not_triton_or_not_in_a_kernel_is_not_warned():
     source = ("import torch\nimport triton\nimport triton.language as tl\n\n"
               "def dot(a, b):\n    return tl.dot(a, b)\n\n"  # not jitted: never compiled

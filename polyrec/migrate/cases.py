@@ -6,12 +6,17 @@ them, within the dims the reference declares:
 
 - a dim is *free* where the declared shapes of its rank hold integers that disagree, and stays as declared
   where they all agree (a fixed head or embedding dim) or are not integers; free dims take sizes in
-  [1, their largest declared size], so no derived case costs more than the largest declared one;
+  [1, their largest declared size] (their range), and one size above it (the last item);
 - per declared shape, the off-by-one neighbours: every free dim minus one and every free dim plus one
   (clamped to that range), which puts a ragged tail next to each aligned size;
 - per rank, the size-1 case: every free dim 1;
 - per rank and seed, one random shape: every free dim uniform in its range, drawn from ``random.Random(seed)``,
-  so the same seed derives the same shapes (``--seed`` repeats a run) and a candidate cannot know them.
+  so the same seed derives the same shapes (``--seed`` repeats a run) and a candidate cannot know them;
+- per free dim, one size above its range (``above``): the first declared shape holding its largest size, with
+  that dim one past the smallest power of two holding it (4096 -> 4097, 4097 -> 8193). A port right only up to
+  some size (one program whose power-of-two block covers the largest declared size, a grid sized for the
+  largest declared case) fails on it. One dim at a time, so each such case costs at most twice the declared
+  shape it comes from (``above(n) <= 2 n``), where raising every free dim at once would cost up to 2^rank times.
 
 ``make_inputs`` may raise ValueError for a shape the op does not support: such a derived shape is left
 out (a declared one is bad input).
@@ -68,8 +73,25 @@ def derived_shapes(shapes: list[tuple[int, ...]], seed: int) -> list[tuple[int, 
     for rank, shape in {len(s): s for s in shapes}.items():  # any shape of the rank: its free dims are all set
         found.append(_resized(shape, free[rank], dict.fromkeys(free[rank], 1)))
         found.append(_resized(shape, free[rank], {d: rng.randint(1, top) for d, top in free[rank].items()}))
+    found += _above_shapes(shapes, free)
     declared = set(shapes)
     return [s for s in dict.fromkeys(found) if s not in declared]
+
+
+def above(top: int) -> int:
+    """One past the smallest power of two >= ``top`` (4096 -> 4097, 4097 -> 8193, 70 -> 129): no block of a power
+    of two that holds ``top`` in one program holds it. At most ``2 * top``."""
+    return (1 << (top - 1).bit_length()) + 1
+
+
+def _above_shapes(shapes: list[tuple[int, ...]], free: dict[int, dict[int, int]]) -> list[tuple[int, ...]]:
+    """Per free dim, the first declared shape holding its largest size with that dim (only) set to ``above``."""
+    found = []
+    for rank, tops in free.items():
+        for d, top in tops.items():
+            shape = next(s for s in shapes if len(s) == rank and s[d] == top)
+            found.append((*shape[:d], above(top), *shape[d + 1:]))
+    return found
 
 
 def make_cases(module: Any, seeds: tuple[int, ...]) -> list[Case]:

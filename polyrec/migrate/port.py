@@ -65,7 +65,7 @@ def first_prompt(kernel: Path, reference: str, findings: list[str]) -> list[dict
     ref_src = inspect.getsource(func) + "\n" + inspect.getsource(module.make_inputs)
     user = (f"Port this kernel ({kernel.name}):\n```\n{kernel.read_text(errors='replace')}\n```\n"
             f"The result must match this reference ({reference}) on shapes {list(module.SHAPES)} and on sizes "
-            "derived from them (off-by-one tails, size 1, random sizes up to the largest):\n"
+            "derived from them (off-by-one tails, size 1, random sizes up to the largest, sizes above it):\n"
             f"```python\n{ref_src}```\n")
     if findings:
         user += "AMD hazards found in the source:\n" + "\n".join(f"- {f}" for f in findings) + "\n"

@@ -7,7 +7,8 @@ torch / triton / math such as ``torch.sys`` or ``torch.os``, or a risky torch mo
 cpp_extension...); a module other than as ``module.attr`` (bound to another name, passed, stored or returned,
 it would hide what is reached through it); assignment to attributes of torch / triton / the kernels;
 eval/exec/open/globals/exit; autotune; anything named after the reference. Warned of: a ``tl.dot`` left at
-Triton's per-target default precision (``DOT_DEFAULT_PRECISION``), which the CPU interpreter does not model.
+Triton's per-target default precision (``DOT_DEFAULT_PRECISION``), which the CPU interpreter does not model,
+however it is named (``lang.dot``, ``from triton.language import dot``, ``mm = tl.dot``).
 """
 
 from __future__ import annotations
@@ -203,22 +204,75 @@ def static_check(source: str, reference_module: str, reference_func: str) -> lis
 
 
 def precision_warnings(source: str) -> list[str]:
-    """Each ``tl.dot`` call in a jitted function that leaves its fp32 precision to Triton's per-target default."""
+    """Each ``tl.dot`` call in a jitted function that leaves its fp32 precision to Triton's per-target default,
+    however the function is reached: ``tl.dot``, ``lang.dot``, ``from triton.language import dot``, or a name
+    bound to it (``mm = tl.dot``, then ``mm2 = mm``) in the module or the function."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []  # static_check reports it
     aliases = _module_aliases(tree)
-    calls = {node.lineno for kernel in ast.walk(tree) if isinstance(kernel, ast.FunctionDef) and _is_jit(kernel)
-             for node in ast.walk(kernel) if isinstance(node, ast.Call) and _is_dot(node.func, aliases)
-             and _default_precision(node)}
+    module_dots = _dot_names(tree, aliases, {name for name, dotted in aliases.items() if _names_dot(dotted)})
+    calls = set()
+    for kernel in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_jit(n)):
+        dots = _dot_names(kernel, aliases, module_dots - _local_names(kernel))
+        calls |= {node.lineno for node in ast.walk(kernel) if isinstance(node, ast.Call)
+                  and _is_dot(node.func, aliases, dots) and _default_precision(node)}
     return [f"line {line}: {DOT_DEFAULT_PRECISION}" for line in sorted(calls)]
 
 
-def _is_dot(func: ast.expr, aliases: dict[str, str]) -> bool:
-    """``func`` names ``triton.language.dot`` through an import (``tl.dot``, ``lang.dot``, ``dot``)."""
-    chain = [func.id] if isinstance(func, ast.Name) else _chain(func) if isinstance(func, ast.Attribute) else None
+def _is_dot(expr: ast.expr, aliases: dict[str, str], dots: set[str]) -> bool:
+    """``expr`` is ``triton.language.dot``: one of the names ``dots`` or an attribute chain from an import
+    (``tl.dot``, ``lang.dot``, ``triton.language.dot``)."""
+    if isinstance(expr, ast.Name):
+        return expr.id in dots
+    chain = _chain(expr) if isinstance(expr, ast.Attribute) else None
     return bool(chain) and chain[0] in aliases and _names_dot(".".join([aliases[chain[0]], *chain[1:]]))
+
+
+def _dot_names(scope: ast.AST, aliases: dict[str, str], inherited: set[str]) -> set[str]:
+    """The names holding ``tl.dot`` in ``scope`` (the module or one function): those ``inherited`` and those it
+    binds to one (``mm = tl.dot``, ``mm2 = mm``, in either order). A name bound to ``tl.dot`` anywhere in the
+    scope counts, whatever else it is bound to: the warning is advice, a miss costs more than a false alarm."""
+    bindings = [pair for node in _scope_nodes(scope) for pair in _bindings(node)]
+    names = set(inherited)
+    while new := {name for name, value in bindings if name not in names and _is_dot(value, aliases, names)}:
+        names |= new
+    return names
+
+
+def _scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes under ``scope`` outside the functions, lambdas and classes defined in it (their own scopes)."""
+    for child in ast.iter_child_nodes(scope):
+        yield child
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            yield from _scope_nodes(child)
+
+
+def _bindings(node: ast.AST) -> Iterator[tuple[str, ast.expr]]:
+    """(name, value) for each name ``node`` binds to an expression: ``a = b = v``, ``a, b = v, w``, ``a: T = v``,
+    ``(a := v)``."""
+    if isinstance(node, ast.Assign):
+        for target in node.targets:
+            yield from _pairs(target, node.value)
+    elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        yield from _pairs(node.target, node.value)
+
+
+def _pairs(target: ast.expr, value: ast.expr) -> Iterator[tuple[str, ast.expr]]:
+    """(name, value) pairs of one assignment target, element by element where a tuple is unpacked from a tuple."""
+    if isinstance(target, ast.Name):
+        yield target.id, value
+    elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts):
+        for t, v in zip(target.elts, value.elts, strict=True):
+            yield from _pairs(t, v)
+
+
+def _local_names(func: ast.FunctionDef) -> set[str]:
+    """The names local to ``func``, which hide the module's: its parameters and the names its body stores to."""
+    params = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
+    return params | {n.id for n in _scope_nodes(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 @functools.cache

@@ -15,8 +15,9 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
    outputs that alias an input, outputs not written by a Triton launch (already holding data when a launch
    first took them, changed between launches or after their last launch), inputs that run() wrote to, a child
    that exits without results, a reference file changed. The shapes are the reference's ``SHAPES`` and, per
-   seed, shapes derived from them within the dims it declares (off-by-one tails, size 1, one random size:
-   cases.py), so a port right only on the declared sizes fails. Fresh tensors are poisoned (sandbox.py: NaN,
+   seed, shapes derived from them within the dims it declares (off-by-one tails, size 1, one random size, one
+   size above the largest per dim: cases.py), so a port right only on the declared sizes, or only up to the
+   largest, fails. Fresh tensors are poisoned (sandbox.py: NaN,
    True, the integer maximum) and a case whose output still holds that value anywhere runs again with a second
    poison (the float maximum, False, the integer minimum): an element holding the first poison, then the
    second, was left unwritten, even where the first poison was the right value (a bool output has only two);
