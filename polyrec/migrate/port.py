@@ -23,6 +23,8 @@ from polyrec.migrate.verify import VerifyConfig, load_reference, verify
 SYSTEM_PROMPT = """You port GPU kernels to portable Triton that runs on NVIDIA (sm_90) and AMD (gfx942, gfx950).
 Reply with one complete Python module in a ```python block. It must:
 - import only torch, triton, triton.language as tl and math;
+- call triton.language functions as tl.NAME, not through `from triton.language import ...` or a
+  module-level alias such as `mm = tl.dot` (the verifier's CPU interpreter cannot run those);
 - define @triton.jit kernel(s) with no torch calls and no try/except inside them, and no autotune;
 - define run(*inputs) -> torch.Tensor that allocates the output, launches the kernel(s) and returns it;
 - handle every shape (mask the tails), never cache results, never call or import the reference;

@@ -6,7 +6,10 @@ Refused: imports other than torch / triton / math; in kernels torch and try/exce
 torch / triton / math such as ``torch.sys`` or ``torch.os``, or a risky torch module (hub, serialization,
 cpp_extension...); a module other than as ``module.attr`` (bound to another name, passed, stored or returned,
 it would hide what is reached through it); assignment to attributes of torch / triton / the kernels;
-eval/exec/open/globals/exit; autotune; anything named after the reference. Warned of: a ``tl.dot`` left at
+eval/exec/open/globals/exit; autotune; anything named after the reference; a kernel's call that the CPU
+interpreter of the numerics stage cannot run although a GPU compiles it: a ``triton.language`` builtin called
+through a name bound at import (``from triton.language import dot``, a module-level ``mm = tl.dot``:
+``INTERPRETER_UNPATCHED``). Warned of: a ``tl.dot`` left at
 Triton's per-target default precision (``DOT_DEFAULT_PRECISION``), which the CPU interpreter does not model,
 however it is named (``lang.dot``, ``from triton.language import dot``, ``mm = tl.dot``).
 """
@@ -17,6 +20,7 @@ import ast
 import functools
 import importlib
 import types
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,6 +52,20 @@ DOT_DEFAULT_PRECISION = (
     "NVIDIA GPUs and gfx942 (MI300X), in IEEE fp32 on gfx950 (MI350X) (Triton 3.6: triton/language/core.py dot, "
     "triton/backends/amd/compiler.py), which the CPU interpreter does not model; pass input_precision=\"ieee\" "
     "for fp32 accuracy, or allow_tf32=True to accept TF32 (input_precision=\"tf32\" does not compile for gfx950)")
+#: Why a kernel's call of a triton.language builtin through a name bound at import is refused. For the length of a
+#: launch, Triton 3.6's interpreter (triton/runtime/interpreter.py ``_patch_lang``) replaces the builtins (and
+#: ``range``, ``static_range``) among the attributes of triton.language and triton.language.math with versions that
+#: compute on numpy. A name bound to one when the candidate is imported, before any launch (``from triton.language
+#: import dot``, a module-level ``mm = tl.dot``), keeps the original, which raises "Did you forget to add
+#: @triton.jit ?" when called (range and static_range fail otherwise); the GPU compiler resolves such names and
+#: compiles them. Not refused: ``tl.core.maximum`` called in a kernel, which fails alone but runs once any launch has
+#: called a jitted triton.language function such as ``tl.sum`` (its ``_patch_lang`` patches triton.language.core and
+#: never restores it). Each form is run under TRITON_INTERPRET=1, and compiled, by tests/test_migrate_verify_interp.py.
+INTERPRETER_UNPATCHED = (
+    "{expr} in kernel {kernel} is triton.language.{name} as bound at import (a from-import or a module-level "
+    "alias): call triton.language builtins as tl.{name} (the CPU interpreter of the numerics stage patches only "
+    "the attributes of triton.language, so {expr} keeps the unpatched builtin and the run fails, for a builtin "
+    "with \"Did you forget to add @triton.jit ?\"; a GPU compiles such a call through a module-level name)")
 
 
 def _is_jit(node: ast.FunctionDef) -> bool:
@@ -196,6 +214,7 @@ def static_check(source: str, reference_module: str, reference_func: str) -> lis
             problems += _attribute_problems(node, aliases, kernels)
         elif isinstance(node, ast.FunctionDef) and _is_jit(node):
             problems += _kernel_problems(node)
+    problems += interpreter_problems(tree, aliases)
     if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
         problems.append("no top-level run(*inputs) function")
     if not kernels:
@@ -292,6 +311,81 @@ def _default_precision(call: ast.Call) -> bool:
         return False
     return not any(k.arg in (None, "input_precision", "allow_tf32")
                    and not (isinstance(k.value, ast.Constant) and k.value.value is None) for k in call.keywords)
+
+
+def interpreter_problems(tree: ast.Module, aliases: dict[str, str]) -> list[str]:
+    """Each call in a jitted function of a builtin the CPU interpreter replaces, through a name bound to it at import
+    (``INTERPRETER_UNPATCHED``): ``from triton.language import dot``, ``mm = tl.dot``, ``mm2 = mm``, or a kernel's own
+    name bound to one of those. A name also bound to anything else (a def, a loop variable, ``global``) is left
+    alone: what it holds is known only when it runs."""
+    declared_global = {name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names}
+    module_names = _import_bound(tree, {}, declared_global, aliases)
+    problems = []
+    for kernel in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_jit(n)):
+        params = {a.arg for a in ast.walk(kernel.args) if isinstance(a, ast.arg)}
+        names = _import_bound(kernel, module_names, params, None)
+        for call in (n for n in _scope_nodes(kernel) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+            if name := names.get(call.func.id):
+                message = INTERPRETER_UNPATCHED.format(expr=call.func.id, kernel=kernel.name, name=name)
+                problems.append((call.lineno, f"line {call.lineno}: {message}"))
+    return [problem for _, problem in sorted(problems)]
+
+
+def _import_bound(scope: ast.AST, inherited: dict[str, str], rebound: set[str],
+                  aliases: dict[str, str] | None) -> dict[str, str]:
+    """The names of ``scope`` that hold a builtin the interpreter replaces, as bound at import, each with its name
+    in triton.language: those ``inherited`` that ``scope`` does not bind, and those every binding of which in
+    ``scope`` is one of these names or, where ``aliases`` is given (the module, run at import), a ``from`` import of
+    or an attribute chain to such a builtin (in a kernel it runs patched). A name also bound otherwise (a def, an
+    import of a module, a loop variable, a value unpacked from a call) or named in ``rebound`` is left out."""
+    stores = Counter(n.id for n in _scope_nodes(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    stores.update(rebound)
+    bindings: list[tuple[str, ast.expr | str]] = [pair for node in _scope_nodes(scope) for pair in _bindings(node)]
+    for node in _scope_nodes(scope):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stores[node.name] += 1
+        elif isinstance(node, ast.Import):
+            stores.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            stores.update(a.asname or a.name for a in node.names)
+            bindings += [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names if node.module]
+    names = {name: held for name, held in inherited.items() if name not in stores}
+    while True:
+        held: dict[str, list[str]] = {}
+        for name, value in bindings:
+            if name not in names and (builtin := _bound_builtin(value, names, aliases)):
+                held.setdefault(name, []).append(builtin)
+        new = {name: found[0] for name, found in held.items() if len(found) == stores[name]}
+        if not new:
+            return names
+        names |= new
+
+
+def _bound_builtin(value: ast.expr | str, names: dict[str, str], aliases: dict[str, str] | None) -> str | None:
+    """The triton.language name of the replaced builtin that ``value`` (an expression, or the dotted path of a
+    ``from`` import) holds: one of ``names``, or, where ``aliases`` is given, what it reaches; None when none."""
+    if isinstance(value, ast.Name):
+        return names.get(value.id)
+    if aliases is None:
+        return None
+    if isinstance(value, ast.Attribute):
+        chain = _chain(value)
+        value = ".".join([aliases[chain[0]], *chain[1:]]) if chain and chain[0] in aliases else ""
+    return _interpreted_name(value) if isinstance(value, str) and value.startswith("triton.") else None
+
+
+@functools.cache
+def _interpreted_name(dotted: str) -> str | None:
+    """NAME when ``dotted`` (triton.language.dot, triton.language.core.maximum) is a function the CPU interpreter
+    replaces (a builtin, range, static_range) and ``tl.NAME`` reaches it; else None."""
+    import triton.language as tl
+
+    parts = dotted.split(".")
+    found = list(_resolve(parts))
+    obj = found[-1] if len(found) == len(parts) else None
+    if obj is None or not (tl.core.is_builtin(obj) or obj is tl.range or obj is tl.static_range):
+        return None
+    return next((name for name in (parts[-1], *dir(tl)) if getattr(tl, name, None) is obj), None)
 
 
 def _kernel_problems(kernel: ast.FunctionDef) -> list[str]:

@@ -5,8 +5,11 @@ The reference is ``module:function`` in a module that also defines ``SHAPES`` (a
 distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of which must pass:
 
 1. static bans (AST; static.py): only torch / triton / math imports, no reach into other modules, no
-   eval/exec/open, no autotune, nothing named after the reference. Warned, not failed: a ``tl.dot`` left
-   at Triton's default precision (``static.DOT_DEFAULT_PRECISION``), which stage 2's interpreter does not model;
+   eval/exec/open, no autotune, nothing named after the reference, no kernel call of a triton.language builtin
+   through a name bound at import (``from triton.language import dot``, ``mm = tl.dot``), which stage 2's
+   interpreter cannot run though a GPU compiles it (``static.INTERPRETER_UNPATCHED``). Warned, not failed: a
+   ``tl.dot`` left at Triton's default precision (``static.DOT_DEFAULT_PRECISION``), which stage 2's interpreter
+   does not model;
 2. numerics: every shape x at least one seed, fresh random inputs, outputs poisoned, against the reference in
    float64 (TOLERANCES), in a sandboxed subprocess (CPU seconds, memory and file-size limits, no network, no
    processes, no file writes outside its own folder, a Triton cache of its own in that folder, the reference
