@@ -20,7 +20,7 @@ import torch
 
 from polyrec.data import BadRows, DataError
 from polyrec.data.criteo import RECORD_BYTES, MLPerfBinarySource, dealt_ever, to_batch
-from test_data import small, write_records
+from test_data import DATA, small, write_records
 
 BAD_LABEL = 3  # a record whose label is neither 0 nor 1 is bad
 
@@ -141,3 +141,18 @@ def test_an_all_bad_eval_file_still_has_no_good_row_to_evaluate_on(tmp_path):
     train = MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=True), eval_source=ev)
     with pytest.raises(DataError, match=r"e\.bin:0: no good row to evaluate on"):
         train.eval_batches()
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_tsv_bad_rows_in_a_row_are_counted_on_each_rank_and_said_so(tmp_path, world):
+    """--skip-bad-rows stops after MAX_BAD_ROWS_IN_A_ROW malformed rows in a row; on several ranks each counts
+    its own lines (the others' are not parsed), and the message says whose."""
+    from polyrec.data.criteo import MAX_BAD_ROWS_IN_A_ROW, CriteoTSVSource
+
+    good = (DATA / "criteo_sample.tsv").read_text().splitlines()[0]
+    path = tmp_path / "bad.tsv"
+    path.write_text("not\ta\tcriteo\trow\n" * (world * (MAX_BAD_ROWS_IN_A_ROW + 4)) + (good + "\n") * 8)
+    share = " of those dealt to rank 0 of 2" if world == 2 else ""
+    src = CriteoTSVSource([path], small(), batch_size=4, bad_rows=BadRows(skip=True), rank=0, world_size=world)
+    with pytest.raises(DataError, match=rf"{MAX_BAD_ROWS_IN_A_ROW + 1} bad rows in a row{share}; is this Criteo"):
+        src.next_batch()

@@ -206,6 +206,11 @@ class CriteoTSVSource:
         self._counted_to = here
         return False
 
+    def _share(self) -> str:
+        """Which rows a rank reads, for messages: on several ranks each counts only its own
+        (MAX_BAD_ROWS_IN_A_ROW is of those; the other ranks' lines are not parsed)."""
+        return f" of those dealt to rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+
     def next_batch(self) -> Batch:
         return self._next(wrap=True)
 
@@ -227,7 +232,8 @@ class CriteoTSVSource:
                 self.bad_rows.handle(err, counted=self._counted_before())
                 skipped_in_a_row += 1
                 if skipped_in_a_row > MAX_BAD_ROWS_IN_A_ROW:
-                    raise DataError(err.path, err.line, f"{skipped_in_a_row} bad rows in a row; is this Criteo TSV?") from None
+                    raise DataError(err.path, err.line, f"{skipped_in_a_row} bad rows in a row{self._share()}; "
+                                    "is this Criteo TSV?") from None
                 continue
             n, skipped_in_a_row = n + 1, 0
         if n == 0:
