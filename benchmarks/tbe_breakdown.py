@@ -39,7 +39,7 @@ def sweep_configs(block_d: int, warp_size: int) -> list[tbe_select.ForwardConfig
 def forward_sweep(module: TableBatchedEmbedding, batch: JaggedBatch, warp_size: int) -> list[dict]:
     """Time the pooled lookup as one launch over every feature (``launch_pooled``) with each config of
     ``sweep_configs``; ``selected``: the selector's one-launch config."""
-    chosen = module._forward_config(batch, len(module.pooled_features))
+    chosen = module._forward_config(batch, sequence=False)
     out = torch.empty(batch.batch_size, module.output_dim, dtype=module.output_dtype, device=module.weights.device)
     rows = []
     for cfg in sweep_configs(module.block_d, warp_size):

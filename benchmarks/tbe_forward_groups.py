@@ -124,7 +124,7 @@ def time_case(config, case: str, features: list[int], full: JaggedBatch) -> list
         rows.append({"case": case, "plan": "one launch, staged loads", "features": len(every), "config": str(cfg),
                      "ms": plan_ms(module, batch, [(every, cfg)], expected)})
     module.staged_forward = None  # from here on, as the module runs: staged where tbe_select.staged_loads says
-    chosen = module._forward_config(batch, len(every))
+    chosen = module._forward_config(batch, sequence=False)
     rows.append({"case": case, "plan": "one launch, selector's", "features": len(every), "config": str(chosen),
                  "ms": plan_ms(module, batch, [(every, chosen)], expected)})
     module_plan = [(list(launch.features), launch.config) for launch, _ in module.forward_plan(batch)]

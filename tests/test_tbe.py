@@ -280,6 +280,25 @@ def test_sequence_lookup_and_update(pooled_dim, grouped):
     torch.testing.assert_close(module.table_weights()[0], before[0])
 
 
+def test_sequence_sort_keys_are_priced_at_the_sequence_bags(monkeypatch):
+    """One pooled and one sequence feature, bags of 8 and 1 ids: the sequence backward's sort-key tile is chosen
+    at the sequence feature's bag length (it took the pooled features' where their counts matched). The pooled
+    backward takes its keys from the trained forward (no selection here)."""
+    tables = [TableSpec(name="pooled", rows=10, dim=8), TableSpec(name="seq", rows=6, dim=8, pooling="none")]
+    module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="sgd", lr=0.5))
+    priced, select = [], tbe_select.select_forward
+
+    def spy(*args, **kw):
+        priced.append(kw["bag_lengths"])
+        return select(*args, **kw)
+
+    monkeypatch.setattr(tbe_select, "select_forward", spy)
+    batch = JaggedBatch.from_lengths(values=torch.randint(0, 6, (10 * 9,)), batch_size=10, num_features=2,
+                                     lengths=torch.tensor([8] * 10 + [1] * 10))
+    module.lookup_sequence(batch).sum().backward()
+    assert priced == [[1.0]]
+
+
 def test_deterministic_mode_is_bitwise_repeatable():
     def run() -> torch.Tensor:
         gen = torch.Generator().manual_seed(6)

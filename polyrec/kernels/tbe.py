@@ -294,15 +294,18 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         self._pending_flags = (host, event)
 
     # ---- configs ------------------------------------------------------------------------------
-    def _forward_config(self, batch: JaggedBatch, features: int) -> tbe_select.ForwardConfig:
+    def _forward_config(self, batch: JaggedBatch, sequence: bool) -> tbe_select.ForwardConfig:
+        """The tile of a launch over the pooled features' ids, or the sequence features' (``sequence``), priced
+        at those features' bag lengths."""
+        features = self.sequence_features if sequence else self.pooled_features
         mean_bag = batch.nnz / max(batch.batch_size * batch.num_features, 1)
-        key = ("fwd", batch.batch_size, features, round(mean_bag, 1))
+        key = ("fwd", batch.batch_size, sequence, round(mean_bag, 1))
         if key not in self._configs:
             row_bytes = self.block_d * self.weights.element_size()
             self._configs[key] = tbe_select.select_forward(
-                tbe_select.selection_spec(self.weights.device), batch_size=batch.batch_size, num_features=features,
-                mean_bag=mean_bag, block_d=self.block_d, row_bytes=row_bytes, vec=self.vec,
-                bag_lengths=self._bag_lengths(batch) if features == len(self.pooled_features) else None)
+                tbe_select.selection_spec(self.weights.device), batch_size=batch.batch_size,
+                num_features=len(features), mean_bag=mean_bag, block_d=self.block_d, row_bytes=row_bytes,
+                vec=self.vec, bag_lengths=self._bag_lengths(batch, features))
         return self._configs[key]
 
     def forward_plan(self, batch: JaggedBatch) -> list[tuple[ForwardLaunch, Tensor]]:
@@ -314,7 +317,8 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         if key not in self._configs:
             spec = tbe_select.selection_spec(self.weights.device)
             tiles = [(c.bags, c.hots) for c in tbe_select.forward_candidates(self.block_d, spec.warp_size)]
-            launches = plan_forward(spec, batch_size=batch.batch_size, bag_lengths=self._bag_lengths(batch),
+            launches = plan_forward(spec, batch_size=batch.batch_size,
+                                    bag_lengths=self._bag_lengths(batch, self.pooled_features),
                                     block_d=self.block_d, row_bytes=self.block_d * self.weights.element_size(),
                                     vec=self.vec, table_rows=[self.tables[self.feature_to_table[f]].rows
                                                               for f in self.pooled_features],
@@ -322,11 +326,11 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
             self._configs[key] = [(launch, self._pooled_ids[list(launch.features)]) for launch in launches]
         return self._configs[key]
 
-    def _bag_lengths(self, batch: JaggedBatch) -> list[float]:
-        """Mean bag length of each pooled feature (reads F+1 offsets: synchronises, once per config key)."""
+    def _bag_lengths(self, batch: JaggedBatch, features: list[int]) -> list[float]:
+        """Mean bag length of each of ``features`` (reads F+1 offsets: synchronises, once per config key)."""
         marks = batch.offsets[:: max(batch.batch_size, 1)].tolist()
         size = max(batch.batch_size, 1)
-        return [max(marks[f + 1] - marks[f], 0) / size for f in self.pooled_features]
+        return [max(marks[f + 1] - marks[f], 0) / size for f in features]
 
     def _update_config(self, nnz: int, block: int | None = None) -> tbe_select.UpdateConfig:
         """The update config of the dim group of BLOCK_D ``block`` (default: the widest, ``block_d``)."""

@@ -105,7 +105,7 @@ class FusedBackward:
                     if sequence is not None else None)
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
                             num_features=len(self.feature_to_table))
-        fcfg = self._forward_config(batch, feats.numel())
+        fcfg = self._forward_config(batch, sequence is not None)
         sort_keys_kernel[(ceil_div(batch_size, fcfg.bags), feats.numel())](
             values, offsets, per_sample if out.scale is not None else None, out.keys, out.src, out.scale,
             feats, lay.feat_table, lay.feat_mean, lay.table_rows, out.plan.key_base, seq_base,
