@@ -18,7 +18,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
-from polyrec.kernels.gemm import matmul, epilogue_pass
+from polyrec.kernels.gemm import matmul
+from polyrec.kernels.gemm_epilogue import epilogue_pass
 from polyrec.kernels.gemm_tma import TmaGemmConfig, gemm_tma, _tile_origin
 
 @triton.jit

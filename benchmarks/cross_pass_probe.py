@@ -25,7 +25,7 @@ from unittest import mock
 import torch
 
 from polyrec.hardware import calibrate
-from polyrec.kernels import gemm, gemm_configs
+from polyrec.kernels import gemm_configs, gemm_epilogue, gemm_launch
 from polyrec.kernels.fp8 import FORWARD, GRADIENT, Fp8Out, formats
 from polyrec.results import write_results
 
@@ -57,21 +57,22 @@ def passes(m: int, n: int, fp8: bool = False) -> dict:
     bias_grad = torch.empty(n, device="cuda", dtype=torch.float32)
     out = torch.empty_like(p)
     def cross_grad(copies=None, only=False, **kw):
-        cg = gemm.CrossGrad(grad=grad, x0=x0, d_x0=d_x0, **({"accumulate": True, "bias_grad": bias_grad} | kw))
-        return lambda: gemm.epilogue_pass(p, bias=bias, cross_grad=cg, out=None if only else out, fp8=copies,
-                                          fp8_only=only)
+        cg = gemm_epilogue.CrossGrad(grad=grad, x0=x0, d_x0=d_x0, **({"accumulate": True, "bias_grad": bias_grad} | kw))
+        return lambda: gemm_epilogue.epilogue_pass(p, bias=bias, cross_grad=cg, out=None if only else out,
+                                                   fp8=copies, fp8_only=only)
 
-    found = {"forward": lambda: gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out), "cross_grad": cross_grad()}
+    found = {"forward": lambda: gemm_epilogue.epilogue_pass(p, bias=bias, cross=(x0, x), out=out),
+             "cross_grad": cross_grad()}
     if not fp8:
         return found | {"cross_grad_no_bias_grad": cross_grad(bias_grad=None),
                         "cross_grad_no_accumulate": cross_grad(accumulate=False)}
     fmts = formats(p.device)
     forward_copies, grad_copies = (fp8_copies(m, n, fmts[kind]) for kind in (FORWARD, GRADIENT))
     def forward_fp8():
-        return gemm.epilogue_pass(p, bias=bias, cross=(x0, x), out=out, fp8=forward_copies)
+        return gemm_epilogue.epilogue_pass(p, bias=bias, cross=(x0, x), out=out, fp8=forward_copies)
 
     def forward_fp8_only():
-        return gemm.epilogue_pass(p, bias=bias, cross=(x0, x), fp8=forward_copies, fp8_only=True)
+        return gemm_epilogue.epilogue_pass(p, bias=bias, cross=(x0, x), fp8=forward_copies, fp8_only=True)
 
     return found | {"forward_fp8": forward_fp8, "cross_grad_fp8": cross_grad(grad_copies),
                     "cross_grad_fp8_only": cross_grad(grad_copies, only=True), "forward_fp8_only": forward_fp8_only}
@@ -87,16 +88,17 @@ def fp8_copies(m: int, n: int, fmt) -> Fp8Out:
 def timed(fn, tile) -> float:
     """``fn`` timed back to back with the passes' tile (BLOCK_M, BLOCK_N, warps) set to ``tile``."""
     block_m, block_n, warps = tile
-    with mock.patch.multiple(gemm, REDUCE_BLOCK_M=block_m, REDUCE_BLOCK_N=block_n, REDUCE_NUM_WARPS=warps,
-                             FP8_ONLY_PASS_NUM_WARPS=warps):
+    with mock.patch.multiple(gemm_epilogue, REDUCE_BLOCK_M=block_m, REDUCE_NUM_WARPS=warps,
+                             FP8_ONLY_PASS_NUM_WARPS=warps), \
+            mock.patch.multiple(gemm_launch, REDUCE_BLOCK_M=block_m, REDUCE_BLOCK_N=block_n):
         return calibrate.steady_ms(fn)
 
 
 def current_tile(name: str) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, warps) the pass ``name`` runs at today (CrossGrad writing only fp8 copies: its own
     warp count, ``gemm_configs.FP8_ONLY_PASS_NUM_WARPS``)."""
-    warps = gemm.FP8_ONLY_PASS_NUM_WARPS if name.endswith("fp8_only") else gemm.REDUCE_NUM_WARPS
-    return gemm.REDUCE_BLOCK_M, gemm.REDUCE_BLOCK_N, warps
+    warps = gemm_configs.FP8_ONLY_PASS_NUM_WARPS if name.endswith("fp8_only") else gemm_configs.REDUCE_NUM_WARPS
+    return gemm_configs.REDUCE_BLOCK_M, gemm_configs.REDUCE_BLOCK_N, warps
 
 
 def parse_tiles(text: str) -> tuple[tuple[int, int, int], ...]:

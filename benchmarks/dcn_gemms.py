@@ -25,8 +25,9 @@ from triton.testing import do_bench
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.detect import detect
-from polyrec.kernels.gemm import CrossGrad, epilogue_name, matmul
+from polyrec.kernels.gemm import epilogue_name, matmul
 from polyrec.kernels.gemm_configs import config_space, configs_for_shape
+from polyrec.kernels.gemm_epilogue import CrossGrad
 from polyrec.kernels.gemm_select import select_gemm
 from polyrec.results import write_results
 

@@ -29,7 +29,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from polyrec.hardware import calibrate
-from polyrec.kernels import dcn, dense_backward, gemm
+from polyrec.kernels import dcn, dense_backward, gemm, gemm_layers
 from polyrec.planner.estimate import Estimator
 from polyrec.planner.types import model_spec_from_config, parse_fleet
 from polyrec.results import write_results
@@ -74,9 +74,9 @@ def _ranged(fn, key_of):
 @contextlib.contextmanager
 def op_ranges():
     """Wrap the dense half's calls in profiler ranges named by their keys (restored on exit)."""
-    patches = [(gemm, "matmul", _matmul_key), (dcn, "matmul", _matmul_key),
+    patches = [(gemm_layers, "matmul", _matmul_key), (dcn, "matmul", _matmul_key),
                (dcn, "epilogue_pass", lambda y, **kw: pass_key(kw.get("cross_grad") is not None)),
-               (gemm, "relu_bias_backward", lambda *a, **kw: RELU_KEY)]
+               (gemm_layers, "relu_bias_backward", lambda *a, **kw: RELU_KEY)]
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
     for mod, name, key_of in patches:
         setattr(mod, name, _ranged(getattr(mod, name), key_of))

@@ -43,9 +43,9 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe_forward import block_d, vector_width
 from polyrec.models.config import mlperf_dcnv2
 from polyrec.perfmodel import tbe_lookup as model
-from polyrec.perfmodel.tbe import SORT_KEY_BYTES_PER_ID
 from polyrec.perfmodel.tbe_lookup import ForwardTile
 from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
+from polyrec.perfmodel.tbe_step import SORT_KEY_BYTES_PER_ID
 from polyrec.results import write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -210,7 +210,7 @@ def shapes_score(rows: list[dict], trained: bool, counted: bool) -> tuple[float,
     every candidate priced at its ids' L2 hits, as the planner prices them (errors and picks alike;
     ``counted``: the batch's loop trips, as the module takes them, else bags of their mean length), against
     its inference time or, ``trained``, its trained time priced as the planner prices the sort keys
-    (``perfmodel.tbe.SORT_KEY_BYTES_PER_ID`` more)."""
+    (``perfmodel.tbe_step.SORT_KEY_BYTES_PER_ID`` more)."""
     spec = get_device("H200")
     ceil = tbe_select.ceilings(spec)
     errs, picks = [], []

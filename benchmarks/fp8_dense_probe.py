@@ -139,7 +139,7 @@ def record_step(batch: int) -> list[dict]:
     import torch
 
     import polyrec.kernels.dcn as dcn
-    import polyrec.kernels.gemm as gemm
+    import polyrec.kernels.gemm_layers as gemm_layers
     from polyrec.runtime import TrainConfig, Trainer
     from profiling import PROBE_POOL
 
@@ -148,7 +148,7 @@ def record_step(batch: int) -> list[dict]:
     trainer = Trainer(cfg, progress=False)
     for _ in range(WARM_STEPS):
         trainer.train_step()
-    calls, original = [], gemm.matmul
+    calls, original = [], gemm_layers.matmul
 
     def recording(a, b, *, trans_a=False, trans_b=False, **kw):
         A, B = (a.t() if trans_a else a), (b.t() if trans_b else b)
@@ -158,12 +158,12 @@ def record_step(batch: int) -> list[dict]:
                       "fp8_ok": all(v % FP8_ALIGN == 0 for v in (m, n, k))})
         return original(a, b, trans_a=trans_a, trans_b=trans_b, **kw)
 
-    gemm.matmul = dcn.matmul = recording
+    gemm_layers.matmul = dcn.matmul = recording
     try:
         trainer.train_step()
         trainer.sync()
     finally:
-        gemm.matmul = dcn.matmul = original
+        gemm_layers.matmul = dcn.matmul = original
     del trainer
     return calls
 

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from polyrec.hardware import get_device
 from polyrec.kernels.gemm_configs import GemmConfig, dlrm_suite
 from polyrec.kernels.gemm_select import select_gemm
-from polyrec.perfmodel import gemm as model
+from polyrec.perfmodel.gemm_footprint import footprint
 from polyrec.results import write_results
 
 DEVICES = ("MI350X", "MI300X")
@@ -53,7 +53,7 @@ def compile_one(task: tuple[str, str, bool, GemmConfig, str]) -> dict:
 
     device, epilogue, trans_b, c, shape = task
     spec = get_device(device)
-    fp = model.footprint(c, DTYPE, spec, epilogue)
+    fp = footprint(c, DTYPE, spec, epilogue)
     row = {"device": device, "shape": shape, "epilogue": epilogue, "trans_b": trans_b, "config": c.label,
            "bm": c.block_m, "bn": c.block_n,
            "bk": c.block_k, "warps": c.num_warps, "stages": c.num_stages, "mi": c.matrix_instr_nonkdim,

@@ -20,7 +20,7 @@ import os
 
 import torch
 
-from polyrec.kernels import dcn, gemm, master_copies
+from polyrec.kernels import dcn, gemm_layers, master_copies
 from profiling import PROBE_POOL, interleaved_rounds, kernel_table, warm_each
 
 ROUNDS = 6
@@ -30,10 +30,10 @@ CAST_KERNEL = "bfloat16_copy_kernel"
 
 def policies(trainer) -> dict:
     def kept() -> None:
-        gemm.compute_copy = dcn.compute_copy = master_copies.compute_copy
+        gemm_layers.compute_copy = dcn.compute_copy = master_copies.compute_copy
 
     def cast() -> None:
-        gemm.compute_copy = dcn.compute_copy = master_copies.cast  # a cast every step: the code before
+        gemm_layers.compute_copy = dcn.compute_copy = master_copies.cast  # a cast every step: the code before
         for p in trainer.model.dense_parameters():
             master_copies.drop(p)  # FusedAdagrad writes no copy then
 

@@ -1,6 +1,6 @@
 """The embedding update's price against the committed kernel rows, offline (CPU).
 
-``perfmodel.tbe.estimate`` prices a module's backward as the radix sort plus ``update_seconds`` (lane update,
+``perfmodel.tbe_step.estimate`` prices a module's backward as the radix sort plus ``update_seconds`` (lane update,
 permute and merge) plus row-wise Adagrad's per-row work. This takes the lane update + permute + merge levels
 measured per step by ``tbe_breakdown`` on the H200 (``benchmarks/results/tbe_lane_ab_2026-11-30/``: the one-dim
 kernel of the sixteenth session on the full MLPerf tables, uniform and skewed ids, fp32 and bf16 gradients;
@@ -23,9 +23,9 @@ from pathlib import Path
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
-from polyrec.perfmodel import tbe
+from polyrec.perfmodel import tbe, tbe_step
 from polyrec.perfmodel.tbe_lookup import ForwardTile
-from polyrec.perfmodel.tbe_reads import TableLoad
+from polyrec.perfmodel.tbe_reads import TableLoad, unique_rows
 from polyrec.planner import memory as mem
 from polyrec.results import write_results
 from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS
@@ -86,16 +86,16 @@ def priced_ms(optimizer: str, grad_bytes: int, cap: int, skew: str, one_dim: boo
     nnz = sum(t.accesses for t in tables)
     state_tiles = mem.STATE_PER_ELEMENT[optimizer]
     cfg = tbe_select.select_update(spec, nnz=nnz, block_d=DIM, row_bytes=4 * DIM, state_tiles=state_tiles,
-                                   unique=sum(tbe.unique_rows(t) for t in tables), grad_bytes=grad_bytes,
+                                   unique=sum(unique_rows(t) for t in tables), grad_bytes=grad_bytes,
                                    one_dim=one_dim)
     shape = tbe.UpdateShape(variant=cfg.variant, tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
                             merge_chunks=cfg.merge_chunks, grad_bytes=grad_bytes, one_dim=one_dim,
                             elems_per_thread=cfg.tile * DIM / (cfg.num_warps * spec.warp_size),
                             state_tiles=state_tiles, max_registers=cfg.max_registers)
     one_launch = [(ForwardTile(bags=4, hots=4, block_d=DIM, num_warps=2, vec=4, elem_bytes=4), range(len(tables)))]
-    est = tbe.estimate(tables, batch_size=BATCH, out_dim=DIM * len(tables), out_bytes=4,
-                       state_bytes_per_row=4 * (mem.STATE_PER_ROW[optimizer] + state_tiles * DIM), spec=spec,
-                       ceil=ceil, fwd=one_launch, bwd=shape, row_state=mem.STATE_PER_ROW[optimizer] > 0)
+    est = tbe_step.estimate(tables, batch_size=BATCH, out_dim=DIM * len(tables), out_bytes=4,
+                            state_bytes_per_row=4 * (mem.STATE_PER_ROW[optimizer] + state_tiles * DIM), spec=spec,
+                            ceil=ceil, fwd=one_launch, bwd=shape, row_state=mem.STATE_PER_ROW[optimizer] > 0)
     return 1e3 * (est.backward_s - est.sort_s - 2 * ceil.launch_latency.value)
 
 

@@ -114,12 +114,12 @@ def test_frozen_inputs_get_no_gradient(poisoned, rng):
 def test_fused_cross_network_on_the_library_path(monkeypatch, poisoned, rng, force_gemm):
     """Every GEMM handed to torch (as the selector may on a GPU): torch.matmul, then the one Triton
     epilogue pass."""
-    import polyrec.kernels.gemm as gemm
+    import polyrec.kernels.gemm_epilogue as gemm_epilogue
 
     choice = GemmChoice(backend="library", config=GemmConfig(block_m=32, block_n=32, block_k=32),
                         triton_seconds=1.0, library_seconds=0.0)
     force_gemm(choice)
-    monkeypatch.setattr(gemm, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
+    monkeypatch.setattr(gemm_epilogue, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
     _run_and_compare(3, torch.float32, rng)
 
 

@@ -101,7 +101,7 @@ def test_rows_apart_keeps_a_column_slice_and_copies_other_layouts():
 def test_linear_backward_takes_a_column_slice_of_a_wider_gradient():
     """The bottom MLP's output gradient is a column slice of x0's (``rows_apart``): the same gradients as
     from the slice's contiguous copy, with ReLU (the masked pass reads the rows apart) and without (the GEMMs do)."""
-    from polyrec.kernels.gemm import linear
+    from polyrec.kernels.gemm_layers import linear
 
     gen = torch.Generator().manual_seed(12)
     for activation in ("relu", "none"):

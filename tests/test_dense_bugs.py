@@ -20,8 +20,10 @@ from polyrec.hardware.calibrate import calibration_path, ceilings
 from polyrec.kernels import gemm_select
 from polyrec.kernels.chunk_copy import chunk_copy
 from polyrec.kernels.dense_optim import FusedAdagrad
-from polyrec.kernels.gemm import CrossGrad, epilogue_pass, linear, matmul, reference_matmul
+from polyrec.kernels.gemm import matmul, reference_matmul
 from polyrec.kernels.gemm_configs import GemmConfig
+from polyrec.kernels.gemm_epilogue import CrossGrad, epilogue_pass
+from polyrec.kernels.gemm_layers import linear
 from polyrec.kernels.gemm_tma import TmaGemmConfig, gemm_tma
 from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError
 from polyrec.models import DLRM, ModelConfig

@@ -645,7 +645,7 @@ def test_cross_network_fp8_argument_errors():
 def test_cross_grad_pass_writing_only_copies_matches_the_full_pass():
     """``epilogue_pass(fp8_only=True)``: the CrossGrad pass writes g's fp8 copies, d_x0 and the bias gradient
     as the full pass does, leaves the product alone, and returns no g."""
-    from polyrec.kernels.gemm import CrossGrad, epilogue_pass
+    from polyrec.kernels.gemm_epilogue import CrossGrad, epilogue_pass
 
     gen = torch.Generator().manual_seed(32)
     m, n = 70, 48  # rows not a multiple of the pass's block

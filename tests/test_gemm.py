@@ -9,8 +9,10 @@ import itertools
 import pytest
 import torch
 
-from polyrec.kernels.gemm import CrossGrad, cross_linear, linear, matmul, reference_matmul
+from polyrec.kernels.gemm import matmul, reference_matmul
 from polyrec.kernels.gemm_configs import GemmConfig
+from polyrec.kernels.gemm_epilogue import CrossGrad
+from polyrec.kernels.gemm_layers import cross_linear, linear
 from polyrec.kernels.gemm_select import GemmChoice
 
 pytestmark = pytest.mark.skipif(
@@ -257,7 +259,7 @@ def test_library_path_adds_a_given_up_residual_in_place(dtype_name, monkeypatch,
     kept = residual.clone()
     out = matmul(a, b, residual=residual, config=None)
     assert out.data_ptr() != residual.data_ptr() and torch.equal(residual, kept)
-    monkeypatch.setattr(gemm, "_apply_epilogue", lambda *args: pytest.fail("epilogue pass ran"))
+    monkeypatch.setattr(gemm, "apply_epilogue", lambda *args: pytest.fail("epilogue pass ran"))
     out = matmul(a, b, residual=residual, overwrite_residual=True)
     assert out.data_ptr() == residual.data_ptr()
     _check(out, want, K, tol)
@@ -272,7 +274,7 @@ def test_library_applies_a_bias_and_relu_in_its_own_gemm(activation, dtype_name,
 
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
     force_gemm(choice)
-    monkeypatch.setattr(gemm, "_apply_epilogue", lambda *args: pytest.fail("epilogue pass ran"))
+    monkeypatch.setattr(gemm, "apply_epilogue", lambda *args: pytest.fail("epilogue pass ran"))
     precision(dtype_name)
     dtype, tol = DTYPES[dtype_name]
     a, b = _operands("NT", dtype)
@@ -291,11 +293,11 @@ def test_library_path_fused_pass_matches_float64(epilogue, dtype_name, out_dtype
                                                 force_gemm):
     """The selector hands the GEMM to torch: torch.matmul, then the one Triton epilogue pass (never
     the eager torch ops) applies every epilogue; 45 rows = two row blocks of the pass."""
-    import polyrec.kernels.gemm as gemm
+    import polyrec.kernels.gemm_epilogue as gemm_epilogue
 
     choice = GemmChoice(backend="library", config=SMALL, triton_seconds=1.0, library_seconds=0.0)
     force_gemm(choice)
-    monkeypatch.setattr(gemm, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
+    monkeypatch.setattr(gemm_epilogue, "_eager_epilogue", lambda *args: pytest.fail("eager epilogue ran"))
     precision(dtype_name)
     dtype, tol = DTYPES[dtype_name]
     m = 45
@@ -401,7 +403,7 @@ def test_library_flag_runs_the_library_path_whatever_the_selector_says(monkeypat
 def test_epilogue_pass_on_a_given_product(in_place, poisoned):
     """``epilogue_pass`` over an existing product: bias + cross and bias + ReLU against float64, into
     a fresh output (poisoned) or in place."""
-    from polyrec.kernels.gemm import epilogue_pass
+    from polyrec.kernels.gemm_epilogue import epilogue_pass
 
     gen = torch.Generator().manual_seed(11)
     y, x0, x = (torch.randn(M, N, generator=gen) for _ in range(3))

@@ -39,7 +39,7 @@ def test_every_tma_config_compiles_for_sm90_with_each_epilogue_it_is_offered_for
     from polyrec.hardware.compile import compile_for
     from polyrec.kernels.gemm_configs import config_space
     from polyrec.kernels.gemm_kernels import compile_job_for
-    from polyrec.perfmodel.gemm import footprint
+    from polyrec.perfmodel.gemm_footprint import footprint
 
     spec = get_device("H200")
     failures = []

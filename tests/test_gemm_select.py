@@ -14,7 +14,8 @@ from polyrec.hardware.catalog import catalog, get_device
 from polyrec.kernels import gemm_select
 from polyrec.kernels.gemm_configs import GemmConfig, config_space, dlrm_suite, pass_partial_rows, pass_row_blocks
 from polyrec.kernels.gemm_select import bucket, select_gemm
-from polyrec.perfmodel.gemm import GemmProblem, estimate, footprint
+from polyrec.perfmodel.gemm import GemmProblem, estimate
+from polyrec.perfmodel.gemm_footprint import footprint
 
 DEVICES = [name for name in ("H200", "MI300X", "MI350X") if name in catalog()]
 _perf_counter = time.perf_counter  # taken before any test can patch it

@@ -12,9 +12,10 @@ import pytest
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
-from polyrec.perfmodel.tbe import UpdateShape, estimate
+from polyrec.perfmodel.tbe import UpdateShape
 from polyrec.perfmodel.tbe_lookup import ForwardTile, forward_seconds
 from polyrec.perfmodel.tbe_reads import TableLoad, gather_efficiency, l2_hits, unique_rows
+from polyrec.perfmodel.tbe_step import estimate
 
 RESULTS = Path(__file__).parents[1] / "benchmarks/results"
 
@@ -409,7 +410,8 @@ def test_one_dim_update_is_priced_near_the_measured_rows_and_below_the_table_loo
     benchmarks/results/tbe_lane_ab_2026-11-30/s16c_F128_*; the uniform rows are the fit, the skewed one a
     check): within 12%, and below the prediction for the same tables with the table looked up, as measured
     (s16c_A_*: the kernel before)."""
-    from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
+    from polyrec.perfmodel.tbe import update_seconds
+    from polyrec.perfmodel.tbe_step import row_state_seconds
 
     spec, nnz, ceil = get_device("H200"), 14_024_704, _committed_h200_ceilings()
     cfg = tbe_select.select_update(spec, nnz=nnz, block_d=128, row_bytes=512, state_tiles=0, unique=unique,
@@ -445,7 +447,8 @@ def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(dtype, r
     (lane update + permute + merge, full MLPerf tables, uniform ids, bf16 gradient): the fp16 row checks
     ONE_DIM_ROUNDED_ISSUE_FRACTION (fitted on the thirty-fifth session's row, 1.2% before the recount), the bf16
     row is priced with fp16's count (12.94 instructions per element where bf16 issues 8.0): +5% high."""
-    from polyrec.perfmodel.tbe import row_state_seconds, update_seconds
+    from polyrec.perfmodel.tbe import update_seconds
+    from polyrec.perfmodel.tbe_step import row_state_seconds
 
     spec, nnz, unique = get_device("H200"), 14_024_704, 10.21e6
     kw = dict(nnz=nnz, block_d=128, row_bytes=256, state_tiles=0, unique=unique, stochastic=True, grad_bytes=2)

@@ -132,7 +132,7 @@ def test_planner_embedding_differences_between_optimizers_match_the_h200_run(cal
     """MLPerf DLRM-DCNv2, tables capped at 4M rows, batch 65536, bf16 dense, uniform ids, one H200: the
     predicted embedding phase (fwd + bwd) of SGD, Adagrad and Adam minus row-wise Adagrad's, against the
     same differences measured within the committed planner_accuracy run (one machine, one process),
-    within 0.2 ms (1% of their steps). Row-wise Adagrad's per-row work (``perfmodel.tbe.ROW_STATE_SM_CYCLES``,
+    within 0.2 ms (1% of their steps). Row-wise Adagrad's per-row work (``perfmodel.tbe_step.ROW_STATE_SM_CYCLES``,
     fitted on the Adagrad difference) is what the others do not do: without it the model put SGD's
     difference at -0.12 ms (measured -0.61 / -0.61 / -0.62 at c70dac9, 8ecaaac, 7686f78), Adagrad's at
     1.80 (1.31 / 1.31 / 1.29) and Adam's at 3.72 (3.34 / 3.34 / 3.31). Those runs' update looked each

@@ -4,7 +4,7 @@ Layer l (Wang et al., DCN V2, arXiv 2008.13535, eq. 2 with the low-rank W = U V)
 ``v_l = x_l @ V_lᵀ`` [B, r], ``y_l = v_l @ U_lᵀ + b_l`` [B, D], ``x_{l+1} = x0 * y_l + x_l``.
 
 The forward keeps each layer's product ``p_l = v_l @ U_lᵀ`` [B, D] (the cross update runs as one
-epilogue pass over it, ``polyrec.kernels.gemm.epilogue_pass``), so the backward recomputes nothing:
+epilogue pass over it, ``polyrec.kernels.gemm_epilogue.epilogue_pass``), so the backward recomputes nothing:
 B x D x L values of the compute dtype more (1.36 GB at MLPerf's batch 65536, D 3456, 3 layers, bf16)
 buy one [B, D] x r GEMM per layer (0.34 ms each on the H200 at that batch).
 
@@ -42,8 +42,10 @@ from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.byte_transpose import transpose
 from polyrec.kernels.fp8 import Fp8Out, Fp8Scaling, aligned, spec_formats
 from polyrec.kernels.fp8_dense import CROSS_ROLES, Fp8CrossGemms, trains
-from polyrec.kernels.gemm import CrossGrad, autocast_inputs, epilogue_pass, matmul
+from polyrec.kernels.gemm import matmul
+from polyrec.kernels.gemm_epilogue import CrossGrad, epilogue_pass
 from polyrec.kernels.gemm_kernels import compile_job_for, reduce_compile_job
+from polyrec.kernels.gemm_layers import autocast_inputs
 from polyrec.kernels.master_copies import compute_copy
 
 #: Batch sizes whose fused-backward GEMM configs ``compile_jobs`` covers (MLPerf DLRM-DCNv2 runs
@@ -184,7 +186,7 @@ def cross_network(x0: torch.Tensor, vs: list[torch.Tensor], us: list[torch.Tenso
     x0: [B, D]; vs: L tensors [r, D] (V_l, the down-projection); us: L tensors [D, r] (U_l); bs: L
     tensors [D] -> [B, D]. Under autocast x0 is cast as ``F.linear`` would; the weights may be masters
     of another dtype (fp32 beside a bf16 x0), copied to x0's dtype inside, with their gradients in their
-    own dtype (the weight gradients written so by their GEMMs, as ``polyrec.kernels.gemm.linear``).
+    own dtype (the weight gradients written so by their GEMMs, as ``polyrec.kernels.gemm_layers.linear``).
     ``on_input_grad``: called in the backward with x0's gradient [B, D] as soon as it is final,
     before layer 0's two weight-gradient GEMMs (each as large as the 0.34 ms GEMM of the module
     docstring), so that work reading it (the sharded embeddings' gradient all-to-all) overlaps them;

@@ -237,7 +237,7 @@ def _history_loaded(module: Fp8Scaling, incompatible) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fp8Out:
-    """fp8 copies a producing kernel writes of its own output (``polyrec.kernels.gemm.epilogue_pass``'s
+    """fp8 copies a producing kernel writes of its own output (``polyrec.kernels.gemm_epilogue.epilogue_pass``'s
     ``fp8``), as ``cast_fp8`` would of the stored tensor: both copies, the role's scale and maximum slot."""
 
     q: torch.Tensor  # [M, N] fp8

@@ -7,15 +7,15 @@ layouts are strides. Epilogues, fused into the store: ``+ bias[N]``, ReLU, and t
 ``split_k > 1`` writes fp32 partials that a second kernel sums and finishes with the epilogue.
 The config comes from ``polyrec.kernels.gemm_select`` (a performance model; nothing is timed), which
 may also hand the GEMM to the vendor library (torch.matmul), whose product that same second kernel
-(one elementwise pass, ``SPLIT_K=1``) finishes with the epilogue; a bias with or without ReLU, and a
-residual the caller gives up, the library applies in its own GEMM.
+(one elementwise pass, ``SPLIT_K=1``, ``polyrec.kernels.gemm_epilogue``) finishes with the epilogue; a
+bias with or without ReLU, and a residual the caller gives up, the library applies in its own GEMM.
 
 On Hopper the selector may instead pick a config of the persistent TMA kernel
 (``polyrec.kernels.gemm_tma``, ``GemmConfig.persistent_tma``) where it can run: row-major A, 16-byte
 aligned rows, 2-byte dtypes, the bias / ReLU / cross epilogues.
 
-``linear`` and ``cross_linear`` are autograd layers on top: their backward GEMMs go through
-``matmul`` as well.
+``linear`` and ``cross_linear`` (``polyrec.kernels.gemm_layers``) are autograd layers on top: their
+backward GEMMs go through ``matmul`` as well.
 """
 
 from __future__ import annotations
@@ -24,23 +24,17 @@ import dataclasses
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 
-from polyrec.kernels.dense_backward import relu_bias_backward, rows_apart
-from polyrec.kernels.fp8 import Fp8Out, eager_fused_out
-from polyrec.kernels.gemm_configs import (FP8_ONLY_PASS_NUM_WARPS, REDUCE_BLOCK_M, REDUCE_NUM_WARPS, GemmConfig,
-                                          pass_row_blocks)
-from polyrec.kernels.gemm_launch import device_spec, epilogue_operands, launch, reduce_pass, tma_operands
+from polyrec.kernels.gemm_configs import GemmConfig
+from polyrec.kernels.gemm_epilogue import ACTIVATIONS, CrossGrad, apply_epilogue, validate_fused
+from polyrec.kernels.gemm_launch import device_spec, launch, tma_operands
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
-from polyrec.kernels.grid import ceil_div, element_span
-from polyrec.kernels.interpreter import interpreting
-from polyrec.kernels.master_copies import compute_copy
+from polyrec.kernels.grid import element_span
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES
 from polyrec.perfmodel import gemm_library
 
-ACTIVATIONS = ("none", "relu")
 _TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 #: Largest element offset the kernels compute in 32-bit arithmetic.
 MAX_ELEMENTS = 2**31 - 1
@@ -85,25 +79,8 @@ def gemm_dtype(t: torch.Tensor) -> str:
     return name
 
 
-@dataclass(kw_only=True, slots=True)
-class CrossGrad:
-    """The DCN-v2 cross layer's backward as an epilogue of the recompute GEMM y = v @ Wᵀ + b: the
-    GEMM's output is g = grad * x0 (the gradient of y), and ``d_x0`` is updated in place with
-    grad * y (x0's gradient through the cross update)."""
-
-    grad: torch.Tensor  # [M, N] the gradient of the layer output x_{l+1}
-    x0: torch.Tensor  # [M, N] the cross network's input
-    d_x0: torch.Tensor  # [M, N] x0's gradient accumulator, updated in place (any float dtype)
-    accumulate: bool = True  # d_x0 += ...; False overwrites it (the first layer of the backward)
-    plus_grad: bool = False  # add grad too: x0 is also this layer's residual input (layer 0)
-    bias_grad: torch.Tensor | None = None  # [N] fp32, written with the sum over M of g
-
-    def tensors(self) -> tuple[tuple[str, torch.Tensor], ...]:
-        return (("grad", self.grad), ("x0", self.x0), ("d_x0", self.d_x0))
-
-
 def epilogue_name(bias: bool, activation: str, cross: bool, residual: bool = False, cross_grad: bool = False) -> str:
-    """The model's epilogue key (``polyrec.perfmodel.gemm.EPILOGUE_TENSORS``): "none", "bias", "relu",
+    """The model's epilogue key (``polyrec.perfmodel.gemm_footprint.EPILOGUE_TENSORS``): "none", "bias", "relu",
     "bias_relu", "cross", "residual" or "cross_grad"."""
     if cross_grad:
         return "cross_grad"
@@ -114,22 +91,6 @@ def epilogue_name(bias: bool, activation: str, cross: bool, residual: bool = Fal
     if activation == "relu":
         return "bias_relu" if bias else "relu"
     return "bias" if bias else "none"
-
-
-def _validate_fused(m, n, device, activation, residual, cross_grad) -> None:
-    """The residual / CrossGrad epilogues: [m, n] tensors on ``device``, no activation."""
-    named = [("residual", residual)] if residual is not None else []
-    if cross_grad is not None:
-        named += list(cross_grad.tensors())
-        db = cross_grad.bias_grad
-        if db is not None and (db.shape != (n,) or db.dtype != torch.float32 or db.device != device):
-            raise ValueError(f"matmul: cross_grad bias_grad must be fp32 [{n}] on {device}, got {db.dtype} "
-                             f"{tuple(db.shape)} on {db.device}")
-    if named and activation != "none":
-        raise ValueError("matmul: the residual and cross_grad epilogues take no activation")
-    for name, t in named:
-        if t.shape != (m, n) or t.device != device:
-            raise ValueError(f"matmul: {name} must be [{m}, {n}] on {device}, got {tuple(t.shape)} on {t.device}")
 
 
 def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
@@ -158,7 +119,7 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
                                  f"{tuple(t.shape)} on {t.device}")
     if sum(x is not None for x in (cross, residual, cross_grad)) > 1:
         raise ValueError("matmul: cross, residual and cross_grad are exclusive epilogues")
-    _validate_fused(m, n, a.device, activation, residual, cross_grad)
+    validate_fused(m, n, a.device, activation, residual, cross_grad)
     for name, t in (("a", a), ("b", b)):
         if t.numel() > MAX_ELEMENTS:
             raise ValueError(f"matmul: {name} has {t.numel()} elements, more than {MAX_ELEMENTS}")
@@ -192,7 +153,7 @@ def _library(a, b, bias, activation, cross, out_dtype, residual=None, cross_grad
         return torch.mm(a, b, out_dtype=out_dtype)
     y = torch.matmul(a, b)  # [M, N] in the inputs' dtype
     out = y if out_dtype == y.dtype else torch.empty(y.shape, device=y.device, dtype=out_dtype)  # [M, N]
-    return _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup)  # matmul validated
+    return apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup)  # matmul validated
 
 
 def _library_writes_fp32(a: torch.Tensor, out_dtype: torch.dtype) -> bool:
@@ -216,93 +177,6 @@ def _library_adds_residual(residual, overwrite: bool, bias, activation: str, dty
     storage up, it is the only epilogue, contiguous, in the inputs' and output's dtype."""
     return (overwrite and residual is not None and bias is None and activation == "none"
             and residual.dtype == dtype == out_dtype and residual.is_contiguous())
-
-
-def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
-                  cross: tuple[torch.Tensor, torch.Tensor] | None = None, residual: torch.Tensor | None = None,
-                  cross_grad: CrossGrad | None = None, out: torch.Tensor | None = None,
-                  warmup: bool = False, fp8: Fp8Out | None = None, fp8_only: bool = False) -> torch.Tensor | None:
-    """``matmul``'s epilogue applied to an existing product y [M, N] in one Triton pass (where Triton
-    cannot run — CPU tensors without the interpreter — torch ops apply it). ``out`` [M, N] may be y
-    itself (each element is read, then written, by one program); None allocates one like y. ``fp8``:
-    the pass also writes fp8 copies of its output there (``polyrec.kernels.fp8.fused_out``);
-    ``fp8_only``: the output is wanted only as those copies, so it is not written and None is returned
-    (its other effects, a CrossGrad's d_x0 and bias gradient, are)."""
-    if y.dim() != 2:
-        raise ValueError(f"epilogue_pass: y must be 2-D [M, N], got {tuple(y.shape)}")
-    m, n = y.shape
-    if out is not None and (out.shape != (m, n) or out.device != y.device):
-        raise ValueError(f"epilogue_pass: out must be [{m}, {n}] on {y.device}, got {tuple(out.shape)} on {out.device}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"epilogue_pass: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if bias is not None and (bias.shape != (n,) or not bias.is_contiguous()):
-        raise ValueError(f"epilogue_pass: bias must be a contiguous [{n}], got {tuple(bias.shape)} with stride "
-                         f"{bias.stride()}")
-    for name, t in (("x0", cross[0]), ("x", cross[1])) if cross is not None else ():
-        if t.shape != (m, n):
-            raise ValueError(f"epilogue_pass: cross {name} must be [{m}, {n}], got {tuple(t.shape)}")
-    _validate_fused(m, n, y.device, activation, residual, cross_grad)
-    if fp8 is not None and (fp8.q.shape != (m, n) or fp8.qt.shape != (n, m)):
-        raise ValueError(f"epilogue_pass: fp8 copies must be [{m}, {n}] and [{n}, {m}], got {tuple(fp8.q.shape)} "
-                         f"and {tuple(fp8.qt.shape)}")
-    if fp8_only:
-        if fp8 is None or out is not None:
-            raise ValueError("epilogue_pass: fp8_only needs fp8 copies to write and no out")
-        _apply_epilogue(y, y, bias, activation, cross, residual, cross_grad, warmup, fp8, store=False)
-        return None
-    return _apply_epilogue(y, torch.empty_like(y) if out is None else out, bias, activation, cross, residual,
-                           cross_grad, warmup, fp8)
-
-
-def _apply_epilogue(y, out, bias, activation, cross, residual, cross_grad, warmup: bool,
-                    fp8: Fp8Out | None = None, store: bool = True) -> torch.Tensor:
-    """``epilogue_pass`` on validated arguments: out [M, N] = epilogue(y); without ``store`` out is y
-    and only ``fp8``'s copies (and a CrossGrad's other outputs) are written."""
-    if bias is None and activation == "none" and cross is None and residual is None and cross_grad is None \
-            and fp8 is None:
-        return out.copy_(y) if out is not y else out
-    if not (y.is_cuda or interpreting()):
-        result = _eager_epilogue(y, bias, activation, cross, residual, cross_grad).to(out.dtype)
-        if fp8 is not None:
-            eager_fused_out(result, fp8)
-        return out.copy_(result) if store else out
-    per_program = pass_row_blocks(y.shape[0]) if cross_grad is not None and cross_grad.bias_grad is not None else 1
-    ptrs, strides, flags, db = epilogue_operands(out, bias, cross, residual, cross_grad, activation,
-                                                  ceil_div(y.shape[0], REDUCE_BLOCK_M * per_program))
-    reduce_pass(y, out, ptrs, strides, flags | {"STORE_C": store}, 1, (0, y.stride(0), y.stride(1)), warmup, per_program,
-            fp8, REDUCE_NUM_WARPS if store else FP8_ONLY_PASS_NUM_WARPS)
-    if db is not None and not warmup:
-        torch.sum(db, 0, out=cross_grad.bias_grad)
-    return out
-
-
-def _eager_epilogue(y, bias, activation, cross, residual, cross_grad) -> torch.Tensor:
-    """The epilogue as torch ops on the product y [M, N] (CPU without the Triton interpreter)."""
-    if bias is not None:
-        y = y + bias.to(y.dtype)
-    if activation == "relu":
-        y = torch.relu(y)
-    if cross is not None:
-        y = cross[0].to(y.dtype) * y + cross[1].to(y.dtype)
-    if residual is not None:
-        y = y + residual.to(y.dtype)
-    if cross_grad is not None:
-        y = _eager_cross_grad(y, cross_grad)
-    return y
-
-
-def _eager_cross_grad(y: torch.Tensor, cg: CrossGrad) -> torch.Tensor:
-    """CrossGrad as torch ops on y [M, N]; returns g = grad * x0."""
-    grad = cg.grad.to(y.dtype)
-    g = grad * cg.x0.to(y.dtype)  # [M, N]
-    term = grad * (y + 1) if cg.plus_grad else grad * y
-    if cg.accumulate:
-        cg.d_x0.add_(term)
-    else:
-        cg.d_x0.copy_(term)
-    if cg.bias_grad is not None:
-        cg.bias_grad.copy_(g.sum(0, dtype=torch.float32))
-    return g
 
 
 def _vectorizable(t: torch.Tensor) -> bool:
@@ -459,86 +333,3 @@ def reference_matmul(a, b, *, trans_a=False, trans_b=False, bias=None, activatio
     if cross is not None:
         y = cross[0].double() * y + cross[1].double()
     return y
-
-
-class _Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, activation):
-        w = compute_copy(weight, x.dtype)  # [out, in]
-        y = matmul(x, w, trans_b=True, bias=compute_copy(bias, x.dtype), activation=activation)  # [B, out]
-        ctx.save_for_backward(x, w, y if activation == "relu" else None)
-        ctx.activation, ctx.has_bias = activation, bias is not None
-        ctx.masters = (weight.dtype, None if bias is None else bias.dtype)  # the gradients' dtypes
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight, y = ctx.saved_tensors
-        grad = rows_apart(grad)
-        need_bias = ctx.has_bias and ctx.needs_input_grad[2]
-        if ctx.activation == "relu":  # one pass: grad where y > 0, and the bias gradient's fp32 column sums
-            grad, db = relu_bias_backward(grad, y, relu=True, need_bias=need_bias)
-        else:  # torch's column sum alone: 0.013 vs 0.049 ms for the N=1 last layer (dense_backward_* H200)
-            db = grad.sum(0, dtype=torch.float32) if need_bias else None
-        dx = matmul(grad, weight) if ctx.needs_input_grad[0] else None  # [B, out] @ [out, in]
-        w_dtype, b_dtype = ctx.masters
-        dw = matmul(grad, x, trans_a=True, out_dtype=w_dtype) if ctx.needs_input_grad[1] else None  # [out, B] @ [B, in]
-        return dx, dw, db.to(b_dtype) if db is not None else None, None
-
-
-class _CrossLinear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x0, v, x_residual, weight, bias):
-        out = matmul(v, weight, trans_b=True, bias=bias, cross=(x0, x_residual))  # [B, D]
-        ctx.save_for_backward(x0, v, weight, bias)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        x0, v, weight, bias = ctx.saved_tensors
-        grad = grad.contiguous()
-        g = grad * x0  # d out / d (v @ Wᵀ + b): [B, D]
-        d_x0 = None
-        if ctx.needs_input_grad[0]:  # the layer output before the cross update, recomputed
-            d_x0 = grad * matmul(v, weight, trans_b=True, bias=bias)
-        dv = matmul(g, weight) if ctx.needs_input_grad[1] else None  # [B, D] @ [D, r]
-        dw = matmul(g, v, trans_a=True) if ctx.needs_input_grad[3] else None  # [D, B] @ [B, r]
-        db = g.sum(0, dtype=torch.float32).to(g.dtype) if ctx.needs_input_grad[4] else None
-        return d_x0, dv, grad if ctx.needs_input_grad[2] else None, dw, db
-
-
-def autocast_inputs(*tensors):
-    """Cast to the autocast dtype where autocast is on for these tensors' device (as F.linear does)."""
-    device_type = tensors[0].device.type
-    if not torch.is_autocast_enabled(device_type):
-        return tensors
-    dtype = torch.get_autocast_dtype(device_type)
-    return tuple(t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors)
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           activation: str = "none") -> torch.Tensor:
-    """``activation(x @ weight.T + bias)``: x [B, in], weight [out, in], bias [out] -> [B, out].
-
-    Autograd-capable; forward (A @ Bᵀ), dgrad (A @ B) and wgrad (Aᵀ @ B) all go through ``matmul``.
-    x is cast as autocast would; weight and bias may be masters of another dtype (fp32 beside a bf16
-    x): they are copied to x's dtype inside, and their gradients come back in their own dtype, the
-    weight's written so by its GEMM (no half-precision rounding, no cast kernel).
-    """
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    (x,) = autocast_inputs(x)
-    return _Linear.apply(x, weight, bias, activation)
-
-
-def cross_linear(x0: torch.Tensor, v: torch.Tensor, x_residual: torch.Tensor, weight: torch.Tensor,
-                 bias: torch.Tensor) -> torch.Tensor:
-    """One low-rank DCN-v2 cross layer's up-projection with the cross update fused:
-    ``x0 * (v @ weight.T + bias) + x_residual``.
-
-    x0: [B, D] the cross network's input; v: [B, r] the rank-r projection ``x_l @ V`` of the layer
-    input; x_residual: [B, D] the layer input x_l; weight: [D, r]; bias: [D] -> [B, D].
-    Autograd-capable (the backward recomputes ``v @ weight.T + bias`` for x0's gradient).
-    """
-    x0, v, x_residual, weight, bias = autocast_inputs(x0, v, x_residual, weight, bias)
-    return _CrossLinear.apply(x0, v, x_residual, weight, bias)

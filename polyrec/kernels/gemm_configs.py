@@ -6,7 +6,7 @@ and on AMD also ``waves_per_eu``, ``matrix_instr_nonkdim`` and ``kpack``; on Hop
 inputs also a few configs of the persistent TMA kernel (``polyrec.kernels.gemm_tma``,
 ``GemmConfig.persistent_tma``), which ``configs_for_shape`` keeps only where that kernel can run.
 Configs that cannot fit
-the device (shared memory / LDS, registers: see ``polyrec.perfmodel.gemm.footprint``) are left out,
+the device (shared memory / LDS, registers: see ``polyrec.perfmodel.gemm_footprint.footprint``) are left out,
 so the space is exactly what the selector may choose from.
 """
 
@@ -55,7 +55,7 @@ def pass_row_blocks(m: int) -> int:
 
 def pass_partial_rows(m: int) -> int:
     """Rows of ``m`` summed into one bias-gradient partial row by the library path's CrossGrad pass
-    (``polyrec.kernels.gemm._apply_epilogue``): the rows one program walks."""
+    (``polyrec.kernels.gemm_epilogue.apply_epilogue``): the rows one program walks."""
     return REDUCE_BLOCK_M * pass_row_blocks(m)
 
 
@@ -245,7 +245,7 @@ class GemmShape:
     n: int
     k: int
     layout: str  # "NT" (forward x @ Wᵀ), "NN" (dgrad g @ W), "TN" (wgrad gᵀ @ x)
-    epilogue: str = "none"  # a key of polyrec.perfmodel.gemm.EPILOGUE_READS
+    epilogue: str = "none"  # a key of polyrec.perfmodel.gemm_footprint.EPILOGUE_TENSORS
 
 
 #: MLPerf DLRM-DCNv2 dense layers (in, out, forward epilogue): bottom MLP 13-512-256-128, the

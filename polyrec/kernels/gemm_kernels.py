@@ -267,7 +267,7 @@ def reduce_compile_job(dtype: str, split_k: int = 4, epilogue: str = "cross",
                  "db_ptr": "*fp32", "q_ptr": ptr, "qt_ptr": ptr, "q_scale_ptr": "*fp32", "q_amax_ptr": "*fp32"}
     signature |= {n: "i32" for n in names}
     divisible = tuple(signature)
-    per_program = PASS_ROW_BLOCKS if epilogue == "cross_grad" and split_k == 1 else 1  # as gemm._apply_epilogue
+    per_program = PASS_ROW_BLOCKS if epilogue == "cross_grad" and split_k == 1 else 1  # as gemm_epilogue.apply_epilogue
     constexprs = {n: 1 for n in unit} | {"SPLIT_K": split_k, "BLOCK_M": REDUCE_BLOCK_M, "BLOCK_N": REDUCE_BLOCK_N,
                                          "ROW_BLOCKS": per_program} | _epilogue_flags(epilogue)
     fmt = fp8 or E4M3  # the kernel's defaults when no copies are written

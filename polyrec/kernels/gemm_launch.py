@@ -1,7 +1,7 @@
 """Launching the GEMM kernels: the Triton kernel (``gemm_kernels.gemm_kernel``, split-K partials summed by
 ``split_k_reduce_kernel``, which also applies an epilogue to a library product), and the persistent TMA kernel
 (``gemm_tma``) where its operands allow; the epilogue operands and flags both take. ``polyrec.kernels.gemm``
-validates, selects and calls these.
+validates, selects and calls these; ``polyrec.kernels.gemm_epilogue`` runs the epilogue pass alone.
 """
 
 from __future__ import annotations

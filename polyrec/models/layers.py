@@ -49,9 +49,9 @@ class DenseOps:
         if backend == "polyrec":
             if not polyrec_dense_available():
                 raise ImportError("dense backend 'polyrec' needs polyrec.kernels.gemm, which is not installed")
-            from polyrec.kernels import dcn, gemm
+            from polyrec.kernels import dcn, gemm_layers
 
-            self._gemm = gemm
+            self._gemm = gemm_layers
             self._dcn = dcn
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:

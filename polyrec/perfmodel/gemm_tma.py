@@ -1,7 +1,7 @@
 """Analytical time of the persistent Hopper TMA GEMM (``polyrec.kernels.gemm_tma``) on a DeviceSpec.
 
-``polyrec.perfmodel.gemm.estimate`` and ``footprint`` hand a config with ``persistent_tma`` here. What
-differs from the classic kernel's model, from the kernel's code and the H200 probe
+``polyrec.perfmodel.gemm.estimate`` and ``gemm_footprint.footprint`` hand a config with ``persistent_tma``
+here. What differs from the classic kernel's model, from the kernel's code and the H200 probe
 (benchmarks/results/gemm_tma_probe_nvidia-h200_2026-11-29.json):
 
 1. **Grid**: ``min(tiles, SMs x ctas_per_sm)`` programs stay resident and walk the output tiles, so
@@ -31,6 +31,8 @@ import math
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.perfmodel import gemm as base
+from polyrec.perfmodel.gemm_footprint import (CROSS_EPILOGUE_REGISTERS_PER_ACC, EPILOGUE_TENSORS, MAX_THREADS_PER_CU,
+                                              Footprint, _warp_grid)
 
 #: Epilogues ``polyrec.kernels.gemm_tma`` implements (bias, ReLU, the cross update); any other makes
 #: a TMA config infeasible.
@@ -88,16 +90,16 @@ def store_block_n(cfg: base.TileConfig) -> int:
     return cfg.block_n // 2 if cfg.epilogue_subtile else cfg.block_n
 
 
-def footprint(cfg: base.TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "none") -> base.Footprint:
+def footprint(cfg: base.TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "none") -> Footprint:
     """Shared memory, registers and resident programs of one TMA config, and whether it fits."""
     elem = 2 if dtype in ("bf16", "fp16") else 4
-    reads = base.EPILOGUE_TENSORS[epilogue][0]
+    reads = EPILOGUE_TENSORS[epilogue][0]
     piece = cfg.block_m * store_block_n(cfg)
     smem = (cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * elem
             + max(1, reads) * piece * elem + TMA_EXTRA_SMEM_BYTES)
     threads = cfg.num_warps * spec.warp_size
     accumulator = cfg.block_m * cfg.block_n // threads
-    held = base.CROSS_EPILOGUE_REGISTERS_PER_ACC[spec.vendor] * (piece // threads) * min(2, reads) / 2
+    held = CROSS_EPILOGUE_REGISTERS_PER_ACC[spec.vendor] * (piece // threads) * min(2, reads) / 2
     regs = accumulator + int(held) + TMA_BASE_REGISTERS
     problems = []
     if epilogue not in TMA_EPILOGUES:
@@ -111,18 +113,18 @@ def footprint(cfg: base.TileConfig, dtype: str, spec: DeviceSpec, epilogue: str 
     if cfg.num_warps % 4 or cfg.block_m % 64:
         problems.append("wgmma needs whole warpgroups and 64-row multiples")
     programs = min(spec.smem_per_cu // smem, spec.registers_per_cu // (regs * threads),
-                   base.MAX_THREADS_PER_CU // threads)
+                   MAX_THREADS_PER_CU // threads)
     if programs == 0 and not problems:
         problems.append("no program fits one SM")
-    return base.Footprint(smem_bytes=smem, registers=regs, register_limit=spec.max_registers_per_thread,
-                          programs_per_cu=max(0, programs), instruction="wgmma", problems=tuple(problems))
+    return Footprint(smem_bytes=smem, registers=regs, register_limit=spec.max_registers_per_thread,
+                     programs_per_cu=max(0, programs), instruction="wgmma", problems=tuple(problems))
 
 
 def _epilogue_seconds(cfg: base.TileConfig, p: base.GemmProblem, spec: DeviceSpec, ceil: Ceilings,
                       resident: int) -> tuple[float, float]:
     """(loads, stores) of one round's epilogues on one SM: loads wait one latency per phase per piece
     plus their bytes at the SM's share of the copy bandwidth; stores move their bytes alone (async)."""
-    reads, writes, phases = base.EPILOGUE_TENSORS[p.epilogue]
+    reads, writes, phases = EPILOGUE_TENSORS[p.epilogue]
     pieces = 2 if cfg.epilogue_subtile else 1
     tile_bytes = resident * cfg.block_m * cfg.block_n * p.c_bytes
     share = ceil.copy_bandwidth.value / spec.compute_units
@@ -144,7 +146,7 @@ def estimate(p: base.GemmProblem, cfg: base.TileConfig, spec: DeviceSpec, ceil: 
     operand_bw = ceil.l2_bandwidth.value * base.L2_OPERAND_OVER_PROBE[spec.vendor]
     port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (operand_bw / spec.compute_units / clock)
     step = max(mma, smem, port) + base.STEP_OVERHEAD_CYCLES
-    if cfg.block_n // base._warp_grid(cfg, fp.instruction)[1] < WGMMA_MAX_N:
+    if cfg.block_n // _warp_grid(cfg, fp.instruction)[1] < WGMMA_MAX_N:
         step *= TMA_NARROW_WGMMA_FACTOR
     tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
     together = min(cfg.ctas_per_sm, fp.programs_per_cu)  # programs beyond what fits wait their turn

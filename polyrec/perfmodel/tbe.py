@@ -1,6 +1,6 @@
-"""Cost model of the table-batched embedding's backward and of a whole lookup step (pure Python; no GPU,
-no torch): the id sort, the fused update and its merge levels, and ``estimate`` (forward + backward +
-update of one module, as the planner prices it).
+"""Cost model of the table-batched embedding's fused backward (pure Python; no GPU, no torch): the update
+and its merge levels, as the selector (``kernels.tbe_select``) prices its configs and ``tbe_step`` a module's
+backward.
 
 Everything is bytes over a bandwidth, with the reads' corrections of ``tbe_reads`` (gather efficiency,
 the random-read floor, L2 reuse under skew) and **latency-bound occupancy**: the kernels' programs wait
@@ -12,111 +12,12 @@ at the SMs' issue rate. The pooled lookup's own model is ``tbe_lookup``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.perfmodel.gemm import TRITON_PASS_HOST_S
-from polyrec.perfmodel.tbe_lookup import ForwardTile, planned_forward_seconds
 from polyrec.perfmodel.tbe_reads import (GATHER_GRANULARITY, LOADED_LATENCY_S, MAX_PROGRAMS_PER_CU, MAX_WARPS_PER_CU,
-                                         TableLoad, gather_efficiency, l2_hits, random_read_bytes, unique_rows)
-
-#: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
-SORT_DIGIT_BITS = 8
-#: Fraction of the copy rate ``torch.sort`` of the TBE's keys reaches on the bytes ``sort_seconds``
-#: counts. Fitted on one row: every kernel the sort runs on the H200 (4 onesweep passes, histogram,
-#: exclusive sum, the int64 index iota, the input copy, the keys' fill and memsets; 0.694 ms for 14.02M
-#: int32 keys, 1.40 GB counted, copy rate taken as 4.24 TB/s; benchmarks/results/tbe_lane_ab_2026-11-30/,
-#: s11 A/B, fp32 gradient, uniform ids). Checked on the same run's skewed row: 0.678 ms (0.49). Until then
-#: the sort was priced at the full copy rate (0.33 ms).
-SORT_COPY_FRACTION = 0.48
-#: SM-cycles per id position that an optimizer with per-row state (row-wise Adagrad) spends on it
-#: beyond what ``update_seconds`` prices: the reduction of the squared gradient across the row (a warp
-#: shuffle tree) and the division by the row's state, which ``tbe_optim.store_update`` runs on every
-#: row of a tile, run end or not. Fitted on one difference, MLPerf tables capped at 4M rows, batch
-#: 65536, uniform ids (14.02M positions): the planner's embedding phase of full Adagrad minus row-wise
-#: Adagrad's, 1.80 ms without this term, measured 1.31 / 1.31 / 1.29 ms (planner_accuracy at c70dac9,
-#: 8ecaaac, 7686f78): 0.50 ms = 9.3 cycles x 14.02M / (132 SMs x 1.98 GHz). Checked on the others,
-#: which have no per-row state either: SGD minus row-wise -0.62 ms predicted against -0.61 / -0.61 /
-#: -0.62, Adam 3.22 against 3.34 / 3.34 / 3.31 (without it: -0.12 and 3.72). Per position rather than
-#: per distinct row (the first form, 25e6800): the full tables' 10.2M distinct rows would have made
-#: it 0.73 ms there, and the full-size row-wise backward, 5.23 ms measured (e2e at 8ecaaac), was
-#: priced 5.23 without the term. The same count is assumed on AMD (estimate).
-ROW_STATE_SM_CYCLES = 9.3
-
-
-def sort_seconds(n: int, key_bytes: int, ceil: Ceilings) -> float:
-    """Radix sort of n (key, int64 index) pairs: one pass per digit, each reading and writing both, at
-    SORT_COPY_FRACTION of the copy rate."""
-    passes = math.ceil(8 * key_bytes / SORT_DIGIT_BITS)
-    bytes_moved = passes * 2 * n * (key_bytes + 8) + n * key_bytes  # + the histogram pass
-    return bytes_moved / (SORT_COPY_FRACTION * ceil.copy_bandwidth.value) + passes * ceil.launch_latency.value
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StepEstimate:
-    """Predicted time and bytes of the forward and of the fused backward."""
-
-    forward_s: float
-    backward_s: float
-    forward_bytes: float  # DRAM bytes the forward moves (after L2 hits and sector rounding)
-    backward_bytes: float
-    unique_rows: float
-    sort_s: float  # of backward_s, the part that reads only the ids (the sort of the forward's keys)
-
-
-#: Bytes per id a trained forward writes for the backward (int32 sort key and gradient row), priced at the
-#: copy rate beside the lookup. The stores cost more on the H200 (a segment per bag and iteration, registers:
-#: +0.16-0.20 ms on the MLPerf tables where this prices 0.03, benchmarks/results/forward_shapes_2026-12-01/);
-#: pricing them so made the planner's MLPerf steps worse on four committed runs (its backward over-prices
-#: them by as much), so it is not adopted until that is mended.
-SORT_KEY_BYTES_PER_ID = 8
-
-
-def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
-             spec: DeviceSpec, ceil: Ceilings, fwd: Sequence[tuple[ForwardTile, Sequence[int]]], bwd: UpdateShape,
-             weight_bytes: int = 4, row_state: bool = False) -> StepEstimate:
-    """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
-    forward is ``planned_forward_seconds`` of the launches the module runs (``fwd``: each a tile and the
-    tables it reads) and the update ``update_seconds`` of the config the selector runs (``bwd``), the
-    same models that pick them.
-    ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
-    id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision.
-    ``row_state``: the optimizer keeps per-row state (row-wise Adagrad), whose per-row work
-    ``row_state_seconds`` adds."""
-    gran = GATHER_GRANULARITY[spec.vendor]
-    hits = l2_hits(tables, spec.l2_bytes)
-    nnz = sum(t.accesses for t in tables)
-    gathered = sum((t.accesses - h) * t.row_bytes / gather_efficiency(t.row_bytes, gran)
-                   for t, h in zip(tables, hits))
-    out = batch_size * out_dim * out_bytes
-    key_bytes = 4
-    sort_keys = nnz * SORT_KEY_BYTES_PER_ID
-    fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
-             + sort_keys / ceil.copy_bandwidth.value)
-    uniq = sum(unique_rows(t) for t in tables)
-    # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
-    # dims would hide the floor of the small ones)
-    row_read = sum(t.accesses * random_read_bytes(t.row_bytes) for t in tables) / max(nnz, 1)
-    grad_row = sum(t.accesses * random_read_bytes(t.row_bytes / weight_bytes * bwd.grad_bytes)
-                   for t in tables) / max(nnz, 1)
-    update_kw = dict(nnz=nnz, unique=uniq, row_bytes=row_read, grad_row_bytes=grad_row,
-                     state_bytes_per_row=state_bytes_per_row)
-    bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
-    sort_s = sort_seconds(int(nnz), key_bytes, ceil)
-    bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
-    if row_state:
-        bwd_s += row_state_seconds(nnz, spec)
-    return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
-                        unique_rows=uniq, sort_s=sort_s)
-
-
-def row_state_seconds(positions: float, spec: DeviceSpec) -> float:
-    """The per-row work of an optimizer with per-row state over ``positions`` id positions
-    (ROW_STATE_SM_CYCLES each, spread over the compute units)."""
-    return positions * ROW_STATE_SM_CYCLES / (spec.compute_units * spec.boost_clock_hz)
-
+                                         random_read_bytes)
 
 #: Dependent DRAM round trips of one update program, per variant (counted from ``tbe_backward``):
 #: "scan": keys -> perm -> source row -> gradient slices -> weight rows (the column lookup hits L1);
@@ -183,8 +84,8 @@ UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: slices loaded evict-last in L2, the rows and state stored evict-first; 128-register cap,
 #: ``tbe_select.LANE_MAX_REGISTERS_ONE_DIM``). Fitted on the sixteenth session's interleaved rows
 #: (benchmarks/results/tbe_lane_ab_2026-11-30/s16c_F128_*, full MLPerf tables, uniform ids, row-wise
-#: Adagrad, the committed calibration's copy rate, 4.24 TB/s) as ``estimate`` prices them: this term, the
-#: merge and the per-row work ``row_state_seconds`` (0.50 ms) against lane update + permute + merge,
+#: Adagrad, the committed calibration's copy rate, 4.24 TB/s) as ``tbe_step.estimate`` prices them: this term,
+#: the merge and the per-row work ``row_state_seconds`` (0.50 ms) against lane update + permute + merge,
 #: fp32 gradient 19.64 GB in 4.088 + 0.149 + 0.129 ms -> 1.258; bf16 gradient 16.05 GB in 3.539 + 0.148 +
 #: 0.129 ms -> 1.209. Above 1: the byte count takes one gradient slice per id from DRAM where a bag's
 #: repeated slices hit L2 (so the floor of ``update_seconds`` is ``update_dram_floor``), and the fit of
@@ -283,8 +184,8 @@ ONE_DIM_ROUNDING_INSTRUCTIONS = 12.94
 #: Fraction of ISSUE_LANES_PER_CLK the one-dim lane update with rounding reaches: its rounding is part of
 #: its instruction stream rather than added after the loads (``rounding_seconds``); Nsight Compute on the
 #: H200 saw the fp16 update before the thirty-third session ALU-bound (ALU pipe 69% busy, issue slots 70%;
-#: benchmarks/results/rounding_ab_2026-12-02/s33/ncu). Fitted on ONE row as ``estimate`` prices it (with
-#: ``row_state_seconds`` and the merge): full MLPerf tables, fp16 rows, uniform ids, bf16 gradient,
+#: benchmarks/results/rounding_ab_2026-12-02/s33/ncu). Fitted on ONE row as ``tbe_step.estimate`` prices it
+#: (with ``row_state_seconds`` and the merge): full MLPerf tables, fp16 rows, uniform ids, bf16 gradient,
 #: row-wise Adagrad, lane update + permute + merge 2.884 + 0.148 + 0.170 ms (the median of two rounds of
 #: benchmarks/results/lane_carry_probe_2026-12-02/tbe_checkout_ab_cf_g16_*, the open run's carry added before
 #: the scan). Checked on bf16 rows of the same call: 3.20 ms priced, 3.076 measured (+4%). Not refitted after the

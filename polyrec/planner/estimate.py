@@ -1,7 +1,7 @@
 """Predicted step time and memory of a candidate plan, from the per-op cost models.
 
 Per-op terms come from the kernels' own models, never from a second copy here: embedding lookups
-and the fused backward from ``planner.shard_cost`` (``polyrec.perfmodel.tbe`` with the configs
+and the fused backward from ``planner.shard_cost`` (``polyrec.perfmodel.tbe_step`` with the configs
 ``polyrec.kernels.tbe_select`` picks), dense GEMMs from ``polyrec.kernels.gemm_select`` (which ranks
 configs with ``polyrec.perfmodel.gemm`` and chooses Triton or the vendor library). Collectives use the
 alpha-beta model of ``planner.comms``; ``perfmodel.step`` combines everything.

@@ -2,7 +2,7 @@
 
 Mirrors the code that runs: ``polyrec.models.layers`` (fp32 master weights copied to the compute dtype
 for every matmul, their gradients written in fp32 by the weight-gradient GEMMs; MLPs; the DCN-v2 cross network; the DLRM dot interaction) on top of the autograd
-layers of ``polyrec.kernels.gemm`` (``_Linear``: GEMM with fused bias/ReLU, backward ``grad * (y > 0)``,
+layers of ``polyrec.kernels.gemm_layers`` (``_Linear``: GEMM with fused bias/ReLU, backward ``grad * (y > 0)``,
 dgrad, wgrad, ``grad.sum(0)``) and ``polyrec.kernels.dcn`` (the cross network, backward in its GEMMs). Each :class:`Op` carries what the time model needs (a GEMM shape, or bytes moved at a
 rate class) and what the host model needs (eager torch ops issued besides the GEMMs' own launches).
 Each :class:`LayerMemory` says, per sample, which tensors a layer keeps for backward and which its

@@ -1,7 +1,7 @@
 """What a plan's embedding shards cost: each shard of a table on a rank with the lookups it serves per
 step (``ShardLoad``), one rank's shards grouped into the table-batched modules the runtime builds (one per
 weight dtype and optimizer), and each module's forward and fused backward priced by
-``polyrec.perfmodel.tbe`` with the launches and configs the runtime would run: the forward as
+``polyrec.perfmodel.tbe_step`` with the launches and configs the runtime would run: the forward as
 ``polyrec.kernels.tbe_forward_plan.plan_forward`` launches it, the update at the config
 ``polyrec.kernels.tbe_select`` picks (one launch per dim group where it groups); plus the PCIe traffic of
 host-cached shards.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import tbe_forward, tbe_select
 from polyrec.kernels.tbe_forward_plan import plan_forward
-from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads
+from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads, tbe_step
 from polyrec.planner import memory as mem
 from polyrec.planner.types import WEIGHT_BYTES, ModelSpec, TablePlan
 
@@ -146,8 +146,8 @@ def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe_reads.TableLoad]:
 
 
 def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
-              grad_bytes: int, fwd: list) -> tuple[tbe.StepEstimate, tbe_select.UpdateConfig]:
-    """``tbe.estimate`` of ``loads`` (the module ``module``, or one of its dim groups) with the update
+              grad_bytes: int, fwd: list) -> tuple[tbe_step.StepEstimate, tbe_select.UpdateConfig]:
+    """``tbe_step.estimate`` of ``loads`` (the module ``module``, or one of its dim groups) with the update
     launch that takes them, and that launch's selected config (at its BLOCK_D); ``fwd``: forward
     launches over ``loads``."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
@@ -159,9 +159,9 @@ def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec:
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size),
                           state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], max_registers=ucfg.max_registers)
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
-    est = tbe.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
-                       out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd, bwd=bwd,
-                       weight_bytes=wb, row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
+    est = tbe_step.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
+                            out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd,
+                            bwd=bwd, weight_bytes=wb, row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
     return est, ucfg
 
 

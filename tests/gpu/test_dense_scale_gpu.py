@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from polyrec.kernels.dcn import cross_network
-from polyrec.kernels.gemm import linear
+from polyrec.kernels.gemm_layers import linear
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from polyrec.kernels.gemm import cross_linear, linear, matmul, reference_matmul
+from polyrec.kernels.gemm import matmul, reference_matmul
 from polyrec.kernels.gemm_configs import GemmConfig
+from polyrec.kernels.gemm_layers import cross_linear, linear
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():

@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 import torch
 
-from polyrec.kernels import dcn, gemm
+from polyrec.kernels import dcn, gemm_layers
 from polyrec.kernels.dense_optim import FusedAdagrad
 from polyrec.kernels.master_copies import CapturedCopies, cast, compute_copy, kept_copy
 from polyrec.runtime import TrainConfig, Trainer
@@ -37,7 +37,7 @@ def test_copies_equal_torchs_cast_of_the_updated_masters(dtype):
 def _run(kept: bool) -> tuple[list[float], Trainer]:
     cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=8, device="cuda",
                       embedding_backend="polyrec", dense_backend="polyrec", log_every=10**9, cuda_graphs=False)
-    with mock.patch.multiple(gemm, compute_copy=compute_copy if kept else cast), \
+    with mock.patch.multiple(gemm_layers, compute_copy=compute_copy if kept else cast), \
             mock.patch.multiple(dcn, compute_copy=compute_copy if kept else cast):
         trainer = Trainer(cfg, progress=False)
         return [float(trainer.train_step()) for _ in range(8)], trainer

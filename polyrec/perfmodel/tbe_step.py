@@ -1,0 +1,112 @@
+"""Time of one embedding module's training step, as the planner prices it (pure Python; no GPU, no torch):
+``estimate`` adds the pooled forward (``tbe_lookup``), the radix sort of the ids, the fused update and its
+merge (``tbe``) and the per-row work of an optimizer with per-row state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from polyrec.hardware.types import Ceilings, DeviceSpec
+from polyrec.perfmodel.tbe import UpdateShape, update_bytes, update_seconds
+from polyrec.perfmodel.tbe_lookup import ForwardTile, planned_forward_seconds
+from polyrec.perfmodel.tbe_reads import (GATHER_GRANULARITY, TableLoad, gather_efficiency, l2_hits, random_read_bytes,
+                                         unique_rows)
+
+#: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
+SORT_DIGIT_BITS = 8
+#: Fraction of the copy rate ``torch.sort`` of the TBE's keys reaches on the bytes ``sort_seconds``
+#: counts. Fitted on one row: every kernel the sort runs on the H200 (4 onesweep passes, histogram,
+#: exclusive sum, the int64 index iota, the input copy, the keys' fill and memsets; 0.694 ms for 14.02M
+#: int32 keys, 1.40 GB counted, copy rate taken as 4.24 TB/s; benchmarks/results/tbe_lane_ab_2026-11-30/,
+#: s11 A/B, fp32 gradient, uniform ids). Checked on the same run's skewed row: 0.678 ms (0.49). Until then
+#: the sort was priced at the full copy rate (0.33 ms).
+SORT_COPY_FRACTION = 0.48
+#: SM-cycles per id position that an optimizer with per-row state (row-wise Adagrad) spends on it
+#: beyond what ``update_seconds`` prices: the reduction of the squared gradient across the row (a warp
+#: shuffle tree) and the division by the row's state, which ``tbe_optim.store_update`` runs on every
+#: row of a tile, run end or not. Fitted on one difference, MLPerf tables capped at 4M rows, batch
+#: 65536, uniform ids (14.02M positions): the planner's embedding phase of full Adagrad minus row-wise
+#: Adagrad's, 1.80 ms without this term, measured 1.31 / 1.31 / 1.29 ms (planner_accuracy at c70dac9,
+#: 8ecaaac, 7686f78): 0.50 ms = 9.3 cycles x 14.02M / (132 SMs x 1.98 GHz). Checked on the others,
+#: which have no per-row state either: SGD minus row-wise -0.62 ms predicted against -0.61 / -0.61 /
+#: -0.62, Adam 3.22 against 3.34 / 3.34 / 3.31 (without it: -0.12 and 3.72). Per position rather than
+#: per distinct row (the first form, 25e6800): the full tables' 10.2M distinct rows would have made
+#: it 0.73 ms there, and the full-size row-wise backward, 5.23 ms measured (e2e at 8ecaaac), was
+#: priced 5.23 without the term. The same count is assumed on AMD (estimate).
+ROW_STATE_SM_CYCLES = 9.3
+
+
+def sort_seconds(n: int, key_bytes: int, ceil: Ceilings) -> float:
+    """Radix sort of n (key, int64 index) pairs: one pass per digit, each reading and writing both, at
+    SORT_COPY_FRACTION of the copy rate."""
+    passes = math.ceil(8 * key_bytes / SORT_DIGIT_BITS)
+    bytes_moved = passes * 2 * n * (key_bytes + 8) + n * key_bytes  # + the histogram pass
+    return bytes_moved / (SORT_COPY_FRACTION * ceil.copy_bandwidth.value) + passes * ceil.launch_latency.value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepEstimate:
+    """Predicted time and bytes of the forward and of the fused backward."""
+
+    forward_s: float
+    backward_s: float
+    forward_bytes: float  # DRAM bytes the forward moves (after L2 hits and sector rounding)
+    backward_bytes: float
+    unique_rows: float
+    sort_s: float  # of backward_s, the part that reads only the ids (the sort of the forward's keys)
+
+
+#: Bytes per id a trained forward writes for the backward (int32 sort key and gradient row), priced at the
+#: copy rate beside the lookup. The stores cost more on the H200 (a segment per bag and iteration, registers:
+#: +0.16-0.20 ms on the MLPerf tables where this prices 0.03, benchmarks/results/forward_shapes_2026-12-01/);
+#: pricing them so made the planner's MLPerf steps worse on four committed runs (its backward over-prices
+#: them by as much), so it is not adopted until that is mended.
+SORT_KEY_BYTES_PER_ID = 8
+
+
+def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
+             spec: DeviceSpec, ceil: Ceilings, fwd: Sequence[tuple[ForwardTile, Sequence[int]]], bwd: UpdateShape,
+             weight_bytes: int = 4, row_state: bool = False) -> StepEstimate:
+    """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
+    forward is ``planned_forward_seconds`` of the launches the module runs (``fwd``: each a tile and the
+    tables it reads) and the update ``update_seconds`` of the config the selector runs (``bwd``), the
+    same models that pick them.
+    ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
+    id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision.
+    ``row_state``: the optimizer keeps per-row state (row-wise Adagrad), whose per-row work
+    ``row_state_seconds`` adds."""
+    gran = GATHER_GRANULARITY[spec.vendor]
+    hits = l2_hits(tables, spec.l2_bytes)
+    nnz = sum(t.accesses for t in tables)
+    gathered = sum((t.accesses - h) * t.row_bytes / gather_efficiency(t.row_bytes, gran)
+                   for t, h in zip(tables, hits))
+    out = batch_size * out_dim * out_bytes
+    key_bytes = 4
+    sort_keys = nnz * SORT_KEY_BYTES_PER_ID
+    fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
+    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
+             + sort_keys / ceil.copy_bandwidth.value)
+    uniq = sum(unique_rows(t) for t in tables)
+    # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
+    # dims would hide the floor of the small ones)
+    row_read = sum(t.accesses * random_read_bytes(t.row_bytes) for t in tables) / max(nnz, 1)
+    grad_row = sum(t.accesses * random_read_bytes(t.row_bytes / weight_bytes * bwd.grad_bytes)
+                   for t in tables) / max(nnz, 1)
+    update_kw = dict(nnz=nnz, unique=uniq, row_bytes=row_read, grad_row_bytes=grad_row,
+                     state_bytes_per_row=state_bytes_per_row)
+    bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
+    sort_s = sort_seconds(int(nnz), key_bytes, ceil)
+    bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
+    if row_state:
+        bwd_s += row_state_seconds(nnz, spec)
+    return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
+                        unique_rows=uniq, sort_s=sort_s)
+
+
+def row_state_seconds(positions: float, spec: DeviceSpec) -> float:
+    """The per-row work of an optimizer with per-row state over ``positions`` id positions
+    (ROW_STATE_SM_CYCLES each, spread over the compute units)."""
+    return positions * ROW_STATE_SM_CYCLES / (spec.compute_units * spec.boost_clock_hz)
