@@ -238,3 +238,23 @@ def test_the_port_loop_feeds_the_refusal_back(tmp_path):
 def test_the_port_prompt_asks_for_tl_attributes():
     assert "call triton.language functions as tl.NAME" in SYSTEM_PROMPT
     assert "from triton.language import" in SYSTEM_PROMPT and "mm = tl.dot" in SYSTEM_PROMPT
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="launches a kernel in the interpreter")
+def test_the_answer_does_not_depend_on_an_earlier_launch():
+    """An interpreted launch of a jitted triton.language function (tl.sum) leaves triton.language.core holding the
+    interpreter's versions; a core import is refused all the same (it was not, after such a launch in the process)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def total(xp, yp):
+        r = tl.arange(0, 16)
+        tl.store(yp, tl.sum(tl.load(xp + r), axis=0))
+
+    total[(1,)](torch.rand(16), torch.empty(1))
+    for form in ("from core", "assigned from core"):
+        source = TEMPLATE.format(header=FORMS[form][0], body=FORMS[form][1])
+        assert _refused_lines(source) == [f"line {i}" for i, text in enumerate(source.splitlines(), start=1)
+                                          if text.endswith(MARK)], form

@@ -377,10 +377,15 @@ def _bound_builtin(value: ast.expr | str, names: dict[str, str], aliases: dict[s
 @functools.cache
 def _interpreted_name(dotted: str) -> str | None:
     """NAME when ``dotted`` (triton.language.dot, triton.language.core.maximum) is a function the CPU interpreter
-    replaces (a builtin, range, static_range) and ``tl.NAME`` reaches it; else None."""
+    replaces (a builtin, range, static_range) and ``tl.NAME`` reaches it; else None. A name in
+    triton.language.core is looked up in triton.language: once any interpreted launch has called a jitted
+    triton.language function, core holds the interpreter's versions (``INTERPRETER_UNPATCHED``), and the answer
+    must not depend on what ran before in the process."""
     import triton.language as tl
 
-    parts = dotted.split(".")
+    parts = dotted.removeprefix("triton.language.core.").split(".")
+    if len(parts) == 1:
+        parts = ["triton", "language", parts[0]]
     found = list(_resolve(parts))
     obj = found[-1] if len(found) == len(parts) else None
     if obj is None or not (tl.core.is_builtin(obj) or obj is tl.range or obj is tl.static_range):
