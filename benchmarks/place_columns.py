@@ -59,7 +59,7 @@ def mlperf_columns(kind: str) -> tuple[list[int], list[list[int]], int, bool]:
 
 def torch_place(flat: torch.Tensor, b: int, dims: list[int], cols: list[torch.Tensor], out_dim: int,
                 add: bool) -> torch.Tensor:
-    """The placement this kernel replaced (pooled_exchange._PlaceColumns.forward before it)."""
+    """The placement this kernel replaced (pooled_exchange.PlaceColumns.forward before it)."""
     out = flat.new_zeros(b, out_dim) if add else flat.new_empty(b, out_dim)
     for block, rank_cols, d in zip(flat.split([b * d for d in dims]), cols, dims):
         (out.index_add_ if add else out.index_copy_)(1, rank_cols, block.view(b, d))

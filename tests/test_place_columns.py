@@ -1,5 +1,5 @@
 """The pooled-output placement kernels (``polyrec.kernels.place_columns``) against float64 through
-the Triton interpreter, their torch path, ``_PlaceColumns``' forward/backward consistency, the tile
+the Triton interpreter, their torch path, ``PlaceColumns``' forward/backward consistency, the tile
 tables, and the compile fit on sm_90 / gfx942 / gfx950."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from compile_util import COMPILE_DEVICES, INTERPRETING, compile_only, unfit_jobs
 
 from polyrec.kernels import place_columns
 from polyrec.kernels.place_columns import PlaceConfig, column_layout, gather, place, select_config
-from polyrec.runtime.pooled_exchange import _PlaceColumns
+from polyrec.runtime.pooled_exchange import PlaceColumns
 
 needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton kernels through TRITON_INTERPRET=1")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -155,7 +155,7 @@ def test_place_columns_backward_is_the_scaled_adjoint(add):
     layout, _ = _layout(add=add, small=False, seed=11)
     x = _fresh(B * sum(DIMS), torch.float32, 12).requires_grad_()
     g = _fresh((B, layout.out_dim), torch.float32, 13)
-    out = _PlaceColumns.apply(x, B, layout, 0.25)
+    out = PlaceColumns.apply(x, B, layout, 0.25)
     out.backward(g)
     lhs = (out.detach().double() * g.double()).sum() * 0.25
     rhs = (x.detach().double() * x.grad.double()).sum()
@@ -168,7 +168,7 @@ def test_place_columns_gradcheck_float64(add):
     cols = [[4, 0], [1, 2, 3], [5, 6, 7, 8, 9]] if not add else [[1, 2], [0, 1, 2], [2, 3, 4, 5, 5]]
     layout = column_layout(dims, cols, 10 if not add else 8, add, "cpu")
     x = torch.randn(b * sum(dims), dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: _PlaceColumns.apply(t, b, layout, 1.0), (x,))
+    assert torch.autograd.gradcheck(lambda t: PlaceColumns.apply(t, b, layout, 1.0), (x,))
 
 
 def _mlperf_table_wise() -> tuple[list[int], list[list[int]]]:

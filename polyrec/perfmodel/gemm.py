@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.perfmodel.gemm_footprint import EPILOGUE_TENSORS, Footprint, _warp_grid, footprint
+from polyrec.perfmodel.gemm_footprint import EPILOGUE_TENSORS, Footprint, warp_grid, footprint
 
 GEMM_DTYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32")
 
@@ -224,7 +224,7 @@ def _step_cycles(cfg: TileConfig, p: GemmProblem, spec: DeviceSpec, fp: Footprin
     if fp.instruction == "mma.sync" and spec.arch == "sm_90":
         flops_per_cycle *= MMA_SYNC_FRACTION_SM90
     mma = 2.0 * cfg.block_m * cfg.block_n * cfg.block_k / flops_per_cycle
-    grid_m, grid_n = _warp_grid(cfg, fp.instruction)
+    grid_m, grid_n = warp_grid(cfg, fp.instruction)
     reads = (grid_n * cfg.block_m + grid_m * cfg.block_n) * cfg.block_k * p.in_bytes
     writes = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes
     smem = (reads + writes) / SMEM_BYTES_PER_CLOCK.get(spec.arch, 128)

@@ -89,7 +89,7 @@ def _instruction(cfg: TileConfig, dtype: str, spec: DeviceSpec) -> str:
     return "mma.sync"
 
 
-def _warp_grid(cfg: TileConfig, instruction: str) -> tuple[int, int]:
+def warp_grid(cfg: TileConfig, instruction: str) -> tuple[int, int]:
     """(groups along M, groups along N) of the units that issue MMAs: warpgroups for wgmma, warps
     otherwise; Triton places them along M first while each keeps at least one instruction's rows."""
     units = cfg.num_warps // 4 if instruction == "wgmma" else cfg.num_warps
@@ -118,7 +118,7 @@ def _registers(cfg: TileConfig, dtype: str, spec: DeviceSpec, instruction: str,
         return accumulator + math.ceil(factor * tile) + AMD_BASE_REGISTERS
     operands = 0
     if instruction != "wgmma":  # operand fragments of one K step held in registers
-        grid_m, grid_n = _warp_grid(cfg, instruction)
+        grid_m, grid_n = warp_grid(cfg, instruction)
         per_unit = (cfg.block_m // grid_m + cfg.block_n // grid_n) * cfg.block_k * elem
         operands = per_unit // (4 * spec.warp_size)
     # Operands that cannot use cp.async are loaded into registers, then stored to shared memory.
@@ -174,7 +174,7 @@ def footprint(cfg: TileConfig, dtype: str, spec: DeviceSpec, epilogue: str = "no
         problems.append(f"~{regs} registers per thread > {limit} (would spill)")
     if spec.vendor == "amd" and _epilogue_registers(cfg, spec, epilogue) > AMD_ARCH_VGPRS:
         problems.append(f"{epilogue} epilogue needs more than {AMD_ARCH_VGPRS} architectural VGPRs")
-    if instruction == "wgmma" and cfg.block_n // _warp_grid(cfg, instruction)[1] < 8:
+    if instruction == "wgmma" and cfg.block_n // warp_grid(cfg, instruction)[1] < 8:
         problems.append("wgmma needs at least 8 columns per warpgroup")
     by_smem = spec.smem_per_cu // smem if smem else MAX_PROGRAMS_PER_CU
     by_regs = spec.registers_per_cu // (max(regs, 1) * threads) if spec.registers_per_cu else 1

@@ -32,7 +32,7 @@ import math
 from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.perfmodel import gemm as base
 from polyrec.perfmodel.gemm_footprint import (CROSS_EPILOGUE_REGISTERS_PER_ACC, EPILOGUE_TENSORS, MAX_THREADS_PER_CU,
-                                              Footprint, _warp_grid)
+                                              Footprint, warp_grid)
 
 #: Epilogues ``polyrec.kernels.gemm_tma`` implements (bias, ReLU, the cross update); any other makes
 #: a TMA config infeasible.
@@ -146,7 +146,7 @@ def estimate(p: base.GemmProblem, cfg: base.TileConfig, spec: DeviceSpec, ceil: 
     operand_bw = ceil.l2_bandwidth.value * base.L2_OPERAND_OVER_PROBE[spec.vendor]
     port = (cfg.block_m + cfg.block_n) * cfg.block_k * p.in_bytes / (operand_bw / spec.compute_units / clock)
     step = max(mma, smem, port) + base.STEP_OVERHEAD_CYCLES
-    if cfg.block_n // _warp_grid(cfg, fp.instruction)[1] < WGMMA_MAX_N:
+    if cfg.block_n // warp_grid(cfg, fp.instruction)[1] < WGMMA_MAX_N:
         step *= TMA_NARROW_WGMMA_FACTOR
     tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
     together = min(cfg.ctas_per_sm, fp.programs_per_cu)  # programs beyond what fits wait their turn

@@ -44,16 +44,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from polyrec.kernels.chunk_copy import INT32_MAX, chunk_copy
 from polyrec.kernels.jagged import JaggedBatch
-
-if TYPE_CHECKING:
-    from polyrec.runtime.shards import ShardFeature
+from polyrec.runtime.shards import ShardFeature
 
 
 @dataclass(kw_only=True, slots=True)

@@ -1,10 +1,10 @@
 """The pooled rows' way back to their samples' ranks, through autograd (step 3 of ``polyrec.runtime.sharding``).
 
-``_ExchangeRows`` sends this rank's pooled rows to the ranks whose samples they are and places their
+``ExchangeRows`` sends this rank's pooled rows to the ranks whose samples they are and places their
 columns in one kernel (``polyrec.kernels.place_columns``); its backward gathers the gradient's columns
 and sends them back, or takes the exchange ``ShardedEmbedding.start_backward`` began from that same
-gradient (``_GradientKey``). ``_Exchange`` is one all-to-all under way (NCCL's or gloo's, or over copy
-engines: ``polyrec.runtime.peer_exchange``). ``_PlaceColumns`` serves a world of one: the placement
+gradient (``GradientKey``). ``Exchange`` is one all-to-all under way (NCCL's or gloo's, or over copy
+engines: ``polyrec.runtime.peer_exchange``). ``PlaceColumns`` serves a world of one: the placement
 and its gather, nothing exchanged.
 """
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(kw_only=True, slots=True)
-class _Exchange:
+class Exchange:
     """An all-to-all under way (NCCL's, or over copy engines); ``out`` holds what arrived once
     ``finish`` returns."""
 
@@ -48,7 +48,7 @@ class _Exchange:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _GradientKey:
+class GradientKey:
     """Which gradient an early-started exchange was started from: the same memory, read the same way."""
 
     ptr: int
@@ -57,12 +57,12 @@ class _GradientKey:
     dtype: torch.dtype
 
     @staticmethod
-    def of(grad: Tensor) -> _GradientKey:
+    def of(grad: Tensor) -> GradientKey:
         stride = tuple(st if n > 1 else 0 for n, st in zip(grad.shape, grad.stride()))  # a size-1 dim's is arbitrary
-        return _GradientKey(ptr=grad.data_ptr(), shape=tuple(grad.shape), stride=stride, dtype=grad.dtype)
+        return GradientKey(ptr=grad.data_ptr(), shape=tuple(grad.shape), stride=stride, dtype=grad.dtype)
 
 
-class _ExchangeRows(torch.autograd.Function):
+class ExchangeRows(torch.autograd.Function):
     """Pooled rows of this rank's tables for every rank's samples -> this rank's ``[B, out_dim]``: the
     all-to-all (running ``prelude`` while the rows cross), then the columns placed in one kernel. The
     backward gathers each rank's columns and sends them back (or takes the exchange
@@ -85,7 +85,7 @@ class _ExchangeRows(torch.autograd.Function):
         return exchange.finish(owner._take_gradient_exchange_hook(), consumer=consumer), None, None, None
 
 
-class _PlaceColumns(torch.autograd.Function):
+class PlaceColumns(torch.autograd.Function):
     """A world of one whose pooled columns are not in feature order: ``[B, out_dim]`` placed in one
     kernel (``polyrec.kernels.place_columns.place``), columns copied or partial sums added in a fixed
     order; backward gathers the columns times ``grad_scale`` in one kernel."""

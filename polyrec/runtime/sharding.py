@@ -11,7 +11,7 @@ Every rank holds a local batch of ``B`` samples of all ``F`` features and some s
 3. output: pooled rows go back to the samples' ranks; column-wise pieces are concatenated and
    row-wise partial sums added, giving ``[B, sum of feature dims]`` in feature order.
 
-Backward reverses step 3 through autograd (``_ExchangeRows``: ``polyrec.runtime.pooled_exchange``), so
+Backward reverses step 3 through autograd (``ExchangeRows``: ``polyrec.runtime.pooled_exchange``), so
 each owner's fused optimizer sees the gradients of all ranks' samples. Each rank's loss is a mean over
 its own ``B`` samples, while the single-process equivalent is a mean over ``world * B``: the backward
 of the column placement scales the gradient by ``1 / world`` so that sharded training takes the same
@@ -52,7 +52,7 @@ from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError, check_offsets_
 from polyrec.kernels.place_columns import column_layout, gather
 from polyrec.runtime.input_dist import Counted, InputRouter, regroup
 from polyrec.runtime.peer_exchange import CopyEngineExchange
-from polyrec.runtime.pooled_exchange import _Exchange, _ExchangeRows, _GradientKey, _PlaceColumns
+from polyrec.runtime.pooled_exchange import Exchange, ExchangeRows, GradientKey, PlaceColumns
 from polyrec.runtime.shards import Shard, TableSharding, make_shards, shard_features
 
 
@@ -116,7 +116,7 @@ class ShardedEmbedding(nn.Module):
         self.input_group = input_group  # of the input all-to-alls (None: the default group)
         self.peer_exchange = peer_exchange  # the pooled exchanges over copy engines (None: all_to_all_single)
         self._gradient_exchange_hook: Callable[[], None] | None = None  # see backward_overlapping
-        self._started_gradient: tuple[_GradientKey, _Exchange] | None = None  # see start_backward
+        self._started_gradient: tuple[GradientKey, Exchange] | None = None  # see start_backward
         self.shards = make_shards(rows, dims, shardings, world_size)
         self.pieces = shard_features(self.shards, feature_to_table, dims)
         self.pieces += [[] for _ in range(world_size - len(self.pieces))]
@@ -327,14 +327,14 @@ class ShardedEmbedding(nn.Module):
         """Values of pooled rows this rank receives from each rank in the forward."""
         return [b * d for d in self.rank_dims]
 
-    def start_rows_exchange(self, flat: Tensor, b: int) -> _Exchange:
+    def start_rows_exchange(self, flat: Tensor, b: int) -> Exchange:
         """Start sending the pooled rows [world * B, local dims] to the ranks whose samples they are.
         Over copy engines, this rank's block lands after those of the ranks before it."""
         before = b * sum(self.rank_dims[:self.rank])
         return self._start_exchange(flat, self.pooled_send(b), self.pooled_recv(b), direction="rows",
                                     at_dest=[before] * self.world, capacity=b * sum(self.rank_dims))
 
-    def start_gradient_exchange(self, grad: Tensor, b: int) -> _Exchange:
+    def start_gradient_exchange(self, grad: Tensor, b: int) -> Exchange:
         """Gather each rank's columns of ``grad`` [B, out_dim] (any row stride), scaled by 1 / world (see
         the module docstring), and start sending them back the way the pooled rows came."""
         flat = gather(grad, b, self.layout, 1.0 / self.world)
@@ -343,16 +343,16 @@ class ShardedEmbedding(nn.Module):
                                     capacity=self.world * b * max(self.rank_dims))
 
     def _start_exchange(self, tensor: Tensor, send: list[int], recv: list[int], *, direction: str,
-                        at_dest: list[int], capacity: int) -> _Exchange:
+                        at_dest: list[int], capacity: int) -> Exchange:
         """``all_to_all_single`` started asynchronously, or the same blocks over copy engines (where
         ``at_dest`` and ``capacity`` place them: ``CopyEngineExchange.start``)."""
         src = tensor.contiguous()  # no copy when contiguous
         if self.peer_exchange is None:
             out = src.new_empty(sum(recv))
-            return _Exchange(work=dist.all_to_all_single(out, src, recv, send, async_op=True), out=out, src=src)
+            return Exchange(work=dist.all_to_all_single(out, src, recv, send, async_op=True), out=out, src=src)
         work, out = self.peer_exchange.start(src, send, recv, at_dest=at_dest, capacity=capacity,
                                              direction=direction)
-        return _Exchange(work=work, out=out, src=src)
+        return Exchange(work=work, out=out, src=src)
 
     def start_backward(self, grad: Tensor) -> None:
         """Start the gradient all-to-all of the last forward's output from its gradient ``grad``
@@ -364,16 +364,16 @@ class ShardedEmbedding(nn.Module):
         rank must call it at the same point (it is a collective)."""
         if self.world == 1:
             return
-        self._started_gradient = (_GradientKey.of(grad), self.start_gradient_exchange(grad, grad.shape[0]))
+        self._started_gradient = (GradientKey.of(grad), self.start_gradient_exchange(grad, grad.shape[0]))
 
-    def take_started_gradient(self, grad: Tensor) -> _Exchange | None:
+    def take_started_gradient(self, grad: Tensor) -> Exchange | None:
         """The exchange ``start_backward`` began from ``grad``, once; None when none was started."""
         started, self._started_gradient = self._started_gradient, None
         if started is None:
             return None
-        if started[0] != _GradientKey.of(grad):
+        if started[0] != GradientKey.of(grad):
             raise RuntimeError(f"rank {self.rank}: the embedding backward got another gradient than the one its "
-                               f"all-to-all was started from ({_GradientKey.of(grad)} vs {started[0]})")
+                               f"all-to-all was started from ({GradientKey.of(grad)} vs {started[0]})")
         return started[1]
 
     def _backward_prelude(self, local_batch: JaggedBatch) -> Callable[[], None] | None:
@@ -400,5 +400,5 @@ class ShardedEmbedding(nn.Module):
             return pooled
         self._started_gradient = None  # one started for an earlier output, whose backward never ran
         if world == 1:  # nothing to send back
-            return _PlaceColumns.apply(pooled.reshape(-1), b, self.layout, 1.0)
-        return _ExchangeRows.apply(pooled.view(-1), b, self._backward_prelude(local_batch), self)
+            return PlaceColumns.apply(pooled.reshape(-1), b, self.layout, 1.0)
+        return ExchangeRows.apply(pooled.view(-1), b, self._backward_prelude(local_batch), self)
