@@ -1,8 +1,11 @@
 """The static stage refuses, at its line, a kernel's call of a triton.language builtin through a name bound at import
 (``from triton.language import dot``, a module-level ``mm = tl.dot``): Triton 3.6's CPU interpreter, which runs the
 numerics stage, patches only the attributes of triton.language, so such a call fails there with "Did you forget to
-add @triton.jit ?" though a GPU compiles it. Every form below is also run under TRITON_INTERPRET=1, each in a fresh
-process: the check refuses only calls the interpreter cannot run, and all of them but the forms in UNCAUGHT."""
+add @triton.jit ?" though a GPU compiles it. It refuses, at its line, a kernel's variable bound to a function
+(``d = tl.dot`` in a kernel), which the interpreter runs but a GPU compile refuses, and warns of a kernel's call of
+``triton.language.extra`` (``libdevice.exp``), which a GPU compiles but the interpreter cannot run. Every form below
+is also run under TRITON_INTERPRET=1, each in a fresh process: the check refuses only calls the interpreter cannot
+run, and all of them but the forms in UNCAUGHT; the compile-only pass compiles them."""
 
 from __future__ import annotations
 
@@ -18,14 +21,16 @@ from compile_util import COMPILE_DEVICES, compile_only
 
 from polyrec.migrate.port import SYSTEM_PROMPT, port
 from polyrec.migrate.providers import RecordedTranscriptProvider
-from polyrec.migrate.static import static_check
+from polyrec.migrate.static import interpreter_warnings, static_check
 from polyrec.migrate.verify import VerifyConfig, verify
 
 HERE = Path(__file__).parent / "migrate_corpus" / "verify"
 BARE = HERE / "good_mm_default_precision.py"
 REFERENCE = "migrate_ref_mm:mm"
 NUMERICS = VerifyConfig(compile=False, seeds=(0,))
-MARK = "  # refused"  # ends the line of each call the check must refuse
+MARK = "  # refused"  # ends the line of each call the check must refuse as bound at import
+HELD = "  # function held"  # ends the line of each kernel variable the check must refuse as holding a function
+EXTRA = "  # extra"  # ends the line of each call the check must warn of as triton.language.extra
 #: A kernel y = f(x) on 16 floats; {header} holds imports and module-level lines, {body} computes y from x.
 TEMPLATE = """import torch
 import triton
@@ -56,9 +61,22 @@ FORMS = {
     "math module named": ("from triton.language import math as tmath", "y = tmath.exp(x)"),
     "core module named": ("import triton.language.core as core", "y = core.maximum(x, 0.5)"),
     "core module imported": ("from triton.language import core", "y = core.maximum(x, 0.5)"),
-    "kernel's own alias": ("import triton.language as tl", "e = tl.exp\n    y = e(x)"),
+    "kernel's own alias": ("import triton.language as tl", "e = tl.exp" + HELD + "\n    y = e(x)"),
     "kernel's own name hides": ("import triton.language as tl\nfrom triton.language import exp",
-                                "exp = tl.exp\n    y = exp(x)"),
+                                "exp = tl.exp" + HELD + "\n    y = exp(x)"),
+    "kernel's alias of tl.dot": ("import triton.language as tl", "d = tl.dot" + HELD + "\n    y = tl.sum(d(x[:, None] "
+                                 "* x[None, :], x[:, None] * x[None, :], input_precision='ieee'), axis=1)"),
+    "kernel's unused alias": ("import triton.language as tl", "d = tl.dot" + HELD + "\n    y = x"),
+    "kernel's alias of its alias": ("import triton.language as tl", "e = tl.exp" + HELD + "\n    f = e" + HELD +
+                                    "\n    y = f(x)"),
+    "kernel's alias of tl.sum": ("import triton.language as tl", "s = tl.sum" + HELD + "\n    y = x + s(x, axis=0)"),
+    "kernel's alias of a helper": ("import triton.language as tl" + COMBINE, "c = comb" + HELD + "\n    y = c(x, x)"),
+    "kernel's dtype variable": ("import triton.language as tl", "f = tl.float32\n    y = x.to(f)"),
+    "tl.dot": ("import triton.language as tl",
+               "y = tl.sum(tl.dot(x[:, None] * x[None, :], x[:, None] * x[None, :], input_precision='ieee'), axis=1)"),
+    "libdevice": ("from triton.language.extra import libdevice", "y = libdevice.exp(x)" + EXTRA),
+    "libdevice through tl": ("import triton.language as tl", "y = tl.extra.libdevice.exp(x)" + EXTRA),
+    "libdevice imported": ("from triton.language.extra.libdevice import tanh", "y = tanh(x)" + EXTRA),
     "jit function imported": ("from triton.language import sum as tsum", "y = x + tsum(x, axis=0)"),
     "jit function aliased": ("import triton.language as tl\ns = tl.sum", "y = x + s(x, axis=0)"),
     "cdiv imported": ("from triton.language import cdiv", "y = x + cdiv(7, 2)"),
@@ -80,12 +98,13 @@ FORMS = {
     "from math": ("from triton.language.math import exp", "y = exp(x)" + MARK),
     "from core": ("from triton.language.core import maximum", "y = maximum(x, 0.5)" + MARK),
     "assigned from core": ("import triton.language as tl\nm = triton.language.core.maximum", "y = m(x, 0.5)" + MARK),
-    "kernel's alias of an import": ("from triton.language import maximum", "m = maximum\n    y = m(x, 0.5)" + MARK),
+    "kernel's alias of an import": ("from triton.language import maximum",
+                                    "m = maximum" + HELD + "\n    y = m(x, 0.5)" + MARK),
     "imported, after tl.sum": ("import triton.language as tl\nfrom triton.language import maximum",
                                "s = tl.sum(x, axis=0)\n    y = maximum(x, s)" + MARK),
     "tl.core": ("import triton.language as tl", "y = tl.core.maximum(x, 0.5)"),
     "triton.language.core": ("", "y = triton.language.core.maximum(x, 0.5)"),
-    "kernel's alias of tl.core": ("import triton.language as tl", "m = tl.core.maximum\n    y = m(x, 0.5)"),
+    "kernel's alias of tl.core": ("import triton.language as tl", "m = tl.core.maximum" + HELD + "\n    y = m(x, 0.5)"),
     "tl.core, after tl.sum": ("import triton.language as tl", "s = tl.sum(x, axis=0)\n    y = tl.core.maximum(x, s)"),
     "tuple of builtins": ("import triton.language as tl\nfns = (tl.exp,)", "y = fns[0](x)"),
     "in a jitted helper": ("import triton.language as tl\ne = tl.exp\n\n@triton.jit\ndef h(v):\n"
@@ -97,10 +116,12 @@ FORMS = {
     "reduce": ("from triton.language import reduce" + COMBINE, "y = x + reduce(x, 0, comb)" + MARK),
     "multiple_of": ("from triton.language import multiple_of", "o = multiple_of(r, 16)" + MARK + "\n    y = x + o"),
 }
-#: Forms the interpreter cannot run alone that are not refused: triton.language.core reached while the kernel runs
-#: (it runs once a launch has called a jitted triton.language function such as tl.sum, whose call patches
-#: triton.language.core for good: "tl.core, after tl.sum"), and a builtin held in a container.
-UNCAUGHT = {"tl.core", "triton.language.core", "kernel's alias of tl.core", "tuple of builtins"}
+#: Forms the interpreter cannot run alone that are not refused as bound at import: triton.language.core reached while
+#: the kernel runs (it runs once a launch has called a jitted triton.language function such as tl.sum, whose call
+#: patches triton.language.core for good: "tl.core, after tl.sum"; a kernel's alias of it is refused as a function
+#: held), a builtin held in a container, and triton.language.extra, which is warned of.
+UNCAUGHT = {"tl.core", "triton.language.core", "kernel's alias of tl.core", "tuple of builtins", "libdevice",
+            "libdevice through tl", "libdevice imported"}
 #: Runs go() of each file named on the command line under the interpreter, each in a forked child (a launch can
 #: leave triton.language.core patched: the forms must not see each other's); prints {file: error or null}.
 RUNNER = """import importlib.util, json, os, sys
@@ -149,38 +170,60 @@ def interpreted(tmp_path_factory) -> dict[str, str | None]:
     return {name: errors[str(path)] for name, path in paths.items()}
 
 
-def _refused_lines(source: str) -> list[str]:
-    """The 'line N' of each interpreter problem static_check names."""
-    return [p.split(":")[0] for p in static_check(source, "ref", "f") if "as bound at import" in p]
+def _refused_lines(source: str, says: str = "as bound at import") -> list[str]:
+    """The 'line N' of each problem static_check names that ``says`` so."""
+    return [p.split(":")[0] for p in static_check(source, "ref", "f") if says in p]
+
+
+def _marked_lines(source: str, mark: str) -> list[str]:
+    return [f"line {i}" for i, text in enumerate(source.splitlines(), start=1) if text.endswith(mark)]
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 def test_the_check_refuses_exactly_the_calls_the_interpreter_cannot_run(form, interpreted):
     source = TEMPLATE.format(header=FORMS[form][0], body=FORMS[form][1])
-    marked = [f"line {i}" for i, text in enumerate(source.splitlines(), start=1) if text.endswith(MARK)]
+    marked = _marked_lines(source, MARK)
     assert _refused_lines(source) == marked, source
+    assert _refused_lines(source, "holds a function in a variable") == _marked_lines(source, HELD), source
+    assert [w.split(":")[0] for w in interpreter_warnings(source)] == _marked_lines(source, EXTRA), source
     assert (interpreted[form] is None) == (not marked and form not in UNCAUGHT), interpreted[form]
     if marked:
         assert "Did you forget to add @triton.jit" in interpreted[form] or "range" in form, interpreted[form]
+    if EXTRA in FORMS[form][1]:
+        assert "cannot convert None" in interpreted[form], interpreted[form]
 
 
-@compile_only
-@pytest.mark.parametrize("form", [form for form, (header, body) in FORMS.items()
-                                  if MARK in header + body and form != "kernel's alias of an import"])
-def test_a_gpu_compiles_each_refused_form(form, tmp_path):
-    """What the check refuses is no GPU problem: each form compiles for sm_90, gfx942 and gfx950, but a kernel's
-    own alias of a function (``m = maximum``), which the GPU compiler takes for a tensor and refuses."""
+def _compile_form(form: str, path: Path) -> None:
+    """Compile the form's kernel for sm_90, gfx942 and gfx950 (raises where one does not compile)."""
     from polyrec.hardware.catalog import get_device
     from polyrec.hardware.compile import CompileJob, compile_job
 
-    path = tmp_path / "refused_form.py"
     path.write_text(TEMPLATE.format(header=FORMS[form][0], body=FORMS[form][1]))
-    spec = importlib.util.spec_from_file_location(f"refused_form_{list(FORMS).index(form)}", path)
+    spec = importlib.util.spec_from_file_location(f"compiled_form_{list(FORMS).index(form)}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     job = CompileJob(label=form, kernel=module.k, signature={"xp": "*fp32", "yp": "*fp32"})
     for device in COMPILE_DEVICES:
         compile_job(job, get_device(device))
+
+
+@compile_only
+@pytest.mark.parametrize("form", [form for form, (header, body) in FORMS.items() if HELD not in header + body and (
+    MARK in header + body or EXTRA in body or form in ("tl.dot", "kernel's dtype variable"))])
+def test_a_gpu_compiles_each_form_the_interpreter_cannot_run(form, tmp_path):
+    """What the check refuses as bound at import, or warns of as triton.language.extra, is no GPU problem: each
+    form compiles for sm_90, gfx942 and gfx950; so do tl.dot called directly and a kernel's dtype variable."""
+    _compile_form(form, tmp_path / "form.py")
+
+
+@compile_only
+@pytest.mark.parametrize("form", [form for form, (header, body) in FORMS.items() if HELD in body])
+def test_a_gpu_refuses_each_function_held_in_a_kernel_variable(form, tmp_path):
+    """What the check refuses as a function held in a kernel's variable does not compile, called or not."""
+    from triton.compiler.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="to tensor"):
+        _compile_form(form, tmp_path / "form.py")
 
 
 def test_the_message_names_the_call_the_kernel_and_the_fix():
@@ -223,6 +266,51 @@ def test_verify_accepts_triton_language_under_another_name(tmp_path):
     assert report.accepted and report.stages["numerics"] == "pass", report.failures
 
 
+def _bare_candidate(tmp_path: Path, before: str, call: str) -> tuple[Path, int]:
+    """The bare-dot matmul port with ``before`` as the first line of its kernel and ``acc += {call}``; (file, line of
+    ``before``, or of the call where ``before`` is empty)."""
+    source = BARE.read_text().replace("acc += tl.dot(x, y)", f"acc += {call}")
+    source = source.replace("    rm = tl.program_id(0)", f"    {before}\n    rm = tl.program_id(0)" if before
+                            else "    rm = tl.program_id(0)")
+    candidate = tmp_path / "mm_local.py"
+    candidate.write_text(source)
+    looked_for = before or f"acc += {call}"
+    return candidate, next(i for i, text in enumerate(source.splitlines(), start=1) if looked_for in text)
+
+
+def test_verify_refuses_a_kernel_variable_holding_tl_dot(tmp_path):
+    candidate, line = _bare_candidate(tmp_path, "d = tl.dot", "d(x, y, input_precision=\"ieee\")")
+    report = verify(candidate, REFERENCE, NUMERICS)
+    assert not report.accepted and report.stages == {"static": "fail"}, report.stages
+    assert report.failures == [
+        f"static: line {line}: d = tl.dot in kernel mm_kernel holds a function in a variable, which a kernel cannot: "
+        "the GPU compile refuses the assignment (\"cannot convert <function ...> to tensor\", though the CPU "
+        "interpreter of the numerics stage runs it); call tl.dot directly (call triton.language builtins as tl.NAME "
+        "inside kernels)"], report.failures
+
+
+def test_verify_warns_that_libdevice_cannot_run_in_the_interpreter(tmp_path):
+    candidate, line = _bare_candidate(tmp_path, "", "tl.dot(x, y, input_precision=\"ieee\") * "
+                                      "tl.extra.libdevice.exp(0.0 * acc)")
+    report = verify(candidate, REFERENCE, NUMERICS)
+    assert not report.accepted and report.stages["numerics"] == "fail", report.stages
+    assert any("'NoneType' object has no attribute" in f for f in report.failures), report.failures
+    assert report.warnings == [
+        f"static: line {line}: tl.extra.libdevice.exp in kernel mm_kernel is triton.language.extra.libdevice.exp, "
+        "which the CPU interpreter of the numerics stage cannot run (Triton 3.6 has no interpreter version of "
+        "triton.language.extra: the call returns None and the run fails, with \"cannot convert None ... to tensor\" "
+        "or \"'NoneType' object has no attribute\"), so the port cannot pass verify; use tl.exp (tl.math.exp)"], \
+        report.warnings
+
+
+def test_a_libdevice_function_without_a_tl_equivalent_says_so():
+    source = TEMPLATE.format(header=FORMS["libdevice imported"][0], body=FORMS["libdevice imported"][1])
+    [warning] = interpreter_warnings(source)
+    assert "tanh in kernel k is triton.language.extra.libdevice.tanh" in warning, warning
+    assert warning.endswith("Triton 3.6 has no tl.math.tanh: compute it from tl functions (tl.exp, tl.log, "
+                            "tl.where...)"), warning
+
+
 def test_the_port_loop_feeds_the_refusal_back(tmp_path):
     candidate, line = _alias_candidate(tmp_path, "matmul = tl.dot", "matmul")
     provider = RecordedTranscriptProvider(replies=[f"```python\n{candidate.read_text()}```\n"] * 2)
@@ -238,6 +326,8 @@ def test_the_port_loop_feeds_the_refusal_back(tmp_path):
 def test_the_port_prompt_asks_for_tl_attributes():
     assert "call triton.language functions as tl.NAME" in SYSTEM_PROMPT
     assert "from triton.language import" in SYSTEM_PROMPT and "mm = tl.dot" in SYSTEM_PROMPT
+    assert "never\n  hold a function in a kernel's variable (`d = tl.dot` in a kernel" in SYSTEM_PROMPT
+    assert "not triton.language.extra.libdevice" in SYSTEM_PROMPT
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="launches a kernel in the interpreter")

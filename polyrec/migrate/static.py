@@ -9,9 +9,12 @@ it would hide what is reached through it); assignment to attributes of torch / t
 eval/exec/open/globals/exit; autotune; anything named after the reference; a kernel's call that the CPU
 interpreter of the numerics stage cannot run although a GPU compiles it: a ``triton.language`` builtin called
 through a name bound at import (``from triton.language import dot``, a module-level ``mm = tl.dot``:
-``INTERPRETER_UNPATCHED``). Warned of: a ``tl.dot`` left at
+``INTERPRETER_UNPATCHED``); a kernel's variable bound to a function (``d = tl.dot`` in a kernel), which the
+interpreter runs but a GPU does not compile (``KERNEL_FUNCTION_VARIABLE``). Warned of: a ``tl.dot`` left at
 Triton's per-target default precision (``DOT_DEFAULT_PRECISION``), which the CPU interpreter does not model,
-however it is named (``lang.dot``, ``from triton.language import dot``, ``mm = tl.dot``).
+however it is named (``lang.dot``, ``from triton.language import dot``, ``mm = tl.dot``); a kernel's call of a
+``triton.language.extra`` function such as ``libdevice.exp``, which the interpreter cannot run
+(``EXTRA_UNINTERPRETED``).
 """
 
 from __future__ import annotations
@@ -66,6 +69,27 @@ INTERPRETER_UNPATCHED = (
     "alias): call triton.language builtins as tl.{name} (the CPU interpreter of the numerics stage patches only "
     "the attributes of triton.language, so {expr} keeps the unpatched builtin and the run fails, for a builtin "
     "with \"Did you forget to add @triton.jit ?\"; a GPU compiles such a call through a module-level name)")
+#: Why a kernel's name bound to a function is refused. A kernel's variable holds tensors and constants: Triton 3.6's
+#: code generator (triton/compiler/code_generator.py) turns the value of each assignment into a tensor, and a
+#: function (a builtin, a jitted function such as tl.sum or the candidate's own helper) raises "cannot convert
+#: <function dot> to tensor" at the assignment, called or not, for sm_90, gfx942 and gfx950 alike. The interpreter
+#: runs the kernel as Python, so only the compile stage would fail the port, with that message and no line.
+#: tests/test_migrate_verify_interp.py runs each form under TRITON_INTERPRET=1 and compiles it.
+KERNEL_FUNCTION_VARIABLE = (
+    "{name} = {value} in kernel {kernel} holds a function in a variable, which a kernel cannot: the GPU compile "
+    "refuses the assignment (\"cannot convert <function ...> to tensor\", though the CPU interpreter of the "
+    "numerics stage runs it); call {call} directly (call triton.language builtins as tl.NAME inside kernels)")
+#: Why a kernel's call of a triton.language.extra function is warned of, not refused. Triton 3.6's
+#: triton/language/extra/libdevice.py holds stubs (``def exp(arg0): ...``) that the GPU compiler replaces with the
+#: target's libdevice (extra/cuda, extra/hip), which compile for sm_90, gfx942 and gfx950; the interpreter has no
+#: version of them: ``libdevice.exp(x)`` returns None there and the run fails with "cannot convert None of type
+#: <class 'NoneType'> to tensor" when stored, "'NoneType' object has no attribute 'type'" when computed with
+#: (extra.cuda.libdevice: "Did you forget to add @triton.jit ?"). A call whose value is never used runs, so it is not
+#: refused; a port that uses one cannot pass the numerics stage.
+EXTRA_UNINTERPRETED = (
+    "{expr} in kernel {kernel} is {dotted}, which the CPU interpreter of the numerics stage cannot run (Triton 3.6 "
+    "has no interpreter version of triton.language.extra: the call returns None and the run fails, with \"cannot "
+    "convert None ... to tensor\" or \"'NoneType' object has no attribute\"), so the port cannot pass verify; {fix}")
 
 
 def _is_jit(node: ast.FunctionDef) -> bool:
@@ -215,6 +239,7 @@ def static_check(source: str, reference_module: str, reference_func: str) -> lis
         elif isinstance(node, ast.FunctionDef) and _is_jit(node):
             problems += _kernel_problems(node)
     problems += interpreter_problems(tree, aliases)
+    problems += kernel_variable_problems(tree, aliases, kernels)
     if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
         problems.append("no top-level run(*inputs) function")
     if not kernels:
@@ -391,6 +416,95 @@ def _interpreted_name(dotted: str) -> str | None:
     if obj is None or not (tl.core.is_builtin(obj) or obj is tl.range or obj is tl.static_range):
         return None
     return next((name for name in (parts[-1], *dir(tl)) if getattr(tl, name, None) is obj), None)
+
+
+def kernel_variable_problems(tree: ast.Module, aliases: dict[str, str], kernels: set[str]) -> list[str]:
+    """Each binding, in a jitted function, of a name to a function (``KERNEL_FUNCTION_VARIABLE``): an attribute
+    chain or a from-import reaching one (``tl.dot``, ``tl.sum``, ``libdevice.exp``), a module-level jitted function,
+    a module-level name bound to a builtin at import (``mm = tl.dot``), or a name the kernel bound to one of those."""
+    declared_global = {name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names}
+    module_names = {name: f"tl.{held}" for name, held in _import_bound(tree, {}, declared_global, aliases).items()}
+    module_names |= {name: name for name in kernels}
+    problems = []
+    for kernel in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_jit(n)):
+        local = _local_names(kernel)
+        visible = {name: dotted for name, dotted in aliases.items() if name not in local}
+        held = {name: call for name, call in module_names.items() if name not in local}
+        bindings = [pair for node in _scope_nodes(kernel) for pair in _bindings(node)]
+        while new := {name: call for name, value in bindings
+                      if name not in held and (call := _held_function(value, visible, held))}:
+            held |= new
+        for name, value in bindings:
+            if call := _held_function(value, visible, held):
+                message = KERNEL_FUNCTION_VARIABLE.format(name=name, value=ast.unparse(value), kernel=kernel.name,
+                                                          call=call)
+                problems.append((value.lineno, f"line {value.lineno}: {message}"))
+    return [problem for _, problem in sorted(problems)]
+
+
+def _held_function(value: ast.expr, aliases: dict[str, str], held: dict[str, str]) -> str | None:
+    """How to call the function ``value`` holds (``tl.dot``), where it is one of the names ``held`` or reaches a
+    function through ``aliases``; None when it holds none."""
+    if isinstance(value, ast.Name) and value.id in held:
+        return held[value.id]
+    chain = [value.id] if isinstance(value, ast.Name) else _chain(value) if isinstance(value, ast.Attribute) else None
+    if not chain or chain[0] not in aliases:
+        return None
+    return _function_call(".".join([aliases[chain[0]], *chain[1:]]))
+
+
+@functools.cache
+def _function_call(dotted: str) -> str | None:
+    """How to call the function at ``dotted``: ``tl.NAME`` where that reaches it (triton.language.core.dot), else
+    ``dotted`` (triton.language.extra.libdevice.exp); None when it is no function (a module, a dtype)."""
+    import triton.language as tl
+
+    parts = dotted.split(".")
+    found = list(_resolve(parts)) if parts[0] in ALLOWED_MODULE_ROOTS else []
+    obj = found[-1] if len(found) == len(parts) else None
+    if not callable(obj) or isinstance(obj, type):
+        return None
+    return next((f"tl.{name}" for name in (parts[-1], *dir(tl)) if getattr(tl, name, None) is obj), dotted)
+
+
+def interpreter_warnings(source: str) -> list[str]:
+    """Each call in a jitted function of a ``triton.language.extra`` function (``EXTRA_UNINTERPRETED``), through an
+    attribute chain (``libdevice.exp``, ``tl.extra.libdevice.exp``) or a from-import, with its tl.math equivalent
+    where Triton has one."""
+    import triton.language as tl
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # static_check reports it
+    aliases = _module_aliases(tree)
+    warnings = []
+    for kernel in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_jit(n)):
+        local = _local_names(kernel)
+        for call in (n for n in _scope_nodes(kernel) if isinstance(n, ast.Call)):
+            chain = ([call.func.id] if isinstance(call.func, ast.Name) and call.func.id not in local
+                     else _chain(call.func) if isinstance(call.func, ast.Attribute) else None)
+            if not chain or chain[0] not in aliases:
+                continue
+            dotted = ".".join([aliases[chain[0]], *chain[1:]])
+            if not _is_extra_function(dotted):
+                continue
+            name = dotted.rsplit(".", 1)[-1]
+            fix = (f"use tl.{name} (tl.math.{name})" if callable(getattr(tl.math, name, None))
+                   else f"Triton 3.6 has no tl.math.{name}: compute it from tl functions (tl.exp, tl.log, tl.where...)")
+            message = EXTRA_UNINTERPRETED.format(expr=ast.unparse(call.func), kernel=kernel.name, dotted=dotted,
+                                                 fix=fix)
+            warnings.append((call.lineno, f"line {call.lineno}: {message}"))
+    return [warning for _, warning in sorted(warnings)]
+
+
+@functools.cache
+def _is_extra_function(dotted: str) -> bool:
+    """``dotted`` (triton.language.extra.libdevice.exp) is a function of a triton.language.extra module."""
+    parts = dotted.split(".")
+    found = list(_resolve(parts)) if parts[0] == "triton" else []
+    return (len(found) == len(parts) and callable(found[-1]) and not isinstance(found[-1], type)
+            and (getattr(found[-1], "__module__", "") or "").startswith("triton.language.extra."))
 
 
 def _kernel_problems(kernel: ast.FunctionDef) -> list[str]:

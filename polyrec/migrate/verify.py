@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrec.migrate.cases import Case, make_cases
-from polyrec.migrate.static import precision_warnings, static_check
+from polyrec.migrate.static import interpreter_warnings, precision_warnings, static_check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Comparison tolerances per output dtype (atol, rtol) against the float64 reference. float16 and bfloat16:
@@ -214,7 +214,7 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
     module_name, _, func_name = reference.partition(":")
     source = candidate.read_text()
     problems = static_check(source, module_name, func_name)
-    report.warnings = [f"static: {w}" for w in precision_warnings(source)]
+    report.warnings = [f"static: {w}" for w in precision_warnings(source) + interpreter_warnings(source)]
     report.stages["static"] = "fail" if problems else "pass"
     report.failures += [f"static: {p}" for p in problems]
     if problems:
