@@ -21,7 +21,8 @@ from compile_util import COMPILE_DEVICES, compile_only
 
 from polyrec.migrate.port import SYSTEM_PROMPT, port
 from polyrec.migrate.providers import RecordedTranscriptProvider
-from polyrec.migrate.static import interpreter_warnings, static_check
+from polyrec.migrate.interpreter_checks import interpreter_warnings
+from polyrec.migrate.static import static_check
 from polyrec.migrate.verify import VerifyConfig, verify
 
 HERE = Path(__file__).parent / "migrate_corpus" / "verify"

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from polyrec.migrate.cases import Case, make_cases
-from polyrec.migrate.static import interpreter_warnings, precision_warnings, static_check
+from polyrec.migrate.interpreter_checks import interpreter_warnings
+from polyrec.migrate.static import precision_warnings, static_check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Comparison tolerances per output dtype (atol, rtol) against the float64 reference. float16 and bfloat16:
