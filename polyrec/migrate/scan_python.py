@@ -211,8 +211,9 @@ class _Visitor(ast.NodeVisitor):
             asm = self._string_arg(node, 0, "asm")
             if asm is not None and _PTX.search(asm) and not _AMDGCN.search(asm):
                 approx = _PTX_APPROX.search(asm)
-                what = (f"the PTX approximate op {approx.group(0)}, which AMD GPUs lack; use tl.math or "
-                        "triton.language.extra.libdevice (exp2, tanh, rsqrt...), lowered for each backend"
+                what = (f"the PTX approximate op {approx.group(0)}, which AMD GPUs lack; use tl.math (exp2, "
+                        "rsqrt...), or triton.language.extra.libdevice where tl.math has none (tanh...): both lowered "
+                        "for each backend, but migrate verify's CPU interpreter cannot run libdevice"
                         if approx else "PTX assembly; Triton's AMD backend cannot compile it")
                 self.add("PM103", node, f"tl.inline_asm_elementwise with {what}")
         elif last in ("RawKernel", "RawModule", "ElementwiseKernel", "ReductionKernel"):
