@@ -10,8 +10,8 @@ import ast
 import functools
 from collections import Counter
 
-from polyrec.migrate.kernel_ast import (ALLOWED_MODULE_ROOTS, attribute_chain, is_jit, local_names, module_aliases,
-                                        name_bindings, resolve_prefixes, scope_nodes)
+from polyrec.migrate.kernel_ast import (dotted_path, is_jit, local_names, module_aliases, name_bindings, resolved,
+                                        scope_nodes)
 
 #: Why a kernel's call of a triton.language builtin through a name bound at import is refused. For the length of a
 #: launch, Triton 3.6's interpreter (triton/runtime/interpreter.py ``_patch_lang``) replaces the builtins (and
@@ -106,8 +106,7 @@ def _bound_builtin(value: ast.expr | str, names: dict[str, str], aliases: dict[s
     if aliases is None:
         return None
     if isinstance(value, ast.Attribute):
-        chain = attribute_chain(value)
-        value = ".".join([aliases[chain[0]], *chain[1:]]) if chain and chain[0] in aliases else ""
+        value = dotted_path(value, aliases) or ""
     return _interpreted_name(value) if isinstance(value, str) and value.startswith("triton.") else None
 
 
@@ -120,14 +119,20 @@ def _interpreted_name(dotted: str) -> str | None:
     must not depend on what ran before in the process."""
     import triton.language as tl
 
-    parts = dotted.removeprefix("triton.language.core.").split(".")
-    if len(parts) == 1:
-        parts = ["triton", "language", parts[0]]
-    found = list(resolve_prefixes(parts))
-    obj = found[-1] if len(found) == len(parts) else None
+    core_name = dotted.removeprefix("triton.language.core.")
+    if "." not in core_name:
+        dotted = f"triton.language.{core_name}"
+    obj = resolved(dotted)
     if obj is None or not (tl.core.is_builtin(obj) or obj is tl.range or obj is tl.static_range):
         return None
-    return next((name for name in (parts[-1], *dir(tl)) if getattr(tl, name, None) is obj), None)
+    return _tl_name(obj, dotted)
+
+
+def _tl_name(obj: object, dotted: str) -> str | None:
+    """NAME where ``tl.NAME`` is ``obj`` (``dotted``'s last part first, then every name of triton.language)."""
+    import triton.language as tl
+
+    return next((name for name in (dotted.rsplit(".", 1)[-1], *dir(tl)) if getattr(tl, name, None) is obj), None)
 
 
 def kernel_variable_problems(tree: ast.Module, aliases: dict[str, str], kernels: set[str]) -> list[str]:
@@ -159,25 +164,19 @@ def _held_function(value: ast.expr, aliases: dict[str, str], held: dict[str, str
     function through ``aliases``; None when it holds none."""
     if isinstance(value, ast.Name) and value.id in held:
         return held[value.id]
-    chain = ([value.id] if isinstance(value, ast.Name)
-             else attribute_chain(value) if isinstance(value, ast.Attribute) else None)
-    if not chain or chain[0] not in aliases:
-        return None
-    return _function_call(".".join([aliases[chain[0]], *chain[1:]]))
+    dotted = dotted_path(value, aliases)
+    return None if dotted is None else _function_call(dotted)
 
 
 @functools.cache
 def _function_call(dotted: str) -> str | None:
     """How to call the function at ``dotted``: ``tl.NAME`` where that reaches it (triton.language.core.dot), else
     ``dotted`` (triton.language.extra.libdevice.exp); None when it is no function (a module, a dtype)."""
-    import triton.language as tl
-
-    parts = dotted.split(".")
-    found = list(resolve_prefixes(parts)) if parts[0] in ALLOWED_MODULE_ROOTS else []
-    obj = found[-1] if len(found) == len(parts) else None
+    obj = resolved(dotted)
     if not callable(obj) or isinstance(obj, type):
         return None
-    return next((f"tl.{name}" for name in (parts[-1], *dir(tl)) if getattr(tl, name, None) is obj), dotted)
+    name = _tl_name(obj, dotted)
+    return dotted if name is None else f"tl.{name}"
 
 
 def interpreter_warnings(source: str) -> list[str]:
@@ -195,12 +194,10 @@ def interpreter_warnings(source: str) -> list[str]:
     for kernel in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and is_jit(n)):
         local = local_names(kernel)
         for call in (n for n in scope_nodes(kernel) if isinstance(n, ast.Call)):
-            chain = ([call.func.id] if isinstance(call.func, ast.Name) and call.func.id not in local
-                     else attribute_chain(call.func) if isinstance(call.func, ast.Attribute) else None)
-            if not chain or chain[0] not in aliases:
+            if isinstance(call.func, ast.Name) and call.func.id in local:
                 continue
-            dotted = ".".join([aliases[chain[0]], *chain[1:]])
-            if not _is_extra_function(dotted):
+            dotted = dotted_path(call.func, aliases)
+            if dotted is None or not _is_extra_function(dotted):
                 continue
             name = dotted.rsplit(".", 1)[-1]
             fix = (f"use tl.{name} (tl.math.{name})" if callable(getattr(tl.math, name, None))
@@ -214,7 +211,6 @@ def interpreter_warnings(source: str) -> list[str]:
 @functools.cache
 def _is_extra_function(dotted: str) -> bool:
     """``dotted`` (triton.language.extra.libdevice.exp) is a function of a triton.language.extra module."""
-    parts = dotted.split(".")
-    found = list(resolve_prefixes(parts)) if parts[0] == "triton" else []
-    return (len(found) == len(parts) and callable(found[-1]) and not isinstance(found[-1], type)
-            and (getattr(found[-1], "__module__", "") or "").startswith("triton.language.extra."))
+    obj = resolved(dotted)
+    return (callable(obj) and not isinstance(obj, type)
+            and (getattr(obj, "__module__", "") or "").startswith("triton.language.extra."))

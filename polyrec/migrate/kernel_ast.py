@@ -59,6 +59,26 @@ def resolve_prefixes(parts: list[str]) -> Iterator[Any]:
         yield obj
 
 
+def dotted_path(expr: ast.expr, aliases: dict[str, str]) -> str | None:
+    """What a name or attribute chain stands for through the imports ``aliases`` (``tl.math.exp`` ->
+    ``triton.language.math.exp``); None when it is rooted at no imported name."""
+    chain = ([expr.id] if isinstance(expr, ast.Name)
+             else attribute_chain(expr) if isinstance(expr, ast.Attribute) else None)
+    if not chain or chain[0] not in aliases:
+        return None
+    return ".".join([aliases[chain[0]], *chain[1:]])
+
+
+def resolved(dotted: str) -> Any:
+    """The object at ``dotted`` (triton.language.dot), found by importing from an allowed root; None when its root
+    is not one of ALLOWED_MODULE_ROOTS or a part of it is missing."""
+    parts = dotted.split(".")
+    if parts[0] not in ALLOWED_MODULE_ROOTS:
+        return None
+    found = list(resolve_prefixes(parts))
+    return found[-1] if len(found) == len(parts) else None
+
+
 def scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
     """The nodes under ``scope`` outside the functions, lambdas and classes defined in it (their own scopes)."""
     for child in ast.iter_child_nodes(scope):

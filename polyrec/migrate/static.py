@@ -23,8 +23,8 @@ import functools
 import types
 
 from polyrec.migrate.interpreter_checks import kernel_variable_problems, interpreter_problems
-from polyrec.migrate.kernel_ast import (ALLOWED_MODULE_ROOTS, attribute_chain, is_jit, local_names, module_aliases,
-                                        name_bindings, resolve_prefixes, scope_nodes)
+from polyrec.migrate.kernel_ast import (ALLOWED_MODULE_ROOTS, attribute_chain, dotted_path, is_jit, local_names,
+                                        module_aliases, name_bindings, resolve_prefixes, resolved, scope_nodes)
 
 ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
 BANNED_CALLS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
@@ -77,11 +77,7 @@ def _reach_problem(dotted: str) -> str | None:
 @functools.cache
 def _is_module(dotted: str) -> bool:
     """``dotted`` (torch, torch.utils, triton.language) names a module."""
-    parts = dotted.split(".")
-    if parts[0] not in ALLOWED_MODULE_ROOTS:
-        return False
-    found = list(resolve_prefixes(parts))
-    return len(found) == len(parts) and isinstance(found[-1], types.ModuleType)
+    return isinstance(resolved(dotted), types.ModuleType)
 
 
 def _module_value_problem(node: ast.Name | ast.Attribute, aliases: dict[str, str]) -> str | None:
@@ -90,13 +86,10 @@ def _module_value_problem(node: ast.Name | ast.Attribute, aliases: dict[str, str
     A module bound to another name, passed, stored or returned would hide from the chain check what is
     reached through it (``t = torch; t.load``), so modules may only be used as ``module.attr``.
     """
-    chain = [node.id] if isinstance(node, ast.Name) else attribute_chain(node)
-    if not chain or chain[0] not in aliases or not isinstance(node.ctx, ast.Load):
+    dotted = dotted_path(node, aliases) if isinstance(node.ctx, ast.Load) else None
+    if dotted is None or not _is_module(dotted):
         return None
-    dotted = ".".join([aliases[chain[0]], *chain[1:]])
-    if not _is_module(dotted):
-        return None
-    return (f"line {node.lineno}: the module {dotted} is used as a value; use it only as {'.'.join(chain)}.name "
+    return (f"line {node.lineno}: the module {dotted} is used as a value; use it only as {ast.unparse(node)}.name "
             "(an alias would hide what is reached through it)")
 
 
@@ -113,7 +106,7 @@ def _attribute_problems(node: ast.Attribute, aliases: dict[str, str], kernels: s
         return [f"line {line}: assigning to {'.'.join(chain)} is not allowed"]
     if chain[0] not in aliases:
         return []
-    problem = _reach_problem(".".join([aliases[chain[0]], *chain[1:]]))
+    problem = _reach_problem(dotted_path(node, aliases))
     return [f"line {line}: {problem}"] if problem else []
 
 
@@ -187,8 +180,8 @@ def _is_dot(expr: ast.expr, aliases: dict[str, str], dots: set[str]) -> bool:
     (``tl.dot``, ``lang.dot``, ``triton.language.dot``)."""
     if isinstance(expr, ast.Name):
         return expr.id in dots
-    chain = attribute_chain(expr) if isinstance(expr, ast.Attribute) else None
-    return bool(chain) and chain[0] in aliases and _names_dot(".".join([aliases[chain[0]], *chain[1:]]))
+    dotted = dotted_path(expr, aliases) if isinstance(expr, ast.Attribute) else None
+    return dotted is not None and _names_dot(dotted)
 
 
 def _dot_names(scope: ast.AST, aliases: dict[str, str], inherited: set[str]) -> set[str]:
@@ -207,9 +200,7 @@ def _names_dot(dotted: str) -> bool:
     """``dotted`` (triton.language.dot, triton.language.core.dot) is ``tl.dot``."""
     import triton.language as tl
 
-    parts = dotted.split(".")
-    found = list(resolve_prefixes(parts)) if parts[0] == "triton" else []
-    return len(found) == len(parts) and found[-1] is tl.dot
+    return resolved(dotted) is tl.dot
 
 
 def _default_precision(call: ast.Call) -> bool:
