@@ -206,11 +206,6 @@ class CriteoTSVSource:
         self._counted_to = here
         return False
 
-    def _share(self) -> str:
-        """Which rows a rank reads, for messages: on several ranks each counts only its own
-        (MAX_BAD_ROWS_IN_A_ROW is of those; the other ranks' lines are not parsed)."""
-        return f" of those dealt to rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-
     def next_batch(self) -> Batch:
         return self._next(wrap=True)
 
@@ -232,8 +227,9 @@ class CriteoTSVSource:
                 self.bad_rows.handle(err, counted=self._counted_before())
                 skipped_in_a_row += 1
                 if skipped_in_a_row > MAX_BAD_ROWS_IN_A_ROW:
-                    raise DataError(err.path, err.line, f"{skipped_in_a_row} bad rows in a row{self._share()}; "
-                                    "is this Criteo TSV?") from None
+                    whose = dealt_to(self.rank, self.world_size, "of those ")
+                    raise DataError(err.path, err.line,
+                                    f"{skipped_in_a_row} bad rows in a row{whose}; is this Criteo TSV?") from None
                 continue
             n, skipped_in_a_row = n + 1, 0
         if n == 0:
@@ -302,6 +298,12 @@ def rank_records(total: int, block: int, rank: int, world_size: int) -> int:
     """How many of ``total`` records are rank ``rank``'s when blocks of ``block`` go to the ranks in turn."""
     cycles, rest = divmod(total, block * world_size)
     return cycles * block + min(max(rest - rank * block, 0), block)
+
+
+def dealt_to(rank: int, world_size: int, lead: str = "") -> str:
+    """Whose rows a message counts: on several ranks " {lead}dealt to rank R of W" (each rank reads and checks
+    only its own), on one nothing."""
+    return f" {lead}dealt to rank {rank} of {world_size}" if world_size > 1 else ""
 
 
 def dealt_ever(positions: np.ndarray, total: int, block: int, rank: int, world_size: int) -> np.ndarray:
@@ -399,8 +401,8 @@ class MLPerfBinarySource:
         if self._dealt_good is None:
             self._dealt_good = any(map(self._good_dealt_in, range(0, self.total, SCAN_RECORDS)))
         if not self._dealt_good:
-            share = f" dealt to rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-            raise DataError(str(self.path), 0, f"no good record in the whole file{share}")
+            whose = dealt_to(self.rank, self.world_size)
+            raise DataError(str(self.path), 0, f"no good record in the whole file{whose}")
 
     def next_batch(self) -> Batch:
         return self._next(wrap=True)
