@@ -54,6 +54,12 @@ def atomic_write(final: Path, write: Callable[[BinaryIO], None], *, prefix: str 
     sync_directory(final.parent)
 
 
+def atomic_write_bytes(final: Path, data: bytes) -> None:
+    """``atomic_write`` of ``data``, the temp file hidden (``.NAME.*.tmp``). A ``final`` that is a symbolic
+    link is replaced by the file, never written through."""
+    atomic_write(final, lambda f: f.write(data), prefix=f".{final.name}.")
+
+
 def atomic_write_text(final: Path, text: str) -> None:
-    """``atomic_write`` of ``text`` (UTF-8), the temp file hidden (``.NAME.*.tmp``)."""
-    atomic_write(final, lambda f: f.write(text.encode("utf-8")), prefix=f".{final.name}.")
+    """``atomic_write_bytes`` of ``text`` in UTF-8."""
+    atomic_write_bytes(final, text.encode("utf-8"))

@@ -32,6 +32,7 @@ NUMERICS = VerifyConfig(compile=False, seeds=(0,))
 MARK = "  # refused"  # ends the line of each call the check must refuse as bound at import
 HELD = "  # function held"  # ends the line of each kernel variable the check must refuse as holding a function
 EXTRA = "  # extra"  # ends the line of each call the check must warn of as triton.language.extra
+ARG = "  # builtin passed"  # ends the line of each call the check must refuse as passing a builtin to a jitted function
 #: A kernel y = f(x) on 16 floats; {header} holds imports and module-level lines, {body} computes y from x.
 TEMPLATE = """import torch
 import triton
@@ -52,6 +53,7 @@ def go():
     k[(1,)](x, y)
 """
 COMBINE = "\n\n@triton.jit\ndef comb(a, b):\n    return a + b"
+APPLY = "\n\n@triton.jit\ndef apply(f, a, b):\n    return f(a, b)"
 #: name -> (header, body). Those with a MARK fail in the interpreter; the others run.
 FORMS = {
     "tl.exp": ("import triton.language as tl", "y = tl.exp(x)"),
@@ -72,6 +74,17 @@ FORMS = {
                                     "\n    y = f(x)"),
     "kernel's alias of tl.sum": ("import triton.language as tl", "s = tl.sum" + HELD + "\n    y = x + s(x, axis=0)"),
     "kernel's alias of a helper": ("import triton.language as tl" + COMBINE, "c = comb" + HELD + "\n    y = c(x, x)"),
+    "kernel's alias of a module alias of tl.sum": ("import triton.language as tl\ns = tl.sum",
+                                                  "t = s" + HELD + "\n    y = x + t(x, axis=0)"),
+    "kernel's alias of a module alias of a helper": ("import triton.language as tl" + COMBINE + "\nc = comb",
+                                                    "d = c" + HELD + "\n    y = d(x, x)"),
+    "kernel's tuple of builtins": ("import triton.language as tl",
+                                   "ops = (tl.maximum, tl.minimum)" + HELD + "\n    y = ops[0](x, 0.5)"),
+    "kernel's tuple of helpers": ("import triton.language as tl" + COMBINE, "ops = (comb,)" + HELD + "\n    y = ops[0](x, x)"),
+    "builtin passed to a helper": ("import triton.language as tl" + APPLY, "y = apply(tl.maximum, x, 0.5)" + ARG),
+    "tl.dot passed to a helper": ("import triton.language as tl" + APPLY, "y = tl.sum(apply(tl.dot, x[:, None] * "
+                                  "x[None, :], x[:, None] * x[None, :]), axis=1)" + ARG),
+    "jitted function passed to a helper": ("import triton.language as tl" + COMBINE + APPLY, "y = apply(comb, x, x)"),
     "kernel's dtype variable": ("import triton.language as tl", "f = tl.float32\n    y = x.to(f)"),
     "tl.dot": ("import triton.language as tl",
                "y = tl.sum(tl.dot(x[:, None] * x[None, :], x[:, None] * x[None, :], input_precision='ieee'), axis=1)"),
@@ -187,6 +200,7 @@ def test_the_check_refuses_exactly_the_calls_the_interpreter_cannot_run(form, in
     assert _refused_lines(source) == marked, source
     assert _refused_lines(source, "holds a function in a variable") == _marked_lines(source, HELD), source
     assert [w.split(":")[0] for w in interpreter_warnings(source)] == _marked_lines(source, EXTRA), source
+    assert _refused_lines(source, "given to a jitted function") == _marked_lines(source, ARG), source
     assert (interpreted[form] is None) == (not marked and form not in UNCAUGHT), interpreted[form]
     if marked:
         assert "Did you forget to add @triton.jit" in interpreted[form] or "range" in form, interpreted[form]
@@ -210,10 +224,12 @@ def _compile_form(form: str, path: Path) -> None:
 
 @compile_only
 @pytest.mark.parametrize("form", [form for form, (header, body) in FORMS.items() if HELD not in header + body and (
-    MARK in header + body or EXTRA in body or form in ("tl.dot", "kernel's dtype variable"))])
+    MARK in header + body or EXTRA in body or form in ("tl.dot", "kernel's dtype variable",
+                                                       "jitted function passed to a helper"))])
 def test_a_gpu_compiles_each_form_the_interpreter_cannot_run(form, tmp_path):
     """What the check refuses as bound at import, or warns of as triton.language.extra, is no GPU problem: each
-    form compiles for sm_90, gfx942 and gfx950; so do tl.dot called directly and a kernel's dtype variable."""
+    form compiles for sm_90, gfx942 and gfx950; so do tl.dot called directly, a kernel's dtype variable and a jitted
+    function passed to a helper."""
     _compile_form(form, tmp_path / "form.py")
 
 
@@ -223,7 +239,17 @@ def test_a_gpu_refuses_each_function_held_in_a_kernel_variable(form, tmp_path):
     """What the check refuses as a function held in a kernel's variable does not compile, called or not."""
     from triton.compiler.errors import CompilationError
 
-    with pytest.raises(CompilationError, match="to tensor"):
+    with pytest.raises(CompilationError, match="to tensor|has no attribute .type."):  # a tuple of builtins: the latter
+        _compile_form(form, tmp_path / "form.py")
+
+
+@compile_only
+@pytest.mark.parametrize("form", [form for form, (header, body) in FORMS.items() if ARG in body])
+def test_a_gpu_refuses_each_builtin_passed_to_a_jitted_function(form, tmp_path):
+    """What the check refuses as a builtin passed to a jitted function does not compile (a jitted one does)."""
+    from triton.compiler.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="has no attribute 'type'"):
         _compile_form(form, tmp_path / "form.py")
 
 

@@ -149,6 +149,7 @@ def hipify(
     as_json: bool = typer.Option(False, "--json", help="Print the report (hipify-report.json) instead of a table."),
 ) -> None:
     """Translate CUDA to HIP; write the files, hipify.diff and hipify-report.json into OUT."""
+    from polyrec.files import atomic_write_text
     from polyrec.migrate.hipify import hipify_tree
     from polyrec.migrate.scan import scan_paths
 
@@ -159,7 +160,7 @@ def hipify(
         reports, diff = hipify_tree(path, out, launch_ggl=launch_ggl, pytorch_extension=pytorch_extension,
                                     target=target, skipped=skipped)
         out.mkdir(parents=True, exist_ok=True)  # no file translated (all skipped) made none
-        (out / "hipify.diff").write_text(diff)
+        atomic_write_text(out / "hipify.diff", diff)
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     except OSError as exc:  # an --out that is a file, or under one
@@ -167,7 +168,7 @@ def hipify(
     remaining = scan_paths([out / r.path for r in reports])
     doc = {"files": [dataclasses.asdict(r) for r in reports], "skipped": skipped,
            "left": [dataclasses.asdict(f) for f in remaining.findings], "not_scanned": remaining.not_scanned}
-    (out / "hipify-report.json").write_text(json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(out / "hipify-report.json", json.dumps(doc, indent=1) + "\n")
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
         return

@@ -35,6 +35,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from polyrec.files import atomic_write_bytes
 from polyrec.migrate.hipify_launch import to_launch_ggl
 from polyrec.migrate.types import SKIP_DIRS
 
@@ -413,7 +414,7 @@ def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_e
                                     target=target)
         dest = out_dir / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(new.encode("utf-8", "surrogateescape"))
+        atomic_write_bytes(dest, new.encode("utf-8", "surrogateescape"))
         reports.append(report)
         diff += _unified_diff(text, new, rel)
     if skipped is None:

@@ -1,8 +1,8 @@
 """What the CPU interpreter of ``polyrec migrate verify``'s numerics stage and a GPU compile treat differently,
 found in a candidate's source before it runs: a ``triton.language`` builtin called through a name bound at import
-(refused: the interpreter cannot run it), a kernel's variable holding a function (refused: a GPU cannot compile
-it), a ``triton.language.extra`` call (warned of: the interpreter cannot run it). Each form is run under
-TRITON_INTERPRET=1 and compiled by tests/test_migrate_verify_interp.py."""
+(refused: the interpreter cannot run it), a kernel's variable holding a function or a builtin passed to a jitted
+function (refused: a GPU cannot compile them), a ``triton.language.extra`` call (warned of: the interpreter cannot
+run it). Each form is run under TRITON_INTERPRET=1 and compiled by tests/test_migrate_verify_interp.py."""
 
 from __future__ import annotations
 
@@ -37,6 +37,14 @@ KERNEL_FUNCTION_VARIABLE = (
     "{name} = {value} in kernel {kernel} holds a function in a variable, which a kernel cannot: the GPU compile "
     "refuses the assignment (\"cannot convert <function ...> to tensor\", though the CPU interpreter of the "
     "numerics stage runs it); call {call} directly (call triton.language builtins as tl.NAME inside kernels)")
+#: Why a builtin passed to a jitted function is refused. Triton 3.6's code generator passes a jitted function
+#: (tl.sum, the candidate's helper) to another as a constant, but a builtin (tl.dot, tl.maximum), even to a
+#: ``tl.constexpr`` parameter, raises "'function' object has no attribute 'type'" at the call for sm_90, gfx942 and
+#: gfx950; the interpreter runs it (tests/test_migrate_verify_interp.py runs and compiles each form).
+KERNEL_BUILTIN_ARGUMENT = (
+    "{value} passed to {callee} in kernel {kernel} is a triton.language builtin given to a jitted function, which "
+    "the GPU compile refuses (\"'function' object has no attribute 'type'\", though the CPU interpreter of the "
+    "numerics stage runs it); call {call} inside {callee} (a jitted function such as tl.sum may be passed)")
 #: Why a kernel's call of a triton.language.extra function is warned of, not refused. Triton 3.6's
 #: triton/language/extra/libdevice.py holds stubs (``def exp(arg0): ...``) that the GPU compiler replaces with the
 #: target's libdevice (extra/cuda, extra/hip), which compile for sm_90, gfx942 and gfx950; the interpreter has no
@@ -138,10 +146,11 @@ def _tl_name(obj: object, dotted: str) -> str | None:
 def kernel_variable_problems(tree: ast.Module, aliases: dict[str, str], kernels: set[str]) -> list[str]:
     """Each binding, in a jitted function, of a name to a function (``KERNEL_FUNCTION_VARIABLE``): an attribute
     chain or a from-import reaching one (``tl.dot``, ``tl.sum``, ``libdevice.exp``), a module-level jitted function,
-    a module-level name bound to a builtin at import (``mm = tl.dot``), or a name the kernel bound to one of those."""
+    a module-level name bound to a builtin at import (``mm = tl.dot``) or to another function (``s = tl.sum``,
+    ``e = libdevice.exp``, ``c = helper``), or a name the kernel bound to one of those."""
     declared_global = {name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names}
     module_names = {name: f"tl.{held}" for name, held in _import_bound(tree, {}, declared_global, aliases).items()}
-    module_names |= {name: name for name in kernels}
+    module_names = _module_functions(tree, aliases, module_names | {name: name for name in kernels}, declared_global)
     problems = []
     for kernel in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and is_jit(n)):
         local = local_names(kernel)
@@ -159,13 +168,56 @@ def kernel_variable_problems(tree: ast.Module, aliases: dict[str, str], kernels:
     return [problem for _, problem in sorted(problems)]
 
 
+def _module_functions(tree: ast.Module, aliases: dict[str, str], held: dict[str, str],
+                      rebound: set[str]) -> dict[str, str]:
+    """``held`` and the module-level names every binding of which holds a function (``s = tl.sum``, then ``t = s``),
+    each with how to call it; a name also bound otherwise (a def, a loop variable, ``global``) is left out."""
+    stores = Counter(n.id for n in scope_nodes(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    stores.update(rebound)
+    stores.update(n.name for n in scope_nodes(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
+    bindings = [pair for node in scope_nodes(tree) for pair in name_bindings(node)]
+    while True:
+        found: dict[str, list[str]] = {}
+        for name, value in bindings:
+            if name not in held and (call := _held_function(value, aliases, held)):
+                found.setdefault(name, []).append(call)
+        new = {name: calls[0] for name, calls in found.items() if len(calls) == stores[name]}
+        if not new:
+            return held
+        held = held | new
+
+
 def _held_function(value: ast.expr, aliases: dict[str, str], held: dict[str, str]) -> str | None:
     """How to call the function ``value`` holds (``tl.dot``), where it is one of the names ``held`` or reaches a
-    function through ``aliases``; None when it holds none."""
+    function through ``aliases``, or is a tuple or list holding one (``(tl.maximum, tl.minimum)``: the compile
+    refuses it too); None when it holds none."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return next((call for elt in value.elts if (call := _held_function(elt, aliases, held))), None)
     if isinstance(value, ast.Name) and value.id in held:
         return held[value.id]
     dotted = dotted_path(value, aliases)
     return None if dotted is None else _function_call(dotted)
+
+
+def builtin_argument_problems(tree: ast.Module, aliases: dict[str, str], kernels: set[str]) -> list[str]:
+    """Each argument, in a jitted function's call of one of the candidate's jitted functions, that reaches a function
+    that is not jitted (``helper(tl.dot, a, b)``: ``KERNEL_BUILTIN_ARGUMENT``)."""
+    from triton.runtime.jit import JITFunction
+
+    problems = []
+    for kernel in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and is_jit(n)):
+        local = local_names(kernel)
+        visible = {name: dotted for name, dotted in aliases.items() if name not in local}
+        for call in (n for n in scope_nodes(kernel) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                     and n.func.id in kernels and n.func.id not in local):
+            for value in [*call.args, *(k.value for k in call.keywords)]:
+                dotted = dotted_path(value, visible)
+                how = None if dotted is None else _function_call(dotted)
+                if how and not isinstance(resolved(dotted), JITFunction):
+                    message = KERNEL_BUILTIN_ARGUMENT.format(value=ast.unparse(value), callee=call.func.id,
+                                                             kernel=kernel.name, call=how)
+                    problems.append((value.lineno, f"line {value.lineno}: {message}"))
+    return [problem for _, problem in sorted(problems)]
 
 
 @functools.cache

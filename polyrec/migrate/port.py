@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from polyrec.files import atomic_write_bytes
 from polyrec.migrate.hipify import HIPIFY_SUFFIXES, hipify_source
 from polyrec.migrate.providers import Provider, ProviderError
 from polyrec.migrate.scan import scan_paths
@@ -83,7 +84,7 @@ def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> None:
     if kernel.suffix in HIPIFY_SUFFIXES:
         text, _ = hipify_source(kernel.read_bytes().decode("utf-8", "surrogateescape"), kernel.name)
         out = work_dir / f"{kernel.stem}.hip{kernel.suffix}"
-        out.write_bytes(text.encode("utf-8", "surrogateescape"))
+        atomic_write_bytes(out, text.encode("utf-8", "surrogateescape"))
         report.hipified_path = str(out)
 
 

@@ -38,11 +38,12 @@ _SYNC_MASKED = re.compile(r"^__(shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|u
 _BALLOT = re.compile(r"^__(ballot_sync|ballot|activemask)$")
 # 32-bit integer types; not unsigned long, 64-bit on Linux where ROCm runs (LP64, the x86-64 System V ABI).
 _NARROW_TYPES = re.compile(r"^(unsigned|unsigned int|int|uint32_t|int32_t)$")
-_LIBRARIES = (  # (include regex, namespace or call prefix, rule, library name)
-    (re.compile(r"^(cutlass|cute)/"), ("cutlass", "cute"), "PM104", "CUTLASS/CuTe"),
-    (re.compile(r"^cub/"), ("cub",), "PM105", "CUB"),
-    (re.compile(r"^cublasLt\.h$"), ("cublasLt",), "PM106", "cuBLASLt"),
-    (re.compile(r"^cudnn(_\w+)?\.h$|^cudnn_frontend"), ("cudnn",), "PM107", "cuDNN"),
+# A use is a namespace (``cub::``, whole name only: cublasCreate is cuBLAS, not CUB) or a C API prefix.
+_LIBRARIES = (  # (include regex, namespace or C API use regex, rule, library name)
+    (re.compile(r"^(cutlass|cute)/"), re.compile(r"^(cutlass|cute)(::|$)"), "PM104", "CUTLASS/CuTe"),
+    (re.compile(r"^cub/"), re.compile(r"^cub(::|$)"), "PM105", "CUB"),
+    (re.compile(r"^cublasLt\.h$"), re.compile(r"^cublasLt"), "PM106", "cuBLASLt"),
+    (re.compile(r"^cudnn(_\w+)?\.h$|^cudnn_frontend"), re.compile(r"^cudnn"), "PM107", "cuDNN"),
 )
 # Token pasting and stringizing mean nothing outside a macro: a##b is parsed as a__b and #x as x (same length).
 _MACRO_OPERATORS = re.compile(rb"##|#")
@@ -280,11 +281,12 @@ class _CudaScan:
         uses = [(m["ns"][0], _text(m["ns"][0])) for m in self.captures("qualified")]
         uses += [(m["fn"][0], _text(m["fn"][0])) for m in self.captures("call")]
         uses += [(m["node"][0], _text(m["node"][0]).split()[-1].rstrip(";")) for m in self.captures("using")]
-        for _, prefixes, rule, lib in _LIBRARIES:
+        uses.sort(key=lambda use: use[0].start_byte)  # the finding is at the library's first use in the file
+        for _, use, rule, lib in _LIBRARIES:
             if rule in included:
                 continue
             for node, text in uses:
-                if text.startswith(prefixes) and not _guarded(node):
+                if use.match(text) and not _guarded(node):
                     self.add(rule, node, f"uses {lib} ({text})")
                     break
 

@@ -10,7 +10,8 @@ anything named after the reference; a kernel's call that the CPU interpreter of 
 although a GPU compiles it: a ``triton.language`` builtin called through a name bound at import (``from
 triton.language import dot``, a module-level ``mm = tl.dot``: ``interpreter_checks.INTERPRETER_UNPATCHED``); a
 kernel's variable bound to a function (``d = tl.dot`` in a kernel), which the interpreter runs but a GPU does not
-compile (``interpreter_checks.KERNEL_FUNCTION_VARIABLE``). Warned of: a ``tl.dot`` left at Triton's per-target
+compile (``interpreter_checks.KERNEL_FUNCTION_VARIABLE``), or passed to a jitted function
+(``interpreter_checks.KERNEL_BUILTIN_ARGUMENT``). Warned of: a ``tl.dot`` left at Triton's per-target
 default precision (``DOT_DEFAULT_PRECISION``), which the CPU interpreter does not model, however it is named
 (``lang.dot``, ``from triton.language import dot``, ``mm = tl.dot``); a kernel's call of a ``triton.language.extra``
 function such as ``libdevice.exp``, which the interpreter cannot run (``interpreter_checks.EXTRA_UNINTERPRETED``).
@@ -22,7 +23,8 @@ import ast
 import functools
 import types
 
-from polyrec.migrate.interpreter_checks import kernel_variable_problems, interpreter_problems
+from polyrec.migrate.interpreter_checks import (builtin_argument_problems, interpreter_problems,
+                                                kernel_variable_problems)
 from polyrec.migrate.kernel_ast import (ALLOWED_MODULE_ROOTS, attribute_chain, dotted_path, is_jit, local_names,
                                         module_aliases, name_bindings, resolve_prefixes, resolved, scope_nodes)
 
@@ -115,7 +117,7 @@ def static_check(source: str, reference_module: str, reference_func: str) -> lis
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return [f"syntax error line {exc.lineno}: {exc.msg}"]
+        return [f"syntax error line {exc.lineno}: {exc.msg}" if exc.lineno else f"syntax error: {exc.msg}"]
     problems: list[str] = []
     ref_names = {reference_module.split(".")[0], reference_module.split(".")[-1], reference_func}
     aliases = module_aliases(tree)
@@ -150,6 +152,7 @@ def static_check(source: str, reference_module: str, reference_func: str) -> lis
             problems += _kernel_problems(node)
     problems += interpreter_problems(tree, aliases)
     problems += kernel_variable_problems(tree, aliases, kernels)
+    problems += builtin_argument_problems(tree, aliases, kernels)
     if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
         problems.append("no top-level run(*inputs) function")
     if not kernels:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -213,7 +214,7 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
     module, func = load_reference(reference)
     ref_digest = _digest(module)
     module_name, _, func_name = reference.partition(":")
-    source = candidate.read_text()
+    source = _read_source(candidate)
     problems = static_check(source, module_name, func_name)
     report.warnings = [f"static: {w}" for w in precision_warnings(source) + interpreter_warnings(source)]
     report.stages["static"] = "fail" if problems else "pass"
@@ -243,6 +244,15 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
             _compile_stage(report, candidate, result["launches"], Path(tmp), blocked, config)
     report.accepted = not report.failures and all(v in ("pass", "skipped: disabled") for v in report.stages.values())
     return report
+
+
+def _read_source(candidate: Path) -> str:
+    """The candidate's text as Python reads it (UTF-8, or the encoding a coding cookie names); ValueError naming the
+    file when it is not Python text (latin-1 without a cookie, UTF-16...)."""
+    try:
+        return importlib.util.decode_source(candidate.read_bytes())
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        raise ValueError(f"verify: {candidate} is not Python source text ({exc}); save it as UTF-8") from exc
 
 
 def _digest(module: Any) -> str | None:
