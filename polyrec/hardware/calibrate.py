@@ -97,6 +97,12 @@ def finite_number(value: Any) -> bool:
 #: and a thousandth of it is a broken measurement or file; values outside overflowed the models (1e300
 #: FLOP/s) or priced every kernel at infinity (1e-300).
 PLAUSIBLE_OVER_DATASHEET = (1e-3, 2.0)
+#: Measured over estimated ceilings (L2 bandwidth, launch latency: no datasheet gives them) a calibration file may
+#: hold. An estimate is no bound: an H200 measured 0.64-0.71x the L2 estimate and 1.2-2.3x the launch latency one
+#: (benchmarks/results/*/calibration_h200*.json); a thousand times off either way is a broken file, and values
+#: beyond priced every kernel at infinity (an L2 of 1e-300 B/s: the GEMM selector found no config) or a step of
+#: 1e304 ms (a launch latency of 1e300 s).
+PLAUSIBLE_OVER_ESTIMATE = (1e-3, 1e3)
 
 
 def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilings:
@@ -113,10 +119,11 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
             return Ceiling(value=fallback, origin=origin)
         if not (finite_number(value) and value > 0):
             raise ValueError(f"calibration of {spec.name}: '{key}' must be a finite positive number, got {value!r}")
-        if origin == "datasheet" and fallback > 0 and not PLAUSIBLE_OVER_DATASHEET[0] <= value / fallback \
-                <= PLAUSIBLE_OVER_DATASHEET[1]:
+        low, high = PLAUSIBLE_OVER_DATASHEET if origin == "datasheet" else PLAUSIBLE_OVER_ESTIMATE
+        if fallback > 0 and not low <= value / fallback <= high:
+            what = "datasheet's" if origin == "datasheet" else "estimate's"
             raise ValueError(f"calibration of {spec.name}: '{key}' {value:.4g} is {value / fallback:.3g}x the "
-                             f"datasheet's {fallback:.4g}, not a measurement of this device; run `polyrec hw "
+                             f"{what} {fallback:.4g}, not a measurement of this device; run `polyrec hw "
                              "calibrate` again or delete the file")
         return Ceiling(value=float(value), origin=cal)
 

@@ -18,7 +18,7 @@ from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.kernels import gemm_select, tbe_forward, tbe_select
 from polyrec.kernels.chunk_copy import INT32_MAX
 from polyrec.perfmodel import tbe
-from polyrec.perfmodel.gemm import GemmProblem
+from polyrec.perfmodel.gemm import GemmProblem, rate_dtype
 from polyrec.perfmodel.gemm_library import library_seconds
 from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_time
 from polyrec.planner import memory as mem
@@ -95,6 +95,18 @@ class Estimate:
     table_times: dict[str, tuple[float, float]]  # table -> (fwd s, bwd s) of its slowest shard
 
 
+def _check_matrix_rates(dense_dtype: str, gemm_dtype: str, specs: dict[str, DeviceSpec]) -> None:
+    """Refuse a dense dtype whose GEMMs some device has no matrix rate for: a data file's peak of 0 means the
+    dtype is unsupported (docs/hardware.md), and every GEMM would be priced at infinity (a plan of an infinite
+    step and 0 samples/s). fp8 runs fp8 GEMMs beside bf16 ones; tf32 runs at the fp32 rate where the device has
+    no TF32 dot (``rate_dtype``)."""
+    for dtype in ("fp8", gemm_dtype) if dense_dtype == "fp8" else (gemm_dtype,):
+        lacking = sorted(name for name, spec in specs.items() if not spec.peak_flops.get(rate_dtype(dtype, spec)))
+        if lacking:
+            raise ValueError(f"dense dtype {dense_dtype}: {', '.join(lacking)} has no {dtype} matrix rate "
+                             f"(no {dtype} GEMMs); choose another --dense-dtype")
+
+
 class Estimator:
     """Predicts plans of one model on one fleet; per-op answers are cached across candidates."""
 
@@ -123,10 +135,7 @@ class Estimator:
         # fp8 dense layers: their fp8 GEMMs priced at the fp8 matmul rate, the rest (and the activations) bf16
         self.fp8 = dense_dtype == "fp8"
         self.gemm_dtype = "bf16" if self.fp8 else dense_dtype
-        if self.fp8:
-            lacking = sorted(name for name, spec in self.specs.items() if not spec.peak_flops.get("fp8"))
-            if lacking:
-                raise ValueError(f"dense dtype fp8: {', '.join(lacking)} has no fp8 matrix rate (no fp8 GEMMs)")
+        _check_matrix_rates(dense_dtype, self.gemm_dtype, self.specs)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Estimator lives for one planning call
     def tbe_seconds(self, device: str, loads: tuple[ShardLoad, ...]) -> tuple[float, float, float, str]:
