@@ -51,16 +51,18 @@ def _header(first: str, path: str) -> list[str] | None:
     return None
 
 
-def parse_row(raw: bytes, cols: list[int], path: str, line_no: int) -> tuple[str, str, float, float]:
-    """One line -> (user, item, rating, timestamp), read from columns ``cols``; DataError names what is wrong."""
+def parse_row(raw: bytes, cols: list[int], width: int, path: str, line_no: int) -> tuple[str, str, float, float]:
+    """One line of ``width`` columns (u.data's 4, an .inter header's count) -> (user, item, rating, timestamp),
+    read from columns ``cols``; DataError names what is wrong. Another count is another format (a Criteo TSV's
+    40 columns read as ratings)."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(path, line_no,
                         f"not UTF-8 text: byte {raw[err.start]:#04x} at byte {err.start + 1} of the line") from None
     fields = line.rstrip("\r\n").split("\t")
-    if len(fields) < max(cols) + 1:
-        raise DataError(path, line_no, f"expected {max(cols) + 1} tab-separated columns, found {len(fields)}")
+    if len(fields) != width:
+        raise DataError(path, line_no, f"expected {width} tab-separated columns, found {len(fields)}")
     try:
         rating, stamp = float(fields[cols[2]]), float(fields[cols[3]])
     except ValueError:
@@ -82,10 +84,11 @@ def read_ratings(path: Path, bad_rows: BadRows) -> tuple[list[str], list[str], n
         first = first.removeprefix(codecs.BOM_UTF8)  # an editor's byte-order mark is not part of the first field
         names = _header(first.decode("utf-8", errors="replace"), str(path))  # bad bytes: parse_row names the line
         cols = [names.index(c) for c in UDATA_COLUMNS] if names else [0, 1, 2, 3]
+        width = len(names) if names else len(UDATA_COLUMNS)
         rows = enumerate(f, start=2) if names else enumerate(itertools.chain([first], f), start=1)
         for line_no, raw in rows:
             try:
-                user, item, rating, stamp = parse_row(raw, cols, str(path), line_no)
+                user, item, rating, stamp = parse_row(raw, cols, width, str(path), line_no)
             except DataError as err:
                 bad_rows.handle(err)
                 continue

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from polyrec.data import DataError
 from polyrec.runtime import parallel
 from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.metrics import PhaseTimer
@@ -210,7 +211,7 @@ class TrainLoop:
     def _eval_and_log(self, result: TrainResult) -> TrainResult | None:
         """Evaluate and log; a non-finite eval log loss stops the run as a non-finite training loss does
         (the stopped result is returned; None: go on)."""
-        ev = self.evaluate()
+        ev = self._evaluate_keeping_state()
         if ev is None:
             return None
         result.evals.append(ev)
@@ -220,6 +221,21 @@ class TrainLoop:
         if math.isfinite(ev["logloss"]):
             return None
         return self._stop_on_nan(result, ev["step"], ev["logloss"], what="eval logloss")
+
+    def _evaluate_keeping_state(self) -> dict[str, Any] | None:
+        """``evaluate``; held-out data that stops the run (a DataError: a malformed eval row, an eval file with no
+        good row) first has the trained state saved where there is a checkpoint directory, as a signal's stop
+        does, and the error names the checkpoint: else the steps since the last periodic checkpoint are lost,
+        every one with the default evaluation at the end."""
+        try:
+            return self.evaluate()
+        except DataError as exc:
+            if not self.cfg.checkpoint_dir or not self.finite_state():
+                raise
+            problem = f"{exc.problem}; the run's state at step {self.step} is saved in {self.save()}"
+            self.log.write({"event": "stopped", "reason": "eval data", "step": self.step,
+                            "message": f"{exc.path}:{exc.line}: {problem}"})
+            raise DataError(exc.path, exc.line, problem) from exc
 
     def _stop_on_nan(self, result: TrainResult, step: int, value: float, what: str = "loss") -> TrainResult:
         ckpt = self._saved_checkpoint()
