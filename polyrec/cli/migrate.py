@@ -66,9 +66,11 @@ def scan(
                                                 "compile them for gfx942/gfx950 (rule PM111; imports the module)."),
 ) -> None:
     """Find what breaks on AMD. Exit 0 clean, 1 findings at --fail-on or above, 2 files not scanned."""
+    from polyrec.files import atomic_write_text
+    from polyrec.migrate.outputs import refuse_overwrite
     from polyrec.migrate.rules import RULES
     from polyrec.migrate.sarif import to_sarif
-    from polyrec.migrate.scan import exit_code, scan_paths
+    from polyrec.migrate.scan import exit_code, iter_sources, scan_paths
     from polyrec.migrate.types import Severity
 
     severities = [s.value for s in Severity]
@@ -76,6 +78,8 @@ def scan(
         raise _fail(f"--fail-on must be one of {', '.join(severities)}, got {fail_on!r}")
     try:
         threshold = Severity(fail_on)
+        if sarif is not None:
+            refuse_overwrite([sarif], [file for file, _ in iter_sources(paths)], "--sarif", "give another file")
         result = scan_paths(paths, rules=set(rule) if rule else None)
         if compile_jobs and (not rule or "PM111" in rule):
             from polyrec.migrate.compile_fit import compile_fit_findings
@@ -87,7 +91,7 @@ def scan(
         raise _fail(_message(exc)) from exc
     if sarif is not None:
         try:
-            sarif.write_text(json.dumps(to_sarif(result), indent=1) + "\n")
+            atomic_write_text(sarif, json.dumps(to_sarif(result), indent=1) + "\n")
         except OSError as exc:
             raise _os_error("--sarif", exc) from exc
     if as_json:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polyrec.files import atomic_write_bytes
+from polyrec.files import atomic_write_bytes, atomic_write_text
 from polyrec.migrate.hipify import HIPIFY_SUFFIXES, hipify_source
+from polyrec.migrate.outputs import refuse_overwrite
 from polyrec.migrate.providers import Provider, ProviderError
 from polyrec.migrate.scan import scan_paths
 from polyrec.migrate.verify import VerifyConfig, load_reference, verify
@@ -83,7 +84,7 @@ def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> None:
     report.scan_findings += [f"not scanned: {why}" for why in scan.not_scanned.values()]
     if kernel.suffix in HIPIFY_SUFFIXES:
         text, _ = hipify_source(kernel.read_bytes().decode("utf-8", "surrogateescape"), kernel.name)
-        out = work_dir / f"{kernel.stem}.hip{kernel.suffix}"
+        out = work_dir / _hipified_name(kernel)
         atomic_write_bytes(out, text.encode("utf-8", "surrogateescape"))
         report.hipified_path = str(out)
 
@@ -91,13 +92,16 @@ def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> None:
 def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: Path, rounds: int = 4,
          config: VerifyConfig | None = None) -> PortReport:
     """Run the loop; write attempts, the transcript, ``port-report.json`` (also when a round raises or on
-    Ctrl-C) and (when accepted) ``port_result.py`` in ``work_dir``."""
+    Ctrl-C) and (when accepted) ``port_result.py`` in ``work_dir``, each as a temporary file renamed over it.
+    ValueError for a ``work_dir`` where one of them would replace the kernel or the reference's file."""
     if rounds < 1:
         raise ValueError(f"port: rounds must be >= 1, got {rounds}")
     if not kernel.is_file():
         why = "is a directory, not a file" if kernel.is_dir() else "does not exist"
         raise FileNotFoundError(f"port: kernel file {kernel} {why}")
-    load_reference(reference)  # bad input with or without a provider (without one it went unread: exit 1)
+    module, func = load_reference(reference)  # bad input with or without a provider (without one: unread, exit 1)
+    refuse_overwrite(_outputs(kernel, work_dir, rounds), [kernel, *_source_files(module, func)],
+                     f"port: --out {work_dir}", "give another --out directory")
     work_dir.mkdir(parents=True, exist_ok=True)
     report = PortReport(kernel=str(kernel), reference=reference,
                         provider=provider.describe() if provider is not None else None)
@@ -113,15 +117,39 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
         report.left.append(f"stopped in round {report.rounds_used}: {type(exc).__name__} {exc}".rstrip())
         raise
     finally:
-        (work_dir / "port-report.json").write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+        atomic_write_text(work_dir / "port-report.json", json.dumps(report.as_dict(), indent=1) + "\n")
     return report
+
+
+def _hipified_name(kernel: Path) -> str:
+    """The name of the hipified copy of a CUDA ``kernel`` in the work folder: ``k.cu`` -> ``k.hip.cu``."""
+    return f"{kernel.stem}.hip{kernel.suffix}"
+
+
+def _outputs(kernel: Path, work_dir: Path, rounds: int) -> list[Path]:
+    """Every file ``port`` may write in ``work_dir`` in ``rounds`` rounds."""
+    names = [*(f"attempt_{i}.py" for i in range(1, rounds + 1)), "port_result.py", "port-report.json",
+             "transcript.jsonl"]
+    if kernel.suffix in HIPIFY_SUFFIXES:
+        names.append(_hipified_name(kernel))
+    return [work_dir / name for name in names]
+
+
+def _source_files(module: Any, func: Any) -> list[Path]:
+    """The reference's files: its module's and the one defining its function (where they have one)."""
+    try:
+        defining = inspect.getsourcefile(func)
+    except TypeError:  # a builtin or C function: no source file
+        defining = None
+    return [Path(f) for f in (getattr(module, "__file__", None), defining) if f]
 
 
 def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, rounds: int,
           config: VerifyConfig | None, report: PortReport) -> None:
     """The propose / verify rounds; fills ``report``."""
     transcript = work_dir / "transcript.jsonl"
-    transcript.write_text("")
+    entries: list[str] = []  # the transcript's lines so far
+    atomic_write_text(transcript, "")
     report.transcript_path = str(transcript)
     messages = first_prompt(kernel, reference, report.scan_findings)
     for round_ in range(1, rounds + 1):
@@ -133,17 +161,18 @@ def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, roun
                 raise ProviderError(f"{report.provider}: reply is {type(reply).__name__}, not text")
         except ProviderError as exc:
             entry["error"] = str(exc)
-            _append(transcript, entry)
+            _append(transcript, entries, entry)
             report.left.append(f"provider failed in round {round_}: {exc}")
             return
         candidate = work_dir / f"attempt_{round_}.py"
-        candidate.write_text(extract_code(reply))
+        code = extract_code(reply)
+        atomic_write_text(candidate, code)
         verdict = verify(candidate, reference, config)
         entry |= {"response": reply, "candidate": str(candidate), "verdict": verdict.as_dict()}
-        _append(transcript, entry)
+        _append(transcript, entries, entry)
         if verdict.accepted:
             result = work_dir / "port_result.py"
-            result.write_text(candidate.read_text())
+            atomic_write_text(result, code)
             report.accepted, report.result_path = True, str(result)
             return
         feedback = "The candidate failed verification:\n" + "\n".join(f"- {f}" for f in verdict.failures[:20])
@@ -155,6 +184,8 @@ def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, roun
     report.left.append(f"no candidate passed verification in {rounds} rounds; see {transcript}")
 
 
-def _append(path: Path, entry: dict[str, Any]) -> None:
-    with path.open("a") as fh:
-        fh.write(json.dumps(entry, default=str) + "\n")
+def _append(path: Path, entries: list[str], entry: dict[str, Any]) -> None:
+    """Add ``entry`` to the JSON-lines transcript ``entries`` and write it whole to ``path`` (a temporary file
+    renamed over it: a transcript that is a link is replaced, never written through)."""
+    entries.append(json.dumps(entry, default=str) + "\n")
+    atomic_write_text(path, "".join(entries))

@@ -93,8 +93,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          sources=("CUDA programming guide, 'Shared memory' opt-in; ROCm GPU hardware specifications",)),
     Rule(id="PM110", name="triton-num-warps-amd", severity=Severity.ERROR, languages=("python",),
          summary="Triton config with num_warps > 16 (more than 1024 work-items on AMD)",
-         explanation="On AMD a Triton warp is a 64-wide wavefront, so num_warps=32 asks for 2048 "
-                     "work-items per workgroup; the limit is 1024.",
+         explanation="On AMD a Triton warp is a 64-wide wavefront, so num_warps=32 (or a warp-count constant "
+                     "such as NUM_WARPS = 32) asks for 2048 work-items per workgroup; the limit is 1024.",
          fix="Cap num_warps at 16 on ROCm (choose the config per target).",
          sources=("Triton AMD backend (warp_size 64); HIP maxThreadsPerBlock 1024",)),
     Rule(id="PM111", name="triton-config-over-lds", severity=Severity.ERROR, languages=("python",),

@@ -19,17 +19,26 @@ class UnsupportedFile(ValueError):
     """A file named on the command line whose suffix no scanner reads."""
 
 
-def iter_sources(paths: Iterable[Path]) -> Iterable[tuple[Path, str]]:
-    """(file, display path) for every scannable file under the given files/directories, sorted; a file named
-    twice (``scan d d/a.cu``) once: its findings and lines were counted twice."""
-    seen: set[Path] = set()
+def iter_sources(paths: Iterable[Path]) -> list[tuple[Path, str]]:
+    """(file, display path) for every scannable file under the given files/directories, sorted per root. A file
+    reached under several names (named twice, ``scan d d/a.cu``, or through a link) is listed once (its findings
+    and lines were counted twice), under the name that passes through the fewest links, the first of those: the
+    file's own name, not a link's that sorted first (``link.cu`` before ``reduce.cu``)."""
+    chosen: dict[Path, tuple[Path, str]] = {}  # the real file -> the name it is scanned under
     for root in paths:
         if not root.exists():
             raise FileNotFoundError(f"scan: {root} does not exist")
         for file, shown in [(root, str(root))] if root.is_file() else _tree(root):
-            if file.resolve() not in seen:
-                seen.add(file.resolve())
-                yield file, shown
+            real = file.resolve()
+            if real not in chosen or _links_on_the_way(file) < _links_on_the_way(chosen[real][0]):
+                chosen[real] = (file, shown)
+    return list(chosen.values())
+
+
+def _links_on_the_way(file: Path) -> int:
+    """How many symbolic links ``file``'s name passes through: its folders' and its own."""
+    parts = file.absolute().parts
+    return sum(Path(*parts[:i]).is_symlink() for i in range(2, len(parts) + 1))
 
 
 def _tree(root: Path) -> Iterable[tuple[Path, str]]:

@@ -258,11 +258,10 @@ class _CudaScan:
                 _text(outer.child_by_field_name("function")) == "__popc":
             self.add("PM102", outer, f"__popc of {name}: counts only lanes 0-31; use __popcll")
             return
-        if parent.type == "init_declarator" and parent.parent.type == "declaration":
-            type_node = parent.parent.child_by_field_name("type")
-            if type_node is not None and _NARROW_TYPES.match(" ".join(_text(type_node).split())):
-                self.add("PM102", node, f"{name} stored in 32-bit `{_text(type_node)}`: lanes 32-63 are "
-                                        "dropped on AMD (use unsigned long long / uint64_t)")
+        stored = _stored_type(node)
+        if stored is not None and _NARROW_TYPES.match(stored[0]):
+            self.add("PM102", stored[1], f"{name} stored in 32-bit `{stored[0]}`: lanes 32-63 are "
+                                         "dropped on AMD (use unsigned long long / uint64_t)")
 
     def _asm(self) -> None:
         for m in self.captures("asm"):
@@ -354,6 +353,68 @@ class _CudaScan:
 
 _FNUZ_ONLY = ("gfx942 (MI300X/MI325X) device code has only the FNUZ formats, other numbers for the same bits "
               "(bias +1, no inf or -0, e4m3 max 240 not 448)")
+
+
+def _stored_type(value: Any) -> tuple[str, Any] | None:
+    """(type, node to report at) of the variable ``value`` is stored in: declared with it as initializer (``unsigned
+    m = value``: at the call), or assigned it (``m = value``, ``m |= value``: at the assignment) where ``m`` is a plain
+    name whose declaration is found; None otherwise (a member of another object, an array element, a cast)."""
+    parent = value.parent
+    if parent.type == "init_declarator" and parent.parent.type == "declaration":
+        type_node = parent.parent.child_by_field_name("type")
+        return (" ".join(_text(type_node).split()), value) if type_node is not None else None
+    if parent.type == "assignment_expression" and parent.child_by_field_name("right").id == value.id:
+        left = parent.child_by_field_name("left")
+        declared = _declared_type(left) if left.type == "identifier" else None
+        return (declared, parent) if declared is not None else None
+    return None
+
+
+def _declared_type(use: Any) -> str | None:
+    """The type (as written, spaces collapsed) of the declaration of identifier ``use`` in the innermost scope
+    around it that declares that name: a block, file or namespace before the use, a ``for`` initializer, a
+    function's parameters, a class's members. None where none is found (a macro body's or a global's elsewhere)."""
+    name = _text(use)
+    scope = use.parent
+    while scope is not None:
+        for decl in reversed(_declarations(scope, use.start_byte)):
+            if name in _declared_names(decl):
+                type_node = decl.child_by_field_name("type")
+                return " ".join(_text(type_node).split()) if type_node is not None else None
+        scope = scope.parent
+    return None
+
+
+def _declarations(scope: Any, before: int) -> list[Any]:
+    """The declarations ``scope`` holds for its code: those of a block, file or namespace ending before byte
+    ``before``, a ``for``'s initializer, a function's parameters, every member of a class."""
+    if scope.type in ("compound_statement", "translation_unit", "declaration_list"):
+        return [c for c in scope.named_children if c.type == "declaration" and c.end_byte <= before]
+    if scope.type == "field_declaration_list":
+        return [c for c in scope.named_children if c.type == "field_declaration"]
+    if scope.type == "for_statement":
+        init = scope.child_by_field_name("initializer")
+        return [init] if init is not None and init.type == "declaration" else []
+    if scope.type == "function_definition":
+        declarator = scope.child_by_field_name("declarator")
+        while declarator is not None and declarator.type != "function_declarator":
+            declarator = declarator.child_by_field_name("declarator")
+        params = declarator.child_by_field_name("parameters") if declarator is not None else None
+        return params.named_children if params is not None else []
+    return []
+
+
+def _declared_names(decl: Any) -> set[str]:
+    """The names a declaration declares as plain variables (``unsigned a, m = 0, &r = m``; not pointers or arrays)."""
+    names = set()
+    for declarator in decl.children_by_field_name("declarator"):
+        if declarator.type == "init_declarator":
+            declarator = declarator.child_by_field_name("declarator")
+        if declarator is not None and declarator.type == "reference_declarator":
+            declarator = declarator.named_children[0] if declarator.named_children else None
+        if declarator is not None and declarator.type in ("identifier", "field_identifier"):
+            names.add(_text(declarator))
+    return names
 
 
 def _fit_text(size: int) -> str:

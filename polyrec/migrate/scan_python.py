@@ -21,6 +21,15 @@ _HIP_WORD = re.compile(r"(?<![A-Za-z0-9])(?i:hip|rocm)(?![a-z0-9])|(?<=[a-z0-9])
                        r"(?i:fnuz)")
 _WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|lanes_per_warp", re.IGNORECASE)
 _WARPS_NAME = re.compile(r"warp", re.IGNORECASE)
+# A name's words: split at "_", before a capital that starts a lower-case word (kWarpSize: k, Warp, Size) and
+# between letters and digits; compared lower-cased.
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+# Words that make a "warp" name bound to 32 something other than a warp's width: a warp tile's extent (WARP_M = 32,
+# WARP_TILE_N in a GEMM's warp-level tiling) or an index. Left out so that tilings do not flood the report.
+_WARP_TILE_WORDS = frozenset({"m", "n", "k", "tile", "tiles", "shape", "id", "idx", "index"})
+# The other words of a count of warps per program (NUM_WARPS, n_warps, WARPS_PER_BLOCK, MAX_WARPS): a launch's
+# num_warps. Other plural names (WARPS_PER_SM: a hardware occupancy figure) are left alone.
+_WARP_COUNT_WORDS = frozenset({"num", "n", "warps", "per", "block", "cta", "program", "max", "default"})
 # A PTX instruction: an opcode with dotted modifiers (cvt.rn.f16.f32, tanh.approx.f32) before its first operand
 # ($0 in Triton's asm, %r1, [addr] or {a, b}); AMDGCN mnemonics join their parts with "_" (v_exp_f32), not ".".
 _PTX = re.compile(r"(?:^|[\s;{])[a-z][a-z0-9]*(?:\.[a-z0-9]+)+\s+[$%\[{]|\.reg\s+\.|%laneid")
@@ -135,12 +144,21 @@ class _Visitor(ast.NodeVisitor):
                     self.str_constants[target.id] = value.value
         if isinstance(value, ast.Constant) and value.value == 32 and not self.guard:
             for target in targets:
-                name = _dotted(target)
-                if name and _WARP_SIZE_NAME.search(name.split(".")[-1]):
-                    self.add("PM101", target, f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
-                                              f"{AMD_WAVEFRONT} wide")
+                self._check_warp_constant(target)
         if isinstance(value, (ast.Compare, ast.BoolOp)):
             self._check_test(value)
+
+    def _check_warp_constant(self, target: ast.expr) -> None:
+        """PM101 for a name (or attribute) bound to 32 that is a warp's width (WARP_SIZE, WARP, WARP_SZ, kWarp,
+        THREADS_PER_WARP), PM110 for one that is a count of warps per program (NUM_WARPS, WARPS_PER_BLOCK)."""
+        name = _dotted(target)
+        last = re.sub(r"^k(?=[A-Z])", "", name.split(".")[-1])  # kWarpSize: the k prefix of a constant's name
+        words = {w.lower() for w in _WORDS.findall(last)}
+        if _WARP_SIZE_NAME.search(last) or ("warp" in words and not words & _WARP_TILE_WORDS):
+            self.add("PM101", target, f"{name} = 32 hard-codes the warp size; AMD wavefronts are {AMD_WAVEFRONT} wide")
+        elif "warps" in words and words <= _WARP_COUNT_WORDS:
+            self.add("PM110", target, f"{name} = 32 warps: {32 * AMD_WAVEFRONT} work-items per program on AMD "
+                                      f"(limit {AMD_MAX_WORKGROUP})")
 
     def _holds_capability(self, value: ast.expr) -> bool:
         """``value`` is the capability, or a tuple of / arithmetic on it: (p.major, p.minor), major * 10 + minor."""

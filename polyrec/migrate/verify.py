@@ -248,11 +248,22 @@ def verify(candidate: Path, reference: str, config: VerifyConfig | None = None) 
 
 def _read_source(candidate: Path) -> str:
     """The candidate's text as Python reads it (UTF-8, or the encoding a coding cookie names); ValueError naming the
-    file when it is not Python text (latin-1 without a cookie, UTF-16...)."""
+    file when it is not a ``.py`` file or not Python text (latin-1 without a cookie, UTF-16...)."""
+    _require_python_file(candidate)
     try:
         return importlib.util.decode_source(candidate.read_bytes())
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
         raise ValueError(f"verify: {candidate} is not Python source text ({exc}); save it as UTF-8") from exc
+
+
+def _require_python_file(candidate: Path) -> None:
+    """ValueError unless ``candidate`` ends in ``.py``: the sandbox imports it as a module (importlib's file loader
+    takes no other suffix), and a ``.cu`` read as Python failed with a "syntax error" at some line."""
+    if candidate.suffix != ".py":
+        suffix = f"suffix {candidate.suffix!r}" if candidate.suffix else "no suffix"
+        raise ValueError(f"verify: {candidate} is not a Python file ({suffix}, expected '.py'): verify checks a "
+                         "Triton port written in Python; port CUDA/C++ source with `polyrec migrate port` or "
+                         "translate it with `polyrec migrate hipify`")
 
 
 def _digest(module: Any) -> str | None:
