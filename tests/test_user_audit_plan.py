@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from polyrec.cli import app
 from polyrec.hardware import get_device
 from polyrec.hardware.calibrate import ceilings, save_calibration
+from polyrec.hardware.catalog import CatalogError, load_device_file
 
 runner = CliRunner()
 
@@ -66,3 +67,166 @@ def test_measured_estimated_ceilings_still_load():
     """What an H200 measured (L2 7.7-8.5 TB/s against the 12 TB/s estimate, launches 6-11 us against 5 us)."""
     c = ceilings(get_device("H200"), {"date": "2026-12-05", "l2_bandwidth": 7.7e12, "launch_latency": 1.14e-5})
     assert c.l2_bandwidth.value == 7.7e12 and c.launch_latency.value == 1.14e-5
+
+
+def _said(result) -> str:
+    """The CLI's output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+def test_every_plan_answer_carries_fits(tmp_path):
+    """A plan's --json had no "fits" where a no-fit answer has "fits": false: d["fits"] was a KeyError on
+    success. --compare rows and --codesign designs carry it too."""
+    plan = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--json"])
+    assert plan.exit_code == 0 and json.loads(plan.stdout)["fits"] is True, plan.output
+    compare = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--compare", "H200", "--json", "--out-dir",
+                                  str(tmp_path)])
+    assert compare.exit_code == 0, compare.output
+    assert [row["fits"] for row in json.loads(compare.stdout)["rows"]] == [True]
+    design = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--codesign", "--target-samples-per-s", "1e6",
+                                 "--json"])
+    assert design.exit_code == 0 and [d["fits"] for d in json.loads(design.stdout)] == [True], design.output
+
+
+def test_a_kind_that_fits_no_fleet_is_a_row_that_does_not_fit():
+    from polyrec.planner.report import WhatIfRow
+
+    row = WhatIfRow(device="H100", fleet=None, gpus=None, samples_per_s=None, samples_per_s_per_gpu=None,
+                    samples_per_s_per_watt=None, step_ms=None, peak_gb_per_gpu=None, batch_per_gpu=None,
+                    notes="fits no H100 fleet", origin=None)
+    assert row.fits is False
+
+
+def test_a_plan_json_says_fits_and_still_loads():
+    from polyrec.planner import Plan, PlanFormatError, make_plan, model_spec_from_config, parse_fleet
+    from polyrec.models.config import dcnv2_small
+
+    plan = make_plan(model_spec_from_config(dcnv2_small()), parse_fleet("H200x1"))
+    doc = json.loads(plan.to_json())
+    assert doc["fits"] is True and Plan.from_json(plan.to_json()) == plan
+    doc["fits"] = "yes"
+    with pytest.raises(PlanFormatError, match="plan.fits: expected true or false"):
+        Plan.from_json(json.dumps(doc))
+    doc["fits"] = True
+    doc["memory"][0]["capacity"] = 1  # a hand edit that contradicts "fits"
+    with pytest.raises(PlanFormatError, match=r"plan.fits: plan.memory\[0\] needs"):
+        Plan.from_json(json.dumps(doc))
+
+
+def test_codesign_without_a_design_exits_1_as_a_plan_that_does_not_fit():
+    """Was exit 0 where "even the smallest design misses the target or does not fit"."""
+    result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--codesign", "--target-samples-per-s", "1e12",
+                                 "--compare", "H200,H100", "--json"])
+    assert result.exit_code == 1, result.output
+    assert [d["fits"] for d in json.loads(result.stdout)] == [False, False]
+    assert "no design: H200x1: even the smallest design misses the target" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("fleet", ["H200x1", "H100x2", "MI300Xx1"])
+def test_a_larger_max_batch_never_plans_fewer_samples_per_s(fleet):
+    """MLPerf on an H200: --max-batch-per-gpu 400000 planned 4.26M samples/s, 1000000 or 1e7 4.24M (the planner
+    tried its fixed batches and the max, never the largest batch that fits below a max that does not)."""
+    from polyrec.models.config import mlperf_dcnv2
+    from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
+
+    model = model_spec_from_config(mlperf_dcnv2())
+    rates = [make_plan(model, parse_fleet(fleet), PlanConstraints(max_batch_per_gpu=m)).samples_per_s
+             for m in (65536, 262144, 400000, 1_000_000, 10_000_000)]
+    assert rates == sorted(rates), rates
+
+
+def test_the_bisected_batch_is_aligned():
+    """The largest batch below an unfitting max is a multiple of 16: at 418,447 (odd) the GEMMs run unaligned,
+    3.94M samples/s against 4.28M at 418,432."""
+    from polyrec.models.config import mlperf_dcnv2
+    from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
+
+    plan = make_plan(model_spec_from_config(mlperf_dcnv2()), parse_fleet("H200x1"),
+                     PlanConstraints(max_batch_per_gpu=1_000_000))
+    assert plan.batch_per_gpu % 16 == 0 and 400_000 < plan.batch_per_gpu < 1_000_000
+
+
+def _extra_device(folder, name="H200NVL", edits=()):
+    """A data file in ``folder`` for a device the catalog lacks: the H200's, renamed (and ``edits`` made)."""
+    catalog_module = sys.modules["polyrec.hardware.catalog"]
+    text = (catalog_module.DEVICES_DIR / "h200.toml").read_text()
+    text = text.replace('name = "H200"', f'name = "{name}"', 1).replace('["H200"]', f'["{name}"]', 1)
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = folder / f"{name.lower()}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def fresh_catalog():
+    """The catalog loaded again before and after the test (it reads $POLYREC_DEVICE_DIR where first loaded)."""
+    catalog_module = sys.modules["polyrec.hardware.catalog"]
+    catalog_module.catalog.cache_clear()
+    yield
+    catalog_module.catalog.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_catalog")
+def test_a_device_file_plans_a_device_the_catalog_lacks(tmp_path):
+    """There was no way to plan for a device not in the package's catalog without editing the package."""
+    path = _extra_device(tmp_path)
+    show = runner.invoke(app, ["hw", "show", "H200NVL", "--device-file", str(path), "--json"])
+    assert show.exit_code == 0 and json.loads(show.stdout)["name"] == "H200NVL", show.output
+    plan = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--fleet", "H200NVLx2", "--device-file", str(path),
+                               "--json"])
+    assert plan.exit_code == 0 and json.loads(plan.stdout)["fleet"]["groups"][0]["device"] == "H200NVL", plan.output
+    without = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--fleet", "H200NVLx2"])  # only while given
+    assert without.exit_code == 2 and "unknown device 'H200NVL'" in _said(without)
+
+
+@pytest.mark.usefixtures("fresh_catalog")
+def test_a_device_folder_in_the_environment_adds_its_devices(tmp_path, monkeypatch):
+    _extra_device(tmp_path)
+    monkeypatch.setenv("POLYREC_DEVICE_DIR", str(tmp_path))
+    assert get_device("h200nvl").name == "H200NVL" and get_device("H200").name == "H200"
+    monkeypatch.setenv("POLYREC_DEVICE_DIR", str(tmp_path / "missing"))
+    sys.modules["polyrec.hardware.catalog"].catalog.cache_clear()
+    result = runner.invoke(app, ["hw", "list"])
+    assert result.exit_code == 2 and "POLYREC_DEVICE_DIR names it and it is not a folder" in _said(result)
+
+
+@pytest.mark.usefixtures("fresh_catalog")
+@pytest.mark.parametrize("name, said", [("H200", "'H200' is already a device of polyrec's catalog"),
+                                        ("h100", "'h100' is already a device of polyrec's catalog")])
+def test_an_extra_device_named_as_a_catalog_device_is_refused(tmp_path, name, said):
+    path = _extra_device(tmp_path, name=name)
+    result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--device-file", str(path)])
+    assert result.exit_code == 2 and said in _said(result) and f"{path}: field 'name'" in _said(result)
+
+
+@pytest.mark.usefixtures("fresh_catalog")
+def test_an_extra_device_file_is_checked_as_the_catalog_files_are(tmp_path):
+    path = _extra_device(tmp_path, edits=[('[hbm_bandwidth]\nvalue = 4.8e12\nunit = "B/s"',
+                                           '[hbm_bandwidth]\nvalue = 4.8e12\nunit = "TB/s"')])
+    for args in (["hw", "show", "H200NVL"], ["plan", "--model", "dcnv2-small", "--fleet", "H200NVL"]):
+        result = runner.invoke(app, [*args, "--device-file", str(path)])
+        assert result.exit_code == 2 and f"{path}: field 'hbm_bandwidth'" in _said(result), result.output
+    missing = runner.invoke(app, ["hw", "show", "H200", "--device-file", str(tmp_path / "none.toml")])
+    assert missing.exit_code == 2 and "none.toml: field '<file>': cannot be read" in _said(missing)
+
+
+@pytest.mark.usefixtures("fresh_catalog")
+@pytest.mark.parametrize("edits, field", [
+    ([("[hbm_bandwidth]\nvalue = 4.8e12", "[hbm_bandwidth]\nvalue = 1e-300")], "hbm_bandwidth"),  # a traceback
+    ([("[smem_per_block]\nvalue = 232448", "[smem_per_block]\nvalue = 300000")], "smem_per_block"),  # > per SM
+    ([("[hbm_bytes]\nvalue = 141e9", "[hbm_bytes]\nvalue = 1")], "hbm_bytes"),  # "-1.0 GB usable"
+    ([("[warp_size]\nvalue = 32", "[warp_size]\nvalue = 64"), ("warp_size = 32", "warp_size = 64")],
+     "triton.warp_size"),  # a CUDA warp is 32 threads
+    ([("[peak_flops.bf16]\nvalue = 989.4e12", "[peak_flops.bf16]\nvalue = 1e300")], "peak_flops.bf16"),
+])
+def test_absurd_data_file_values_are_refused_naming_file_and_field(tmp_path, edits, field):
+    """Each was accepted: a traceback in `polyrec plan` (hbm_bandwidth 1e-300), or a plan of a device that cannot
+    be (shared memory per block above the SM's, a CUDA warp of 64, 1 byte of HBM: "-1.0 GB usable")."""
+    path = _extra_device(tmp_path, edits=edits)
+    with pytest.raises(CatalogError) as info:
+        load_device_file(path)
+    assert info.value.field_name == field and str(path) in str(info.value)
+    result = runner.invoke(app, ["plan", "--model", "mlperf-dcnv2", "--fleet", "H200NVL", "--device-file", str(path)])
+    assert result.exit_code == 2 and f"{path}: field '{field}'" in _said(result), result.output

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from polyrec.hardware import catalog, get_device
-from polyrec.hardware.catalog import CatalogError, UnknownDeviceError
+from polyrec.hardware.catalog import CatalogError, UnknownDeviceError, device_files
 from polyrec.hardware.types import DeviceSpec
 
 app = typer.Typer(no_args_is_help=True, help="Hardware: catalog, detection, calibration, compile checks.")
@@ -75,11 +75,26 @@ def list_devices(as_json: bool = JSON_OPT) -> None:
     console.print(table)
 
 
+def _device_with_files_or_exit(name: str, paths: list[Path]) -> DeviceSpec:
+    """``name`` from the catalog with the extra data files ``paths`` (``--device-file``), or exit 2 naming the
+    malformed file and field, or the unknown name."""
+    try:
+        with device_files(paths):
+            return _device_or_exit(name)
+    except CatalogError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
 @app.command()
 def show(name: str = typer.Argument(..., help="Device name, e.g. H200 or MI350X."),
-         as_json: bool = JSON_OPT) -> None:
+         as_json: bool = JSON_OPT,
+         device_file: list[Path] = typer.Option([], "--device-file", help="An extra device data file in the "
+                                                "catalog's format (docs/hardware.md), checked as the catalog's are; "
+                                                "repeat for several (also: $POLYREC_DEVICE_DIR, a folder of them).")
+         ) -> None:
     """Show every field of one device with its source."""
-    spec = _device_or_exit(name)
+    spec = _device_with_files_or_exit(name, device_file)
     if as_json:
         _print_json(spec_dict(spec))
         return

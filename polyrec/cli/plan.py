@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from polyrec.hardware.catalog import UnknownDeviceError, get_device
-from polyrec.planner.codesign import codesign
+from polyrec.hardware.catalog import UnknownDeviceError, device_files, get_device
+from polyrec.planner.codesign import CodesignResult, codesign
 from polyrec.planner.propose import NoFitError, make_plan
 from polyrec.planner.report import COLUMNS, format_cell, what_if, write_report
 from polyrec.planner.serialize import no_fit_to_json, plan_to_json
@@ -38,6 +38,9 @@ DEFAULT_FLEET = "H200x1"
 DEFAULT_MAX_BATCH = PlanConstraints().max_batch_per_gpu
 #: Where ``--compare`` writes its report unless --out-dir says.
 REPORT_DIR = Path("plan_report")
+#: Exit code where the model does not fit the fleet, and where --codesign finds no design for a fleet (even the
+#: smallest misses the target or does not fit): the answer is "no", not bad input (2).
+NO_FIT_EXIT = 1
 
 app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
 # messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
@@ -159,7 +162,7 @@ def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out
     title = f"{model.name}: the same model on each accelerator"
     png, page = write_report(rows, out_dir, title=title, stem=f"whatif_{model.name}")
     if as_json:
-        print(json.dumps({"rows": [{k: getattr(r, k) for k, _ in COLUMNS} for r in rows],
+        print(json.dumps({"rows": [{"fits": r.fits} | {k: getattr(r, k) for k, _ in COLUMNS} for r in rows],
                           "png": str(png), "html": str(page)}, indent=1))
         return
     t = Table(title=title)
@@ -181,9 +184,20 @@ def peak_gb_per_gpu(plan: Plan) -> float:
 
 
 def _codesign(model: ModelSpec, fleets: list[Fleet], target: float, c: PlanConstraints, as_json: bool) -> None:
+    """Print the design of each fleet; exit ``NO_FIT_EXIT`` where a fleet has none."""
     results = [codesign(model, f, target, c) for f in fleets]
+    _print_designs(model, results, target, as_json)
+    missed = [r for r in results if not r.fits]
+    for r in missed:
+        err.print(f"[red]no design:[/red] {escape(r.fleet.text)}: {escape(r.reason)}")
+    if missed:
+        raise typer.Exit(NO_FIT_EXIT)
+
+
+def _print_designs(model: ModelSpec, results: list[CodesignResult], target: float, as_json: bool) -> None:
+    """The designs as JSON (one object per fleet, each with ``fits``) or as a table."""
     if as_json:
-        print(json.dumps([{"fleet": r.fleet.text, "params": r.params, "reason": r.reason,
+        print(json.dumps([{"fits": r.fits, "fleet": r.fleet.text, "params": r.params, "reason": r.reason,
                            "model": model_config_fields(r.model) if r.model else None,
                            "samples_per_s": r.plan.samples_per_s if r.plan else None,
                            "peak_gb_per_gpu": peak_gb_per_gpu(r.plan) if r.plan else None}
@@ -258,34 +272,41 @@ def plan(
     out_dir: Path | None = typer.Option(None, help=f"where --compare writes its PNG and HTML (default: {REPORT_DIR})"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the plan JSON here (for polyrec train --plan)"),
+    device_file: list[Path] = typer.Option([], "--device-file", help="an extra device data file in the catalog's "
+                                           "format (docs/hardware.md), for a device the catalog lacks; repeat for "
+                                           "several (also: $POLYREC_DEVICE_DIR, a folder of them)"),
 ) -> None:
     """Plan MODEL on FLEET; or --compare device kinds; or --codesign for a throughput target.
 
-    Exit codes: 0 a plan; 1 the model does not fit FLEET (with --json, stdout has {"fits": false, "model",
-    "fleet", "reason"}); 2 bad input.
+    Exit codes: 0 a plan (with --json, {"fits": true, ...the plan}); 1 the model does not fit FLEET (with --json,
+    stdout has {"fits": false, "model", "fleet", "reason"}), or --codesign found no design for a fleet (each
+    design in the JSON says "fits"); 2 bad input. --compare exits 0 with a kind that fits no fleet: its row
+    ("fits": false) is part of the report.
     """
     try:
-        _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
-        _check_batch(batch_per_gpu, max_batch_per_gpu)
-        if no_host_cache and host_memory_gb is not None:  # it sizes host caches only: it would be ignored
-            raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
-        fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
-        spec = load_model(model, distribution)
-        c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers), batch_per_gpu=batch_per_gpu,
-                            max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,
-                            allow_host_cache=not no_host_cache, overlap=overlap, dense_dtype=dense_dtype)
-        if codesign_:
-            fleets = [fleet_with_host_memory(f, host_memory_gb) for f in codesign_fleets(fleet, compare)]
-            _codesign(spec, fleets, target_samples_per_s, c, as_json)
-            return
-        if compare:
-            _compare(spec, _csv(compare), c, out_dir or REPORT_DIR, as_json, host_memory_bytes(host_memory_gb))
-            return
-        start = time.perf_counter()
-        result = make_plan(spec, fleet_with_host_memory(fleet, host_memory_gb), c)
-        elapsed = time.perf_counter() - start
-        if output is not None:
-            output.write_text(plan_to_json(result))
+        with device_files(device_file):
+            _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
+            _check_batch(batch_per_gpu, max_batch_per_gpu)
+            if no_host_cache and host_memory_gb is not None:  # it sizes host caches only: it would be ignored
+                raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
+            fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
+            spec = load_model(model, distribution)
+            c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers),
+                                batch_per_gpu=batch_per_gpu,
+                                max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,
+                                allow_host_cache=not no_host_cache, overlap=overlap, dense_dtype=dense_dtype)
+            if codesign_:
+                fleets = [fleet_with_host_memory(f, host_memory_gb) for f in codesign_fleets(fleet, compare)]
+                _codesign(spec, fleets, target_samples_per_s, c, as_json)
+                return
+            if compare:
+                _compare(spec, _csv(compare), c, out_dir or REPORT_DIR, as_json, host_memory_bytes(host_memory_gb))
+                return
+            start = time.perf_counter()
+            result = make_plan(spec, fleet_with_host_memory(fleet, host_memory_gb), c)
+            elapsed = time.perf_counter() - start
+            if output is not None:
+                output.write_text(plan_to_json(result))
     except OSError as exc:  # a path of --output or --out-dir that cannot be written
         where = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
         err.print(f"[red]error:[/red] {escape(where)}")
@@ -297,7 +318,7 @@ def plan(
         err.print(f"[red]does not fit:[/red] {escape(str(exc))}")
         if as_json:
             print(no_fit_to_json(exc.model, exc.fleet, str(exc)))
-        raise typer.Exit(1) from exc
+        raise typer.Exit(NO_FIT_EXIT) from exc
     except ValueError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc

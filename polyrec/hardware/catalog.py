@@ -26,14 +26,19 @@ A data file names the device and gives every number as a table with its unit and
     unit = "FLOP/s"
     source = "datasheet"
 
-Adding a device is adding one such file. Every error names the file and the field.
+Adding a device is adding one such file: to the package's ``devices/``, or, without editing the package, in a
+folder named by ``$POLYREC_DEVICE_DIR`` or as ``--device-file PATH`` (``device_files``). Every error names the file
+and the field.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import os
 import tomllib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +79,47 @@ STRING_FIELDS = ("name", "full_name", "vendor", "arch")
 KNOWN_FIELDS = frozenset({*STRING_FIELDS, *NUMERIC_FIELDS, "match_names", "sources", "triton", "peak_flops"})
 VENDORS = ("nvidia", "amd")
 TRITON_BACKENDS = {"nvidia": "cuda", "amd": "hip"}
+#: Warp sizes each Triton backend compiles for: NVIDIA's warp is 32 threads on every compute capability (CUDA C++
+#: Programming Guide, "warpSize"); AMD's wavefront is 64 on CDNA (gfx9) and 32 on RDNA (gfx10-12, Triton's AMD
+#: backend, ``warp_size``).
+TRITON_WARP_SIZES = {"cuda": (32,), "hip": (32, 64)}
+
+#: Each numeric field's range, [low, high] in its unit, beside 0 where ``ZERO_ALLOWED``. The catalog spans the
+#: A100 to the MI355X; each bound lies far beyond (about 100x, or an architectural floor the kernels' config
+#: spaces assume), so that a value outside is a slip (a unit, an exponent), which the models would price at
+#: infinity or crash on (hbm_bandwidth = 1e-300 was a traceback in ``polyrec plan``; hbm_bytes = 1 printed
+#: "-1.0 GB usable"). At each bound, an H200 file so edited plans MLPerf DLRM-DCNv2 and dcnv2-small without error
+#: (checked one field at a time).
+PLAUSIBLE_RANGES: dict[str, tuple[float, float]] = {
+    "compute_units": (1, 100_000),  # SMs / CUs: catalog 108-304
+    "warp_size": (32, 64),  # threads: TRITON_WARP_SIZES
+    "registers_per_cu": (16_384, 16_777_216),  # 32-bit registers: catalog 65,536-131,072 (64 KiB-512 KiB)
+    # registers: NVIDIA allows 255 since sm_35 (CUDA guide), CDNA 512; at 63 (sm_30's) the embedding selector
+    # has no config (a traceback in `polyrec plan`); catalog 255-512
+    "max_registers_per_thread": (128, 4096),
+    # bytes: 48 KiB is CUDA's per-block default since Fermi (sm_20), below AMD's 64 KiB LDS; catalog 64-228 KiB
+    "smem_per_block": (48 * 1024, 2**24),
+    "smem_per_cu": (48 * 1024, 2**24),
+    "l2_bytes": (2**20, 2**36),  # bytes: catalog 32-126 MiB
+    "infinity_cache_bytes": (2**20, 2**38),  # bytes, where present: catalog 256 MiB
+    "xcd_count": (1, 64),  # chiplets: catalog 1-8
+    # bytes: 4 GB is 4x the planner's 1 GB context reserve (planner/memory.py CONTEXT_BYTES), and the least of
+    # any data-center GPU since the Tesla K10 (2012, 4 GB per GPU); catalog 80-288 GB
+    "hbm_bytes": (4e9, 1e14),
+    "hbm_bandwidth": (1e10, 1e15),  # B/s: catalog 2.0-8.0 TB/s
+    "boost_clock_hz": (1e8, 1e10),  # Hz: catalog 1.41-2.4 GHz
+    "scaleup_bandwidth": (1e9, 1e14),  # B/s per direction, where present: catalog 300-900 GB/s
+    "host_link_bandwidth": (1e9, 1e13),  # B/s per direction: PCIe 1.0 x4 to 150x PCIe 6.0 x16; catalog 32-64 GB/s
+    "tdp_watts": (10, 100_000),  # W, board power (--compare divides by it): catalog 400-1,400
+}
+#: Range of a dense peak rate, FLOP/s (int8: OP/s), beside 0 (unsupported): catalog 19.5 TFLOP/s (A100 fp32) to
+#: 5.0 POP/s (MI355X fp8 / int8).
+PEAK_FLOPS_RANGE: tuple[float, float] = (1e11, 1e18)
+#: Environment variable naming folders of extra data files in the catalog's format (``os.pathsep`` between
+#: several), for devices the package lacks; read where the catalog is first loaded.
+DEVICE_DIR_ENV = "POLYREC_DEVICE_DIR"
+#: The data files ``device_files`` adds (``--device-file``), while its block runs.
+_added_files: tuple[Path, ...] = ()
 
 
 class CatalogError(ValueError):
@@ -120,6 +166,14 @@ def _quantity(path: Path, where: str, entry: Any, unit: str, named: dict[str, st
     return value, _resolve_source(path, where, entry.get("source"), named)
 
 
+def _check_range(path: Path, where: str, value: float, unit: str, bounds: tuple[float, float]) -> None:
+    """Refuse a value outside ``bounds`` (``PLAUSIBLE_RANGES``, ``PEAK_FLOPS_RANGE``), naming them."""
+    low, high = bounds
+    if not low <= value <= high:
+        raise CatalogError(path, where, f"'value' {value:g} {unit} is outside {low:g}-{high:g} {unit}, beyond any "
+                                        "accelerator's (catalog.PLAUSIBLE_RANGES): a unit or an exponent slipped?")
+
+
 def _triton_target(path: Path, vendor: str, data: Any) -> TritonTarget:
     if not isinstance(data, dict):
         raise CatalogError(path, "triton", "missing table [triton] with backend, arch, warp_size")
@@ -130,8 +184,10 @@ def _triton_target(path: Path, vendor: str, data: Any) -> TritonTarget:
         raise CatalogError(path, "triton.arch", f"must be an integer like 90 for cuda, got {arch!r}")
     if backend == "hip" and not (isinstance(arch, str) and arch.startswith("gfx")):
         raise CatalogError(path, "triton.arch", f"must be a string like 'gfx942' for hip, got {arch!r}")
-    if isinstance(warp, bool) or warp not in (32, 64):
-        raise CatalogError(path, "triton.warp_size", f"must be 32 or 64, got {warp!r}")
+    if isinstance(warp, bool) or warp not in TRITON_WARP_SIZES[backend]:
+        sizes = " or ".join(map(str, TRITON_WARP_SIZES[backend]))
+        raise CatalogError(path, "triton.warp_size", f"must be {sizes} for {backend} (catalog.TRITON_WARP_SIZES), "
+                                                     f"got {warp!r}")
     return TritonTarget(backend=backend, arch=arch, warp_size=int(warp))  # a whole float, as INTEGER_FIELDS take
 
 
@@ -165,7 +221,13 @@ def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
             raise CatalogError(path, key, "'value' must be > 0")
         if key in INTEGER_FIELDS and value != int(value):
             raise CatalogError(path, key, f"must be a whole number, got {value!r}")
+        if value != 0:
+            _check_range(path, key, value, unit, PLAUSIBLE_RANGES[key])
         numbers[key] = int(value) if key in INTEGER_FIELDS else float(value)
+    if numbers["smem_per_block"] > numbers["smem_per_cu"]:  # a block runs on one SM / CU and uses its memory
+        raise CatalogError(path, "smem_per_block", f"{numbers['smem_per_block']:,} bytes is more than smem_per_cu, "
+                                                   f"{numbers['smem_per_cu']:,}: a block's shared memory / LDS is "
+                                                   "its SM's / CU's")
     peaks = data.get("peak_flops")
     if not isinstance(peaks, dict):
         raise CatalogError(path, "peak_flops", f"missing table with entries {PEAK_DTYPES}")
@@ -176,6 +238,8 @@ def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
             raise CatalogError(path, where, "missing (write value = 0 where the dtype is unsupported)")
         unit = "OP/s" if dtype == "int8" else "FLOP/s"
         value, sources[where] = _quantity(path, where, peaks[dtype], unit, named)
+        if value != 0:
+            _check_range(path, where, value, unit, PEAK_FLOPS_RANGE)
         peak_flops[dtype] = float(value)
     unknown = set(peaks) - set(PEAK_DTYPES)
     if unknown:
@@ -202,6 +266,8 @@ def load_device_file(path: Path) -> DeviceSpec:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise CatalogError(path, "<file>", f"not valid TOML: {err}") from err
+    except OSError as err:  # an extra data file that is not there (--device-file)
+        raise CatalogError(path, "<file>", f"cannot be read: {err.strerror or err}") from err
     return parse_device(path, data)
 
 
@@ -216,10 +282,60 @@ def load_catalog(directory: Path = DEVICES_DIR) -> dict[str, DeviceSpec]:
     return specs
 
 
+def env_device_files() -> list[Path]:
+    """The data files of the folders ``$POLYREC_DEVICE_DIR`` names; a folder that is not one, or holds none, is
+    refused (a typo would otherwise leave its devices unknown in silence)."""
+    files: list[Path] = []
+    for folder in filter(None, os.environ.get(DEVICE_DIR_ENV, "").split(os.pathsep)):
+        path = Path(folder)
+        if not path.is_dir():
+            raise CatalogError(path, "<folder>", f"${DEVICE_DIR_ENV} names it and it is not a folder")
+        found = sorted(path.glob("*.toml"))
+        if not found:
+            raise CatalogError(path, "<folder>", f"${DEVICE_DIR_ENV} names it and it holds no *.toml data file")
+        files += found
+    return files
+
+
+def with_extra_devices(specs: dict[str, DeviceSpec], paths: Sequence[Path]) -> dict[str, DeviceSpec]:
+    """``specs`` (the packaged catalog) and the device of each extra data file, checked as a catalog file is; a
+    name that the catalog or an earlier extra file has is refused (an extra file adds a device, never changes
+    one: copy the file and rename the device)."""
+    out, defined_by = dict(specs), {}
+    for path in paths:
+        spec = load_device_file(path)
+        clash = next((name for name in out if name.lower() == spec.name.lower()), None)
+        if clash is not None:
+            where = defined_by.get(clash, f"polyrec's catalog ({DEVICES_DIR})")
+            raise CatalogError(path, "name", f"'{spec.name}' is already a device of {where}; an extra data file "
+                                             "adds a new device: give it another name")
+        out[spec.name], defined_by[spec.name] = spec, str(path)
+    return out
+
+
 @functools.cache
 def catalog() -> dict[str, DeviceSpec]:
-    """The packaged catalog, loaded once."""
-    return load_catalog()
+    """The packaged catalog with the extra data files (``$POLYREC_DEVICE_DIR``'s, ``device_files``'), loaded once."""
+    return with_extra_devices(load_catalog(), [*env_device_files(), *_added_files])
+
+
+@contextlib.contextmanager
+def device_files(paths: Sequence[Path]) -> Iterator[None]:
+    """The catalog with these data files added while the block runs (``--device-file``), each checked on entry
+    (CatalogError naming the file and field, or a name the catalog has); as it was after."""
+    global _added_files
+    if not paths:
+        yield
+        return
+    before = _added_files
+    _added_files = (*before, *map(Path, paths))
+    catalog.cache_clear()
+    try:
+        catalog()
+        yield
+    finally:
+        _added_files = before
+        catalog.cache_clear()
 
 
 def get_device(name: str) -> DeviceSpec:

@@ -65,6 +65,12 @@ class CodesignResult:
     params: int
     reason: str  # why the search stopped
 
+    @property
+    def fits(self) -> bool:
+        """Whether a design fits the fleet and meets the target (``"fits"`` in ``polyrec plan --codesign --json``;
+        ``polyrec plan`` exits 1 where one fleet has none, as where a plan does not fit)."""
+        return self.model is not None
+
 
 def _width(w: int, scale: float) -> int:
     return max(WIDTH_QUANTUM, round(w * scale / WIDTH_QUANTUM) * WIDTH_QUANTUM)

@@ -12,6 +12,7 @@ the first precision where it still fits.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from polyrec.planner.enumerate import STRATEGIES, TableSplit, strategy_splits
 from polyrec.planner.estimate import Estimator
@@ -127,8 +128,30 @@ def _fit_host_cached(model: ModelSpec, splits: list[TableSplit], est: Estimator,
     return placed, any(dtype_index.values())
 
 
+def at_level(c: PlanConstraints, fallbacks: tuple[int, int, int]) -> PlanConstraints:
+    """``c`` allowing no later fallback than ``fallbacks`` (``fit``'s (host caches, optimizer index, lowered
+    rows)): host caches only where it has them, the optimizers up to its, the lower precisions where it lowers."""
+    host, optimizer, lowered = fallbacks
+    return dataclasses.replace(c, allow_host_cache=c.allow_host_cache and bool(host),
+                               optimizers=c.optimizers[:optimizer + 1],
+                               weight_dtypes=c.weight_dtypes if lowered else c.weight_dtypes[:1])
+
+
+def bisect_largest(holds: Callable[[int], bool], holding: int, failing: int) -> int:
+    """The largest batch below ``failing`` at which ``holds``, bisecting between ``holding`` (where it holds) and
+    ``failing`` (where it does not)."""
+    while failing - holding > 1:
+        middle = (holding + failing) // 2
+        if holds(middle):
+            holding = middle
+        else:
+            failing = middle
+    return holding
+
+
 def batches(c: PlanConstraints) -> list[int]:
-    """The fixed batch, else ``BATCH_CHOICES`` up to the largest allowed, and that largest itself."""
+    """The fixed batch, else ``BATCH_CHOICES`` up to the largest allowed, and that largest itself (``propose``
+    adds the largest batch below the first of these that drops to a later fallback, ``bisect_largest``)."""
     if c.batch_per_gpu is not None:
         return [c.batch_per_gpu]
     return sorted({b for b in BATCH_CHOICES if b <= c.max_batch_per_gpu} | {c.max_batch_per_gpu})
@@ -162,11 +185,4 @@ def largest_batch(model: ModelSpec, fleet: Fleet, c: PlanConstraints, batch: int
     one sample does. Bisection, each probe as ``fits``."""
     if not fits(model, fleet, dataclasses.replace(c, batch_per_gpu=1)):
         return 0
-    fitting, failing = 1, batch
-    while failing - fitting > 1:
-        middle = (fitting + failing) // 2
-        if fits(model, fleet, dataclasses.replace(c, batch_per_gpu=middle)):
-            fitting = middle
-        else:
-            failing = middle
-    return fitting
+    return bisect_largest(lambda b: fits(model, fleet, dataclasses.replace(c, batch_per_gpu=b)), 1, batch)

@@ -37,6 +37,11 @@ class WhatIfRow:
     notes: str  # the plan's notes; where no fleet fits, why (``no_fit.no_fleet_reason``)
     origin: str | None  # where the rates came from (copy bandwidth, matmul); None where no fleet fits
 
+    @property
+    def fits(self) -> bool:
+        """Whether a fleet of this kind fits the model (``"fits"`` in ``polyrec plan --compare --json``)."""
+        return self.fleet is not None
+
 
 def what_if(model: ModelSpec, devices: list[str], constraints: PlanConstraints | None = None, *,
             host_memory_bytes: int | None = None) -> list[WhatIfRow]:

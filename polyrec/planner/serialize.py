@@ -62,7 +62,9 @@ def _encode(value: Any) -> Any:
 
 
 def plan_to_json(plan: Plan, *, indent: int | None = 1) -> str:
-    return json.dumps(_encode(plan), indent=indent)
+    """The plan as JSON, led by ``"fits": true`` (``Plan.fits``), as ``no_fit_to_json``'s answer is by ``"fits":
+    false``: a script reads ``fits`` from either answer."""
+    return json.dumps({"fits": plan.fits} | _encode(plan), indent=indent)
 
 
 def no_fit_to_json(model: ModelSpec, fleet: Fleet, reason: str, *, indent: int | None = 1) -> str:
@@ -196,12 +198,19 @@ def plan_from_json(text: str) -> Plan:
         raise PlanFormatError("<document>", f"not valid JSON: {err}") from err
     if not isinstance(data, dict):
         raise PlanFormatError("plan", "expected a JSON object")
-    if data.get("fits") is False:  # polyrec plan --json's answer where nothing fits (no_fit_to_json)
+    fits = data.pop("fits", True)  # a plan written before plans carried it has none
+    if fits is False:  # polyrec plan --json's answer where nothing fits (no_fit_to_json)
         raise PlanFormatError("plan.fits", "false: polyrec plan's answer where the model does not fit, not a plan "
                                            "(its \"reason\" says why)")
+    if fits is not True:
+        raise PlanFormatError("plan.fits", f"expected true or false, got {fits!r}")
     if data.get("version") != PLAN_VERSION:
         raise PlanFormatError("plan.version", f"this polyrec reads plan version {PLAN_VERSION}, "
                                               f"got {data.get('version')!r}")
     plan = _decode_dataclass(Plan, data, "plan")
     _check_consistency(plan)
+    if not plan.fits:  # the planner writes none such: its memory would contradict its "fits"
+        over = next(m for m in plan.memory if not m.fits)
+        raise PlanFormatError("plan.fits", f"plan.memory[{over.rank}] needs {over.used + over.reserve:,} bytes with "
+                                           f"the reserve, of its {over.capacity:,}: not a plan that fits")
     return plan
