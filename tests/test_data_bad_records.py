@@ -110,14 +110,18 @@ def test_each_rank_reads_its_first_good_records_or_says_it_has_none(tmp_path, wo
 def test_a_rank_dealt_no_good_record_says_so_after_one_epoch(tmp_path, world, rank, good):
     """No good record at all, or none among those the rank is dealt (two ranks, 16 records: rank 1 is dealt 5-8
     and 13-16 every epoch; three ranks, batch 4, 18 records: rank 0 is never dealt records 5, 6, 11, 12, 17, 18):
-    the error comes once the rank has read one epoch of its records (was: after about world_size epochs)."""
+    the error comes once the rank has read one epoch of its records (was: after about world_size epochs), and the
+    position goes back to the batch's start (a checkpoint saved then reads that batch again)."""
     total = 18 if world == 3 else 16
     records(tmp_path / "r.bin", total, good)
     src = source(tmp_path / "r.bin", 4, rank, world)
     share = f" dealt to rank {rank} of {world}" if world > 1 else ""
+    asked_at = []
+    require = src._require_a_good_record
+    src._require_a_good_record = lambda: asked_at.append(src.epoch) or require()
     with pytest.raises(DataError, match=rf"r\.bin:0: no good record in the whole file{share}$"):
         src.next_batch()
-    assert src.epoch == 1
+    assert asked_at == [1] and (src.epoch, src.read) == (0, 0)
 
 
 def test_dealt_ever_is_what_the_stream_deals(tmp_path):

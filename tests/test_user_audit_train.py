@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import codecs
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from polyrec.cli import app
 from polyrec.data import DataError, open_source
 from polyrec.models import preset
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.checkpoint import load_checkpoint
 
 DATA = Path(__file__).parent / "data"
+runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
@@ -58,3 +63,136 @@ def test_movielens_rows_of_another_width_are_bad(tmp_path):
     wide.write_text("".join(lines[:3]) + lines[3].rstrip("\n") + "\t7\n" + "".join(lines[4:]))
     with pytest.raises(DataError, match=r"wide\.inter:4: expected 4 tab-separated columns, found 5"):
         open_source(f"movielens:{wide}", preset("dcnv2-small"), batch_size=8, seed=0, device=torch.device("cpu"))
+
+
+def train_config(run: Path, data: Path, steps: int, **extra) -> TrainConfig:
+    return TrainConfig(preset="dcnv2-small", data=f"criteo:{data}", steps=steps, batch_size=8, row_cap=100,
+                       log_every=2, eval_batches=1, checkpoint_dir=run, device="cpu", cpu_threads=1, **extra)
+
+
+@pytest.mark.parametrize(("pipeline", "saved_step"), [("sync", 3), ("semi-sync", 2)])
+def test_a_bad_training_row_keeps_the_last_step(tmp_path, pipeline, saved_step):
+    """A malformed training row mid-run (line 28: the 4th row of the 4th batch of 8) stopped the run with exit 2,
+    no checkpoint and no `stopped` event: every step since the last periodic checkpoint was lost. Now the last
+    step's state is saved with the data position at the start of the batch that failed (not at its 4th row), and a
+    resume, with the file fixed or with skip_bad_rows, trains as a run that never stopped. Semi-sync fails a step
+    earlier: it reads the next batch before its step."""
+    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
+    data, run = tmp_path / "train.tsv", tmp_path / "run"
+    data.write_bytes(b"".join(lines[:27]) + b"1\t2\n" + b"".join(lines[27:]))
+    with pytest.raises(DataError, match=rf"train\.tsv:28: expected 40 .*state at step {saved_step} is saved in"):
+        Trainer(train_config(run, data, 6, pipeline=pipeline), progress=False).train()
+    assert load_checkpoint(run)["step"] == saved_step
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert (logged[-1]["event"], logged[-1]["reason"], logged[-1]["step"]) == ("stopped", "training data", saved_step)
+    skipping = tmp_path / "run_skipping"
+    shutil.copytree(run, skipping)
+
+    def losses(directory: Path, **extra) -> list[float]:
+        return Trainer(train_config(directory, data, 6, pipeline=pipeline, **extra), progress=False).train().losses
+
+    uninterrupted_skipping = losses(tmp_path / "whole_skipping", skip_bad_rows=True)
+    assert losses(skipping, resume=True, skip_bad_rows=True) == uninterrupted_skipping[saved_step:]
+    data.write_bytes(b"".join(lines))  # fixed
+    assert losses(run, resume=True) == losses(tmp_path / "whole")[saved_step:]
+
+
+def test_a_bad_training_row_ends_json_output_with_a_result(tmp_path):
+    """With --json the stop printed no `result` line (the last line a script reads)."""
+    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
+    data = tmp_path / "train.tsv"
+    data.write_bytes(b"".join(lines[:12]) + b"1\t2\n" + b"".join(lines[12:]))
+    result = runner.invoke(app, ["train", "--data", f"criteo:{data}", "--steps", "4", "--batch-size", "8",
+                                 "--row-cap", "100", "--cpu-threads", "1", "--json", "--checkpoint-dir",
+                                 str(tmp_path / "run")])
+    assert result.exit_code == 2
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["event"] for r in out[-2:]] == ["stopped", "result"]
+    assert (out[-1]["status"], out[-1]["step"]) == ("data_error", 1)
+    assert "train.tsv:13: expected 40" in out[-1]["message"] and "state at step 1 is saved" in out[-1]["message"]
+
+
+@pytest.mark.parametrize("option", ["--checkpoint-dir", "--metrics", "--plan"])
+def test_an_empty_path_option_is_refused(tmp_path, monkeypatch, option):
+    """typer reads "" as the working directory: `--checkpoint-dir ""` wrote the checkpoint there, `--metrics ""`
+    said ". is a directory"."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", "--steps", "1", "--batch-size", "8", "--cpu-threads", "1", option, ""])
+    assert result.exit_code == 2
+    assert f"error: {option} is empty: give a path, or leave the option out" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tilde_in_a_path_option_is_the_home_directory(tmp_path, monkeypatch):
+    """`--checkpoint-dir=~/x` (no shell expansion after '=') made a directory named '~'."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", "--steps", "1", "--batch-size", "8", "--row-cap", "100", "--cpu-threads",
+                                 "1", "--checkpoint-dir=~/run", "--metrics=~/log.jsonl", "--json"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "home" / "run" / "checkpoint.pt").is_file() and (tmp_path / "home" / "log.jsonl").is_file()
+    assert not (tmp_path / "~").exists()
+
+
+def test_a_fresh_run_refuses_another_runs_metrics_log(tmp_path):
+    """A fresh run appended its records to a metrics.jsonl left in its checkpoint directory (by a run that saved no
+    checkpoint there): two runs in one log. Refused, as another run's checkpoint is."""
+    (tmp_path / "metrics.jsonl").write_text('{"event": "start", "step": 0}\n')
+    cfg = TrainConfig(steps=1, batch_size=8, row_cap=100, device="cpu", cpu_threads=1, checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"metrics\.jsonl holds another run's metrics .* remove it, or choose another"):
+        Trainer(cfg, progress=False)
+    (tmp_path / "metrics.jsonl").write_text("")  # empty: nothing to mix with
+    assert Trainer(cfg, progress=False).train().status == "done"
+
+
+def criteo_source(spec: str, **extra):
+    return open_source(spec, preset("dcnv2-small"), batch_size=8, seed=0, device=torch.device("cpu"), **extra)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_criteo_blank_lines_and_a_byte_order_mark_are_not_bad_rows(tmp_path, skip):
+    """A trailing blank line was a bad row (it stopped a run without --skip-bad-rows), and a BOM before the first
+    label made it "label must be 0 or 1, got b'\\xef\\xbb\\xbf1'"."""
+    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
+    odd = tmp_path / "odd.tsv"
+    odd.write_bytes(codecs.BOM_UTF8 + b"".join(lines[:20]) + b"\r\n" + b"".join(lines[20:]) + b"\n\n")
+    plain = criteo_source(f"criteo:{DATA / 'criteo_sample.tsv'}")
+    read = criteo_source(f"criteo:{odd}", skip_bad_rows=skip)
+    for _ in range(13):  # two epochs and more
+        want, got = plain.next_batch(), read.next_batch()
+        assert torch.equal(want.values, got.values) and torch.equal(want.dense, got.dense)
+    assert read.bad_rows.count == 0
+
+
+@pytest.mark.parametrize("name", ["ml_sample.data", "ml_sample.inter"])
+def test_movielens_blank_lines_are_not_bad_rows(tmp_path, name):
+    text = (DATA / name).read_bytes()
+    blank = tmp_path / name
+    blank.write_bytes(text + b"\n\r\n")
+    source = open_source(f"movielens:{blank}", preset("dcnv2-small"), batch_size=8, seed=0,
+                         device=torch.device("cpu"))
+    assert source.bad_rows.count == 0 and len(source.label) == text.count(b"\n") - name.endswith(".inter")
+
+
+def test_an_all_bad_criteo_file_says_so(tmp_path):
+    """Under --skip-bad-rows a 5-line file of bad rows was read over and over to "1001 bad rows in a row"."""
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(b"1\t2\n" * 5)
+    with pytest.raises(DataError, match=r"bad\.tsv:1: no good row in the file: all 5 rows read are bad"):
+        criteo_source(f"criteo:{bad}", skip_bad_rows=True).next_batch()
+    with pytest.raises(DataError, match=r"no good row in any of the 2 files: all 10 rows read are bad"):
+        criteo_source(f"criteo:{bad},{bad}", skip_bad_rows=True).next_batch()
+
+
+def test_a_criteo_directory_is_refused_with_the_list_to_give(tmp_path):
+    """`criteo:DIR` was refused without saying what to give: the files, comma-separated (no glob there)."""
+    for name in ("day_0", "day_1", "day_2"):
+        (tmp_path / name).write_bytes((DATA / "criteo_sample.tsv").read_bytes())
+    with pytest.raises(FileNotFoundError) as caught:
+        criteo_source(f"criteo:{tmp_path}")
+    message = str(caught.value)
+    assert f"{tmp_path} is a directory, not a file: list its files comma-separated" in message
+    assert f"(criteo:{tmp_path}/day_0,{tmp_path}/day_1,...)" in message
+    assert f"criteo:$(ls -d {tmp_path}/* | paste -sd, -)" in message
+    paths = ",".join(str(tmp_path / name) for name in ("day_0", "day_1", "day_2"))
+    assert criteo_source(f"criteo:{paths}").next_batch().batch_size == 8

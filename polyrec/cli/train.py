@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 import typer
@@ -148,7 +146,7 @@ def train(
                                      "so a shorter file gives fewer. Synthetic data: exactly this many; "
                                      "MovieLens: its whole test split."),
     log_every: int = typer.Option(50, help="Steps between metric lines and NaN checks."),
-    checkpoint_dir: Path | None = typer.Option(None, help="Where checkpoint.pt and metrics.jsonl go."),
+    checkpoint_dir: str | None = typer.Option(None, help="Where checkpoint.pt and metrics.jsonl go."),
     checkpoint_every: int = typer.Option(0, help="Steps between checkpoints (0: at the end, and on SIGTERM or "
                                          "Ctrl-C)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from CHECKPOINT_DIR/checkpoint.pt."),
@@ -163,9 +161,9 @@ def train(
                                          "run (GPU, polyrec tables, one process, sync pipeline)."),
     cpu_threads: int = typer.Option(0, help="CPU intra-op threads (0: torch's default). 1 avoids OpenMP "
                                     "spin-waits when other jobs share the cores."),
-    metrics: Path | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
+    metrics: str | None = typer.Option(None, help="JSON-lines metrics file (default CHECKPOINT_DIR/metrics.jsonl)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a progress bar and table."),
-    plan: Path | None = typer.Option(None, help="Plan JSON from `polyrec plan`: its batch, dense dtype and optimizer, "
+    plan: str | None = typer.Option(None, help="Plan JSON from `polyrec plan`: its batch, dense dtype and optimizer, "
                                      "row dtype, embedding optimizer, table shardings and, for synthetic data, "
                                      "index distribution (options left at their defaults take the plan's; others "
                                      "must agree with it)."),
@@ -186,7 +184,7 @@ def train(
                       skip_bad_rows=skip_bad_rows, pipeline=pipeline,
                       cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, precompile=precompile,
                       cpu_threads=cpu_threads,
-                      metrics_path=metrics, plan=plan)
+                      metrics_path=metrics, plan=plan)  # paths as typed: typer's Path makes "" "." (expand_paths)
     completed = False
     try:
         with peer_failure_exits(), bad_input_exits():
@@ -202,10 +200,16 @@ def train(
 
 
 def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
-    """Train; one rank reports. The trainer (and the process group its modules hold) is released on
-    return, before ``shutdown``."""
+    """Train; one rank reports (with --json a ``result`` line, status ``data_error`` where the data stopped the
+    run). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
     trainer = Trainer(cfg, echo_json=as_json)
-    result = trainer.train()
+    try:
+        result = trainer.train()
+    except DataError as exc:  # data that stopped the run mid-way (its `stopped` event logged): --json ends as ever
+        if as_json and trainer.ctx.is_main:
+            typer.echo(jsontext.dumps({"event": "result", "status": "data_error", "step": trainer.step,
+                                       "final_auc": None, "samples_per_s": None, "message": str(exc)}))
+        raise
     if trainer.ctx.is_main:
         _report(result, trainer, as_json)
     return result

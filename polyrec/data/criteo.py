@@ -28,13 +28,14 @@ is first read: not again in later epochs nor in later evaluations.
 
 from __future__ import annotations
 
+import codecs
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from polyrec.data.types import BadRows, Batch, DataError, require_file
+from polyrec.data.types import BadRows, Batch, DataError, keeping_position, require_file
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
 CRITEO_NUM_CATEGORICAL = 26  # C1..C26 (Criteo's dataset readme)
@@ -170,8 +171,9 @@ class CriteoTSVSource:
         return adapt_criteo(config, self.paths[0])
 
     def _readline(self, wrap: bool = True) -> bytes:
-        """The next line across files and epochs; tracks the position for resume. ``wrap`` False: b"" at the
-        end of the last file (the position then at the start of the next epoch)."""
+        """The next line across files and epochs, blank lines skipped and a leading UTF-8 byte-order mark
+        taken off; tracks the position for resume. ``wrap`` False: b"" at the end of the last file (the
+        position then at the start of the next epoch)."""
         while True:
             if self._file is None:
                 self._file = open(self.paths[self.file_index], "rb")  # noqa: SIM115 - kept open across batches
@@ -181,14 +183,18 @@ class CriteoTSVSource:
                 raise DataError(str(self.paths[self.file_index]), self.line_no + 1,
                                 f"a line longer than {MAX_LINE_BYTES:,} bytes; is this Criteo TSV?")
             if raw:
-                self._empty_files = 0
                 self.byte_offset += len(raw)
                 self.line_no += 1
+                if self.line_no == 1:  # an editor's byte-order mark is not part of the first label
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
+                if not raw.rstrip(b"\r\n"):  # a blank line: no row, neither bad nor dealt to a rank
+                    continue
+                self._empty_files = 0
                 self.stream_line += 1
                 return raw
             self._file.close()
             self._file = None
-            self._empty_files += 1
+            self._empty_files += 1  # a file of blank lines only counts as empty
             if self._empty_files > len(self.paths):
                 raise DataError(str(self.paths[self.file_index]), 0, "no rows left in any input file")
             self.file_index, self.byte_offset, self.line_no = self.file_index + 1, 0, 0
@@ -211,10 +217,18 @@ class CriteoTSVSource:
 
     def _next(self, *, wrap: bool) -> Batch | None:
         """The next batch; ``wrap`` False: only rows before the end of this epoch, so the batch may be short,
-        or None when no good row was left."""
+        or None when no good row was left. A DataError puts the position (and the bad-row count) back to the
+        batch's start: a checkpoint saved then, and a resume from it, read the whole batch again."""
+        rows = keeping_position(self, lambda: self._read_rows(wrap))
+        if rows.shape[0] == 0:
+            return None
+        return to_batch(rows[:, 0], rows[:, 1:1 + CRITEO_NUM_DENSE], rows[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
+
+    def _read_rows(self, wrap: bool) -> np.ndarray:
+        """Up to ``batch_size`` good rows [n, 40] of this rank (``_next``); bad ones counted and skipped."""
         rows = np.empty((self.batch_size, CRITEO_COLUMNS), np.int64)  # [B, 40]
         block, world, rank = self.batch_size, self.world_size, self.rank
-        n, skipped_in_a_row = 0, 0
+        n, skipped_in_a_row, run_start = 0, 0, None
         while n < self.batch_size:
             raw = self._readline(wrap)
             if not raw:  # the end of the epoch, without wrapping
@@ -225,17 +239,28 @@ class CriteoTSVSource:
                 parse_tsv_line(raw, str(self.paths[self.file_index]), self.line_no, rows[n])
             except DataError as err:
                 self.bad_rows.handle(err, counted=self._counted_before())
+                run_start = run_start or (self.epoch, self.file_index, self.line_no)
+                self._stop_bad_run(err, skipped_in_a_row, run_start)
                 skipped_in_a_row += 1
-                if skipped_in_a_row > MAX_BAD_ROWS_IN_A_ROW:
-                    whose = dealt_to(self.rank, self.world_size, "of those ")
-                    raise DataError(err.path, err.line,
-                                    f"{skipped_in_a_row} bad rows in a row{whose}; is this Criteo TSV?") from None
                 continue
-            n, skipped_in_a_row = n + 1, 0
-        if n == 0:
-            return None
-        rows = rows[:n]
-        return to_batch(rows[:, 0], rows[:, 1:1 + CRITEO_NUM_DENSE], rows[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
+            n, skipped_in_a_row, run_start = n + 1, 0, None
+        return rows[:n]
+
+    def _stop_bad_run(self, err: DataError, skipped: int, run_start: tuple[int, int, int]) -> None:
+        """DataError where a run of bad rows, ``skipped`` before this one (``err``), since the one at ``run_start``
+        (epoch, file index, line) says the input is wrong: on one rank, the run came round to its first row again
+        (not one good row in the files: they would be read over and over); anywhere, more than
+        MAX_BAD_ROWS_IN_A_ROW of them (a wrong file). On several ranks a rank's lines may change from epoch to
+        epoch, so only the second applies."""
+        epoch, file_index, line_no = run_start
+        if self.world_size == 1 and self.epoch > epoch and (self.file_index, self.line_no) >= (file_index, line_no):
+            files = "the file" if len(self.paths) == 1 else f"any of the {len(self.paths)} files"
+            raise DataError(err.path, err.line, f"no good row in {files}: all {skipped} rows read are bad; "
+                                                "is this Criteo TSV?") from None
+        if skipped + 1 > MAX_BAD_ROWS_IN_A_ROW:
+            whose = dealt_to(self.rank, self.world_size, "of those ")
+            raise DataError(err.path, err.line,
+                            f"{skipped + 1} bad rows in a row{whose}; is this Criteo TSV?") from None
 
     def eval_batches(self) -> list[Batch] | None:
         if self.eval_source is None:
@@ -408,7 +433,12 @@ class MLPerfBinarySource:
         return self._next(wrap=True)
 
     def _next(self, *, wrap: bool) -> Batch | None:
-        """The next batch; ``wrap`` False: only records before the end of this epoch (see CriteoTSVSource)."""
+        """The next batch; ``wrap`` False: only records before the end of this epoch. A DataError puts the
+        position back to the batch's start (see CriteoTSVSource)."""
+        return keeping_position(self, lambda: self._read_records(wrap))
+
+    def _read_records(self, wrap: bool) -> Batch | None:
+        """``_next``'s batch: up to ``batch_size`` good records of this rank; bad ones counted and skipped."""
         parts, n, epoch, start = [], 0, self.epoch, self._stream_index(self.read)
         while n < self.batch_size:
             index = self._stream_index(self.read)

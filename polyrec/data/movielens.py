@@ -75,7 +75,8 @@ def parse_row(raw: bytes, cols: list[int], width: int, path: str, line_no: int) 
 
 
 def read_ratings(path: Path, bad_rows: BadRows) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
-    """(user tokens, item tokens, ratings float64, timestamps float64), one entry per good row."""
+    """(user tokens, item tokens, ratings float64, timestamps float64), one entry per good row; blank lines are
+    skipped (not counted as bad rows)."""
     users, items, ratings, times = [], [], [], []
     with open(path, "rb") as f:
         first = f.readline()
@@ -87,6 +88,8 @@ def read_ratings(path: Path, bad_rows: BadRows) -> tuple[list[str], list[str], n
         width = len(names) if names else len(UDATA_COLUMNS)
         rows = enumerate(f, start=2) if names else enumerate(itertools.chain([first], f), start=1)
         for line_no, raw in rows:
+            if not raw.rstrip(b"\r\n"):  # a blank line (a file's trailing one): no row, not a bad one
+                continue
             try:
                 user, item, rating, stamp = parse_row(raw, cols, width, str(path), line_no)
             except DataError as err:

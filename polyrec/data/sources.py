@@ -13,6 +13,8 @@ from polyrec.data.types import BadRows, Source
 from polyrec.models.config import ModelConfig
 
 KINDS = ("synthetic", "criteo", "mlperf", "movielens")
+#: Files of a directory named in the message that refuses it as ``criteo:DIR`` (``list_files``).
+CRITEO_EXAMPLE_FILES = 2
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -28,6 +30,26 @@ def parse_spec(spec: str) -> tuple[str, str]:
 def data_path(arg: str) -> Path:
     """A data path with ``~`` expanded: the shell expands it only at the start of a word, not in ``criteo:~/x``."""
     return Path(arg).expanduser()
+
+
+def criteo_paths(arg: str) -> list[Path]:
+    """The files of ``criteo:PATH[,PATH...]``, ``~`` expanded in each; a directory among them is refused with the
+    comma-separated list of its files to give instead."""
+    if "" in arg.split(","):  # Path("") is the working directory: "path . is a directory" said nothing useful
+        raise ValueError(f"criteo:{arg}: an empty path in the comma-separated list")
+    paths = [data_path(p) for p in arg.split(",")]
+    directory = next((p for p in paths if p.is_dir()), None)
+    if directory is not None:
+        raise FileNotFoundError(f"Criteo TSV path {directory} is a directory, not a file: {list_files(directory)}")
+    return paths
+
+
+def list_files(directory: Path) -> str:
+    """How to give ``directory``'s files to ``criteo:`` (a list; the shell expands no wildcard inside it)."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    example = ",".join(map(str, files[:CRITEO_EXAMPLE_FILES])) + ("" if len(files) <= CRITEO_EXAMPLE_FILES else ",...")
+    return (f"list its files comma-separated, without spaces{f' (criteo:{example})' if files else ''}; the shell "
+            f"expands no wildcard inside criteo:PATH, but criteo:$(ls -d {directory}/* | paste -sd, -) builds the list")
 
 
 def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
@@ -71,10 +93,7 @@ def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int,
                       eval_source: Source | None = None, num_eval_batches: int = 0, rank: int = 0,
                       world_size: int = 1) -> Source:
     if kind == "criteo":
-        if "" in arg.split(","):  # Path("") is the working directory: "path . is a directory" said nothing useful
-            raise ValueError(f"criteo:{arg}: an empty path in the comma-separated list")
-        paths = [data_path(p) for p in arg.split(",")]
-        return CriteoTSVSource(paths, config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
+        return CriteoTSVSource(criteo_paths(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                                num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
     return MLPerfBinarySource(data_path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                               num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)

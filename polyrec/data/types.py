@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -33,6 +34,9 @@ class Batch:
                      values=self.values.to(device, non_blocking=non_blocking),
                      offsets=self.offsets.to(device, non_blocking=non_blocking),
                      labels=self.labels.to(device, non_blocking=non_blocking))
+
+
+T = TypeVar("T")
 
 
 class DataError(ValueError):
@@ -72,6 +76,18 @@ class BadRows:
         self.count, self.examples = int(state["count"]), [str(e) for e in state["examples"]]
 
 
+def keeping_position(source: Source, read: Callable[[], T]) -> T:
+    """``read()`` (a batch), with ``source``'s position and bad-row count put back to where they were when it
+    raises DataError: the batch a bad row stopped is read again whole by a run resumed from a checkpoint saved
+    then, as by a run that never stopped (not from the row after the last one read)."""
+    start = source.state_dict()
+    try:
+        return read()
+    except DataError:
+        source.load_state_dict(start)
+        raise
+
+
 class Source(Protocol):
     """A deterministic, resumable stream of batches."""
 
@@ -85,7 +101,8 @@ class Source(Protocol):
         """The model config with the table sizes and dense width this data needs."""
 
     def next_batch(self) -> Batch:
-        """The next training batch (full size; streams wrap around into the next epoch)."""
+        """The next training batch (full size; streams wrap around into the next epoch). A file source that
+        raises DataError leaves its position at the batch's start (``keeping_position``)."""
 
     def eval_batches(self) -> list[Batch] | None:
         """The held-out batches to measure AUC on, or None when the source has none; each held-out row at most

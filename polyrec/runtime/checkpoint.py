@@ -14,6 +14,8 @@ import torch
 from polyrec.files import TEMP_SUFFIX, atomic_write
 
 CHECKPOINT_NAME = "checkpoint.pt"
+#: The metrics log a run writes in its checkpoint directory where ``--metrics`` names no other file.
+METRICS_NAME = "metrics.jsonl"
 FORMAT_VERSION = 1
 TEMP_PREFIX = ".checkpoint-"
 
@@ -34,6 +36,19 @@ def prepare_checkpoint_dir(directory: Path) -> None:
             pass
     except OSError as exc:
         raise OSError(f"--checkpoint-dir {directory} cannot be used: {exc.strerror or exc}") from exc
+
+
+def refuse_another_run(directory: Path, *, metrics_here: bool) -> None:
+    """Before a fresh run (no ``--resume``): ValueError naming the file where ``directory`` holds another run's
+    checkpoint, which the run would overwrite, or (``metrics_here``: its metrics log goes to the directory) a
+    non-empty METRICS_NAME, which it would append its records to, mixing two runs in one log."""
+    existing = checkpoint_path(directory)
+    if existing.exists():
+        raise ValueError(f"{existing} exists: pass --resume to continue that run, or choose another --checkpoint-dir")
+    log = Path(directory) / METRICS_NAME
+    if metrics_here and log.is_file() and log.stat().st_size > 0:
+        raise ValueError(f"{log} holds another run's metrics (that run saved no checkpoint to resume): a new run "
+                         "would append to them; remove it, or choose another --checkpoint-dir")
 
 
 def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:

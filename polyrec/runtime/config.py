@@ -40,7 +40,7 @@ class TrainConfig:
     eval_every: int = 0  # steps between evaluations; 0: only at the end
     eval_batches: int = 8  # most batches per eval (Criteo/MLPerf: fewer if the file ends); MovieLens: its test split
     log_every: int = 50  # steps between metric lines (and NaN checks: one device sync each)
-    checkpoint_dir: Path | None = None
+    checkpoint_dir: Path | None = None  # a str is taken too (as are metrics_path's and plan's): see expand_paths
     checkpoint_every: int = 0  # steps between checkpoints; 0: only at the end and on SIGTERM / Ctrl-C
     resume: bool = False  # continue from checkpoint_dir/checkpoint.pt
     skip_bad_rows: bool = False  # count and skip malformed input rows instead of stopping at the first
@@ -110,6 +110,23 @@ def _device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} asked for, but torch sees no CUDA/ROCm GPU")
     return device
+
+
+#: TrainConfig's path fields and the options that set them (``expand_paths``).
+PATH_OPTIONS = {"checkpoint_dir": "--checkpoint-dir", "metrics_path": "--metrics", "plan": "--plan"}
+
+
+def expand_paths(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with its path fields as Paths, ``~`` expanded (the shell leaves it in ``--checkpoint-dir=~/x``); an
+    empty one is refused naming its option: ``Path("")`` is the working directory (typer passes "" on as ".")."""
+    paths = {}
+    for name, option in PATH_OPTIONS.items():
+        value = getattr(cfg, name)
+        if value is not None and not str(value).strip():
+            raise ValueError(f"{option} is empty: give a path, or leave the option out")
+        if value is not None:
+            paths[name] = Path(value).expanduser()
+    return dataclasses.replace(cfg, **paths)
 
 
 #: Seeds are within a signed 64-bit integer: torch.manual_seed takes -2**63 to 2**64 - 1 ("Overflow when unpacking

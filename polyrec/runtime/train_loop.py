@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -117,7 +117,10 @@ class TrainLoop:
             task = bar.add_task("train", total=cfg.steps, completed=self.step, rate="-", loss="-")
             window_start, window_first = time.perf_counter(), self.step
             while self.step < cfg.steps and self._stopping is None:
-                pending.append(self.train_step())
+                try:
+                    pending.append(self.train_step())
+                except DataError as exc:  # a malformed training row: the steps trained before it are kept
+                    self._stop_on_training_data(exc, pending, trained=self.step > start_step)
                 self._stopping = (self._stop_signal if self._stop_vote is None
                                   else self._stop_vote.agreed(self._stop_signal))
                 bar.update(task, completed=self.step)
@@ -223,19 +226,35 @@ class TrainLoop:
         return self._stop_on_nan(result, ev["step"], ev["logloss"], what="eval logloss")
 
     def _evaluate_keeping_state(self) -> dict[str, Any] | None:
-        """``evaluate``; held-out data that stops the run (a DataError: a malformed eval row, an eval file with no
-        good row) first has the trained state saved where there is a checkpoint directory, as a signal's stop
-        does, and the error names the checkpoint: else the steps since the last periodic checkpoint are lost,
-        every one with the default evaluation at the end."""
+        """``evaluate``; held-out data that stops the run (a malformed eval row, an eval file with no good row)
+        stops it keeping the trained state (``_raise_keeping_state``): else the steps since the last periodic
+        checkpoint are lost, every one with the default evaluation at the end."""
         try:
             return self.evaluate()
         except DataError as exc:
-            if not self.cfg.checkpoint_dir or not self.finite_state():
-                raise
-            problem = f"{exc.problem}; the run's state at step {self.step} is saved in {self.save()}"
-            self.log.write({"event": "stopped", "reason": "eval data", "step": self.step,
-                            "message": f"{exc.path}:{exc.line}: {problem}"})
-            raise DataError(exc.path, exc.line, problem) from exc
+            self._raise_keeping_state(exc, "eval data")
+
+    def _stop_on_training_data(self, exc: DataError, pending: list[torch.Tensor], *, trained: bool) -> NoReturn:
+        """Training data that stops the run (a malformed row without skip_bad_rows; with it, no good row in the
+        files): the source is back at the start of the batch it stopped (``polyrec.data.types.keeping_position``), so
+        the state of the last step is kept (``_raise_keeping_state``) where this process trained one and the
+        losses not checked yet (``pending``) are finite, and a resume reads that batch whole, as a run that never
+        stopped does. Not on several ranks: the others, reading their own rows, are not stopping."""
+        losses = torch.stack(pending).float().cpu().tolist() if pending else []
+        several = self.distributed and self.ctx.world_size > 1
+        keep = trained and not several and all(map(math.isfinite, losses))
+        self._raise_keeping_state(exc, "training data", save=keep)
+
+    def _raise_keeping_state(self, exc: DataError, reason: str, *, save: bool = True) -> NoReturn:
+        """Raise ``exc`` (data that stops the run) after saving the trained state where there is a checkpoint
+        directory, ``save`` and the state is finite, as a signal's stop does (the error then names the
+        checkpoint), and logging a ``stopped`` event with ``reason``."""
+        problem = exc.problem
+        if save and self.cfg.checkpoint_dir and self.finite_state():
+            problem = f"{problem}; the run's state at step {self.step} is saved in {self.save()}"
+        self.log.write({"event": "stopped", "reason": reason, "step": self.step,
+                        "message": f"{exc.path}:{exc.line}: {problem}"})
+        raise DataError(exc.path, exc.line, problem) from exc
 
     def _stop_on_nan(self, result: TrainResult, step: int, value: float, what: str = "loss") -> TrainResult:
         ckpt = self._saved_checkpoint()

@@ -25,10 +25,10 @@ from torch import nn
 
 from polyrec.data import Batch, open_source
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
-from polyrec.runtime.checkpoint import checkpoint_path, prepare_checkpoint_dir
+from polyrec.runtime.checkpoint import METRICS_NAME, prepare_checkpoint_dir, refuse_another_run
 from polyrec.runtime.cold_start import ColdStart, applies, precompile_first_step
 from polyrec.runtime import parallel
-from polyrec.runtime.config import TrainConfig, check_counts, resolve
+from polyrec.runtime.config import TrainConfig, check_counts, expand_paths, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import capture, choose_graphs, mark_host_bound
 from polyrec.runtime.plan_apply import apply_plan, load_plan
@@ -101,6 +101,7 @@ class Trainer(TrainerState, TrainLoop):
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
         self.distributed = launched_by_torchrun()
         self.ctx = init_distributed()
+        cfg = expand_paths(cfg)
         check_counts(cfg)
         base = preset(cfg.preset)
         if cfg.row_cap:
@@ -149,7 +150,7 @@ class Trainer(TrainerState, TrainLoop):
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0
         self.timer = PhaseTimer(self.rt.device)
-        metrics_path = cfg.metrics_path or (Path(cfg.checkpoint_dir) / "metrics.jsonl" if cfg.checkpoint_dir else None)
+        metrics_path = cfg.metrics_path or (Path(cfg.checkpoint_dir) / METRICS_NAME if cfg.checkpoint_dir else None)
         main = self.ctx.is_main  # one rank logs, prints and shows the progress bar
         self.log = MetricsLog(metrics_path if main else None, echo=sys.stdout if echo_json and main else None)
         self.echo_json = echo_json
@@ -169,17 +170,16 @@ class Trainer(TrainerState, TrainLoop):
 
     def _check_checkpoint_dir(self) -> None:
         """Before anything is built: a checkpoint directory that cannot be written is found now, not
-        after the last step, and a fresh run does not overwrite another run's checkpoint."""
+        after the last step, and a fresh run does not overwrite another run's checkpoint nor append to its
+        metrics log."""
         if self.cfg.checkpoint_dir is None:
             return
         directory = Path(self.cfg.checkpoint_dir)
         if self.cfg.resume and not directory.exists():  # a mistyped directory is named, not created
             raise FileNotFoundError(f"no checkpoint to resume from: {directory} does not exist")
         prepare_checkpoint_dir(directory)
-        existing = checkpoint_path(directory)
-        if not self.cfg.resume and existing.exists():
-            raise ValueError(f"{existing} exists: pass --resume to continue that run, or choose another "
-                             "--checkpoint-dir")
+        if not self.cfg.resume:
+            refuse_another_run(directory, metrics_here=self.cfg.metrics_path is None)
 
     def _check_distributed(self) -> None:
         """What a torchrun job cannot combine, named before anything is built."""
