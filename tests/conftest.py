@@ -1,4 +1,4 @@
-"""Shared test settings: fixed seeds, a private cache directory, and the GPU skip."""
+"""Shared test settings: fixed seeds, a private cache directory, torch's thread count kept, and the GPU skip."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ import torch
 def _private_cache(tmp_path, monkeypatch):
     """Keep calibrations written by tests out of the user's cache."""
     monkeypatch.setenv("POLYREC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """A run with cpu_threads=1 (fast when other test workers share the cores) changes torch's process-wide
+    thread count: each test gets the count back as it found it."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)

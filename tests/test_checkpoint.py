@@ -15,14 +15,6 @@ from polyrec.runtime.checkpoint import load_checkpoint, save_checkpoint
 DATA = Path(__file__).parent / "data"
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """cpu_threads=1 (fast when other test workers share the cores) changes a process-wide setting."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def config(tmp: Path, steps: int, data: str = "synthetic", **kw) -> TrainConfig:
     return TrainConfig(preset="dcnv2-small", data=data, steps=steps, batch_size=32, row_cap=2000, log_every=1,
                        checkpoint_dir=tmp, device="cpu", cpu_threads=1, **kw)

@@ -25,14 +25,6 @@ CPU = torch.device("cpu")
 RANK_1_SEED = 1_000_000_007  # what polyrec.runtime.parallel.rank_seed gives rank 1 for seed 0
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """cpu_threads=1 (fast when other test workers share the cores) changes a process-wide setting."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def criteo_lines() -> list[bytes]:
     return (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
 

@@ -870,15 +870,8 @@ def test_fp8_needs_the_polyrec_dense_backend():
     assert resolved.dense_fp8 and resolved.compute_dtype == torch.bfloat16
 
 
-@pytest.fixture
-def _restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 @needs_interpreter
-def test_fp8_resume_continues_the_same_losses_bitwise(tmp_path, _restore_threads):
+def test_fp8_resume_continues_the_same_losses_bitwise(tmp_path):
     """As tests/test_checkpoint.py's resume test, with fp8 dense GEMMs: the scaling histories travel in
     the checkpoint, so the resumed steps scale (and lose) exactly as the straight run's."""
     from polyrec.runtime import TrainConfig, Trainer
@@ -902,7 +895,7 @@ def test_fp8_resume_continues_the_same_losses_bitwise(tmp_path, _restore_threads
 
 @needs_interpreter
 @pytest.mark.parametrize("before,after", [("fp8", "fp32"), ("fp32", "fp8")])
-def test_a_run_resumes_into_or_out_of_fp8(tmp_path, _restore_threads, before, after):
+def test_a_run_resumes_into_or_out_of_fp8(tmp_path, before, after):
     """The NaN stop advises resuming an fp8 run in fp32: the fp8 histories one precision lacks are dropped or
     started afresh (was: a traceback, 'Missing key(s) in state_dict: "fp8.history"', and exit 1)."""
     from polyrec.runtime import TrainConfig, Trainer

@@ -24,14 +24,6 @@ runner = CliRunner()
 SMALL = ["--batch-size", "32", "--row-cap", "1000", "--log-every", "1", "--cpu-threads", "1"]
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """cpu_threads=1 changes a process-wide setting."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def config(directory: Path | None, steps: int = 2, **kw) -> TrainConfig:
     return TrainConfig(preset="dcnv2-small", steps=steps, batch_size=32, row_cap=1000, log_every=1,
                        checkpoint_dir=directory, device="cpu", cpu_threads=1, **kw)

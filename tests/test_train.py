@@ -28,14 +28,6 @@ ROOT = Path(__file__).parent.parent
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """--cpu-threads 1 (fast when other test workers share the cores) changes a process-wide setting."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def _sigint_missed(signum: int, frame) -> None:
     raise AssertionError("SIGINT reached the handler the test set, not the trainer's")
 

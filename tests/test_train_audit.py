@@ -5,18 +5,7 @@ from __future__ import annotations
 import json
 import signal
 
-import pytest
-import torch
-
 from polyrec.runtime import TrainConfig, Trainer
-
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """cpu_threads=1 (fast when other test workers share the cores) changes a process-wide setting."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_a_signal_during_the_last_step_still_evaluates_it(tmp_path):

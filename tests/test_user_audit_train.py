@@ -21,14 +21,6 @@ DATA = Path(__file__).parent / "data"
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """cpu_threads=1 (fast when other test workers share the cores) changes a process-wide setting."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def criteo_config(run: Path, eval_path: Path, steps: int, **extra) -> TrainConfig:
     return TrainConfig(preset="dcnv2-small", data=f"criteo:{DATA / 'criteo_sample.tsv'}", eval_data=f"criteo:{eval_path}",
                        steps=steps, batch_size=8, row_cap=100, log_every=1000, checkpoint_dir=run, device="cpu",
