@@ -124,6 +124,10 @@ def main() -> None:
         raise SystemExit("cross_pass_probe times Triton kernels on a GPU; none is visible")
     copy = calibrate.measure_copy_bandwidth(2 << 30)
     fns = passes(args.rows, args.dim, args.fp8)
+    missing = sorted({current_tile(k) for k in fns} - set(args.tiles))
+    if missing:
+        parser.error("--tiles must hold today's tiles of these passes, to compare against: add "
+                     + ",".join("x".join(map(str, t)) for t in missing))
     tensors = FP8_TENSORS if args.fp8 else TENSORS
     tensor_bytes = args.rows * args.dim * 2
     rows = []
