@@ -7,6 +7,7 @@ Each feature's ids are therefore one contiguous range of ``values``.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -98,6 +99,9 @@ class JaggedBatch:
                 self._check_ids(rows, feature_names, table_names)
 
     def _check_metadata(self, device: torch.device | None) -> None:
+        for name, size in (("batch_size", self.batch_size), ("num_features", self.num_features)):
+            if isinstance(size, bool) or not isinstance(size, numbers.Integral):  # numpy's ints are Integral
+                raise JaggedBatchError(f"{name} must be an int, got {size!r} ({type(size).__name__})")
         if self.batch_size < 0 or self.num_features < 0:
             raise JaggedBatchError(f"batch_size and num_features must be >= 0, got {self.batch_size}, "
                                    f"{self.num_features}")

@@ -10,7 +10,9 @@ embeddings have taken their step; there is no ``.grad`` and no separate ``optimi
 
 from __future__ import annotations
 
+import contextlib
 import math
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,12 @@ class TableSpec:
     pooling: str = "sum"  # "sum" | "mean" | "none" (sequence: read with lookup_sequence)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"table name must be a non-empty string, got {self.name!r}")
+        # plain str and int (not numpy's): the checkpoint's layout holds them (torch.load(weights_only=True))
+        self.name, self.pooling = str(self.name), str(self.pooling)
+        self.rows = as_int(self.rows, f"table '{self.name}': rows")
+        self.dim = as_int(self.dim, f"table '{self.name}': dim")
         if self.rows <= 0 or self.dim <= 0:
             raise ValueError(f"table '{self.name}': rows and dim must be > 0, got {self.rows}, {self.dim}")
         if self.pooling not in POOLINGS:
@@ -69,13 +77,17 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
             raise ValueError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype}")
         if output_dtype not in OUTPUT_DTYPES:
             raise ValueError(f"output_dtype must be one of {OUTPUT_DTYPES}, got {output_dtype}")
-        feature_to_table = list(range(len(tables))) if feature_to_table is None else list(feature_to_table)
+        if init_scale is not None and not (math.isfinite(init_scale) and init_scale >= 0):
+            raise ValueError(f"init_scale must be finite and >= 0 (or None: sqrt(1/rows) per table), got {init_scale}")
+        _check_unique_names(tables)
+        feature_to_table = [as_int(t, f"feature_to_table[{f}]") for f, t in
+                            enumerate(range(len(tables)) if feature_to_table is None else feature_to_table)]
         for f, t in enumerate(feature_to_table):
             if not 0 <= t < len(tables):
                 raise ValueError(f"feature_to_table[{f}] = {t} is not a table index (0..{len(tables) - 1})")
         self.tables, self.feature_to_table, self.optimizer = list(tables), feature_to_table, optimizer
         self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
-        self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, seed
+        self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, as_int(seed, "seed")
         self.update_config, self.group_dims = update_config, group_dims
         # The step waits on the host (the trainer says so from the planner's prediction): the update's
         # selection then weighs the merge levels' host issue (tbe_select.select_update's host_bound)
@@ -242,13 +254,19 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         return f"feature {f} (table '{self.tables[t].name}', rows {self.tables[t].rows})"
 
     def _validate(self, batch: JaggedBatch) -> None:
+        """A lookup's checks of ``batch``: ``check_batch``, then the flags of an earlier lookup."""
+        self.check_batch(batch, full=self.debug_checks)
+        self.check_errors(wait=False)
+
+    def check_batch(self, batch: JaggedBatch, *, full: bool = False) -> None:
+        """Raise ``JaggedBatchError`` where ``batch`` is not one of this module's: its feature count, then
+        ``JaggedBatch.validate`` on the tables' device (``full``: the data too, naming feature and table)."""
         if batch.num_features != len(self.feature_to_table):
             raise JaggedBatchError(f"batch has {batch.num_features} features, module has "
                                    f"{len(self.feature_to_table)}")
         names = [self.tables[t].name for t in self.feature_to_table]
-        batch.validate(rows=[self.tables[t].rows for t in self.feature_to_table], full=self.debug_checks,
+        batch.validate(rows=[self.tables[t].rows for t in self.feature_to_table], full=full,
                        table_names=names, device=self.weights.device)
-        self.check_errors(wait=False)
 
     def check_errors(self, *, wait: bool = True) -> None:
         """Raise for bad ids / offsets seen by an earlier lookup (the kernels mask them and flag).
@@ -393,6 +411,25 @@ def packed_views(flat: Tensor, shapes: list[tuple[int, int]], per_row: bool = Fa
         out.append(piece if per_row else piece.view(rows, dim))
         start += size
     return out
+
+
+def as_int(value, what: str) -> int:
+    """``value`` as a plain Python int (numpy and 0-d tensor integers included: the checkpoint's layout holds
+    plain ints, which ``torch.load(weights_only=True)`` reads); TypeError naming ``what`` for a bool, a float
+    or anything else."""
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError):
+            return operator.index(value)
+    raise TypeError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+
+
+def _check_unique_names(tables: list[TableSpec]) -> None:
+    """Error messages and checkpoints name tables: two of one name would make both ambiguous (TorchRec's
+    collections refuse them too)."""
+    names = [t.name for t in tables]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"table name '{name}' is used by {names.count(name)} tables; table names must be unique")
 
 
 def _cumsum(xs: list[int]) -> list[int]:

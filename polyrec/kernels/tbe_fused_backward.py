@@ -42,7 +42,8 @@ class FusedBackward:
         gradient), so that it runs while something else does: sharded embeddings call it while the
         pooled rows cross the all-to-all. The next backward of this same batch (same ``values`` and
         ``offsets`` tensors, unmodified) uses it; anything else recomputes. Kept until then or the
-        next ``forward``."""
+        next ``forward``. The batch's metadata is checked first (``check_batch``): its kernels read it."""
+        self.check_batch(batch)
         if not self.pooled_features or batch.nnz == 0 or batch.batch_size == 0:
             return
         with torch.no_grad():
