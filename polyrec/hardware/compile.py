@@ -176,7 +176,14 @@ def compile_job(job: CompileJob, spec: DeviceSpec) -> Any:
 def compile_for(job: CompileJob, spec: DeviceSpec) -> CompileReport:
     """Compile one job for one device's target and report its footprint and fit."""
     start = time.perf_counter()
-    compiled = compile_job(job, spec)
+    try:
+        compiled = compile_job(job, spec)
+    except CompileHarnessError:
+        raise
+    except Exception as exc:  # Triton's own error (an assertion, a bad signature type): named, not a traceback
+        first = (str(exc).strip().splitlines() or [""])[-1]
+        raise CompileHarnessError(f"{job.label} does not compile for {spec.name} ({spec.triton.backend}:"
+                                  f"{spec.triton.arch}): {type(exc).__name__}: {first}") from exc
     seconds = time.perf_counter() - start
     shared = int(compiled.metadata.shared)
     if spec.triton.backend == "cuda":

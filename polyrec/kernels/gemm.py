@@ -33,6 +33,7 @@ from polyrec.kernels.gemm_launch import device_spec, launch, tma_operands
 from polyrec.kernels.gemm_select import DISPATCH, INTERPRETER_CONFIG, GemmChoice, select_gemm
 from polyrec.kernels.grid import element_span
 from polyrec.kernels.gemm_tma import TMA_ALIGN_BYTES
+from polyrec.kernels.interpreter import interpreting
 from polyrec.perfmodel import gemm_library
 
 _TORCH_TO_GEMM = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -111,6 +112,8 @@ def _validate(a, b, trans_a, trans_b, bias, activation, cross, residual=None,
         raise ValueError(f"matmul: bias must be a contiguous [{n}] on {a.device}, got {tuple(bias.shape)} with "
                          f"stride {bias.stride()} on {bias.device}")
     if cross is not None:
+        if len(cross) != 2:
+            raise ValueError(f"matmul: cross must be the pair (x0, x), got {len(cross)} tensors")
         if activation != "none":
             raise ValueError("matmul: the cross epilogue takes no activation")
         for name, t in zip(("x0", "x"), cross):
@@ -207,16 +210,23 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     so), the Triton kernel writes its output over it (same dtype, contiguous); it, and CrossGrad's d_x0,
     must not share memory with a or b. M, N or K = 0 (an empty batch) runs the library path.
     """
+    if a.dtype not in _TORCH_TO_GEMM:  # before out_dtype, which defaults to it
+        raise TypeError(f"matmul: input dtype {a.dtype} is not supported; use bfloat16, float16 or float32")
     out_dtype = out_dtype or a.dtype
     if out_dtype not in _TORCH_TO_GEMM:  # an integer or fp64 output was truncated or cast in silence
         raise TypeError(f"matmul: out_dtype {out_dtype} is not supported; use bfloat16, float16 or float32")
     if cross_grad is not None or (overwrite_residual and residual is not None):
         _check_in_place(a, b, residual if overwrite_residual else None, cross_grad)
+    if torch.is_grad_enabled():
+        _check_no_graph_wanted(a, b, bias, cross, residual)
     if library or config is not None:
         m, n, k = _validate(a, b, trans_a, trans_b, bias, activation, cross, residual, cross_grad)
         dtype = gemm_dtype(a)
         if library and config is not None:
             raise ValueError("matmul: library=True runs torch.matmul; it takes no Triton config")
+        if not (library or a.is_cuda or interpreting()):
+            raise ValueError("matmul: a Triton config runs on a CUDA / ROCm GPU, or on the CPU with "
+                             f"TRITON_INTERPRET=1; the operands are on {a.device}: pass config=None or library=True")
         wide = None if library else _operand_too_wide(a, b)
         if wide is not None:
             raise ValueError(f"matmul: {wide}, more than the Triton kernels' 32-bit offsets reach "
@@ -235,6 +245,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: 
     launch(a_op, b_op, out, bias, cross, activation, config, dtype, m, n, k,
             (a_op.stride(0), a_op.stride(1)), (b_op.stride(0), b_op.stride(1)), warmup, residual, cross_grad)
     return out
+
+
+def _check_no_graph_wanted(a, b, bias, cross, residual) -> None:
+    """``matmul`` records no autograd graph on its Triton path (the library path's torch ops would): an input
+    that requires a gradient got none on one path and one on the other, so it is refused on both."""
+    for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual), *zip(("x0", "x"), cross or ())):
+        if t is not None and t.requires_grad:
+            raise ValueError(f"matmul: {name} requires a gradient, which matmul does not compute; use "
+                             "polyrec.kernels.gemm_layers.linear / cross_linear, or call it under torch.no_grad()")
 
 
 def _extent(t: torch.Tensor) -> tuple[int, int]:

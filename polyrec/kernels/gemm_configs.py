@@ -42,6 +42,9 @@ FP8_ONLY_PASS_NUM_WARPS = 8
 #: PASS_MIN_ROW_PROGRAMS row programs (programs to keep the device's memory system busy).
 PASS_ROW_BLOCKS = 8
 PASS_MIN_ROW_PROGRAMS = 256
+#: Smallest ``block_k``: Triton 3.6's ``tl.dot`` on NVIDIA takes K >= 16 for 16- and 32-bit operands
+#: (``min_dot_size`` in triton/backends/nvidia/compiler.py; "Input shapes should have ... K >= 16").
+MIN_BLOCK_K = 16
 
 
 def pass_row_blocks(m: int) -> int:
@@ -76,6 +79,20 @@ class GemmConfig:
     persistent_tma: bool = False  # sm_90: the persistent TMA kernel (polyrec.kernels.gemm_tma) runs it
     epilogue_subtile: bool = False  # TMA: finish and store the tile in two [BM, BN/2] halves
     ctas_per_sm: int = 1  # TMA: persistent programs per SM (grid = min(tiles, SMs x ctas_per_sm))
+
+    def __post_init__(self) -> None:
+        """Refuse what no kernel can run: block sides and warps that are not powers of two (``tl.arange`` and
+        Triton's launch need them), ``block_k`` below ``MIN_BLOCK_K``, and counts below 1 (a ``group_m`` of 0
+        computed a wrong product without an error; a ``split_k`` of 0 divided by zero)."""
+        for name in ("block_m", "block_n", "block_k", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"GemmConfig: {name} must be a power of two, got {value}")
+        if self.block_k < MIN_BLOCK_K:
+            raise ValueError(f"GemmConfig: block_k must be at least {MIN_BLOCK_K} (tl.dot), got {self.block_k}")
+        for name in ("group_m", "split_k", "num_stages", "ctas_per_sm"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GemmConfig: {name} must be at least 1, got {getattr(self, name)}")
 
     @property
     def label(self) -> str:

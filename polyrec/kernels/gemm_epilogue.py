@@ -69,14 +69,20 @@ def epilogue_pass(y: torch.Tensor, *, bias: torch.Tensor | None = None, activati
     m, n = y.shape
     if out is not None and (out.shape != (m, n) or out.device != y.device):
         raise ValueError(f"epilogue_pass: out must be [{m}, {n}] on {y.device}, got {tuple(out.shape)} on {out.device}")
+    for name, t in (("y", y), ("out", out)):
+        if t is not None and not t.is_floating_point():  # an integer output truncated the epilogue in silence
+            raise TypeError(f"epilogue_pass: {name} must be a floating-point tensor, got {t.dtype}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"epilogue_pass: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if bias is not None and (bias.shape != (n,) or not bias.is_contiguous()):
-        raise ValueError(f"epilogue_pass: bias must be a contiguous [{n}], got {tuple(bias.shape)} with stride "
-                         f"{bias.stride()}")
+    if bias is not None and (bias.shape != (n,) or not bias.is_contiguous() or bias.device != y.device):
+        raise ValueError(f"epilogue_pass: bias must be a contiguous [{n}] on {y.device}, got {tuple(bias.shape)} with "
+                         f"stride {bias.stride()} on {bias.device}")
+    if cross is not None and len(cross) != 2:
+        raise ValueError(f"epilogue_pass: cross must be the pair (x0, x), got {len(cross)} tensors")
     for name, t in (("x0", cross[0]), ("x", cross[1])) if cross is not None else ():
-        if t.shape != (m, n):
-            raise ValueError(f"epilogue_pass: cross {name} must be [{m}, {n}], got {tuple(t.shape)}")
+        if t.shape != (m, n) or t.device != y.device:
+            raise ValueError(f"epilogue_pass: cross {name} must be [{m}, {n}] on {y.device}, got {tuple(t.shape)} "
+                             f"on {t.device}")
     validate_fused(m, n, y.device, activation, residual, cross_grad)
     if fp8 is not None and (fp8.q.shape != (m, n) or fp8.qt.shape != (n, m)):
         raise ValueError(f"epilogue_pass: fp8 copies must be [{m}, {n}] and [{n}, {m}], got {tuple(fp8.q.shape)} "

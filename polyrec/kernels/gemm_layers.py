@@ -6,6 +6,7 @@ through ``matmul``.
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from polyrec.kernels.dense_backward import relu_bias_backward, rows_apart
 from polyrec.kernels.gemm import matmul
@@ -24,6 +25,7 @@ class _Linear(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # matmul records no graph: a second derivative is refused by torch, not wrong
     def backward(ctx, grad):
         x, weight, y = ctx.saved_tensors
         grad = rows_apart(grad)
@@ -46,6 +48,7 @@ class _CrossLinear(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         x0, v, weight, bias = ctx.saved_tensors
         grad = grad.contiguous()
