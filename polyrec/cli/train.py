@@ -193,7 +193,7 @@ def train(
     finally:
         shutdown(completed=completed)
     if result.status == "nan":
-        typer.echo(f"error: {result.message}", err=True)
+        typer.echo(f"error: {rank_prefix()}{result.message}", err=True)
         raise typer.Exit(1)
     if result.status == "sigterm":
         typer.echo(result.message, err=True)
@@ -206,13 +206,23 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     try:
         result = trainer.train()
     except DataError as exc:  # data that stopped the run mid-way (its `stopped` event logged): --json ends as ever
-        if as_json and trainer.ctx.is_main:
-            typer.echo(jsontext.dumps({"event": "result", "status": "data_error", "step": trainer.step,
-                                       "final_auc": None, "samples_per_s": None, "message": str(exc)}))
+        _report_stopped(trainer, as_json, "data_error", str(exc))
+        raise
+    except RuntimeError as exc:  # a peer rank failed (its own message says why): --json ends as ever too
+        if GLOO_TRANSPORT_ERROR.search(str(exc)):
+            _report_stopped(trainer, as_json, "peer_failed", "a peer rank failed or stopped answering")
         raise
     if trainer.ctx.is_main:
         _report(result, trainer, as_json)
     return result
+
+
+def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) -> None:
+    """With --json, the reporting rank ends its output with a ``result`` line of ``status`` for a run that
+    raised; before, a peer's failure (bad rows dealt to rank 1 alone) left rank 0's output without one."""
+    if as_json and trainer.ctx.is_main:
+        typer.echo(jsontext.dumps({"event": "result", "status": status, "step": trainer.step,
+                                   "final_auc": None, "samples_per_s": None, "message": message}))
 
 
 def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from polyrec.data import BadRows
 from polyrec.kernels.tbe import EmbeddingOptimizer
 from polyrec.models import ModelConfig
 from polyrec.runtime.dist import DistContext, second_group
@@ -177,6 +178,50 @@ def all_bad_rows(bad: Any) -> tuple[int, list[str]]:
     seen = gather((bad.count, list(bad.examples)))
     examples = [example for _, some in seen for example in some]
     return sum(count for count, _ in seen), examples[:bad.MAX_EXAMPLES]
+
+
+def data_position(saved: list[dict], rank: int, world_size: int, batch_size: int) -> dict | None:
+    """This rank's data position from a checkpoint's, one per rank of the job that saved it (``data_by_rank``;
+    a one-process checkpoint's one); None: start the stream anew. Under the same number of ranks each rank
+    continues its own. Under another, files dealt in blocks of ``batch_size`` (Criteo TSV, MLPerf: block k to
+    rank k mod the world size) continue from the furthest any old rank had read, so the new ranks read the
+    blocks after it, each once, and rank 0 carries the skipped bad rows' count (the others none). Before, each
+    rank took its old namesake's position: a new rank read the files from their start again (rows trained on
+    already) and a job of fewer ranks read the last old rank's blocks once more. Other sources (synthetic,
+    MovieLens) are a stream per rank: a rank the old job did not have starts its own anew."""
+    if len(saved) == world_size:
+        return saved[rank]
+    if all("stream_line" in s for s in saved):  # Criteo TSV: positions in the run's stream of lines
+        return _with_bad_rows(max(saved, key=lambda s: s["stream_line"]), saved, rank)
+    if all("read" in s and "records" in s for s in saved):  # MLPerf: records read of the rank's own blocks
+        end = max(_dealt_end(int(s["read"]), old, len(saved), batch_size) for old, s in enumerate(saved))
+        return _with_bad_rows(saved[0] | {"read": _dealt_before(end, rank, world_size, batch_size)}, saved, rank)
+    return saved[rank] if rank < len(saved) else None
+
+
+def _with_bad_rows(position: dict, saved: list[dict], rank: int) -> dict:
+    """``position`` with every old rank's bad-row count on rank 0 and none on the others (the count a run
+    reports is the sum over its ranks); as it is where a checkpoint has no count."""
+    if not all("bad_rows" in s for s in saved):
+        return position
+    examples = [e for s in saved for e in s["bad_rows"]["examples"]][:BadRows.MAX_EXAMPLES]
+    counted = {"count": sum(int(s["bad_rows"]["count"]) for s in saved), "examples": examples}
+    return position | {"bad_rows": counted if rank == 0 else {"count": 0, "examples": []}}
+
+
+def _dealt_end(read: int, rank: int, world_size: int, block: int) -> int:
+    """The stream index after the last of ``read`` records of ``rank``'s blocks (0: none read)."""
+    if read == 0:
+        return 0
+    k, offset = divmod(read - 1, block)
+    return (k * world_size + rank) * block + offset + 1
+
+
+def _dealt_before(end: int, rank: int, world_size: int, block: int) -> int:
+    """The records of ``rank``'s blocks before stream index ``end``."""
+    blocks, offset = divmod(end, block)
+    whole = max(0, -(-(blocks - rank) // world_size))  # its blocks k < blocks: k = rank, rank + world_size, ...
+    return whole * block + (offset if blocks % world_size == rank else 0)
 
 
 def barrier() -> None:

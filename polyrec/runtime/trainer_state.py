@@ -163,13 +163,14 @@ class TrainerState:
         else:
             self.model.embeddings.import_state(state["embeddings"])
         self.optimizer.load_state_dict(state["dense_optimizer"])
-        data, rng = state["data"], state["rng"]
-        if self.distributed:  # this rank's stream position; a rank the checkpoint lacks starts its stream anew
-            datas, rngs, rank = state.get("data_by_rank") or [data], state.get("rng_by_rank") or [rng], self.ctx.rank
-            data, rng = (datas[rank], rngs[rank]) if rank < len(datas) else (None, None)
+        # this rank's stream position (parallel.data_position); a rank the checkpoint lacks keeps its fresh RNG
+        rank, world = (self.ctx.rank, self.ctx.world_size) if self.distributed else (0, 1)
+        rngs = state.get("rng_by_rank") or [state["rng"]]
+        data = parallel.data_position(state.get("data_by_rank") or [state["data"]], rank, world, self.cfg.batch_size)
         if data is not None:
             self.source.load_state_dict(data)
-            set_rng_state(rng, self.rt.device)
+        if rank < len(rngs):
+            set_rng_state(rngs[rank], self.rt.device)
         self.step = int(state["step"])
         self._apply_learning_rates(state["train_config"])
         self._restore_prefetched(state.get("prefetched"))

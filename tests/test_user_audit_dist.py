@@ -1,0 +1,148 @@
+"""User audit of distributed training on the CPU (gloo, 2 processes): failing-first tests of what it found."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from distributed_util import free_port
+from polyrec.data import BadRows
+from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource
+from polyrec.models import preset
+from polyrec.runtime import parallel
+
+B = 4  # rows per block (the batch size per rank)
+CONFIG = preset("dcnv2-small").with_capped_rows(64)
+
+
+def _criteo_file(path, rows: int, bad: int | None = None) -> None:
+    """``rows`` Criteo TSV rows, row i's label i % 2 and first count i (to tell rows apart); row ``bad`` of
+    3 columns."""
+    rng = random.Random(0)
+    lines = ["\t".join([str(i % 2), str(i)] + [str(rng.randint(0, 9)) for _ in range(12)]
+                       + [f"{rng.getrandbits(32):08x}" for _ in range(26)]) for i in range(rows)]
+    if bad is not None:
+        lines[bad] = "1\t2\t3"
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _mlperf_file(path, records: int) -> None:
+    """``records`` MLPerf records, record i's first count i."""
+    data = np.random.default_rng(0).integers(0, 50, size=(records, 40), dtype=np.int32)
+    data[:, 0], data[:, 1] = np.arange(records) % 2, np.arange(records)
+    data.tofile(path)
+
+
+def _source(kind: str, path, rank: int, world: int):
+    bad = BadRows(skip=False)
+    if kind == "criteo":
+        return CriteoTSVSource([path], CONFIG, batch_size=B, bad_rows=bad, rank=rank, world_size=world)
+    return MLPerfBinarySource(path, CONFIG, batch_size=B, bad_rows=bad, rank=rank, world_size=world)
+
+
+def _rows(batch) -> list[int]:
+    """The file rows of a batch (their first count, log1p-transformed by the source)."""
+    return [round(float(x)) for x in torch.expm1(batch.dense[:, 0])]
+
+
+@pytest.mark.parametrize("kind", ["criteo", "mlperf"])
+@pytest.mark.parametrize(("old", "new", "steps"), [(2, 1, 3), (1, 2, 3), (2, 3, 2), (3, 2, 2), (1, 2, 0)])
+def test_a_resharded_resume_reads_the_blocks_after_the_old_jobs(tmp_path, kind, old, new, steps):
+    """A dealt file resumed under another number of ranks continues where the old job's ranks had read
+    together: the new ranks' next batches are the blocks that follow, each once. Before, each rank took its
+    old namesake's position: 1 -> 2 ranks, rank 1 read the file from its start again (rows 4-7 after 12 rows
+    trained); 2 -> 1, the last block of rank 1 was read once more."""
+    path = tmp_path / ("data.tsv" if kind == "criteo" else "data.bin")
+    (_criteo_file if kind == "criteo" else _mlperf_file)(path, 200)
+    saved = []
+    for rank in range(old):
+        src = _source(kind, path, rank, old)
+        for _ in range(steps):
+            src.next_batch()
+        saved.append(src.state_dict())
+    for rank in range(new):
+        src = _source(kind, path, rank, new)
+        position = parallel.data_position(saved, rank, new, B)
+        if position is not None:
+            src.load_state_dict(position)
+        first = (old * steps + (rank - old * steps) % new) * B  # the block after the old job's dealt to this rank
+        assert _rows(src.next_batch()) == list(range(first, first + B)), (rank, position)
+
+
+def test_a_resharded_resume_keeps_the_bad_row_count_on_rank_0():
+    """The count reported is the sum over ranks: after resharding rank 0 carries every old rank's."""
+    saved = [{"stream_line": 8 * (r + 1), "bad_rows": {"count": 2, "examples": [f"f:{r}a", f"f:{r}b"]}}
+             for r in range(3)]
+    moved = [parallel.data_position(saved, rank, 2, B) for rank in range(2)]
+    assert moved[0]["bad_rows"] == {"count": 6, "examples": ["f:0a", "f:0b", "f:1a", "f:1b", "f:2a"]}
+    assert moved[1]["bad_rows"] == {"count": 0, "examples": []}
+    assert moved[0]["stream_line"] == moved[1]["stream_line"] == 24
+
+
+def _run(nproc: int, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    launcher = ([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
+                 f"--master-port={free_port()}", "-m", "polyrec"] if nproc else [sys.executable, "-m", "polyrec"])
+    proc = subprocess.run([*launcher, "train", *args], capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert (proc.returncode == 0) == ok, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="the TBE runs on the CPU only through Triton's interpreter")
+def test_polyrec_train_resumes_a_criteo_stream_on_another_rank_count(tmp_path):
+    """2 ranks -> one process -> 2 ranks on a Criteo file: each run reads the blocks after the last one's
+    (positions in lines; block k is lines 16k+1..16k+16)."""
+    data = tmp_path / "train.tsv"
+    _criteo_file(data, 400)
+    ckpt = tmp_path / "ckpt"
+    common = ["--data", f"criteo:{data}", "--row-cap", "64", "--batch-size", "16", "--device", "cpu",
+              "--embedding-backend", "polyrec", "--dense-backend", "torch", "--eval-batches", "1", "--json",
+              "--checkpoint-dir", str(ckpt)]
+
+    def positions() -> list[int]:
+        state = torch.load(ckpt / "checkpoint.pt", weights_only=True)
+        return [d["stream_line"] for d in state.get("data_by_rank") or [state["data"]]]
+
+    _run(2, *common, "--steps", "2")
+    assert positions() == [48, 64]
+    _run(0, *common, "--steps", "3", "--resume")
+    assert positions() == [80]  # block 4 (was block 3 again: [64])
+    _run(2, *common, "--steps", "4", "--resume")
+    assert positions() == [112, 96]  # blocks 5 and 6 (was rank 1 from the file's start: [112, 16])
+    assert torch.load(ckpt / "checkpoint.pt", weights_only=True)["step"] == 4
+
+
+TINY = ["--row-cap", "64", "--batch-size", "16", "--device", "cpu", "--embedding-backend", "polyrec",
+        "--dense-backend", "torch", "--eval-batches", "1", "--json"]
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="the TBE runs on the CPU only through Triton's interpreter")
+def test_a_bad_row_of_rank_1_ends_rank_0s_json_output_with_a_result_line(tmp_path):
+    """A malformed row in rank 1's first block: rank 1 names it, rank 0 says its peer failed, and the --json
+    output (rank 0's) ends with a ``result`` line, as a one-process data error's does. Before, it ended
+    after the ``start`` record, without one."""
+    data = tmp_path / "train.tsv"
+    _criteo_file(data, 200, bad=20)  # line 21: block 1, rank 1's
+    proc = _run(2, *TINY, "--data", f"criteo:{data}", "--steps", "4", ok=False)
+    assert f"error: rank 1: {data}:21: expected 40 tab-separated columns, found 3" in proc.stderr
+    assert "error: rank 0: a peer rank failed" in proc.stderr
+    last = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    assert (last["event"], last["status"]) == ("result", "peer_failed"), last
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="the TBE runs on the CPU only through Triton's interpreter")
+def test_a_non_finite_loss_error_names_each_rank():
+    """Errors name their rank (docs/distributed.md); the non-finite loss's was the same bare line twice."""
+    proc = _run(2, *TINY, "--steps", "3", "--log-every", "1", "--lr", "1e30", "--embedding-lr", "1e30", ok=False)
+    for rank in (0, 1):
+        assert f"error: rank {rank}: loss became nan" in proc.stderr, proc.stderr[-3000:]
