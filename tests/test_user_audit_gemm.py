@@ -143,3 +143,17 @@ def test_compile_check_names_a_job_that_does_not_compile(monkeypatch):
     assert result.exit_code == 2, result.output
     assert "scale w3 does not compile for H200 (cuda:90): AssertionError: num_warps must be a power of 2" \
         in result.output
+
+
+@needs_interpreter
+def test_a_second_derivative_of_the_cross_network_is_refused_by_torch():
+    """As the layers above: the cross network's backward runs Triton passes and GEMMs that record no graph, so a
+    second derivative would lose its terms (or stop inside matmul's own check); torch now refuses it by name."""
+    from polyrec.kernels.dcn import cross_network
+
+    x0 = torch.randn(5, 16, requires_grad=True)
+    vs, us, bs = [torch.randn(4, 16) * 0.1], [torch.randn(16, 4) * 0.1], [torch.randn(16) * 0.1]
+    y = cross_network(x0, vs, us, bs)
+    (gx,) = torch.autograd.grad((y * y).sum(), x0, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice a function that was marked with @once_differentiable"):
+        gx.sum().backward()

@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from polyrec.hardware.compile import CompileJob
 from polyrec.hardware.types import DeviceSpec
@@ -131,6 +132,7 @@ class _CrossNetwork(torch.autograd.Function):
         return x
 
     @staticmethod
+    @once_differentiable  # its GEMMs and passes record no graph: a second derivative is refused, not wrong
     def backward(ctx, grad):
         layers, gemms = ctx.layers, ctx.gemms
         x0, *saved = ctx.saved_tensors

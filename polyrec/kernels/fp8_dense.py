@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from polyrec.kernels.dense_backward import relu_bias_backward, rows_apart
 from polyrec.kernels.fp8 import FORWARD, GRADIENT, Fp8Out, Fp8Scaling, aligned, cast_fp8, fused_out, scaled_mm
@@ -98,6 +99,7 @@ class _Fp8MLP(torch.autograd.Function):
         return torch.relu(h) if relus[-1] else h
 
     @staticmethod
+    @once_differentiable  # its GEMMs and passes record no graph: a second derivative is refused, not wrong
     def backward(ctx, grad):
         layers, scaling = len(ctx.relus), ctx.scaling
         d_w, d_b = [None] * layers, [None] * layers
