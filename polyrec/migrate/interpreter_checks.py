@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import functools
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 from polyrec.migrate.kernel_ast import (dotted_path, is_jit, local_names, module_aliases, name_bindings, resolved,
                                         scope_nodes)
@@ -95,15 +97,22 @@ def _import_bound(scope: ast.AST, inherited: dict[str, str], rebound: set[str],
             stores.update(a.asname or a.name for a in node.names)
             bindings += [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names if node.module]
     names = {name: held for name, held in inherited.items() if name not in stores}
+    return _every_binding_resolved(bindings, stores, names, lambda value, known: _bound_builtin(value, known, aliases))
+
+
+def _every_binding_resolved(bindings: list[tuple[str, Any]], stores: Counter, known: dict[str, str],
+                            resolve: Callable[[Any, dict[str, str]], str | None]) -> dict[str, str]:
+    """``known`` and, to a fixed point, each name all ``stores[name]`` of whose ``bindings`` ``resolve`` (given the
+    names known so far: ``t = s`` after ``s = tl.sum``) answers, with its first answer."""
     while True:
-        held: dict[str, list[str]] = {}
+        found: dict[str, list[str]] = {}
         for name, value in bindings:
-            if name not in names and (builtin := _bound_builtin(value, names, aliases)):
-                held.setdefault(name, []).append(builtin)
-        new = {name: found[0] for name, found in held.items() if len(found) == stores[name]}
+            if name not in known and (answer := resolve(value, known)):
+                found.setdefault(name, []).append(answer)
+        new = {name: answers[0] for name, answers in found.items() if len(answers) == stores[name]}
         if not new:
-            return names
-        names |= new
+            return known
+        known = known | new
 
 
 def _bound_builtin(value: ast.expr | str, names: dict[str, str], aliases: dict[str, str] | None) -> str | None:
@@ -176,15 +185,7 @@ def _module_functions(tree: ast.Module, aliases: dict[str, str], held: dict[str,
     stores.update(rebound)
     stores.update(n.name for n in scope_nodes(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
     bindings = [pair for node in scope_nodes(tree) for pair in name_bindings(node)]
-    while True:
-        found: dict[str, list[str]] = {}
-        for name, value in bindings:
-            if name not in held and (call := _held_function(value, aliases, held)):
-                found.setdefault(name, []).append(call)
-        new = {name: calls[0] for name, calls in found.items() if len(calls) == stores[name]}
-        if not new:
-            return held
-        held = held | new
+    return _every_binding_resolved(bindings, stores, held, lambda value, known: _held_function(value, aliases, known))
 
 
 def _held_function(value: ast.expr, aliases: dict[str, str], held: dict[str, str]) -> str | None:
