@@ -58,3 +58,24 @@ def test_file_data_runs_without_a_synthetic_pool_and_synthetic_with_one(monkeypa
         result = runner.invoke(app, ["bench", "e2e", "--json", "--data", data, "--warmup", "2", "--steps", "3"])
         assert result.exit_code == 0, result.output
     assert pools == [0, 5]
+
+
+def _rows(embeddings: str, dense: str) -> dict:
+    row = {"path": "polyrec", "samples_per_s": 2.0, "embeddings": embeddings, "dense": dense,
+           "embedding_optimizer": "rowwise_adagrad", "dtype": "float32"}
+    return {"rows": [{**row, "path": "direct port", "samples_per_s": 1.0, "embeddings": "torch", "dense": "torch"},
+                     row], "speedup": 2.0}
+
+
+def test_a_ratio_of_two_plain_torch_paths_says_so(monkeypatch):
+    """On a CPU "auto" runs polyrec's path on torch ops: the printed ratio compared two torch configurations and
+    nothing said so."""
+    import polyrec.runtime.bench
+
+    for embeddings, noted in (("torch", True), ("polyrec", False)):
+        out = _rows(embeddings, "torch")
+        out["polyrec_kernels"] = polyrec.runtime.bench.uses_polyrec_kernels(out["rows"][-1])
+        monkeypatch.setattr(polyrec.runtime.bench, "e2e", lambda base, warmup, steps: out)
+        result = runner.invoke(app, ["bench", "e2e", "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        assert ("ran no polyrec kernel" in result.stdout) == noted, result.stdout

@@ -85,3 +85,7 @@ def _report(out: dict, preset: str, batch_size: int, steps: int, as_json: bool) 
         console.print(f"{row['path']}: embeddings {row['embeddings']} ({row['embedding_optimizer']}), "
                       f"dense {row['dense']} in {row['dtype']}")
     console.print(f"polyrec / direct port: [bold]{out['speedup']:.2f}x[/] samples/s")
+    if not out["polyrec_kernels"]:
+        console.print("note: polyrec's path ran no polyrec kernel (torch embeddings and dense, as on a CPU): the "
+                      "ratio compares two plain-torch configurations (row-wise against full Adagrad, its dense "
+                      "settings), not polyrec's kernels; run on a GPU for those")

@@ -65,4 +65,9 @@ def e2e(base: TrainConfig, *, warmup: int, steps: int, include_direct: bool = Tr
         rows.append(measure(direct_port_config(base), label="direct port", warmup=warmup, steps=steps))
     rows.append(measure(base, label="polyrec", warmup=warmup, steps=steps))
     ratio = rows[-1]["samples_per_s"] / rows[0]["samples_per_s"] if include_direct else None
-    return {"rows": rows, "speedup": ratio}
+    return {"rows": rows, "speedup": ratio, "polyrec_kernels": uses_polyrec_kernels(rows[-1])}
+
+
+def uses_polyrec_kernels(row: dict[str, Any]) -> bool:
+    """Whether a ``measure`` row ran any of polyrec's kernels (on CPU, "auto" picks torch for both halves)."""
+    return "polyrec" in (row["embeddings"], row["dense"])
