@@ -191,3 +191,54 @@ def test_a_file_and_a_link_to_it_are_reported_under_the_file_s_own_name(tmp_path
     Path("link.py").symlink_to("reduce.py")
     result = scan_paths([Path(p) for p in order])
     assert [f.path for f in result.findings] == ["reduce.py"] and result.files_scanned == 1
+
+
+def test_python_warp_constants_computed_from_literals_are_flagged_like_32(tmp_path):
+    """``WARP = 16 * 2`` and ``WARP_SIZE = 1 << 5`` were missed where ``WARP = 32`` is flagged."""
+    src = tmp_path / "consts.py"
+    src.write_text("WARP = 16 * 2\nWARP_SIZE = 1 << 5\nTHREADS_PER_WARP: int = (8 + 8) * 2\nNUM_WARPS = 64 - 32\n"
+                   "kWarp = 16 * 4\nWARP_M = 16 * 2\nthreads = 8 * 32\nWARP_HUGE = 1 << 10 ** 9\n")
+    assert [(f.line, f.rule) for f in scan_paths([src]).findings] == [
+        (1, "PM101"), (2, "PM101"), (3, "PM101"), (4, "PM110")]
+
+
+@needs_parser
+def test_cuda_warp_constants_computed_from_literals_are_flagged(tmp_path):
+    src = tmp_path / "consts.cu"
+    src.write_text("constexpr int kWarp = 16*2;\nconstexpr int WARP_SIZE = 1 << 5;\nconstexpr int kWarpSize = 16*4;\n")
+    assert [(f.line, f.rule) for f in scan_paths([src]).findings] == [(1, "PM101"), (2, "PM101")]
+
+
+def test_a_lane_mask_behind_a_define_in_cupy_source_is_flagged_like_the_literal(tmp_path):
+    """In a RawKernel's source the literal mask was PM206; the same mask behind ``#define FULL_MASK`` was missed."""
+    src = tmp_path / "raw.py"
+    src.write_text('import cupy as cp\n'
+                   'K = cp.RawKernel(r"""\n#define FULL_MASK 0xffffffff\n'
+                   'extern "C" __global__ void f(float* v) { v[0] = __shfl_sync(FULL_MASK, v[0], 0); }\n""", "f")\n'
+                   'OK = cp.RawKernel(r"""\n#define FULL_MASK_64 0xffffffffffffffffull\n'
+                   'extern "C" __global__ void f(float* v) { v[0] = __shfl_sync(FULL_MASK_64, v[0], 0); }\n""", "f")\n')
+    found = [(f.line, f.rule, f.message) for f in scan_paths([src]).findings]
+    assert found == [(2, "PM206", "RawKernel source uses CUDA-only constructs (__shfl_sync(0xffffffff)")]
+
+
+@needs_parser
+def test_library_types_are_library_uses(tmp_path):
+    """``cudnnHandle_t h;`` alone was no cuDNN use (only calls were); cuBLAS and NCCL types stay unflagged, as
+    their calls are (hipify maps cuBLAS to hipBLAS; RCCL keeps NCCL's API names)."""
+    src = tmp_path / "handles.cu"
+    src.write_text("void f() {\n  cudnnHandle_t h;\n  cublasHandle_t b;\n  ncclComm_t c;\n}\n"
+                   "void g(cublasLtMatmulDesc_t d) {}\nvoid k() { cudnnCreate(0); }\n")
+    found = [(f.rule, f.line, f.message) for f in scan_paths([src]).findings]
+    assert found == [("PM107", 2, "uses cuDNN (cudnnHandle_t)"), ("PM106", 6, "uses cuBLASLt (cublasLtMatmulDesc_t)")]
+
+
+def test_a_module_name_bound_to_a_function_and_imported_is_not_taken_as_holding_the_function():
+    """``s = tl.sum`` then ``from math import pi as s``: s holds pi, yet a kernel's ``t = s`` was refused as holding
+    tl.sum, because the module-level count of s's bindings left imports (and async defs) out."""
+    template = ("import torch\nimport triton\nimport triton.language as tl\ns = tl.sum\n{rebind}\n\n\n@triton.jit\n"
+                "def k(xp, yp):\n    r = tl.arange(0, 16)\n    t = s\n    tl.store(yp + r, tl.load(xp + r) * t)\n")
+    for rebind in ("from math import pi as s", "import math as s", "async def s():\n    pass"):
+        problems = static_check(template.format(rebind=rebind), "ref", "f")
+        assert not [p for p in problems if "holds a function" in p], (rebind, problems)
+    problems = static_check(template.format(rebind=""), "ref", "f")
+    assert [p.split(":")[0] for p in problems if "holds a function" in p] == ["line 11"]

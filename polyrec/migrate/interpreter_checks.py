@@ -85,9 +85,20 @@ def _import_bound(scope: ast.AST, inherited: dict[str, str], rebound: set[str],
     ``scope`` is one of these names or, where ``aliases`` is given (the module, run at import), a ``from`` import of
     or an attribute chain to such a builtin (in a kernel it runs patched). A name also bound otherwise (a def, an
     import of a module, a loop variable, a value unpacked from a call) or named in ``rebound`` is left out."""
+    stores = _binding_counts(scope, rebound)
+    bindings: list[tuple[str, ast.expr | str]] = [pair for node in scope_nodes(scope) for pair in name_bindings(node)]
+    bindings += [(a.asname or a.name, f"{node.module}.{a.name}") for node in scope_nodes(scope)
+                 if isinstance(node, ast.ImportFrom) and node.module for a in node.names]
+    names = {name: held for name, held in inherited.items() if name not in stores}
+    return _every_binding_resolved(bindings, stores, names, lambda value, known: _bound_builtin(value, known, aliases))
+
+
+def _binding_counts(scope: ast.AST, rebound: set[str]) -> Counter:
+    """How many times ``scope`` binds each name: stores, defs (async too), classes and imports, and once each name in
+    ``rebound`` (a parameter, a name declared ``global`` elsewhere). A name is taken as holding what its bindings
+    resolve to only where all of them do, so every binder must be counted here."""
     stores = Counter(n.id for n in scope_nodes(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
     stores.update(rebound)
-    bindings: list[tuple[str, ast.expr | str]] = [pair for node in scope_nodes(scope) for pair in name_bindings(node)]
     for node in scope_nodes(scope):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             stores[node.name] += 1
@@ -95,9 +106,7 @@ def _import_bound(scope: ast.AST, inherited: dict[str, str], rebound: set[str],
             stores.update(a.asname or a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             stores.update(a.asname or a.name for a in node.names)
-            bindings += [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names if node.module]
-    names = {name: held for name, held in inherited.items() if name not in stores}
-    return _every_binding_resolved(bindings, stores, names, lambda value, known: _bound_builtin(value, known, aliases))
+    return stores
 
 
 def _every_binding_resolved(bindings: list[tuple[str, Any]], stores: Counter, known: dict[str, str],
@@ -180,12 +189,11 @@ def kernel_variable_problems(tree: ast.Module, aliases: dict[str, str], kernels:
 def _module_functions(tree: ast.Module, aliases: dict[str, str], held: dict[str, str],
                       rebound: set[str]) -> dict[str, str]:
     """``held`` and the module-level names every binding of which holds a function (``s = tl.sum``, then ``t = s``),
-    each with how to call it; a name also bound otherwise (a def, a loop variable, ``global``) is left out."""
-    stores = Counter(n.id for n in scope_nodes(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-    stores.update(rebound)
-    stores.update(n.name for n in scope_nodes(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
+    each with how to call it; a name also bound otherwise (a def, an import, a loop variable, ``global``) is left
+    out."""
     bindings = [pair for node in scope_nodes(tree) for pair in name_bindings(node)]
-    return _every_binding_resolved(bindings, stores, held, lambda value, known: _held_function(value, aliases, known))
+    return _every_binding_resolved(bindings, _binding_counts(tree, rebound), held,
+                                   lambda value, known: _held_function(value, aliases, known))
 
 
 def _held_function(value: ast.expr, aliases: dict[str, str], held: dict[str, str]) -> str | None:

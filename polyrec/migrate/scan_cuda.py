@@ -38,7 +38,8 @@ _SYNC_MASKED = re.compile(r"^__(shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all|u
 _BALLOT = re.compile(r"^__(ballot_sync|ballot|activemask)$")
 # 32-bit integer types; not unsigned long, 64-bit on Linux where ROCm runs (LP64, the x86-64 System V ABI).
 _NARROW_TYPES = re.compile(r"^(unsigned|unsigned int|int|uint32_t|int32_t)$")
-# A use is a namespace (``cub::``, whole name only: cublasCreate is cuBLAS, not CUB) or a C API prefix.
+# A use is a namespace (``cub::``, whole name only: cublasCreate is cuBLAS, not CUB) or a C API prefix, in a call or a
+# type (cudnnHandle_t).
 _LIBRARIES = (  # (include regex, namespace or C API use regex, rule, library name)
     (re.compile(r"^(cutlass|cute)/"), re.compile(r"^(cutlass|cute)(::|$)"), "PM104", "CUTLASS/CuTe"),
     (re.compile(r"^cub/"), re.compile(r"^cub(::|$)"), "PM105", "CUB"),
@@ -64,6 +65,7 @@ _QUERIES = {
     "asm": "(gnu_asm_expression) @node",
     "include": "(preproc_include path: (_) @path) @node",
     "qualified": "(qualified_identifier scope: (namespace_identifier) @ns) @node",
+    "type": "(type_identifier) @node",
     "using": "(using_declaration) @node",
     "for": "(for_statement) @node",
     "shared": "(declaration (type_qualifier) @qual) @node",
@@ -279,6 +281,7 @@ class _CudaScan:
                     included.add(rule)
         uses = [(m["ns"][0], _text(m["ns"][0])) for m in self.captures("qualified")]
         uses += [(m["fn"][0], _text(m["fn"][0])) for m in self.captures("call")]
+        uses += [(m["node"][0], _text(m["node"][0])) for m in self.captures("type")]  # cudnnHandle_t h;
         uses += [(m["node"][0], _text(m["node"][0]).split()[-1].rstrip(";")) for m in self.captures("using")]
         uses.sort(key=lambda use: use[0].start_byte)  # the finding is at the library's first use in the file
         for _, use, rule, lib in _LIBRARIES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import operator
 import re
 import tokenize
 
@@ -37,6 +38,14 @@ _PTX_APPROX = re.compile(r"\b[a-z][a-z0-9]*\.approx\b")
 _AMDGCN = re.compile(r"\b[vs]_[a-z0-9_]+\b")
 _CUPY_CUDA_ONLY = re.compile(r"\basm\s*(volatile\s*)?\(|__shfl\w*_sync\s*\(\s*0x[fF]{8}\b|__ballot_sync|"
                              r"__activemask|%laneid|cuda_fp8\.h|__nv_fp8|cuda/barrier|cuda/pipeline")
+# The operators of a constant integer expression read as its value (WARP = 16 * 2, WARP_SIZE = 1 << 5).
+_INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.LShift: operator.lshift}
+# Bits a constant may be shifted by and still be read (1 << 5 is a warp size; 1 << 10 ** 9 would only eat memory).
+_MAX_SHIFT = 64
+# An object-like #define of an integer literal in CUDA source text (#define FULL_MASK 0xffffffff): read as the literal
+# wherever its name is used, as the CUDA scan reads it.
+_INT_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*)[ \t]*"
+                         r"(?://.*|/\*.*)?$", re.MULTILINE)
 _FP8_OCP = {"float8_e4m3fn", "float8_e5m2", "float8e4nv", "float8e5"}
 _CUDA_PYTHON = ("cuda.bindings", "cuda.core", "cuda.cuda", "cuda.cudart", "cuda.nvrtc")
 _NVML_MODULES = ("pynvml", "nvidia_smi", "py3nvml")
@@ -52,6 +61,26 @@ def _dotted(node: ast.AST) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+def _int_constant(node: ast.AST) -> int | None:
+    """The value of an integer literal or of + - * << on such (``16 * 2``, ``1 << 5``); None for anything else."""
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if not (isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS):
+        return None
+    left, right = _int_constant(node.left), _int_constant(node.right)
+    if left is None or right is None or (isinstance(node.op, ast.LShift) and not 0 <= right <= _MAX_SHIFT):
+        return None
+    return _INT_OPS[type(node.op)](left, right)
+
+
+def _expand_int_defines(code: str) -> str:
+    """CUDA source ``code`` with each name #defined as an integer literal replaced by that literal."""
+    values = dict(_INT_DEFINE.findall(code))
+    if not values:
+        return code
+    return re.sub(rf"\b(?:{'|'.join(map(re.escape, values))})\b", lambda m: values[m.group(0)], code)
 
 
 def _mentions_hip(node: ast.AST) -> bool:
@@ -132,7 +161,8 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _bind(self, targets: list[ast.expr], value: ast.expr) -> None:
-        """What the names assigned ``value`` hold (capability, device properties, strings), and PM101 on 32."""
+        """What the names assigned ``value`` hold (capability, device properties, strings), and PM101 on 32 (or an
+        integer expression of literals equal to it: 16 * 2, 1 << 5)."""
         names = [sub.id for target in targets for sub in ast.walk(target) if isinstance(sub, ast.Name)]
         if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_device_properties"):
             self.properties_names.update(names)
@@ -142,7 +172,7 @@ class _Visitor(ast.NodeVisitor):
             for target in targets:
                 if isinstance(target, ast.Name):
                     self.str_constants[target.id] = value.value
-        if isinstance(value, ast.Constant) and value.value == 32 and not self.guard:
+        if _int_constant(value) == 32 and not self.guard:
             for target in targets:
                 self._check_warp_constant(target)
         if isinstance(value, (ast.Compare, ast.BoolOp)):
@@ -236,6 +266,7 @@ class _Visitor(ast.NodeVisitor):
                 self.add("PM103", node, f"tl.inline_asm_elementwise with {what}")
         elif last in ("RawKernel", "RawModule", "ElementwiseKernel", "ReductionKernel"):
             code = self._string_arg(node, 0, "code")
+            code = None if code is None else _expand_int_defines(code)
             if code is not None and _CUPY_CUDA_ONLY.search(code):
                 self.add("PM206", node, f"{last} source uses CUDA-only constructs "
                                         f"({_CUPY_CUDA_ONLY.search(code).group(0).strip()})")

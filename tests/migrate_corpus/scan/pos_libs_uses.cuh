@@ -1,8 +1,8 @@
 // Library use in a header that gets its includes elsewhere (first use is flagged).
 #pragma once
 template <typename T>
-void lt_matmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc) {
-  cublasLtMatmul(handle, desc, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,  // expect: PM106
+void lt_matmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc) {  // expect: PM106 (a type is a use)
+  cublasLtMatmul(handle, desc, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                  nullptr, nullptr, nullptr, nullptr, 0, 0);
 }
 inline void conv(cudnnHandle_t h) { cudnnCreate(&h); }  // expect: PM107
