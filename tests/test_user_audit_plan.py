@@ -230,3 +230,75 @@ def test_absurd_data_file_values_are_refused_naming_file_and_field(tmp_path, edi
     assert info.value.field_name == field and str(path) in str(info.value)
     result = runner.invoke(app, ["plan", "--model", "mlperf-dcnv2", "--fleet", "H200NVL", "--device-file", str(path)])
     assert result.exit_code == 2 and f"{path}: field '{field}'" in _said(result), result.output
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "tf32"])
+@pytest.mark.parametrize("mode", [["-o", "{tmp}/plan.json"], ["--compare", "H200", "--out-dir", "{tmp}"],
+                                  ["--codesign", "--target-samples-per-s", "1e6"]])
+def test_a_dense_dtype_the_trainer_does_not_run_is_refused_by_plan(tmp_path, dtype, mode):
+    """`polyrec plan --dense-dtype fp16` (or tf32) wrote a plan, exit 0, that `polyrec train --plan` then refused
+    ("dense dtype 'fp16' is not one the trainer runs"): the trainer has no fp16 loss scaling nor TF32 setting."""
+    args = [a.format(tmp=tmp_path) for a in mode]
+    result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--dense-dtype", dtype, *args, "--json"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert f"--dense-dtype {dtype}: polyrec train runs dense layers in bf16, fp32 or fp8" in _said(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_dense_dtype_plan_takes_is_one_train_runs(tmp_path):
+    """The planner's list of trainable dense dtypes is the trainer's --precision less "auto", and each plans and
+    applies (the guard that keeps the two lists one)."""
+    from polyrec.planner import Plan
+    from polyrec.planner.types import TRAINABLE_DENSE_DTYPES
+    from polyrec.runtime.config import PRECISIONS, TrainConfig
+    from polyrec.runtime.plan_apply import apply_plan
+
+    assert set(TRAINABLE_DENSE_DTYPES) == set(PRECISIONS) - {"auto"}
+    for dtype in TRAINABLE_DENSE_DTYPES:
+        path = tmp_path / f"{dtype}.json"
+        result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--dense-dtype", dtype, "-o", str(path)])
+        assert result.exit_code == 0, result.output
+        assert apply_plan(TrainConfig(plan=path), Plan.from_json(path.read_text())).precision == dtype
+
+
+def _small_plan(tmp_path, config, name="plan.json"):
+    """A plan of ``config`` one CPU step can run (batch 16, fp32 dense), written to ``tmp_path / name``."""
+    from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
+
+    plan = make_plan(model_spec_from_config(config), parse_fleet("H200x1"),
+                     PlanConstraints(batch_per_gpu=16, dense_dtype="fp32"))
+    path = tmp_path / name
+    path.write_text(plan.to_json())
+    return path
+
+
+def test_train_takes_the_preset_of_the_plan(tmp_path):
+    """`polyrec plan --model M -o plan.json; polyrec train --plan plan.json` trained the default preset: refused as
+    "plan's model is not this run's model 'dcnv2-small'" with every size listed, never naming --preset M."""
+    from polyrec.models.config import dlrm_criteo_kaggle
+
+    path = _small_plan(tmp_path, dlrm_criteo_kaggle().with_capped_rows(64))
+    result = runner.invoke(app, ["train", "--plan", str(path), "--row-cap", "64", "--steps", "1", "--device", "cpu",
+                                 "--cpu-threads", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    start = next(json.loads(line) for line in result.stdout.splitlines() if '"event": "start"' in line)
+    assert (start["config"]["preset"], start["config"]["batch_size"]) == ("dlrm-criteo-kaggle", 16)
+    clash = runner.invoke(app, ["train", "--plan", str(path), "--preset", "mlperf-dcnv2", "--row-cap", "64",
+                                "--steps", "1", "--device", "cpu"])
+    assert clash.exit_code == 2
+    assert "the run sets preset 'mlperf-dcnv2' (the plan: 'dlrm-criteo-kaggle', from its model.name)" in (
+        " ".join(clash.stderr.split()))
+
+
+def test_a_plan_for_other_lookups_per_sample_is_refused(tmp_path):
+    """A plan priced for one-hot features (1 lookup per sample) loaded for dcnv2-small (up to 4 per feature) in
+    silence: `_model_differences` compared rows, dims and the dense half, not the tables' pooling."""
+    from polyrec.models.config import dcnv2_small
+    from polyrec.runtime.plan_apply import load_plan
+
+    config = dcnv2_small().with_capped_rows(64)
+    path = _small_plan(tmp_path, config.replace(multi_hot=(1,) * config.num_tables))
+    with pytest.raises(ValueError, match=r"lookups per sample of table 0 \(the first that differs\): the plan's 1, "
+                                         r"the run's 3"):
+        load_plan(path, config, world_size=1)
+    assert load_plan(_small_plan(tmp_path, config, "same.json"), config, world_size=1).model.tables[0].pooling == 3

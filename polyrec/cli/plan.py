@@ -21,6 +21,7 @@ from polyrec.planner.serialize import no_fit_to_json, plan_to_json
 from polyrec.planner.types import (
     FLEET_SYNTAX,
     INDEX_DISTRIBUTIONS,
+    TRAINABLE_DENSE_DTYPES,
     Fleet,
     FleetError,
     ModelSpec,
@@ -246,6 +247,15 @@ def _check_batch(batch_per_gpu: int | None, max_batch_per_gpu: int | None) -> No
                          "raise the bound or leave one of them out")
 
 
+def _check_dense_dtype(dense_dtype: str) -> None:
+    """A dense dtype the trainer does not run is refused in every mode: its plan was written, exit 0, and then
+    refused by ``polyrec train --plan``."""
+    if dense_dtype not in TRAINABLE_DENSE_DTYPES:
+        raise FleetError(f"--dense-dtype {dense_dtype}: polyrec train runs dense layers in "
+                         f"{', '.join(TRAINABLE_DENSE_DTYPES[:-1])} or {TRAINABLE_DENSE_DTYPES[-1]} (its --precision), "
+                         "and polyrec plan plans only what it runs")
+
+
 @app.callback(invoke_without_command=True)
 def plan(
     model: str = typer.Option("mlperf-dcnv2", "--model", help="model preset (polyrec.models presets)"),
@@ -261,8 +271,9 @@ def plan(
                                                 "tables may take, e.g. 2000 for a DGX H200 (default: not known; "
                                                 "the planner takes an upper bound, two sockets of 6 TiB)"),
     overlap: str = typer.Option("ddp", help="what the runtime overlaps: none, ddp or pipeline"),
-    dense_dtype: str = typer.Option("bf16", help="dense matmul inputs: bf16, fp16, fp32, tf32, or fp8 (fp8 GEMMs "
-                                                 "where the sizes allow, bf16 activations: polyrec train --precision fp8)"),
+    dense_dtype: str = typer.Option("bf16", help="dense matmul inputs: bf16, fp32, or fp8 (fp8 GEMMs where the sizes "
+                                                 "allow, bf16 activations: polyrec train --precision fp8); the "
+                                                 "dtypes polyrec train runs"),
     distribution: str = typer.Option("uniform", help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)}"),
     compare: str | None = typer.Option(None, help="device kinds to compare, e.g. H100,H200,B200,MI300X,MI350X,MI355X "
                                                   "(with --codesign: co-design on each, in the shape of --fleet: as "
@@ -287,6 +298,7 @@ def plan(
         with device_files(device_file):
             _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
             _check_batch(batch_per_gpu, max_batch_per_gpu)
+            _check_dense_dtype(dense_dtype)
             if no_host_cache and host_memory_gb is not None:  # it sizes host caches only: it would be ignored
                 raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
             fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default

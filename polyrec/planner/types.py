@@ -40,6 +40,10 @@ OVERLAP_MODES: tuple[str, ...] = ("none", "ddp", "pipeline")
 #: Dense matmul input dtypes and their bytes per value.
 #: "fp8": fp8 GEMMs where the sizes allow beside bf16 activations (``--precision fp8``): 2 bytes a value.
 DENSE_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 2}
+#: The dense dtypes ``polyrec train`` runs (its ``--precision``: ``polyrec.runtime.config.PRECISIONS`` less "auto"),
+#: the only ones ``polyrec plan`` plans: the cost model prices fp16 and tf32 too, but the trainer has no fp16 loss
+#: scaling nor a TF32 setting (its fp32 matmuls are IEEE), and ``polyrec train --plan`` refuses such a plan.
+TRAINABLE_DENSE_DTYPES: tuple[str, ...] = ("bf16", "fp32", "fp8")
 #: Dense optimizers and their fp32 values of state per parameter: Adagrad's sum of squares, Adam's two
 #: moments (torch.optim.Adagrad / Adam).
 DENSE_STATE_PER_PARAM: dict[str, int] = {"sgd": 0, "adagrad": 1, "adam": 2}

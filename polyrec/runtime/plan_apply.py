@@ -1,51 +1,66 @@
 """What ``polyrec train --plan plan.json`` takes from a ``polyrec plan`` answer, and what it refuses.
 
-A plan chooses, for one model on one fleet: the batch per GPU, the dense layers' matmul dtype and
-optimizer, and per table its sharding (ranks), memory, row dtype and optimizer; it was priced for an
-index distribution and an overlap mode. The trainer takes all of them: the shardings where the
-embeddings are built (``parallel.sharded_embeddings``), the rest as ``TrainConfig`` fields here, the
-index distribution as synthetic data's (``data``: ``synthetic`` draws zipf ids, ``synthetic:uniform``
-uniform ones; file data's ids are the file's, not checked). A field the user set to something other
-than its default and other than the plan's value is a conflict, reported with both values (edit the
-plan, or drop ``--plan``); a field left at its default takes the plan's value.
+A plan chooses, for one model (a preset: ``polyrec plan --model``) on one fleet: the batch per GPU, the dense
+layers' matmul dtype and optimizer, and per table its sharding (ranks), memory, row dtype and optimizer; it was
+priced for an index distribution and an overlap mode. The trainer takes all of them: the preset first
+(``plan_preset``: the model is built from it), the shardings where the embeddings are built
+(``parallel.sharded_embeddings``), the rest as ``TrainConfig`` fields here, the index distribution as
+synthetic data's (``data``: ``synthetic`` draws zipf ids, ``synthetic:uniform`` uniform ones; file data's ids
+are the file's, not checked). A field the user set to something other than its default and other than the
+plan's value is a conflict, reported with both values (edit the plan, or drop ``--plan``); a field left at its
+default takes the plan's value.
 
 Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM), and
 several row dtypes or optimizers across tables (the trainer's tables share one of each). Refused too:
 with synthetic data, an index distribution it does not draw (log_uniform); on several ranks, overlap
 "pipeline" (the trainer has no overlap setting: its ranks overlap as "ddp" prices, and one rank has
-nothing to overlap); and a plan for another model (its table rows, embedding dim or dense half: a
-co-designed plan may change any of them) or another number of ranks.
+nothing to overlap); and a plan for another model (its table rows, lookups per sample, embedding dim or dense
+half: a co-designed plan may change any of them) or another number of ranks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
-from polyrec.models import ModelConfig
-from polyrec.planner.types import DenseSpec, ModelSpec, Plan, model_spec_from_config
+from polyrec.models import PRESETS, ModelConfig
+from polyrec.planner.types import TRAINABLE_DENSE_DTYPES, DenseSpec, ModelSpec, Plan, model_spec_from_config
 from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
 
-#: The plan's dense dtypes (planner.types.Plan.dense_dtype) the trainer runs, by the same names
-#: (``TrainConfig.precision``).
-TRAINER_PRECISIONS = ("bf16", "fp32", "fp8")
 #: The plan's index distributions (planner.types.INDEX_DISTRIBUTIONS) that synthetic data draws, by the same
 #: names (``polyrec.data.synthetic.SyntheticSource``'s ``distribution``; the planner's "zipf" is its power law);
 #: the first is what plain ``synthetic`` draws (``polyrec.data.sources.open_source``).
 SYNTHETIC_DISTRIBUTIONS = ("zipf", "uniform")
 #: Where in the plan a TrainConfig field's value comes from, where the names differ enough to need saying.
-PLAN_SOURCES = {"data": "model.index_distribution"}
+PLAN_SOURCES = {"data": "model.index_distribution", "preset": "model.name"}
 
 
-def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
-    """The plan at ``path``, checked against this run's model and number of ranks."""
-    path = Path(path)
+def read_plan(path: Path) -> Plan:
+    """The plan at ``path``; errors name the file."""
     try:
-        plan = Plan.from_json(path.read_text())
+        return Plan.from_json(Path(path).read_text())
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"plan file not found: {path}") from exc
     except ValueError as exc:  # the plan reader names the field, or says it is not JSON
         raise ValueError(f"{path}: {exc}") from exc
+
+
+def plan_preset(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the preset its plan was made for (``polyrec plan --model`` names it: the plan's model.name)
+    where the run leaves ``preset`` at its default; one set to another preset is refused, naming both. A plan
+    of a model that is no preset leaves ``cfg`` as it is (``load_plan`` compares the models)."""
+    planned = read_plan(cfg.plan).model.name
+    if planned not in PRESETS or cfg.preset == planned:
+        return cfg
+    if cfg.preset != TrainConfig().preset:
+        raise _refusal(cfg.plan, [_clash("preset", cfg.preset, planned)])
+    return dataclasses.replace(cfg, preset=planned)
+
+
+def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
+    """The plan at ``path``, checked against this run's model and number of ranks."""
+    plan = read_plan(path)
     if plan.fleet.world_size != world_size:
         raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
                          f"this job has {world_size} rank{'s' if world_size > 1 else ''}")
@@ -56,16 +71,16 @@ def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
 
 
 def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:
-    """What the run would build differently from the plan's model: table rows, embedding dims, the
-    dense half's fields, each with both values (empty: the same model)."""
+    """What the run would build differently from the plan's model: table rows, lookups per sample (the
+    planner's pooling), embedding dims, the dense half's fields, each with both values (empty: the same model)."""
     rows = tuple(t.rows for t in planned.tables)
     differ = []
     if len(rows) != config.num_tables:
         differ.append(f"tables: the plan's {len(rows)}, the run's {config.num_tables}")
-    elif rows != tuple(config.table_rows):
-        t = next(t for t, (a, b) in enumerate(zip(rows, config.table_rows)) if a != b)
-        differ.append(f"rows of table {t} (the first that differs): the plan's {rows[t]}, "
-                      f"the run's {config.table_rows[t]}")
+    else:
+        differ += _first_table_difference("rows", rows, config.table_rows)
+        differ += _first_table_difference("lookups per sample", [t.pooling for t in planned.tables],
+                                          config.multi_hot)
     dims = sorted({t.dim for t in planned.tables})
     if dims != [config.embedding_dim]:
         differ.append(f"embedding dim: the plan's {', '.join(map(str, dims))}, the run's {config.embedding_dim}")
@@ -75,6 +90,16 @@ def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:
         if (tuple(theirs) if isinstance(mine, tuple) else theirs) != mine:
             differ.append(f"{field.name}: the plan's {theirs}, the run's {mine}")
     return differ
+
+
+def _first_table_difference(what: str, planned: Sequence[float], run: Sequence[int]) -> list[str]:
+    """The first table whose ``what`` differs between the plan's ``planned`` and the run's ``run`` values, with
+    both, a whole number of the plan's without its ".0" (empty: none differs)."""
+    t = next((t for t, (a, b) in enumerate(zip(planned, run)) if a != b), None)
+    if t is None:
+        return []
+    ours = int(planned[t]) if float(planned[t]).is_integer() else planned[t]
+    return [f"{what} of table {t} (the first that differs): the plan's {ours}, the run's {run[t]}"]
 
 
 def _one(path: Path, what: str, by_table: dict[str, str]) -> str:
@@ -96,9 +121,9 @@ def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
     if plan.dense_optimizer not in DENSE_OPTIMIZERS:
         raise ValueError(f"{path}: dense optimizer {plan.dense_optimizer!r} is not one the trainer runs "
                          f"({', '.join(DENSE_OPTIMIZERS)})")
-    if plan.dense_dtype not in TRAINER_PRECISIONS:
+    if plan.dense_dtype not in TRAINABLE_DENSE_DTYPES:
         raise ValueError(f"{path}: dense dtype {plan.dense_dtype!r} is not one the trainer runs "
-                         f"({', '.join(TRAINER_PRECISIONS)})")
+                         f"({', '.join(TRAINABLE_DENSE_DTYPES)})")
     if plan.overlap == "pipeline" and plan.fleet.world_size > 1:
         raise ValueError(f"{path}: the plan's overlap 'pipeline' hides the embedding all-to-alls under the dense "
                          "compute; the trainer's ranks overlap DDP's all-reduce only ('ddp'). Re-plan with "
@@ -131,6 +156,12 @@ def _clash(name: str, ours: object, planned: object) -> str:
     return f"{name} {ours!r} (the plan: {planned!r}{source})"
 
 
+def _refusal(path: Path, clashes: list[str]) -> ValueError:
+    """The error of fields the run sets against the plan."""
+    return ValueError(f"{path}: the run sets " + "; ".join(clashes) + ". Leave them out to take the plan's, or "
+                      "edit the plan")
+
+
 def apply_plan(cfg: TrainConfig, plan: Plan) -> TrainConfig:
     """``cfg`` with the plan's choices; a field set away from its default and from the plan's value
     is refused, naming both."""
@@ -139,6 +170,5 @@ def apply_plan(cfg: TrainConfig, plan: Plan) -> TrainConfig:
     clashes = [_clash(name, getattr(cfg, name), value) for name, value in fields.items()
                if getattr(cfg, name) not in (value, getattr(defaults, name))]
     if clashes:
-        raise ValueError(f"{cfg.plan}: the run sets " + "; ".join(clashes) + ". Leave them out to take the "
-                         "plan's, or edit the plan")
+        raise _refusal(cfg.plan, clashes)
     return dataclasses.replace(cfg, **fields)

@@ -31,7 +31,7 @@ from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, check_counts, expand_paths, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import capture, choose_graphs, mark_host_bound
-from polyrec.runtime.plan_apply import apply_plan, load_plan
+from polyrec.runtime.plan_apply import apply_plan, load_plan, plan_preset
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 from polyrec.runtime.train_loop import TrainLoop
 from polyrec.runtime.trainer_state import TrainerState
@@ -103,6 +103,7 @@ class Trainer(TrainerState, TrainLoop):
         self.ctx = init_distributed()
         cfg = expand_paths(cfg)
         check_counts(cfg)
+        cfg = plan_preset(cfg) if cfg.plan is not None else cfg
         base = preset(cfg.preset)
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
