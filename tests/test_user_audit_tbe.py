@@ -109,3 +109,22 @@ def test_prepare_backward_refuses_a_malformed_batch_before_launch(bad, message):
                   num_features=2)
     with pytest.raises(JaggedBatchError, match=message):
         module.prepare_backward(JaggedBatch(**{**fields, **bad}))
+
+
+@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adagrad", "adam"])
+def test_eps_zero_with_a_state_starting_at_zero_is_refused(kind):
+    """eps=0 was accepted: a row whose first gradient is 0 (a zero per-sample weight) divided 0 by 0 and the
+    row turned NaN in silence."""
+    with pytest.raises(ValueError, match="eps 0 with a state that starts at 0"):
+        EmbeddingOptimizer(kind=kind, lr=0.1, eps=0.0)
+
+
+def test_eps_zero_trains_where_the_state_cannot_be_zero():
+    """SGD has no denominator and Adagrad's starting sum of squares above 0 keeps it from 0: both still run."""
+    for optim in (EmbeddingOptimizer(kind="sgd", lr=0.1, eps=0.0),
+                  EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.1, eps=0.0, initial_accumulator_value=0.1)):
+        module = TableBatchedEmbedding([TableSpec(name="user", rows=10, dim=4)], optimizer=optim)
+        batch = JaggedBatch(values=torch.tensor([1, 2]), offsets=torch.tensor([0, 1, 2]), batch_size=2,
+                            num_features=1, weights=torch.tensor([0.0, 1.0]))
+        module(batch).sum().backward()
+        assert torch.isfinite(module.weights).all(), optim

@@ -37,12 +37,24 @@ STATE_PER_ROW = {"sgd": 0, "rowwise_adagrad": 1, "adagrad": 0, "adam": 0}
 def check_hyperparameters(optim: Any) -> None:
     """An embedding optimizer's numbers (``EmbeddingOptimizer`` or the model's config of one) in range:
     lr, eps, weight_decay and initial_accumulator_value finite and >= 0 (NaN passed a ``< 0`` check and
-    trained the tables to NaN), beta1 and beta2 in [0, 1)."""
+    trained the tables to NaN), beta1 and beta2 in [0, 1), and eps above 0 where the denominator's state starts
+    at 0."""
     names = ("lr", "eps", "weight_decay", "initial_accumulator_value")
     if not all(math.isfinite(getattr(optim, n)) and getattr(optim, n) >= 0 for n in names):
         raise ValueError(f"lr, eps, weight_decay and initial_accumulator_value must be finite and >= 0: {optim}")
     if not (0.0 <= optim.beta1 < 1.0 and 0.0 <= optim.beta2 < 1.0):
         raise ValueError(f"beta1 and beta2 must be in [0, 1): {optim}")
+    if optim.eps == 0 and _starts_at_zero(optim):
+        raise ValueError(f"eps 0 with a state that starts at 0 divides 0 by 0 on a row whose first gradient is 0 "
+                         f"(the row turns NaN): set eps > 0 (default 1e-8) or, for Adagrad, "
+                         f"initial_accumulator_value > 0: {optim}")
+
+
+def _starts_at_zero(optim: Any) -> bool:
+    """Whether the denominator's state (Adagrad's sum of squares, Adam's second moment) starts at 0."""
+    if optim.kind in ("adagrad", "rowwise_adagrad"):
+        return optim.initial_accumulator_value == 0
+    return optim.kind == "adam"
 
 
 @dataclass(kw_only=True, slots=True)
