@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -63,20 +64,26 @@ def test_hung_rank_times_out():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                     reason="polyrec's tables run on the CPU only through Triton's interpreter")
 def test_a_rank_whose_peer_failed_says_so_in_one_line():
-    """`polyrec train` on 2 ranks, rank 1's first block of criteo_bad.tsv holding a bad row (batch 4: lines
-    5-8 are rank 1's): rank 1 stops with its error (exit 2) while rank 0 waits in the input all-to-all,
-    which fails; rank 0 printed gloo's "Connection closed by peer" traceback (~190 lines)."""
-    data = Path(__file__).parent / "data" / "criteo_bad.tsv"
+    """`polyrec train` on 2 ranks, rank 1 killed mid-run: rank 0, in a collective that fails, says so in one line
+    and exits 3 (it printed gloo's "Connection closed by peer" traceback, ~190 lines), and its --json output ends
+    with a ``result`` line of status ``peer_failed`` (it ended without one). (A bad row of one rank, this test's
+    trigger before, now stops every rank: tests/test_user_audit_dist.py.)"""
     args = ["--preset", "dcnv2-small", "--row-cap", "64", "--batch-size", "4", "--device", "cpu", "--embedding-backend",
-            "polyrec", "--dense-backend", "torch", "--steps", "4", "--data", f"criteo:{data}", "--json"]
+            "polyrec", "--dense-backend", "torch", "--steps", "100000", "--log-every", "1", "--json"]
     port = free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "polyrec", "train", *args],
                               env=dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                                        WORLD_SIZE="2", LOCAL_RANK=str(rank), CUDA_VISIBLE_DEVICES="",
                                        OMP_NUM_THREADS="1"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
-    (_, err0), (_, err1) = (proc.communicate(timeout=240) for proc in procs)
-    assert procs[1].returncode == 2 and f"error: rank 1: {data}:5: expected 40 tab-separated columns" in err1, err1
+    for line in procs[0].stdout:  # rank 0 logs the first step: both ranks are training
+        if '"event": "train"' in line:
+            break
+    procs[1].kill()
+    out0, err0 = procs[0].communicate(timeout=240)
+    procs[1].communicate()
     assert procs[0].returncode == 3, err0
-    assert "error: rank 0: a peer rank failed or stopped answering (gloo: Connection" in err0, err0
-    assert "Traceback" not in err0 and "╭" not in err0, err0
+    assert "error: rank 0: a peer rank failed or stopped answering (gloo: " in err0, err0  # Connection closed, reset...
+    assert "); its own message says why" in err0 and "Traceback" not in err0 and "╭" not in err0, err0
+    last = json.loads(out0.splitlines()[-1])
+    assert (last["event"], last["status"]) == ("result", "peer_failed"), last

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -124,19 +125,62 @@ TINY = ["--row-cap", "64", "--batch-size", "16", "--device", "cpu", "--embedding
         "--dense-backend", "torch", "--eval-batches", "1", "--json"]
 
 
+def _records(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                     reason="the TBE runs on the CPU only through Triton's interpreter")
-def test_a_bad_row_of_rank_1_ends_rank_0s_json_output_with_a_result_line(tmp_path):
-    """A malformed row in rank 1's first block: rank 1 names it, rank 0 says its peer failed, and the --json
-    output (rank 0's) ends with a ``result`` line, as a one-process data error's does. Before, it ended
-    after the ``start`` record, without one."""
-    data = tmp_path / "train.tsv"
+def test_a_bad_row_in_rank_1s_first_block_stops_every_rank_before_the_first_step(tmp_path):
+    """A malformed row in rank 1's first block: every rank stops before the first step (nothing trained, nothing
+    saved), each names the row and rank 0's metrics log and --json output end with it. Before, rank 1 stopped
+    alone and rank 0 failed in its next collective ("a peer rank failed"), its log without a ``stopped`` event."""
+    data, ckpt = tmp_path / "train.tsv", tmp_path / "ckpt"
     _criteo_file(data, 200, bad=20)  # line 21: block 1, rank 1's
-    proc = _run(2, *TINY, "--data", f"criteo:{data}", "--steps", "4", ok=False)
-    assert f"error: rank 1: {data}:21: expected 40 tab-separated columns, found 3" in proc.stderr
-    assert "error: rank 0: a peer rank failed" in proc.stderr
-    last = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
-    assert (last["event"], last["status"]) == ("result", "peer_failed"), last
+    proc = _run(2, *TINY, "--data", f"criteo:{data}", "--steps", "4", "--checkpoint-dir", str(ckpt), ok=False)
+    unsaved = "no step trained since the run started: nothing saved"
+    assert f"error: rank 1: {data}:21: expected 40 tab-separated columns, found 3; {unsaved}" in proc.stderr
+    assert f"error: rank 0: {data}:21: expected 40 tab-separated columns, found 3 (rank 1's training data); " \
+           f"{unsaved}" in proc.stderr, proc.stderr[-3000:]
+    assert "peer rank failed" not in proc.stderr and not (ckpt / "checkpoint.pt").exists()
+    stopped = _records((ckpt / "metrics.jsonl").read_text())[-1]
+    assert (stopped["event"], stopped["reason"], stopped["step"], stopped["rank"]) == ("stopped", "training data", 0, 1)
+    last = _records(proc.stdout)[-1]
+    assert (last["event"], last["status"], last["step"]) == ("result", "data_error", 0), last
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="the TBE runs on the CPU only through Triton's interpreter")
+def test_a_bad_row_of_rank_1_mid_run_keeps_the_last_step_on_every_rank(tmp_path):
+    """A malformed row in rank 1's 5th block (line 149: block 9 of 16 rows). Before, rank 1 stopped alone while
+    reading it ahead, after step 2, rank 0 failed as its peer went, nothing was saved and rank 0's metrics log
+    had no ``stopped`` event. Now the ranks agree to stop after step 4 (the last before that batch), save its
+    state with every rank's data position at the start of its next batch, rank 0 logs rank 1's error, and a
+    resume with --skip-bad-rows trains as a run that skipped it from the start."""
+    data = tmp_path / "train.tsv"
+    _criteo_file(data, 400, bad=148)
+    common = [*TINY, "--data", f"criteo:{data}", "--steps", "8", "--log-every", "1"]
+    ckpt = tmp_path / "ckpt"
+    proc = _run(2, *common, "--checkpoint-dir", str(ckpt), ok=False)
+    saved = f"the run's state at step 4 is saved in {ckpt / 'checkpoint.pt'}"
+    assert f"error: rank 1: {data}:149: expected 40 tab-separated columns, found 3; {saved}" in proc.stderr
+    assert f"error: rank 0: {data}:149: expected 40 tab-separated columns, found 3 (rank 1's training data); " \
+           f"{saved}" in proc.stderr, proc.stderr[-3000:]
+    state = torch.load(ckpt / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 4 and [d["stream_line"] for d in state["data_by_rank"]] == [112, 128]
+    stopped = _records((ckpt / "metrics.jsonl").read_text())[-1]
+    assert (stopped["event"], stopped["reason"], stopped["step"], stopped["rank"]) == ("stopped", "training data", 4, 1)
+    assert f"{data}:149: expected 40" in stopped["message"] and saved in stopped["message"]
+    last = _records(proc.stdout)[-1]
+    assert (last["event"], last["status"], last["step"]) == ("result", "data_error", 4), last
+
+    def losses(out: str) -> list[float]:
+        return [r["loss"] for r in _records(out) if r["event"] == "train"]
+
+    resumed = _run(2, *common, "--skip-bad-rows", "--checkpoint-dir", str(ckpt), "--resume")
+    whole = _run(2, *common, "--skip-bad-rows", "--checkpoint-dir", str(tmp_path / "whole"))
+    assert losses(resumed.stdout) == losses(whole.stdout)[4:]
+    assert losses(proc.stdout) == losses(whole.stdout)[:4]
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -146,3 +190,32 @@ def test_a_non_finite_loss_error_names_each_rank():
     proc = _run(2, *TINY, "--steps", "3", "--log-every", "1", "--lr", "1e30", "--embedding-lr", "1e30", ok=False)
     for rank in (0, 1):
         assert f"error: rank {rank}: loss became nan" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_the_collective_timeout_is_an_option_of_polyrec_train(monkeypatch):
+    """`--collective-timeout SECONDS` reaches the process group (it was DEFAULT_TIMEOUT_S, 600 s, with no option),
+    is listed by --help and is refused unless a number of seconds above 0."""
+    from typer.testing import CliRunner
+
+    from polyrec.cli import app
+
+    class Joined(Exception):
+        """Raised by the stand-in for torch's init_process_group: the run goes no further."""
+
+    timeouts = []
+
+    def init_process_group(*args, timeout, **kwargs):
+        timeouts.append(timeout)
+        raise Joined
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    runner = CliRunner()
+    result = runner.invoke(app, ["train", "--device", "cpu", "--collective-timeout", "7.5"])
+    assert isinstance(result.exception, Joined) and timeouts == [dt.timedelta(seconds=7.5)], result.output
+    assert "--collective-timeout" in runner.invoke(app, ["train", "--help"]).output
+    for bad in ("0", "-1", "inf", "nan"):
+        result = runner.invoke(app, ["train", "--device", "cpu", f"--collective-timeout={bad}"])
+        assert result.exit_code == 2 and "error: rank 0: --collective-timeout must be" in result.stderr, result.output
+    assert len(timeouts) == 1

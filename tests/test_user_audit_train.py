@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,3 +193,79 @@ def test_a_criteo_directory_is_refused_with_the_list_to_give(tmp_path):
     assert f"criteo:$(ls -d {tmp_path}/* | paste -sd, -)" in message
     paths = ",".join(str(tmp_path / name) for name in ("day_0", "day_1", "day_2"))
     assert criteo_source(f"criteo:{paths}").next_batch().batch_size == 8
+
+
+#: `polyrec train` whose trainer waits 60 s as it opens its data source: a signal sent once it prints "building"
+#: lands in its start-up, after the imports and before the training loop.
+SLOW_START = """
+import time
+from polyrec.runtime import trainer
+opened = trainer.open_source
+def open_slowly(*args, **kwargs):
+    print("building", flush=True)
+    time.sleep(60)
+    return opened(*args, **kwargs)
+trainer.open_source = open_slowly
+from polyrec.cli import main
+main()
+"""
+SMALL_RUN = ["train", "--batch-size", "8", "--row-cap", "100", "--device", "cpu", "--cpu-threads", "1", "--json"]
+STOPPED_STARTING = "stopped by signal 15 (SIGTERM) while starting"
+
+
+def _polyrec(args: list[str], *, code: str | None = None) -> subprocess.Popen:
+    """`python -m polyrec ARGS`, or ``code`` run with ARGS as its sys.argv[1:]."""
+    command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "polyrec"]
+    return subprocess.Popen([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_sigterm_while_the_trainer_is_built_exits_cleanly(tmp_path, resume):
+    """SIGTERM in the start-up of `polyrec train` (here while its data source opens), before the training loop
+    handles it, ended the process with SIGTERM's default action: exit code 143 (-15 to Popen), no word. Now it exits
+    0 saying so; nothing is trained or written, and the checkpoint a resume was to continue stays as it was."""
+    run = tmp_path / "run"
+    steps = "2"
+    if resume:
+        Trainer(TrainConfig(steps=2, batch_size=8, row_cap=100, device="cpu", cpu_threads=1, checkpoint_dir=run),
+                progress=False).train()
+        saved, steps = (run / "checkpoint.pt").read_bytes(), "4"
+    proc = _polyrec([*SMALL_RUN, "--steps", steps, "--checkpoint-dir", str(run), *(["--resume"] if resume else [])],
+                    code=SLOW_START)
+    assert proc.stdout.readline() == "building\n"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (proc.returncode, err[-3000:])
+    assert f"{STOPPED_STARTING}, before the first step: nothing trained, nothing saved" in err, err[-3000:]
+    assert "Traceback" not in err and out == ""
+    if resume:
+        assert f"{run / 'checkpoint.pt'} is kept as it was" in err
+        assert (run / "checkpoint.pt").read_bytes() == saved
+    else:
+        assert not (run / "checkpoint.pt").exists()
+
+
+def _wait_until_caught(pid: int, signum: int) -> None:
+    """Until process ``pid`` handles ``signum`` (its bit in /proc/PID/status's SigCgt mask)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        caught = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) >> (signum - 1) & 1:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} did not handle signal {signum} within 60 s")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal mask from /proc")
+def test_sigterm_while_polyrec_imports_exits_cleanly():
+    """SIGTERM while `python -m polyrec` imports its modules (torch: seconds), the first part of its start-up:
+    exit 0 and a message, where it was exit code 143. (Before, the first handler of SIGTERM was the training loop's,
+    seconds later.)"""
+    proc = _polyrec([*SMALL_RUN, "--steps", "1000"])
+    _wait_until_caught(proc.pid, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (proc.returncode, err[-3000:])
+    assert STOPPED_STARTING in err and "Traceback" not in err and out == "", (out[-2000:], err[-3000:])

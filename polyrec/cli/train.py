@@ -7,6 +7,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import typer
@@ -16,8 +17,10 @@ from rich.table import Table
 from polyrec.data import DataError
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
-from polyrec.runtime.dist import shutdown
+from polyrec.runtime.checkpoint import checkpoint_path
+from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
 from polyrec import jsontext
+from polyrec.startup import STOPPED, rank_prefix, sigterm_exits
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
 # group so that `polyrec train [OPTIONS]` is invoked as before).
@@ -76,13 +79,6 @@ def _quiet_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, fd)
     os.close(devnull)
-
-
-def rank_prefix() -> str:
-    """"rank R: " in a process of several (torchrun's RANK and WORLD_SIZE, set before any process group
-    exists), so that each rank's message says whose it is; empty in one process."""
-    world = os.environ.get("WORLD_SIZE", "1")
-    return f"rank {os.environ.get('RANK', '?')}: " if world.isdecimal() and int(world) > 1 else ""
 
 
 @contextlib.contextmanager
@@ -167,6 +163,8 @@ def train(
                                      "row dtype, embedding optimizer, table shardings and, for synthetic data, "
                                      "index distribution (options left at their defaults take the plan's; others "
                                      "must agree with it)."),
+    collective_timeout: float = typer.Option(DEFAULT_TIMEOUT_S, help="Seconds a collective waits for the slowest "
+                                             "rank before the job fails (torchrun, several ranks); above 0."),
 ) -> None:
     """Train a model preset.
 
@@ -183,7 +181,7 @@ def train(
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
                       skip_bad_rows=skip_bad_rows, pipeline=pipeline,
                       cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, precompile=precompile,
-                      cpu_threads=cpu_threads,
+                      cpu_threads=cpu_threads, collective_timeout_s=collective_timeout,
                       metrics_path=metrics, plan=plan)  # paths as typed: typer's Path makes "" "." (expand_paths)
     completed = False
     try:
@@ -202,7 +200,8 @@ def train(
 def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     """Train; one rank reports (with --json a ``result`` line, status ``data_error`` where the data stopped the
     run). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
-    trainer = Trainer(cfg, echo_json=as_json)
+    with sigterm_exits(_stopped_starting(cfg)):  # from here the training loop handles it
+        trainer = Trainer(cfg, echo_json=as_json)
     try:
         result = trainer.train()
     except DataError as exc:  # data that stopped the run mid-way (its `stopped` event logged): --json ends as ever
@@ -215,6 +214,13 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     if trainer.ctx.is_main:
         _report(result, trainer, as_json)
     return result
+
+
+def _stopped_starting(cfg: TrainConfig) -> str:
+    """What a SIGTERM while the trainer is built says: nothing trained or saved, a checkpoint to resume kept."""
+    kept = (f"; {checkpoint_path(Path(cfg.checkpoint_dir).expanduser())} is kept as it was"
+            if cfg.resume and cfg.checkpoint_dir else "")
+    return f"{rank_prefix()}{STOPPED} while starting, before the first step: nothing trained, nothing saved{kept}"
 
 
 def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) -> None:

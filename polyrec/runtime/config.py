@@ -12,6 +12,7 @@ import torch
 
 from polyrec.kernels.interpreter import interpreting
 from polyrec.models import default_backends
+from polyrec.runtime.dist import DEFAULT_TIMEOUT_S
 from polyrec.runtime.graphs import check_choice
 
 
@@ -56,6 +57,7 @@ class TrainConfig:
     cpu_threads: int = 0  # torch intra-op threads on the CPU; 0 keeps torch's default (one per core)
     metrics_path: Path | None = None  # JSON-lines log; default checkpoint_dir/metrics.jsonl when there is one
     plan: Path | None = None  # `polyrec plan` JSON whose choices the run takes (polyrec.runtime.plan_apply)
+    collective_timeout_s: float = DEFAULT_TIMEOUT_S  # seconds a collective waits for the slowest rank (torchrun)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values only (checkpoints are loaded with weights_only=True)."""
@@ -145,6 +147,18 @@ def check_counts(cfg: TrainConfig) -> None:
         raise ValueError(f"--row-cap must be at least 1 (or left out), got {cfg.row_cap}")
     if not -SEED_LIMIT <= cfg.seed < SEED_LIMIT:
         raise ValueError(f"--seed must be an integer from -2**63 to 2**63 - 1, got {cfg.seed}")
+
+
+#: The longest --collective-timeout, seconds (146 years): C++ deadlines (gloo's, NCCL's watchdog) are int64
+#: nanoseconds of a steady clock, and half their range keeps "now + timeout" from overflowing.
+COLLECTIVE_TIMEOUT_LIMIT_S = 2**62 * 1e-9
+
+
+def check_collective_timeout(cfg: TrainConfig) -> None:
+    """A collective timeout the process group can take; the error names the option (NaN is refused too)."""
+    if not 0 < cfg.collective_timeout_s <= COLLECTIVE_TIMEOUT_LIMIT_S:
+        raise ValueError(f"--collective-timeout must be a number of seconds above 0 (at most "
+                         f"{COLLECTIVE_TIMEOUT_LIMIT_S:.3g}), got {cfg.collective_timeout_s}")
 
 
 def check_rates(cfg: TrainConfig) -> None:

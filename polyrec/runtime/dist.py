@@ -19,8 +19,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-#: Seconds a collective may wait for the slowest rank before the job fails. Long enough for the
-#: first step's compilation on every rank, short enough that a dead peer is reported in minutes.
+from polyrec.startup import sigterm_default
+
+#: Seconds a collective may wait for the slowest rank before the job fails (the default of `polyrec train
+#: --collective-timeout`). Long enough for the first step's compilation on every rank, short enough that a dead
+#: peer is reported in minutes.
 DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -84,7 +87,8 @@ def init_distributed(*, backend: str | None = None, timeout_s: float = DEFAULT_T
             options = dist.ProcessGroupNCCL.Options()
             options.is_high_priority_stream = True
             kwargs["pg_options"] = options
-        dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s), **kwargs)
+        with sigterm_default():  # the rendezvous waits in C++ for every rank: no Python handler runs there
+            dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s), **kwargs)
     setup_rank_logging(rank, world)
     return DistContext(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend,
                        timeout_s=timeout_s)

@@ -138,7 +138,8 @@ class StopVote:
     every rank starts a non-blocking all-reduce (MAX) of its signal number on a gloo group (host
     memory: no device sync, nothing queued among the device's collectives) and reads the one it
     started the step before: every rank reads the same value after the same step, one step after the
-    signal was seen."""
+    signal was seen. The trainer votes ``train_loop.DATA_STOP``, above every signal number, for a rank whose
+    training data failed."""
 
     def __init__(self, timeout_s: float) -> None:
         self.group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=timeout_s))  # every rank, same point

@@ -2,8 +2,8 @@
 signal (SIGTERM, Ctrl-C) and non-finite-loss stops, and how the run ended (:class:`TrainResult`).
 
 ``TrainLoop`` holds these methods of ``polyrec.runtime.trainer.Trainer``; it reads the trainer's config,
-step, model, source, metrics log, timer and stop state, and calls its ``train_step``, ``evaluate`` and
-(``TrainerState``'s) ``save`` / ``finite_state``.
+step, model, source, metrics log, timer, stop state and batches taken ahead, and calls its ``train_step``,
+``take_first_batches``, ``evaluate`` and (``TrainerState``'s) ``save`` / ``finite_state``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: What a save's check (``finite_state``) found non-finite: the losses logged so far were finite.
 STATE_NOT_FINITE = "a weight or optimizer state"
+#: A rank's stop vote (``parallel.StopVote``) where its training data failed to give a batch it is to train (on
+#: several ranks): above every signal number, so that the vote's maximum carries it over a signal.
+DATA_STOP = signal.NSIG
+#: Why data that stops the run before any step of it saves nothing.
+NOT_TRAINED = "no step trained since the run started"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -113,6 +118,10 @@ class TrainLoop:
         self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
         pending: list[torch.Tensor] = []
         saved_step = None  # the step of this run's last periodic checkpoint
+        if self._stop_vote is not None:  # several ranks: one whose data fails on the first step's batches stops all
+            self.take_first_batches()
+            if self._stop_vote.settle(self._data_stop()) == DATA_STOP:
+                self._stop_on_ranks_data(trained=False)
         with self._progress_bar() as bar:
             task = bar.add_task("train", total=cfg.steps, completed=self.step, rate="-", loss="-")
             window_start, window_first = time.perf_counter(), self.step
@@ -122,7 +131,7 @@ class TrainLoop:
                 except DataError as exc:  # a malformed training row: the steps trained before it are kept
                     self._stop_on_training_data(exc, pending, trained=self.step > start_step)
                 self._stopping = (self._stop_signal if self._stop_vote is None
-                                  else self._stop_vote.agreed(self._stop_signal))
+                                  else self._stop_vote.agreed(self._data_stop() or self._stop_signal))
                 bar.update(task, completed=self.step)
                 due_eval = cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps
                 last = self.step == cfg.steps or self._stopping is not None
@@ -144,6 +153,8 @@ class TrainLoop:
                     self._log_train(result, bar, task, losses[:bad], first + bad - 1, rate)
                 if bad < len(losses):
                     return self._stop_on_nan(result, first + bad, losses[bad])
+                if self._stopping == DATA_STOP:
+                    self._stop_on_ranks_data(trained=self.step > start_step)
                 stopped = self._eval_and_log(result) if due_eval else None
                 if stopped is not None:
                     return stopped
@@ -154,6 +165,8 @@ class TrainLoop:
                     saved_step = self.step
                 if due_eval or due_ckpt:
                     self._stopping = self._stop_after_pause()
+                    if self._stopping == DATA_STOP:
+                        self._stop_on_ranks_data(trained=self.step > start_step)
                 window_start, window_first = time.perf_counter(), self.step
         return self._finish(result, start_step, train_seconds, saved_step)
 
@@ -182,7 +195,15 @@ class TrainLoop:
         full model takes minutes) stops the run now, not after one more step and a second save."""
         if self._stop_vote is None:
             return self._stop_signal
-        return self._stop_vote.settle(self._stop_signal)
+        return self._stop_vote.settle(self._data_stop() or self._stop_signal)
+
+    def _data_stop(self) -> int | None:
+        """This rank's stop vote for its data: DATA_STOP where a batch it is to train (up to ``cfg.steps``) is a
+        placeholder for one its data failed to give (``Trainer._start_inputs``). A batch is taken two steps ahead
+        and the vote read a step after it is sent, so the ranks stop before a step takes it (with
+        ``Trainer.inputs_ahead`` = 1, one step ahead, a step may take it: ``_stop_on_training_data``)."""
+        failed = next((i for i, (*_, error) in enumerate(self._ahead) if error is not None), None)
+        return DATA_STOP if failed is not None and self.step + 1 + failed <= self.cfg.steps else None
 
     def _precompile_and_log(self) -> None:
         """The first step's kernels compiled ahead (``Trainer.precompile``), said while it runs and logged."""
@@ -239,21 +260,44 @@ class TrainLoop:
         files): the source is back at the start of the batch it stopped (``polyrec.data.types.keeping_position``), so
         the state of the last step is kept (``_raise_keeping_state``) where this process trained one and the
         losses not checked yet (``pending``) are finite, and a resume reads that batch whole, as a run that never
-        stopped does. Not on several ranks: the others, reading their own rows, are not stopping."""
+        stopped does. On several ranks the ranks agree to stop before that batch (``_stop_on_ranks_data``); a step
+        that takes it (``_data_stop``) stops alone, saving nothing: the others are not stopping."""
         losses = torch.stack(pending).float().cpu().tolist() if pending else []
-        several = self.distributed and self.ctx.world_size > 1
-        keep = trained and not several and all(map(math.isfinite, losses))
-        self._raise_keeping_state(exc, "training data", save=keep)
+        not_saved = ("the other ranks are not stopping with this one" if self.distributed and self.ctx.world_size > 1
+                     else NOT_TRAINED if not trained
+                     else "a loss since the last check is not finite" if not all(map(math.isfinite, losses)) else None)
+        self._raise_keeping_state(exc, "training data", not_saved=not_saved)
 
-    def _raise_keeping_state(self, exc: DataError, reason: str, *, save: bool = True) -> NoReturn:
+    def _stop_on_ranks_data(self, *, trained: bool) -> NoReturn:
+        """Several ranks whose vote found a rank's training data failed (``_data_stop``): every rank stops after the
+        same step, the last before the first batch that failed, and keeps its state as one rank does
+        (``_raise_keeping_state``; the losses to it are checked), each rank's data position at the start of its
+        next batch. The rank whose data failed raises its error; the others raise it naming that rank, and rank 0
+        logs it with the rank."""
+        self._stop_vote.drain()
+        mine = self._data_failed
+        failed = [(rank, fields) for rank, fields in enumerate(parallel.gather(
+            None if mine is None else (mine.path, mine.line, mine.problem))) if fields is not None]
+        rank, (path, line, problem) = failed[0]
+        exc = mine or DataError(path, line, f"{problem} (rank {rank}'s training data)")
+        self._raise_keeping_state(exc, "training data", not_saved=None if trained else NOT_TRAINED,
+                                  rank=self.ctx.rank if mine else rank)
+
+    def _raise_keeping_state(self, exc: DataError, reason: str, *, not_saved: str | None = None,
+                             rank: int | None = None) -> NoReturn:
         """Raise ``exc`` (data that stops the run) after saving the trained state where there is a checkpoint
-        directory, ``save`` and the state is finite, as a signal's stop does (the error then names the
-        checkpoint), and logging a ``stopped`` event with ``reason``."""
+        directory, no reason not to (``not_saved``) and the state is finite, as a signal's stop does; the error then
+        names the checkpoint, or why nothing was saved. Logs a ``stopped`` event with ``reason`` (and, on several
+        ranks, the ``rank`` whose data it was)."""
         problem = exc.problem
-        if save and self.cfg.checkpoint_dir and self.finite_state():
-            problem = f"{problem}; the run's state at step {self.step} is saved in {self.save()}"
-        self.log.write({"event": "stopped", "reason": reason, "step": self.step,
-                        "message": f"{exc.path}:{exc.line}: {problem}"})
+        if self.cfg.checkpoint_dir:
+            if not_saved is None and not self.finite_state():
+                not_saved = f"{STATE_NOT_FINITE} is not finite"
+            problem += (f"; {not_saved}: nothing saved" if not_saved is not None
+                        else f"; the run's state at step {self.step} is saved in {self.save()}")
+        event = {"event": "stopped", "reason": reason, "step": self.step,
+                 "message": f"{exc.path}:{exc.line}: {problem}"}
+        self.log.write(event if rank is None else event | {"rank": rank})
         raise DataError(exc.path, exc.line, problem) from exc
 
     def _stop_on_nan(self, result: TrainResult, step: int, value: float, what: str = "loss") -> TrainResult:

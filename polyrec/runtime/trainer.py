@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polyrec.data import Batch, open_source
+from polyrec.data import Batch, DataError, open_source
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
 from polyrec.runtime.checkpoint import METRICS_NAME, prepare_checkpoint_dir, refuse_another_run
 from polyrec.runtime.cold_start import ColdStart, applies, precompile_first_step
 from polyrec.runtime import parallel
-from polyrec.runtime.config import TrainConfig, check_counts, expand_paths, resolve
+from polyrec.runtime.config import TrainConfig, check_collective_timeout, check_counts, expand_paths, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import capture, choose_graphs, mark_host_bound
 from polyrec.runtime.plan_apply import apply_plan, load_plan, plan_preset
@@ -100,7 +100,8 @@ class Trainer(TrainerState, TrainLoop):
 
     def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
         self.distributed = launched_by_torchrun()
-        self.ctx = init_distributed()
+        check_collective_timeout(cfg)  # before the process group it sets
+        self.ctx = init_distributed(timeout_s=cfg.collective_timeout_s)
         cfg = expand_paths(cfg)
         check_counts(cfg)
         cfg = plan_preset(cfg) if cfg.plan is not None else cfg
@@ -165,7 +166,9 @@ class Trainer(TrainerState, TrainLoop):
         self._side = torch.cuda.Stream(self.rt.device) if use_side else None
         self._prefetched: tuple[Batch, torch.Tensor, Any] | None = None
         self._exchange_ahead = self.distributed and self.ctx.world_size > 1 and cfg.pipeline == "sync"
-        self._ahead: deque[tuple[dict, Batch, Any]] = deque()  # the next batches, their distribution begun
+        # the next batches, their distribution begun (``_start_inputs``)
+        self._ahead: deque[tuple[dict, Batch, Any, DataError | None]] = deque()
+        self._data_failed: DataError | None = None  # where this rank's training data failed to give a batch ahead
         if cfg.resume:
             self.restore()
 
@@ -265,8 +268,17 @@ class Trainer(TrainerState, TrainLoop):
             return self.source.next_batch().to(self.rt.device, non_blocking=True), None
         if not self._ahead:
             self._ahead.append(self._start_inputs())
-        _, batch, started = self._ahead.popleft()
+        _, batch, started, failed = self._ahead.popleft()
+        if failed is not None:  # a placeholder (``_start_inputs``), which no step trains
+            raise failed
         return batch, started
+
+    def take_first_batches(self) -> None:
+        """Sharded tables on several ranks, before the first step: the batches it takes (its own and those
+        ``_send_inputs_ahead`` reads), taken now, so that the ranks can agree on a failed one before any step
+        (``TrainLoop``). The same batches, with the same collectives on every rank."""
+        while len(self._ahead) <= self.inputs_ahead:
+            self._ahead.append(self._start_inputs())
 
     def _send_inputs_ahead(self) -> None:
         """Sharded tables on several ranks, once this step's lookup is queued: the next batch's ids are
@@ -286,11 +298,30 @@ class Trainer(TrainerState, TrainLoop):
         while len(self._ahead) < self.inputs_ahead:
             self._ahead.append(self._start_inputs())
 
-    def _start_inputs(self) -> tuple[dict, Batch, Any]:
-        """(data position before the batch, the next batch, its started input distribution)."""
+    def _start_inputs(self) -> tuple[dict, Batch, Any, DataError | None]:
+        """(data position before the batch, the next batch, its started input distribution, None). Where the data
+        fails to give the batch (a malformed row; the source's position is put back to the batch's start:
+        ``polyrec.data.types.keeping_position``), it and every later one are placeholders of its shape, so that the
+        ranks' input collectives stay paired, with the error last: the ranks agree to stop before a step takes one
+        (``TrainLoop._data_stop``), and ``_batch_and_inputs`` raises the error of one that a step would take."""
         position = self.source.state_dict()
-        batch = self.source.next_batch().to(self.rt.device, non_blocking=True)
-        return position, batch, self.model.embeddings.start_inputs(batch.values, batch.offsets, batch.batch_size)
+        if self._data_failed is None:
+            try:
+                batch = self.source.next_batch().to(self.rt.device, non_blocking=True)
+            except DataError as exc:
+                self._data_failed = exc
+        if self._data_failed is not None:
+            batch = self._placeholder_batch()
+        started = self.model.embeddings.start_inputs(batch.values, batch.offsets, batch.batch_size)
+        return position, batch, started, self._data_failed
+
+    def _placeholder_batch(self) -> Batch:
+        """A batch of this rank's shape: ``cfg.batch_size`` samples of zeros, each bag one id 0 (a row of every
+        table)."""
+        size, features = self.cfg.batch_size, len(self.model_config.table_rows)
+        return Batch(dense=torch.zeros(size, self.model_config.num_dense), labels=torch.zeros(size),
+                     values=torch.zeros(features * size, dtype=torch.int64),
+                     offsets=torch.arange(features * size + 1)).to(self.rt.device)
 
     def _dense_step(self, batch: Batch, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Dense forward and backward from a stand-in for ``emb``; returns (loss, the gradient of
