@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -302,3 +303,30 @@ def test_a_plan_for_other_lookups_per_sample_is_refused(tmp_path):
                                          r"the run's 3"):
         load_plan(path, config, world_size=1)
     assert load_plan(_small_plan(tmp_path, config, "same.json"), config, world_size=1).model.tables[0].pooling == 3
+
+
+def test_a_plan_run_on_one_hot_file_data_says_its_prediction_is_not_this_runs(tmp_path):
+    """Criteo files make every feature one lookup per sample after the plan was checked against the preset's
+    (multi-hot) model: the run trained another model than the plan priced, without a word."""
+    from polyrec.models.config import dcnv2_small
+
+    path = _small_plan(tmp_path, dcnv2_small().with_capped_rows(64))
+    data = Path(__file__).parent / "data" / "criteo_sample.tsv"
+    with pytest.warns(RuntimeWarning, match=r"lookups per sample of table 0 \(the first that differs\): the plan's 3, "
+                                            r"the run's 1\): its choices are taken"):
+        result = runner.invoke(app, ["train", "--plan", str(path), "--data", f"criteo:{data}", "--row-cap", "64",
+                                     "--steps", "1", "--device", "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_plan_run_on_data_with_tables_of_its_own_is_refused(tmp_path):
+    """MovieLens builds two tables of its own: a plan of the preset's 26 tables was applied to them in silence."""
+    from polyrec.models.config import dcnv2_small
+
+    path = _small_plan(tmp_path, dcnv2_small().with_capped_rows(64))
+    data = Path(__file__).parent / "data" / "ml_sample.inter"
+    result = runner.invoke(app, ["train", "--plan", str(path), "--data", f"movielens:{data}", "--row-cap", "64",
+                                 "--steps", "1", "--device", "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 2, result.output
+    assert "this run's data builds another model than the plan's (tables: the plan's 26, the run's 2;" in (
+        " ".join(result.stderr.split()))

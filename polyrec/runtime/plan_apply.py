@@ -32,6 +32,8 @@ from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
 #: names (``polyrec.data.synthetic.SyntheticSource``'s ``distribution``; the planner's "zipf" is its power law);
 #: the first is what plain ``synthetic`` draws (``polyrec.data.sources.open_source``).
 SYNTHETIC_DISTRIBUTIONS = ("zipf", "uniform")
+#: How a difference of the tables' lookups per sample (the planner's pooling) is named.
+LOOKUPS = "lookups per sample"
 #: Where in the plan a TrainConfig field's value comes from, where the names differ enough to need saying.
 PLAN_SOURCES = {"data": "model.index_distribution", "preset": "model.name"}
 
@@ -70,6 +72,21 @@ def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
     return plan
 
 
+def check_data_model(path: Path, plan: Plan, adapted: ModelConfig) -> str | None:
+    """The plan against the model this run's data shaped (``DataSource.adapt``; ``load_plan`` checked the
+    preset's). Criteo and MLPerf files make every feature one lookup per sample: the plan's choices still apply,
+    its step time and memory do not, which the returned note says (None: the model is the plan's). Data that
+    builds other tables (MovieLens) or another dense half is refused: no choice of the plan was made for it."""
+    differ = _model_differences(plan.model, adapted)
+    if not differ:
+        return None
+    if not all(d.startswith(LOOKUPS) for d in differ):
+        raise ValueError(f"{path}: this run's data builds another model than the plan's ("
+                         + "; ".join(differ) + "): train without --plan, or plan that model")
+    return (f"{path}: the plan was priced for the preset's lookups per sample and this run's data has others ("
+            + "; ".join(differ) + "): its choices are taken, its predicted step time and memory are not this run's")
+
+
 def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:
     """What the run would build differently from the plan's model: table rows, lookups per sample (the
     planner's pooling), embedding dims, the dense half's fields, each with both values (empty: the same model)."""
@@ -79,7 +96,7 @@ def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:
         differ.append(f"tables: the plan's {len(rows)}, the run's {config.num_tables}")
     else:
         differ += _first_table_difference("rows", rows, config.table_rows)
-        differ += _first_table_difference("lookups per sample", [t.pooling for t in planned.tables],
+        differ += _first_table_difference(LOOKUPS, [t.pooling for t in planned.tables],
                                           config.multi_hot)
     dims = sorted({t.dim for t in planned.tables})
     if dims != [config.embedding_dim]:

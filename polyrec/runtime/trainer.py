@@ -31,7 +31,7 @@ from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, check_collective_timeout, check_counts, expand_paths, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import capture, choose_graphs, mark_host_bound
-from polyrec.runtime.plan_apply import apply_plan, load_plan, plan_preset
+from polyrec.runtime.plan_apply import apply_plan, check_data_model, load_plan, plan_preset
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 from polyrec.runtime.train_loop import TrainLoop
 from polyrec.runtime.trainer_state import TrainerState
@@ -125,6 +125,9 @@ class Trainer(TrainerState, TrainLoop):
                                   shared_seed=cfg.seed, rank=self.ctx.rank, world_size=self.ctx.world_size,
                                   row_cap=cfg.row_cap)
         self.model_config = self.source.adapt(base)
+        note = check_data_model(cfg.plan, self.plan, self.model_config) if self.plan is not None else None
+        if note is not None:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
         torch.manual_seed(cfg.seed)
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
         sharded = (parallel.sharded_embeddings(self.model_config, emb_opt, self.ctx, seed=cfg.seed,
