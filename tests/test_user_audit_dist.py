@@ -5,15 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-from distributed_util import free_port
+from distributed_util import criteo_file as _criteo_file, train_on_ranks as _run
 from polyrec.data import BadRows
 from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource
 from polyrec.models import preset
@@ -21,17 +18,6 @@ from polyrec.runtime import parallel
 
 B = 4  # rows per block (the batch size per rank)
 CONFIG = preset("dcnv2-small").with_capped_rows(64)
-
-
-def _criteo_file(path, rows: int, bad: int | None = None) -> None:
-    """``rows`` Criteo TSV rows, row i's label i % 2 and first count i (to tell rows apart); row ``bad`` of
-    3 columns."""
-    rng = random.Random(0)
-    lines = ["\t".join([str(i % 2), str(i)] + [str(rng.randint(0, 9)) for _ in range(12)]
-                       + [f"{rng.getrandbits(32):08x}" for _ in range(26)]) for i in range(rows)]
-    if bad is not None:
-        lines[bad] = "1\t2\t3"
-    path.write_text("\n".join(lines) + "\n")
 
 
 def _mlperf_file(path, records: int) -> None:
@@ -85,15 +71,6 @@ def test_a_resharded_resume_keeps_the_bad_row_count_on_rank_0():
     assert moved[0]["bad_rows"] == {"count": 6, "examples": ["f:0a", "f:0b", "f:1a", "f:1b", "f:2a"]}
     assert moved[1]["bad_rows"] == {"count": 0, "examples": []}
     assert moved[0]["stream_line"] == moved[1]["stream_line"] == 24
-
-
-def _run(nproc: int, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    launcher = ([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-                 f"--master-port={free_port()}", "-m", "polyrec"] if nproc else [sys.executable, "-m", "polyrec"])
-    proc = subprocess.run([*launcher, "train", *args], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert (proc.returncode == 0) == ok, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
