@@ -29,6 +29,21 @@ class Batch:
     def num_features(self) -> int:
         return (self.offsets.numel() - 1) // self.batch_size
 
+    def padded(self, size: int) -> Batch:
+        """This batch with samples appended up to ``size`` (itself where it has as many): zero dense features,
+        label 0 and an empty bag in every feature, so a model's output for the first ``batch_size`` samples is
+        theirs. A short last held-out batch padded so runs the kernels the full batches compiled."""
+        pad = size - self.batch_size
+        if pad <= 0:
+            return self
+        features = self.num_features
+        starts = self.offsets[:-1].view(features, self.batch_size)
+        ends = self.offsets[1:].view(features, self.batch_size)[:, -1:]  # each feature's last bag end
+        offsets = torch.cat([torch.cat([starts, ends.expand(features, pad)], dim=1).reshape(-1), self.offsets[-1:]])
+        return Batch(dense=torch.cat([self.dense, self.dense.new_zeros(pad, self.dense.shape[1])]),
+                     values=self.values, offsets=offsets,
+                     labels=torch.cat([self.labels, self.labels.new_zeros(pad)]))
+
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(dense=self.dense.to(device, non_blocking=non_blocking),
                      values=self.values.to(device, non_blocking=non_blocking),

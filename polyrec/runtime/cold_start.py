@@ -129,7 +129,8 @@ def dense_selection(trainer: Any) -> AbstractContextManager:
 
 def _dry_evaluation(trainer: Any) -> None:
     """One held-out forward as ``Trainer.evaluate`` runs it (eager, no autograd) on the next training batch:
-    the first evaluation's kernels, at the full batch size (a short last held-out batch still compiles its own)."""
+    the first evaluation's kernels, at the full batch size (``Trainer.evaluate`` pads a short last held-out
+    batch to it)."""
     with torch.no_grad():
         trainer.eval_logits(trainer.source.next_batch().to(trainer.rt.device))
 

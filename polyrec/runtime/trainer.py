@@ -428,9 +428,9 @@ class Trainer(TrainerState, TrainLoop):
         if not batches:
             return None
         scores, labels = [], []
-        for b in batches:
+        for b in batches:  # a short one padded to the batch the dry evaluation compiled for (runtime.cold_start)
             b = b.to(self.rt.device)
-            scores.append(self.eval_logits(b))
+            scores.append(self.eval_logits(b.padded(self.cfg.batch_size))[:b.batch_size])
             labels.append(b.labels)
         logits, y = torch.cat(scores), torch.cat(labels)
         if self.distributed and self.source.eval_rows_per_rank:  # every rank's rows, once

@@ -75,8 +75,13 @@ for _ in range(3):
     float(trainer.train_step())
 steps_late, late[:] = list(late), []
 trainer.evaluate()
+eval_late, late[:] = list(late), []
+from polyrec.data import open_source
+short = open_source("synthetic:uniform", trainer.model_config, batch_size=1000, seed=1, device=trainer.rt.device)
+trainer.source.eval_batches = lambda: [short.next_batch()]  # a held-out set's short last batch
+trainer.evaluate()
 print(json.dumps({"kernels": cold.kernels if cold else 0, "late": steps_late, "captured": captured,
-                  "launchers": builds, "eval_late": late}))
+                  "launchers": builds, "eval_late": eval_late, "short_eval_late": late}))
 """
 
 
@@ -94,6 +99,7 @@ def test_first_steps_compile_nothing_after_the_precompile(changes, tmp_path):
     # a graphed run's dry steps select their GEMMs as its capture will
     assert found["late"] == []
     assert found["eval_late"] == []  # the dry run's evaluation forward compiled the first evaluation's kernels
+    assert found["short_eval_late"] == []  # a short held-out batch padded to them (Trainer.evaluate)
     assert found["launchers"] == []  # every launcher of a precompiled kernel was built with it
 
 
