@@ -31,6 +31,9 @@ from polyrec.models.config import ModelConfig
 TEST_FRACTION = 0.2
 #: A rating at or above this counts as a positive ("liked"); 4 of 5 stars is the usual implicit cut.
 POSITIVE_RATING = 4.0
+#: MovieLens ratings are stars from 0.5 to 5: whole stars 1-5 in ml-100k (GroupLens ml-100k README), half
+#: stars "0.5 stars - 5.0 stars" in later releases (GroupLens ml-latest README). Others are bad rows.
+RATING_MIN, RATING_MAX = 0.5, 5.0
 UDATA_COLUMNS = ("user_id", "item_id", "rating", "timestamp")
 #: numpy's generators take seeds >= 0: a seed is taken modulo this (-1 -> 2^64 - 1; others >= 0 unchanged).
 SEED_MODULUS = 2**64
@@ -47,6 +50,9 @@ def _header(first: str, path: str) -> list[str] | None:
         missing = [c for c in UDATA_COLUMNS if c not in names]
         if missing:
             raise DataError(path, 1, f".inter header lacks column(s) {', '.join(missing)}")
+        twice = [c for c in UDATA_COLUMNS if names.count(c) > 1]
+        if twice:  # else the first was read and the other ignored
+            raise DataError(path, 1, f".inter header names column(s) {', '.join(twice)} more than once")
         return names
     return None
 
@@ -69,6 +75,9 @@ def parse_row(raw: bytes, cols: list[int], width: int, path: str, line_no: int) 
         raise DataError(path, line_no, "rating and timestamp must be numbers") from None
     if not (math.isfinite(rating) and math.isfinite(stamp)):
         raise DataError(path, line_no, f"rating and timestamp must be finite, got {rating} and {stamp}")
+    if not RATING_MIN <= rating <= RATING_MAX:
+        raise DataError(path, line_no, f"rating must be from {RATING_MIN:g} to {RATING_MAX:g} stars, got "
+                                       f"{fields[cols[2]][:20]}")
     if not fields[cols[0]] or not fields[cols[1]]:
         raise DataError(path, line_no, "user and item ids must not be empty")
     return fields[cols[0]], fields[cols[1]], rating, stamp

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 
 import torch
@@ -52,6 +53,18 @@ def list_files(directory: Path) -> str:
             f"expands no wildcard inside criteo:PATH, but criteo:$(ls -d {directory}/* | paste -sd, -) builds the list")
 
 
+def check_counts(batch_size: int, row_cap: int | None) -> None:
+    """``batch_size`` and ``row_cap`` (None: no cap) whole numbers of at least 1: below that each reader failed
+    its own way (None from ``next_batch``, a division by zero, a torch reshape error, empty batches, tables of 0
+    rows)."""
+    for name, value, none_ok in (("batch_size", batch_size, False), ("row_cap", row_cap, True)):
+        if value is None and none_ok:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a whole number of at least 1{' (or None)' if none_ok else ''}, "
+                             f"got {value!r}")
+
+
 def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
                 skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8,
                 synthetic_pool: int = 0, shared_seed: int | None = None, rank: int = 0,
@@ -66,6 +79,7 @@ def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, d
     file sources give rank ``rank`` of ``world_size`` its share of the rows. Every rank reads the
     whole eval file."""
     kind, arg = parse_spec(spec)
+    check_counts(batch_size, row_cap)
     if eval_spec and kind in ("synthetic", "movielens"):
         raise ValueError(f"eval data {eval_spec!r} is only for criteo and mlperf data: synthetic data has its own "
                          "eval stream and MovieLens its test split")

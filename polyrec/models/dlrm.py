@@ -84,6 +84,12 @@ class DLRM(nn.Module):
         """Parameters the dense optimizer owns (everything but the embedding tables)."""
         return [p for part in self.dense_parts() for p in part.parameters()]
 
+    def _check_dense(self, dense: torch.Tensor) -> None:
+        """ValueError unless ``dense`` is [B, num_dense]: another width failed inside the first matmul, and a 1-D
+        tensor's length was taken as the batch size (an offsets error, blaming the ids)."""
+        if dense.dim() != 2 or dense.shape[1] != self.config.num_dense:
+            raise ValueError(f"dense must be [B, num_dense] = [B, {self.config.num_dense}], got {tuple(dense.shape)}")
+
     def embed(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int, started: Any = None) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled embeddings [B, F, D] (fp32, or the polyrec output dtype).
         ``started``: sharded tables only, the batch's input distribution begun by ``embeddings.start_inputs``."""
@@ -94,6 +100,10 @@ class DLRM(nn.Module):
     def dense_forward(self, dense: torch.Tensor, emb: torch.Tensor,
                       compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """dense [B, num_dense], emb [B, F, D] -> logits [B] (fp32)."""
+        self._check_dense(dense)
+        expected = (dense.shape[0], self.config.num_tables, self.config.embedding_dim)
+        if tuple(emb.shape) != expected:
+            raise ValueError(f"emb must be [B, F, D] = [{', '.join(map(str, expected))}], got {tuple(emb.shape)}")
         bottom = self.bottom(dense.to(compute_dtype), self.ops)  # [B, D]
         on_emb_grad = self.embedding_grad_hook if emb.dtype == compute_dtype else None  # else a cast's copy
         emb = emb.to(compute_dtype)
@@ -119,4 +129,5 @@ class DLRM(nn.Module):
     def forward(self, dense: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor,
                 compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Logits [B] of a batch: dense [B, num_dense], values [nnz], offsets [F*B+1]."""
+        self._check_dense(dense)  # before its rows are taken as the batch size
         return self.dense_forward(dense, self.embed(values, offsets, dense.shape[0]), compute_dtype)

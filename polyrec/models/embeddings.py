@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from polyrec.kernels.jagged import check_offsets_length
+from polyrec.kernels.jagged import JaggedBatch, JaggedBatchError, check_offsets_length
 from polyrec.kernels.tbe_optim import check_hyperparameters
 
 EMBEDDING_BACKENDS = ("torch", "polyrec")
@@ -115,12 +115,28 @@ class TorchEmbeddings(nn.Module):
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]; offsets of another length are an error (they
-        would split the bags between the features at the wrong places)."""
+        would split the bags between the features at the wrong places), and so are offsets that do not run from
+        0 to nnz (values outside them were dropped) and ids outside their tables (``_bad_input``)."""
         check_offsets_length(offsets, len(self.bags), batch_size)
         bounds = bag_bounds(offsets, batch_size, len(self.bags))
-        pooled = [bag(values[bounds[f]:bounds[f + 1]], offsets[f * batch_size:(f + 1) * batch_size] - bounds[f])
-                  for f, bag in enumerate(self.bags)]  # F x [B, D]
+        if bounds[0] != 0:
+            raise JaggedBatchError(f"offsets[0] must be 0, got {bounds[0]}")
+        if bounds[-1] != values.numel():
+            raise JaggedBatchError(f"offsets[-1] must equal nnz = {values.numel()}, got {bounds[-1]}")
+        try:
+            pooled = [bag(values[bounds[f]:bounds[f + 1]], offsets[f * batch_size:(f + 1) * batch_size] - bounds[f])
+                      for f, bag in enumerate(self.bags)]  # F x [B, D]
+        except (IndexError, RuntimeError):
+            self._bad_input(values, offsets, batch_size)
+            raise
         return torch.stack(pooled, dim=1)
+
+    def _bad_input(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> None:
+        """JaggedBatchError naming the feature, id and table size (or the offsets) where nn.EmbeddingBag failed
+        saying only "Expected i < index_size"; checked after a failure, so a good batch pays nothing."""
+        batch = JaggedBatch(values=values.contiguous(), offsets=offsets.contiguous(), batch_size=batch_size,
+                            num_features=len(self.bags))
+        batch.validate(rows=[bag.num_embeddings for bag in self.bags], full=True)
 
     def apply_gradients(self) -> None:
         self.optimizer.step()
