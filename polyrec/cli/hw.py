@@ -69,8 +69,8 @@ def list_devices(as_json: bool = JSON_OPT) -> None:
                 "LDS/smem KiB", "L2 MiB", "TDP W"):
         table.add_column(col, justify="right")
     for s in specs.values():
-        table.add_row(s.name, s.arch, str(s.compute_units), f"{s.hbm_bytes / 1e9:.0f}", _tb(s.hbm_bandwidth),
-                      f"{s.peak_flops['bf16'] / 1e12:.0f}", f"{s.peak_flops['fp8'] / 1e12:.0f}",
+        table.add_row(escape(s.name), escape(s.arch), str(s.compute_units), f"{s.hbm_bytes / 1e9:.0f}",
+                      _tb(s.hbm_bandwidth), f"{s.peak_flops['bf16'] / 1e12:.0f}", f"{s.peak_flops['fp8'] / 1e12:.0f}",
                       f"{s.smem_per_block / 1024:.0f}", f"{s.l2_bytes / 2**20:.0f}", f"{s.tdp_watts:.0f}")
     console.print(table)
 
@@ -98,7 +98,7 @@ def show(name: str = typer.Argument(..., help="Device name, e.g. H200 or MI350X.
     if as_json:
         _print_json(spec_dict(spec))
         return
-    table = Table(title=f"{spec.full_name}")
+    table = Table(title=escape(spec.full_name))  # a data file's text, printed as written (no markup)
     table.add_column("field")
     table.add_column("value", justify="right")
     table.add_column("source")
@@ -106,9 +106,9 @@ def show(name: str = typer.Argument(..., help="Device name, e.g. H200 or MI350X.
         if f.name in ("sources", "peak_flops"):
             continue
         source = spec.source_of(f.name) if f.name in spec.sources else ""
-        table.add_row(f.name, str(getattr(spec, f.name)), source)
+        table.add_row(f.name, escape(str(getattr(spec, f.name))), escape(source))
     for dtype, value in spec.peak_flops.items():
-        table.add_row(f"peak_flops.{dtype}", f"{value / 1e12:.1f} T", spec.source_of(f"peak_flops.{dtype}"))
+        table.add_row(f"peak_flops.{dtype}", f"{value / 1e12:.1f} T", escape(spec.source_of(f"peak_flops.{dtype}")))
     console.print(table)
 
 
@@ -126,10 +126,10 @@ def detect(as_json: bool = JSON_OPT) -> None:
                      "spec": spec_dict(found.spec), "warning": found.warning})
         return
     s = found.spec
-    console.print(f"[bold]{s.name}[/] ({s.full_name}), matched by {found.how}")
+    console.print(f"[bold]{escape(s.name)}[/] ({escape(s.full_name)}), matched by {found.how}")
     if found.props:
         p = found.props
-        console.print(f"  torch reports: '{p.name}' {p.gcn_arch_name or f'sm_{p.major}{p.minor}'}, "
+        console.print(f"  torch reports: '{escape(p.name)}' {escape(p.gcn_arch_name) or f'sm_{p.major}{p.minor}'}, "
                       f"{p.multi_processor_count} SMs/CUs, {p.total_memory / 2**30:.1f} GiB, "
                       f"L2 {p.l2_cache_size / 2**20:.0f} MiB")
 
@@ -190,7 +190,7 @@ def calibrate(as_json: bool = JSON_OPT,
         for col in ("ceiling", "value", "origin"):
             table.add_column(col)
         for row in rows:
-            table.add_row(*row.values())
+            table.add_row(*map(escape, row.values()))
         console.print(table)
         if path:
             console.print(f"saved to {path}")
@@ -284,8 +284,8 @@ def compile_check(
         for col in ("kernel/config", "device", "target", "smem/LDS B", "regs", "spills", "fits"):
             table.add_column(col)
         for r in reports:
-            table.add_row(r.label, r.device, r.target, str(r.shared_bytes), str(r.registers), str(r.spill_bytes),
-                          _fit_cell(r))
+            table.add_row(escape(r.label), escape(r.device), escape(r.target), str(r.shared_bytes), str(r.registers),
+                          str(r.spill_bytes), _fit_cell(r))
         console.print(table)
     if any(not r.fits for r in reports):
         raise typer.Exit(1)

@@ -37,6 +37,7 @@ import contextlib
 import functools
 import math
 import os
+import re
 import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -75,6 +76,10 @@ OPTIONAL_DEFAULTS: dict[str, float] = {"infinity_cache_bytes": 0, "xcd_count": 1
 #: 0 = none; the planner then prices collectives over PCIe).
 ZERO_ALLOWED = frozenset({*OPTIONAL_DEFAULTS, "scaleup_bandwidth"})
 STRING_FIELDS = ("name", "full_name", "vendor", "arch")
+#: A device name: letters, digits, '_', '.' and '-', from a letter or digit. It is the KIND of ``polyrec plan
+#: --fleet KINDxCOUNT`` (planner/types.py, which reads no other characters) and the file name of the device's
+#: calibration (calibrate.calibration_path), which a '/' or '..' would put outside the cache.
+DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 #: Every key a data file may have at its top level: any other is a typo that would go unseen.
 KNOWN_FIELDS = frozenset({*STRING_FIELDS, *NUMERIC_FIELDS, "match_names", "sources", "triton", "peak_flops"})
 VENDORS = ("nvidia", "amd")
@@ -202,6 +207,9 @@ def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
         if not isinstance(value, str) or not value:
             raise CatalogError(path, key, "missing or not a non-empty string")
         strings[key] = value
+    if not DEVICE_NAME.fullmatch(strings["name"]):
+        raise CatalogError(path, "name", f"{strings['name']!r} is not a device name: letters, digits, '_', '.' and "
+                                         "'-' only, from a letter or digit (catalog.DEVICE_NAME)")
     if strings["vendor"] not in VENDORS:
         raise CatalogError(path, "vendor", f"must be one of {VENDORS}, got {strings['vendor']!r}")
     match_names = data.get("match_names", [])

@@ -165,6 +165,9 @@ def compile_job(job: CompileJob, spec: DeviceSpec) -> Any:
     foreign = NVIDIA_ONLY_OPTIONS if spec.triton.backend == "hip" else AMD_ONLY_OPTIONS
     options |= {k: v for k, v in job.options.items() if k not in foreign}
     names = list(job.signature)
+    if names != list(job.kernel.arg_names):  # Triton reads the types by position; a CUDA target never the names
+        raise CompileHarnessError(f"{job.label}: signature names {names}, but {job.kernel.__name__} takes "
+                                  f"{list(job.kernel.arg_names)}: name every argument, in order")
     unknown = set(job.divisible_by_16) - set(names)
     if unknown:
         raise CompileHarnessError(f"{job.label}: divisible_by_16 names unknown arguments {sorted(unknown)}")
