@@ -88,3 +88,26 @@ def test_a_signature_that_does_not_name_the_kernels_arguments_is_refused(signatu
     job = CompileJob(label="scale", kernel=scale_kernel, signature=signature, constexprs={"BLOCK": 256})
     with pytest.raises(CompileHarnessError, match=r"scale: signature names .* scale_kernel takes"):
         compile_job(job, get_device("H200"))
+
+
+def test_a_kernel_that_gives_no_compile_job_is_refused(tmp_path, monkeypatch):
+    """A --kernel returning [] printed an empty table and exited 0: nothing compiled, nothing wrong said."""
+    (tmp_path / "no_jobs.py").write_text("def compile_jobs(spec):\n    return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    result = runner.invoke(app, ["hw", "compile-check", "-k", "no_jobs:compile_jobs", "-d", "H200"])
+    assert result.exit_code == 2, result.output
+    assert "--kernel no_jobs:compile_jobs: no compile job for H200: nothing to check" in " ".join(result.stderr.split())
+
+
+def test_a_kernel_module_in_the_current_folder_says_how_to_import_it(tmp_path, monkeypatch):
+    """The installed polyrec command does not import from the current folder (python -m does): the error said
+    only "No module named 'mine'" where the file was right there."""
+    (tmp_path / "mine.py").write_text("def compile_jobs(spec):\n    return []\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    result = runner.invoke(app, ["hw", "compile-check", "-k", "mine:compile_jobs", "-d", "H200"])
+    assert result.exit_code == 2, result.output
+    assert "mine is in the current folder, which the polyrec command does not import from: run PYTHONPATH=." in (
+        " ".join(result.stderr.split()))

@@ -211,13 +211,25 @@ def _saved(device: str, measured: dict[str, Any]) -> tuple[Path | None, str | No
                       "set POLYREC_CACHE_DIR to a writable directory and run it again (the values are above)")
 
 
+def _import_hint(module_name: str, exc: Exception) -> str:
+    """Where a module not found is a file or package of the current folder, which the installed ``polyrec``
+    command does not import from (``python -m`` does): how to make it importable."""
+    top = module_name.split(".")[0]
+    here = Path.cwd()
+    if not isinstance(exc, ModuleNotFoundError) or not top or not (
+            (here / f"{top}.py").is_file() or (here / top / "__init__.py").is_file()):
+        return ""
+    return (f" ({top} is in the current folder, which the polyrec command does not import from: run "
+            "PYTHONPATH=. polyrec ...)")
+
+
 def _load_jobs_fn(ref: str):
     """The compile-jobs function named by ``module:function`` (a --kernel), or exit 2 saying why not."""
     module_name, _, attr = ref.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr or "compile_jobs")
     except (ImportError, AttributeError, ValueError) as exc:  # ValueError: an empty module name
-        err.print(f"[red]error:[/] --kernel {escape(ref)}: {escape(str(exc))}")
+        err.print(f"[red]error:[/] --kernel {escape(ref)}: {escape(str(exc))}{_import_hint(module_name, exc)}")
         raise typer.Exit(2) from exc
     if not callable(fn):
         err.print(f"[red]error:[/] --kernel {escape(ref)}: {type(fn).__name__} is not a function")
@@ -228,6 +240,18 @@ def _load_jobs_fn(ref: str):
         err.print(f"[red]error:[/] --kernel {escape(ref)}: cannot be called with one DeviceSpec ({escape(str(exc))})")
         raise typer.Exit(2) from exc
     return fn
+
+
+def _refuse_no_jobs(kernel: list[str], planned: list, specs: list[DeviceSpec]) -> None:
+    """Exit 2 where a --kernel the user named gave no compile job for any device asked: its empty table and exit
+    code 0 said nothing was wrong when nothing had been compiled."""
+    given = {ref for ref, _, _ in planned}
+    idle = [ref for ref in kernel if ref not in given]
+    if idle:
+        devices = ", ".join(spec.name for spec in specs)
+        err.print(f"[red]error:[/] --kernel {escape(', '.join(idle))}: no compile job for {escape(devices)}: "
+                  "nothing to check")
+        raise typer.Exit(2)
 
 
 def _jobs_of(ref: str, fn, spec: DeviceSpec) -> list:
@@ -273,7 +297,9 @@ def compile_check(
         err.print("[yellow]no kernels registered in polyrec.kernels.registry; pass --kernel module:function[/]")
     jobs_fns = [(ref, _load_jobs_fn(ref)) for ref in refs]  # every --kernel resolved before any compile
     try:
-        reports = [compile_for(job, spec) for ref, fn in jobs_fns for spec in specs for job in _jobs_of(ref, fn, spec)]
+        planned = [(ref, spec, job) for ref, fn in jobs_fns for spec in specs for job in _jobs_of(ref, fn, spec)]
+        _refuse_no_jobs(kernel, planned, specs)
+        reports = [compile_for(job, spec) for _, spec, job in planned]
     except CompileHarnessError as exc:  # a job the harness cannot compile: not a JITFunction, unknown argument names
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
