@@ -149,3 +149,22 @@ def test_dense_forward_names_embeddings_of_another_batch():
 def test_good_input_still_gives_the_same_logits():
     model, dense, values, offsets = model_and_batch()
     assert model(dense, values, offsets).shape == (3,)
+
+
+def test_a_criteo_file_with_a_header_line_says_so(tmp_path):
+    """A header row was reported as "label must be 0 or 1, got b'label'" with no word of headers."""
+    data = Path(__file__).parent / "data" / "criteo_sample.tsv"
+    path = tmp_path / "with_header.tsv"
+    header = "\t".join(["label"] + [f"I{k}" for k in range(1, 14)] + [f"C{k}" for k in range(1, 27)])
+    path.write_text(header + "\n" + data.read_text())
+    source = open_source(f"criteo:{path}", preset("dcnv2-small"), batch_size=4, seed=0, device=torch.device("cpu"))
+    with pytest.raises(DataError, match=r":1: label must be 0 or 1, got b'label' \(a header line\? Criteo TSV "
+                                        r"files have none\)"):
+        source.next_batch()
+
+
+def test_a_criteo_tsv_given_as_mlperf_data_is_named_text(tmp_path):
+    """A TSV given as mlperf: was read as binary records: "record N is truncated" and every label bad."""
+    data = Path(__file__).parent / "data" / "criteo_sample.tsv"
+    with pytest.raises(DataError, match=r"starts with text .*not MLPerf's binary records.*criteo:PATH"):
+        open_source(f"mlperf:{data}", preset("dcnv2-small"), batch_size=4, seed=0, device=torch.device("cpu"))

@@ -124,7 +124,8 @@ def parse_tsv_line(raw: bytes, path: str, line_no: int, out: np.ndarray) -> None
                       else "")
         raise DataError(path, line_no, f"expected {CRITEO_COLUMNS} tab-separated columns, found {columns}{unlabelled}")
     if head[0] not in (b"0", b"1"):
-        raise DataError(path, line_no, f"label must be 0 or 1, got {head[0][:20]!r}")
+        header = " (a header line? Criteo TSV files have none)" if line_no == 1 and head[0].isalpha() else ""
+        raise DataError(path, line_no, f"label must be 0 or 1, got {head[0][:20]!r}{header}")
     if line[:len(line) - len(tail)].translate(None, HEAD_BYTES) or tail.translate(None, TAIL_BYTES):
         raise field_error(line, path, line_no)  # ' ', '+', '_', 'x', a '-' in C1..C26, ...
     try:
@@ -349,6 +350,20 @@ def record_problems(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return bad_label, (chunk[:, 1 + CRITEO_NUM_DENSE:] < 0).any(axis=1)
 
 
+#: Bytes of text: a binary record's first value, its little-endian label 0 or 1, starts with a byte outside them.
+TEXT_BYTES = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
+
+
+def refuse_text(path: Path) -> None:
+    """DataError where the file at ``path`` starts with a text label (a Criteo TSV given as ``mlperf:``, which
+    read as records whose every label was bad)."""
+    with open(path, "rb") as f:
+        first = f.read(4)
+    if first and all(b in TEXT_BYTES for b in first):
+        raise DataError(str(path), 0, f"starts with text ({first!r}), not MLPerf's binary records (40 int32 "
+                                      "each): a Criteo TSV file is read as criteo:PATH")
+
+
 class MLPerfBinarySource:
     """Streams batches from a binary file of 40-int32 records (memory-mapped; one batch read at a time)."""
 
@@ -358,6 +373,7 @@ class MLPerfBinarySource:
                  eval_source: MLPerfBinarySource | None = None, num_eval_batches: int = 8, rank: int = 0,
                  world_size: int = 1) -> None:
         self.path = require_file(Path(path), "MLPerf binary")
+        refuse_text(self.path)
         self.batch_size, self.bad_rows, self.rank, self.world_size = batch_size, bad_rows, rank, world_size
         size = self.path.stat().st_size
         total = size // RECORD_BYTES
