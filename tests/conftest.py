@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -60,3 +62,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fresh_catalog(monkeypatch):
+    """The device catalog read again under this test's environment (it reads $POLYREC_DEVICE_DIR where first
+    loaded), and again after it; the test's monkeypatch."""
+    catalog_module = sys.modules["polyrec.hardware.catalog"]  # polyrec.hardware.catalog is also a function's name
+    catalog_module.catalog.cache_clear()
+    yield monkeypatch
+    catalog_module.catalog.cache_clear()

@@ -4,43 +4,23 @@ names that are not names, compile jobs whose signature does not name the kernel'
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from polyrec.cli import app
-from polyrec.hardware.catalog import DEVICES_DIR, CatalogError, load_device_file
+from polyrec.hardware.catalog import CatalogError, load_device_file
 from compile_util import compile_only
+from device_files_util import h200_copy
 
 runner = CliRunner()
-
-
-def _device_file(folder: Path, name: str, *edits: tuple[str, str]) -> Path:
-    """A copy of the H200's data file naming device ``name``, with each (old, new) edit made once."""
-    text = (DEVICES_DIR / "h200.toml").read_text().replace('name = "H200"', f'name = "{name}"', 1)
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = folder / f"{len(list(folder.iterdir()))}.toml"
-    path.write_text(text)
-    return path
-
-
-@pytest.fixture
-def fresh_catalog(monkeypatch):
-    """The catalog read again under this test's environment, and again after it."""
-    catalog_module = sys.modules["polyrec.hardware.catalog"]  # polyrec.hardware.catalog is also a function's name
-    catalog_module.catalog.cache_clear()
-    yield monkeypatch
-    catalog_module.catalog.cache_clear()
 
 
 def test_show_prints_text_of_a_device_file_as_written(tmp_path, fresh_catalog):
     """Square brackets in a product name or a source were read as rich markup: `hw show --device-file` was a
     MarkupError traceback, exit 1."""
-    path = _device_file(tmp_path, "H200NVL", ('full_name = "NVIDIA H200 SXM 141GB"', 'full_name = "H200 [/] NVL"'),
-                        ('datasheet = "https://www.nvidia.com/en-us/data-center/h200/"', 'datasheet = "[/link]"'))
+    path = h200_copy(tmp_path, "H200NVL", [('full_name = "NVIDIA H200 SXM 141GB"', 'full_name = "H200 [/] NVL"'),
+                        ('datasheet = "https://www.nvidia.com/en-us/data-center/h200/"', 'datasheet = "[/link]"')])
     result = runner.invoke(app, ["hw", "show", "H200NVL", "--device-file", str(path)])
     assert result.exit_code == 0, result.output
     assert "H200 [/] NVL" in result.stdout and "[/link]" in result.stdout
@@ -50,7 +30,7 @@ def test_list_prints_the_arch_as_written(tmp_path, fresh_catalog):
     """An arch of "[i]x" was printed as an italic "x" by `hw list`."""
     folder = tmp_path / "devices"
     folder.mkdir()
-    _device_file(folder, "H200NVL", ('arch = "sm_90"', 'arch = "[i]x"'))
+    h200_copy(folder, "H200NVL", [('arch = "sm_90"', 'arch = "[i]x"')])
     fresh_catalog.setenv("POLYREC_DEVICE_DIR", str(folder))
     result = runner.invoke(app, ["hw", "list"])
     assert result.exit_code == 0, result.output
@@ -62,12 +42,12 @@ def test_a_device_name_that_is_no_name_is_refused(tmp_path, name):
     """Any string was a name: "../../evil" stored its calibration outside the cache (calibration_path), and a
     name with a space, ',' or '/' could never be written in `polyrec plan --fleet NAMExCOUNT`."""
     with pytest.raises(CatalogError, match="field 'name'"):
-        load_device_file(_device_file(tmp_path, name))
+        load_device_file(h200_copy(tmp_path, name))
 
 
 @pytest.mark.parametrize("name", ["H200NVL", "h200_nvl", "GH200-480GB", "MI300X.v2"])
 def test_a_device_name_of_letters_digits_and_separators_is_taken(tmp_path, name):
-    assert load_device_file(_device_file(tmp_path, name)).name == name
+    assert load_device_file(h200_copy(tmp_path, name)).name == name
 
 
 @compile_only

@@ -15,6 +15,7 @@ from polyrec.cli import app
 from polyrec.hardware import get_device
 from polyrec.hardware.calibrate import ceilings, save_calibration
 from polyrec.hardware.catalog import CatalogError, load_device_file
+from device_files_util import h200_copy
 
 runner = CliRunner()
 
@@ -147,32 +148,10 @@ def test_the_bisected_batch_is_aligned():
     assert plan.batch_per_gpu % 16 == 0 and 400_000 < plan.batch_per_gpu < 1_000_000
 
 
-def _extra_device(folder, name="H200NVL", edits=()):
-    """A data file in ``folder`` for a device the catalog lacks: the H200's, renamed (and ``edits`` made)."""
-    catalog_module = sys.modules["polyrec.hardware.catalog"]
-    text = (catalog_module.DEVICES_DIR / "h200.toml").read_text()
-    text = text.replace('name = "H200"', f'name = "{name}"', 1).replace('["H200"]', f'["{name}"]', 1)
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = folder / f"{name.lower()}.toml"
-    path.write_text(text)
-    return path
-
-
-@pytest.fixture
-def fresh_catalog():
-    """The catalog loaded again before and after the test (it reads $POLYREC_DEVICE_DIR where first loaded)."""
-    catalog_module = sys.modules["polyrec.hardware.catalog"]
-    catalog_module.catalog.cache_clear()
-    yield
-    catalog_module.catalog.cache_clear()
-
-
 @pytest.mark.usefixtures("fresh_catalog")
 def test_a_device_file_plans_a_device_the_catalog_lacks(tmp_path):
     """There was no way to plan for a device not in the package's catalog without editing the package."""
-    path = _extra_device(tmp_path)
+    path = h200_copy(tmp_path, "H200NVL")
     show = runner.invoke(app, ["hw", "show", "H200NVL", "--device-file", str(path), "--json"])
     assert show.exit_code == 0 and json.loads(show.stdout)["name"] == "H200NVL", show.output
     plan = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--fleet", "H200NVLx2", "--device-file", str(path),
@@ -184,7 +163,7 @@ def test_a_device_file_plans_a_device_the_catalog_lacks(tmp_path):
 
 @pytest.mark.usefixtures("fresh_catalog")
 def test_a_device_folder_in_the_environment_adds_its_devices(tmp_path, monkeypatch):
-    _extra_device(tmp_path)
+    h200_copy(tmp_path, "H200NVL")
     monkeypatch.setenv("POLYREC_DEVICE_DIR", str(tmp_path))
     assert get_device("h200nvl").name == "H200NVL" and get_device("H200").name == "H200"
     monkeypatch.setenv("POLYREC_DEVICE_DIR", str(tmp_path / "missing"))
@@ -197,14 +176,14 @@ def test_a_device_folder_in_the_environment_adds_its_devices(tmp_path, monkeypat
 @pytest.mark.parametrize("name, said", [("H200", "'H200' is already a device of polyrec's catalog"),
                                         ("h100", "'h100' is already a device of polyrec's catalog")])
 def test_an_extra_device_named_as_a_catalog_device_is_refused(tmp_path, name, said):
-    path = _extra_device(tmp_path, name=name)
+    path = h200_copy(tmp_path, name)
     result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--device-file", str(path)])
     assert result.exit_code == 2 and said in _said(result) and f"{path}: field 'name'" in _said(result)
 
 
 @pytest.mark.usefixtures("fresh_catalog")
 def test_an_extra_device_file_is_checked_as_the_catalog_files_are(tmp_path):
-    path = _extra_device(tmp_path, edits=[('[hbm_bandwidth]\nvalue = 4.8e12\nunit = "B/s"',
+    path = h200_copy(tmp_path, "H200NVL", edits=[('[hbm_bandwidth]\nvalue = 4.8e12\nunit = "B/s"',
                                            '[hbm_bandwidth]\nvalue = 4.8e12\nunit = "TB/s"')])
     for args in (["hw", "show", "H200NVL"], ["plan", "--model", "dcnv2-small", "--fleet", "H200NVL"]):
         result = runner.invoke(app, [*args, "--device-file", str(path)])
@@ -225,7 +204,7 @@ def test_an_extra_device_file_is_checked_as_the_catalog_files_are(tmp_path):
 def test_absurd_data_file_values_are_refused_naming_file_and_field(tmp_path, edits, field):
     """Each was accepted: a traceback in `polyrec plan` (hbm_bandwidth 1e-300), or a plan of a device that cannot
     be (shared memory per block above the SM's, a CUDA warp of 64, 1 byte of HBM: "-1.0 GB usable")."""
-    path = _extra_device(tmp_path, edits=edits)
+    path = h200_copy(tmp_path, "H200NVL", edits=edits)
     with pytest.raises(CatalogError) as info:
         load_device_file(path)
     assert info.value.field_name == field and str(path) in str(info.value)
