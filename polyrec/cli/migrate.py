@@ -197,7 +197,7 @@ def verify(
     seed: int | None = typer.Option(None, help="First seed (the report's 'seeds' repeat a run); default: drawn "
                                     "at random, so a candidate cannot special-case known inputs."),
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile for sm_90, gfx942, gfx950."),
-    timeout: float = typer.Option(300.0, help="Seconds per sandboxed subprocess."),
+    timeout: float = typer.Option(300.0, help="Seconds per sandboxed subprocess, wall clock and CPU time."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify a hand-written kernel. Exit 0 accepted, 1 rejected, 2 bad input."""
@@ -211,7 +211,8 @@ def verify(
     sys.path.insert(0, str(Path.cwd()))
     if seed is not None and not 0 <= seed < SEED_BASES:
         raise _fail(f"--seed must be in [0, {SEED_BASES}), got {seed}")
-    config = VerifyConfig(seeds=fresh_seeds(seeds, seed), timeout_s=timeout, compile=compile_)
+    config = VerifyConfig(seeds=fresh_seeds(seeds, seed), timeout_s=timeout, cpu_s=math.ceil(timeout),
+                          compile=compile_)
     try:
         report = run_verify(candidate, reference, config)
     except (ImportError, ValueError) as exc:

@@ -12,7 +12,8 @@ resource limits (CPU seconds, address space, file size). Before the candidate is
 - blocks importing the reference module (BLOCKED), so the candidate cannot call or read it;
 - fills every tensor from torch.empty / empty_like / empty_strided / new_empty with a poison: NaN for
   floating point, True for bool, the maximum for integers (a kernel that does not write its output
-  returns the poison).
+  returns the poison), inside a storage with a poisoned guard band at each end (a store past either end
+  changes it: GUARD_BYTES).
 
 MODE "run" calls ``run(*inputs)`` on every case (IN: the cases) and saves the outputs, each Triton
 launch (launch_capture), whether each output was written by a launch (an output's storage must be
@@ -109,12 +110,20 @@ def _programs(mode: str) -> frozenset[str]:
     return frozenset(found)
 
 
+#: Bytes of poison on each side of every tensor the torch.empty allocators return: a store past either end (a
+#: mask off by one, `offs <= n`, or by a block) lands there and fails the case. 4 KiB holds 1024 fp32 elements,
+#: a whole 1024-wide block; a store farther out is not seen (the CPU heap has no guard pages between tensors).
+GUARD_BYTES = 4096
+
+
 class _Poison:
-    """What fresh tensors are filled with: the first poison, or the second while ``second`` is set."""
+    """What fresh tensors are filled with: the first poison, or the second while ``second`` is set; and the guard
+    bands around them (``GUARD_BYTES``), which must still hold the poison when ``run()`` returns."""
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
         self.second = False
+        self.guards: list[tuple[Any, bool]] = []  # (guard band, second poison?) of this case's allocations
 
     def value(self, dtype: Any, second: bool) -> Any:
         """The first (NaN, True, integer maximum) or second (float maximum, False, integer minimum) poison."""
@@ -134,11 +143,32 @@ class _Poison:
             return tensor.isnan()
         return tensor == self.value(tensor.dtype, second)
 
+    def guarded(self, tensor: Any, empty: Any) -> Any:
+        """``tensor``'s shape and strides in the middle of a storage ``GUARD_BYTES`` longer at each end (allocated with
+        the unpatched ``empty``), the whole storage poisoned; the bands are kept to check with ``overrun``."""
+        pad = -(-GUARD_BYTES // tensor.element_size())
+        span = tensor.untyped_storage().nbytes() // tensor.element_size()
+        buf = empty((pad + span + pad,), dtype=tensor.dtype, device=tensor.device)
+        buf.fill_(self.value(tensor.dtype, self.second))
+        self.guards += [(buf[:pad], self.second), (buf[pad + span:], self.second)]
+        inner = buf.as_strided(tensor.size(), tensor.stride(), pad + tensor.storage_offset()).detach()
+        return inner.requires_grad_(tensor.requires_grad)
+
+    def overrun(self) -> str | None:
+        """Why a guard band of this case's allocations no longer holds its poison (a store outside a tensor); None."""
+        hit = sum(not bool(self.holds(band, second).all()) for band, second in self.guards)
+        return (f"a store landed outside {hit} tensor(s) allocated with torch.empty* (within {GUARD_BYTES} bytes "
+                "of an end): an out-of-bounds write (a mask off by one, `offs <= n`?)") if hit else None
+
 
 def _poison_allocators(torch: Any, poison: _Poison) -> None:
+    empty = torch.empty
+
     def poisoned(fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
+            if out.numel() and "out" not in kwargs:  # `out=t` resizes t: it must stay t
+                return poison.guarded(out, empty)
             poison.fill(out)
             return out
         return wrapper
@@ -226,13 +256,16 @@ class _WriteTracker:
         self.fresh, self.after, self.between = {}, {}, set()
 
 
-def _run_case(module: Any, inputs: tuple, torch: Any, tracker: _WriteTracker) -> tuple[Any, str | None]:
-    """``run(*inputs)`` once: its output, and why that was not written by Triton launches (None when it was)."""
+def _run_case(module: Any, inputs: tuple, torch: Any, tracker: _WriteTracker,
+              poison: _Poison) -> tuple[Any, str | None]:
+    """``run(*inputs)`` once: its output, and why that was not written by Triton launches or a store landed outside
+    a tensor it allocated (None when neither)."""
     tracker.reset()
+    poison.guards = []
     out = module.run(*inputs)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"run() returned {type(out).__name__}, expected a torch.Tensor")
-    return out, tracker.unwritten(out)
+    return out, poison.overrun() or tracker.unwritten(out)
 
 
 def _second_poison_run(module: Any, inputs: tuple, out: Any, torch: Any, tracker: _WriteTracker,
@@ -245,7 +278,7 @@ def _second_poison_run(module: Any, inputs: tuple, out: Any, torch: Any, tracker
         return None
     poison.second = True
     try:
-        again, unwritten = _run_case(module, inputs, torch, tracker)
+        again, unwritten = _run_case(module, inputs, torch, tracker, poison)
     finally:
         poison.second = False
     if unwritten:
@@ -262,7 +295,7 @@ def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str, tracker
     for inputs in cases:
         inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
         before = {i: tracker.bytes_of(x).clone() for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
-        out, why = _run_case(module, inputs, torch, tracker)
+        out, why = _run_case(module, inputs, torch, tracker, poison)
         unwritten.append(why)
         aliased.append(any(isinstance(x, torch.Tensor) and x.numel() and out.numel()
                            and x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()

@@ -16,8 +16,9 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
    module not importable) through the Triton interpreter on the CPU (GPUs hidden from the child, present or
    not: a GPU run needs Triton to start the C compiler and ldconfig, which the sandbox refuses). Rejected:
    outputs that alias an input, outputs not written by a Triton launch (already holding data when a launch
-   first took them, changed between launches or after their last launch), inputs that run() wrote to, a child
-   that exits without results, a reference file changed. The shapes are the reference's ``SHAPES`` and, per
+   first took them, changed between launches or after their last launch), inputs that run() wrote to, a store
+   past either end of a tensor from the torch.empty allocators, a child that exits without results, a reference
+   file changed. The shapes are the reference's ``SHAPES`` and, per
    seed, shapes derived from them within the dims it declares (off-by-one tails, size 1, one random size, one
    size above the largest per dim: cases.py), so a port right only on the declared sizes, or only up to the
    largest, fails. Fresh tensors are poisoned (sandbox.py: NaN,
@@ -134,6 +135,9 @@ def run_sandboxed(mode: str, candidate: Path, cases_file: Path, out_file: Path, 
     if finished is None:
         return f"{mode}: timed out after {config.timeout_s:.0f} s"
     code, stderr = finished
+    if code in (-signal.SIGKILL, -signal.SIGXCPU):  # RLIMIT_CPU's signals (SIGKILL where soft = hard): no stderr
+        return (f"{mode}: killed by {signal.Signals(-code).name} past its CPU-time limit of {config.cpu_s} s "
+                "(or by the out-of-memory killer)")
     if code != 0:
         return f"{mode}: exit code {code}: {stderr.strip()[-1500:]}"
     return None
