@@ -95,7 +95,7 @@ def test_resume_errors(tmp_path):
     Trainer(config(tmp_path, 2), progress=False).train()
     other = TrainConfig(preset="dcnv2-small", steps=4, batch_size=32, row_cap=500, checkpoint_dir=tmp_path,
                         device="cpu", resume=True)
-    with pytest.raises(ValueError, match="does not fit this run's model"):
+    with pytest.raises(ValueError, match="holds another model, table_rows"):
         Trainer(other, progress=False)
 
 

@@ -4,10 +4,13 @@ checkpoint cannot run code when loaded."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -18,6 +21,10 @@ CHECKPOINT_NAME = "checkpoint.pt"
 METRICS_NAME = "metrics.jsonl"
 FORMAT_VERSION = 1
 TEMP_PREFIX = ".checkpoint-"
+#: Locked (``fcntl.lockf``) by the run that writes a checkpoint directory; it holds that run's process id.
+LOCK_NAME = ".polyrec-run.lock"
+#: The errors of ``lockf(LOCK_NB)`` on a file that another process has locked (POSIX allows either).
+HELD_ERRNOS = (errno.EACCES, errno.EAGAIN)
 
 
 def checkpoint_path(directory: Path) -> Path:
@@ -36,6 +43,27 @@ def prepare_checkpoint_dir(directory: Path) -> None:
             pass
     except OSError as exc:
         raise OSError(f"--checkpoint-dir {directory} cannot be used: {exc.strerror or exc}") from exc
+
+
+def hold_checkpoint_dir(directory: Path) -> BinaryIO | None:
+    """Lock ``directory`` for this run until the returned file is closed or the process ends; ValueError naming
+    the run that holds it already: two runs on one directory overwrote each other's checkpoint, and one's save
+    removed the other's temp file mid-write. None (no lock) on a file system without locks."""
+    file = open(Path(directory) / LOCK_NAME, "a+b")  # noqa: SIM115 - the caller closes it
+    try:
+        fcntl.lockf(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        file.seek(0)
+        holder = file.read().decode(errors="replace").strip() or "unknown"
+        file.close()
+        if exc.errno not in HELD_ERRNOS:
+            return None
+        raise ValueError(f"--checkpoint-dir {directory} is in use by another run (process {holder}): wait for it "
+                         "to end, or choose another --checkpoint-dir") from exc
+    file.truncate(0)
+    file.write(f"{os.getpid()}\n".encode())
+    file.flush()
+    return file
 
 
 def refuse_another_run(directory: Path, *, metrics_here: bool) -> None:

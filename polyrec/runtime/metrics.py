@@ -97,9 +97,21 @@ class PhaseTimer:
         return {p: 1e3 * totals.get(p, 0.0) / max(steps, 1) for p in PHASES}
 
 
+def _ends_mid_line(path: Path) -> bool:
+    """Whether ``path`` exists, is not empty and its last line lacks its newline (a crash mid-write)."""
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, 2) == 0:
+                return False
+            f.seek(-1, 2)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
 class MetricsLog:
     """Appends one strict-JSON object per line (NaN/inf as null) to a file (opened on first write,
-    reopened after close), and optionally echoes it to stdout."""
+    reopened after close; a last line torn by a crash is ended first), and optionally echoes it to stdout."""
 
     def __init__(self, path: Path | None, *, echo: TextIO | None = None) -> None:
         self.path, self.echo = path, echo
@@ -124,9 +136,13 @@ class MetricsLog:
                                      "not a directory")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+            torn = _ends_mid_line(self.path)
+            file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
         except OSError as exc:
             raise OSError(f"metrics log {self.path} cannot be written: {exc.strerror or exc}") from exc
+        if torn:  # a writer that crashed mid-line: its fragment stays, on a line of its own
+            file.write("\n")
+        return file
 
     def close(self) -> None:
         if self._file is not None:

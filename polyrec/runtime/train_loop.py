@@ -21,7 +21,7 @@ import torch
 
 from polyrec.data import DataError
 from polyrec.runtime import parallel
-from polyrec.runtime.checkpoint import checkpoint_path
+from polyrec.runtime.checkpoint import checkpoint_path, hold_checkpoint_dir
 from polyrec.runtime.metrics import PhaseTimer
 
 if TYPE_CHECKING:
@@ -73,8 +73,11 @@ class TrainLoop:
         self._stop_signal = signum
 
     def train(self) -> TrainResult:
-        """Run to ``cfg.steps``; returns how it ended. Handles STOP_SIGNALS while it runs (from the main
+        """Run to ``cfg.steps``; returns how it ended. Holds the checkpoint directory meanwhile (a second run on
+        it is refused: ``hold_checkpoint_dir``). Handles STOP_SIGNALS while it runs (from the main
         thread; a signal the process ignores stays ignored) and restores the handlers it replaced."""
+        held = (hold_checkpoint_dir(Path(self.cfg.checkpoint_dir))  # one rank holds it for all
+                if self.cfg.checkpoint_dir is not None and self.ctx.is_main else None)
         previous = self._handle_stop_signals()
         try:
             result = self._loop()
@@ -85,6 +88,8 @@ class TrainLoop:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self.log.close()
+            if held is not None:  # the directory is free for the next run
+                held.close()
 
     def _handle_stop_signals(self) -> dict[int, Any]:
         """Install ``_on_signal`` for STOP_SIGNALS; returns the handlers it replaced. None off the main

@@ -58,6 +58,23 @@ def load_dense(part: nn.Module, saved: dict[str, torch.Tensor], where: str) -> N
                          f"(missing or extra: {', '.join(misfits)})")
 
 
+def model_differences(saved: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+    """Each field of two model configs (``dataclasses.asdict``) that differs, with both values; the table sizes
+    by the first table that differs (there are 26); only the name where the presets differ."""
+    names = ["name"] if saved.get("name") != ours.get("name") else sorted(saved.keys() | ours.keys())
+    differ = []
+    for name in names:
+        old, new = saved.get(name), ours.get(name)
+        if old == new:
+            continue
+        if name == "table_rows" and len(old) == len(new):
+            first = next(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
+            differ.append(f"table_rows (table {first}: {old[first]} rows; this run has {new[first]})")
+        else:
+            differ.append(f"{name} {old!r}; this run has {new!r}")
+    return differ
+
+
 def all_finite(tensors: list[torch.Tensor]) -> bool:
     """No NaN/inf in any floating tensor (chunked, so a 100 GB table needs no 25 GB mask)."""
     for t in tensors:
@@ -152,9 +169,11 @@ class TrainerState:
     def restore(self) -> None:
         """Continue from checkpoint_dir/checkpoint.pt: weights, optimizer states, data position, RNG."""
         state = load_checkpoint(Path(self.cfg.checkpoint_dir), required=CHECKPOINT_KEYS)
-        if state["model_config"] != dataclasses.asdict(self.model_config):
-            raise ValueError(f"{checkpoint_path(Path(self.cfg.checkpoint_dir))} was written for model "
-                             f"{state['model_config']['name']!r} with other sizes; it does not fit this run's model")
+        differ = model_differences(state["model_config"], dataclasses.asdict(self.model_config))
+        if differ:
+            raise ValueError(f"{checkpoint_path(Path(self.cfg.checkpoint_dir))} holds another model, "
+                             f"{', and '.join(differ)}: resume with its --preset, --row-cap and --plan, or start a new "
+                             "checkpoint directory")
         self._check_resume_config(state["train_config"])
         for name, part in self._dense_named():
             load_dense(part, state["dense"][name], f"{checkpoint_path(Path(self.cfg.checkpoint_dir))}: {name}")
