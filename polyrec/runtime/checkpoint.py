@@ -66,6 +66,14 @@ def hold_checkpoint_dir(directory: Path) -> BinaryIO | None:
     return file
 
 
+def refuse_held(directory: Path) -> None:
+    """ValueError where another run holds ``directory`` (``hold_checkpoint_dir``), found before this run writes
+    anything there: a refused ``--resume`` had appended its settings' records to the holder's metrics log."""
+    probe = hold_checkpoint_dir(directory)
+    if probe is not None:
+        probe.close()
+
+
 def refuse_another_run(directory: Path, *, metrics_here: bool) -> None:
     """Before a fresh run (no ``--resume``): ValueError naming the file where ``directory`` holds another run's
     checkpoint, which the run would overwrite, or (``metrics_here``: its metrics log goes to the directory) a

@@ -25,7 +25,7 @@ from torch import nn
 
 from polyrec.data import Batch, DataError, open_source
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
-from polyrec.runtime.checkpoint import METRICS_NAME, prepare_checkpoint_dir, refuse_another_run
+from polyrec.runtime.checkpoint import METRICS_NAME, prepare_checkpoint_dir, refuse_another_run, refuse_held
 from polyrec.runtime.cold_start import ColdStart, applies, precompile_first_step
 from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, check_collective_timeout, check_counts, expand_paths, resolve
@@ -185,6 +185,8 @@ class Trainer(TrainerState, TrainLoop):
         if self.cfg.resume and not directory.exists():  # a mistyped directory is named, not created
             raise FileNotFoundError(f"no checkpoint to resume from: {directory} does not exist")
         prepare_checkpoint_dir(directory)
+        if self.ctx.is_main:  # the rank that holds it while training (TrainLoop.train)
+            refuse_held(directory)
         if not self.cfg.resume:
             refuse_another_run(directory, metrics_here=self.cfg.metrics_path is None)
 
