@@ -168,3 +168,16 @@ def test_a_criteo_tsv_given_as_mlperf_data_is_named_text(tmp_path):
     data = Path(__file__).parent / "data" / "criteo_sample.tsv"
     with pytest.raises(DataError, match=r"starts with text .*not MLPerf's binary records.*criteo:PATH"):
         open_source(f"mlperf:{data}", preset("dcnv2-small"), batch_size=4, seed=0, device=torch.device("cpu"))
+
+
+def test_table_rows_past_int64_are_refused_naming_the_field():
+    """2**63 rows passed the config's checks and failed later, inside torch."""
+    with pytest.raises(ValueError, match=r"table_rows must be at most 9223372036854775807 \(row ids are int64\)"):
+        preset("dcnv2-small").replace(table_rows=(2**63,) * 26)
+
+
+@pytest.mark.parametrize("cap", [None, 2.5, "1000"])
+def test_a_row_cap_that_is_no_whole_number_is_refused(cap):
+    """with_capped_rows(None) raised a bare TypeError from min()."""
+    with pytest.raises(ValueError, match="a row cap must be a whole number"):
+        preset("dcnv2-small").with_capped_rows(cap)

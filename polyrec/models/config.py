@@ -34,6 +34,8 @@ KAGGLE_TABLE_ROWS: tuple[int, ...] = (
 CRITEO_NUM_DENSE = 13
 
 
+#: The most rows a table may have: row ids are int64 (torch.int64's largest value).
+MAX_TABLE_ROWS = 2**63 - 1
 #: ModelConfig's fields that are sizes or counts (a number or a tuple of numbers), whole numbers all.
 SIZE_FIELDS = ("num_dense", "table_rows", "embedding_dim", "multi_hot", "bottom_mlp", "top_mlp", "dcn_layers",
                "dcn_rank")
@@ -105,6 +107,8 @@ class ModelConfig:
         for name in ("table_rows", "multi_hot", "bottom_mlp", "top_mlp"):
             if any(size < 1 for size in getattr(self, name)):
                 problems.append(f"{name} sizes must be positive, got {getattr(self, name)}")
+        if any(rows > MAX_TABLE_ROWS for rows in self.table_rows):
+            problems.append(f"table_rows must be at most {MAX_TABLE_ROWS} (row ids are int64), got {self.table_rows}")
         if problems:
             raise ValueError(f"model config {self.name!r}: " + "; ".join(problems))
 
@@ -113,6 +117,8 @@ class ModelConfig:
 
     def with_capped_rows(self, cap: int) -> ModelConfig:
         """The same model with every table cut to at most ``cap`` rows."""
+        if not _whole(cap):
+            raise ValueError(f"model config {self.name!r}: a row cap must be a whole number, got {cap!r}")
         return self.replace(table_rows=tuple(min(r, cap) for r in self.table_rows))
 
     def embedding_bytes(self, bytes_per_value: int = 4) -> int:
