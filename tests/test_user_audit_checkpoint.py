@@ -97,3 +97,17 @@ def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
     preset_differs = r"checkpoint\.pt holds another model, name 'dcnv2-small'; this run has 'dlrm-criteo-kaggle'"
     with pytest.raises(ValueError, match=preset_differs):
         Trainer(dataclasses.replace(config(tmp_path, 2, resume=True), preset="dlrm-criteo-kaggle"), progress=False)
+
+
+def test_a_resume_names_the_same_data_as_it_likes(tmp_path, monkeypatch):
+    """`synthetic` and `synthetic:zipf` (the same data), and a relative and an absolute path to one file, were
+    refused as other data; other data still is."""
+    Trainer(config(tmp_path, 2), progress=False).train()
+    Trainer(dataclasses.replace(config(tmp_path, 3, resume=True), data="synthetic:zipf"), progress=False).train()
+    with pytest.raises(ValueError, match="data 'synthetic:zipf'; this run has 'synthetic:uniform'"):
+        Trainer(dataclasses.replace(config(tmp_path, 4, resume=True), data="synthetic:uniform"), progress=False)
+    data = Path(__file__).parent / "data" / "criteo_sample.tsv"
+    files = tmp_path / "criteo"
+    Trainer(dataclasses.replace(config(files, 2), data=f"criteo:{data}"), progress=False).train()
+    monkeypatch.chdir(data.parent)
+    Trainer(dataclasses.replace(config(files, 3, resume=True), data="criteo:criteo_sample.tsv"), progress=False).train()

@@ -28,6 +28,15 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return kind, arg
 
 
+def canonical_spec(spec: str) -> str:
+    """``spec`` as one string per data: synthetic's default distribution named (``synthetic`` is
+    ``synthetic:zipf``) and each file path absolute, resolved from the working directory."""
+    kind, arg = parse_spec(spec)
+    if kind == "synthetic":
+        return f"synthetic:{arg or 'zipf'}"
+    return f"{kind}:" + ",".join(str(data_path(part).resolve()) for part in arg.split(","))
+
+
 def data_path(arg: str) -> Path:
     """A data path with ``~`` expanded: the shell expands it only at the start of a word, not in ``criteo:~/x``."""
     return Path(arg).expanduser()

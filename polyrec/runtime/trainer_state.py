@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from polyrec.data import Batch
+from polyrec.data.sources import canonical_spec
 from polyrec.runtime import parallel
 from polyrec.runtime.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
@@ -73,6 +74,11 @@ def model_differences(saved: dict[str, Any], ours: dict[str, Any]) -> list[str]:
         else:
             differ.append(f"{name} {old!r}; this run has {new!r}")
     return differ
+
+
+def _compared(name: str, value: Any) -> Any:
+    """A resume setting as compared with the checkpoint's: the data as one string per data (``canonical_spec``)."""
+    return canonical_spec(value) if name == "data" and value is not None else value
 
 
 def all_finite(tensors: list[torch.Tensor]) -> bool:
@@ -197,7 +203,8 @@ class TrainerState:
     def _check_resume_config(self, saved: dict[str, Any]) -> None:
         """The run continues the checkpoint's run: same row storage and optimizers (loading fp32 rows into
         fp16 tables, or one optimizer's state into another's, would convert or fail), embedding backend,
-        pipeline (a semi-sync batch in flight), seed, batch size and data (the saved stream position).
+        pipeline (a semi-sync batch in flight), seed, batch size and data (the saved stream position; compared as
+        ``canonical_spec``: ``synthetic`` is ``synthetic:zipf``, a relative path the absolute one).
         Every field that differs is named. Checkpoints from before ``embedding_dtype`` existed hold fp32
         rows; those that saved ``embedding_backend`` as "auto" are not checked for it."""
         path = checkpoint_path(Path(self.cfg.checkpoint_dir))
@@ -207,7 +214,7 @@ class TrainerState:
         if saved.get("embedding_backend") == "auto":
             saved["embedding_backend"] = self.rt.embedding_backend
         differ = [f"{name} {saved.get(name)!r}; this run has {value!r}" for name, value in ours.items()
-                  if saved.get(name) != value]
+                  if _compared(name, saved.get(name)) != _compared(name, value)]
         if differ:
             raise ValueError(f"{path} holds {', and '.join(differ)}: resume with the same settings, or start a "
                              "new checkpoint directory")
