@@ -50,7 +50,7 @@ def rank_seed(seed: int, ctx: DistContext) -> int:
 
 
 def shardings_from_plan(plan: Plan) -> list[TableSharding]:
-    """The per-table shardings of a plan (checked against the run by ``plan_apply.load_plan``)."""
+    """The per-table shardings of a plan (checked against the run by ``plan_apply.check_plan``)."""
     return [TableSharding(kind=PLAN_KINDS[plan.table_plan(t.name).sharding], ranks=plan.table_plan(t.name).ranks)
             for t in plan.model.tables]
 

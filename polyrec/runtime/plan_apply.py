@@ -48,11 +48,11 @@ def read_plan(path: Path) -> Plan:
         raise ValueError(f"{path}: {exc}") from exc
 
 
-def plan_preset(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with the preset its plan was made for (``polyrec plan --model`` names it: the plan's model.name)
+def plan_preset(cfg: TrainConfig, plan: Plan) -> TrainConfig:
+    """``cfg`` with the preset its ``plan`` was made for (``polyrec plan --model`` names it: the plan's model.name)
     where the run leaves ``preset`` at its default; one set to another preset is refused, naming both. A plan
-    of a model that is no preset leaves ``cfg`` as it is (``load_plan`` compares the models)."""
-    planned = read_plan(cfg.plan).model.name
+    of a model that is no preset leaves ``cfg`` as it is (``check_plan`` compares the models)."""
+    planned = plan.model.name
     if planned not in PRESETS or cfg.preset == planned:
         return cfg
     if cfg.preset != TrainConfig().preset:
@@ -62,7 +62,11 @@ def plan_preset(cfg: TrainConfig) -> TrainConfig:
 
 def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
     """The plan at ``path``, checked against this run's model and number of ranks."""
-    plan = read_plan(path)
+    return check_plan(path, read_plan(path), config, world_size)
+
+
+def check_plan(path: Path, plan: Plan, config: ModelConfig, world_size: int) -> Plan:
+    """``plan`` (read from ``path``), checked against this run's model and number of ranks."""
     if plan.fleet.world_size != world_size:
         raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
                          f"this job has {world_size} rank{'s' if world_size > 1 else ''}")
@@ -73,7 +77,7 @@ def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
 
 
 def check_data_model(path: Path, plan: Plan, adapted: ModelConfig) -> str | None:
-    """The plan against the model this run's data shaped (``DataSource.adapt``; ``load_plan`` checked the
+    """The plan against the model this run's data shaped (``DataSource.adapt``; ``check_plan`` checked the
     preset's). Criteo and MLPerf files make every feature one lookup per sample: the plan's choices still apply,
     its step time and memory do not, which the returned note says (None: the model is the plan's). Data that
     builds other tables (MovieLens) or another dense half is refused: no choice of the plan was made for it."""

@@ -31,7 +31,7 @@ from polyrec.runtime import parallel
 from polyrec.runtime.config import TrainConfig, check_collective_timeout, check_counts, expand_paths, resolve
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import capture, choose_graphs, mark_host_bound
-from polyrec.runtime.plan_apply import apply_plan, check_data_model, load_plan, plan_preset
+from polyrec.runtime.plan_apply import apply_plan, check_data_model, check_plan, plan_preset, read_plan
 from polyrec.runtime.metrics import MetricsLog, PhaseTimer, auc
 from polyrec.runtime.train_loop import TrainLoop
 from polyrec.runtime.trainer_state import TrainerState
@@ -104,11 +104,12 @@ class Trainer(TrainerState, TrainLoop):
         self.ctx = init_distributed(timeout_s=cfg.collective_timeout_s)
         cfg = expand_paths(cfg)
         check_counts(cfg)
-        cfg = plan_preset(cfg) if cfg.plan is not None else cfg
+        planned = read_plan(cfg.plan) if cfg.plan is not None else None  # read once: its preset, then the rest
+        cfg = plan_preset(cfg, planned) if planned is not None else cfg
         base = preset(cfg.preset)
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
-        self.plan = load_plan(cfg.plan, base, self.ctx.world_size) if cfg.plan is not None else None
+        self.plan = check_plan(cfg.plan, planned, base, self.ctx.world_size) if planned is not None else None
         if self.plan is not None:
             cfg = apply_plan(cfg, self.plan)
         self.cfg, self.rt = cfg, resolve(cfg)
