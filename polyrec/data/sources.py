@@ -28,12 +28,16 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return kind, arg
 
 
+#: What plain ``synthetic`` draws (``synthetic:zipf``, the power law).
+SYNTHETIC_DEFAULT = "zipf"
+
+
 def canonical_spec(spec: str) -> str:
     """``spec`` as one string per data: synthetic's default distribution named (``synthetic`` is
     ``synthetic:zipf``) and each file path absolute, resolved from the working directory."""
     kind, arg = parse_spec(spec)
     if kind == "synthetic":
-        return f"synthetic:{arg or 'zipf'}"
+        return f"synthetic:{arg or SYNTHETIC_DEFAULT}"
     return f"{kind}:" + ",".join(str(data_path(part).resolve()) for part in arg.split(","))
 
 
@@ -97,8 +101,9 @@ def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, d
                          "file: leave it out")
     bad = BadRows(skip=skip_bad_rows)
     if kind == "synthetic":
-        return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device, distribution=arg or "zipf",
-                               num_eval_batches=num_eval_batches, pool=synthetic_pool, model_seed=shared_seed)
+        return SyntheticSource(config, batch_size=batch_size, seed=seed, device=device,
+                               distribution=arg or SYNTHETIC_DEFAULT, num_eval_batches=num_eval_batches,
+                               pool=synthetic_pool, model_seed=shared_seed)
     if kind == "movielens":
         return MovieLensSource(data_path(arg), batch_size=batch_size, seed=seed, bad_rows=bad, split_seed=shared_seed,
                                row_cap=row_cap)
