@@ -2,7 +2,8 @@
 (``polyrec.runtime.train_loop.STOP_SIGNALS``): its default action ended the process with exit code 143 and no word.
 Within ``sigterm_exits`` it ends it cleanly instead, with a message and exit code 0, as a signal's stop of the loop
 does. Nothing is trained or saved by then:
-there is nothing to checkpoint, and a checkpoint to resume from has only been read.
+there is nothing to checkpoint, and a checkpoint to resume from has only been read. After the loop, while a finished
+run reports, ``sigterm_ends_block`` cuts the report short (a message) and the run keeps its own exit code.
 
 Python runs a handler between bytecodes only: a call that blocks in C++ until the other ranks come (torch's
 rendezvous) would hold the signal up to the collective timeout, so it runs under ``sigterm_default``.
@@ -48,9 +49,9 @@ def _handles_sigterm() -> bool:
 
 
 @contextlib.contextmanager
-def sigterm_exits(message: str) -> Iterator[None]:
-    """Within the block, SIGTERM ends the process at once: ``message`` on stderr, then SystemExit(0) (``finally``
-    blocks on the way run). The handler before is restored after."""
+def sigterm_ends_block(message: str, stopped: list[bool] | None = None) -> Iterator[None]:
+    """Within the block, SIGTERM ends the block at once: ``message`` on stderr, ``True`` appended to ``stopped``,
+    and the code after the block runs. The handler before is restored after."""
     if not _handles_sigterm():
         yield
         return
@@ -60,9 +61,21 @@ def sigterm_exits(message: str) -> Iterator[None]:
     except _Stopped:
         signal.signal(signal.SIGTERM, previous)
         print(message, file=sys.stderr, flush=True)
-        raise SystemExit(0) from None
+        if stopped is not None:
+            stopped.append(True)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def sigterm_exits(message: str) -> Iterator[None]:
+    """Within the block, SIGTERM ends the process at once: ``message`` on stderr, then SystemExit(0) (``finally``
+    blocks on the way run). The handler before is restored after."""
+    stopped: list[bool] = []
+    with sigterm_ends_block(message, stopped):
+        yield
+    if stopped:
+        raise SystemExit(0)
 
 
 @contextlib.contextmanager

@@ -269,3 +269,33 @@ def test_sigterm_while_polyrec_imports_exits_cleanly():
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (proc.returncode, err[-3000:])
     assert STOPPED_STARTING in err and "Traceback" not in err and out == "", (out[-2000:], err[-3000:])
+
+
+SLOW_REPORT = """
+import time
+from polyrec.cli import train
+reported = train._report
+def report_slowly(*args, **kwargs):
+    print("reporting", flush=True)
+    time.sleep(60)
+    return reported(*args, **kwargs)
+train._report = report_slowly
+from polyrec.cli import main
+main()
+"""
+
+
+def test_sigterm_while_a_finished_run_reports_exits_cleanly(tmp_path):
+    """SIGTERM after the run ended, while it reports (the training loop's handlers are gone by then), ended the
+    process with SIGTERM's default action: exit code 143 (-15 to Popen), no word, though the run had finished and
+    saved its checkpoint. Now the report is cut short with a message and the run's own exit code (0)."""
+    run = tmp_path / "run"
+    proc = _polyrec([*SMALL_RUN, "--steps", "2", "--checkpoint-dir", str(run)], code=SLOW_REPORT)
+    assert "reporting\n" in iter(proc.stdout.readline, "")  # after the run's --json records
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (proc.returncode, err[-3000:])
+    assert ("stopped by signal 15 (SIGTERM) while reporting, after the run ended (done at step 2): the report is cut "
+            f"short; its checkpoint is {run / 'checkpoint.pt'}") in err, err[-3000:]
+    assert "Traceback" not in err and '"event": "result"' not in out
+    assert load_checkpoint(run)["step"] == 2

@@ -20,7 +20,7 @@ from polyrec.runtime import TrainConfig, Trainer, TrainResult
 from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
 from polyrec import jsontext
-from polyrec.startup import STOPPED, rank_prefix, sigterm_exits
+from polyrec.startup import STOPPED, rank_prefix, sigterm_ends_block, sigterm_exits
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
 # group so that `polyrec train [OPTIONS]` is invoked as before).
@@ -212,7 +212,8 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
             _report_stopped(trainer, as_json, "peer_failed", "a peer rank failed or stopped answering")
         raise
     if trainer.ctx.is_main:
-        _report(result, trainer, as_json)
+        with sigterm_ends_block(_stopped_reporting(cfg, result)):  # the loop's handlers are gone by now
+            _report(result, trainer, as_json)
     return result
 
 
@@ -221,6 +222,14 @@ def _stopped_starting(cfg: TrainConfig) -> str:
     kept = (f"; {checkpoint_path(Path(cfg.checkpoint_dir).expanduser())} is kept as it was"
             if cfg.resume and cfg.checkpoint_dir else "")
     return f"{rank_prefix()}{STOPPED} while starting, before the first step: nothing trained, nothing saved{kept}"
+
+
+def _stopped_reporting(cfg: TrainConfig, result: TrainResult) -> str:
+    """What a SIGTERM while a finished run reports says: the report cut short, the run's checkpoint (if any)."""
+    path = checkpoint_path(Path(cfg.checkpoint_dir).expanduser()) if cfg.checkpoint_dir else None
+    kept = f"; its checkpoint is {path}" if path is not None and path.is_file() else ""
+    return (f"{rank_prefix()}{STOPPED} while reporting, after the run ended ({result.status} at step {result.step}): "
+            f"the report is cut short{kept}")
 
 
 def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) -> None:
