@@ -270,18 +270,41 @@ def test_train_takes_the_preset_of_the_plan(tmp_path):
         " ".join(clash.stderr.split()))
 
 
-def test_a_plan_for_other_lookups_per_sample_is_refused(tmp_path):
+def test_a_plan_for_other_lookups_per_sample_warns_that_its_prediction_is_not_this_runs(tmp_path):
     """A plan priced for one-hot features (1 lookup per sample) loaded for dcnv2-small (up to 4 per feature) in
-    silence: `_model_differences` compared rows, dims and the dense half, not the tables' pooling."""
+    silence: `_model_differences` compared rows, dims and the dense half, not the tables' pooling. The lookups are
+    compared once the data has shaped the model (file data is one-hot): synthetic data warns."""
     from polyrec.models.config import dcnv2_small
-    from polyrec.runtime.plan_apply import load_plan
 
     config = dcnv2_small().with_capped_rows(64)
     path = _small_plan(tmp_path, config.replace(multi_hot=(1,) * config.num_tables))
-    with pytest.raises(ValueError, match=r"lookups per sample of table 0 \(the first that differs\): the plan's 1, "
-                                         r"the run's 3"):
-        load_plan(path, config, world_size=1)
-    assert load_plan(_small_plan(tmp_path, config, "same.json"), config, world_size=1).model.tables[0].pooling == 3
+    with pytest.warns(RuntimeWarning, match=r"lookups per sample of table 0 \(the first that differs\): the plan's 1, "
+                                            r"the run's 3\): its choices are taken"):
+        result = runner.invoke(app, ["train", "--plan", str(path), "--row-cap", "64", "--steps", "1", "--device",
+                                     "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 0, result.output
+
+
+def test_plan_one_hot_prices_one_lookup_per_feature_and_fits_file_data(tmp_path):
+    """`polyrec plan` priced the preset's multi-hot lookups only, so a run on Criteo or MLPerf files (one-hot) under
+    any plan was warned that the plan's step time and memory were not its own. `--one-hot` plans that model."""
+    import warnings
+
+    from polyrec.models.config import dcnv2_small
+
+    result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--one-hot", "--json"])
+    assert result.exit_code == 0, result.output
+    multi = json.loads(runner.invoke(app, ["plan", "--model", "dcnv2-small", "--json"]).stdout)
+    assert {t["pooling"] for t in json.loads(result.stdout)["model"]["tables"]} == {1}
+    assert max(t["pooling"] for t in multi["model"]["tables"]) > 1
+    config = dcnv2_small().with_capped_rows(64)
+    path = _small_plan(tmp_path, config.replace(multi_hot=(1,) * config.num_tables))
+    data = Path(__file__).parent / "data" / "criteo_sample.tsv"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = runner.invoke(app, ["train", "--plan", str(path), "--data", f"criteo:{data}", "--row-cap", "64",
+                                     "--steps", "1", "--device", "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 0, result.output
 
 
 def test_a_plan_run_on_one_hot_file_data_says_its_prediction_is_not_this_runs(tmp_path):

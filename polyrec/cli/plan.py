@@ -81,10 +81,14 @@ def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
     return [f"{kind}x{shape.per_host}{hosts}" for kind in kinds]
 
 
-def load_model(name: str, distribution: str) -> ModelSpec:
+def load_model(name: str, distribution: str, one_hot: bool = False) -> ModelSpec:
+    """The preset ``name``'s model; ``one_hot``: every feature one lookup per sample (Criteo and MLPerf files)."""
     from polyrec.models.config import preset
 
-    return model_spec_from_config(preset(name), index_distribution=distribution)
+    config = preset(name)
+    if one_hot:
+        config = config.replace(multi_hot=(1,) * config.num_tables)
+    return model_spec_from_config(config, index_distribution=distribution)
 
 
 def per_second(rate: float) -> str:
@@ -275,6 +279,9 @@ def plan(
                                                  "allow, bf16 activations: polyrec train --precision fp8); the "
                                                  "dtypes polyrec train runs"),
     distribution: str = typer.Option("uniform", help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)}"),
+    one_hot: bool = typer.Option(False, "--one-hot", help="every feature one lookup per sample, as Criteo TSV and "
+                                 "MLPerf binary files make it (default: the preset's multi-hot sizes, as synthetic "
+                                 "data)"),
     compare: str | None = typer.Option(None, help="device kinds to compare, e.g. H100,H200,B200,MI300X,MI350X,MI355X "
                                                   "(with --codesign: co-design on each, in the shape of --fleet: as "
                                                   "many per host, as many hosts)"),
@@ -302,7 +309,7 @@ def plan(
             if no_host_cache and host_memory_gb is not None:  # it sizes host caches only: it would be ignored
                 raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
             fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
-            spec = load_model(model, distribution)
+            spec = load_model(model, distribution, one_hot)
             c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers),
                                 batch_per_gpu=batch_per_gpu,
                                 max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,

@@ -66,11 +66,12 @@ def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
 
 
 def check_plan(path: Path, plan: Plan, config: ModelConfig, world_size: int) -> Plan:
-    """``plan`` (read from ``path``), checked against this run's model and number of ranks."""
+    """``plan`` (read from ``path``), checked against this run's model and number of ranks. The lookups per
+    sample are not compared here: the data sets them (file data is one-hot), ``check_data_model`` compares them."""
     if plan.fleet.world_size != world_size:
         raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
                          f"this job has {world_size} rank{'s' if world_size > 1 else ''}")
-    differ = _model_differences(plan.model, config)
+    differ = [d for d in _model_differences(plan.model, config) if not d.startswith(LOOKUPS)]
     if differ:
         raise ValueError(f"{path}: plan's model is not this run's model '{config.name}': " + "; ".join(differ))
     return plan
@@ -78,16 +79,18 @@ def check_plan(path: Path, plan: Plan, config: ModelConfig, world_size: int) -> 
 
 def check_data_model(path: Path, plan: Plan, adapted: ModelConfig) -> str | None:
     """The plan against the model this run's data shaped (``DataSource.adapt``; ``check_plan`` checked the
-    preset's). Criteo and MLPerf files make every feature one lookup per sample: the plan's choices still apply,
-    its step time and memory do not, which the returned note says (None: the model is the plan's). Data that
-    builds other tables (MovieLens) or another dense half is refused: no choice of the plan was made for it."""
+    preset's, lookups per sample aside). Criteo and MLPerf files make every feature one lookup per sample
+    (``polyrec plan --one-hot`` prices that), synthetic data the preset's: where the plan priced others, its choices
+    still apply, its step time and memory do not, which the returned note says (None: the model is the plan's).
+    Data that builds other tables (MovieLens) or another dense half is refused: no choice of the plan was made
+    for it."""
     differ = _model_differences(plan.model, adapted)
     if not differ:
         return None
     if not all(d.startswith(LOOKUPS) for d in differ):
         raise ValueError(f"{path}: this run's data builds another model than the plan's ("
                          + "; ".join(differ) + "): train without --plan, or plan that model")
-    return (f"{path}: the plan was priced for the preset's lookups per sample and this run's data has others ("
+    return (f"{path}: the plan was priced for other lookups per sample than this run's data makes ("
             + "; ".join(differ) + "): its choices are taken, its predicted step time and memory are not this run's")
 
 
