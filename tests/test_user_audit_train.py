@@ -197,18 +197,23 @@ def test_a_criteo_directory_is_refused_with_the_list_to_give(tmp_path):
 
 #: `polyrec train` whose trainer waits 60 s as it opens its data source: a signal sent once it prints "building"
 #: lands in its start-up, after the imports and before the training loop.
-SLOW_START = """
+def _slowed(module: str, name: str, says: str) -> str:
+    """Code that runs polyrec's CLI with ``module.name`` first printing ``says`` and sleeping 60 s."""
+    return f"""
 import time
-from polyrec.runtime import trainer
-opened = trainer.open_source
-def open_slowly(*args, **kwargs):
-    print("building", flush=True)
+import {module} as target
+slowed = target.{name}
+def slow(*args, **kwargs):
+    print("{says}", flush=True)
     time.sleep(60)
-    return opened(*args, **kwargs)
-trainer.open_source = open_slowly
+    return slowed(*args, **kwargs)
+target.{name} = slow
 from polyrec.cli import main
 main()
 """
+
+
+SLOW_START = _slowed("polyrec.runtime.trainer", "open_source", "building")
 SMALL_RUN = ["train", "--batch-size", "8", "--row-cap", "100", "--device", "cpu", "--cpu-threads", "1", "--json"]
 STOPPED_STARTING = "stopped by signal 15 (SIGTERM) while starting"
 
@@ -271,18 +276,7 @@ def test_sigterm_while_polyrec_imports_exits_cleanly():
     assert STOPPED_STARTING in err and "Traceback" not in err and out == "", (out[-2000:], err[-3000:])
 
 
-SLOW_REPORT = """
-import time
-from polyrec.cli import train
-reported = train._report
-def report_slowly(*args, **kwargs):
-    print("reporting", flush=True)
-    time.sleep(60)
-    return reported(*args, **kwargs)
-train._report = report_slowly
-from polyrec.cli import main
-main()
-"""
+SLOW_REPORT = _slowed("polyrec.cli.train", "_report", "reporting")
 
 
 def test_sigterm_while_a_finished_run_reports_exits_cleanly(tmp_path):
