@@ -3,6 +3,7 @@ names that are not names, compile jobs whose signature does not name the kernel'
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -91,3 +92,52 @@ def test_a_kernel_module_in_the_current_folder_says_how_to_import_it(tmp_path, m
     assert result.exit_code == 2, result.output
     assert "mine is in the current folder, which the polyrec command does not import from: run PYTHONPATH=." in (
         " ".join(result.stderr.split()))
+
+
+@pytest.mark.parametrize("name, count_of", [("H200x8", "8 of device 'H200'"), ("GB200X2", "2 of device 'GB200'")])
+def test_a_device_name_that_fleet_reads_as_a_count_is_refused(tmp_path, name, count_of):
+    """`--fleet H200x8` is 8 H200s (KINDxCOUNT): a device named H200x8 could never be named in a fleet, and once
+    its data file was loaded a fleet string meant one thing or another depending on the files loaded."""
+    with pytest.raises(CatalogError, match=rf"field 'name': '{name}' ends in .* reads as {re.escape(count_of)}"):
+        load_device_file(h200_copy(tmp_path, name))
+
+
+@pytest.mark.parametrize("name", ["H200x8", "GB200X2"])
+def test_the_name_a_refusal_suggests_is_taken_and_one_device_in_a_fleet(tmp_path, fresh_catalog, name):
+    from polyrec.hardware.catalog import device_files, fleet_safe
+    from polyrec.planner import parse_fleet
+
+    suggested = fleet_safe(name)
+    path = h200_copy(tmp_path, suggested)
+    with pytest.raises(CatalogError, match=re.escape(f"e.g. '{suggested}'")):
+        load_device_file(h200_copy(tmp_path, name))
+    with device_files([path]):
+        fleet = parse_fleet(suggested)
+    assert [(g.device, g.count) for g in fleet.groups] == [(suggested, 1)]
+
+
+@pytest.mark.parametrize("name", ["H200NVL", "MI400X", "x8", "H200x8-SXM", "B200x_8", "RTX-4090", "Ax-1"])
+def test_names_fleet_reads_as_one_device_are_taken(tmp_path, fresh_catalog, name):
+    """RTX-4090 alone was read as -4090 of device 'RT' (a whole entry naming a device is now that device)."""
+    from polyrec.hardware.catalog import device_files
+    from polyrec.planner import parse_fleet
+
+    path = h200_copy(tmp_path, name)
+    assert load_device_file(path).name == name
+    with device_files([path]):
+        assert [(g.device, g.count) for g in parse_fleet(f"{name}x4").groups] == [(name, 4)]
+        assert [(g.device, g.count) for g in parse_fleet(name).groups] == [(name, 1)]
+
+
+@pytest.mark.parametrize("reported", ["NVIDIA Fancy GPU 9000", "../../etc/passwd", "a/b\\c d", " ..", "", "ÄÖ GPU",
+                                      "NVIDIA GeForce RTX 4090", "Card x8"])
+def test_an_unknown_gpus_fallback_name_is_a_device_name(reported):
+    """The name of a GPU the catalog lacks was torch's with spaces made '-': "../../etc/passwd" stayed as it was
+    (a calibration stored outside the cache), "a/b" kept its '/'."""
+    from polyrec.hardware.catalog import DEVICE_NAME, device_name_problem
+    from polyrec.hardware.detect import DeviceProps, detect_from
+
+    found = detect_from(DeviceProps(name=reported, total_memory=24 * 2**30, multi_processor_count=7, major=8))
+    assert found.how == "properties" and found.spec.full_name == reported
+    name = found.spec.name
+    assert DEVICE_NAME.fullmatch(name) and device_name_problem(name) is None and "/" not in name, name

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import codecs
 import math
+import weakref
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
 
-from polyrec.data.types import BadRows, Batch, DataError, keeping_position, require_file
+from polyrec.data.types import BadRows, Batch, Closing, DataError, keeping_position, refuse_cr_only, require_file
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
 CRITEO_NUM_CATEGORICAL = 26  # C1..C26 (Criteo's dataset readme)
@@ -148,9 +150,10 @@ def byte_at(path: Path, offset: int) -> bytes:
         return f.read(1)
 
 
-class CriteoTSVSource:
+class CriteoTSVSource(Closing):
     """Streams batches from Criteo TSV files (one after another, then again from the first); on several
-    ranks, block k of ``batch_size`` lines of each file is rank k % world_size's."""
+    ranks, block k of ``batch_size`` lines of each file is rank k % world_size's. The file being read stays
+    open across batches until ``close`` (or ``with``, or the source's collection) closes it."""
 
     eval_rows_per_rank = False  # every rank reads the whole eval file
 
@@ -164,7 +167,8 @@ class CriteoTSVSource:
         self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
         self.epoch, self.file_index, self.byte_offset, self.line_no = 0, 0, 0, 0
         self.stream_line = 0  # lines read in the run, over files and epochs: which rank's block a line is in
-        self._file = None
+        self._file: BinaryIO | None = None
+        self._closing: weakref.finalize | None = None  # closes ``_file``, at the latest when the source is collected
         self._empty_files = 0  # files ended in a row without a line: all of them means no data at all
         self._counted_to = (0, 0)  # (file_index, line_no) of the last bad row counted in epoch 0
 
@@ -177,9 +181,9 @@ class CriteoTSVSource:
         position then at the start of the next epoch)."""
         while True:
             if self._file is None:
-                self._file = open(self.paths[self.file_index], "rb")  # noqa: SIM115 - kept open across batches
-                self._file.seek(self.byte_offset)
+                self._file = self._open_file()
             raw = self._file.readline(MAX_LINE_BYTES + 1)
+            refuse_cr_only(raw, str(self.paths[self.file_index]), self.line_no + 1)
             if len(raw) > MAX_LINE_BYTES:
                 raise DataError(str(self.paths[self.file_index]), self.line_no + 1,
                                 f"a line longer than {MAX_LINE_BYTES:,} bytes; is this Criteo TSV?")
@@ -193,8 +197,7 @@ class CriteoTSVSource:
                 self._empty_files = 0
                 self.stream_line += 1
                 return raw
-            self._file.close()
-            self._file = None
+            self._close_file()
             self._empty_files += 1  # a file of blank lines only counts as empty
             if self._empty_files > len(self.paths):
                 raise DataError(str(self.paths[self.file_index]), 0, "no rows left in any input file")
@@ -203,6 +206,25 @@ class CriteoTSVSource:
                 self.file_index, self.epoch = 0, self.epoch + 1
                 if not wrap:
                     return b""
+
+    def _open_file(self) -> BinaryIO:
+        """The current file, at the position; closed by ``_close_file``, or when the source is collected (a source
+        dropped mid-file left it open: a ResourceWarning)."""
+        file = open(self.paths[self.file_index], "rb")  # noqa: SIM115 - kept open across batches
+        file.seek(self.byte_offset)
+        self._closing = weakref.finalize(self, file.close)
+        return file
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._closing()  # closes it, once: the finalizer is spent
+            self._file = None
+
+    def close(self) -> None:
+        """Close the file being read and the eval source's; reading on opens it again at the position."""
+        self._close_file()
+        if self.eval_source is not None:
+            self.eval_source.close()
 
     def _counted_before(self) -> bool:
         """Whether the bad row just read was counted when it was read before: in an earlier epoch, or
@@ -267,7 +289,8 @@ class CriteoTSVSource:
         if self.eval_source is None:
             return None
         self.eval_source.load_state_dict({"epoch": 0, "file_index": 0, "byte_offset": 0, "line_no": 0})
-        return one_pass(self.eval_source, self.num_eval_batches, ",".join(map(str, self.eval_source.paths)))
+        with self.eval_source:  # read from its start again next time: nothing to keep open until then
+            return one_pass(self.eval_source, self.num_eval_batches, ",".join(map(str, self.eval_source.paths)))
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "file_index": self.file_index, "byte_offset": self.byte_offset,
@@ -291,9 +314,7 @@ class CriteoTSVSource:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._close_file()
         self.epoch, self.file_index = int(state["epoch"]), int(state["file_index"])
         self.byte_offset, self.line_no = int(state["byte_offset"]), int(state["line_no"])
         # a checkpoint from before the fifty-first session dealt each file's lines from its first: on one rank
@@ -364,8 +385,9 @@ def refuse_text(path: Path) -> None:
                                       "each): a Criteo TSV file is read as criteo:PATH")
 
 
-class MLPerfBinarySource:
-    """Streams batches from a binary file of 40-int32 records (memory-mapped; one batch read at a time)."""
+class MLPerfBinarySource(Closing):
+    """Streams batches from a binary file of 40-int32 records (memory-mapped; one batch read at a time). The
+    mapping (and the descriptor it keeps) goes with the source; no file object stays open: ``close`` does nothing."""
 
     eval_rows_per_rank = False  # every rank reads the whole eval file
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from polyrec.data.types import BadRows, Batch, DataError, require_file
+from polyrec.data.types import BadRows, Batch, Closing, DataError, refuse_cr_only, require_file
 from polyrec.models.config import ModelConfig
 
 #: Share of the ratings held out for the test AUC (a common 80/20 split, e.g. GroupLens' u1.base/u1.test).
@@ -91,12 +91,14 @@ def read_ratings(path: Path, bad_rows: BadRows) -> tuple[list[str], list[str], n
         first = f.readline()
         if not first:
             raise DataError(str(path), 0, "file is empty")
+        refuse_cr_only(first, str(path), 1)
         first = first.removeprefix(codecs.BOM_UTF8)  # an editor's byte-order mark is not part of the first field
         names = _header(first.decode("utf-8", errors="replace"), str(path))  # bad bytes: parse_row names the line
         cols = [names.index(c) for c in UDATA_COLUMNS] if names else [0, 1, 2, 3]
         width = len(names) if names else len(UDATA_COLUMNS)
         rows = enumerate(f, start=2) if names else enumerate(itertools.chain([first], f), start=1)
         for line_no, raw in rows:
+            refuse_cr_only(raw, str(path), line_no)
             if not raw.rstrip(b"\r\n"):  # a blank line (a file's trailing one): no row, not a bad one
                 continue
             try:
@@ -121,8 +123,8 @@ def _index(tokens: list[str]) -> tuple[np.ndarray, int]:
     return idx.astype(np.int64), len(vocab)
 
 
-class MovieLensSource:
-    """Shuffled training batches and a fixed test split of MovieLens ratings."""
+class MovieLensSource(Closing):
+    """Shuffled training batches and a fixed test split of MovieLens ratings (read whole: no file kept open)."""
 
     eval_rows_per_rank = False  # every rank holds the whole test split (one split seed)
 

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from polyrec.data.types import Batch, BadRows, offsets_from_lengths
+from polyrec.data.types import Batch, BadRows, Closing, offsets_from_lengths
 from polyrec.models.config import ModelConfig
 
 #: Prime modulus of the per-row hash (2^31 - 1, a Mersenne prime): products stay below 2^62 in int64.
@@ -54,7 +54,7 @@ def power_law_rows(u: torch.Tensor, rows: torch.Tensor, alpha: float) -> torch.T
     return torch.minimum(x.floor().long() - 1, rows.long() - 1).clamp_(min=0)
 
 
-class SyntheticSource:
+class SyntheticSource(Closing):
     """Criteo-like batches of one model config: ``num_dense`` counts, ``multi_hot[f]`` lookups per feature."""
 
     eval_rows_per_rank = True  # eval batches from each rank's own seed

@@ -103,8 +103,22 @@ def keeping_position(source: Source, read: Callable[[], T]) -> T:
         raise
 
 
+class Closing:
+    """``close`` and ``with source: ...`` (which closes it at the block's end) for a source; ``close`` here
+    releases nothing: a source that holds a file open overrides it."""
+
+    def close(self) -> None:
+        """Release what the source holds open; reading on opens it again where it stopped."""
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 class Source(Protocol):
-    """A deterministic, resumable stream of batches."""
+    """A deterministic, resumable stream of batches; ``with`` closes it (``Closing``)."""
 
     bad_rows: BadRows
     eval_bad_rows: BadRows | None  # the ``--eval-data`` file's, counted apart; None without such a file
@@ -129,6 +143,9 @@ class Source(Protocol):
 
     def load_state_dict(self, state: dict) -> None:
         ...
+
+    def close(self) -> None:
+        """Release the files it holds open (``Closing``): the caller that is done with the source calls it."""
 
 
 #: Leading bytes of compressed files (each format's magic number; bzip2's with its block size digit), which
@@ -176,6 +193,26 @@ def require_file(path: Path, what: str) -> Path:
     if fmt is not None:
         raise DataError(str(path), 0, f"{fmt}, not {what} data: {OTHER_FORMATS[fmt][1]}")
     return path
+
+
+#: Bytes that are no text of a data file's line (ASCII control bytes but the tab, and DEL): in the line before a
+#: b"\r" they tell a binary file from rows with old-Mac line endings.
+CONTROL_BYTES = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
+
+
+def refuse_cr_only(raw: bytes, path: str, line_no: int) -> None:
+    """DataError where ``raw``, line ``line_no`` of ``path`` read up to b"\n", is rows with old-Mac line endings
+    (b"\r" alone), which read as one long line: it does not end in b"\n" (no newline from there to the file's end,
+    or none within a length limit) and holds a b"\r" before its end, after text. A Windows line (b"\r\n"), a line
+    ending in b"\n" with a stray b"\r" inside (a bad row) and a binary file (control bytes before its b"\r") are
+    not refused."""
+    if raw.endswith(b"\n"):  # every line but a file's last: read for every row, so first
+        return
+    first, cr, _ = raw.rstrip(b"\r").partition(b"\r")
+    if not (cr and first) or len(first.translate(None, CONTROL_BYTES)) < len(first):
+        return
+    raise DataError(path, line_no, "the file uses CR-only line endings (old Mac OS: b'\\r' alone ends each row), so "
+                    "its rows read as one line; convert them to newlines, e.g. tr '\\r' '\\n' < FILE > FILE.unix")
 
 
 def offsets_from_lengths(lengths: torch.Tensor) -> torch.Tensor:

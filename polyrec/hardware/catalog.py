@@ -80,6 +80,12 @@ STRING_FIELDS = ("name", "full_name", "vendor", "arch")
 #: --fleet KINDxCOUNT`` (planner/types.py, which reads no other characters) and the file name of the device's
 #: calibration (calibrate.calibration_path), which a '/' or '..' would put outside the cache.
 DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: A run of characters that no device name holds (those DEVICE_NAME lacks).
+NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_.-]+")
+#: The end of a device name that ``--fleet`` reads as a count: 'x' or 'X' and digits, after at least one
+#: character (planner/types.py ``_FLEET_ITEM``, KINDxCOUNT: ``H200x8`` is 8 H200s). A whole entry that names a
+#: device is that device (``RTX-4090``, not -4090 of 'RT'), so only a count that could be meant is refused.
+FLEET_COUNT_ENDING = re.compile(r"(?<=.)([xX])([0-9]+)$")
 #: Every key a data file may have at its top level: any other is a typo that would go unseen.
 KNOWN_FIELDS = frozenset({*STRING_FIELDS, *NUMERIC_FIELDS, "match_names", "sources", "triton", "peak_flops"})
 VENDORS = ("nvidia", "amd")
@@ -196,6 +202,27 @@ def _triton_target(path: Path, vendor: str, data: Any) -> TritonTarget:
     return TritonTarget(backend=backend, arch=arch, warp_size=int(warp))  # a whole float, as INTEGER_FIELDS take
 
 
+def fleet_safe(name: str) -> str:
+    """``name`` with '_' put between the 'x' and the number that ``--fleet`` would read as a count
+    (FLEET_COUNT_ENDING): H200x8 -> H200x_8; any other name as it is."""
+    return FLEET_COUNT_ENDING.sub(r"\1_\2", name)
+
+
+def device_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a device's name, or None: characters DEVICE_NAME lacks, or an ending that ``polyrec
+    plan --fleet`` reads as a count (FLEET_COUNT_ENDING). Refused where a device is named, so that a fleet means
+    the same devices whatever data files are loaded (``H200x8`` is 8 H200s, never one device named so)."""
+    if not DEVICE_NAME.fullmatch(name):
+        return (f"{name!r} is not a device name: letters, digits, '_', '.' and '-' only, from a letter or digit "
+                "(catalog.DEVICE_NAME)")
+    ending = FLEET_COUNT_ENDING.search(name)
+    if ending is None:
+        return None
+    return (f"{name!r} ends in {ending.group(0)!r}, which `polyrec plan --fleet {name}` reads as {ending.group(2)} of device "
+            f"{name[:ending.start()]!r} (KINDxCOUNT); name it so that it does not end in 'x' and a number, e.g. "
+            f"{fleet_safe(name)!r} (a fleet of 8 of it: {fleet_safe(name)}x8)")
+
+
 def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
     """Validate the parsed TOML of one data file into a DeviceSpec."""
     named = data.get("sources", {})
@@ -207,9 +234,9 @@ def parse_device(path: Path, data: dict[str, Any]) -> DeviceSpec:
         if not isinstance(value, str) or not value:
             raise CatalogError(path, key, "missing or not a non-empty string")
         strings[key] = value
-    if not DEVICE_NAME.fullmatch(strings["name"]):
-        raise CatalogError(path, "name", f"{strings['name']!r} is not a device name: letters, digits, '_', '.' and "
-                                         "'-' only, from a letter or digit (catalog.DEVICE_NAME)")
+    problem = device_name_problem(strings["name"])
+    if problem is not None:
+        raise CatalogError(path, "name", problem)
     if strings["vendor"] not in VENDORS:
         raise CatalogError(path, "vendor", f"must be one of {VENDORS}, got {strings['vendor']!r}")
     match_names = data.get("match_names", [])

@@ -13,12 +13,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from polyrec.hardware.catalog import catalog
+from polyrec.hardware.catalog import NOT_IN_NAMES, catalog, fleet_safe
 from polyrec.hardware.types import PEAK_DTYPES, DeviceSpec, TritonTarget
 
 #: Relative gap between reported and catalogued memory still taken as the same SKU: the H200's
 #: driver reports 143771 MiB (150.8e9 bytes, device KINDS.md) against the datasheet's 141 GB (+7%).
 MEMORY_MATCH_TOLERANCE = 0.15
+#: The name of a GPU the catalog lacks whose reported name holds no character of a device name.
+UNNAMED_GPU = "unknown-gpu"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,6 +106,15 @@ def _unknown_rates() -> dict[str, Any]:
             "scaleup_bandwidth": 0.0, "host_link_bandwidth": 0.0, "tdp_watts": 0.0}
 
 
+def fallback_name(reported: str) -> str:
+    """A device name (catalog.DEVICE_NAME, one device in ``--fleet``) for a GPU the catalog lacks, from the name
+    torch ``reported``: each run of other characters (spaces, '/', non-ASCII) one '-', the ends' '-', '.' and '_'
+    taken off (no '../' left to put its calibration file outside the cache), a count-like ending kept from
+    ``--fleet`` (``fleet_safe``); UNNAMED_GPU where nothing is left."""
+    name = NOT_IN_NAMES.sub("-", reported).strip("-._")
+    return fleet_safe(name) if name else UNNAMED_GPU
+
+
 def spec_from_props(props: DeviceProps) -> DeviceSpec:
     """A spec for a GPU the catalog lacks: what the properties say, zeros for the rest.
 
@@ -118,7 +129,7 @@ def spec_from_props(props: DeviceProps) -> DeviceSpec:
     sources = {k: from_props for k in ("compute_units", "warp_size", "registers_per_cu", "smem_per_block",
                                         "smem_per_cu", "l2_bytes", "hbm_bytes")}
     return DeviceSpec(
-        name=props.name.replace(" ", "-"),
+        name=fallback_name(props.name),
         full_name=props.name,
         vendor="amd" if amd else "nvidia",
         arch=arch,

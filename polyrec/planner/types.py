@@ -277,7 +277,7 @@ def parse_fleet(text: str) -> Fleet:
     groups: list[DeviceGroup] = []
     valid = sorted(catalog())
     for item in body.split(","):
-        match = _FLEET_ITEM.match(item)
+        match = None if item.strip() in valid else _FLEET_ITEM.match(item)  # a whole device name is that device
         name, count = (match.group(1), int(match.group(2))) if match else (item.strip(), 1)
         if not name:
             raise FleetError(f"fleet {text!r}: empty device entry; syntax {FLEET_SYNTAX}")

@@ -53,6 +53,7 @@ def measure(cfg: TrainConfig, *, label: str, warmup: int, steps: int) -> dict[st
                            "batch": cfg.batch_size,
                            "build_s": build_s, **trainer.benchmark(warmup=warmup, steps=steps)}
     row["peak_gb"] = peak_memory_gb(trainer.rt.device)
+    trainer.source.close()
     del trainer
     gc.collect()
     return row

@@ -25,6 +25,11 @@ TEMP_PREFIX = ".checkpoint-"
 LOCK_NAME = ".polyrec-run.lock"
 #: The errors of ``lockf(LOCK_NB)`` on a file that another process has locked (POSIX allows either).
 HELD_ERRNOS = (errno.EACCES, errno.EAGAIN)
+#: How a file torch.save wrote begins: a zip archive (its default since torch 1.6; PKWARE's APPNOTE, local file
+#: header signature) or a pickle of protocol 2 (``_use_new_zipfile_serialization=False``; pickle's PROTO opcode).
+TORCH_SAVE_MAGIC = (b"PK\x03\x04", b"\x80")
+#: Leading bytes an error shows of a file that begins otherwise.
+SHOWN_BYTES = 16
 
 
 def checkpoint_path(directory: Path) -> Path:
@@ -123,11 +128,7 @@ def load_checkpoint(directory: Path, map_location: torch.device | str = "cpu",
         raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist" if not path.exists()
                                 else f"no checkpoint to resume from: {path} is not a file")
     damaged = f"{path} is damaged or not a polyrec checkpoint"
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # truncated, random bytes, empty, other pickles: torch raises many kinds
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
-        raise ValueError(f"{damaged} ({type(exc).__name__}: {reason})") from exc
+    state = load_torch_file(path, damaged, map_location)
     if not isinstance(state, dict):
         raise ValueError(f"{damaged} (it holds a {type(state).__name__}, not a dict)")
     missing = [key for key in ("format", *required) if key not in state]
@@ -136,6 +137,30 @@ def load_checkpoint(directory: Path, map_location: torch.device | str = "cpu",
     if state["format"] != FORMAT_VERSION:
         raise ValueError(f"{path}: checkpoint format {state['format']!r}, this polyrec reads {FORMAT_VERSION}")
     return state
+
+
+def load_torch_file(path: Path, damaged: str, map_location: torch.device | str = "cpu") -> Any:
+    """``torch.load(path, weights_only=True)``; a file that does not load raises ValueError ``damaged (why)``, the
+    why in words (``load_failure``), not torch's unpickling error alone. A file that is not there raises as it is."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # truncated, random bytes, empty, other pickles: torch raises many kinds
+        raise ValueError(f"{damaged} ({load_failure(path, exc)})") from exc
+
+
+def load_failure(path: Path, exc: Exception) -> str:
+    """Why ``torch.load`` of ``path`` raised ``exc``: for a file torch.save did not write (not starting with
+    TORCH_SAVE_MAGIC: text, another program's data), what it starts with (torch said "KeyError: 101" of text);
+    else (a truncated or damaged torch file, one that cannot be read) torch's error."""
+    if not isinstance(exc, OSError):
+        with open(path, "rb") as f:
+            head = f.read(SHOWN_BYTES)
+        if not head.startswith(TORCH_SAVE_MAGIC):
+            return f"not a file written by torch.save: {f'it starts with {head!r}' if head else 'it is empty'}"
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+    return f"{type(exc).__name__}: {reason}"
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

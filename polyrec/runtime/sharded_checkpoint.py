@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from polyrec.files import atomic_write
 from polyrec.kernels.tbe import packed_views
-from polyrec.runtime.checkpoint import atomic_save
+from polyrec.runtime.checkpoint import atomic_save, load_torch_file
 from polyrec.runtime.shards import Shard
 
 MANIFEST = "manifest.json"
@@ -110,13 +110,7 @@ def _read_rank_file(path: Path) -> dict[str, Any]:
     """One rank's file; a file that does not load or lacks a rank file's keys raises ValueError naming it
     (as ``checkpoint.load_checkpoint`` does for checkpoint.pt), not torch's unpickling error."""
     damaged = f"{path} is damaged or not a polyrec shard file"
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # truncated, random bytes, empty, other pickles: torch raises many kinds
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
-        raise ValueError(f"{damaged} ({type(exc).__name__}: {reason})") from exc
+    payload = load_torch_file(path, damaged)
     missing = [key for key in ("shards", "pieces", "tbe_step") if not isinstance(payload, dict) or key not in payload]
     if missing:
         raise ValueError(f"{damaged} (it lacks {', '.join(missing)})")

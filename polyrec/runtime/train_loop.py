@@ -88,6 +88,7 @@ class TrainLoop:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self.log.close()
+            self.source.close()  # reading on (another train()) opens its file again where it stopped
             if held is not None:  # the directory is free for the next run
                 held.close()
 
