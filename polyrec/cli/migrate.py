@@ -9,11 +9,15 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from polyrec.migrate.verify import VerifyConfig
 
 app = typer.Typer(no_args_is_help=True, help="Migrate CUDA code to AMD: scan, hipify, port, verify.")
 # Paths and messages quote user input: no ":x:" emoji, and markup escaped where they are printed.
@@ -189,30 +193,45 @@ def hipify(
     console.print(escape(f"diff: {out / 'hipify.diff'}  report: {out / 'hipify-report.json'}"))
 
 
+# verify's options that port passes on to verify (one definition each: the two commands mean the same by them)
+_SEEDS = typer.Option(3, help="Random seeds per shape.")
+_SEED = typer.Option(None, help="First seed (the report's 'seeds' repeat a run); default: drawn at random, so a "
+                     "candidate cannot special-case known inputs.")
+_TIMEOUT = typer.Option(300.0, help="Seconds per sandboxed subprocess, wall clock and CPU time.")
+
+
+def _verify_config(seeds: int, seed: int | None, timeout: float, compile_: bool) -> VerifyConfig:
+    """The VerifyConfig of ``--seeds``, ``--seed``, ``--timeout`` and ``--compile`` (verify's and port's), or the
+    CLI error (exit 2) naming the bad one."""
+    from polyrec.migrate.verify import SEED_BASES, VerifyConfig, fresh_seeds
+
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise _fail(f"--timeout must be a positive number of seconds, got {timeout}")
+    if seeds < 1:
+        raise _fail(f"--seeds must be at least 1, got {seeds}")
+    if seed is not None and not 0 <= seed < SEED_BASES:
+        raise _fail(f"--seed must be in [0, {SEED_BASES}), got {seed}")
+    return VerifyConfig(seeds=fresh_seeds(seeds, seed), timeout_s=timeout, cpu_s=math.ceil(timeout),
+                        compile=compile_)
+
+
 @app.command()
 def verify(
     candidate: Path = typer.Argument(..., help="Python file with @triton.jit kernels and run(*inputs)."),
     reference: str = typer.Option(..., "--reference", help="MODULE:FUNC (module defines SHAPES, make_inputs)."),
-    seeds: int = typer.Option(3, help="Random seeds per shape."),
-    seed: int | None = typer.Option(None, help="First seed (the report's 'seeds' repeat a run); default: drawn "
-                                    "at random, so a candidate cannot special-case known inputs."),
+    seeds: int = _SEEDS,
+    seed: int | None = _SEED,
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile for sm_90, gfx942, gfx950."),
-    timeout: float = typer.Option(300.0, help="Seconds per sandboxed subprocess, wall clock and CPU time."),
+    timeout: float = _TIMEOUT,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify a hand-written kernel. Exit 0 accepted, 1 rejected, 2 bad input."""
-    from polyrec.migrate.verify import SEED_BASES, VerifyConfig, fresh_seeds
     from polyrec.migrate.verify import verify as run_verify
 
     if not candidate.is_file():
         raise _fail(f"{candidate}: " + ("a directory, not a Python file" if candidate.is_dir() else "no such file"))
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise _fail(f"--timeout must be a positive number of seconds, got {timeout}")
+    config = _verify_config(seeds, seed, timeout, compile_)
     sys.path.insert(0, str(Path.cwd()))
-    if seed is not None and not 0 <= seed < SEED_BASES:
-        raise _fail(f"--seed must be in [0, {SEED_BASES}), got {seed}")
-    config = VerifyConfig(seeds=fresh_seeds(seeds, seed), timeout_s=timeout, cpu_s=math.ceil(timeout),
-                          compile=compile_)
     try:
         report = run_verify(candidate, reference, config)
     except (ImportError, ValueError) as exc:
@@ -239,19 +258,25 @@ def port(
     model: str | None = typer.Option(None, help="Model name (else $POLYREC_LLM_MODEL)."),
     api_key: str | None = typer.Option(None, help="API key (else $POLYREC_LLM_API_KEY); never logged."),
     rounds: int = typer.Option(4, help="Propose/verify rounds at most."),
+    seeds: int = _SEEDS,
+    seed: int | None = _SEED,
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile stage of verification."),
+    timeout: float = _TIMEOUT,
     as_json: bool = typer.Option(False, "--json", help="Print the report (port-report.json) instead of text."),
 ) -> None:
-    """Port a kernel to portable Triton with a propose/verify loop. Exit 0 ported, 1 not (yet)."""
+    """Port a kernel to portable Triton with a propose/verify loop; each round's steps on stderr. Exit 0 ported,
+    1 not (yet), 2 bad input."""
     from polyrec.migrate.port import port as run_port
     from polyrec.migrate.providers import OpenAICompatibleProvider, ProviderError
-    from polyrec.migrate.verify import VerifyConfig
 
+    if rounds < 1:
+        raise _fail(f"--rounds must be at least 1, got {rounds}")
+    config = _verify_config(seeds, seed, timeout, compile_)
     sys.path.insert(0, str(Path.cwd()))
     try:
         provider = OpenAICompatibleProvider.from_env(url, model, api_key)
-        report = run_port(kernel, reference, provider, work_dir=out, rounds=rounds,
-                          config=VerifyConfig(compile=compile_))
+        report = run_port(kernel, reference, provider, work_dir=out, rounds=rounds, config=config,
+                          progress=lambda line: err.print(escape(line), highlight=False))
     except (ProviderError, ImportError, ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from exc
     except OSError as exc:  # an --out that is a file, or under one

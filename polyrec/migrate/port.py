@@ -4,6 +4,8 @@ Each round asks the provider for a complete Python module (``@triton.jit`` kerne
 verifies it (verify.py), and feeds the failures back (its warnings too, as advice), up to ``rounds`` times.
 Every attempt (prompt, reply, extracted code, verdict) is appended to a JSON-lines transcript. Without a
 provider only the deterministic stages run (scan, and hipify for CUDA sources) and the report says what is left.
+A ``progress`` callback gets one line per step of a round (asking the provider, verifying, the verdict): a round
+waits on the LLM and on a verify that can take minutes; the CLI prints them on stderr.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,12 +93,15 @@ def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> None:
 
 
 def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: Path, rounds: int = 4,
-         config: VerifyConfig | None = None) -> PortReport:
+         config: VerifyConfig | None = None, progress: Callable[[str], None] | None = None) -> PortReport:
     """Run the loop; write attempts, the transcript, ``port-report.json`` (also when a round raises or on
-    Ctrl-C) and (when accepted) ``port_result.py`` in ``work_dir``, each as a temporary file renamed over it.
-    ValueError for a ``work_dir`` where one of them would replace the kernel or the reference's file."""
+    Ctrl-C) and (when accepted) ``port_result.py`` in ``work_dir``, each as a temporary file renamed over it;
+    ``progress`` (default: nothing) gets a line per step of a round. ValueError for a ``work_dir`` where one of
+    them would replace the kernel or the reference's file, and for no rounds or no seeds."""
     if rounds < 1:
         raise ValueError(f"port: rounds must be >= 1, got {rounds}")
+    if config is not None and not config.seeds:
+        raise ValueError("port: at least one seed is needed (--seeds >= 1)")
     if not kernel.is_file():
         why = "is a directory, not a file" if kernel.is_dir() else "does not exist"
         raise FileNotFoundError(f"port: kernel file {kernel} {why}")
@@ -112,13 +118,17 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
                            "write a Triton candidate by hand and check it with `polyrec migrate verify`",
                            *[f"hazard: {f}" for f in report.scan_findings]]
         else:
-            _loop(kernel, reference, provider, work_dir, rounds, config, report)
+            _loop(kernel, reference, provider, work_dir, rounds, config, report, progress or _silent)
     except BaseException as exc:  # Ctrl-C or a crash in a later round: the rounds so far stay on record
         report.left.append(f"stopped in round {report.rounds_used}: {type(exc).__name__} {exc}".rstrip())
         raise
     finally:
         atomic_write_text(work_dir / "port-report.json", json.dumps(report.as_dict(), indent=1) + "\n")
     return report
+
+
+def _silent(line: str) -> None:
+    """The default ``progress``: API callers get the report, not a running commentary."""
 
 
 def _hipified_name(kernel: Path) -> str:
@@ -145,8 +155,8 @@ def _source_files(module: Any, func: Any) -> list[Path]:
 
 
 def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, rounds: int,
-          config: VerifyConfig | None, report: PortReport) -> None:
-    """The propose / verify rounds; fills ``report``."""
+          config: VerifyConfig | None, report: PortReport, progress: Callable[[str], None]) -> None:
+    """The propose / verify rounds; fills ``report`` and tells ``progress`` each step."""
     transcript = work_dir / "transcript.jsonl"
     entries: list[str] = []  # the transcript's lines so far
     atomic_write_text(transcript, "")
@@ -154,7 +164,9 @@ def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, roun
     messages = first_prompt(kernel, reference, report.scan_findings)
     for round_ in range(1, rounds + 1):
         report.rounds_used = round_
+        step = f"round {round_}/{rounds}"
         entry: dict[str, Any] = {"round": round_, "provider": report.provider, "request": messages}
+        progress(f"{step}: asking {report.provider}...")
         try:
             reply = provider.complete(messages)
             if not isinstance(reply, str):
@@ -163,13 +175,16 @@ def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, roun
             entry["error"] = str(exc)
             _append(transcript, entries, entry)
             report.left.append(f"provider failed in round {round_}: {exc}")
+            progress(f"{step}: the provider failed")
             return
         candidate = work_dir / f"attempt_{round_}.py"
         code = extract_code(reply)
         atomic_write_text(candidate, code)
+        progress(f"{step}: verifying {candidate.name}...")
         verdict = verify(candidate, reference, config)
         entry |= {"response": reply, "candidate": str(candidate), "verdict": verdict.as_dict()}
         _append(transcript, entries, entry)
+        progress(f"{step}: {_verdict_line(verdict.accepted, len(verdict.failures))}")
         if verdict.accepted:
             result = work_dir / "port_result.py"
             atomic_write_text(result, code)
@@ -182,6 +197,11 @@ def _loop(kernel: Path, reference: str, provider: Provider, work_dir: Path, roun
         messages = [*messages, {"role": "assistant", "content": reply},
                     {"role": "user", "content": feedback + "\nReply with the corrected complete module."}]
     report.left.append(f"no candidate passed verification in {rounds} rounds; see {transcript}")
+
+
+def _verdict_line(accepted: bool, failures: int) -> str:
+    """A round's verdict for ``progress``: "accepted", "rejected (3 failures)"."""
+    return "accepted" if accepted else f"rejected ({failures} failure{'' if failures == 1 else 's'})"
 
 
 def _append(path: Path, entries: list[str], entry: dict[str, Any]) -> None:

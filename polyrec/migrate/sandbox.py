@@ -13,7 +13,11 @@ resource limits (CPU seconds, address space, file size). Before the candidate is
 - fills every tensor from torch.empty / empty_like / empty_strided / new_empty with a poison: NaN for
   floating point, True for bool, the maximum for integers (a kernel that does not write its output
   returns the poison), inside a storage with a poisoned guard band at each end (a store past either end
-  changes it: GUARD_BYTES).
+  changes it: GUARD_BYTES). Tensors from torch.zeros / ones / full, their _like forms and new_zeros /
+  new_ones / new_full keep their values and get the same bands; so does a copy of each case's input (bytes,
+  shape and strides kept) that run() gets in place of the input: a load past an input's end reads the
+  poison, which the output then fails on (NaN, or a wrong value). Not caught: accesses farther than
+  GUARD_BYTES out, and races between programs (the interpreter runs them one after another).
 
 MODE "run" calls ``run(*inputs)`` on every case (IN: the cases) and saves the outputs, each Triton
 launch (launch_capture), whether each output was written by a launch (an output's storage must be
@@ -110,20 +114,39 @@ def _programs(mode: str) -> frozenset[str]:
     return frozenset(found)
 
 
-#: Bytes of poison on each side of every tensor the torch.empty allocators return: a store past either end (a
-#: mask off by one, `offs <= n`, or by a block) lands there and fails the case. 4 KiB holds 1024 fp32 elements,
-#: a whole 1024-wide block; a store farther out is not seen (the CPU heap has no guard pages between tensors).
+#: Bytes of poison on each side of every tensor the torch allocators return and of every input: a store past
+#: either end (a mask off by one, `offs <= n`, or by a block) lands there and fails the case, and a load there
+#: reads the poison. 4 KiB holds 1024 fp32 elements, a whole 1024-wide block; an access farther out is not seen
+#: (the CPU heap has no guard pages between tensors).
 GUARD_BYTES = 4096
+#: The torch allocators whose tensors are filled with the poison, and those that keep the values they were
+#: asked for (zeros, ones, a fill value): both kinds get guard bands.
+_EMPTY_ALLOCATORS = ("empty", "empty_like", "empty_strided")
+_VALUE_ALLOCATORS = ("zeros", "ones", "full", "zeros_like", "ones_like", "full_like")
+_EMPTY_METHODS = ("new_empty",)
+_VALUE_METHODS = ("new_zeros", "new_ones", "new_full")
+
+
+def _bytes(torch: Any, tensor: Any) -> Any:
+    """The bytes of ``tensor``'s whole storage, as a uint8 tensor (NaN-safe to compare)."""
+    return torch.tensor([], dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
 
 
 class _Poison:
     """What fresh tensors are filled with: the first poison, or the second while ``second`` is set; and the guard
-    bands around them (``GUARD_BYTES``), which must still hold the poison when ``run()`` returns."""
+    bands around them and around the inputs (``GUARD_BYTES``), which must still hold the poison when ``run()``
+    returns."""
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
+        self.empty = torch.empty  # the unpatched allocator (made before _poison_allocators runs)
         self.second = False
-        self.guards: list[tuple[Any, bool]] = []  # (guard band, second poison?) of this case's allocations
+        self.guards: list[tuple[Any, bool]] = []  # (guard band, second poison?) of this case's storages
+        self.bodies: dict[int, Any] = {}  # storage address -> the storage between its bands, typed, 1-D
+
+    def reset(self) -> None:
+        """Forget the last case's guarded storages."""
+        self.guards, self.bodies = [], {}
 
     def value(self, dtype: Any, second: bool) -> Any:
         """The first (NaN, True, integer maximum) or second (float maximum, False, integer minimum) poison."""
@@ -143,39 +166,80 @@ class _Poison:
             return tensor.isnan()
         return tensor == self.value(tensor.dtype, second)
 
-    def guarded(self, tensor: Any, empty: Any) -> Any:
-        """``tensor``'s shape and strides in the middle of a storage ``GUARD_BYTES`` longer at each end (allocated with
-        the unpatched ``empty``), the whole storage poisoned; the bands are kept to check with ``overrun``."""
-        pad = -(-GUARD_BYTES // tensor.element_size())
-        span = tensor.untyped_storage().nbytes() // tensor.element_size()
-        buf = empty((pad + span + pad,), dtype=tensor.dtype, device=tensor.device)
+    def _storage(self, tensor: Any, keep: bool) -> Any:
+        """A poisoned storage ``GUARD_BYTES`` longer at each end than ``tensor``'s, holding a copy of its bytes
+        between the bands when ``keep``; the bands are kept to check with ``overrun``. [pad + span + pad]"""
+        size, nbytes = tensor.element_size(), tensor.untyped_storage().nbytes()
+        pad, span = -(-GUARD_BYTES // size), -(-nbytes // size)
+        buf = self.empty((pad + span + pad,), dtype=tensor.dtype, device=tensor.device)
         buf.fill_(self.value(tensor.dtype, self.second))
+        if keep:
+            _bytes(self.torch, buf)[pad * size:pad * size + nbytes].copy_(_bytes(self.torch, tensor))
         self.guards += [(buf[:pad], self.second), (buf[pad + span:], self.second)]
+        self.bodies[buf.untyped_storage().data_ptr()] = buf[pad:pad + span]
+        return buf
+
+    def _view(self, buf: Any, tensor: Any) -> Any:
+        """``tensor``'s shape, strides and offset in guarded ``buf``."""
+        pad = -(-GUARD_BYTES // tensor.element_size())
         inner = buf.as_strided(tensor.size(), tensor.stride(), pad + tensor.storage_offset()).detach()
         return inner.requires_grad_(tensor.requires_grad)
 
+    def guarded(self, tensor: Any, keep: bool) -> Any:
+        """``tensor`` moved into a guarded storage (``_storage``): its values too when ``keep``, else poison."""
+        return self._view(self._storage(tensor, keep), tensor)
+
+    def guard_inputs(self, inputs: tuple) -> tuple:
+        """A copy of each tensor input in a guarded storage, bytes, shape and strides kept (so a load past its end
+        reads the poison); inputs sharing a storage share the copy."""
+        copies: dict[tuple[int, Any], Any] = {}
+
+        def guard(x: Any) -> Any:
+            if not isinstance(x, self.torch.Tensor) or not x.numel():
+                return x
+            key = (x.untyped_storage().data_ptr(), x.dtype)
+            if key not in copies:
+                copies[key] = self._storage(x, keep=True)
+            return self._view(copies[key], x)
+
+        return tuple(guard(x) for x in inputs)
+
+    def body(self, tensor: Any) -> Any | None:
+        """The part of ``tensor``'s storage between its guard bands (None when it has none)."""
+        return self.bodies.get(tensor.untyped_storage().data_ptr())
+
+    def clobbered(self, inputs: tuple, copies: tuple) -> list[int]:
+        """Which of ``inputs`` differ in their guarded ``copies`` (bytes between the bands) after ``run()``."""
+        return [i for i, (x, c) in enumerate(zip(inputs, copies, strict=True))
+                if isinstance(x, self.torch.Tensor) and x.numel()
+                and not self.torch.equal(self.body(c).view(self.torch.uint8)[:x.untyped_storage().nbytes()],
+                                         _bytes(self.torch, x))]
+
     def overrun(self) -> str | None:
-        """Why a guard band of this case's allocations no longer holds its poison (a store outside a tensor); None."""
+        """Why a guard band of this case's storages no longer holds its poison (a store outside a tensor); None."""
         hit = sum(not bool(self.holds(band, second).all()) for band, second in self.guards)
-        return (f"a store landed outside {hit} tensor(s) allocated with torch.empty* (within {GUARD_BYTES} bytes "
-                "of an end): an out-of-bounds write (a mask off by one, `offs <= n`?)") if hit else None
+        return (f"a store landed outside {hit} tensor(s), inputs or allocated with torch.empty*/zeros*/ones*/full* "
+                f"(within {GUARD_BYTES} bytes of an end): an out-of-bounds write (a mask off by one, "
+                "`offs <= n`?)") if hit else None
 
 
 def _poison_allocators(torch: Any, poison: _Poison) -> None:
-    empty = torch.empty
-
-    def poisoned(fn: Any) -> Any:
+    def guarding(fn: Any, keep: bool) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
             if out.numel() and "out" not in kwargs:  # `out=t` resizes t: it must stay t
-                return poison.guarded(out, empty)
-            poison.fill(out)
+                return poison.guarded(out, keep)
+            if not keep:
+                poison.fill(out)
             return out
         return wrapper
 
-    for name in ("empty", "empty_like", "empty_strided"):
-        setattr(torch, name, poisoned(getattr(torch, name)))
-    torch.Tensor.new_empty = poisoned(torch.Tensor.new_empty)
+    for names, methods, keep in ((_EMPTY_ALLOCATORS, _EMPTY_METHODS, False),
+                                 (_VALUE_ALLOCATORS, _VALUE_METHODS, True)):
+        for name in names:
+            setattr(torch, name, guarding(getattr(torch, name), keep))
+        for name in methods:
+            setattr(torch.Tensor, name, guarding(getattr(torch.Tensor, name), keep))
 
 
 def _load_candidate(path: Path) -> Any:
@@ -197,21 +261,29 @@ def _kernel_classes() -> tuple[Any, ...]:
 
 
 class _WriteTracker:
-    """Which storages Triton launches wrote: uniform when first launched on, and their bytes after the last launch."""
+    """Which storages Triton launches wrote: uniform when first launched on (between their guard bands, where they
+    have them: ``_Poison.body``), and their bytes after the last launch."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: Any, poison: _Poison) -> None:
         self.torch = torch
+        self.poison = poison
         self.launches: dict[str, dict[str, Any]] = {}
         self.fresh: dict[int, bool] = {}  # storage address -> uniform when a launch first took it
         self.after: dict[int, Any] = {}  # storage address -> its bytes after its last launch
         self.between: set[int] = set()  # storage addresses changed between two launches (by torch?)
 
-    def _storage(self, tensor: Any, dtype: Any) -> Any:
-        return self.torch.tensor([], dtype=dtype, device=tensor.device).set_(tensor.untyped_storage())
+    def _storage(self, tensor: Any) -> Any:
+        """``tensor``'s storage as a 1-D tensor of its dtype: between its guard bands where it has them."""
+        body = self.poison.body(tensor)
+        if body is not None:
+            return body
+        if tensor.untyped_storage().nbytes() % tensor.element_size():
+            return tensor.detach().reshape(-1)
+        return self.torch.tensor([], dtype=tensor.dtype, device=tensor.device).set_(tensor.untyped_storage())
 
     def bytes_of(self, tensor: Any) -> Any:
         """The bytes of ``tensor``'s whole storage (NaN-safe to compare)."""
-        return self._storage(tensor, self.torch.uint8)
+        return _bytes(self.torch, tensor)
 
     def _tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         return [v for v in (*args, *kwargs.values()) if isinstance(v, self.torch.Tensor) and v.numel()]
@@ -226,8 +298,7 @@ class _WriteTracker:
             if key in self.after and not self.torch.equal(self.bytes_of(t), self.after[key]):
                 self.between.add(key)
             if key not in self.fresh:
-                flat = self._storage(t, t.dtype) if t.untyped_storage().nbytes() % t.element_size() == 0 else t
-                flat = flat.detach().reshape(-1)
+                flat = self._storage(t).detach()
                 uniform = bool((flat == flat[0]).all()) or (flat.is_floating_point() and bool(flat.isnan().all()))
                 self.fresh[key] = uniform
 
@@ -257,15 +328,16 @@ class _WriteTracker:
 
 
 def _run_case(module: Any, inputs: tuple, torch: Any, tracker: _WriteTracker,
-              poison: _Poison) -> tuple[Any, str | None]:
-    """``run(*inputs)`` once: its output, and why that was not written by Triton launches or a store landed outside
-    a tensor it allocated (None when neither)."""
+              poison: _Poison) -> tuple[Any, tuple, str | None]:
+    """``run()`` once on guarded copies of ``inputs`` (``_Poison.guard_inputs``): its output, the copies, and why
+    the output was not written by Triton launches or a store landed outside a guarded tensor (None when neither)."""
     tracker.reset()
-    poison.guards = []
-    out = module.run(*inputs)
+    poison.reset()
+    copies = poison.guard_inputs(inputs)
+    out = module.run(*copies)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"run() returned {type(out).__name__}, expected a torch.Tensor")
-    return out, poison.overrun() or tracker.unwritten(out)
+    return out, copies, poison.overrun() or tracker.unwritten(out)
 
 
 def _second_poison_run(module: Any, inputs: tuple, out: Any, torch: Any, tracker: _WriteTracker,
@@ -278,7 +350,7 @@ def _second_poison_run(module: Any, inputs: tuple, out: Any, torch: Any, tracker
         return None
     poison.second = True
     try:
-        again, unwritten = _run_case(module, inputs, torch, tracker, poison)
+        again, _, unwritten = _run_case(module, inputs, torch, tracker, poison)
     finally:
         poison.second = False
     if unwritten:
@@ -294,13 +366,12 @@ def _run_cases(module: Any, cases: list[tuple], torch: Any, device: str, tracker
     outputs, aliased, unwritten, clobbered, second_poison = [], [], [], [], []
     for inputs in cases:
         inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
-        before = {i: tracker.bytes_of(x).clone() for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
-        out, why = _run_case(module, inputs, torch, tracker, poison)
+        out, copies, why = _run_case(module, inputs, torch, tracker, poison)
         unwritten.append(why)
         aliased.append(any(isinstance(x, torch.Tensor) and x.numel() and out.numel()
                            and x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
-                           for x in inputs))
-        clobbered.append([i for i, b in before.items() if not torch.equal(tracker.bytes_of(inputs[i]), b)])
+                           for x in copies))
+        clobbered.append(poison.clobbered(inputs, copies))
         outputs.append(out.detach().to("cpu").clone())
         checked = why is None and not aliased[-1] and not clobbered[-1]
         second_poison.append(_second_poison_run(module, inputs, out, torch, tracker, poison) if checked else None)
@@ -356,7 +427,6 @@ def main(argv: list[str]) -> int:
     tempfile.tempdir = str(private_tmp)  # ptxas / cuobjdump scratch files land where writes are allowed
     if mode == "run":
         payload: Any = torch.load(in_file, weights_only=True)
-        tracker = _WriteTracker(torch)
     else:
         payload = json.loads(Path(in_file).read_text())
     from polyrec.migrate.launch_capture import describe_launch, recording  # noqa: F401 (imported before the locks)
@@ -367,6 +437,7 @@ def main(argv: list[str]) -> int:
     poison = _Poison(torch)
     _poison_allocators(torch, poison)
     if mode == "run":
+        tracker = _WriteTracker(torch, poison)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         with recording(kernel_classes, tracker.on_launch, tracker.after_launch):
             module = _load_candidate(Path(candidate))

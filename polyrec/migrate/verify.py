@@ -17,8 +17,9 @@ distinct shapes) and ``make_inputs(shape, generator) -> tuple``. Stages, all of 
    not: a GPU run needs Triton to start the C compiler and ldconfig, which the sandbox refuses). Rejected:
    outputs that alias an input, outputs not written by a Triton launch (already holding data when a launch
    first took them, changed between launches or after their last launch), inputs that run() wrote to, a store
-   past either end of a tensor from the torch.empty allocators, a child that exits without results, a reference
-   file changed. The shapes are the reference's ``SHAPES`` and, per
+   past either end of an input or of a tensor from the torch.empty / zeros / ones / full allocators, a load past
+   an input's end (it reads the poison of a guard band: sandbox.GUARD_BYTES), a child that exits without
+   results, a reference file changed. The shapes are the reference's ``SHAPES`` and, per
    seed, shapes derived from them within the dims it declares (off-by-one tails, size 1, one random size, one
    size above the largest per dim: cases.py), so a port right only on the declared sizes, or only up to the
    largest, fails. Fresh tensors are poisoned (sandbox.py: NaN,
@@ -199,7 +200,7 @@ def compare(out: Any, inputs: tuple, func: Any, where: str) -> str | None:
     ref = func(*to64).double() if expected.is_floating_point() else expected
     got = out.double() if expected.is_floating_point() else out
     if expected.is_floating_point() and torch.isnan(got).any() and not torch.isnan(ref).any():
-        return f"{where}: NaN in output (poisoned output not fully written)"
+        return f"{where}: NaN in output (poisoned output not fully written, or computed from a load outside an input)"
     atol, rtol = TOLERANCES.get(str(expected.dtype), (0.0, 0.0))
     if not torch.allclose(got, ref, atol=atol, rtol=rtol, equal_nan=True):
         err = (got - ref).abs().max().item() if expected.is_floating_point() else "n/a"
