@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from polyrec.data import BadRows, DataError, open_source
-from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource
+from polyrec.data.criteo import CriteoTSVSource
+from polyrec.data.mlperf import MLPerfBinarySource
 from polyrec.data.movielens import MovieLensSource
 from polyrec.data.synthetic import SyntheticSource
 from polyrec.models import preset

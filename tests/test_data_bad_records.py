@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from polyrec.data import BadRows, DataError
-from polyrec.data.criteo import RECORD_BYTES, MLPerfBinarySource, dealt_ever, to_batch
+from polyrec.data.criteo import to_batch
+from polyrec.data.mlperf import RECORD_BYTES, MLPerfBinarySource, dealt_ever
 from test_data import DATA, small, write_records
 
 BAD_LABEL = 3  # a record whose label is neither 0 nor 1 is bad

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from polyrec.data import BadRows, DataError, open_source
-from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource, parse_tsv_line
+from polyrec.data.criteo import CriteoTSVSource, parse_tsv_line
+from polyrec.data.mlperf import MLPerfBinarySource
 from polyrec.data.movielens import MovieLensSource
 from polyrec.data.synthetic import SyntheticSource
 from polyrec.runtime import TrainConfig, Trainer

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from polyrec.data import BadRows, DataError, open_source
-from polyrec.data.criteo import MAX_LINE_BYTES, CriteoTSVSource, MLPerfBinarySource
+from polyrec.data.criteo import MAX_LINE_BYTES, CriteoTSVSource
+from polyrec.data.mlperf import MLPerfBinarySource
 from polyrec.data.movielens import MovieLensSource
 from test_data import small, write_records
 

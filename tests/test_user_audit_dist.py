@@ -12,7 +12,8 @@ import torch
 
 from distributed_util import criteo_file as _criteo_file, train_on_ranks as _run
 from polyrec.data import BadRows
-from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource
+from polyrec.data.criteo import CriteoTSVSource
+from polyrec.data.mlperf import MLPerfBinarySource
 from polyrec.models import preset
 from polyrec.runtime import parallel
 

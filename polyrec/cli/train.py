@@ -120,7 +120,9 @@ def peer_failure_exits() -> Iterator[None]:
 @app.callback(invoke_without_command=True)
 def train(
     preset: str = typer.Option("dcnv2-small", help=f"Model preset: {', '.join(PRESETS)}."),
-    data: str = typer.Option("synthetic", help="synthetic[:zipf|uniform] | criteo:PATH[,PATH] | mlperf:PATH | movielens:PATH"),
+    data: str = typer.Option("synthetic", help="synthetic[:zipf|uniform] | criteo:PATH[,PATH] | mlperf:PATH (40-int32 "
+                              "records) | mlperf:DIR/day_N_sparse_multi_hot.npz[,...] (MLPerf v3+ multi-hot days, "
+                              "dense and labels .npy beside each) | movielens:PATH"),
     eval_data: str | None = typer.Option(None, help="Held-out data of the same kind (criteo:PATH / mlperf:PATH)."),
     steps: int = typer.Option(1000, help="Total optimizer steps."),
     batch_size: int = typer.Option(512, help="Samples per step."),

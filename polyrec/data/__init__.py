@@ -1,4 +1,4 @@
-"""Training data: synthetic Criteo-like batches, Criteo TSV / MLPerf binary readers, MovieLens-100k."""
+"""Training data: synthetic Criteo-like batches, Criteo TSV / MLPerf binary and multi-hot readers, MovieLens-100k."""
 
 from polyrec.data.sources import open_source, parse_spec
 from polyrec.data.types import BadRows, Batch, DataError, Source

@@ -1,4 +1,5 @@
-"""Criteo click logs: the raw TSV format and the MLPerf/DLRM preprocessed binary format.
+"""Criteo click logs in the raw TSV format, and what the MLPerf binary reader (``polyrec.data.mlperf``) shares
+with it: the model's shape for Criteo data, the one-hot batch, one pass over eval data.
 
 TSV (Criteo Kaggle ``train.txt``, Criteo 1TB ``day_N``): one sample per line, 40 tab-separated
 columns: the label (0/1), 13 integer features I1..I13 (counts, may be empty or negative), 26
@@ -9,12 +10,7 @@ the DLRM reference (facebookresearch/dlrm data_utils.py) reads the same way.
 A field is read strictly: an integer is digits after an optional '-', a categorical hex digits only, both
 within int64; anything else (spaces, '+', '0x', '_', a negative hex) makes the row bad.
 
-Binary (the DLRM reference's ``*_processed.bin`` for Criteo Terabyte, read by
-facebookresearch/dlrm data_loader_terabyte.py): records of 40 little-endian int32, label, 13 raw
-integer features, 26 categorical indices already hashed; dense values get the same log transform, and
-indices are taken mod the table rows (so capped tables work).
-
-Both stream from disk one batch at a time (bounded memory), wrap around into the next epoch, and can
+TSV files stream from disk one batch at a time (bounded memory), wrap around into the next epoch, and can
 resume from a saved (epoch, position); a saved position the file no longer fits (beyond its end, or not at
 the start of a TSV line) is refused: the file changed since the checkpoint. An evaluation reads the eval
 file from its start at most once (every row at most once, the last batch short where the file ends in
@@ -29,10 +25,9 @@ is first read: not again in later epochs nor in later evaluations.
 from __future__ import annotations
 
 import codecs
-import math
 import weakref
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import torch
@@ -40,9 +35,12 @@ import torch
 from polyrec.data.types import BadRows, Batch, Closing, DataError, keeping_position, refuse_cr_only, require_file
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
+if TYPE_CHECKING:
+    from polyrec.data.mlperf import RecordSource
+
 CRITEO_NUM_CATEGORICAL = 26  # C1..C26 (Criteo's dataset readme)
 CRITEO_COLUMNS = 1 + CRITEO_NUM_DENSE + CRITEO_NUM_CATEGORICAL  # 40
-RECORD_BYTES = 4 * CRITEO_COLUMNS  # one binary record: 40 int32
+ONE_HOT = (1,) * CRITEO_NUM_CATEGORICAL  # ids per sample of each feature in a TSV line or a binary record
 #: Consecutive malformed rows after which even ``--skip-bad-rows`` stops: a wrong file, not bad rows.
 MAX_BAD_ROWS_IN_A_ROW = 1000
 #: Bytes a TSV line may take before the reader stops: a Criteo line of 40 valid fields is under 1 KB (13
@@ -59,17 +57,15 @@ TAIL_BYTES = b"\t" + HEX_DIGITS
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 #: Most digits of an int64 (19); checked before int(), which refuses over 4300 (Python's int_max_str_digits).
 INT64_DIGITS = len(str(INT64_MAX))
-#: Records read at a time when looking through a whole MLPerf file for a good record a rank is dealt: 2^16
-#: records of RECORD_BYTES (160) are 10 MiB, so the look costs bounded memory whatever the file's size.
-SCAN_RECORDS = 1 << 16
 
 
-def adapt_criteo(config: ModelConfig, path: Path) -> ModelConfig:
-    """Criteo data needs 13 dense features and 26 tables; table sizes stay the preset's (rows are hashed)."""
+def adapt_criteo(config: ModelConfig, path: Path, multi_hot: tuple[int, ...] = ONE_HOT) -> ModelConfig:
+    """Criteo data needs 13 dense features and 26 tables of ``multi_hot`` ids per sample; table sizes stay the
+    preset's (rows are hashed)."""
     if config.num_tables != CRITEO_NUM_CATEGORICAL:
         raise ValueError(f"{path}: Criteo data has {CRITEO_NUM_CATEGORICAL} categorical features but preset "
                          f"{config.name!r} has {config.num_tables} tables")
-    return config.replace(num_dense=CRITEO_NUM_DENSE, multi_hot=(1,) * CRITEO_NUM_CATEGORICAL)
+    return config.replace(num_dense=CRITEO_NUM_DENSE, multi_hot=multi_hot)
 
 
 def to_batch(label: np.ndarray, dense: np.ndarray, cat: np.ndarray, table_rows: np.ndarray) -> Batch:
@@ -327,7 +323,7 @@ class CriteoTSVSource(Closing):
             self._counted_to = (self.file_index, self.line_no)
 
 
-def one_pass(source: CriteoTSVSource | MLPerfBinarySource, max_batches: int, path: str) -> list[Batch]:
+def one_pass(source: CriteoTSVSource | RecordSource, max_batches: int, path: str) -> list[Batch]:
     """At most ``max_batches`` batches from ``source``'s position (an epoch's start) to the end of that epoch:
     every row at most once, the last batch short where the data ends in it."""
     batches, epoch = [], source.epoch
@@ -341,194 +337,7 @@ def one_pass(source: CriteoTSVSource | MLPerfBinarySource, max_batches: int, pat
     return batches
 
 
-def rank_records(total: int, block: int, rank: int, world_size: int) -> int:
-    """How many of ``total`` records are rank ``rank``'s when blocks of ``block`` go to the ranks in turn."""
-    cycles, rest = divmod(total, block * world_size)
-    return cycles * block + min(max(rest - rank * block, 0), block)
-
-
 def dealt_to(rank: int, world_size: int, lead: str = "") -> str:
     """Whose rows a message counts: on several ranks " {lead}dealt to rank R of W" (each rank reads and checks
     only its own), on one nothing."""
     return f" {lead}dealt to rank {rank} of {world_size}" if world_size > 1 else ""
-
-
-def dealt_ever(positions: np.ndarray, total: int, block: int, rank: int, world_size: int) -> np.ndarray:
-    """Mask [n] of the file ``positions`` [n] (0-based, in a file of ``total`` records) that rank ``rank`` is dealt
-    in some epoch. Position p is stream index p + e * total in epoch e, in block (p + e * total) // block, which
-    is rank (that block) % world_size's. As e runs, (p + e * total) mod (block * world_size) takes every value
-    congruent to p modulo g = gcd(total, block * world_size), and the rank's blocks cover the values
-    [rank * block, rank * block + block): one of them is congruent to p iff (p - rank * block) mod g < block.
-    So with one rank, or g <= block, every record; with a whole number of rounds of blocks in the file
-    (g = block * world_size), the same share every epoch."""
-    g = math.gcd(total, block * world_size)
-    return (positions - rank * block) % g < block
-
-
-def record_problems(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """MLPerf records [n, 40] -> (label not 0 or 1 [n], a categorical index negative [n])."""
-    bad_label = (chunk[:, 0] != 0) & (chunk[:, 0] != 1)
-    return bad_label, (chunk[:, 1 + CRITEO_NUM_DENSE:] < 0).any(axis=1)
-
-
-#: Bytes of text: a binary record's first value, its little-endian label 0 or 1, starts with a byte outside them.
-TEXT_BYTES = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
-
-
-def refuse_text(path: Path) -> None:
-    """DataError where the file at ``path`` starts with a text label (a Criteo TSV given as ``mlperf:``, which
-    read as records whose every label was bad)."""
-    with open(path, "rb") as f:
-        first = f.read(4)
-    if first and all(b in TEXT_BYTES for b in first):
-        raise DataError(str(path), 0, f"starts with text ({first!r}), not MLPerf's binary records (40 int32 "
-                                      "each): a Criteo TSV file is read as criteo:PATH")
-
-
-class MLPerfBinarySource(Closing):
-    """Streams batches from a binary file of 40-int32 records (memory-mapped; one batch read at a time). The
-    mapping (and the descriptor it keeps) goes with the source; no file object stays open: ``close`` does nothing."""
-
-    eval_rows_per_rank = False  # every rank reads the whole eval file
-
-    def __init__(self, path: Path, config: ModelConfig, *, batch_size: int, bad_rows: BadRows,
-                 eval_source: MLPerfBinarySource | None = None, num_eval_batches: int = 8, rank: int = 0,
-                 world_size: int = 1) -> None:
-        self.path = require_file(Path(path), "MLPerf binary")
-        refuse_text(self.path)
-        self.batch_size, self.bad_rows, self.rank, self.world_size = batch_size, bad_rows, rank, world_size
-        size = self.path.stat().st_size
-        total = size // RECORD_BYTES
-        if size % RECORD_BYTES and total // batch_size % world_size == rank:  # counted by its block's rank
-            err = DataError(str(self.path), total + 1,
-                            f"record {total + 1} is truncated: file size {size} is not a multiple "
-                            f"of {RECORD_BYTES} bytes (40 int32 per record)")
-            self.bad_rows.handle(err)
-        if total == 0:  # before np.memmap, which cannot map an empty file
-            raise DataError(str(self.path), 0, "file holds no complete record")
-        self.records = np.memmap(self.path, dtype="<i4", mode="r", shape=(total, CRITEO_COLUMNS))
-        self.total = total
-        self.table_rows = np.asarray(config.table_rows, dtype=np.int64)
-        self.eval_source, self.num_eval_batches = eval_source, num_eval_batches
-        self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
-        self.read = 0  # this rank's records read in the run, over epochs (``_stream_index``)
-        self._counted_to = -1  # stream index of the last bad record counted in epoch 0
-        self._dealt_good: bool | None = None  # whether a record this rank is dealt is good; None: not looked yet
-
-    def adapt(self, config: ModelConfig) -> ModelConfig:
-        return adapt_criteo(config, self.path)
-
-    def _stream_index(self, read: int) -> int:
-        """This rank's record ``read`` (0-based, over the run) -> its index in the run's stream, the file
-        repeated epoch after epoch: blocks of ``batch_size`` go to the ranks in turn."""
-        block, offset = divmod(read, self.batch_size)
-        return (block * self.world_size + self.rank) * self.batch_size + offset
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the next record this rank reads."""
-        return self._stream_index(self.read) // self.total
-
-    def _counted_before(self, index: int) -> bool:
-        """Whether the bad record at stream index ``index`` was counted when it was read before (see
-        CriteoTSVSource): in an earlier epoch, or before a put-back position."""
-        if index >= self.total or index <= self._counted_to:
-            return True
-        self._counted_to = index
-        return False
-
-    def _check(self, chunk: np.ndarray, index: int) -> np.ndarray:
-        """Mask of good records in chunk [n, 40], the stream's from ``index`` (within one epoch)."""
-        first = index % self.total  # in the file, 0-based; 1-based in messages
-        bad_label, bad_index = record_problems(chunk)
-        for i in np.flatnonzero(bad_label | bad_index):
-            problem = "label must be 0 or 1" if bad_label[i] else "categorical index is negative"
-            number = first + int(i) + 1
-            self.bad_rows.handle(DataError(str(self.path), number, f"record {number}: {problem}"),
-                                 counted=self._counted_before(index + int(i)))
-        return ~(bad_label | bad_index)
-
-    def _good_dealt_in(self, first: int) -> bool:
-        """Whether a record of the file's SCAN_RECORDS from ``first`` that this rank is dealt in some epoch is
-        good (bad ones are not counted: ``_check`` counts them as they are read)."""
-        chunk = np.asarray(self.records[first:first + SCAN_RECORDS])
-        bad_label, bad_index = record_problems(chunk)
-        dealt = dealt_ever(np.arange(first, first + chunk.shape[0]), self.total, self.batch_size, self.rank,
-                           self.world_size)
-        return bool((dealt & ~bad_label & ~bad_index).any())
-
-    def _require_a_good_record(self) -> None:
-        """DataError unless a record this rank is dealt, in any epoch, is good: asked once a whole epoch of its
-        records held none. On several ranks what a rank is dealt may shift from epoch to epoch (``dealt_ever``),
-        so its good records may come epochs later; the file is looked through once, for the run."""
-        if self._dealt_good is None:
-            self._dealt_good = any(map(self._good_dealt_in, range(0, self.total, SCAN_RECORDS)))
-        if not self._dealt_good:
-            whose = dealt_to(self.rank, self.world_size)
-            raise DataError(str(self.path), 0, f"no good record in the whole file{whose}")
-
-    def next_batch(self) -> Batch:
-        return self._next(wrap=True)
-
-    def _next(self, *, wrap: bool) -> Batch | None:
-        """The next batch; ``wrap`` False: only records before the end of this epoch. A DataError puts the
-        position back to the batch's start (see CriteoTSVSource)."""
-        return keeping_position(self, lambda: self._read_records(wrap))
-
-    def _read_records(self, wrap: bool) -> Batch | None:
-        """``_next``'s batch: up to ``batch_size`` good records of this rank; bad ones counted and skipped."""
-        parts, n, epoch, start = [], 0, self.epoch, self._stream_index(self.read)
-        while n < self.batch_size:
-            index = self._stream_index(self.read)
-            if not wrap and index // self.total > epoch:
-                break
-            if n == 0 and index - start >= self.total:  # a whole epoch of this rank's records, none good
-                self._require_a_good_record()
-            # within one block and one epoch: contiguous in the file
-            first = index % self.total
-            take = min(self.batch_size - n, self.batch_size - self.read % self.batch_size, self.total - first)
-            chunk = np.asarray(self.records[first:first + take])
-            good = chunk[self._check(chunk, index)]
-            parts.append(good)
-            n += good.shape[0]
-            self.read += take
-        if n == 0:
-            return None
-        rec = np.concatenate(parts)
-        return to_batch(rec[:, 0], rec[:, 1:1 + CRITEO_NUM_DENSE], rec[:, 1 + CRITEO_NUM_DENSE:], self.table_rows)
-
-    def eval_batches(self) -> list[Batch] | None:
-        if self.eval_source is None:
-            return None
-        self.eval_source.load_state_dict({"read": 0})
-        return one_pass(self.eval_source, self.num_eval_batches, str(self.eval_source.path))
-
-    def state_dict(self) -> dict:
-        return {"read": self.read, "records": self.total, "bad_rows": self.bad_rows.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
-        self.read = self._saved_read(state)
-        if "bad_rows" in state:  # counted: the bad records before the position, none after (a dry run's put back)
-            self.bad_rows.load_state_dict(state["bad_rows"])
-            self._counted_to = self._stream_index(self.read) - 1
-
-    def _saved_read(self, state: dict) -> int:
-        """The records read that ``state`` saved. A checkpoint from before the fifty-first session saved this
-        rank's epoch and position in it (each epoch's blocks dealt from the file's first record: on one rank
-        the same records). A file of another size than the one saved is refused: it changed since."""
-        if "read" not in state:
-            epoch, position = int(state["epoch"]), int(state["position"])
-            records = rank_records(self.total, self.batch_size, self.rank, self.world_size)
-            if position and position >= records:  # a saved position was always before the end
-                share = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-                raise ValueError(f"{self.path} changed since the checkpoint was written: the saved position, "
-                                 f"{position} records into an epoch, is at or beyond the end of its {records} "
-                                 f"records{share}; restore the file the run was trained on, or start a new "
-                                 "--checkpoint-dir")
-            return epoch * records + position
-        if "records" in state and int(state["records"]) != self.total:
-            raise ValueError(f"{self.path} changed since the checkpoint was written: it held {state['records']} "
-                             f"records, now {self.total}; restore the file the run was trained on, or start a new "
-                             "--checkpoint-dir")
-        return int(state["read"])

@@ -1,4 +1,6 @@
-"""Open a data source from its command-line spec: ``synthetic``, ``criteo:PATH``, ``mlperf:PATH``, ``movielens:PATH``."""
+"""Open a data source from its command-line spec: ``synthetic``, ``criteo:PATH``, ``mlperf:PATH``, ``movielens:PATH``.
+``mlperf:`` reads the DLRM reference's one-hot binary file, or MLPerf v3+ multi-hot days where the list names
+``day_N_sparse_multi_hot.npz`` files."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ from pathlib import Path
 
 import torch
 
-from polyrec.data.criteo import CriteoTSVSource, MLPerfBinarySource
+from polyrec.data.criteo import CriteoTSVSource
+from polyrec.data.mlperf import MLPerfBinarySource, RecordSource
+from polyrec.data.multihot import MULTI_HOT_SUFFIX, MultiHotRecords
 from polyrec.data.movielens import MovieLensSource
 from polyrec.data.synthetic import SyntheticSource
 from polyrec.data.types import BadRows, Source
@@ -46,12 +50,17 @@ def data_path(arg: str) -> Path:
     return Path(arg).expanduser()
 
 
-def criteo_paths(arg: str) -> list[Path]:
-    """The files of ``criteo:PATH[,PATH...]``, ``~`` expanded in each; a directory among them is refused with the
-    comma-separated list of its files to give instead."""
+def listed_paths(kind: str, arg: str) -> list[Path]:
+    """The files of ``KIND:PATH[,PATH...]``, ``~`` expanded in each."""
     if "" in arg.split(","):  # Path("") is the working directory: "path . is a directory" said nothing useful
-        raise ValueError(f"criteo:{arg}: an empty path in the comma-separated list")
-    paths = [data_path(p) for p in arg.split(",")]
+        raise ValueError(f"{kind}:{arg}: an empty path in the comma-separated list")
+    return [data_path(p) for p in arg.split(",")]
+
+
+def criteo_paths(arg: str) -> list[Path]:
+    """The files of ``criteo:PATH[,PATH...]``; a directory among them is refused with the comma-separated list of
+    its files to give instead."""
+    paths = listed_paths("criteo", arg)
     directory = next((p for p in paths if p.is_dir()), None)
     if directory is not None:
         raise FileNotFoundError(f"Criteo TSV path {directory} is a directory, not a file: {list_files(directory)}")
@@ -123,5 +132,9 @@ def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int,
     if kind == "criteo":
         return CriteoTSVSource(criteo_paths(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                                num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
+    if any(part.endswith(MULTI_HOT_SUFFIX) for part in arg.split(",")):  # MLPerf v3+ multi-hot days
+        return RecordSource(MultiHotRecords(listed_paths(kind, arg)), config, batch_size=batch_size, bad_rows=bad,
+                            eval_source=eval_source, num_eval_batches=num_eval_batches, rank=rank,
+                            world_size=world_size)
     return MLPerfBinarySource(data_path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                               num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+import numpy as np
 import torch
 
 from polyrec.models.config import ModelConfig
@@ -148,6 +149,38 @@ class Source(Protocol):
         """Release the files it holds open (``Closing``): the caller that is done with the source calls it."""
 
 
+C = TypeVar("C")
+
+
+class Records(Protocol[C]):
+    """Rows of memory-mapped MLPerf files by their place in the files one after another, read a chunk ``C`` at a
+    time (``mlperf.RecordSource`` deals them to ranks, counts their bad rows and resumes): one-hot binary records
+    (``mlperf.OneHotRecords``) or multi-hot day arrays (``multihot.MultiHotRecords``)."""
+
+    paths: list[Path]  # the files, in the stream's order (named by messages about all of them)
+    total: int  # rows in all the files, at least 1
+    row_bytes: int  # bytes one row takes in memory
+    multi_hot: tuple[int, ...]  # ids per row of each feature
+
+    def span(self, first: int) -> int:
+        """Rows from ``first`` (0-based, below ``total``) to the end of its file: at least 1."""
+
+    def read(self, first: int, stop: int) -> C:
+        """Rows [first, stop) of one file (``stop - first`` at most ``span(first)``), in memory."""
+
+    def good(self, chunk: C) -> np.ndarray:
+        """Mask [n] of the chunk's good rows."""
+
+    def error(self, chunk: C, i: int, first: int) -> DataError:
+        """What is wrong with bad row ``i`` of the chunk read from ``first``, naming its file and row."""
+
+    def batch(self, parts: list[tuple[C, np.ndarray]], table_rows: np.ndarray) -> Batch:
+        """The batch of the good rows (mask [n]) of the chunks, in order; ids mod ``table_rows`` [F]."""
+
+    def adapt(self, config: ModelConfig) -> ModelConfig:
+        """The model config with the dense width and multi-hot sizes of these files."""
+
+
 #: Leading bytes of compressed files (each format's magic number; bzip2's with its block size digit), which
 #: the readers do not decompress: Criteo 1TB ships as ``day_N.gz``. None can begin a Criteo row (a 0/1
 #: label), an MLPerf record (an int32 0/1 label) or a MovieLens file (an .inter header or a numeric user id).
@@ -162,7 +195,8 @@ COMPRESSED_MAGIC = {"gzip": (b"\x1f\x8b",), "bzip2": tuple(b"BZh%d" % size for s
 OTHER_FORMATS = {
     "a tar archive": (((257, b"ustar\x00"), (257, b"ustar ")), "extract its files first"),
     "a NumPy .npy array": (((0, b"\x93NUMPY"),), "mlperf:PATH reads the DLRM reference's *_processed.bin (40 int32 "
-                           "per record), not TorchRec's .npy arrays"),
+                           "per record), or TorchRec's multi-hot days as mlperf:DIR/day_N_sparse_multi_hot.npz (its "
+                           "day_N_dense.npy and day_N_labels.npy beside it), not an .npy array alone"),
 }
 #: Leading bytes read to recognise a file's format: enough for every magic number above.
 SNIFF_BYTES = max(at + len(magic) for marks, _ in OTHER_FORMATS.values() for at, magic in marks)
@@ -174,15 +208,21 @@ def other_format(head: bytes) -> str | None:
                  if any(head[at:at + len(magic)] == magic for at, magic in marks)), None)
 
 
-def require_file(path: Path, what: str) -> Path:
-    """``path``, checked to be a file, not compressed and not of another format (OTHER_FORMATS); ``what`` names the
-    format in the error (e.g. "Criteo TSV")."""
+def require_regular_file(path: Path, what: str) -> Path:
+    """``path``, checked to be a regular file; ``what`` names the format in the error (e.g. "Criteo TSV")."""
     if path.is_dir():
         raise FileNotFoundError(f"{what} path {path} is a directory, not a file")
     if not path.exists():
         raise FileNotFoundError(f"{what} file not found: {path}")
     if not path.is_file():  # a pipe or a device cannot be read again from the start (epochs, resume)
         raise ValueError(f"{what} path {path} is not a regular file (a pipe or a device): give a file on disk")
+    return path
+
+
+def require_file(path: Path, what: str) -> Path:
+    """``path``, checked to be a regular file, not compressed and not of another format (OTHER_FORMATS); ``what``
+    names the format in the error (e.g. "Criteo TSV")."""
+    require_regular_file(path, what)
     with open(path, "rb") as f:
         head = f.read(SNIFF_BYTES)
     compression = next((name for name, magics in COMPRESSED_MAGIC.items() if head.startswith(magics)), None)

@@ -1,0 +1,207 @@
+"""MLPerf Training v3+ DLRM-DCNv2 multi-hot Criteo days: ``mlperf:DIR/day_N_sparse_multi_hot.npz[,...]``.
+
+The layout (mlcommons/training recommendation_v2/torchrec_dlrm: materialize_synthetic_multihot_dataset.py writes
+the .npz, data/multi_hot_criteo.py reads the days; pytorch/torchrec datasets/criteo.py, BinaryCriteoUtils, writes
+the dense and label arrays), for day N three files side by side:
+- ``day_N_dense.npy``: float32 [rows, 13], already log(x + 3) by TorchRec's preprocessing (torchrec
+  datasets/scripts/nvt/README.md): used as is, without the log(max(x, 0) + 1) that Criteo TSV and binary
+  records get;
+- ``day_N_labels.npy``: int32 [rows, 1], 0 or 1;
+- ``day_N_sparse_multi_hot.npz``: ``np.savez``'s uncompressed zip of ``0.npy`` .. ``25.npy``, feature f int32
+  [rows, hot_f]; hot_f is fixed per feature (MLPerf's ``--multi_hot_sizes`` 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,
+  1,12,100,27,10,3,1,1).
+Ids are taken mod the table rows as they are read (the reference's ``hashes``), so capped tables work. Every
+array is memory-mapped (``polyrec.data.npz``): a day costs memory only for the rows of a batch. A row is bad where
+its label is not 0 or 1, an id is negative or a dense value is not finite. Several days stream one after another
+(``mlperf.RecordSource``), as the files of ``criteo:`` do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from polyrec.data.criteo import CRITEO_NUM_CATEGORICAL, adapt_criteo
+from polyrec.data.npz import NpyArray, npy_file, npz_members
+from polyrec.data.types import Batch, DataError, offsets_from_lengths, require_regular_file
+from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
+
+MULTI_HOT_SUFFIX = "_sparse_multi_hot.npz"  # day_N's ids (materialize_synthetic_multihot_dataset.py)
+VALUE_BYTES = 4  # int32 labels and ids, float32 dense values
+INT32_MAX = 2**31 - 1
+
+
+class DayRows(NamedTuple):
+    """Rows of one day, in memory: a chunk of ``MultiHotRecords``."""
+
+    labels: np.ndarray  # [n] int32
+    dense: np.ndarray  # [n, 13] float32
+    ids: list[np.ndarray]  # 26 x [n, hot_f] int32
+
+
+@dataclass(frozen=True, slots=True)
+class Day:
+    """One day's three files and their arrays, memory-mapped."""
+
+    npz: Path
+    dense_path: Path
+    labels_path: Path
+    labels: np.ndarray  # [N] int32
+    dense: np.ndarray  # [N, 13] float32
+    ids: tuple[np.ndarray, ...]  # 26 x [N, hot_f] int32
+
+    @property
+    def multi_hot(self) -> tuple[int, ...]:
+        return tuple(x.shape[1] for x in self.ids)
+
+    def rows(self, first: int, stop: int) -> DayRows:
+        """Rows [first, stop) (0-based in the day) read into memory."""
+        return DayRows(labels=np.asarray(self.labels[first:stop]), dense=np.asarray(self.dense[first:stop]),
+                       ids=[np.asarray(x[first:stop]) for x in self.ids])
+
+
+def sibling(npz: Path, kind: str) -> Path:
+    """The day's ``kind`` ("dense" or "labels") file beside ``npz``; FileNotFoundError naming it where it is missing."""
+    path = npz.with_name(npz.name.removesuffix(MULTI_HOT_SUFFIX) + f"_{kind}.npy")
+    if not path.exists():
+        raise FileNotFoundError(f"{npz}: its {kind} file {path} is missing (MLPerf's multi-hot layout keeps "
+                                f"day_N_dense.npy and day_N_labels.npy beside day_N{MULTI_HOT_SUFFIX})")
+    return require_regular_file(path, f"MLPerf multi-hot {kind}")
+
+
+def two_d(array: NpyArray, dtype: str, width: int | None) -> NpyArray:
+    """``array`` where it is ``dtype`` [rows, width] (any width of at least 1 where None); else DataError naming it."""
+    shape_ok = len(array.shape) == 2 and (array.shape[1] == width if width else array.shape[1] >= 1)
+    if array.dtype != np.dtype(dtype) or not shape_ok:
+        raise array.problem(f"expected {np.dtype(dtype)} [rows, {width or 'ids >= 1'}], found {array.dtype} "
+                            f"{list(array.shape)}")
+    return array
+
+
+def id_arrays(npz: Path) -> list[NpyArray]:
+    """The 26 id arrays of the .npz, each int32 [rows, hot_f]; DataError naming a missing or malformed member."""
+    members = npz_members(npz)
+    missing = [f"{f}.npy" for f in range(CRITEO_NUM_CATEGORICAL) if f"{f}.npy" not in members]
+    if missing:
+        raise DataError(str(npz), 0, f"no member {', '.join(missing)}: a multi-hot day holds 0.npy .. "
+                                     f"{CRITEO_NUM_CATEGORICAL - 1}.npy, one per categorical feature")
+    return [two_d(members[f"{f}.npy"], "<i4", None) for f in range(CRITEO_NUM_CATEGORICAL)]
+
+
+def same_rows(npz: Path, arrays: dict[str, NpyArray]) -> int:
+    """The row count of every array (named as messages name it); DataError naming the files and counts where they
+    differ, or where there are none."""
+    counts = {name: array.shape[0] for name, array in arrays.items()}
+    rows = next(iter(counts.values()))
+    if len(set(counts.values())) > 1:
+        differ = ", ".join(f"{name} {n}" for name, n in counts.items() if n != rows)
+        raise DataError(str(npz), 0, f"row counts differ: {next(iter(counts))} {rows}, {differ}")
+    if rows == 0:
+        raise DataError(str(npz), 0, "the day holds no rows")
+    return rows
+
+
+def open_day(npz: Path) -> Day:
+    """The day of ``npz`` and its two sibling files, checked and memory-mapped."""
+    require_regular_file(npz, "MLPerf multi-hot")
+    if not npz.name.endswith(MULTI_HOT_SUFFIX):
+        raise DataError(str(npz), 0, f"not a day_N{MULTI_HOT_SUFFIX} file: a multi-hot mlperf: list names only "
+                                     "those (their dense and label files are found beside them)")
+    labels_path, dense_path = sibling(npz, "labels"), sibling(npz, "dense")
+    labels, dense = two_d(npy_file(labels_path), "<i4", 1), two_d(npy_file(dense_path), "<f4", CRITEO_NUM_DENSE)
+    ids = id_arrays(npz)
+    same_rows(npz, {str(labels_path): labels, str(dense_path): dense,
+                    **{f"{npz} member {f}.npy": x for f, x in enumerate(ids)}})
+    return Day(npz=npz, dense_path=dense_path, labels_path=labels_path, labels=labels.map()[:, 0],
+               dense=dense.map(), ids=tuple(x.map() for x in ids))
+
+
+def same_multi_hot(days: list[Day]) -> tuple[int, ...]:
+    """The days' multi-hot sizes; DataError naming the first file and member whose width is another."""
+    first = days[0]
+    for day in days[1:]:
+        f = next((f for f, (a, b) in enumerate(zip(day.multi_hot, first.multi_hot)) if a != b), None)
+        if f is not None:
+            raise DataError(str(day.npz), 0, f"member {f}.npy holds {day.multi_hot[f]} ids per row but {first.npz}'s "
+                                             f"{first.multi_hot[f]}: the days' multi-hot sizes must agree")
+    return first.multi_hot
+
+
+def ids_mod_rows(ids: np.ndarray, rows: int) -> np.ndarray:
+    """int32 ids [B, hot] (non-negative) mod ``rows``, in int32: exact (both below 2^31), and numpy's int64 remainder
+    took about 5x as long (0.46 against 0.09 s for a batch of 65536 MLPerf rows on the 2-core development machine).
+    A table of 2^31 rows or more holds every int32 id as it is."""
+    return ids % np.int32(rows) if rows <= INT32_MAX else ids
+
+
+def multi_hot_batch(labels: np.ndarray, dense: np.ndarray, ids: list[np.ndarray], table_rows: np.ndarray) -> Batch:
+    """labels [B], dense [B, 13] (already transformed), ids 26 x [B, hot_f] (non-negative) -> a Batch, feature-major,
+    bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``."""
+    b = labels.shape[0]
+    values = np.concatenate([ids_mod_rows(x, int(rows)).reshape(-1) for x, rows in zip(ids, table_rows)])
+    lengths = torch.tensor([x.shape[1] for x in ids], dtype=torch.int64).repeat_interleave(b)  # [F*B]
+    return Batch(dense=torch.from_numpy(np.array(dense, dtype=np.float32)),  # a copy: ``dense`` may be the file's map
+                 values=torch.from_numpy(values).to(torch.int64),  # [B * sum(hot)]
+                 offsets=offsets_from_lengths(lengths),  # [F*B+1]
+                 labels=torch.from_numpy(labels.astype(np.float32)))
+
+
+def joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The good rows of each (array [n, ...], good [n]) part, one after another; no copy where a single part's rows
+    are all good (the common batch: a fifth of the reader's time went to copying them)."""
+    if len(parts) == 1 and parts[0][1].all():
+        return parts[0][0]
+    return np.concatenate([array[good] for array, good in parts])
+
+
+class MultiHotRecords:
+    """The rows of multi-hot days, one day after another (``Records``; ``mlperf.RecordSource`` streams them)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.days = [open_day(p) for p in self.paths]
+        self.multi_hot = same_multi_hot(self.days)
+        self.starts = np.cumsum([0] + [day.labels.shape[0] for day in self.days])  # [D+1], each day's first row
+        self.total = int(self.starts[-1])
+        self.row_bytes = VALUE_BYTES * (1 + CRITEO_NUM_DENSE + sum(self.multi_hot))
+
+    def _day(self, first: int) -> int:
+        """The day that row ``first`` (0-based in all of them) is in."""
+        return int(np.searchsorted(self.starts, first, side="right")) - 1
+
+    def span(self, first: int) -> int:
+        return int(self.starts[self._day(first) + 1]) - first
+
+    def read(self, first: int, stop: int) -> DayRows:
+        k = self._day(first)
+        return self.days[k].rows(first - int(self.starts[k]), stop - int(self.starts[k]))
+
+    def good(self, chunk: DayRows) -> np.ndarray:
+        negative = np.logical_or.reduce([(x < 0).any(axis=1) for x in chunk.ids])  # [n]
+        return ((chunk.labels == 0) | (chunk.labels == 1)) & ~negative & np.isfinite(chunk.dense).all(axis=1)
+
+    def error(self, chunk: DayRows, i: int, first: int) -> DataError:
+        day = self.days[self._day(first)]
+        number = first - int(self.starts[self._day(first)]) + i + 1  # 1-based in the day's files
+        label = int(chunk.labels[i])
+        if label not in (0, 1):
+            return DataError(str(day.labels_path), number, f"row {number}: label must be 0 or 1, got {label}")
+        f = next((f for f, x in enumerate(chunk.ids) if (x[i] < 0).any()), None)
+        if f is not None:
+            return DataError(str(day.npz), number, f"row {number}: member {f}.npy holds a negative id "
+                                                   f"({int(chunk.ids[f][i].min())})")
+        j = int(np.flatnonzero(~np.isfinite(chunk.dense[i]))[0])
+        return DataError(str(day.dense_path), number, f"row {number}: dense feature {j + 1} is {chunk.dense[i, j]}, "
+                                                      "not finite")
+
+    def batch(self, parts: list[tuple[DayRows, np.ndarray]], table_rows: np.ndarray) -> Batch:
+        ids = [joined([(chunk.ids[f], good) for chunk, good in parts]) for f in range(len(self.multi_hot))]
+        return multi_hot_batch(joined([(chunk.labels, good) for chunk, good in parts]),
+                               joined([(chunk.dense, good) for chunk, good in parts]), ids, table_rows)
+
+    def adapt(self, config: ModelConfig) -> ModelConfig:
+        return adapt_criteo(config, self.paths[0], self.multi_hot)

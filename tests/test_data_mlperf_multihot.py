@@ -1,0 +1,263 @@
+"""MLPerf v3+ multi-hot days (``mlperf:DIR/day_N_sparse_multi_hot.npz``): batches against a plain numpy reference,
+bags with repeated ids, exact resume, ranks dealt blocks in turn, bad rows named and skipped, and the files
+refused (a compressed .npz, a missing sibling, row counts that differ, widths that differ)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from polyrec.cli import app
+from polyrec.data import BadRows, Batch, DataError, open_source
+from polyrec.data.mlperf import RecordSource
+from polyrec.data.multihot import MultiHotRecords
+from test_data import small, write_records
+
+CPU = torch.device("cpu")
+HOT = (3, 2, 1, 2, 4, 1, 1, 1, 1, 5, 3, 2, 1, 4, 2, 3, 1, 1, 1, 2, 6, 3, 2, 3, 1, 1)  # 26 small widths
+
+
+def write_day(directory: Path, day: int, rows: int, seed: int = 0, hot: tuple[int, ...] = HOT,
+              save=np.savez) -> dict:
+    """Day ``day`` of random rows in MLPerf's layout under ``directory``: dense float32 [rows, 13] (any values: the
+    reader takes them as they are), labels int32 [rows, 1], ids int32 [rows, hot_f] over int32's range. Returns the
+    arrays and the .npz path."""
+    rng = np.random.default_rng(seed)
+    arrays = {"dense": rng.normal(size=(rows, 13)).astype(np.float32),
+              "labels": rng.integers(0, 2, (rows, 1)).astype(np.int32),
+              "ids": [rng.integers(0, 2**31 - 1, (rows, h)).astype(np.int32) for h in hot]}
+    save_day(directory, day, arrays, save)
+    return arrays
+
+
+def save_day(directory: Path, day: int, arrays: dict, save=np.savez) -> Path:
+    np.save(directory / f"day_{day}_dense.npy", arrays["dense"])
+    np.save(directory / f"day_{day}_labels.npy", arrays["labels"])
+    npz = directory / f"day_{day}_sparse_multi_hot.npz"
+    save(npz, **{str(f): ids for f, ids in enumerate(arrays["ids"])})
+    return npz
+
+
+def npz(directory: Path, day: int = 0) -> Path:
+    return directory / f"day_{day}_sparse_multi_hot.npz"
+
+
+def source(paths: list[Path], batch: int, bad: BadRows | None = None, **kw) -> RecordSource:
+    return RecordSource(MultiHotRecords(paths), small(), batch_size=batch, bad_rows=bad or BadRows(skip=False), **kw)
+
+
+def reference(days: list[dict], positions: list[int], table_rows: tuple[int, ...]) -> Batch:
+    """The batch of rows ``positions`` (0-based in the days one after another), built row by row."""
+    rows = [(day, i) for day in days for i in range(day["labels"].shape[0])]
+    picked = [rows[p] for p in positions]
+    values, offsets = [], [0]
+    for f, table in enumerate(table_rows):
+        for day, i in picked:
+            values += [int(x) % table for x in day["ids"][f][i]]
+            offsets.append(len(values))
+    return Batch(dense=torch.tensor(np.stack([day["dense"][i] for day, i in picked])),
+                 values=torch.tensor(values, dtype=torch.int64), offsets=torch.tensor(offsets, dtype=torch.int64),
+                 labels=torch.tensor([float(day["labels"][i, 0]) for day, i in picked]))
+
+
+def assert_same(got: Batch, want: Batch) -> None:
+    for name in ("dense", "values", "offsets", "labels"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+def bags(batch: Batch) -> list[list[list[int]]]:
+    """Per row, per feature, the bag's ids."""
+    b, offsets, values = batch.batch_size, batch.offsets.tolist(), batch.values.tolist()
+    return [[values[offsets[f * b + r]:offsets[f * b + r + 1]] for f in range(batch.num_features)] for r in range(b)]
+
+
+def test_batches_equal_a_numpy_reference_over_days_and_epochs(tmp_path):
+    """Two days of 13 and 7 rows, batch 6: batches run across the days' end and the epoch's, dense values as stored
+    (no log transform), ids mod the capped table rows, each feature's bags as wide as its member."""
+    days = [write_day(tmp_path, 0, 13, seed=1), write_day(tmp_path, 1, 7, seed=2)]
+    src = open_source(f"mlperf:{npz(tmp_path, 0)},{npz(tmp_path, 1)}", small(), batch_size=6, seed=0, device=CPU)
+    table_rows = small().table_rows
+    for step in range(5):
+        assert_same(src.next_batch(), reference(days, [(step * 6 + i) % 20 for i in range(6)], table_rows))
+    assert src.adapt(small()).multi_hot == HOT and src.adapt(small()).num_dense == 13
+
+
+def test_duplicate_ids_within_a_bag_are_kept(tmp_path):
+    arrays = write_day(tmp_path, 0, 4)
+    arrays["ids"][0][1] = [7, 7, 7]
+    arrays["ids"][20][0] = [5, 9, 5, 5, 9, 5]
+    save_day(tmp_path, 0, arrays)
+    got = bags(source([npz(tmp_path)], 4).next_batch())
+    assert got[1][0] == [7, 7, 7] and got[0][20] == [5, 9, 5, 5, 9, 5]
+
+
+def test_resume_reads_the_same_next_batches(tmp_path):
+    write_day(tmp_path, 0, 11)
+    write_day(tmp_path, 1, 6, seed=3)
+    paths = [npz(tmp_path, 0), npz(tmp_path, 1)]
+    run = source(paths, 4)
+    for _ in range(3):
+        run.next_batch()
+    state = run.state_dict()
+    want = [run.next_batch() for _ in range(5)]
+    resumed = source(paths, 4)
+    resumed.load_state_dict(state)
+    for w in want:
+        assert_same(resumed.next_batch(), w)
+
+
+@pytest.mark.parametrize("batch,world", [(4, 2), (4, 3), (5, 2)])
+def test_ranks_together_read_what_one_rank_reads_with_a_batch_world_times_as_large(tmp_path, batch, world):
+    write_day(tmp_path, 0, 17)
+    write_day(tmp_path, 1, 9, seed=5)
+    paths = [npz(tmp_path, 0), npz(tmp_path, 1)]
+    one = source(paths, batch * world)
+    ranks = [source(paths, batch, rank=r, world_size=world) for r in range(world)]
+    for _ in range(4):
+        want = one.next_batch()
+        got = [r.next_batch() for r in ranks]
+        assert torch.equal(torch.cat([g.dense for g in got]), want.dense)
+        assert sum((bags(g) for g in got), []) == bags(want)
+
+
+def bad_day(tmp_path: Path, problems: tuple[str, ...] = ("label", "id", "dense")) -> dict:
+    """A day of 12 rows with ``problems``: row 3's label is 2, row 6 holds a negative id in member 9, row 9 a NaN
+    dense value."""
+    arrays = write_day(tmp_path, 0, 12)
+    if "label" in problems:
+        arrays["labels"][2, 0] = 2
+    if "id" in problems:
+        arrays["ids"][9][5, 1] = -4
+    if "dense" in problems:
+        arrays["dense"][8, 10] = np.nan
+    save_day(tmp_path, 0, arrays)
+    return arrays
+
+
+@pytest.mark.parametrize("problem,message", [
+    ("label", r"day_0_labels\.npy:3: row 3: label must be 0 or 1, got 2$"),
+    ("id", r"day_0_sparse_multi_hot\.npz:6: row 6: member 9\.npy holds a negative id \(-4\)$"),
+    ("dense", r"day_0_dense\.npy:9: row 9: dense feature 11 is nan, not finite$"),
+])
+def test_a_bad_row_is_named_by_file_and_row(tmp_path, problem, message):
+    bad_day(tmp_path, (problem,))
+    with pytest.raises(DataError, match=message):
+        source([npz(tmp_path)], 12).next_batch()
+
+
+def test_bad_rows_are_counted_and_skipped(tmp_path):
+    days = [bad_day(tmp_path)]
+    bad = BadRows(skip=True)
+    src = source([npz(tmp_path)], 9, bad)
+    assert_same(src.next_batch(), reference(days, [0, 1, 3, 4, 6, 7, 9, 10, 11], small().table_rows))
+    assert bad.count == 3 and [e.split(":")[1] for e in bad.examples] == ["3", "6", "9"]
+    src.next_batch()  # the next epoch: the same bad rows, not counted again
+    assert bad.count == 3
+
+
+def test_eval_reads_each_row_once(tmp_path):
+    days = [write_day(tmp_path, 0, 10)]
+    write_day(tmp_path, 1, 8, seed=9)
+    train = npz(tmp_path, 1)
+    src = open_source(f"mlperf:{train}", small(), batch_size=4, seed=0, device=CPU,
+                      eval_spec=f"mlperf:{npz(tmp_path)}", num_eval_batches=8)
+    got = src.eval_batches()
+    assert [b.batch_size for b in got] == [4, 4, 2]
+    assert_same(got[2], reference(days, [8, 9], small().table_rows))
+
+
+def test_one_hot_eval_data_for_multi_hot_training_is_refused(tmp_path):
+    write_day(tmp_path, 0, 8)
+    write_records(tmp_path / "eval.bin", 8)
+    with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'eval.bin'}:0: multi-hot sizes (1, 1,")):
+        open_source(f"mlperf:{npz(tmp_path)}", small(), batch_size=4, seed=0, device=CPU,
+                    eval_spec=f"mlperf:{tmp_path / 'eval.bin'}")
+
+
+def test_a_compressed_npz_is_refused(tmp_path):
+    write_day(tmp_path, 0, 6, save=np.savez_compressed)
+    with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path)}:0: member 0.npy is compressed "
+                                                  "(np.savez_compressed)")):
+        source([npz(tmp_path)], 4)
+
+
+@pytest.mark.parametrize("kind", ["dense", "labels"])
+def test_a_missing_sibling_file_is_named(tmp_path, kind):
+    write_day(tmp_path, 0, 6)
+    (tmp_path / f"day_0_{kind}.npy").unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(f"its {kind} file {tmp_path / f'day_0_{kind}.npy'} is "
+                                                          "missing")):
+        open_source(f"mlperf:{npz(tmp_path)}", small(), batch_size=4, seed=0, device=CPU)
+
+
+def test_row_counts_that_differ_are_refused(tmp_path):
+    arrays = write_day(tmp_path, 0, 6)
+    np.save(tmp_path / "day_0_dense.npy", arrays["dense"][:5])
+    with pytest.raises(DataError, match=re.escape(f"row counts differ: {tmp_path / 'day_0_labels.npy'} 6, "
+                                                  f"{tmp_path / 'day_0_dense.npy'} 5")):
+        source([npz(tmp_path)], 4)
+
+
+def test_widths_that_differ_between_days_are_refused(tmp_path):
+    write_day(tmp_path, 0, 6)
+    write_day(tmp_path, 1, 6, hot=HOT[:3] + (4,) + HOT[4:])
+    with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path, 1)}:0: member 3.npy holds 4 ids per row but "
+                                                  f"{npz(tmp_path, 0)}'s 2")):
+        source([npz(tmp_path, 0), npz(tmp_path, 1)], 4)
+
+
+@pytest.mark.parametrize("member,array,found", [
+    ("4", np.zeros((6, 2), np.int64), "found int64 [6, 2]"),
+    ("4", np.zeros(6, np.int32), "found int32 [6]"),
+    ("25", None, None),
+])
+def test_a_malformed_or_missing_member_is_named(tmp_path, member, array, found):
+    arrays = write_day(tmp_path, 0, 6)
+    members = {str(f): ids for f, ids in enumerate(arrays["ids"])}
+    if array is None:
+        del members[member]
+    else:
+        members[member] = array
+    np.savez(npz(tmp_path), **members)
+    problem = f"member {member}.npy: expected int32 [rows, ids >= 1], {found}" if found else f"no member {member}.npy"
+    with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path)}:0: {problem}")):
+        source([npz(tmp_path)], 4)
+
+
+def test_training_runs_on_a_multi_hot_day(tmp_path):
+    write_day(tmp_path, 0, 24)
+    result = CliRunner().invoke(app, ["train", "--data", f"mlperf:{npz(tmp_path)}", "--steps", "2", "--batch-size", "8",
+                                      "--row-cap", "64", "--device", "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("rows", [1, 7, 40_000_000, 2**31 - 1, 2**31, 2**40])
+def test_ids_mod_rows_in_int32_equals_the_int64_remainder(rows):
+    """The int32 remainder (5x faster than numpy's int64 one) is exact for every table size, 2^31 rows and more
+    too (an int32 id is then its own row)."""
+    from polyrec.data.multihot import ids_mod_rows
+
+    ids = np.random.default_rng(rows % 1000).integers(0, 2**31 - 1, size=(64, 3), endpoint=True).astype(np.int32)
+    ids[0, 0] = 2**31 - 1
+    got = ids_mod_rows(ids, rows)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got.astype(np.int64), ids.astype(np.int64) % rows)
+
+
+def test_a_batch_owns_its_arrays_and_leaves_the_files_as_they_are(tmp_path):
+    """A batch of one day's good rows is built without copying them row by row (``joined``): its tensors must still
+    be its own (writable, not the read-only map of the file), and writing them leaves the file as it was."""
+    arrays = write_day(tmp_path, 0, 8, seed=3)
+    batch = source([npz(tmp_path)], 8).next_batch()
+    for name in ("dense", "values", "labels"):
+        tensor = getattr(batch, name)
+        assert tensor.numpy().flags.writeable, name
+        tensor.fill_(0)
+    np.testing.assert_array_equal(np.load(tmp_path / "day_0_dense.npy"), arrays["dense"])
+    np.testing.assert_array_equal(np.load(npz(tmp_path))["0"], arrays["ids"][0])
