@@ -76,9 +76,41 @@ def run(x):
 """
 
 
+COPY_REF = """import torch
+
+SHAPES = [(100,), (1000,), (3000,)]
+
+
+def make_inputs(shape, generator):
+    return (torch.randn(shape, generator=generator),)
+
+
+def copy(x):
+    return x.clone()
+"""
+COPY_PAST_THE_END = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs <= n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+def run(x):
+    out = torch.empty_like(x)
+    kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    return out
+"""
+
+
 @pytest.fixture(scope="module")
 def refs_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("refs")
+    (folder / "migrate_ref_copy.py").write_text(COPY_REF)
     (folder / "migrate_ref_neighbours.py").write_text(NEIGHBOUR_REF)
     (folder / "migrate_ref_transposed.py").write_text(TRANSPOSED_REF)
     return folder
@@ -114,12 +146,13 @@ def test_a_port_writing_a_value_allocated_output_in_bounds_is_accepted(allocate,
 
 
 def test_a_load_past_the_end_of_an_input_is_rejected(tmp_path):
-    """Was: the read past x's end took whatever the heap held there; now it reads the guard band's NaN."""
+    """Was: the read past x's end took whatever the heap held there; now it reads the guard band's poison (the
+    float maximum in the first run, where outputs are poisoned with NaN)."""
     candidate = tmp_path / "neighbours.py"
     candidate.write_text(NEIGHBOUR_SUM.format(next_mask="mask"))  # i + 1 < n not checked: loads x[n]
     report = verify(candidate, "migrate_ref_neighbours:neighbour_sum", NUMERICS)
     assert not report.accepted and report.stages["numerics"] == "fail"
-    assert any("case 0 (shape (1,)" in f and "NaN in output" in f and "load outside an input" in f
+    assert any("case 0 (shape (1,)" in f and "wrong values" in f and "load outside an input" in f
                for f in report.failures), report.failures
 
 
@@ -157,3 +190,14 @@ def test_inputs_keep_their_strides_and_may_be_viewed(tmp_path):
     candidate.write_text(TRANSPOSED_DOUBLE)
     report = verify(candidate, "migrate_ref_transposed:double", NUMERICS)
     assert report.accepted, report.failures
+
+
+def test_a_copy_one_past_both_ends_is_rejected(tmp_path):
+    """``offs <= n`` on the load and the store copies the input's band into the output's: with the same poison in
+    both (NaN into NaN, then the float maximum into itself) the output's band was left as it was, and the port
+    accepted. The inputs' bands hold the other run's poison."""
+    candidate = tmp_path / "copy_port.py"
+    candidate.write_text(COPY_PAST_THE_END)
+    report = verify(candidate, "migrate_ref_copy:copy", NUMERICS)
+    assert not report.accepted and report.stages["numerics"] == "fail"
+    assert any("a store landed outside" in f for f in report.failures), report.failures

@@ -166,16 +166,16 @@ class _Poison:
             return tensor.isnan()
         return tensor == self.value(tensor.dtype, second)
 
-    def _storage(self, tensor: Any, keep: bool) -> Any:
+    def _storage(self, tensor: Any, keep: bool, second: bool) -> Any:
         """A poisoned storage ``GUARD_BYTES`` longer at each end than ``tensor``'s, holding a copy of its bytes
         between the bands when ``keep``; the bands are kept to check with ``overrun``. [pad + span + pad]"""
         size, nbytes = tensor.element_size(), tensor.untyped_storage().nbytes()
         pad, span = -(-GUARD_BYTES // size), -(-nbytes // size)
         buf = self.empty((pad + span + pad,), dtype=tensor.dtype, device=tensor.device)
-        buf.fill_(self.value(tensor.dtype, self.second))
+        buf.fill_(self.value(tensor.dtype, second))
         if keep:
             _bytes(self.torch, buf)[pad * size:pad * size + nbytes].copy_(_bytes(self.torch, tensor))
-        self.guards += [(buf[:pad], self.second), (buf[pad + span:], self.second)]
+        self.guards += [(buf[:pad], second), (buf[pad + span:], second)]
         self.bodies[buf.untyped_storage().data_ptr()] = buf[pad:pad + span]
         return buf
 
@@ -187,11 +187,13 @@ class _Poison:
 
     def guarded(self, tensor: Any, keep: bool) -> Any:
         """``tensor`` moved into a guarded storage (``_storage``): its values too when ``keep``, else poison."""
-        return self._view(self._storage(tensor, keep), tensor)
+        return self._view(self._storage(tensor, keep, self.second), tensor)
 
     def guard_inputs(self, inputs: tuple) -> tuple:
         """A copy of each tensor input in a guarded storage, bytes, shape and strides kept (so a load past its end
-        reads the poison); inputs sharing a storage share the copy."""
+        reads the poison); inputs sharing a storage share the copy. Their bands hold the other poison than this
+        run's allocations: a value loaded past an input's end and stored past an output's (``offs <= n`` on both)
+        must change the output's band, which the same poison (NaN into NaN) left as it was."""
         copies: dict[tuple[int, Any], Any] = {}
 
         def guard(x: Any) -> Any:
@@ -199,7 +201,7 @@ class _Poison:
                 return x
             key = (x.untyped_storage().data_ptr(), x.dtype)
             if key not in copies:
-                copies[key] = self._storage(x, keep=True)
+                copies[key] = self._storage(x, keep=True, second=not self.second)
             return self._view(copies[key], x)
 
         return tuple(guard(x) for x in inputs)
