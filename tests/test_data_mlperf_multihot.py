@@ -213,7 +213,7 @@ def test_widths_that_differ_between_days_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("member,array,found", [
-    ("4", np.zeros((6, 2), np.int64), "found int64 [6, 2]"),
+    ("4", np.zeros((6, 2), np.float64), "found float64 [6, 2]"),  # int64 and other integer ids are read
     ("4", np.zeros(6, np.int32), "found int32 [6]"),
     ("25", None, None),
 ])
@@ -225,7 +225,8 @@ def test_a_malformed_or_missing_member_is_named(tmp_path, member, array, found):
     else:
         members[member] = array
     np.savez(npz(tmp_path), **members)
-    problem = f"member {member}.npy: expected int32 [rows, ids >= 1], {found}" if found else f"no member {member}.npy"
+    expected = "expected integer ids [rows, ids >= 1] (MLPerf's int32)"
+    problem = f"member {member}.npy: {expected}, {found}" if found else f"no member {member}.npy"
     with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path)}:0: {problem}")):
         source([npz(tmp_path)], 4)
 

@@ -67,6 +67,27 @@ def fleet_with_host_memory(text: str, host_memory_gb: float | None) -> Fleet:
     return dataclasses.replace(parse_fleet(text), host_memory_bytes=host_memory_bytes(host_memory_gb))
 
 
+def compare_kinds(compare: str) -> list[str]:
+    """The device kinds ``--compare`` names, as the catalog spells them; an entry that is a fleet (``H200x8``)
+    is refused naming its kind (--compare finds each kind's fleet itself)."""
+    kinds = []
+    for entry in _csv(compare):
+        try:
+            kinds.append(get_device(entry).name)
+        except UnknownDeviceError:
+            try:
+                fleet = parse_fleet(entry)
+            except FleetError:
+                fleet = None
+            if fleet is None or len(fleet.groups) != 1:
+                raise
+            kind = fleet.groups[0].device
+            raise FleetError(f"--compare names device kinds, not fleets: {entry!r} is a fleet of {fleet.world_size} "
+                             f"{kind}; give {kind} (--compare finds each kind's smallest fleet; with --codesign, "
+                             "--fleet gives the shape)") from None
+    return kinds
+
+
 def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
     """The fleets --codesign designs for: ``fleet``, or each kind of ``compare`` in its shape (as many per
     host, as many hosts)."""
@@ -74,7 +95,7 @@ def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
         return [fleet]
     shape = parse_fleet(fleet)
     hosts = f"@{shape.hosts}" if shape.hosts > 1 else ""
-    kinds = [get_device(kind).name for kind in _csv(compare)]
+    kinds = compare_kinds(compare)
     twice = first_repeat(kinds)
     if twice is not None:  # as --compare without --codesign refuses it
         raise ValueError(f"co-design: {twice} is listed twice")
@@ -91,6 +112,17 @@ def load_model(name: str, distribution: str, one_hot: bool = False) -> ModelSpec
     return model_spec_from_config(config, index_distribution=distribution)
 
 
+def is_one_hot(spec: ModelSpec) -> bool:
+    """Whether every feature of ``spec`` is one lookup per sample (``--one-hot``, or a one-hot preset)."""
+    return all(t.pooling == 1 for t in spec.tables)
+
+
+def model_label(spec: ModelSpec) -> str:
+    """The model's name as titles print it: "(one-hot)" after it where ``is_one_hot``, so that a plan or report says
+    which lookups per sample it priced (the preset's multi-hot ones otherwise)."""
+    return f"{spec.name} (one-hot)" if is_one_hot(spec) else spec.name
+
+
 def per_second(rate: float) -> str:
     """A rate in the unit that keeps three significant digits in view: 3.41M, 512k, 950."""
     for scale, unit in ((1e6, "M"), (1e3, "k")):
@@ -101,8 +133,8 @@ def per_second(rate: float) -> str:
 
 def plan_table(plan: Plan) -> Table:
     s = plan.step
-    t = Table(title=f"{plan.model.name} on {plan.fleet.text}: {per_second(plan.samples_per_s)} samples/s predicted "
-                    f"(batch {plan.batch_per_gpu}/GPU, {plan.dense_dtype} dense, step {s.total_ms:.2f} ms)")
+    t = Table(title=f"{model_label(plan.model)} on {plan.fleet.text}: {per_second(plan.samples_per_s)} samples/s "
+                    f"predicted (batch {plan.batch_per_gpu}/GPU, {plan.dense_dtype} dense, step {s.total_ms:.2f} ms)")
     t.add_column("step term")
     t.add_column("ms", justify="right")
     for label, value in (("embedding fwd", s.embedding_fwd_ms), ("embedding bwd + update", s.embedding_bwd_ms),
@@ -164,8 +196,9 @@ def _print_plan(plan: Plan, console: Console) -> None:
 def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out_dir: Path, as_json: bool,
              host_memory: int | None) -> None:
     rows = what_if(model, list(devices), c, host_memory_bytes=host_memory)
-    title = f"{model.name}: the same model on each accelerator"
-    png, page = write_report(rows, out_dir, title=title, stem=f"whatif_{model.name}")
+    title = f"{model_label(model)}: the same model on each accelerator"
+    stem = f"whatif_{model.name}" + ("_one-hot" if is_one_hot(model) else "")  # not the multi-hot report's files
+    png, page = write_report(rows, out_dir, title=title, stem=stem)
     if as_json:
         print(json.dumps({"rows": [{"fits": r.fits} | {k: getattr(r, k) for k, _ in COLUMNS} for r in rows],
                           "png": str(png), "html": str(page)}, indent=1))
@@ -208,7 +241,7 @@ def _print_designs(model: ModelSpec, results: list[CodesignResult], target: floa
                            "peak_gb_per_gpu": peak_gb_per_gpu(r.plan) if r.plan else None}
                           for r in results], indent=1))
         return
-    t = Table(title=f"co-design of {model.name} for >= {target:,.0f} samples/s")
+    t = Table(title=f"co-design of {model_label(model)} for >= {target:,.0f} samples/s")
     for col in ("fleet", "params (B)", "table rows (M)", "emb dim", "DCN rank x layers", "bottom MLP", "top MLP",
                 "samples/s", "peak GB/GPU"):
         t.add_column(col)
@@ -319,7 +352,8 @@ def plan(
                 _codesign(spec, fleets, target_samples_per_s, c, as_json)
                 return
             if compare:
-                _compare(spec, _csv(compare), c, out_dir or REPORT_DIR, as_json, host_memory_bytes(host_memory_gb))
+                _compare(spec, tuple(compare_kinds(compare)), c, out_dir or REPORT_DIR, as_json,
+                         host_memory_bytes(host_memory_gb))
                 return
             start = time.perf_counter()
             result = make_plan(spec, fleet_with_host_memory(fleet, host_memory_gb), c)

@@ -214,8 +214,12 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
             _report_stopped(trainer, as_json, "peer_failed", "a peer rank failed or stopped answering")
         raise
     if trainer.ctx.is_main:
-        with sigterm_ends_block(_stopped_reporting(cfg, result)):  # the loop's handlers are gone by now
-            _report(result, trainer, as_json)
+        stopped: list[bool] = []
+        written: list[bool] = []  # the --json result line
+        with sigterm_ends_block(_stopped_reporting(cfg, result), stopped):  # the loop's handlers are gone by now
+            _report(result, trainer, as_json, written)
+        if stopped and as_json and not written:  # --json readers learn how the run ended from it
+            typer.echo(_result_line(result))
     return result
 
 
@@ -230,8 +234,9 @@ def _stopped_reporting(cfg: TrainConfig, result: TrainResult) -> str:
     """What a SIGTERM while a finished run reports says: the report cut short, the run's checkpoint (if any)."""
     path = checkpoint_path(Path(cfg.checkpoint_dir).expanduser()) if cfg.checkpoint_dir else None
     kept = f"; its checkpoint is {path}" if path is not None and path.is_file() else ""
-    return (f"{rank_prefix()}{STOPPED} while reporting, after the run ended ({result.status} at step {result.step}): "
-            f"the report is cut short{kept}")
+    ended = (f"nothing to train: the checkpoint is at step {result.step}" if result.nothing_to_train
+             else f"{result.status} at step {result.step}")
+    return f"{rank_prefix()}{STOPPED} while reporting, after the run ended ({ended}): the report is cut short{kept}"
 
 
 def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) -> None:
@@ -242,13 +247,19 @@ def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) 
                                    "final_auc": None, "samples_per_s": None, "message": message}))
 
 
-def _report(result: TrainResult, trainer: Trainer, as_json: bool) -> None:
-    """The result record (--json) or the summary table; a run with nothing to train says so on stderr
-    (and prints no table)."""
+def _result_line(result: TrainResult) -> str:
+    """The ``result`` record of --json."""
+    return jsontext.dumps({"event": "result", "status": result.status, "step": result.step,
+                           "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
+                           "message": result.message})
+
+
+def _report(result: TrainResult, trainer: Trainer, as_json: bool, written: list[bool]) -> None:
+    """The result record (--json; ``True`` appended to ``written`` once it is) or the summary table; a run with
+    nothing to train says so on stderr (and prints no table)."""
     if as_json:
-        typer.echo(jsontext.dumps({"event": "result", "status": result.status, "step": result.step,
-                                   "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
-                                   "message": result.message}))
+        typer.echo(_result_line(result))
+        written.append(True)
     if result.nothing_to_train:
         typer.echo(result.message, err=True)
     elif not as_json:

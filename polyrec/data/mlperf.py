@@ -183,7 +183,8 @@ class RecordSource(Closing):
         return one_pass(self.eval_source, self.num_eval_batches, self.eval_source.name)
 
     def state_dict(self) -> dict:
-        return {"read": self.read, "records": self.total, "bad_rows": self.bad_rows.state_dict()}
+        return {"read": self.read, "records": self.total, "file_records": list(self.records.file_rows),
+                "bad_rows": self.bad_rows.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""
@@ -195,7 +196,9 @@ class RecordSource(Closing):
     def _saved_read(self, state: dict) -> int:
         """The records read that ``state`` saved. A checkpoint from before the fifty-first session saved this
         rank's epoch and position in it (each epoch's blocks dealt from the file's first record: on one rank
-        the same records). A file of another size than the one saved is refused: it changed since."""
+        the same records). A file of another size than the one saved is refused: it changed since: each file's
+        count where the checkpoint has them (``file_records``), else the total (which days of 10 and 6 rows rewritten
+        as 6 and 10 passed)."""
         if "read" not in state:
             epoch, position = int(state["epoch"]), int(state["position"])
             records = rank_records(self.total, self.batch_size, self.rank, self.world_size)
@@ -206,11 +209,25 @@ class RecordSource(Closing):
                                  f"records{share}; restore the file the run was trained on, or start a new "
                                  "--checkpoint-dir")
             return epoch * records + position
+        self._refuse_changed_file(state.get("file_records"))
         if "records" in state and int(state["records"]) != self.total:
             raise ValueError(f"{self.name} changed since the checkpoint was written: it held {state['records']} "
                              f"records, now {self.total}; restore the file the run was trained on, or start a new "
                              "--checkpoint-dir")
         return int(state["read"])
+
+    def _refuse_changed_file(self, saved: list[int] | None) -> None:
+        """ValueError naming the first file whose record count is not the saved one (None: none saved)."""
+        rows = self.records.file_rows
+        if saved is None or list(saved) == rows:
+            return
+        if len(saved) != len(rows):
+            raise ValueError(f"{self.name}: the checkpoint was written reading {len(saved)} files, not these "
+                             f"{len(rows)}; give the files the run was trained on, or start a new --checkpoint-dir")
+        k = next(k for k, (was, now) in enumerate(zip(saved, rows)) if was != now)
+        raise ValueError(f"{self.records.paths[k]} changed since the checkpoint was written: it held {saved[k]} "
+                         f"records, now {rows[k]}; restore the file the run was trained on, or start a new "
+                         "--checkpoint-dir")
 
 
 class OneHotRecords:
@@ -222,7 +239,7 @@ class OneHotRecords:
     def __init__(self, path: Path, total: int) -> None:
         if total == 0:  # before np.memmap, which cannot map an empty file
             raise DataError(str(path), 0, "file holds no complete record")
-        self.paths, self.total = [path], total
+        self.paths, self.total, self.file_rows = [path], total, [total]
         self.records = np.memmap(path, dtype="<i4", mode="r", shape=(total, CRITEO_COLUMNS))  # [N, 40]
 
     def span(self, first: int) -> int:

@@ -10,10 +10,13 @@ the dense and label arrays), for day N three files side by side:
 - ``day_N_sparse_multi_hot.npz``: ``np.savez``'s uncompressed zip of ``0.npy`` .. ``25.npy``, feature f int32
   [rows, hot_f]; hot_f is fixed per feature (MLPerf's ``--multi_hot_sizes`` 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,
   1,12,100,27,10,3,1,1).
+Other tools' days are read too: either byte order, C or Fortran order, ids of any integer type, dense values of any
+float type (a value float32 cannot hold is a bad row), labels [rows] or of any integer, bool or float type, and
+members named ``arr_0.npy`` .. ``arr_25.npy`` (``np.savez(path, *ids)``).
 Ids are taken mod the table rows as they are read (the reference's ``hashes``), so capped tables work. Every
 array is memory-mapped (``polyrec.data.npz``): a day costs memory only for the rows of a batch. A row is bad where
-its label is not 0 or 1, an id is negative or a dense value is not finite. Several days stream one after another
-(``mlperf.RecordSource``), as the files of ``criteo:`` do.
+its label is not 0 or 1, an id is negative or a dense value is not finite (or, stored wider, beyond float32).
+Several days stream one after another (``mlperf.RecordSource``), as the files of ``criteo:`` do.
 """
 
 from __future__ import annotations
@@ -31,16 +34,21 @@ from polyrec.data.types import Batch, DataError, offsets_from_lengths, require_r
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
 MULTI_HOT_SUFFIX = "_sparse_multi_hot.npz"  # day_N's ids (materialize_synthetic_multihot_dataset.py)
-VALUE_BYTES = 4  # int32 labels and ids, float32 dense values
-INT32_MAX = 2**31 - 1
+VALUE_BYTES = 4  # int32 labels and ids, float32 dense values, as MLPerf's days hold them
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # a larger dense value would be inf in the batch
+#: The names of features 0 .. 25's members: TorchRec's, and np.savez's for positional arrays (``np.savez(p, *ids)``).
+MEMBER_NAMINGS = ([f"{f}.npy" for f in range(CRITEO_NUM_CATEGORICAL)],
+                  [f"arr_{f}.npy" for f in range(CRITEO_NUM_CATEGORICAL)])
+#: Members named in a message about an .npz whose feature members are missing (the first and last of them).
+MEMBERS_SHOWN = 4
 
 
 class DayRows(NamedTuple):
     """Rows of one day, in memory: a chunk of ``MultiHotRecords``."""
 
-    labels: np.ndarray  # [n] int32
-    dense: np.ndarray  # [n, 13] float32
-    ids: list[np.ndarray]  # 26 x [n, hot_f] int32
+    labels: np.ndarray  # [n] as stored: int32 in MLPerf's days, any integer, bool or float type
+    dense: np.ndarray  # [n, 13] as stored: float32 in MLPerf's days, any float type
+    ids: list[np.ndarray]  # 26 x [n, hot_f] as stored: int32 in MLPerf's days, any integer type
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +58,10 @@ class Day:
     npz: Path
     dense_path: Path
     labels_path: Path
-    labels: np.ndarray  # [N] int32
-    dense: np.ndarray  # [N, 13] float32
-    ids: tuple[np.ndarray, ...]  # 26 x [N, hot_f] int32
+    labels: np.ndarray  # [N]
+    dense: np.ndarray  # [N, 13]
+    ids: tuple[np.ndarray, ...]  # 26 x [N, hot_f]
+    members: tuple[str, ...]  # the .npz member of each feature's ids ("0.npy", or "arr_0.npy")
 
     @property
     def multi_hot(self) -> tuple[int, ...]:
@@ -73,23 +82,54 @@ def sibling(npz: Path, kind: str) -> Path:
     return require_regular_file(path, f"MLPerf multi-hot {kind}")
 
 
-def two_d(array: NpyArray, dtype: str, width: int | None) -> NpyArray:
-    """``array`` where it is ``dtype`` [rows, width] (any width of at least 1 where None); else DataError naming it."""
-    shape_ok = len(array.shape) == 2 and (array.shape[1] == width if width else array.shape[1] >= 1)
-    if array.dtype != np.dtype(dtype) or not shape_ok:
-        raise array.problem(f"expected {np.dtype(dtype)} [rows, {width or 'ids >= 1'}], found {array.dtype} "
-                            f"{list(array.shape)}")
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype`` as messages name it: "int32", "float64 big-endian"."""
+    return dtype.name if dtype.isnative else f"{dtype.newbyteorder('=').name} big-endian"
+
+
+def checked(array: NpyArray, kinds: str, shape_ok: bool, expected: str) -> NpyArray:
+    """``array`` where its dtype is of numpy ``kinds`` (any width, either byte order) and ``shape_ok``; else DataError
+    naming it and ``expected``."""
+    if array.dtype.kind not in kinds or not shape_ok:
+        raise array.problem(f"expected {expected}, found {dtype_name(array.dtype)} {list(array.shape)}")
     return array
 
 
+def id_array(array: NpyArray) -> NpyArray:
+    return checked(array, "iu", len(array.shape) == 2 and array.shape[1] >= 1,
+                   "integer ids [rows, ids >= 1] (MLPerf's int32)")
+
+
+def labels_array(array: NpyArray) -> NpyArray:
+    """Labels [rows] (other tools') or [rows, 1] (TorchRec's): one per row either way."""
+    return checked(array, "biuf", len(array.shape) == 1 or (len(array.shape) == 2 and array.shape[1] == 1),
+                   "labels [rows] or [rows, 1] (MLPerf's int32 [rows, 1])")
+
+
+def dense_array(array: NpyArray) -> NpyArray:
+    return checked(array, "f", len(array.shape) == 2 and array.shape[1] == CRITEO_NUM_DENSE,
+                   f"floating-point dense values [rows, {CRITEO_NUM_DENSE}] (MLPerf's float32)")
+
+
+def feature_members(npz: Path, members: dict[str, NpyArray]) -> list[str]:
+    """The names of features 0 .. 25's members (``MEMBER_NAMINGS``); DataError naming those missing from the naming
+    the file holds most of, and the members it holds."""
+    names = max(MEMBER_NAMINGS, key=lambda naming: sum(name in members for name in naming))
+    missing = [name for name in names if name not in members]
+    if not missing:
+        return names
+    held = sorted(members, key=lambda name: (len(name), name))
+    shown = held if len(held) <= 2 * MEMBERS_SHOWN else held[:MEMBERS_SHOWN] + ["..."] + held[-MEMBERS_SHOWN:]
+    raise DataError(str(npz), 0, f"no member {', '.join(missing)}: a multi-hot day holds 0.npy .. "
+                                 f"{CRITEO_NUM_CATEGORICAL - 1}.npy, one per categorical feature (or arr_0.npy .. "
+                                 f"arr_{CRITEO_NUM_CATEGORICAL - 1}.npy, np.savez's names for positional arrays); "
+                                 f"the file holds {len(held)} members: {', '.join(shown)}")
+
+
 def id_arrays(npz: Path) -> list[NpyArray]:
-    """The 26 id arrays of the .npz, each int32 [rows, hot_f]; DataError naming a missing or malformed member."""
+    """The 26 id arrays of the .npz, each [rows, hot_f] of integers; DataError naming a missing or malformed member."""
     members = npz_members(npz)
-    missing = [f"{f}.npy" for f in range(CRITEO_NUM_CATEGORICAL) if f"{f}.npy" not in members]
-    if missing:
-        raise DataError(str(npz), 0, f"no member {', '.join(missing)}: a multi-hot day holds 0.npy .. "
-                                     f"{CRITEO_NUM_CATEGORICAL - 1}.npy, one per categorical feature")
-    return [two_d(members[f"{f}.npy"], "<i4", None) for f in range(CRITEO_NUM_CATEGORICAL)]
+    return [id_array(members[name]) for name in feature_members(npz, members)]
 
 
 def same_rows(npz: Path, arrays: dict[str, NpyArray]) -> int:
@@ -112,12 +152,12 @@ def open_day(npz: Path) -> Day:
         raise DataError(str(npz), 0, f"not a day_N{MULTI_HOT_SUFFIX} file: a multi-hot mlperf: list names only "
                                      "those (their dense and label files are found beside them)")
     labels_path, dense_path = sibling(npz, "labels"), sibling(npz, "dense")
-    labels, dense = two_d(npy_file(labels_path), "<i4", 1), two_d(npy_file(dense_path), "<f4", CRITEO_NUM_DENSE)
+    labels, dense = labels_array(npy_file(labels_path)), dense_array(npy_file(dense_path))
     ids = id_arrays(npz)
     same_rows(npz, {str(labels_path): labels, str(dense_path): dense,
-                    **{f"{npz} member {f}.npy": x for f, x in enumerate(ids)}})
-    return Day(npz=npz, dense_path=dense_path, labels_path=labels_path, labels=labels.map()[:, 0],
-               dense=dense.map(), ids=tuple(x.map() for x in ids))
+                    **{f"{npz} member {x.member}": x for x in ids}})
+    return Day(npz=npz, dense_path=dense_path, labels_path=labels_path, labels=labels.map().reshape(-1),
+               dense=dense.map(), ids=tuple(x.map() for x in ids), members=tuple(x.member for x in ids))
 
 
 def same_multi_hot(days: list[Day]) -> tuple[int, ...]:
@@ -126,26 +166,29 @@ def same_multi_hot(days: list[Day]) -> tuple[int, ...]:
     for day in days[1:]:
         f = next((f for f, (a, b) in enumerate(zip(day.multi_hot, first.multi_hot)) if a != b), None)
         if f is not None:
-            raise DataError(str(day.npz), 0, f"member {f}.npy holds {day.multi_hot[f]} ids per row but {first.npz}'s "
-                                             f"{first.multi_hot[f]}: the days' multi-hot sizes must agree")
+            raise DataError(str(day.npz), 0, f"member {day.members[f]} holds {day.multi_hot[f]} ids per row but "
+                                             f"{first.npz}'s {first.multi_hot[f]}: the days' multi-hot sizes must "
+                                             "agree")
     return first.multi_hot
 
 
 def ids_mod_rows(ids: np.ndarray, rows: int) -> np.ndarray:
-    """int32 ids [B, hot] (non-negative) mod ``rows``, in int32: exact (both below 2^31), and numpy's int64 remainder
-    took about 5x as long (0.46 against 0.09 s for a batch of 65536 MLPerf rows on the 2-core development machine).
-    A table of 2^31 rows or more holds every int32 id as it is."""
-    return ids % np.int32(rows) if rows <= INT32_MAX else ids
+    """Integer ids [B, hot] (non-negative) mod ``rows``, in the ids' own type: exact (both fit it), and for MLPerf's
+    int32 ids numpy's int64 remainder took about 5x as long (0.46 against 0.09 s for a batch of 65536 MLPerf rows on
+    the 2-core development machine). A table of more rows than the type's largest id holds every id as it is."""
+    return ids % ids.dtype.type(rows) if rows <= np.iinfo(ids.dtype).max else ids
 
 
 def multi_hot_batch(labels: np.ndarray, dense: np.ndarray, ids: list[np.ndarray], table_rows: np.ndarray) -> Batch:
-    """labels [B], dense [B, 13] (already transformed), ids 26 x [B, hot_f] (non-negative) -> a Batch, feature-major,
-    bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``."""
+    """labels [B] (0 or 1), dense [B, 13] (already transformed, within float32), ids 26 x [B, hot_f] (non-negative)
+    -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``. The ids are
+    widened to int64 as they are joined (a third of the time of widening the joined int32s with torch)."""
     b = labels.shape[0]
-    values = np.concatenate([ids_mod_rows(x, int(rows)).reshape(-1) for x, rows in zip(ids, table_rows)])
+    values = np.concatenate([ids_mod_rows(x, int(rows)).reshape(-1) for x, rows in zip(ids, table_rows)],
+                            dtype=np.int64)
     lengths = torch.tensor([x.shape[1] for x in ids], dtype=torch.int64).repeat_interleave(b)  # [F*B]
     return Batch(dense=torch.from_numpy(np.array(dense, dtype=np.float32)),  # a copy: ``dense`` may be the file's map
-                 values=torch.from_numpy(values).to(torch.int64),  # [B * sum(hot)]
+                 values=torch.from_numpy(values),  # [B * sum(hot)]
                  offsets=offsets_from_lengths(lengths),  # [F*B+1]
                  labels=torch.from_numpy(labels.astype(np.float32)))
 
@@ -165,7 +208,8 @@ class MultiHotRecords:
         self.paths = [Path(p) for p in paths]
         self.days = [open_day(p) for p in self.paths]
         self.multi_hot = same_multi_hot(self.days)
-        self.starts = np.cumsum([0] + [day.labels.shape[0] for day in self.days])  # [D+1], each day's first row
+        self.file_rows = [day.labels.shape[0] for day in self.days]
+        self.starts = np.cumsum([0] + self.file_rows)  # [D+1], each day's first row
         self.total = int(self.starts[-1])
         self.row_bytes = VALUE_BYTES * (1 + CRITEO_NUM_DENSE + sum(self.multi_hot))
 
@@ -182,21 +226,23 @@ class MultiHotRecords:
 
     def good(self, chunk: DayRows) -> np.ndarray:
         negative = np.logical_or.reduce([(x < 0).any(axis=1) for x in chunk.ids])  # [n]
-        return ((chunk.labels == 0) | (chunk.labels == 1)) & ~negative & np.isfinite(chunk.dense).all(axis=1)
+        in_float32 = (np.abs(chunk.dense) <= FLOAT32_MAX).all(axis=1)  # finite, and within float32 where wider
+        return ((chunk.labels == 0) | (chunk.labels == 1)) & ~negative & in_float32
 
     def error(self, chunk: DayRows, i: int, first: int) -> DataError:
         day = self.days[self._day(first)]
         number = first - int(self.starts[self._day(first)]) + i + 1  # 1-based in the day's files
-        label = int(chunk.labels[i])
+        label = chunk.labels[i].item()  # as stored: 2, 0.5, nan
         if label not in (0, 1):
             return DataError(str(day.labels_path), number, f"row {number}: label must be 0 or 1, got {label}")
         f = next((f for f, x in enumerate(chunk.ids) if (x[i] < 0).any()), None)
         if f is not None:
-            return DataError(str(day.npz), number, f"row {number}: member {f}.npy holds a negative id "
+            return DataError(str(day.npz), number, f"row {number}: member {day.members[f]} holds a negative id "
                                                    f"({int(chunk.ids[f][i].min())})")
-        j = int(np.flatnonzero(~np.isfinite(chunk.dense[i]))[0])
-        return DataError(str(day.dense_path), number, f"row {number}: dense feature {j + 1} is {chunk.dense[i, j]}, "
-                                                      "not finite")
+        j = int(np.flatnonzero(~(np.abs(chunk.dense[i]) <= FLOAT32_MAX))[0])
+        value = chunk.dense[i, j]
+        why = "not finite" if not np.isfinite(value) else "beyond float32's range"
+        return DataError(str(day.dense_path), number, f"row {number}: dense feature {j + 1} is {value}, {why}")
 
     def batch(self, parts: list[tuple[DayRows, np.ndarray]], table_rows: np.ndarray) -> Batch:
         ids = [joined([(chunk.ids[f], good) for chunk, good in parts]) for f in range(len(self.multi_hot))]

@@ -52,9 +52,23 @@ def data_path(arg: str) -> Path:
 
 def listed_paths(kind: str, arg: str) -> list[Path]:
     """The files of ``KIND:PATH[,PATH...]``, ``~`` expanded in each."""
-    if "" in arg.split(","):  # Path("") is the working directory: "path . is a directory" said nothing useful
+    parts = arg.split(",")
+    if "" in parts:  # Path("") is the working directory: "path . is a directory" said nothing useful
         raise ValueError(f"{kind}:{arg}: an empty path in the comma-separated list")
-    return [data_path(p) for p in arg.split(",")]
+    if not all(data_path(p).exists() for p in parts):
+        refuse_comma_in_path(kind, parts)
+    return [data_path(p) for p in parts]
+
+
+def refuse_comma_in_path(kind: str, parts: list[str]) -> None:
+    """ValueError where consecutive ``parts`` of a list joined by their commas name a file or directory: a path
+    holding a comma, which the list cut in two (it said "file not found" for the part before the comma)."""
+    for first in range(len(parts)):
+        for stop in range(first + 2, len(parts) + 1):
+            path = data_path(",".join(parts[first:stop]))
+            if path.exists():
+                raise ValueError(f"{path} holds a comma, which separates the paths of {kind}:PATH[,PATH...]: link "
+                                 "or move it to a path without one")
 
 
 def criteo_paths(arg: str) -> list[Path]:

@@ -159,6 +159,7 @@ class Records(Protocol[C]):
 
     paths: list[Path]  # the files, in the stream's order (named by messages about all of them)
     total: int  # rows in all the files, at least 1
+    file_rows: list[int]  # rows in each file, in the stream's order (a resume refuses files whose counts changed)
     row_bytes: int  # bytes one row takes in memory
     multi_hot: tuple[int, ...]  # ids per row of each feature
 

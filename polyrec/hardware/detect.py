@@ -21,6 +21,9 @@ from polyrec.hardware.types import PEAK_DTYPES, DeviceSpec, TritonTarget
 MEMORY_MATCH_TOLERANCE = 0.15
 #: The name of a GPU the catalog lacks whose reported name holds no character of a device name.
 UNNAMED_GPU = "unknown-gpu"
+#: Put after the fallback name of a GPU the catalog lacks that its driver reports by a catalog device's name
+#: (another memory size or SM count): its calibration must not be written as that device's.
+UNMATCHED_SUFFIX = "-unmatched"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,9 +113,11 @@ def fallback_name(reported: str) -> str:
     """A device name (catalog.DEVICE_NAME, one device in ``--fleet``) for a GPU the catalog lacks, from the name
     torch ``reported``: each run of other characters (spaces, '/', non-ASCII) one '-', the ends' '-', '.' and '_'
     taken off (no '../' left to put its calibration file outside the cache), a count-like ending kept from
-    ``--fleet`` (``fleet_safe``); UNNAMED_GPU where nothing is left."""
-    name = NOT_IN_NAMES.sub("-", reported).strip("-._")
-    return fleet_safe(name) if name else UNNAMED_GPU
+    ``--fleet`` (``fleet_safe``); UNNAMED_GPU where nothing is left; UNMATCHED_SUFFIX added where that is a catalog
+    device's name, in any case (calibrate.calibration_path lowers it)."""
+    name = fleet_safe(NOT_IN_NAMES.sub("-", reported).strip("-._")) or UNNAMED_GPU
+    taken = {known.lower() for known in catalog()}
+    return name + UNMATCHED_SUFFIX if name.lower() in taken else name
 
 
 def spec_from_props(props: DeviceProps) -> DeviceSpec:

@@ -266,6 +266,17 @@ _FLEET_ITEM = re.compile(r"^\s*([A-Za-z0-9_.-]+?)\s*[xX\*]\s*(-?\d+)\s*$")
 FLEET_SYNTAX = "KINDxCOUNT[,KINDxCOUNT][@HOSTS], e.g. H200x8, MI300Xx8@4 or H100x4,H200x4"
 
 
+def _glued_count(entry: str, devices: Sequence[str]) -> str | None:
+    """The fleet entry meant where a count is glued to a device kind ending in 'x' (``MI300X8``, read as 8 of
+    'MI300': ``MI300Xx8``), or None."""
+    for device in devices:
+        count = entry[len(device):]
+        if (device[-1] in "xX" and entry[:len(device)].lower() == device.lower() and count.isascii()
+                and count.isdecimal() and int(count) >= 1):
+            return f"{device}x{int(count)}"
+    return None
+
+
 def parse_fleet(text: str) -> Fleet:
     """Parse ``KINDxCOUNT[,KINDxCOUNT][@HOSTS]`` (a bare ``KIND`` means one device)."""
     body, at, hosts_text = text.strip().partition("@")
@@ -276,15 +287,19 @@ def parse_fleet(text: str) -> Fleet:
         hosts = int(hosts_text)
     groups: list[DeviceGroup] = []
     valid = sorted(catalog())
+    lowered = {name.lower() for name in valid}
     for item in body.split(","):
-        match = None if item.strip() in valid else _FLEET_ITEM.match(item)  # a whole device name is that device
+        whole = item.strip().lower() in lowered  # a whole device name is that device, in any case (get_device)
+        match = None if whole else _FLEET_ITEM.match(item)
         name, count = (match.group(1), int(match.group(2))) if match else (item.strip(), 1)
         if not name:
             raise FleetError(f"fleet {text!r}: empty device entry; syntax {FLEET_SYNTAX}")
         try:
             spec = get_device(name)
         except UnknownDeviceError:
-            raise FleetError(f"fleet {text!r}: unknown device {name!r}; valid devices: {', '.join(valid)}") from None
+            meant = _glued_count(item.strip(), valid)
+            hint = f"; did you mean {meant} (KINDxCOUNT)? Valid devices: " if meant else "; valid devices: "
+            raise FleetError(f"fleet {text!r}: unknown device {name!r}{hint}{', '.join(valid)}") from None
         if count < 1:
             raise FleetError(f"fleet {text!r}: count of {name} must be a positive integer (>= 1), got {count}")
         groups.append(DeviceGroup(device=spec.name, count=count))

@@ -14,8 +14,10 @@ Refused, with the tables named: host-memory placement (the trainer keeps every t
 several row dtypes or optimizers across tables (the trainer's tables share one of each). Refused too:
 with synthetic data, an index distribution it does not draw (log_uniform); on several ranks, overlap
 "pipeline" (the trainer has no overlap setting: its ranks overlap as "ddp" prices, and one rank has
-nothing to overlap); and a plan for another model (its table rows, lookups per sample, embedding dim or dense
-half: a co-designed plan may change any of them) or another number of ranks.
+nothing to overlap); and a plan for another model (its table rows, embedding dim or dense half: a co-designed
+plan may change any of them) or another number of ranks. A plan priced for other lookups per sample than the
+data makes (``polyrec plan --one-hot`` or not) is taken with a warning that says which plan would price them
+(``check_data_model``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from polyrec.models import PRESETS, ModelConfig
+from polyrec.models import PRESETS, ModelConfig, preset
 from polyrec.planner.types import TRAINABLE_DENSE_DTYPES, DenseSpec, ModelSpec, Plan, model_spec_from_config
 from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
 
@@ -92,7 +94,18 @@ def check_data_model(path: Path, plan: Plan, adapted: ModelConfig) -> str | None
         raise ValueError(f"{path}: this run's data builds another model than the plan's ("
                          + "; ".join(differ) + "): train without --plan, or plan that model")
     return (f"{path}: the plan was priced for other lookups per sample than this run's data makes ("
-            + "; ".join(differ) + "): its choices are taken, its predicted step time and memory are not this run's")
+            + "; ".join(differ) + "): its choices are taken, its predicted step time and memory are not this run's; "
+            + _replan(adapted))
+
+
+def _replan(adapted: ModelConfig) -> str:
+    """Which ``polyrec plan`` prices the lookups per sample of the model this run's data shaped, or that none does."""
+    if set(adapted.multi_hot) == {1}:
+        return f"for them, re-plan with `polyrec plan --model {adapted.name} --one-hot`"
+    if adapted.name in PRESETS and preset(adapted.name).multi_hot == tuple(adapted.multi_hot):
+        return (f"for them, re-plan with `polyrec plan --model {adapted.name}` (without --one-hot: the preset's "
+                "lookups per sample)")
+    return "`polyrec plan` prices the preset's lookups per sample or one per feature (--one-hot), not this data's"
 
 
 def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:
