@@ -1,0 +1,101 @@
+"""How fast MLPerf's multi-hot days feed a training step: the reader alone, and the step on them against synthetic data.
+
+``mlperf:DIR/day_N_sparse_multi_hot.npz`` (polyrec/data/multihot.py) builds each batch on the training thread from
+memory-mapped files. This writes one day of ``--rows`` random rows at MLPerf's widths (214 ids a row) to a
+temporary folder, times ``next_batch`` alone (the day in the page cache after its first pass), then trains
+``mlperf-dcnv2`` (tables capped at ``ROW_CAP`` rows: the dense half and the batch are the full model's) on it and on
+``synthetic:uniform`` (made on the device) with ``Trainer.benchmark``: step time and its data phase.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/multihot_reader.py [--rows 1048576] [--steps 20]
+
+Writes ``multihot_reader_<gpu>_<date>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: Rows per table at most: the step's dense half and batch are the full model's, in a fraction of the memory.
+ROW_CAP = 4_000_000
+#: Batches read before the reader's timed ones (the first pass brings the day into the page cache).
+READ_WARMUP = 2
+
+
+def write_day(folder: Path, rows: int, multi_hot: tuple[int, ...], seed: int = 0) -> Path:
+    """Day 0 of ``rows`` random rows in MLPerf's layout under ``folder``; returns its .npz."""
+    rng = np.random.default_rng(seed)
+    np.save(folder / "day_0_dense.npy", rng.random((rows, 13), dtype=np.float32))
+    np.save(folder / "day_0_labels.npy", rng.integers(0, 2, (rows, 1), dtype=np.int32))
+    npz = folder / "day_0_sparse_multi_hot.npz"
+    np.savez(npz, **{str(f): rng.integers(0, 2**31 - 1, (rows, hot), dtype=np.int32)
+                     for f, hot in enumerate(multi_hot)})
+    return npz
+
+
+def time_reader(spec: str, batch: int, reads: int) -> list[float]:
+    """Seconds of each of ``reads`` ``next_batch`` calls on ``spec`` (host only), after READ_WARMUP."""
+    import torch
+
+    from polyrec.data import open_source
+    from polyrec.models.config import preset
+
+    source = open_source(spec, preset("mlperf-dcnv2").with_capped_rows(ROW_CAP), batch_size=batch, seed=0,
+                         device=torch.device("cpu"))
+    for _ in range(READ_WARMUP):
+        source.next_batch()
+    seconds = []
+    for _ in range(reads):
+        start = time.perf_counter()
+        source.next_batch()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def time_steps(data: str, batch: int, steps: int) -> dict:
+    """``Trainer.benchmark`` of mlperf-dcnv2 on ``data`` (GPU)."""
+    from polyrec.runtime import TrainConfig, Trainer
+
+    trainer = Trainer(TrainConfig(preset="mlperf-dcnv2", data=data, batch_size=batch, steps=10**9, device="cuda",
+                                  row_cap=ROW_CAP, cuda_graphs=False), progress=False)
+    timed = trainer.benchmark(warmup=3, steps=steps)
+    trainer.source.close()
+    return {k: timed[k] for k in ("ms_per_step", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms")}
+
+
+def main() -> None:
+    from polyrec.models.config import preset
+    from polyrec.results import write_results
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1 << 20, help="rows in the day written")
+    parser.add_argument("--batch", type=int, default=65536)
+    parser.add_argument("--reads", type=int, default=8, help="timed next_batch calls")
+    parser.add_argument("--steps", type=int, default=20, help="timed training steps per data")
+    args = parser.parse_args()
+    multi_hot = preset("mlperf-dcnv2").multi_hot
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        spec = f"mlperf:{write_day(Path(folder), args.rows, multi_hot)}"
+        print(f"wrote {args.rows} rows in {time.perf_counter() - start:.1f} s", flush=True)
+        reads = time_reader(spec, args.batch, args.reads)
+        rows = [{"data": "multi-hot day", **time_steps(spec, args.batch, args.steps)},
+                {"data": "synthetic:uniform", **time_steps("synthetic:uniform", args.batch, args.steps)}]
+    for row in rows:
+        row["samples_per_s"] = args.batch / row["ms_per_step"] * 1e3
+        print(row, flush=True)
+    summary = {"reader_s_per_batch_median": statistics.median(reads), "reader_s_per_batch_min": min(reads),
+               "reader_samples_per_s": args.batch / statistics.median(reads),
+               "step_ratio_day_vs_synthetic": rows[0]["ms_per_step"] / rows[1]["ms_per_step"],
+               "rows": args.rows, "batch": args.batch, "row_cap": ROW_CAP, "ids_per_row": sum(multi_hot)}
+    print(summary, flush=True)
+    write_results("multihot_reader", {"reads_s": reads, "steps": rows}, rows=rows, summary=summary)
+
+
+if __name__ == "__main__":
+    main()
