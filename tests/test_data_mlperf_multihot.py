@@ -241,14 +241,29 @@ def test_training_runs_on_a_multi_hot_day(tmp_path):
 @pytest.mark.parametrize("rows", [1, 7, 40_000_000, 2**31 - 1, 2**31, 2**40])
 def test_ids_mod_rows_in_int32_equals_the_int64_remainder(rows):
     """The int32 remainder (5x faster than numpy's int64 one) is exact for every table size, 2^31 rows and more
-    too (an int32 id is then its own row)."""
+    too (an int32 id is then its own row), widened to int64 as it is written."""
     from polyrec.data.multihot import ids_mod_rows
 
     ids = np.random.default_rng(rows % 1000).integers(0, 2**31 - 1, size=(64, 3), endpoint=True).astype(np.int32)
     ids[0, 0] = 2**31 - 1
-    got = ids_mod_rows(ids, rows)
-    assert got.dtype == np.int32
-    np.testing.assert_array_equal(got.astype(np.int64), ids.astype(np.int64) % rows)
+    out = np.full((64, 3), -1, dtype=np.int64)
+    ids_mod_rows(ids, rows, out)
+    np.testing.assert_array_equal(out, ids.astype(np.int64) % rows)
+
+
+@pytest.mark.parametrize("dtype", ["<i4", ">i4", "<i8", "<u4", ">u8", "<i2"])
+def test_joined_ids_split_over_threads_equal_the_feature_major_remainders(dtype):
+    """A batch's ids are written by tasks of TASK_ROWS rows of one feature on several threads: every element once,
+    in feature-major order, for a batch not a whole number of tasks and ids of any integer type."""
+    from polyrec.data.multihot import TASK_ROWS, joined_ids
+
+    rng = np.random.default_rng(5)
+    b, widths, table_rows = 2 * TASK_ROWS + 3, (1, 7, 2), np.array([3, 1000, 2**40])
+    high = np.iinfo(np.dtype(dtype)).max
+    ids = [rng.integers(0, high, size=(b, w), endpoint=True, dtype=np.dtype(dtype).newbyteorder("=")).astype(dtype)
+           for w in widths]
+    want = np.concatenate([(x.astype(object) % int(rows)).reshape(-1) for x, rows in zip(ids, table_rows)])  # exact
+    np.testing.assert_array_equal(joined_ids(ids, table_rows), want)
 
 
 def test_a_batch_owns_its_arrays_and_leaves_the_files_as_they_are(tmp_path):

@@ -21,6 +21,8 @@ Several days stream one after another (``mlperf.RecordSource``), as the files of
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -172,25 +174,61 @@ def same_multi_hot(days: list[Day]) -> tuple[int, ...]:
     return first.multi_hot
 
 
-def ids_mod_rows(ids: np.ndarray, rows: int) -> np.ndarray:
-    """Integer ids [B, hot] (non-negative) mod ``rows``, in the ids' own type: exact (both fit it), and for MLPerf's
-    int32 ids numpy's int64 remainder took about 5x as long (0.46 against 0.09 s for a batch of 65536 MLPerf rows on
-    the 2-core development machine). A table of more rows than the type's largest id holds every id as it is."""
-    return ids % ids.dtype.type(rows) if rows <= np.iinfo(ids.dtype).max else ids
+#: Threads that write a batch's ids (numpy releases the GIL in its loops), and rows of one feature per task (the
+#: 100-hot feature alone holds 47% of MLPerf's ids: split by rows, the tasks even out).
+ID_THREADS = min(8, os.cpu_count() or 1)
+TASK_ROWS = 4096
+
+
+def ids_mod_rows(ids: np.ndarray, rows: int, out: np.ndarray) -> None:
+    """``out`` [B, hot] int64 := integer ids [B, hot] (non-negative) mod ``rows``, computed in the ids' own type (exact:
+    both fit it; numpy's int64 remainder of int32 ids took about 5x as long) and widened as it is written. A table
+    of more rows than the type's largest id holds every id as it is."""
+    if rows > np.iinfo(ids.dtype).max:
+        out[...] = ids
+    else:  # below rows: fits int64 whatever the ids' type
+        np.remainder(ids, ids.dtype.type(rows), out=out, casting="unsafe")
+
+
+def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray) -> np.ndarray:
+    """ids 26 x [B, hot_f] -> values [B * sum(hot)] int64, feature-major, each mod its table's rows; the work split
+    over ID_THREADS threads by feature and TASK_ROWS rows (on one thread the reader took 0.089 s per 65536 MLPerf
+    rows on an H100 host, ``benchmarks/multihot_reader.py`` at e993641)."""
+    b = ids[0].shape[0]
+    starts = np.cumsum([0] + [b * x.shape[1] for x in ids])  # [F+1]
+    values = np.empty(int(starts[-1]), dtype=np.int64)
+    tasks = [(f, lo, min(lo + TASK_ROWS, b)) for f in range(len(ids)) for lo in range(0, b, TASK_ROWS)]
+
+    def write(task: tuple[int, int, int]) -> None:
+        f, lo, hi = task
+        hot = ids[f].shape[1]
+        ids_mod_rows(ids[f][lo:hi], int(table_rows[f]),
+                     values[starts[f] + lo * hot:starts[f] + hi * hot].reshape(hi - lo, hot))
+
+    with ThreadPoolExecutor(ID_THREADS) as pool:
+        list(pool.map(write, tasks))
+    return values
 
 
 def multi_hot_batch(labels: np.ndarray, dense: np.ndarray, ids: list[np.ndarray], table_rows: np.ndarray) -> Batch:
     """labels [B] (0 or 1), dense [B, 13] (already transformed, within float32), ids 26 x [B, hot_f] (non-negative)
-    -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``. The ids are
-    widened to int64 as they are joined (a third of the time of widening the joined int32s with torch)."""
+    -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``."""
     b = labels.shape[0]
-    values = np.concatenate([ids_mod_rows(x, int(rows)).reshape(-1) for x, rows in zip(ids, table_rows)],
-                            dtype=np.int64)
     lengths = torch.tensor([x.shape[1] for x in ids], dtype=torch.int64).repeat_interleave(b)  # [F*B]
     return Batch(dense=torch.from_numpy(np.array(dense, dtype=np.float32)),  # a copy: ``dense`` may be the file's map
-                 values=torch.from_numpy(values),  # [B * sum(hot)]
+                 values=torch.from_numpy(joined_ids(ids, table_rows)),  # [B * sum(hot)]
                  offsets=offsets_from_lengths(lengths),  # [F*B+1]
                  labels=torch.from_numpy(labels.astype(np.float32)))
+
+
+def negative_rows(ids: list[np.ndarray]) -> np.ndarray:
+    """Mask [n] of the rows holding a negative id: each signed feature's minimum first (one pass, no temporary), its
+    rows only where that is negative."""
+    negative = np.zeros(ids[0].shape[0], dtype=bool)
+    for x in ids:
+        if x.dtype.kind == "i" and x.size and x.min() < 0:
+            negative |= (x < 0).any(axis=1)
+    return negative
 
 
 def joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -225,7 +263,7 @@ class MultiHotRecords:
         return self.days[k].rows(first - int(self.starts[k]), stop - int(self.starts[k]))
 
     def good(self, chunk: DayRows) -> np.ndarray:
-        negative = np.logical_or.reduce([(x < 0).any(axis=1) for x in chunk.ids])  # [n]
+        negative = negative_rows(chunk.ids)  # [n]
         in_float32 = (np.abs(chunk.dense) <= FLOAT32_MAX).all(axis=1)  # finite, and within float32 where wider
         return ((chunk.labels == 0) | (chunk.labels == 1)) & ~negative & in_float32
 
