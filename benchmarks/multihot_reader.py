@@ -1,10 +1,12 @@
 """How fast MLPerf's multi-hot days feed a training step: the reader alone, and the step on them against synthetic data.
 
-``mlperf:DIR/day_N_sparse_multi_hot.npz`` (polyrec/data/multihot.py) builds each batch on the training thread from
-memory-mapped files. This writes one day of ``--rows`` random rows at MLPerf's widths (214 ids a row) to a
-temporary folder, times ``next_batch`` alone (the day in the page cache after its first pass), then trains
-``mlperf-dcnv2`` (tables capped at ``ROW_CAP`` rows: the dense half and the batch are the full model's) on it and on
-``synthetic:uniform`` (made on the device) with ``Trainer.benchmark``: step time and its data phase.
+``mlperf:DIR/day_N_sparse_multi_hot.npz`` (polyrec/data/multihot.py) builds each batch on the host from
+memory-mapped files, on a background thread while the step runs (``--prefetch``, polyrec/data/prefetch.py) or on the
+training thread (``--no-prefetch``). This writes one day of ``--rows`` random rows at MLPerf's widths (214 ids a row)
+to a temporary folder, times ``next_batch`` alone (the day in the page cache after its first pass), then trains
+``mlperf-dcnv2`` (tables capped at ``ROW_CAP`` rows: the dense half and the batch are the full model's) on it with
+and without prefetch, and on ``synthetic:uniform`` (made on the device), with ``Trainer.benchmark``: step time and
+its data phase.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/multihot_reader.py [--rows 1048576] [--steps 20]
 
@@ -57,12 +59,12 @@ def time_reader(spec: str, batch: int, reads: int) -> list[float]:
     return seconds
 
 
-def time_steps(data: str, batch: int, steps: int) -> dict:
+def time_steps(data: str, batch: int, steps: int, prefetch: bool = True) -> dict:
     """``Trainer.benchmark`` of mlperf-dcnv2 on ``data`` (GPU)."""
     from polyrec.runtime import TrainConfig, Trainer
 
     trainer = Trainer(TrainConfig(preset="mlperf-dcnv2", data=data, batch_size=batch, steps=10**9, device="cuda",
-                                  row_cap=ROW_CAP, cuda_graphs=False), progress=False)
+                                  row_cap=ROW_CAP, cuda_graphs=False, prefetch=prefetch), progress=False)
     timed = trainer.benchmark(warmup=3, steps=steps)
     trainer.source.close()
     return {k: timed[k] for k in ("ms_per_step", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms")}
@@ -84,14 +86,17 @@ def main() -> None:
         spec = f"mlperf:{write_day(Path(folder), args.rows, multi_hot)}"
         print(f"wrote {args.rows} rows in {time.perf_counter() - start:.1f} s", flush=True)
         reads = time_reader(spec, args.batch, args.reads)
-        rows = [{"data": "multi-hot day", **time_steps(spec, args.batch, args.steps)},
+        rows = [{"data": "multi-hot day, no prefetch", **time_steps(spec, args.batch, args.steps, prefetch=False)},
+                {"data": "multi-hot day, prefetch", **time_steps(spec, args.batch, args.steps)},
                 {"data": "synthetic:uniform", **time_steps("synthetic:uniform", args.batch, args.steps)}]
     for row in rows:
         row["samples_per_s"] = args.batch / row["ms_per_step"] * 1e3
         print(row, flush=True)
     summary = {"reader_s_per_batch_median": statistics.median(reads), "reader_s_per_batch_min": min(reads),
                "reader_samples_per_s": args.batch / statistics.median(reads),
-               "step_ratio_day_vs_synthetic": rows[0]["ms_per_step"] / rows[1]["ms_per_step"],
+               "step_ratio_no_prefetch_vs_synthetic": rows[0]["ms_per_step"] / rows[2]["ms_per_step"],
+               "step_ratio_prefetch_vs_synthetic": rows[1]["ms_per_step"] / rows[2]["ms_per_step"],
+               "step_ratio_prefetch_vs_no_prefetch": rows[1]["ms_per_step"] / rows[0]["ms_per_step"],
                "rows": args.rows, "batch": args.batch, "row_cap": ROW_CAP, "ids_per_row": sum(multi_hot)}
     print(summary, flush=True)
     write_results("multihot_reader", {"reads_s": reads, "steps": rows}, rows=rows, summary=summary)

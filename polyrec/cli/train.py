@@ -149,6 +149,9 @@ def train(
                                          "Ctrl-C)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from CHECKPOINT_DIR/checkpoint.pt."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Count and skip malformed rows."),
+    prefetch: bool = typer.Option(True, "--prefetch/--no-prefetch",
+                                  help="Read the next batch of criteo: or mlperf: files on a background thread "
+                                       "while the step runs (the same batches, checkpoints and counts)."),
     pipeline: str = typer.Option("sync", help="sync, or semi-sync: each lookup reads the tables one update old "
                                  "and overlaps the dense layers (TorchRec's semi-synchronous pipeline)."),
     cuda_graphs: bool | None = typer.Option(None, "--cuda-graphs/--no-cuda-graphs", show_default="auto",
@@ -181,7 +184,7 @@ def train(
                       embedding_dtype=embedding_dtype, row_cap=row_cap,
                       eval_every=eval_every, eval_batches=eval_batches, log_every=log_every,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                      skip_bad_rows=skip_bad_rows, pipeline=pipeline,
+                      skip_bad_rows=skip_bad_rows, prefetch=prefetch, pipeline=pipeline,
                       cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, precompile=precompile,
                       cpu_threads=cpu_threads, collective_timeout_s=collective_timeout,
                       metrics_path=metrics, plan=plan)  # paths as typed: typer's Path makes "" "." (expand_paths)

@@ -13,6 +13,7 @@ from polyrec.data.criteo import CriteoTSVSource
 from polyrec.data.mlperf import MLPerfBinarySource, RecordSource
 from polyrec.data.multihot import MULTI_HOT_SUFFIX, MultiHotRecords
 from polyrec.data.movielens import MovieLensSource
+from polyrec.data.prefetch import Prefetching
 from polyrec.data.synthetic import SyntheticSource
 from polyrec.data.types import BadRows, Source
 from polyrec.models.config import ModelConfig
@@ -104,9 +105,11 @@ def check_counts(batch_size: int, row_cap: int | None) -> None:
 def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, device: torch.device,
                 skip_bad_rows: bool = False, eval_spec: str | None = None, num_eval_batches: int = 8,
                 synthetic_pool: int = 0, shared_seed: int | None = None, rank: int = 0,
-                world_size: int = 1, row_cap: int | None = None) -> Source:
+                world_size: int = 1, row_cap: int | None = None, prefetch: bool = False) -> Source:
     """The source named by ``spec``; ``eval_spec`` (same kind, file formats only) gives held-out data;
-    ``synthetic_pool`` > 0 makes synthetic training batches repeat with that period (benchmarks).
+    ``synthetic_pool`` > 0 makes synthetic training batches repeat with that period (benchmarks); ``prefetch``
+    reads a file source's (criteo, mlperf) next training batch on a background thread (``prefetch.Prefetching``;
+    synthetic batches are made on the device and MovieLens is in memory: they are not wrapped).
     ``row_cap`` (``--row-cap``) caps MovieLens' user and item tables, whose sizes come from the file; the
     other sources follow ``config``'s table sizes, which the caller has capped already.
 
@@ -136,8 +139,9 @@ def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, d
         if eval_kind != kind:
             raise ValueError(f"eval data {eval_spec!r} must be the same kind as the training data ({kind})")
         eval_source = _open_file_source(kind, eval_arg, config, batch_size, BadRows(skip=skip_bad_rows))
-    return _open_file_source(kind, arg, config, batch_size, bad, eval_source=eval_source,
-                             num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
+    source = _open_file_source(kind, arg, config, batch_size, bad, eval_source=eval_source,
+                               num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
+    return Prefetching(source) if prefetch else source
 
 
 def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int, bad: BadRows, *,

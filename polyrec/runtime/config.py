@@ -45,6 +45,9 @@ class TrainConfig:
     checkpoint_every: int = 0  # steps between checkpoints; 0: only at the end and on SIGTERM / Ctrl-C
     resume: bool = False  # continue from checkpoint_dir/checkpoint.pt
     skip_bad_rows: bool = False  # count and skip malformed input rows instead of stopping at the first
+    # criteo and mlperf files: read the next training batch on a background thread while the step runs
+    # (polyrec.data.prefetch; the same batches, checkpoints and bad-row counts as without)
+    prefetch: bool = True
     pipeline: str = "sync"  # "sync", or "semi-sync": lookups one update stale, overlapped on a side stream
     overlap_streams: bool = True  # semi-sync on a GPU: False keeps its order on one stream (for checking)
     cuda_graphs: bool | str = "auto"  # CUDA-graph the dense forward+backward: True, False, or "auto" (runtime.graphs)

@@ -124,7 +124,7 @@ class Trainer(TrainerState, TrainLoop):
                                   skip_bad_rows=cfg.skip_bad_rows, eval_spec=cfg.eval_data,
                                   num_eval_batches=cfg.eval_batches, synthetic_pool=cfg.synthetic_pool,
                                   shared_seed=cfg.seed, rank=self.ctx.rank, world_size=self.ctx.world_size,
-                                  row_cap=cfg.row_cap)
+                                  row_cap=cfg.row_cap, prefetch=cfg.prefetch)
         self.model_config = self.source.adapt(base)
         note = check_data_model(cfg.plan, self.plan, self.model_config) if self.plan is not None else None
         if note is not None:
