@@ -318,3 +318,12 @@ def test_a_bad_row_of_one_rank_stops_every_rank_after_the_same_step_with_prefetc
     data = tmp_path / "train.tsv"
     criteo_file(data, 400, bad=148)
     run_on_ranks(_stop_on_rank_1s_bad_row, 2, str(data), str(tmp_path / "ckpt"))
+
+
+def test_batches_are_pinned_for_a_cuda_device_only():
+    """Page-locked batches are for an asynchronous copy to a CUDA device; on the CPU they would cost a copy for
+    nothing (and pinning needs CUDA): tests/gpu/test_prefetch_gpu.py checks the CUDA side."""
+    source = criteo(prefetch=True)
+    assert isinstance(source, Prefetching) and source.pin is False
+    assert not source.next_batch().values.is_pinned()
+    source.close()

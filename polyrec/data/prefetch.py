@@ -10,7 +10,9 @@ batch and hands them over with it), so checkpoints and the end-of-run report equ
 raised while reading ahead is raised by the ``next_batch`` that would have returned that batch (the file sources
 put their position back to its start themselves: ``types.keeping_position``). Nothing is read ahead before the
 first ``next_batch``; ``load_state_dict`` and ``close`` stop the thread and put the source back where the caller
-is, so reading on continues from there.
+is, so reading on continues from there. For a CUDA device the thread also puts each batch in page-locked memory
+(``pin``), so that its copy to the device does not hold the training thread (about 10 ms of a step on a multi-hot
+day from pageable memory, ``benchmarks/results/multihot_reader_2026-12-05b/``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class _ReadAhead:
     """One thread reading ``source``'s batches in order, at most ``depth`` of them ahead of those taken; it ends
     after the first error, handed over in place of its batch."""
 
-    def __init__(self, source: Source, depth: int) -> None:
+    def __init__(self, source: Source, depth: int, pin: bool) -> None:
+        self.pin = pin
         self.ready: queue.SimpleQueue[_Read] = queue.SimpleQueue()
         self.slots = threading.Semaphore(depth)  # batches it may read before the caller takes one
         self.stopping = threading.Event()
@@ -57,6 +60,7 @@ class _ReadAhead:
                 return
             try:
                 batch = source.next_batch()
+                batch = batch.pinned() if self.pin else batch
             except BaseException as exc:  # any error, handed to the caller: nothing is lost on this thread
                 self.ready.put(_Read(error=exc))
                 return
@@ -80,12 +84,13 @@ class _ReadAhead:
 
 
 class Prefetching(Closing):
-    """``source`` (a file source) read ``depth`` batches ahead on a background thread (see the module docstring)."""
+    """``source`` (a file source) read ``depth`` batches ahead on a background thread (see the module docstring);
+    ``pin``: each batch read ahead is put in page-locked memory there (``Batch.pinned``), for a CUDA device."""
 
-    def __init__(self, source: Source, depth: int = 1) -> None:
+    def __init__(self, source: Source, depth: int = 1, pin: bool = False) -> None:
         if depth < 1:
             raise ValueError(f"prefetch depth must be at least 1, got {depth}")
-        self.source, self.depth = source, depth
+        self.source, self.depth, self.pin = source, depth, pin
         self.eval_bad_rows = source.eval_bad_rows  # the eval file's, read on the caller's thread only
         self.eval_rows_per_rank = source.eval_rows_per_rank
         self._ahead: _ReadAhead | None = None  # None: the source is where the caller is, nothing read ahead
@@ -102,7 +107,7 @@ class Prefetching(Closing):
 
     def next_batch(self) -> Batch:
         if self._ahead is None:
-            self._ahead = _ReadAhead(self.source, self.depth)
+            self._ahead = _ReadAhead(self.source, self.depth, self.pin)
             self._cancel = weakref.finalize(self, self._ahead.cancel)
         read = self._ahead.take()
         if read.error is not None:  # the thread has ended; the source is where the error left it

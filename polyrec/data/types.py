@@ -45,6 +45,12 @@ class Batch:
                      values=self.values, offsets=offsets,
                      labels=torch.cat([self.labels, self.labels.new_zeros(pad)]))
 
+    def pinned(self) -> Batch:
+        """This batch in page-locked host memory, so that ``to(cuda, non_blocking=True)`` is an asynchronous copy (from
+        pageable memory the copy waits on the host: about 10 ms of a 65536-row MLPerf multi-hot batch's 112 MB)."""
+        return Batch(dense=self.dense.pin_memory(), values=self.values.pin_memory(),
+                     offsets=self.offsets.pin_memory(), labels=self.labels.pin_memory())
+
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(dense=self.dense.to(device, non_blocking=non_blocking),
                      values=self.values.to(device, non_blocking=non_blocking),
