@@ -103,7 +103,8 @@ def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
 
 
 def load_model(name: str, distribution: str, one_hot: bool = False) -> ModelSpec:
-    """The preset ``name``'s model; ``one_hot``: every feature one lookup per sample (Criteo and MLPerf files)."""
+    """The preset ``name``'s model; ``one_hot``: every feature one lookup per sample (Criteo TSV, MLPerf binary
+    records)."""
     from polyrec.models.config import preset
 
     config = preset(name)
