@@ -7,12 +7,13 @@ multi-hot batch took 0.056-0.073 s to read on an H100 host, against a 23.7 ms st
 The wrapper keeps the wrapped source's semantics exactly: the same batches in the same order; ``state_dict`` and
 ``bad_rows`` as they were after the last batch the caller took (the thread records them right after reading each
 batch and hands them over with it), so checkpoints and the end-of-run report equal an unwrapped run's; an error
-raised while reading ahead is raised by the ``next_batch`` that would have returned that batch (the file sources
-put their position back to its start themselves: ``types.keeping_position``). Nothing is read ahead before the
-first ``next_batch``; ``load_state_dict`` and ``close`` stop the thread and put the source back where the caller
-is, so reading on continues from there. For a CUDA device the thread also puts each batch in page-locked memory
-(``pin``), so that its copy to the device does not hold the training thread (about 10 ms of a step on a multi-hot
-day from pageable memory, ``benchmarks/results/multihot_reader_2026-12-05b/``).
+raised while reading ahead is raised by the ``next_batch`` that would have returned that batch, the source put back
+to that batch's start (the file sources do it themselves on a DataError: ``types.keeping_position``; the wrapper
+does it on any error, such as a failed pin). Nothing is read ahead before the first ``next_batch``;
+``load_state_dict`` and ``close`` stop the thread and put the source back where the caller is (also where the caller
+was interrupted while waiting for a batch), so reading on continues from there. For a CUDA device the thread also
+puts each batch in page-locked memory (``pin``), so that its copy to the device does not hold the training thread
+(about 10 ms of a step on a multi-hot day from pageable memory, ``benchmarks/results/multihot_reader_2026-12-05b/``).
 """
 
 from __future__ import annotations
@@ -60,11 +61,12 @@ class _ReadAhead:
                 return
             try:
                 batch = source.next_batch()
-                batch = batch.pinned() if self.pin else batch
+                read = _Read(batch=batch.pinned() if self.pin else batch, state=source.state_dict(),
+                             bad_rows=_copied(source.bad_rows))
             except BaseException as exc:  # any error, handed to the caller: nothing is lost on this thread
                 self.ready.put(_Read(error=exc))
                 return
-            self.ready.put(_Read(batch=batch, state=source.state_dict(), bad_rows=_copied(source.bad_rows)))
+            self.ready.put(read)
 
     def take(self) -> _Read:
         """The next batch read (waiting for it), its slot given back to the thread."""
@@ -94,7 +96,9 @@ class Prefetching(Closing):
         self.eval_bad_rows = source.eval_bad_rows  # the eval file's, read on the caller's thread only
         self.eval_rows_per_rank = source.eval_rows_per_rank
         self._ahead: _ReadAhead | None = None  # None: the source is where the caller is, nothing read ahead
-        self._taken: _Read | None = None  # the last batch taken from ``_ahead``, with the state after it
+        # the last batch taken from ``_ahead`` with the state after it (before the first: the state the thread started
+        # from); None: no thread since the source was put back where the caller is
+        self._taken: _Read | None = None
         self._cancel: weakref.finalize | None = None  # ends the thread when this wrapper is collected unclosed
 
     @property
@@ -107,12 +111,13 @@ class Prefetching(Closing):
 
     def next_batch(self) -> Batch:
         if self._ahead is None:
+            if self._taken is None:  # the position to put back to before a batch is taken (an interrupt, an error)
+                self._taken = _Read(state=self.source.state_dict(), bad_rows=_copied(self.source.bad_rows))
             self._ahead = _ReadAhead(self.source, self.depth, self.pin)
             self._cancel = weakref.finalize(self, self._ahead.cancel)
         read = self._ahead.take()
-        if read.error is not None:  # the thread has ended; the source is where the error left it
-            self._end_thread()
-            self._taken = None
+        if read.error is not None:  # the thread has ended; the source goes back to the failed batch's start
+            self._halt()  # a DataError left it there (``keeping_position``); a failed ``pinned`` after the batch
             raise read.error
         self._taken = read
         return read.batch

@@ -1,0 +1,97 @@
+"""``polyrec.data.prefetch.Prefetching`` where the caller is interrupted while it waits for a batch, and where a batch
+read ahead fails after the source gave it (pinning): the position is still the unwrapped source's, at the last batch
+taken."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from polyrec.data import Batch, Prefetching, Source
+from test_data_prefetch import assert_same, criteo, prefetch_threads
+
+
+class Gated:
+    """``source`` whose ``next_batch`` waits for ``gate`` (``reading`` set once one waits); all else is the source's."""
+
+    def __init__(self, source: Source) -> None:
+        self.source, self.gate, self.reading = source, threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.source, name)
+
+    def next_batch(self) -> Batch:
+        self.reading.set()
+        self.gate.wait()
+        return self.source.next_batch()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def ctrl_c_once(reading: threading.Event) -> Iterator[None]:
+    """A KeyboardInterrupt in this (the main) thread once ``reading`` is set, as Ctrl-C while it waits for a batch."""
+    previous = signal.signal(signal.SIGUSR1, _interrupt)
+    main = threading.main_thread().ident
+
+    def send() -> None:
+        reading.wait()
+        time.sleep(0.05)  # the caller waiting in next_batch by now
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        yield
+    finally:
+        sender.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_an_interrupt_while_waiting_for_the_first_batch_leaves_the_position_at_the_start():
+    with criteo() as plain:
+        start, want = plain.state_dict(), [plain.next_batch() for _ in range(2)]
+    gated = Gated(criteo())
+    ahead = Prefetching(gated)
+    with ctrl_c_once(gated.reading), pytest.raises(KeyboardInterrupt):
+        ahead.next_batch()
+    gated.gate.set()  # the thread reads on: the wrapped source goes past the caller
+    deadline = time.monotonic() + 30
+    while gated.source.state_dict() == start:
+        assert time.monotonic() < deadline, "nothing read ahead"
+        time.sleep(0.001)
+    assert ahead.state_dict() == start and ahead.bad_rows.count == 0  # no batch taken
+    ahead.close()
+    assert not prefetch_threads()
+    assert ahead.state_dict() == start
+    got = [ahead.next_batch() for _ in range(2)]
+    ahead.close()
+    for g, w in zip(got, want, strict=True):
+        assert_same(g, w)
+
+
+def test_a_batch_that_fails_to_pin_raises_from_its_start():
+    """``Batch.pinned`` needs CUDA: on the CPU it fails after the source gave the batch."""
+    with criteo() as plain:
+        for _ in range(2):
+            plain.next_batch()
+        start, want = plain.state_dict(), plain.next_batch()
+    ahead = Prefetching(criteo())
+    for _ in range(2):
+        ahead.next_batch()
+    ahead.close()
+    ahead.pin = True
+    with pytest.raises(RuntimeError):
+        ahead.next_batch()
+    assert ahead.state_dict() == start  # a resume from here reads the batch that failed
+    ahead.pin = False
+    assert_same(ahead.next_batch(), want)
+    ahead.close()
+    assert not prefetch_threads()
