@@ -163,11 +163,16 @@ def test_a_port_masking_its_neighbour_load_is_accepted(tmp_path):
     assert report.accepted, report.failures
 
 
+def _axpy_storing_also(tmp_path: Path, store: str) -> Path:
+    """The good axpy port with one more ``store`` statement after its own store."""
+    own = "    tl.store(out_ptr + offs, 2.0 * x + y, mask=mask)"
+    candidate = tmp_path / "axpy_extra_store.py"
+    candidate.write_text((HERE / "good_axpy.py").read_text().replace(own, f"{own}\n    {store}"))
+    return candidate
+
+
 def test_a_store_past_the_end_of_an_input_is_rejected(tmp_path):
-    candidate = tmp_path / "writes_past_x.py"
-    candidate.write_text((HERE / "good_axpy.py").read_text().replace(
-        "    tl.store(out_ptr + offs, 2.0 * x + y, mask=mask)",
-        "    tl.store(out_ptr + offs, 2.0 * x + y, mask=mask)\n    tl.store(x_ptr + n + offs, x, mask=offs < 1)"))
+    candidate = _axpy_storing_also(tmp_path, "tl.store(x_ptr + n + offs, x, mask=offs < 1)")
     report = verify(candidate, "migrate_ref_ops:axpy", NUMERICS)
     assert not report.accepted
     assert any("a store landed outside" in f for f in report.failures), report.failures
@@ -175,10 +180,7 @@ def test_a_store_past_the_end_of_an_input_is_rejected(tmp_path):
 
 def test_a_port_writing_its_input_in_place_is_still_named_for_that(tmp_path):
     """Inside an input's bounds a store is no overrun: the verdict stays 'wrote to its input(s)'."""
-    candidate = tmp_path / "in_place.py"
-    candidate.write_text((HERE / "good_axpy.py").read_text().replace(
-        "    tl.store(out_ptr + offs, 2.0 * x + y, mask=mask)",
-        "    tl.store(out_ptr + offs, 2.0 * x + y, mask=mask)\n    tl.store(y_ptr + offs, x, mask=mask)"))
+    candidate = _axpy_storing_also(tmp_path, "tl.store(y_ptr + offs, x, mask=mask)")
     report = verify(candidate, "migrate_ref_ops:axpy", NUMERICS)
     assert not report.accepted
     assert any("wrote to its input(s) [1]" in f for f in report.failures), report.failures
