@@ -222,7 +222,7 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
         with sigterm_ends_block(_stopped_reporting(cfg, result), stopped):  # the loop's handlers are gone by now
             _report(result, trainer, as_json, written)
         if stopped and as_json and not written:  # --json readers learn how the run ended from it
-            typer.echo(_result_line(result))
+            typer.echo(_finished_line(result))
     return result
 
 
@@ -246,22 +246,26 @@ def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) 
     """With --json, the reporting rank ends its output with a ``result`` line of ``status`` for a run that
     raised; before, a peer's failure (bad rows dealt to rank 1 alone) left rank 0's output without one."""
     if as_json and trainer.ctx.is_main:
-        typer.echo(jsontext.dumps({"event": "result", "status": status, "step": trainer.step,
-                                   "final_auc": None, "samples_per_s": None, "message": message}))
+        typer.echo(_result_line(status, trainer.step, message))
 
 
-def _result_line(result: TrainResult) -> str:
-    """The ``result`` record of --json."""
-    return jsontext.dumps({"event": "result", "status": result.status, "step": result.step,
-                           "final_auc": result.final_auc, "samples_per_s": result.samples_per_s,
-                           "message": result.message})
+def _result_line(status: str, step: int, message: str, final_auc: float | None = None,
+                 samples_per_s: float | None = None) -> str:
+    """The ``result`` record of --json (no AUC or rate for a run that raised)."""
+    return jsontext.dumps({"event": "result", "status": status, "step": step, "final_auc": final_auc,
+                           "samples_per_s": samples_per_s, "message": message})
+
+
+def _finished_line(result: TrainResult) -> str:
+    """The ``result`` record of a run that returned."""
+    return _result_line(result.status, result.step, result.message, result.final_auc, result.samples_per_s)
 
 
 def _report(result: TrainResult, trainer: Trainer, as_json: bool, written: list[bool]) -> None:
     """The result record (--json; ``True`` appended to ``written`` once it is) or the summary table; a run with
     nothing to train says so on stderr (and prints no table)."""
     if as_json:
-        typer.echo(_result_line(result))
+        typer.echo(_finished_line(result))
         written.append(True)
     if result.nothing_to_train:
         typer.echo(result.message, err=True)
