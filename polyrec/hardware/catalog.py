@@ -39,7 +39,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -306,12 +306,19 @@ def load_device_file(path: Path) -> DeviceSpec:
     return parse_device(path, data)
 
 
+def same_name(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that is ``name`` (device names are compared without case, ``name``'s surrounding spaces
+    taken off), or None."""
+    wanted = name.strip().lower()
+    return next((known for known in names if known.lower() == wanted), None)
+
+
 def load_catalog(directory: Path = DEVICES_DIR) -> dict[str, DeviceSpec]:
     """All devices of a catalog directory, keyed by name; names must be unique."""
     specs: dict[str, DeviceSpec] = {}
     for path in sorted(directory.glob("*.toml")):
         spec = load_device_file(path)
-        if spec.name.lower() in (n.lower() for n in specs):
+        if same_name(spec.name, specs) is not None:
             raise CatalogError(path, "name", f"'{spec.name}' is already defined by another file")
         specs[spec.name] = spec
     return specs
@@ -339,7 +346,7 @@ def with_extra_devices(specs: dict[str, DeviceSpec], paths: Sequence[Path]) -> d
     out, defined_by = dict(specs), {}
     for path in paths:
         spec = load_device_file(path)
-        clash = next((name for name in out if name.lower() == spec.name.lower()), None)
+        clash = same_name(spec.name, out)
         if clash is not None:
             where = defined_by.get(clash, f"polyrec's catalog ({DEVICES_DIR})")
             raise CatalogError(path, "name", f"'{spec.name}' is already a device of {where}; an extra data file "
@@ -376,7 +383,7 @@ def device_files(paths: Sequence[Path]) -> Iterator[None]:
 def get_device(name: str) -> DeviceSpec:
     """Look a device up by name, case-insensitively; unknown names list the valid ones."""
     specs = catalog()
-    for key, spec in specs.items():
-        if key.lower() == name.strip().lower():
-            return spec
-    raise UnknownDeviceError(name, sorted(specs))
+    key = same_name(name, specs)
+    if key is None:
+        raise UnknownDeviceError(name, sorted(specs))
+    return specs[key]

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from polyrec.hardware.catalog import NOT_IN_NAMES, catalog, fleet_safe
+from polyrec.hardware.catalog import NOT_IN_NAMES, catalog, fleet_safe, same_name
 from polyrec.hardware.types import PEAK_DTYPES, DeviceSpec, TritonTarget
 
 #: Relative gap between reported and catalogued memory still taken as the same SKU: the H200's
@@ -116,8 +116,7 @@ def fallback_name(reported: str) -> str:
     ``--fleet`` (``fleet_safe``); UNNAMED_GPU where nothing is left; UNMATCHED_SUFFIX added where that is a catalog
     device's name, in any case (calibrate.calibration_path lowers it)."""
     name = fleet_safe(NOT_IN_NAMES.sub("-", reported).strip("-._")) or UNNAMED_GPU
-    taken = {known.lower() for known in catalog()}
-    return name + UNMATCHED_SUFFIX if name.lower() in taken else name
+    return name + UNMATCHED_SUFFIX if same_name(name, catalog()) is not None else name
 
 
 def spec_from_props(props: DeviceProps) -> DeviceSpec:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from polyrec.hardware.catalog import UnknownDeviceError, catalog, get_device
+from polyrec.hardware.catalog import UnknownDeviceError, catalog, get_device, same_name
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.tbe_reads import SKEWS
 
@@ -287,9 +287,8 @@ def parse_fleet(text: str) -> Fleet:
         hosts = int(hosts_text)
     groups: list[DeviceGroup] = []
     valid = sorted(catalog())
-    lowered = {name.lower() for name in valid}
     for item in body.split(","):
-        whole = item.strip().lower() in lowered  # a whole device name is that device, in any case (get_device)
+        whole = same_name(item, valid) is not None  # a whole device name is that device, in any case (get_device)
         match = None if whole else _FLEET_ITEM.match(item)
         name, count = (match.group(1), int(match.group(2))) if match else (item.strip(), 1)
         if not name:

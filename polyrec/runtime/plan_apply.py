@@ -83,10 +83,9 @@ def check_data_model(path: Path, plan: Plan, adapted: ModelConfig) -> str | None
     """The plan against the model this run's data shaped (``DataSource.adapt``; ``check_plan`` checked the
     preset's, lookups per sample aside). Criteo TSV and MLPerf binary records make every feature one lookup per
     sample (``polyrec plan --one-hot`` prices that), MLPerf's multi-hot days their arrays' widths, synthetic data the
-    preset's: where the plan priced others, its choices
-    still apply, its step time and memory do not, which the returned note says (None: the model is the plan's).
-    Data that builds other tables (MovieLens) or another dense half is refused: no choice of the plan was made
-    for it."""
+    preset's: where the plan priced others, its choices still apply, its step time and memory do not, which the
+    returned note says (None: the model is the plan's). Data that builds other tables (MovieLens) or another dense
+    half is refused: no choice of the plan was made for it."""
     differ = _model_differences(plan.model, adapted)
     if not differ:
         return None
