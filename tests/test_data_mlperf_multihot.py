@@ -240,7 +240,7 @@ def test_training_runs_on_a_multi_hot_day(tmp_path):
 
 @pytest.mark.parametrize("rows", [1, 7, 40_000_000, 2**31 - 1, 2**31, 2**40])
 def test_ids_mod_rows_in_int32_equals_the_int64_remainder(rows):
-    """The int32 remainder (5x faster than numpy's int64 one) is exact for every table size, 2^31 rows and more
+    """The remainder in the ids' own int32 is exact for every table size, 2^31 rows and more
     too (an int32 id is then its own row), widened to int64 as it is written."""
     from polyrec.data.multihot import ids_mod_rows
 

@@ -182,8 +182,8 @@ TASK_ROWS = 4096
 
 def ids_mod_rows(ids: np.ndarray, rows: int, out: np.ndarray) -> None:
     """``out`` [B, hot] int64 := integer ids [B, hot] (non-negative) mod ``rows``, computed in the ids' own type (exact:
-    both fit it; numpy's int64 remainder of int32 ids took about 5x as long) and widened as it is written. A table
-    of more rows than the type's largest id holds every id as it is."""
+    both fit it; no int64 copy of the ids is made first) and widened as it is written. A table of more rows than
+    the type's largest id holds every id as it is."""
     if rows > np.iinfo(ids.dtype).max:
         out[...] = ids
     else:  # below rows: fits int64 whatever the ids' type
