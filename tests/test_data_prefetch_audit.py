@@ -7,13 +7,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
 
 from polyrec.data import Batch, Prefetching, Source
-from test_data_prefetch import assert_same, criteo, prefetch_threads
+from test_data_prefetch import assert_same, criteo, prefetch_threads, threads, wait_read_ahead  # noqa: F401 (fixture)
 
 
 class Gated:
@@ -95,3 +95,87 @@ def test_a_batch_that_fails_to_pin_raises_from_its_start():
     assert_same(ahead.next_batch(), want)
     ahead.close()
     assert not prefetch_threads()
+
+
+# --- an interrupt in the wrapper's own bookkeeping (a second Ctrl-C while a run stops) -------------------------
+
+
+def within(seconds: float, call: Callable[[], Batch]) -> Batch:
+    """``call()``, failed if not returned within ``seconds`` (a read that waits for a thread that never gives)."""
+    got: list[Batch] = []
+    worker = threading.Thread(target=lambda: got.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert got, f"no batch within {seconds} s: the wrapper hangs"
+    return got[0]
+
+
+class OnceInterrupted:
+    """Calls ``call`` (``before``: first) raising KeyboardInterrupt on the first call only: Ctrl-C at that point."""
+
+    def __init__(self, call: Callable, *, before: bool) -> None:
+        self.call, self.before, self.fired = call, before, False
+
+    def __call__(self, *args: object) -> object:
+        if self.fired:
+            return self.call(*args)
+        self.fired = True
+        if self.before:
+            raise KeyboardInterrupt
+        self.call(*args)
+        raise KeyboardInterrupt
+
+
+def batches_after_two() -> list[Batch]:
+    with criteo() as plain:
+        return [plain.next_batch() for _ in range(4)][2:]
+
+
+def two_taken() -> Prefetching:
+    ahead = Prefetching(criteo())
+    for _ in range(2):
+        ahead.next_batch()
+    return ahead
+
+
+def test_an_interrupt_right_after_a_batch_left_the_queue_loses_no_batch_and_hangs_nothing(threads):
+    want, ahead = batches_after_two(), two_taken()
+    ready = ahead._ahead.ready
+
+    class Leaky:  # its get hands the batch over, then the interrupt comes before the slot is given back
+        get = OnceInterrupted(ready.get, before=False)
+        put = ready.put
+
+    ahead._ahead.ready = Leaky()
+    with pytest.raises(KeyboardInterrupt):
+        ahead.next_batch()
+    for w in want:
+        assert_same(within(10, ahead.next_batch), w)
+    ahead.close()
+    assert not threads()
+
+
+def test_an_interrupt_while_close_joins_the_thread_leaves_reading_on_where_the_caller_was(threads):
+    want, ahead = batches_after_two(), two_taken()
+    wait_read_ahead(ahead)
+    thread = ahead._ahead.thread
+    thread.join = OnceInterrupted(thread.join, before=True)
+    with pytest.raises(KeyboardInterrupt):
+        ahead.close()
+    for w in want:
+        assert_same(within(10, ahead.next_batch), w)
+    ahead.close()
+    assert not threads()
+
+
+def test_an_interrupt_before_close_puts_the_source_back_leaves_reading_on_where_the_caller_was(threads):
+    want, ahead = batches_after_two(), two_taken()
+    wait_read_ahead(ahead)
+    ahead.source.load_state_dict = OnceInterrupted(ahead.source.load_state_dict, before=True)
+    with pytest.raises(KeyboardInterrupt):
+        ahead.close()
+    assert ahead.state_dict() != ahead.source.state_dict()  # the source is still past the caller
+    for w in want:
+        assert_same(within(10, ahead.next_batch), w)
+    ahead.close()
+    assert not threads()

@@ -10,10 +10,13 @@ batch and hands them over with it), so checkpoints and the end-of-run report equ
 raised while reading ahead is raised by the ``next_batch`` that would have returned that batch, the source put back
 to that batch's start (the file sources do it themselves on a DataError: ``types.keeping_position``; the wrapper
 does it on any error, such as a failed pin). Nothing is read ahead before the first ``next_batch``;
-``load_state_dict`` and ``close`` stop the thread and put the source back where the caller is (also where the caller
-was interrupted while waiting for a batch), so reading on continues from there. For a CUDA device the thread also
-puts each batch in page-locked memory (``pin``), so that its copy to the device does not hold the training thread
-(about 10 ms of a step on a multi-hot day from pageable memory, ``benchmarks/results/multihot_reader_2026-12-05b/``).
+``load_state_dict`` and ``close`` stop the thread and put the source back where the caller is, so reading on
+continues from there. An interrupt (a second Ctrl-C while a run stops) inside ``next_batch`` only cancels the thread (a
+join could wait on a read that never ends); one inside a stop leaves it unfinished: the next ``next_batch``, ``close``
+or ``load_state_dict`` finishes it first, so no batch is lost and no call waits on a thread that has ended. For a
+CUDA device the thread also puts each batch in page-locked memory (``pin``), so that its copy to the device does not
+hold the training thread (about 10 ms of a step on a multi-hot day from pageable memory,
+``benchmarks/results/multihot_reader_2026-12-05b/``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class _ReadAhead:
         self.slots = threading.Semaphore(depth)  # batches it may read before the caller takes one
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(source,), name="polyrec-prefetch", daemon=True)
+
+    def start(self) -> None:
         self.thread.start()
 
     def _run(self, source: Source) -> None:
@@ -80,9 +85,10 @@ class _ReadAhead:
         self.slots.release()  # wakes it where it waits for a slot
 
     def stop(self) -> None:
-        """End the thread and wait for it; what it read ahead is dropped."""
+        """End the thread and wait for it (if it started); what it read ahead is dropped."""
         self.cancel()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.thread.join()
 
 
 class Prefetching(Closing):
@@ -110,12 +116,14 @@ class Prefetching(Closing):
         return self.source.adapt(config)
 
     def next_batch(self) -> Batch:
-        if self._ahead is None:
-            if self._taken is None:  # the position to put back to before a batch is taken (an interrupt, an error)
-                self._taken = _Read(state=self.source.state_dict(), bad_rows=_copied(self.source.bad_rows))
-            self._ahead = _ReadAhead(self.source, self.depth, self.pin)
-            self._cancel = weakref.finalize(self, self._ahead.cancel)
-        read = self._ahead.take()
+        try:
+            if self._ahead is None or self._ahead.stopping.is_set():
+                self._start()
+            read = self._ahead.take()
+        except BaseException:  # an interrupt: the batch taken, its slot and the thread may be anywhere; the next
+            if self._ahead is not None:  # call or close puts the source back where the caller is (no join here:
+                self._ahead.cancel()  # a read that never ends must not hold Ctrl-C)
+            raise
         if read.error is not None:  # the thread has ended; the source goes back to the failed batch's start
             self._halt()  # a DataError left it there (``keeping_position``); a failed ``pinned`` after the batch
             raise read.error
@@ -138,6 +146,16 @@ class Prefetching(Closing):
         self._halt()
         self.source.close()
 
+    def _start(self) -> None:
+        """A thread reading on from where the caller is. A stop that an interrupt cut short (in ``close``,
+        ``load_state_dict``, ``next_batch``) is finished first: its thread joined, the source put back."""
+        self._halt()
+        self._taken = _Read(state=self.source.state_dict(), bad_rows=_copied(self.source.bad_rows))
+        ahead = _ReadAhead(self.source, self.depth, self.pin)
+        self._cancel = weakref.finalize(self, ahead.cancel)
+        self._ahead = ahead
+        ahead.start()  # last: an interrupt before leaves no thread that nothing would end
+
     def _halt(self) -> None:
         """End the thread and put the source back after the last batch taken (what was read ahead is dropped)."""
         self._end_thread()
@@ -147,6 +165,6 @@ class Prefetching(Closing):
 
     def _end_thread(self) -> None:
         if self._ahead is not None:
+            self._ahead.stop()  # an interrupt here keeps ``_ahead``: the next stop or start joins it again
             self._cancel.detach()
-            self._ahead.stop()
             self._ahead = None
