@@ -16,6 +16,7 @@ import torch
 from polyrec.data import BadRows, DataError, open_source
 from polyrec.data.criteo import CriteoTSVSource, parse_tsv_line
 from polyrec.data.mlperf import MLPerfBinarySource
+from polyrec.data.sources import canonical_spec
 from polyrec.data.movielens import MovieLensSource
 from polyrec.data.synthetic import SyntheticSource
 from polyrec.runtime import TrainConfig, Trainer
@@ -408,6 +409,29 @@ def test_mlperf_empty_file_is_a_data_error(tmp_path):
             MLPerfBinarySource(tmp_path / "empty.bin", small(), batch_size=4, bad_rows=BadRows(skip=skip))
 
 
+def test_an_empty_criteo_file_among_others_adds_no_rows(tmp_path):
+    (tmp_path / "empty.tsv").write_bytes(b"")
+    (tmp_path / "blank.tsv").write_bytes(b"\n\n")  # blank lines are no rows either
+    path = tmp_path / "rows.tsv"
+    path.write_bytes(b"".join(criteo_lines()))
+    alone = criteo(path, 8, BadRows(skip=False))
+    listed = criteo([tmp_path / "empty.tsv", path, tmp_path / "blank.tsv"], 8, BadRows(skip=False))
+    for _ in range(len(criteo_lines()) // 8 + 2):  # over the end of the files, into the next epoch
+        want, got = alone.next_batch(), listed.next_batch()
+        assert torch.equal(got.values, want.values) and torch.equal(got.labels, want.labels)
+
+
+def test_criteo_files_of_no_rows_at_all_are_refused_naming_them(tmp_path):
+    """Was: "no rows left in any input file" under the name of the last file only."""
+    paths = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
+    for p in paths:
+        p.write_bytes(b"\n")
+    with pytest.raises(DataError, match=re.escape(f"{paths[0]},{paths[1]}:0: no rows in any of the 2 files")):
+        criteo(paths, 4, BadRows(skip=True)).next_batch()
+    with pytest.raises(DataError, match=re.escape(f"{paths[0]}:0: no rows in the file")):
+        criteo(paths[0], 4, BadRows(skip=False)).next_batch()
+
+
 # --- 5b: compressed files are named as such, not read as malformed rows ------------------------------------
 
 @pytest.mark.parametrize("compress, name", [("gzip", "gzip"), ("bz2", "bzip2"), ("lzma", "xz")])
@@ -545,6 +569,15 @@ def test_an_empty_path_in_a_criteo_list_is_named():
     for spec in ("criteo:a,,b", "criteo:a,"):
         with pytest.raises(ValueError, match=f"{spec}: an empty path in the comma-separated list"):
             open_source(spec, small(), batch_size=4, seed=0, device=CPU)
+
+
+def test_a_long_criteo_list_with_a_missing_file_names_it(tmp_path, monkeypatch):
+    """Was: OSError "File name too long": the list, joined at its commas, was looked up as one path holding them."""
+    monkeypatch.chdir(tmp_path)
+    spec = "criteo:" + ",".join(f"day_{k:02d}.tsv" for k in range(40))  # one name of 439 characters, joined
+    with pytest.raises(FileNotFoundError, match="Criteo TSV file not found: day_00.tsv"):
+        open_source(spec, small(), batch_size=4, seed=0, device=CPU)
+    assert canonical_spec(spec).startswith(f"criteo:{tmp_path.resolve() / 'day_00.tsv'},")
 
 
 def test_trainer_caps_the_movielens_tables(tmp_path):

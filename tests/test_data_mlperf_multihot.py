@@ -4,6 +4,7 @@ refused (a compressed .npz, a missing sibling, row counts that differ, widths th
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -175,9 +176,24 @@ def test_eval_reads_each_row_once(tmp_path):
 def test_one_hot_eval_data_for_multi_hot_training_is_refused(tmp_path):
     write_day(tmp_path, 0, 8)
     write_records(tmp_path / "eval.bin", 8)
-    with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'eval.bin'}:0: multi-hot sizes (1, 1,")):
+    with pytest.raises(DataError, match=re.escape(
+            f"{tmp_path / 'eval.bin'}:0: lookups per sample differ from the training data's: feature 0: training 3 "
+            "lookups per sample, eval 1; feature 1: training 2 lookups per sample, eval 1; feature 3: training 2 "
+            "lookups per sample, eval 1; and 12 more features; give eval data written like the training data")):
         open_source(f"mlperf:{npz(tmp_path)}", small(), batch_size=4, seed=0, device=CPU,
                     eval_spec=f"mlperf:{tmp_path / 'eval.bin'}")
+
+
+def test_eval_days_of_other_widths_name_the_feature_that_differs(tmp_path):
+    """Was: both whole tuples of 26 widths, which left the reader to find the one that differs."""
+    write_day(tmp_path, 0, 8)
+    (tmp_path / "eval").mkdir()
+    write_day(tmp_path / "eval", 0, 8, hot=HOT[:20] + (3,) + HOT[21:])
+    with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path / 'eval')}:0: lookups per sample differ from the "
+                                                  "training data's: feature 20: training 6 lookups per sample, eval "
+                                                  "3; give eval data written like the training data")):
+        open_source(f"mlperf:{npz(tmp_path)}", small(), batch_size=4, seed=0, device=CPU,
+                    eval_spec=f"mlperf:{npz(tmp_path / 'eval')}")
 
 
 def test_a_compressed_npz_is_refused(tmp_path):
@@ -277,3 +293,70 @@ def test_a_batch_owns_its_arrays_and_leaves_the_files_as_they_are(tmp_path):
         tensor.fill_(0)
     np.testing.assert_array_equal(np.load(tmp_path / "day_0_dense.npy"), arrays["dense"])
     np.testing.assert_array_equal(np.load(npz(tmp_path))["0"], arrays["ids"][0])
+
+
+def symlink(link: Path, target: Path) -> None:
+    try:
+        os.symlink(target, link)
+    except (OSError, NotImplementedError) as err:
+        pytest.skip(f"no symbolic links here: {err}")
+
+
+def linked_day(tmp_path: Path) -> tuple[dict, Path]:
+    """Day 0 under ``tmp_path/real`` and a link to its .npz alone under ``tmp_path/links``: (its arrays, the link)."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "links").mkdir()
+    arrays = write_day(tmp_path / "real", 0, 6, seed=1)
+    symlink(npz(tmp_path / "links"), npz(tmp_path / "real"))
+    return arrays, npz(tmp_path / "links")
+
+
+def test_a_linked_day_reads_the_files_beside_the_file_it_links_to(tmp_path):
+    """Was: "its labels file .../links/day_0_labels.npy is missing": only the link's directory was looked in."""
+    arrays, link = linked_day(tmp_path)
+    assert_same(source([link], 6).next_batch(), reference([arrays], list(range(6)), small().table_rows))
+
+
+def test_a_linked_day_reads_the_files_beside_the_link_first(tmp_path):
+    """A directory of links holds the dense and label files (or links to them) too: those are the day's."""
+    arrays, link = linked_day(tmp_path)
+    beside = write_day(tmp_path / "links", 1, 6, seed=2)  # dense and labels of other values, 6 rows too
+    np.save(tmp_path / "links" / "day_0_dense.npy", beside["dense"])
+    np.save(tmp_path / "links" / "day_0_labels.npy", beside["labels"])
+    want = reference([{**arrays, "dense": beside["dense"], "labels": beside["labels"]}], list(range(6)),
+                     small().table_rows)
+    assert_same(source([link], 6).next_batch(), want)
+
+
+def test_a_linked_day_missing_a_file_names_both_places_looked(tmp_path):
+    _, link = linked_day(tmp_path)
+    (tmp_path / "real" / "day_0_dense.npy").unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{link}: its dense file is missing: looked beside it ({tmp_path / 'links' / 'day_0_dense.npy'}) and "
+            f"beside the file it links to ({tmp_path.resolve() / 'real' / 'day_0_dense.npy'})")):
+        source([link], 6)
+
+
+def test_an_empty_day_among_others_adds_no_rows(tmp_path):
+    """Was: "the day holds no rows" refused the whole list, where criteo: reads on past an empty file."""
+    days = [write_day(tmp_path, 0, 7, seed=1), write_day(tmp_path, 1, 0), write_day(tmp_path, 2, 5, seed=2)]
+    paths = [npz(tmp_path, k) for k in range(3)]
+    run = source(paths, 4)
+    for step in range(4):
+        assert_same(run.next_batch(), reference(days, [(step * 4 + i) % 12 for i in range(4)], small().table_rows))
+    assert run.state_dict()["file_records"] == [7, 0, 5]
+    state = run.state_dict()
+    write_day(tmp_path, 1, 3)
+    with pytest.raises(ValueError, match=re.escape(f"{paths[1]} changed since the checkpoint was written: it held 0 "
+                                                   "records, now 3")):
+        source(paths, 4).load_state_dict(state)
+
+
+def test_days_of_no_rows_at_all_are_refused_naming_them(tmp_path):
+    write_day(tmp_path, 0, 0)
+    with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path, 0)}:0: no rows in the day")):
+        source([npz(tmp_path, 0)], 4)
+    write_day(tmp_path, 1, 0)
+    with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path, 0)},{npz(tmp_path, 1)}:0: no rows in any of the 2 "
+                                                  "days")):
+        source([npz(tmp_path, 0), npz(tmp_path, 1)], 4)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from polyrec.data.sources import canonical_spec
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.checkpoint import METRICS_NAME
 
@@ -111,3 +112,22 @@ def test_a_resume_names_the_same_data_as_it_likes(tmp_path, monkeypatch):
     Trainer(dataclasses.replace(config(files, 2), data=f"criteo:{data}"), progress=False).train()
     monkeypatch.chdir(data.parent)
     Trainer(dataclasses.replace(config(files, 3, resume=True), data="criteo:criteo_sample.tsv"), progress=False).train()
+
+
+def test_a_resume_compares_a_path_holding_a_comma_as_one_path(tmp_path, monkeypatch):
+    """An MLPerf binary file is read whole, commas and all, but its spec was cut at every comma when compared:
+    a relative mlperf:data,v1/train.bin became mlperf:CWD/data,CWD/v1/train.bin, not the file named absolutely."""
+    (tmp_path / "data,v1").mkdir()
+    (tmp_path / "data,v1" / "train.bin").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    absolute = f"mlperf:{tmp_path.resolve() / 'data,v1' / 'train.bin'}"
+    assert canonical_spec("mlperf:data,v1/train.bin") == absolute
+    assert canonical_spec(absolute) == absolute
+
+
+def test_the_compared_data_of_files_not_there_is_made_absolute_at_its_commas(tmp_path, monkeypatch):
+    """The saved spec is compared before any file is read: files missing now are named absolutely, not refused
+    (the reader says what is missing)."""
+    monkeypatch.chdir(tmp_path)
+    cwd = tmp_path.resolve()
+    assert canonical_spec("criteo:a.tsv,b/c.tsv") == f"criteo:{cwd / 'a.tsv'},{cwd / 'b' / 'c.tsv'}"

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 import torch
 
-from polyrec.data.types import BadRows, Batch, Closing, DataError, keeping_position, refuse_cr_only, require_file
+from polyrec.data.types import (BadRows, Batch, Closing, DataError, changed_since_checkpoint, keeping_position, no_rows,
+                                refuse_cr_only, require_file)
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ class CriteoTSVSource(Closing):
             self._close_file()
             self._empty_files += 1  # a file of blank lines only counts as empty
             if self._empty_files > len(self.paths):
-                raise DataError(str(self.paths[self.file_index]), 0, "no rows left in any input file")
+                raise no_rows(self.paths)
             self.file_index, self.byte_offset, self.line_no = self.file_index + 1, 0, 0
             if self.file_index == len(self.paths):
                 self.file_index, self.epoch = 0, self.epoch + 1
@@ -304,9 +305,8 @@ class CriteoTSVSource(Closing):
             where = "in the middle of a line"
         else:
             return
-        raise ValueError(f"{path} changed since the checkpoint was written: the saved position, byte "
-                         f"{self.byte_offset} (after line {self.line_no}), is {where}; restore the file the run "
-                         "was trained on, or start a new --checkpoint-dir")
+        raise changed_since_checkpoint(path, f"the saved position, byte {self.byte_offset} (after line "
+                                             f"{self.line_no}), is {where}")
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``; without "bad_rows" (an eval rewind, an older checkpoint) the count stays."""

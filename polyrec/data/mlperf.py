@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from polyrec.data.criteo import CRITEO_COLUMNS, ONE_HOT, adapt_criteo, dealt_to, one_pass, to_batch
-from polyrec.data.types import BadRows, Batch, Closing, DataError, Records, keeping_position, require_file
+from polyrec.data.types import (BadRows, Batch, Closing, DataError, Records, changed_since_checkpoint, keeping_position,
+                                require_file)
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
 RECORD_BYTES = 4 * CRITEO_COLUMNS  # one binary record: 40 int32
@@ -68,6 +69,20 @@ def refuse_text(path: Path) -> None:
                                       "each): a Criteo TSV file is read as criteo:PATH")
 
 
+#: Features named in a message about eval data whose multi-hot sizes are not the training data's (of 26).
+FEATURES_SHOWN = 3
+
+
+def width_differences(train: tuple[int, ...], held_out: tuple[int, ...]) -> str:
+    """The first FEATURES_SHOWN features whose lookups per sample differ between the training and eval data, with
+    both values, and how many more do (both tuples of 26 said nothing the reader could use at a glance)."""
+    differ = [f for f, (a, b) in enumerate(zip(train, held_out)) if a != b]
+    named = "; ".join(f"feature {f}: training {train[f]} lookups per sample, eval {held_out[f]}"
+                      for f in differ[:FEATURES_SHOWN])
+    more = len(differ) - FEATURES_SHOWN
+    return named + (f"; and {more} more feature{'s' if more > 1 else ''}" if more > 0 else "")
+
+
 class RecordSource(Closing):
     """Streams batches from ``records`` (memory-mapped; one batch read at a time): deals them to the ranks, counts
     and skips their bad rows, evaluates in one pass and resumes. The mappings (and the descriptors they keep) go
@@ -83,8 +98,9 @@ class RecordSource(Closing):
         self.batch_size, self.bad_rows, self.rank, self.world_size = batch_size, bad_rows, rank, world_size
         self.table_rows = np.asarray(config.table_rows, dtype=np.int64)
         if eval_source is not None and eval_source.records.multi_hot != records.multi_hot:
-            raise DataError(eval_source.name, 0, f"multi-hot sizes {eval_source.records.multi_hot} are not the "
-                                                 f"training data's {records.multi_hot}")
+            differ = width_differences(records.multi_hot, eval_source.records.multi_hot)
+            raise DataError(eval_source.name, 0, f"lookups per sample differ from the training data's: {differ}; give "
+                                                 "eval data written like the training data")
         self.eval_source, self.num_eval_batches = eval_source, num_eval_batches
         self.eval_bad_rows = eval_source.bad_rows if eval_source is not None else None
         self.read = 0  # this rank's records read in the run, over epochs (``_stream_index``)
@@ -204,16 +220,12 @@ class RecordSource(Closing):
             records = rank_records(self.total, self.batch_size, self.rank, self.world_size)
             if position and position >= records:  # a saved position was always before the end
                 share = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-                raise ValueError(f"{self.name} changed since the checkpoint was written: the saved position, "
-                                 f"{position} records into an epoch, is at or beyond the end of its {records} "
-                                 f"records{share}; restore the file the run was trained on, or start a new "
-                                 "--checkpoint-dir")
+                raise changed_since_checkpoint(self.name, f"the saved position, {position} records into an epoch, is "
+                                                          f"at or beyond the end of its {records} records{share}")
             return epoch * records + position
         self._refuse_changed_file(state.get("file_records"))
         if "records" in state and int(state["records"]) != self.total:
-            raise ValueError(f"{self.name} changed since the checkpoint was written: it held {state['records']} "
-                             f"records, now {self.total}; restore the file the run was trained on, or start a new "
-                             "--checkpoint-dir")
+            raise changed_since_checkpoint(self.name, f"it held {state['records']} records, now {self.total}")
         return int(state["read"])
 
     def _refuse_changed_file(self, saved: list[int] | None) -> None:
@@ -225,9 +237,7 @@ class RecordSource(Closing):
             raise ValueError(f"{self.name}: the checkpoint was written reading {len(saved)} files, not these "
                              f"{len(rows)}; give the files the run was trained on, or start a new --checkpoint-dir")
         k = next(k for k, (was, now) in enumerate(zip(saved, rows)) if was != now)
-        raise ValueError(f"{self.records.paths[k]} changed since the checkpoint was written: it held {saved[k]} "
-                         f"records, now {rows[k]}; restore the file the run was trained on, or start a new "
-                         "--checkpoint-dir")
+        raise changed_since_checkpoint(self.records.paths[k], f"it held {saved[k]} records, now {rows[k]}")
 
 
 class OneHotRecords:

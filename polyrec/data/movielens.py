@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from polyrec.data.types import BadRows, Batch, Closing, DataError, refuse_cr_only, require_file
+from polyrec.data.types import (BadRows, Batch, Closing, DataError, changed_since_checkpoint, refuse_cr_only,
+                                require_file)
 from polyrec.models.config import ModelConfig
 
 #: Share of the ratings held out for the test AUC (a common 80/20 split, e.g. GroupLens' u1.base/u1.test).
@@ -190,8 +191,6 @@ class MovieLensSource(Closing):
         """Continue from ``state``; a file with another number of good rows than the one saved (a checkpoint
         since the fifty-first session says) is refused: its split and shuffles would be other rows."""
         if "rows" in state and int(state["rows"]) != len(self.label):
-            raise ValueError(f"{self.path} changed since the checkpoint was written: it had {state['rows']} good "
-                             f"rows, now {len(self.label)}; restore the file the run was trained on, or start a new "
-                             "--checkpoint-dir")
+            raise changed_since_checkpoint(self.path, f"it had {state['rows']} good rows, now {len(self.label)}")
         self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
         self._order = self._epoch_order()

@@ -16,7 +16,9 @@ members named ``arr_0.npy`` .. ``arr_25.npy`` (``np.savez(path, *ids)``).
 Ids are taken mod the table rows as they are read (the reference's ``hashes``), so capped tables work. Every
 array is memory-mapped (``polyrec.data.npz``): a day costs memory only for the rows of a batch. A row is bad where
 its label is not 0 or 1, an id is negative or a dense value is not finite (or, stored wider, beyond float32).
-Several days stream one after another (``mlperf.RecordSource``), as the files of ``criteo:`` do.
+Several days stream one after another (``mlperf.RecordSource``), as the files of ``criteo:`` do; a day of no rows
+adds none. A day's .npz may be a symbolic link: its dense and label files are looked for beside the link, then beside
+the file it links to.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 
 from polyrec.data.criteo import CRITEO_NUM_CATEGORICAL, adapt_criteo
 from polyrec.data.npz import NpyArray, npy_file, npz_members
-from polyrec.data.types import Batch, DataError, offsets_from_lengths, require_regular_file
+from polyrec.data.types import Batch, DataError, no_rows, offsets_from_lengths, require_regular_file
 from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 
 MULTI_HOT_SUFFIX = "_sparse_multi_hot.npz"  # day_N's ids (materialize_synthetic_multihot_dataset.py)
@@ -75,12 +77,22 @@ class Day:
                        ids=[np.asarray(x[first:stop]) for x in self.ids])
 
 
+def beside(npz: Path, kind: str) -> Path:
+    """Where MLPerf's layout keeps the ``kind`` ("dense" or "labels") file of the day ``npz``: beside it."""
+    return npz.with_name(npz.name.removesuffix(MULTI_HOT_SUFFIX) + f"_{kind}.npy")
+
+
 def sibling(npz: Path, kind: str) -> Path:
-    """The day's ``kind`` ("dense" or "labels") file beside ``npz``; FileNotFoundError naming it where it is missing."""
-    path = npz.with_name(npz.name.removesuffix(MULTI_HOT_SUFFIX) + f"_{kind}.npy")
-    if not path.exists():
-        raise FileNotFoundError(f"{npz}: its {kind} file {path} is missing (MLPerf's multi-hot layout keeps "
-                                f"day_N_dense.npy and day_N_labels.npy beside day_N{MULTI_HOT_SUFFIX})")
+    """The day's ``kind`` ("dense" or "labels") file: beside ``npz`` first (a directory of links to days may link
+    their files too), else, where ``npz`` is a symbolic link, beside the file it links to (a directory of links to
+    the .npz files alone); FileNotFoundError naming where it looked."""
+    places = [beside(npz, kind)] + ([beside(npz.resolve(), kind)] if npz.is_symlink() else [])
+    path = next((p for p in places if p.exists()), None)
+    if path is None:
+        where = (f"{places[0]} is missing" if len(places) == 1 else
+                 f"is missing: looked beside it ({places[0]}) and beside the file it links to ({places[1]})")
+        raise FileNotFoundError(f"{npz}: its {kind} file {where} (MLPerf's multi-hot layout keeps day_N_dense.npy "
+                                f"and day_N_labels.npy beside day_N{MULTI_HOT_SUFFIX})")
     return require_regular_file(path, f"MLPerf multi-hot {kind}")
 
 
@@ -136,14 +148,12 @@ def id_arrays(npz: Path) -> list[NpyArray]:
 
 def same_rows(npz: Path, arrays: dict[str, NpyArray]) -> int:
     """The row count of every array (named as messages name it); DataError naming the files and counts where they
-    differ, or where there are none."""
+    differ."""
     counts = {name: array.shape[0] for name, array in arrays.items()}
     rows = next(iter(counts.values()))
     if len(set(counts.values())) > 1:
         differ = ", ".join(f"{name} {n}" for name, n in counts.items() if n != rows)
         raise DataError(str(npz), 0, f"row counts differ: {next(iter(counts))} {rows}, {differ}")
-    if rows == 0:
-        raise DataError(str(npz), 0, "the day holds no rows")
     return rows
 
 
@@ -240,19 +250,24 @@ def joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
 
 
 class MultiHotRecords:
-    """The rows of multi-hot days, one day after another (``Records``; ``mlperf.RecordSource`` streams them)."""
+    """The rows of multi-hot days, one day after another (``Records``; ``mlperf.RecordSource`` streams them). A day
+    of no rows adds none (as an empty ``criteo:`` file does) but stays in ``file_rows``: a resume refuses it
+    once it holds some; DataError where no day holds any."""
 
     def __init__(self, paths: list[Path]) -> None:
         self.paths = [Path(p) for p in paths]
         self.days = [open_day(p) for p in self.paths]
         self.multi_hot = same_multi_hot(self.days)
         self.file_rows = [day.labels.shape[0] for day in self.days]
-        self.starts = np.cumsum([0] + self.file_rows)  # [D+1], each day's first row
+        self.starts = np.cumsum([0] + self.file_rows)  # [D+1], each day's first row (an empty day's is the next's)
         self.total = int(self.starts[-1])
+        if self.total == 0:
+            raise no_rows(self.paths, "day")
         self.row_bytes = VALUE_BYTES * (1 + CRITEO_NUM_DENSE + sum(self.multi_hot))
 
     def _day(self, first: int) -> int:
-        """The day that row ``first`` (0-based in all of them) is in."""
+        """The day that row ``first`` (0-based in all of them) is in: the last to start at or before it, so not an
+        empty day, whose start is the next day's."""
         return int(np.searchsorted(self.starts, first, side="right")) - 1
 
     def span(self, first: int) -> int:

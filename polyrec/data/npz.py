@@ -48,9 +48,13 @@ class NpyArray:
         return array_error(self.path, self.member, text)
 
     def map(self) -> np.ndarray:
-        """The array, memory-mapped read-only (not empty: np.memmap cannot map 0 bytes)."""
-        return np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape,
-                         order="F" if self.fortran_order else "C")
+        """The array, memory-mapped read-only; an empty one (a day of no rows) is made, not mapped: np.memmap of 0
+        bytes, before numpy's gh-27723 fix, mapped the rest of the file, and failed where that was nothing (the
+        array's offset a multiple of the page size, at the file's end)."""
+        order = "F" if self.fortran_order else "C"
+        if 0 in self.shape:
+            return np.empty(self.shape, dtype=self.dtype, order=order)
+        return np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape, order=order)
 
 
 def npy_header(path: Path, offset: int, end: int, member: str | None = None) -> NpyArray:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import errno
 import numbers
 from pathlib import Path
 
@@ -39,11 +40,31 @@ SYNTHETIC_DEFAULT = "zipf"
 
 def canonical_spec(spec: str) -> str:
     """``spec`` as one string per data: synthetic's default distribution named (``synthetic`` is
-    ``synthetic:zipf``) and each file path absolute, resolved from the working directory."""
+    ``synthetic:zipf``) and each file path absolute, resolved from the working directory. A resume compares the
+    checkpoint's spec before any file is read: a path that is not there is made absolute too, not refused (the
+    reader names what is missing)."""
     kind, arg = parse_spec(spec)
     if kind == "synthetic":
         return f"synthetic:{arg or SYNTHETIC_DEFAULT}"
-    return f"{kind}:" + ",".join(str(data_path(part).resolve()) for part in arg.split(","))
+    return f"{kind}:" + ",".join(str(data_path(part).resolve()) for part in spec_parts(arg))
+
+
+def spec_parts(arg: str) -> list[str]:
+    """The paths of a file spec's ``arg`` as its reader takes them: the whole of it where it names an existing path
+    (one path holding a comma: the MLPerf binary reader reads it; ``listed_paths`` refuses it in a list), else its
+    comma-separated parts."""
+    return [arg] if names_a_path(arg) else arg.split(",")
+
+
+def names_a_path(arg: str) -> bool:
+    """Whether ``arg`` names a file or directory; a name too long for the system names none (a long list of paths,
+    looked up joined at its commas, raised "File name too long")."""
+    try:
+        return data_path(arg).exists()
+    except OSError as err:
+        if err.errno != errno.ENAMETOOLONG:
+            raise
+        return False
 
 
 def data_path(arg: str) -> Path:
@@ -56,7 +77,7 @@ def listed_paths(kind: str, arg: str) -> list[Path]:
     parts = arg.split(",")
     if "" in parts:  # Path("") is the working directory: "path . is a directory" said nothing useful
         raise ValueError(f"{kind}:{arg}: an empty path in the comma-separated list")
-    if not all(data_path(p).exists() for p in parts):
+    if not all(names_a_path(p) for p in parts):
         refuse_comma_in_path(kind, parts)
     return [data_path(p) for p in parts]
 
@@ -66,10 +87,10 @@ def refuse_comma_in_path(kind: str, parts: list[str]) -> None:
     holding a comma, which the list cut in two (it said "file not found" for the part before the comma)."""
     for first in range(len(parts)):
         for stop in range(first + 2, len(parts) + 1):
-            path = data_path(",".join(parts[first:stop]))
-            if path.exists():
-                raise ValueError(f"{path} holds a comma, which separates the paths of {kind}:PATH[,PATH...]: link "
-                                 "or move it to a path without one")
+            joined = ",".join(parts[first:stop])
+            if names_a_path(joined):
+                raise ValueError(f"{data_path(joined)} holds a comma, which separates the paths of "
+                                 f"{kind}:PATH[,PATH...]: link or move it to a path without one")
 
 
 def criteo_paths(arg: str) -> list[Path]:
@@ -150,7 +171,7 @@ def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int,
     if kind == "criteo":
         return CriteoTSVSource(criteo_paths(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                                num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
-    if any(part.endswith(MULTI_HOT_SUFFIX) for part in arg.split(",")):  # MLPerf v3+ multi-hot days
+    if any(part.endswith(MULTI_HOT_SUFFIX) for part in spec_parts(arg)):  # MLPerf v3+ multi-hot days
         return RecordSource(MultiHotRecords(listed_paths(kind, arg)), config, batch_size=batch_size, bad_rows=bad,
                             eval_source=eval_source, num_eval_batches=num_eval_batches, rank=rank,
                             world_size=world_size)

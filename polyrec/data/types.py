@@ -69,6 +69,20 @@ class DataError(ValueError):
         self.path, self.line, self.problem = path, line, problem
 
 
+def changed_since_checkpoint(path: object, how: str) -> ValueError:
+    """The error refusing to resume on ``path`` (a file, or a source's files joined), which changed since the
+    checkpoint was written, as ``how`` says: reading on would go over other rows than the run's."""
+    return ValueError(f"{path} changed since the checkpoint was written: {how}; restore the file the run was trained "
+                      "on, or start a new --checkpoint-dir")
+
+
+def no_rows(paths: list[Path], noun: str = "file") -> DataError:
+    """The DataError for input of no rows at all, naming all its ``paths`` (``noun`` says what each is): a file of no
+    rows among others adds none, but where every one is empty there is nothing to train on."""
+    where = f"the {noun}" if len(paths) == 1 else f"any of the {len(paths)} {noun}s"
+    return DataError(",".join(map(str, paths)), 0, f"no rows in {where}")
+
+
 @dataclass(kw_only=True, slots=True)
 class BadRows:
     """Malformed rows skipped under ``--skip-bad-rows``: how many, and the first few for the report."""
@@ -165,7 +179,7 @@ class Records(Protocol[C]):
 
     paths: list[Path]  # the files, in the stream's order (named by messages about all of them)
     total: int  # rows in all the files, at least 1
-    file_rows: list[int]  # rows in each file, in the stream's order (a resume refuses files whose counts changed)
+    file_rows: list[int]  # rows in each file (0: it adds none), in the stream's order (a resume refuses changed counts)
     row_bytes: int  # bytes one row takes in memory
     multi_hot: tuple[int, ...]  # ids per row of each feature
 
