@@ -3,7 +3,8 @@
 Within ``sigterm_exits`` it ends it cleanly instead, with a message and exit code 0, as a signal's stop of the loop
 does. Nothing is trained or saved by then:
 there is nothing to checkpoint, and a checkpoint to resume from has only been read. After the loop, while a finished
-run reports, ``sigterm_ends_block`` cuts the report short (a message) and the run keeps its own exit code.
+run reports, ``signal_ends_block`` cuts the report short (a message) at SIGTERM or Ctrl-C (SIGINT) and the run keeps
+its own exit code.
 
 Python runs a handler between bytecodes only: a call that blocks in C++ until the other ranks come (torch's
 rendezvous) would hold the signal up to the collective timeout, so it runs under ``sigterm_default``.
@@ -18,20 +19,26 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-#: How a stop by SIGTERM is named, as the training loop names a signal's stop ("stopped by signal 15 (SIGTERM) at
-#: step N").
-STOPPED = f"stopped by signal {int(signal.SIGTERM)} ({signal.SIGTERM.name})"
+
+def stopped_by(signum: int) -> str:
+    """How a stop by signal ``signum`` is named, as the training loop names a signal's stop ("stopped by signal 15
+    (SIGTERM) at step N")."""
+    return f"stopped by signal {int(signum)} ({signal.Signals(signum).name})"
+
+
+#: How a stop by SIGTERM is named.
+STOPPED = stopped_by(signal.SIGTERM)
 
 
 class _Stopped(BaseException):
-    """SIGTERM, raised by ``_raise``: a BaseException, so that an ``except Exception`` on the way (the precompile's
-    fallback) does not take it, as none takes KeyboardInterrupt."""
+    """A stop signal (``args[0]``: its number), raised by ``_raise``: a BaseException, so that an ``except
+    Exception`` on the way (the precompile's fallback) does not take it, as none takes KeyboardInterrupt."""
 
 
 def _raise(signum: int, frame: object) -> None:
-    raise _Stopped
+    raise _Stopped(signum)
 
 
 def rank_prefix() -> str:
@@ -41,30 +48,36 @@ def rank_prefix() -> str:
     return f"rank {os.environ.get('RANK', '?')}: " if world.isdecimal() and int(world) > 1 else ""
 
 
-def _handles_sigterm() -> bool:
-    """Whether this thread may set SIGTERM's handler and should: the main thread (Python runs handlers there only),
-    SIGTERM not ignored (a parent that ignores it means it) nor handled from outside Python (no handler to restore)."""
-    current = signal.getsignal(signal.SIGTERM)
+def _handles(signum: int) -> bool:
+    """Whether this thread may set ``signum``'s handler and should: the main thread (Python runs handlers there only),
+    the signal not ignored (a parent that ignores it means it) nor handled from outside Python (no handler to
+    restore)."""
+    current = signal.getsignal(signum)
     return threading.current_thread() is threading.main_thread() and current not in (signal.SIG_IGN, None)
 
 
 @contextlib.contextmanager
-def sigterm_ends_block(message: str, stopped: list[bool] | None = None) -> Iterator[None]:
-    """Within the block, SIGTERM ends the block at once: ``message`` on stderr, ``True`` appended to ``stopped``,
-    and the code after the block runs. The handler before is restored after."""
-    if not _handles_sigterm():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise)
+def signal_ends_block(message: Callable[[int], str], stopped: list[bool] | None = None,
+                      signals: tuple[int, ...] = (signal.SIGTERM,)) -> Iterator[None]:
+    """Within the block, each of ``signals`` ends the block at once: ``message(signum)`` on stderr, ``True`` appended
+    to ``stopped``, and the code after the block runs. The handlers before are restored after (first thing on a
+    stop: the same signal again then acts as it did before the block, a second Ctrl-C interrupts)."""
+    previous = {signum: signal.signal(signum, _raise) for signum in signals if _handles(signum)}
     try:
         yield
-    except _Stopped:
-        signal.signal(signal.SIGTERM, previous)
-        print(message, file=sys.stderr, flush=True)
+    except _Stopped as stop:
+        _restore(previous)
+        print(message(stop.args[0]), file=sys.stderr, flush=True)
         if stopped is not None:
             stopped.append(True)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _restore(previous)
+
+
+def _restore(handlers: dict[int, object]) -> None:
+    """Set each signal's handler back to ``handlers``' (those ``signal.signal`` returned)."""
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -72,7 +85,7 @@ def sigterm_exits(message: str) -> Iterator[None]:
     """Within the block, SIGTERM ends the process at once: ``message`` on stderr, then SystemExit(0) (``finally``
     blocks on the way run). The handler before is restored after."""
     stopped: list[bool] = []
-    with sigterm_ends_block(message, stopped):
+    with signal_ends_block(lambda signum: message, stopped):
         yield
     if stopped:
         raise SystemExit(0)
@@ -81,7 +94,7 @@ def sigterm_exits(message: str) -> Iterator[None]:
 @contextlib.contextmanager
 def sigterm_default() -> Iterator[None]:
     """Within the block, SIGTERM has its default action (the process ends at once), whatever handler is set."""
-    if not _handles_sigterm():
+    if not _handles(signal.SIGTERM):
         yield
         return
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -4,6 +4,9 @@ sample of its data: what says a plan is one-hot, and what a run whose data has o
 from __future__ import annotations
 
 import json
+import re
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -48,13 +51,27 @@ def test_a_one_hot_codesign_table_says_it_is_one_hot():
     assert "co-design of dcnv2-small (one-hot) for" in _said(result)
 
 
-def _train_warning(plan: Path, data: str) -> str:
-    """The RuntimeWarning of a one-step CPU run of ``plan`` on ``data``."""
-    with pytest.warns(RuntimeWarning, match="its choices are taken") as caught:
+def _as_python_shows(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python's own display of a warning, on stderr after "FILE:LINE: CATEGORY:" (pytest records them instead)."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _train_stderr(plan: Path, data: str) -> str:
+    """The stderr of a one-step CPU run of ``plan`` on ``data``, its warnings shown as Python shows them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = _as_python_shows
         result = runner.invoke(app, ["train", "--plan", str(plan), "--data", data, "--row-cap", "64", "--steps", "1",
                                      "--device", "cpu", "--cpu-threads", "1"])
     assert result.exit_code == 0, result.output
-    return " ".join(str(w.message) for w in caught if "its choices are taken" in str(w.message))
+    return result.stderr
+
+
+def _train_warning(plan: Path, data: str) -> str:
+    """The warning of a one-step CPU run of ``plan`` on ``data`` that says the plan priced other lookups."""
+    said = " ".join(_train_stderr(plan, data).split())
+    assert "its choices are taken" in said, said
+    return said
 
 
 def test_a_plan_of_other_lookups_than_the_datas_says_how_to_plan_them(tmp_path):
@@ -67,11 +84,76 @@ def test_a_plan_of_other_lookups_than_the_datas_says_how_to_plan_them(tmp_path):
     multi = _small_plan(tmp_path, config, "multi.json")
     one_hot = _small_plan(tmp_path, config.replace(multi_hot=(1,) * config.num_tables), "one_hot.json")
     said = _train_warning(multi, f"criteo:{DATA / 'criteo_sample.tsv'}")
-    assert "; for them, re-plan with `polyrec plan --model dcnv2-small --one-hot`" in said, said
+    assert "; for them, re-plan with `polyrec plan --model dcnv2-small --one-hot --row-cap 64`" in said, said
     said = _train_warning(one_hot, "synthetic")
-    assert ("; for them, re-plan with `polyrec plan --model dcnv2-small` (without --one-hot: the preset's lookups "
-            "per sample)") in said, said
+    assert ("; for them, re-plan with `polyrec plan --model dcnv2-small --row-cap 64` (without --one-hot: the "
+            "preset's lookups per sample)") in said, said
     write_day(tmp_path, 0, 32)  # widths of its own (HOT), neither the preset's nor one
     said = _train_warning(multi, f"mlperf:{npz(tmp_path)}")
     assert ("; `polyrec plan` prices the preset's lookups per sample or one per feature (--one-hot), not this "
             "data's") in said, said
+
+
+def test_the_plan_lookups_note_is_a_warning_line_not_pythons(tmp_path):
+    """The note reached the user as Python shows a warning: "/.../polyrec/cli/train.py:210: RuntimeWarning: ..." and
+    the source line `trainer = Trainer(cfg, echo_json=as_json)` under it. Now it is a `warning:` line on stderr, as
+    polyrec's other messages are; a library caller of the Trainer still gets a RuntimeWarning."""
+    from polyrec.models.config import dcnv2_small
+    from polyrec.runtime import TrainConfig, Trainer
+
+    plan = _small_plan(tmp_path, dcnv2_small().with_capped_rows(64))
+    data = f"criteo:{DATA / 'criteo_sample.tsv'}"
+    err = _train_stderr(plan, data)
+    assert f"warning: {plan}: the plan was priced for other lookups per sample" in err, err
+    assert "RuntimeWarning" not in err and "train.py" not in err and "Trainer(" not in err, err
+    with pytest.warns(RuntimeWarning, match="its choices are taken"):
+        Trainer(TrainConfig(plan=str(plan), data=data, row_cap=64, steps=1, device="cpu"), progress=False)
+
+
+def test_the_plan_a_capped_run_suggests_is_one_it_takes(tmp_path):
+    """A `--row-cap 64` run suggested `polyrec plan --model dcnv2-small --one-hot`, whose plan has the preset's full
+    rows: the same run then refused it (rows differ). The suggestion now carries the cap, which `polyrec plan` takes."""
+    from polyrec.models.config import dcnv2_small
+
+    data = f"criteo:{DATA / 'criteo_sample.tsv'}"
+    said = _train_warning(_small_plan(tmp_path, dcnv2_small().with_capped_rows(64)), data)
+    command = re.search(r"re-plan with `polyrec (plan [^`]*)`", said)[1].split()
+    suggested = tmp_path / "suggested.json"
+    made = runner.invoke(app, [*command, "--batch-per-gpu", "16", "--dense-dtype", "fp32", "-o", str(suggested)])
+    assert made.exit_code == 0, made.output  # a CPU-sized batch and dtype: neither shapes the model
+    err = _train_stderr(suggested, data)
+    assert "warning" not in err, err
+
+
+def test_plan_row_cap_cuts_the_tables_as_train_row_cap_does(tmp_path):
+    from polyrec.models.config import dcnv2_small
+
+    result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--row-cap", "64", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = tuple(t["rows"] for t in json.loads(result.stdout)["model"]["tables"])
+    assert rows == dcnv2_small().with_capped_rows(64).table_rows and max(dcnv2_small().table_rows) > 64
+    refused = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--row-cap", "0"])
+    assert refused.exit_code == 2 and "--row-cap must be at least 1 (or left out), got 0" in refused.stderr
+    # --compare and --codesign make no plan for a run: refused, not ignored
+    for mode in (["--compare", "H200", "--out-dir", str(tmp_path)], ["--codesign", "--fleet", "H200"]):
+        refused = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--row-cap", "64", *mode])
+        assert refused.exit_code == 2 and "--row-cap cuts the tables of a plan" in refused.stderr, refused.output
+
+
+def test_a_run_and_a_plan_cut_to_other_rows_say_how_to_agree(tmp_path):
+    """A `--row-cap 64` run refused a plan of the preset's full rows naming the rows, not how to plan them (`polyrec
+    plan` had no row cap); a run without one refused a plan cut to 64 rows the same way."""
+    full, capped = tmp_path / "full.json", tmp_path / "capped.json"
+    for path, extra in ((full, []), (capped, ["--row-cap", "64"])):
+        made = runner.invoke(app, ["plan", "--model", "dcnv2-small", *extra, "-o", str(path)])
+        assert made.exit_code == 0, made.output
+    result = runner.invoke(app, ["train", "--plan", str(full), "--row-cap", "64", "--steps", "1", "--device", "cpu"])
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "the plan's 50000, the run's 64" in said, said
+    assert ("this run cuts its tables to 64 rows (--row-cap): plan them with `polyrec plan --model dcnv2-small "
+            "--row-cap 64`") in said, said
+    result = runner.invoke(app, ["train", "--plan", str(capped), "--steps", "1", "--device", "cpu"])
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "the plan's 64, the run's 50000" in said, said
+    assert ("the plan's tables are this model's cut to 64 rows (`polyrec plan --row-cap 64`): train with --row-cap "
+            "64, or plan without --row-cap") in said, said

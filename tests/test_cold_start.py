@@ -127,6 +127,36 @@ def test_a_failed_dry_run_is_reported_and_training_goes_on(monkeypatch):
     assert trainer.precompile_skipped.startswith("the precompile failed")
 
 
+def test_a_failed_dry_run_is_a_warning_line_of_polyrec_train(monkeypatch):
+    """`polyrec train` showed it as Python shows a warning ("/.../polyrec/runtime/train_loop.py:N: RuntimeWarning:
+    precompile: ..." and a source line); now it is a `warning:` line on stderr, as polyrec's other messages are."""
+    import sys
+    import warnings
+
+    from typer.testing import CliRunner
+
+    import polyrec.runtime.trainer as trainer_module
+    from polyrec.cli import app
+
+    def broken(trainer):
+        raise ValueError("garbage in a torch op")
+
+    def python_shows(message, category, filename, lineno, file=None, line=None):  # as Python does; pytest records
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    monkeypatch.setattr(trainer_module, "precompile_first_step", broken)
+    monkeypatch.setattr(trainer_module, "applies", lambda trainer: None)  # as on a GPU, where it applies
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = python_shows
+        result = CliRunner().invoke(app, ["train", "--steps", "1", "--batch-size", "8", "--row-cap", "64", "--device",
+                                          "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert ("warning: precompile: the precompile failed: ValueError: garbage in a torch op; kernels compile at their "
+            "first launch") in result.stderr, result.stderr
+    assert "RuntimeWarning" not in result.stderr and ".py:" not in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("graphed", [True, False])
 def test_a_graphed_runs_dry_steps_select_gemms_as_its_capture_will(graphed, monkeypatch):
     """So the capture's GEMMs (chosen by GPU time alone) are compiled in the precompile, not in the capture."""

@@ -117,6 +117,23 @@ def test_a_fleet_with_a_superscript_host_count_is_refused():
         parse_fleet("H200x1@²")  # was: "invalid literal for int() with base 10: '²'"
 
 
+@pytest.mark.parametrize("fleet, entry", [("H200x８", "H200x８"), ("H100x2,H200x٣", "H200x٣"),
+                                          ("H200 * ８", "H200 * ８"), ("H200x8@４", "@４"), ("H200x8@٣", "@٣")])
+def test_a_fleet_count_in_other_digits_than_ascii_is_refused(fleet, entry):
+    """int() and the regex's \\d take the decimal digits of every script: `H200x８` (full-width) planned 8 H200s,
+    `H200x٣` (Arabic-Indic) 3, `@４` four hosts, without a word."""
+    with pytest.raises(FleetError, match=re.escape(f"{entry!r}") + r".*counts are ASCII digits \(0-9\)"):
+        parse_fleet(fleet)
+
+
+def test_a_compare_or_fleet_option_with_a_full_width_count_is_refused(tmp_path):
+    for args in (["--fleet", "H200x８"], ["--compare", "H200x８", "--out-dir", str(tmp_path)]):
+        result = CliRunner().invoke(app, ["plan", "--model", "dcnv2-small", *args])
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.stderr.split())
+        assert "'H200x８' has a count in other digits than ASCII ('８'); counts are ASCII digits (0-9)" in said, said
+
+
 def test_a_fleet_of_two_vendors_is_refused():
     """Was: planned over a 'pcie' link, though no NCCL / RCCL job runs NVIDIA and AMD GPUs together."""
     with pytest.raises(FleetError, match="fleet H100x1,MI300Xx1 mixes amd and nvidia GPUs"):

@@ -78,6 +78,8 @@ def compare_kinds(compare: str) -> list[str]:
             try:
                 fleet = parse_fleet(entry)
             except FleetError:
+                if not entry.isascii():  # parse_fleet's error names what in it is not ASCII (a count in other digits)
+                    raise
                 fleet = None
             if fleet is None or len(fleet.groups) != 1:
                 raise
@@ -102,14 +104,19 @@ def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
     return [f"{kind}x{shape.per_host}{hosts}" for kind in kinds]
 
 
-def load_model(name: str, distribution: str, one_hot: bool = False) -> ModelSpec:
+def load_model(name: str, distribution: str, one_hot: bool = False, row_cap: int | None = None) -> ModelSpec:
     """The preset ``name``'s model; ``one_hot``: every feature one lookup per sample (Criteo TSV, MLPerf binary
-    records)."""
+    records); ``row_cap``: every table cut to at most that many rows, as ``polyrec train --row-cap`` cuts them (its
+    plan must have the run's rows)."""
     from polyrec.models.config import preset
 
+    if row_cap is not None and row_cap < 1:  # as polyrec train refuses it
+        raise FleetError(f"--row-cap must be at least 1 (or left out), got {row_cap}")
     config = preset(name)
     if one_hot:
         config = config.replace(multi_hot=(1,) * config.num_tables)
+    if row_cap is not None:
+        config = config.with_capped_rows(row_cap)
     return model_spec_from_config(config, index_distribution=distribution)
 
 
@@ -258,8 +265,11 @@ def _print_designs(model: ModelSpec, results: list[CodesignResult], target: floa
 
 
 def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None, fleet: str | None,
-                 out_dir: Path | None) -> None:
+                 out_dir: Path | None, row_cap: int | None) -> None:
     """Options that only one mode reads are refused in the others, not ignored."""
+    if row_cap is not None and (codesign_ or compare is not None):  # co-design sizes the tables itself
+        raise FleetError("--row-cap cuts the tables of a plan for `polyrec train --row-cap`; --codesign and --compare "
+                         "make none: leave it out or run a plain plan")
     if compare is not None and not _csv(compare):
         raise FleetError(f"--compare {compare!r} names no device kind; e.g. --compare H100,H200,MI350X")
     if compare is not None and not codesign_ and fleet is not None:
@@ -316,6 +326,9 @@ def plan(
     one_hot: bool = typer.Option(False, "--one-hot", help="every feature one lookup per sample, as Criteo TSV and "
                                  "MLPerf binary files make it (default: the preset's multi-hot sizes, as synthetic "
                                  "data)"),
+    row_cap: int | None = typer.Option(None, help="cut every table to at most this many rows, as polyrec train "
+                                       "--row-cap does (a capped run takes only a plan of its rows); a plain plan "
+                                       "only"),
     compare: str | None = typer.Option(None, help="device kinds to compare, e.g. H100,H200,B200,MI300X,MI350X,MI355X "
                                                   "(with --codesign: co-design on each, in the shape of --fleet: as "
                                                   "many per host, as many hosts)"),
@@ -337,13 +350,13 @@ def plan(
     """
     try:
         with device_files(device_file):
-            _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir)
+            _check_modes(compare, codesign_, target_samples_per_s, output, fleet, out_dir, row_cap)
             _check_batch(batch_per_gpu, max_batch_per_gpu)
             _check_dense_dtype(dense_dtype)
             if no_host_cache and host_memory_gb is not None:  # it sizes host caches only: it would be ignored
                 raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
             fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
-            spec = load_model(model, distribution, one_hot)
+            spec = load_model(model, distribution, one_hot, row_cap)
             c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers),
                                 batch_per_gpu=batch_per_gpu,
                                 max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,

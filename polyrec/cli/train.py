@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
 from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
+from polyrec.runtime.train_loop import STOP_SIGNALS
+from polyrec.runtime.trainer import RunWarning
 from polyrec import jsontext
-from polyrec.startup import STOPPED, rank_prefix, sigterm_ends_block, sigterm_exits
+from polyrec.startup import STOPPED, rank_prefix, signal_ends_block, sigterm_exits, stopped_by
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
 # group so that `polyrec train [OPTIONS]` is invoked as before).
@@ -117,6 +120,24 @@ def peer_failure_exits() -> Iterator[None]:
         raise typer.Exit(PEER_FAILED_EXIT) from exc
 
 
+@contextlib.contextmanager
+def run_warnings_as_lines() -> Iterator[None]:
+    """The trainer's ``RunWarning``s as ``warning: ...`` lines on stderr, as the command's other messages, where Python
+    showed "FILE:LINE: RuntimeWarning: ..." and a source line; other warnings as Python shows them. Warning filters
+    still apply (``-W error`` raises it)."""
+    with warnings.catch_warnings():  # puts showwarning back after
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
+            if issubclass(category, RunWarning):
+                typer.echo(f"warning: {rank_prefix()}{message}", err=True)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 @app.callback(invoke_without_command=True)
 def train(
     preset: str = typer.Option("dcnv2-small", help=f"Model preset: {', '.join(PRESETS)}."),
@@ -190,7 +211,7 @@ def train(
                       metrics_path=metrics, plan=plan)  # paths as typed: typer's Path makes "" "." (expand_paths)
     completed = False
     try:
-        with peer_failure_exits(), bad_input_exits():
+        with peer_failure_exits(), bad_input_exits(), run_warnings_as_lines():
             result = _train_and_report(cfg, as_json)
             completed = True
     finally:
@@ -219,7 +240,8 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     if trainer.ctx.is_main:
         stopped: list[bool] = []
         written: list[bool] = []  # the --json result line
-        with sigterm_ends_block(_stopped_reporting(cfg, result), stopped):  # the loop's handlers are gone by now
+        with signal_ends_block(lambda signum: _stopped_reporting(cfg, result, signum), stopped,
+                               STOP_SIGNALS):  # the loop's handlers of its stop signals are gone by now
             _report(result, trainer, as_json, written)
         if stopped and as_json and not written:  # --json readers learn how the run ended from it
             typer.echo(_finished_line(result))
@@ -233,13 +255,15 @@ def _stopped_starting(cfg: TrainConfig) -> str:
     return f"{rank_prefix()}{STOPPED} while starting, before the first step: nothing trained, nothing saved{kept}"
 
 
-def _stopped_reporting(cfg: TrainConfig, result: TrainResult) -> str:
-    """What a SIGTERM while a finished run reports says: the report cut short, the run's checkpoint (if any)."""
+def _stopped_reporting(cfg: TrainConfig, result: TrainResult, signum: int) -> str:
+    """What a stop signal (SIGTERM, Ctrl-C) while a finished run reports says: the report cut short, the run's
+    checkpoint (if any)."""
     path = checkpoint_path(Path(cfg.checkpoint_dir).expanduser()) if cfg.checkpoint_dir else None
     kept = f"; its checkpoint is {path}" if path is not None and path.is_file() else ""
     ended = (f"nothing to train: the checkpoint is at step {result.step}" if result.nothing_to_train
              else f"{result.status} at step {result.step}")
-    return f"{rank_prefix()}{STOPPED} while reporting, after the run ended ({ended}): the report is cut short{kept}"
+    return (f"{rank_prefix()}{stopped_by(signum)} while reporting, after the run ended ({ended}): the report is cut "
+            f"short{kept}")
 
 
 def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) -> None:

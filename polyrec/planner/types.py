@@ -262,6 +262,9 @@ class Fleet:
         return rank // self.per_host
 
 
+#: A fleet entry, KIND x COUNT. ``\d`` takes the decimal digits of every script, as ``int()`` does (``H200x８``
+#: full-width, ``H200x٣`` Arabic-Indic), so that ``_ascii_count`` refuses such a count by name rather than as an
+#: unknown device.
 _FLEET_ITEM = re.compile(r"^\s*([A-Za-z0-9_.-]+?)\s*[xX\*]\s*(-?\d+)\s*$")
 FLEET_SYNTAX = "KINDxCOUNT[,KINDxCOUNT][@HOSTS], e.g. H200x8, MI300Xx8@4 or H100x4,H200x4"
 
@@ -277,11 +280,21 @@ def _glued_count(entry: str, devices: Sequence[str]) -> str | None:
     return None
 
 
+def _ascii_count(text: str, entry: str, count: str) -> None:
+    """A count of fleet ``text`` (in ``entry``) in other digits than ASCII's is refused: ``int()`` and
+    ``str.isdecimal`` take every script's, so ``H200x８`` planned 8 H200s without a word. (What is no number at all,
+    such as '²', the caller refuses as such.)"""
+    if not count.isascii() and count.lstrip("-").isdecimal():
+        raise FleetError(f"fleet {text!r}: {entry!r} has a count in other digits than ASCII ({count!r}); counts are "
+                         f"ASCII digits (0-9); syntax {FLEET_SYNTAX}")
+
+
 def parse_fleet(text: str) -> Fleet:
     """Parse ``KINDxCOUNT[,KINDxCOUNT][@HOSTS]`` (a bare ``KIND`` means one device)."""
     body, at, hosts_text = text.strip().partition("@")
     hosts = 1
     if at:
+        _ascii_count(text, f"@{hosts_text}", hosts_text.strip())
         if not hosts_text.strip().isdecimal() or int(hosts_text) < 1:  # isdigit() takes '²', which int() refuses
             raise FleetError(f"fleet {text!r}: hosts after '@' must be a positive integer; syntax {FLEET_SYNTAX}")
         hosts = int(hosts_text)
@@ -290,6 +303,8 @@ def parse_fleet(text: str) -> Fleet:
     for item in body.split(","):
         whole = same_name(item, valid) is not None  # a whole device name is that device, in any case (get_device)
         match = None if whole else _FLEET_ITEM.match(item)
+        if match:
+            _ascii_count(text, item.strip(), match.group(2))
         name, count = (match.group(1), int(match.group(2))) if match else (item.strip(), 1)
         if not name:
             raise FleetError(f"fleet {text!r}: empty device entry; syntax {FLEET_SYNTAX}")

@@ -15,9 +15,10 @@ several row dtypes or optimizers across tables (the trainer's tables share one o
 with synthetic data, an index distribution it does not draw (log_uniform); on several ranks, overlap
 "pipeline" (the trainer has no overlap setting: its ranks overlap as "ddp" prices, and one rank has
 nothing to overlap); and a plan for another model (its table rows, embedding dim or dense half: a co-designed
-plan may change any of them) or another number of ranks. A plan priced for other lookups per sample than the
-data makes (``polyrec plan --one-hot`` or not) is taken with a warning that says which plan would price them
-(``check_data_model``).
+plan may change any of them) or another number of ranks; where the rows alone differ, the error says which row
+cap makes them agree (``polyrec plan --row-cap`` cuts a plan's tables as ``polyrec train --row-cap`` a run's).
+A plan priced for other lookups per sample than the data makes (``polyrec plan --one-hot`` or not) is taken with
+a warning that says which plan would price them (``check_data_model``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
 SYNTHETIC_DISTRIBUTIONS = ("zipf", "uniform")
 #: How a difference of the tables' lookups per sample (the planner's pooling) is named.
 LOOKUPS = "lookups per sample"
+#: How a difference of the tables' rows is named.
+ROWS = "rows"
 #: Where in the plan a TrainConfig field's value comes from, where the names differ enough to need saying.
 PLAN_SOURCES = {"data": "model.index_distribution", "preset": "model.name"}
 
@@ -67,25 +70,43 @@ def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
     return check_plan(path, read_plan(path), config, world_size)
 
 
-def check_plan(path: Path, plan: Plan, config: ModelConfig, world_size: int) -> Plan:
-    """``plan`` (read from ``path``), checked against this run's model and number of ranks. The lookups per
-    sample are not compared here: the data sets them (file data is one-hot), ``check_data_model`` compares them."""
+def check_plan(path: Path, plan: Plan, config: ModelConfig, world_size: int, row_cap: int | None = None) -> Plan:
+    """``plan`` (read from ``path``), checked against this run's model (``config``: its tables cut to ``row_cap``
+    rows, ``--row-cap``) and number of ranks. The lookups per sample are not compared here: the data sets them
+    (file data is one-hot), ``check_data_model`` compares them."""
     if plan.fleet.world_size != world_size:
         raise ValueError(f"{path}: plan is for {plan.fleet.world_size} GPUs ({plan.fleet.text}), "
                          f"this job has {world_size} rank{'s' if world_size > 1 else ''}")
     differ = [d for d in _model_differences(plan.model, config) if not d.startswith(LOOKUPS)]
     if differ:
-        raise ValueError(f"{path}: plan's model is not this run's model '{config.name}': " + "; ".join(differ))
+        rows_only = all(d.startswith(ROWS) for d in differ)
+        raise ValueError(f"{path}: plan's model is not this run's model '{config.name}': " + "; ".join(differ)
+                         + (_rows_advice(plan.model, config, row_cap) if rows_only else ""))
     return plan
 
 
-def check_data_model(path: Path, plan: Plan, adapted: ModelConfig) -> str | None:
+def _rows_advice(planned: ModelSpec, config: ModelConfig, row_cap: int | None) -> str:
+    """How a plan and a run whose models differ in table rows alone come to agree: a run cut by ``row_cap`` takes a
+    plan cut the same way (``polyrec plan --row-cap``); an uncut run, a plan whose tables are the run's cut to its
+    largest, that cut (empty: neither, the plan is of other rows)."""
+    if row_cap is not None:
+        return (f"; this run cuts its tables to {row_cap} rows (--row-cap): plan them with "
+                f"`polyrec plan --model {config.name} --row-cap {row_cap}`")
+    rows = tuple(t.rows for t in planned.tables)
+    cap = max(rows)
+    if config.with_capped_rows(cap).table_rows != rows:
+        return ""
+    return (f"; the plan's tables are this model's cut to {cap} rows (`polyrec plan --row-cap {cap}`): train with "
+            f"--row-cap {cap}, or plan without --row-cap")
+
+
+def check_data_model(path: Path, plan: Plan, adapted: ModelConfig, row_cap: int | None) -> str | None:
     """The plan against the model this run's data shaped (``DataSource.adapt``; ``check_plan`` checked the
-    preset's, lookups per sample aside). Criteo TSV and MLPerf binary records make every feature one lookup per
-    sample (``polyrec plan --one-hot`` prices that), MLPerf's multi-hot days their arrays' widths, synthetic data the
-    preset's: where the plan priced others, its choices still apply, its step time and memory do not, which the
-    returned note says (None: the model is the plan's). Data that builds other tables (MovieLens) or another dense
-    half is refused: no choice of the plan was made for it."""
+    preset's, lookups per sample aside; ``row_cap``: the run's ``--row-cap``). Criteo TSV and MLPerf binary records
+    make every feature one lookup per sample (``polyrec plan --one-hot`` prices that), MLPerf's multi-hot days their
+    arrays' widths, synthetic data the preset's: where the plan priced others, its choices still apply, its step
+    time and memory do not, which the returned note says (None: the model is the plan's). Data that builds other
+    tables (MovieLens) or another dense half is refused: no choice of the plan was made for it."""
     differ = _model_differences(plan.model, adapted)
     if not differ:
         return None
@@ -94,16 +115,18 @@ def check_data_model(path: Path, plan: Plan, adapted: ModelConfig) -> str | None
                          + "; ".join(differ) + "): train without --plan, or plan that model")
     return (f"{path}: the plan was priced for other lookups per sample than this run's data makes ("
             + "; ".join(differ) + "): its choices are taken, its predicted step time and memory are not this run's; "
-            + _replan(adapted))
+            + _replan(adapted, row_cap))
 
 
-def _replan(adapted: ModelConfig) -> str:
-    """Which ``polyrec plan`` prices the lookups per sample of the model this run's data shaped, or that none does."""
+def _replan(adapted: ModelConfig, row_cap: int | None) -> str:
+    """Which ``polyrec plan`` prices the lookups per sample of the model this run's data shaped, its tables cut as
+    the run's (``--row-cap``, which ``check_plan`` would otherwise refuse), or that none does."""
+    cap = f" --row-cap {row_cap}" if row_cap is not None else ""
     if set(adapted.multi_hot) == {1}:
-        return f"for them, re-plan with `polyrec plan --model {adapted.name} --one-hot`"
+        return f"for them, re-plan with `polyrec plan --model {adapted.name} --one-hot{cap}`"
     if adapted.name in PRESETS and preset(adapted.name).multi_hot == tuple(adapted.multi_hot):
-        return (f"for them, re-plan with `polyrec plan --model {adapted.name}` (without --one-hot: the preset's "
-                "lookups per sample)")
+        return (f"for them, re-plan with `polyrec plan --model {adapted.name}{cap}` (without --one-hot: the "
+                "preset's lookups per sample)")
     return "`polyrec plan` prices the preset's lookups per sample or one per feature (--one-hot), not this data's"
 
 
@@ -115,7 +138,7 @@ def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:
     if len(rows) != config.num_tables:
         differ.append(f"tables: the plan's {len(rows)}, the run's {config.num_tables}")
     else:
-        differ += _first_table_difference("rows", rows, config.table_rows)
+        differ += _first_table_difference(ROWS, rows, config.table_rows)
         differ += _first_table_difference(LOOKUPS, [t.pooling for t in planned.tables],
                                           config.multi_hot)
     dims = sorted({t.dim for t in planned.tables})

@@ -37,6 +37,12 @@ from polyrec.runtime.train_loop import TrainLoop
 from polyrec.runtime.trainer_state import TrainerState
 
 
+class RunWarning(RuntimeWarning):
+    """What the trainer tells its user that does not stop the run (a plan priced for other lookups per sample, a
+    failed precompile): a RuntimeWarning for a library caller to see or catch; ``polyrec train`` prints it as a
+    ``warning:`` line, as its other messages (``polyrec.cli.train.run_warnings_as_lines``)."""
+
+
 class _GradientTap(torch.autograd.Function):
     """The embeddings as the dense half's input; the backward keeps the gradient that arrives, as it
     arrives, and passes nothing on. A leaf standing in instead would take its gradient through
@@ -109,7 +115,8 @@ class Trainer(TrainerState, TrainLoop):
         base = preset(cfg.preset)
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
-        self.plan = check_plan(cfg.plan, planned, base, self.ctx.world_size) if planned is not None else None
+        self.plan = (check_plan(cfg.plan, planned, base, self.ctx.world_size, cfg.row_cap) if planned is not None
+                     else None)
         if self.plan is not None:
             cfg = apply_plan(cfg, self.plan)
         self.cfg, self.rt = cfg, resolve(cfg)
@@ -126,9 +133,10 @@ class Trainer(TrainerState, TrainLoop):
                                   shared_seed=cfg.seed, rank=self.ctx.rank, world_size=self.ctx.world_size,
                                   row_cap=cfg.row_cap, prefetch=cfg.prefetch)
         self.model_config = self.source.adapt(base)
-        note = check_data_model(cfg.plan, self.plan, self.model_config) if self.plan is not None else None
+        note = (check_data_model(cfg.plan, self.plan, self.model_config, cfg.row_cap) if self.plan is not None
+                else None)
         if note is not None:
-            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            warnings.warn(note, RunWarning, stacklevel=2)
         torch.manual_seed(cfg.seed)
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
         sharded = (parallel.sharded_embeddings(self.model_config, emb_opt, self.ctx, seed=cfg.seed,
@@ -229,7 +237,7 @@ class Trainer(TrainerState, TrainLoop):
             except Exception as exc:  # dry run or compiles: state put back; kernels compile at their first launch
                 self.precompile_skipped = f"the precompile failed: {type(exc).__name__}: {exc}"
                 warnings.warn(f"precompile: {self.precompile_skipped}; kernels compile at their first launch",
-                              RuntimeWarning, stacklevel=2)
+                              RunWarning, stacklevel=2)
         return self.cold_start
 
     def train_step(self) -> torch.Tensor:
