@@ -127,9 +127,12 @@ def test_a_failed_dry_run_is_reported_and_training_goes_on(monkeypatch):
     assert trainer.precompile_skipped.startswith("the precompile failed")
 
 
-def test_a_failed_dry_run_is_a_warning_line_of_polyrec_train(monkeypatch):
-    """`polyrec train` showed it as Python shows a warning ("/.../polyrec/runtime/train_loop.py:N: RuntimeWarning:
-    precompile: ..." and a source line); now it is a `warning:` line on stderr, as polyrec's other messages are."""
+@pytest.mark.parametrize("command", [["train", "--steps", "1", "--cpu-threads", "1"],
+                                     ["bench", "e2e", "--steps", "1", "--warmup", "0"]])
+def test_a_failed_dry_run_is_a_warning_line_of_polyrec_train(command, monkeypatch):
+    """`polyrec train` and `polyrec bench e2e` showed it as Python shows a warning ("/.../polyrec/runtime/
+    train_loop.py:N: RuntimeWarning: precompile: ..." and a source line); now it is a `warning:` line on stderr, as
+    polyrec's other messages are."""
     import sys
     import warnings
 
@@ -149,8 +152,7 @@ def test_a_failed_dry_run_is_a_warning_line_of_polyrec_train(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         warnings.showwarning = python_shows
-        result = CliRunner().invoke(app, ["train", "--steps", "1", "--batch-size", "8", "--row-cap", "64", "--device",
-                                          "cpu", "--cpu-threads", "1"])
+        result = CliRunner().invoke(app, [*command, "--batch-size", "8", "--row-cap", "64", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert ("warning: precompile: the precompile failed: ValueError: garbage in a torch op; kernels compile at their "
             "first launch") in result.stderr, result.stderr

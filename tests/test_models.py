@@ -185,7 +185,7 @@ def test_sparse_rowwise_adagrad_matches_reference_with_duplicates():
     for _ in range(3):
         rows = torch.tensor([1, 4, 4, 9, 1, 1])
         grads = torch.randn(6, 3, generator=gen)
-        w.grad = torch.sparse_coo_tensor(rows[None], grads, w.shape)
+        w.grad = torch.sparse_coo_tensor(rows[None], grads, w.shape, check_invariants=True)
         opt.step()
         _rowwise_adagrad_float64(ref_w, ref_state, rows, grads.double(), 0.1, 1e-8)
     torch.testing.assert_close(w.detach().double(), ref_w, rtol=1e-6, atol=1e-7)
@@ -204,6 +204,23 @@ def test_torch_embedding_optimizers_update_only_touched_rows(kind):
     changed = [(~torch.isclose(b.weight, w0)).any(dim=1).nonzero().flatten().tolist()
                for b, w0 in zip(model.embeddings.bags, before)]
     assert changed == [[0, 2], [0], [5, 11]]
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "adam", "rowwise_adagrad"])
+def test_torch_embedding_optimizers_step_without_torchs_sparse_invariant_warning(kind):
+    """torch.optim.Adagrad builds sparse tensors on its second step with the invariant checks left implicit, and
+    torch 2.13 warned about that on every run of the direct port (``polyrec bench e2e``'s stderr)."""
+    import warnings
+
+    model = DLRM(tiny("dot"), embedding_optimizer=EmbeddingOptimConfig(kind=kind, lr=0.1), seed=0)
+    values, offsets = torch.tensor([0, 2, 0, 5, 5, 11]), torch.tensor([0, 2, 3, 6])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            model.embed(values, offsets, 1).sum().backward()
+            model.embeddings.apply_gradients()
+    assert not [w for w in caught if "invariant" in str(w.message)], [str(w.message) for w in caught]
+    assert not torch.sparse.check_sparse_tensor_invariants.is_enabled()  # the global setting as it was
 
 
 def test_polyrec_backend_missing_is_a_clear_error(monkeypatch):

@@ -45,7 +45,7 @@ def e2e_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Train the direct port and polyrec's path on the same model and data; print samples/s and the ratio."""
-    from polyrec.cli.train import bad_input_exits
+    from polyrec.cli.train import bad_input_exits, run_warnings_as_lines
     from polyrec.runtime.bench import e2e
     from polyrec.runtime.config import resolve
 
@@ -61,7 +61,7 @@ def e2e_command(
     base = TrainConfig(preset=preset, data=data, batch_size=batch_size, steps=warmup + steps, row_cap=row_cap,
                        device=device, cuda_graphs="auto" if cuda_graphs is None else cuda_graphs, seed=seed,
                        synthetic_pool=synthetic_pool, pipeline=pipeline)
-    with bad_input_exits():  # the report too: a reader that closed stdout ends it with CLOSED_PIPE_EXIT
+    with bad_input_exits(), run_warnings_as_lines():  # the report too: a closed stdout ends it with CLOSED_PIPE_EXIT
         resolve(base)  # polyrec's path checked before the direct port's run, not after it
         out = e2e(base, warmup=warmup, steps=steps)
         _report(out, preset, batch_size, steps, as_json)
