@@ -132,6 +132,10 @@ def test_plan_row_cap_cuts_the_tables_as_train_row_cap_does(tmp_path):
     assert result.exit_code == 0, result.output
     rows = tuple(t["rows"] for t in json.loads(result.stdout)["model"]["tables"])
     assert rows == dcnv2_small().with_capped_rows(64).table_rows and max(dcnv2_small().table_rows) > 64
+    titled = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--row-cap", "64", "--one-hot"], terminal_width=200)
+    assert "dcnv2-small (one-hot, rows <= 64) on H200x1:" in _said(titled), titled.output  # it priced other tables
+    uncut = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--row-cap", "10000000"], terminal_width=200)
+    assert "dcnv2-small on H200x1:" in _said(uncut), uncut.output  # a cap above every table cuts none
     refused = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--row-cap", "0"])
     assert refused.exit_code == 2 and "--row-cap must be at least 1 (or left out), got 0" in refused.stderr
     # --compare and --codesign make no plan for a run: refused, not ignored

@@ -125,10 +125,23 @@ def is_one_hot(spec: ModelSpec) -> bool:
     return all(t.pooling == 1 for t in spec.tables)
 
 
+def row_cap_of(spec: ModelSpec) -> int | None:
+    """The ``--row-cap`` that cut ``spec``'s tables from its preset's (None: the preset's rows, or no preset's)."""
+    from polyrec.models.config import PRESETS, preset
+
+    rows = tuple(t.rows for t in spec.tables)
+    if spec.name not in PRESETS or rows == preset(spec.name).table_rows:
+        return None
+    cap = max(rows)
+    return cap if preset(spec.name).with_capped_rows(cap).table_rows == rows else None
+
+
 def model_label(spec: ModelSpec) -> str:
-    """The model's name as titles print it: "(one-hot)" after it where ``is_one_hot``, so that a plan or report says
-    which lookups per sample it priced (the preset's multi-hot ones otherwise)."""
-    return f"{spec.name} (one-hot)" if is_one_hot(spec) else spec.name
+    """The model's name as titles print it: "(one-hot)" after it where ``is_one_hot``, "(rows <= N)" where
+    ``--row-cap N`` cut its tables, so that a plan or report says which lookups per sample and which tables it
+    priced (the preset's otherwise)."""
+    notes = (["one-hot"] if is_one_hot(spec) else []) + ([f"rows <= {cap}"] if (cap := row_cap_of(spec)) else [])
+    return f"{spec.name} ({', '.join(notes)})" if notes else spec.name
 
 
 def per_second(rate: float) -> str:
