@@ -178,6 +178,16 @@ def test_a_store_past_the_end_of_an_input_is_rejected(tmp_path):
     assert any("a store landed outside" in f for f in report.failures), report.failures
 
 
+@pytest.mark.parametrize("past", [2047, 8191])
+def test_a_store_a_whole_block_past_the_end_of_an_input_is_rejected(past, tmp_path):
+    """Was: bands of 4 KiB, so a store a block of 2048 or 8192 float32 out (an index off by one block) went past
+    the band into whatever the heap held there, unseen."""
+    candidate = _axpy_storing_also(tmp_path, f"tl.store(x_ptr + n + {past} + offs, x, mask=offs < 1)")
+    report = verify(candidate, "migrate_ref_ops:axpy", NUMERICS)
+    assert not report.accepted
+    assert any("a store landed outside" in f for f in report.failures), report.failures
+
+
 def test_a_port_writing_its_input_in_place_is_still_named_for_that(tmp_path):
     """Inside an input's bounds a store is no overrun: the verdict stays 'wrote to its input(s)'."""
     candidate = _axpy_storing_also(tmp_path, "tl.store(y_ptr + offs, x, mask=mask)")

@@ -116,9 +116,11 @@ def _programs(mode: str) -> frozenset[str]:
 
 #: Bytes of poison on each side of every tensor the torch allocators return and of every input: a store past
 #: either end (a mask off by one, `offs <= n`, or by a block) lands there and fails the case, and a load there
-#: reads the poison. 4 KiB holds 1024 fp32 elements, a whole 1024-wide block; an access farther out is not seen
-#: (the CPU heap has no guard pages between tensors).
-GUARD_BYTES = 4096
+#: reads the poison. 64 KiB holds a whole block of 16384 fp32 (8192 fp64) elements, the widest ``tl.arange`` a
+#: 1-D kernel commonly takes (4 KiB, one block of 1024 fp32, missed a store one block of 8192 out); an access
+#: farther out is not seen (the CPU heap has no guard pages between tensors). Verify's cases are small: two bands
+#: per tensor cost 128 KiB of host memory and a fill.
+GUARD_BYTES = 64 * 1024
 #: The torch allocators whose tensors are filled with the poison, and those that keep the values they were
 #: asked for (zeros, ones, a fill value): both kinds get guard bands.
 _EMPTY_ALLOCATORS = ("empty", "empty_like", "empty_strided")
