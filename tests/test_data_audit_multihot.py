@@ -4,6 +4,7 @@ row count changed; and a CLI run resumed from its checkpoint."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from polyrec.cli import app
 from polyrec.data import BadRows, DataError, open_source
 from polyrec.runtime import TrainConfig, Trainer
 from test_data import small
-from test_data_mlperf_multihot import CPU, assert_same, npz, reference, source, write_day
+from test_data_mlperf_multihot import CPU, HOT, assert_same, npz, reference, source, write_day
 
 #: How a tool might store each array: (ids, labels, dense) -> the arrays written in their place.
 LAYOUTS = {
@@ -170,3 +171,26 @@ def test_cli_train_then_resume_continues_the_same_losses(tmp_path):
     assert CliRunner().invoke(app, args + ["--steps", "3"]).exit_code == 0
     resumed = Trainer(config(tmp_path / "b", 8, resume=True), progress=False).train()
     assert resumed.losses == straight.losses[3:]
+
+
+def test_a_resume_on_other_data_or_rewritten_days_names_the_data_not_the_preset(tmp_path):
+    """The model's lookups per sample come from the days: a resume that left out --data (synthetic, the preset's
+    sizes), or whose days were rewritten with other widths, was refused as `holds another model, multi_hot (...)`
+    with the advice `resume with its --preset, --row-cap and --plan`, options the run had right."""
+    write_day(tmp_path, 0, 13, seed=1)
+    data = f"mlperf:{npz(tmp_path)}"
+
+    def config(steps: int, **kw) -> TrainConfig:
+        return TrainConfig(preset="dcnv2-small", data=data, steps=steps, batch_size=8, row_cap=64,
+                           checkpoint_dir=tmp_path / "ckpt", device="cpu", cpu_threads=1, **kw)
+
+    Trainer(config(1), progress=False).train()
+    with pytest.raises(ValueError, match=re.escape(f"holds data '{data}'; this run has 'synthetic'")):
+        Trainer(dataclasses.replace(config(2, resume=True), data="synthetic"), progress=False)
+    hot = list(HOT)
+    hot[9] += 2
+    write_day(tmp_path, 0, 13, seed=1, hot=tuple(hot))
+    with pytest.raises(ValueError, match=re.escape(f"holds another model, multi_hot (feature 9: {HOT[9]} lookups per "
+                                                   f"sample; this run has {hot[9]}): the data's files changed since "
+                                                   "the checkpoint was written")):
+        Trainer(config(2, resume=True), progress=False)

@@ -360,3 +360,56 @@ def test_days_of_no_rows_at_all_are_refused_naming_them(tmp_path):
     with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path, 0)},{npz(tmp_path, 1)}:0: no rows in any of the 2 "
                                                   "days")):
         source([npz(tmp_path, 0), npz(tmp_path, 1)], 4)
+
+
+def test_a_directory_of_days_is_refused_listing_its_days(tmp_path):
+    """`mlperf:DIR` said only `MLPerf binary path DIR is a directory, not a file`: a directory of multi-hot days is
+    named with the list of its days to give instead, day 2 before day 10."""
+    for day in (10, 2, 0):
+        write_day(tmp_path, day, 4, seed=day)
+    listed = f"mlperf:{npz(tmp_path, 0)},{npz(tmp_path, 2)},..."
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path} is a directory, not a file: it holds 3 "
+                                                          f"multi-hot days; list them comma-separated ({listed})")):
+        source_spec(f"mlperf:{tmp_path}")
+
+
+def test_a_list_of_binary_files_is_refused_saying_that_one_is_read(tmp_path):
+    """`mlperf:a.bin,b.bin`, both there, said `MLPerf binary file not found: a.bin,b.bin`."""
+    write_records(tmp_path / "a.bin", 4)
+    write_records(tmp_path / "b.bin", 4)
+    spec = f"mlperf:{tmp_path / 'a.bin'},{tmp_path / 'b.bin'}"
+    with pytest.raises(ValueError, match=re.escape(f"{spec}: mlperf:PATH reads one file of binary records (a list "
+                                                   f"names multi-hot days, day_N{'_sparse_multi_hot.npz'}): join "
+                                                   "the files into one")):
+        source_spec(spec)
+
+
+def source_spec(spec: str):
+    return open_source(spec, small(), batch_size=4, seed=0, device=CPU)
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncated", "truncated: it starts as a zip, but the zip's directory at its end is missing (a copy or a write cut "
+                  "short?): copy or write it again"),
+    ("an .npy", "a NumPy .npy array, not an .npz (np.savez's zip of .npy arrays): a multi-hot day's ids are the "
+                "day_N_sparse_multi_hot.npz"),
+])
+def test_a_truncated_npz_or_an_npy_in_its_place_is_named_as_such(tmp_path, damage, message):
+    """Both said `not an .npz (np.savez's zip of .npy arrays): File is not a zip file`: a copy cut short keeps the
+    zip's first members but not its directory, which zipfile reads from the end."""
+    write_day(tmp_path, 0, 8)
+    whole = npz(tmp_path).read_bytes()
+    npz(tmp_path).write_bytes(whole[:len(whole) // 2] if damage == "truncated" else
+                              (tmp_path / "day_0_dense.npy").read_bytes())
+    with pytest.raises(DataError, match=re.escape(f"{npz(tmp_path)}:0: {message}")):
+        source([npz(tmp_path)], 4)
+
+
+def test_a_space_after_a_comma_in_the_list_is_named(tmp_path):
+    """`mlperf:A, B` (quoted, as a user writes a list) said `MLPerf multi-hot file not found:  B`, the space hard to
+    see; the part is named with the space and the path it would be without."""
+    write_day(tmp_path, 0, 4)
+    write_day(tmp_path, 1, 4, seed=1)
+    with pytest.raises(ValueError, match=re.escape(f"mlperf: ' {npz(tmp_path, 1)}' starts or ends with a space: the "
+                                                   "comma-separated list takes none")):
+        source_spec(f"mlperf:{npz(tmp_path, 0)}, {npz(tmp_path, 1)}")

@@ -131,3 +131,19 @@ def test_the_compared_data_of_files_not_there_is_made_absolute_at_its_commas(tmp
     monkeypatch.chdir(tmp_path)
     cwd = tmp_path.resolve()
     assert canonical_spec("criteo:a.tsv,b/c.tsv") == f"criteo:{cwd / 'a.tsv'},{cwd / 'b' / 'c.tsv'}"
+
+
+def test_a_checkpoint_of_a_relative_path_resumes_from_another_working_directory(tmp_path, monkeypatch):
+    """The checkpoint kept the data spec as typed: a run started with a relative path, resumed from another
+    directory with the same file's absolute path, was refused as other data (the saved relative path was made
+    absolute from the resume's working directory), and the same relative path there, another file, passed."""
+    data = Path(__file__).parent / "data" / "criteo_sample.tsv"
+    monkeypatch.chdir(data.parent)
+    Trainer(dataclasses.replace(config(tmp_path, 2), data="criteo:criteo_sample.tsv"), progress=False).train()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "criteo_sample.tsv").write_bytes(data.read_bytes())
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ValueError, match=f"holds data 'criteo:{data.resolve()}'; this run has 'criteo:criteo_sample"):
+        Trainer(dataclasses.replace(config(tmp_path, 3, resume=True), data="criteo:criteo_sample.tsv"), progress=False)
+    Trainer(dataclasses.replace(config(tmp_path, 3, resume=True), data=f"criteo:{data}"), progress=False).train()

@@ -23,6 +23,7 @@ from polyrec.data.types import DataError
 #: method, time, CRC and sizes, which the central directory gives too), the name's and the extra field's lengths.
 LOCAL_HEADER = struct.Struct("<4s22xHH")
 LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"  # APPNOTE.TXT 4.3.7
+NPY_MAGIC = np.lib.format.MAGIC_PREFIX  # an .npy file's first bytes, b"\x93NUMPY"
 #: .npy format versions whose headers ``numpy.lib.format`` reads publicly; ``np.save`` writes 3.0 only for
 #: field names beyond latin-1 (numpy.lib.format), which no numeric array has.
 NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
@@ -91,10 +92,24 @@ def npz_members(path: Path) -> dict[str, NpyArray]:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
     except zipfile.BadZipFile as err:
-        raise DataError(str(path), 0, f"not an .npz (np.savez's zip of .npy arrays): {err}") from None
+        raise DataError(str(path), 0, not_a_zip(path, err)) from None
     with open(path, "rb") as f:
         return {info.filename: npy_header(path, *member_span(f, path, info), member=info.filename)
                 for info in infos}
+
+
+def not_a_zip(path: Path, err: zipfile.BadZipFile) -> str:
+    """Why the file at ``path``, which zipfile refused with ``err``, is no .npz: a zip cut short (its members come
+    first, the directory zipfile reads last), an .npy array, or another file."""
+    with open(path, "rb") as f:
+        head = f.read(len(NPY_MAGIC))
+    if head.startswith(LOCAL_HEADER_SIGNATURE):
+        return ("truncated: it starts as a zip, but the zip's directory at its end is missing (a copy or a write cut "
+                "short?): copy or write it again")
+    if head == NPY_MAGIC:
+        return ("a NumPy .npy array, not an .npz (np.savez's zip of .npy arrays): a multi-hot day's ids are the "
+                "day_N_sparse_multi_hot.npz np.savez writes, its dense values and labels the .npy files beside it")
+    return f"not an .npz (np.savez's zip of .npy arrays): {err}"
 
 
 def member_span(f: BinaryIO, path: Path, info: zipfile.ZipInfo) -> tuple[int, int]:

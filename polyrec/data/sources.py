@@ -20,7 +20,8 @@ from polyrec.data.types import BadRows, Source
 from polyrec.models.config import ModelConfig
 
 KINDS = ("synthetic", "criteo", "mlperf", "movielens")
-#: Files of a directory named in the message that refuses it as ``criteo:DIR`` (``list_files``).
+#: Files of a directory named in the message that refuses it as ``criteo:DIR`` (``list_files``) or ``mlperf:DIR``
+#: (``binary_path``).
 CRITEO_EXAMPLE_FILES = 2
 
 
@@ -79,6 +80,9 @@ def listed_paths(kind: str, arg: str) -> list[Path]:
         raise ValueError(f"{kind}:{arg}: an empty path in the comma-separated list")
     if not all(names_a_path(p) for p in parts):
         refuse_comma_in_path(kind, parts)
+        spaced = next((p for p in parts if p != p.strip() and not names_a_path(p)), None)
+        if spaced is not None:  # "file not found:  B" hid the space
+            raise ValueError(f"{kind}: {spaced!r} starts or ends with a space: the comma-separated list takes none")
     return [data_path(p) for p in parts]
 
 
@@ -175,5 +179,22 @@ def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int,
         return RecordSource(MultiHotRecords(listed_paths(kind, arg)), config, batch_size=batch_size, bad_rows=bad,
                             eval_source=eval_source, num_eval_batches=num_eval_batches, rank=rank,
                             world_size=world_size)
-    return MLPerfBinarySource(data_path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
+    return MLPerfBinarySource(binary_path(arg), config, batch_size=batch_size, bad_rows=bad, eval_source=eval_source,
                               num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
+
+
+def binary_path(arg: str) -> Path:
+    """The one file of ``mlperf:PATH`` that names no multi-hot day (the DLRM reference's binary records); a list
+    of files, and a directory holding multi-hot days (refused with the list of its days to give instead), are
+    refused saying what ``mlperf:`` reads: they were "file not found" and "a directory" alone."""
+    if "," in arg and not names_a_path(arg):
+        raise ValueError(f"mlperf:{arg}: mlperf:PATH reads one file of binary records (a list names multi-hot days, "
+                         f"day_N{MULTI_HOT_SUFFIX}): join the files into one, e.g. cat A B > AB")
+    path = data_path(arg)
+    days = sorted(path.glob(f"*{MULTI_HOT_SUFFIX}"), key=lambda p: (len(p.name), p.name)) if path.is_dir() else []
+    if days:
+        shown = days[:CRITEO_EXAMPLE_FILES]
+        example = ",".join(map(str, shown)) + ("" if len(days) == len(shown) else ",...")
+        raise FileNotFoundError(f"MLPerf path {path} is a directory, not a file: it holds {len(days)} multi-hot days; "
+                                f"list them comma-separated (mlperf:{example})")
+    return path

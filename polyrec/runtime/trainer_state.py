@@ -59,18 +59,26 @@ def load_dense(part: nn.Module, saved: dict[str, torch.Tensor], where: str) -> N
                          f"(missing or extra: {', '.join(misfits)})")
 
 
+#: Model fields of one value per table, named by the first table that differs (there are 26): (what, unit).
+PER_TABLE = {"table_rows": ("table", "rows"), "multi_hot": ("feature", "lookups per sample")}
+#: Model sizes that file data sets (``Source.adapt``), not the preset: the same file spec with other sizes is
+#: files changed since the checkpoint.
+DATA_SIZES = ("multi_hot", "num_dense")
+
+
 def model_differences(saved: dict[str, Any], ours: dict[str, Any]) -> list[str]:
-    """Each field of two model configs (``dataclasses.asdict``) that differs, with both values; the table sizes
-    by the first table that differs (there are 26); only the name where the presets differ."""
+    """Each field of two model configs (``dataclasses.asdict``) that differs, with both values; the per-table
+    sizes by the first table that differs (``PER_TABLE``); only the name where the presets differ."""
     names = ["name"] if saved.get("name") != ours.get("name") else sorted(saved.keys() | ours.keys())
     differ = []
     for name in names:
         old, new = saved.get(name), ours.get(name)
         if old == new:
             continue
-        if name == "table_rows" and len(old) == len(new):
+        if name in PER_TABLE and len(old) == len(new):
             first = next(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
-            differ.append(f"table_rows (table {first}: {old[first]} rows; this run has {new[first]})")
+            what, unit = PER_TABLE[name]
+            differ.append(f"{name} ({what} {first}: {old[first]} {unit}; this run has {new[first]})")
         else:
             differ.append(f"{name} {old!r}; this run has {new!r}")
     return differ
@@ -135,7 +143,9 @@ class TrainerState:
                  "data": self._ahead[0][0] if self._ahead else self.source.state_dict(),
                  "rng": rng_state(self.rt.device),
                  "prefetched": self._prefetched_state(),
-                 "train_config": self.cfg.as_dict() | {"embedding_backend": self.rt.embedding_backend},
+                 # the data as absolute paths: a relative one means another file from another working directory
+                 "train_config": self.cfg.as_dict() | {"embedding_backend": self.rt.embedding_backend,
+                                                       "data": canonical_spec(self.cfg.data)},
                  "model_config": dataclasses.asdict(self.model_config)}
         if not self.distributed:
             return save_checkpoint(directory, state | {"embeddings": self.model.embeddings.export_state()})
@@ -175,12 +185,17 @@ class TrainerState:
     def restore(self) -> None:
         """Continue from checkpoint_dir/checkpoint.pt: weights, optimizer states, data position, RNG."""
         state = load_checkpoint(Path(self.cfg.checkpoint_dir), required=CHECKPOINT_KEYS)
-        differ = model_differences(state["model_config"], dataclasses.asdict(self.model_config))
+        self._check_resume_config(state["train_config"])  # first: other data makes another model too
+        saved, ours = state["model_config"], dataclasses.asdict(self.model_config)
+        differ = model_differences(saved, ours)
         if differ:
+            data_made = not self.cfg.data.startswith("synthetic") and all(
+                saved.get(name) == ours.get(name) for name in saved.keys() | ours.keys() if name not in DATA_SIZES)
+            advice = ("the data's files changed since the checkpoint was written (they set the model's lookups per "
+                      "sample and dense features): restore them" if data_made else
+                      "resume with its --preset, --row-cap and --plan")
             raise ValueError(f"{checkpoint_path(Path(self.cfg.checkpoint_dir))} holds another model, "
-                             f"{', and '.join(differ)}: resume with its --preset, --row-cap and --plan, or start a new "
-                             "checkpoint directory")
-        self._check_resume_config(state["train_config"])
+                             f"{', and '.join(differ)}: {advice}, or start a new checkpoint directory")
         for name, part in self._dense_named():
             load_dense(part, state["dense"][name], f"{checkpoint_path(Path(self.cfg.checkpoint_dir))}: {name}")
         if "sharded" in state["embeddings"]:
@@ -204,7 +219,8 @@ class TrainerState:
         """The run continues the checkpoint's run: same row storage and optimizers (loading fp32 rows into
         fp16 tables, or one optimizer's state into another's, would convert or fail), embedding backend,
         pipeline (a semi-sync batch in flight), seed, batch size and data (the saved stream position; compared as
-        ``canonical_spec``: ``synthetic`` is ``synthetic:zipf``, a relative path the absolute one).
+        ``canonical_spec``: ``synthetic`` is ``synthetic:zipf``, a relative path the absolute one; a checkpoint holds
+        it so, a relative path made absolute from the working directory of the run that saved it).
         Every field that differs is named. Checkpoints from before ``embedding_dtype`` existed hold fp32
         rows; those that saved ``embedding_backend`` as "auto" are not checked for it."""
         path = checkpoint_path(Path(self.cfg.checkpoint_dir))
