@@ -75,6 +75,17 @@ def test_members_of_both_namings_are_refused_listing_what_the_file_holds(tmp_pat
         source([npz(tmp_path)], 4)
 
 
+@pytest.mark.parametrize("positional", [False, True])
+def test_a_day_of_more_features_than_the_models_is_refused(tmp_path, positional):
+    """A 27th member (26.npy, arr_26.npy) was passed over without a word: a day of another dataset's 27 features
+    trained on 26 of them."""
+    arrays = write_day(tmp_path, 0, 6)
+    resave(tmp_path, arrays, arrays["ids"] + [arrays["ids"][0]], arrays["labels"], arrays["dense"], positional)
+    extra = "arr_26.npy" if positional else "26.npy"
+    with pytest.raises(DataError, match=re.escape(f"member {extra} continues the features past 25")):
+        source([npz(tmp_path)], 4)
+
+
 @pytest.mark.parametrize("name,array,found", [
     ("ids", np.zeros((6, 2), np.float32),
      "member 4.npy: expected integer ids [rows, ids >= 1] (MLPerf's int32), found float32 [6, 2]"),

@@ -40,9 +40,11 @@ from polyrec.models.config import CRITEO_NUM_DENSE, ModelConfig
 MULTI_HOT_SUFFIX = "_sparse_multi_hot.npz"  # day_N's ids (materialize_synthetic_multihot_dataset.py)
 VALUE_BYTES = 4  # int32 labels and ids, float32 dense values, as MLPerf's days hold them
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # a larger dense value would be inf in the batch
-#: The names of features 0 .. 25's members: TorchRec's, and np.savez's for positional arrays (``np.savez(p, *ids)``).
-MEMBER_NAMINGS = ([f"{f}.npy" for f in range(CRITEO_NUM_CATEGORICAL)],
-                  [f"arr_{f}.npy" for f in range(CRITEO_NUM_CATEGORICAL)])
+#: How feature f's member is named: TorchRec's, and np.savez's for positional arrays (``np.savez(p, *ids)``).
+MEMBER_FORMATS = ("{}.npy", "arr_{}.npy")
+#: The names of features 0 .. 25's members, in each naming; a 27th name (26.npy) is refused
+#: (``refuse_more_features``).
+MEMBER_NAMINGS = tuple([fmt.format(f) for f in range(CRITEO_NUM_CATEGORICAL + 1)] for fmt in MEMBER_FORMATS)
 #: Members named in a message about an .npz whose feature members are missing (the first and last of them).
 MEMBERS_SHOWN = 4
 
@@ -128,9 +130,10 @@ def dense_array(array: NpyArray) -> NpyArray:
 def feature_members(npz: Path, members: dict[str, NpyArray]) -> list[str]:
     """The names of features 0 .. 25's members (``MEMBER_NAMINGS``); DataError naming those missing from the naming
     the file holds most of, and the members it holds."""
-    names = max(MEMBER_NAMINGS, key=lambda naming: sum(name in members for name in naming))
+    *names, extra = max(MEMBER_NAMINGS, key=lambda naming: sum(name in members for name in naming))
     missing = [name for name in names if name not in members]
     if not missing:
+        refuse_more_features(npz, extra, members)
         return names
     held = sorted(members, key=lambda name: (len(name), name))
     shown = held if len(held) <= 2 * MEMBERS_SHOWN else held[:MEMBERS_SHOWN] + ["..."] + held[-MEMBERS_SHOWN:]
@@ -138,6 +141,16 @@ def feature_members(npz: Path, members: dict[str, NpyArray]) -> list[str]:
                                  f"{CRITEO_NUM_CATEGORICAL - 1}.npy, one per categorical feature (or arr_0.npy .. "
                                  f"arr_{CRITEO_NUM_CATEGORICAL - 1}.npy, np.savez's names for positional arrays); "
                                  f"the file holds {len(held)} members: {', '.join(shown)}")
+
+
+def refuse_more_features(npz: Path, extra: str, members: dict[str, NpyArray]) -> None:
+    """DataError where ``extra``, the member after the last feature's in the same naming (26.npy after 25.npy), is
+    there too: a day of more categorical features than the models' 26 (another dataset), whose extra ones would go
+    unread."""
+    if extra in members:
+        raise DataError(str(npz), 0, f"member {extra} continues the features past {CRITEO_NUM_CATEGORICAL - 1}: a "
+                                     f"multi-hot day holds {CRITEO_NUM_CATEGORICAL} categorical features (MLPerf's "
+                                     "Criteo 1TB), as polyrec's models read them; this one holds more")
 
 
 def id_arrays(npz: Path) -> list[NpyArray]:
