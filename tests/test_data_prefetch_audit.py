@@ -138,6 +138,15 @@ def two_taken() -> Prefetching:
     return ahead
 
 
+def reads_on_as_unwrapped(ahead: Prefetching, want: list[Batch], threads: Callable[[], list]) -> None:
+    """The interrupted wrapper's next batches are ``want`` (none lost, none waited for forever), and close leaves no
+    thread."""
+    for w in want:
+        assert_same(within(10, ahead.next_batch), w)
+    ahead.close()
+    assert not threads()
+
+
 def test_an_interrupt_right_after_a_batch_left_the_queue_loses_no_batch_and_hangs_nothing(threads):
     want, ahead = batches_after_two(), two_taken()
     ready = ahead._ahead.ready
@@ -149,10 +158,7 @@ def test_an_interrupt_right_after_a_batch_left_the_queue_loses_no_batch_and_hang
     ahead._ahead.ready = Leaky()
     with pytest.raises(KeyboardInterrupt):
         ahead.next_batch()
-    for w in want:
-        assert_same(within(10, ahead.next_batch), w)
-    ahead.close()
-    assert not threads()
+    reads_on_as_unwrapped(ahead, want, threads)
 
 
 def test_an_interrupt_while_close_joins_the_thread_leaves_reading_on_where_the_caller_was(threads):
@@ -162,10 +168,7 @@ def test_an_interrupt_while_close_joins_the_thread_leaves_reading_on_where_the_c
     thread.join = OnceInterrupted(thread.join, before=True)
     with pytest.raises(KeyboardInterrupt):
         ahead.close()
-    for w in want:
-        assert_same(within(10, ahead.next_batch), w)
-    ahead.close()
-    assert not threads()
+    reads_on_as_unwrapped(ahead, want, threads)
 
 
 def test_an_interrupt_before_close_puts_the_source_back_leaves_reading_on_where_the_caller_was(threads):
@@ -175,7 +178,4 @@ def test_an_interrupt_before_close_puts_the_source_back_leaves_reading_on_where_
     with pytest.raises(KeyboardInterrupt):
         ahead.close()
     assert ahead.state_dict() != ahead.source.state_dict()  # the source is still past the caller
-    for w in want:
-        assert_same(within(10, ahead.next_batch), w)
-    ahead.close()
-    assert not threads()
+    reads_on_as_unwrapped(ahead, want, threads)
