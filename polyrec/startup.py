@@ -48,6 +48,12 @@ def rank_prefix() -> str:
     return f"rank {os.environ.get('RANK', '?')}: " if world.isdecimal() and int(world) > 1 else ""
 
 
+def reporting_rank() -> bool:
+    """Whether this process is the one that reports a run (rank 0 under torchrun, or the only one), known before
+    the process group is made."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def _handles(signum: int) -> bool:
     """Whether this thread may set ``signum``'s handler and should: the main thread (Python runs handlers there only),
     the signal not ignored (a parent that ignores it means it) nor handled from outside Python (no handler to

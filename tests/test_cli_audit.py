@@ -30,10 +30,16 @@ def said(text: str) -> str:
 
 
 def refused(args: list[str], *needles: str) -> str:
-    """Run ``args``; assert exit 2, an empty stdout and every needle in stderr; return stderr."""
+    """Run ``args``; assert exit 2, an empty stdout (`train --json`: its `result` line of status bad_input alone)
+    and every needle in stderr; return stderr."""
     result = runner.invoke(app, args)
     assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert result.stdout == ""
+    if args[0] == "train" and "--json" in args:
+        record = json.loads(result.stdout)
+        assert (record["event"], record["status"]) == ("result", "bad_input"), record
+        assert said(record["message"]) in said(result.stderr), (record, result.stderr)
+    else:
+        assert result.stdout == ""
     for needle in needles:
         assert needle in said(result.stderr), result.stderr
     return result.stderr

@@ -94,6 +94,38 @@ def test_a_bad_training_row_keeps_the_last_step(tmp_path, pipeline, saved_step):
     assert losses(run, resume=True) == losses(tmp_path / "whole")[saved_step:]
 
 
+@pytest.mark.parametrize("args,said", [
+    (["--data", "criteo:/no/such/file.tsv"], "/no/such/file.tsv"),
+    (["--row-cap", "0"], "--row-cap must be at least 1"),
+    (["--resume"], "--resume needs --checkpoint-dir"),
+])
+def test_bad_input_before_the_first_step_ends_json_output_with_a_result(args, said):
+    """With --json, input refused while the run starts (exit 2) printed nothing on stdout: a script reading the last
+    line found none, where a bad row at any step ends with a `result` line."""
+    result = runner.invoke(app, ["train", "--steps", "2", "--batch-size", "8", "--cpu-threads", "1", "--json", *args])
+    assert result.exit_code == 2, result.output
+    last = json.loads(result.stdout.splitlines()[-1])
+    assert (last["event"], last["status"], last["step"]) == ("result", "bad_input", None), last
+    assert said in last["message"] and said in result.stderr, (last, result.stderr)
+    plain = runner.invoke(app, ["train", "--steps", "2", "--batch-size", "8", "--cpu-threads", "1", *args])
+    assert plain.exit_code == 2 and plain.stdout == "", plain.stdout  # without --json: the error on stderr alone
+
+
+def test_out_of_memory_while_starting_ends_json_output_with_a_result(monkeypatch):
+    import polyrec.cli.train as train_cli
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(train_cli, "Trainer", no_memory)
+    result = runner.invoke(app, ["train", "--steps", "2", "--json"])
+    assert result.exit_code == 2, result.output
+    last = json.loads(result.stdout.splitlines()[-1])
+    assert last["status"] == "bad_input" and last["message"] == ("out of memory (try a smaller --batch-size or "
+                                                                 "--row-cap): CUDA out of memory. Tried to allocate "
+                                                                 "80.00 GiB"), last
+
+
 def test_a_bad_training_row_ends_json_output_with_a_result(tmp_path):
     """With --json the stop printed no `result` line (the last line a script reads)."""
     lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)

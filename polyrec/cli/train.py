@@ -23,7 +23,7 @@ from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
 from polyrec.runtime.train_loop import STOP_SIGNALS
 from polyrec.runtime.trainer import RunWarning
 from polyrec import jsontext
-from polyrec.startup import STOPPED, rank_prefix, signal_ends_block, sigterm_exits, stopped_by
+from polyrec.startup import STOPPED, rank_prefix, reporting_rank, signal_ends_block, sigterm_exits, stopped_by
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
 # group so that `polyrec train [OPTIONS]` is invoked as before).
@@ -94,15 +94,25 @@ def bad_input_exits() -> Iterator[None]:
     except BrokenPipeError as exc:  # the reader is gone: not bad input, and nothing more can be printed
         _quiet_stdout()
         raise typer.Exit(CLOSED_PIPE_EXIT) from exc
-    except (DataError, ValueError, OSError, ImportError) as exc:  # OSError: an unwritable --checkpoint-dir
-        typer.echo(f"error: {rank_prefix()}{exc}", err=True)
-        raise typer.Exit(2) from exc
-    except (RuntimeError, MemoryError) as exc:
-        if not _out_of_memory(exc):
+    except Exception as exc:
+        message = bad_input_message(exc)
+        if message is None:
             raise
-        last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]  # a bare MemoryError says nothing
-        typer.echo(f"error: {rank_prefix()}out of memory (try a smaller --batch-size or --row-cap): {last}", err=True)
+        typer.echo(f"error: {rank_prefix()}{message}", err=True)
         raise typer.Exit(2) from exc
+
+
+def bad_input_message(exc: Exception) -> str | None:
+    """What ``bad_input_exits`` says of ``exc`` (None: not bad input): the message of bad data, options or paths
+    (OSError: an unwritable --checkpoint-dir) or a missing extra, or an allocation failure with what to try."""
+    if isinstance(exc, BrokenPipeError):
+        return None
+    if isinstance(exc, (DataError, ValueError, OSError, ImportError)):
+        return str(exc)
+    if isinstance(exc, (RuntimeError, MemoryError)) and _out_of_memory(exc):
+        last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]  # a bare MemoryError says nothing
+        return f"out of memory (try a smaller --batch-size or --row-cap): {last}"
+    return None
 
 
 @contextlib.contextmanager
@@ -227,15 +237,13 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     """Train; one rank reports (with --json a ``result`` line, status ``data_error`` where the data stopped the
     run). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
     with sigterm_exits(_stopped_starting(cfg)):  # from here the training loop handles it
-        trainer = Trainer(cfg, echo_json=as_json)
+        trainer = _started(cfg, as_json)
     try:
         result = trainer.train()
-    except DataError as exc:  # data that stopped the run mid-way (its `stopped` event logged): --json ends as ever
-        _report_stopped(trainer, as_json, "data_error", str(exc))
-        raise
-    except RuntimeError as exc:  # a peer rank failed (its own message says why): --json ends as ever too
-        if GLOO_TRANSPORT_ERROR.search(str(exc)):
-            _report_stopped(trainer, as_json, "peer_failed", "a peer rank failed or stopped answering")
+    except Exception as exc:  # --json ends as ever, saying how the run ended
+        raised = _raised_result(exc)
+        if raised is not None:
+            _report_stopped(trainer, as_json, *raised)
         raise
     if trainer.ctx.is_main:
         stopped: list[bool] = []
@@ -246,6 +254,30 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
         if stopped and as_json and not written:  # --json readers learn how the run ended from it
             typer.echo(_finished_line(result))
     return result
+
+
+def _started(cfg: TrainConfig, as_json: bool) -> Trainer:
+    """The run's trainer. With --json, bad input that stops the run before its first step (exit 2) ends the output
+    with a ``result`` line of status ``bad_input`` and no step, as data that stops it later ends it with one."""
+    try:
+        return Trainer(cfg, echo_json=as_json)
+    except Exception as exc:
+        message = bad_input_message(exc)
+        if as_json and message is not None and reporting_rank():
+            typer.echo(_result_line("bad_input", None, message))
+        raise
+
+
+def _raised_result(exc: Exception) -> tuple[str, str] | None:
+    """The --json result (status, message) of a run whose loop raised ``exc``: data that stopped it mid-way (its
+    `stopped` event logged), a peer rank that failed (its own message says why), or bad input (an unwritable metrics
+    log, memory); None for other errors, whose traceback says more."""
+    if isinstance(exc, DataError):
+        return "data_error", str(exc)
+    if isinstance(exc, RuntimeError) and GLOO_TRANSPORT_ERROR.search(str(exc)):
+        return "peer_failed", "a peer rank failed or stopped answering"
+    message = bad_input_message(exc)
+    return None if message is None else ("bad_input", message)
 
 
 def _stopped_starting(cfg: TrainConfig) -> str:
@@ -273,9 +305,9 @@ def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) 
         typer.echo(_result_line(status, trainer.step, message))
 
 
-def _result_line(status: str, step: int, message: str, final_auc: float | None = None,
+def _result_line(status: str, step: int | None, message: str, final_auc: float | None = None,
                  samples_per_s: float | None = None) -> str:
-    """The ``result`` record of --json (no AUC or rate for a run that raised)."""
+    """The ``result`` record of --json (no AUC or rate for a run that raised; no step for one that never started)."""
     return jsontext.dumps({"event": "result", "status": status, "step": step, "final_auc": final_auc,
                            "samples_per_s": samples_per_s, "message": message})
 
