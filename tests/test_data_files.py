@@ -161,3 +161,32 @@ def test_movielens_cr_only_rows_after_a_newline_header_are_named(tmp_path):
     path.write_bytes(header + b"\n" + rest.replace(b"\n", b"\r"))
     with pytest.raises(DataError, match=r"mixed\.inter:2: .*CR-only line endings"):
         MovieLensSource(path, batch_size=8, seed=0, bad_rows=BadRows(skip=True))
+
+
+def test_eval_files_that_are_training_files_are_named(tmp_path, monkeypatch):
+    """An --eval-data file that the training data reads too measures how well the model remembers its training
+    rows, not how it generalises (an AUC near 1 on a small file): named, however each spec spells it."""
+    from polyrec.data.sources import shared_files
+
+    days = [tmp_path / f"day_{d}.tsv" for d in range(3)]
+    for day in days:
+        day.write_bytes((DATA / "criteo_sample.tsv").read_bytes())
+    (tmp_path / "link.tsv").symlink_to(days[2])
+    monkeypatch.chdir(tmp_path)
+    train = f"criteo:{days[0]},day_1.tsv"
+    assert shared_files(train, "criteo:./day_1.tsv") == [days[1].resolve()]
+    assert shared_files(train, f"criteo:{days[2]}") == []  # the same bytes in another file: the user's call
+    assert shared_files(f"criteo:{days[2]}", "criteo:link.tsv") == [days[2].resolve()]
+    assert shared_files(train, None) == [] and shared_files("synthetic", None) == []
+    assert shared_files(train, "criteo:missing.tsv") == []  # the reader names a missing file
+
+
+def test_a_run_evaluating_on_its_training_file_warns(tmp_path):
+    from polyrec.runtime import TrainConfig, Trainer
+    from polyrec.runtime.trainer import RunWarning
+
+    data = DATA / "criteo_sample.tsv"
+    with pytest.warns(RunWarning, match=re.escape(f"--eval-data reads {data.resolve()}, which the training data "
+                                                  "reads too")):
+        Trainer(TrainConfig(data=f"criteo:{data}", eval_data=f"criteo:{data}", steps=1, batch_size=4,
+                            row_cap=100, device="cpu", cpu_threads=1), progress=False)

@@ -57,6 +57,24 @@ def spec_parts(arg: str) -> list[str]:
     return [arg] if names_a_path(arg) else arg.split(",")
 
 
+def shared_files(spec: str, eval_spec: str | None) -> list[Path]:
+    """The files ``eval_spec`` reads that ``spec`` reads too (resolved, links followed; missing files left to the
+    reader to name), in ``eval_spec``'s order: held-out data that is training data measures how well the model
+    remembers its rows, not how it does on new ones."""
+    if not eval_spec:
+        return []
+    trained = set(_files(spec))
+    return list(dict.fromkeys(path for path in _files(eval_spec) if path in trained))
+
+
+def _files(spec: str) -> list[Path]:
+    """The existing files a file spec names, resolved (none for synthetic data)."""
+    kind, arg = parse_spec(spec)
+    if kind == "synthetic" or not arg:
+        return []
+    return [data_path(part).resolve() for part in spec_parts(arg) if names_a_path(part)]
+
+
 def names_a_path(arg: str) -> bool:
     """Whether ``arg`` names a file or directory; a name too long for the system names none (a long list of paths,
     looked up joined at its commas, raised "File name too long")."""

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from polyrec.data import Batch, DataError, open_source
+from polyrec.data.sources import shared_files
 from polyrec.models import DLRM, EmbeddingOptimConfig, preset
 from polyrec.runtime.checkpoint import METRICS_NAME, prepare_checkpoint_dir, refuse_another_run, refuse_held
 from polyrec.runtime.cold_start import ColdStart, applies, precompile_first_step
@@ -133,6 +134,11 @@ class Trainer(TrainerState, TrainLoop):
                                   shared_seed=cfg.seed, rank=self.ctx.rank, world_size=self.ctx.world_size,
                                   row_cap=cfg.row_cap, prefetch=cfg.prefetch)
         self.model_config = self.source.adapt(base)
+        shared = shared_files(cfg.data, cfg.eval_data)
+        if shared:
+            warnings.warn(f"--eval-data reads {', '.join(map(str, shared))}, which the training data reads too: its "
+                          "AUC measures how well the model remembers those rows, not how it does on new ones",
+                          RunWarning, stacklevel=2)
         note = (check_data_model(cfg.plan, self.plan, self.model_config, cfg.row_cap) if self.plan is not None
                 else None)
         if note is not None:
