@@ -49,6 +49,31 @@ def test_a_bad_eval_file_keeps_the_trained_state(tmp_path):
     assert (result.status, result.step, [e["step"] for e in result.evals]) == ("done", 4, [4])
 
 
+def test_a_resume_at_the_last_step_runs_the_evaluation_its_eval_data_stopped(tmp_path):
+    """A run whose final evaluation a bad eval row stopped saved its state at its last step; a resume with the eval
+    file fixed and the same --steps said "nothing to train" and never evaluated: the run's AUC was out of reach
+    without training on."""
+    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "eval_bad.tsv"
+    bad.write_bytes(b"".join(lines[:2]) + b"1\t2\n" + b"".join(lines[2:]))
+    run = tmp_path / "run"
+    with pytest.raises(DataError, match=r"eval_bad\.tsv:3: expected 40"):
+        Trainer(criteo_config(run, bad, 3), progress=False).train()
+    with pytest.raises(DataError, match=r"eval_bad\.tsv:3: expected 40"):  # still bad: still owed
+        Trainer(criteo_config(run, bad, 3, resume=True), progress=False).train()
+    trained = load_checkpoint(run)["dense"]
+    result = Trainer(criteo_config(run, DATA / "criteo_sample.tsv", 3, resume=True), progress=False).train()
+    assert (result.status, result.step, [e["step"] for e in result.evals]) == ("done", 3, [3]), result.message
+    assert not result.nothing_to_train and "evaluated" in result.message, result.message
+    saved = load_checkpoint(run)
+    assert saved["step"] == 3 and not saved["eval_owed"]
+    assert all(torch.equal(saved["dense"][k][n], t) for k in trained for n, t in trained[k].items())  # no step
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in logged[-3:]] == ["start", "eval", "end"] and logged[-2]["step"] == 3
+    again = Trainer(criteo_config(run, DATA / "criteo_sample.tsv", 3, resume=True), progress=False).train()
+    assert again.nothing_to_train and again.evals == []  # owed no more
+
+
 def test_movielens_rows_of_another_width_are_bad(tmp_path):
     """u.data has 4 columns and an .inter row its header's count: a Criteo TSV given as MovieLens was read as
     ratings (user = label, item = I1, rating = I2, time = I3) until a row had an empty one of those fields."""

@@ -111,14 +111,10 @@ class TrainLoop:
     def _loop(self) -> TrainResult:
         cfg = self.cfg
         if self.step >= cfg.steps:
-            return self._nothing_to_train()
+            return self._owed_evaluation() if self.eval_owed else self._nothing_to_train()
+        self.eval_owed = False  # training on: the evaluation at the end is this run's
         result = TrainResult(status="done", step=self.step, message="")
-        self.log.write({"event": "start", "step": self.step, "config": cfg.as_dict(), "device": str(self.rt.device),
-                        "embedding_backend": self.rt.embedding_backend, "dense_backend": self.rt.dense_backend,
-                        "compute_dtype": str(self.rt.compute_dtype).removeprefix("torch."),
-                        "cuda_graphs": self.graphs.on, "cuda_graphs_reason": self.graphs.reason,
-                        "host_bound": self.graphs.host_bound,
-                        "model": dataclasses.asdict(self.model_config)})
+        self._log_start()
         self._precompile_and_log()
         start_step, train_seconds = self.step, 0.0
         self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
@@ -224,6 +220,33 @@ class TrainLoop:
             print(f"precompiled {cold.kernels} kernels: dry run {cold.dry_s:.1f} s, compiles and launchers "
                   f"{cold.compile_s:.1f} s", flush=True)
 
+    def _log_start(self) -> None:
+        """The ``start`` event of this run's segment of the metrics log: its step, settings, backends and model."""
+        self.log.write({"event": "start", "step": self.step, "config": self.cfg.as_dict(),
+                        "device": str(self.rt.device), "embedding_backend": self.rt.embedding_backend,
+                        "dense_backend": self.rt.dense_backend,
+                        "compute_dtype": str(self.rt.compute_dtype).removeprefix("torch."),
+                        "cuda_graphs": self.graphs.on, "cuda_graphs_reason": self.graphs.reason,
+                        "host_bound": self.graphs.host_bound, "model": dataclasses.asdict(self.model_config)})
+
+    def _ended(self, result: TrainResult, ran: int) -> str:
+        """How a run that returned ended, for its result and ``end`` event (``ran``: the steps it trained)."""
+        if result.status == "sigterm":
+            return f"stopped by signal {self._stopping} ({signal.Signals(self._stopping).name}) at step {self.step}"
+        if ran:
+            return f"trained {ran} steps (to step {self.step})"
+        if result.evals:
+            return f"evaluated the checkpoint at step {self.step}, as its run's end owed"
+        return f"the checkpoint at step {self.step} owed its evaluation, which this run has no eval data for"
+
+    def _owed_evaluation(self) -> TrainResult:
+        """A checkpoint at ``cfg.steps`` whose run's final evaluation its eval data stopped (``eval_owed``): that
+        evaluation now, logged and saved as the run's end would have (a resume with the eval file fixed and the
+        same --steps; it said "nothing to train", the run's AUC out of reach without training on)."""
+        self._log_start()
+        self.timer = PhaseTimer(self.rt.device)
+        return self._finish(TrainResult(status="done", step=self.step, message=""), self.step, 0.0, None)
+
     def _nothing_to_train(self) -> TrainResult:
         """Already at ``cfg.steps`` (a resumed checkpoint at or past them): said so; nothing is evaluated,
         logged or saved, so the checkpoint and the metrics log stay as they are."""
@@ -257,9 +280,12 @@ class TrainLoop:
         stops it keeping the trained state (``_raise_keeping_state``): else the steps since the last periodic
         checkpoint are lost, every one with the default evaluation at the end."""
         try:
-            return self.evaluate()
+            evaluated = self.evaluate()
         except DataError as exc:
+            self.eval_owed = self.step >= self.cfg.steps  # the final one: a resume at this step runs it
             self._raise_keeping_state(exc, "eval data")
+        self.eval_owed = False
+        return evaluated
 
     def _stop_on_training_data(self, exc: DataError, pending: list[torch.Tensor], *, trained: bool) -> NoReturn:
         """Training data that stops the run (a malformed row without skip_bad_rows; with it, no good row in the
@@ -340,9 +366,7 @@ class TrainLoop:
         if eval_bad is not None:
             result.eval_bad_rows, result.eval_bad_row_examples = eval_bad.count, list(eval_bad.examples)
         where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
-        result.message = (f"stopped by signal {self._stopping} ({signal.Signals(self._stopping).name}) at step "
-                          f"{self.step}{where}" if result.status == "sigterm"
-                          else f"trained {ran} steps (to step {self.step}){where}")
+        result.message = self._ended(result, ran) + where
         self.log.write({"event": "end", "status": result.status, "step": self.step, "message": result.message,
                         "samples_per_s": result.samples_per_s, "timing_ms_per_step": result.timing_ms,
                         "final_auc": result.final_auc, "bad_rows": result.bad_rows,

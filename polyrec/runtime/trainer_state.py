@@ -138,6 +138,7 @@ class TrainerState:
         self.drain()
         directory = Path(self.cfg.checkpoint_dir)
         state = {"step": self.step,
+                 "eval_owed": self.eval_owed,
                  "dense": {name: part.state_dict() for name, part in self._dense_named()},
                  "dense_optimizer": self.optimizer.state_dict(),
                  "data": self._ahead[0][0] if self._ahead else self.source.state_dict(),
@@ -212,6 +213,7 @@ class TrainerState:
         if rank < len(rngs):
             set_rng_state(rngs[rank], self.rt.device)
         self.step = int(state["step"])
+        self.eval_owed = bool(state.get("eval_owed", False))  # older checkpoints owe none
         self._apply_learning_rates(state["train_config"])
         self._restore_prefetched(state.get("prefetched"))
 
