@@ -90,8 +90,37 @@ def test_a_plan_of_other_lookups_than_the_datas_says_how_to_plan_them(tmp_path):
             "preset's lookups per sample)") in said, said
     write_day(tmp_path, 0, 32)  # widths of its own (HOT), neither the preset's nor one
     said = _train_warning(multi, f"mlperf:{npz(tmp_path)}")
-    assert ("; `polyrec plan` prices the preset's lookups per sample or one per feature (--one-hot), not this "
-            "data's") in said, said
+    assert (f"; for them, re-plan with `polyrec plan --model dcnv2-small --data mlperf:{npz(tmp_path)} --row-cap 64`"
+            " (its data's lookups per sample)") in said, said
+
+
+def test_plan_data_prices_the_lookups_the_data_makes(tmp_path):
+    """`polyrec plan` priced the preset's lookups per sample or one per feature: a multi-hot day of other widths
+    had no plan of its own (the run's warning said so). `--data SPEC` prices the model as that data shapes it."""
+    from polyrec.models.config import dcnv2_small
+    from test_data_mlperf_multihot import HOT, npz, write_day
+
+    write_day(tmp_path, 0, 32)
+    day = f"mlperf:{npz(tmp_path)}"
+    made = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--data", day, "--row-cap", "64", "--json"])
+    assert made.exit_code == 0, made.output
+    assert [t["pooling"] for t in json.loads(made.stdout)["model"]["tables"]] == list(HOT)
+    plan = tmp_path / "day.json"
+    plan.write_text(made.stdout)
+    said = " ".join(_train_stderr(plan, day).split())
+    assert "warning" not in said and "its choices are taken" not in said, said  # the plan is the run's model
+    titled = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--data", day], terminal_width=200)
+    assert "dcnv2-small (its data's lookups) on H200x1:" in _said(titled), titled.output
+    criteo = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--data", f"criteo:{DATA / 'criteo_sample.tsv'}",
+                                 "--json"])
+    assert {t["pooling"] for t in json.loads(criteo.stdout)["model"]["tables"]} == {1.0}  # as --one-hot
+    synthetic = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--data", "synthetic", "--json"])
+    assert [t["pooling"] for t in json.loads(synthetic.stdout)["model"]["tables"]] == list(dcnv2_small().multi_hot)
+    for args, needle in ((["--data", day, "--one-hot"], "--one-hot and --data"),
+                         (["--data", f"movielens:{DATA / 'ml_sample.inter'}"], "builds tables of its own"),
+                         (["--data", "mlperf:/no/such/day_0_sparse_multi_hot.npz"], "/no/such")):
+        refused = runner.invoke(app, ["plan", "--model", "dcnv2-small", *args])
+        assert refused.exit_code == 2 and needle in " ".join(refused.stderr.split()), refused.output
 
 
 def test_the_plan_lookups_note_is_a_warning_line_not_pythons(tmp_path):

@@ -7,6 +7,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -32,6 +33,9 @@ from polyrec.planner.types import (
     model_spec_from_config,
     parse_fleet,
 )
+
+if TYPE_CHECKING:
+    from polyrec.models.config import ModelConfig
 
 #: The fleet planned for when --fleet is not given.
 DEFAULT_FLEET = "H200x1"
@@ -104,20 +108,41 @@ def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
     return [f"{kind}x{shape.per_host}{hosts}" for kind in kinds]
 
 
-def load_model(name: str, distribution: str, one_hot: bool = False, row_cap: int | None = None) -> ModelSpec:
+def load_model(name: str, distribution: str, one_hot: bool = False, row_cap: int | None = None,
+               data: str | None = None) -> ModelSpec:
     """The preset ``name``'s model; ``one_hot``: every feature one lookup per sample (Criteo TSV, MLPerf binary
     records); ``row_cap``: every table cut to at most that many rows, as ``polyrec train --row-cap`` cuts them (its
-    plan must have the run's rows)."""
+    plan must have the run's rows); ``data``: the lookups per sample that data makes (``shaped_by``)."""
     from polyrec.models.config import preset
 
     if row_cap is not None and row_cap < 1:  # as polyrec train refuses it
         raise FleetError(f"--row-cap must be at least 1 (or left out), got {row_cap}")
+    if one_hot and data is not None:
+        raise FleetError("--one-hot and --data both set the lookups per sample: give one")
     config = preset(name)
     if one_hot:
         config = config.replace(multi_hot=(1,) * config.num_tables)
     if row_cap is not None:
         config = config.with_capped_rows(row_cap)
+    if data is not None:
+        config = shaped_by(config, data)
     return model_spec_from_config(config, index_distribution=distribution)
+
+
+def shaped_by(config: ModelConfig, data: str) -> ModelConfig:
+    """``config`` as ``polyrec train --data DATA`` builds it (``Source.adapt``): one lookup per feature for Criteo TSV
+    and MLPerf binary records, each feature's width for MLPerf multi-hot days, the preset's for synthetic data.
+    MovieLens, which builds tables of its own, is refused: a plan prices a preset's tables."""
+    import torch
+
+    from polyrec.data import open_source
+    from polyrec.data.sources import parse_spec
+
+    if parse_spec(data)[0] == "movielens":
+        raise FleetError(f"--data {data}: MovieLens builds tables of its own (users, items), not the preset's; "
+                         "polyrec plan prices a preset's tables")
+    with open_source(data, config, batch_size=1, seed=0, device=torch.device("cpu")) as source:
+        return source.adapt(config)
 
 
 def is_one_hot(spec: ModelSpec) -> bool:
@@ -136,11 +161,19 @@ def row_cap_of(spec: ModelSpec) -> int | None:
     return cap if preset(spec.name).with_capped_rows(cap).table_rows == rows else None
 
 
+def lookups_differ(spec: ModelSpec) -> bool:
+    """Whether ``spec`` prices other lookups per sample than its preset's (``--data``: a multi-hot day's widths)."""
+    from polyrec.models.config import PRESETS, preset
+
+    return spec.name in PRESETS and tuple(t.pooling for t in spec.tables) != preset(spec.name).multi_hot
+
+
 def model_label(spec: ModelSpec) -> str:
     """The model's name as titles print it: "(one-hot)" after it where ``is_one_hot``, "(rows <= N)" where
     ``--row-cap N`` cut its tables, so that a plan or report says which lookups per sample and which tables it
     priced (the preset's otherwise)."""
-    notes = (["one-hot"] if is_one_hot(spec) else []) + ([f"rows <= {cap}"] if (cap := row_cap_of(spec)) else [])
+    lookups = "one-hot" if is_one_hot(spec) else "its data's lookups" if lookups_differ(spec) else None
+    notes = ([lookups] if lookups else []) + ([f"rows <= {cap}"] if (cap := row_cap_of(spec)) else [])
     return f"{spec.name} ({', '.join(notes)})" if notes else spec.name
 
 
@@ -339,6 +372,9 @@ def plan(
     one_hot: bool = typer.Option(False, "--one-hot", help="every feature one lookup per sample, as Criteo TSV and "
                                  "MLPerf binary files make it (default: the preset's multi-hot sizes, as synthetic "
                                  "data)"),
+    data: str | None = typer.Option(None, "--data", help="price the lookups per sample this data makes, as polyrec "
+                                    "train --data takes it (e.g. mlperf:DIR/day_0_sparse_multi_hot.npz: its "
+                                    "widths); the files are opened, not read through"),
     row_cap: int | None = typer.Option(None, help="cut every table to at most this many rows, as polyrec train "
                                        "--row-cap does (a capped run takes only a plan of its rows); a plain plan "
                                        "only"),
@@ -369,7 +405,7 @@ def plan(
             if no_host_cache and host_memory_gb is not None:  # it sizes host caches only: it would be ignored
                 raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
             fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
-            spec = load_model(model, distribution, one_hot, row_cap)
+            spec = load_model(model, distribution, one_hot, row_cap, data)
             c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers),
                                 batch_per_gpu=batch_per_gpu,
                                 max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,

@@ -100,7 +100,7 @@ def _rows_advice(planned: ModelSpec, config: ModelConfig, row_cap: int | None) -
             f"--row-cap {cap}, or plan without --row-cap")
 
 
-def check_data_model(path: Path, plan: Plan, adapted: ModelConfig, row_cap: int | None) -> str | None:
+def check_data_model(path: Path, plan: Plan, adapted: ModelConfig, row_cap: int | None, data: str) -> str | None:
     """The plan against the model this run's data shaped (``DataSource.adapt``; ``check_plan`` checked the
     preset's, lookups per sample aside; ``row_cap``: the run's ``--row-cap``). Criteo TSV and MLPerf binary records
     make every feature one lookup per sample (``polyrec plan --one-hot`` prices that), MLPerf's multi-hot days their
@@ -115,19 +115,20 @@ def check_data_model(path: Path, plan: Plan, adapted: ModelConfig, row_cap: int 
                          + "; ".join(differ) + "): train without --plan, or plan that model")
     return (f"{path}: the plan was priced for other lookups per sample than this run's data makes ("
             + "; ".join(differ) + "): its choices are taken, its predicted step time and memory are not this run's; "
-            + _replan(adapted, row_cap))
+            + _replan(adapted, row_cap, data))
 
 
-def _replan(adapted: ModelConfig, row_cap: int | None) -> str:
-    """Which ``polyrec plan`` prices the lookups per sample of the model this run's data shaped, its tables cut as
-    the run's (``--row-cap``, which ``check_plan`` would otherwise refuse), or that none does."""
+def _replan(adapted: ModelConfig, row_cap: int | None, data: str) -> str:
+    """Which ``polyrec plan`` prices the lookups per sample of the model this run's ``data`` shaped, its tables cut
+    as the run's (``--row-cap``, which ``check_plan`` would otherwise refuse)."""
     cap = f" --row-cap {row_cap}" if row_cap is not None else ""
     if set(adapted.multi_hot) == {1}:
         return f"for them, re-plan with `polyrec plan --model {adapted.name} --one-hot{cap}`"
     if adapted.name in PRESETS and preset(adapted.name).multi_hot == tuple(adapted.multi_hot):
         return (f"for them, re-plan with `polyrec plan --model {adapted.name}{cap}` (without --one-hot: the "
                 "preset's lookups per sample)")
-    return "`polyrec plan` prices the preset's lookups per sample or one per feature (--one-hot), not this data's"
+    return (f"for them, re-plan with `polyrec plan --model {adapted.name} --data {data}{cap}` (its data's lookups "
+            "per sample)")
 
 
 def _model_differences(planned: ModelSpec, config: ModelConfig) -> list[str]:

@@ -139,8 +139,8 @@ class Trainer(TrainerState, TrainLoop):
             warnings.warn(f"--eval-data reads {', '.join(map(str, shared))}, which the training data reads too: its "
                           "AUC measures how well the model remembers those rows, not how it does on new ones",
                           RunWarning, stacklevel=2)
-        note = (check_data_model(cfg.plan, self.plan, self.model_config, cfg.row_cap) if self.plan is not None
-                else None)
+        note = (check_data_model(cfg.plan, self.plan, self.model_config, cfg.row_cap, cfg.data)
+                if self.plan is not None else None)
         if note is not None:
             warnings.warn(note, RunWarning, stacklevel=2)
         torch.manual_seed(cfg.seed)
