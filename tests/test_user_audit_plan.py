@@ -270,6 +270,33 @@ def test_train_takes_the_preset_of_the_plan(tmp_path):
         " ".join(clash.stderr.split()))
 
 
+@pytest.mark.parametrize("typed,clash", [
+    (["--preset", "dcnv2-small"], "preset 'dcnv2-small' (the plan: 'dlrm-criteo-kaggle', from its model.name)"),
+    (["--batch-size", "512"], "batch_size 512 (the plan: 16)"),
+    (["--embedding-optimizer", "rowwise_adagrad", "--dense-optimizer", "adagrad", "--precision", "auto"],
+     "precision 'auto' (the plan: 'fp32')"),
+])
+def test_an_option_typed_at_its_default_against_the_plan_is_refused(tmp_path, typed, clash):
+    """An option typed with its default value (`--preset dcnv2-small`) counted as left out: the plan's value won in
+    silence, and the run trained another preset (or batch, or precision) than the one typed."""
+    from polyrec.models.config import dlrm_criteo_kaggle
+
+    path = _small_plan(tmp_path, dlrm_criteo_kaggle().with_capped_rows(64))
+    result = runner.invoke(app, ["train", "--plan", str(path), *typed, "--row-cap", "64", "--steps", "1", "--device",
+                                 "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 2, result.output
+    assert f"the run sets {clash}" in " ".join(result.stderr.split()), result.stderr
+
+
+def test_an_option_typed_with_the_plans_value_is_taken(tmp_path):
+    from polyrec.models.config import dlrm_criteo_kaggle
+
+    path = _small_plan(tmp_path, dlrm_criteo_kaggle().with_capped_rows(64))
+    result = runner.invoke(app, ["train", "--plan", str(path), "--preset", "dlrm-criteo-kaggle", "--batch-size", "16",
+                                 "--row-cap", "64", "--steps", "1", "--device", "cpu", "--cpu-threads", "1"])
+    assert result.exit_code == 0, result.output
+
+
 def test_a_plan_for_other_lookups_per_sample_warns_that_its_prediction_is_not_this_runs(tmp_path):
     """A plan priced for one-hot features (1 lookup per sample) loaded for dcnv2-small (up to 4 per feature) in
     silence: `_model_differences` compared rows, dims and the dense half, not the tables' pooling. The lookups are

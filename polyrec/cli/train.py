@@ -150,6 +150,7 @@ def run_warnings_as_lines() -> Iterator[None]:
 
 @app.callback(invoke_without_command=True)
 def train(
+    ctx: typer.Context,
     preset: str = typer.Option("dcnv2-small", help=f"Model preset: {', '.join(PRESETS)}."),
     data: str = typer.Option("synthetic", help="synthetic[:zipf|uniform] | criteo:PATH[,PATH] | mlperf:PATH (40-int32 "
                               "records) | mlperf:DIR/day_N_sparse_multi_hot.npz[,...] (MLPerf v3+ multi-hot days, "
@@ -222,7 +223,7 @@ def train(
     completed = False
     try:
         with peer_failure_exits(), bad_input_exits(), run_warnings_as_lines():
-            result = _train_and_report(cfg, as_json)
+            result = _train_and_report(cfg, as_json, typed_options(ctx))
             completed = True
     finally:
         shutdown(completed=completed)
@@ -233,11 +234,18 @@ def train(
         typer.echo(result.message, err=True)
 
 
-def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
+def typed_options(ctx: typer.Context) -> frozenset[str]:
+    """The options given on the command line, a default typed among them (the ``Trainer``'s ``typed``: a plan
+    refuses them where it chose otherwise); those left out are not."""
+    return frozenset(name for name in ctx.params  # by name: the pinned typer (0.29) vendors click's enum, older
+                     if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE")  # ones import it
+
+
+def _train_and_report(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) -> TrainResult:
     """Train; one rank reports (with --json a ``result`` line, status ``data_error`` where the data stopped the
     run). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
     with sigterm_exits(_stopped_starting(cfg)):  # from here the training loop handles it
-        trainer = _started(cfg, as_json)
+        trainer = _started(cfg, as_json, typed)
     try:
         result = trainer.train()
     except Exception as exc:  # --json ends as ever, saying how the run ended
@@ -256,11 +264,11 @@ def _train_and_report(cfg: TrainConfig, as_json: bool) -> TrainResult:
     return result
 
 
-def _started(cfg: TrainConfig, as_json: bool) -> Trainer:
+def _started(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) -> Trainer:
     """The run's trainer. With --json, bad input that stops the run before its first step (exit 2) ends the output
     with a ``result`` line of status ``bad_input`` and no step, as data that stops it later ends it with one."""
     try:
-        return Trainer(cfg, echo_json=as_json)
+        return Trainer(cfg, echo_json=as_json, typed=typed)
     except Exception as exc:
         message = bad_input_message(exc)
         if as_json and message is not None and reporting_rank():

@@ -53,16 +53,26 @@ def read_plan(path: Path) -> Plan:
         raise ValueError(f"{path}: {exc}") from exc
 
 
-def plan_preset(cfg: TrainConfig, plan: Plan) -> TrainConfig:
+def plan_preset(cfg: TrainConfig, plan: Plan, typed: frozenset[str] = frozenset()) -> TrainConfig:
     """``cfg`` with the preset its ``plan`` was made for (``polyrec plan --model`` names it: the plan's model.name)
-    where the run leaves ``preset`` at its default; one set to another preset is refused, naming both. A plan
-    of a model that is no preset leaves ``cfg`` as it is (``check_plan`` compares the models)."""
+    where the run leaves ``preset`` at its default; one set to another preset (``typed``: the fields the user gave,
+    at their default or not) is refused, naming both. A plan of a model that is no preset leaves ``cfg`` as it is
+    (``check_plan`` compares the models)."""
     planned = plan.model.name
     if planned not in PRESETS or cfg.preset == planned:
         return cfg
-    if cfg.preset != TrainConfig().preset:
+    if _set_by_run(cfg, "preset", typed):
         raise _refusal(cfg.plan, [_clash("preset", cfg.preset, planned)])
     return dataclasses.replace(cfg, preset=planned)
+
+
+def _set_by_run(cfg: TrainConfig, name: str, typed: frozenset[str]) -> bool:
+    """Whether the run sets field ``name``: away from its default, or typed at it (``polyrec train --preset
+    dcnv2-small``, which the plan's value overrode in silence when a default counted as left out). ``--data
+    synthetic`` names no distribution: the plan's is taken."""
+    if name == "data" and cfg.data == "synthetic":
+        return False
+    return name in typed or getattr(cfg, name) != getattr(TrainConfig(), name)
 
 
 def load_plan(path: Path, config: ModelConfig, world_size: int) -> Plan:
@@ -223,13 +233,12 @@ def _refusal(path: Path, clashes: list[str]) -> ValueError:
                       "edit the plan")
 
 
-def apply_plan(cfg: TrainConfig, plan: Plan) -> TrainConfig:
-    """``cfg`` with the plan's choices; a field set away from its default and from the plan's value
-    is refused, naming both."""
-    defaults = TrainConfig()
+def apply_plan(cfg: TrainConfig, plan: Plan, typed: frozenset[str] = frozenset()) -> TrainConfig:
+    """``cfg`` with the plan's choices; a field the run sets (``_set_by_run``; ``typed``: the fields the user gave)
+    to another value than the plan's is refused, naming both."""
     fields = plan_fields(plan, Path(cfg.plan)) | {"data": plan_data(plan, cfg.data, Path(cfg.plan))}
     clashes = [_clash(name, getattr(cfg, name), value) for name, value in fields.items()
-               if getattr(cfg, name) not in (value, getattr(defaults, name))]
+               if getattr(cfg, name) != value and _set_by_run(cfg, name, typed)]
     if clashes:
         raise _refusal(cfg.plan, clashes)
     return dataclasses.replace(cfg, **fields)

@@ -105,21 +105,24 @@ class Trainer(TrainerState, TrainLoop):
     #: (``_send_inputs_ahead``): 2 = the next batch's whole exchange and the one after's lengths.
     inputs_ahead = 2
 
-    def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, *, echo_json: bool = False, progress: bool | None = None,
+                 typed: frozenset[str] = frozenset()) -> None:
+        """``typed``: the fields of ``cfg`` its user gave (``polyrec train``'s options on the command line): a
+        ``--plan`` refuses one of them that differs from its choice even where it is the field's default."""
         self.distributed = launched_by_torchrun()
         check_collective_timeout(cfg)  # before the process group it sets
         self.ctx = init_distributed(timeout_s=cfg.collective_timeout_s)
         cfg = expand_paths(cfg)
         check_counts(cfg)
         planned = read_plan(cfg.plan) if cfg.plan is not None else None  # read once: its preset, then the rest
-        cfg = plan_preset(cfg, planned) if planned is not None else cfg
+        cfg = plan_preset(cfg, planned, typed) if planned is not None else cfg
         base = preset(cfg.preset)
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
         self.plan = (check_plan(cfg.plan, planned, base, self.ctx.world_size, cfg.row_cap) if planned is not None
                      else None)
         if self.plan is not None:
-            cfg = apply_plan(cfg, self.plan)
+            cfg = apply_plan(cfg, self.plan, typed)
         self.cfg, self.rt = cfg, resolve(cfg)
         if self.distributed:
             self._check_distributed()
