@@ -1,7 +1,7 @@
-"""SIGTERM while ``polyrec`` starts, before the training loop handles it
-(``polyrec.runtime.train_loop.STOP_SIGNALS``): its default action ended the process with exit code 143 and no word.
-Within ``sigterm_exits`` it ends it cleanly instead, with a message and exit code 0, as a signal's stop of the loop
-does. Nothing is trained or saved by then:
+"""SIGTERM or Ctrl-C while ``polyrec`` starts, before the training loop handles them (STOP_SIGNALS): SIGTERM's default
+action ended the process with exit code 143 and no word, Ctrl-C's a KeyboardInterrupt (exit 130 from the CLI).
+Within ``signal_exits`` either ends it cleanly instead, with a message and exit code 0, as a signal's stop of the
+loop does. Nothing is trained or saved by then:
 there is nothing to checkpoint, and a checkpoint to resume from has only been read. After the loop, while a finished
 run reports, ``signal_ends_block`` cuts the report short (a message) at SIGTERM or Ctrl-C (SIGINT) and the run keeps
 its own exit code.
@@ -9,7 +9,7 @@ its own exit code.
 Python runs a handler between bytecodes only: a call that blocks in C++ until the other ranks come (torch's
 rendezvous) would hold the signal up to the collective timeout, so it runs under ``sigterm_default``.
 
-Light on purpose (no torch): ``python -m polyrec`` enters ``sigterm_exits`` before importing the CLI.
+Light on purpose (no torch): ``python -m polyrec`` enters ``signal_exits`` before importing the CLI.
 """
 
 from __future__ import annotations
@@ -22,14 +22,18 @@ import threading
 from collections.abc import Callable, Iterator
 
 
+#: Signals that stop a run after the step in flight, with a checkpoint: SIGTERM (a scheduler, torchrun
+#: forwarding its own) and SIGINT (Ctrl-C; torchrun forwards it too, its workers being in sessions of
+#: their own). A second SIGINT while stopping interrupts at once (KeyboardInterrupt), as Ctrl-C does
+#: without the handler: a run stuck in its stop can still be ended (``polyrec.runtime.train_loop``). While the
+#: run starts, either ends it at once, cleanly (``signal_exits``).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def stopped_by(signum: int) -> str:
     """How a stop by signal ``signum`` is named, as the training loop names a signal's stop ("stopped by signal 15
     (SIGTERM) at step N")."""
     return f"stopped by signal {int(signum)} ({signal.Signals(signum).name})"
-
-
-#: How a stop by SIGTERM is named.
-STOPPED = stopped_by(signal.SIGTERM)
 
 
 class _Stopped(BaseException):
@@ -63,10 +67,10 @@ def _handles(signum: int) -> bool:
 
 
 @contextlib.contextmanager
-def signal_ends_block(message: Callable[[int], str], stopped: list[bool] | None = None,
-                      signals: tuple[int, ...] = (signal.SIGTERM,)) -> Iterator[None]:
-    """Within the block, each of ``signals`` ends the block at once: ``message(signum)`` on stderr, ``True`` appended
-    to ``stopped``, and the code after the block runs. The handlers before are restored after (first thing on a
+def signal_ends_block(message: Callable[[int], str], stopped: list[int] | None = None,
+                      signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Within the block, each of ``signals`` ends the block at once: ``message(signum)`` on stderr, the signal's
+    number appended to ``stopped``, and the code after the block runs. The handlers before are restored after (first thing on a
     stop: the same signal again then acts as it did before the block, a second Ctrl-C interrupts)."""
     previous = {signum: signal.signal(signum, _raise) for signum in signals if _handles(signum)}
     try:
@@ -75,7 +79,7 @@ def signal_ends_block(message: Callable[[int], str], stopped: list[bool] | None 
         _restore(previous)
         print(message(stop.args[0]), file=sys.stderr, flush=True)
         if stopped is not None:
-            stopped.append(True)
+            stopped.append(stop.args[0])
     finally:
         _restore(previous)
 
@@ -87,11 +91,11 @@ def _restore(handlers: dict[int, object]) -> None:
 
 
 @contextlib.contextmanager
-def sigterm_exits(message: str) -> Iterator[None]:
-    """Within the block, SIGTERM ends the process at once: ``message`` on stderr, then SystemExit(0) (``finally``
-    blocks on the way run). The handler before is restored after."""
-    stopped: list[bool] = []
-    with signal_ends_block(lambda signum: message, stopped):
+def signal_exits(message: Callable[[int], str]) -> Iterator[None]:
+    """Within the block, SIGTERM and Ctrl-C (STOP_SIGNALS) end the process at once: ``message(signum)`` on stderr,
+    then SystemExit(0) (``finally`` blocks on the way run). The handlers before are restored after."""
+    stopped: list[int] = []
+    with signal_ends_block(message, stopped):
         yield
     if stopped:
         raise SystemExit(0)

@@ -282,11 +282,15 @@ def _polyrec(args: list[str], *, code: str | None = None) -> subprocess.Popen:
                             env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("resume", [False, True])
-def test_sigterm_while_the_trainer_is_built_exits_cleanly(tmp_path, resume):
+def test_sigterm_while_the_trainer_is_built_exits_cleanly(tmp_path, resume, signum):
     """SIGTERM in the start-up of `polyrec train` (here while its data source opens), before the training loop
-    handles it, ended the process with SIGTERM's default action: exit code 143 (-15 to Popen), no word. Now it exits
-    0 saying so; nothing is trained or written, and the checkpoint a resume was to continue stays as it was."""
+    handles it, ended the process with SIGTERM's default action: exit code 143 (-15 to Popen), no word; Ctrl-C
+    (SIGINT) with exit code 130 and no word. Now either exits 0 saying so, and --json ends with a `result` line;
+    nothing is trained or written, and the checkpoint a resume was to continue stays as it was."""
+    if signum == signal.SIGINT and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        pytest.skip("Ctrl-C is ignored in this process, so in its children too")
     run = tmp_path / "run"
     steps = "2"
     if resume:
@@ -296,11 +300,15 @@ def test_sigterm_while_the_trainer_is_built_exits_cleanly(tmp_path, resume):
     proc = _polyrec([*SMALL_RUN, "--steps", steps, "--checkpoint-dir", str(run), *(["--resume"] if resume else [])],
                     code=SLOW_START)
     assert proc.stdout.readline() == "building\n"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (proc.returncode, err[-3000:])
-    assert f"{STOPPED_STARTING}, before the first step: nothing trained, nothing saved" in err, err[-3000:]
-    assert "Traceback" not in err and out == ""
+    said = f"stopped by signal {int(signum)} ({signum.name}) while starting, before the first step: nothing trained"
+    assert f"{said}, nothing saved" in err, err[-3000:]
+    assert "Traceback" not in err
+    result = json.loads(out)  # the one line: no step ran
+    assert (result["event"], result["status"], result["step"]) == ("result", "sigterm", None), result
+    assert said in result["message"]
     if resume:
         assert f"{run / 'checkpoint.pt'} is kept as it was" in err
         assert (run / "checkpoint.pt").read_bytes() == saved

@@ -20,10 +20,9 @@ from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
 from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
-from polyrec.runtime.train_loop import STOP_SIGNALS
 from polyrec.runtime.trainer import RunWarning
 from polyrec import jsontext
-from polyrec.startup import STOPPED, rank_prefix, reporting_rank, signal_ends_block, sigterm_exits, stopped_by
+from polyrec.startup import rank_prefix, reporting_rank, signal_ends_block, stopped_by
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
 # group so that `polyrec train [OPTIONS]` is invoked as before).
@@ -244,8 +243,13 @@ def typed_options(ctx: typer.Context) -> frozenset[str]:
 def _train_and_report(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) -> TrainResult:
     """Train; one rank reports (with --json a ``result`` line, status ``data_error`` where the data stopped the
     run). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
-    with sigterm_exits(_stopped_starting(cfg)):  # from here the training loop handles it
+    stopped: list[int] = []
+    with signal_ends_block(lambda signum: _stopped_starting(cfg, signum), stopped):  # then the loop handles them
         trainer = _started(cfg, as_json, typed)
+    if stopped:  # nothing trained or saved; with --json the output still ends saying how the run ended
+        if as_json and reporting_rank():
+            typer.echo(_result_line("sigterm", None, _stopped_starting(cfg, stopped[0])))
+        raise SystemExit(0)
     try:
         result = trainer.train()
     except Exception as exc:  # --json ends as ever, saying how the run ended
@@ -254,12 +258,12 @@ def _train_and_report(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) ->
             _report_stopped(trainer, as_json, *raised)
         raise
     if trainer.ctx.is_main:
-        stopped: list[bool] = []
+        stopped_reporting: list[int] = []
         written: list[bool] = []  # the --json result line
-        with signal_ends_block(lambda signum: _stopped_reporting(cfg, result, signum), stopped,
-                               STOP_SIGNALS):  # the loop's handlers of its stop signals are gone by now
+        with signal_ends_block(lambda signum: _stopped_reporting(cfg, result, signum),
+                               stopped_reporting):  # the loop's handlers of its stop signals are gone by now
             _report(result, trainer, as_json, written)
-        if stopped and as_json and not written:  # --json readers learn how the run ended from it
+        if stopped_reporting and as_json and not written:  # --json readers learn how the run ended from it
             typer.echo(_finished_line(result))
     return result
 
@@ -288,11 +292,13 @@ def _raised_result(exc: Exception) -> tuple[str, str] | None:
     return None if message is None else ("bad_input", message)
 
 
-def _stopped_starting(cfg: TrainConfig) -> str:
-    """What a SIGTERM while the trainer is built says: nothing trained or saved, a checkpoint to resume kept."""
+def _stopped_starting(cfg: TrainConfig, signum: int) -> str:
+    """What SIGTERM or Ctrl-C while the trainer is built says: nothing trained or saved, a checkpoint to resume
+    kept."""
     kept = (f"; {checkpoint_path(Path(cfg.checkpoint_dir).expanduser())} is kept as it was"
             if cfg.resume and cfg.checkpoint_dir else "")
-    return f"{rank_prefix()}{STOPPED} while starting, before the first step: nothing trained, nothing saved{kept}"
+    return (f"{rank_prefix()}{stopped_by(signum)} while starting, before the first step: nothing trained, nothing "
+            f"saved{kept}")
 
 
 def _stopped_reporting(cfg: TrainConfig, result: TrainResult, signum: int) -> str:

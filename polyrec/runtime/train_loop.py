@@ -23,15 +23,11 @@ from polyrec.data import DataError
 from polyrec.runtime import parallel
 from polyrec.runtime.checkpoint import checkpoint_path, hold_checkpoint_dir
 from polyrec.runtime.metrics import PhaseTimer
+from polyrec.startup import STOP_SIGNALS
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-#: Signals that stop a run after the step in flight, with a checkpoint: SIGTERM (a scheduler, torchrun
-#: forwarding its own) and SIGINT (Ctrl-C; torchrun forwards it too, its workers being in sessions of
-#: their own). A second SIGINT while stopping interrupts at once (KeyboardInterrupt), as Ctrl-C does
-#: without the handler: a run stuck in its stop can still be ended.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: What a save's check (``finite_state``) found non-finite: the losses logged so far were finite.
 STATE_NOT_FINITE = "a weight or optimizer state"
 #: A rank's stop vote (``parallel.StopVote``) where its training data failed to give a batch it is to train (on

@@ -180,7 +180,7 @@ class Trainer(TrainerState, TrainLoop):
         self.echo_json = echo_json
         self.quiet = not main
         self.progress = main and (progress if progress is not None else (not echo_json and sys.stdout.isatty()))
-        self._stop_signal: int | None = None  # this process's stop signal (train_loop.STOP_SIGNALS)
+        self._stop_signal: int | None = None  # this process's stop signal (startup.STOP_SIGNALS)
         self._stopping: int | None = None  # the signal that stops the loop (on several ranks: agreed by all)
         self._stop_vote = (parallel.StopVote(self.ctx.timeout_s) if self.distributed and self.ctx.world_size > 1
                            else None)
