@@ -352,3 +352,43 @@ def test_an_old_mac_file_is_translated_and_keeps_its_line_ends(tmp_path):
     assert got[0] == "// kernel" and got[1] == "#include <hip/hip_runtime.h>"
     assert "hipDeviceSynchronize();" in got[3] and "cudaDeviceSynchronize" not in out
     assert report.changed
+
+
+def test_a_utf8_bom_stays_first_and_hides_no_include():
+    """Was: the HIP runtime include went before the BOM (a stray U+FEFF on line 2, which clang refuses) and an
+    #include right after the BOM was not renamed (cuda_runtime.h stayed)."""
+    out, report = hipify_source("\ufeff#include <cuda_runtime.h>\n__global__ void k(float* x) { x[0] = 0; }\n",
+                                "k.cu")
+    assert out == "\ufeff#include <hip/hip_runtime.h>\n__global__ void k(float* x) { x[0] = 0; }\n"
+    assert report.headers == ["cuda_runtime.h -> hip/hip_runtime.h"]
+    out, _ = hipify_source("\ufeff__global__ void k(float* x) { x[0] = 0; }\n", "k.cu")
+    assert out == '\ufeff#include "hip/hip_runtime.h"\n__global__ void k(float* x) { x[0] = 0; }\n'
+
+
+def test_the_runtime_include_takes_the_line_ends_of_a_crlf_file():
+    """Was: the include added to a CR LF file ended in a bare LF, one mixed line end in the file."""
+    out, _ = hipify_source("#include <cstdio>\r\n__global__ void k(float* x) { x[0] = 0; }\r\n", "k.cu")
+    assert out == '#include "hip/hip_runtime.h"\r\n#include <cstdio>\r\n__global__ void k(float* x) { x[0] = 0; }\r\n'
+
+
+def test_a_folder_that_cannot_be_listed_is_skipped_by_name(tmp_path, monkeypatch):
+    """Was: pathlib's rglob left an unreadable folder out without a word. Simulated, since root reads all."""
+    import os
+
+    from polyrec.migrate.hipify import hipify_tree
+
+    (tmp_path / "src" / "locked").mkdir(parents=True)
+    (tmp_path / "src" / "k.cu").write_text("void f() { cudaDeviceSynchronize(); }\n")
+    (tmp_path / "src" / "locked" / "a.cu").write_text("void g() {}\n")
+    scandir = os.scandir
+
+    def refuse_listing(path="."):
+        if os.path.basename(path) == "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse_listing)
+    skipped: dict[str, str] = {}
+    reports, _ = hipify_tree(tmp_path / "src", tmp_path / "out", skipped=skipped)
+    assert [r.path for r in reports] == ["k.cu"]
+    assert skipped == {"locked": "cannot list the folder: Permission denied"}

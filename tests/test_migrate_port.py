@@ -178,3 +178,17 @@ def test_a_bad_reference_is_refused_without_a_provider_too(tmp_path, reference, 
     with pytest.raises((ImportError, ValueError), match=says):
         port(KERNEL, reference, None, work_dir=tmp_path / "out", config=CONFIG)
     assert not (tmp_path / "out").exists()  # was: "not ported" (exit 1), the reference never read
+
+
+def test_without_provider_left_names_the_hazards_the_hipified_copy_still_has(tmp_path):
+    """Was: `left` listed the source's hazards, also one hipify had fixed in the copy it wrote (a 32-bit lane mask),
+    and at the source's lines, not the copy's."""
+    kernel = tmp_path / "k.cu"
+    kernel.write_text("// k\n__device__ int h(int v) { return __shfl_xor_sync(0xffffffff, v, 1) + 32; }\n"
+                      "constexpr int WARP_SIZE = 32;\n")
+    report = port(kernel, REFERENCE, None, work_dir=tmp_path / "out", config=CONFIG)
+    assert any(f.startswith("PM102 line 2") for f in report.scan_findings)  # the prompt's: the source's hazards
+    hipified = Path(report.hipified_path).read_text().splitlines()
+    assert hipified[3] == "constexpr int WARP_SIZE = 32;"
+    assert report.left[1:] == ["hazard in k.hip.cu: PM101 line 4: WARP_SIZE = 32 hard-codes the warp size; AMD "
+                               "wavefronts are 64 wide (use warpSize)"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -350,3 +351,76 @@ def test_old_mac_line_endings_keep_line_numbers(tmp_path, eol):
     assert (cu.findings[1].column, cu.findings[1].snippet) == (10, "o[0] = threadIdx.x % 32;")
     py = _scan_text(tmp_path, "cr.py", eol.join(["# a", "x = 1", "WARP_SIZE = 32"]) + eol)
     assert _rules(py) == [(3, "PM101")] and py.lines_scanned == 3
+
+
+def test_unreadable_files_and_folders_are_listed_not_scanned(tmp_path, monkeypatch):
+    """Were: an unreadable file raised PermissionError out of `scan` (a traceback), and an unreadable folder was
+    left out without a word (pathlib's rglob skips it), so the scan exited 0. Simulated, since root reads all."""
+    (tmp_path / "ok.cu").write_text("int x;\n")
+    (tmp_path / "secret.cu").write_text("#define WARP_SIZE 32\n")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "a.cu").write_text("#define WARP_SIZE 32\n")
+    read_bytes, scandir = Path.read_bytes, os.scandir
+
+    def refuse_read(self):
+        if self.name == "secret.cu":
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_bytes(self)
+
+    def refuse_listing(path="."):
+        if Path(path).name == "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse_read)
+    monkeypatch.setattr(os, "scandir", refuse_listing)
+    result = CliRunner().invoke(app, ["migrate", "scan", str(tmp_path), "--json"])
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout)["not_scanned"] == {
+        str(tmp_path / "locked"): "cannot list the folder: Permission denied",
+        str(tmp_path / "secret.cu"): "cannot read: Permission denied"}
+
+
+def test_a_utf8_bom_is_not_part_of_the_first_line(tmp_path):
+    """Was: in a CUDA file with a BOM the first line's findings were at column 4 (the BOM's bytes) with the BOM in
+    the snippet; the Python scan already reads past it."""
+    result = _scan_text(tmp_path, "b.cu", b"\xef\xbb\xbf#define WARP_SIZE 32\n#include <cudnn.h>\n")
+    assert [(f.line, f.column, f.rule, f.snippet) for f in result.findings] == [
+        (1, 1, "PM101", "#define WARP_SIZE 32"), (2, 1, "PM107", "#include <cudnn.h>")]
+    result = _scan_text(tmp_path, "c.cu", b"\xef\xbb\xbf#include <cudnn.h>\n")
+    assert [(f.line, f.column, f.rule) for f in result.findings] == [(1, 1, "PM107")]
+
+
+def test_cuda_warp_names_are_read_as_the_python_scan_reads_them(tmp_path):
+    """Were missed in CUDA though the Python scan flags the same names: CUB's WARP_THREADS, a bare WARP,
+    LANES_PER_WARP. A warp tiling or a count of warps stays clean, as in Python."""
+    src = ("#define WARP 32\nconstexpr int WARP_THREADS = 32;\nenum { kWarpThreads = 32, LANES_PER_WARP = 32 };\n"
+           "template <int WARP_M = 32, int WARPS_PER_BLOCK = 32, int kWarpTileN = 32, int WARP_ID = 32>\n"
+           "__device__ void f() {}\nconstexpr int WARPSZ = 32, k_warp = 32;\n")
+    assert _rules(_scan_text(tmp_path, "w.cu", src)) == [(1, "PM101"), (2, "PM101"), (3, "PM101"), (3, "PM101"),
+                                                         (6, "PM101"), (6, "PM101")]
+
+
+@pytest.mark.parametrize(("sarif", "why"), [("reports", "Is a directory"),
+                                            ("gone/o.sarif", "No such file or directory")])
+def test_a_sarif_path_that_cannot_be_written_is_named_not_its_temporary_file(tmp_path, sarif, why):
+    """Was: `--sarif DIR` said `error: --sarif /tmp/.DIR.j8jpb_hk.tmp: Is a directory`, naming a temporary file."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "reports").mkdir()
+    result = CliRunner().invoke(app, ["migrate", "scan", str(tmp_path / "a.py"), "--sarif", str(tmp_path / sarif)])
+    assert result.exit_code == 2
+    assert f"error: --sarif {tmp_path / sarif}: {why}" in result.output and ".tmp" not in result.output
+
+
+def test_num_warps_taken_from_a_loop_over_literals_is_checked(tmp_path):
+    """Was missed: autotune configs made in a loop or comprehension (`num_warps=w ... for w in [4, 8, 16, 32]`),
+    the usual way to write a config space; reported at the literal that does not fit, once."""
+    src = ("import triton\n"
+           "configs = [triton.Config({'B': b}, num_warps=w) for b in (64, 128)\n"
+           "           for w in [4, 8, 16, 32]]\n"
+           "for nw in (2, 4):\n    configs.append(triton.Config({}, num_warps=nw))\n"
+           "for nw in (8, 64):\n    configs.append(triton.Config({}, num_warps=nw))\n")
+    result = _scan_text(tmp_path, "c.py", src)
+    assert [(f.line, f.column, f.rule, f.message) for f in result.findings] == [
+        (3, 32, "PM110", "num_warps=w takes 32: 2048 work-items on AMD (limit 1024)"),
+        (6, 15, "PM110", "num_warps=nw takes 64: 4096 work-items on AMD (limit 1024)")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import os
+import re
 
 import pytest
 
@@ -178,3 +179,19 @@ def test_the_run_stage_is_the_interpreter_on_the_cpu_even_where_a_gpu_is(tmp_pat
     assert seen == {"run": True} and "numerics: stopped by the test" in report.failures
     env = verify._sandbox_env(True)
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "" and env["HIP_VISIBLE_DEVICES"] == ""
+
+
+@pytest.mark.parametrize(("reference", "says"), [
+    ("migrate_ref_ops.py:axpy", "MODULE is a module name as `import` takes it (migrate_ref_ops:axpy), not a file"),
+    ("./migrate_ref_ops:axpy", "MODULE is a module name as `import` takes it (migrate_ref_ops:axpy), not a file"),
+    ("sub/migrate_ref_ops.py:axpy", "(sub.migrate_ref_ops:axpy), not a file"),
+    ("no_such_module:axpy", "reference 'no_such_module:axpy': importing no_such_module failed: "
+                            "ModuleNotFoundError: No module named 'no_such_module'"),
+])
+def test_a_reference_given_as_a_file_path_says_to_give_the_module_name(reference, says):
+    """Was: `--reference myref.py:f` said "No module named 'myref.py'; 'myref' is not a package" and `./myref:f`
+    "the 'package' argument is required to perform a relative import", and neither named the reference."""
+    from polyrec.migrate.verify import load_reference
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        load_reference(reference)

@@ -96,8 +96,8 @@ def scan(
     if sarif is not None:
         try:
             atomic_write_text(sarif, json.dumps(to_sarif(result), indent=1) + "\n")
-        except OSError as exc:
-            raise _os_error("--sarif", exc) from exc
+        except OSError as exc:  # its filename may be the temporary file's: name the one asked for
+            raise _fail(f"--sarif {sarif}: {exc.strerror or exc}") from exc
     if as_json:
         typer.echo(json.dumps({"findings": [dataclasses.asdict(f) | {"severity": RULES[f.rule].severity.value,
                                                                      "name": RULES[f.rule].name}

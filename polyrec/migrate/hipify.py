@@ -37,7 +37,7 @@ from pathlib import Path
 
 from polyrec.files import atomic_write_bytes
 from polyrec.migrate.hipify_launch import to_launch_ggl
-from polyrec.migrate.types import SKIP_DIRS
+from polyrec.migrate.walk import tree_files
 
 #: Names HIP provides under the same signature that torch 2.13's table lacks. Sources: HIP driver API
 #: reference (hipDeviceTotalMem, hipCtxPushCurrent/PopCurrent), hipSPARSE generic API
@@ -84,6 +84,7 @@ GAP_HEADERS: dict[str, str] = {
 UNPREFIXED_NOT_RENAMED = frozenset({"MAJOR_VERSION", "MINOR_VERSION", "PATCH_LEVEL", "libraryPropertyType",
                                     "libraryPropertyType_t"})
 RUNTIME_HEADER = "hip/hip_runtime.h"
+BOM = "\ufeff"  # a UTF-8 byte order mark, as decoded: it must stay the file's first character
 _CUDA_NAME = re.compile(r"^(cuda[A-Z]\w*|cu[A-Z]\w*|cublas\w*|cusparse\w*|cusolver\w*|curand\w*|cufft\w*|"
                         r"nvrtc\w*|CUDA_\w+|CU_\w+|CUBLAS_\w+|CUSPARSE_\w+|CUSOLVER_\w+)$")
 _INCLUDE = re.compile(r'^([ \t]*#[ \t]*include[ \t]*)([<"])([^>"\n]+)([>"])', re.MULTILINE)
@@ -284,9 +285,10 @@ def _add_runtime_header(text: str, suffix: str, report: FileReport) -> str:
         return text
     report.runtime_header_added = True
     at = _runtime_header_offset(code)
-    line = f'#include "{RUNTIME_HEADER}"\n'
+    eol = "\r\n" if text.count("\r\n") * 2 > text.count("\n") else "\n"  # a CR LF file's own line ends
+    line = f'#include "{RUNTIME_HEADER}"{eol}'
     if at and text[at - 1] != "\n":  # after a last line without a newline (a comment would swallow it)
-        line = "\n" + line
+        line = eol + line
     return text[:at] + line + text[at:]
 
 
@@ -335,6 +337,10 @@ def hipify_source(text: str, path: str, *, launch_ggl: bool = False, pytorch_ext
         out, report = hipify_source(text.replace("\r", "\n"), path, launch_ggl=launch_ggl,
                                     pytorch_extension=pytorch_extension, target=target)
         return out.replace("\n", "\r"), report
+    if text.startswith(BOM):  # translated without it (a directive after it is one), kept first
+        out, report = hipify_source(text[len(BOM):], path, launch_ggl=launch_ggl,
+                                    pytorch_extension=pytorch_extension, target=target)
+        return BOM + out, report
     idents, headers = mappings(pytorch_extension)
     idents = idents | _fp8_mappings(target)
     report = FileReport(path=path)
@@ -362,7 +368,9 @@ def _unified_diff(old: str, new: str, rel: str) -> list[str]:
 
 def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
     """The regular files to translate under ``src``, but for those under ``out_dir`` (an earlier run's output
-    inside the tree); a dangling link or other non-file is put in ``skipped``."""
+    inside the tree); a dangling link or other non-file, and a folder that cannot be listed, is put in ``skipped``."""
+    if not src.exists():
+        raise FileNotFoundError(f"hipify: {src} does not exist")
     if src.is_file():
         if src.suffix not in HIPIFY_SUFFIXES:
             raise ValueError(f"hipify: {src}: unsupported file type {src.suffix!r} "
@@ -370,12 +378,10 @@ def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
         return [src]
     files, out = [], out_dir.resolve()
     out_inside = out != src.resolve() and out.is_relative_to(src.resolve())
-    for path in sorted(src.rglob("*")):
-        if path.suffix not in HIPIFY_SUFFIXES or path.is_dir() or \
-                (out_inside and path.parent.resolve().is_relative_to(out)):
-            continue  # a directory named x.cu is walked into, not translated
-        if SKIP_DIRS.intersection(path.relative_to(src).parts[:-1]):
-            continue  # .git, .venv, build...: not the project's sources (the scan leaves them out too)
+    unlisted: dict[str, str] = {}  # folders that cannot be listed (SKIP_DIRS are left out, as by the scan)
+    for path in tree_files(src, unlisted):
+        if path.suffix not in HIPIFY_SUFFIXES or (out_inside and path.parent.resolve().is_relative_to(out)):
+            continue
         rel = str(path.relative_to(src))
         if path.is_symlink() and not path.exists():
             skipped[rel] = f"dangling symbolic link to {os.readlink(path)}"
@@ -383,6 +389,7 @@ def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
             skipped[rel] = "not a regular file"
         else:
             files.append(path)
+    skipped.update({str(Path(folder).relative_to(src)): why for folder, why in unlisted.items()})
     return files
 
 

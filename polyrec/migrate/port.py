@@ -81,15 +81,23 @@ def first_prompt(kernel: Path, reference: str, findings: list[str]) -> list[dict
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> None:
-    scan = scan_paths([kernel])
-    report.scan_findings = [f"{f.rule} line {f.line}: {f.message}" for f in scan.findings]
-    report.scan_findings += [f"not scanned: {why}" for why in scan.not_scanned.values()]
-    if kernel.suffix in HIPIFY_SUFFIXES:
-        text, _ = hipify_source(kernel.read_bytes().decode("utf-8", "surrogateescape"), kernel.name)
-        out = work_dir / _hipified_name(kernel)
-        atomic_write_bytes(out, text.encode("utf-8", "surrogateescape"))
-        report.hipified_path = str(out)
+def _hazards(path: Path) -> list[str]:
+    scan = scan_paths([path])
+    return [f"{f.rule} line {f.line}: {f.message}" for f in scan.findings] + \
+        [f"not scanned: {why}" for why in scan.not_scanned.values()]
+
+
+def _deterministic(kernel: Path, work_dir: Path, report: PortReport) -> list[str]:
+    """Scan the kernel (its hazards go into the prompt), hipify a CUDA one into ``work_dir``; return the hazards
+    left for a person: the hipified copy's (hipify fixed some), else the kernel's."""
+    report.scan_findings = _hazards(kernel)
+    if kernel.suffix not in HIPIFY_SUFFIXES:
+        return [f"hazard: {f}" for f in report.scan_findings]
+    text, _ = hipify_source(kernel.read_bytes().decode("utf-8", "surrogateescape"), kernel.name)
+    out = work_dir / _hipified_name(kernel)
+    atomic_write_bytes(out, text.encode("utf-8", "surrogateescape"))
+    report.hipified_path = str(out)
+    return [f"hazard in {out.name}: {f}" for f in _hazards(out)]
 
 
 def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: Path, rounds: int = 4,
@@ -112,11 +120,10 @@ def port(kernel: Path, reference: str, provider: Provider | None, *, work_dir: P
     report = PortReport(kernel=str(kernel), reference=reference,
                         provider=provider.describe() if provider is not None else None)
     try:
-        _deterministic(kernel, work_dir, report)
+        hazards = _deterministic(kernel, work_dir, report)
         if provider is None:
             report.left = ["no LLM endpoint configured (--url/--model or POLYREC_LLM_URL/POLYREC_LLM_MODEL): "
-                           "write a Triton candidate by hand and check it with `polyrec migrate verify`",
-                           *[f"hazard: {f}" for f in report.scan_findings]]
+                           "write a Triton candidate by hand and check it with `polyrec migrate verify`", *hazards]
         else:
             _loop(kernel, reference, provider, work_dir, rounds, config, report, progress or _silent)
     except BaseException as exc:  # Ctrl-C or a crash in a later round: the rounds so far stay on record

@@ -9,7 +9,8 @@ from pathlib import Path
 from polyrec.migrate.rules import RULES
 from polyrec.migrate.scan_cuda import ParserMissing, scan_cuda
 from polyrec.migrate.scan_python import scan_python
-from polyrec.migrate.types import SKIP_DIRS, Finding, ScanResult, Severity
+from polyrec.migrate.types import Finding, ScanResult, Severity
+from polyrec.migrate.walk import tree_files
 
 PYTHON_SUFFIXES = frozenset({".py"})
 CUDA_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp"})
@@ -19,16 +20,18 @@ class UnsupportedFile(ValueError):
     """A file named on the command line whose suffix no scanner reads."""
 
 
-def iter_sources(paths: Iterable[Path]) -> list[tuple[Path, str]]:
-    """(file, display path) for every scannable file under the given files/directories, sorted per root. A file
+def iter_sources(paths: Iterable[Path], unlisted: dict[str, str] | None = None) -> list[tuple[Path, str]]:
+    """(file, display path) for every scannable file under the given files/directories, sorted per root; folders
+    that cannot be listed go into ``unlisted`` (display path -> why) when given. A file
     reached under several names (named twice, ``scan d d/a.cu``, or through a link) is listed once (its findings
     and lines were counted twice), under the name that passes through the fewest links, the first of those: the
     file's own name, not a link's that sorted first (``link.cu`` before ``reduce.cu``)."""
     chosen: dict[Path, tuple[Path, str]] = {}  # the real file -> the name it is scanned under
+    unlisted = {} if unlisted is None else unlisted
     for root in paths:
         if not root.exists():
             raise FileNotFoundError(f"scan: {root} does not exist")
-        for file, shown in [(root, str(root))] if root.is_file() else _tree(root):
+        for file, shown in [(root, str(root))] if root.is_file() else _tree(root, unlisted):
             real = file.resolve()
             if real not in chosen or _links_on_the_way(file) < _links_on_the_way(chosen[real][0]):
                 chosen[real] = (file, shown)
@@ -41,13 +44,17 @@ def _links_on_the_way(file: Path) -> int:
     return sum(Path(*parts[:i]).is_symlink() for i in range(2, len(parts) + 1))
 
 
-def _tree(root: Path) -> Iterable[tuple[Path, str]]:
-    """(file, display path) of the scannable files under directory ``root``, sorted, ``SKIP_DIRS`` left out."""
-    for file in sorted(root.rglob("*")):
-        rel = file.relative_to(root)
-        if file.is_file() and file.suffix in PYTHON_SUFFIXES | CUDA_SUFFIXES \
-                and not SKIP_DIRS.intersection(rel.parts[:-1]):
-            yield file, str(root / rel) if str(root) != "." else str(rel)
+def _tree(root: Path, unlisted: dict[str, str]) -> Iterable[tuple[Path, str]]:
+    """(file, display path) of the scannable files under directory ``root``, sorted, ``SKIP_DIRS`` left out; the
+    folders that cannot be listed go into ``unlisted``."""
+    def shown(path: Path) -> str:
+        return str(path) if str(root) != "." else str(path.relative_to(root))
+
+    found: dict[str, str] = {}
+    for file in tree_files(root, found):
+        if file.suffix in PYTHON_SUFFIXES | CUDA_SUFFIXES and file.is_file():
+            yield file, shown(file)
+    unlisted.update({shown(Path(folder)): why for folder, why in found.items()})
 
 
 def scan_file(path: str, data: bytes) -> list[Finding]:
@@ -73,8 +80,12 @@ def scan_paths(paths: Iterable[Path], *, rules: set[str] | None = None,
         raise KeyError(f"scan: unknown rule id(s) {sorted(unknown)}; known: {', '.join(RULES)}")
     start = time.perf_counter()
     result = ScanResult()
-    for file, shown in iter_sources(paths):
-        data = file.read_bytes()
+    for file, shown in iter_sources(paths, result.not_scanned):
+        try:
+            data = file.read_bytes()
+        except OSError as exc:  # unreadable (permissions), or gone since the walk
+            result.not_scanned[shown] = f"cannot read: {exc.strerror or exc}"
+            continue
         if b"\0" in data:  # UTF-16 / UTF-32 text or a binary: read as UTF-8 bytes it looked clean (hipify skips it)
             result.not_scanned[shown] = ("NUL bytes: a binary file, or text that is not UTF-8 (UTF-16?); save it "
                                          "as UTF-8 to scan it")

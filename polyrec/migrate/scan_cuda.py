@@ -17,6 +17,7 @@ from typing import Any
 from polyrec.migrate.cexpr import TYPE_BYTES, evaluate, resolve
 from polyrec.migrate.hipify import FP8_OCP_MAPPINGS
 from polyrec.migrate.rules import AMD_WAVEFRONT, LDS_BYTES_GFX942, LDS_BYTES_GFX950
+from polyrec.migrate.scan_python import is_warp_width_name
 from polyrec.migrate.types import Finding
 
 INSTALL_HINT = "pip install tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 (or the cuda-parse extra)"
@@ -24,7 +25,6 @@ INSTALL_HINT = "pip install tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 (or the
 # Whole identifier parts only (``_`` or a non-alphanumeric on both sides): FLASHCHIP_H is no HIP guard.
 _HIP_GUARD = re.compile(r"(?<![A-Za-z0-9])(?:HIP|HIPCC|ROCM|ROCm|AMDGCN|AMDGPU)(?![A-Za-z0-9])")
 _GUARD = re.compile(_HIP_GUARD.pattern + r"|(?<![A-Za-z0-9])CUDA_ARCH(?![A-Za-z0-9])")
-_WARP_SIZE_NAME = re.compile(r"warp_?size|threads_?per_?warp|warp_?sz|^k_?warp$", re.IGNORECASE)
 # __align__(n) is a CUDA macro tree-sitter-cuda does not know (it breaks the declaration); parse it as
 # alignas(n), padded to the same length so byte offsets and columns stay those of the file.
 _ALIGN_MACRO = re.compile(rb"\b__align__(?=\s*\()")
@@ -54,6 +54,7 @@ _MACRO_FUNCTION = b"void polyrec_macro_body() { "
 # 'Initial processing'; so does Clang's lexer), but tree-sitter ends lines at LF only: a // comment ran to
 # the end of such a file.
 _LONE_CR = re.compile(rb"\r(?!\n)")
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark
 _QUERIES = {
     "define": "(preproc_def name: (identifier) @name value: (preproc_arg) @value) @node",
     "const": "(declaration declarator: (init_declarator declarator: (identifier) @name value: (_) @value)) @node",
@@ -141,6 +142,7 @@ class _CudaScan:
         self._parser = tree_sitter.Parser(lang)
         self.path = path
         data = _LONE_CR.sub(b"\n", data)  # same length: byte offsets and columns stay those of the file
+        data = data.removeprefix(_BOM)  # not text: the first line's columns start after it
         parsed = _ALIGN_MACRO.sub(b"alignas  ", data)
         self.root = self._parser.parse(parsed).root_node
         self.origin = (0, 0)  # (row, column) in the file where the parsed text starts (a macro body: its own)
@@ -204,7 +206,7 @@ class _CudaScan:
                   for m in self.captures(key)]
         for m, value in named:
             name = _text(m["name"][0])
-            if _WARP_SIZE_NAME.search(name) and value == 32 and not _guarded(m["node"][0]):
+            if is_warp_width_name(name) and value == 32 and not _guarded(m["node"][0]):
                 self.add("PM101", m["node"][0], f"{name} = 32 hard-codes the warp size; AMD wavefronts are "
                                                 f"{AMD_WAVEFRONT} wide (use warpSize)")
 

@@ -20,7 +20,7 @@ from polyrec.migrate.types import Finding
 # another word (num_chips, FLASHCHIP); fnuz anywhere (float8_e4m3fnuz).
 _HIP_WORD = re.compile(r"(?<![A-Za-z0-9])(?i:hip|rocm)(?![a-z0-9])|(?<=[a-z0-9])(?:Hip|HIP|Rocm|ROCm|ROCM)(?![a-z0-9])|"
                        r"(?i:fnuz)")
-_WARP_SIZE_NAME = re.compile(r"warp_?size|threads_per_warp|lanes_per_warp", re.IGNORECASE)
+_WARP_SIZE_NAME = re.compile(r"warp_?size|warp_?sz|threads_?per_?warp|lanes_?per_?warp|^k_?warp$", re.IGNORECASE)
 _WARPS_NAME = re.compile(r"warp", re.IGNORECASE)
 # A name's words: split at "_", before a capital that starts a lower-case word (kWarpSize: k, Warp, Size) and
 # between letters and digits; compared lower-cased.
@@ -83,6 +83,18 @@ def _expand_int_defines(code: str) -> str:
     return re.sub(rf"\b(?:{'|'.join(map(re.escape, values))})\b", lambda m: values[m.group(0)], code)
 
 
+def _name_words(name: str) -> set[str]:
+    """A constant's words, lower-cased, the ``k`` prefix of ``kWarpSize`` dropped."""
+    return {w.lower() for w in _WORDS.findall(re.sub(r"^k(?=[A-Z])", "", name))}
+
+
+def is_warp_width_name(name: str) -> bool:
+    """Whether a constant named ``name`` holds a warp's width (WARP_SIZE, WARP, kWarpThreads, LANES_PER_WARP), not a
+    warp tiling's extent or an index (WARP_M, WARP_TILE_N, WARP_ID). The CUDA scan reads names the same way."""
+    words = _name_words(name)
+    return bool(_WARP_SIZE_NAME.search(name)) or ("warp" in words and not words & _WARP_TILE_WORDS)
+
+
 def _mentions_hip(node: ast.AST) -> bool:
     return bool(_HIP_WORD.search(ast.unparse(node)))
 
@@ -110,6 +122,8 @@ class _Visitor(ast.NodeVisitor):
         self.file_has_fnuz = any(isinstance(n, ast.Attribute) and ("fnuz" in n.attr or n.attr == "float8e4b8")
                                  for n in ast.walk(tree))
         self.str_constants: dict[str, str] = {}
+        self.loop_ints: dict[str, list[ast.expr]] = {}  # loop variables over integer literals -> the literals
+        self.reported_loop_ints: set[int] = set()  # ids of those literals already reported
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
         line = getattr(node, "lineno", 1)
@@ -182,11 +196,10 @@ class _Visitor(ast.NodeVisitor):
         """PM101 for a name (or attribute) bound to 32 that is a warp's width (WARP_SIZE, WARP, WARP_SZ, kWarp,
         THREADS_PER_WARP), PM110 for one that is a count of warps per program (NUM_WARPS, WARPS_PER_BLOCK)."""
         name = _dotted(target)
-        last = re.sub(r"^k(?=[A-Z])", "", name.split(".")[-1])  # kWarpSize: the k prefix of a constant's name
-        words = {w.lower() for w in _WORDS.findall(last)}
-        if _WARP_SIZE_NAME.search(last) or ("warp" in words and not words & _WARP_TILE_WORDS):
+        last = name.split(".")[-1]
+        if is_warp_width_name(last):
             self.add("PM101", target, f"{name} = 32 hard-codes the warp size; AMD wavefronts are {AMD_WAVEFRONT} wide")
-        elif "warps" in words and words <= _WARP_COUNT_WORDS:
+        elif "warps" in (words := _name_words(last)) and words <= _WARP_COUNT_WORDS:
             self.add("PM110", target, f"{name} = 32 warps: {32 * AMD_WAVEFRONT} work-items per program on AMD "
                                       f"(limit {AMD_MAX_WORKGROUP})")
 
@@ -198,6 +211,23 @@ class _Visitor(ast.NodeVisitor):
             return self._holds_capability(value.left) or self._holds_capability(value.right)
         return _is_capability_source(value, self.properties_names) or \
             (isinstance(value, ast.Name) and value.id in self.capability_names)
+
+    def _bind_loop(self, target: ast.expr, values: ast.expr) -> None:
+        """A loop variable over integer literals (``for w in [4, 8, 32]``): its literals, read where it is a
+        launch option (``num_warps=w``, a config space made in a loop)."""
+        if isinstance(target, ast.Name) and isinstance(values, (ast.List, ast.Tuple, ast.Set)):
+            self.loop_ints[target.id] = [e for e in values.elts if _int_constant(e) is not None]
+
+    def visit_For(self, node: ast.For) -> None:
+        self._bind_loop(node.target, node.iter)
+        self.generic_visit(node)
+
+    def _visit_comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> None:
+        for generator in node.generators:  # bound before the element, which the AST holds first
+            self._bind_loop(generator.target, generator.iter)
+        self.generic_visit(node)
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _visit_comprehension
 
     def visit_Compare(self, node: ast.Compare) -> None:
         if not self.guard:
@@ -279,11 +309,20 @@ class _Visitor(ast.NodeVisitor):
 
     def _check_num_warps(self, node: ast.Call) -> None:
         for kw in node.keywords:
-            if kw.arg == "num_warps" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, int):
+            if kw.arg != "num_warps":
+                continue
+            if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, int):
                 warps = kw.value.value
                 if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP:
                     self.add("PM110", kw.value, f"num_warps={warps} is {warps * AMD_WAVEFRONT} work-items on "
                                                 f"AMD (limit {AMD_MAX_WORKGROUP})")
+            elif isinstance(kw.value, ast.Name):  # at the loop's literal, once however many configs use it
+                for literal in self.loop_ints.get(kw.value.id, []):
+                    warps = _int_constant(literal)
+                    if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP and id(literal) not in self.reported_loop_ints:
+                        self.reported_loop_ints.add(id(literal))
+                        self.add("PM110", literal, f"num_warps={kw.value.id} takes {warps}: {warps * AMD_WAVEFRONT} "
+                                                   f"work-items on AMD (limit {AMD_MAX_WORKGROUP})")
 
     def _string_arg(self, node: ast.Call, index: int, keyword: str) -> str | None:
         arg = node.args[index] if len(node.args) > index else next(

@@ -37,6 +37,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import resource
 import secrets
 import signal
@@ -173,11 +174,13 @@ def load_reference(ref: str) -> tuple[Any, Any]:
     module_name, _, func_name = ref.partition(":")
     if not func_name:
         raise ValueError(f"reference {ref!r}: expected MODULE:FUNCTION")
+    if re.search(r"[/\\]|^\.|\.py$", module_name):  # a file's path: import would fail on it, saying nothing useful
+        dotted = ".".join(p for p in re.split(r"[/\\]", module_name.removesuffix(".py")) if p not in ("", ".", ".."))
+        raise ValueError(f"reference {ref!r}: MODULE is a module name as `import` takes it ({dotted}:{func_name}), "
+                         "not a file path; run from the folder that holds it")
     try:
         module = importlib.import_module(module_name)
-    except ImportError:
-        raise
-    except Exception as exc:  # a reference that fails to import (SyntaxError, its own raise) is bad input
+    except Exception as exc:  # a reference that fails to import (not found, SyntaxError, its own raise) is bad input
         raise ValueError(f"reference {ref!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
     func = getattr(module, func_name, None)
     if not callable(func):
