@@ -207,6 +207,21 @@ def test_bom_python_is_scanned_and_form_feeds_keep_line_numbers(tmp_path):
     assert _rules(cu) == [(3, "PM101")] and cu.findings[0].snippet == "#define WARP_SIZE 32"
 
 
+def test_sarif_dash_is_stdout(tmp_path, monkeypatch):
+    """`--sarif -` wrote a file named "-" in the working folder; a CI step piping it on got nothing. Now SARIF is
+    stdout's one document and the table goes to stderr; with --json (stdout too) it is refused."""
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(app, ["migrate", "scan", str(CORPUS / "pos_warp.cu"), "--sarif", "-"])
+    assert result.exit_code == 1, result.output
+    sarif = json.loads(result.stdout)
+    jsonschema.validate(sarif, json.loads(SCHEMA.read_text()))
+    assert sarif["runs"][0]["results"] and "AMD hazards" in result.stderr
+    assert not (tmp_path / "-").exists()
+    both = runner.invoke(app, ["migrate", "scan", str(CORPUS / "pos_warp.cu"), "--sarif", "-", "--json"])
+    assert both.exit_code == 2 and "--sarif - and --json both print to stdout" in both.stderr, both.output
+
+
 def test_sarif_uri_is_percent_encoded(tmp_path):
     d = tmp_path / "my dir#1"
     d.mkdir()

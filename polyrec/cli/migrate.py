@@ -62,7 +62,8 @@ def _check_jobs_ref(ref: str) -> None:
 def scan(
     paths: list[Path] = typer.Argument(..., help="Files or directories (.py .cu .cuh .cpp .cc .cxx .h .hpp)."),
     as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
-    sarif: Path | None = typer.Option(None, "--sarif", help="Also write SARIF 2.1.0 to this file."),
+    sarif: Path | None = typer.Option(None, "--sarif", help="Also write SARIF 2.1.0 to this file (-: to stdout, "
+                                                         "the table to stderr)."),
     rule: list[str] = typer.Option([], "--rule", "-r", help="Only these rule IDs (repeatable)."),
     fail_on: str = typer.Option("warning", help="Exit 1 when a finding is at least: note | warning | error."),
     compile_jobs: list[str] = typer.Option([], "--compile-jobs",
@@ -80,9 +81,12 @@ def scan(
     severities = [s.value for s in Severity]
     if fail_on not in severities:
         raise _fail(f"--fail-on must be one of {', '.join(severities)}, got {fail_on!r}")
+    sarif_out = sarif is not None and str(sarif) == "-"  # stdout, as tools take "-"
+    if sarif_out and as_json:
+        raise _fail("--sarif - and --json both print to stdout: give one, or write SARIF to a file")
     try:
         threshold = Severity(fail_on)
-        if sarif is not None:
+        if sarif is not None and not sarif_out:
             refuse_overwrite([sarif], [file for file, _ in iter_sources(paths)], "--sarif", "give another file")
         result = scan_paths(paths, rules=set(rule) if rule else None)
         if compile_jobs and (not rule or "PM111" in rule):
@@ -93,6 +97,10 @@ def scan(
             result.findings += compile_fit_findings(compile_jobs)
     except (ValueError, KeyError, FileNotFoundError, ImportError, AttributeError) as exc:
         raise _fail(_message(exc)) from exc
+    if sarif_out:  # stdout holds the SARIF document alone; the table goes to stderr
+        typer.echo(json.dumps(to_sarif(result), indent=1))
+        _print_table(result, err)
+        raise typer.Exit(exit_code(result, threshold))
     if sarif is not None:
         try:
             atomic_write_text(sarif, json.dumps(to_sarif(result), indent=1) + "\n")
@@ -105,11 +113,12 @@ def scan(
                                "not_scanned": result.not_scanned, "files": result.files_scanned,
                                "lines": result.lines_scanned}, indent=1))
     else:
-        _print_table(result)
+        _print_table(result, console)
     raise typer.Exit(exit_code(result, threshold))
 
 
-def _print_table(result) -> None:
+def _print_table(result, out: Console) -> None:
+    """The findings as a table with each rule's fix on ``out``; files not scanned on stderr."""
     from polyrec.migrate.rules import RULES
 
     table = Table(title=f"AMD hazards: {len(result.findings)} in {result.files_scanned} files "
@@ -121,9 +130,9 @@ def _print_table(result) -> None:
         r = RULES[f.rule]
         table.add_row(escape(f"{f.path}:{f.line}"), f"{r.id} {r.name}",
                       f"[{colors[r.severity.value]}]{r.severity.value}[/]", escape(f.message))
-    console.print(table)
+    out.print(table)
     for rule_id in sorted({f.rule for f in result.findings}):
-        console.print(f"[bold]{rule_id}[/] fix: {RULES[rule_id].fix}")
+        out.print(f"[bold]{rule_id}[/] fix: {RULES[rule_id].fix}")
     for path, why in result.not_scanned.items():
         err.print(f"[red]not scanned:[/] {escape(f'{path}: {why}')}")
 
