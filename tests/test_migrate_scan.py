@@ -439,3 +439,26 @@ def test_num_warps_taken_from_a_loop_over_literals_is_checked(tmp_path):
     assert [(f.line, f.column, f.rule, f.message) for f in result.findings] == [
         (3, 32, "PM110", "num_warps=w takes 32: 2048 work-items on AMD (limit 1024)"),
         (6, 15, "PM110", "num_warps=nw takes 64: 4096 work-items on AMD (limit 1024)")]
+
+
+def test_triton_config_space_corpus_is_scanned_exactly():
+    """Were missed: a warp width as a kernel's constexpr default (`WARP: tl.constexpr = 32`), num_warps=32 held in a
+    kwargs dict (`dict(num_warps=32)`, `{"num_warps": 32}`) and num_warps taken from `itertools.product` of literal
+    lists. Warp tilings, dicts within 16 warps and 32 as another option stay clean."""
+    names = ("pos_triton_configs.py", "neg_triton_configs.py")
+    got = {(Path(f.path).name, f.line, f.rule) for f in scan_paths([CORPUS / n for n in names]).findings}
+    expected = {e for e in expected_findings() if e[0] in names}
+    assert got == expected, (sorted(got - expected), sorted(expected - got))
+
+
+def test_kernel_defaults_dicts_and_products_are_reported_at_the_value_that_does_not_fit(tmp_path):
+    src = ("import itertools\nimport triton.language as tl\n"
+           "def k(x, WARP_SIZE: tl.constexpr = 32, BLOCK: tl.constexpr = 32, warp: int = 32):\n    pass\n"
+           "opts = [dict(num_warps=nw) for nw, s in itertools.product((4, 32), [2, 3])]\n"
+           "fast = {'num_warps': 64}\n"
+           "odd = [dict(num_warps=w) for w, s in itertools.product([32], [2], [3])]\n")  # 3 lists, 2 names
+    result = _scan_text(tmp_path, "k.py", src)
+    assert [(f.line, f.column, f.rule, f.message) for f in result.findings] == [
+        (3, 10, "PM101", "WARP_SIZE = 32 hard-codes the warp size; AMD wavefronts are 64 wide"),
+        (5, 63, "PM110", "num_warps=nw takes 32: 2048 work-items on AMD (limit 1024)"),
+        (6, 22, "PM110", "num_warps=64 is 4096 work-items on AMD (limit 1024)")]

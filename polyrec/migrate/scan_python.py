@@ -75,6 +75,18 @@ def _int_constant(node: ast.AST) -> int | None:
     return _INT_OPS[type(node.op)](left, right)
 
 
+def _product_pools(node: ast.expr, width: int) -> list[ast.expr] | None:
+    """The iterable each element comes from of the ``width``-tuples that ``itertools.product(a, b)`` or
+    ``product(a, b, repeat=n)`` yields (``[a, b] * n``); None for another call or another width."""
+    if not (isinstance(node, ast.Call) and _dotted(node.func) in ("itertools.product", "product")) or \
+            not node.args or any(isinstance(a, ast.Starred) for a in node.args):
+        return None
+    repeats = [_int_constant(kw.value) if kw.arg == "repeat" else None for kw in node.keywords] or [1]
+    if len(repeats) != 1 or repeats[0] is None or len(node.args) * repeats[0] != width:
+        return None
+    return node.args * repeats[0]
+
+
 def _expand_int_defines(code: str) -> str:
     """CUDA source ``code`` with each name #defined as an integer literal replaced by that literal."""
     values = dict(_INT_DEFINE.findall(code))
@@ -188,20 +200,31 @@ class _Visitor(ast.NodeVisitor):
                     self.str_constants[target.id] = value.value
         if _int_constant(value) == 32 and not self.guard:
             for target in targets:
-                self._check_warp_constant(target)
+                self._check_warp_constant(target, _dotted(target))
         if isinstance(value, (ast.Compare, ast.BoolOp)):
             self._check_test(value)
 
-    def _check_warp_constant(self, target: ast.expr) -> None:
+    def _check_warp_constant(self, target: ast.expr | ast.arg, name: str) -> None:
         """PM101 for a name (or attribute) bound to 32 that is a warp's width (WARP_SIZE, WARP, WARP_SZ, kWarp,
         THREADS_PER_WARP), PM110 for one that is a count of warps per program (NUM_WARPS, WARPS_PER_BLOCK)."""
-        name = _dotted(target)
         last = name.split(".")[-1]
         if is_warp_width_name(last):
             self.add("PM101", target, f"{name} = 32 hard-codes the warp size; AMD wavefronts are {AMD_WAVEFRONT} wide")
         elif "warps" in (words := _name_words(last)) and words <= _WARP_COUNT_WORDS:
             self.add("PM110", target, f"{name} = 32 warps: {32 * AMD_WAVEFRONT} work-items per program on AMD "
                                       f"(limit {AMD_MAX_WORKGROUP})")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        """A Triton constexpr parameter defaulting to 32 (``WARP: tl.constexpr = 32``) read as a constant of that
+        name bound to 32 is."""
+        args = node.args
+        positional = args.posonlyargs + args.args
+        defaults = zip(positional[len(positional) - len(args.defaults):], args.defaults)
+        for arg, default in (*defaults, *zip(args.kwonlyargs, args.kw_defaults)):
+            constexpr = arg.annotation is not None and _dotted(arg.annotation).split(".")[-1] == "constexpr"
+            if constexpr and default is not None and _int_constant(default) == 32 and not self.guard:
+                self._check_warp_constant(arg, arg.arg)
+        self.generic_visit(node)
 
     def _holds_capability(self, value: ast.expr) -> bool:
         """``value`` is the capability, or a tuple of / arithmetic on it: (p.major, p.minor), major * 10 + minor."""
@@ -213,10 +236,18 @@ class _Visitor(ast.NodeVisitor):
             (isinstance(value, ast.Name) and value.id in self.capability_names)
 
     def _bind_loop(self, target: ast.expr, values: ast.expr) -> None:
-        """A loop variable over integer literals (``for w in [4, 8, 32]``): its literals, read where it is a
-        launch option (``num_warps=w``, a config space made in a loop)."""
-        if isinstance(target, ast.Name) and isinstance(values, (ast.List, ast.Tuple, ast.Set)):
-            self.loop_ints[target.id] = [e for e in values.elts if _int_constant(e) is not None]
+        """Loop variables over integer literals (``for w in [4, 8, 32]``, ``for b, w in itertools.product([64, 128],
+        [4, 32])``, ``product(..., repeat=2)``): their literals, read where one is a launch option (``num_warps=w``,
+        a config space made in a loop)."""
+        if isinstance(target, ast.Name):
+            pairs = [(target, values)]
+        elif isinstance(target, (ast.Tuple, ast.List)) and (pools := _product_pools(values, len(target.elts))):
+            pairs = list(zip(target.elts, pools))
+        else:
+            return
+        for name, pool in pairs:
+            if isinstance(name, ast.Name) and isinstance(pool, (ast.List, ast.Tuple, ast.Set)):
+                self.loop_ints[name.id] = [e for e in pool.elts if _int_constant(e) is not None]
 
     def visit_For(self, node: ast.For) -> None:
         self._bind_loop(node.target, node.iter)
@@ -245,6 +276,13 @@ class _Visitor(ast.NodeVisitor):
                     self.add("PM101", node, f"`{ast.unparse(node)}` assumes 32 threads per warp; AMD "
                                             f"wavefronts are {AMD_WAVEFRONT} wide")
                     break
+        self.generic_visit(node)
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        if not self.guard:  # launch options kept to be passed on: kernel[grid](..., **opts), triton.Config(m, **opts)
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and key.value == "num_warps":
+                    self._check_num_warps(value)
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -300,29 +338,28 @@ class _Visitor(ast.NodeVisitor):
             if code is not None and _CUPY_CUDA_ONLY.search(code):
                 self.add("PM206", node, f"{last} source uses CUDA-only constructs "
                                         f"({_CUPY_CUDA_ONLY.search(code).group(0).strip()})")
-        elif last == "Config" or isinstance(node.func, ast.Subscript):
-            self._check_num_warps(node)
+        elif last == "Config" or isinstance(node.func, ast.Subscript) or name == "dict":  # dict(num_warps=32): opts
+            for kw in node.keywords:
+                if kw.arg == "num_warps":
+                    self._check_num_warps(kw.value)
         if name.startswith("subprocess.") or name in ("os.system", "os.popen", "check_output", "run"):
             text = " ".join(ast.unparse(a) for a in node.args)
             if "nvidia-smi" in text:
                 self.add("PM205", node, "runs nvidia-smi, absent on AMD systems")
 
-    def _check_num_warps(self, node: ast.Call) -> None:
-        for kw in node.keywords:
-            if kw.arg != "num_warps":
-                continue
-            if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, int):
-                warps = kw.value.value
-                if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP:
-                    self.add("PM110", kw.value, f"num_warps={warps} is {warps * AMD_WAVEFRONT} work-items on "
-                                                f"AMD (limit {AMD_MAX_WORKGROUP})")
-            elif isinstance(kw.value, ast.Name):  # at the loop's literal, once however many configs use it
-                for literal in self.loop_ints.get(kw.value.id, []):
-                    warps = _int_constant(literal)
-                    if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP and id(literal) not in self.reported_loop_ints:
-                        self.reported_loop_ints.add(id(literal))
-                        self.add("PM110", literal, f"num_warps={kw.value.id} takes {warps}: {warps * AMD_WAVEFRONT} "
-                                                   f"work-items on AMD (limit {AMD_MAX_WORKGROUP})")
+    def _check_num_warps(self, value: ast.expr) -> None:
+        """PM110 on a num_warps option's ``value``: a literal, or a loop variable over literals."""
+        if (warps := _int_constant(value)) is not None:
+            if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP:
+                self.add("PM110", value, f"num_warps={warps} is {warps * AMD_WAVEFRONT} work-items on "
+                                         f"AMD (limit {AMD_MAX_WORKGROUP})")
+        elif isinstance(value, ast.Name):  # at the loop's literal, once however many configs use it
+            for literal in self.loop_ints.get(value.id, []):
+                warps = _int_constant(literal)
+                if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP and id(literal) not in self.reported_loop_ints:
+                    self.reported_loop_ints.add(id(literal))
+                    self.add("PM110", literal, f"num_warps={value.id} takes {warps}: {warps * AMD_WAVEFRONT} "
+                                               f"work-items on AMD (limit {AMD_MAX_WORKGROUP})")
 
     def _string_arg(self, node: ast.Call, index: int, keyword: str) -> str | None:
         arg = node.args[index] if len(node.args) > index else next(
