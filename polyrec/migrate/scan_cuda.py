@@ -82,14 +82,26 @@ class ParserMissing(RuntimeError):
 
 
 @functools.cache
-def _language() -> tuple[Any, dict[str, Any]]:
+def _language() -> tuple[Any, Any, tuple[str, ...]]:
+    """(language, one query holding every pattern of ``_QUERIES``, the key of each of its patterns).
+
+    One query, run once per tree: each run walks the whole tree, and its cost grows with the tree's nodes
+    (a 1 MB initializer line: 200k nodes), not with the patterns.
+    """
     try:
         import tree_sitter
         import tree_sitter_cuda
     except ImportError as exc:
         raise ParserMissing(f"scanning CUDA/C++ needs tree-sitter-cuda: {INSTALL_HINT} ({exc})") from exc
     lang = tree_sitter.Language(tree_sitter_cuda.language())
-    return lang, {k: tree_sitter.Query(lang, q) for k, q in _QUERIES.items()}
+    source, starts = "", []  # starts: (byte where a key's patterns start in ``source``, key)
+    for key, pattern in _QUERIES.items():
+        starts.append((len(source.encode()), key))
+        source += pattern + "\n"
+    query = tree_sitter.Query(lang, source)
+    keys = tuple(next(key for start, key in reversed(starts) if start <= query.start_byte_for_pattern(i))
+                 for i in range(query.pattern_count))
+    return lang, query, keys
 
 
 def parser_available() -> bool:
@@ -135,7 +147,7 @@ def _guarded(node: Any) -> bool:
 
 class _CudaScan:
     def __init__(self, path: str, data: bytes) -> None:
-        lang, self.queries = _language()
+        lang, self.query, self.pattern_keys = _language()
         import tree_sitter
 
         self._cursor = tree_sitter.QueryCursor
@@ -145,6 +157,7 @@ class _CudaScan:
         data = data.removeprefix(_BOM)  # not text: the first line's columns start after it
         parsed = _ALIGN_MACRO.sub(b"alignas  ", data)
         self.root = self._parser.parse(parsed).root_node
+        self.matches: dict[str, list[dict[str, list[Any]]]] | None = None  # of ``root``, by key; filled once
         self.origin = (0, 0)  # (row, column) in the file where the parsed text starts (a macro body: its own)
         # tree-sitter counts rows at "\n" only; str.splitlines() would also split at \f, \v, \x1c...
         self.lines = data.decode("utf-8", "replace").split("\n")
@@ -152,7 +165,12 @@ class _CudaScan:
         self.consts = self._constants()
 
     def captures(self, key: str) -> list[dict[str, list[Any]]]:
-        return [m for _, m in self._cursor(self.queries[key]).matches(self.root)]
+        """The matches of ``_QUERIES[key]`` in the tree, in the order the query cursor gives them."""
+        if self.matches is None:
+            self.matches = {k: [] for k in _QUERIES}
+            for pattern, match in self._cursor(self.query).matches(self.root):
+                self.matches[self.pattern_keys[pattern]].append(match)
+        return self.matches[key]
 
     def add(self, rule: str, node: Any, message: str) -> None:
         row, col = node.start_point
@@ -189,6 +207,7 @@ class _CudaScan:
         body = _MACRO_OPERATORS.sub(lambda m: b"__" if m.group(0) == b"##" else b" ",
                                     value.text.replace(b"\\\n", b" \n"))
         scan, prefix = copy.copy(self), b""
+        scan.matches = None
         scan.root = self._parser.parse(body).root_node
         if scan.root.has_error:
             prefix = _MACRO_FUNCTION
