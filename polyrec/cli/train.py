@@ -241,8 +241,9 @@ def typed_options(ctx: typer.Context) -> frozenset[str]:
 
 
 def _train_and_report(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) -> TrainResult:
-    """Train; one rank reports (with --json a ``result`` line, status ``data_error`` where the data stopped the
-    run). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
+    """Train; one rank reports (with --json a ``result`` line however the run ends: its status, ``data_error``,
+    ``peer_failed`` or ``bad_input`` where it raised, ``sigterm`` with no step where a stop signal came while it
+    started). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
     stopped: list[int] = []
     with signal_ends_block(lambda signum: _stopped_starting(cfg, signum), stopped):  # then the loop handles them
         trainer = _started(cfg, as_json, typed)
