@@ -462,3 +462,15 @@ def test_kernel_defaults_dicts_and_products_are_reported_at_the_value_that_does_
         (3, 10, "PM101", "WARP_SIZE = 32 hard-codes the warp size; AMD wavefronts are 64 wide"),
         (5, 63, "PM110", "num_warps=nw takes 32: 2048 work-items on AMD (limit 1024)"),
         (6, 22, "PM110", "num_warps=64 is 4096 work-items on AMD (limit 1024)")]
+
+
+def test_a_scan_that_finds_no_source_file_is_refused(tmp_path):
+    """`scan DIR` of a folder holding no source file (a wrong path, sources under another suffix) printed an empty
+    table and exited 0, a clean result; hipify refuses the same folder."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "readme.txt").write_text("no code here\n")
+    result = CliRunner().invoke(app, ["migrate", "scan", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"no source file under {tmp_path}" in " ".join(result.stderr.split()), result.stderr
+    (tmp_path / "k.py").write_text("x = 1\n")
+    assert CliRunner().invoke(app, ["migrate", "scan", str(tmp_path)]).exit_code == 0  # one file, clean

@@ -75,7 +75,7 @@ def scan(
     from polyrec.migrate.outputs import refuse_overwrite
     from polyrec.migrate.rules import RULES
     from polyrec.migrate.sarif import to_sarif
-    from polyrec.migrate.scan import exit_code, iter_sources, scan_paths
+    from polyrec.migrate.scan import CUDA_SUFFIXES, PYTHON_SUFFIXES, exit_code, iter_sources, scan_paths
     from polyrec.migrate.types import Severity
 
     severities = [s.value for s in Severity]
@@ -97,6 +97,9 @@ def scan(
             result.findings += compile_fit_findings(compile_jobs)
     except (ValueError, KeyError, FileNotFoundError, ImportError, AttributeError) as exc:
         raise _fail(_message(exc)) from exc
+    if not result.files_scanned and not result.not_scanned:  # an empty table and exit 0 read as a clean tree
+        suffixes = " ".join(sorted(PYTHON_SUFFIXES | CUDA_SUFFIXES))
+        raise _fail(f"scan: no source file under {', '.join(map(str, paths))} ({suffixes})")
     if sarif_out:  # stdout holds the SARIF document alone; the table goes to stderr
         typer.echo(json.dumps(to_sarif(result), indent=1))
         _print_table(result, err)
