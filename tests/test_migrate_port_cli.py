@@ -122,3 +122,14 @@ def test_port_api_refuses_a_config_without_seeds_before_asking_the_provider(tmp_
         port(KERNEL, "migrate_ref_ops:axpy", provider, work_dir=tmp_path / "out",
              config=VerifyConfig(compile=False, seeds=()))
     assert provider.calls == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [PORT, ["migrate", "hipify", str(KERNEL)]])
+def test_an_output_folder_that_is_a_file_is_named_so(tmp_path, command):
+    """`-o FILE` naming an existing file said "--out FILE: File exists", which reads as a refusal to overwrite."""
+    existing = tmp_path / "out"
+    existing.write_text("a file\n")
+    result = runner.invoke(app, [*command, "-o", str(existing)])
+    assert result.exit_code == 2, result.output
+    assert f"--out {existing} is a file, not a folder" in " ".join(result.stderr.split()), result.stderr
+    assert existing.read_text() == "a file\n"

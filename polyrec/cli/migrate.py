@@ -36,6 +36,10 @@ def _message(exc: Exception) -> str:
 
 
 def _os_error(what: str, exc: OSError) -> typer.Exit:
+    """The error of option ``what`` whose path the system refused; a folder to make where a file is, named so
+    ("File exists" read as a refusal to overwrite)."""
+    if isinstance(exc, FileExistsError) and exc.filename and Path(exc.filename).is_file():
+        return _fail(f"{what} {exc.filename} is a file, not a folder: give a folder for the outputs")
     return _fail(f"{what} {exc.filename}: {exc.strerror}" if exc.filename else f"{what}: {exc}")
 
 
