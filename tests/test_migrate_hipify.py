@@ -392,3 +392,25 @@ def test_a_folder_that_cannot_be_listed_is_skipped_by_name(tmp_path, monkeypatch
     reports, _ = hipify_tree(tmp_path / "src", tmp_path / "out", skipped=skipped)
     assert [r.path for r in reports] == ["k.cu"]
     assert skipped == {"locked": "cannot list the folder: Permission denied"}
+
+
+def test_an_earlier_runs_output_elsewhere_in_the_tree_is_not_translated_again(tmp_path):
+    """Only the current -o folder was left out of the walk: the output of an earlier run into another folder of the
+    tree (src/hip_v1) was translated again, into src/hip_v2/hip_v1/. Each run lists what it wrote in its output
+    folder (OUTPUT_LIST), and a walk leaves those files out, not the folder's other sources."""
+    from polyrec.migrate.hipify import OUTPUT_LIST
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "k.cu").write_text("void f() { cudaDeviceSynchronize(); }\n")
+    first = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(src / "hip_v1"), "--json"])
+    assert first.exit_code == 0, first.output
+    assert (src / "hip_v1" / OUTPUT_LIST).read_text().splitlines() == ["sub/k.cu"]
+    (src / "hip_v1" / "mine.cu").write_text("void g() { cudaFree(0); }\n")  # the user's own source beside them
+    second = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(src / "hip_v2"), "--json"])
+    assert second.exit_code == 0, second.output
+    assert sorted(f["path"] for f in json.loads(second.stdout)["files"]) == ["hip_v1/mine.cu", "sub/k.cu"]
+    into_sources = CliRunner().invoke(app, ["migrate", "hipify", str(src / "sub"), "-o", str(src), "--json"])
+    assert into_sources.exit_code == 0 and (src / "k.cu").exists()
+    third = CliRunner().invoke(app, ["migrate", "hipify", str(src), "-o", str(tmp_path / "out"), "--json"])
+    assert sorted(f["path"] for f in json.loads(third.stdout)["files"]) == ["hip_v1/mine.cu", "sub/k.cu"]

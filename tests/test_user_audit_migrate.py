@@ -53,7 +53,8 @@ def test_hipify_replaces_an_output_link_to_the_source_instead_of_writing_through
     assert result.exit_code == 0, result.output
     assert kernel.read_bytes() == original
     assert not (out / "k.cu").is_symlink() and "hipStreamSynchronize" in (out / "k.cu").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["hipify-report.json", "hipify.diff", "k.cu"]  # no temp file left
+    assert sorted(p.name for p in out.iterdir()) == [".polyrec-hipify-outputs", "hipify-report.json", "hipify.diff",
+                                                     "k.cu"]  # no temp file left
 
 
 def test_verify_names_a_candidate_that_is_not_utf8(tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from polyrec.files import atomic_write_bytes
+from polyrec.files import atomic_write_bytes, atomic_write_text
 from polyrec.migrate.hipify_launch import to_launch_ggl
 from polyrec.migrate.walk import tree_files
 
@@ -84,6 +84,10 @@ GAP_HEADERS: dict[str, str] = {
 UNPREFIXED_NOT_RENAMED = frozenset({"MAJOR_VERSION", "MINOR_VERSION", "PATCH_LEVEL", "libraryPropertyType",
                                     "libraryPropertyType_t"})
 RUNTIME_HEADER = "hip/hip_runtime.h"
+#: The file in an output folder listing, one per line, the files hipify wrote there (relative to it): a later walk of
+#: a tree holding that folder leaves them out, so an earlier run's output is not translated again (the folder's
+#: other files are sources like any).
+OUTPUT_LIST = ".polyrec-hipify-outputs"
 BOM = "\ufeff"  # a UTF-8 byte order mark, as decoded: it must stay the file's first character
 _CUDA_NAME = re.compile(r"^(cuda[A-Z]\w*|cu[A-Z]\w*|cublas\w*|cusparse\w*|cusolver\w*|curand\w*|cufft\w*|"
                         r"nvrtc\w*|CUDA_\w+|CU_\w+|CUBLAS_\w+|CUSPARSE_\w+|CUSOLVER_\w+)$")
@@ -379,8 +383,11 @@ def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
     files, out = [], out_dir.resolve()
     out_inside = out != src.resolve() and out.is_relative_to(src.resolve())
     unlisted: dict[str, str] = {}  # folders that cannot be listed (SKIP_DIRS are left out, as by the scan)
-    for path in tree_files(src, unlisted):
-        if path.suffix not in HIPIFY_SUFFIXES or (out_inside and path.parent.resolve().is_relative_to(out)):
+    found = tree_files(src, unlisted)
+    written = _earlier_outputs(found)
+    for path in found:
+        if path.suffix not in HIPIFY_SUFFIXES or (out_inside and path.parent.resolve().is_relative_to(out)) \
+                or path.resolve() in written:
             continue
         rel = str(path.relative_to(src))
         if path.is_symlink() and not path.exists():
@@ -391,6 +398,25 @@ def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
             files.append(path)
     skipped.update({str(Path(folder).relative_to(src)): why for folder, why in unlisted.items()})
     return files
+
+
+def _earlier_outputs(files: list[Path]) -> set[Path]:
+    """The files earlier runs wrote (resolved), from the OUTPUT_LIST of each output folder among ``files``."""
+    written: set[Path] = set()
+    for listing in (f for f in files if f.name == OUTPUT_LIST):
+        try:
+            lines = listing.read_text().splitlines()
+        except (OSError, UnicodeDecodeError):  # not ours to read: its folder's files are walked as sources
+            continue
+        written |= {(listing.parent / line).resolve() for line in lines if line}
+    return written
+
+
+def _record_outputs(out_dir: Path, written: list[str]) -> None:
+    """Add ``written`` (paths relative to ``out_dir``) to its OUTPUT_LIST."""
+    listing = out_dir / OUTPUT_LIST
+    earlier = listing.read_text().splitlines() if listing.is_file() else []
+    atomic_write_text(listing, "".join(f"{rel}\n" for rel in dict.fromkeys(earlier + written)))
 
 
 def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_extension: bool = False,
@@ -424,6 +450,8 @@ def hipify_tree(src: Path, out_dir: Path, *, launch_ggl: bool = False, pytorch_e
         atomic_write_bytes(dest, new.encode("utf-8", "surrogateescape"))
         reports.append(report)
         diff += _unified_diff(text, new, rel)
+    if reports:
+        _record_outputs(out_dir, [report.path for report in reports])
     if skipped is None:
         for rel, why in missed.items():
             warnings.warn(f"hipify: skipped {rel}: {why}", stacklevel=2)
