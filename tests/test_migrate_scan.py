@@ -474,3 +474,16 @@ def test_a_scan_that_finds_no_source_file_is_refused(tmp_path):
     assert f"no source file under {tmp_path}" in " ".join(result.stderr.split()), result.stderr
     (tmp_path / "k.py").write_text("x = 1\n")
     assert CliRunner().invoke(app, ["migrate", "scan", str(tmp_path)]).exit_code == 0  # one file, clean
+
+
+def test_columns_count_characters_not_utf8_bytes(tmp_path):
+    """Both scanners gave columns in UTF-8 bytes (ast's col_offset, tree-sitter's points): after non-ASCII text on
+    the line the column pointed past the finding. SARIF says which unit its columns are in."""
+    python = tmp_path / "k.py"
+    python.write_text('label = "ééé"; WARP_SIZE = 32\n')
+    cuda = tmp_path / "k.cu"
+    cuda.write_text("/* ééé */ const int WARP_SIZE = 32;\n")
+    found = {f.path.rsplit("/", 1)[-1]: f for f in scan_paths([tmp_path]).findings if f.rule == "PM101"}
+    assert found["k.py"].column == len('label = "ééé"; ') + 1
+    assert found["k.cu"].column == len("/* ééé */ ") + 1
+    assert to_sarif(scan_paths([python]))["runs"][0]["columnKind"] == "unicodeCodePoints"

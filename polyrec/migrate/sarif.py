@@ -63,5 +63,6 @@ def to_sarif(result: ScanResult, *, version: str = "0.1.0") -> dict[str, Any]:
             "invocations": [{"executionSuccessful": result.complete,
                              "toolExecutionNotifications": notifications}],
             "results": results,
+            "columnKind": "unicodeCodePoints",  # Finding's columns count characters
         }],
     }

@@ -18,7 +18,7 @@ from polyrec.migrate.cexpr import TYPE_BYTES, evaluate, resolve
 from polyrec.migrate.hipify import FP8_OCP_MAPPINGS
 from polyrec.migrate.rules import AMD_WAVEFRONT, LDS_BYTES_GFX942, LDS_BYTES_GFX950
 from polyrec.migrate.scan_python import is_warp_width_name
-from polyrec.migrate.types import Finding
+from polyrec.migrate.types import Finding, text_column
 
 INSTALL_HINT = "pip install tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 (or the cuda-parse extra)"
 
@@ -175,9 +175,9 @@ class _CudaScan:
     def add(self, rule: str, node: Any, message: str) -> None:
         row, col = node.start_point
         row, col = row + self.origin[0], col + (self.origin[1] if row == 0 else 0)
-        snippet = self.lines[row].strip() if row < len(self.lines) else ""
-        self.findings.append(Finding(rule=rule, path=self.path, line=row + 1, column=col + 1, message=message,
-                                     snippet=snippet[:200]))
+        text = self.lines[row] if row < len(self.lines) else ""
+        self.findings.append(Finding(rule=rule, path=self.path, line=row + 1, column=text_column(text, col),
+                                     message=message, snippet=text.strip()[:200]))
 
     def _constants(self) -> dict[str, int]:
         defs = {_text(m["name"][0]): _COMMENT.sub("", _text(m["value"][0])) for m in self.captures("define")}

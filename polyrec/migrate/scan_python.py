@@ -14,7 +14,7 @@ import re
 import tokenize
 
 from polyrec.migrate.rules import AMD_MAX_WORKGROUP, AMD_WAVEFRONT
-from polyrec.migrate.types import Finding
+from polyrec.migrate.types import Finding, text_column
 
 # hip / rocm as a whole identifier part (torch.version.hip, IS_ROCM, use_rocm, isHip), never inside
 # another word (num_chips, FLASHCHIP); fnuz anywhere (float8_e4m3fnuz).
@@ -139,9 +139,10 @@ class _Visitor(ast.NodeVisitor):
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
         line = getattr(node, "lineno", 1)
-        snippet = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        self.findings.append(Finding(rule=rule, path=self.path, line=line, column=getattr(node, "col_offset", 0) + 1,
-                                     message=message, snippet=snippet[:200]))
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        self.findings.append(Finding(rule=rule, path=self.path, line=line,
+                                     column=text_column(text, getattr(node, "col_offset", 0)), message=message,
+                                     snippet=text.strip()[:200]))
 
     def _guarded_visit(self, node: ast.AST, test: ast.AST) -> None:
         guarded = _mentions_hip(test)

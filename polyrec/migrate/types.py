@@ -37,7 +37,8 @@ class Rule:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
-    """One occurrence of a rule in a file. Lines and columns are 1-based."""
+    """One occurrence of a rule in a file. Lines and columns are 1-based; columns count characters
+    (``text_column``), as SARIF's ``unicodeCodePoints``."""
 
     rule: str  # Rule.id
     path: str  # as given to the scanner (relative where the scan root was a directory)
@@ -60,3 +61,9 @@ class ScanResult:
     @property
     def complete(self) -> bool:
         return not self.not_scanned
+
+
+def text_column(line: str, byte_offset: int) -> int:
+    """The 1-based column, in characters, of UTF-8 byte ``byte_offset`` (0-based) of ``line``: ast's col_offset and
+    tree-sitter's points count bytes, which pointed past a finding after non-ASCII text on its line."""
+    return len(line.encode("utf-8", "surrogateescape")[:byte_offset].decode("utf-8", "replace")) + 1
