@@ -487,3 +487,17 @@ def test_columns_count_characters_not_utf8_bytes(tmp_path):
     assert found["k.py"].column == len('label = "ééé"; ') + 1
     assert found["k.cu"].column == len("/* ééé */ ") + 1
     assert to_sarif(scan_paths([python]))["runs"][0]["columnKind"] == "unicodeCodePoints"
+
+
+def test_a_loop_variable_rebound_to_other_values_forgets_its_literals(tmp_path):
+    """`for w in [4, 32]` then, later, `for w in range(n)` (or a tuple loop over something else) kept w's literals:
+    `num_warps=w` in the second loop was reported at the first loop's 32."""
+    kernel = tmp_path / "configs.py"
+    kernel.write_text("import triton\n"
+                      "sizes = [w for w in [4, 32]]\n"
+                      "def configs(n, pairs):\n"
+                      "    for w in range(n):\n"
+                      "        yield triton.Config({}, num_warps=w)\n"
+                      "    for b, w in pairs:\n"
+                      "        yield triton.Config({}, num_warps=w)\n")
+    assert [f for f in scan_paths([kernel]).findings if f.rule == "PM110"] == []

@@ -239,16 +239,16 @@ class _Visitor(ast.NodeVisitor):
     def _bind_loop(self, target: ast.expr, values: ast.expr) -> None:
         """Loop variables over integer literals (``for w in [4, 8, 32]``, ``for b, w in itertools.product([64, 128],
         [4, 32])``, ``product(..., repeat=2)``): their literals, read where one is a launch option (``num_warps=w``,
-        a config space made in a loop)."""
-        if isinstance(target, ast.Name):
-            pairs = [(target, values)]
-        elif isinstance(target, (ast.Tuple, ast.List)) and (pools := _product_pools(values, len(target.elts))):
-            pairs = list(zip(target.elts, pools))
-        else:
-            return
-        for name, pool in pairs:
-            if isinstance(name, ast.Name) and isinstance(pool, (ast.List, ast.Tuple, ast.Set)):
+        a config space made in a loop). A loop that binds them to anything else forgets what an earlier one bound."""
+        names = [target] if isinstance(target, ast.Name) else list(getattr(target, "elts", []))
+        pools = [values] if isinstance(target, ast.Name) else _product_pools(values, len(names)) or [None] * len(names)
+        for name, pool in zip(names, pools):
+            if not isinstance(name, ast.Name):
+                continue
+            if isinstance(pool, (ast.List, ast.Tuple, ast.Set)):
                 self.loop_ints[name.id] = [e for e in pool.elts if _int_constant(e) is not None]
+            else:
+                self.loop_ints.pop(name.id, None)
 
     def visit_For(self, node: ast.For) -> None:
         self._bind_loop(node.target, node.iter)
