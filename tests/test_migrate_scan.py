@@ -501,3 +501,21 @@ def test_a_loop_variable_rebound_to_other_values_forgets_its_literals(tmp_path):
                       "    for b, w in pairs:\n"
                       "        yield triton.Config({}, num_warps=w)\n")
     assert [f for f in scan_paths([kernel]).findings if f.rule == "PM110"] == []
+
+
+def test_a_loop_over_a_named_list_of_literals_reads_the_list(tmp_path):
+    """`WARPS = [4, 32]` then `for w in WARPS: ... num_warps=w` was missed (the loop was over a name); reported at
+    the list's 32, once. A name rebound to something else is not read."""
+    kernel = tmp_path / "configs.py"
+    kernel.write_text("import triton\n"
+                      "WARPS = [4, 32]\n"
+                      "STAGES = (2, 3)\n"
+                      "configs = [triton.Config({}, num_warps=w, num_stages=s) for w in WARPS for s in STAGES]\n"
+                      "more = [triton.Config({}, num_warps=w) for w in WARPS]\n")
+    found = [(f.line, f.column) for f in scan_paths([kernel]).findings if f.rule == "PM110"]
+    assert found == [(2, len("WARPS = [4, ") + 1)], found
+    kernel.write_text("import triton\n"
+                      "WARPS = [4, 32]\n"
+                      "WARPS = pick()\n"
+                      "configs = [triton.Config({}, num_warps=w) for w in WARPS]\n")
+    assert [f for f in scan_paths([kernel]).findings if f.rule == "PM110"] == []

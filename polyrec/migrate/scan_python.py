@@ -135,6 +135,7 @@ class _Visitor(ast.NodeVisitor):
                                  for n in ast.walk(tree))
         self.str_constants: dict[str, str] = {}
         self.loop_ints: dict[str, list[ast.expr]] = {}  # loop variables over integer literals -> the literals
+        self.int_lists: dict[str, ast.expr] = {}  # names bound to a list/tuple/set literal (WARPS = [4, 32])
         self.reported_loop_ints: set[int] = set()  # ids of those literals already reported
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
@@ -191,6 +192,10 @@ class _Visitor(ast.NodeVisitor):
         """What the names assigned ``value`` hold (capability, device properties, strings), and PM101 on 32 (or an
         integer expression of literals equal to it: 16 * 2, 1 << 5)."""
         names = [sub.id for target in targets for sub in ast.walk(target) if isinstance(sub, ast.Name)]
+        for name in names:  # a loop over the name reads the literals (``_bind_loop``); rebound, it holds others
+            self.int_lists.pop(name, None)
+        if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+            self.int_lists.update({target.id: value for target in targets if isinstance(target, ast.Name)})
         if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_device_properties"):
             self.properties_names.update(names)
         if self._holds_capability(value):
@@ -245,6 +250,8 @@ class _Visitor(ast.NodeVisitor):
         for name, pool in zip(names, pools):
             if not isinstance(name, ast.Name):
                 continue
+            if isinstance(pool, ast.Name):  # WARPS = [4, 32]; for w in WARPS
+                pool = self.int_lists.get(pool.id)
             if isinstance(pool, (ast.List, ast.Tuple, ast.Set)):
                 self.loop_ints[name.id] = [e for e in pool.elts if _int_constant(e) is not None]
             else:
