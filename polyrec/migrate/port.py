@@ -82,6 +82,7 @@ def first_prompt(kernel: Path, reference: str, findings: list[str]) -> list[dict
 
 
 def _hazards(path: Path) -> list[str]:
+    """The scan's findings in ``path`` as report lines ("PM101 line 4: ..."), and why it was not scanned if so."""
     scan = scan_paths([path])
     return [f"{f.rule} line {f.line}: {f.message}" for f in scan.findings] + \
         [f"not scanned: {why}" for why in scan.not_scanned.values()]
