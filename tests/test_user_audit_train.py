@@ -26,6 +26,14 @@ DATA = Path(__file__).parent / "data"
 runner = CliRunner()
 
 
+def criteo_with_bad_row(path: Path, after: int) -> Path:
+    """The Criteo sample written to ``path`` with a malformed row (2 columns of 40) after its first ``after`` lines,
+    so at line ``after + 1``."""
+    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:after]) + b"1\t2\n" + b"".join(lines[after:]))
+    return path
+
+
 def criteo_config(run: Path, eval_path: Path, steps: int, **extra) -> TrainConfig:
     return TrainConfig(preset="dcnv2-small", data=f"criteo:{DATA / 'criteo_sample.tsv'}", eval_data=f"criteo:{eval_path}",
                        steps=steps, batch_size=8, row_cap=100, log_every=1000, checkpoint_dir=run, device="cpu",
@@ -36,9 +44,7 @@ def test_a_bad_eval_file_keeps_the_trained_state(tmp_path):
     """An eval file with a malformed row (found at the run's end, its first evaluation) stopped the run without
     its checkpoint: every step trained was lost. Now the state is saved, the error names it, and a resume with
     the eval file fixed goes on from it."""
-    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
-    bad = tmp_path / "eval_bad.tsv"
-    bad.write_bytes(b"".join(lines[:2]) + b"1\t2\n" + b"".join(lines[2:]))
+    bad = criteo_with_bad_row(tmp_path / "eval_bad.tsv", after=2)
     run = tmp_path / "run"
     with pytest.raises(DataError, match=r"eval_bad\.tsv:3: expected 40 .*state at step 3 is saved in .*checkpoint\.pt"):
         Trainer(criteo_config(run, bad, 3), progress=False).train()
@@ -53,9 +59,7 @@ def test_a_resume_at_the_last_step_runs_the_evaluation_its_eval_data_stopped(tmp
     """A run whose final evaluation a bad eval row stopped saved its state at its last step; a resume with the eval
     file fixed and the same --steps said "nothing to train" and never evaluated: the run's AUC was out of reach
     without training on."""
-    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
-    bad = tmp_path / "eval_bad.tsv"
-    bad.write_bytes(b"".join(lines[:2]) + b"1\t2\n" + b"".join(lines[2:]))
+    bad = criteo_with_bad_row(tmp_path / "eval_bad.tsv", after=2)
     run = tmp_path / "run"
     with pytest.raises(DataError, match=r"eval_bad\.tsv:3: expected 40"):
         Trainer(criteo_config(run, bad, 3), progress=False).train()
@@ -99,9 +103,7 @@ def test_a_bad_training_row_keeps_the_last_step(tmp_path, pipeline, saved_step):
     step's state is saved with the data position at the start of the batch that failed (not at its 4th row), and a
     resume, with the file fixed or with skip_bad_rows, trains as a run that never stopped. Semi-sync fails a step
     earlier: it reads the next batch before its step."""
-    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
-    data, run = tmp_path / "train.tsv", tmp_path / "run"
-    data.write_bytes(b"".join(lines[:27]) + b"1\t2\n" + b"".join(lines[27:]))
+    data, run = criteo_with_bad_row(tmp_path / "train.tsv", after=27), tmp_path / "run"
     with pytest.raises(DataError, match=rf"train\.tsv:28: expected 40 .*state at step {saved_step} is saved in"):
         Trainer(train_config(run, data, 6, pipeline=pipeline), progress=False).train()
     assert load_checkpoint(run)["step"] == saved_step
@@ -115,7 +117,7 @@ def test_a_bad_training_row_keeps_the_last_step(tmp_path, pipeline, saved_step):
 
     uninterrupted_skipping = losses(tmp_path / "whole_skipping", skip_bad_rows=True)
     assert losses(skipping, resume=True, skip_bad_rows=True) == uninterrupted_skipping[saved_step:]
-    data.write_bytes(b"".join(lines))  # fixed
+    data.write_bytes((DATA / "criteo_sample.tsv").read_bytes())  # fixed
     assert losses(run, resume=True) == losses(tmp_path / "whole")[saved_step:]
 
 
@@ -153,9 +155,7 @@ def test_out_of_memory_while_starting_ends_json_output_with_a_result(monkeypatch
 
 def test_a_bad_training_row_ends_json_output_with_a_result(tmp_path):
     """With --json the stop printed no `result` line (the last line a script reads)."""
-    lines = (DATA / "criteo_sample.tsv").read_bytes().splitlines(keepends=True)
-    data = tmp_path / "train.tsv"
-    data.write_bytes(b"".join(lines[:12]) + b"1\t2\n" + b"".join(lines[12:]))
+    data = criteo_with_bad_row(tmp_path / "train.tsv", after=12)
     result = runner.invoke(app, ["train", "--data", f"criteo:{data}", "--steps", "4", "--batch-size", "8",
                                  "--row-cap", "100", "--cpu-threads", "1", "--json", "--checkpoint-dir",
                                  str(tmp_path / "run")])
