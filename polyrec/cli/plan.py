@@ -154,11 +154,7 @@ def row_cap_of(spec: ModelSpec) -> int | None:
     """The ``--row-cap`` that cut ``spec``'s tables from its preset's (None: the preset's rows, or no preset's)."""
     from polyrec.models.config import PRESETS, preset
 
-    rows = tuple(t.rows for t in spec.tables)
-    if spec.name not in PRESETS or rows == preset(spec.name).table_rows:
-        return None
-    cap = max(rows)
-    return cap if preset(spec.name).with_capped_rows(cap).table_rows == rows else None
+    return preset(spec.name).cap_cutting_to(tuple(t.rows for t in spec.tables)) if spec.name in PRESETS else None
 
 
 def lookups_differ(spec: ModelSpec) -> bool:

@@ -121,6 +121,15 @@ class ModelConfig:
             raise ValueError(f"model config {self.name!r}: a row cap must be a whole number, got {cap!r}")
         return self.replace(table_rows=tuple(min(r, cap) for r in self.table_rows))
 
+    def cap_cutting_to(self, rows: tuple[int, ...]) -> int | None:
+        """The row cap (``with_capped_rows``) that cuts this model's tables to ``rows``: their largest, where that
+        cap gives them (None: no cap does, or ``rows`` are this model's own)."""
+        rows = tuple(rows)
+        if not rows or rows == self.table_rows:
+            return None
+        cap = max(rows)
+        return cap if self.with_capped_rows(cap).table_rows == rows else None
+
     def embedding_bytes(self, bytes_per_value: int = 4) -> int:
         return sum(self.table_rows) * self.embedding_dim * bytes_per_value
 

@@ -102,9 +102,8 @@ def _rows_advice(planned: ModelSpec, config: ModelConfig, row_cap: int | None) -
     if row_cap is not None:
         return (f"; this run cuts its tables to {row_cap} rows (--row-cap): plan them with "
                 f"`polyrec plan --model {config.name} --row-cap {row_cap}`")
-    rows = tuple(t.rows for t in planned.tables)
-    cap = max(rows)
-    if config.with_capped_rows(cap).table_rows != rows:
+    cap = config.cap_cutting_to(tuple(t.rows for t in planned.tables))
+    if cap is None:
         return ""
     return (f"; the plan's tables are this model's cut to {cap} rows (`polyrec plan --row-cap {cap}`): train with "
             f"--row-cap {cap}, or plan without --row-cap")
