@@ -158,12 +158,12 @@ def test_mlperf_binary_errors(tmp_path):
     write_records(tmp_path / "t.bin", 5)
     with open(tmp_path / "t.bin", "ab") as f:
         f.write(b"\0" * 12)
-    with pytest.raises(DataError, match=r"t\.bin:6: record 6 is truncated"):
+    with pytest.raises(DataError, match=r"t\.bin:6: row 6 is truncated"):
         MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False))
     rec = write_records(tmp_path / "l.bin", 8)
     rec[2, 0] = 7
     rec.tofile(tmp_path / "l.bin")
-    with pytest.raises(DataError, match=r"l\.bin:3: record 3: label must be 0 or 1"):
+    with pytest.raises(DataError, match=r"l\.bin:3: row 3: label must be 0 or 1"):
         MLPerfBinarySource(tmp_path / "l.bin", small(), batch_size=4, bad_rows=BadRows(skip=False)).next_batch()
     bad = BadRows(skip=True)
     b = MLPerfBinarySource(tmp_path / "l.bin", small(), batch_size=4, bad_rows=bad).next_batch()

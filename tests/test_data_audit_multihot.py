@@ -156,7 +156,7 @@ def test_resume_refuses_a_day_whose_row_count_changed(tmp_path):
     write_day(tmp_path, 0, 6)
     write_day(tmp_path, 1, 10, seed=3)
     with pytest.raises(ValueError, match=re.escape(f"{paths[0]} changed since the checkpoint was written: it held "
-                                                   "10 records, now 6")):
+                                                   "10 rows, now 6")):
         source(paths, 4).load_state_dict(state)
     with pytest.raises(ValueError, match=re.escape(f"{paths[1]}: the checkpoint was written reading 2 files, not "
                                                    "these 1")):

@@ -1,12 +1,12 @@
-"""MLPerf binary records under --skip-bad-rows on one and several ranks: a rank says "no good record in the whole
+"""MLPerf binary records under --skip-bad-rows on one and several ranks: a rank says "no good row in the whole
 file" only when no record it is dealt, in any epoch, is good.
 
 The ranks are dealt blocks of ``batch_size`` records by their place in the run's stream (the file repeated epoch
 after epoch). Unless the file holds a whole number of rounds of blocks, what a rank is dealt shifts from epoch to
 epoch: a file of 18 records, 16 bad then 2 good, batch 4, two ranks, gives rank 1 records 5-8 and 13-16 in the
 first epoch, and the good records 17 and 18 only in the third (its records 25 and 26). Rank 1 used to stop
-after 24 of its records, more than the file's 18 plus a batch ("no good record in the whole file dealt to rank 1
-of 2")."""
+after 24 of its records, more than the file's 18 plus a batch ("no good row in the whole file dealt to rank
+1 of 2")."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_good_records_after_a_long_bad_run_are_read_by_every_rank(tmp_path, worl
 @pytest.mark.parametrize("world,batch", [(1, 2), (1, 3), (2, 2), (2, 3), (2, 4), (3, 2)])
 def test_each_rank_reads_its_first_good_records_or_says_it_has_none(tmp_path, world, batch):
     """Every small file with a run of bad records then good ones, or one good record: each rank's first batch is
-    the first good records it is dealt; "no good record" exactly when it is dealt none in any epoch (three
+    the first good records it is dealt; "no good row" exactly when it is dealt none in any epoch (three
     ranks, batch 2, a file of 9: rank 0 is never dealt records 3, 6, 9)."""
     for total in range(2, 19):
         for good in [list(range(k, total)) for k in range(1, total)] + [[p] for p in range(total)]:
@@ -100,7 +100,7 @@ def test_each_rank_reads_its_first_good_records_or_says_it_has_none(tmp_path, wo
                 want = first_good_batch(rec, batch, rank, world)
                 src = source(tmp_path / "r.bin", batch, rank, world)
                 if want is None:
-                    with pytest.raises(DataError, match="no good record in the whole file"):
+                    with pytest.raises(DataError, match="no good row in the whole file"):
                         src.next_batch()
                 else:
                     assert_batch_of(src.next_batch(), rec, want)
@@ -120,7 +120,7 @@ def test_a_rank_dealt_no_good_record_says_so_after_one_epoch(tmp_path, world, ra
     asked_at = []
     require = src._require_a_good_record
     src._require_a_good_record = lambda: asked_at.append(src.epoch) or require()
-    with pytest.raises(DataError, match=rf"r\.bin:0: no good record in the whole file{share}$"):
+    with pytest.raises(DataError, match=rf"r\.bin:0: no good row in the whole file{share}$"):
         src.next_batch()
     assert asked_at == [1] and (src.epoch, src.read) == (0, 0)
 
@@ -139,7 +139,7 @@ def test_dealt_ever_is_what_the_stream_deals(tmp_path):
 
 
 def test_an_all_bad_eval_file_still_has_no_good_row_to_evaluate_on(tmp_path):
-    """An evaluation reads one epoch without wrapping: it ends there, before any "no good record" check."""
+    """An evaluation reads one epoch without wrapping: it ends there, before any "no good row" check."""
     records(tmp_path / "e.bin", 8, good=[])
     records(tmp_path / "t.bin", 8, good=list(range(8)))
     ev = source(tmp_path / "e.bin", 4, 0, 1)

@@ -125,7 +125,7 @@ def test_mlperf_bad_records_counted_once_over_epochs(tmp_path):
     for _ in range(8):
         src.next_batch()
     assert src.epoch >= 3 and bad.count == 1
-    assert bad.examples == [f"{tmp_path / 'b.bin'}:4: record 4: label must be 0 or 1"]
+    assert bad.examples == [f"{tmp_path / 'b.bin'}:4: row 4: label must be 0 or 1"]
 
 
 # --- 3: the eval file's bad rows: a counter of their own, counted once ---------------------------------
@@ -373,12 +373,12 @@ def test_mlperf_resume_refuses_a_file_that_shrank(tmp_path):
     state = src.state_dict()  # 8 records read
     rec[:8].tofile(tmp_path / "b.bin")
     shrunk = MLPerfBinarySource(tmp_path / "b.bin", small(), batch_size=4, bad_rows=BadRows(skip=False))
-    with pytest.raises(ValueError, match=r"b\.bin changed since the checkpoint was written: it held 12 records, "
+    with pytest.raises(ValueError, match=r"b\.bin changed since the checkpoint was written: it held 12 rows, "
                                          "now 8"):
         shrunk.load_state_dict(state)
     # a checkpoint from before the fifty-first session saved the position in the epoch
     with pytest.raises(ValueError, match=r"b\.bin changed since the checkpoint was written: the saved position, 8 "
-                                         "records into an epoch, is at or beyond the end of its 8 records"):
+                                         "rows into an epoch, is at or beyond the end of its 8 rows"):
         shrunk.load_state_dict({"epoch": 0, "position": 8})
     shrunk.load_state_dict({"read": 0})  # an eval rewind still loads
     shrunk.load_state_dict({"epoch": 1, "position": 4})
@@ -405,7 +405,7 @@ def test_movielens_resume_refuses_a_file_that_changed(tmp_path):
 def test_mlperf_empty_file_is_a_data_error(tmp_path):
     (tmp_path / "empty.bin").write_bytes(b"")
     for skip in (False, True):
-        with pytest.raises(DataError, match=r"empty\.bin:0: file holds no complete record"):
+        with pytest.raises(DataError, match=r"empty\.bin:0: file holds no complete row"):
             MLPerfBinarySource(tmp_path / "empty.bin", small(), batch_size=4, bad_rows=BadRows(skip=skip))
 
 
@@ -703,7 +703,7 @@ def test_mlperf_rank_bad_record_named_by_its_file_position(tmp_path):
     rec.tofile(tmp_path / "t.bin")
     src = MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=False), rank=1,
                              world_size=2)
-    with pytest.raises(DataError, match=r"t\.bin:6: record 6: label must be 0 or 1"):
+    with pytest.raises(DataError, match=r"t\.bin:6: row 6: label must be 0 or 1"):
         src.next_batch()
 
 
@@ -713,7 +713,7 @@ def test_a_rank_dealt_only_bad_records_says_so(tmp_path):
     rec.tofile(tmp_path / "t.bin")
     src = MLPerfBinarySource(tmp_path / "t.bin", small(), batch_size=4, bad_rows=BadRows(skip=True), rank=1,
                              world_size=2)
-    with pytest.raises(DataError, match="no good record in the whole file dealt to rank 1 of 2"):
+    with pytest.raises(DataError, match="no good row in the whole file dealt to rank 1 of 2"):
         src.next_batch()
 
 

@@ -348,7 +348,7 @@ def test_an_empty_day_among_others_adds_no_rows(tmp_path):
     state = run.state_dict()
     write_day(tmp_path, 1, 3)
     with pytest.raises(ValueError, match=re.escape(f"{paths[1]} changed since the checkpoint was written: it held 0 "
-                                                   "records, now 3")):
+                                                   "rows, now 3")):
         source(paths, 4).load_state_dict(state)
 
 

@@ -50,6 +50,9 @@ MAX_BAD_ROWS_IN_A_ROW = 1000
 MAX_LINE_BYTES = 1 << 20
 #: What C1..C26 are made of (Criteo's readme: 32-bit hashes in hex, e.g. 68fd1e64).
 HEX_DIGITS = b"0123456789abcdefABCDEF"
+#: Bytes read at a time when looking for a file's first row (``holds_a_row``): any size works; 64 KiB keeps the
+#: look at a file that starts with a row to one read.
+ROW_SCAN_BYTES = 1 << 16
 #: Bytes the label and I1..I13 may hold, with their tabs: digits and '-' (Criteo's counts include -1, -2).
 HEAD_BYTES = b"\t-0123456789"
 #: Bytes C1..C26 may hold, with their tabs.
@@ -147,10 +150,24 @@ def byte_at(path: Path, offset: int) -> bytes:
         return f.read(1)
 
 
+def holds_a_row(path: Path) -> bool:
+    """Whether ``path`` holds a line that is not blank, as ``CriteoTSVSource._readline`` reads rows (a leading UTF-8
+    byte-order mark taken off, line-ending bytes alone are no row); read up to the first such line, not the whole
+    file."""
+    with open(path, "rb") as f:
+        chunk = f.read(ROW_SCAN_BYTES).removeprefix(codecs.BOM_UTF8)
+        while chunk:
+            if chunk.translate(None, b"\r\n"):
+                return True
+            chunk = f.read(ROW_SCAN_BYTES)
+    return False
+
+
 class CriteoTSVSource(Closing):
     """Streams batches from Criteo TSV files (one after another, then again from the first); on several
     ranks, block k of ``batch_size`` lines of each file is rank k % world_size's. The file being read stays
-    open across batches until ``close`` (or ``with``, or the source's collection) closes it."""
+    open across batches until ``close`` (or ``with``, or the source's collection) closes it. Files of no rows at
+    all are refused when it is opened."""
 
     eval_rows_per_rank = False  # every rank reads the whole eval file
 
@@ -158,6 +175,8 @@ class CriteoTSVSource(Closing):
                  eval_source: CriteoTSVSource | None = None, num_eval_batches: int = 8, rank: int = 0,
                  world_size: int = 1) -> None:
         self.paths = [require_file(Path(p), "Criteo TSV") for p in paths]
+        if not any(map(holds_a_row, self.paths)):  # stops at the first file with a row
+            raise no_rows(self.paths)
         self.batch_size, self.bad_rows, self.rank, self.world_size = batch_size, bad_rows, rank, world_size
         self.table_rows = np.asarray(config.table_rows, dtype=np.int64)
         self.eval_source, self.num_eval_batches = eval_source, num_eval_batches
@@ -166,7 +185,7 @@ class CriteoTSVSource(Closing):
         self.stream_line = 0  # lines read in the run, over files and epochs: which rank's block a line is in
         self._file: BinaryIO | None = None
         self._closing: weakref.finalize | None = None  # closes ``_file``, at the latest when the source is collected
-        self._empty_files = 0  # files ended in a row without a line: all of them means no data at all
+        self._empty_files = 0  # files ended in a row without a line: all of them (emptied since the open) means no data
         self._counted_to = (0, 0)  # (file_index, line_no) of the last bad row counted in epoch 0
 
     def adapt(self, config: ModelConfig) -> ModelConfig:

@@ -10,7 +10,7 @@ a time.
 Every layout streams the same way (``RecordSource``): its files one after another, epoch after epoch, the
 records going to the ranks in blocks of ``batch_size`` by their place in that stream, as Criteo TSV lines do;
 a position is the count of records this rank has read, so a resume reads on exactly; a bad record is counted
-once, by the rank it is dealt to.
+once, by the rank it is dealt to. Messages call a record a row, as the other readers' do.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class RecordSource(Closing):
             self._dealt_good = any(self._good_dealt_in(first, stop) for first, stop in self._pieces())
         if not self._dealt_good:
             files = "the whole file" if len(self.records.paths) == 1 else f"any of the {len(self.records.paths)} files"
-            raise DataError(self.name, 0, f"no good record in {files}{dealt_to(self.rank, self.world_size)}")
+            raise DataError(self.name, 0, f"no good row in {files}{dealt_to(self.rank, self.world_size)}")
 
     def next_batch(self) -> Batch:
         return self._next(wrap=True)
@@ -220,12 +220,12 @@ class RecordSource(Closing):
             records = rank_records(self.total, self.batch_size, self.rank, self.world_size)
             if position and position >= records:  # a saved position was always before the end
                 share = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-                raise changed_since_checkpoint(self.name, f"the saved position, {position} records into an epoch, is "
-                                                          f"at or beyond the end of its {records} records{share}")
+                raise changed_since_checkpoint(self.name, f"the saved position, {position} rows into an epoch, is "
+                                                          f"at or beyond the end of its {records} rows{share}")
             return epoch * records + position
         self._refuse_changed_file(state.get("file_records"))
         if "records" in state and int(state["records"]) != self.total:
-            raise changed_since_checkpoint(self.name, f"it held {state['records']} records, now {self.total}")
+            raise changed_since_checkpoint(self.name, f"it held {state['records']} rows, now {self.total}")
         return int(state["read"])
 
     def _refuse_changed_file(self, saved: list[int] | None) -> None:
@@ -237,7 +237,7 @@ class RecordSource(Closing):
             raise ValueError(f"{self.name}: the checkpoint was written reading {len(saved)} files, not these "
                              f"{len(rows)}; give the files the run was trained on, or start a new --checkpoint-dir")
         k = next(k for k, (was, now) in enumerate(zip(saved, rows)) if was != now)
-        raise changed_since_checkpoint(self.records.paths[k], f"it held {saved[k]} records, now {rows[k]}")
+        raise changed_since_checkpoint(self.records.paths[k], f"it held {saved[k]} rows, now {rows[k]}")
 
 
 class OneHotRecords:
@@ -248,7 +248,7 @@ class OneHotRecords:
 
     def __init__(self, path: Path, total: int) -> None:
         if total == 0:  # before np.memmap, which cannot map an empty file
-            raise DataError(str(path), 0, "file holds no complete record")
+            raise DataError(str(path), 0, "file holds no complete row")
         self.paths, self.total, self.file_rows = [path], total, [total]
         self.records = np.memmap(path, dtype="<i4", mode="r", shape=(total, CRITEO_COLUMNS))  # [N, 40]
 
@@ -266,7 +266,7 @@ class OneHotRecords:
         bad_label, _ = record_problems(chunk[i:i + 1])
         problem = "label must be 0 or 1" if bad_label[0] else "categorical index is negative"
         number = first + i + 1  # 1-based in messages
-        return DataError(str(self.paths[0]), number, f"record {number}: {problem}")
+        return DataError(str(self.paths[0]), number, f"row {number}: {problem}")
 
     def batch(self, parts: list[tuple[np.ndarray, np.ndarray]], table_rows: np.ndarray) -> Batch:
         rec = np.concatenate([chunk[good] for chunk, good in parts])  # [B, 40]
@@ -288,7 +288,7 @@ class MLPerfBinarySource(RecordSource):
         total = size // RECORD_BYTES
         if size % RECORD_BYTES and total // batch_size % world_size == rank:  # counted by its block's rank
             bad_rows.handle(DataError(str(path), total + 1,
-                                      f"record {total + 1} is truncated: file size {size} is not a multiple "
-                                      f"of {RECORD_BYTES} bytes (40 int32 per record)"))
+                                      f"row {total + 1} is truncated: file size {size} is not a multiple "
+                                      f"of {RECORD_BYTES} bytes (40 int32 per row)"))
         super().__init__(OneHotRecords(path, total), config, batch_size=batch_size, bad_rows=bad_rows,
                          eval_source=eval_source, num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
