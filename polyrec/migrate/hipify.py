@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from polyrec.files import atomic_write_bytes, atomic_write_text
 from polyrec.migrate.hipify_launch import to_launch_ggl
-from polyrec.migrate.walk import tree_files
+from polyrec.migrate.walk import not_a_file, tree_files
 
 #: Names HIP provides under the same signature that torch 2.13's table lacks. Sources: HIP driver API
 #: reference (hipDeviceTotalMem, hipCtxPushCurrent/PopCurrent), hipSPARSE generic API
@@ -372,7 +371,8 @@ def _unified_diff(old: str, new: str, rel: str) -> list[str]:
 
 def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
     """The regular files to translate under ``src``, but for those under ``out_dir`` (an earlier run's output
-    inside the tree); a dangling link or other non-file, and a folder that cannot be listed, is put in ``skipped``."""
+    inside the tree); a dangling link or other non-file, a folder that cannot be listed and a link to a folder
+    outside ``src`` (not followed) is put in ``skipped``."""
     if not src.exists():
         raise FileNotFoundError(f"hipify: {src} does not exist")
     if src.is_file():
@@ -382,20 +382,17 @@ def _sources(src: Path, skipped: dict[str, str], out_dir: Path) -> list[Path]:
         return [src]
     files, out = [], out_dir.resolve()
     out_inside = out != src.resolve() and out.is_relative_to(src.resolve())
-    unlisted: dict[str, str] = {}  # folders that cannot be listed (SKIP_DIRS are left out, as by the scan)
+    unlisted: dict[str, str] = {}  # folders the walk misses (SKIP_DIRS are left out, as by the scan)
     found = tree_files(src, unlisted)
     written = _earlier_outputs(found)
     for path in found:
         if path.suffix not in HIPIFY_SUFFIXES or (out_inside and path.parent.resolve().is_relative_to(out)) \
                 or path.resolve() in written:
             continue
-        rel = str(path.relative_to(src))
-        if path.is_symlink() and not path.exists():
-            skipped[rel] = f"dangling symbolic link to {os.readlink(path)}"
-        elif not path.is_file():
-            skipped[rel] = "not a regular file"
-        else:
+        if (why := not_a_file(path)) is None:
             files.append(path)
+        else:
+            skipped[str(path.relative_to(src))] = why
     skipped.update({str(Path(folder).relative_to(src)): why for folder, why in unlisted.items()})
     return files
 

@@ -10,7 +10,7 @@ from polyrec.migrate.rules import RULES
 from polyrec.migrate.scan_cuda import ParserMissing, scan_cuda
 from polyrec.migrate.scan_python import scan_python
 from polyrec.migrate.types import Finding, ScanResult, Severity
-from polyrec.migrate.walk import tree_files
+from polyrec.migrate.walk import not_a_file, tree_files
 
 PYTHON_SUFFIXES = frozenset({".py"})
 CUDA_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp"})
@@ -21,17 +21,19 @@ class UnsupportedFile(ValueError):
 
 
 def iter_sources(paths: Iterable[Path], unlisted: dict[str, str] | None = None) -> list[tuple[Path, str]]:
-    """(file, display path) for every scannable file under the given files/directories, sorted per root; folders
-    that cannot be listed go into ``unlisted`` (display path -> why) when given. A file
+    """(file, display path) for every scannable file under the given files/directories, sorted per root; what the
+    walk misses (folders that cannot be listed, links to folders outside the paths, dangling links) goes into
+    ``unlisted`` (display path -> why) when given. A file
     reached under several names (named twice, ``scan d d/a.cu``, or through a link) is listed once (its findings
     and lines were counted twice), under the name that passes through the fewest links, the first of those: the
     file's own name, not a link's that sorted first (``link.cu`` before ``reduce.cu``)."""
     chosen: dict[Path, tuple[Path, str]] = {}  # the real file -> the name it is scanned under
     unlisted = {} if unlisted is None else unlisted
+    paths = list(paths)
     for root in paths:
         if not root.exists():
             raise FileNotFoundError(f"scan: {root} does not exist")
-        for file, shown in [(root, str(root))] if root.is_file() else _tree(root, unlisted):
+        for file, shown in [(root, str(root))] if root.is_file() else _tree(root, unlisted, paths):
             real = file.resolve()
             if real not in chosen or _links_on_the_way(file) < _links_on_the_way(chosen[real][0]):
                 chosen[real] = (file, shown)
@@ -44,16 +46,21 @@ def _links_on_the_way(file: Path) -> int:
     return sum(Path(*parts[:i]).is_symlink() for i in range(2, len(parts) + 1))
 
 
-def _tree(root: Path, unlisted: dict[str, str]) -> Iterable[tuple[Path, str]]:
-    """(file, display path) of the scannable files under directory ``root``, sorted, ``SKIP_DIRS`` left out; the
-    folders that cannot be listed go into ``unlisted``."""
+def _tree(root: Path, unlisted: dict[str, str], roots: list[Path]) -> Iterable[tuple[Path, str]]:
+    """(file, display path) of the scannable files under directory ``root``, sorted, ``SKIP_DIRS`` left out; what
+    the walk misses goes into ``unlisted``: folders that cannot be listed, links to folders not under one of
+    ``roots`` (the scan's paths), and dangling links or other non-files named like a source."""
     def shown(path: Path) -> str:
         return str(path) if str(root) != "." else str(path.relative_to(root))
 
     found: dict[str, str] = {}
-    for file in tree_files(root, found):
-        if file.suffix in PYTHON_SUFFIXES | CUDA_SUFFIXES and file.is_file():
+    for file in tree_files(root, found, also_walked=roots):
+        if file.suffix not in PYTHON_SUFFIXES | CUDA_SUFFIXES:
+            continue
+        if (why := not_a_file(file)) is None:
             yield file, shown(file)
+        else:
+            unlisted[shown(file)] = why
     unlisted.update({shown(Path(folder)): why for folder, why in found.items()})
 
 

@@ -12,6 +12,7 @@ import io
 import operator
 import re
 import tokenize
+from dataclasses import dataclass
 
 from polyrec.migrate.rules import AMD_MAX_WORKGROUP, AMD_WAVEFRONT
 from polyrec.migrate.types import Finding, text_column
@@ -124,6 +125,49 @@ def _is_capability_source(node: ast.AST, properties_names: set[str]) -> bool:
     return False
 
 
+def _takes_launch_options(call: ast.Call) -> bool:
+    """A launch (``kernel[grid](...)``), a ``triton.Config(...)`` or a ``dict(...)`` of options to pass on to one."""
+    return isinstance(call.func, ast.Subscript) or _dotted(call.func).split(".")[-1] == "Config" or \
+        _dotted(call.func) == "dict"
+
+
+def _forwarded_params(func: ast.FunctionDef) -> set[str]:
+    """The parameters that ``func`` passes on, as they are, as a launch's num_warps: ``kernel[grid](x, num_warps=w)``,
+    ``triton.Config(m, num_warps=w)``, ``dict(num_warps=w)``, ``{"num_warps": w}``."""
+    values = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and _takes_launch_options(node):
+            values += [kw.value for kw in node.keywords if kw.arg == "num_warps"]
+        elif isinstance(node, ast.Dict):
+            values += [v for k, v in zip(node.keys, node.values)
+                       if isinstance(k, ast.Constant) and k.value == "num_warps"]
+    args = func.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    return {v.id for v in values if isinstance(v, ast.Name)} & params
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Forwarded:
+    """A wrapper's parameter that it passes on as a launch's num_warps (``def run(x, w=4): k[g](x, num_warps=w)``)."""
+
+    param: str  # its name, as a call gives it by keyword
+    position: int | None  # its index among a call's positional arguments (a method's self not counted); None: none
+
+
+def _num_warps_wrappers(tree: ast.AST) -> dict[str, list[_Forwarded]]:
+    """The file's functions (by name, as calls name them: ``run``, ``op.launch``) that pass a parameter on as a
+    launch's num_warps, with those parameters: one level of wrapper, whose calls in the file are then read."""
+    methods = {id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body
+               if isinstance(f, ast.FunctionDef) and "staticmethod" not in map(_dotted, f.decorator_list)}
+    wrappers: dict[str, list[_Forwarded]] = {}
+    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][id(func) in methods:]
+        for param in sorted(_forwarded_params(func)):
+            wrappers.setdefault(func.name, []).append(
+                _Forwarded(param=param, position=positional.index(param) if param in positional else None))
+    return wrappers
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self, path: str, lines: list[str], tree: ast.AST) -> None:
         self.path, self.lines = path, lines
@@ -137,6 +181,7 @@ class _Visitor(ast.NodeVisitor):
         self.loop_ints: dict[str, list[ast.expr]] = {}  # loop variables over integer literals -> the literals
         self.int_lists: dict[str, ast.expr] = {}  # names bound to a list/tuple/set literal (WARPS = [4, 32])
         self.reported_loop_ints: set[int] = set()  # ids of those literals already reported
+        self.wrappers = _num_warps_wrappers(tree)  # functions that pass a parameter on as a launch's num_warps
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
         line = getattr(node, "lineno", 1)
@@ -222,14 +267,20 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         """A Triton constexpr parameter defaulting to 32 (``WARP: tl.constexpr = 32``) read as a constant of that
-        name bound to 32 is."""
+        name bound to 32 is; the default of a parameter passed on as a launch's num_warps read as num_warps."""
         args = node.args
         positional = args.posonlyargs + args.args
         defaults = zip(positional[len(positional) - len(args.defaults):], args.defaults)
+        forwarded = _forwarded_params(node)
         for arg, default in (*defaults, *zip(args.kwonlyargs, args.kw_defaults)):
+            if default is None or self.guard:
+                continue
             constexpr = arg.annotation is not None and _dotted(arg.annotation).split(".")[-1] == "constexpr"
-            if constexpr and default is not None and _int_constant(default) == 32 and not self.guard:
+            if constexpr and _int_constant(default) == 32:
                 self._check_warp_constant(arg, arg.arg)
+            elif arg.arg in forwarded:
+                self._check_num_warps(default, option=arg.arg,
+                                      via=f" ({node.name}()'s default, passed on as a launch's num_warps)")
         self.generic_visit(node)
 
     def _holds_capability(self, value: ast.expr) -> bool:
@@ -346,28 +397,44 @@ class _Visitor(ast.NodeVisitor):
             if code is not None and _CUPY_CUDA_ONLY.search(code):
                 self.add("PM206", node, f"{last} source uses CUDA-only constructs "
                                         f"({_CUPY_CUDA_ONLY.search(code).group(0).strip()})")
-        elif last == "Config" or isinstance(node.func, ast.Subscript) or name == "dict":  # dict(num_warps=32): opts
+        elif _takes_launch_options(node):
             for kw in node.keywords:
                 if kw.arg == "num_warps":
                     self._check_num_warps(kw.value)
+        elif last in self.wrappers:
+            self._check_wrapper_call(node, last)
         if name.startswith("subprocess.") or name in ("os.system", "os.popen", "check_output", "run"):
             text = " ".join(ast.unparse(a) for a in node.args)
             if "nvidia-smi" in text:
                 self.add("PM205", node, "runs nvidia-smi, absent on AMD systems")
 
-    def _check_num_warps(self, value: ast.expr) -> None:
-        """PM110 on a num_warps option's ``value``: a literal, or a loop variable over literals."""
+    def _check_wrapper_call(self, node: ast.Call, name: str) -> None:
+        """PM110 on what a call of a wrapper (``run(x, num_warps=32)``, ``op.launch(x, 32)``) gives a parameter that
+        the wrapper passes on as a launch's num_warps: by keyword, or at its position before any ``*args``."""
+        for forwarded in self.wrappers[name]:
+            value = next((kw.value for kw in node.keywords if kw.arg == forwarded.param), None)
+            position = forwarded.position
+            if value is None and position is not None and position < len(node.args) and \
+                    not any(isinstance(a, ast.Starred) for a in node.args[:position + 1]):
+                value = node.args[position]
+            if value is not None:
+                self._check_num_warps(value, option=forwarded.param,
+                                      via=f" (passed on by {name}() as a launch's num_warps)")
+
+    def _check_num_warps(self, value: ast.expr, option: str = "num_warps", via: str = "") -> None:
+        """PM110 on a num_warps option's ``value``: a literal, or a loop variable over literals. ``option`` is the
+        name it is given under, ``via`` how it reaches a launch where that is not num_warps itself."""
         if (warps := _int_constant(value)) is not None:
             if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP:
-                self.add("PM110", value, f"num_warps={warps} is {warps * AMD_WAVEFRONT} work-items on "
+                self.add("PM110", value, f"{option}={warps}{via} is {warps * AMD_WAVEFRONT} work-items on "
                                          f"AMD (limit {AMD_MAX_WORKGROUP})")
         elif isinstance(value, ast.Name):  # at the loop's literal, once however many configs use it
             for literal in self.loop_ints.get(value.id, []):
                 warps = _int_constant(literal)
                 if warps * AMD_WAVEFRONT > AMD_MAX_WORKGROUP and id(literal) not in self.reported_loop_ints:
                     self.reported_loop_ints.add(id(literal))
-                    self.add("PM110", literal, f"num_warps={value.id} takes {warps}: {warps * AMD_WAVEFRONT} "
-                                               f"work-items on AMD (limit {AMD_MAX_WORKGROUP})")
+                    self.add("PM110", literal, f"{option}={value.id} takes {warps}{via}: "
+                                               f"{warps * AMD_WAVEFRONT} work-items on AMD (limit {AMD_MAX_WORKGROUP})")
 
     def _string_arg(self, node: ast.Call, index: int, keyword: str) -> str | None:
         arg = node.args[index] if len(node.args) > index else next(
