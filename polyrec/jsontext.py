@@ -1,6 +1,6 @@
 """Strict JSON text: no NaN or infinity (Python's ``json`` writes them as ``NaN`` / ``Infinity``, which jq and
-other languages' parsers reject) and no array object written as its ``str`` (a tensor as "tensor(0.5)").
-Torch-free."""
+other languages' parsers reject) and no array object written as its ``str`` (a tensor as "tensor(0.5)"); and the
+``result`` record of ``polyrec train --json``. Torch-free: ``python -m polyrec`` writes that record while it starts."""
 
 from __future__ import annotations
 
@@ -26,3 +26,11 @@ def strict_json(value: Any) -> Any:
 def dumps(value: Any, **options: Any) -> str:
     """``json.dumps`` of ``strict_json(value)``, refusing anything left that strict JSON lacks."""
     return json.dumps(strict_json(value), allow_nan=False, **options)
+
+
+def result_line(status: str, step: int | None, message: str, final_auc: float | None = None,
+                samples_per_s: float | None = None) -> str:
+    """The ``result`` record that ends ``polyrec train --json``'s output however the run ends (no AUC or rate for a
+    run that raised; no step for one that never started)."""
+    return dumps({"event": "result", "status": status, "step": step, "final_auc": final_auc,
+                  "samples_per_s": samples_per_s, "message": message})

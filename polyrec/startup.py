@@ -91,14 +91,26 @@ def _restore(handlers: dict[int, object]) -> None:
 
 
 @contextlib.contextmanager
-def signal_exits(message: Callable[[int], str]) -> Iterator[None]:
+def signal_exits(message: Callable[[int], str], output: Callable[[int], str | None] = lambda signum: None
+                 ) -> Iterator[None]:
     """Within the block, SIGTERM and Ctrl-C (STOP_SIGNALS) end the process at once: ``message(signum)`` on stderr,
-    then SystemExit(0) (``finally`` blocks on the way run). The handlers before are restored after."""
+    ``output(signum)`` on stdout where it is not None (a ``--json`` run's last record), then SystemExit(0)
+    (``finally`` blocks on the way run). The handlers before are restored after."""
     stopped: list[int] = []
     with signal_ends_block(message, stopped):
         yield
     if stopped:
+        last = output(stopped[0])
+        if last is not None:
+            print(last, flush=True)
         raise SystemExit(0)
+
+
+def trains_with_json(argv: list[str]) -> bool:
+    """Whether the command line ``argv`` (the program's name left out) is ``polyrec train ... --json``, known before
+    the CLI parses it: its output ends with a ``result`` record, however early the run ends."""
+    given = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    return argv[:1] == ["train"] and "--json" in given
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from polyrec.data import DataError, open_source
 from polyrec.models import preset
 from polyrec.runtime import TrainConfig, Trainer
 from polyrec.runtime.checkpoint import load_checkpoint
+from polyrec.startup import trains_with_json
 
 DATA = Path(__file__).parent / "data"
 runner = CliRunner()
@@ -338,7 +339,19 @@ def test_sigterm_while_polyrec_imports_exits_cleanly():
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (proc.returncode, err[-3000:])
-    assert STOPPED_STARTING in err and "Traceback" not in err and out == "", (out[-2000:], err[-3000:])
+    assert STOPPED_STARTING in err and "Traceback" not in err, err[-3000:]
+    assert [json.loads(line) for line in out.splitlines()] == [  # --json: the run's result all the same (none before)
+        {"event": "result", "status": "sigterm", "step": None, "final_auc": None, "samples_per_s": None,
+         "message": "stopped by signal 15 (SIGTERM) while starting, before the command ran"}], out[-2000:]
+
+
+@pytest.mark.parametrize(("argv", "json_result"), [
+    (["train", "--json"], True), (["train", "--steps", "3", "--json", "--device", "cpu"], True),
+    (["train"], False), (["plan", "--json"], False), (["--json", "train"], False),
+    (["train", "--", "--json"], False)])
+def test_which_command_lines_end_with_a_json_result_while_starting(argv, json_result):
+    """Only ``polyrec train ... --json`` writes a result record: the other commands' --json output is one document."""
+    assert trains_with_json(argv) is json_result
 
 
 SLOW_REPORT = _slowed("polyrec.cli.train", "_report", "reporting")

@@ -249,7 +249,7 @@ def _train_and_report(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) ->
         trainer = _started(cfg, as_json, typed)
     if stopped:  # nothing trained or saved; with --json the output still ends saying how the run ended
         if as_json and reporting_rank():
-            typer.echo(_result_line("sigterm", None, _stopped_starting(cfg, stopped[0])))
+            typer.echo(jsontext.result_line("sigterm", None, _stopped_starting(cfg, stopped[0])))
         raise SystemExit(0)
     try:
         result = trainer.train()
@@ -277,7 +277,7 @@ def _started(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) -> Trainer:
     except Exception as exc:
         message = bad_input_message(exc)
         if as_json and message is not None and reporting_rank():
-            typer.echo(_result_line("bad_input", None, message))
+            typer.echo(jsontext.result_line("bad_input", None, message))
         raise
 
 
@@ -317,19 +317,12 @@ def _report_stopped(trainer: Trainer, as_json: bool, status: str, message: str) 
     """With --json, the reporting rank ends its output with a ``result`` line of ``status`` for a run that
     raised; before, a peer's failure (bad rows dealt to rank 1 alone) left rank 0's output without one."""
     if as_json and trainer.ctx.is_main:
-        typer.echo(_result_line(status, trainer.step, message))
-
-
-def _result_line(status: str, step: int | None, message: str, final_auc: float | None = None,
-                 samples_per_s: float | None = None) -> str:
-    """The ``result`` record of --json (no AUC or rate for a run that raised; no step for one that never started)."""
-    return jsontext.dumps({"event": "result", "status": status, "step": step, "final_auc": final_auc,
-                           "samples_per_s": samples_per_s, "message": message})
+        typer.echo(jsontext.result_line(status, trainer.step, message))
 
 
 def _finished_line(result: TrainResult) -> str:
     """The ``result`` record of a run that returned."""
-    return _result_line(result.status, result.step, result.message, result.final_auc, result.samples_per_s)
+    return jsontext.result_line(result.status, result.step, result.message, result.final_auc, result.samples_per_s)
 
 
 def _report(result: TrainResult, trainer: Trainer, as_json: bool, written: list[bool]) -> None:
