@@ -44,7 +44,7 @@ def criteo_config(run: Path, eval_path: Path, steps: int, **extra) -> TrainConfi
 def test_a_bad_eval_file_keeps_the_trained_state(tmp_path):
     """An eval file with a malformed row (found at the run's end, its first evaluation) stopped the run without
     its checkpoint: every step trained was lost. Now the state is saved, the error names it, and a resume with
-    the eval file fixed goes on from it."""
+    the eval file fixed goes on from it, the evaluation the first run owed made first."""
     bad = criteo_with_bad_row(tmp_path / "eval_bad.tsv", after=2)
     run = tmp_path / "run"
     with pytest.raises(DataError, match=r"eval_bad\.tsv:3: expected 40 .*state at step 3 is saved in .*checkpoint\.pt"):
@@ -53,7 +53,7 @@ def test_a_bad_eval_file_keeps_the_trained_state(tmp_path):
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert (logged[-1]["event"], logged[-1]["reason"], logged[-1]["step"]) == ("stopped", "eval data", 3)
     result = Trainer(criteo_config(run, DATA / "criteo_sample.tsv", 4, resume=True), progress=False).train()
-    assert (result.status, result.step, [e["step"] for e in result.evals]) == ("done", 4, [4])
+    assert (result.status, result.step, [e["step"] for e in result.evals]) == ("done", 4, [3, 4])
 
 
 def test_a_resume_at_the_last_step_runs_the_evaluation_its_eval_data_stopped(tmp_path):
@@ -77,6 +77,23 @@ def test_a_resume_at_the_last_step_runs_the_evaluation_its_eval_data_stopped(tmp
     assert [r["event"] for r in logged[-3:]] == ["start", "eval", "end"] and logged[-2]["step"] == 3
     again = Trainer(criteo_config(run, DATA / "criteo_sample.tsv", 3, resume=True), progress=False).train()
     assert again.nothing_to_train and again.evals == []  # owed no more
+
+
+def test_a_resume_runs_the_periodic_evaluation_its_eval_data_stopped_before_training_on(tmp_path):
+    """A periodic evaluation (--eval-every) that a bad eval row stopped saved the state at its step; a resume with the
+    eval file fixed trained on from there without it: the metrics log lacked that step's AUC for good."""
+    bad = criteo_with_bad_row(tmp_path / "eval_bad.tsv", after=2)
+    run = tmp_path / "run"
+    with pytest.raises(DataError, match=r"eval_bad\.tsv:3: expected 40 .*state at step 2 is saved"):
+        Trainer(criteo_config(run, bad, 4, eval_every=2), progress=False).train()
+    assert load_checkpoint(run)["eval_owed"]
+    result = Trainer(criteo_config(run, DATA / "criteo_sample.tsv", 4, eval_every=2, resume=True),
+                     progress=False).train()
+    assert (result.status, result.step, [e["step"] for e in result.evals]) == ("done", 4, [2, 4]), result.message
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    resumed = logged[max(i for i, r in enumerate(logged) if r["event"] == "start"):]
+    assert [(r["event"], r["step"]) for r in resumed[:2]] == [("start", 2), ("eval", 2)]
+    assert not load_checkpoint(run)["eval_owed"]
 
 
 def test_movielens_rows_of_another_width_are_bad(tmp_path):

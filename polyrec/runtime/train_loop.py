@@ -108,9 +108,12 @@ class TrainLoop:
         cfg = self.cfg
         if self.step >= cfg.steps:
             return self._owed_evaluation() if self.eval_owed else self._nothing_to_train()
-        self.eval_owed = False  # training on: the evaluation at the end is this run's
         result = TrainResult(status="done", step=self.step, message="")
         self._log_start()
+        if self.eval_owed:  # a periodic evaluation its eval data stopped, at this step: made before training on
+            stopped = self._eval_and_log(result)
+            if stopped is not None:
+                return stopped
         self._precompile_and_log()
         start_step, train_seconds = self.step, 0.0
         self.timer = PhaseTimer(self.rt.device)  # this run's breakdown only
@@ -278,7 +281,7 @@ class TrainLoop:
         try:
             evaluated = self.evaluate()
         except DataError as exc:
-            self.eval_owed = self.step >= self.cfg.steps  # the final one: a resume at this step runs it
+            self.eval_owed = True  # a resume at this step runs it: before training on, or as the run's end
             self._raise_keeping_state(exc, "eval data")
         self.eval_owed = False
         return evaluated

@@ -172,7 +172,7 @@ class Trainer(TrainerState, TrainLoop):
         self.dry_steps = False  # within cold_start's dry run: nothing is captured into a CUDA graph
         self._tap_anchor = torch.zeros((), device=self.rt.device, requires_grad=True)  # see _GradientTap
         self.step = 0
-        self.eval_owed = False  # at cfg.steps, the final evaluation not done: its eval data stopped it (train_loop)
+        self.eval_owed = False  # the evaluation at this step not done: its eval data stopped it (train_loop)
         self.timer = PhaseTimer(self.rt.device)
         metrics_path = cfg.metrics_path or (Path(cfg.checkpoint_dir) / METRICS_NAME if cfg.checkpoint_dir else None)
         main = self.ctx.is_main  # one rank logs, prints and shows the progress bar
