@@ -407,8 +407,8 @@ def test_the_plan_table_shows_slow_rates_and_no_negative_zero():
 
 def test_codesign_refuses_a_kind_compared_twice_as_the_what_if_does():
     """Was: --codesign --compare H200,h200 designed for H200 twice."""
-    refused(["plan", "--codesign", "--compare", "H200,h200", "--json"], "co-design: H200 is listed twice")
-    refused(["plan", "--compare", "H200,h200", "--json"], "what-if: H200 is listed twice")
+    refused(["plan", "--codesign", "--compare", "H200,h200", "--json"], "--compare H200,h200: H200 is listed twice")
+    refused(["plan", "--compare", "H200,h200", "--json"], "--compare H200,h200: H200 is listed twice")
 
 
 def test_host_memory_without_host_caches_is_refused():

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
+import functools
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from polyrec.cli.train import CLOSED_PIPE_EXIT, quiet_stdout
 from polyrec.hardware.catalog import UnknownDeviceError, device_files, get_device
 from polyrec.planner.codesign import CodesignResult, codesign
 from polyrec.planner.propose import NoFitError, make_plan
@@ -43,6 +47,8 @@ DEFAULT_FLEET = "H200x1"
 DEFAULT_MAX_BATCH = PlanConstraints().max_batch_per_gpu
 #: Where ``--compare`` writes its report unless --out-dir says.
 REPORT_DIR = Path("plan_report")
+#: The index distribution priced where neither --distribution nor --data synthetic:D names one.
+DEFAULT_DISTRIBUTION = "uniform"
 #: Exit code where the model does not fit the fleet, and where --codesign finds no design for a fleet (even the
 #: smallest misses the target or does not fit): the answer is "no", not bad input (2).
 NO_FIT_EXIT = 1
@@ -50,6 +56,31 @@ NO_FIT_EXIT = 1
 app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
 # messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
 err = Console(stderr=True, emoji=False, soft_wrap=True)
+
+
+class _Stdout(Console):
+    """stdout's console: a reader that closed stdout raises BrokenPipeError, for ``closed_stdout_exits`` (rich's own
+    answer is exit 1, which ``polyrec plan`` means "does not fit")."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+out = _Stdout()
+
+
+def closed_stdout_exits(command):
+    """``command`` ending quietly with CLOSED_PIPE_EXIT where the reader of stdout closed it (`polyrec plan --json |
+    head -1`), as polyrec train and bench end: it said "error: [Errno 32] Broken pipe" with exit 2 (bad input), or
+    exited 1 ("does not fit")."""
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except BrokenPipeError as exc:
+            quiet_stdout()
+            raise typer.Exit(CLOSED_PIPE_EXIT) from exc
+    return run
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -72,26 +103,34 @@ def fleet_with_host_memory(text: str, host_memory_gb: float | None) -> Fleet:
 
 
 def compare_kinds(compare: str) -> list[str]:
-    """The device kinds ``--compare`` names, as the catalog spells them; an entry that is a fleet (``H200x8``)
-    is refused naming its kind (--compare finds each kind's fleet itself)."""
-    kinds = []
-    for entry in _csv(compare):
-        try:
-            kinds.append(get_device(entry).name)
-        except UnknownDeviceError:
-            try:
-                fleet = parse_fleet(entry)
-            except FleetError:
-                if not entry.isascii():  # parse_fleet's error names what in it is not ASCII (a count in other digits)
-                    raise
-                fleet = None
-            if fleet is None or len(fleet.groups) != 1:
-                raise
-            kind = fleet.groups[0].device
-            raise FleetError(f"--compare names device kinds, not fleets: {entry!r} is a fleet of {fleet.world_size} "
-                             f"{kind}; give {kind} (--compare finds each kind's smallest fleet; with --codesign, "
-                             "--fleet gives the shape)") from None
+    """The device kinds ``--compare`` names, as the catalog spells them, each once; an entry that is a fleet
+    (``H200x8``) is refused naming its kind (--compare finds each kind's fleet itself), an unknown one naming
+    --compare and the valid devices, as --fleet's errors name them."""
+    kinds = [_compare_kind(entry, compare) for entry in _csv(compare)]
+    twice = first_repeat(kinds)
+    if twice is not None:
+        raise FleetError(f"--compare {compare}: {twice} is listed twice")
     return kinds
+
+
+def _compare_kind(entry: str, compare: str) -> str:
+    """The device kind of ``entry``, one of ``--compare``'s (see ``compare_kinds``)."""
+    try:
+        return get_device(entry).name
+    except UnknownDeviceError as unknown:
+        try:
+            fleet = parse_fleet(entry)
+        except FleetError:
+            if not entry.isascii():  # parse_fleet's error names what in it is not ASCII (a count in other digits)
+                raise
+            fleet = None
+        if fleet is None or len(fleet.groups) != 1:
+            raise FleetError(f"--compare {compare}: unknown device {entry!r}; valid devices: "
+                             f"{', '.join(unknown.valid)}") from None
+        kind = fleet.groups[0].device
+        raise FleetError(f"--compare names device kinds, not fleets: {entry!r} is a fleet of {fleet.world_size} "
+                         f"{kind}; give {kind} (--compare finds each kind's smallest fleet; with --codesign, "
+                         "--fleet gives the shape)") from None
 
 
 def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
@@ -101,18 +140,15 @@ def codesign_fleets(fleet: str, compare: str | None) -> list[str]:
         return [fleet]
     shape = parse_fleet(fleet)
     hosts = f"@{shape.hosts}" if shape.hosts > 1 else ""
-    kinds = compare_kinds(compare)
-    twice = first_repeat(kinds)
-    if twice is not None:  # as --compare without --codesign refuses it
-        raise ValueError(f"co-design: {twice} is listed twice")
-    return [f"{kind}x{shape.per_host}{hosts}" for kind in kinds]
+    return [f"{kind}x{shape.per_host}{hosts}" for kind in compare_kinds(compare)]
 
 
-def load_model(name: str, distribution: str, one_hot: bool = False, row_cap: int | None = None,
+def load_model(name: str, distribution: str | None, one_hot: bool = False, row_cap: int | None = None,
                data: str | None = None) -> ModelSpec:
-    """The preset ``name``'s model; ``one_hot``: every feature one lookup per sample (Criteo TSV, MLPerf binary
-    records); ``row_cap``: every table cut to at most that many rows, as ``polyrec train --row-cap`` cuts them (its
-    plan must have the run's rows); ``data``: the lookups per sample that data makes (``shaped_by``)."""
+    """The preset ``name``'s model of the index distribution ``priced_distribution`` gives; ``one_hot``: every feature
+    one lookup per sample (Criteo TSV, MLPerf binary records); ``row_cap``: every table cut to at most that many rows,
+    as ``polyrec train --row-cap`` cuts them (its plan must have the run's rows); ``data``: the lookups per sample that
+    data makes (``shaped_by``)."""
     from polyrec.models.config import preset
 
     if row_cap is not None and row_cap < 1:  # as polyrec train refuses it
@@ -125,8 +161,27 @@ def load_model(name: str, distribution: str, one_hot: bool = False, row_cap: int
     if row_cap is not None:
         config = config.with_capped_rows(row_cap)
     if data is not None:
-        config = shaped_by(config, data)
-    return model_spec_from_config(config, index_distribution=distribution)
+        config = shaped_by(config, data)  # first: a distribution synthetic data does not know is the source's error
+    return model_spec_from_config(config, index_distribution=priced_distribution(distribution, data))
+
+
+def priced_distribution(distribution: str | None, data: str | None) -> str:
+    """The index distribution a plan prices: ``--distribution``, else the one ``--data synthetic:D`` draws, else
+    DEFAULT_DISTRIBUTION. One that synthetic data of ``data`` does not draw is refused: ``polyrec train --plan``
+    refuses the plan with that data (``plan_apply.plan_data``); before, ``--data synthetic:zipf`` planned uniform ids
+    and the trainer refused the plan."""
+    from polyrec.data.sources import parse_spec
+    from polyrec.runtime.plan_apply import SYNTHETIC_DISTRIBUTIONS
+
+    kind, arg = parse_spec(data) if data is not None else (None, "")
+    drawn = arg if kind == "synthetic" else ""
+    if distribution is None:
+        return drawn or DEFAULT_DISTRIBUTION
+    draws = (drawn,) if drawn else SYNTHETIC_DISTRIBUTIONS if kind == "synthetic" else (distribution,)
+    if distribution not in draws:
+        raise FleetError(f"--distribution {distribution}: --data {data} draws {' or '.join(draws)} ids, and polyrec "
+                         "train --plan refuses a plan of others with it; leave --distribution out or change one")
+    return distribution
 
 
 def shaped_by(config: ModelConfig, data: str) -> ModelConfig:
@@ -216,12 +271,20 @@ def tables_table(plan: Plan) -> Table:
     return t
 
 
+#: Ranks the memory table shows, the fullest first (the JSON has every rank's).
+MEMORY_ROWS = 4
+
+
 def memory_table(plan: Plan) -> Table:
-    t = Table(title="memory per GPU (GB)")
+    """The MEMORY_ROWS ranks whose use is the largest part of their capacity: on a fleet of mixed kinds (H100x4,H200x4)
+    the most bytes are on the larger GPUs, and the ranks nearest to full were left out."""
+    ranks = len(plan.memory)
+    shown = f": the {MEMORY_ROWS} fullest of {ranks} ranks" if ranks > MEMORY_ROWS else ""
+    t = Table(title=f"memory per GPU (GB){shown}")
     for col in ("rank", "device", "weights", "opt state", "activations", "workspace", "reserve", "used", "capacity"):
         t.add_column(col)
-    busiest = sorted(plan.memory, key=lambda m: -m.used)[:4]
-    for m in busiest:
+    fullest = sorted(plan.memory, key=lambda m: -m.used / m.capacity)[:MEMORY_ROWS]
+    for m in fullest:
         t.add_row(str(m.rank), m.device, *(f"{v / 1e9:.2f}" for v in (m.weights, m.optimizer_state, m.activations,
                                                                         m.workspace, m.reserve, m.used, m.capacity)))
     return t
@@ -251,7 +314,7 @@ def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out
     png, page = write_report(rows, out_dir, title=title, stem=stem)
     if as_json:
         print(json.dumps({"rows": [{"fits": r.fits} | {k: getattr(r, k) for k, _ in COLUMNS} for r in rows],
-                          "png": str(png), "html": str(page)}, indent=1))
+                          "png": str(png), "html": str(page)}, indent=1), flush=True)
         return
     t = Table(title=title)
     shown = [c for c in COLUMNS if c[0] not in ("notes", "origin")]
@@ -259,11 +322,11 @@ def _compare(model: ModelSpec, devices: tuple[str, ...], c: PlanConstraints, out
         t.add_column(label)
     for r in rows:
         t.add_row(*(format_cell(getattr(r, k)) for k, _ in shown))
-    Console().print(t)
+    out.print(t)
     for r in rows:  # a kind that fits no fleet has no plan: its notes say why, and no numbers have an origin
         line = r.notes if r.fleet is None else f"{r.notes or '-'}; numbers from: {r.origin}"
-        Console().print(escape(f"{r.device}: {line}"))
-    Console().print(f"wrote {png} and {page}")
+        out.print(escape(f"{r.device}: {line}"))
+    out.print(f"wrote {png} and {page}")
 
 
 def peak_gb_per_gpu(plan: Plan) -> float:
@@ -285,11 +348,12 @@ def _codesign(model: ModelSpec, fleets: list[Fleet], target: float, c: PlanConst
 def _print_designs(model: ModelSpec, results: list[CodesignResult], target: float, as_json: bool) -> None:
     """The designs as JSON (one object per fleet, each with ``fits``) or as a table."""
     if as_json:
-        print(json.dumps([{"fits": r.fits, "fleet": r.fleet.text, "params": r.params, "reason": r.reason,
+        print(json.dumps([{"fits": r.fits, "fleet": r.fleet.text, "params": r.params if r.fits else None,
+                           "reason": r.reason,
                            "model": model_config_fields(r.model) if r.model else None,
                            "samples_per_s": r.plan.samples_per_s if r.plan else None,
                            "peak_gb_per_gpu": peak_gb_per_gpu(r.plan) if r.plan else None}
-                          for r in results], indent=1))
+                          for r in results], indent=1), flush=True)
         return
     t = Table(title=f"co-design of {model_label(model)} for >= {target:,.0f} samples/s")
     for col in ("fleet", "params (B)", "table rows (M)", "emb dim", "DCN rank x layers", "bottom MLP", "top MLP",
@@ -303,7 +367,7 @@ def _print_designs(model: ModelSpec, results: list[CodesignResult], target: floa
         t.add_row(r.fleet.text, f"{r.params / 1e9:.2f}", f"{r.model.total_rows / 1e6:.0f}", str(r.model.embedding_dim),
                   f"{d.dcn_rank} x {d.dcn_layers}", "-".join(map(str, d.bottom_mlp)), "-".join(map(str, d.top_mlp)),
                   f"{r.plan.samples_per_s:,.0f}", f"{peak_gb_per_gpu(r.plan):.1f}")
-    Console().print(t)
+    out.print(t)
 
 
 def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None, fleet: str | None,
@@ -347,6 +411,7 @@ def _check_dense_dtype(dense_dtype: str) -> None:
 
 
 @app.callback(invoke_without_command=True)
+@closed_stdout_exits
 def plan(
     model: str = typer.Option("mlperf-dcnv2", "--model", help="model preset (polyrec.models presets)"),
     fleet: str | None = typer.Option(None, "--fleet", help=f"devices: {FLEET_SYNTAX} (default: {DEFAULT_FLEET}; "
@@ -364,7 +429,8 @@ def plan(
     dense_dtype: str = typer.Option("bf16", help="dense matmul inputs: bf16, fp32, or fp8 (fp8 GEMMs where the sizes "
                                                  "allow, bf16 activations: polyrec train --precision fp8); the "
                                                  "dtypes polyrec train runs"),
-    distribution: str = typer.Option("uniform", help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)}"),
+    distribution: str | None = typer.Option(None, help=f"index distribution: {', '.join(INDEX_DISTRIBUTIONS)} "
+                                            f"(default: what --data synthetic:D draws, else {DEFAULT_DISTRIBUTION})"),
     one_hot: bool = typer.Option(False, "--one-hot", help="every feature one lookup per sample, as Criteo TSV and "
                                  "MLPerf binary files make it (default: the preset's multi-hot sizes, as synthetic "
                                  "data)"),
@@ -419,6 +485,8 @@ def plan(
             elapsed = time.perf_counter() - start
             if output is not None:
                 output.write_text(plan_to_json(result))
+    except BrokenPipeError:  # a reader that closed stdout: not a path (closed_stdout_exits)
+        raise
     except OSError as exc:  # a path of --output or --out-dir that cannot be written
         where = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
         err.print(f"[red]error:[/red] {escape(where)}")
@@ -429,13 +497,13 @@ def plan(
     except NoFitError as exc:
         err.print(f"[red]does not fit:[/red] {escape(str(exc))}")
         if as_json:
-            print(no_fit_to_json(exc.model, exc.fleet, str(exc)))
+            print(no_fit_to_json(exc.model, exc.fleet, str(exc)), flush=True)
         raise typer.Exit(NO_FIT_EXIT) from exc
     except ValueError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     if as_json:
-        print(plan_to_json(result))
+        print(plan_to_json(result), flush=True)
         return
-    _print_plan(result, Console())
-    Console().print(f"planned in {elapsed:.2f} s" + (f"; wrote {output}" if output else ""))
+    _print_plan(result, out)
+    out.print(f"planned in {elapsed:.2f} s" + (f"; wrote {output}" if output else ""))

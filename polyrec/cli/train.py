@@ -71,7 +71,7 @@ def _out_of_memory(exc: RuntimeError | MemoryError) -> bool:
     return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's flush at exit does not hit the closed pipe
     again ("Exception ignored ... BrokenPipeError"), as Python's signal docs advise."""
     try:
@@ -91,7 +91,7 @@ def bad_input_exits() -> Iterator[None]:
     try:
         yield
     except BrokenPipeError as exc:  # the reader is gone: not bad input, and nothing more can be printed
-        _quiet_stdout()
+        quiet_stdout()
         raise typer.Exit(CLOSED_PIPE_EXIT) from exc
     except Exception as exc:
         message = bad_input_message(exc)

@@ -99,6 +99,17 @@ def _evaluate(base: ModelSpec, d: Design, fleet: Fleet, c: PlanConstraints, targ
     return (model, plan) if plan is not None and plan.samples_per_s >= target else None
 
 
+def _no_design_reason(smallest: ModelSpec, plan: Plan | None, fleet: Fleet, c: PlanConstraints, target: float) -> str:
+    """Why the smallest design, ``smallest`` planned as ``plan`` (None: it does not fit), is no design for ``fleet``:
+    that it does not fit at the batch, or the samples/s it reaches (it said "misses the target or does not fit",
+    neither which nor by how much)."""
+    size = f"{parameters(smallest) / 1e9:.2f}B parameters"
+    if plan is None:
+        return f"even the smallest design ({size}) does not fit {fleet.text} at batch {c.batch_per_gpu:,} per GPU"
+    return (f"even the smallest design misses the target: {plan.samples_per_s:,.0f} samples/s on {fleet.text} "
+            f"({size}), below {target:,.0f}")
+
+
 def codesign(base: ModelSpec, fleet: Fleet, target_samples_per_s: float,
              constraints: PlanConstraints | None = None) -> CodesignResult:
     """Greedy growth from the smallest design (see the module docstring), at the constraints' batch per GPU,
@@ -110,10 +121,12 @@ def codesign(base: ModelSpec, fleet: Fleet, target_samples_per_s: float,
     c = dataclasses.replace(given, batch_per_gpu=given.batch_per_gpu or min(CODESIGN_BATCH, given.max_batch_per_gpu))
     dcn = base.dense.interaction == "dcnv2"
     current = Design(rows=0, dim=0, rank=0, layers=0, mlp=0)
-    found = _evaluate(base, current, fleet, c, target_samples_per_s)
-    if found is None:
+    smallest = apply_design(base, current)
+    first = plan_if_fits(smallest, fleet, c)
+    if first is None or first.samples_per_s < target_samples_per_s:
         return CodesignResult(fleet=fleet, target_samples_per_s=target_samples_per_s, model=None, plan=None, params=0,
-                              reason="even the smallest design misses the target or does not fit")
+                              reason=_no_design_reason(smallest, first, fleet, c, target_samples_per_s))
+    found = smallest, first
     seen = {current}
     while True:
         options = [g for g in current.grown() if g not in seen and (dcn or (g.rank == 0 and g.layers == 0))]
