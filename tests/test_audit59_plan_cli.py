@@ -113,3 +113,17 @@ def test_compare_errors_name_the_option(codesign, compare, message):
     result = runner.invoke(app, ["plan", "--model", "dcnv2-small", *codesign, "--compare", compare, "--json"])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert message in _said(result)
+
+
+def test_a_plan_written_that_the_trainer_would_refuse_says_so(tmp_path):
+    """On one H100 the default --weight-dtypes fp32,fp16 keeps four tables in fp16 to fit: `polyrec train --plan`
+    refuses tables of mixed row dtypes, which the user learnt only when the run started. The H200's plan is one
+    dtype: no note."""
+    for fleet, refused in (("H100x1", True), ("H200x1", False)):
+        path = tmp_path / f"{fleet}.json"
+        result = runner.invoke(app, ["plan", "--fleet", fleet, "-o", str(path)])
+        assert result.exit_code == 0 and path.is_file(), result.output
+        said = _said(result)
+        assert ("polyrec train --plan would refuse it:" in said) is refused, said
+        if refused:
+            assert "mixes row dtypes across tables" in said and "--weight-dtypes" in said, said

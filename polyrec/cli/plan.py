@@ -370,6 +370,18 @@ def _print_designs(model: ModelSpec, results: list[CodesignResult], target: floa
     out.print(t)
 
 
+def _note_if_untrainable(plan: Plan, output: Path) -> None:
+    """A note on stderr where ``polyrec train --plan OUTPUT`` would refuse the plan just written, with the trainer's
+    reason (``plan_apply.plan_fields``: tables of mixed row dtypes, which the default ``--weight-dtypes fp32,fp16``
+    can give, host-cached tables, ...): before, the refusal came at the run's start."""
+    from polyrec.runtime.plan_apply import plan_fields
+
+    try:
+        plan_fields(plan, output)
+    except ValueError as refusal:
+        err.print(f"[yellow]note:[/yellow] polyrec train --plan would refuse it: {escape(str(refusal))}")
+
+
 def _check_modes(compare: str | None, codesign_: bool, target: float, output: Path | None, fleet: str | None,
                  out_dir: Path | None, row_cap: int | None) -> None:
     """Options that only one mode reads are refused in the others, not ignored."""
@@ -485,6 +497,7 @@ def plan(
             elapsed = time.perf_counter() - start
             if output is not None:
                 output.write_text(plan_to_json(result))
+                _note_if_untrainable(result, output)
     except BrokenPipeError:  # a reader that closed stdout: not a path (closed_stdout_exits)
         raise
     except OSError as exc:  # a path of --output or --out-dir that cannot be written
