@@ -15,16 +15,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from polyrec.cli.pipes import StdoutConsole, closed_stdout_exits
 from polyrec.hardware import catalog, get_device
-from polyrec.hardware.catalog import CatalogError, UnknownDeviceError, device_files
+from polyrec.hardware.catalog import CatalogError, UnknownDeviceError, device_files, same_name
+from polyrec.hardware.detect import CPU_NAME
 from polyrec.hardware.types import DeviceSpec
 
 app = typer.Typer(no_args_is_help=True, help="Hardware: catalog, detection, calibration, compile checks.")
-console = Console()
+console = StdoutConsole()  # a reader that closed it ends the command with closed_stdout_exits
 # messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
 err = Console(stderr=True, emoji=False, soft_wrap=True)
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
+#: Why the ``cpu`` that ``hw detect`` names without a GPU is no device ``hw show`` or ``compile-check -d`` knows.
+CPU_NOTE = (f"{CPU_NAME} is the host CPU, which `polyrec hw detect` names where torch sees no GPU; it is not a "
+            "catalog device (`polyrec hw detect --json` prints its spec)")
 
 
 def spec_dict(spec: DeviceSpec) -> dict[str, Any]:
@@ -48,7 +53,8 @@ def _device_or_exit(name: str) -> DeviceSpec:
     try:
         return get_device(name)
     except (UnknownDeviceError, CatalogError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        cpu = isinstance(exc, UnknownDeviceError) and same_name(exc.name, [CPU_NAME]) is not None
+        err.print(f"[red]error:[/] {escape(str(exc))}" + (f". {escape(CPU_NOTE)}" if cpu else ""))
         raise typer.Exit(2) from exc
 
 
@@ -57,6 +63,7 @@ def _tb(x: float) -> str:
 
 
 @app.command("list")
+@closed_stdout_exits
 def list_devices(as_json: bool = JSON_OPT) -> None:
     """List the catalog's devices."""
     specs = _catalog_or_exit()
@@ -87,6 +94,7 @@ def _device_with_files_or_exit(name: str, paths: list[Path]) -> DeviceSpec:
 
 
 @app.command()
+@closed_stdout_exits
 def show(name: str = typer.Argument(..., help="Device name, e.g. H200 or MI350X."),
          as_json: bool = JSON_OPT,
          device_file: list[Path] = typer.Option([], "--device-file", help="An extra device data file in the "
@@ -113,6 +121,7 @@ def show(name: str = typer.Argument(..., help="Device name, e.g. H200 or MI350X.
 
 
 @app.command()
+@closed_stdout_exits
 def detect(as_json: bool = JSON_OPT) -> None:
     """Name the present device (the CPU when there is no GPU)."""
     from polyrec.hardware.detect import detect as run_detect
@@ -126,6 +135,10 @@ def detect(as_json: bool = JSON_OPT) -> None:
                      "spec": spec_dict(found.spec), "warning": found.warning})
         return
     s = found.spec
+    if found.how == "cpu":
+        console.print(f"no GPU: torch sees no CUDA or ROCm device; the host CPU stands in: [bold]{escape(s.name)}[/] "
+                      f"({escape(s.full_name)}), not a catalog device")
+        return
     console.print(f"[bold]{escape(s.name)}[/] ({escape(s.full_name)}), matched by {found.how}")
     if found.props:
         p = found.props
@@ -155,6 +168,7 @@ def _ceiling_rows(spec: DeviceSpec, measured: dict[str, Any] | None) -> list[dic
 
 
 @app.command()
+@closed_stdout_exits
 def calibrate(as_json: bool = JSON_OPT,
               save: bool = typer.Option(True, help="Store the result in the user's cache directory."),
               host_probe: bool = typer.Option(True, help="Also time two host-bound training steps: this "
@@ -278,6 +292,7 @@ def _fit_cell(report) -> str:
 
 
 @app.command("compile-check")
+@closed_stdout_exits
 def compile_check(
     device: list[str] = typer.Option([], "--device", "-d", help="Device(s) to compile for; default: every distinct target."),
     kernel: list[str] = typer.Option([], "--kernel", "-k",

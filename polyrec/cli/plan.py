@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
-import functools
 import json
 import math
-import os
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from polyrec.cli.train import CLOSED_PIPE_EXIT, quiet_stdout
+from polyrec.cli.pipes import StdoutConsole, closed_stdout_exits
 from polyrec.hardware.catalog import UnknownDeviceError, device_files, get_device
 from polyrec.planner.codesign import CodesignResult, codesign
 from polyrec.planner.propose import NoFitError, make_plan
@@ -25,6 +23,7 @@ from polyrec.planner.report import COLUMNS, format_cell, what_if, write_report
 from polyrec.planner.serialize import no_fit_to_json, plan_to_json
 from polyrec.planner.types import (
     FLEET_SYNTAX,
+    ConstraintError,
     INDEX_DISTRIBUTIONS,
     TRAINABLE_DENSE_DTYPES,
     Fleet,
@@ -49,6 +48,8 @@ DEFAULT_MAX_BATCH = PlanConstraints().max_batch_per_gpu
 REPORT_DIR = Path("plan_report")
 #: The index distribution priced where neither --distribution nor --data synthetic:D names one.
 DEFAULT_DISTRIBUTION = "uniform"
+#: The options that are comma-separated lists of names (each a PlanConstraints field of tuples).
+NAME_LIST_OPTIONS = ("weight_dtypes", "optimizers")
 #: Exit code where the model does not fit the fleet, and where --codesign finds no design for a fleet (even the
 #: smallest misses the target or does not fit): the answer is "no", not bad input (2).
 NO_FIT_EXIT = 1
@@ -56,35 +57,25 @@ NO_FIT_EXIT = 1
 app = typer.Typer(help="Plan placement, sharding, precision and batch of a model on a fleet.")
 # messages quote user input: no ":x:" emoji, no markup (escape), no line breaks inside paths
 err = Console(stderr=True, emoji=False, soft_wrap=True)
-
-
-class _Stdout(Console):
-    """stdout's console: a reader that closed stdout raises BrokenPipeError, for ``closed_stdout_exits`` (rich's own
-    answer is exit 1, which ``polyrec plan`` means "does not fit")."""
-
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
-
-
-out = _Stdout()
-
-
-def closed_stdout_exits(command):
-    """``command`` ending quietly with CLOSED_PIPE_EXIT where the reader of stdout closed it (`polyrec plan --json |
-    head -1`), as polyrec train and bench end: it said "error: [Errno 32] Broken pipe" with exit 2 (bad input), or
-    exited 1 ("does not fit")."""
-    @functools.wraps(command)
-    def run(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except BrokenPipeError as exc:
-            quiet_stdout()
-            raise typer.Exit(CLOSED_PIPE_EXIT) from exc
-    return run
+out = StdoutConsole()  # a reader that closed it ends the command with closed_stdout_exits
 
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def plan_constraints(*, allow_host_cache: bool, **typed: str | int | None) -> PlanConstraints:
+    """The constraints of the options as the user ``typed`` them, keyed by the field each sets (``batch_per_gpu``:
+    typer's ``--batch-per-gpu``; None: not given, the field's default). One the planner refuses is named by its option
+    and what was typed (``--batch-per-gpu 0: must be an integer >= 1``): the planner's message names its field
+    (``constraint batch_per_gpu ...``), which the user never typed."""
+    fields = {name: _csv(value) if name in NAME_LIST_OPTIONS else value
+              for name, value in typed.items() if value is not None}
+    try:
+        return PlanConstraints(allow_host_cache=allow_host_cache, **fields)
+    except ConstraintError as refused:
+        option = "--" + refused.field.replace("_", "-")
+        raise FleetError(f"{option} {shlex.quote(str(typed[refused.field]))}: {refused.problem}") from None
 
 
 def host_memory_bytes(gb: float | None) -> int | None:
@@ -167,12 +158,15 @@ def load_model(name: str, distribution: str | None, one_hot: bool = False, row_c
 
 def priced_distribution(distribution: str | None, data: str | None) -> str:
     """The index distribution a plan prices: ``--distribution``, else the one ``--data synthetic:D`` draws, else
-    DEFAULT_DISTRIBUTION. One that synthetic data of ``data`` does not draw is refused: ``polyrec train --plan``
+    DEFAULT_DISTRIBUTION. One the planner does not know is refused naming ``--distribution`` (ModelSpec's error named
+    its field, ``index_distribution``); one that synthetic data of ``data`` does not draw too: ``polyrec train --plan``
     refuses the plan with that data (``plan_apply.plan_data``); before, ``--data synthetic:zipf`` planned uniform ids
     and the trainer refused the plan."""
     from polyrec.data.sources import parse_spec
     from polyrec.runtime.plan_apply import SYNTHETIC_DISTRIBUTIONS
 
+    if distribution is not None and distribution not in INDEX_DISTRIBUTIONS:
+        raise FleetError(f"--distribution {shlex.quote(distribution)}: not one of {', '.join(INDEX_DISTRIBUTIONS)}")
     kind, arg = parse_spec(data) if data is not None else (None, "")
     drawn = arg if kind == "synthetic" else ""
     if distribution is None:
@@ -480,10 +474,9 @@ def plan(
                 raise FleetError("--host-memory-gb sizes host caches, which --no-host-cache turns off; leave one out")
             fleet = DEFAULT_FLEET if fleet is None else fleet  # an empty --fleet is refused, not the default
             spec = load_model(model, distribution, one_hot, row_cap, data)
-            c = PlanConstraints(weight_dtypes=_csv(weight_dtypes), optimizers=_csv(optimizers),
-                                batch_per_gpu=batch_per_gpu,
-                                max_batch_per_gpu=DEFAULT_MAX_BATCH if max_batch_per_gpu is None else max_batch_per_gpu,
-                                allow_host_cache=not no_host_cache, overlap=overlap, dense_dtype=dense_dtype)
+            c = plan_constraints(weight_dtypes=weight_dtypes, optimizers=optimizers, batch_per_gpu=batch_per_gpu,
+                                 max_batch_per_gpu=max_batch_per_gpu, overlap=overlap, dense_dtype=dense_dtype,
+                                 allow_host_cache=not no_host_cache)
             if codesign_:
                 fleets = [fleet_with_host_memory(f, host_memory_gb) for f in codesign_fleets(fleet, compare)]
                 _codesign(spec, fleets, target_samples_per_s, c, as_json)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from polyrec.runtime.checkpoint import checkpoint_path
 from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
 from polyrec.runtime.trainer import RunWarning
 from polyrec import jsontext
+from polyrec.cli.pipes import CLOSED_PIPE_EXIT, quiet_stdout
 from polyrec.startup import rank_prefix, reporting_rank, signal_ends_block, stopped_by
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
@@ -29,9 +28,6 @@ from polyrec.startup import rank_prefix, reporting_rank, signal_ends_block, stop
 app = typer.Typer(subcommand_metavar="")
 err = Console(stderr=True)
 
-#: Exit status when the reader of stdout closes it (`polyrec train --json | head -1`): 128 + SIGPIPE (13),
-#: what a shell reports for a Unix tool that SIGPIPE ended.
-CLOSED_PIPE_EXIT = 141
 #: Exit status of a rank whose peer failed first (torchrun): the code after bad input's 2.
 PEER_FAILED_EXIT = 3
 #: gloo raises a peer's failure (its connection closed or reset, a receive timed out waiting for it) as a
@@ -69,18 +65,6 @@ def _out_of_memory(exc: RuntimeError | MemoryError) -> bool:
     """Whether ``exc`` is an allocation failure: the GPU's OutOfMemoryError, the CPU allocator's, or
     numpy's MemoryError (a file source's batch buffer)."""
     return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
-
-
-def quiet_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's flush at exit does not hit the closed pipe
-    again ("Exception ignored ... BrokenPipeError"), as Python's signal docs advise."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a file (a test runner's buffer): nothing to flush
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 @contextlib.contextmanager

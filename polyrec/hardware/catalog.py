@@ -143,7 +143,8 @@ class CatalogError(ValueError):
 
 
 class UnknownDeviceError(KeyError):
-    """A device name that is not in the catalog; the message lists the valid names."""
+    """A device name that is not in the catalog; the message lists the valid devices, worded as `polyrec plan
+    --fleet` and `--compare` word theirs (it said "valid names")."""
 
     def __init__(self, name: str, valid: list[str]):
         super().__init__(name)
@@ -151,7 +152,7 @@ class UnknownDeviceError(KeyError):
         self.valid = valid
 
     def __str__(self) -> str:
-        return f"unknown device '{self.name}'; valid names: {', '.join(self.valid)}"
+        return f"unknown device {self.name!r}; valid devices: {', '.join(self.valid)}"
 
 
 def _resolve_source(path: Path, where: str, source: Any, named: dict[str, str]) -> str:

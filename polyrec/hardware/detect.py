@@ -21,6 +21,8 @@ from polyrec.hardware.types import PEAK_DTYPES, DeviceSpec, TritonTarget
 MEMORY_MATCH_TOLERANCE = 0.15
 #: The name of a GPU the catalog lacks whose reported name holds no character of a device name.
 UNNAMED_GPU = "unknown-gpu"
+#: The name of the host CPU's spec, which detection gives where torch sees no GPU: no catalog device.
+CPU_NAME = "cpu"
 #: Put after the fallback name of a GPU the catalog lacks that its driver reports by a catalog device's name
 #: (another memory size or SM count): its calibration must not be written as that device's.
 UNMATCHED_SUFFIX = "-unmatched"
@@ -156,7 +158,7 @@ def cpu_spec() -> DeviceSpec:
     cores = os.cpu_count() or 1
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return DeviceSpec(
-        name="cpu",
+        name=CPU_NAME,
         full_name=f"host CPU ({cores} cores)",
         vendor="cpu",
         arch="cpu",

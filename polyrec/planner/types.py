@@ -69,6 +69,17 @@ class FleetError(ValueError):
     """A fleet string that does not parse (the message shows the syntax), or a Fleet field out of range."""
 
 
+class ConstraintError(ValueError):
+    """A PlanConstraints field out of range. The message names the field (``constraint batch_per_gpu must be an
+    integer >= 1, got 0``); ``field`` and ``problem`` (what is wrong, naming neither) let a caller that took the value
+    under another name say it with that name (``polyrec plan --batch-per-gpu 0: must be an integer >= 1``)."""
+
+    def __init__(self, message: str, *, field: str, problem: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.problem = problem
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TableSpec:
     """One embedding table as the planner sees it."""
@@ -339,22 +350,27 @@ class PlanConstraints:
                   ("shardings", self.shardings, SHARDINGS))
         for name, values, valid in checks:
             if isinstance(values, str) or not isinstance(values, Sequence):
-                raise ValueError(f"constraint {name} must be a sequence of names, e.g. ({valid[0]!r},), got {values!r}")
+                problem = f"must be a sequence of names, e.g. ({valid[0]!r},)"
+                raise ConstraintError(f"constraint {name} {problem}, got {values!r}", field=name, problem=problem)
             bad = [v for v in values if v not in valid]
             if not values or bad:
-                raise ValueError(f"constraint {name}: {bad or 'empty'} not allowed; valid: {', '.join(valid)}")
+                problem = f"{bad or 'empty'} not allowed; valid: {', '.join(valid)}"
+                raise ConstraintError(f"constraint {name}: {problem}", field=name, problem=problem)
             twice = first_repeat(values)
             if twice is not None:  # an order of preference names each once (a repeat made the notes claim demotions)
-                raise ValueError(f"constraint {name}: {twice} listed more than once")
+                problem = f"{twice} listed more than once"
+                raise ConstraintError(f"constraint {name}: {problem}", field=name, problem=problem)
         for name, value, valid in (("overlap", self.overlap, OVERLAP_MODES),
                                    ("dense_dtype", self.dense_dtype, tuple(DENSE_DTYPE_BYTES)),
                                    ("dense_optimizer", self.dense_optimizer, tuple(DENSE_STATE_PER_PARAM))):
             if value not in valid:
-                raise ValueError(f"constraint {name}: {value!r}; valid: {', '.join(valid)}")
+                raise ConstraintError(f"constraint {name}: {value!r}; valid: {', '.join(valid)}", field=name,
+                                      problem=f"not one of {', '.join(valid)}")
         for name in ("batch_per_gpu", "max_batch_per_gpu"):
             value = getattr(self, name)
             if value is not None and not is_count(value):
-                raise ValueError(f"constraint {name} must be an integer >= 1, got {value!r}")
+                problem = "must be an integer >= 1"
+                raise ConstraintError(f"constraint {name} {problem}, got {value!r}", field=name, problem=problem)
 
 
 @dataclass(kw_only=True, slots=True)
