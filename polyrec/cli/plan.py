@@ -116,8 +116,7 @@ def _compare_kind(entry: str, compare: str) -> str:
                 raise
             fleet = None
         if fleet is None or len(fleet.groups) != 1:
-            raise FleetError(f"--compare {compare}: unknown device {entry!r}; valid devices: "
-                             f"{', '.join(unknown.valid)}") from None
+            raise FleetError(f"--compare {compare}: {unknown}") from None
         kind = fleet.groups[0].device
         raise FleetError(f"--compare names device kinds, not fleets: {entry!r} is a fleet of {fleet.world_size} "
                          f"{kind}; give {kind} (--compare finds each kind's smallest fleet; with --codesign, "

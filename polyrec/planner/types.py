@@ -211,8 +211,8 @@ class DeviceGroup:
     def __post_init__(self) -> None:
         try:
             get_device(self.device)
-        except UnknownDeviceError:
-            raise FleetError(f"unknown device {self.device!r}; valid devices: {', '.join(sorted(catalog()))}") from None
+        except UnknownDeviceError as unknown:
+            raise FleetError(str(unknown)) from None
         if not is_count(self.count):
             raise FleetError(f"{self.device}: count must be a positive integer (devices per host), got {self.count!r}")
 
