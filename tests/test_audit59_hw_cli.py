@@ -101,3 +101,15 @@ def test_the_cpu_that_detect_names_is_explained_where_a_device_is_asked(args, na
     assert ("cpu is the host CPU, which `polyrec hw detect` names where torch sees no GPU; it is not a catalog "
             "device (`polyrec hw detect --json` prints its spec)") in said, said
     assert "valid devices: A100" in said
+
+
+def test_the_catalog_table_shows_every_value_whole_at_80_columns():
+    """`make demo` (stdout not a terminal: 80 columns) printed `sm_1…`, `TFLO…` and `LDS/…`: the B200's arch and the
+    headers were cut."""
+    from polyrec.hardware import catalog
+
+    proc = subprocess.run([sys.executable, "-m", "polyrec", "hw", "list"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout and max(map(len, proc.stdout.splitlines())) <= 80, proc.stdout
+    assert all(spec.arch in proc.stdout for spec in catalog().values()), proc.stdout

@@ -27,6 +27,10 @@ console = StdoutConsole()  # a reader that closed it ends the command with close
 err = Console(stderr=True, emoji=False, soft_wrap=True)
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
+#: The catalog table's columns after the name, each name over its unit (smem/LDS: shared memory a block may use;
+#: fp8 "-": none in the datasheet).
+CATALOG_COLUMNS = ("arch", "CUs", "HBM\nGB", "HBM\nTB/s", "bf16\nTFLOP/s", "fp8\nTFLOP/s", "smem/\nLDS\nKiB", "L2\nMiB",
+                   "TDP\nW")
 #: Why the ``cpu`` that ``hw detect`` names without a GPU is no device ``hw show`` or ``compile-check -d`` knows.
 CPU_NOTE = (f"{CPU_NAME} is the host CPU, which `polyrec hw detect` names where torch sees no GPU; it is not a "
             "catalog device (`polyrec hw detect --json` prints its spec)")
@@ -72,14 +76,18 @@ def list_devices(as_json: bool = JSON_OPT) -> None:
         return
     table = Table(title="polyrec hardware catalog (datasheet values)")
     table.add_column("name", no_wrap=True, min_width=6)
-    for col in ("arch", "CUs", "HBM GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
-                "LDS/smem KiB", "L2 MiB", "TDP W"):
-        table.add_column(col, justify="right")
+    for col in CATALOG_COLUMNS:  # units under the names: every value whole at 80 columns (make demo's output)
+        table.add_column(col, justify="right", no_wrap=True)
     for s in specs.values():
         table.add_row(escape(s.name), escape(s.arch), str(s.compute_units), f"{s.hbm_bytes / 1e9:.0f}",
-                      _tb(s.hbm_bandwidth), f"{s.peak_flops['bf16'] / 1e12:.0f}", f"{s.peak_flops['fp8'] / 1e12:.0f}",
+                      _tb(s.hbm_bandwidth), f"{s.peak_flops['bf16'] / 1e12:.0f}", _tflops_or_none(s.peak_flops["fp8"]),
                       f"{s.smem_per_block / 1024:.0f}", f"{s.l2_bytes / 2**20:.0f}", f"{s.tdp_watts:.0f}")
     console.print(table)
+
+
+def _tflops_or_none(flops: float) -> str:
+    """A peak rate in TFLOP/s, "-" where the datasheet gives none (the A100's fp8: 0)."""
+    return f"{flops / 1e12:.0f}" if flops else "-"
 
 
 def _device_with_files_or_exit(name: str, paths: list[Path]) -> DeviceSpec:
