@@ -21,7 +21,7 @@ from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
 from polyrec.runtime.trainer import RunWarning
 from polyrec import jsontext
 from polyrec.cli.pipes import CLOSED_PIPE_EXIT, quiet_stdout
-from polyrec.startup import rank_prefix, reporting_rank, signal_ends_block, stopped_by
+from polyrec.startup import rank_prefix, reporting_rank, signal_ends_block, signal_exits, stopped_by
 
 # One command with options and no subcommands: its usage line names no COMMAND (the app stays a
 # group so that `polyrec train [OPTIONS]` is invoked as before).
@@ -228,13 +228,12 @@ def _train_and_report(cfg: TrainConfig, as_json: bool, typed: frozenset[str]) ->
     """Train; one rank reports (with --json a ``result`` line however the run ends: its status, ``data_error``,
     ``peer_failed`` or ``bad_input`` where it raised, ``sigterm`` with no step where a stop signal came while it
     started). The trainer (and the process group its modules hold) is released on return, before ``shutdown``."""
-    stopped: list[int] = []
-    with signal_ends_block(lambda signum: _stopped_starting(cfg, signum), stopped):  # then the loop handles them
+    def last_record(signum: int) -> str | None:  # nothing trained or saved; --json still ends saying how the run ended
+        return jsontext.result_line("sigterm", None, _stopped_starting(cfg, signum)) if as_json and reporting_rank() \
+            else None
+
+    with signal_exits(lambda signum: _stopped_starting(cfg, signum), last_record):  # then the loop handles them
         trainer = _started(cfg, as_json, typed)
-    if stopped:  # nothing trained or saved; with --json the output still ends saying how the run ended
-        if as_json and reporting_rank():
-            typer.echo(jsontext.result_line("sigterm", None, _stopped_starting(cfg, stopped[0])))
-        raise SystemExit(0)
     try:
         result = trainer.train()
     except Exception as exc:  # --json ends as ever, saying how the run ended
