@@ -97,17 +97,38 @@ def test_plan_rows_the_chosen_backend_cannot_store_name_the_plan(tmp_path):
         resolve(cfg)
 
 
-def test_host_memory_and_mixed_storage_are_refused_naming_the_tables(tmp_path):
+def _second_table(plan, **fields):
+    """``plan`` with its second table's plan changed by ``fields``."""
+    return dataclasses.replace(plan, tables=(plan.tables[0], dataclasses.replace(plan.tables[1], **fields),
+                                             *plan.tables[2:]))
+
+
+def test_host_memory_and_mixed_optimizers_are_refused_naming_the_tables(tmp_path):
     plan = make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL)
     first, second = plan.tables[0].table, plan.tables[1].table
     host = dataclasses.replace(plan, tables=(dataclasses.replace(plan.tables[0], memory="host_cached", cache_rows=8),
                                              *plan.tables[1:]))
     with pytest.raises(ValueError, match=f"tables {first} in host memory"):
         apply_plan(TrainConfig(plan=_write(tmp_path, host)), host)
-    mixed = dataclasses.replace(plan, tables=(plan.tables[0], dataclasses.replace(plan.tables[1], weight_dtype="fp32"),
-                                              *plan.tables[2:]))
-    with pytest.raises(ValueError, match=f"mixes row dtypes across tables \\(fp16: {first}, .*; fp32: {second}\\)"):
+    mixed = _second_table(plan, optimizer="sgd")
+    with pytest.raises(ValueError, match=f"mixes embedding optimizers across tables \\(rowwise_adagrad: {first}, "
+                                         f".*; sgd: {second}\\); the trainer's tables share one\\."):
         apply_plan(TrainConfig(plan=_write(tmp_path, mixed)), mixed)
+
+
+def test_mixed_row_dtypes_are_taken_per_table_on_one_rank_and_refused_on_several(tmp_path, plan_file):
+    """One process takes a row dtype per table, in the model's table order (``MixedRowEmbeddings``); the sharded
+    tables of several ranks share one, so such a plan for two ranks is refused naming the tables of each."""
+    plan = _second_table(make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL), weight_dtype="fp32")
+    second = plan.tables[1].table
+    cfg = apply_plan(TrainConfig(plan=_write(tmp_path, plan)), plan)
+    assert cfg.embedding_dtype == ",".join("fp32" if t.name == second else "fp16" for t in plan.model.tables)
+    _, two, _ = plan_file
+    other = "fp16" if two.tables[1].weight_dtype == "fp32" else "fp32"
+    mixed = _second_table(two, weight_dtype=other)
+    with pytest.raises(ValueError, match=f"mixes row dtypes across tables .*{other}: {two.tables[1].table}.*; the "
+                                         "trainer's tables share one on several ranks"):
+        apply_plan(TrainConfig(plan=_write(tmp_path, mixed, "two.json")), mixed)
 
 
 def test_a_dense_optimizer_the_trainer_lacks_names_the_plan(tmp_path):
@@ -179,6 +200,35 @@ def test_the_trainer_runs_the_plan_and_resume_keeps_its_row_dtype(tmp_path):
     assert resumed.step == 2 and resumed.train().step == 3
     again = dataclasses.replace(cfg, plan=None, embedding_dtype="fp32", steps=3, resume=True)
     with pytest.raises(ValueError, match="holds embedding_dtype 'fp16'; this run has 'fp32'"):
+        Trainer(again, progress=False)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="fp16 rows need polyrec's TBE, on the CPU only through Triton's interpreter")
+def test_the_trainer_runs_a_plan_of_mixed_row_dtypes_and_resumes_it(tmp_path):
+    """A plan with one fp32 table among fp16 ones trains (one TBE per dtype), checkpoints and resumes; a resume
+    asking for one row dtype is refused naming both."""
+    from polyrec.models.mixed_embeddings import MixedRowEmbeddings
+    from polyrec.runtime.trainer import Trainer
+
+    plan = _second_table(make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL), weight_dtype="fp32")
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, steps=2, device="cpu", embedding_backend="polyrec",
+                      dense_backend="torch", log_every=1, plan=_write(tmp_path, plan), checkpoint_dir=tmp_path / "ck")
+    trainer = Trainer(cfg, progress=False)
+    tables = trainer.model.embeddings
+    assert isinstance(tables, MixedRowEmbeddings)
+    assert [w.dtype for w in tables.table_weights()] == [
+        torch.float32 if t.name == plan.tables[1].table else torch.float16 for t in plan.model.tables]
+    before = [w.float().clone() for w in tables.table_weights()]
+    result = trainer.train()
+    assert result.status == "done" and len(result.losses) == 2 and torch.isfinite(torch.tensor(result.losses)).all()
+    assert sum(not torch.equal(w.float(), b) for w, b in zip(tables.table_weights(), before)) == len(before)
+    resumed = Trainer(dataclasses.replace(cfg, steps=3, resume=True), progress=False)
+    for a, b in zip(resumed.model.embeddings.table_weights(), tables.table_weights()):
+        assert torch.equal(a, b)
+    assert resumed.step == 2 and resumed.train().step == 3
+    again = dataclasses.replace(cfg, plan=None, embedding_dtype="fp16", steps=3, resume=True)
+    with pytest.raises(ValueError, match=f"holds embedding_dtype '{trainer.cfg.embedding_dtype}'; this run has 'fp16'"):
         Trainer(again, progress=False)
 
 

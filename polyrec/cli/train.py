@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from polyrec.data import DataError
 from polyrec.models import PRESETS
 from polyrec.runtime import TrainConfig, Trainer, TrainResult
 from polyrec.runtime.checkpoint import checkpoint_path
+from polyrec.runtime.config import row_dtype_names
 from polyrec.runtime.dist import DEFAULT_TIMEOUT_S, shutdown
 from polyrec.runtime.trainer import RunWarning
 from polyrec import jsontext
@@ -37,6 +39,13 @@ PEER_FAILED_EXIT = 3
 GLOO_TRANSPORT_ERROR = re.compile(r"\[[^\]]*gloo/transport/[^\]]*\]\s*(?P<reason>.*?)(\.\s|$)", re.MULTILINE)
 
 
+def row_dtype_text(spec: str) -> str:
+    """``--embedding-dtype`` in a few words: its one name, or the count of tables of each ("fp32 x20, fp16 x6")."""
+    names = row_dtype_names(spec)
+    counts = Counter(names)
+    return names[0] if len(counts) == 1 else ", ".join(f"{name} x{n}" for name, n in counts.items())
+
+
 def summary_table(result: TrainResult, trainer: Trainer) -> Table:
     table = Table(title=f"polyrec train: {trainer.cfg.preset} on {trainer.cfg.data}")
     table.add_column("what")
@@ -44,8 +53,8 @@ def summary_table(result: TrainResult, trainer: Trainer) -> Table:
     rows = [("status", result.status), ("steps", str(result.step)),
             ("device / precision", f"{trainer.rt.device} / {str(trainer.rt.compute_dtype).removeprefix('torch.')}"
                                    + (" (fp8 GEMMs)" if trainer.rt.dense_fp8 else "")),
-            ("embeddings / dense", f"{trainer.rt.embedding_backend} ({trainer.cfg.embedding_dtype} rows) / "
-                                   f"{trainer.rt.dense_backend}"),
+            ("embeddings / dense", f"{trainer.rt.embedding_backend} ({row_dtype_text(trainer.cfg.embedding_dtype)} "
+                                   f"rows) / {trainer.rt.dense_backend}"),
             ("cuda graphs", trainer.graphs.reason), ("samples/s", f"{result.samples_per_s:,.0f}")]
     if result.final_auc is not None:
         rows.append(("eval AUC", f"{result.final_auc:.4f}"))
@@ -146,7 +155,8 @@ def train(
     dense_optimizer: str = typer.Option("adagrad", help="adagrad (MLPerf) or adam."),
     embedding_optimizer: str = typer.Option("rowwise_adagrad", help="sgd, rowwise_adagrad, adagrad or adam."),
     embedding_dtype: str = typer.Option("fp32", help="Embedding rows: fp32, fp16 or bf16 (stochastic rounding; "
-                                        "polyrec's TBE only)."),
+                                        "polyrec's TBE only); or one per table, comma-separated, as a plan "
+                                        "chooses them (one process)."),
     seed: int = typer.Option(0, help="Seed of model init, synthetic data and shuffles."),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
     precision: str = typer.Option("auto", help="Dense matmuls: auto (bf16 on GPU), bf16, fp32, or fp8 (GEMMs in fp8, "

@@ -86,6 +86,9 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
             if not 0 <= t < len(tables):
                 raise ValueError(f"feature_to_table[{f}] = {t} is not a table index (0..{len(tables) - 1})")
         self.tables, self.feature_to_table, self.optimizer = list(tables), feature_to_table, optimizer
+        # How errors number the features: a caller's numbers where this module holds some of its features
+        # (``polyrec.models.mixed_embeddings``); None: 0, 1, ...
+        self.feature_numbers: list[int] | None = None
         self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
         self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, as_int(seed, "seed")
         self.update_config, self.group_dims = update_config, group_dims
@@ -251,7 +254,8 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
     # ---- checks -------------------------------------------------------------------------------
     def _feature_label(self, f: int) -> str:
         t = self.feature_to_table[f]
-        return f"feature {f} (table '{self.tables[t].name}', rows {self.tables[t].rows})"
+        number = f if self.feature_numbers is None else self.feature_numbers[f]
+        return f"feature {number} (table '{self.tables[t].name}', rows {self.tables[t].rows})"
 
     def _validate(self, batch: JaggedBatch) -> None:
         """A lookup's checks of ``batch``: ``check_batch``, then the flags of an earlier lookup."""

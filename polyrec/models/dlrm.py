@@ -44,8 +44,8 @@ class DLRM(nn.Module):
     def __init__(self, config: ModelConfig, *, embedding_backend: str = "torch", dense_backend: str = "torch",
                  embedding_optimizer: EmbeddingOptimConfig | None = None, device: torch.device | str = "cpu",
                  seed: int = 0, embedding_output_dtype: torch.dtype = torch.float32,
-                 embedding_weight_dtype: torch.dtype = torch.float32, embeddings: nn.Module | None = None,
-                 dense_fp8: bool = False) -> None:
+                 embedding_weight_dtype: torch.dtype | tuple[torch.dtype, ...] = torch.float32,
+                 embeddings: nn.Module | None = None, dense_fp8: bool = False) -> None:
         super().__init__()
         device = torch.device(device)
         self.config = config

@@ -158,6 +158,14 @@ class TorchEmbeddings(nn.Module):
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+def tbe_optimizer(cfg: EmbeddingOptimConfig):
+    """``cfg`` as polyrec's TBE takes it (``polyrec.kernels.tbe.EmbeddingOptimizer``)."""
+    from polyrec.kernels.tbe import EmbeddingOptimizer
+
+    return EmbeddingOptimizer(kind=cfg.kind, lr=cfg.lr, eps=cfg.eps, beta1=cfg.beta1, beta2=cfg.beta2,
+                              weight_decay=cfg.weight_decay, initial_accumulator_value=cfg.initial_accumulator_value)
+
+
 class PolyrecEmbeddings(nn.Module):
     """polyrec's table-batched embedding with its fused optimizer (state lives in its state_dict)."""
 
@@ -171,16 +179,13 @@ class PolyrecEmbeddings(nn.Module):
             raise ImportError("embedding backend 'polyrec' needs polyrec.kernels.tbe and polyrec.kernels.jagged, "
                               "which are not installed")
         from polyrec.kernels.jagged import JaggedBatch
-        from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+        from polyrec.kernels.tbe import TableBatchedEmbedding, TableSpec
 
         self._jagged = JaggedBatch
         self.dim = dim
         tables = [TableSpec(name=f"t{t}", rows=rows, dim=dim, pooling="sum") for t, rows in enumerate(table_rows)]
-        opt = EmbeddingOptimizer(kind=optimizer.kind, lr=optimizer.lr, eps=optimizer.eps, beta1=optimizer.beta1,
-                                 beta2=optimizer.beta2, weight_decay=optimizer.weight_decay,
-                                 initial_accumulator_value=optimizer.initial_accumulator_value)
-        self.tbe = TableBatchedEmbedding(tables, optimizer=opt, weight_dtype=weight_dtype, device=device, seed=seed,
-                                         output_dtype=output_dtype)
+        self.tbe = TableBatchedEmbedding(tables, optimizer=tbe_optimizer(optimizer), weight_dtype=weight_dtype,
+                                         device=device, seed=seed, output_dtype=output_dtype)
         # Columns the lookup leaves free before its output in the buffer it writes (TableBatchedEmbedding's
         # ``lead_columns``): DLRM-DCNv2 puts the bottom MLP's output there (polyrec.models.layers.beside).
         self.lead_columns = 0
@@ -255,16 +260,26 @@ class PolyrecEmbeddings(nn.Module):
 
 
 def build_embeddings(backend: str, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
-                     device: torch.device, seed: int, weight_dtype: torch.dtype = torch.float32,
-                     output_dtype: torch.dtype = torch.float32) -> TorchEmbeddings | PolyrecEmbeddings:
+                     device: torch.device, seed: int, weight_dtype: torch.dtype | tuple[torch.dtype, ...] = torch.float32,
+                     output_dtype: torch.dtype = torch.float32) -> nn.Module:
     """The tables of one backend; ``output_dtype`` (polyrec only) is the pooled output's dtype: bf16 there
     saves the fp32 round trip when the dense layers run in bf16 (torch's EmbeddingBag returns fp32).
-    ``weight_dtype``: the rows' dtype; fp16 / bf16 only with polyrec's TBE."""
+    ``weight_dtype``: the rows' dtype, or one per table (several: ``MixedRowEmbeddings``, one TBE per
+    dtype); fp16 / bf16 only with polyrec's TBE."""
+    dtypes = weight_dtype if isinstance(weight_dtype, tuple) else (weight_dtype,) * len(table_rows)
+    if len(dtypes) != len(table_rows):
+        raise ValueError(f"{len(dtypes)} row dtypes for {len(table_rows)} tables: give one, or one per table")
     if backend == "torch":
-        if weight_dtype != torch.float32:
-            raise ValueError(f"embedding backend 'torch' keeps fp32 rows, got weight dtype {weight_dtype}")
+        others = sorted(map(str, set(dtypes) - {torch.float32}))
+        if others:
+            raise ValueError(f"embedding backend 'torch' keeps fp32 rows, got weight dtype {', '.join(others)}")
         return TorchEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed)
     if backend == "polyrec":
+        if len(set(dtypes)) > 1:
+            from polyrec.models.mixed_embeddings import MixedRowEmbeddings
+
+            return MixedRowEmbeddings(table_rows, dim, row_dtypes=dtypes, optimizer=tbe_optimizer(optimizer),
+                                      device=device, seed=seed, output_dtype=output_dtype)
         return PolyrecEmbeddings(table_rows, dim, optimizer=optimizer, device=device, seed=seed,
-                                 weight_dtype=weight_dtype, output_dtype=output_dtype)
+                                 weight_dtype=dtypes[0] if dtypes else torch.float32, output_dtype=output_dtype)
     raise ValueError(f"embedding backend must be one of {EMBEDDING_BACKENDS}, got {backend!r}")

@@ -84,9 +84,11 @@ def _put_back(live: dict, saved: dict) -> None:
             live[k] = saved[k]
 
 
-def _tbe_step(trainer: Any) -> int | None:
-    tbe = getattr(trainer.model.embeddings, "tbe", None)
-    return None if tbe is None else tbe.step
+def _tbes(trainer: Any) -> list[Any]:
+    """The polyrec TBEs of ``trainer``'s tables: one, one per row dtype (``MixedRowEmbeddings``), or none (torch's)."""
+    from polyrec.kernels.tbe import TableBatchedEmbedding
+
+    return [m for m in trainer.model.embeddings.modules() if isinstance(m, TableBatchedEmbedding)]
 
 
 @dataclass(slots=True)
@@ -95,7 +97,7 @@ class StepSnapshot:
 
     dense: dict[str, dict[str, Any]]
     optimizer_state: dict  # parameter -> its state; an optimizer that makes state in its first step has none yet
-    embedding_step: int | None  # polyrec's TBE counts its steps (stochastic rounding's seeds); torch's tables do not
+    embedding_steps: list[int]  # polyrec's TBEs count their steps (stochastic rounding's seeds); torch's tables do not
     data: dict
     rng: dict
     step: int
@@ -104,7 +106,7 @@ class StepSnapshot:
     def take(cls, trainer: Any) -> StepSnapshot:
         return cls(dense={name: _cloned(part.state_dict()) for name, part in trainer._dense_named()},
                    optimizer_state={p: _cloned(s) for p, s in trainer.optimizer.state.items()},
-                   embedding_step=_tbe_step(trainer), data=_cloned(trainer.source.state_dict()),
+                   embedding_steps=[tbe.step for tbe in _tbes(trainer)], data=_cloned(trainer.source.state_dict()),
                    rng=rng_state(trainer.rt.device), step=trainer.step)
 
     def restore(self, trainer: Any) -> None:
@@ -114,8 +116,8 @@ class StepSnapshot:
             _put_back(trainer.optimizer.state, self.optimizer_state)
         for p in trainer.model.dense_parameters():
             p.grad = None
-        if self.embedding_step is not None:
-            trainer.model.embeddings.tbe.step = self.embedding_step
+        for tbe, step in zip(_tbes(trainer), self.embedding_steps, strict=True):
+            tbe.step = step
         trainer.source.load_state_dict(self.data)
         set_rng_state(self.rng, trainer.rt.device)
         trainer.step = self.step

@@ -36,7 +36,9 @@ class TrainConfig:
     lr: float = 0.005  # dense learning rate (MLPerf DLRM-DCNv2 reference: --adagrad --learning_rate 0.005)
     embedding_optimizer: str = "rowwise_adagrad"  # sgd | rowwise_adagrad (MLPerf, FBGEMM) | adagrad | adam
     embedding_lr: float | None = None  # None: same as lr
-    embedding_dtype: str = "fp32"  # embedding rows: fp32, or fp16 / bf16 (stochastic rounding; polyrec backend)
+    # embedding rows: fp32, or fp16 / bf16 (stochastic rounding; polyrec backend); or one per table, comma-separated
+    # (a plan's per-table precisions: polyrec.models.mixed_embeddings, one process)
+    embedding_dtype: str = "fp32"
     row_cap: int | None = None  # cut every table to at most this many rows (benchmarks on small memory)
     eval_every: int = 0  # steps between evaluations; 0: only at the end
     eval_batches: int = 8  # most batches per eval (Criteo/MLPerf: fewer if the file ends); MovieLens: its test split
@@ -91,7 +93,7 @@ class Resolved:
     dense_fp8: bool  # the dense GEMMs in fp8 (precision "fp8"; compute_dtype is then bf16)
     embedding_backend: str
     dense_backend: str
-    embedding_dtype: torch.dtype
+    row_dtypes: tuple[torch.dtype, ...]  # embedding_dtype's: one for every table, or one per table
 
 
 #: ``TrainConfig.precision`` values.
@@ -201,9 +203,8 @@ def resolve(cfg: TrainConfig) -> Resolved:
     if embedding_backend == "polyrec" and device.type == "cpu" and not interpreting():  # else Triton's "0 active drivers"
         raise ValueError("--embedding-backend polyrec on the CPU runs its Triton kernels in Triton's interpreter: "
                          "set TRITON_INTERPRET=1 (on one process, --embedding-backend torch needs no Triton)")
-    if cfg.embedding_dtype not in EMBEDDING_DTYPES:
-        raise ValueError(f"embedding dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got {cfg.embedding_dtype!r}")
-    if cfg.embedding_dtype != "fp32" and embedding_backend != "polyrec":
+    row_dtypes = row_dtype_names(cfg.embedding_dtype)
+    if set(row_dtypes) != {"fp32"} and embedding_backend != "polyrec":
         origin = f" (from the plan {cfg.plan})" if cfg.plan is not None else ""
         raise ValueError(f"--embedding-dtype {cfg.embedding_dtype}{origin} needs --embedding-backend polyrec "
                          f"(torch's EmbeddingBag path keeps fp32 rows)")
@@ -213,4 +214,27 @@ def resolve(cfg: TrainConfig) -> Resolved:
                          "polyrec dense backend runs its kernels in Triton's interpreter: TRITON_INTERPRET=1)")
     return Resolved(device=device, compute_dtype=torch.bfloat16 if bf16 else torch.float32,
                     dense_fp8=cfg.precision == "fp8", embedding_backend=embedding_backend, dense_backend=dense_backend,
-                    embedding_dtype=EMBEDDING_DTYPES[cfg.embedding_dtype])
+                    row_dtypes=tuple(EMBEDDING_DTYPES[name] for name in row_dtypes))
+
+
+def row_dtype_names(spec: str) -> tuple[str, ...]:
+    """``TrainConfig.embedding_dtype``'s names: one, or one per table (comma-separated); an unknown or empty
+    one is refused, naming its place."""
+    names = tuple(name.strip() for name in spec.split(","))
+    for i, name in enumerate(names):
+        if name not in EMBEDDING_DTYPES:
+            where = f" (table {i} of {len(names)})" if len(names) > 1 else ""
+            raise ValueError(f"embedding dtype must be one of {', '.join(EMBEDDING_DTYPES)}, or one of them per "
+                             f"table, comma-separated; got {name!r}{where}")
+    return names
+
+
+def table_row_dtypes(rt: Resolved, num_tables: int) -> torch.dtype | tuple[torch.dtype, ...]:
+    """The row dtype of every table (one), or of each (several: one per table, checked against the model's
+    ``num_tables``)."""
+    if len(rt.row_dtypes) == 1:
+        return rt.row_dtypes[0]
+    if len(rt.row_dtypes) != num_tables:
+        raise ValueError(f"--embedding-dtype names {len(rt.row_dtypes)} row dtypes; the model has {num_tables} "
+                         "tables: give one for all, or one per table")
+    return rt.row_dtypes

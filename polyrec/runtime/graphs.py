@@ -109,8 +109,12 @@ def predicted_ms(cfg, rt, model_config) -> Prediction:
     from polyrec.hardware.detect import detect
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
 
+    from polyrec.runtime.config import row_dtype_names
+
     spec = detect(rt.device.index or 0).spec
-    constraints = PlanConstraints(weight_dtypes=(cfg.embedding_dtype,), optimizers=(cfg.embedding_optimizer,),
+    # per-table row dtypes priced as the planner's choice among them (close: it picks by the same costs)
+    weight_dtypes = tuple(dict.fromkeys(row_dtype_names(cfg.embedding_dtype)))
+    constraints = PlanConstraints(weight_dtypes=weight_dtypes, optimizers=(cfg.embedding_optimizer,),
                                   batch_per_gpu=cfg.batch_size, allow_host_cache=False,
                                   dense_dtype=planner_dtype(rt),
                                   dense_optimizer=cfg.dense_optimizer, overlap="none")

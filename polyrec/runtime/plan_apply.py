@@ -10,8 +10,9 @@ are the file's, not checked). A field the user set to something other than its d
 plan's value is a conflict, reported with both values (edit the plan, or drop ``--plan``); a field left at its
 default takes the plan's value.
 
-Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM), and
-several row dtypes or optimizers across tables (the trainer's tables share one of each). Refused too:
+Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM), several
+optimizers across tables (the trainer's tables share one), and several row dtypes on several ranks (one process
+takes them, one per table: ``polyrec.models.mixed_embeddings``). Refused too:
 with synthetic data, an index distribution it does not draw (log_uniform); on several ranks, overlap
 "pipeline" (the trainer has no overlap setting: its ranks overlap as "ddp" prices, and one rank has
 nothing to overlap); and a plan for another model (its table rows, embedding dim or dense half: a co-designed
@@ -172,14 +173,28 @@ def _first_table_difference(what: str, planned: Sequence[float], run: Sequence[i
     return [f"{what} of table {t} (the first that differs): the plan's {ours}, the run's {run[t]}"]
 
 
-def _one(path: Path, what: str, by_table: dict[str, str]) -> str:
-    """The one value every table of the plan shares, or an error naming the tables of each value."""
+def _one(path: Path, what: str, by_table: dict[str, str], where: str = "") -> str:
+    """The one value every table of the plan shares, or an error naming the tables of each value (``where``:
+    when the trainer's tables share one)."""
     values = sorted(set(by_table.values()))
     if len(values) != 1:
         groups = "; ".join(f"{v}: {', '.join(t for t, x in by_table.items() if x == v)}" for v in values)
-        raise ValueError(f"{path}: the plan mixes {what} across tables ({groups}); the trainer's tables share one. "
-                         f"Re-plan allowing one (polyrec plan --weight-dtypes / --optimizers)")
+        raise ValueError(f"{path}: the plan mixes {what} across tables ({groups}); the trainer's tables share "
+                         f"one{where}. Re-plan allowing one (polyrec plan --weight-dtypes / --optimizers)")
     return values[0]
+
+
+def _row_dtypes(plan: Plan, path: Path) -> str:
+    """The plan's row dtypes as ``TrainConfig.embedding_dtype`` takes them: one name where every table has it,
+    else one per table in the model's order (one process; the sharded tables of several share one)."""
+    by_table = {t.table: t.weight_dtype for t in plan.tables}
+    if plan.fleet.world_size > 1:
+        return _one(path, "row dtypes", by_table, " on several ranks")
+    try:
+        names = [plan.table_plan(t.name).weight_dtype for t in plan.model.tables]
+    except KeyError as exc:
+        raise ValueError(f"{path}: {exc.args[0]}") from None
+    return names[0] if len(set(names)) == 1 else ",".join(names)
 
 
 def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
@@ -201,7 +216,7 @@ def plan_fields(plan: Plan, path: Path) -> dict[str, object]:
     return {"batch_size": plan.batch_per_gpu,
             "precision": plan.dense_dtype,
             "dense_optimizer": plan.dense_optimizer,
-            "embedding_dtype": _one(path, "row dtypes", {t.table: t.weight_dtype for t in plan.tables}),
+            "embedding_dtype": _row_dtypes(plan, path),
             "embedding_optimizer": _one(path, "embedding optimizers", {t.table: t.optimizer for t in plan.tables})}
 
 

@@ -29,7 +29,8 @@ from polyrec.models import DLRM, EmbeddingOptimConfig, preset
 from polyrec.runtime.checkpoint import METRICS_NAME, prepare_checkpoint_dir, refuse_another_run, refuse_held
 from polyrec.runtime.cold_start import ColdStart, applies, precompile_first_step
 from polyrec.runtime import parallel
-from polyrec.runtime.config import TrainConfig, check_collective_timeout, check_counts, expand_paths, resolve
+from polyrec.runtime.config import (TrainConfig, check_collective_timeout, check_counts, expand_paths, resolve,
+                                    table_row_dtypes)
 from polyrec.runtime.dist import init_distributed, launched_by_torchrun
 from polyrec.runtime.graphs import capture, choose_graphs, mark_host_bound
 from polyrec.runtime.plan_apply import apply_plan, check_data_model, check_plan, plan_preset, read_plan
@@ -148,14 +149,15 @@ class Trainer(TrainerState, TrainLoop):
             warnings.warn(note, RunWarning, stacklevel=2)
         torch.manual_seed(cfg.seed)
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
+        row_dtypes = table_row_dtypes(self.rt, self.model_config.num_tables)
         sharded = (parallel.sharded_embeddings(self.model_config, emb_opt, self.ctx, seed=cfg.seed,
-                                               weight_dtype=self.rt.embedding_dtype,
+                                               weight_dtype=self.rt.row_dtypes[0],
                                                output_dtype=self.rt.compute_dtype, plan=self.plan)
                    if self.distributed else None)
         self.model = DLRM(self.model_config, embedding_backend=self.rt.embedding_backend,
                           dense_backend=self.rt.dense_backend, embedding_optimizer=emb_opt, device=self.rt.device,
                           seed=cfg.seed, embedding_output_dtype=self.rt.compute_dtype,
-                          embedding_weight_dtype=self.rt.embedding_dtype, embeddings=sharded,
+                          embedding_weight_dtype=row_dtypes, embeddings=sharded,
                           dense_fp8=self.rt.dense_fp8)
         self.optimizer = dense_optimizer(self.model.dense_parameters(), cfg.dense_optimizer, cfg.lr,
                                          fused=self.rt.dense_backend == "polyrec" and self.rt.device.type == "cuda")
@@ -217,6 +219,9 @@ class Trainer(TrainerState, TrainLoop):
                              "--embedding-backend polyrec (or auto on a GPU)")
         if cfg.pipeline != "sync" or cfg.cuda_graphs is True:
             raise ValueError("training on several ranks supports --pipeline sync without --cuda-graphs")
+        if len(set(self.rt.row_dtypes)) > 1:
+            raise ValueError(f"training on several ranks keeps one row dtype for every table (its shards share a "
+                             f"TBE); --embedding-dtype {cfg.embedding_dtype} names one per table")
         plan = hashlib.sha256(self.plan.to_json().encode()).hexdigest()[:12] if self.plan is not None else None
         parallel.check_same_config({**cfg.rank_shared(), "plan (content digest)": plan})
 

@@ -85,8 +85,16 @@ def model_differences(saved: dict[str, Any], ours: dict[str, Any]) -> list[str]:
 
 
 def _compared(name: str, value: Any) -> Any:
-    """A resume setting as compared with the checkpoint's: the data as one string per data (``canonical_spec``)."""
-    return canonical_spec(value) if name == "data" and value is not None else value
+    """A resume setting as compared with the checkpoint's: the data as one string per data (``canonical_spec``),
+    the row dtypes as one name where every table has it."""
+    if value is None:
+        return value
+    if name == "data":
+        return canonical_spec(value)
+    if name == "embedding_dtype":
+        names = tuple(part.strip() for part in value.split(","))
+        return names[0] if len(set(names)) == 1 else ",".join(names)
+    return value
 
 
 def all_finite(tensors: list[torch.Tensor]) -> bool:

@@ -1,0 +1,86 @@
+"""What tables of several row dtypes cost a training step: a plan's per-table precisions against one dtype.
+
+``polyrec plan`` may give each table its own row dtype (on one H100: four of the MLPerf model's five 40M-row
+tables in fp16, the rest fp32). The trainer keeps each dtype's tables in a TBE of their own
+(``polyrec.models.mixed_embeddings``), which adds a split of the ids by dtype (one host sync), a reassembly of the
+pooled outputs in table order (a cat and, where the dtypes interleave, a gather; their backward copies too) and
+loses the one-TBE paths that write DLRM-DCNv2's x0 and the CUDA graph's input in place. This script runs the
+trainer's steps (MLPerf DLRM-DCNv2, batch 65536, tables capped at 4M rows by default so that any GPU holds one
+run's fp32 tables) with all rows fp32, all fp16, the plan's mix, and fp32 again (the drift between the two fp32
+rows is the noise), one after another in one process, and prints ms per step and its phases.
+
+    PYTHONPATH=. python3 benchmarks/mixed_rows.py [--batch 65536] [--row-cap 4000000] [--fleet H100x1]
+
+About 2 minutes on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+
+import torch
+
+from polyrec.models import preset
+from polyrec.planner.propose import make_plan
+from polyrec.planner.types import model_spec_from_config, parse_fleet
+from polyrec.results import write_results
+from polyrec.runtime import TrainConfig, Trainer
+
+#: Untimed steps (compiles, the CUDA graph's capture) and timed ones per row; the synthetic batches are made once
+#: for all of them (``TrainConfig.synthetic_pool``), so no timed step waits on the data.
+WARMUP, STEPS = 5, 20
+#: The trainer's timer phases reported per row.
+PHASES = ("data", "emb_fwd", "dense", "emb_bwd", "optimizer")
+
+
+def plan_row_dtypes(model: str, fleet: str) -> str:
+    """The row dtype per table that ``polyrec plan --model <model> --fleet <fleet>`` chooses, comma-separated."""
+    plan = make_plan(model_spec_from_config(preset(model)), parse_fleet(fleet))
+    return ",".join(plan.table_plan(t.name).weight_dtype for t in plan.model.tables)
+
+
+def measure(label: str, row_dtypes: str, args: argparse.Namespace) -> dict:
+    """One row: ``Trainer.benchmark`` of a fresh trainer with these rows, freed afterwards."""
+    cfg = TrainConfig(preset=args.preset, batch_size=args.batch, row_cap=args.row_cap or None, steps=10_000,
+                      synthetic_pool=WARMUP + STEPS, embedding_dtype=row_dtypes, cuda_graphs=args.cuda_graphs)
+    trainer = Trainer(cfg, progress=False)
+    timing = trainer.benchmark(warmup=WARMUP, steps=STEPS)
+    tbes = type(trainer.model.embeddings).__name__
+    del trainer
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"rows": label, "module": tbes, "ms_per_step": timing["ms_per_step"],
+            "samples_per_s": timing["samples_per_s"], **{f"{p}_ms": timing.get(f"{p}_ms") for p in PHASES},
+            "last_loss": timing["last_loss"], "row_dtypes": row_dtypes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="mlperf-dcnv2")
+    parser.add_argument("--batch", type=int, default=65536)
+    parser.add_argument("--row-cap", type=int, default=4_000_000, help="rows per table at most (0: full size)")
+    parser.add_argument("--fleet", default="H100x1", help="the fleet whose plan's row dtypes make the mixed row")
+    parser.add_argument("--cuda-graphs", default="auto", choices=("auto", "on", "off"))
+    args = parser.parse_args()
+    args.cuda_graphs = {"auto": "auto", "on": True, "off": False}[args.cuda_graphs]
+    mix = plan_row_dtypes(args.preset, args.fleet)
+    if len(set(mix.split(","))) == 1:
+        raise SystemExit(f"the {args.fleet} plan keeps one row dtype ({mix.split(',')[0]}): pick a fleet whose plan "
+                         "mixes them (--fleet)")
+    rows = [measure("fp32", "fp32", args), measure("fp16", "fp16", args),
+            measure(f"{args.fleet} plan", mix, args), measure("fp32 again", "fp32", args)]
+    base = rows[0]["ms_per_step"]
+    for r in rows:
+        r["vs_fp32"] = r["ms_per_step"] / base
+    summary = {"preset": args.preset, "batch": args.batch, "row_cap": args.row_cap, "fleet": args.fleet,
+               "cuda_graphs": str(args.cuda_graphs), "warmup": WARMUP, "steps": STEPS}
+    write_results("mixed_rows", {"rows": rows}, rows=rows, summary=summary)
+    print(f"{'rows':<14}{'module':<22}{'ms/step':>9}{'vs fp32':>9}" + "".join(f"{p:>11}" for p in PHASES))
+    for r in rows:
+        print(f"{r['rows']:<14}{r['module']:<22}{r['ms_per_step']:>9.2f}{r['vs_fp32']:>9.3f}"
+              + "".join(f"{r[p + '_ms'] or 0:>11.2f}" for p in PHASES))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""On the GPU machine: tables of several row dtypes (a plan's per-table precisions, one TBE per dtype:
+``polyrec.models.mixed_embeddings``): the lookup equals float64 sums, the trainer's step paths (eager, CUDA-graphed,
+semi-sync, the cold start's dry run) train as one-dtype tables do, and a resumed run continues the same losses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from polyrec.models.embeddings import EmbeddingOptimConfig, build_embeddings
+from polyrec.models.mixed_embeddings import MixedRowEmbeddings
+from polyrec.runtime import TrainConfig, Trainer
+
+pytestmark = pytest.mark.gpu
+
+STEPS = 6
+TABLES = 26  # dcnv2-small
+#: fp16 and fp32 tables in turn, a bf16 one among them: three TBEs, outputs put back in table order
+MIXED = ",".join("bf16" if t == 5 else ("fp16" if t % 2 else "fp32") for t in range(TABLES))
+
+
+def _run(**changes) -> tuple[list[float], list[torch.Tensor], list[torch.Tensor], Trainer]:
+    """Losses of the first steps, each table's rows before and after them (dcnv2-small, fixed seed)."""
+    cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=STEPS, device="cuda",
+                      embedding_backend="polyrec", dense_backend="polyrec", log_every=10**9, **changes)
+    trainer = Trainer(cfg, progress=False)
+    tables = trainer.model.embeddings
+    initial = [w.float().clone() for w in tables.table_weights()]
+    losses = [float(trainer.train_step()) for _ in range(STEPS)]
+    return losses, initial, [w.float().clone() for w in tables.table_weights()], trainer
+
+
+def test_lookup_equals_float64_sums():
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    rows, batch = (1000, 37, 5000, 3), 513
+    dtypes = (torch.float16, torch.float32, torch.bfloat16, torch.float16)
+    tables = build_embeddings("polyrec", rows, 64, optimizer=EmbeddingOptimConfig(), device=torch.device("cuda"),
+                              seed=2, weight_dtype=dtypes)
+    assert isinstance(tables, MixedRowEmbeddings)
+    lengths = torch.randint(0, 9, (len(rows) * batch,), device="cuda", generator=gen)
+    bounds = torch.tensor(rows, device="cuda").repeat_interleave(batch).repeat_interleave(lengths)
+    values = (torch.rand(bounds.shape, device="cuda", generator=gen) * bounds).long()  # duplicates in small tables
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device="cuda")
+    offsets[1:] = lengths.cumsum(0)
+    with torch.no_grad():
+        out = tables(values, offsets, batch)  # [B, F, D]
+    bag = torch.arange(len(rows) * batch, device="cuda").repeat_interleave(lengths)
+    want = torch.zeros(len(rows) * batch, 64, dtype=torch.float64, device="cuda")
+    for f, w in enumerate(tables.table_weights()):
+        mine = (bag // batch) == f
+        want.index_add_(0, bag[mine], w.double()[values[mine]])
+    torch.testing.assert_close(out.double(), want.view(len(rows), batch, 64).transpose(0, 1), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("changes", [{}, {"cuda_graphs": True}, {"pipeline": "semi-sync"}],
+                         ids=["eager", "graphs", "semi-sync"])
+def test_mixed_rows_train_like_fp32_rows(changes):
+    """Same losses as fp32 rows within half-precision noise, and every table updated."""
+    fp32, _, _, _ = _run()
+    mixed, initial, after, trainer = _run(embedding_dtype=MIXED, **changes)
+    assert isinstance(trainer.model.embeddings, MixedRowEmbeddings)
+    assert [w.dtype for w in trainer.model.embeddings.table_weights()].count(torch.float16) == TABLES // 2
+    assert mixed == pytest.approx(fp32, rel=0.02 if not changes.get("pipeline") else 0.05)
+    assert all(not torch.equal(a, b) and torch.isfinite(b).all() for a, b in zip(initial, after))
+
+
+def test_cold_start_dry_run_puts_every_tbes_step_back():
+    """The dry steps of the precompile run every TBE; their step counts (stochastic rounding's seeds) are put back,
+    so the run's losses equal one without the precompile."""
+    with_dry, _, _, trainer = _run(embedding_dtype=MIXED, precompile=True)
+    assert trainer.cold_start is not None and trainer.cold_start.kernels > 0
+    assert [tbe.step for tbe in trainer.model.embeddings.tbes] == [STEPS] * 3
+    without, _, _, _ = _run(embedding_dtype=MIXED, precompile=False)
+    assert with_dry == without
+
+
+def test_resume_continues_the_same_losses(tmp_path: Path):
+    def run(directory: Path, steps: int, resume: bool = False):
+        cfg = TrainConfig(preset="dcnv2-small", data="synthetic:uniform", batch_size=2048, steps=steps, device="cuda",
+                          embedding_backend="polyrec", dense_backend="polyrec", log_every=1, checkpoint_dir=directory,
+                          resume=resume, embedding_dtype=MIXED)
+        return Trainer(cfg, progress=False).train()
+
+    straight = run(tmp_path / "a", 8)
+    first = run(tmp_path / "b", 4)
+    resumed = run(tmp_path / "b", 8, resume=True)
+    assert first.losses == straight.losses[:4]
+    assert resumed.losses == straight.losses[4:] and resumed.step == 8
