@@ -3,7 +3,7 @@
 ``polyrec plan`` may give each table its own row dtype (on one H100: four of the MLPerf model's five 40M-row
 tables in fp16, the rest fp32). The trainer keeps each dtype's tables in a TBE of their own
 (``polyrec.models.mixed_embeddings``), which adds a split of the ids by dtype (one host sync), a reassembly of the
-pooled outputs in table order (a cat and, where the dtypes interleave, a gather; their backward copies too) and
+pooled outputs in table order (each group's columns written once; in the backward, read once) and
 loses the one-TBE paths that write DLRM-DCNv2's x0 and the CUDA graph's input in place. This script runs the
 trainer's steps (MLPerf DLRM-DCNv2, batch 65536, tables capped at 4M rows by default so that any GPU holds one
 run's fp32 tables) with all rows fp32, all fp16, the plan's mix, and fp32 again (the drift between the two fp32

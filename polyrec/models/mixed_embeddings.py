@@ -3,12 +3,13 @@
 ``polyrec.kernels.tbe.TableBatchedEmbedding`` keeps all its tables in one flat buffer of one precision, so
 tables of fp32 and fp16 rows live in two of them. A lookup splits the feature-major jagged batch by those
 groups (one host sync: each feature's value bounds), looks every group up in its TBE, and puts the pooled
-outputs back in table order ``[B, F, D]``; each TBE's backward updates its rows in place (fused), from its
-slice of the output gradient.
+outputs into one ``[B, F, D]`` in table order; each TBE's backward updates its rows in place (fused), from its
+columns of the output gradient.
 
 What a one-dtype ``PolyrecEmbeddings`` adds for speed is not here: the lookup writes no caller's buffer (no
 ``lead_columns`` for DLRM-DCNv2's x0, no ``hold_output`` for a CUDA graph's static input: the model and the
-trainer copy instead), and the split and the reassembly are extra passes over the ids and the pooled output.
+trainer copy instead), and the split and the reassembly are extra passes over the ids and the pooled output (and
+its gradient).
 """
 
 from __future__ import annotations
@@ -46,6 +47,25 @@ def feature_subset(values: torch.Tensor, offsets: torch.Tensor, bounds: list[int
     return torch.cat(parts), torch.cat(starts)
 
 
+class _Interleave(torch.autograd.Function):
+    """The groups' pooled outputs [B, F_g, D] written into one [B, F, D] at their features' columns; backward
+    hands each group its columns of the gradient, contiguous (as its TBE's backward reads them): one pass each way
+    (a cat and a gather would take two, and their backward two more)."""
+
+    @staticmethod
+    def forward(ctx, columns: list[torch.Tensor], *parts: torch.Tensor) -> torch.Tensor:
+        ctx.columns = columns
+        first = parts[0]
+        out = first.new_empty((first.shape[0], sum(p.shape[1] for p in parts), first.shape[2]))  # [B, F, D]
+        for index, part in zip(columns, parts):
+            out.index_copy_(1, index, part)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return None, *(grad.index_select(1, index) for index in ctx.columns)
+
+
 class MixedRowEmbeddings(nn.Module):
     """Tables of several row dtypes, each dtype's in one ``TableBatchedEmbedding`` with the fused optimizer."""
 
@@ -67,9 +87,7 @@ class MixedRowEmbeddings(nn.Module):
                 seed=seed * GROUP_SEED_STRIDE + tables[0])
             tbe.feature_numbers = tables  # its errors name the model's features
             self.tbes.append(tbe)
-        order = [t for tables in self.groups for t in tables]  # the features of the groups' outputs, side by side
-        self._restore = (None if order == sorted(order)
-                         else torch.tensor(sorted(range(len(order)), key=order.__getitem__), device=device))
+        self._columns = [torch.tensor(tables, device=device) for tables in self.groups]  # each group's features
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D], features in table order."""
@@ -87,8 +105,7 @@ class MixedRowEmbeddings(nn.Module):
             batch = JaggedBatch(values=part_values, offsets=part_offsets, batch_size=batch_size,
                                 num_features=len(tables))
             outs.append(tbe(batch).view(batch_size, len(tables), self.dim))  # [B, F_g, D]
-        pooled = torch.cat(outs, dim=1)  # [B, F, D], features in the groups' order
-        return pooled if self._restore is None else pooled.index_select(1, self._restore)
+        return _Interleave.apply(self._columns, *outs)
 
     def table_weights(self) -> list[torch.Tensor]:
         """Views [rows, dim] of each table's rows in its TBE's buffer, in table order."""

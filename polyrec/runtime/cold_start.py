@@ -10,7 +10,7 @@ real first step then finds them compiled.
 What a dry step may change, and what :class:`StepSnapshot` puts back: the dense parts' parameters and
 buffers (torch's ops, e.g. Adam's, write them; putting them back in place also makes every kept
 compute-dtype copy stale, ``polyrec.kernels.master_copies``, and re-reads the fp8 roles' histories,
-``Fp8Scaling``), the dense optimizer's state, the embedding module's step count, the data position, the
+``Fp8Scaling``), the dense optimizer's state, the embedding TBEs' step counts, the data position, the
 RNG, the trainer's step count and its phase timer. The embedding tables and their optimizer state are
 written by Triton kernels only (polyrec's TBE): a dry step leaves them as they were, and they are not
 copied (100 GB at full MLPerf size). So the dry run is for runs whose embeddings are polyrec's, on one
