@@ -162,3 +162,11 @@ def test_embedding_dtype_names_one_dtype_or_one_per_table():
         table_row_dtypes(rt, 26)
     with pytest.raises(ValueError, match="several ranks keeps one row dtype for every table"):
         Trainer._check_distributed(SimpleNamespace(cfg=cfg, rt=rt, plan=None))
+
+
+def test_the_run_summary_counts_the_tables_of_each_dtype():
+    from polyrec.cli.train import row_dtype_text
+
+    assert row_dtype_text("fp16") == "fp16"
+    assert row_dtype_text("fp32,fp16,fp32,bf16") == "fp32 x2, fp16 x1, bf16 x1"
+    assert row_dtype_text("fp16,fp16") == "fp16"
