@@ -34,6 +34,17 @@ def test_a_count_glued_to_a_kind_ending_in_x_names_the_fleet_meant(fleet, meant)
         parse_fleet(fleet)
 
 
+@pytest.mark.parametrize("fleet", ["cpu", "CPUx2", "H200x2,cpu"])
+def test_a_cpu_fleet_says_what_cpu_is(fleet):
+    """`polyrec hw detect` names the host `cpu` where torch sees no GPU; `plan --fleet cpu` said only "unknown device
+    'cpu'", not that the planner plans GPUs and where a CPU run goes (sixtieth session)."""
+    from polyrec.planner import parse_fleet
+
+    with pytest.raises(FleetError, match=r"cpu is the host CPU \(polyrec train --device cpu runs there\), which the "
+                                         r"planner does not plan: it plans the catalog's GPUs\. Valid devices: A100"):
+        parse_fleet(fleet)
+
+
 def test_compare_given_a_fleet_says_it_takes_device_kinds():
     """`plan --compare H200x8,H100` said "unknown device 'H200x8'" without saying that --compare names kinds."""
     result = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--compare", "H200x8,H100"])

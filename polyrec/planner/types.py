@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polyrec.hardware.catalog import UnknownDeviceError, catalog, get_device, same_name
+from polyrec.hardware.detect import CPU_NAME
 from polyrec.hardware.types import DeviceSpec
 from polyrec.perfmodel.tbe_reads import SKEWS
 
@@ -300,6 +301,18 @@ def _ascii_count(text: str, entry: str, count: str) -> None:
                          f"ASCII digits (0-9); syntax {FLEET_SYNTAX}")
 
 
+def _unknown_hint(name: str, entry: str, valid: Sequence[str]) -> str:
+    """What comes between an unknown device of a fleet ``entry`` and the list of valid ones: the entry meant where a
+    count is glued to the kind (``_glued_count``), or what ``cpu`` (``polyrec hw detect``'s name of the host) is."""
+    meant = _glued_count(entry.strip(), valid)
+    if meant:
+        return f"; did you mean {meant} (KINDxCOUNT)? Valid devices: "
+    if same_name(name, [CPU_NAME]) is not None:
+        return (f"; {CPU_NAME} is the host CPU (polyrec train --device cpu runs there), which the planner does not "
+                "plan: it plans the catalog's GPUs. Valid devices: ")
+    return "; valid devices: "
+
+
 def parse_fleet(text: str) -> Fleet:
     """Parse ``KINDxCOUNT[,KINDxCOUNT][@HOSTS]`` (a bare ``KIND`` means one device)."""
     body, at, hosts_text = text.strip().partition("@")
@@ -322,9 +335,8 @@ def parse_fleet(text: str) -> Fleet:
         try:
             spec = get_device(name)
         except UnknownDeviceError:
-            meant = _glued_count(item.strip(), valid)
-            hint = f"; did you mean {meant} (KINDxCOUNT)? Valid devices: " if meant else "; valid devices: "
-            raise FleetError(f"fleet {text!r}: unknown device {name!r}{hint}{', '.join(valid)}") from None
+            raise FleetError(f"fleet {text!r}: unknown device {name!r}{_unknown_hint(name, item, valid)}"
+                             f"{', '.join(valid)}") from None
         if count < 1:
             raise FleetError(f"fleet {text!r}: count of {name} must be a positive integer (>= 1), got {count}")
         groups.append(DeviceGroup(device=spec.name, count=count))
