@@ -145,7 +145,10 @@ def load_model(name: str, distribution: str | None, one_hot: bool = False, row_c
         raise FleetError(f"--row-cap must be at least 1 (or left out), got {row_cap}")
     if one_hot and data is not None:
         raise FleetError("--one-hot and --data both set the lookups per sample: give one")
-    config = preset(name)
+    try:
+        config = preset(name)
+    except ValueError as unknown:
+        raise FleetError(f"--model {name}: {unknown}") from None
     if one_hot:
         config = config.replace(multi_hot=(1,) * config.num_tables)
     if row_cap is not None:

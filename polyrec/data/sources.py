@@ -15,7 +15,7 @@ from polyrec.data.mlperf import MLPerfBinarySource, RecordSource
 from polyrec.data.multihot import MULTI_HOT_SUFFIX, MultiHotRecords
 from polyrec.data.movielens import MovieLensSource
 from polyrec.data.prefetch import Prefetching
-from polyrec.data.synthetic import SyntheticSource
+from polyrec.data.synthetic import DISTRIBUTIONS, SyntheticSource
 from polyrec.data.types import BadRows, Source
 from polyrec.models.config import ModelConfig
 
@@ -32,11 +32,14 @@ def parse_spec(spec: str) -> tuple[str, str]:
         raise ValueError(f"unknown data {spec!r}; use one of: synthetic, criteo:PATH, mlperf:PATH, movielens:PATH")
     if kind != "synthetic" and not arg:
         raise ValueError(f"data {kind!r} needs a path: {kind}:PATH")
+    if kind == "synthetic" and arg and arg not in DISTRIBUTIONS:
+        raise ValueError(f"unknown data {spec!r}: synthetic data draws {' or '.join(DISTRIBUTIONS)} ids "
+                         f"(synthetic:{'|'.join(DISTRIBUTIONS)}; plain synthetic: {DISTRIBUTIONS[0]})")
     return kind, arg
 
 
 #: What plain ``synthetic`` draws (``synthetic:zipf``, the power law).
-SYNTHETIC_DEFAULT = "zipf"
+SYNTHETIC_DEFAULT = DISTRIBUTIONS[0]
 
 
 def canonical_spec(spec: str) -> str:

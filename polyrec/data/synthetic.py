@@ -25,6 +25,8 @@ HASH_MULTIPLIER = 0x1E3779B9
 #: Default power-law exponent of "zipf" indices; 1.05 is the skew commonly used for Criteo-like
 #: synthetic embedding traffic (FBGEMM's TBE benchmark ``--alpha`` values are 1.0-1.2).
 DEFAULT_ZIPF_ALPHA = 1.05
+#: The id distributions synthetic data draws (``synthetic:<name>``); the first is what plain ``synthetic`` draws.
+DISTRIBUTIONS = ("zipf", "uniform")
 #: Hidden-model weights: dense and categorical parts each have logit std about this, chosen so the
 #: hidden model's own AUC is about 0.8 (measured by tests/test_data_synthetic.py).
 HIDDEN_PART_STD = 1.0
@@ -64,8 +66,9 @@ class SyntheticSource(Closing):
                  pool: int = 0, model_seed: int | None = None) -> None:
         """``seed``: the batch stream (one per rank); ``model_seed``: the hidden labelling model, the same
         on every rank (None: ``seed``, as in one process)."""
-        if distribution not in ("zipf", "uniform"):
-            raise ValueError(f"synthetic distribution must be 'zipf' or 'uniform', got {distribution!r}")
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"synthetic distribution must be {' or '.join(map(repr, DISTRIBUTIONS))}, got "
+                             f"{distribution!r}")
         self.config, self.batch_size, self.seed = config, batch_size, seed
         self.device = torch.device(device)
         self.distribution, self.alpha, self.num_eval_batches = distribution, alpha, num_eval_batches

@@ -28,14 +28,14 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from polyrec.data.synthetic import DISTRIBUTIONS
 from polyrec.models import PRESETS, ModelConfig, preset
 from polyrec.planner.types import TRAINABLE_DENSE_DTYPES, DenseSpec, ModelSpec, Plan, model_spec_from_config
 from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
 
 #: The plan's index distributions (planner.types.INDEX_DISTRIBUTIONS) that synthetic data draws, by the same
-#: names (``polyrec.data.synthetic.SyntheticSource``'s ``distribution``; the planner's "zipf" is its power law);
-#: the first is what plain ``synthetic`` draws (``polyrec.data.sources.open_source``).
-SYNTHETIC_DISTRIBUTIONS = ("zipf", "uniform")
+#: names (the planner's "zipf" is its power law); the first is what plain ``synthetic`` draws.
+SYNTHETIC_DISTRIBUTIONS = DISTRIBUTIONS
 #: How a difference of the tables' lookups per sample (the planner's pooling) is named.
 LOOKUPS = "lookups per sample"
 #: How a difference of the tables' rows is named.

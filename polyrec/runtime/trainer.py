@@ -117,7 +117,10 @@ class Trainer(TrainerState, TrainLoop):
         check_counts(cfg)
         planned = read_plan(cfg.plan) if cfg.plan is not None else None  # read once: its preset, then the rest
         cfg = plan_preset(cfg, planned, typed) if planned is not None else cfg
-        base = preset(cfg.preset)
+        try:
+            base = preset(cfg.preset)
+        except ValueError as unknown:
+            raise ValueError(f"--preset {cfg.preset}: {unknown}") from None
         if cfg.row_cap:
             base = base.with_capped_rows(cfg.row_cap)
         self.plan = (check_plan(cfg.plan, planned, base, self.ctx.world_size, cfg.row_cap) if planned is not None
