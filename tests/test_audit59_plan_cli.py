@@ -88,7 +88,7 @@ def test_codesign_where_the_smallest_design_does_not_fit_says_so():
 def test_the_memory_table_of_a_mixed_fleet_shows_its_fullest_ranks():
     """On H100x4,H200x4 the table showed the 4 ranks of the most bytes, all H200s (20-21 of 141 GB), and not the
     H100s, which are fuller (19 of 80 GB), under a title that did not say ranks were left out."""
-    from polyrec.cli.plan import memory_table
+    from polyrec.cli.plan_tables import memory_table
     from polyrec.models.config import mlperf_dcnv2
     from polyrec.planner import make_plan, model_spec_from_config, parse_fleet
 

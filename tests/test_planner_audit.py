@@ -330,7 +330,7 @@ def test_compare_with_a_fleet_is_refused_not_ignored(tmp_path):
 
 
 def test_the_table_list_shows_ranks_out_of_order_as_they_are():
-    from polyrec.cli.plan import ranks_text
+    from polyrec.cli.plan_tables import ranks_text
 
     assert ranks_text(tuple(range(8, 16))) == "8..15"
     assert ranks_text((3, 7, 1, 5, 2)) == "3,7,1,5,2"  # was: "3..2"
@@ -396,7 +396,7 @@ def test_the_plan_table_shows_slow_rates_and_no_negative_zero():
     """Was: '0.00M samples/s' for a plan at batch 1, and '-0.000' hidden overlap on every one-GPU plan."""
     from rich.console import Console
 
-    from polyrec.cli.plan import per_second, plan_table
+    from polyrec.cli.plan_tables import per_second, plan_table
 
     assert [per_second(r) for r in (3_414_000, 512_300, 950.4, 114.2)] == ["3.41M", "512k", "950", "114"]
     console = Console(width=200, record=True)
