@@ -39,6 +39,14 @@ def data_suffix(data: str) -> str:
     return f"_{detail}" if kind == "synthetic" and detail else f"_{kind}"
 
 
+def rows_suffix(embedding_dtype: str) -> str:
+    """The results name's mark of ``--embedding-dtype`` other than fp32: "_fp16_rows", or "_mixed_rows" for one
+    dtype per table (no list of 26 names in a file name)."""
+    if embedding_dtype == "fp32":
+        return ""
+    return "_mixed_rows" if "," in embedding_dtype else f"_{embedding_dtype}_rows"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="dcnv2-small at batch 1024 (smoke test)")
@@ -46,7 +54,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--row-cap", type=int, default=4_000_000, help="rows per table at most (0: full size)")
     parser.add_argument("--data", default="synthetic", help="synthetic (power-law ids) or synthetic:uniform")
-    parser.add_argument("--embedding-dtype", default="fp32", help="embedding rows: fp32, fp16 or bf16")
+    parser.add_argument("--embedding-dtype", default="fp32",
+                        help="embedding rows: fp32, fp16 or bf16, or one per table")
     parser.add_argument("--precision", default="auto", help="dense matmuls: auto (bf16), bf16 or fp8")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--host", action="store_true",
@@ -71,7 +80,7 @@ def main() -> None:
                "kernel_ms_per_step": total,
                "dense_floor_ms_at_686_tflops": floor_ms, **{f"timer_{k}": v for k, v in timing.items()}}
     name = ("e2e_profile" if cfg.preset == "mlperf-dcnv2" else f"e2e_profile_{cfg.preset}") + (
-        "" if args.embedding_dtype == "fp32" else f"_{args.embedding_dtype}_rows") + data_suffix(args.data) + (
+        rows_suffix(args.embedding_dtype)) + data_suffix(args.data) + (
         "_fp8_dense" if args.precision == "fp8" else "") + ("_graphs" if args.cuda_graphs else "")
     write_results(name, {"rows": rows, "timing": timing, "host_profile": host}, rows=rows[:60],
                   summary=summary)

@@ -21,6 +21,12 @@ def test_the_results_name_marks_data_other_than_the_default():
     assert profile.data_suffix("movielens:/x/ml-100k.inter") == "_movielens"
 
 
+def test_the_results_name_marks_rows_other_than_fp32():
+    assert profile.rows_suffix("fp32") == ""
+    assert profile.rows_suffix("bf16") == "_bf16_rows"
+    assert profile.rows_suffix("fp16,fp32,fp32") == "_mixed_rows"
+
+
 def test_profile_diff_reads_a_results_files_full_table(tmp_path):
     """profile_diff.py takes each kernel's calls and ms per step from a results file's full table (not the
     summary rows), so a kernel only one run launched still counts."""
