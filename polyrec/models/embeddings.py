@@ -260,7 +260,8 @@ class PolyrecEmbeddings(nn.Module):
 
 
 def build_embeddings(backend: str, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
-                     device: torch.device, seed: int, weight_dtype: torch.dtype | tuple[torch.dtype, ...] = torch.float32,
+                     device: torch.device, seed: int,
+                     weight_dtype: torch.dtype | tuple[torch.dtype, ...] = torch.float32,
                      output_dtype: torch.dtype = torch.float32) -> nn.Module:
     """The tables of one backend; ``output_dtype`` (polyrec only) is the pooled output's dtype: bf16 there
     saves the fp32 round trip when the dense layers run in bf16 (torch's EmbeddingBag returns fp32).

@@ -108,7 +108,6 @@ def predicted_ms(cfg, rt, model_config) -> Prediction:
     """Host (eager and graphed) and device ms of one step of this run on its GPU, as the planner predicts them."""
     from polyrec.hardware.detect import detect
     from polyrec.planner import PlanConstraints, make_plan, model_spec_from_config, parse_fleet
-
     from polyrec.runtime.config import row_dtype_names
 
     spec = detect(rt.device.index or 0).spec
