@@ -11,7 +11,8 @@ rows is the noise), one after another in one process, and prints ms per step and
 
     PYTHONPATH=. python3 benchmarks/mixed_rows.py [--batch 65536] [--row-cap 4000000] [--fleet H100x1]
 
-About 2 minutes on an H200.
+Not yet run on a GPU (written in the sixtieth session, when no device machine could be started); four trainers
+one after another, the first compiling the kernels: expect a few minutes.
 """
 
 from __future__ import annotations
