@@ -190,3 +190,18 @@ def test_a_semi_sync_run_of_mixed_rows_resumes_bit_exact(tmp_path):
     straight = run(tmp_path / "a", 4)
     first, resumed = run(tmp_path / "b", 2), run(tmp_path / "b", 4, resume=True)
     assert first.losses + resumed.losses == straight.losses and len(straight.losses) == 4
+
+
+@pytest.mark.parametrize("group", [0, 1], ids=["fp32 group", "fp16 group"])
+def test_a_save_finds_a_non_finite_row_in_any_dtypes_tables(group):
+    """Before a checkpoint the trainer checks every tensor of the embeddings' state: the state of one TBE per row
+    dtype is a list of their state dicts, which the check read as holding no tensor (a NaN row was saved)."""
+    from polyrec.runtime import TrainConfig, Trainer
+
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=1, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=1,
+                      embedding_dtype=",".join("fp16" if t % 3 == 0 else "fp32" for t in range(26)))
+    trainer = Trainer(cfg, progress=False)
+    assert trainer.finite_state()
+    trainer.model.embeddings.tbes[group].weights[5] = float("nan")
+    assert not trainer.finite_state()

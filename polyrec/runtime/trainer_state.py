@@ -126,10 +126,13 @@ def to_cpu(state: Any) -> Any:
 
 
 def state_tensors(state: Any) -> list[torch.Tensor]:
+    """Every tensor of a nested state: dicts, and lists or tuples (one state dict per TBE of mixed row dtypes)."""
     if isinstance(state, torch.Tensor):
         return [state]
     if isinstance(state, dict):
         return [t for v in state.values() for t in state_tensors(v)]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in state_tensors(v)]
     return []
 
 
