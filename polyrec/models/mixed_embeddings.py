@@ -87,7 +87,8 @@ class MixedRowEmbeddings(nn.Module):
                 seed=seed * GROUP_SEED_STRIDE + tables[0])
             tbe.feature_numbers = tables  # its errors name the model's features
             self.tbes.append(tbe)
-        self._columns = [torch.tensor(tables, device=device) for tables in self.groups]  # each group's features
+        for g, tables in enumerate(self.groups):  # each group's features, moved with the module (.to(device))
+            self.register_buffer(f"columns_{g}", torch.tensor(tables, device=device), persistent=False)
 
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D], features in table order."""
@@ -105,7 +106,7 @@ class MixedRowEmbeddings(nn.Module):
             batch = JaggedBatch(values=part_values, offsets=part_offsets, batch_size=batch_size,
                                 num_features=len(tables))
             outs.append(tbe(batch).view(batch_size, len(tables), self.dim))  # [B, F_g, D]
-        return _Interleave.apply(self._columns, *outs)
+        return _Interleave.apply([getattr(self, f"columns_{g}") for g in range(len(self.groups))], *outs)
 
     def table_weights(self) -> list[torch.Tensor]:
         """Views [rows, dim] of each table's rows in its TBE's buffer, in table order."""

@@ -54,6 +54,23 @@ def test_lookup_equals_float64_sums():
     torch.testing.assert_close(out.double(), want.view(len(rows), batch, 64).transpose(0, 1), rtol=1e-6, atol=1e-6)
 
 
+def test_tables_built_on_the_cpu_look_up_on_the_gpu_once_moved():
+    """``.to("cuda")`` moves every TBE and the groups' column indices (buffers): the lookup runs there and equals
+    the CPU's."""
+    rows, dtypes = (50, 7, 30), (torch.float32, torch.float16, torch.float32)
+    tables = build_embeddings("polyrec", rows, 16, optimizer=EmbeddingOptimConfig(), device=torch.device("cpu"),
+                              seed=4, weight_dtype=dtypes)
+    values = torch.tensor([0, 3, 49, 1, 6, 6, 29, 0])
+    offsets = torch.tensor([0, 2, 3, 4, 6, 7, 8])  # 3 features x 2 samples
+    with torch.no_grad():
+        on_cpu = [w.float().clone() for w in tables.table_weights()]
+        out = tables.to("cuda")(values.cuda(), offsets.cuda(), 2)
+    assert out.device.type == "cuda"
+    want = torch.stack([torch.stack([on_cpu[f][values[offsets[f * 2 + b]:offsets[f * 2 + b + 1]]].sum(0)
+                                     for f in range(3)]) for b in range(2)])
+    torch.testing.assert_close(out.cpu(), want)
+
+
 @pytest.mark.parametrize("changes", [{}, {"cuda_graphs": True}, {"pipeline": "semi-sync"}],
                          ids=["eager", "graphs", "semi-sync"])
 def test_mixed_rows_train_like_fp32_rows(changes):
