@@ -78,9 +78,10 @@ class MixedRowEmbeddings(nn.Module):
         if len(row_dtypes) != len(table_rows):
             raise ValueError(f"{len(row_dtypes)} row dtypes for {len(table_rows)} tables: give one per table")
         self.dim, self.num_features = dim, len(table_rows)
-        self.groups = [tables for _, tables in dtype_groups(row_dtypes)]
+        grouped = dtype_groups(row_dtypes)
+        self.groups = [tables for _, tables in grouped]
         self.tbes = nn.ModuleList()
-        for dtype, tables in dtype_groups(row_dtypes):
+        for dtype, tables in grouped:
             tbe = TableBatchedEmbedding(
                 [TableSpec(name=f"t{t}", rows=table_rows[t], dim=dim, pooling="sum") for t in tables],
                 optimizer=optimizer, weight_dtype=dtype, device=device, output_dtype=output_dtype,
