@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+from pathlib import Path
 
 import torch
 
@@ -27,6 +28,7 @@ from polyrec.planner.propose import make_plan
 from polyrec.planner.types import model_spec_from_config, parse_fleet
 from polyrec.results import write_results
 from polyrec.runtime import TrainConfig, Trainer
+from polyrec.runtime.plan_apply import plan_fields
 
 #: Untimed steps (compiles, the CUDA graph's capture) and timed ones per row; the synthetic batches are made once
 #: for all of them (``TrainConfig.synthetic_pool``), so no timed step waits on the data.
@@ -36,9 +38,10 @@ PHASES = ("data", "emb_fwd", "dense", "emb_bwd", "optimizer")
 
 
 def plan_row_dtypes(model: str, fleet: str) -> str:
-    """The row dtype per table that ``polyrec plan --model <model> --fleet <fleet>`` chooses, comma-separated."""
+    """The ``--embedding-dtype`` that ``polyrec train --plan`` takes from ``polyrec plan --model <model> --fleet
+    <fleet>``'s answer (``plan_apply.plan_fields``): one name, or one per table."""
     plan = make_plan(model_spec_from_config(preset(model)), parse_fleet(fleet))
-    return ",".join(plan.table_plan(t.name).weight_dtype for t in plan.model.tables)
+    return str(plan_fields(plan, Path(f"{model} on {fleet}"))["embedding_dtype"])
 
 
 def measure(label: str, row_dtypes: str, args: argparse.Namespace) -> dict:
@@ -66,9 +69,9 @@ def main() -> None:
     args = parser.parse_args()
     args.cuda_graphs = {"auto": "auto", "on": True, "off": False}[args.cuda_graphs]
     mix = plan_row_dtypes(args.preset, args.fleet)
-    if len(set(mix.split(","))) == 1:
-        raise SystemExit(f"the {args.fleet} plan keeps one row dtype ({mix.split(',')[0]}): pick a fleet whose plan "
-                         "mixes them (--fleet)")
+    if "," not in mix:
+        raise SystemExit(f"the {args.fleet} plan keeps one row dtype ({mix}): pick a fleet whose plan mixes them "
+                         "(--fleet)")
     rows = [measure("fp32", "fp32", args), measure("fp16", "fp16", args),
             measure(f"{args.fleet} plan", mix, args), measure("fp32 again", "fp32", args)]
     base = rows[0]["ms_per_step"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,10 +218,21 @@ def resolve(cfg: TrainConfig) -> Resolved:
                     row_dtypes=tuple(EMBEDDING_DTYPES[name] for name in row_dtypes))
 
 
+def split_row_dtypes(spec: str) -> tuple[str, ...]:
+    """``TrainConfig.embedding_dtype`` as its names, unchecked: one, or one per table (comma-separated)."""
+    return tuple(name.strip() for name in spec.split(","))
+
+
+def row_dtype_spec(names: Sequence[str]) -> str:
+    """Row dtype names as ``TrainConfig.embedding_dtype`` holds them: one name where every table has it, else the
+    names comma-separated."""
+    return names[0] if len(set(names)) == 1 else ",".join(names)
+
+
 def row_dtype_names(spec: str) -> tuple[str, ...]:
     """``TrainConfig.embedding_dtype``'s names: one, or one per table (comma-separated); an unknown or empty
     one is refused, naming its place."""
-    names = tuple(name.strip() for name in spec.split(","))
+    names = split_row_dtypes(spec)
     for i, name in enumerate(names):
         if name not in EMBEDDING_DTYPES:
             where = f" (table {i} of {len(names)})" if len(names) > 1 else ""

@@ -31,7 +31,7 @@ from pathlib import Path
 from polyrec.data.synthetic import DISTRIBUTIONS
 from polyrec.models import PRESETS, ModelConfig, preset
 from polyrec.planner.types import TRAINABLE_DENSE_DTYPES, DenseSpec, ModelSpec, Plan, model_spec_from_config
-from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig
+from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig, row_dtype_spec
 
 #: The plan's index distributions (planner.types.INDEX_DISTRIBUTIONS) that synthetic data draws, by the same
 #: names (the planner's "zipf" is its power law); the first is what plain ``synthetic`` draws.
@@ -194,7 +194,7 @@ def _row_dtypes(plan: Plan, path: Path) -> str:
         names = [plan.table_plan(t.name).weight_dtype for t in plan.model.tables]
     except KeyError as exc:
         raise ValueError(f"{path}: {exc.args[0]}") from None
-    return names[0] if len(set(names)) == 1 else ",".join(names)
+    return row_dtype_spec(names)
 
 
 def plan_fields(plan: Plan, path: Path) -> dict[str, object]:

@@ -19,6 +19,7 @@ from polyrec.data import Batch
 from polyrec.data.sources import canonical_spec
 from polyrec.runtime import parallel
 from polyrec.runtime.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from polyrec.runtime.config import row_dtype_spec, split_row_dtypes
 
 #: What a trainer checkpoint holds (``TrainerState.save``); a file without one of them is refused.
 CHECKPOINT_KEYS = ("step", "dense", "dense_optimizer", "data", "rng", "train_config", "model_config", "embeddings")
@@ -92,8 +93,7 @@ def _compared(name: str, value: Any) -> Any:
     if name == "data":
         return canonical_spec(value)
     if name == "embedding_dtype":
-        names = tuple(part.strip() for part in value.split(","))
-        return names[0] if len(set(names)) == 1 else ",".join(names)
+        return row_dtype_spec(split_row_dtypes(value))
     return value
 
 
