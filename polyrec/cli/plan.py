@@ -166,7 +166,7 @@ def priced_distribution(distribution: str | None, data: str | None) -> str:
     refuses the plan with that data (``plan_apply.plan_data``); before, ``--data synthetic:zipf`` planned uniform ids
     and the trainer refused the plan."""
     from polyrec.data.sources import parse_spec
-    from polyrec.runtime.plan_apply import SYNTHETIC_DISTRIBUTIONS
+    from polyrec.data.synthetic import DISTRIBUTIONS
 
     if distribution is not None and distribution not in INDEX_DISTRIBUTIONS:
         raise FleetError(f"--distribution {shlex.quote(distribution)}: not one of {', '.join(INDEX_DISTRIBUTIONS)}")
@@ -174,7 +174,7 @@ def priced_distribution(distribution: str | None, data: str | None) -> str:
     drawn = arg if kind == "synthetic" else ""
     if distribution is None:
         return drawn or DEFAULT_DISTRIBUTION
-    draws = (drawn,) if drawn else SYNTHETIC_DISTRIBUTIONS if kind == "synthetic" else (distribution,)
+    draws = (drawn,) if drawn else DISTRIBUTIONS if kind == "synthetic" else (distribution,)
     if distribution not in draws:
         raise FleetError(f"--distribution {distribution}: --data {data} draws {' or '.join(draws)} ids, and polyrec "
                          "train --plan refuses a plan of others with it; leave --distribution out or change one")

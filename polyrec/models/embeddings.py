@@ -158,6 +158,14 @@ class TorchEmbeddings(nn.Module):
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+def tbe_modules(module: nn.Module) -> list[nn.Module]:
+    """The polyrec TBEs within ``module``: one, one per row dtype (``MixedRowEmbeddings``), a rank's shards, or
+    none (torch's tables)."""
+    from polyrec.kernels.tbe import TableBatchedEmbedding
+
+    return [m for m in module.modules() if isinstance(m, TableBatchedEmbedding)]
+
+
 def tbe_optimizer(cfg: EmbeddingOptimConfig):
     """``cfg`` as polyrec's TBE takes it (``polyrec.kernels.tbe.EmbeddingOptimizer``)."""
     from polyrec.kernels.tbe import EmbeddingOptimizer

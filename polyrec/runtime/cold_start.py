@@ -28,6 +28,7 @@ import torch
 
 from polyrec.kernels import precompile
 from polyrec.kernels.gemm import selecting_as_captured
+from polyrec.models.embeddings import tbe_modules
 from polyrec.runtime.checkpoint import rng_state, set_rng_state
 from polyrec.runtime.metrics import PhaseTimer
 from polyrec.runtime.trainer_state import map_tensors
@@ -84,13 +85,6 @@ def _put_back(live: dict, saved: dict) -> None:
             live[k] = saved[k]
 
 
-def _tbes(trainer: Any) -> list[Any]:
-    """The polyrec TBEs of ``trainer``'s tables: one, one per row dtype (``MixedRowEmbeddings``), or none (torch's)."""
-    from polyrec.kernels.tbe import TableBatchedEmbedding
-
-    return [m for m in trainer.model.embeddings.modules() if isinstance(m, TableBatchedEmbedding)]
-
-
 @dataclass(slots=True)
 class StepSnapshot:
     """The trainer state a dry step may change (module docstring), taken before and put back after."""
@@ -106,7 +100,7 @@ class StepSnapshot:
     def take(cls, trainer: Any) -> StepSnapshot:
         return cls(dense={name: _cloned(part.state_dict()) for name, part in trainer._dense_named()},
                    optimizer_state={p: _cloned(s) for p, s in trainer.optimizer.state.items()},
-                   embedding_steps=[tbe.step for tbe in _tbes(trainer)], data=_cloned(trainer.source.state_dict()),
+                   embedding_steps=[tbe.step for tbe in tbe_modules(trainer.model.embeddings)], data=_cloned(trainer.source.state_dict()),
                    rng=rng_state(trainer.rt.device), step=trainer.step)
 
     def restore(self, trainer: Any) -> None:
@@ -116,7 +110,7 @@ class StepSnapshot:
             _put_back(trainer.optimizer.state, self.optimizer_state)
         for p in trainer.model.dense_parameters():
             p.grad = None
-        for tbe, step in zip(_tbes(trainer), self.embedding_steps, strict=True):
+        for tbe, step in zip(tbe_modules(trainer.model.embeddings), self.embedding_steps, strict=True):
             tbe.step = step
         trainer.source.load_state_dict(self.data)
         set_rng_state(self.rng, trainer.rt.device)

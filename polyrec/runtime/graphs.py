@@ -34,6 +34,7 @@ from torch import nn
 
 from polyrec.kernels.gemm import selecting_as_captured
 from polyrec.kernels.master_copies import keeping_in_capture
+from polyrec.models.embeddings import tbe_modules
 
 #: Warm-up passes of the dense half before its capture: ``torch.cuda.make_graphed_callables``'s default
 #: (``num_warmup_iters``), run by ``capture`` itself with the loss's true gradient.
@@ -134,11 +135,8 @@ def planner_dtype(rt) -> str:
 def mark_host_bound(model, host_bound: bool) -> None:
     """Tell every polyrec embedding module of ``model`` whether its step waits on the host
     (``TableBatchedEmbedding.host_bound``: its update config weighs the merge levels' host issue)."""
-    from polyrec.kernels.tbe import TableBatchedEmbedding
-
-    for module in model.modules():
-        if isinstance(module, TableBatchedEmbedding):
-            module.host_bound = host_bound
+    for tbe in tbe_modules(model):
+        tbe.host_bound = host_bound
 
 
 def capture(module: nn.Module, sample: tuple[torch.Tensor, ...], *, keep_copies: bool = False) -> nn.Module:

@@ -33,9 +33,6 @@ from polyrec.models import PRESETS, ModelConfig, preset
 from polyrec.planner.types import TRAINABLE_DENSE_DTYPES, DenseSpec, ModelSpec, Plan, model_spec_from_config
 from polyrec.runtime.config import DENSE_OPTIMIZERS, TrainConfig, row_dtype_spec
 
-#: The plan's index distributions (planner.types.INDEX_DISTRIBUTIONS) that synthetic data draws, by the same
-#: names (the planner's "zipf" is its power law); the first is what plain ``synthetic`` draws.
-SYNTHETIC_DISTRIBUTIONS = DISTRIBUTIONS
 #: How a difference of the tables' lookups per sample (the planner's pooling) is named.
 LOOKUPS = "lookups per sample"
 #: How a difference of the tables' rows is named.
@@ -226,12 +223,12 @@ def plan_data(plan: Plan, data: str, path: Path) -> str:
     are the file's)."""
     kind, _, drawn = data.partition(":")
     wanted = plan.model.index_distribution
-    if kind != "synthetic" or (drawn or SYNTHETIC_DISTRIBUTIONS[0]) == wanted:
+    if kind != "synthetic" or (drawn or DISTRIBUTIONS[0]) == wanted:
         return data
-    if wanted not in SYNTHETIC_DISTRIBUTIONS:
+    if wanted not in DISTRIBUTIONS:
         raise ValueError(f"{path}: the plan's model.index_distribution {wanted!r} is not one synthetic data draws "
-                         f"({', '.join(SYNTHETIC_DISTRIBUTIONS)}). Re-plan with --distribution "
-                         f"{' or '.join(SYNTHETIC_DISTRIBUTIONS)}, or train on file data")
+                         f"({', '.join(DISTRIBUTIONS)}). Re-plan with --distribution "
+                         f"{' or '.join(DISTRIBUTIONS)}, or train on file data")
     return f"synthetic:{wanted}"
 
 
