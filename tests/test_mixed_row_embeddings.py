@@ -108,6 +108,25 @@ def test_training_steps_follow_torch_table_by_table(kind):
     assert all(moved)  # every table was updated (its ids drew into each of the three batches)
 
 
+def test_the_output_leaves_lead_columns_free_and_is_held_for_later_lookups():
+    """As a one-dtype module's: DLRM-DCNv2's x0 beside the lookup (``lead_buffer``, once per output) and a CUDA
+    graph's static input (``hold_output``: the next trained lookup of that batch size writes the same buffer)."""
+    tables = mixed()
+    tables.lead_columns = 3
+    gen = torch.Generator().manual_seed(11)
+    values, offsets = jagged(4, gen)
+    emb = tables(values, offsets, 4)
+    lead = tables.lead_buffer(emb)
+    assert lead is not None and lead.shape == (4, 3 + len(ROWS) * DIM)
+    assert lead[:, 3:].data_ptr() == emb.data_ptr() and tables.lead_buffer(emb) is None
+    torch.testing.assert_close(emb.detach().double(), pooled64(tables.table_weights(), values, offsets, 4))
+    assert tables.hold_output(emb)
+    values, offsets = jagged(4, gen)
+    again = tables(values, offsets, 4)
+    assert again.data_ptr() == emb.data_ptr() and tables.lead_buffer(again) is not None
+    torch.testing.assert_close(again.detach().double(), pooled64(tables.table_weights(), values, offsets, 4))
+
+
 def test_a_bad_id_names_the_models_feature_and_table():
     """Table 3 is the only bf16 one (its TBE's feature 0): the error names feature 3."""
     tables = mixed()

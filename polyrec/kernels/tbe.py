@@ -64,8 +64,12 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
     def __init__(self, tables: list[TableSpec], *, optimizer: EmbeddingOptimizer, weight_dtype=torch.float32,
                  feature_to_table: list[int] | None = None, device=None, seed: int = 0, deterministic: bool = False,
                  init_scale: float | None = None, output_dtype=torch.float32, debug_checks: bool = False,
-                 update_config: tbe_select.UpdateConfig | None = None, group_dims: bool | None = None):
-        """``update_config`` forces the update kernel's variant, tile and warps (benchmarks compare
+                 update_config: tbe_select.UpdateConfig | None = None, group_dims: bool | None = None,
+                 output_columns: tuple[list[int], int] | None = None):
+        """``output_columns``: (each feature's first column, the output's width), for a module that holds some
+        of a caller's features and writes their columns of the caller's wider output (several such modules
+        share one output: ``tbe_lookups.lookup_shared``); its backward reads those columns of the gradient.
+        None: the pooled features one after another. ``update_config`` forces the update kernel's variant, tile and warps (benchmarks compare
         variants with it); by default the cost model chooses (``tbe_select.select_update``).
         ``group_dims``: tables whose dims take several BLOCK_D are updated by one launch per group (True),
         by one launch at the widest (False), or as the cost model says per batch (None,
@@ -92,6 +96,7 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         self.weight_dtype, self.output_dtype = weight_dtype, output_dtype
         self.deterministic, self.debug_checks, self.seed = deterministic, debug_checks, as_int(seed, "seed")
         self.update_config, self.group_dims = update_config, group_dims
+        self.output_columns = output_columns
         # The step waits on the host (the trainer says so from the planner's prediction): the update's
         # selection then weighs the merge levels' host issue (tbe_select.select_update's host_bound)
         self.host_bound = False
@@ -127,12 +132,7 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         blocks = [block_d([t.dim]) for t in self.tables]
         self.dim_blocks = sorted(set(blocks))  # BLOCK_D of each dim group, ascending
         key_base = [self.dim_blocks.index(b) * self.total_rows + base for b, base in zip(blocks, row_base)]
-        col, cols = 0, []
-        for t in self.feature_to_table:
-            spec = self.tables[t]
-            cols.append(-1 if spec.pooling == "none" else col)
-            col += 0 if spec.pooling == "none" else spec.dim
-        self.output_dim = col
+        cols, self.output_dim = feature_columns(self.tables, self.feature_to_table, self.output_columns)
         self.pooled_features = [f for f, c in enumerate(cols) if c >= 0]
         self.sequence_features = [f for f, c in enumerate(cols) if c < 0]
         seq_dims = {self.tables[self.feature_to_table[f]].dim for f in self.sequence_features}
@@ -415,6 +415,35 @@ def packed_views(flat: Tensor, shapes: list[tuple[int, int]], per_row: bool = Fa
         out.append(piece if per_row else piece.view(rows, dim))
         start += size
     return out
+
+
+def feature_columns(tables: list[TableSpec], feature_to_table: list[int],
+                    placed: tuple[list[int], int] | None) -> tuple[list[int], int]:
+    """Where each feature's pooled dim starts in an output row (-1: pooling "none", not in the output) and the
+    row's width: the pooled features one after another, or where ``placed`` (columns, width) puts them, checked:
+    inside the row, overlapping no other feature."""
+    dims = [tables[t].dim for t in feature_to_table]
+    if placed is None:
+        cols, col = [], 0
+        for t, dim in zip(feature_to_table, dims):
+            cols.append(-1 if tables[t].pooling == "none" else col)
+            col += 0 if tables[t].pooling == "none" else dim
+        return cols, col
+    cols, width = [as_int(c, "output_columns") for c in placed[0]], as_int(placed[1], "output width")
+    if len(cols) != len(dims):
+        raise ValueError(f"output_columns: {len(cols)} columns for {len(dims)} features")
+    for f, (t, col, dim) in enumerate(zip(feature_to_table, cols, dims)):
+        if tables[t].pooling == "none":
+            raise ValueError(f"output_columns: feature {f} (table '{tables[t].name}') has pooling 'none': it has "
+                             "no columns in the pooled output")
+        if col < 0 or col + dim > width:
+            raise ValueError(f"output_columns: feature {f} would fill columns {col}..{col + dim - 1} of a "
+                             f"{width}-column output")
+    spans = sorted(zip(cols, dims, range(len(cols))))
+    for (col, dim, f), (nxt, _, g) in zip(spans, spans[1:]):
+        if nxt < col + dim:
+            raise ValueError(f"output_columns: features {f} and {g} overlap (columns {col} and {nxt}, dim {dim})")
+    return cols, width
 
 
 def as_int(value, what: str) -> int:

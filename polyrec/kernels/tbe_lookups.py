@@ -152,6 +152,55 @@ class Lookups:
         return out, ranges
 
 
+def lookup_shared(modules: list, batches: list[JaggedBatch], *, lead_columns: int = 0,
+                  into: Tensor | None = None) -> Tensor:
+    """The pooled lookups of several modules into one output: module i looks up ``batches[i]`` (its features'
+    ids) and writes its features' columns, which its ``output_columns`` place in an output all of them share
+    (one width, output dtype and device; the union of their columns the whole row, which the caller sees to).
+    [B, output_dim], ``lead_columns`` and ``into`` as ``Lookups.forward`` takes them; one autograd node, whose
+    backward runs each module's fused backward on its columns of the gradient. No per-sample weights."""
+    first = modules[0]
+    if len(batches) != len(modules):
+        raise ValueError(f"{len(batches)} batches for {len(modules)} modules")
+    for m in modules:
+        if (m.output_dim, m.output_dtype, m.weights.device) != (first.output_dim, first.output_dtype,
+                                                               first.weights.device):
+            raise ValueError("lookup_shared: the modules' outputs differ in width, dtype or device")
+    if any(b.batch_size != batches[0].batch_size or b.weights is not None for b in batches):
+        raise ValueError("lookup_shared: the batches must share one batch size and have no per-sample weights")
+    if lead_columns < 0:
+        raise ValueError(f"lead_columns must be >= 0, got {lead_columns}")
+    if into is not None:
+        first._check_into(into, batches[0].batch_size, lead_columns)
+    for m, b in zip(modules, batches):
+        m._validate(b)
+        m._prepared = None
+    anchor = torch.empty(0, device=first.weights.device, requires_grad=torch.is_grad_enabled())
+    ids = [t for b in batches for t in (b.values, b.offsets)]
+    return _SharedLookup.apply(anchor, modules, batches[0].batch_size, lead_columns, into, *ids)
+
+
+class _SharedLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, anchor, modules, batch_size, lead_columns, into, *ids):
+        ctx.modules, ctx.batch_size = modules, batch_size
+        ctx.save_for_backward(*ids)
+        first = modules[0]
+        buffer = into if into is not None else torch.empty(
+            batch_size, lead_columns + first.output_dim, dtype=first.output_dtype, device=first.weights.device)
+        for m, values, offsets in zip(modules, ids[0::2], ids[1::2]):
+            out = m._pooled_forward(values, offsets, None, batch_size, ctx.needs_input_grad[0], lead_columns, buffer)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        ids = ctx.saved_tensors
+        for m, values, offsets in zip(ctx.modules, ids[0::2], ids[1::2]):
+            with torch.no_grad(), m.backward_side(grad, values, offsets):
+                m._fused_backward(grad, values, offsets, None, ctx.batch_size, None)
+        return (None,) * (5 + len(ids))
+
+
 class _PooledLookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, module, values, offsets, per_sample, batch_size, lead_columns, into):

@@ -174,26 +174,14 @@ def tbe_optimizer(cfg: EmbeddingOptimConfig):
                               weight_decay=cfg.weight_decay, initial_accumulator_value=cfg.initial_accumulator_value)
 
 
-class PolyrecEmbeddings(nn.Module):
-    """polyrec's table-batched embedding with its fused optimizer (state lives in its state_dict)."""
+class HeldOutputEmbeddings(nn.Module):
+    """polyrec's tables whose pooled output is one [B, lead_columns + F*D] buffer that callers may write
+    beside (``lead_columns``, ``lead_buffer``: DLRM-DCNv2's x0) or hold for every later lookup
+    (``hold_output``: a CUDA graph's static input). A subclass looks the batch up into it (``lookup``)."""
 
-    fused = True
-
-    def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
-                 device: torch.device, seed: int, weight_dtype: torch.dtype = torch.float32,
-                 output_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, num_features: int, dim: int) -> None:
         super().__init__()
-        if not polyrec_embedding_available():
-            raise ImportError("embedding backend 'polyrec' needs polyrec.kernels.tbe and polyrec.kernels.jagged, "
-                              "which are not installed")
-        from polyrec.kernels.jagged import JaggedBatch
-        from polyrec.kernels.tbe import TableBatchedEmbedding, TableSpec
-
-        self._jagged = JaggedBatch
-        self.dim = dim
-        tables = [TableSpec(name=f"t{t}", rows=rows, dim=dim, pooling="sum") for t, rows in enumerate(table_rows)]
-        self.tbe = TableBatchedEmbedding(tables, optimizer=tbe_optimizer(optimizer), weight_dtype=weight_dtype,
-                                         device=device, seed=seed, output_dtype=output_dtype)
+        self.num_features, self.dim = num_features, dim
         # Columns the lookup leaves free before its output in the buffer it writes (TableBatchedEmbedding's
         # ``lead_columns``): DLRM-DCNv2 puts the bottom MLP's output there (polyrec.models.layers.beside).
         self.lead_columns = 0
@@ -201,16 +189,19 @@ class PolyrecEmbeddings(nn.Module):
         self._latest: int | None = None  # data_ptr of the latest output
         self._held: torch.Tensor | None = None  # [B, lead_columns + F*D]: where trained lookups of B bags go
 
+    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
+               into: torch.Tensor | None) -> torch.Tensor:
+        """The pooled [B, F*D], the last columns of a [B, lead_columns + F*D] buffer (``into`` when given)."""
+        raise NotImplementedError
+
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
-        num_features = len(self.tbe.feature_to_table)
-        batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=num_features)
         held = self._held
         into = held if held is not None and torch.is_grad_enabled() and held.shape[0] == batch_size else None
-        out = self.tbe(batch, lead_columns=self.lead_columns, into=into)  # [B, F*D]
+        out = self.lookup(values, offsets, batch_size, into)  # [B, F*D]
         self._latest = out.data_ptr()
         self._free_lead = out.data_ptr() if self.lead_columns else None
-        return out.view(batch_size, num_features, self.dim)
+        return out.view(batch_size, self.num_features, self.dim)
 
     def hold_output(self, emb: torch.Tensor) -> bool:
         """Write every later trained lookup of ``emb``'s batch size into ``emb``'s buffer (``emb`` [B, F, D]:
@@ -251,6 +242,36 @@ class PolyrecEmbeddings(nn.Module):
             self._free_lead = None
         return torch.empty(0, dtype=emb.dtype, device=emb.device).set_(
             emb.untyped_storage(), emb.storage_offset() - self.lead_columns, (rows, width), (width, 1))
+
+
+class PolyrecEmbeddings(HeldOutputEmbeddings):
+    """polyrec's table-batched embedding with its fused optimizer (state lives in its state_dict)."""
+
+    fused = True
+
+    def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimConfig,
+                 device: torch.device, seed: int, weight_dtype: torch.dtype = torch.float32,
+                 output_dtype: torch.dtype = torch.float32) -> None:
+        super().__init__(len(table_rows), dim)
+        if not polyrec_embedding_available():
+            raise ImportError("embedding backend 'polyrec' needs polyrec.kernels.tbe and polyrec.kernels.jagged, "
+                              "which are not installed")
+        from polyrec.kernels.jagged import JaggedBatch
+        from polyrec.kernels.tbe import TableBatchedEmbedding, TableSpec
+
+        self._jagged = JaggedBatch
+        tables = [TableSpec(name=f"t{t}", rows=rows, dim=dim, pooling="sum") for t, rows in enumerate(table_rows)]
+        self.tbe = TableBatchedEmbedding(tables, optimizer=tbe_optimizer(optimizer), weight_dtype=weight_dtype,
+                                         device=device, seed=seed, output_dtype=output_dtype)
+
+    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
+               into: torch.Tensor | None) -> torch.Tensor:
+        batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_features)
+        return self.tbe(batch, lead_columns=self.lead_columns, into=into)
+
+    def table_weights(self) -> list[torch.Tensor]:
+        """Views [rows, dim] of each table's rows in the TBE's buffer."""
+        return self.tbe.table_weights()
 
     def apply_gradients(self) -> None:
         """Nothing to do: the backward pass already updated the rows."""
