@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from polyrec.kernels.jagged import JaggedBatchError
-from polyrec.models.embeddings import EmbeddingOptimConfig, PolyrecEmbeddings, TorchEmbeddings, build_embeddings
-from polyrec.models.mixed_embeddings import MixedRowEmbeddings, dtype_groups
+from polyrec.models.embeddings import (EmbeddingOptimConfig, PolyrecEmbeddings, TorchEmbeddings, bag_bounds,
+                                       build_embeddings)
+from polyrec.models.mixed_embeddings import MixedRowEmbeddings, dtype_groups, feature_subset
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="polyrec's TBE runs on the CPU only through Triton's interpreter: set "
@@ -53,6 +54,24 @@ def pooled64(weights: list[torch.Tensor], values: torch.Tensor, offsets: torch.T
 
 def test_groups_keep_first_appearance_order():
     assert dtype_groups(DTYPES) == [(F32, [0, 2]), (F16, [1, 4]), (BF16, [3])]
+
+
+@pytest.mark.parametrize("features", [[1, 4], [0, 2, 3], [3]])
+def test_a_feature_subset_is_the_jagged_batch_of_those_features(features):
+    """Each feature's bags, in the subset's order, with the same ids (an empty bag among them); no samples give
+    no ids and offsets [0]."""
+    b = 4
+    values, offsets = jagged(b, torch.Generator().manual_seed(len(features)), empty=3 * b)
+    bounds = bag_bounds(offsets, b, len(ROWS))
+    part, starts = feature_subset(values, offsets, bounds, b, features, torch.tensor(features))
+    assert starts.shape == (len(features) * b + 1,) and int(starts[0]) == 0 and int(starts[-1]) == part.numel()
+    for k, f in enumerate(features):
+        for s in range(b):
+            mine = part[starts[k * b + s]:starts[k * b + s + 1]]
+            assert torch.equal(mine, values[offsets[f * b + s]:offsets[f * b + s + 1]]), (f, s)
+    empty = torch.zeros(1, dtype=torch.int64)
+    part, starts = feature_subset(values[:0], empty, [0] * (len(ROWS) + 1), 0, features, torch.tensor(features))
+    assert part.numel() == 0 and starts.tolist() == [0]
 
 
 def test_one_dtype_per_table_builds_one_tbe_per_dtype_and_one_dtype_builds_the_plain_module():

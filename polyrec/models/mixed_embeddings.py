@@ -33,16 +33,21 @@ def dtype_groups(row_dtypes: tuple[torch.dtype, ...]) -> list[tuple[torch.dtype,
 
 
 def feature_subset(values: torch.Tensor, offsets: torch.Tensor, bounds: list[int], batch_size: int,
-                   features: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+                   features: list[int], index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The jagged batch of ``features`` alone, in their order: values [nnz_g] and offsets [len(features)*B+1];
-    ``bounds``: where each feature's values start and end in ``values`` (``embeddings.bag_bounds``)."""
-    parts, starts, base = [], [], 0
+    ``bounds``: where each feature's values start and end in ``values`` (``embeddings.bag_bounds``); ``index``:
+    ``features`` on the ids' device. A few launches whatever the number of features (the lookup waits on the
+    host between the sync of ``bounds`` and them)."""
+    shifts, base = [], 0  # how far each feature's values move down, and the subset's nnz
     for f in features:
-        parts.append(values[bounds[f]:bounds[f + 1]])
-        starts.append(offsets[f * batch_size:(f + 1) * batch_size] - (bounds[f] - base))
+        shifts.append(bounds[f] - base)
         base += bounds[f + 1] - bounds[f]
-    starts.append(offsets.new_tensor([base]))
-    return torch.cat(parts), torch.cat(starts)
+    part = torch.cat([values[bounds[f]:bounds[f + 1]] for f in features])
+    if batch_size == 0:
+        return part, offsets.new_zeros(1)
+    moves = torch.tensor([*shifts, base], dtype=offsets.dtype, device=offsets.device)
+    bags = offsets[:-1].view(-1, batch_size).index_select(0, index)  # [F_g, B] each bag's first position
+    return part, torch.cat([(bags - moves[:-1, None]).view(-1), moves[-1:]])
 
 
 class MixedRowEmbeddings(HeldOutputEmbeddings):
@@ -67,6 +72,8 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
                 output_columns=([t * dim for t in tables], len(table_rows) * dim))  # table order in one output
             tbe.feature_numbers = tables  # its errors name the model's features
             self.tbes.append(tbe)
+        for g, tables in enumerate(self.groups):  # each group's features, moved with the module (.to(device))
+            self.register_buffer(f"features_{g}", torch.tensor(tables, device=device), persistent=False)
 
     def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
                into: torch.Tensor | None) -> torch.Tensor:
@@ -80,8 +87,9 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
         if any(b < a for a, b in zip(bounds, bounds[1:])):
             raise JaggedBatchError(f"offsets decrease between features: each feature's first offsets are {bounds}")
         batches = []
-        for tables in self.groups:
-            part_values, part_offsets = feature_subset(values, offsets, bounds, batch_size, tables)
+        for g, tables in enumerate(self.groups):
+            part_values, part_offsets = feature_subset(values, offsets, bounds, batch_size, tables,
+                                                       getattr(self, f"features_{g}"))
             batches.append(JaggedBatch(values=part_values, offsets=part_offsets, batch_size=batch_size,
                                        num_features=len(tables)))
         return lookup_shared(list(self.tbes), batches, lead_columns=self.lead_columns, into=into)
