@@ -2,17 +2,16 @@
 
 ``polyrec plan`` may give each table its own row dtype (on one H100: four of the MLPerf model's five 40M-row
 tables in fp16, the rest fp32). The trainer keeps each dtype's tables in a TBE of their own
-(``polyrec.models.mixed_embeddings``), which adds a split of the ids by dtype (one host sync), a reassembly of the
-pooled outputs in table order (each group's columns written once; in the backward, read once) and
-loses the one-TBE paths that write DLRM-DCNv2's x0 and the CUDA graph's input in place. This script runs the
-trainer's steps (MLPerf DLRM-DCNv2, batch 65536, tables capped at 4M rows by default so that any GPU holds one
-run's fp32 tables) with all rows fp32, all fp16, the plan's mix, and fp32 again (the drift between the two fp32
-rows is the noise), one after another in one process, and prints ms per step and its phases.
+(``polyrec.models.mixed_embeddings``), which adds a split of the ids by dtype (one host sync, one copy of the
+ids) and a launch per TBE; the TBEs write their columns of one output in table order (``output_columns``). This
+script runs the trainer's steps (MLPerf DLRM-DCNv2, batch 65536, tables capped at 4M rows by default so that any
+GPU holds one run's fp32 tables) with all rows fp32, all fp16, the plan's mix, and fp32 again (the drift between
+the two fp32 rows is the noise), one after another in one process, and prints ms per step and its phases.
 
     PYTHONPATH=. python3 benchmarks/mixed_rows.py [--batch 65536] [--row-cap 4000000] [--fleet H100x1]
 
-Not yet run on a GPU (written in the sixtieth session, when no device machine could be started); four trainers
-one after another, the first compiling the kernels: expect a few minutes.
+Four trainers one after another, the first compiling the kernels: about a minute on an H100. Results:
+``benchmarks/results/mixed_rows_2026-12-06/``.
 """
 
 from __future__ import annotations
