@@ -17,8 +17,9 @@ pytestmark = pytest.mark.gpu
 
 STEPS = 6
 TABLES = 26  # dcnv2-small
-#: fp16 and fp32 tables in turn, a bf16 one among them: three TBEs, outputs put back in table order
+#: fp16 and fp32 tables in turn, a bf16 one among them (table 5): three TBEs, outputs put back in table order
 MIXED = ",".join("bf16" if t == 5 else ("fp16" if t % 2 else "fp32") for t in range(TABLES))
+FP16_TABLES = TABLES // 2 - 1  # the odd tables but table 5
 
 
 def _run(**changes) -> tuple[list[float], list[torch.Tensor], list[torch.Tensor], Trainer]:
@@ -78,16 +79,17 @@ def test_mixed_rows_train_like_fp32_rows(changes):
     fp32, _, _, _ = _run()
     mixed, initial, after, trainer = _run(embedding_dtype=MIXED, **changes)
     assert isinstance(trainer.model.embeddings, MixedRowEmbeddings)
-    assert [w.dtype for w in trainer.model.embeddings.table_weights()].count(torch.float16) == TABLES // 2
+    assert [w.dtype for w in trainer.model.embeddings.table_weights()].count(torch.float16) == FP16_TABLES
     assert mixed == pytest.approx(fp32, rel=0.02 if not changes.get("pipeline") else 0.05)
     assert all(not torch.equal(a, b) and torch.isfinite(b).all() for a, b in zip(initial, after))
 
 
 def test_cold_start_dry_run_puts_every_tbes_step_back():
     """The dry steps of the precompile run every TBE; their step counts (stochastic rounding's seeds) are put back,
-    so the run's losses equal one without the precompile."""
+    so the run's losses equal one without the precompile. (What it compiles depends on what earlier tests of this
+    process compiled: not asserted.)"""
     with_dry, _, _, trainer = _run(embedding_dtype=MIXED, precompile=True)
-    assert trainer.cold_start is not None and trainer.cold_start.kernels > 0
+    assert trainer.cold_start is not None and trainer.precompile_skipped is None
     assert [tbe.step for tbe in trainer.model.embeddings.tbes] == [STEPS] * 3
     without, _, _, _ = _run(embedding_dtype=MIXED, precompile=False)
     assert with_dry == without
