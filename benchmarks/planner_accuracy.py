@@ -133,6 +133,23 @@ def predict(case: Case, device_name: str):
     return make_plan(spec, parse_fleet(device_name), c)
 
 
+def fitting(configurations: list[Case], device_name: str) -> tuple[dict[int, Case], list[str]]:
+    """The configurations whose plan fits one ``device_name`` (an H100's 80 GB holds no full-size MLPerf tables
+    in fp32), by their index in the list (the host costs were fitted on the even ones), and why each other
+    one was left out."""
+    from polyrec.planner import NoFitError
+
+    kept, left_out = {}, []
+    for index, case in enumerate(configurations):
+        try:
+            predict(case, device_name)
+        except NoFitError as exc:
+            left_out.append(f"{case.model_label} B={case.batch}: {str(exc).splitlines()[0]}")
+            continue
+        kept[index] = case
+    return kept, left_out
+
+
 def measure(case: Case, *, warmup: int, steps: int) -> dict:
     import torch
 
@@ -300,18 +317,17 @@ def main() -> None:
         calibration, probe_host = "skipped (--quick): datasheet ceilings", False
     else:
         calibration, probe_host = ensure_ceilings(spec)
-    configurations = cases(QUICK if args.quick else FP8 if args.fp8 else FULL)
+    configurations, skipped = fitting(cases(QUICK if args.quick else FP8 if args.fp8 else FULL), spec.name)
     warmup, steps = (3, args.steps or 5) if args.quick else (5, args.steps or STEPS)
     passes = 1 if args.quick else args.passes
     start = time.perf_counter()
     probes = {name: ([], probe_launches_ms(spec.name, name)) for name in PROBE_PRESETS} if probe_host else {}
     got: dict[int, list[dict]] = {}
-    skipped = []
     for done in range(passes):
         if done and (time.perf_counter() - start) * (done + 1) / done > args.budget_s:
             skipped.append(f"passes {done + 1}-{passes} (budget)")
             break
-        for index, case in enumerate(configurations):
+        for index, case in configurations.items():
             if index % PROBE_EVERY == 0:
                 for name, (windows, _) in probes.items():
                     windows += probe_windows_ms(name, 1)

@@ -1,5 +1,6 @@
 """benchmarks/planner_accuracy.py's split of the step error by the bound the plan predicts, on the
-committed H200 run: its device-bound rows and host-bound rows apart."""
+committed H200 run: its device-bound rows and host-bound rows apart; and the configurations it runs on a GPU
+that holds fewer of them."""
 
 from __future__ import annotations
 
@@ -34,3 +35,17 @@ def test_the_committed_run_splits_into_both_kinds():
     got = acc.bound_errors(rows["results"]["rows"])
     assert 0 < got["device_bound_rows"] < len(rows["results"]["rows"])
     assert got["step_geomean_device_bound_rows"] < got["step_geomean_host_bound_rows"]
+
+
+def test_configurations_that_do_not_fit_the_gpu_are_left_out_by_name_keeping_their_indices():
+    """On one H100 (80 GB) the three full-size MLPerf rows (105 GB of fp32 tables and state) are left out with the
+    planner's reason; the others keep their index in the list (the host costs were fitted on the even ones)."""
+    acc = _load()
+    every = acc.cases(acc.FULL)
+    kept, left_out = acc.fitting(every, "H100")
+    full_size = [i for i, c in enumerate(every) if c.preset == "mlperf-dcnv2" and c.row_cap is None]
+    assert len(full_size) == 3 and sorted(kept) == [i for i in range(len(every)) if i not in full_size]
+    assert all(kept[i] is every[i] for i in kept)
+    assert len(left_out) == 3 and all("does not fit H100x1: its tables need 105.4 GB" in why for why in left_out)
+    kept, left_out = acc.fitting(every, "H200")
+    assert len(kept) == len(every) and left_out == []
