@@ -141,11 +141,14 @@ def ceilings(spec: DeviceSpec, measured: dict[str, Any] | None = None) -> Ceilin
     )
 
 
-#: What an H200 measured against its datasheet peaks (4.8 TB/s HBM, 989 TFLOP/s bf16): copy 4.11-4.28 TB/s and
-#: bf16 matmul 730-802 TFLOP/s over the nineteen H200 calibrations committed by 2026-12-04
-#: (benchmarks/results/*/calibration_h200*.json and calibrate_spread_2026-12-01/hw_calibrate_run*_h200.json).
-#: Said where a plan uses datasheet peaks.
-MEASURED_BELOW_DATASHEET = "an H200 measured copy 4.11-4.28 of 4.8 TB/s and bf16 matmul 730-802 of 989 TFLOP/s"
+#: What H200s and an H100 measured against their datasheet peaks: H200 (4.8 TB/s HBM, 989 TFLOP/s bf16) copy
+#: 4.11-4.28 TB/s and bf16 matmul 730-802 TFLOP/s over the nineteen H200 calibrations committed by 2026-12-04
+#: (benchmarks/results/*/calibration_h200*.json and calibrate_spread_2026-12-01/hw_calibrate_run*_h200.json);
+#: H100 (3.35 TB/s, 989 TFLOP/s) copy 3.03 TB/s and bf16 786 TFLOP/s, one calibration
+#: (benchmarks/results/planner_accuracy_h100_2026-12-06/calibration_h100.json). Said where a plan uses
+#: datasheet peaks.
+MEASURED_BELOW_DATASHEET = ("an H200 measured copy 4.11-4.28 of 4.8 TB/s and bf16 matmul 730-802 of 989 TFLOP/s, "
+                            "an H100 3.03 of 3.35 TB/s and 786 of 989 TFLOP/s")
 
 
 def datasheet_note(by_device: dict[str, Ceilings], dtype: str) -> str | None:
