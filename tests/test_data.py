@@ -42,6 +42,21 @@ def test_synthetic_layout_and_ranges():
     assert bool((b.dense >= 0).all())
 
 
+def test_feature_bounds_are_the_offsets_every_feature_starts_and_ends_at():
+    """Batch.feature_bounds: the synthetic source sets them (its offsets never change); a file source's host
+    batch gives them when moved (``to``, ``pinned``) and keeps them padded (the padding's bags are empty)."""
+    src = SyntheticSource(small(), batch_size=64, seed=1)
+    b = src.next_batch()
+    assert b.feature_bounds == tuple(b.offsets[::64].tolist()) and len(b.feature_bounds) == 27
+    tsv = CriteoTSVSource([DATA / "criteo_sample.tsv"], small(), batch_size=8, bad_rows=BadRows(skip=False))
+    host = tsv.next_batch()
+    assert host.feature_bounds is None
+    moved = host.to(CPU)
+    assert moved.feature_bounds == tuple(host.offsets[::8].tolist())
+    padded = moved.padded(11)
+    assert padded.feature_bounds == moved.feature_bounds == tuple(padded.offsets[::11].tolist())
+
+
 def test_synthetic_is_deterministic_and_resumable():
     config = small()
     a = SyntheticSource(config, batch_size=32, seed=4)

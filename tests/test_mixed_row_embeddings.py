@@ -4,6 +4,7 @@ named by the model's feature, and checkpoint state."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -243,3 +244,53 @@ def test_a_save_finds_a_non_finite_row_in_any_dtypes_tables(group):
     assert trainer.finite_state()
     trainer.model.embeddings.tbes[group].weights[5] = float("nan")
     assert not trainer.finite_state()
+
+
+def test_host_bounds_split_the_ids_without_reading_the_offsets(monkeypatch):
+    """Given the batch's feature_bounds, the lookup equals the one that reads them from the offsets, and does not
+    read them (``bag_bounds``: the host sync)."""
+    import polyrec.models.mixed_embeddings as mixed_module
+
+    tables = mixed()
+    values, offsets = jagged(5, torch.Generator().manual_seed(21), empty=7)
+    bounds = tuple(offsets[::5].tolist())
+    with torch.no_grad():
+        read = tables(values, offsets, 5)
+        monkeypatch.setattr(mixed_module, "bag_bounds", lambda *a: pytest.fail("the offsets were read"))
+        given = tables(values, offsets, 5, bounds=bounds)
+    assert torch.equal(read, given)
+    tables.check_errors()
+
+
+def test_host_bounds_that_are_not_the_offsets_are_raised():
+    """Bounds that start at 0 and end at nnz but split two features elsewhere pass the host's checks; the device
+    compares them with the offsets, and check_errors names them before what the TBEs flagged of the wrong split
+    (on the CPU a TBE raises that in the lookup). A wrong count is refused at once."""
+    tables = mixed()
+    values, offsets = jagged(5, torch.Generator().manual_seed(22))
+    bounds = list(offsets[::5].tolist())
+    assert bounds[2] > bounds[1]
+    bounds[2] -= 1
+    with torch.no_grad(), pytest.raises(JaggedBatchError):
+        tables(values, offsets, 5, bounds=tuple(bounds))
+        tables.check_errors()
+    with pytest.raises(JaggedBatchError, match="feature_bounds .* are not its offsets'"):
+        tables.check_errors()
+    with pytest.raises(JaggedBatchError, match="feature_bounds: 5 for 5 features"):
+        mixed()(values, offsets, 5, bounds=tuple(bounds[:-1]))
+
+
+def test_training_steps_split_the_ids_by_the_sources_bounds(monkeypatch):
+    """The trainer hands the lookup the synthetic source's bounds (its offsets are the same every batch): no step
+    reads them from the device."""
+    import polyrec.models.mixed_embeddings as mixed_module
+    from polyrec.runtime import TrainConfig, Trainer
+
+    cfg = TrainConfig(preset="dcnv2-small", row_cap=64, batch_size=16, steps=3, device="cpu",
+                      embedding_backend="polyrec", dense_backend="torch", log_every=10**9, data="synthetic:uniform",
+                      embedding_dtype=",".join("fp16" if t % 3 == 0 else "fp32" for t in range(26)))
+    trainer = Trainer(cfg, progress=False)
+    monkeypatch.setattr(mixed_module, "bag_bounds", lambda *a: pytest.fail("a step read the bounds"))
+    losses = [float(trainer.train_step()) for _ in range(3)]
+    assert all(math.isfinite(v) for v in losses)
+    trainer.model.embeddings.check_errors()

@@ -77,7 +77,9 @@ class SyntheticSource(Closing):
         self.position = 0
         b, hot = batch_size, torch.tensor(config.multi_hot)
         lengths = hot.repeat_interleave(b)  # [F*B] feature-major
-        self.offsets = offsets_from_lengths(lengths).to(self.device)
+        offsets = offsets_from_lengths(lengths)
+        self.bounds = tuple(offsets[::b].tolist()) if b else None  # the same every batch (Batch.feature_bounds)
+        self.offsets = offsets.to(self.device)
         rows = torch.tensor(config.table_rows, dtype=torch.float64)
         self.elem_rows = rows.repeat_interleave(hot * b).to(self.device)  # [nnz] table size of each lookup
         self.feature_sizes = (hot * b).tolist()  # lookups of each feature in a batch (contiguous, feature-major)
@@ -112,7 +114,7 @@ class SyntheticSource(Closing):
             values = power_law_rows(u, self.elem_rows, self.alpha)  # [nnz]
         logits = self._hidden_logits(dense, values)
         labels = (torch.rand(b, generator=gen, device=dev) < torch.sigmoid(logits)).float()
-        return Batch(dense=dense, values=values, offsets=self.offsets, labels=labels)
+        return Batch(dense=dense, values=values, offsets=self.offsets, labels=labels, feature_bounds=self.bounds)
 
     def _dense(self, gen: torch.Generator, batch_size: int) -> torch.Tensor:
         """Log-normal counts, log1p-transformed as Criteo's dense features are -> [B, num_dense]."""

@@ -21,10 +21,20 @@ class Batch:
     values: torch.Tensor  # [nnz] int64, row indices, feature-major
     offsets: torch.Tensor  # [F*B+1] int64; bag (f, b) is values[offsets[f*B+b]:offsets[f*B+b+1]]
     labels: torch.Tensor  # [B] float32 in {0, 1}
+    # offsets[0], offsets[B], ..., offsets[F*B] (where each feature's ids start and end), known on the host
+    # without reading the device: tables of several row dtypes split the ids there without a host sync
+    # (polyrec.models.mixed_embeddings). None where unknown; ``to`` takes them from host offsets.
+    feature_bounds: tuple[int, ...] | None = None
 
     @property
     def batch_size(self) -> int:
         return self.dense.shape[0]
+
+    def host_bounds(self) -> tuple[int, ...] | None:
+        """``feature_bounds``, or read from the offsets where they are in host memory (None on a device)."""
+        if self.feature_bounds is not None or self.offsets.device.type != "cpu" or self.batch_size == 0:
+            return self.feature_bounds
+        return tuple(self.offsets[::self.batch_size].tolist())
 
     @property
     def num_features(self) -> int:
@@ -42,20 +52,21 @@ class Batch:
         ends = self.offsets[1:].view(features, self.batch_size)[:, -1:]  # each feature's last bag end
         offsets = torch.cat([torch.cat([starts, ends.expand(features, pad)], dim=1).reshape(-1), self.offsets[-1:]])
         return Batch(dense=torch.cat([self.dense, self.dense.new_zeros(pad, self.dense.shape[1])]),
-                     values=self.values, offsets=offsets,
-                     labels=torch.cat([self.labels, self.labels.new_zeros(pad)]))
+                     values=self.values, offsets=offsets, labels=torch.cat([self.labels, self.labels.new_zeros(pad)]),
+                     feature_bounds=self.feature_bounds)  # the padding's bags are empty: the same bounds
 
     def pinned(self) -> Batch:
         """This batch in page-locked host memory, so that ``to(cuda, non_blocking=True)`` is an asynchronous copy (from
         pageable memory the copy waits on the host: about 10 ms of a 65536-row MLPerf multi-hot batch's 112 MB)."""
         return Batch(dense=self.dense.pin_memory(), values=self.values.pin_memory(),
-                     offsets=self.offsets.pin_memory(), labels=self.labels.pin_memory())
+                     offsets=self.offsets.pin_memory(), labels=self.labels.pin_memory(),
+                     feature_bounds=self.host_bounds())
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(dense=self.dense.to(device, non_blocking=non_blocking),
                      values=self.values.to(device, non_blocking=non_blocking),
                      offsets=self.offsets.to(device, non_blocking=non_blocking),
-                     labels=self.labels.to(device, non_blocking=non_blocking))
+                     labels=self.labels.to(device, non_blocking=non_blocking), feature_bounds=self.host_bounds())
 
 
 T = TypeVar("T")

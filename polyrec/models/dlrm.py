@@ -16,6 +16,7 @@ from torch import nn
 from polyrec.models.config import ModelConfig
 from polyrec.models.embeddings import (
     EmbeddingOptimConfig,
+    HeldOutputEmbeddings,
     build_embeddings,
     polyrec_embedding_available,
 )
@@ -90,12 +91,16 @@ class DLRM(nn.Module):
         if dense.dim() != 2 or dense.shape[1] != self.config.num_dense:
             raise ValueError(f"dense must be [B, num_dense] = [B, {self.config.num_dense}], got {tuple(dense.shape)}")
 
-    def embed(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int, started: Any = None) -> torch.Tensor:
+    def embed(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int, started: Any = None,
+              bounds: tuple[int, ...] | None = None) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled embeddings [B, F, D] (fp32, or the polyrec output dtype).
-        ``started``: sharded tables only, the batch's input distribution begun by ``embeddings.start_inputs``."""
-        if started is None:
-            return self.embeddings(values, offsets, batch_size)
-        return self.embeddings(values, offsets, batch_size, started=started)
+        ``started``: sharded tables only, the batch's input distribution begun by ``embeddings.start_inputs``.
+        ``bounds``: the batch's ``feature_bounds`` where the host knows them (polyrec's tables take them)."""
+        if started is not None:
+            return self.embeddings(values, offsets, batch_size, started=started)
+        if bounds is not None and isinstance(self.embeddings, HeldOutputEmbeddings):
+            return self.embeddings(values, offsets, batch_size, bounds=bounds)
+        return self.embeddings(values, offsets, batch_size)
 
     def dense_forward(self, dense: torch.Tensor, emb: torch.Tensor,
                       compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:

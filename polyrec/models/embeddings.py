@@ -189,16 +189,18 @@ class HeldOutputEmbeddings(nn.Module):
         self._latest: int | None = None  # data_ptr of the latest output
         self._held: torch.Tensor | None = None  # [B, lead_columns + F*D]: where trained lookups of B bags go
 
-    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
-               into: torch.Tensor | None) -> torch.Tensor:
-        """The pooled [B, F*D], the last columns of a [B, lead_columns + F*D] buffer (``into`` when given)."""
+    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int, into: torch.Tensor | None,
+               bounds: tuple[int, ...] | None) -> torch.Tensor:
+        """The pooled [B, F*D], the last columns of a [B, lead_columns + F*D] buffer (``into`` when given);
+        ``bounds``: each feature's first and last id positions, known on the host (``Batch.feature_bounds``)."""
         raise NotImplementedError
 
-    def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> torch.Tensor:
+    def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
+                bounds: tuple[int, ...] | None = None) -> torch.Tensor:
         """values [nnz], offsets [F*B+1] -> pooled [B, F, D]."""
         held = self._held
         into = held if held is not None and torch.is_grad_enabled() and held.shape[0] == batch_size else None
-        out = self.lookup(values, offsets, batch_size, into)  # [B, F*D]
+        out = self.lookup(values, offsets, batch_size, into, bounds)  # [B, F*D]
         self._latest = out.data_ptr()
         self._free_lead = out.data_ptr() if self.lead_columns else None
         return out.view(batch_size, self.num_features, self.dim)
@@ -264,8 +266,9 @@ class PolyrecEmbeddings(HeldOutputEmbeddings):
         self.tbe = TableBatchedEmbedding(tables, optimizer=tbe_optimizer(optimizer), weight_dtype=weight_dtype,
                                          device=device, seed=seed, output_dtype=output_dtype)
 
-    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
-               into: torch.Tensor | None) -> torch.Tensor:
+    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int, into: torch.Tensor | None,
+               bounds: tuple[int, ...] | None) -> torch.Tensor:
+        """One TBE reads the whole batch: ``bounds`` are not needed."""
         batch = self._jagged(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_features)
         return self.tbe(batch, lead_columns=self.lead_columns, into=into)
 

@@ -2,7 +2,8 @@
 
 ``polyrec.kernels.tbe.TableBatchedEmbedding`` keeps all its tables in one flat buffer of one precision, so
 tables of fp32 and fp16 rows live in two of them. A lookup splits the feature-major jagged batch by those
-groups (one host sync: each feature's value bounds; one copy of the ids) and looks every group up in its TBE,
+groups (each feature's value bounds: from the batch's ``feature_bounds`` where its source knows them on the host,
+else one host sync; one copy of the ids) and looks every group up in its TBE,
 which writes its features' columns of one shared ``[B, lead_columns + F*D]`` output in table order
 (``output_columns``, ``tbe_lookups.lookup_shared``); each TBE's backward reads its columns of the output
 gradient and updates its rows in place (fused). The output is held as a one-dtype ``PolyrecEmbeddings`` holds
@@ -74,13 +75,20 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
             self.tbes.append(tbe)
         for g, tables in enumerate(self.groups):  # each group's features, moved with the module (.to(device))
             self.register_buffer(f"features_{g}", torch.tensor(tables, device=device), persistent=False)
+        # set where a lookup's host bounds differed from its offsets' (check_errors raises)
+        self.register_buffer("bounds_differ", torch.zeros((), dtype=torch.bool, device=device), persistent=False)
 
-    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
-               into: torch.Tensor | None) -> torch.Tensor:
-        """values [nnz], offsets [F*B+1] -> pooled [B, F*D], features in table order."""
+    def lookup(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int, into: torch.Tensor | None,
+               bounds: tuple[int, ...] | None) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] -> pooled [B, F*D], features in table order. ``bounds``: the host's
+        ``Batch.feature_bounds`` (no host sync; compared with the offsets on the device, ``check_errors``
+        raises where they differ); None: read from the offsets (one host sync)."""
         JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
                     num_features=self.num_features).validate(device=self.tbes[0].weights.device)
-        bounds = bag_bounds(offsets, batch_size, self.num_features)
+        if bounds is None:
+            bounds = bag_bounds(offsets, batch_size, self.num_features)
+        else:
+            bounds = self._host_bounds(offsets, batch_size, bounds)
         if bounds[0] != 0 or bounds[-1] != values.numel():
             raise JaggedBatchError(f"offsets must run from 0 to nnz = {values.numel()}, got {bounds[0]} to "
                                    f"{bounds[-1]}")
@@ -94,6 +102,16 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
                                        num_features=len(tables)))
         return lookup_shared(list(self.tbes), batches, lead_columns=self.lead_columns, into=into)
 
+    def _host_bounds(self, offsets: torch.Tensor, batch_size: int, bounds: tuple[int, ...]) -> list[int]:
+        """``bounds`` as a list, after queueing their comparison with the offsets' (``bounds_differ``)."""
+        if len(bounds) != self.num_features + 1:
+            raise JaggedBatchError(f"feature_bounds: {len(bounds)} for {self.num_features} features (need F+1 = "
+                                   f"{self.num_features + 1})")
+        if batch_size:
+            given = torch.tensor(bounds, dtype=offsets.dtype, device=offsets.device)
+            self.bounds_differ.logical_or_((offsets[::batch_size] != given).any())
+        return list(bounds)
+
     def table_weights(self) -> list[torch.Tensor]:
         """Views [rows, dim] of each table's rows in its TBE's buffer, in table order."""
         views = {t: w for tbe, tables in zip(self.tbes, self.groups) for t, w in zip(tables, tbe.table_weights())}
@@ -103,7 +121,13 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
         """Nothing to do: the backward pass already updated the rows."""
 
     def check_errors(self) -> None:
-        """Raise for bad ids any TBE masked and flagged in recent lookups (waits for the flags)."""
+        """Raise for bad ids any TBE masked and flagged in recent lookups, and for host bounds that were not the
+        offsets' (waits for the flags), those first: the TBEs' flags would then only tell of a wrong split."""
+        if bool(self.bounds_differ):
+            self.bounds_differ.zero_()
+            raise JaggedBatchError("a batch's feature_bounds (given by its data source, on the host) are not its "
+                                   "offsets' (offsets[0], offsets[B], ..., offsets[F*B]): its ids were split between "
+                                   "the row dtypes' tables at the wrong places")
         for tbe in self.tbes:
             tbe.check_errors(wait=True)
 

@@ -268,7 +268,8 @@ class Trainer(TrainerState, TrainLoop):
         batch, started = self._batch_and_inputs()
         t.stop()
         t.start("emb_fwd")
-        emb = self.model.embed(batch.values, batch.offsets, batch.batch_size, started=started)  # [B, F, D]
+        emb = self.model.embed(batch.values, batch.offsets, batch.batch_size, started=started,
+                               bounds=batch.feature_bounds)  # [B, F, D]
         self._send_inputs_ahead()
         t.stop()
         loss, emb_grad = self._dense_step(batch, emb)
@@ -406,7 +407,7 @@ class Trainer(TrainerState, TrainLoop):
             batch = self.source.next_batch().to(self.rt.device, non_blocking=True)
             self.timer.stop()
             self.timer.start("emb_fwd")
-            emb = self.model.embed(batch.values, batch.offsets, batch.batch_size)
+            emb = self.model.embed(batch.values, batch.offsets, batch.batch_size, bounds=batch.feature_bounds)
             self.timer.stop()
             ready = None
             if self._side is not None:
