@@ -33,12 +33,22 @@ def dtype_groups(row_dtypes: tuple[torch.dtype, ...]) -> list[tuple[torch.dtype,
     return list(groups.items())
 
 
+def device_ints(values: list[int], like: torch.Tensor) -> torch.Tensor:
+    """``values`` as a tensor of ``like``'s dtype on its device. On a GPU copied from page-locked memory without
+    waiting: ``torch.tensor(values, device=...)`` copies from pageable memory, which waits for all work queued
+    before it (a host sync)."""
+    host = torch.tensor(values, dtype=like.dtype)
+    if like.device.type == "cpu":
+        return host
+    return host.pin_memory().to(like.device, non_blocking=True)
+
+
 def feature_subset(values: torch.Tensor, offsets: torch.Tensor, bounds: list[int], batch_size: int,
                    features: list[int], index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The jagged batch of ``features`` alone, in their order: values [nnz_g] and offsets [len(features)*B+1];
     ``bounds``: where each feature's values start and end in ``values`` (``embeddings.bag_bounds``); ``index``:
-    ``features`` on the ids' device. A few launches whatever the number of features (the lookup waits on the
-    host between the sync of ``bounds`` and them)."""
+    ``features`` on the ids' device. A few launches whatever the number of features, none waiting on the
+    device."""
     shifts, base = [], 0  # how far each feature's values move down, and the subset's nnz
     for f in features:
         shifts.append(bounds[f] - base)
@@ -46,7 +56,7 @@ def feature_subset(values: torch.Tensor, offsets: torch.Tensor, bounds: list[int
     part = torch.cat([values[bounds[f]:bounds[f + 1]] for f in features])
     if batch_size == 0:
         return part, offsets.new_zeros(1)
-    moves = torch.tensor([*shifts, base], dtype=offsets.dtype, device=offsets.device)
+    moves = device_ints([*shifts, base], offsets)
     bags = offsets[:-1].view(-1, batch_size).index_select(0, index)  # [F_g, B] each bag's first position
     return part, torch.cat([(bags - moves[:-1, None]).view(-1), moves[-1:]])
 
@@ -108,7 +118,7 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
             raise JaggedBatchError(f"feature_bounds: {len(bounds)} for {self.num_features} features (need F+1 = "
                                    f"{self.num_features + 1})")
         if batch_size:
-            given = torch.tensor(bounds, dtype=offsets.dtype, device=offsets.device)
+            given = device_ints(list(bounds), offsets)
             self.bounds_differ.logical_or_((offsets[::batch_size] != given).any())
         return list(bounds)
 
