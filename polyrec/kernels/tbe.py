@@ -69,8 +69,9 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         """``output_columns``: (each feature's first column, the output's width), for a module that holds some
         of a caller's features and writes their columns of the caller's wider output (several such modules
         share one output: ``tbe_lookups.lookup_shared``); its backward reads those columns of the gradient.
-        None: the pooled features one after another. ``update_config`` forces the update kernel's variant, tile and warps (benchmarks compare
-        variants with it); by default the cost model chooses (``tbe_select.select_update``).
+        None: the pooled features one after another. ``update_config`` forces the update kernel's variant, tile
+        and warps (benchmarks compare variants with it); by default the cost model chooses
+        (``tbe_select.select_update``).
         ``group_dims``: tables whose dims take several BLOCK_D are updated by one launch per group (True),
         by one launch at the widest (False), or as the cost model says per batch (None,
         ``tbe_select.groups_pay``)."""
