@@ -282,7 +282,7 @@ def test_host_bounds_that_are_not_the_offsets_are_raised():
 
 def test_training_steps_split_the_ids_by_the_sources_bounds(monkeypatch):
     """The trainer hands the lookup the synthetic source's bounds (its offsets are the same every batch): no step
-    reads them from the device."""
+    and no evaluation reads them from the device."""
     import polyrec.models.mixed_embeddings as mixed_module
     from polyrec.runtime import TrainConfig, Trainer
 
@@ -293,4 +293,5 @@ def test_training_steps_split_the_ids_by_the_sources_bounds(monkeypatch):
     monkeypatch.setattr(mixed_module, "bag_bounds", lambda *a: pytest.fail("a step read the bounds"))
     losses = [float(trainer.train_step()) for _ in range(3)]
     assert all(math.isfinite(v) for v in losses)
+    assert 0.0 <= trainer.evaluate()["auc"] <= 1.0
     trainer.model.embeddings.check_errors()

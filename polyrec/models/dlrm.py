@@ -132,7 +132,7 @@ class DLRM(nn.Module):
         return self.top(inter, self.ops, begun).squeeze(1).float()
 
     def forward(self, dense: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor,
-                compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Logits [B] of a batch: dense [B, num_dense], values [nnz], offsets [F*B+1]."""
+                compute_dtype: torch.dtype = torch.float32, bounds: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Logits [B] of a batch: dense [B, num_dense], values [nnz], offsets [F*B+1]; ``bounds`` as ``embed``."""
         self._check_dense(dense)  # before its rows are taken as the batch size
-        return self.dense_forward(dense, self.embed(values, offsets, dense.shape[0]), compute_dtype)
+        return self.dense_forward(dense, self.embed(values, offsets, dense.shape[0], bounds=bounds), compute_dtype)

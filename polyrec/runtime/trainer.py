@@ -471,7 +471,8 @@ class Trainer(TrainerState, TrainLoop):
     def eval_logits(self, batch: Batch) -> torch.Tensor:
         """The model's logits for one held-out batch already on the device, eager (no CUDA graph); the caller
         turns autograd off."""
-        return self.model(batch.dense, batch.values, batch.offsets, self.rt.compute_dtype)
+        return self.model(batch.dense, batch.values, batch.offsets, self.rt.compute_dtype,
+                          bounds=batch.feature_bounds)
 
     # --- benchmarking -----------------------------------------------------------------------------------
 
