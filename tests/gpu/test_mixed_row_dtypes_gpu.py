@@ -107,3 +107,29 @@ def test_resume_continues_the_same_losses(tmp_path: Path):
     resumed = run(tmp_path / "b", 8, resume=True)
     assert first.losses == straight.losses[:4]
     assert resumed.losses == straight.losses[4:] and resumed.step == 8
+
+
+def test_host_bounds_give_the_same_lookup_and_wrong_ones_are_named_first():
+    """On the GPU the TBEs flag bad input without raising in the lookup: with the batch's own bounds the lookup
+    equals the one that reads them; with a wrong split, check_errors names the bounds before the TBEs' flags."""
+    from polyrec.kernels.jagged import JaggedBatchError
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    rows, batch = (1000, 37, 5000, 3), 257
+    tables = build_embeddings("polyrec", rows, 32, optimizer=EmbeddingOptimConfig(), device=torch.device("cuda"),
+                              seed=5, weight_dtype=(torch.float16, torch.float32, torch.float16, torch.float32))
+    lengths = torch.randint(1, 6, (len(rows) * batch,), device="cuda", generator=gen)
+    bounds_of_ids = torch.tensor(rows, device="cuda").repeat_interleave(batch).repeat_interleave(lengths)
+    values = (torch.rand(bounds_of_ids.shape, device="cuda", generator=gen) * bounds_of_ids).long()
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device="cuda")
+    offsets[1:] = lengths.cumsum(0)
+    bounds = tuple(offsets[::batch].tolist())
+    with torch.no_grad():
+        read, given = tables(values, offsets, batch), tables(values, offsets, batch, bounds=bounds)
+        assert torch.equal(read, given)
+        tables.check_errors()
+        wrong = list(bounds)
+        wrong[2] -= 1
+        tables(values, offsets, batch, bounds=tuple(wrong))
+    with pytest.raises(JaggedBatchError, match="feature_bounds .* are not its offsets'"):
+        tables.check_errors()
