@@ -53,7 +53,8 @@ def plan_table(plan: Plan) -> Table:
     for label, value in (("embedding fwd", s.embedding_fwd_ms), ("embedding bwd + update", s.embedding_bwd_ms),
                          ("dense fwd", s.dense_fwd_ms), ("dense bwd", s.dense_bwd_ms),
                          ("all-to-all", s.all_to_all_ms), ("all-reduce", s.all_reduce_ms),
-                         ("dense optimizer", s.optimizer_ms), ("other", s.other_ms), ("overlap (hidden)", -s.overlap_ms or 0.0),
+                         ("dense optimizer", s.optimizer_ms), ("other", s.other_ms),
+                         ("overlap (hidden)", -s.overlap_ms or 0.0),
                          ("CPU issue beyond GPU", s.host_excess_ms),
                          ("total", s.total_ms)):
         t.add_row(label, f"{value:.3f}")

@@ -100,7 +100,8 @@ class StepSnapshot:
     def take(cls, trainer: Any) -> StepSnapshot:
         return cls(dense={name: _cloned(part.state_dict()) for name, part in trainer._dense_named()},
                    optimizer_state={p: _cloned(s) for p, s in trainer.optimizer.state.items()},
-                   embedding_steps=[tbe.step for tbe in tbe_modules(trainer.model.embeddings)], data=_cloned(trainer.source.state_dict()),
+                   embedding_steps=[tbe.step for tbe in tbe_modules(trainer.model.embeddings)],
+                   data=_cloned(trainer.source.state_dict()),
                    rng=rng_state(trainer.rt.device), step=trainer.step)
 
     def restore(self, trainer: Any) -> None:
