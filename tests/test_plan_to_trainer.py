@@ -116,9 +116,9 @@ def test_host_memory_and_mixed_optimizers_are_refused_naming_the_tables(tmp_path
         apply_plan(TrainConfig(plan=_write(tmp_path, mixed)), mixed)
 
 
-def test_mixed_row_dtypes_are_taken_per_table_on_one_rank_and_refused_on_several(tmp_path, plan_file):
-    """One process takes a row dtype per table, in the model's table order (``MixedRowEmbeddings``); the sharded
-    tables of several ranks share one, so such a plan for two ranks is refused naming the tables of each."""
+def test_mixed_row_dtypes_are_taken_per_table_on_one_rank_and_on_several(tmp_path, plan_file):
+    """A row dtype per table, in the model's table order: one process holds one TBE per dtype
+    (``MixedRowEmbeddings``), each rank of several one per dtype its shards hold (``MixedShardTables``)."""
     plan = _second_table(make_plan(model_spec_from_config(CONFIG), parse_fleet("H200x1"), SMALL), weight_dtype="fp32")
     second = plan.tables[1].table
     cfg = apply_plan(TrainConfig(plan=_write(tmp_path, plan)), plan)
@@ -126,9 +126,10 @@ def test_mixed_row_dtypes_are_taken_per_table_on_one_rank_and_refused_on_several
     _, two, _ = plan_file
     other = "fp16" if two.tables[1].weight_dtype == "fp32" else "fp32"
     mixed = _second_table(two, weight_dtype=other)
-    with pytest.raises(ValueError, match=f"mixes row dtypes across tables .*{other}: {two.tables[1].table}.*; the "
-                                         "trainer's tables share one on several ranks"):
-        apply_plan(TrainConfig(plan=_write(tmp_path, mixed, "two.json")), mixed)
+    cfg = apply_plan(TrainConfig(plan=_write(tmp_path, mixed, "two.json")), mixed)
+    names = {t.table: t.weight_dtype for t in mixed.tables}
+    assert cfg.embedding_dtype == ",".join(names[t.name] for t in mixed.model.tables)
+    assert len(set(cfg.embedding_dtype.split(","))) == 2
 
 
 def test_a_dense_optimizer_the_trainer_lacks_names_the_plan(tmp_path):

@@ -61,6 +61,31 @@ def feature_subset(values: torch.Tensor, offsets: torch.Tensor, bounds: list[int
     return part, torch.cat([(bags - moves[:-1, None]).view(-1), moves[-1:]])
 
 
+def split_lookup(tbes: list[TableBatchedEmbedding], groups: list[list[int]], features: list[torch.Tensor],
+                 batch: JaggedBatch, bounds: list[int] | None, *, lead_columns: int = 0,
+                 into: torch.Tensor | None = None) -> tuple[torch.Tensor, list[JaggedBatch]]:
+    """``batch`` looked up by several TBEs into one output (``tbe_lookups.lookup_shared``): TBE i reads the
+    features ``groups[i]`` (``features[i]``: the same on the ids' device), which its ``output_columns`` place.
+    ``bounds``: each feature's first id position, then nnz (host ints; None: read from the offsets, one host
+    sync). ``batch``: validated by the caller (``JaggedBatch.validate``). Returns the output and the batch each TBE
+    read."""
+    if batch.weights is not None:
+        raise JaggedBatchError("tables of several row dtypes take no per-sample weights")
+    if bounds is None:
+        bounds = bag_bounds(batch.offsets, batch.batch_size, batch.num_features)
+    if bounds[0] != 0 or bounds[-1] != batch.nnz:
+        raise JaggedBatchError(f"offsets must run from 0 to nnz = {batch.nnz}, got {bounds[0]} to {bounds[-1]}")
+    if any(b < a for a, b in zip(bounds, bounds[1:])):
+        raise JaggedBatchError(f"offsets decrease between features: each feature's first offsets are {bounds}")
+    parts = []
+    for group, index in zip(groups, features):
+        part_values, part_offsets = feature_subset(batch.values, batch.offsets, bounds, batch.batch_size, group,
+                                                   index)
+        parts.append(JaggedBatch(values=part_values, offsets=part_offsets, batch_size=batch.batch_size,
+                                 num_features=len(group)))
+    return lookup_shared(tbes, parts, lead_columns=lead_columns, into=into), parts
+
+
 class MixedRowEmbeddings(HeldOutputEmbeddings):
     """Tables of several row dtypes, each dtype's in one ``TableBatchedEmbedding`` with the fused optimizer."""
 
@@ -93,24 +118,13 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
         """values [nnz], offsets [F*B+1] -> pooled [B, F*D], features in table order. ``bounds``: the host's
         ``Batch.feature_bounds`` (no host sync; compared with the offsets on the device, ``check_errors``
         raises where they differ); None: read from the offsets (one host sync)."""
-        JaggedBatch(values=values, offsets=offsets, batch_size=batch_size,
-                    num_features=self.num_features).validate(device=self.tbes[0].weights.device)
-        if bounds is None:
-            bounds = bag_bounds(offsets, batch_size, self.num_features)
-        else:
+        batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_features)
+        batch.validate(device=self.tbes[0].weights.device)
+        if bounds is not None:
             bounds = self._host_bounds(offsets, batch_size, bounds)
-        if bounds[0] != 0 or bounds[-1] != values.numel():
-            raise JaggedBatchError(f"offsets must run from 0 to nnz = {values.numel()}, got {bounds[0]} to "
-                                   f"{bounds[-1]}")
-        if any(b < a for a, b in zip(bounds, bounds[1:])):
-            raise JaggedBatchError(f"offsets decrease between features: each feature's first offsets are {bounds}")
-        batches = []
-        for g, tables in enumerate(self.groups):
-            part_values, part_offsets = feature_subset(values, offsets, bounds, batch_size, tables,
-                                                       getattr(self, f"features_{g}"))
-            batches.append(JaggedBatch(values=part_values, offsets=part_offsets, batch_size=batch_size,
-                                       num_features=len(tables)))
-        return lookup_shared(list(self.tbes), batches, lead_columns=self.lead_columns, into=into)
+        features = [getattr(self, f"features_{g}") for g in range(len(self.groups))]
+        return split_lookup(list(self.tbes), self.groups, features, batch, bounds, lead_columns=self.lead_columns,
+                            into=into)[0]
 
     def _host_bounds(self, offsets: torch.Tensor, batch_size: int, bounds: tuple[int, ...]) -> list[int]:
         """``bounds`` as a list, after queueing their comparison with the offsets' (``bounds_differ``)."""
@@ -142,8 +156,9 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
             tbe.check_errors(wait=True)
 
     def export_state(self) -> dict:
-        """Each TBE's weights and optimizer state, for checkpoints (their layouts name tables and dtypes)."""
-        return {"tbes": [tbe.state_dict() for tbe in self.tbes]}
+        """Each TBE's weights and optimizer state and the tables it holds, for checkpoints (their layouts name the
+        tables' shapes and dtypes)."""
+        return {"tbes": [tbe.state_dict() for tbe in self.tbes], "groups": self.groups}
 
     def import_state(self, state: dict) -> None:
         saved = state.get("tbes")

@@ -18,6 +18,7 @@ from torch import nn
 
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.runtime.mixed_shards import MixedShardTables
 from polyrec.runtime.peer_exchange import CopyEngineExchange
 from polyrec.runtime.sharded_checkpoint import load_unsharded
 from polyrec.runtime.sharding import ShardedEmbedding, StartedInputs
@@ -101,22 +102,37 @@ class DistributedEmbeddings(nn.Module):
 
     def __init__(self, table_rows: tuple[int, ...], dim: int, *, optimizer: EmbeddingOptimizer,
                  shardings: Sequence[TableSharding], rank: int, world_size: int, device: torch.device,
-                 seed: int, weight_dtype: torch.dtype = torch.float32,
+                 seed: int, weight_dtype: torch.dtype | tuple[torch.dtype, ...] = torch.float32,
                  output_dtype: torch.dtype = torch.float32, input_group: dist.ProcessGroup | None = None,
                  peer_exchange: CopyEngineExchange | None = None) -> None:
+        """``weight_dtype``: the row dtype of every table, or one per table (a rank whose shards hold several
+        keeps one TBE per dtype: ``MixedShardTables``)."""
         super().__init__()
         self.dim, self.num_tables = dim, len(table_rows)
+        row_dtypes = weight_dtype if isinstance(weight_dtype, tuple) else (weight_dtype,) * len(table_rows)
+        if len(row_dtypes) != len(table_rows):
+            raise ValueError(f"{len(row_dtypes)} row dtypes for {len(table_rows)} tables: give one per table")
 
         check_buildable(make_shards(table_rows, [dim] * len(table_rows), shardings, world_size), world_size)
 
-        def build(shards: list[Shard], feature_to_shard: list[int]) -> nn.Module:
+        def tbe(shards: list[Shard], feature_to_shard: list[int], dtype: torch.dtype, group: int = 0,
+                output_columns: tuple[list[int], int] | None = None) -> TableBatchedEmbedding:
             tables = [TableSpec(name=f"t{s.table}[{s.rows[0]}:{s.rows[1]},{s.cols[0]}:{s.cols[1]}]",
                                 rows=s.num_rows, dim=s.dim) for s in shards]
-            local = TableBatchedEmbedding(tables, optimizer=optimizer, weight_dtype=weight_dtype,
+            local = TableBatchedEmbedding(tables, optimizer=optimizer, weight_dtype=dtype,
                                           feature_to_table=feature_to_shard, device=device,
-                                          seed=seed * _SEED_STRIDE + rank, output_dtype=output_dtype)
+                                          seed=seed * _SEED_STRIDE + rank + group * world_size,  # per rank, TBE
+                                          output_dtype=output_dtype, output_columns=output_columns)
             _init_as_whole_tables(local, shards, table_rows)
             return local
+
+        def build(shards: list[Shard], feature_to_shard: list[int]) -> nn.Module:
+            dtypes = [row_dtypes[s.table] for s in shards]
+            if len(set(dtypes)) == 1:
+                return tbe(shards, feature_to_shard, dtypes[0])
+            return MixedShardTables(dtypes, feature_to_shard, [shards[s].dim for s in feature_to_shard],
+                                    lambda group, part, to_table, dtype, columns: tbe(
+                                        [shards[s] for s in part], to_table, dtype, group, columns))
 
         self.sharded = ShardedEmbedding(rows=table_rows, dims=[dim] * len(table_rows), shardings=shardings,
                                         feature_to_table=list(range(len(table_rows))), local_factory=build,
@@ -124,7 +140,9 @@ class DistributedEmbeddings(nn.Module):
                                         peer_exchange=peer_exchange)
 
     @property
-    def local(self) -> TableBatchedEmbedding:
+    def local(self) -> nn.Module:
+        """This rank's tables: one TableBatchedEmbedding, or ``MixedShardTables`` where they hold several row
+        dtypes."""
         return self.sharded.local
 
     def start_inputs(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> StartedInputs | None:
@@ -178,9 +196,10 @@ class DistributedEmbeddings(nn.Module):
 
     def import_state(self, state: dict) -> None:
         """Load a state exported by this rank under the same sharding (see sharded_checkpoint for resharding),
-        or a one-process checkpoint's unsharded tables (``{"tbe": ...}``), cut into this rank's shards."""
+        or a one-process checkpoint's unsharded tables (``{"tbe": ...}`` or ``{"tbes": ...}``), cut into this
+        rank's shards."""
         if "shards" not in state:
-            load_unsharded(state["tbe"], self.sharded.local_shards, self.local)
+            load_unsharded(state, self.sharded.local_shards, self.local)
             return
         mine = [{"table": s.table, "kind": s.kind, "rows": list(s.rows), "cols": list(s.cols)}
                 for s in self.sharded.local_shards]

@@ -56,8 +56,10 @@ def shardings_from_plan(plan: Plan) -> list[TableSharding]:
 
 
 def sharded_embeddings(config: ModelConfig, optimizer: Any, ctx: DistContext, *, seed: int,
-                       weight_dtype: torch.dtype, output_dtype: torch.dtype, plan: Plan | None) -> DistributedEmbeddings:
-    """This rank's part of the model's tables, with the fused TBE optimizer on each shard."""
+                       weight_dtype: torch.dtype | tuple[torch.dtype, ...], output_dtype: torch.dtype,
+                       plan: Plan | None) -> DistributedEmbeddings:
+    """This rank's part of the model's tables, with the fused TBE optimizer on each shard; ``weight_dtype``: one
+    row dtype, or one per table."""
     shardings = (shardings_from_plan(plan) if plan is not None
                  else default_shardings(config.table_rows, config.embedding_dim, ctx.world_size,
                                         lookups=config.multi_hot))
@@ -275,7 +277,8 @@ def load_shards(directory: Path, embeddings: nn.Module, pointer: dict[str, str])
     path = Path(directory) / pointer["sharded"]
     if isinstance(embeddings, DistributedEmbeddings):
         load_sharded(path, embeddings.sharded.local_shards, embeddings.sharded.local)
-    elif hasattr(embeddings, "tbe"):
-        load_sharded(path, full_tables(embeddings.tbe), embeddings.tbe)
+    elif hasattr(embeddings, "tbe") or hasattr(embeddings, "tbes"):
+        tables = getattr(embeddings, "tbe", embeddings)  # one TBE, or one per row dtype (MixedRowEmbeddings)
+        load_sharded(path, full_tables(tables), tables)
     else:
         raise ValueError(f"{path} holds sharded polyrec tables; resume with the polyrec embedding backend")

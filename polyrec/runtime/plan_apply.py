@@ -10,9 +10,9 @@ are the file's, not checked). A field the user set to something other than its d
 plan's value is a conflict, reported with both values (edit the plan, or drop ``--plan``); a field left at its
 default takes the plan's value.
 
-Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM), several
-optimizers across tables (the trainer's tables share one), and several row dtypes on several ranks (one process
-takes them, one per table: ``polyrec.models.mixed_embeddings``). Refused too:
+Refused, with the tables named: host-memory placement (the trainer keeps every table in HBM) and several
+optimizers across tables (the trainer's tables share one); several row dtypes are taken, one per table (one TBE
+per dtype: ``polyrec.models.mixed_embeddings``, and on several ranks ``polyrec.runtime.mixed_shards``). Refused too:
 with synthetic data, an index distribution it does not draw (log_uniform); on several ranks, overlap
 "pipeline" (the trainer has no overlap setting: its ranks overlap as "ddp" prices, and one rank has
 nothing to overlap); and a plan for another model (its table rows, embedding dim or dense half: a co-designed
@@ -183,10 +183,8 @@ def _one(path: Path, what: str, by_table: dict[str, str], where: str = "") -> st
 
 def _row_dtypes(plan: Plan, path: Path) -> str:
     """The plan's row dtypes as ``TrainConfig.embedding_dtype`` takes them: one name where every table has it,
-    else one per table in the model's order (one process; the sharded tables of several share one)."""
-    by_table = {t.table: t.weight_dtype for t in plan.tables}
-    if plan.fleet.world_size > 1:
-        return _one(path, "row dtypes", by_table, " on several ranks")
+    else one per table in the model's order (one TBE per dtype: ``polyrec.models.mixed_embeddings`` on one
+    process, ``polyrec.runtime.mixed_shards`` on each rank that holds several)."""
     try:
         names = [plan.table_plan(t.name).weight_dtype for t in plan.model.tables]
     except KeyError as exc:

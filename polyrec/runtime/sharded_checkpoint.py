@@ -42,16 +42,43 @@ def _shard_key(shard: Shard) -> dict[str, Any]:
 BUFFERS = ("weights", "state1", "state2")
 
 
-def _local_pieces(shards: list[Shard], tbe) -> list[dict[str, torch.Tensor]]:
+def _local_pieces(shards: list[Shard], tables) -> list[dict[str, torch.Tensor]]:
     """Per local shard: weights [rows, dim] and optimizer states ([rows] or [rows, dim])."""
-    views = _table_views(tbe)
-    return [{name: tables[i].detach().cpu() for name, tables in views.items()} for i, _ in enumerate(shards)]
+    views = _table_views(tables)
+    return [{name: held[i].detach().cpu() for name, held in views.items()} for i, _ in enumerate(shards)]
 
 
-def _table_views(tbe) -> dict[str, list[torch.Tensor]]:
-    """``_buffer_views`` of a live TableBatchedEmbedding's buffers."""
-    return _buffer_views({name: getattr(tbe, name) for name in BUFFERS}, [(t.rows, t.dim) for t in tbe.tables],
-                         per_row=tbe.optimizer.kind == "rowwise_adagrad")
+def _tbes(tables) -> list[tuple[Any, list[int]]]:
+    """The TBEs that hold ``tables`` (a TableBatchedEmbedding, or a module of one per row dtype with ``tbes``
+    and ``groups``: ``MixedShardTables``, ``MixedRowEmbeddings``), each with the positions of its tables."""
+    if hasattr(tables, "tbes"):
+        return list(zip(tables.tbes, tables.groups))
+    return [(tables, list(range(len(tables.tables))))]
+
+
+def _table_views(tables) -> dict[str, list[torch.Tensor]]:
+    """``_buffer_views`` of the live buffers of ``tables`` (``_tbes``), each table's at its position."""
+    merged: dict[str, dict[int, torch.Tensor]] = {}
+    for tbe, positions in _tbes(tables):
+        views = _buffer_views({name: getattr(tbe, name) for name in BUFFERS}, [(t.rows, t.dim) for t in tbe.tables],
+                              per_row=tbe.optimizer.kind == "rowwise_adagrad")
+        for name, held in views.items():
+            merged.setdefault(name, {}).update(zip(positions, held))
+    return {name: [held[i] for i in range(len(held))] for name, held in merged.items()}
+
+
+def _optimizer_kind(tables) -> str:
+    return _tbes(tables)[0][0].optimizer.kind
+
+
+def _step(tables) -> int:
+    """The optimizer steps ``tables`` have taken (their TBEs step together)."""
+    return max(tbe.step for tbe, _ in _tbes(tables))
+
+
+def _set_step(tables, step: int) -> None:
+    for tbe, _ in _tbes(tables):
+        tbe.step = step
 
 
 def _buffer_views(flat: dict[str, torch.Tensor], shapes: list[tuple[int, int]], per_row: bool
@@ -65,26 +92,26 @@ def _buffer_views(flat: dict[str, torch.Tensor], shapes: list[tuple[int, int]], 
     return views
 
 
-def full_tables(tbe) -> list[Shard]:
-    """One shard per table covering all of it: an unsharded TableBatchedEmbedding as ``shards``."""
-    return [Shard(table=t, kind="table", rank=0, rows=(0, spec.rows), cols=(0, spec.dim))
-            for t, spec in enumerate(tbe.tables)]
+def full_tables(tables) -> list[Shard]:
+    """One shard per table covering all of it: unsharded tables (``_tbes``) as ``shards``."""
+    return [Shard(table=t, kind="table", rank=0, rows=(0, w.shape[0]), cols=(0, w.shape[1]))
+            for t, w in enumerate(_table_views(tables)["weights"])]
 
 
-def save_sharded(directory: str | Path, shards: list[Shard], tbe, *, rank: int, world_size: int, step: int,
+def save_sharded(directory: str | Path, shards: list[Shard], tables, *, rank: int, world_size: int, step: int,
                  extra: dict | None = None) -> None:
-    """Every rank writes its ``shards`` (held in ``tbe``, one table per shard); rank 0 writes the
+    """Every rank writes its ``shards`` (held in ``tables``, one table per shard: ``_tbes``); rank 0 writes the
     manifest once all have (collective when a process group is up)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    payload = {"shards": [_shard_key(s) for s in shards], "pieces": _local_pieces(shards, tbe),
-               "tbe_step": tbe.step}
+    payload = {"shards": [_shard_key(s) for s in shards], "pieces": _local_pieces(shards, tables),
+               "tbe_step": _step(tables)}
     atomic_save(payload, directory / f"emb-rank{rank}.pt")
     if dist.is_initialized():
         dist.barrier()
     if rank == 0:
         manifest = {"version": FORMAT_VERSION, "world_size": world_size, "step": step, "extra": extra or {},
-                    "optimizer": tbe.optimizer.kind}
+                    "optimizer": _optimizer_kind(tables)}
         atomic_write(directory / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()),
                      prefix=f".{MANIFEST}-")
     if dist.is_initialized():
@@ -153,44 +180,52 @@ def _fill(shard: Shard, old: list[tuple[dict, dict]], name: str, target: torch.T
     target.copy_(acc.to(target.dtype))
 
 
-def load_sharded(directory: str | Path, shards: list[Shard], tbe) -> dict[str, Any]:
-    """Fill ``shards`` (held in ``tbe``) from a checkpoint written by any number of ranks; return its
-    manifest. ``full_tables(tbe)`` as ``shards`` loads a sharded checkpoint into unsharded tables."""
+def load_sharded(directory: str | Path, shards: list[Shard], tables) -> dict[str, Any]:
+    """Fill ``shards`` (held in ``tables``: ``_tbes``) from a checkpoint written by any number of ranks; return its
+    manifest. ``full_tables(tables)`` as ``shards`` loads a sharded checkpoint into unsharded tables. The pieces
+    carry their values, not their row dtype: a checkpoint resumes on tables of other row dtypes (rounded)."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    if manifest["optimizer"] != tbe.optimizer.kind:
-        raise ValueError(f"checkpoint optimizer '{manifest['optimizer']}' != '{tbe.optimizer.kind}'")
+    if manifest["optimizer"] != _optimizer_kind(tables):
+        raise ValueError(f"checkpoint optimizer '{manifest['optimizer']}' != '{_optimizer_kind(tables)}'")
     old: list[tuple[dict, dict]] = []
     steps = set()
     for rank in range(manifest["world_size"]):
         payload = _read_rank_file(directory / f"emb-rank{rank}.pt")
         old += list(zip(payload["shards"], payload["pieces"]))
         steps.add(payload["tbe_step"])
-    _fill_shards(shards, old, tbe)
-    tbe.step = max(steps)
+    _fill_shards(shards, old, tables)
+    _set_step(tables, max(steps))
     return manifest
 
 
-def load_unsharded(state: dict[str, Any], shards: list[Shard], tbe) -> None:
-    """Fill ``shards`` (held in ``tbe``) from an unsharded TableBatchedEmbedding's ``state_dict`` (a
-    one-process checkpoint): every table is one table-wise piece, cut by the saved layout as the module packs
-    them (``tbe.packed_views``)."""
-    extra = state["_extra_state"]
-    if "layout" not in extra:
+def load_unsharded(saved: dict[str, Any], shards: list[Shard], tables) -> None:
+    """Fill ``shards`` (held in ``tables``: ``_tbes``) from a one-process checkpoint's tables (their
+    ``export_state``: one TableBatchedEmbedding's ``state_dict``, ``{"tbe": ...}``, or one per row dtype with the
+    tables each holds, ``{"tbes": [...], "groups": [...]}``): every table is one table-wise piece, cut by the saved
+    layout as the module packs them (``tbe.packed_views``)."""
+    states = saved["tbes"] if "tbes" in saved else [saved["tbe"]]
+    groups = saved.get("groups") if "tbes" in saved else [None]
+    if groups is None or any("layout" not in state["_extra_state"] for state in states):
         raise ValueError("this one-process checkpoint predates the saved table layout: it resumes on one "
                          "process only (without torchrun)")
-    shapes = [(rows, dim) for _, rows, dim, _ in extra["layout"]["tables"]]
-    views = _buffer_views(state, shapes, per_row=extra["optimizer"] == "rowwise_adagrad")
-    old = [({"table": t, "kind": "table", "rows": [0, rows], "cols": [0, dim]},
-            {name: pieces[t] for name, pieces in views.items()}) for t, (rows, dim) in enumerate(shapes)]
-    _fill_shards(shards, old, tbe)
-    tbe.step = int(extra["step"])
+    old = []
+    for state, group in zip(states, groups):
+        extra = state["_extra_state"]
+        shapes = [(rows, dim) for _, rows, dim, _ in extra["layout"]["tables"]]
+        views = _buffer_views(state, shapes, per_row=extra["optimizer"] == "rowwise_adagrad")
+        numbers = group if group is not None else range(len(shapes))
+        old += [({"table": t, "kind": "table", "rows": [0, rows], "cols": [0, dim]},
+                 {name: pieces[i] for name, pieces in views.items()})
+                for i, (t, (rows, dim)) in enumerate(zip(numbers, shapes))]
+    _fill_shards(shards, old, tables)
+    _set_step(tables, max(int(state["_extra_state"]["step"]) for state in states))
 
 
-def _fill_shards(shards: list[Shard], old: list[tuple[dict, dict]], tbe) -> None:
-    """Each of ``shards`` (held in ``tbe``) from the overlapping ``old`` (key, piece) pairs."""
-    views = _table_views(tbe)
+def _fill_shards(shards: list[Shard], old: list[tuple[dict, dict]], tables) -> None:
+    """Each of ``shards`` (held in ``tables``) from the overlapping ``old`` (key, piece) pairs."""
+    views = _table_views(tables)
     with torch.no_grad():
         for i, shard in enumerate(shards):
-            for name, tables in views.items():
-                _fill(shard, old, name, tables[i])
+            for name, held in views.items():
+                _fill(shard, old, name, held[i])

@@ -82,9 +82,10 @@ class StartedInputs:
     batch: JaggedBatch
     counted: Counted
     recv_lengths: Tensor  # [world * P_r * B] int32: the bag lengths this rank receives
-    sizes: Tensor  # [2 * world] ids sent to, then received from, each rank (host; pinned on a GPU)
+    sizes: Tensor  # [world + world * P_r] ids sent to each rank, then received per (rank, piece) (host; pinned on GPU)
     ready: torch.cuda.Event | None  # fires once ``sizes`` holds its values (None: already)
     local: JaggedBatch | None = None  # this rank's pieces for all ranks' samples, once distributed
+    bounds: list[int] | None = None  # where each piece's ids start in ``local.values``, then its nnz (host)
     done: torch.cuda.Event | None = None  # fires once ``local`` holds its values (None: already)
 
 
@@ -177,8 +178,8 @@ class ShardedEmbedding(nn.Module):
             send_lengths = counted.send_lengths.to(torch.int32).reshape(-1)  # [P * B]
             recv_lengths = _all_to_all(send_lengths, [k * b for k in self.router.pieces_per_rank], [mine * b] * world,
                                        self.input_group)
-            recv_counts = recv_lengths.view(world, mine * b).sum(1)  # [world]
-            sizes = torch.cat([counted.send_counts, recv_counts])  # [2 * world] ids sent to / received from each rank
+            recv_counts = recv_lengths.view(world, mine, b).sum(2, dtype=counted.send_counts.dtype)  # [world, P_r]
+            sizes = torch.cat([counted.send_counts, recv_counts.view(-1)])  # ids sent to each rank, received
             ready = None
             if sizes.is_cuda:
                 host = torch.empty(sizes.shape, dtype=sizes.dtype, pin_memory=True)
@@ -210,7 +211,11 @@ class ShardedEmbedding(nn.Module):
             started.ready.synchronize()
         sizes = started.sizes.tolist()
         world, mine = self.world, self.router.pieces_per_rank[self.rank]
-        send, recv = sizes[:world], sizes[world:]
+        send, received = sizes[:world], sizes[world:]  # received: [world * P_r], (rank, piece) order
+        recv = [sum(received[r * mine:(r + 1) * mine]) for r in range(world)]
+        started.bounds = [0]
+        for piece in range(mine):  # the local batch is piece-major (``regroup``)
+            started.bounds.append(started.bounds[-1] + sum(received[piece::mine]))
         with self._input_side():
             values, weights = self.router.pack(started.batch, started.counted, sum(send))
             got_values = _all_to_all(values, send, recv, self.input_group)
@@ -221,15 +226,17 @@ class ShardedEmbedding(nn.Module):
                 started.done = torch.cuda.Event()
                 started.done.record()
 
-    def _send_inputs(self, batch: JaggedBatch, started: StartedInputs | None) -> JaggedBatch:
-        """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B].
+    def _send_inputs(self, batch: JaggedBatch, started: StartedInputs | None
+                     ) -> tuple[JaggedBatch, list[int] | None]:
+        """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B],
+        and where each piece's ids start in it (host ints; None in a world of one, where the host does not know).
 
         Collectives: lengths (fixed sizes), values, weights when present; none in a world of one.
         One host read: the ids this rank sends to and receives from every rank, as one small tensor
         (``start_inputs``, here unless the caller started it a step ahead).
         """
         if self.world == 1:
-            return self.router.local_batch(batch)
+            return self.router.local_batch(batch), None
         started = started or self.start_inputs(batch)
         if started.batch.values is not batch.values or started.batch.offsets is not batch.offsets:
             raise ValueError("the started input distribution belongs to another batch")
@@ -241,7 +248,7 @@ class ShardedEmbedding(nn.Module):
             for t in (local.values, local.offsets, local.weights):
                 if t is not None:
                     t.record_stream(current)
-        return local
+        return local, started.bounds
 
     def backward_overlapping(self, output: Tensor, grad: Tensor, meanwhile: Callable[[], None]) -> bool:
         """``output.backward(grad)`` for an output of this module, calling ``meanwhile`` while the
@@ -393,9 +400,13 @@ class ShardedEmbedding(nn.Module):
             raise ValueError(f"batch has {batch.num_features} features, the sharded tables serve {self.num_features}")
         _check_layout(batch)
         b, world = batch.batch_size, self.world
-        local_batch = self._send_inputs(batch, started)
-        pooled = self.local(local_batch) if local_batch.num_features else batch.values.new_zeros(
-            (world * b, 0), dtype=torch.float32)  # [world*B, local_dim]
+        local_batch, bounds = self._send_inputs(batch, started)
+        if not local_batch.num_features:
+            pooled = batch.values.new_zeros((world * b, 0), dtype=torch.float32)
+        elif getattr(self.local, "takes_bounds", False):  # tables of several row dtypes split the ids by piece
+            pooled = self.local(local_batch, bounds)
+        else:
+            pooled = self.local(local_batch)  # [world*B, local_dim]
         if self.pooled_is_output:
             return pooled
         self._started_gradient = None  # one started for an earlier output, whose backward never ran

@@ -154,7 +154,7 @@ class Trainer(TrainerState, TrainLoop):
         emb_opt = EmbeddingOptimConfig(kind=cfg.embedding_optimizer, lr=cfg.embedding_lr or cfg.lr)
         row_dtypes = table_row_dtypes(self.rt, self.model_config.num_tables)
         sharded = (parallel.sharded_embeddings(self.model_config, emb_opt, self.ctx, seed=cfg.seed,
-                                               weight_dtype=self.rt.row_dtypes[0],
+                                               weight_dtype=row_dtypes,
                                                output_dtype=self.rt.compute_dtype, plan=self.plan)
                    if self.distributed else None)
         self.model = DLRM(self.model_config, embedding_backend=self.rt.embedding_backend,
@@ -222,9 +222,6 @@ class Trainer(TrainerState, TrainLoop):
                              "--embedding-backend polyrec (or auto on a GPU)")
         if cfg.pipeline != "sync" or cfg.cuda_graphs is True:
             raise ValueError("training on several ranks supports --pipeline sync without --cuda-graphs")
-        if len(set(self.rt.row_dtypes)) > 1:
-            raise ValueError(f"training on several ranks keeps one row dtype for every table (its shards share a "
-                             f"TBE); --embedding-dtype {cfg.embedding_dtype} names one per table")
         plan = hashlib.sha256(self.plan.to_json().encode()).hexdigest()[:12] if self.plan is not None else None
         parallel.check_same_config({**cfg.rank_shared(), "plan (content digest)": plan})
 
