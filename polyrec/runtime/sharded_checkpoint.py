@@ -161,7 +161,8 @@ def _fill(shard: Shard, old: list[tuple[dict, dict]], name: str, target: torch.T
         cols = _overlap(tuple(key["cols"]), shard.cols)
         if rows is None or cols is None:
             continue
-        src = piece[name][rows[0] - key["rows"][0]:rows[1] - key["rows"][0]].double()
+        # on the host: a live module's state (``export_state``) may be on the GPU
+        src = piece[name][rows[0] - key["rows"][0]:rows[1] - key["rows"][0]].to("cpu", torch.float64)
         dst = slice(rows[0] - shard.rows[0], rows[1] - shard.rows[0])
         if per_row:  # width-weighted mean of the overlapping column pieces' accumulators
             width = cols[1] - cols[0]
