@@ -263,8 +263,8 @@ def _print_designs(model: ModelSpec, results: list[CodesignResult], target: floa
 
 def _note_if_untrainable(plan: Plan, output: Path) -> None:
     """A note on stderr where ``polyrec train --plan OUTPUT`` would refuse the plan just written, with the trainer's
-    reason (``plan_apply.plan_fields``: on several ranks, tables of mixed row dtypes, which the default
-    ``--weight-dtypes fp32,fp16`` can give; host-cached tables, ...): before, the refusal came at the run's start."""
+    reason (``plan_apply.plan_fields``: host-cached tables, several embedding optimizers, the overlap 'pipeline' on
+    several ranks, ...): before, the refusal came at the run's start."""
     from polyrec.runtime.plan_apply import plan_fields
 
     try:
