@@ -12,6 +12,7 @@ all-reduce overlapped with the backward) and the embedding all-to-all scales its
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -117,6 +118,18 @@ def all_ranks_true(flag: bool, device: torch.device) -> bool:
     t = torch.tensor([1 if flag else 0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return bool(t.item())
+
+
+def check_job(cfg: Any, embedding_backend: str, plan: Plan | None) -> None:
+    """What a torchrun job cannot combine (``cfg``: its TrainConfig), named before anything is built; then that
+    every rank was started with the same options and plan (``check_same_config``)."""
+    if embedding_backend != "polyrec":
+        raise ValueError("training on several ranks shards the tables with polyrec's TBE: use "
+                         "--embedding-backend polyrec (or auto on a GPU)")
+    if cfg.pipeline != "sync" or cfg.cuda_graphs is True:
+        raise ValueError("training on several ranks supports --pipeline sync without --cuda-graphs")
+    digest = hashlib.sha256(plan.to_json().encode()).hexdigest()[:12] if plan is not None else None
+    check_same_config({**cfg.rank_shared(), "plan (content digest)": digest})
 
 
 def check_same_config(fields: dict[str, Any]) -> None:

@@ -8,7 +8,6 @@ device and are read every ``log_every`` steps, which is also when a non-finite l
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 import warnings
@@ -129,7 +128,7 @@ class Trainer(TrainerState, TrainLoop):
             cfg = apply_plan(cfg, self.plan, typed)
         self.cfg, self.rt = cfg, resolve(cfg)
         if self.distributed:
-            self._check_distributed()
+            parallel.check_job(cfg, self.rt.embedding_backend, self.plan)
             self.rt.device = self.ctx.device
         self._check_checkpoint_dir()
         if cfg.cpu_threads:
@@ -213,17 +212,6 @@ class Trainer(TrainerState, TrainLoop):
             refuse_held(directory)
         if not self.cfg.resume:
             refuse_another_run(directory, metrics_here=self.cfg.metrics_path is None)
-
-    def _check_distributed(self) -> None:
-        """What a torchrun job cannot combine, named before anything is built."""
-        cfg = self.cfg
-        if self.rt.embedding_backend != "polyrec":
-            raise ValueError("training on several ranks shards the tables with polyrec's TBE: use "
-                             "--embedding-backend polyrec (or auto on a GPU)")
-        if cfg.pipeline != "sync" or cfg.cuda_graphs is True:
-            raise ValueError("training on several ranks supports --pipeline sync without --cuda-graphs")
-        plan = hashlib.sha256(self.plan.to_json().encode()).hexdigest()[:12] if self.plan is not None else None
-        parallel.check_same_config({**cfg.rank_shared(), "plan (content digest)": plan})
 
     # --- one step -------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import torch
 from polyrec.models.embeddings import EmbeddingOptimConfig, build_embeddings
 from polyrec.models.mixed_embeddings import MixedRowEmbeddings
 from polyrec.runtime import TrainConfig, Trainer
+from resume_check import assert_resume_repeats_losses
 
 pytestmark = pytest.mark.gpu
 
@@ -102,11 +103,7 @@ def test_resume_continues_the_same_losses(tmp_path: Path):
                           resume=resume, embedding_dtype=MIXED)
         return Trainer(cfg, progress=False).train()
 
-    straight = run(tmp_path / "a", 8)
-    first = run(tmp_path / "b", 4)
-    resumed = run(tmp_path / "b", 8, resume=True)
-    assert first.losses == straight.losses[:4]
-    assert resumed.losses == straight.losses[4:] and resumed.step == 8
+    assert_resume_repeats_losses(run, tmp_path)
 
 
 def test_host_bounds_give_the_same_lookup_and_wrong_ones_are_named_first():

@@ -12,6 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from polyrec.runtime import TrainConfig, Trainer
+from resume_check import assert_resume_repeats_losses
 
 pytestmark = pytest.mark.gpu
 
@@ -73,11 +74,7 @@ def test_resume_continues_the_same_losses_with_the_fused_dense_optimizer(tmp_pat
         assert type(trainer.optimizer).__name__ == "FusedAdagrad"
         return trainer.train()
 
-    straight = run(tmp_path / "a", 8)
-    first = run(tmp_path / "b", 4)
-    resumed = run(tmp_path / "b", 8, resume=True)
-    assert first.losses == straight.losses[:4]
-    assert resumed.losses == straight.losses[4:] and resumed.step == 8
+    assert_resume_repeats_losses(run, tmp_path)
 
 
 def test_graphed_step_reads_the_lookup_where_it_was_written():
