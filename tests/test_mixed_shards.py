@@ -27,26 +27,31 @@ ROWS = (13, 6, 19, 8, 10)
 DIM = 8
 F32, F16 = torch.float32, torch.float16
 DTYPES = (F32, F16, F32, F16, F32)
-#: rank 0: tables 0 (fp32) and 1 (fp16); rank 1: tables 2 (fp32) and 3 (fp16); table 4 (fp32) split by rows:
-#: each rank holds both dtypes, a row shard among them
-SHARDINGS = [TableSharding(kind="table", ranks=(0,)), TableSharding(kind="table", ranks=(0,)),
-             TableSharding(kind="table", ranks=(1,)), TableSharding(kind="table", ranks=(1,)),
-             TableSharding(kind="row", ranks=(0, 1))]
+#: (shardings, embedding optimizer). Table-wise: rank 0 tables 0 (fp32) and 1 (fp16), rank 1 tables 2 (fp32) and 3
+#: (fp16); table 4 (fp32) split by rows: each rank holds both dtypes, a row shard among them. Column-wise: tables 0
+#: (fp32) and 3 (fp16) split by columns, table 1 (fp16) by rows, with full Adagrad (row-wise Adagrad's accumulator
+#: of a column shard is its columns' mean, not one process's: docs/distributed.md).
+PLANS = {"table_row": ([TableSharding(kind="table", ranks=(0,)), TableSharding(kind="table", ranks=(0,)),
+                        TableSharding(kind="table", ranks=(1,)), TableSharding(kind="table", ranks=(1,)),
+                        TableSharding(kind="row", ranks=(0, 1))], "rowwise_adagrad"),
+         "column": ([TableSharding(kind="column", ranks=(0, 1)), TableSharding(kind="row", ranks=(1, 0)),
+                     TableSharding(kind="table", ranks=(1,)), TableSharding(kind="column", ranks=(1, 0)),
+                     TableSharding(kind="table", ranks=(0,))], "adagrad")}
 B, STEPS, LR = 4, 3, 0.05
 #: A bag of up to 3 fp16 rows, each off by up to two units in the last place of values below 0.5 (2**-12 each)
 FP16_BAG_ATOL = 3 * 2 * 2.0 ** -12
 CPU = torch.device("cpu")
 
 
-def _one_process():
-    return build_embeddings("polyrec", ROWS, DIM, optimizer=EmbeddingOptimConfig(kind="rowwise_adagrad", lr=LR),
-                            device=CPU, seed=3, weight_dtype=DTYPES)
+def _one_process(kind: str = "rowwise_adagrad"):
+    return build_embeddings("polyrec", ROWS, DIM, optimizer=EmbeddingOptimConfig(kind=kind, lr=LR), device=CPU,
+                            seed=3, weight_dtype=DTYPES)
 
 
-def _sharded(rank: int, world: int) -> DistributedEmbeddings:
-    return DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=LR),
-                                 shardings=SHARDINGS, rank=rank, world_size=world, device=CPU, seed=5,
-                                 weight_dtype=DTYPES)
+def _sharded(rank: int, world: int, plan: str) -> DistributedEmbeddings:
+    shardings, kind = PLANS[plan]
+    return DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind=kind, lr=LR), shardings=shardings,
+                                 rank=rank, world_size=world, device=CPU, seed=5, weight_dtype=DTYPES)
 
 
 def _global_batch(world: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,9 +89,9 @@ def _recording(take, taken: list[bool]):
     return wrapped
 
 
-def _trained_like_one_process(rank: int, world: int, directory: str) -> None:
-    reference = _one_process()
-    sharded = _sharded(rank, world)
+def _trained_like_one_process(rank: int, world: int, directory: str, plan: str) -> None:
+    reference = _one_process(PLANS[plan][1])
+    sharded = _sharded(rank, world, plan)
     assert isinstance(sharded.local, MixedShardTables)  # both ranks hold fp32 and fp16 shards
     assert [tbe.weight_dtype for tbe in sharded.local.tbes] == [F32, F16]
     sharded.import_state(reference.export_state())  # a one-process checkpoint of mixed tables, cut into shards
@@ -110,7 +115,7 @@ def _trained_like_one_process(rank: int, world: int, directory: str) -> None:
     assert prepared == list(sharded.local.tbes) * STEPS and taken == [True] * len(prepared)
     sharded.check_errors()
     save_sharded(directory, sharded.sharded.local_shards, sharded.local, rank=rank, world_size=world, step=STEPS)
-    again = _one_process()
+    again = _one_process(PLANS[plan][1])
     load_sharded(directory, full_tables(again), again)
     for t, (got, want) in enumerate(zip(again.table_weights(), reference.table_weights())):
         # fp16 rows round stochastically, each TBE from its own stream: within a few units in the last place
@@ -120,8 +125,9 @@ def _trained_like_one_process(rank: int, world: int, directory: str) -> None:
     assert all(tbe.step == STEPS for tbe in again.tbes)
 
 
-def test_sharded_mixed_row_dtypes_train_as_one_process_and_checkpoint_both_ways(tmp_path):
-    run_on_ranks(_trained_like_one_process, 2, str(tmp_path / "shards"))
+@pytest.mark.parametrize("plan", sorted(PLANS))
+def test_sharded_mixed_row_dtypes_train_as_one_process_and_checkpoint_both_ways(tmp_path, plan):
+    run_on_ranks(_trained_like_one_process, 2, str(tmp_path / "shards"), plan)
 
 
 def test_a_rank_whose_shards_share_a_dtype_keeps_one_tbe():
