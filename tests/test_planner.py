@@ -108,6 +108,24 @@ def test_host_cache_when_hbm_is_not_enough():
     assert plan.memory[0].host_bytes > 0 and plan.fits
 
 
+def test_a_fixed_batch_that_pushes_tables_to_host_memory_names_the_planners_own():
+    """MLPerf at the largest batch that fits one H200: 19 tables behind HBM caches of a few rows, and nothing said
+    why; now a note gives the activations, the caches and the planner's own batch's samples/s."""
+    plan = make_plan(MLPERF, parse_fleet("H200x1"), PlanConstraints(batch_per_gpu=1882216))
+    own = make_plan(MLPERF, parse_fleet("H200x1"))
+    cached = [t for t in plan.tables if t.memory == "host_cached"]
+    note = plan.notes[-1]
+    assert cached and own.samples_per_s > 2 * plan.samples_per_s
+    assert note.startswith("a batch of 1882216 per GPU takes ") and f"leaves {len(cached)} tables in host memory" in note
+    assert f"the planner's own batch, {own.batch_per_gpu}, plans {own.samples_per_s / 1e6:.2f}M" in note
+    assert f"of {min(t.cache_rows for t in cached):,} to {max(t.cache_rows for t in cached):,} rows" in note
+    # no note: no table in host memory (H200), or tables there at the planner's own batch too (H100, fp32 rows)
+    for fleet, quiet in (("H200x1", PlanConstraints(batch_per_gpu=4096)),
+                         ("H100x1", PlanConstraints(batch_per_gpu=65536, weight_dtypes=("fp32",)))):
+        fixed = make_plan(MLPERF, parse_fleet(fleet), quiet)
+        assert not any("per GPU takes" in n for n in fixed.notes), fixed.notes
+
+
 def test_fleet_parsing():
     f = parse_fleet("H200x8")
     assert f.world_size == 8 and f.hosts == 1 and f.text == "H200x8"
