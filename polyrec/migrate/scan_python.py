@@ -12,10 +12,9 @@ import io
 import operator
 import re
 import tokenize
-from dataclasses import dataclass
-
 from polyrec.migrate.rules import AMD_MAX_WORKGROUP, AMD_WAVEFRONT
 from polyrec.migrate.types import Finding, text_column
+from polyrec.migrate.wrappers import dotted, num_warps_wrappers, sinks
 
 # hip / rocm as a whole identifier part (torch.version.hip, IS_ROCM, use_rocm, isHip), never inside
 # another word (num_chips, FLASHCHIP); fnuz anywhere (float8_e4m3fnuz).
@@ -52,18 +51,6 @@ _CUDA_PYTHON = ("cuda.bindings", "cuda.core", "cuda.cuda", "cuda.cudart", "cuda.
 _NVML_MODULES = ("pynvml", "nvidia_smi", "py3nvml")
 
 
-def _dotted(node: ast.AST) -> str:
-    """'torch.version.cuda' for an Attribute chain; '' for anything else."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
 def _int_constant(node: ast.AST) -> int | None:
     """The value of an integer literal or of + - * << on such (``16 * 2``, ``1 << 5``); None for anything else."""
     if isinstance(node, ast.Constant):
@@ -79,7 +66,7 @@ def _int_constant(node: ast.AST) -> int | None:
 def _product_pools(node: ast.expr, width: int) -> list[ast.expr] | None:
     """The iterable each element comes from of the ``width``-tuples that ``itertools.product(a, b)`` or
     ``product(a, b, repeat=n)`` yields (``[a, b] * n``); None for another call or another width."""
-    if not (isinstance(node, ast.Call) and _dotted(node.func) in ("itertools.product", "product")) or \
+    if not (isinstance(node, ast.Call) and dotted(node.func) in ("itertools.product", "product")) or \
             not node.args or any(isinstance(a, ast.Starred) for a in node.args):
         return None
     repeats = [_int_constant(kw.value) if kw.arg == "repeat" else None for kw in node.keywords] or [1]
@@ -117,55 +104,17 @@ def _is_capability_source(node: ast.AST, properties_names: set[str]) -> bool:
     if isinstance(node, ast.Subscript):
         node = node.value
     if isinstance(node, ast.Call):
-        return _dotted(node.func).endswith("get_device_capability")
+        return dotted(node.func).endswith("get_device_capability")
     if isinstance(node, ast.Attribute) and node.attr in ("major", "minor"):
         inner = node.value
-        return (isinstance(inner, ast.Call) and _dotted(inner.func).endswith("get_device_properties")) or \
+        return (isinstance(inner, ast.Call) and dotted(inner.func).endswith("get_device_properties")) or \
             (isinstance(inner, ast.Name) and inner.id in properties_names)
     return False
 
 
-def _takes_launch_options(call: ast.Call) -> bool:
-    """A launch (``kernel[grid](...)``), a ``triton.Config(...)`` or a ``dict(...)`` of options to pass on to one."""
-    return isinstance(call.func, ast.Subscript) or _dotted(call.func).split(".")[-1] == "Config" or \
-        _dotted(call.func) == "dict"
-
-
-def _forwarded_params(func: ast.FunctionDef) -> set[str]:
-    """The parameters that ``func`` passes on, as they are, as a launch's num_warps: ``kernel[grid](x, num_warps=w)``,
-    ``triton.Config(m, num_warps=w)``, ``dict(num_warps=w)``, ``{"num_warps": w}``."""
-    values = []
-    for node in ast.walk(func):
-        if isinstance(node, ast.Call) and _takes_launch_options(node):
-            values += [kw.value for kw in node.keywords if kw.arg == "num_warps"]
-        elif isinstance(node, ast.Dict):
-            values += [v for k, v in zip(node.keys, node.values)
-                       if isinstance(k, ast.Constant) and k.value == "num_warps"]
-    args = func.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-    return {v.id for v in values if isinstance(v, ast.Name)} & params
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Forwarded:
-    """A wrapper's parameter that it passes on as a launch's num_warps (``def run(x, w=4): k[g](x, num_warps=w)``)."""
-
-    param: str  # its name, as a call gives it by keyword
-    position: int | None  # its index among a call's positional arguments (a method's self not counted); None: none
-
-
-def _num_warps_wrappers(tree: ast.AST) -> dict[str, list[_Forwarded]]:
-    """The file's functions (by name, as calls name them: ``run``, ``op.launch``) that pass a parameter on as a
-    launch's num_warps, with those parameters: one level of wrapper, whose calls in the file are then read."""
-    methods = {id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body
-               if isinstance(f, ast.FunctionDef) and "staticmethod" not in map(_dotted, f.decorator_list)}
-    wrappers: dict[str, list[_Forwarded]] = {}
-    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
-        positional = [a.arg for a in func.args.posonlyargs + func.args.args][id(func) in methods:]
-        for param in sorted(_forwarded_params(func)):
-            wrappers.setdefault(func.name, []).append(
-                _Forwarded(param=param, position=positional.index(param) if param in positional else None))
-    return wrappers
+def _onward(chain: tuple[str, ...]) -> str:
+    """The wrappers a value goes through on its way to a launch, for a message: `` to outer() to run()``."""
+    return "".join(f" to {name}()" for name in chain)
 
 
 class _Visitor(ast.NodeVisitor):
@@ -181,7 +130,7 @@ class _Visitor(ast.NodeVisitor):
         self.loop_ints: dict[str, list[ast.expr]] = {}  # loop variables over integer literals -> the literals
         self.int_lists: dict[str, ast.expr] = {}  # names bound to a list/tuple/set literal (WARPS = [4, 32])
         self.reported_loop_ints: set[int] = set()  # ids of those literals already reported
-        self.wrappers = _num_warps_wrappers(tree)  # functions that pass a parameter on as a launch's num_warps
+        self.wrappers = num_warps_wrappers(tree)  # functions that pass a value on as a launch's num_warps
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
         line = getattr(node, "lineno", 1)
@@ -219,7 +168,7 @@ class _Visitor(ast.NodeVisitor):
         if self.guard or _mentions_hip(test):
             return
         for sub in ast.walk(test):
-            if _dotted(sub) == "torch.version.cuda":
+            if dotted(sub) == "torch.version.cuda":
                 self.add("PM203", sub, "branch on torch.version.cuda: it is None on ROCm, so AMD GPUs take "
                                        "the non-CUDA branch")
                 return
@@ -241,7 +190,7 @@ class _Visitor(ast.NodeVisitor):
             self.int_lists.pop(name, None)
         if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
             self.int_lists.update({target.id: value for target in targets if isinstance(target, ast.Name)})
-        if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_device_properties"):
+        if isinstance(value, ast.Call) and dotted(value.func).endswith("get_device_properties"):
             self.properties_names.update(names)
         if self._holds_capability(value):
             self.capability_names.update(names)
@@ -251,7 +200,7 @@ class _Visitor(ast.NodeVisitor):
                     self.str_constants[target.id] = value.value
         if _int_constant(value) == 32 and not self.guard:
             for target in targets:
-                self._check_warp_constant(target, _dotted(target))
+                self._check_warp_constant(target, dotted(target))
         if isinstance(value, (ast.Compare, ast.BoolOp)):
             self._check_test(value)
 
@@ -271,16 +220,17 @@ class _Visitor(ast.NodeVisitor):
         args = node.args
         positional = args.posonlyargs + args.args
         defaults = zip(positional[len(positional) - len(args.defaults):], args.defaults)
-        forwarded = _forwarded_params(node)
+        forwarded = self.wrappers.by_function[node]
         for arg, default in (*defaults, *zip(args.kwonlyargs, args.kw_defaults)):
             if default is None or self.guard:
                 continue
-            constexpr = arg.annotation is not None and _dotted(arg.annotation).split(".")[-1] == "constexpr"
+            constexpr = arg.annotation is not None and dotted(arg.annotation).split(".")[-1] == "constexpr"
             if constexpr and _int_constant(default) == 32:
                 self._check_warp_constant(arg, arg.arg)
             elif arg.arg in forwarded:
+                onward = _onward(forwarded[arg.arg].chain)
                 self._check_num_warps(default, option=arg.arg,
-                                      via=f" ({node.name}()'s default, passed on as a launch's num_warps)")
+                                      via=f" ({node.name}()'s default, passed on{onward} as a launch's num_warps)")
         self.generic_visit(node)
 
     def _holds_capability(self, value: ast.expr) -> bool:
@@ -331,7 +281,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.Mult) and not self.guard:
             for a, b in ((node.left, node.right), (node.right, node.left)):
-                if isinstance(a, ast.Constant) and a.value == 32 and _WARPS_NAME.search(_dotted(b)):
+                if isinstance(a, ast.Constant) and a.value == 32 and _WARPS_NAME.search(dotted(b)):
                     self.add("PM101", node, f"`{ast.unparse(node)}` assumes 32 threads per warp; AMD "
                                             f"wavefronts are {AMD_WAVEFRONT} wide")
                     break
@@ -339,15 +289,13 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Dict(self, node: ast.Dict) -> None:
         if not self.guard:  # launch options kept to be passed on: kernel[grid](..., **opts), triton.Config(m, **opts)
-            for key, value in zip(node.keys, node.values):
-                if isinstance(key, ast.Constant) and key.value == "num_warps":
-                    self._check_num_warps(value)
+            self._check_sinks(node)
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in _FP8_OCP and not self.guard and not self.file_has_fnuz:
-            if _dotted(node).split(".")[0] in ("torch", "tl", "triton", "language"):
-                self.add("PM201", node, f"{_dotted(node)} is the OCP fp8 format; MI300X/MI325X (gfx942) need "
+            if dotted(node).split(".")[0] in ("torch", "tl", "triton", "language"):
+                self.add("PM201", node, f"{dotted(node)} is the OCP fp8 format; MI300X/MI325X (gfx942) need "
                                         "the fnuz variant")
         self.generic_visit(node)
 
@@ -375,7 +323,7 @@ class _Visitor(ast.NodeVisitor):
             self.add("PM207", node, f"imports NVIDIA cuda-python ({module})")
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = _dotted(node.func)
+        name = dotted(node.func)
         if not self.guard:
             self._check_call(node, name)
         self.generic_visit(node)
@@ -397,31 +345,24 @@ class _Visitor(ast.NodeVisitor):
             if code is not None and _CUPY_CUDA_ONLY.search(code):
                 self.add("PM206", node, f"{last} source uses CUDA-only constructs "
                                         f"({_CUPY_CUDA_ONLY.search(code).group(0).strip()})")
-        elif _takes_launch_options(node):
-            for kw in node.keywords:
-                if kw.arg == "num_warps":
-                    self._check_num_warps(kw.value)
-        elif last in self.wrappers:
-            self._check_wrapper_call(node, last)
+        else:
+            self._check_sinks(node)
         if name.startswith("subprocess.") or name in ("os.system", "os.popen", "check_output", "run"):
             text = " ".join(ast.unparse(a) for a in node.args)
             if "nvidia-smi" in text:
                 self.add("PM205", node, "runs nvidia-smi, absent on AMD systems")
 
-    def _check_wrapper_call(self, node: ast.Call, name: str) -> None:
-        """PM110 on what a call of a wrapper (``run(x, num_warps=32)``, ``op.launch(x, 32)``) gives a parameter that
-        the wrapper passes on as a launch's num_warps: by keyword, or at its position before any ``*args``."""
-        for forwarded in self.wrappers[name]:
-            value = next((kw.value for kw in node.keywords if kw.arg == forwarded.param), None)
-            position = forwarded.position
-            if value is None and position is not None and position < len(node.args) and \
-                    not any(isinstance(a, ast.Starred) for a in node.args[:position + 1]):
-                value = node.args[position]
-            if value is not None:
-                self._check_num_warps(value, option=forwarded.param,
-                                      via=f" (passed on by {name}() as a launch's num_warps)")
+    def _check_sinks(self, node: ast.Call | ast.Dict) -> None:
+        """PM110 on what ``node`` hands on as a launch's num_warps: ``num_warps=32`` of a launch, a triton.Config or
+        a dict of options, or what a call of a wrapper (``run(x, num_warps=32)``, ``op.launch(x, 32)``) gives a
+        keyword that the wrapper passes on, by keyword or at its position before any ``*args``."""
+        for sink in sinks(node, self.wrappers.by_name):
+            if not sink.spread:
+                via = f" (passed on by {sink.chain[0]}(){_onward(sink.chain[1:])} as a launch's num_warps)" \
+                    if sink.chain else ""
+                self._check_num_warps(sink.value, option=sink.keyword, via=via)
 
-    def _check_num_warps(self, value: ast.expr, option: str = "num_warps", via: str = "") -> None:
+    def _check_num_warps(self, value: ast.expr, option: str, via: str) -> None:
         """PM110 on a num_warps option's ``value``: a literal, or a loop variable over literals. ``option`` is the
         name it is given under, ``via`` how it reaches a launch where that is not num_warps itself."""
         if (warps := _int_constant(value)) is not None:
