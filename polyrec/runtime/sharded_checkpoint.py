@@ -184,7 +184,7 @@ def _fill(shard: Shard, old: list[tuple[dict, dict]], name: str, target: torch.T
 def load_sharded(directory: str | Path, shards: list[Shard], tables) -> dict[str, Any]:
     """Fill ``shards`` (held in ``tables``: ``_tbes``) from a checkpoint written by any number of ranks; return its
     manifest. ``full_tables(tables)`` as ``shards`` loads a sharded checkpoint into unsharded tables. The pieces
-    carry their values, not their row dtype: a checkpoint resumes on tables of other row dtypes (rounded)."""
+    are cast to the row dtype of the tables they fill (the trainer's resume asks for the saved dtypes)."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     if manifest["optimizer"] != _optimizer_kind(tables):
