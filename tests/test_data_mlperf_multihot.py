@@ -413,3 +413,18 @@ def test_a_space_after_a_comma_in_the_list_is_named(tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"mlperf: ' {npz(tmp_path, 1)}' starts or ends with a space: the "
                                                    "comma-separated list takes none")):
         source_spec(f"mlperf:{npz(tmp_path, 0)}, {npz(tmp_path, 1)}")
+
+
+def test_joined_ids_writes_into_a_given_int64_buffer_and_refuses_another():
+    from polyrec.data.multihot import joined_ids
+
+    rng = np.random.default_rng(3)
+    ids = [rng.integers(0, 2**31 - 1, (5, h)).astype(np.int32) for h in (3, 1, 2)]
+    rows = np.array([7, 11, 2**40])
+    want = joined_ids(ids, rows)
+    out = np.full(want.shape, -1, dtype=np.int64)
+    assert joined_ids(ids, rows, out=out) is out and np.array_equal(out, want)
+    with pytest.raises(ValueError, match=r"out must be int64 \[30\], got int32 \[30\]"):
+        joined_ids(ids, rows, out=np.empty(30, dtype=np.int32))
+    with pytest.raises(ValueError, match=r"got int64 \[29\]"):
+        joined_ids(ids, rows, out=np.empty(29, dtype=np.int64))

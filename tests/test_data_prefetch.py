@@ -327,3 +327,19 @@ def test_batches_are_pinned_for_a_cuda_device_only():
     assert isinstance(source, Prefetching) and source.pin is False
     assert not source.next_batch().values.is_pinned()
     source.close()
+
+
+def test_reading_ahead_for_a_cuda_device_has_the_multi_hot_reader_build_its_ids_page_locked(tmp_path):
+    """``Prefetching(pin=True)`` asks the source to write each batch's ids (112 MB of a 65536-row MLPerf batch)
+    into page-locked memory itself (``RecordSource.build_pinned``), so that ``Batch.pinned`` copies only the small
+    rest; without pin, or for a source that cannot, nothing changes (on the GPU: tests/gpu/test_prefetch_gpu.py)."""
+    two_days(tmp_path)
+    plain = multihot(tmp_path)
+    assert not plain.records.pinned_ids
+    ahead = Prefetching(multihot(tmp_path), pin=False)
+    assert not ahead.source.records.pinned_ids
+    ahead.close()
+    ahead = Prefetching(multihot(tmp_path), pin=True)  # nothing is read (a CPU machine cannot pin): the flag alone
+    assert ahead.source.records.pinned_ids
+    ahead.close()
+    Prefetching(criteo(), pin=True).close()  # a source without build_pinned: taken as before

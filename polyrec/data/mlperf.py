@@ -110,6 +110,13 @@ class RecordSource(Closing):
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return self.records.adapt(config)
 
+    def build_pinned(self) -> None:
+        """Build each batch's ids in page-locked memory where the records can (multi-hot days: ``pinned_ids``), for a
+        reader whose batches go to a CUDA device (``prefetch.Prefetching``): ``Batch.pinned`` then copies the
+        small rest alone. Training batches only: the evaluation's are read on the caller's thread, unpinned."""
+        if hasattr(self.records, "pinned_ids"):
+            self.records.pinned_ids = True
+
     def _stream_index(self, read: int) -> int:
         """This rank's record ``read`` (0-based, over the run) -> its index in the run's stream, the files
         repeated epoch after epoch: blocks of ``batch_size`` go to the ranks in turn."""

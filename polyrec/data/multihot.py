@@ -213,13 +213,15 @@ def ids_mod_rows(ids: np.ndarray, rows: int, out: np.ndarray) -> None:
         np.remainder(ids, ids.dtype.type(rows), out=out, casting="unsafe")
 
 
-def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray) -> np.ndarray:
-    """ids 26 x [B, hot_f] -> values [B * sum(hot)] int64, feature-major, each mod its table's rows; the work split
-    over ID_THREADS threads by feature and TASK_ROWS rows (on one thread the reader took 0.089 s per 65536 MLPerf
-    rows on an H100 host, ``benchmarks/multihot_reader.py`` at e993641)."""
+def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """ids 26 x [B, hot_f] -> values [B * sum(hot)] int64 (into ``out`` where given), feature-major, each mod its
+    table's rows; the work split over ID_THREADS threads by feature and TASK_ROWS rows (on one thread the reader took
+    0.089 s per 65536 MLPerf rows on an H100 host, ``benchmarks/multihot_reader.py`` at e993641)."""
     b = ids[0].shape[0]
     starts = np.cumsum([0] + [b * x.shape[1] for x in ids])  # [F+1]
-    values = np.empty(int(starts[-1]), dtype=np.int64)
+    values = np.empty(int(starts[-1]), dtype=np.int64) if out is None else out
+    if values.shape != (int(starts[-1]),) or values.dtype != np.int64:
+        raise ValueError(f"joined_ids: out must be int64 [{int(starts[-1])}], got {values.dtype} {list(values.shape)}")
     tasks = [(f, lo, min(lo + TASK_ROWS, b)) for f in range(len(ids)) for lo in range(0, b, TASK_ROWS)]
 
     def write(task: tuple[int, int, int]) -> None:
@@ -233,13 +235,18 @@ def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray) -> np.ndarray:
     return values
 
 
-def multi_hot_batch(labels: np.ndarray, dense: np.ndarray, ids: list[np.ndarray], table_rows: np.ndarray) -> Batch:
+def multi_hot_batch(labels: np.ndarray, dense: np.ndarray, ids: list[np.ndarray], table_rows: np.ndarray,
+                    pinned: bool = False) -> Batch:
     """labels [B] (0 or 1), dense [B, 13] (already transformed, within float32), ids 26 x [B, hot_f] (non-negative)
-    -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``."""
+    -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``. ``pinned``:
+    the ids are written into page-locked memory (CUDA), where ``Batch.pinned`` then finds them: 112 MB of a 65536-row
+    MLPerf batch not copied again."""
     b = labels.shape[0]
     lengths = torch.tensor([x.shape[1] for x in ids], dtype=torch.int64).repeat_interleave(b)  # [F*B]
+    values = torch.empty(b * sum(x.shape[1] for x in ids), dtype=torch.int64, pin_memory=pinned)
+    joined_ids(ids, table_rows, out=values.numpy())
     return Batch(dense=torch.from_numpy(np.array(dense, dtype=np.float32)),  # a copy: ``dense`` may be the file's map
-                 values=torch.from_numpy(joined_ids(ids, table_rows)),  # [B * sum(hot)]
+                 values=values,  # [B * sum(hot)]
                  offsets=offsets_from_lengths(lengths),  # [F*B+1]
                  labels=torch.from_numpy(labels.astype(np.float32)))
 
@@ -277,6 +284,7 @@ class MultiHotRecords:
         if self.total == 0:
             raise no_rows(self.paths, "day")
         self.row_bytes = VALUE_BYTES * (1 + CRITEO_NUM_DENSE + sum(self.multi_hot))
+        self.pinned_ids = False  # each batch's ids built in page-locked memory (``RecordSource.build_pinned``)
 
     def _day(self, first: int) -> int:
         """The day that row ``first`` (0-based in all of them) is in: the last to start at or before it, so not an
@@ -313,7 +321,8 @@ class MultiHotRecords:
     def batch(self, parts: list[tuple[DayRows, np.ndarray]], table_rows: np.ndarray) -> Batch:
         ids = [joined([(chunk.ids[f], good) for chunk, good in parts]) for f in range(len(self.multi_hot))]
         return multi_hot_batch(joined([(chunk.labels, good) for chunk, good in parts]),
-                               joined([(chunk.dense, good) for chunk, good in parts]), ids, table_rows)
+                               joined([(chunk.dense, good) for chunk, good in parts]), ids, table_rows,
+                               pinned=self.pinned_ids)
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return adapt_criteo(config, self.paths[0], self.multi_hot)

@@ -99,6 +99,8 @@ class Prefetching(Closing):
         if depth < 1:
             raise ValueError(f"prefetch depth must be at least 1, got {depth}")
         self.source, self.depth, self.pin = source, depth, pin
+        if pin and hasattr(source, "build_pinned"):  # the source writes its largest arrays page-locked itself
+            source.build_pinned()
         self.eval_bad_rows = source.eval_bad_rows  # the eval file's, read on the caller's thread only
         self.eval_rows_per_rank = source.eval_rows_per_rank
         self._ahead: _ReadAhead | None = None  # None: the source is where the caller is, nothing read ahead

@@ -46,3 +46,37 @@ def test_training_with_pinned_prefetch_gives_the_same_losses():
         losses[prefetch] = [float(trainer.train_step()) for _ in range(6)]
         trainer.source.close()
     assert losses[True] == losses[False]
+
+
+def test_multi_hot_ids_read_ahead_are_built_page_locked_and_not_copied_again(tmp_path, monkeypatch):
+    """A multi-hot reader read ahead for CUDA writes its ids into page-locked memory (``build_pinned``): the batch
+    taken holds that very buffer (``Batch.pinned`` copied the rest), equal to an unwrapped source's ids."""
+    import sys
+
+    from polyrec.data import multihot
+
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    from test_data_mlperf_multihot import write_day
+
+    write_day(tmp_path, 0, 64, seed=4)
+    built = []
+    build = multihot.multi_hot_batch
+
+    def spied(*args, **kwargs):
+        batch = build(*args, **kwargs)
+        built.append(batch.values.data_ptr())
+        return batch
+
+    monkeypatch.setattr(multihot, "multi_hot_batch", spied)
+    spec, config = f"mlperf:{tmp_path / 'day_0_sparse_multi_hot.npz'}", dcnv2_small().with_capped_rows(64)
+    ahead = open_source(spec, config, batch_size=16, seed=0, device=CUDA, prefetch=True)
+    plain = open_source(spec, config, batch_size=16, seed=0, device=CUDA, prefetch=False)
+    try:
+        for _ in range(6):  # past the day's end: the next epoch too
+            got, want = ahead.next_batch(), plain.next_batch()
+            assert got.values.is_pinned() and got.values.data_ptr() in built
+            for name in ("dense", "values", "offsets", "labels"):
+                assert getattr(got, name).is_pinned() and torch.equal(getattr(got, name), getattr(want, name)), name
+    finally:
+        ahead.close()
+        plain.close()
