@@ -14,7 +14,8 @@ checkout this script runs from, and names both checkouts' commits.
         [--data synthetic:uniform] [--precision fp8] [--embedding-dtype bf16]
 
 Each trial trains on a synthetic pool of as many batches as its warm and timed steps (no timed step sees a
-batch twice). Both checkouts run the dense half eager, or with ``--cuda-graphs`` both graphed (a checkout from before
+batch twice), or on ``--data``'s file as it is read (``mlperf:DIR/day_0_sparse_multi_hot.npz``, an absolute
+path). Both checkouts run the dense half eager, or with ``--cuda-graphs`` both graphed (a checkout from before
 the trainer's "auto" default takes the same True / False).
 
 About 20 s per trial on an H200 with tables capped at 4M rows (``--row-cap``).
@@ -38,10 +39,12 @@ import json, sys
 import polyrec
 from polyrec.runtime import TrainConfig, Trainer
 preset, batch, row_cap, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+options = json.loads(sys.argv[7])
+pool = warmup + steps if options.get("data", "synthetic").startswith("synthetic") else 0  # a file is read, not pooled
 cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap or None, steps=10_000,
-                  synthetic_pool=warmup + steps, cuda_graphs=sys.argv[6] == "graphs", **json.loads(sys.argv[7]))
+                  synthetic_pool=pool, cuda_graphs=sys.argv[6] == "graphs", **options)
 trainer = Trainer(cfg, progress=False)
-options = {k: getattr(cfg, k) for k in json.loads(sys.argv[7])}
+options = {k: getattr(cfg, k) for k in options}
 print(json.dumps({**trainer.benchmark(warmup=warmup, steps=steps), "polyrec_file": polyrec.__file__, "options": options}))
 """
 
@@ -115,7 +118,7 @@ def main() -> None:
     parser.add_argument("--row-cap", type=int, default=4_000_000, help="rows per table at most (0: full size)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="graph the dense half in both checkouts (default: eager in both)")
-    parser.add_argument("--data", default="synthetic", help="synthetic (power-law ids) or synthetic:uniform")
+    parser.add_argument("--data", default="synthetic", help="synthetic (power-law ids), synthetic:uniform, or a file spec (absolute path)")
     parser.add_argument("--precision", default="auto", help="dense matmuls: auto (bf16), bf16 or fp8")
     parser.add_argument("--embedding-dtype", default="fp32", help="embedding rows: fp32, fp16 or bf16")
     args = parser.parse_args()
