@@ -45,7 +45,9 @@ cfg = TrainConfig(preset=preset, batch_size=batch, row_cap=row_cap or None, step
                   synthetic_pool=pool, cuda_graphs=sys.argv[6] == "graphs", **options)
 trainer = Trainer(cfg, progress=False)
 options = {k: getattr(cfg, k) for k in options}
-print(json.dumps({**trainer.benchmark(warmup=warmup, steps=steps), "polyrec_file": polyrec.__file__, "options": options}))
+timed = trainer.benchmark(warmup=warmup, steps=steps)
+trainer.source.close()  # a file read ahead: its thread ended before the process (else C++'s terminate at exit)
+print(json.dumps({**timed, "polyrec_file": polyrec.__file__, "options": options}))
 """
 
 
