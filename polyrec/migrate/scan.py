@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
+from polyrec.migrate.imports import ModuleIndex, PythonModule, follow_imports, python_module
 from polyrec.migrate.rules import RULES
 from polyrec.migrate.scan_cuda import ParserMissing, scan_cuda
-from polyrec.migrate.scan_python import scan_python
+from polyrec.migrate.scan_python import parse_python, scan_parsed, scan_python
 from polyrec.migrate.types import Finding, ScanResult, Severity
 from polyrec.migrate.walk import not_a_file, tree_files
+from polyrec.migrate.wrappers import num_warps_wrappers
 
 PYTHON_SUFFIXES = frozenset({".py"})
 CUDA_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp"})
+_T = TypeVar("_T")
 
 
 class UnsupportedFile(ValueError):
@@ -81,44 +85,82 @@ def scan_file(path: str, data: bytes) -> list[Finding]:
 
 def scan_paths(paths: Iterable[Path], *, rules: set[str] | None = None,
                min_severity: Severity = Severity.NOTE) -> ScanResult:
-    """Scan files and directories. ``rules`` keeps only those IDs; ``min_severity`` drops milder ones."""
+    """Scan files and directories. ``rules`` keeps only those IDs; ``min_severity`` drops milder ones. A Python file
+    that imports a num_warps wrapper from another file of the scan is scanned again once all are read."""
     unknown = (rules or set()) - set(RULES)
     if unknown:
         raise KeyError(f"scan: unknown rule id(s) {sorted(unknown)}; known: {', '.join(RULES)}")
     start = time.perf_counter()
     result = ScanResult()
-    for file, shown in iter_sources(paths, result.not_scanned):
-        try:
-            data = file.read_bytes()
-        except OSError as exc:  # unreadable (permissions), or gone since the walk
-            result.not_scanned[shown] = f"cannot read: {exc.strerror or exc}"
+    paths = list(paths)
+    sources = iter_sources(paths, result.not_scanned)
+    index = ModuleIndex(paths, [(file, shown) for file, shown in sources if file.suffix in PYTHON_SUFFIXES])
+    scanned: dict[str, tuple[int, list[Finding]]] = {}  # display path -> its lines, its findings
+    modules = []
+    for file, shown in sources:
+        if (data := _read(file, shown, result.not_scanned)) is None:
             continue
-        if b"\0" in data:  # UTF-16 / UTF-32 text or a binary: read as UTF-8 bytes it looked clean (hipify skips it)
-            result.not_scanned[shown] = ("NUL bytes: a binary file, or text that is not UTF-8 (UTF-16?); save it "
-                                         "as UTF-8 to scan it")
+        if file.suffix not in PYTHON_SUFFIXES:
+            found = _attempt(shown, result.not_scanned, scan_file, shown, data)
+        elif (read := _attempt(shown, result.not_scanned, _read_python, shown, data, index)) is not None:
+            modules.append(read[0])
+            found = read[1]
+        else:
             continue
-        try:
-            found = scan_file(shown, data)
-        except (ParserMissing, UnsupportedFile) as exc:
-            result.not_scanned[shown] = str(exc)
-            continue
-        except SyntaxError as exc:
-            result.not_scanned[shown] = f"Python syntax error line {exc.lineno}: {exc.msg}"
-            continue
-        except (RecursionError, MemoryError) as exc:
-            result.not_scanned[shown] = (f"nested too deeply for the scanner ({type(exc).__name__}); "
-                                         "scan it by hand or split the expression")
-            continue
-        except Exception as exc:  # noqa: BLE001 - one odd file must not abort the scan of a whole tree
-            result.not_scanned[shown] = f"scanner error: {type(exc).__name__}: {exc}"
-            continue
-        result.files_scanned += 1
-        result.lines_scanned += len(data.splitlines())  # lines end at LF, CR LF or a lone CR (old Mac files)
-        result.findings += [f for f in found if (rules is None or f.rule in rules)
-                            and RULES[f.rule].severity.rank >= min_severity.rank]
-    result.findings.sort(key=lambda f: (f.path, f.line, f.column, f.rule))
+        if found is not None:
+            scanned[shown] = (len(data.splitlines()), found)  # lines end at LF, CR LF or a lone CR (old Mac files)
+    for shown, (parsed, wrappers) in follow_imports(modules, index).items():  # again, imported wrappers known
+        lines, _ = scanned.pop(shown)
+        if (found := _attempt(shown, result.not_scanned, scan_parsed, parsed, wrappers)) is not None:
+            scanned[shown] = (lines, found)
+    result.files_scanned = len(scanned)
+    result.lines_scanned = sum(lines for lines, _ in scanned.values())
+    result.findings = sorted((f for _, found in scanned.values() for f in found if (rules is None or f.rule in rules)
+                              and RULES[f.rule].severity.rank >= min_severity.rank),
+                             key=lambda f: (f.path, f.line, f.column, f.rule))
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _read_python(shown: str, data: bytes, index: ModuleIndex) -> tuple[PythonModule, list[Finding]]:
+    """A Python file parsed once: what the cross-file pass keeps of it, and its findings with its own wrappers."""
+    parsed = parse_python(shown, data)
+    wrappers = num_warps_wrappers(parsed.tree)
+    return python_module(parsed, data, wrappers, index), scan_parsed(parsed, wrappers)
+
+
+def _read(file: Path, shown: str, not_scanned: dict[str, str]) -> bytes | None:
+    """A file's bytes; None, and why in ``not_scanned``, for one that cannot be read or is not text."""
+    try:
+        data = file.read_bytes()
+    except OSError as exc:  # unreadable (permissions), or gone since the walk
+        not_scanned[shown] = f"cannot read: {exc.strerror or exc}"
+        return None
+    if b"\0" in data:  # UTF-16 / UTF-32 text or a binary: read as UTF-8 bytes it looked clean (hipify skips it)
+        not_scanned[shown] = ("NUL bytes: a binary file, or text that is not UTF-8 (UTF-16?); save it as UTF-8 to "
+                              "scan it")
+        return None
+    return data
+
+
+def _attempt(shown: str, not_scanned: dict[str, str], step: Callable[..., _T], *args: object) -> _T | None:
+    """What ``step(*args)`` returns for file ``shown``; None, and why in ``not_scanned``, where it raises."""
+    try:
+        return step(*args)
+    except Exception as exc:  # noqa: BLE001 - one odd file must not abort the scan of a whole tree
+        not_scanned[shown] = _why_not_scanned(exc)
+        return None
+
+
+def _why_not_scanned(exc: Exception) -> str:
+    """What ScanResult.not_scanned says of a file whose scan raised ``exc``."""
+    if isinstance(exc, (ParserMissing, UnsupportedFile)):
+        return str(exc)
+    if isinstance(exc, SyntaxError):
+        return f"Python syntax error line {exc.lineno}: {exc.msg}"
+    if isinstance(exc, (RecursionError, MemoryError)):
+        return f"nested too deeply for the scanner ({type(exc).__name__}); scan it by hand or split the expression"
+    return f"scanner error: {type(exc).__name__}: {exc}"
 
 
 def exit_code(result: ScanResult, fail_on: Severity) -> int:

@@ -12,9 +12,10 @@ import io
 import operator
 import re
 import tokenize
+from dataclasses import dataclass
 from polyrec.migrate.rules import AMD_MAX_WORKGROUP, AMD_WAVEFRONT
 from polyrec.migrate.types import Finding, text_column
-from polyrec.migrate.wrappers import dotted, num_warps_wrappers, sinks
+from polyrec.migrate.wrappers import NumWarpsWrappers, dotted, num_warps_wrappers, sinks
 
 # hip / rocm as a whole identifier part (torch.version.hip, IS_ROCM, use_rocm, isHip), never inside
 # another word (num_chips, FLASHCHIP); fnuz anywhere (float8_e4m3fnuz).
@@ -114,11 +115,11 @@ def _is_capability_source(node: ast.AST, properties_names: set[str]) -> bool:
 
 def _onward(chain: tuple[str, ...]) -> str:
     """The wrappers a value goes through on its way to a launch, for a message: `` to outer() to run()``."""
-    return "".join(f" to {name}()" for name in chain)
+    return "".join(f" to {label}" for label in chain)
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, path: str, lines: list[str], tree: ast.AST) -> None:
+    def __init__(self, path: str, lines: list[str], tree: ast.AST, wrappers: NumWarpsWrappers) -> None:
         self.path, self.lines = path, lines
         self.findings: list[Finding] = []
         self.guard = 0  # depth of enclosing ROCm-aware conditionals
@@ -130,7 +131,7 @@ class _Visitor(ast.NodeVisitor):
         self.loop_ints: dict[str, list[ast.expr]] = {}  # loop variables over integer literals -> the literals
         self.int_lists: dict[str, ast.expr] = {}  # names bound to a list/tuple/set literal (WARPS = [4, 32])
         self.reported_loop_ints: set[int] = set()  # ids of those literals already reported
-        self.wrappers = num_warps_wrappers(tree)  # functions that pass a value on as a launch's num_warps
+        self.wrappers = wrappers  # functions that pass a value on as a launch's num_warps
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
         line = getattr(node, "lineno", 1)
@@ -358,7 +359,7 @@ class _Visitor(ast.NodeVisitor):
         keyword that the wrapper passes on, by keyword or at its position before any ``*args``."""
         for sink in sinks(node, self.wrappers.by_name):
             if not sink.spread:
-                via = f" (passed on by {sink.chain[0]}(){_onward(sink.chain[1:])} as a launch's num_warps)" \
+                via = f" (passed on by {sink.chain[0]}{_onward(sink.chain[1:])} as a launch's num_warps)" \
                     if sink.chain else ""
                 self._check_num_warps(sink.value, option=sink.keyword, via=via)
 
@@ -399,13 +400,32 @@ def _decode(data: bytes) -> str:
         return data.decode("utf-8", "replace")
 
 
-def scan_python(path: str, source: str | bytes) -> list[Finding]:
-    """Findings of every Python rule in one file. Raises SyntaxError for a file ast cannot parse."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParsedPython:
+    """A Python file parsed once, for each step of a scan that reads it (its wrappers, its imports, its rules)."""
+
+    path: str  # as the scan shows it
+    tree: ast.Module
+    lines: list[str]  # its lines as ast numbers them
+
+
+def parse_python(path: str, source: str | bytes) -> ParsedPython:
+    """One file's tree and lines. Raises SyntaxError for a file ast cannot parse."""
     if isinstance(source, bytes):
         source = _decode(source)
     source = source.removeprefix("\ufeff")
-    tree = ast.parse(source, filename=path)
     # ast numbers lines at \r\n, \r and \n only; str.splitlines() also splits at \f, \v, \x1c...
-    visitor = _Visitor(path, re.split(r"\r\n|\r|\n", source), tree)
-    visitor.visit(tree)
+    return ParsedPython(path=path, tree=ast.parse(source, filename=path), lines=re.split(r"\r\n|\r|\n", source))
+
+
+def scan_parsed(parsed: ParsedPython, wrappers: NumWarpsWrappers | None = None) -> list[Finding]:
+    """Findings of every Python rule in a parsed file; ``wrappers``: its num_warps wrappers, those it imports from
+    other files of the scan included (None: its own only, found here)."""
+    visitor = _Visitor(parsed.path, parsed.lines, parsed.tree, wrappers or num_warps_wrappers(parsed.tree))
+    visitor.visit(parsed.tree)
     return visitor.findings
+
+
+def scan_python(path: str, source: str | bytes) -> list[Finding]:
+    """Findings of every Python rule in one file read alone. Raises SyntaxError for a file ast cannot parse."""
+    return scan_parsed(parse_python(path, source))
