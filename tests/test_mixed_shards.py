@@ -147,6 +147,9 @@ def test_one_rank_of_mixed_row_dtypes_looks_up_without_host_bounds():
     lengths, values = _global_batch(1, 0)
     torch.testing.assert_close(sharded(values, _offsets(lengths), B), reference(values, _offsets(lengths), B),
                                rtol=0, atol=1e-6)
+    with torch.no_grad():  # no backward follows: the split ids are not held for one (nnz ids a step)
+        sharded(values, _offsets(lengths), B)
+    assert sharded.local._parts is None
 
 
 def test_a_bad_id_is_named_by_the_ranks_feature():

@@ -50,7 +50,7 @@ class MixedShardTables(nn.Module):
         device = self.tbes[0].weights.device
         for g, features in enumerate(self.feature_groups):  # moved with the module (.to(device))
             self.register_buffer(f"features_{g}", torch.tensor(features, device=device), persistent=False)
-        self._parts: tuple[JaggedBatch, list[JaggedBatch]] | None = None  # the last lookup's batch and its split
+        self._parts: tuple[JaggedBatch, list[JaggedBatch]] | None = None  # the last trained lookup's batch, its split
 
     def forward(self, batch: JaggedBatch, bounds: list[int] | None = None) -> torch.Tensor:
         """The local batch [F features x N samples] -> pooled [N, local dims]; ``bounds``: each feature's first id
@@ -58,14 +58,16 @@ class MixedShardTables(nn.Module):
         batch.validate(device=self.tbes[0].weights.device)
         features = [getattr(self, f"features_{g}") for g in range(len(self.tbes))]
         out, parts = split_lookup(list(self.tbes), self.feature_groups, features, batch, bounds)
-        self._parts = (batch, parts)
+        # kept for ``prepare_backward`` only where a backward follows, and only until it is called
+        self._parts = (batch, parts) if torch.is_grad_enabled() else None
         return out
 
     def prepare_backward(self, batch: JaggedBatch) -> None:
         """Each TBE's id sort for the backward of the last lookup, when ``batch`` is that lookup's
         (``TableBatchedEmbedding.prepare_backward``); nothing otherwise."""
-        if self._parts is not None and self._parts[0] is batch:
-            for tbe, part in zip(self.tbes, self._parts[1]):
+        held, self._parts = self._parts, None
+        if held is not None and held[0] is batch:
+            for tbe, part in zip(self.tbes, held[1]):
                 tbe.prepare_backward(part)
 
     @property
