@@ -1,7 +1,9 @@
 """On the GPU machine: a rank's shards of several row dtypes (``polyrec.runtime.mixed_shards``: one TBE per dtype)
 look up and train as one process's ``MixedRowEmbeddings`` on the same rows, and `polyrec train` under torchrun
 takes a row dtype per table. One GPU: a world of one (the ids split by a read of the offsets; the split by the
-input distribution's host counts runs on 2 gloo processes in tests/test_mixed_shards.py)."""
+input distribution's host counts runs on 2 gloo processes in tests/test_mixed_shards.py). Two GPUs of one host
+(skipped on one): NCCL, the tables' update on its own stream with several TBEs a rank, a checkpoint resumed on
+one process."""
 
 from __future__ import annotations
 
@@ -78,3 +80,18 @@ def test_torchrun_one_gpu_trains_a_row_dtype_per_table(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = next(json.loads(line) for line in proc.stdout.splitlines() if '"event": "result"' in line)
     assert result["status"] == "done" and result["step"] == 20, result
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs of one host")
+def test_two_gpu_ranks_train_a_row_dtype_per_table_and_resume_on_one_process(tmp_path):
+    from distributed_util import train_on_ranks
+    from test_data_stop_gpu import NCCL_ENV
+
+    dtypes = ",".join("fp16" if t % 3 == 1 else "fp32" for t in range(26))  # dcnv2-small: each rank holds both (default shardings)
+    common = ["--preset", "dcnv2-small", "--batch-size", "4096", "--log-every", "5", "--json", "--embedding-dtype",
+              dtypes, "--checkpoint-dir", str(tmp_path / "ckpt")]
+    first = train_on_ranks(2, *common, "--steps", "10", env=NCCL_ENV)
+    again = train_on_ranks(0, *common, "--steps", "15", "--resume")
+    for proc, step in ((first, 10), (again, 15)):
+        result = next(json.loads(line) for line in proc.stdout.splitlines() if '"event": "result"' in line)
+        assert result["status"] == "done" and result["step"] == step, result
