@@ -87,7 +87,8 @@ def test_two_gpu_ranks_train_a_row_dtype_per_table_and_resume_on_one_process(tmp
     from distributed_util import train_on_ranks
     from test_data_stop_gpu import NCCL_ENV
 
-    dtypes = ",".join("fp16" if t % 3 == 1 else "fp32" for t in range(26))  # dcnv2-small: each rank holds both (default shardings)
+    # dcnv2-small's default shardings on 2 ranks give each rank fp32 and fp16 tables
+    dtypes = ",".join("fp16" if t % 3 == 1 else "fp32" for t in range(26))
     common = ["--preset", "dcnv2-small", "--batch-size", "4096", "--log-every", "5", "--json", "--embedding-dtype",
               dtypes, "--checkpoint-dir", str(tmp_path / "ckpt")]
     first = train_on_ranks(2, *common, "--steps", "10", env=NCCL_ENV)
