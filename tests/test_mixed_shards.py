@@ -184,3 +184,27 @@ def test_torchrun_trains_mixed_row_dtypes_checkpoints_and_resumes_on_one_process
     assert again["step"] == 4
     one = _result(_polyrec(*args, "--steps", "6", "--resume"))
     assert one["status"] == "done" and one["step"] == 6
+
+
+def test_a_plan_that_mixes_row_dtypes_on_two_ranks_trains_under_torchrun(tmp_path):
+    """The co-design path end to end: a two-rank plan whose tables hold fp32 and fp16 rows (as two H100s at batch
+    262144 per GPU plan MLPerf) is taken by `polyrec train --plan` under torchrun; before, it was refused."""
+    import dataclasses
+    import json
+
+    from polyrec.models import preset
+    from polyrec.planner.propose import make_plan
+    from polyrec.planner.types import PlanConstraints, model_spec_from_config, parse_fleet
+    from test_train_distributed import COMMON, _result, _torchrun
+
+    plan = make_plan(model_spec_from_config(preset("dcnv2-small").with_capped_rows(64)), parse_fleet("H200x2"),
+                     PlanConstraints(weight_dtypes=("fp32",), batch_per_gpu=8, dense_dtype="fp32"))
+    mixed = dataclasses.replace(plan, tables=tuple(dataclasses.replace(t, weight_dtype="fp16") if i % 2 else t
+                                                   for i, t in enumerate(plan.tables)))
+    path = tmp_path / "plan.json"
+    path.write_text(mixed.to_json())
+    proc = _torchrun(2, *[a for a in COMMON if a not in ("--batch-size", "16")], "--steps", "2", "--plan", str(path))
+    assert _result(proc)["status"] == "done"
+    start = next(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"event": "start"'))
+    by_table = {t.table: t.weight_dtype for t in mixed.tables}
+    assert start["config"]["embedding_dtype"] == ",".join(by_table[t.name] for t in mixed.model.tables)
