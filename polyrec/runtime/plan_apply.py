@@ -170,14 +170,14 @@ def _first_table_difference(what: str, planned: Sequence[float], run: Sequence[i
     return [f"{what} of table {t} (the first that differs): the plan's {ours}, the run's {run[t]}"]
 
 
-def _one(path: Path, what: str, by_table: dict[str, str], where: str = "") -> str:
-    """The one value every table of the plan shares, or an error naming the tables of each value (``where``:
-    when the trainer's tables share one)."""
+def _one(path: Path, what: str, by_table: dict[str, str]) -> str:
+    """The one value every table of the plan shares, or an error naming the tables of each value (the trainer's
+    tables share one)."""
     values = sorted(set(by_table.values()))
     if len(values) != 1:
         groups = "; ".join(f"{v}: {', '.join(t for t, x in by_table.items() if x == v)}" for v in values)
         raise ValueError(f"{path}: the plan mixes {what} across tables ({groups}); the trainer's tables share "
-                         f"one{where}. Re-plan allowing one (polyrec plan --weight-dtypes / --optimizers)")
+                         f"one. Re-plan allowing one (polyrec plan --optimizers)")
     return values[0]
 
 
