@@ -152,6 +152,31 @@ def test_one_rank_of_mixed_row_dtypes_looks_up_without_host_bounds():
     assert sharded.local._parts is None
 
 
+
+def test_one_rank_splits_at_the_batchs_host_bounds_without_reading_the_offsets(monkeypatch):
+    """Where the batch's ``feature_bounds`` are known on the host (the trainer hands them over through
+    ``DLRM.embed``), a world of one whose pieces are the batch's features splits there: no read of the offsets."""
+    from polyrec.models import mixed_embeddings
+
+    reference = _one_process()
+    sharded = DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=LR),
+                                    shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0,
+                                    world_size=1, device=CPU, seed=5, weight_dtype=DTYPES)
+    sharded.import_state(reference.export_state())
+    lengths, values = _global_batch(1, 1)
+    offsets = _offsets(lengths)
+    bounds = tuple(offsets[::B].tolist())
+    want = reference(values, offsets, B)
+
+    def no_read(*args):
+        raise AssertionError("the offsets were read on the host")
+
+    monkeypatch.setattr(mixed_embeddings, "bag_bounds", no_read)
+    torch.testing.assert_close(sharded(values, offsets, B, bounds=bounds), want, rtol=0, atol=1e-6)
+    with pytest.raises(AssertionError, match="offsets were read"):  # without them, the split reads the offsets
+        sharded(values, offsets, B)
+
+
 def test_a_bad_id_is_named_by_the_ranks_feature():
     sharded = DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=LR),
                                     shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0,

@@ -16,7 +16,6 @@ from torch import nn
 from polyrec.models.config import ModelConfig
 from polyrec.models.embeddings import (
     EmbeddingOptimConfig,
-    HeldOutputEmbeddings,
     build_embeddings,
     polyrec_embedding_available,
 )
@@ -98,7 +97,7 @@ class DLRM(nn.Module):
         ``bounds``: the batch's ``feature_bounds`` where the host knows them (polyrec's tables take them)."""
         if started is not None:
             return self.embeddings(values, offsets, batch_size, started=started)
-        if bounds is not None and isinstance(self.embeddings, HeldOutputEmbeddings):
+        if bounds is not None and getattr(self.embeddings, "takes_bounds", False):
             return self.embeddings(values, offsets, batch_size, bounds=bounds)
         return self.embeddings(values, offsets, batch_size)
 

@@ -179,6 +179,9 @@ class HeldOutputEmbeddings(nn.Module):
     beside (``lead_columns``, ``lead_buffer``: DLRM-DCNv2's x0) or hold for every later lookup
     (``hold_output``: a CUDA graph's static input). A subclass looks the batch up into it (``lookup``)."""
 
+    #: ``forward`` takes the batch's ``feature_bounds`` (``DLRM.embed`` hands them over)
+    takes_bounds = True
+
     def __init__(self, num_features: int, dim: int) -> None:
         super().__init__()
         self.num_features, self.dim = num_features, dim

@@ -155,11 +155,15 @@ class DistributedEmbeddings(nn.Module):
         """Queue the rest of a started input distribution now (``ShardedEmbedding.distribute_inputs``)."""
         self.sharded.distribute_inputs(started)
 
+    #: ``forward`` takes the batch's ``feature_bounds`` (``DLRM.embed`` hands them over; a world of one uses them)
+    takes_bounds = True
+
     def forward(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int,
-                started: StartedInputs | None = None) -> torch.Tensor:
-        """values [nnz], offsets [F*B+1] of this rank's B samples -> pooled [B, F, D]."""
+                started: StartedInputs | None = None, bounds: tuple[int, ...] | None = None) -> torch.Tensor:
+        """values [nnz], offsets [F*B+1] of this rank's B samples -> pooled [B, F, D]; ``bounds``: the batch's
+        ``feature_bounds`` where the host knows them (``ShardedEmbedding.forward``)."""
         batch = JaggedBatch(values=values, offsets=offsets, batch_size=batch_size, num_features=self.num_tables)
-        return self.sharded(batch, started).view(batch_size, self.num_tables, self.dim)
+        return self.sharded(batch, started, bounds).view(batch_size, self.num_tables, self.dim)
 
     def start_backward(self, grad: torch.Tensor) -> None:
         """Start the gradient all-to-all of the last forward's output from its gradient ``grad`` [B, F, D]

@@ -226,17 +226,20 @@ class ShardedEmbedding(nn.Module):
                 started.done = torch.cuda.Event()
                 started.done.record()
 
-    def _send_inputs(self, batch: JaggedBatch, started: StartedInputs | None
+    def _send_inputs(self, batch: JaggedBatch, started: StartedInputs | None, bounds: tuple[int, ...] | None
                      ) -> tuple[JaggedBatch, list[int] | None]:
         """Local batch [F features x B samples] -> this rank's pieces for all ranks' samples, [P_r x world*B],
-        and where each piece's ids start in it (host ints; None in a world of one, where the host does not know).
+        and where each piece's ids start in it (host ints): on several ranks from the input distribution's counts;
+        in a world of one, ``bounds`` (the batch's own, where the host knows them) when the pieces are the batch's
+        features as they are, else None.
 
         Collectives: lengths (fixed sizes), values, weights when present; none in a world of one.
         One host read: the ids this rank sends to and receives from every rank, as one small tensor
         (``start_inputs``, here unless the caller started it a step ahead).
         """
         if self.world == 1:
-            return self.router.local_batch(batch), None
+            known = bounds is not None and self.router.passthrough  # the local batch is the batch itself
+            return self.router.local_batch(batch), list(bounds) if known else None
         started = started or self.start_inputs(batch)
         if started.batch.values is not batch.values or started.batch.offsets is not batch.offsets:
             raise ValueError("the started input distribution belongs to another batch")
@@ -393,14 +396,17 @@ class ShardedEmbedding(nn.Module):
             return None
         return functools.partial(prepare, local_batch)
 
-    def forward(self, batch: JaggedBatch, started: StartedInputs | None = None) -> Tensor:
+    def forward(self, batch: JaggedBatch, started: StartedInputs | None = None,
+                bounds: tuple[int, ...] | None = None) -> Tensor:
         """Local batch [B samples x F features] -> pooled [B, sum of feature dims], feature order.
-        ``started``: this batch's ``start_inputs``, when the caller began its distribution earlier."""
+        ``started``: this batch's ``start_inputs``, when the caller began its distribution earlier; ``bounds``: where
+        each feature's ids start in the batch, then its nnz, where the host knows them (a world of one splits the
+        ids of tables of several row dtypes there without reading the device)."""
         if batch.num_features != self.num_features:
             raise ValueError(f"batch has {batch.num_features} features, the sharded tables serve {self.num_features}")
         _check_layout(batch)
         b, world = batch.batch_size, self.world
-        local_batch, bounds = self._send_inputs(batch, started)
+        local_batch, bounds = self._send_inputs(batch, started, bounds)
         if not local_batch.num_features:
             pooled = batch.values.new_zeros((world * b, 0), dtype=torch.float32)
         elif getattr(self.local, "takes_bounds", False):  # tables of several row dtypes split the ids by piece
