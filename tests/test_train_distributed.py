@@ -305,9 +305,9 @@ def _inputs_distributed_a_step_ahead(rank: int, world: int) -> None:
                       embedding_backend="polyrec", dense_backend="torch", log_every=100)
     real, ready = ShardedEmbedding._send_inputs, []
 
-    def spy(self, batch, started):
+    def spy(self, batch, started, bounds):
         ready.append(started is not None and started.local is not None)
-        return real(self, batch, started)
+        return real(self, batch, started, bounds)
 
     with mock.patch.object(ShardedEmbedding, "_send_inputs", spy):
         trainer = Trainer(cfg, progress=False)
