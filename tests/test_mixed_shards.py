@@ -54,6 +54,13 @@ def _sharded(rank: int, world: int, plan: str) -> DistributedEmbeddings:
                                  rank=rank, world_size=world, device=CPU, seed=5, weight_dtype=DTYPES)
 
 
+def _one_rank(kind: str = "rowwise_adagrad", dtypes: tuple[torch.dtype, ...] = DTYPES) -> DistributedEmbeddings:
+    """Every table whole on one rank (a world of one, no process group)."""
+    return DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind=kind, lr=LR),
+                                 shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0, world_size=1,
+                                 device=CPU, seed=5, weight_dtype=dtypes)
+
+
 def _global_batch(world: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """lengths [F, world*B] (empty bags among them) and the feature-major values of all ranks' samples."""
     gen = torch.Generator().manual_seed(40 + step)
@@ -131,18 +138,14 @@ def test_sharded_mixed_row_dtypes_train_as_one_process_and_checkpoint_both_ways(
 
 
 def test_a_rank_whose_shards_share_a_dtype_keeps_one_tbe():
-    sharded = DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="sgd", lr=LR),
-                                    shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0,
-                                    world_size=1, device=CPU, seed=5, weight_dtype=(F16,) * len(ROWS))
+    sharded = _one_rank("sgd", (F16,) * len(ROWS))
     assert isinstance(sharded.local, TableBatchedEmbedding) and sharded.local.weight_dtype == F16
 
 
 def test_one_rank_of_mixed_row_dtypes_looks_up_without_host_bounds():
     """A world of one has no input distribution to count the pieces' ids: the split reads them from the offsets."""
     reference = _one_process()
-    sharded = DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=LR),
-                                    shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0,
-                                    world_size=1, device=CPU, seed=5, weight_dtype=DTYPES)
+    sharded = _one_rank()
     sharded.import_state(reference.export_state())
     lengths, values = _global_batch(1, 0)
     torch.testing.assert_close(sharded(values, _offsets(lengths), B), reference(values, _offsets(lengths), B),
@@ -152,16 +155,13 @@ def test_one_rank_of_mixed_row_dtypes_looks_up_without_host_bounds():
     assert sharded.local._parts is None
 
 
-
 def test_one_rank_splits_at_the_batchs_host_bounds_without_reading_the_offsets(monkeypatch):
     """Where the batch's ``feature_bounds`` are known on the host (the trainer hands them over through
     ``DLRM.embed``), a world of one whose pieces are the batch's features splits there: no read of the offsets."""
     from polyrec.models import mixed_embeddings
 
     reference = _one_process()
-    sharded = DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=LR),
-                                    shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0,
-                                    world_size=1, device=CPU, seed=5, weight_dtype=DTYPES)
+    sharded = _one_rank()
     sharded.import_state(reference.export_state())
     lengths, values = _global_batch(1, 1)
     offsets = _offsets(lengths)
@@ -178,9 +178,7 @@ def test_one_rank_splits_at_the_batchs_host_bounds_without_reading_the_offsets(m
 
 
 def test_a_bad_id_is_named_by_the_ranks_feature():
-    sharded = DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=LR),
-                                    shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0,
-                                    world_size=1, device=CPU, seed=5, weight_dtype=DTYPES)
+    sharded = _one_rank()
     lengths, values = _global_batch(1, 0)
     first_of_3 = int(lengths[:3].sum())
     values[first_of_3] = ROWS[3]  # one past table 3's last row (an fp16 table)
@@ -191,9 +189,7 @@ def test_a_bad_id_is_named_by_the_ranks_feature():
 
 def test_row_dtypes_must_be_one_per_table():
     with pytest.raises(ValueError, match="3 row dtypes for 5 tables"):
-        DistributedEmbeddings(ROWS, DIM, optimizer=EmbeddingOptimizer(kind="sgd", lr=LR),
-                              shardings=[TableSharding(kind="table", ranks=(0,))] * len(ROWS), rank=0, world_size=1,
-                              device=CPU, seed=5, weight_dtype=(F32, F16, F32))
+        _one_rank("sgd", (F32, F16, F32))
 
 
 def test_torchrun_trains_mixed_row_dtypes_checkpoints_and_resumes_on_one_process(tmp_path):
