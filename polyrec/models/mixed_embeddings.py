@@ -61,6 +61,24 @@ def feature_subset(values: torch.Tensor, offsets: torch.Tensor, bounds: list[int
     return part, torch.cat([(bags - moves[:-1, None]).view(-1), moves[-1:]])
 
 
+def register_features(module: nn.Module, features: list[list[int]], device: torch.device) -> None:
+    """Each TBE's features (``features[g]``) as the non-persistent buffer ``features_{g}`` of ``module``: on the
+    ids' device, moved with the module (``.to(device)``); ``group_features`` reads them."""
+    for g, group in enumerate(features):
+        module.register_buffer(f"features_{g}", torch.tensor(group, device=device), persistent=False)
+
+
+def group_features(module: nn.Module, count: int) -> list[torch.Tensor]:
+    """The ``count`` buffers ``register_features`` gave ``module``, in order."""
+    return [getattr(module, f"features_{g}") for g in range(count)]
+
+
+def grouped_table_weights(tbes: nn.ModuleList, groups: list[list[int]]) -> list[torch.Tensor]:
+    """Views [rows, dim] of every table the TBEs hold, in the order their positions (``groups[i]``: TBE i's) give."""
+    views = {t: w for tbe, tables in zip(tbes, groups) for t, w in zip(tables, tbe.table_weights())}
+    return [views[t] for t in range(len(views))]
+
+
 def split_lookup(tbes: list[TableBatchedEmbedding], groups: list[list[int]], features: list[torch.Tensor],
                  batch: JaggedBatch, bounds: list[int] | None, *, lead_columns: int = 0,
                  into: torch.Tensor | None = None) -> tuple[torch.Tensor, list[JaggedBatch]]:
@@ -108,8 +126,7 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
                 output_columns=([t * dim for t in tables], len(table_rows) * dim))  # table order in one output
             tbe.feature_numbers = tables  # its errors name the model's features
             self.tbes.append(tbe)
-        for g, tables in enumerate(self.groups):  # each group's features, moved with the module (.to(device))
-            self.register_buffer(f"features_{g}", torch.tensor(tables, device=device), persistent=False)
+        register_features(self, self.groups, device)  # a table per feature: each group's tables are its features
         # set where a lookup's host bounds differed from its offsets' (check_errors raises)
         self.register_buffer("bounds_differ", torch.zeros((), dtype=torch.bool, device=device), persistent=False)
 
@@ -122,9 +139,8 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
         batch.validate(device=self.tbes[0].weights.device)
         if bounds is not None:
             bounds = self._host_bounds(offsets, batch_size, bounds)
-        features = [getattr(self, f"features_{g}") for g in range(len(self.groups))]
-        return split_lookup(list(self.tbes), self.groups, features, batch, bounds, lead_columns=self.lead_columns,
-                            into=into)[0]
+        return split_lookup(list(self.tbes), self.groups, group_features(self, len(self.groups)), batch, bounds,
+                            lead_columns=self.lead_columns, into=into)[0]
 
     def _host_bounds(self, offsets: torch.Tensor, batch_size: int, bounds: tuple[int, ...]) -> list[int]:
         """``bounds`` as a list, after queueing their comparison with the offsets' (``bounds_differ``)."""
@@ -138,8 +154,7 @@ class MixedRowEmbeddings(HeldOutputEmbeddings):
 
     def table_weights(self) -> list[torch.Tensor]:
         """Views [rows, dim] of each table's rows in its TBE's buffer, in table order."""
-        views = {t: w for tbe, tables in zip(self.tbes, self.groups) for t, w in zip(tables, tbe.table_weights())}
-        return [views[t] for t in range(self.num_features)]
+        return grouped_table_weights(self.tbes, self.groups)
 
     def apply_gradients(self) -> None:
         """Nothing to do: the backward pass already updated the rows."""

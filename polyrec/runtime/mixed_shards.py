@@ -16,7 +16,8 @@ from torch import nn
 
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import TableBatchedEmbedding
-from polyrec.models.mixed_embeddings import dtype_groups, split_lookup
+from polyrec.models.mixed_embeddings import (dtype_groups, group_features, grouped_table_weights,
+                                              register_features, split_lookup)
 
 
 class MixedShardTables(nn.Module):
@@ -47,17 +48,15 @@ class MixedShardTables(nn.Module):
             self.tbes.append(tbe)
             self.groups.append(shards)
             self.feature_groups.append(features)
-        device = self.tbes[0].weights.device
-        for g, features in enumerate(self.feature_groups):  # moved with the module (.to(device))
-            self.register_buffer(f"features_{g}", torch.tensor(features, device=device), persistent=False)
+        register_features(self, self.feature_groups, self.tbes[0].weights.device)
         self._parts: tuple[JaggedBatch, list[JaggedBatch]] | None = None  # the last trained lookup's batch, its split
 
     def forward(self, batch: JaggedBatch, bounds: list[int] | None = None) -> torch.Tensor:
         """The local batch [F features x N samples] -> pooled [N, local dims]; ``bounds``: each feature's first id
         position, then nnz (host ints; None: read from the offsets, one host sync)."""
         batch.validate(device=self.tbes[0].weights.device)
-        features = [getattr(self, f"features_{g}") for g in range(len(self.tbes))]
-        out, parts = split_lookup(list(self.tbes), self.feature_groups, features, batch, bounds)
+        out, parts = split_lookup(list(self.tbes), self.feature_groups, group_features(self, len(self.tbes)), batch,
+                                  bounds)
         # kept for ``prepare_backward`` only where a backward follows, and only until it is called
         self._parts = (batch, parts) if torch.is_grad_enabled() else None
         return out
@@ -95,5 +94,4 @@ class MixedShardTables(nn.Module):
 
     def table_weights(self) -> list[torch.Tensor]:
         """Views [rows, dim] of each local shard's rows, in shard order."""
-        views = {s: w for tbe, shards in zip(self.tbes, self.groups) for s, w in zip(shards, tbe.table_weights())}
-        return [views[s] for s in range(len(views))]
+        return grouped_table_weights(self.tbes, self.groups)
