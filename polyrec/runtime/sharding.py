@@ -85,7 +85,8 @@ class StartedInputs:
     sizes: Tensor  # [world + world * P_r] ids sent to each rank, then received per (rank, piece) (host; pinned on GPU)
     ready: torch.cuda.Event | None  # fires once ``sizes`` holds its values (None: already)
     local: JaggedBatch | None = None  # this rank's pieces for all ranks' samples, once distributed
-    bounds: list[int] | None = None  # where each piece's ids start in ``local.values``, then its nnz (host)
+    # where each piece's ids start in ``local.values``, then its nnz (host; for local tables that take them)
+    bounds: list[int] | None = None
     done: torch.cuda.Event | None = None  # fires once ``local`` holds its values (None: already)
 
 
@@ -213,9 +214,10 @@ class ShardedEmbedding(nn.Module):
         world, mine = self.world, self.router.pieces_per_rank[self.rank]
         send, received = sizes[:world], sizes[world:]  # received: [world * P_r], (rank, piece) order
         recv = [sum(received[r * mine:(r + 1) * mine]) for r in range(world)]
-        started.bounds = [0]
-        for piece in range(mine):  # the local batch is piece-major (``regroup``)
-            started.bounds.append(started.bounds[-1] + sum(received[piece::mine]))
+        if getattr(self.local, "takes_bounds", False):  # tables of several row dtypes split the ids by piece
+            started.bounds = [0]
+            for piece in range(mine):  # the local batch is piece-major (``regroup``)
+                started.bounds.append(started.bounds[-1] + sum(received[piece::mine]))
         with self._input_side():
             values, weights = self.router.pack(started.batch, started.counted, sum(send))
             got_values = _all_to_all(values, send, recv, self.input_group)
