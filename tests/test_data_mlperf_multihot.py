@@ -67,13 +67,17 @@ def reference(days: list[dict], positions: list[int], table_rows: tuple[int, ...
 
 
 def assert_same(got: Batch, want: Batch) -> None:
+    """``got`` as it lands on a device (its ids taken mod their rows there: ``Batch.mod_rows``) equals ``want``."""
+    got, want = got.to(CPU), want.to(CPU)
+    assert got.mod_rows is None
     for name in ("dense", "values", "offsets", "labels"):
         a, b = getattr(got, name), getattr(want, name)
         assert a.dtype == b.dtype and torch.equal(a, b), name
 
 
 def bags(batch: Batch) -> list[list[list[int]]]:
-    """Per row, per feature, the bag's ids."""
+    """Per row, per feature, the bag's ids (taken mod their rows, as on a device)."""
+    batch = batch.to(CPU)
     b, offsets, values = batch.batch_size, batch.offsets.tolist(), batch.values.tolist()
     return [[values[offsets[f * b + r]:offsets[f * b + r + 1]] for f in range(batch.num_features)] for r in range(b)]
 
@@ -267,19 +271,29 @@ def test_ids_mod_rows_in_int32_equals_the_int64_remainder(rows):
     np.testing.assert_array_equal(out, ids.astype(np.int64) % rows)
 
 
-@pytest.mark.parametrize("dtype", ["<i4", ">i4", "<i8", "<u4", ">u8", "<i2"])
-def test_joined_ids_split_over_threads_equal_the_feature_major_remainders(dtype):
-    """A batch's ids are written by tasks of TASK_ROWS rows of one feature on several threads: every element once,
-    in feature-major order, for a batch not a whole number of tasks and ids of any integer type."""
-    from polyrec.data.multihot import TASK_ROWS, joined_ids
+@pytest.mark.parametrize("dtype,joined", [("<i4", "int32"), (">i4", "int32"), ("<i8", "int64"), ("<u4", "int64"),
+                                          (">u8", "int64"), ("<i2", "int32")])
+def test_joined_ids_split_over_threads_equal_the_feature_major_remainders(dtype, joined, monkeypatch):
+    """A batch's ids are written by tasks of about TASK_IDS ids of one feature's rows on several threads (here 12: 12,
+    1 and 6 rows of the three features): every element once, in feature-major order, for features not a whole
+    number of tasks, one of more ids a row than a task holds, and ids of any integer type; as read, in int32
+    where the type fits it (uint64 ids taken mod on the host: int64 cannot hold them), and taken mod their rows as
+    a device does (``Batch.mod_rows``) they are the exact remainders."""
+    from polyrec.data import multihot
+    from polyrec.data.types import ids_mod_rows
 
+    monkeypatch.setattr(multihot, "TASK_IDS", 12)
     rng = np.random.default_rng(5)
-    b, widths, table_rows = 2 * TASK_ROWS + 3, (1, 7, 2), np.array([3, 1000, 2**40])
+    b, widths, table_rows = 2 * 12 + 3, (1, 13, 2), np.array([3, 1000, 2**40])
     high = np.iinfo(np.dtype(dtype)).max
     ids = [rng.integers(0, high, size=(b, w), endpoint=True, dtype=np.dtype(dtype).newbyteorder("=")).astype(dtype)
            for w in widths]
     want = np.concatenate([(x.astype(object) % int(rows)).reshape(-1) for x, rows in zip(ids, table_rows)])  # exact
-    np.testing.assert_array_equal(joined_ids(ids, table_rows), want)
+    values = multihot.joined_ids(ids, table_rows)
+    assert values.dtype == np.dtype(joined)
+    bounds = tuple(int(x) for x in np.cumsum([0] + [b * w for w in widths]))
+    np.testing.assert_array_equal(ids_mod_rows(torch.from_numpy(values), torch.tensor(table_rows), bounds).numpy(),
+                                  want.astype(np.int64))
 
 
 def test_a_batch_owns_its_arrays_and_leaves_the_files_as_they_are(tmp_path):
@@ -415,16 +429,16 @@ def test_a_space_after_a_comma_in_the_list_is_named(tmp_path):
         source_spec(f"mlperf:{npz(tmp_path, 0)}, {npz(tmp_path, 1)}")
 
 
-def test_joined_ids_writes_into_a_given_int64_buffer_and_refuses_another():
+def test_joined_ids_writes_into_a_given_buffer_of_the_ids_type_and_refuses_another():
     from polyrec.data.multihot import joined_ids
 
     rng = np.random.default_rng(3)
     ids = [rng.integers(0, 2**31 - 1, (5, h)).astype(np.int32) for h in (3, 1, 2)]
     rows = np.array([7, 11, 2**40])
     want = joined_ids(ids, rows)
-    out = np.full(want.shape, -1, dtype=np.int64)
+    out = np.full(want.shape, -1, dtype=np.int32)
     assert joined_ids(ids, rows, out=out) is out and np.array_equal(out, want)
-    with pytest.raises(ValueError, match=r"out must be int64 \[30\], got int32 \[30\]"):
-        joined_ids(ids, rows, out=np.empty(30, dtype=np.int32))
-    with pytest.raises(ValueError, match=r"got int64 \[29\]"):
-        joined_ids(ids, rows, out=np.empty(29, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"out must be int32 \[30\], got int64 \[30\]"):
+        joined_ids(ids, rows, out=np.empty(30, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"got int32 \[29\]"):
+        joined_ids(ids, rows, out=np.empty(29, dtype=np.int32))

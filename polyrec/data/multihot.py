@@ -13,9 +13,9 @@ the dense and label arrays), for day N three files side by side:
 Other tools' days are read too: either byte order, C or Fortran order, ids of any integer type, dense values of any
 float type (a value float32 cannot hold is a bad row), labels [rows] or of any integer, bool or float type, and
 members named ``arr_0.npy`` .. ``arr_25.npy`` (``np.savez(path, *ids)``).
-Ids are taken mod the table rows as they are read (the reference's ``hashes``), so capped tables work. Every
-array is memory-mapped (``polyrec.data.npz``): a day costs memory only for the rows of a batch. A row is bad where
-its label is not 0 or 1, an id is negative or a dense value is not finite (or, stored wider, beyond float32).
+Ids are taken mod the table rows (the reference's ``hashes``), so capped tables work: on the device the batch moves
+to (``Batch.mod_rows``); the host only copies them. Every array is memory-mapped (``polyrec.data.npz``): a day
+costs memory only for the rows of a batch. A row is bad where its label is not 0 or 1, an id is negative or a dense value is not finite (or, stored wider, beyond float32).
 Several days stream one after another (``mlperf.RecordSource``), as the files of ``criteo:`` do; a day of no rows
 adds none. A day's .npz may be a symbolic link: its dense and label files are looked for beside the link, then beside
 the file it links to.
@@ -197,10 +197,13 @@ def same_multi_hot(days: list[Day]) -> tuple[int, ...]:
     return first.multi_hot
 
 
-#: Threads that write a batch's ids (numpy releases the GIL in its loops), and rows of one feature per task (the
-#: 100-hot feature alone holds 47% of MLPerf's ids: split by rows, the tasks even out).
+#: Threads that write a batch's ids (numpy releases the GIL in its loops), and ids per task at most: a feature's
+#: rows are split into tasks of about that many (the 100-hot feature alone holds 47% of MLPerf's ids), a feature of
+#: fewer is one task. Smaller tasks cost more than they balance: on a 2-core host a 65536-row MLPerf batch's ids
+#: took 23.9 ms in tasks of 4096 rows (416 tasks) and 10.2 ms in one task per feature.
 ID_THREADS = min(8, os.cpu_count() or 1)
-TASK_ROWS = 4096
+TASK_IDS = 1 << 20
+TORCH_IDS = {np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64}  # ``id_dtype``'s, as torch names them
 
 
 def ids_mod_rows(ids: np.ndarray, rows: int, out: np.ndarray) -> None:
@@ -213,22 +216,41 @@ def ids_mod_rows(ids: np.ndarray, rows: int, out: np.ndarray) -> None:
         np.remainder(ids, ids.dtype.type(rows), out=out, casting="unsafe")
 
 
+def id_dtype(ids: list[np.ndarray]) -> np.dtype:
+    """The type a batch's ids are handed on in, as read (``Batch.mod_rows``: the device takes them mod their rows):
+    int32 where every feature's type fits it whole (MLPerf's int32, either byte order; half the bytes of int64 to
+    copy and move), else int64."""
+    return np.dtype(np.int32) if all(np.can_cast(x.dtype, np.int32) for x in ids) else np.dtype(np.int64)
+
+
+def copy_ids(ids: np.ndarray, rows: int, out: np.ndarray) -> None:
+    """``out`` [B, hot] (``id_dtype``) := integer ids [B, hot] (non-negative) as read: a copy, no division (dividing
+    took 5x a copy's time on the host). Ids of a type ``out`` cannot hold whole (uint64 above int64's range) are
+    taken mod ``rows`` here, exactly in their own type; the device's mod leaves them as they are."""
+    if np.can_cast(ids.dtype, out.dtype):
+        np.copyto(out, ids)
+    else:
+        ids_mod_rows(ids, rows, out)
+
+
 def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """ids 26 x [B, hot_f] -> values [B * sum(hot)] int64 (into ``out`` where given), feature-major, each mod its
-    table's rows; the work split over ID_THREADS threads by feature and TASK_ROWS rows (on one thread the reader took
-    0.089 s per 65536 MLPerf rows on an H100 host, ``benchmarks/multihot_reader.py`` at e993641)."""
-    b = ids[0].shape[0]
+    """ids 26 x [B, hot_f] -> values [B * sum(hot)] of ``id_dtype(ids)`` (into ``out`` where given), feature-major,
+    as read (``copy_ids``: still to be taken mod ``table_rows``); the work split over ID_THREADS threads in tasks of a
+    feature's rows, about TASK_IDS ids each."""
+    b, dtype = ids[0].shape[0], id_dtype(ids)
     starts = np.cumsum([0] + [b * x.shape[1] for x in ids])  # [F+1]
-    values = np.empty(int(starts[-1]), dtype=np.int64) if out is None else out
-    if values.shape != (int(starts[-1]),) or values.dtype != np.int64:
-        raise ValueError(f"joined_ids: out must be int64 [{int(starts[-1])}], got {values.dtype} {list(values.shape)}")
-    tasks = [(f, lo, min(lo + TASK_ROWS, b)) for f in range(len(ids)) for lo in range(0, b, TASK_ROWS)]
+    values = np.empty(int(starts[-1]), dtype=dtype) if out is None else out
+    if values.shape != (int(starts[-1]),) or values.dtype != dtype:
+        raise ValueError(f"joined_ids: out must be {dtype} [{int(starts[-1])}], got {values.dtype} "
+                         f"{list(values.shape)}")
+    tasks = [(f, lo, min(lo + step, b)) for f, step in enumerate(max(1, TASK_IDS // x.shape[1]) for x in ids)
+             for lo in range(0, b, step)]
 
     def write(task: tuple[int, int, int]) -> None:
         f, lo, hi = task
         hot = ids[f].shape[1]
-        ids_mod_rows(ids[f][lo:hi], int(table_rows[f]),
-                     values[starts[f] + lo * hot:starts[f] + hi * hot].reshape(hi - lo, hot))
+        copy_ids(ids[f][lo:hi], int(table_rows[f]),
+                 values[starts[f] + lo * hot:starts[f] + hi * hot].reshape(hi - lo, hot))
 
     with ThreadPoolExecutor(ID_THREADS) as pool:
         list(pool.map(write, tasks))
@@ -238,17 +260,19 @@ def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray, out: np.ndarray | 
 def multi_hot_batch(labels: np.ndarray, dense: np.ndarray, ids: list[np.ndarray], table_rows: np.ndarray,
                     pinned: bool = False) -> Batch:
     """labels [B] (0 or 1), dense [B, 13] (already transformed, within float32), ids 26 x [B, hot_f] (non-negative)
-    -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept) mod ``table_rows[f]``. ``pinned``:
-    the ids are written into page-locked memory (CUDA), where ``Batch.pinned`` then finds them: 112 MB of a 65536-row
-    MLPerf batch not copied again."""
+    -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept), to be taken mod ``table_rows[f]``
+    where the batch lands (``Batch.mod_rows``). ``pinned``: the ids are written into page-locked memory (CUDA),
+    where ``Batch.pinned`` then finds them: 56 MB of a 65536-row MLPerf batch not copied again."""
     b = labels.shape[0]
     lengths = torch.tensor([x.shape[1] for x in ids], dtype=torch.int64).repeat_interleave(b)  # [F*B]
-    values = torch.empty(b * sum(x.shape[1] for x in ids), dtype=torch.int64, pin_memory=pinned)
+    values = torch.empty(b * sum(x.shape[1] for x in ids), dtype=TORCH_IDS[id_dtype(ids)], pin_memory=pinned)
     joined_ids(ids, table_rows, out=values.numpy())
     return Batch(dense=torch.from_numpy(np.array(dense, dtype=np.float32)),  # a copy: ``dense`` may be the file's map
-                 values=values,  # [B * sum(hot)]
+                 values=values,  # [B * sum(hot)] as read
                  offsets=offsets_from_lengths(lengths),  # [F*B+1]
-                 labels=torch.from_numpy(labels.astype(np.float32)))
+                 labels=torch.from_numpy(labels.astype(np.float32)),
+                 feature_bounds=tuple(b * int(h) for h in np.cumsum([0] + [x.shape[1] for x in ids])),
+                 mod_rows=torch.tensor(table_rows, dtype=torch.int64))
 
 
 def negative_rows(ids: list[np.ndarray]) -> np.ndarray:

@@ -25,6 +25,11 @@ class Batch:
     # without reading the device: tables of several row dtypes split the ids there without a host sync
     # (polyrec.models.mixed_embeddings). None where unknown; ``to`` takes them from host offsets.
     feature_bounds: tuple[int, ...] | None = None
+    # [F] int64 on the host, or None: where set, ``values`` are the ids as read (non-negative; int32 from MLPerf's
+    # days), each still to be taken mod its feature's table rows, which ``to`` does where the batch lands: a GPU
+    # takes a 65536-row MLPerf batch's 14.0M ids mod in microseconds, where the reader's host took ~22 ms of its
+    # ~33 ms batch on 8 threads (``benchmarks/results/pinned_ids_ab_2026-12-06/reader_parts_h100.txt``)
+    mod_rows: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -53,20 +58,42 @@ class Batch:
         offsets = torch.cat([torch.cat([starts, ends.expand(features, pad)], dim=1).reshape(-1), self.offsets[-1:]])
         return Batch(dense=torch.cat([self.dense, self.dense.new_zeros(pad, self.dense.shape[1])]),
                      values=self.values, offsets=offsets, labels=torch.cat([self.labels, self.labels.new_zeros(pad)]),
-                     feature_bounds=self.feature_bounds)  # the padding's bags are empty: the same bounds
+                     feature_bounds=self.feature_bounds,  # the padding's bags are empty: the same bounds
+                     mod_rows=self.mod_rows)
 
     def pinned(self) -> Batch:
         """This batch in page-locked host memory, so that ``to(cuda, non_blocking=True)`` is an asynchronous copy (from
         pageable memory the copy waits on the host: about 10 ms of a 65536-row MLPerf multi-hot batch's 112 MB)."""
         return Batch(dense=self.dense.pin_memory(), values=self.values.pin_memory(),
                      offsets=self.offsets.pin_memory(), labels=self.labels.pin_memory(),
-                     feature_bounds=self.host_bounds())
+                     feature_bounds=self.host_bounds(), mod_rows=self.mod_rows)
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
-        return Batch(dense=self.dense.to(device, non_blocking=non_blocking),
-                     values=self.values.to(device, non_blocking=non_blocking),
+        """This batch on ``device``, its ids taken mod their tables' rows there where ``mod_rows`` is set (int64
+        row indices either way)."""
+        bounds = self.host_bounds()
+        values = self.values.to(device, non_blocking=non_blocking)
+        if self.mod_rows is not None:  # no ids (no samples): nothing to take mod, nor bounds
+            values = ids_mod_rows(values, self.mod_rows, bounds, non_blocking) if values.numel() else values.long()
+        return Batch(dense=self.dense.to(device, non_blocking=non_blocking), values=values,
                      offsets=self.offsets.to(device, non_blocking=non_blocking),
-                     labels=self.labels.to(device, non_blocking=non_blocking), feature_bounds=self.host_bounds())
+                     labels=self.labels.to(device, non_blocking=non_blocking), feature_bounds=bounds)
+
+
+def ids_mod_rows(values: torch.Tensor, rows: torch.Tensor, bounds: tuple[int, ...],
+                 non_blocking: bool = False) -> torch.Tensor:
+    """values [nnz] (non-negative integers, feature-major, feature f's at [bounds[f], bounds[f+1])) -> int64 [nnz],
+    each mod its feature's ``rows[f]`` (host [F]), on the values' device. A few launches and no host sync on a GPU:
+    the small host lists cross by ``non_blocking`` copies (``torch.tensor(list, device=...)`` would wait for all
+    queued work)."""
+    if rows.numel() != len(bounds) - 1 or bounds[-1] != values.numel():
+        raise ValueError(f"ids_mod_rows: bounds {list(bounds)} ({len(bounds) - 1} features) and {rows.numel()} "
+                         f"table sizes do not describe {values.numel()} ids")
+    dev = values.device
+    counts = torch.tensor(np.diff(bounds), dtype=torch.int64)  # [F] ids of each feature
+    per_id = rows.to(dev, non_blocking=non_blocking).repeat_interleave(
+        counts.to(dev, non_blocking=non_blocking), output_size=values.numel())  # [nnz] rows of each id's table
+    return values.to(torch.int64, copy=True).remainder_(per_id)
 
 
 T = TypeVar("T")
@@ -207,7 +234,8 @@ class Records(Protocol[C]):
         """What is wrong with bad row ``i`` of the chunk read from ``first``, naming its file and row."""
 
     def batch(self, parts: list[tuple[C, np.ndarray]], table_rows: np.ndarray) -> Batch:
-        """The batch of the good rows (mask [n]) of the chunks, in order; ids mod ``table_rows`` [F]."""
+        """The batch of the good rows (mask [n]) of the chunks, in order; ids mod ``table_rows`` [F] (or, where the
+        batch's ``mod_rows`` says, as read: ``to`` takes them mod there)."""
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         """The model config with the dense width and multi-hot sizes of these files."""

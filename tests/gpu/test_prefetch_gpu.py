@@ -50,7 +50,8 @@ def test_training_with_pinned_prefetch_gives_the_same_losses():
 
 def test_multi_hot_ids_read_ahead_are_built_page_locked_and_not_copied_again(tmp_path, monkeypatch):
     """A multi-hot reader read ahead for CUDA writes its ids into page-locked memory (``build_pinned``): the batch
-    taken holds that very buffer (``Batch.pinned`` copied the rest), equal to an unwrapped source's ids."""
+    taken holds that very buffer (``Batch.pinned`` copied the rest), equal to an unwrapped source's ids, and taken mod
+    their rows on the GPU they equal the CPU's remainders."""
     import sys
 
     from polyrec.data import multihot
@@ -77,6 +78,8 @@ def test_multi_hot_ids_read_ahead_are_built_page_locked_and_not_copied_again(tmp
             assert got.values.is_pinned() and got.values.data_ptr() in built
             for name in ("dense", "values", "offsets", "labels"):
                 assert getattr(got, name).is_pinned() and torch.equal(getattr(got, name), getattr(want, name)), name
+            landed = got.to(CUDA, non_blocking=True)  # the ids taken mod their rows on the GPU (``Batch.mod_rows``)
+            assert torch.equal(landed.values.cpu(), want.to(torch.device("cpu")).values)
     finally:
         ahead.close()
         plain.close()
