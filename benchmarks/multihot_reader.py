@@ -68,7 +68,7 @@ def unpinned():
     from polyrec.data import sources
 
     built = sources.Prefetching
-    sources.Prefetching = lambda source, pin: built(source, pin=False)
+    sources.Prefetching = lambda source, pin, device: built(source, pin=False)
     try:
         yield
     finally:

@@ -343,3 +343,11 @@ def test_reading_ahead_for_a_cuda_device_has_the_multi_hot_reader_build_its_ids_
     assert ahead.source.records.pinned_ids
     ahead.close()
     Prefetching(criteo(), pin=True).close()  # a source without build_pinned: taken as before
+
+
+def test_moving_batches_to_a_device_needs_cuda_and_page_locked_batches():
+    with pytest.raises(ValueError, match=r"prefetch moves batches to a CUDA device from page-locked memory \(pin=True\); "
+                                         "got device cpu, pin=True"):
+        Prefetching(criteo(), pin=True, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="got device cuda, pin=False"):
+        Prefetching(criteo(), device=torch.device("cuda"))

@@ -16,16 +16,21 @@ join could wait on a read that never ends); one inside a stop leaves it unfinish
 or ``load_state_dict`` finishes it first, so no batch is lost and no call waits on a thread that has ended. For a
 CUDA device the thread also puts each batch in page-locked memory (``pin``), so that its copy to the device does not
 hold the training thread (about 10 ms of a step on a multi-hot day from pageable memory,
-``benchmarks/results/multihot_reader_2026-12-05b/``).
+``benchmarks/results/multihot_reader_2026-12-05b/``), and with ``device`` moves it there itself, on a stream of its
+own, so that the copy (73 MB of a 65536-row MLPerf multi-hot batch) and the ids' remainders (``Batch.mod_rows``) run
+beside the step before: the batch taken is on the device, and the caller's stream waits for its copy (an event).
 """
 
 from __future__ import annotations
 
 import copy
+import contextlib
 import queue
 import threading
 import weakref
 from dataclasses import dataclass
+
+import torch
 
 from polyrec.data.types import BadRows, Batch, Closing, Source
 from polyrec.models.config import ModelConfig
@@ -39,6 +44,7 @@ class _Read:
     state: dict | None = None  # ``Source.state_dict()`` after the batch
     bad_rows: BadRows | None = None  # a copy of the source's count after the batch
     error: BaseException | None = None
+    landed: torch.cuda.Event | None = None  # where the batch was moved to a device: its copy's end on that stream
 
 
 def _copied(bad: BadRows) -> BadRows:
@@ -47,10 +53,12 @@ def _copied(bad: BadRows) -> BadRows:
 
 class _ReadAhead:
     """One thread reading ``source``'s batches in order, at most ``depth`` of them ahead of those taken; it ends
-    after the first error, handed over in place of its batch."""
+    after the first error, handed over in place of its batch. ``device`` (CUDA): each batch moved there on the
+    thread's own stream."""
 
-    def __init__(self, source: Source, depth: int, pin: bool) -> None:
-        self.pin = pin
+    def __init__(self, source: Source, depth: int, pin: bool, device: torch.device | None) -> None:
+        self.pin, self.device = pin, device
+        self.stream = torch.cuda.Stream(device) if device is not None else None
         self.ready: queue.SimpleQueue[_Read] = queue.SimpleQueue()
         self.slots = threading.Semaphore(depth)  # batches it may read before the caller takes one
         self.stopping = threading.Event()
@@ -60,18 +68,29 @@ class _ReadAhead:
         self.thread.start()
 
     def _run(self, source: Source) -> None:
-        while True:
-            self.slots.acquire()
-            if self.stopping.is_set():
-                return
-            try:
-                batch = source.next_batch()
-                read = _Read(batch=batch.pinned() if self.pin else batch, state=source.state_dict(),
-                             bad_rows=_copied(source.bad_rows))
-            except BaseException as exc:  # any error, handed to the caller: nothing is lost on this thread
-                self.ready.put(_Read(error=exc))
-                return
-            self.ready.put(read)
+        with torch.cuda.device(self.device) if self.device is not None else contextlib.nullcontext():
+            while True:
+                self.slots.acquire()
+                if self.stopping.is_set():
+                    return
+                try:
+                    read = self._read(source)
+                except BaseException as exc:  # any error, handed to the caller: nothing is lost on this thread
+                    self.ready.put(_Read(error=exc))
+                    return
+                self.ready.put(read)
+
+    def _read(self, source: Source) -> _Read:
+        """The next batch with the source's state after it: pinned where asked, and moved to ``device`` on the
+        thread's stream (the page-locked batch is freed once its copy is done: the pinned allocator waits for it)."""
+        batch = source.next_batch()
+        read = _Read(batch=batch.pinned() if self.pin else batch, state=source.state_dict(),
+                     bad_rows=_copied(source.bad_rows))
+        if self.stream is not None:
+            with torch.cuda.stream(self.stream):
+                read.batch = read.batch.to(self.device, non_blocking=True)
+                read.landed = self.stream.record_event()
+        return read
 
     def take(self) -> _Read:
         """The next batch read (waiting for it), its slot given back to the thread."""
@@ -93,12 +112,16 @@ class _ReadAhead:
 
 class Prefetching(Closing):
     """``source`` (a file source) read ``depth`` batches ahead on a background thread (see the module docstring);
-    ``pin``: each batch read ahead is put in page-locked memory there (``Batch.pinned``), for a CUDA device."""
+    ``pin``: each batch read ahead is put in page-locked memory there (``Batch.pinned``), for a CUDA device;
+    ``device`` (CUDA, with ``pin``): and moved to it there."""
 
-    def __init__(self, source: Source, depth: int = 1, pin: bool = False) -> None:
+    def __init__(self, source: Source, depth: int = 1, pin: bool = False, device: torch.device | None = None) -> None:
         if depth < 1:
             raise ValueError(f"prefetch depth must be at least 1, got {depth}")
-        self.source, self.depth, self.pin = source, depth, pin
+        if device is not None and (device.type != "cuda" or not pin):
+            raise ValueError(f"prefetch moves batches to a CUDA device from page-locked memory (pin=True); got "
+                             f"device {device}, pin={pin}")
+        self.source, self.depth, self.pin, self.device = source, depth, pin, device
         if pin and hasattr(source, "build_pinned"):  # the source writes its largest arrays page-locked itself
             source.build_pinned()
         self.eval_bad_rows = source.eval_bad_rows  # the eval file's, read on the caller's thread only
@@ -130,6 +153,12 @@ class Prefetching(Closing):
             self._halt()  # a DataError left it there (``keeping_position``); a failed ``pinned`` after the batch
             raise read.error
         self._taken = read
+        if read.landed is not None:  # on the device: the caller's stream waits for the copy, and holds the tensors
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(read.landed)
+            batch = read.batch
+            for tensor in (batch.dense, batch.values, batch.offsets, batch.labels):  # made on the thread's stream: not
+                tensor.record_stream(stream)  # handed out again before ``stream`` is done with them
         return read.batch
 
     def eval_batches(self) -> list[Batch] | None:
@@ -153,7 +182,7 @@ class Prefetching(Closing):
         ``load_state_dict``, ``next_batch``) is finished first: its thread joined, the source put back."""
         self._halt()
         self._taken = _Read(state=self.source.state_dict(), bad_rows=_copied(self.source.bad_rows))
-        ahead = _ReadAhead(self.source, self.depth, self.pin)
+        ahead = _ReadAhead(self.source, self.depth, self.pin, self.device)
         self._cancel = weakref.finalize(self, ahead.cancel)
         self._ahead = ahead
         ahead.start()  # last: an interrupt before leaves no thread that nothing would end

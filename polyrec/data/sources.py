@@ -187,7 +187,8 @@ def open_source(spec: str, config: ModelConfig, *, batch_size: int, seed: int, d
         eval_source = _open_file_source(kind, eval_arg, config, batch_size, BadRows(skip=skip_bad_rows))
     source = _open_file_source(kind, arg, config, batch_size, bad, eval_source=eval_source,
                                num_eval_batches=num_eval_batches, rank=rank, world_size=world_size)
-    return Prefetching(source, pin=device.type == "cuda") if prefetch else source
+    cuda = device.type == "cuda"
+    return Prefetching(source, pin=cuda, device=device if cuda else None) if prefetch else source
 
 
 def _open_file_source(kind: str, arg: str, config: ModelConfig, batch_size: int, bad: BadRows, *,
