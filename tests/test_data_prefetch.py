@@ -330,7 +330,7 @@ def test_batches_are_pinned_for_a_cuda_device_only():
 
 
 def test_reading_ahead_for_a_cuda_device_has_the_multi_hot_reader_build_its_ids_page_locked(tmp_path):
-    """``Prefetching(pin=True)`` asks the source to write each batch's ids (112 MB of a 65536-row MLPerf batch)
+    """``Prefetching(pin=True)`` asks the source to write each batch's ids (56 MB of a 65536-row MLPerf batch)
     into page-locked memory itself (``RecordSource.build_pinned``), so that ``Batch.pinned`` copies only the small
     rest; without pin, or for a source that cannot, nothing changes (on the GPU: tests/gpu/test_prefetch_gpu.py)."""
     two_days(tmp_path)
@@ -346,8 +346,8 @@ def test_reading_ahead_for_a_cuda_device_has_the_multi_hot_reader_build_its_ids_
 
 
 def test_moving_batches_to_a_device_needs_cuda_and_page_locked_batches():
-    with pytest.raises(ValueError, match=r"prefetch moves batches to a CUDA device from page-locked memory \(pin=True\); "
-                                         "got device cpu, pin=True"):
+    with pytest.raises(ValueError, match=r"prefetch moves batches to a CUDA device from page-locked memory "
+                                         r"\(pin=True\); got device cpu, pin=True"):
         Prefetching(criteo(), pin=True, device=torch.device("cpu"))
     with pytest.raises(ValueError, match="got device cuda, pin=False"):
         Prefetching(criteo(), device=torch.device("cuda"))
