@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -43,14 +44,16 @@ def test_synthetic_layout_and_ranges():
 
 
 def test_feature_bounds_are_the_offsets_every_feature_starts_and_ends_at():
-    """Batch.feature_bounds: the synthetic source sets them (its offsets never change); a file source's host
-    batch gives them when moved (``to``, ``pinned``) and keeps them padded (the padding's bags are empty)."""
+    """Batch.feature_bounds: the synthetic source and the file readers set them (one-hot: every B-th offset); a host
+    batch without them gives them when moved (``to``, ``pinned``) and keeps them padded (the padding's bags are
+    empty)."""
     src = SyntheticSource(small(), batch_size=64, seed=1)
     b = src.next_batch()
     assert b.feature_bounds == tuple(b.offsets[::64].tolist()) and len(b.feature_bounds) == 27
     tsv = CriteoTSVSource([DATA / "criteo_sample.tsv"], small(), batch_size=8, bad_rows=BadRows(skip=False))
-    host = tsv.next_batch()
-    assert host.feature_bounds is None
+    read = tsv.next_batch()
+    assert read.feature_bounds == tuple(read.offsets[::8].tolist())
+    host = dataclasses.replace(read, feature_bounds=None)
     moved = host.to(CPU)
     assert moved.feature_bounds == tuple(host.offsets[::8].tolist())
     padded = moved.padded(11)
@@ -102,7 +105,7 @@ def first_line_fields() -> list[str]:
 def test_criteo_tsv_parses_hashes_and_log_transforms():
     config = small()
     src = CriteoTSVSource([DATA / "criteo_sample.tsv"], config, batch_size=8, bad_rows=BadRows(skip=False))
-    b = src.next_batch()
+    b = src.next_batch().to(CPU)  # the ids taken mod their rows where the batch lands (``Batch.mod_rows``)
     fields = first_line_fields()
     assert b.labels[0] == float(fields[0])
     want_dense = [math.log(max(int(x), 0) + 1) if x else 0.0 for x in fields[1:14]]
@@ -159,7 +162,7 @@ def test_mlperf_binary_reads_records(tmp_path):
     config = small()
     rec = write_records(tmp_path / "train.bin", 30)
     src = MLPerfBinarySource(tmp_path / "train.bin", config, batch_size=12, bad_rows=BadRows(skip=False))
-    b = src.next_batch()
+    b = src.next_batch().to(CPU)  # the ids taken mod their rows where the batch lands (``Batch.mod_rows``)
     torch.testing.assert_close(b.labels, torch.from_numpy(rec[:12, 0].astype(np.float32)))
     torch.testing.assert_close(b.dense, torch.from_numpy(np.log(np.maximum(rec[:12, 1:14], 0) + 1.0).astype(np.float32)))
     want = (rec[:12, 14:].astype(np.int64) % np.asarray(config.table_rows)).T.reshape(-1)

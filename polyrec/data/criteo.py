@@ -73,13 +73,16 @@ def adapt_criteo(config: ModelConfig, path: Path, multi_hot: tuple[int, ...] = O
 
 
 def to_batch(label: np.ndarray, dense: np.ndarray, cat: np.ndarray, table_rows: np.ndarray) -> Batch:
-    """label [B], raw dense [B, 13], categorical [B, 26] (any non-negative ints) -> a one-hot Batch."""
-    b = label.shape[0]
-    values = (cat.astype(np.int64) % table_rows).T.reshape(-1)  # [26*B] feature-major
+    """label [B], raw dense [B, 13], categorical [B, 26] (non-negative int32 or int64) -> a one-hot Batch, its ids as
+    read, feature-major, taken mod ``table_rows`` where the batch lands (``Batch.mod_rows``: 65536 binary records'
+    ids took 17.8 ms on one host core taken mod there, 6.0 ms copied as read)."""
+    b, features = cat.shape
     return Batch(dense=torch.from_numpy(np.log(np.maximum(dense, 0).astype(np.float32) + 1.0)),
-                 values=torch.from_numpy(np.ascontiguousarray(values)),
-                 offsets=torch.arange(b * cat.shape[1] + 1, dtype=torch.int64),
-                 labels=torch.from_numpy(label.astype(np.float32)))
+                 values=torch.from_numpy(np.ascontiguousarray(cat.T).reshape(-1)),  # [26*B] feature-major
+                 offsets=torch.arange(b * features + 1, dtype=torch.int64),
+                 labels=torch.from_numpy(label.astype(np.float32)),
+                 feature_bounds=tuple(range(0, b * features + 1, b)) if b else None,
+                 mod_rows=torch.tensor(table_rows, dtype=torch.int64))
 
 
 def decimal(field: bytes) -> int:
