@@ -179,3 +179,50 @@ def test_an_interrupt_before_close_puts_the_source_back_leaves_reading_on_where_
         ahead.close()
     assert ahead.state_dict() != ahead.source.state_dict()  # the source is still past the caller
     reads_on_as_unwrapped(ahead, want, threads)
+
+
+def _stays(check: Callable[[], bool], seconds: float = 0.2) -> bool:
+    """Whether ``check()`` holds throughout ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not check():
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_quiet_waits_for_the_read_in_progress_and_holds_the_next():
+    """``Prefetching.quiet`` (a CUDA graph capture's: another thread's CUDA calls fail it) is entered once the read in
+    progress is done, and no read starts until it is left."""
+    gated = Gated(criteo())
+    ahead = Prefetching(gated)
+    taken: list[Batch] = []
+    caller = threading.Thread(target=lambda: taken.append(ahead.next_batch()))
+    caller.start()
+    assert gated.reading.wait(30)  # the thread is reading batch 1 (it waits for the gate)
+    entered, leave = threading.Event(), threading.Event()
+
+    def capture() -> None:
+        with ahead.quiet():
+            entered.set()
+            leave.wait()
+
+    capturing = threading.Thread(target=capture)
+    capturing.start()
+    try:
+        assert _stays(lambda: not entered.is_set())  # the read in progress holds it
+        gated.gate.set()
+        assert entered.wait(30)
+        caller.join()
+        after_first = gated.source.state_dict()
+        assert len(taken) == 1 and _stays(lambda: gated.source.state_dict() == after_first)  # batch 2 not read yet
+    finally:  # a failure above ends the threads too
+        gated.gate.set()
+        leave.set()
+        capturing.join()
+        caller.join()
+    deadline = time.monotonic() + 30
+    while gated.source.state_dict() == after_first:  # read once it is left
+        assert time.monotonic() < deadline, "nothing read after quiet"
+        time.sleep(0.001)
+    ahead.close()

@@ -19,6 +19,9 @@ hold the training thread (about 10 ms of a step on a multi-hot day from pageable
 ``benchmarks/results/multihot_reader_2026-12-05b/``), and with ``device`` moves it there itself, on a stream of its
 own, so that the copy (73 MB of a 65536-row MLPerf multi-hot batch) and the ids' remainders (``Batch.mod_rows``) run
 beside the step before: the batch taken is on the device, and the caller's stream waits for its copy (an event).
+A CUDA graph capture fails on another thread's CUDA calls (an allocation, a copy: "operation failed due to a previous
+error during capture"): the caller captures within ``quiet()``, which waits for the read in progress and holds the
+next until the capture ends.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import contextlib
 import queue
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -56,8 +60,9 @@ class _ReadAhead:
     after the first error, handed over in place of its batch. ``device`` (CUDA): each batch moved there on the
     thread's own stream."""
 
-    def __init__(self, source: Source, depth: int, pin: bool, device: torch.device | None) -> None:
-        self.pin, self.device = pin, device
+    def __init__(self, source: Source, depth: int, pin: bool, device: torch.device | None,
+                 reading: threading.Lock) -> None:
+        self.pin, self.device, self.reading = pin, device, reading
         self.stream = torch.cuda.Stream(device) if device is not None else None
         self.ready: queue.SimpleQueue[_Read] = queue.SimpleQueue()
         self.slots = threading.Semaphore(depth)  # batches it may read before the caller takes one
@@ -74,7 +79,8 @@ class _ReadAhead:
                 if self.stopping.is_set():
                     return
                 try:
-                    read = self._read(source)
+                    with self.reading:
+                        read = self._read(source)
                 except BaseException as exc:  # any error, handed to the caller: nothing is lost on this thread
                     self.ready.put(_Read(error=exc))
                     return
@@ -122,6 +128,7 @@ class Prefetching(Closing):
             raise ValueError(f"prefetch moves batches to a CUDA device from page-locked memory (pin=True); got "
                              f"device {device}, pin={pin}")
         self.source, self.depth, self.pin, self.device = source, depth, pin, device
+        self._reading = threading.Lock()  # held by the thread through each read (``quiet``)
         if pin and hasattr(source, "build_pinned"):  # the source writes its largest arrays page-locked itself
             source.build_pinned()
         self.eval_bad_rows = source.eval_bad_rows  # the eval file's, read on the caller's thread only
@@ -161,6 +168,13 @@ class Prefetching(Closing):
                 tensor.record_stream(stream)  # handed out again before ``stream`` is done with them
         return read.batch
 
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Within: the thread makes no call, on the host or the device (it finishes the read in progress first, and
+        starts the next after): for a CUDA graph capture."""
+        with self._reading:
+            yield
+
     def eval_batches(self) -> list[Batch] | None:
         return self.source.eval_batches()  # the eval file's own source: apart from what the thread reads
 
@@ -182,7 +196,7 @@ class Prefetching(Closing):
         ``load_state_dict``, ``next_batch``) is finished first: its thread joined, the source put back."""
         self._halt()
         self._taken = _Read(state=self.source.state_dict(), bad_rows=_copied(self.source.bad_rows))
-        ahead = _ReadAhead(self.source, self.depth, self.pin, self.device)
+        ahead = _ReadAhead(self.source, self.depth, self.pin, self.device, self._reading)
         self._cancel = weakref.finalize(self, ahead.cancel)
         self._ahead = ahead
         ahead.start()  # last: an interrupt before leaves no thread that nothing would end

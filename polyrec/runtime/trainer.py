@@ -228,7 +228,9 @@ class Trainer(TrainerState, TrainLoop):
         held = self.cfg.pipeline == "sync" and hold is not None and hold(emb)
         sample = (batch.dense.clone(), (emb.detach() if held else emb.detach().clone()).requires_grad_(),
                   batch.labels.clone())
-        self.dense_loss = capture(self.dense_loss, sample, keep_copies=keeps_copies(self.optimizer))
+        reads_held = getattr(self.source, "quiet", _nullcontext)  # a read-ahead thread's CUDA calls would
+        with reads_held():  # fail the capture (``prefetch.Prefetching``)
+            self.dense_loss = capture(self.dense_loss, sample, keep_copies=keeps_copies(self.optimizer))
         self._graphed = True
 
     def precompile(self) -> ColdStart | None:
