@@ -3,11 +3,11 @@
 ``mlperf:DIR/day_N_sparse_multi_hot.npz`` (polyrec/data/multihot.py) builds each batch on the host from
 memory-mapped files, on a background thread while the step runs (``--prefetch``, polyrec/data/prefetch.py) or on the
 training thread (``--no-prefetch``). This writes one day of ``--rows`` random rows at MLPerf's widths (214 ids a row)
-to a temporary folder, times ``next_batch`` alone (the day in the page cache after its first pass), then trains
-``mlperf-dcnv2`` (tables capped at ``ROW_CAP`` rows: the dense half and the batch are the full model's) on it with
-and without prefetch (and with prefetch but its batches left in pageable memory: pinning's A/B), and on
-``synthetic:uniform`` (made on the device), with ``Trainer.benchmark``: step time and
-its data phase.
+to a temporary folder, times ``next_batch`` alone (the day in the page cache after its first pass; and as the
+read-ahead thread reads for a CUDA device: page-locked), then trains ``mlperf-dcnv2`` (tables capped at ``ROW_CAP``
+rows: the dense half and the batch are the full model's) on it with and without prefetch (and with prefetch but its
+batches left in pageable memory: pinning's A/B), and on ``synthetic:uniform`` (made on the device), with
+``Trainer.benchmark``: step time and its data phase.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/multihot_reader.py [--rows 1048576] [--steps 20]
 
@@ -42,8 +42,10 @@ def write_day(folder: Path, rows: int, multi_hot: tuple[int, ...], seed: int = 0
     return npz
 
 
-def time_reader(spec: str, batch: int, reads: int) -> list[float]:
-    """Seconds of each of ``reads`` ``next_batch`` calls on ``spec`` (host only), after READ_WARMUP."""
+def time_reader(spec: str, batch: int, reads: int, pinned: bool = False) -> list[float]:
+    """Seconds of each of ``reads`` ``next_batch`` calls on ``spec`` (host only), after READ_WARMUP; ``pinned``: as
+    the read-ahead thread reads for a CUDA device (the ids written page-locked, ``Batch.pinned`` after; not the move
+    to the device)."""
     import torch
 
     from polyrec.data import open_source
@@ -51,12 +53,15 @@ def time_reader(spec: str, batch: int, reads: int) -> list[float]:
 
     source = open_source(spec, preset("mlperf-dcnv2").with_capped_rows(ROW_CAP), batch_size=batch, seed=0,
                          device=torch.device("cpu"))
+    if pinned:
+        source.build_pinned()
+    read = (lambda: source.next_batch().pinned()) if pinned else source.next_batch
     for _ in range(READ_WARMUP):
-        source.next_batch()
+        read()
     seconds = []
     for _ in range(reads):
         start = time.perf_counter()
-        source.next_batch()
+        read()
         seconds.append(time.perf_counter() - start)
     return seconds
 
@@ -106,6 +111,7 @@ def main() -> None:
         spec = f"mlperf:{write_day(Path(folder), args.rows, multi_hot)}"
         print(f"wrote {args.rows} rows in {time.perf_counter() - start:.1f} s", flush=True)
         reads = time_reader(spec, args.batch, args.reads)
+        pinned_reads = time_reader(spec, args.batch, args.reads, pinned=True)
         rows = [{"data": "multi-hot day, no prefetch", **time_steps(spec, args.batch, args.steps, prefetch=False)},
                 {"data": "multi-hot day, prefetch", **time_steps(spec, args.batch, args.steps)},
                 {"data": "multi-hot day, prefetch unpinned", **time_steps(spec, args.batch, args.steps, pin=False)},
@@ -115,13 +121,15 @@ def main() -> None:
         print(row, flush=True)
     summary = {"reader_s_per_batch_median": statistics.median(reads), "reader_s_per_batch_min": min(reads),
                "reader_samples_per_s": args.batch / statistics.median(reads),
+               "reader_pinned_s_per_batch_median": statistics.median(pinned_reads),
                "step_ratio_no_prefetch_vs_synthetic": rows[0]["ms_per_step"] / rows[3]["ms_per_step"],
                "step_ratio_prefetch_vs_synthetic": rows[1]["ms_per_step"] / rows[3]["ms_per_step"],
                "step_ratio_prefetch_vs_no_prefetch": rows[1]["ms_per_step"] / rows[0]["ms_per_step"],
                "step_ratio_pinned_vs_unpinned_prefetch": rows[1]["ms_per_step"] / rows[2]["ms_per_step"],
                "rows": args.rows, "batch": args.batch, "row_cap": ROW_CAP, "ids_per_row": sum(multi_hot)}
     print(summary, flush=True)
-    write_results("multihot_reader", {"reads_s": reads, "steps": rows}, rows=rows, summary=summary)
+    write_results("multihot_reader", {"reads_s": reads, "pinned_reads_s": pinned_reads, "steps": rows}, rows=rows,
+                  summary=summary)
 
 
 if __name__ == "__main__":
