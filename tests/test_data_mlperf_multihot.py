@@ -442,3 +442,31 @@ def test_joined_ids_writes_into_a_given_buffer_of_the_ids_type_and_refuses_anoth
         joined_ids(ids, rows, out=np.empty(30, dtype=np.int64))
     with pytest.raises(ValueError, match=r"got int32 \[29\]"):
         joined_ids(ids, rows, out=np.empty(29, dtype=np.int32))
+
+
+def test_negative_rows_are_found_in_every_task_of_a_feature(monkeypatch):
+    """The negative-id check takes each task's minimum on its own (``id_tasks``: here 6 ids a task): a negative id in
+    any task of any signed feature marks its row, and unsigned features are not looked at."""
+    from polyrec.data import multihot
+
+    monkeypatch.setattr(multihot, "TASK_IDS", 6)
+    rng = np.random.default_rng(8)
+    ids = [rng.integers(0, 100, (23, w)).astype(dtype) for w, dtype in ((1, np.int32), (4, np.int64), (2, np.uint16))]
+    for f, row, col in ((0, 0, 0), (0, 22, 0), (1, 7, 3), (1, 13, 0)):
+        ids[f][row, col] = -5
+    want = np.zeros(23, dtype=bool)
+    want[[0, 22, 7, 13]] = True
+    np.testing.assert_array_equal(multihot.negative_rows(ids), want)
+    assert not multihot.negative_rows([np.zeros((0, 3), np.int32)]).size
+
+
+def test_full_batches_share_their_offsets_and_a_short_one_has_its_own(tmp_path):
+    """Every full batch of a day has the same offsets: made once and shared (not to be written); a short batch (the
+    end of an epoch without wrapping, as an evaluation reads) gets offsets of its own size."""
+    day = write_day(tmp_path, 0, 10)
+    src = source([npz(tmp_path)], 4)
+    first, second = src.next_batch(), src.next_batch()
+    assert first.offsets is second.offsets
+    short = src._next(wrap=False)  # rows 8 and 9
+    assert short.batch_size == 2 and short.offsets.numel() == 26 * 2 + 1
+    assert_same(short, reference([day], [8, 9], small().table_rows))

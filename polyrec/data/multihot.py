@@ -204,6 +204,31 @@ def same_multi_hot(days: list[Day]) -> tuple[int, ...]:
 ID_THREADS = min(8, os.cpu_count() or 1)
 TASK_IDS = 1 << 20
 TORCH_IDS = {np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64}  # ``id_dtype``'s, as torch names them
+_pool: ThreadPoolExecutor | None = None  # ``id_pool``'s
+
+
+def id_pool() -> ThreadPoolExecutor:
+    """The ID_THREADS threads that write and check batches' ids, started at their first use and kept (starting them
+    took 2.7 ms a batch on a 2-core host); a forked child starts its own."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(ID_THREADS, thread_name_prefix="polyrec-ids")
+    return _pool
+
+
+def _forget_pool() -> None:
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)  # the parent's threads do not exist in a forked child
+
+
+def id_tasks(ids: list[np.ndarray]) -> list[tuple[int, int, int]]:
+    """A batch's ids 26 x [B, hot_f] as tasks (f, lo, hi): rows [lo, hi) of feature f, about TASK_IDS ids each."""
+    b = ids[0].shape[0]
+    return [(f, lo, min(lo + step, b)) for f, step in enumerate(max(1, TASK_IDS // x.shape[1]) for x in ids)
+            for lo in range(0, b, step)]
 
 
 def ids_mod_rows(ids: np.ndarray, rows: int, out: np.ndarray) -> None:
@@ -243,8 +268,6 @@ def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray, out: np.ndarray | 
     if values.shape != (int(starts[-1]),) or values.dtype != dtype:
         raise ValueError(f"joined_ids: out must be {dtype} [{int(starts[-1])}], got {values.dtype} "
                          f"{list(values.shape)}")
-    tasks = [(f, lo, min(lo + step, b)) for f, step in enumerate(max(1, TASK_IDS // x.shape[1]) for x in ids)
-             for lo in range(0, b, step)]
 
     def write(task: tuple[int, int, int]) -> None:
         f, lo, hi = task
@@ -252,36 +275,51 @@ def joined_ids(ids: list[np.ndarray], table_rows: np.ndarray, out: np.ndarray | 
         copy_ids(ids[f][lo:hi], int(table_rows[f]),
                  values[starts[f] + lo * hot:starts[f] + hi * hot].reshape(hi - lo, hot))
 
-    with ThreadPoolExecutor(ID_THREADS) as pool:
-        list(pool.map(write, tasks))
+    list(id_pool().map(write, id_tasks(ids)))
     return values
 
 
+def multi_hot_offsets(b: int, multi_hot: tuple[int, ...], pinned: bool) -> torch.Tensor:
+    """The offsets [F*B+1] int64 of a batch of ``b`` rows of these multi-hot sizes (page-locked where ``pinned``)."""
+    offsets = offsets_from_lengths(torch.tensor(multi_hot, dtype=torch.int64).repeat_interleave(b))
+    return offsets.pin_memory() if pinned else offsets
+
+
+def float32_copy(array: np.ndarray, pinned: bool) -> torch.Tensor:
+    """``array`` (of values float32 holds: checked by the reader) as a new float32 tensor, page-locked where
+    ``pinned`` (written there: no second copy by ``Batch.pinned``)."""
+    out = torch.empty(array.shape, dtype=torch.float32, pin_memory=pinned)
+    np.copyto(out.numpy(), array, casting="unsafe")
+    return out
+
+
 def multi_hot_batch(labels: np.ndarray, dense: np.ndarray, ids: list[np.ndarray], table_rows: np.ndarray,
-                    pinned: bool = False) -> Batch:
+                    pinned: bool = False, offsets: torch.Tensor | None = None) -> Batch:
     """labels [B] (0 or 1), dense [B, 13] (already transformed, within float32), ids 26 x [B, hot_f] (non-negative)
     -> a Batch, feature-major, bag (f, b) the hot_f ids of row b (repeats kept), to be taken mod ``table_rows[f]``
-    where the batch lands (``Batch.mod_rows``). ``pinned``: the ids are written into page-locked memory (CUDA),
-    where ``Batch.pinned`` then finds them: 56 MB of a 65536-row MLPerf batch not copied again."""
-    b = labels.shape[0]
-    lengths = torch.tensor([x.shape[1] for x in ids], dtype=torch.int64).repeat_interleave(b)  # [F*B]
-    values = torch.empty(b * sum(x.shape[1] for x in ids), dtype=TORCH_IDS[id_dtype(ids)], pin_memory=pinned)
+    where the batch lands (``Batch.mod_rows``). ``pinned``: every array is written into page-locked memory (CUDA),
+    where ``Batch.pinned`` then finds them: 56 MB of ids of a 65536-row MLPerf batch not copied again.
+    ``offsets``: ``multi_hot_offsets`` of these sizes, made once for many batches (None: made here)."""
+    b, multi_hot = labels.shape[0], tuple(x.shape[1] for x in ids)
+    values = torch.empty(b * sum(multi_hot), dtype=TORCH_IDS[id_dtype(ids)], pin_memory=pinned)
     joined_ids(ids, table_rows, out=values.numpy())
-    return Batch(dense=torch.from_numpy(np.array(dense, dtype=np.float32)),  # a copy: ``dense`` may be the file's map
+    return Batch(dense=float32_copy(dense, pinned),  # a copy: ``dense`` may be the file's map
                  values=values,  # [B * sum(hot)] as read
-                 offsets=offsets_from_lengths(lengths),  # [F*B+1]
-                 labels=torch.from_numpy(labels.astype(np.float32)),
-                 feature_bounds=tuple(b * int(h) for h in np.cumsum([0] + [x.shape[1] for x in ids])),
+                 offsets=multi_hot_offsets(b, multi_hot, pinned) if offsets is None else offsets,  # [F*B+1]
+                 labels=float32_copy(labels, pinned),
+                 feature_bounds=tuple(b * int(h) for h in np.cumsum([0, *multi_hot])),
                  mod_rows=torch.tensor(table_rows, dtype=torch.int64))
 
 
 def negative_rows(ids: list[np.ndarray]) -> np.ndarray:
-    """Mask [n] of the rows holding a negative id: each signed feature's minimum first (one pass, no temporary), its
-    rows only where that is negative."""
+    """Mask [n] of the rows holding a negative id: the minimum of each task's rows of a signed feature first (one
+    pass, no temporary, over ``id_pool``'s threads), those rows only where that is negative."""
     negative = np.zeros(ids[0].shape[0], dtype=bool)
-    for x in ids:
-        if x.dtype.kind == "i" and x.size and x.min() < 0:
-            negative |= (x < 0).any(axis=1)
+    tasks = [(f, lo, hi) for f, lo, hi in id_tasks(ids) if ids[f].dtype.kind == "i"]
+    minima = id_pool().map(lambda task: ids[task[0]][task[1]:task[2]].min(), tasks)
+    for (f, lo, hi), least in zip(tasks, minima):
+        if least < 0:
+            negative[lo:hi] |= (ids[f][lo:hi] < 0).any(axis=1)
     return negative
 
 
@@ -308,7 +346,8 @@ class MultiHotRecords:
         if self.total == 0:
             raise no_rows(self.paths, "day")
         self.row_bytes = VALUE_BYTES * (1 + CRITEO_NUM_DENSE + sum(self.multi_hot))
-        self.pinned_ids = False  # each batch's ids built in page-locked memory (``RecordSource.build_pinned``)
+        self.pinned_ids = False  # each batch built in page-locked memory (``RecordSource.build_pinned``)
+        self._offsets: dict[tuple[int, bool], torch.Tensor] = {}  # (rows, pinned) -> multi_hot_offsets, not written
 
     def _day(self, first: int) -> int:
         """The day that row ``first`` (0-based in all of them) is in: the last to start at or before it, so not an
@@ -344,9 +383,12 @@ class MultiHotRecords:
 
     def batch(self, parts: list[tuple[DayRows, np.ndarray]], table_rows: np.ndarray) -> Batch:
         ids = [joined([(chunk.ids[f], good) for chunk, good in parts]) for f in range(len(self.multi_hot))]
-        return multi_hot_batch(joined([(chunk.labels, good) for chunk, good in parts]),
-                               joined([(chunk.dense, good) for chunk, good in parts]), ids, table_rows,
-                               pinned=self.pinned_ids)
+        labels = joined([(chunk.labels, good) for chunk, good in parts])
+        key = (labels.shape[0], self.pinned_ids)  # every full batch's offsets are the same: made once
+        if key not in self._offsets:
+            self._offsets[key] = multi_hot_offsets(key[0], self.multi_hot, self.pinned_ids)
+        return multi_hot_batch(labels, joined([(chunk.dense, good) for chunk, good in parts]), ids, table_rows,
+                               pinned=self.pinned_ids, offsets=self._offsets[key])
 
     def adapt(self, config: ModelConfig) -> ModelConfig:
         return adapt_criteo(config, self.paths[0], self.multi_hot)
