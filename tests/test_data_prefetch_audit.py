@@ -181,48 +181,52 @@ def test_an_interrupt_before_close_puts_the_source_back_leaves_reading_on_where_
     reads_on_as_unwrapped(ahead, want, threads)
 
 
-def _stays(check: Callable[[], bool], seconds: float = 0.2) -> bool:
-    """Whether ``check()`` holds throughout ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not check():
-            return False
-        time.sleep(0.005)
-    return True
+class Slow:
+    """``source`` whose ``next_batch`` takes a while, ``in_read`` set meanwhile; all else is the source's."""
+
+    def __init__(self, source: Source) -> None:
+        self.source, self.in_read = source, threading.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.source, name)
+
+    def next_batch(self) -> Batch:
+        self.in_read.set()
+        try:
+            time.sleep(0.01)
+            return self.source.next_batch()
+        finally:
+            self.in_read.clear()
 
 
-def test_quiet_waits_for_the_read_in_progress_and_holds_the_next():
-    """``Prefetching.quiet`` (a CUDA graph capture's: another thread's CUDA calls fail it) is entered once the read in
-    progress is done, and no read starts until it is left."""
-    gated = Gated(criteo())
-    ahead = Prefetching(gated)
+def test_no_read_runs_within_quiet():
+    """``Prefetching.quiet`` (a CUDA graph capture's: another thread's CUDA calls fail it) holds the reading thread:
+    while a caller takes batch after batch, no read is in progress at any moment within it, and reading goes on
+    after it."""
+    slow = Slow(criteo())
+    ahead = Prefetching(slow)
     taken: list[Batch] = []
-    caller = threading.Thread(target=lambda: taken.append(ahead.next_batch()))
-    caller.start()
-    assert gated.reading.wait(30)  # the thread is reading batch 1 (it waits for the gate)
-    entered, leave = threading.Event(), threading.Event()
+    stop = threading.Event()
 
-    def capture() -> None:
-        with ahead.quiet():
-            entered.set()
-            leave.wait()
+    def consume() -> None:
+        while not stop.is_set():
+            taken.append(ahead.next_batch())
 
-    capturing = threading.Thread(target=capture)
-    capturing.start()
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    seen: list[bool] = []  # whether a read was in progress, at each look within quiet
     try:
-        assert _stays(lambda: not entered.is_set())  # the read in progress holds it
-        gated.gate.set()
-        assert entered.wait(30)
-        caller.join()
-        after_first = gated.source.state_dict()
-        assert len(taken) == 1 and _stays(lambda: gated.source.state_dict() == after_first)  # batch 2 not read yet
-    finally:  # a failure above ends the threads too
-        gated.gate.set()
-        leave.set()
-        capturing.join()
-        caller.join()
-    deadline = time.monotonic() + 30
-    while gated.source.state_dict() == after_first:  # read once it is left
-        assert time.monotonic() < deadline, "nothing read after quiet"
-        time.sleep(0.001)
-    ahead.close()
+        for _ in range(10):
+            with ahead.quiet():
+                before = len(taken)
+                deadline = time.monotonic() + 0.03
+                while time.monotonic() < deadline:
+                    seen.append(slow.in_read.is_set())
+                    time.sleep(0.001)
+                assert len(taken) <= before + 1  # at most the batch read ahead before it was taken meanwhile
+            time.sleep(0.03)
+    finally:
+        stop.set()
+        consumer.join()
+        ahead.close()
+    assert seen and not any(seen) and len(taken) >= 2

@@ -115,7 +115,8 @@ def _trained_like_one_process(rank: int, world: int, directory: str, plan: str) 
         mine = expected[rank * B:(rank + 1) * B].detach()
         for f, dtype in enumerate(DTYPES):  # after a step, fp16 rows differ by their stochastic rounding
             atol = 1e-6 if dtype == F32 or step == 0 else FP16_BAG_ATOL
-            torch.testing.assert_close(out[:, f], mine[:, f], rtol=0, atol=atol, msg=f"step {step}, feature {f}")
+            torch.testing.assert_close(out[:, f], mine[:, f], rtol=0, atol=atol,
+                                       msg=lambda m, step=step, f=f: f"step {step}, feature {f}: {m}")
         readout = _readout(world, step)
         (expected * readout).sum().backward()
         (out * readout[rank * B:(rank + 1) * B]).sum().backward()
@@ -125,9 +126,11 @@ def _trained_like_one_process(rank: int, world: int, directory: str, plan: str) 
     again = _one_process(PLANS[plan][1])
     load_sharded(directory, full_tables(again), again)
     for t, (got, want) in enumerate(zip(again.table_weights(), reference.table_weights())):
-        # fp16 rows round stochastically, each TBE from its own stream: within a few units in the last place
-        atol = 1e-6 if DTYPES[t] == F32 else 4 * 2.0 ** -11 * float(want.abs().max())
-        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=atol, msg=f"table {t}")
+        # fp16 rows round stochastically, each TBE from its own stream: each step may round a row one unit in the
+        # last place (at most 2**-10 of it) the other way, and the next steps carry it (a 3-unit gap was seen)
+        atol = 1e-6 if DTYPES[t] == F32 else (STEPS + 1) * 2.0 ** -10 * float(want.abs().max())
+        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=atol,
+                                   msg=lambda m, t=t: f"table {t}: {m}")
         assert got.dtype == DTYPES[t]
     assert all(tbe.step == STEPS for tbe in again.tbes)
 
