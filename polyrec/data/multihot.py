@@ -15,7 +15,8 @@ float type (a value float32 cannot hold is a bad row), labels [rows] or of any i
 members named ``arr_0.npy`` .. ``arr_25.npy`` (``np.savez(path, *ids)``).
 Ids are taken mod the table rows (the reference's ``hashes``), so capped tables work: on the device the batch moves
 to (``Batch.mod_rows``); the host only copies them. Every array is memory-mapped (``polyrec.data.npz``): a day
-costs memory only for the rows of a batch. A row is bad where its label is not 0 or 1, an id is negative or a dense value is not finite (or, stored wider, beyond float32).
+costs memory only for the rows of a batch. A row is bad where its label is not 0 or 1, an id is negative or a dense
+value is not finite (or, stored wider, beyond float32).
 Several days stream one after another (``mlperf.RecordSource``), as the files of ``criteo:`` do; a day of no rows
 adds none. A day's .npz may be a symbolic link: its dense and label files are looked for beside the link, then beside
 the file it links to.

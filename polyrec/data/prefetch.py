@@ -26,8 +26,8 @@ next until the capture ends.
 
 from __future__ import annotations
 
-import copy
 import contextlib
+import copy
 import queue
 import threading
 import weakref
