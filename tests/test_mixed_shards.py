@@ -126,8 +126,9 @@ def _trained_like_one_process(rank: int, world: int, directory: str, plan: str) 
     again = _one_process(PLANS[plan][1])
     load_sharded(directory, full_tables(again), again)
     for t, (got, want) in enumerate(zip(again.table_weights(), reference.table_weights())):
-        # fp16 rows round stochastically, each TBE from its own stream: each step may round a row one unit in the
-        # last place (at most 2**-10 of it) the other way, and the next steps carry it (a 3-unit gap was seen)
+        # fp16 rows round stochastically, each TBE from its own seeds (drawn from the ranks' unseeded generators:
+        # they change from run to run): each step may round a row one unit in the last place (at most 2**-10 of it)
+        # the other way, and the next steps carry it (a 3-unit gap was seen)
         atol = 1e-6 if DTYPES[t] == F32 else (STEPS + 1) * 2.0 ** -10 * float(want.abs().max())
         torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=atol,
                                    msg=lambda m, t=t: f"table {t}: {m}")
