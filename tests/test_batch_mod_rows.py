@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from polyrec.data.types import Batch, ids_mod_rows
+from polyrec.data.types import Batch, feature_remainders
 
 CPU = torch.device("cpu")
 
@@ -59,12 +59,12 @@ def test_a_batch_of_no_samples_lands_with_no_ids():
     assert landed.values.dtype == torch.int64 and landed.values.numel() == 0
 
 
-def test_ids_mod_rows_refuses_bounds_that_do_not_describe_the_ids():
+def test_feature_remainders_refuse_bounds_that_do_not_describe_the_ids():
     values = torch.arange(10, dtype=torch.int32)
     with pytest.raises(ValueError, match=r"bounds \[0, 4, 9\] \(2 features\) and 2 table sizes do not describe "
                                          "10 ids"):
-        ids_mod_rows(values, torch.tensor([3, 4]), (0, 4, 9))
+        feature_remainders(values, torch.tensor([3, 4]), (0, 4, 9))
     with pytest.raises(ValueError, match="3 table sizes"):
-        ids_mod_rows(values, torch.tensor([3, 4, 5]), (0, 4, 10))
-    np.testing.assert_array_equal(ids_mod_rows(values, torch.tensor([3, 4]), (0, 4, 10)).numpy(),
+        feature_remainders(values, torch.tensor([3, 4, 5]), (0, 4, 10))
+    np.testing.assert_array_equal(feature_remainders(values, torch.tensor([3, 4]), (0, 4, 10)).numpy(),
                                   [0, 1, 2, 0, 0, 1, 2, 3, 0, 1])

@@ -280,7 +280,7 @@ def test_joined_ids_split_over_threads_equal_the_feature_major_remainders(dtype,
     where the type fits it (uint64 ids taken mod on the host: int64 cannot hold them), and taken mod their rows as
     a device does (``Batch.mod_rows``) they are the exact remainders."""
     from polyrec.data import multihot
-    from polyrec.data.types import ids_mod_rows
+    from polyrec.data.types import feature_remainders
 
     monkeypatch.setattr(multihot, "TASK_IDS", 12)
     rng = np.random.default_rng(5)
@@ -292,8 +292,8 @@ def test_joined_ids_split_over_threads_equal_the_feature_major_remainders(dtype,
     values = multihot.joined_ids(ids, table_rows)
     assert values.dtype == np.dtype(joined)
     bounds = tuple(int(x) for x in np.cumsum([0] + [b * w for w in widths]))
-    np.testing.assert_array_equal(ids_mod_rows(torch.from_numpy(values), torch.tensor(table_rows), bounds).numpy(),
-                                  want.astype(np.int64))
+    landed = feature_remainders(torch.from_numpy(values), torch.tensor(table_rows), bounds)
+    np.testing.assert_array_equal(landed.numpy(), want.astype(np.int64))
 
 
 def test_a_batch_owns_its_arrays_and_leaves_the_files_as_they_are(tmp_path):

@@ -75,21 +75,22 @@ class Batch:
         bounds = self.host_bounds()
         values = self.values.to(device, non_blocking=non_blocking)
         if self.mod_rows is not None:  # no ids (no samples): nothing to take mod, nor bounds
-            values = ids_mod_rows(values, self.mod_rows, bounds, non_blocking) if values.numel() else values.long()
+            values = (feature_remainders(values, self.mod_rows, bounds, non_blocking) if values.numel()
+                      else values.long())
         return Batch(dense=self.dense.to(device, non_blocking=non_blocking), values=values,
                      offsets=self.offsets.to(device, non_blocking=non_blocking),
                      labels=self.labels.to(device, non_blocking=non_blocking), feature_bounds=bounds)
 
 
-def ids_mod_rows(values: torch.Tensor, rows: torch.Tensor, bounds: tuple[int, ...],
+def feature_remainders(values: torch.Tensor, rows: torch.Tensor, bounds: tuple[int, ...],
                  non_blocking: bool = False) -> torch.Tensor:
     """values [nnz] (non-negative integers, feature-major, feature f's at [bounds[f], bounds[f+1])) -> int64 [nnz],
     each mod its feature's ``rows[f]`` (host [F]), on the values' device. A few launches and no host sync on a GPU:
     the small host lists cross by ``non_blocking`` copies (``torch.tensor(list, device=...)`` would wait for all
     queued work)."""
     if rows.numel() != len(bounds) - 1 or bounds[-1] != values.numel():
-        raise ValueError(f"ids_mod_rows: bounds {list(bounds)} ({len(bounds) - 1} features) and {rows.numel()} "
-                         f"table sizes do not describe {values.numel()} ids")
+        raise ValueError(f"feature_remainders: bounds {list(bounds)} ({len(bounds) - 1} features) and "
+                         f"{rows.numel()} table sizes do not describe {values.numel()} ids")
     dev = values.device
     counts = torch.tensor(np.diff(bounds), dtype=torch.int64)  # [F] ids of each feature
     per_id = rows.to(dev, non_blocking=non_blocking).repeat_interleave(
