@@ -4,12 +4,12 @@
 memory-mapped files, on a background thread while the step runs (``--prefetch``, polyrec/data/prefetch.py) or on the
 training thread (``--no-prefetch``). This writes one day of ``--rows`` random rows at MLPerf's widths (214 ids a row)
 to a temporary folder, times ``next_batch`` alone (the day in the page cache after its first pass; and as the
-read-ahead thread reads for a CUDA device: page-locked), then trains ``mlperf-dcnv2`` (tables capped at ``ROW_CAP``
-rows: the dense half and the batch are the full model's) on it with and without prefetch (and with prefetch but its
-batches left in pageable memory: pinning's A/B), and on ``synthetic:uniform`` (made on the device), with
-``Trainer.benchmark``: step time and its data phase.
+read-ahead thread reads for a CUDA device: page-locked), then trains ``mlperf-dcnv2`` (tables capped at ``--row-cap``
+rows, ``ROW_CAP`` by default, 0 for full size: the dense half and the batch are the full model's either way) on it
+with and without prefetch (and with prefetch but its batches left in pageable memory: pinning's A/B), and on
+``synthetic:uniform`` (made on the device), with ``Trainer.benchmark``: step time, its data phase, peak memory.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/multihot_reader.py [--rows 1048576] [--steps 20]
+    PYTHONPATH=.:benchmarks python3 benchmarks/multihot_reader.py [--rows 1048576] [--steps 20] [--row-cap 0]
 
 Writes ``multihot_reader_<gpu>_<date>.{json,md}``.
 """
@@ -80,19 +80,28 @@ def unpinned():
         sources.Prefetching = built
 
 
-def time_steps(data: str, batch: int, steps: int, prefetch: bool = True, pin: bool = True) -> dict:
-    """``Trainer.benchmark`` of mlperf-dcnv2 on ``data`` (GPU); ``pin``: batches read ahead page-locked."""
+def time_steps(data: str, batch: int, steps: int, prefetch: bool = True, pin: bool = True,
+               row_cap: int = ROW_CAP) -> dict:
+    """``Trainer.benchmark`` of mlperf-dcnv2 on ``data`` (GPU); ``pin``: batches read ahead page-locked; ``row_cap``
+    rows per table at most (0: full size). The trainer's memory goes back to the device before the next one."""
+    import torch
+
     from polyrec.runtime import TrainConfig, Trainer
 
     with contextlib.nullcontext() if pin else unpinned():
         trainer = Trainer(TrainConfig(preset="mlperf-dcnv2", data=data, batch_size=batch, steps=10**9,
-                                      device="cuda", row_cap=ROW_CAP, cuda_graphs=False, prefetch=prefetch),
+                                      device="cuda", row_cap=row_cap or None, cuda_graphs=False, prefetch=prefetch),
                           progress=False)
     if prefetch and data.startswith("mlperf:") and trainer.source.pin != pin:
         raise RuntimeError(f"the read-ahead wrapper pins {trainer.source.pin}, this row asks for {pin}")
     timed = trainer.benchmark(warmup=3, steps=steps)
     trainer.source.close()
-    return {k: timed[k] for k in ("ms_per_step", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms")}
+    row = {k: timed[k] for k in ("ms_per_step", "data_ms", "emb_fwd_ms", "dense_ms", "emb_bwd_ms")}
+    row["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    del trainer
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return row
 
 
 def main() -> None:
@@ -104,6 +113,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--reads", type=int, default=8, help="timed next_batch calls")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per data")
+    parser.add_argument("--row-cap", type=int, default=ROW_CAP,
+                        help="rows per table at most in the steps (0: full size)")
     args = parser.parse_args()
     multi_hot = preset("mlperf-dcnv2").multi_hot
     with tempfile.TemporaryDirectory() as folder:
@@ -112,10 +123,11 @@ def main() -> None:
         print(f"wrote {args.rows} rows in {time.perf_counter() - start:.1f} s", flush=True)
         reads = time_reader(spec, args.batch, args.reads)
         pinned_reads = time_reader(spec, args.batch, args.reads, pinned=True)
-        rows = [{"data": "multi-hot day, no prefetch", **time_steps(spec, args.batch, args.steps, prefetch=False)},
-                {"data": "multi-hot day, prefetch", **time_steps(spec, args.batch, args.steps)},
-                {"data": "multi-hot day, prefetch unpinned", **time_steps(spec, args.batch, args.steps, pin=False)},
-                {"data": "synthetic:uniform", **time_steps("synthetic:uniform", args.batch, args.steps)}]
+        cases = [("multi-hot day, no prefetch", spec, {"prefetch": False}), ("multi-hot day, prefetch", spec, {}),
+                 ("multi-hot day, prefetch unpinned", spec, {"pin": False}),
+                 ("synthetic:uniform", "synthetic:uniform", {})]
+        rows = [{"data": name, **time_steps(data, args.batch, args.steps, row_cap=args.row_cap, **how)}
+                for name, data, how in cases]
     for row in rows:
         row["samples_per_s"] = args.batch / row["ms_per_step"] * 1e3
         print(row, flush=True)
@@ -126,7 +138,7 @@ def main() -> None:
                "step_ratio_prefetch_vs_synthetic": rows[1]["ms_per_step"] / rows[3]["ms_per_step"],
                "step_ratio_prefetch_vs_no_prefetch": rows[1]["ms_per_step"] / rows[0]["ms_per_step"],
                "step_ratio_pinned_vs_unpinned_prefetch": rows[1]["ms_per_step"] / rows[2]["ms_per_step"],
-               "rows": args.rows, "batch": args.batch, "row_cap": ROW_CAP, "ids_per_row": sum(multi_hot)}
+               "rows": args.rows, "batch": args.batch, "row_cap": args.row_cap, "ids_per_row": sum(multi_hot)}
     print(summary, flush=True)
     write_results("multihot_reader", {"reads_s": reads, "pinned_reads_s": pinned_reads, "steps": rows}, rows=rows,
                   summary=summary)

@@ -43,6 +43,11 @@ def test_to_takes_each_feature_s_ids_mod_its_rows_and_keeps_the_rest(dtype):
     assert batch.values.dtype == dtype and batch.mod_rows is not None  # the host batch is left as read
 
 
+def test_features_of_no_ids_between_others_leave_every_id_written():
+    batch = raw_batch(2, [6, 2**31 - 1, 2**31, 9, 1], [2, 0, 3, 0, 4], 5)  # 2^31 - 1 fits int32, 2^31 does not
+    assert torch.equal(batch.to(CPU).values, exact(batch))
+
+
 def test_padding_and_pinning_keep_the_ids_to_take_mod():
     batch = raw_batch(1, [5, 3], [2, 1], 4)
     padded = batch.padded(6)
