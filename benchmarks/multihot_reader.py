@@ -10,6 +10,7 @@ with and without prefetch (and with prefetch but its batches left in pageable me
 ``synthetic:uniform`` (made on the device), with ``Trainer.benchmark``: step time, its data phase, peak memory.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/multihot_reader.py [--rows 1048576] [--steps 20] [--row-cap 0]
+        [--embedding-dtype bf16]
 
 Writes ``multihot_reader_<gpu>_<date>.{json,md}``.
 """
@@ -81,16 +82,18 @@ def unpinned():
 
 
 def time_steps(data: str, batch: int, steps: int, prefetch: bool = True, pin: bool = True,
-               row_cap: int = ROW_CAP) -> dict:
+               row_cap: int = ROW_CAP, embedding_dtype: str = "fp32") -> dict:
     """``Trainer.benchmark`` of mlperf-dcnv2 on ``data`` (GPU); ``pin``: batches read ahead page-locked; ``row_cap``
-    rows per table at most (0: full size). The trainer's memory goes back to the device before the next one."""
+    rows per table at most (0: full size); rows of ``embedding_dtype``. The trainer's memory goes back to the device
+    before the next one."""
     import torch
 
     from polyrec.runtime import TrainConfig, Trainer
 
     with contextlib.nullcontext() if pin else unpinned():
         trainer = Trainer(TrainConfig(preset="mlperf-dcnv2", data=data, batch_size=batch, steps=10**9,
-                                      device="cuda", row_cap=row_cap or None, cuda_graphs=False, prefetch=prefetch),
+                                      device="cuda", row_cap=row_cap or None, cuda_graphs=False, prefetch=prefetch,
+                                      embedding_dtype=embedding_dtype),
                           progress=False)
     if prefetch and data.startswith("mlperf:") and trainer.source.pin != pin:
         raise RuntimeError(f"the read-ahead wrapper pins {trainer.source.pin}, this row asks for {pin}")
@@ -115,6 +118,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per data")
     parser.add_argument("--row-cap", type=int, default=ROW_CAP,
                         help="rows per table at most in the steps (0: full size)")
+    parser.add_argument("--embedding-dtype", default="fp32",
+                        help="embedding rows in the steps: fp32, fp16 or bf16 (full-size bf16 rows fit an 80 GB GPU)")
     args = parser.parse_args()
     multi_hot = preset("mlperf-dcnv2").multi_hot
     with tempfile.TemporaryDirectory() as folder:
@@ -126,7 +131,8 @@ def main() -> None:
         cases = [("multi-hot day, no prefetch", spec, {"prefetch": False}), ("multi-hot day, prefetch", spec, {}),
                  ("multi-hot day, prefetch unpinned", spec, {"pin": False}),
                  ("synthetic:uniform", "synthetic:uniform", {})]
-        rows = [{"data": name, **time_steps(data, args.batch, args.steps, row_cap=args.row_cap, **how)}
+        rows = [{"data": name, **time_steps(data, args.batch, args.steps, row_cap=args.row_cap,
+                                            embedding_dtype=args.embedding_dtype, **how)}
                 for name, data, how in cases]
     for row in rows:
         row["samples_per_s"] = args.batch / row["ms_per_step"] * 1e3
@@ -138,7 +144,8 @@ def main() -> None:
                "step_ratio_prefetch_vs_synthetic": rows[1]["ms_per_step"] / rows[3]["ms_per_step"],
                "step_ratio_prefetch_vs_no_prefetch": rows[1]["ms_per_step"] / rows[0]["ms_per_step"],
                "step_ratio_pinned_vs_unpinned_prefetch": rows[1]["ms_per_step"] / rows[2]["ms_per_step"],
-               "rows": args.rows, "batch": args.batch, "row_cap": args.row_cap, "ids_per_row": sum(multi_hot)}
+               "rows": args.rows, "batch": args.batch, "row_cap": args.row_cap,
+               "embedding_dtype": args.embedding_dtype, "ids_per_row": sum(multi_hot)}
     print(summary, flush=True)
     write_results("multihot_reader", {"reads_s": reads, "pinned_reads_s": pinned_reads, "steps": rows}, rows=rows,
                   summary=summary)
