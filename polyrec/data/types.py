@@ -75,8 +75,7 @@ class Batch:
         bounds = self.host_bounds()
         values = self.values.to(device, non_blocking=non_blocking)
         if self.mod_rows is not None:  # no ids (no samples): nothing to take mod, nor bounds
-            values = (feature_remainders(values, self.mod_rows, bounds) if values.numel()
-                      else values.long())
+            values = feature_remainders(values, self.mod_rows, bounds) if values.numel() else values.long()
         return Batch(dense=self.dense.to(device, non_blocking=non_blocking), values=values,
                      offsets=self.offsets.to(device, non_blocking=non_blocking),
                      labels=self.labels.to(device, non_blocking=non_blocking), feature_bounds=bounds)
