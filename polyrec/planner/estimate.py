@@ -24,7 +24,15 @@ from polyrec.perfmodel.step import NCCL_CONTENTION, StepParts, StepTime, step_ti
 from polyrec.planner import memory as mem
 from polyrec.planner.comms import FleetLinks, all_reduce_seconds, all_to_all_seconds, fleet_links
 from polyrec.planner.dense import GemmShape, dense_matmuls, dense_params
-from polyrec.planner.host import HostCosts, Launches, gemm_launches, host_costs, optimizer_launches, tbe_launches
+from polyrec.planner.host import (
+    HostCosts,
+    Launches,
+    gemm_launches,
+    host_costs,
+    optimizer_launches,
+    split_launches,
+    tbe_launches,
+)
 from polyrec.planner.ops import COLUMN_SUM_S, FP32, MIN_KERNEL_S, RATE_CLASSES, Op, dense_inventory
 from polyrec.planner.shard_cost import (
     ShardLoad,
@@ -35,6 +43,7 @@ from polyrec.planner.shard_cost import (
     module_nnz,
     modules,
     shard_loads,
+    split_seconds,
     tbe_group_seconds,
     update_config,
 )
@@ -162,11 +171,12 @@ class Estimator:
 
     def embedding_seconds(self, rank: int, loads: list[ShardLoad]) -> tuple[float, float, float, dict[str, str]]:
         """(fwd, bwd+update, of that the id sorts) seconds of one rank: one TBE module per (weight
-        dtype, optimizer)."""
+        dtype, optimizer), and the split of the ids between them where there are several."""
         device = self.rank_devices[rank]
-        fwd = bwd = sort = 0.0
+        grouped = modules(loads)
+        fwd, bwd, sort = split_seconds(list(grouped.values()), self.ceilings[device]), 0.0, 0.0
         labels = {}
-        for (dtype, opt), group in modules(loads).items():
+        for (dtype, opt), group in grouped.items():
             key = module_key(group)
             f, b, sort_s, label = self.tbe_seconds(device, key)
             host = sum(host_traffic_seconds(s, self.specs[device]) for s in group)
@@ -280,8 +290,10 @@ class Estimator:
             groups[(s.weight_dtype, s.optimizer)] = groups.get((s.weight_dtype, s.optimizer), 0.0) + s.accesses
         dim = max((s.dim for s in loads), default=self.model.embedding_dim)
         activations, workspace = self.backward_peak(device, groups, dim, pooled, batch)
+        split = mem.split_index_bytes(lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads),
+                                      modules=len(groups))
         return DeviceMemory(rank=rank, device=device, weights=weights + dense_w, optimizer_state=state + dense_state,
-                            activations=emb_act + activations, workspace=workspace,
+                            activations=emb_act + split + activations, workspace=workspace,
                             reserve=mem.reserve_bytes(capacity), capacity=capacity, host_bytes=host)
 
     def memory(self, plans: Sequence[TablePlan], batch: int) -> list[DeviceMemory]:
@@ -352,7 +364,8 @@ class Estimator:
         emb_f, emb_b = tbe_launches([self.tbe_merge_levels(device, k, host_bound) for k in keys],
                                     [len(self.tbe_update_configs(device, k, host_bound)) for k in keys])
         costs: HostCosts = self.host[self.rank_devices[rank]]
-        return (emb_f + emb_b + dense.launches + dense.optimizer_launches).step_seconds(costs)
+        return (emb_f + emb_b + split_launches(len(keys)) + dense.launches
+                + dense.optimizer_launches).step_seconds(costs)
 
     def graphed_host_seconds(self, rank: int, host_s: float, dense: DenseTimes) -> float:
         """CPU seconds of the step of ``host_s`` with its dense half CUDA-graphed: its launches replaced by

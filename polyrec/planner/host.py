@@ -55,6 +55,12 @@ TBE_BWD_TORCH_OPS = 7
 #: or one per dim group) and the merge levels of the selected update configs (``tbe_launches``).
 TBE_FWD_LAUNCHES = 2
 TBE_BWD_LAUNCHES = 1
+#: Torch ops of a lookup split between TBE modules (tables of several row dtypes, polyrec.models.mixed_embeddings):
+#: once, the whole batch's validation and its host bounds compared with its offsets on the device (the bounds'
+#: page-locked copy, the comparison, ``any``, the flag's ``logical_or_``); per module, its ids joined, its offsets'
+#: shifts copied to the device (page-locked, then moved), its bags' first positions gathered, shifted and joined.
+SPLIT_TORCH_OPS = 6
+SPLIT_TORCH_OPS_PER_MODULE = 6
 #: Torch ops of one dense optimizer step: Adagrad's ``FusedAdagrad`` (two table copies to the device,
 #: one launch), SGD and Adam with torch's foreach implementation (step counts and the foreach ops;
 #: adam.py ``_multi_tensor_adam``), plus per parameter tensor the optimizer's Python and
@@ -160,6 +166,15 @@ def tbe_launches(merge_levels: Sequence[int], update_launches: Sequence[int]) ->
     return (Launches(triton=TBE_FWD_LAUNCHES * modules, torch_ops=TBE_FWD_TORCH_OPS * modules),
             Launches(triton=TBE_BWD_LAUNCHES * modules + sum(update_launches) + sum(merge_levels),
                      torch_ops=TBE_BWD_TORCH_OPS * modules))
+
+
+def split_launches(modules: int) -> Launches:
+    """Torch ops of one lookup split between ``modules`` TBE modules (tables of several row dtypes,
+    ``polyrec.models.mixed_embeddings``): SPLIT_TORCH_OPS_PER_MODULE each and SPLIT_TORCH_OPS once; none for one
+    module."""
+    if modules < 2:
+        return Launches()
+    return Launches(torch_ops=SPLIT_TORCH_OPS + SPLIT_TORCH_OPS_PER_MODULE * modules)
 
 
 def optimizer_launches(optimizer: str, tensors: int) -> Launches:

@@ -118,6 +118,13 @@ def embedding_activation_bytes(*, lookups: float, bags: int, pooled_values: int,
     return indices + compute_bytes * pooled_values + exchanged + 4 * local_batch * (num_dense + 1)
 
 
+def split_index_bytes(*, lookups: float, bags: int, modules: int) -> int:
+    """Ids and offsets of one lookup split between ``modules`` TBE modules (tables of several row dtypes): each
+    module's copy of its features' (int64, ``polyrec.models.mixed_embeddings.feature_subset``), kept for its
+    backward (``polyrec.kernels.tbe_lookups.lookup_shared``) beside the batch's own; none for one module."""
+    return 0 if modules < 2 else INDEX_BYTES * (math.ceil(lookups) + bags + modules)
+
+
 def held_key_bytes(lookups: float, world_size: int) -> int:
     """Bytes a rank holds through the dense half for the embedding backward of ``lookups`` ids: the sort
     keys the forward writes (FORWARD_KEYS_BYTES_PER_LOOKUP); on several ranks the backward's sorted ids,

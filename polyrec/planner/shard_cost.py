@@ -22,6 +22,12 @@ from polyrec.planner.types import WEIGHT_BYTES, ModelSpec, TablePlan
 #: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
 #: bf16 output under a bf16 dense half is not modelled there: the planner_accuracy fit was made so).
 POOLED_BYTES = 4
+#: Passes over one module's offsets in a split lookup (``polyrec.models.mixed_embeddings.feature_subset``): each
+#: bag's first position gathered for the module's features (``index_select``), moved down by its feature's shift
+#: (a subtraction) and joined with the end (``cat``).
+SPLIT_OFFSET_PASSES = 3
+#: Device launches per module in a split lookup: those three, the ids' join and the shifts' copy to the device.
+SPLIT_LAUNCHES = 5
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -182,6 +188,17 @@ def modules(loads: list[ShardLoad]) -> dict[tuple[str, str], list[ShardLoad]]:
     for s in loads:
         groups.setdefault((s.weight_dtype, s.optimizer), []).append(s)
     return dict(sorted(groups.items()))
+
+
+def split_seconds(groups: Sequence[Sequence[ShardLoad]], ceil: Ceilings) -> float:
+    """Device seconds of one rank's lookup split between its modules (``groups``: each module's shards; tables of
+    several row dtypes, ``polyrec.models.mixed_embeddings.feature_subset``): each module's ids copied out of the
+    batch and its offsets moved in ``SPLIT_OFFSET_PASSES`` passes, int64 read and written at the copy rate, and
+    ``SPLIT_LAUNCHES`` launches per module; nothing for one module, which reads the batch as it is."""
+    if len(groups) < 2:
+        return 0.0
+    moved = sum(2 * mem.INDEX_BYTES * (s.accesses + SPLIT_OFFSET_PASSES * s.bags) for group in groups for s in group)
+    return moved / ceil.copy_bandwidth.value + SPLIT_LAUNCHES * len(groups) * ceil.launch_latency.value
 
 
 def module_key(group: list[ShardLoad]) -> tuple[ShardLoad, ...]:
