@@ -17,6 +17,7 @@ from polyrec.kernels import tbe_forward, tbe_select
 from polyrec.kernels.tbe_forward_plan import plan_forward
 from polyrec.perfmodel import tbe, tbe_lookup, tbe_reads, tbe_step
 from polyrec.planner import memory as mem
+from polyrec.planner.ops import MIN_KERNEL_S
 from polyrec.planner.types import WEIGHT_BYTES, ModelSpec, TablePlan
 
 #: Bytes per pooled value the TBE cost model writes and reads back as gradient (fp32; the runtime's
@@ -26,7 +27,10 @@ POOLED_BYTES = 4
 #: bag's first position gathered for the module's features (``index_select``), moved down by its feature's shift
 #: (a subtraction) and joined with the end (``cat``).
 SPLIT_OFFSET_PASSES = 3
-#: Device launches per module in a split lookup: those three, the ids' join and the shifts' copy to the device.
+#: Device launches per module in a split lookup: those three, the ids' join and the shifts' copy to the device, each
+#: at least ``ops.MIN_KERNEL_S``. Checked on one H100 (full-size MLPerf, the H100x1 plan's two row dtypes, steady
+#: steps of ``benchmarks/e2e_profile.py``'s trace, ``benchmarks/results/mixed_split_profile_2026-12-06/``): the
+#: split's kernels and the gaps between them took about 0.15 ms, priced 0.13 (the ids' joins 89 us of it).
 SPLIT_LAUNCHES = 5
 
 
@@ -194,11 +198,11 @@ def split_seconds(groups: Sequence[Sequence[ShardLoad]], ceil: Ceilings) -> floa
     """Device seconds of one rank's lookup split between its modules (``groups``: each module's shards; tables of
     several row dtypes, ``polyrec.models.mixed_embeddings.feature_subset``): each module's ids copied out of the
     batch and its offsets moved in ``SPLIT_OFFSET_PASSES`` passes, int64 read and written at the copy rate, and
-    ``SPLIT_LAUNCHES`` launches per module; nothing for one module, which reads the batch as it is."""
+    ``SPLIT_LAUNCHES`` small kernels per module; nothing for one module, which reads the batch as it is."""
     if len(groups) < 2:
         return 0.0
     moved = sum(2 * mem.INDEX_BYTES * (s.accesses + SPLIT_OFFSET_PASSES * s.bags) for group in groups for s in group)
-    return moved / ceil.copy_bandwidth.value + SPLIT_LAUNCHES * len(groups) * ceil.launch_latency.value
+    return moved / ceil.copy_bandwidth.value + SPLIT_LAUNCHES * len(groups) * MIN_KERNEL_S
 
 
 def module_key(group: list[ShardLoad]) -> tuple[ShardLoad, ...]:
