@@ -24,11 +24,12 @@ import torch
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.detect import detect
+from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.models.config import preset
+from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
 from polyrec.planner import memory as mem
-from polyrec.planner.shard_cost import ShardLoad, _table_loads, tbe_group_seconds
-from polyrec.perfmodel.tbe_reads import hit_fraction
+from polyrec.planner.shard_cost import ShardLoad, tbe_group_seconds
 from polyrec.results import write_results
 from profiling import kernel_table
 from tbe import DIM
@@ -61,10 +62,12 @@ def predicted(rows: list[int], hots: list[int], dtype: str, batch: int) -> tuple
                             optimizer="rowwise_adagrad", memory="hbm", cache_rows=0, skew="uniform")
                   for i, (r, h) in enumerate(zip(rows, hots)))
     fwd_s = tbe_group_seconds(loads, spec, ceilings(spec), mem.DENSE_DTYPE_BYTES["bf16"])[0]
-    return 1e3 * fwd_s, hit_fraction(_table_loads(loads), spec)
+    reads = [TableLoad(rows=r, row_bytes=DIM * ROW_DTYPES[dtype].itemsize, accesses=batch * h, skew="uniform")
+             for r, h in zip(rows, hots)]
+    return 1e3 * fwd_s, hit_fraction(reads, spec)
 
 
-def measured_ms(rows: list[int], dtype: str, batch) -> float:
+def measured_ms(rows: list[int], dtype: str, batch: JaggedBatch) -> float:
     """Profiler ms of the module's ``pooled_forward_kernel`` launches per forward."""
     module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
                                    optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01), device="cuda",
