@@ -31,17 +31,17 @@ def read_events(path: Path) -> list[dict]:
     return gpu_events_of(json.loads(text)["traceEvents"])
 
 
-def last_lookup(events: list[dict], after: str) -> tuple[list[dict], list[dict]]:
-    """(the events between the last ``after`` that a lookup follows and that lookup's first launch, the lookup's
-    events: through its last ``LOOKUP`` launch within ``LOOKUP_SPAN`` events)."""
-    marks = [i for i, e in enumerate(events) if after in e["name"]]
-    follows = [i for i in marks if any(LOOKUP in e["name"] for e in events[i + 1:])]
-    if not follows:
+def last_lookup(events: list[dict], after: str) -> tuple[dict, list[dict], list[dict]]:
+    """(the last ``after`` event before the trace's last lookup, the events between it and that lookup's first
+    launch, the lookup's events: through its last ``LOOKUP`` launch within ``LOOKUP_SPAN`` events)."""
+    launches = [i for i, e in enumerate(events) if LOOKUP in e["name"]]
+    marks = [i for i, e in enumerate(events[:launches[-1]] if launches else []) if after in e["name"]]
+    if not marks:
         raise SystemExit(f"no {after} before a {LOOKUP}: pass --after with a kernel the step runs before its lookup")
-    mark = follows[-1]
-    first = next(i for i in range(mark + 1, len(events)) if LOOKUP in events[i]["name"])
-    last = max(i for i in range(first, min(first + LOOKUP_SPAN, len(events))) if LOOKUP in events[i]["name"])
-    return events[mark + 1:first], events[first:last + 1]
+    mark = marks[-1]
+    first = next(i for i in launches if i > mark)
+    last = max(i for i in launches if i < first + LOOKUP_SPAN)
+    return events[mark], events[mark + 1:first], events[first:last + 1]
 
 
 def gap_rows(events: list[dict], previous_end: float) -> list[tuple[float, float, str]]:
@@ -59,8 +59,7 @@ def main() -> None:
     parser.add_argument("--after", default="adagrad_kernel", help="the kernel the window starts after")
     args = parser.parse_args()
     events = read_events(args.trace)
-    split, lookup = last_lookup(events, args.after)
-    mark = events[events.index((split or lookup)[0]) - 1]
+    mark, split, lookup = last_lookup(events, args.after)
     rows = gap_rows(split + lookup, mark["ts"] + mark["dur"])
     for gap, dur, name in rows:
         print(f"{gap:8.1f} {dur:9.1f}  {name[:90]}")

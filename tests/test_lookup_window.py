@@ -31,7 +31,8 @@ def test_the_last_step_is_read_with_both_modules_launches(tmp_path, window):
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": _events(*STEP, *later)}).encode()))
     events = window.read_events(path)
     assert len(events) == 2 * len(STEP)  # the host op left out
-    split, lookup = window.last_lookup(events, "adagrad_kernel")
+    mark, split, lookup = window.last_lookup(events, "adagrad_kernel")
+    assert (mark["name"], mark["ts"]) == ("adagrad_kernel", 1000)
     assert [e["name"] for e in split] == ["cat", "index"]
     assert [e["ts"] for e in split] == [1015, 1040]  # the second step's
     assert [e["name"] for e in lookup][0] == "pooled_forward_kernel" and lookup[-1]["ts"] == 1156

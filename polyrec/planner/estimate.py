@@ -281,8 +281,9 @@ class Estimator:
             weights, state, host = weights + w, state + st, host + h
         dense_w, dense_state = self.dense_bytes
         pooled = sum(s.bags * s.dim for s in loads)
+        lookups, bags = sum(s.accesses for s in loads), sum(s.bags for s in loads)
         emb_act = mem.embedding_activation_bytes(
-            lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads), pooled_values=pooled,
+            lookups=lookups, bags=bags, pooled_values=pooled,
             local_batch=batch, exchanged_dim=self.exchanged_dim,
             num_dense=self.model.dense.num_dense, compute_bytes=cb)
         groups: dict[tuple[str, str], float] = {}
@@ -290,8 +291,7 @@ class Estimator:
             groups[(s.weight_dtype, s.optimizer)] = groups.get((s.weight_dtype, s.optimizer), 0.0) + s.accesses
         dim = max((s.dim for s in loads), default=self.model.embedding_dim)
         activations, workspace = self.backward_peak(device, groups, dim, pooled, batch)
-        split = mem.split_index_bytes(lookups=sum(s.accesses for s in loads), bags=sum(s.bags for s in loads),
-                                      modules=len(groups))
+        split = mem.split_index_bytes(lookups=lookups, bags=bags, modules=len(groups))
         return DeviceMemory(rank=rank, device=device, weights=weights + dense_w, optimizer_state=state + dense_state,
                             activations=emb_act + split + activations, workspace=workspace,
                             reserve=mem.reserve_bytes(capacity), capacity=capacity, host_bytes=host)
