@@ -7,6 +7,9 @@ one module over each of these table sets, full size, the trainer's uniform ids a
 
 - the plan's fp16 tables in fp16, its fp32 tables in fp32, every table in bf16 (one module);
 - the fp32 tables without their large ones (over ``LARGE_ROWS`` rows) and those large ones alone, in fp32;
+- those small tables split by size: the tiny ones (up to ``TINY_ROWS`` rows: each fits one SM's L1) and the mid ones
+  (the rest, resident in L2), the mid ones again in bf16 (half the bytes of the same rows), to tell L1 hits, L2
+  hits and the L2's bandwidth apart;
 
 each beside the planner's forward for the same module (``shard_cost.tbe_group_seconds``: the device's stored
 calibration where there is one, else its datasheet, as ``polyrec plan`` prices it) and its L2-hit fraction
@@ -40,6 +43,9 @@ from tbe_forward_groups import feature_subset
 PLAN_FP16 = (0, 19, 20, 21)
 #: Tables of more rows than this are "large" (over 51 MB of fp32 rows at D=128: more than the 50 MB L2 alone).
 LARGE_ROWS = 100_000
+#: Tables of at most this many rows are "tiny": 256 KB of fp32 rows at D=128, an H100 / H200 SM's combined L1 and
+#: shared memory (CUDA C++ Programming Guide, "Compute Capability 9.0"), so each SM may keep them in its own L1.
+TINY_ROWS = 512
 ROW_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: Profiled forwards per case.
 REPS = 10
@@ -49,10 +55,13 @@ def cases(rows: tuple[int, ...]) -> list[tuple[str, list[int], str]]:
     """(name, tables, row dtype) of each module timed."""
     every = list(range(len(rows)))
     fp32 = [t for t in every if t not in PLAN_FP16]
+    mid = [t for t in fp32 if TINY_ROWS < rows[t] <= LARGE_ROWS]
     return [("plan's fp16 module", list(PLAN_FP16), "fp16"), ("plan's fp32 module", fp32, "fp32"),
             ("every table, bf16", every, "bf16"),
             ("fp32 module, small tables", [t for t in fp32 if rows[t] <= LARGE_ROWS], "fp32"),
-            ("fp32 module, large tables", [t for t in fp32 if rows[t] > LARGE_ROWS], "fp32")]
+            ("fp32 module, large tables", [t for t in fp32 if rows[t] > LARGE_ROWS], "fp32"),
+            ("fp32 module, tiny tables", [t for t in fp32 if rows[t] <= TINY_ROWS], "fp32"),
+            ("fp32 module, mid tables", mid, "fp32"), ("fp32 module's mid tables, bf16", mid, "bf16")]
 
 
 def predicted(rows: list[int], hots: list[int], dtype: str, batch: int) -> tuple[float, float]:

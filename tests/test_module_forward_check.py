@@ -23,6 +23,10 @@ def test_the_plan_modules_split_the_tables_and_the_fp32_one_splits_by_size(check
     assert sorted(small + large) == fp32
     assert all(rows[t] <= check.LARGE_ROWS for t in small) and all(rows[t] > check.LARGE_ROWS for t in large)
     assert sets["every table, bf16"] == (list(range(len(rows))), "bf16")
+    tiny, mid = sets["fp32 module, tiny tables"][0], sets["fp32 module, mid tables"][0]
+    assert sorted(tiny + mid) == sorted(small) and tiny and mid
+    assert max(rows[t] for t in tiny) <= check.TINY_ROWS < min(rows[t] for t in mid)
+    assert sets["fp32 module's mid tables, bf16"] == (mid, "bf16")
 
 
 def test_small_tables_are_priced_with_more_l2_hits_than_large_ones(check, monkeypatch):
