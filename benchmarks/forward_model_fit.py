@@ -19,12 +19,15 @@ unless named):
 For each constants' set it prints the rms log error of the predictions and, for each case, how much
 slower than its fastest candidate the model's pick was measured. ``--grid`` searches the forward
 constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fraction) for the least
-``objective`` (rms log error and the picks' slowdowns). ``--gather FILE --only``: a ``gather_rate --draw`` file's cases
-alone (a check on cases the constants were not fitted on). ``--shapes FILE...``: ``forward_shapes`` files (random
-``tbe_shapes`` cases: ragged bags, small tables, trained forwards), priced with and without the batch's loop trips.
+``objective`` (rms log error and the picks' slowdowns; ``--modules``: plus the rms log error of the H200's
+``module_forward_check`` rows, the planner's price of whole modules; the H100's rows are reported as a check).
+``--gather FILE --only``: a ``gather_rate --draw`` file's cases alone (a check on cases the constants were not fitted
+on). ``--shapes FILE...``: ``forward_shapes`` files (random ``tbe_shapes`` cases: ragged bags, small tables, trained
+forwards), priced with and without the batch's loop trips.
 
-    PYTHONPATH=. python3 benchmarks/forward_model_fit.py [--grid] [--gather FILE [--only]] [--constants S,I,C[,L]]
-    PYTHONPATH=. python3 benchmarks/forward_model_fit.py --shapes FILE [FILE ...] [--tag T]   # forward_model_shapes_*
+    PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py [--grid [--modules]] [--gather FILE [--only]]
+        [--constants S,I,C[,L]]
+    PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py --shapes FILE [FILE ...] [--tag T]
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
 from polyrec.perfmodel.tbe_step import SORT_KEY_BYTES_PER_ID
 from polyrec.results import write_results
 
+import module_forward_check
+
 RESULTS = Path(__file__).resolve().parent / "results"
 GATHER = RESULTS / "gather_rate_2026-12-01" / "gather_rate_nvidia-h200_2026-12-01.json"
 PLAN_AB = RESULTS / "gather_rate_2026-12-01" / "forward_plan_ab_nvidia-h200_2026-12-01.json"
@@ -57,6 +62,11 @@ FIT_DRAWS = tuple(RESULTS / "gather_rate_2026-12-01" / f"gather_rate_draw{s}_nvi
 CHECK_DRAWS = tuple(RESULTS / "gather_rate_2026-12-01" / f"gather_rate_draw{s}_nvidia-h200_2026-12-01.json"
                     for s in (103, 104))
 POWER_LAW = RESULTS / "tbe_forward_groups_nvidia-h200_2026-11-30.json"
+#: ``module_forward_check`` runs (each module's forward as the planner prices it, the full MLPerf table sets): the
+#: H200's, fitted on with ``--modules``, and the H100's, a check.
+MODULES = {"H200": RESULTS / "module_forward_check_2026-12-06c" / "module_forward_check_nvidia-h200_2026-12-06.json",
+           "H100": RESULTS / "module_forward_check_2026-12-06b"
+           / "module_forward_check_nvidia-h100-80gb-hbm3_2026-12-06.json"}
 #: The power-law sweep's features (MLPerf tables) and samples (as tests/test_tbe_perfmodel.py names them).
 POWER_LAW_CASES = {"world-2 rank 0": ([0, 8, 16, 17, 18, 20], 131072),
                    "world-2 rank 1": ([1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 19, 21, 22, 23, 24, 25], 131072)}
@@ -196,6 +206,27 @@ def objective(rms: float, picks: list[tuple[str, float, str]]) -> float:
     return rms + 2 * sum(logs) / len(logs) + 0.2 * max(logs)
 
 
+def module_rms(device: str) -> float:
+    """Rms log error of the planner's price of each module of ``MODULES[device]``, priced with the constants as they
+    are now (the device's stored calibration where there is one, else its datasheet)."""
+    tbe_select.clear_cache()  # its selections were made under other constants
+    run = json.loads(MODULES[device].read_text())
+    config, batch, spec = mlperf_dcnv2(), run["summary"]["batch"], get_device(device)
+    sets = {name: (tables, dtype) for name, tables, dtype in module_forward_check.cases(config.table_rows)}
+    errs = []
+    for r in run["results"]["rows"]:
+        tables, dtype = sets[r["case"]]
+        ms, _ = module_forward_check.predicted([config.table_rows[t] for t in tables],
+                                               [config.multi_hot[t] for t in tables], dtype, batch, spec)
+        errs.append(math.log(ms / r["measured_ms"]))
+    return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+
+def report_modules() -> None:
+    print("   modules (module_forward_check): rms log error " + ", ".join(
+        f"{device} {module_rms(device):.3f}" for device in MODULES))
+
+
 def report(label: str, cases: list[Case]) -> None:
     rms, picks = score(cases)
     worst = max(p[1] for p in picks)
@@ -263,6 +294,9 @@ def main() -> None:
                         help="forward_shapes results files alone: each candidate's inference and trained time "
                              "priced with and without the batch's loop trips")
     parser.add_argument("--tag", default="", help="with --shapes: suffix of the results name")
+    parser.add_argument("--modules", action="store_true",
+                        help="with --grid: the H200's module_forward_check rows in the objective too (their rms log "
+                             "error added); the modules' errors are reported either way")
     parser.add_argument("--constants", default=None,
                         help="setup,per_iter,cross_warp trips[,L2-hit latency fraction, default 1] "
                              "instead of the committed")
@@ -279,13 +313,14 @@ def main() -> None:
     report("constants " + (args.constants or "as committed"), cases)
     if checks:
         report("   checks (draws 103, 104)", checks)
+        report_modules()
     if not args.grid:
         return
     best = None
-    fractions = [k / 10 for k in range(2, 11)]
+    fractions = [k / 10 for k in range(0, 11)]
     for consts in itertools.product(steps(0, 3, 4), steps(1, 3, 4), steps(0, 3, 4), fractions):
         set_constants(*consts)
-        key = objective(*score(cases))
+        key = objective(*score(cases)) + (module_rms("H200") if args.modules else 0.0)
         if best is None or key < best[0]:
             best = (key, *consts)
     set_constants(*best[1:])
@@ -293,6 +328,7 @@ def main() -> None:
         *best[1:]), cases)
     if checks:
         report("   checks (draws 103, 104)", checks)
+        report_modules()
 
 
 if __name__ == "__main__":

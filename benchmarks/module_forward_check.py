@@ -27,6 +27,7 @@ import torch
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.detect import detect
+from polyrec.hardware.types import DeviceSpec
 from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.models.config import preset
@@ -64,9 +65,8 @@ def cases(rows: tuple[int, ...]) -> list[tuple[str, list[int], str]]:
             ("fp32 module, mid tables", mid, "fp32"), ("fp32 module's mid tables, bf16", mid, "bf16")]
 
 
-def predicted(rows: list[int], hots: list[int], dtype: str, batch: int) -> tuple[float, float]:
-    """(the planner's forward ms of one module of these tables, its L2-hit fraction)."""
-    spec = detect().spec
+def predicted(rows: list[int], hots: list[int], dtype: str, batch: int, spec: DeviceSpec) -> tuple[float, float]:
+    """(the planner's forward ms of one module of these tables on ``spec``, its L2-hit fraction)."""
     loads = tuple(ShardLoad(table=f"t{i}", rank=0, rows=r, dim=DIM, accesses=batch * h, bags=batch, weight_dtype=dtype,
                             optimizer="rowwise_adagrad", memory="hbm", cache_rows=0, skew="uniform")
                   for i, (r, h) in enumerate(zip(rows, hots)))
@@ -106,18 +106,18 @@ def main() -> None:
     if args.row_cap:
         config = config.with_capped_rows(args.row_cap)
     full = synthetic_batch(config, args.batch, "uniform", "cuda")
+    spec = detect().spec
     out = []
     for name, tables, dtype in cases(config.table_rows):
         rows, hots = [config.table_rows[t] for t in tables], [config.multi_hot[t] for t in tables]
         ms = measured_ms(rows, dtype, feature_subset(full, tables))
-        pred_ms, hits = predicted(rows, hots, dtype, args.batch)
+        pred_ms, hits = predicted(rows, hots, dtype, args.batch, spec)
         out.append({"case": name, "tables": len(tables), "ids_per_sample": sum(hots), "row_dtype": dtype,
                     "measured_ms": ms, "predicted_ms": pred_ms, "predicted_over_measured": pred_ms / ms,
                     "l2_hit_fraction": hits,
                     "row_gb_per_s": args.batch * sum(hots) * DIM * ROW_DTYPES[dtype].itemsize / ms / 1e6})
         print(f"{name:28s} {dtype} {len(tables):2d} tables {sum(hots):3d} ids: measured {ms:.3f} ms, predicted "
               f"{pred_ms:.3f} ({pred_ms / ms:.2f}x), L2 hits {hits:.2f}")
-    spec = detect().spec
     write_results("module_forward_check", {"rows": out}, rows=out,
                   summary={"batch": args.batch, "row_cap": args.row_cap, "device": spec.name,
                            "copy_bandwidth": ceilings(spec).copy_bandwidth.origin})

@@ -29,12 +29,11 @@ def test_the_plan_modules_split_the_tables_and_the_fp32_one_splits_by_size(check
     assert sets["fp32 module's mid tables, bf16"] == (mid, "bf16")
 
 
-def test_small_tables_are_priced_with_more_l2_hits_than_large_ones(check, monkeypatch):
-    monkeypatch.setattr(check, "detect", lambda: type("Found", (), {"spec": get_device("H100")})())
+def test_small_tables_are_priced_with_more_l2_hits_than_large_ones(check):
     config = preset("mlperf-dcnv2")
     priced = {}
     for name, tables, dtype in check.cases(config.table_rows):
         priced[name] = check.predicted([config.table_rows[t] for t in tables], [config.multi_hot[t] for t in tables],
-                                       dtype, 65536)
+                                       dtype, 65536, get_device("H100"))
     assert priced["fp32 module, small tables"][1] > 0.5 > priced["fp32 module, large tables"][1]
     assert all(ms > 0 for ms, _ in priced.values())

@@ -160,6 +160,25 @@ def test_a_launch_pays_each_features_bound_in_turn():
     assert 0.0 < seconds([100.0] + [1.0] * 8, batch_size=0) < wide  # no programs: the setup chain alone
 
 
+def test_an_l2_hit_shortens_the_row_load_alone(monkeypatch):
+    """Only the row load reads the table: a lookup whose rows all hit L2 still waits on its setup's and its ids'
+    round trips (the H100 and H200 ran the MLPerf tables of <= 512 rows at 0.63x the price of the model that
+    shortened every trip, benchmarks/results/module_forward_check_2026-12-06b, -c)."""
+    from polyrec.perfmodel import tbe_lookup
+
+    spec = get_device("H200")
+    tile = ForwardTile(bags=16, hots=1, block_d=128, num_warps=2, vec=4, elem_bytes=4)
+    monkeypatch.setattr(tbe_lookup, "L2_HIT_LATENCY_FRACTION", 0.0)  # a hit row's trip free
+    lengths = [1.0] * 8  # one-id bags: every program a chain of round trips, few bytes
+    hit = forward_seconds(tile, spec, ceilings(spec), batch_size=65536, bag_lengths=lengths, row_bytes=512,
+                          out_bytes=4, hit_fraction=1.0)
+    missed = forward_seconds(tile, spec, ceilings(spec), batch_size=65536, bag_lengths=lengths, row_bytes=512,
+                             out_bytes=4, hit_fraction=0.0)
+    left = (tbe_lookup.FORWARD_SETUP_TRIPS + tbe_lookup.FORWARD_TRIPS_PER_ITER - tbe_lookup.FORWARD_ROW_TRIPS_PER_ITER)
+    whole = tbe_lookup.FORWARD_SETUP_TRIPS + tbe_lookup.FORWARD_TRIPS_PER_ITER
+    assert hit == pytest.approx(missed * left / whole, rel=0.15)
+
+
 def test_forward_model_ranks_the_measured_h200_sweep():
     """Regression check against the committed H200 forward sweep (MLPerf shapes, fp32, uniform): the
     config the selector picks was measured within ~10% of the fastest config of the whole sweep, and

@@ -16,15 +16,30 @@ from polyrec.hardware.types import Ceilings, DeviceSpec
 from polyrec.perfmodel.tbe_reads import (LOADED_LATENCY_S, MAX_PROGRAMS_PER_CU, MAX_WARPS_PER_CU, TableLoad,
                                          hit_fraction, random_read_bytes)
 
-#: Latency of a forward round trip whose rows hit L2, as a fraction of LOADED_LATENCY_S (fitted with the
-#: trip constants below, the power-law sweeps priced at their ids' L2 hits as the planner prices them;
-#: the module's plan prices every lookup at its tables' least reuse).
-L2_HIT_LATENCY_FRACTION = 0.4
+#: Latency of a forward row load that hits L2, as a fraction of LOADED_LATENCY_S (fitted with the trip constants
+#: below, the power-law sweeps priced at their ids' L2 hits as the planner prices them; the module's plan prices every
+#: lookup at its tables' least reuse). Until the sixty-sixth session the hits shortened every trip of a program's
+#: chain, the setup's and the ids' too (fraction 0.4, setup 0.75, cross-warp 2.25), though only the row load reads
+#: the table. Uniform ids over the MLPerf tables that fit L2 then ran 1.3-1.6x longer than priced, on an H100 and an
+#: H200 alike (``benchmarks/module_forward_check.py``: the tables of <= 512 rows 0.117 / 0.113 ms against 0.075 /
+#: 0.071, those of 513-100k rows 0.226 / 0.217 against 0.184 / 0.171; the same in bf16 0.186 / 0.180: round trips,
+#: not bytes; results module_forward_check_2026-12-06b, -c). Refitted with the hits on the row trip alone, on a grid
+#: (setup 0.25-1, per iteration 1.5-2.25, cross-warp 1.5-2.5, fraction 0-0.4) for the least ``forward_model_fit``
+#: objective plus the rms log error of the H200's eight module rows, under the stored calibrations. At the
+#: datasheet's rates (the calibrated in brackets): the modules' rms log error 0.263 -> 0.098 on the H200 (0.256 ->
+#: 0.107) and 0.277 -> 0.094 on the H100, not fitted on (0.254 -> 0.098); the sweeps' 0.227 -> 0.253 (0.213 ->
+#: 0.241: the world-2 power-law launches priced higher), their picks 1.011 of the fastest both (1.015 -> 1.011); the
+#: checks not fitted on (draws 103, 104) 0.334 -> 0.346 (0.319 -> 0.329), their picks 1.047 -> 1.031 (1.031 both).
+#: ``forward_model_fit.py --grid --modules`` (the whole grid, datasheet rates) picks setup 0.25, per iteration
+#: 1.75, cross-warp 2.25, fraction 0.7: modules 0.070 / 0.092, but the checks 0.389 with picks 1.062: not taken.
+L2_HIT_LATENCY_FRACTION = 0.2
 #: Loaded round trips (of LOADED_LATENCY_S) before a forward program's first id load: the feature's
 #: table fields and its bags' offsets. A program pays them once, so tiles of few bags pay them per bag.
-FORWARD_SETUP_TRIPS = 0.75
+FORWARD_SETUP_TRIPS = 0.5
 #: Loaded round trips per forward loop iteration: the ids, then the rows they address.
 FORWARD_TRIPS_PER_ITER = 2.0
+#: Of FORWARD_TRIPS_PER_ITER, the row load's: the trip an L2 hit shortens (to L2_HIT_LATENCY_FRACTION).
+FORWARD_ROW_TRIPS_PER_ITER = 1.0
 #: Loaded round trips each iteration adds per extra warp along the tile's HOTS axis (``warps_along_hots``): the sum
 #: over HOTS then crosses warps through shared memory behind a barrier every iteration. Until the twenty-seventh
 #: session the term counted warps beyond BAGS, but Triton's layout fills BAGS with threads first: 4 x 16 tiles of
@@ -41,7 +56,7 @@ FORWARD_TRIPS_PER_ITER = 2.0
 #: single-launch picks 1.039 / 1.032 -> 1.009 / 1.013, and the module's plans (with
 #: ``tbe_forward_plan.GROUPING_MIN_GAIN``) 1.061 / 1.044 -> 1.008 / 1.010 of the fastest single launch (worst 1.62
 #: -> 1.10). The MLPerf plans and the training step measured the same (within 0.3%).
-FORWARD_CROSS_WARP_TRIPS = 2.25
+FORWARD_CROSS_WARP_TRIPS = 2.0
 #: 32-bit registers a loaded half-precision row element takes: two share one. cuda:90 compiles of the
 #: HOTS = 4 tiles at D = 128 (inference): 48-64 registers per thread with fp16 rows against 66-74 with fp32
 #: (tests/test_tbe_forward_layout.py checks fp16 < fp32 for each such tile, inference and trained).
@@ -113,8 +128,8 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     L2, ``1 - hit_fraction`` of them, each at least RANDOM_READ_MIN_BYTES, and its output) and its programs'
     chains of dependent round trips over the resident slots; features with fewer programs than the slots
     share a turn with those resident beside them. Plus the load-issue time of the whole tile (masked lanes
-    included) and the last program's chain (the tail of the grid). A round trip takes LOADED_LATENCY_S,
-    shortened by the L2 hits (``L2_HIT_LATENCY_FRACTION``).
+    included) and the last program's chain (the tail of the grid). A round trip takes LOADED_LATENCY_S; the
+    row loads' (``FORWARD_ROW_TRIPS_PER_ITER``) are shortened by the L2 hits (``L2_HIT_LATENCY_FRACTION``).
     Until the twenty-ninth session a launch took the longer of all its bytes and all its chains: a feature
     bound by its bytes hid the round trips of the short bags beside it, and at the H200's measured copy
     rate (a stored calibration: 4.15-4.24 TB/s, not the datasheet's 4.8) the MLPerf forward planned one
@@ -131,11 +146,13 @@ def forward_seconds(tile: ForwardTile, spec: DeviceSpec, ceil: Ceilings, *, batc
     to one 16 x 1 launch, measured 1.02x (uniform ids) and 1.10x (skewed) slower than the two launches
     planned now; elsewhere it changed nothing measurable (benchmarks/results/capture_forward_2026-12-05,
     ``forward_out_bytes_ab.py``), so the constants fitted with it stay."""
-    lat = LOADED_LATENCY_S[spec.vendor] * (1.0 - (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction)
+    lat = LOADED_LATENCY_S[spec.vendor]
+    hit_saving = FORWARD_ROW_TRIPS_PER_ITER * (1.0 - L2_HIT_LATENCY_FRACTION) * hit_fraction  # trips an iteration saves
     programs = -(-batch_size // tile.bags)
     iters = (list(loop_trips) if loop_trips is not None
              else [math.ceil(length / tile.hots) if length > 0 else 0 for length in bag_lengths])
-    per_iter = FORWARD_TRIPS_PER_ITER + FORWARD_CROSS_WARP_TRIPS * (warps_along_hots(tile, spec.warp_size) - 1)
+    per_iter = (FORWARD_TRIPS_PER_ITER - hit_saving
+                + FORWARD_CROSS_WARP_TRIPS * (warps_along_hots(tile, spec.warp_size) - 1))
     chains = [FORWARD_SETUP_TRIPS + per_iter * it for it in iters]
     slots = forward_slots(tile, spec)
     per_read = random_read_bytes(row_bytes) * (1.0 - hit_fraction)
