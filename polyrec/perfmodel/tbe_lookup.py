@@ -55,7 +55,9 @@ FORWARD_ROW_TRIPS_PER_ITER = 1.0
 #: change (``benchmarks/results/forward_layout_2026-12-01/``, draws 105 and 106): rms 0.42 / 0.40 -> 0.29 / 0.28,
 #: single-launch picks 1.039 / 1.032 -> 1.009 / 1.013, and the module's plans (with
 #: ``tbe_forward_plan.GROUPING_MIN_GAIN``) 1.061 / 1.044 -> 1.008 / 1.010 of the fastest single launch (worst 1.62
-#: -> 1.10). The MLPerf plans and the training step measured the same (within 0.3%).
+#: -> 1.10). The MLPerf plans and the training step measured the same (within 0.3%). Refitted in the sixty-sixth
+#: session with setup 0.75 -> 0.5 and cross-warp 2.25 -> 2.0, when an L2 hit came to shorten the row trip alone
+#: (L2_HIT_LATENCY_FRACTION says how and on what).
 FORWARD_CROSS_WARP_TRIPS = 2.0
 #: 32-bit registers a loaded half-precision row element takes: two share one. cuda:90 compiles of the
 #: HOTS = 4 tiles at D = 128 (inference): 48-64 registers per thread with fp16 rows against 66-74 with fp32
