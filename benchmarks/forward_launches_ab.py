@@ -24,8 +24,7 @@ from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, Table
 from polyrec.kernels.tbe_select import ForwardConfig
 from polyrec.models.config import preset
 from polyrec.results import write_results
-
-ROW_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+from polyrec.runtime.config import EMBEDDING_DTYPES
 
 
 def parse_plan(text: str, features: int) -> tuple[str, list[tuple[ForwardConfig, list[int]]]]:
@@ -67,7 +66,7 @@ def time_plans(module: TableBatchedEmbedding, batch: JaggedBatch, plans: dict, r
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=65536)
-    parser.add_argument("--dtype", choices=sorted(ROW_DTYPES), default="fp32")
+    parser.add_argument("--dtype", choices=sorted(EMBEDDING_DTYPES), default="fp32")
     parser.add_argument("--plan", action="append", required=True, help="NAME=BAGSxHOTSwWARPS:FEATURES[;...]")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--row-cap", type=int, default=0, help="rows per table at most (0: full size)")
@@ -81,7 +80,7 @@ def main() -> None:
     plans = dict(parse_plan(text, len(rows)) for text in args.plan)
     module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
                                    optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
-                                   weight_dtype=ROW_DTYPES[args.dtype], device="cuda")
+                                   weight_dtype=EMBEDDING_DTYPES[args.dtype], device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(3)
     batches = {"uniform": make_batch(rows, list(config.multi_hot), args.batch, False, gen),
                "power-law": synthetic_batch(config, args.batch, "zipf", "cuda")}

@@ -206,11 +206,17 @@ def objective(rms: float, picks: list[tuple[str, float, str]]) -> float:
     return rms + 2 * sum(logs) / len(logs) + 0.2 * max(logs)
 
 
+@functools.cache
+def module_run(device: str) -> dict:
+    """The ``module_forward_check`` run of ``MODULES[device]``, read once (the grid prices it at every point)."""
+    return json.loads(MODULES[device].read_text())
+
+
 def module_rms(device: str) -> float:
     """Rms log error of the planner's price of each module of ``MODULES[device]``, priced with the constants as they
     are now (the device's stored calibration where there is one, else its datasheet)."""
     tbe_select.clear_cache()  # its selections were made under other constants
-    run = json.loads(MODULES[device].read_text())
+    run = module_run(device)
     config, batch, spec = mlperf_dcnv2(), run["summary"]["batch"], get_device(device)
     sets = {name: (tables, dtype) for name, tables, dtype in module_forward_check.cases(config.table_rows)}
     errs = []

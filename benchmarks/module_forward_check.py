@@ -35,6 +35,7 @@ from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
 from polyrec.planner import memory as mem
 from polyrec.planner.shard_cost import ShardLoad, tbe_group_seconds
 from polyrec.results import write_results
+from polyrec.runtime.config import EMBEDDING_DTYPES
 from profiling import kernel_table
 from tbe import DIM
 from tbe_forward_ab import synthetic_batch
@@ -47,7 +48,6 @@ LARGE_ROWS = 100_000
 #: Tables of at most this many rows are "tiny": 256 KB of fp32 rows at D=128, an H100 / H200 SM's combined L1 and
 #: shared memory (CUDA C++ Programming Guide, "Compute Capability 9.0"), so each SM may keep them in its own L1.
 TINY_ROWS = 512
-ROW_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: Profiled forwards per case.
 REPS = 10
 
@@ -71,7 +71,7 @@ def predicted(rows: list[int], hots: list[int], dtype: str, batch: int, spec: De
                             optimizer="rowwise_adagrad", memory="hbm", cache_rows=0, skew="uniform")
                   for i, (r, h) in enumerate(zip(rows, hots)))
     fwd_s = tbe_group_seconds(loads, spec, ceilings(spec), mem.DENSE_DTYPE_BYTES["bf16"])[0]
-    reads = [TableLoad(rows=r, row_bytes=DIM * ROW_DTYPES[dtype].itemsize, accesses=batch * h, skew="uniform")
+    reads = [TableLoad(rows=r, row_bytes=DIM * EMBEDDING_DTYPES[dtype].itemsize, accesses=batch * h, skew="uniform")
              for r, h in zip(rows, hots)]
     return 1e3 * fwd_s, hit_fraction(reads, spec)
 
@@ -80,7 +80,7 @@ def measured_ms(rows: list[int], dtype: str, batch: JaggedBatch) -> float:
     """Profiler ms of the module's ``pooled_forward_kernel`` launches per forward."""
     module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
                                    optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01), device="cuda",
-                                   weight_dtype=ROW_DTYPES[dtype], output_dtype=torch.bfloat16)
+                                   weight_dtype=EMBEDDING_DTYPES[dtype], output_dtype=torch.bfloat16)
 
     def forward() -> None:
         with torch.no_grad():
@@ -115,7 +115,7 @@ def main() -> None:
         out.append({"case": name, "tables": len(tables), "ids_per_sample": sum(hots), "row_dtype": dtype,
                     "measured_ms": ms, "predicted_ms": pred_ms, "predicted_over_measured": pred_ms / ms,
                     "l2_hit_fraction": hits,
-                    "row_gb_per_s": args.batch * sum(hots) * DIM * ROW_DTYPES[dtype].itemsize / ms / 1e6})
+                    "row_gb_per_s": args.batch * sum(hots) * DIM * EMBEDDING_DTYPES[dtype].itemsize / ms / 1e6})
         print(f"{name:28s} {dtype} {len(tables):2d} tables {sum(hots):3d} ids: measured {ms:.3f} ms, predicted "
               f"{pred_ms:.3f} ({pred_ms / ms:.2f}x), L2 hits {hits:.2f}")
     write_results("module_forward_check", {"rows": out}, rows=out,
