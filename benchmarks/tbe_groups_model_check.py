@@ -5,10 +5,13 @@ BLOCK_D group, and one at the widest BLOCK_D) and recorded the device time of ea
 ``tbe_device_times`` recorded it for every case under the module's default. This re-draws those cases
 from their seeds, prices each as the planner does (``Estimator.tbe_seconds``: forward + backward +
 update of one module, grouped where ``tbe_select.groups_pay`` says the module groups, on the catalog
-H200 without a stored calibration, as on a fresh machine) and compares the price with the measured
-device time (of the form the planner prices, where both were timed). Nothing is measured here.
+device ``--device``, default H200, with its stored calibration where ``polyrec hw calibrate`` left one) and
+compares the price with the measured device time (of the form the planner prices, where both were timed),
+and the id sort's price with its kernels where the run recorded them (``tbe_device_times``). Nothing is
+measured here.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/tbe_groups_model_check.py RESULTS.json [RESULTS.json ...] [--tag T]
+    PYTHONPATH=.:benchmarks python3 benchmarks/tbe_groups_model_check.py RESULTS.json [RESULTS.json ...] \
+        [--device H100] [--tag T]
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from polyrec.results import write_results
 
 #: The A/B's output gradient: ``torch.randn`` of the module's output, fp32.
 GRADIENT_DTYPE = "fp32"
+#: Kernels of ``torch.sort`` on the TBE's keys as the profiler names them (CUB's radix sort passes, the
+#: int64 index iota, the keys' copy and fills): what ``tbe_step.sort_seconds`` prices.
+SORT_KERNELS = ("radix_sort", "fill_reverse_indices", "Memcpy DtoD", "Memset")
 
 
 def expected_bag(mean: float, ragged: bool) -> float:
@@ -48,7 +54,12 @@ def shard_loads(case: dict) -> tuple[ShardLoad, ...]:
                  for i, (rows, dim, mean) in enumerate(zip(case["rows"], case["dims"], case["mean_bag"])))
 
 
-def check(rows: list[dict], estimator: Estimator, cases_per_seed: int) -> list[dict]:
+def sort_ms(kernels: list[dict]) -> float:
+    """Device ms a step of the sort's kernels among ``kernels`` (a run's heaviest: a light one may be missing)."""
+    return sum(k["ms_per_step"] for k in kernels if any(name in k["kernel"] for name in SORT_KERNELS))
+
+
+def check(rows: list[dict], estimator: Estimator, cases_per_seed: int, device: str = "H200") -> list[dict]:
     """Each measured row with the planner's price of its case and the measured device time of the form
     the planner prices (grouped or not: the module's default takes the same ``groups_pay``; the rows
     measured after the rule was in place say what the module chose, ``module_auto``)."""
@@ -60,8 +71,8 @@ def check(rows: list[dict], estimator: Estimator, cases_per_seed: int) -> list[d
             drawn[row["seed"]] = [draw_case(rng, False) for _ in range(cases_per_seed)]
         case = drawn[row["seed"]][row["case"]]
         loads = shard_loads(case)
-        fwd_s, bwd_s, _, label = estimator.tbe_seconds("H200", loads)
-        grouped = len(estimator.tbe_update_configs("H200", loads)) > 1
+        fwd_s, bwd_s, sort_s, label = estimator.tbe_seconds(device, loads)
+        grouped = len(estimator.tbe_update_configs(device, loads)) > 1
         if "device_ms" in row:  # tbe_device_times: the module's default form
             measured = row["device_ms"]
         else:
@@ -69,7 +80,8 @@ def check(rows: list[dict], estimator: Estimator, cases_per_seed: int) -> list[d
         out.append({"seed": row["seed"], "case": row["case"], "dims": row["dims"], "batch": row["batch"],
                     "dtype": row["dtype"], "optimizer": row["optimizer"], "module_auto": row.get("auto", "-"),
                     "planner_groups": grouped, "predicted_ms": (fwd_s + bwd_s) * 1e3, "measured_device_ms": measured,
-                    "error": (fwd_s + bwd_s) * 1e3 / measured - 1, "label": label})
+                    "error": (fwd_s + bwd_s) * 1e3 / measured - 1, "label": label,
+                    "sort_predicted_ms": sort_s * 1e3, "sort_measured_ms": sort_ms(row.get("kernels", [])) or None})
     return out
 
 
@@ -77,21 +89,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="tbe_groups_ab or tbe_device_times results files")
     parser.add_argument("--cases", type=int, default=16, help="cases drawn per seed (as the A/B's --cases)")
+    parser.add_argument("--device", default="H200", help="catalog device the cases are priced on (default H200)")
     parser.add_argument("--tag", default="", help="suffix of the results name")
     args = parser.parse_args()
     measured = [r for path in args.results for r in json.loads(path.read_text())["results"]["rows"]]
     model = model_spec_from_config(preset("dcnv2-small"))  # only its tables' module is priced, not the model's
-    rows = check(measured, Estimator(model, parse_fleet("H200"), dense_dtype=GRADIENT_DTYPE), args.cases)
+    estimator = Estimator(model, parse_fleet(args.device), dense_dtype=GRADIENT_DTYPE)
+    rows = check(measured, estimator, args.cases, args.device)
     for r in rows:
         print(f"seed {r['seed']:>2} case {r['case']:>2} {r['dims']:>16} B={r['batch']:>5} {r['dtype']} "
               f"{r['optimizer']:>15} module {r['module_auto']:>7} planner {'grouped' if r['planner_groups'] else 'single':>7}: "
-              f"predicted {r['predicted_ms']:7.3f} ms measured {r['measured_device_ms']:7.3f} ({r['error']:+.1%})")
+              f"predicted {r['predicted_ms']:7.3f} ms measured {r['measured_device_ms']:7.3f} ({r['error']:+.1%})"
+              + (f"; sort {r['sort_predicted_ms']:.3f} / {r['sort_measured_ms']:.3f}" if r["sort_measured_ms"] else ""))
+    sorts = [(r["sort_predicted_ms"], r["sort_measured_ms"]) for r in rows if r["sort_measured_ms"]]
     after_rule = [r for r in rows if r["module_auto"] != "-"]
     summary = {"rows": len(rows), "rows_with_module_choice": len(after_rule),
                "planner_form_matches_module": sum(r["planner_groups"] == (r["module_auto"] == "grouped")
                                                   for r in after_rule),
                "geomean_abs_error": geomean_abs_error([(r["predicted_ms"], r["measured_device_ms"]) for r in rows]),
                "max_abs_error": max(abs(r["error"]) for r in rows), "files": [str(p) for p in args.results],
+               "device": args.device, "sort_geomean_abs_error": geomean_abs_error(sorts) if sorts else None,
                "mean_error_by_optimizer": {o: statistics.mean(r["error"] for r in rows if r["optimizer"] == o)
                                            for o in sorted({r["optimizer"] for r in rows})}}
     print(summary)

@@ -1,0 +1,39 @@
+"""benchmarks/tbe_groups_model_check.py: the sort's kernels it sums and the device it prices on."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmark_util import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def mc():
+    return load_benchmark("tbe_groups_model_check")
+
+
+def test_the_sort_sums_its_kernels_alone(mc):
+    kernels = [{"kernel": "lane_update_kernel", "ms_per_step": 1.5},
+               {"kernel": "void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<x>",
+                "ms_per_step": 0.5},
+               {"kernel": "at::native::(anonymous namespace)::fill_reverse_indices_kernel(long*)", "ms_per_step": 0.05},
+               {"kernel": "pooled_forward_kernel", "ms_per_step": 0.4},
+               {"kernel": "Memset (Device)", "ms_per_step": 0.01}]
+    assert mc.sort_ms(kernels) == pytest.approx(0.56)
+    assert mc.sort_ms([]) == 0.0
+
+
+def test_a_case_is_priced_on_the_named_device(mc):
+    from polyrec.models import preset
+    from polyrec.planner.estimate import Estimator
+    from polyrec.planner.types import model_spec_from_config, parse_fleet
+
+    model = model_spec_from_config(preset("dcnv2-small"))
+    row = {"seed": 27, "case": 1, "dims": "32", "batch": 65536, "dtype": "fp32", "optimizer": "adam",
+           "device_ms": 2.93, "kernels": [{"kernel": "DeviceRadixSortOnesweepKernel radix_sort", "ms_per_step": 0.49}]}
+    priced = {device: mc.check([row], Estimator(model, parse_fleet(device), dense_dtype=mc.GRADIENT_DTYPE), 16,
+                               device)[0] for device in ("H100", "H200")}
+    # the H100's copy rate is the lower: its price of the same case is the higher, sort included
+    assert priced["H100"]["predicted_ms"] > priced["H200"]["predicted_ms"]
+    assert priced["H100"]["sort_predicted_ms"] > priced["H200"]["sort_predicted_ms"]
+    assert priced["H200"]["sort_measured_ms"] == pytest.approx(0.49)
