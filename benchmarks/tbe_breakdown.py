@@ -25,6 +25,7 @@ from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, Table
 from polyrec.kernels.tbe_optim import OPTIMIZERS
 from polyrec.perfmodel.tbe import merge_seconds
 from polyrec.results import write_results
+from polyrec.runtime.config import EMBEDDING_DTYPES
 from profiling import kernel_table
 from tbe import DIM, MLPERF_HOTS, MLPERF_ROWS, make_batch, unique_rows
 
@@ -189,13 +190,13 @@ def main() -> None:
         chosen = tbe_select.select_update
         tbe_select.select_update = lambda *a, **kw: dataclasses.replace(chosen(*a, **kw),
                                                                         max_registers=args.lane_max_registers)
-    weight_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    weight_dtype = EMBEDDING_DTYPES[args.dtype]
     batch_size = 2048 if args.quick else 65536
     cap = 100_000 if args.quick else args.row_cap
     rows_per_table = [min(r, cap) for r in MLPERF_ROWS] if cap else MLPERF_ROWS
     gen = torch.Generator(device="cuda").manual_seed(0)
     tables = [TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows_per_table)]
-    out_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.grad_dtype]
+    out_dtype = EMBEDDING_DTYPES[args.grad_dtype]
     module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind=args.optimizer, lr=0.01),
                                    output_dtype=out_dtype, init_scale=args.init_scale,
                                    weight_dtype=weight_dtype, device="cuda")

@@ -32,11 +32,11 @@ from polyrec.kernels.jagged import JaggedBatch
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_reference import ref_pooled
 from polyrec.results import write_results
+from polyrec.runtime.config import EMBEDDING_DTYPES as DTYPES  # its order draws a case's dtype: keep it
 
 ONE_DIMS = (16, 24, 32, 64, 96, 128, 256)
 MIXED_DIMS = (16, 32, 40, 64, 128)
 BATCHES = (1024, 4096, 16384, 65536)
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 OPTIMIZERS = ("rowwise_adagrad", "sgd", "adagrad", "adam")
 #: Table values per case (fp32: 6 GB of rows, the naive path's Adagrad state as much again).
 MAX_ELEMENTS = 1_500_000_000
