@@ -1,8 +1,9 @@
 """Re-predict a committed planner_accuracy run with the planner in this tree (CPU, no GPU).
 
 A model change priced against measurements already taken: the rows of a ``planner_accuracy`` results
-file are predicted again, under the calibration that run used (the device's stored ``hw calibrate``
-file with its host scale, copied beside the results), and compared with the same measured steps.
+file are predicted again, on the device the run names (its summary's ``device``; H200 for runs that
+name none) under the calibration that run used (the device's stored ``hw calibrate`` file with its host
+scale, copied beside the results), and compared with the same measured steps.
 Nothing is measured; the results name the run they re-read and the code that predicted.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/planner_accuracy_offline.py RESULTS.json CALIBRATION.json [--tag T]
@@ -19,15 +20,19 @@ from pathlib import Path
 from planner_accuracy import FP8, FULL, cases, geomean_abs_error, predict, summary_line
 
 
-def repredict(rows: list[dict]) -> list[dict]:
-    """Each row with this tree's prediction beside the run's (the calibration must be in the cache)."""
+#: The device of the planner_accuracy runs made before their summaries named one (all on H200s).
+DEFAULT_DEVICE = "H200"
+
+
+def repredict(rows: list[dict], device: str = DEFAULT_DEVICE) -> list[dict]:
+    """Each row with this tree's prediction on ``device`` beside the run's (the calibration must be in the cache)."""
     known = {(c.model_label, c.batch): c for c in cases(FULL + FP8)}
     out = []
     for r in rows:
         case = known.get((r["model"], r["batch"]))
         if case is None:
             raise SystemExit(f"row {r['model']} batch {r['batch']} is not a configuration of planner_accuracy.FULL or FP8")
-        plan = predict(case, "H200")
+        plan = predict(case, device)
         step = plan.step
         row = {"model": r["model"], "batch": r["batch"], "measured_ms": r["measured_ms"],
                "predicted_then_ms": r["predicted_ms"], "predicted_now_ms": step.total_ms,
@@ -72,15 +77,17 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="suffix of the results name")
     args = parser.parse_args()
     run = json.loads(args.results.read_text())
+    device = run["summary"].get("device", DEFAULT_DEVICE)
     with tempfile.TemporaryDirectory() as cache:
         os.environ["POLYREC_CACHE_DIR"] = cache
-        stored = Path(cache) / "polyrec" / "calibration" / "h200.json"
+        stored = Path(cache) / "polyrec" / "calibration" / f"{device.lower()}.json"
         stored.parent.mkdir(parents=True)
         stored.write_text(args.calibration.read_text())
-        rows = repredict(run["results"]["rows"])
+        rows = repredict(run["results"]["rows"], device)
     from polyrec.results import write_results
 
-    result = summary(rows) | {"run_commit": run["environment"]["commit"], "calibration": args.calibration.name}
+    result = summary(rows) | {"run_commit": run["environment"]["commit"], "calibration": args.calibration.name,
+                              "device": device}
     write_results("planner_accuracy_offline" + (f"_{args.tag}" if args.tag else ""), {}, rows=rows, summary=result)
     for r in rows:
         print(f"{r['model'][:52]:<52} {r['batch']:>6} meas {r['measured_ms']:6.2f} then {r['predicted_then_ms']:6.2f} "

@@ -46,3 +46,15 @@ def test_the_peak_is_predicted_again_where_the_run_measured_it(offline):
     assert "predicted_now_gb" not in bare
     result = offline.summary([got, bare])
     assert result["memory_max_then"] == pytest.approx(0.05) and result["memory_max_now"] == pytest.approx(abs(want / 18 - 1))
+
+
+def test_rows_are_predicted_on_the_device_the_run_names(offline):
+    """An H100 run is priced on the H100 (80 GB, its own rates), not on the H200 its calibration would stand in
+    for: the two predictions of one configuration differ."""
+    from planner_accuracy import FULL, cases, predict
+
+    (case,) = cases([FULL[3]])
+    row = {"model": case.model_label, "batch": case.batch, "measured_ms": 20.0, "predicted_ms": 19.0, "error": -0.05}
+    (h100,) = offline.repredict([row], "H100")
+    assert h100["predicted_now_ms"] == pytest.approx(predict(case, "H100").step.total_ms)
+    assert h100["predicted_now_ms"] != pytest.approx(offline.repredict([row])[0]["predicted_now_ms"])

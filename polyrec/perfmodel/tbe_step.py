@@ -17,13 +17,21 @@ from polyrec.perfmodel.tbe_reads import (GATHER_GRANULARITY, TableLoad, gather_e
 
 #: Radix-sort digit width of the device sort (CUB onesweep and rocPRIM use 8-bit digits).
 SORT_DIGIT_BITS = 8
-#: Fraction of the copy rate ``torch.sort`` of the TBE's keys reaches on the bytes ``sort_seconds``
-#: counts. Fitted on one row: every kernel the sort runs on the H200 (4 onesweep passes, histogram,
-#: exclusive sum, the int64 index iota, the input copy, the keys' fill and memsets; 0.694 ms for 14.02M
-#: int32 keys, 1.40 GB counted, copy rate taken as 4.24 TB/s; benchmarks/results/tbe_lane_ab_2026-11-30/,
-#: s11 A/B, fp32 gradient, uniform ids). Checked on the same run's skewed row: 0.678 ms (0.49). Until then
-#: the sort was priced at the full copy rate (0.33 ms).
-SORT_COPY_FRACTION = 0.48
+#: ``torch.sort`` of the TBE's keys (CUB's onesweep radix sort on NVIDIA: four passes over int32 keys, a
+#: histogram, the int64 index iota, the keys' copy): a fixed SORT_FIXED_S, plus the bytes ``sort_bytes`` counts
+#: at SORT_COPY_FRACTION of the copy rate, plus SORT_SM_CYCLES_PER_ID_PASS SM cycles for every id in every pass,
+#: spread over the compute units. Fitted together (benchmarks/sort_model_fit.py, weighted least squares on
+#: relative errors) on the sort kernels of 160 ``tbe_device_times`` cases, 14k-41M ids: 128 on H200s, 32 on an
+#: H100 (the same SMs and clock, 1.41x less copy rate: the two terms part there). Rms log error 0.054 (H200) and
+#: 0.062 (H100), where the copy rate alone at 0.48 of it (fitted on one H200 row, 14.02M ids, 0.694 ms) had
+#: 0.142 and 0.256 (the H100 priced 24% high: the sort ran 1.13x the H200's time, not 1.41x). The fraction
+#: above one says the passes move fewer DRAM bytes than counted. Checked on the full-size MLPerf step's profiles
+#: (14.02M ids; not fitted on): radix passes and iota 0.640 ms on an H200 and 0.717 on an H100, priced 0.641 and
+#: 0.719, the keys' copy (30-40 us) beside (benchmarks/results/sort_model_2026-12-06/). rocPRIM's sort on AMD is
+#: priced alike, not measured.
+SORT_FIXED_S = 39e-6
+SORT_COPY_FRACTION = 1.73
+SORT_SM_CYCLES_PER_ID_PASS = 1.92
 #: SM-cycles per id position that an optimizer with per-row state (row-wise Adagrad) spends on it
 #: beyond what ``update_seconds`` prices: the reduction of the squared gradient across the row (a warp
 #: shuffle tree) and the division by the row's state, which ``tbe_optim.store_update`` runs on every
@@ -39,12 +47,23 @@ SORT_COPY_FRACTION = 0.48
 ROW_STATE_SM_CYCLES = 9.3
 
 
-def sort_seconds(n: int, key_bytes: int, ceil: Ceilings) -> float:
-    """Radix sort of n (key, int64 index) pairs: one pass per digit, each reading and writing both, at
-    SORT_COPY_FRACTION of the copy rate."""
-    passes = math.ceil(8 * key_bytes / SORT_DIGIT_BITS)
-    bytes_moved = passes * 2 * n * (key_bytes + 8) + n * key_bytes  # + the histogram pass
-    return bytes_moved / (SORT_COPY_FRACTION * ceil.copy_bandwidth.value) + passes * ceil.launch_latency.value
+def sort_passes(key_bytes: int) -> int:
+    """Radix passes over keys of ``key_bytes``: one per digit."""
+    return math.ceil(8 * key_bytes / SORT_DIGIT_BITS)
+
+
+def sort_bytes(n: int, key_bytes: int) -> int:
+    """Bytes the radix sort of n (key, int64 index) pairs counts: each pass reads and writes both, plus the
+    histogram pass over the keys."""
+    return sort_passes(key_bytes) * 2 * n * (key_bytes + 8) + n * key_bytes
+
+
+def sort_seconds(n: int, key_bytes: int, ceil: Ceilings, spec: DeviceSpec) -> float:
+    """Radix sort of n (key, int64 index) pairs: SORT_FIXED_S, ``sort_bytes`` at SORT_COPY_FRACTION of the copy
+    rate, and SORT_SM_CYCLES_PER_ID_PASS per id and pass over the device's compute units."""
+    cycles = sort_passes(key_bytes) * n * SORT_SM_CYCLES_PER_ID_PASS
+    return (SORT_FIXED_S + sort_bytes(n, key_bytes) / (SORT_COPY_FRACTION * ceil.copy_bandwidth.value)
+            + cycles / (spec.compute_units * spec.boost_clock_hz))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,7 +117,7 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     update_kw = dict(nnz=nnz, unique=uniq, row_bytes=row_read, grad_row_bytes=grad_row,
                      state_bytes_per_row=state_bytes_per_row)
     bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
-    sort_s = sort_seconds(int(nnz), key_bytes, ceil)
+    sort_s = sort_seconds(int(nnz), key_bytes, ceil, spec)
     bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
     if row_state:
         bwd_s += row_state_seconds(nnz, spec)
