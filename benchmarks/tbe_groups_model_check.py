@@ -37,6 +37,9 @@ GRADIENT_DTYPE = "fp32"
 #: Kernels of ``torch.sort`` on the TBE's keys as the profiler names them (CUB's radix sort passes, the
 #: int64 index iota, the keys' copy and fills): what ``tbe_step.sort_seconds`` prices.
 SORT_KERNELS = ("radix_sort", "fill_reverse_indices", "Memcpy DtoD", "Memset")
+#: The pooled lookup's kernel: what ``tbe_step.estimate``'s forward prices (with the trained forward's keys).
+FORWARD_KERNELS = ("pooled_forward",)
+PHASES = ("fwd", "sort", "update")
 
 
 def expected_bag(mean: float, ragged: bool) -> float:
@@ -54,9 +57,27 @@ def shard_loads(case: dict) -> tuple[ShardLoad, ...]:
                  for i, (rows, dim, mean) in enumerate(zip(case["rows"], case["dims"], case["mean_bag"])))
 
 
+def kernels_ms(kernels: list[dict], names: tuple[str, ...]) -> float:
+    """Device ms a step of the kernels among ``kernels`` (a run's heaviest: a light one may be missing) whose
+    name holds one of ``names``."""
+    return sum(k["ms_per_step"] for k in kernels if any(name in k["kernel"] for name in names))
+
+
 def sort_ms(kernels: list[dict]) -> float:
-    """Device ms a step of the sort's kernels among ``kernels`` (a run's heaviest: a light one may be missing)."""
-    return sum(k["ms_per_step"] for k in kernels if any(name in k["kernel"] for name in SORT_KERNELS))
+    """Device ms a step of the sort's kernels among ``kernels``."""
+    return kernels_ms(kernels, SORT_KERNELS)
+
+
+def phases(row: dict, fwd_s: float, bwd_s: float, sort_s: float) -> dict:
+    """The price and the measured device ms of the forward, the sort and the rest of the backward (update,
+    permute, merge: the step's device time less the other two) of a row whose kernels were recorded; {} if none."""
+    kernels = row.get("kernels")
+    if not kernels:
+        return {}
+    fwd, srt = kernels_ms(kernels, FORWARD_KERNELS), sort_ms(kernels)
+    return {"fwd_predicted_ms": fwd_s * 1e3, "fwd_measured_ms": fwd, "sort_predicted_ms": sort_s * 1e3,
+            "sort_measured_ms": srt, "update_predicted_ms": (bwd_s - sort_s) * 1e3,
+            "update_measured_ms": row["device_ms"] - fwd - srt}
 
 
 def check(rows: list[dict], estimator: Estimator, cases_per_seed: int, device: str = "H200") -> list[dict]:
@@ -80,8 +101,17 @@ def check(rows: list[dict], estimator: Estimator, cases_per_seed: int, device: s
         out.append({"seed": row["seed"], "case": row["case"], "dims": row["dims"], "batch": row["batch"],
                     "dtype": row["dtype"], "optimizer": row["optimizer"], "module_auto": row.get("auto", "-"),
                     "planner_groups": grouped, "predicted_ms": (fwd_s + bwd_s) * 1e3, "measured_device_ms": measured,
-                    "error": (fwd_s + bwd_s) * 1e3 / measured - 1, "label": label,
-                    "sort_predicted_ms": sort_s * 1e3, "sort_measured_ms": sort_ms(row.get("kernels", [])) or None})
+                    "error": (fwd_s + bwd_s) * 1e3 / measured - 1, "label": label} | phases(row, fwd_s, bwd_s, sort_s))
+    return out
+
+
+def phase_errors(rows: list[dict]) -> dict:
+    """Geomean |error| of each phase's price over the rows that measured it."""
+    out = {}
+    for p in PHASES:
+        pairs = [(r[p + "_predicted_ms"], r[p + "_measured_ms"]) for r in rows if r.get(p + "_measured_ms", 0) > 0]
+        if pairs:
+            out[p + "_geomean_abs_error"] = geomean_abs_error(pairs)
     return out
 
 
@@ -100,15 +130,15 @@ def main() -> None:
         print(f"seed {r['seed']:>2} case {r['case']:>2} {r['dims']:>16} B={r['batch']:>5} {r['dtype']} "
               f"{r['optimizer']:>15} module {r['module_auto']:>7} planner {'grouped' if r['planner_groups'] else 'single':>7}: "
               f"predicted {r['predicted_ms']:7.3f} ms measured {r['measured_device_ms']:7.3f} ({r['error']:+.1%})"
-              + (f"; sort {r['sort_predicted_ms']:.3f} / {r['sort_measured_ms']:.3f}" if r["sort_measured_ms"] else ""))
-    sorts = [(r["sort_predicted_ms"], r["sort_measured_ms"]) for r in rows if r["sort_measured_ms"]]
+              + "".join(f"; {p} {r[p + '_predicted_ms']:.3f} / {r[p + '_measured_ms']:.3f}" for p in PHASES
+                        if p + "_measured_ms" in r))
     after_rule = [r for r in rows if r["module_auto"] != "-"]
     summary = {"rows": len(rows), "rows_with_module_choice": len(after_rule),
                "planner_form_matches_module": sum(r["planner_groups"] == (r["module_auto"] == "grouped")
                                                   for r in after_rule),
                "geomean_abs_error": geomean_abs_error([(r["predicted_ms"], r["measured_device_ms"]) for r in rows]),
                "max_abs_error": max(abs(r["error"]) for r in rows), "files": [str(p) for p in args.results],
-               "device": args.device, "sort_geomean_abs_error": geomean_abs_error(sorts) if sorts else None,
+               "device": args.device, **phase_errors(rows),
                "mean_error_by_optimizer": {o: statistics.mean(r["error"] for r in rows if r["optimizer"] == o)
                                            for o in sorted({r["optimizer"] for r in rows})}}
     print(summary)

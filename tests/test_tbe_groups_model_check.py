@@ -37,3 +37,16 @@ def test_a_case_is_priced_on_the_named_device(mc):
     assert priced["H100"]["predicted_ms"] > priced["H200"]["predicted_ms"]
     assert priced["H100"]["sort_predicted_ms"] > priced["H200"]["sort_predicted_ms"]
     assert priced["H200"]["sort_measured_ms"] == pytest.approx(0.49)
+
+
+def test_the_phases_split_the_measured_step_by_its_kernels(mc):
+    row = {"device_ms": 3.0, "kernels": [{"kernel": "pooled_forward_kernel", "ms_per_step": 0.5},
+                                         {"kernel": "radix_sort::DeviceRadixSortOnesweepKernel", "ms_per_step": 0.6},
+                                         {"kernel": "lane_update_kernel", "ms_per_step": 1.7}]}
+    got = mc.phases(row, fwd_s=0.4e-3, bwd_s=2.5e-3, sort_s=0.7e-3)
+    assert got["fwd_measured_ms"] == pytest.approx(0.5) and got["sort_measured_ms"] == pytest.approx(0.6)
+    assert got["update_measured_ms"] == pytest.approx(1.9)  # the rest of the step: update, permute, merge
+    assert got["update_predicted_ms"] == pytest.approx(1.8) and got["fwd_predicted_ms"] == pytest.approx(0.4)
+    assert mc.phases({"device_ms": 3.0}, 0.4e-3, 2.5e-3, 0.7e-3) == {}
+    errors = mc.phase_errors([got | {"x": 1}, {"fwd_measured_ms": 0.0, "fwd_predicted_ms": 1.0}])
+    assert errors["fwd_geomean_abs_error"] == pytest.approx(0.25)  # the unmeasured row left out
