@@ -39,7 +39,8 @@ TIMES = (RESULTS / "tbe_model_check_2026-12-01" / "tbe_device_times_seeds21_22.j
 #: Full-size MLPerf steps profiled whole (one module, 14.02M ids): checks.
 PROFILES = (RESULTS / "v_transpose_2026-12-04" / "second_machine_profile"
             / "e2e_profile_bf16_rows_uniform_fp8_dense_graphs_nvidia-h200_2026-12-04.json",
-            RESULTS / "mixed_split_profile_2026-12-06" / "e2e_profile_bf16_rows_uniform_nvidia-h100-80gb-hbm3_2026-12-06.json")
+            RESULTS / "mixed_split_profile_2026-12-06"
+            / "e2e_profile_bf16_rows_uniform_nvidia-h100-80gb-hbm3_2026-12-06.json")
 #: Each device's calibration, as stored by ``polyrec hw calibrate`` on machines of its kind.
 CALIBRATIONS = {"H200": RESULTS / "planner_accuracy_fp8_2026-12-04" / "run3_after_fit" / "calibration_h200.json",
                 "H100": RESULTS / "planner_accuracy_h100_2026-12-06" / "calibration_h100.json"}
@@ -122,12 +123,13 @@ def main() -> None:
     print(f"fit on {len(data)} cases: fixed {coef[0] * 1e6:.1f} us, bytes at {coef[1]:.3f} x / copy rate, "
           f"{coef[2]:.2f} SM cycles per id and pass")
     for device in CALIBRATIONS:
-        print(f"  {device}: {summary[device + '_cases']} cases, rms log error fit {summary[device + '_fit_rms_log']:.3f}, "
-              f"committed model {summary[device + '_committed_rms_log']:.3f} "
+        print(f"  {device}: {summary[device + '_cases']} cases, rms log error fit "
+              f"{summary[device + '_fit_rms_log']:.3f}, committed model {summary[device + '_committed_rms_log']:.3f} "
               f"(mean {summary[device + '_committed_mean_log']:+.3f})")
     for c in checks:
-        print(f"  check {c['device']} MLPerf full size: measured {c['measured_ms']:.3f} ms ({c['passes_and_iota_ms']:.3f} "
-              f"the passes and iota alone), fit {c['fit_ms']:.3f}, committed {c['committed_ms']:.3f}")
+        print(f"  check {c['device']} MLPerf full size: measured {c['measured_ms']:.3f} ms "
+              f"({c['passes_and_iota_ms']:.3f} the passes and iota alone), fit {c['fit_ms']:.3f}, "
+              f"committed {c['committed_ms']:.3f}")
     write_results("sort_model_fit" + (f"_{args.tag}" if args.tag else ""), {"checks": checks}, rows=checks,
                   summary=summary)
 
