@@ -6,9 +6,9 @@ BLOCK_D group, and one at the widest BLOCK_D) and recorded the device time of ea
 from their seeds, prices each as the planner does (``Estimator.tbe_seconds``: forward + backward +
 update of one module, grouped where ``tbe_select.groups_pay`` says the module groups, on the catalog
 device ``--device``, default H200, with its stored calibration where ``polyrec hw calibrate`` left one) and
-compares the price with the measured device time (of the form the planner prices, where both were timed),
-and the id sort's price with its kernels where the run recorded them (``tbe_device_times``). Nothing is
-measured here.
+compares the price with the measured device time (of the form the planner prices, where both were timed)
+and, where the run recorded the step's kernels (``tbe_device_times``), each phase's price with its kernels:
+the lookup, the id sort and the rest (update, permute, merge). Nothing is measured here.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/tbe_groups_model_check.py RESULTS.json [RESULTS.json ...] \
         [--device H100] [--tag T]
