@@ -3,7 +3,8 @@
 
 Each row is one ``tbe_shapes`` case: n sorted ids and the device ms of the sort's kernels in its step (CUB's
 radix sort passes and histogram, the index iota, the keys' copy: ``tbe_groups_model_check.SORT_KERNELS``;
-the runs kept each step's eight heaviest kernels, so a case may miss a memset of a few microseconds). The model:
+the runs fitted on kept each step's eight heaviest kernels, so a case may miss a memset of a few microseconds;
+a case with no sort kernel recorded is left out). The model:
 a fixed time, plus the bytes the passes count at ``factor`` over the device's calibrated copy rate, plus
 ``cycles`` SM cycles per id and pass spread over the compute units. The H100 and the H200 share SM count and
 clock (132 x 1.98 GHz) and differ 1.41x in copy rate, so the two terms part. Weighted least squares on
@@ -58,12 +59,13 @@ def device_of(gpu: str) -> str:
 
 
 def rows() -> list[tuple[str, int, float]]:
-    """(device, ids, sort seconds) of every case of ``TIMES`` whose kernels were recorded."""
+    """(device, ids, sort seconds) of every case of ``TIMES`` with sort kernels recorded."""
     out = []
     for path in TIMES:
         run = json.loads(path.read_text())
         device = device_of(run["environment"]["gpu"])
-        out += [(device, r["nnz"], sort_ms(r["kernels"]) * 1e-3) for r in run["results"]["rows"] if r.get("kernels")]
+        timed = [(r["nnz"], sort_ms(r.get("kernels", [])) * 1e-3) for r in run["results"]["rows"]]
+        out += [(device, n, t) for n, t in timed if t > 0]
     return out
 
 
