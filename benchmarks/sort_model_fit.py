@@ -18,6 +18,7 @@ memsets include the rest of the step's, so the radix passes and index iota are p
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
+from polyrec.hardware.types import Ceilings
 from polyrec.perfmodel import tbe_step
 from polyrec.results import write_results
 from tbe_groups_model_check import sort_ms
@@ -69,11 +71,16 @@ def rows() -> list[tuple[str, int, float]]:
     return out
 
 
+@functools.cache
+def device_ceilings(device: str) -> Ceilings:
+    """``device``'s ceilings under its calibration in ``CALIBRATIONS``, read once."""
+    return ceilings(get_device(device), json.loads(CALIBRATIONS[device].read_text()))
+
+
 def terms(device: str, n: int) -> tuple[float, float, float]:
     """The model's three terms for n ids on ``device`` before their constants: 1, the counted bytes over the copy
     rate (seconds), the passes' id visits over the device's SM cycles per second."""
-    spec = get_device(device)
-    ceil = ceilings(spec, json.loads(CALIBRATIONS[device].read_text()))
+    spec, ceil = get_device(device), device_ceilings(device)
     passes = tbe_step.sort_passes(KEY_BYTES)
     return (1.0, tbe_step.sort_bytes(n, KEY_BYTES) / ceil.copy_bandwidth.value,
             passes * n / (spec.compute_units * spec.boost_clock_hz))
@@ -93,8 +100,7 @@ def rms_log(pairs: list[tuple[float, float]]) -> float:
 
 def committed(device: str, n: int) -> float:
     """``sort_seconds`` as the package has it now."""
-    spec = get_device(device)
-    return tbe_step.sort_seconds(n, KEY_BYTES, ceilings(spec, json.loads(CALIBRATIONS[device].read_text())), spec)
+    return tbe_step.sort_seconds(n, KEY_BYTES, device_ceilings(device), get_device(device))
 
 
 def main() -> None:
