@@ -16,11 +16,11 @@ import argparse
 import re
 
 import torch
-from tbe import DIM, bench_ms, make_batch
-from tbe_forward_ab import synthetic_batch
+from tbe import bench_ms
+from tbe_forward_ab import plan_batches, rowwise_module
 
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe import TableBatchedEmbedding
 from polyrec.kernels.tbe_select import ForwardConfig
 from polyrec.models.config import preset
 from polyrec.results import write_results
@@ -78,12 +78,8 @@ def main() -> None:
         config = config.with_capped_rows(args.row_cap)
     rows = list(config.table_rows)
     plans = dict(parse_plan(text, len(rows)) for text in args.plan)
-    module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
-                                   optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
-                                   weight_dtype=EMBEDDING_DTYPES[args.dtype], device="cuda")
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    batches = {"uniform": make_batch(rows, list(config.multi_hot), args.batch, False, gen),
-               "power-law": synthetic_batch(config, args.batch, "zipf", "cuda")}
+    module = rowwise_module(rows, EMBEDDING_DTYPES[args.dtype])
+    batches = plan_batches(config, args.batch)
     table = []
     for ids, batch in batches.items():
         times = time_plans(module, batch, plans, args.rounds)

@@ -21,11 +21,11 @@ import argparse
 import torch
 from forward_model_fit import set_constants
 from gather_rate import config_text, launch_plan, sweep_configs
-from tbe import DIM, bench_ms, make_batch
-from tbe_forward_ab import synthetic_batch
+from tbe import bench_ms
+from tbe_forward_ab import plan_batches, rowwise_module
 
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe import TableBatchedEmbedding
 from polyrec.models.config import preset
 from polyrec.results import write_results
 
@@ -72,15 +72,10 @@ def main() -> None:
     config = preset("mlperf-dcnv2")
     if args.row_cap:
         config = config.with_capped_rows(args.row_cap)
-    rows = list(config.table_rows)
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    batches = {"uniform": make_batch(rows, list(config.multi_hot), BATCH, False, gen),
-               "power-law": synthetic_batch(config, BATCH, "zipf", "cuda")}
+    batches = plan_batches(config, BATCH)
     result = []
     for dtype in (torch.float32, torch.float16):
-        module = TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
-                                       optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
-                                       weight_dtype=dtype, device="cuda")
+        module = rowwise_module(list(config.table_rows), dtype)
         for name, batch in batches.items():
             result.append(run_case(module, batch, f"{str(dtype).removeprefix('torch.')} {name}", args))
         del module

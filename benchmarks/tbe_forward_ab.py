@@ -44,6 +44,21 @@ def synthetic_batch(config, batch_size: int, distribution: str, device: str) -> 
     return JaggedBatch(values=b.values, offsets=b.offsets, batch_size=batch_size, num_features=config.num_tables)
 
 
+def plan_batches(config, batch_size: int) -> dict[str, JaggedBatch]:
+    """The two id sets the forward plan A/Bs time on a GPU: ``tbe.py``'s uniform ids (seed 3) and the trainer's
+    power-law ones."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    return {"uniform": make_batch(list(config.table_rows), list(config.multi_hot), batch_size, False, gen),
+            "power-law": synthetic_batch(config, batch_size, "zipf", "cuda")}
+
+
+def rowwise_module(rows: list[int], weight_dtype: torch.dtype) -> TableBatchedEmbedding:
+    """A GPU module of tables of ``rows`` (dim ``tbe.DIM``) with row-wise Adagrad, as the forward A/Bs build it."""
+    return TableBatchedEmbedding([TableSpec(name=f"t{i}", rows=r, dim=DIM) for i, r in enumerate(rows)],
+                                 optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.01),
+                                 weight_dtype=weight_dtype, device="cuda")
+
+
 def make_batches(config, batch_size: int, device: str) -> dict[str, JaggedBatch]:
     rows, hots = list(config.table_rows), list(config.multi_hot)
     gen = torch.Generator(device=device).manual_seed(0)
