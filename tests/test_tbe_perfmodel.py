@@ -459,6 +459,11 @@ def _rounded_update_ms(dtype: str) -> float:
                              if r["checkout"] == "change" and r["dtype"] == dtype)
 
 
+#: Tiles per merge program the lane_alu_2026-12-04 rows ran: the selector's pick then, each merge level priced at the
+#: H200's calibrated launch latency (MERGE_LEVEL_DEVICE_S picks 1 there now).
+RAN_MERGE_CHUNKS = 8
+
+
 @pytest.mark.parametrize("dtype,rel", [("fp16", 0.01), ("bf16", 0.06)])
 def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(dtype, rel):
     """fp16 / bf16 rows of tables of one dim: 8-tile chunks at the 128-register cap (mixed dims: at the
@@ -476,7 +481,7 @@ def test_half_rows_of_one_dim_take_chunks_and_are_priced_as_issue_bound(dtype, r
     assert (cfg.chunks, cfg.max_registers) == (tbe_select.LANE_CHUNKS, tbe_select.LANE_MAX_REGISTERS_ONE_DIM["nvidia"])
     assert (mixed.chunks, mixed.max_registers) == (tbe_select.LANE_CHUNKS, tbe_select.LANE_MAX_REGISTERS["nvidia"])
     shape = UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks, grad_bytes=2,
-                        merge_chunks=cfg.merge_chunks, stochastic=True, one_dim=True, elems_per_thread=32,
+                        merge_chunks=RAN_MERGE_CHUNKS, stochastic=True, one_dim=True, elems_per_thread=32,
                         max_registers=cfg.max_registers)
     predicted = 1e3 * (update_seconds(shape, spec, _committed_h200_ceilings(), nnz=nnz, unique=unique, row_bytes=256,
                                       grad_row_bytes=256, state_bytes_per_row=4) + row_state_seconds(nnz, spec))

@@ -60,6 +60,18 @@ LEVEL_TILE = 8
 #: crossings (0.27 and 0.50) of the previous code; the capped tables' crossing is not re-measured.
 MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
+#: Device seconds of one merge level beyond its slots' work: the start and end of a small kernel that waits on
+#: the level before it (the profiler's kernel time; the gap between two queued kernels is not in it). Fitted
+#: (benchmarks/merge_model_fit.py, least squares on relative errors) on the merge kernels of 29 one-launch
+#: ``tbe_device_times`` cases on an H100 (benchmarks/results/h100_backward_2026-12-06/, 3-8 levels each): 1.61 us.
+#: Until then each level was priced at the calibrated launch latency (``Ceilings.launch_latency``: the host's rate
+#: of launching small torch ops, 6.9 us on the H200, 9.7 us on the H100): those merges were priced 2.2x high in
+#: the mean (rms log error 0.92 -> 0.44), and the selector took 8 tiles per merge program on the H100 where an
+#: H200 ran the same cases with 1 in 0.6-0.8x the merge time (tbe_model_check_2026-12-02, 41f78d1). Full-size
+#: MLPerf (4 levels; checks, not fitted): 0.140 / 0.142 ms measured on an H200 / H100, 0.231 / 0.243 priced before,
+#: 0.210 now (the rest of the gap is the round trips', not the levels').
+#: The same value is assumed on AMD (not measured).
+MERGE_LEVEL_DEVICE_S = {"nvidia": 1.6e-6, "amd": 1.6e-6}
 #: Host seconds to issue one merge level (a Triton launch of ~20 arguments), priced as the GEMM's
 #: epilogue-pass launch (``polyrec.perfmodel.gemm.TRITON_PASS_HOST_S``, 35 us). The levels depend on one
 #: another and each runs for a few microseconds of device time past the first, so on a step that waits on
@@ -86,8 +98,9 @@ UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: (benchmarks/results/tbe_lane_ab_2026-11-30/s16c_F128_*, full MLPerf tables, uniform ids, row-wise
 #: Adagrad, the committed calibration's copy rate, 4.24 TB/s) as ``tbe_step.estimate`` prices them: this term,
 #: the merge and the per-row work ``row_state_seconds`` (0.50 ms) against lane update + permute + merge,
-#: fp32 gradient 19.64 GB in 4.088 + 0.149 + 0.129 ms -> 1.258; bf16 gradient 16.05 GB in 3.539 + 0.148 +
-#: 0.129 ms -> 1.209. Above 1: the byte count takes one gradient slice per id from DRAM where a bag's
+#: fp32 gradient 19.64 GB in 4.088 + 0.149 + 0.129 ms -> 1.241; bf16 gradient 16.05 GB in 3.539 + 0.148 +
+#: 0.129 ms -> 1.190 (1.258 / 1.209 while the merge priced each level at the calibrated launch latency, before
+#: MERGE_LEVEL_DEVICE_S; refitted so that the two rows stay priced as measured). Above 1: the byte count takes one gradient slice per id from DRAM where a bag's
 #: repeated slices hit L2 (so the floor of ``update_seconds`` is ``update_dram_floor``), and the fit of
 #: UPDATE_COPY_FRACTION did not take the per-row term out (it came later). Checked on the same run's
 #: Zipf-skewed row (12.45 GB): 3.07 ms predicted, 2.438 + 0.145 + 0.187 measured (+11%); and by the planner
@@ -96,7 +109,7 @@ UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: at 4M rows, bf16 gradient, lane + permute + merge, s16d_*: Adagrad 5.124 -> 4.738 ms, Adam 7.252 -> 6.860,
 #: against row-wise Adagrad 3.885 -> 2.926, SGD 3.228 -> 2.529): they keep UPDATE_COPY_FRACTION and
 #: LANE_INSTRUCTIONS.
-ONE_DIM_UPDATE_COPY_FRACTION = {4: 1.258, 2: 1.209}
+ONE_DIM_UPDATE_COPY_FRACTION = {4: 1.241, 2: 1.190}
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds beyond the kernel
 #: UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS). None since the lane update issues all of a tile's
 #: row, state and gradient loads before a barrier (02e0c4b; the cuda:90 SASS of the one-tile lane update
@@ -341,7 +354,7 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     ``chunks``: tiles of LEVEL_TILE slots per merge-level program): the pieces the update parks
     (written, then read by the first level: a program end splits a run with the chance that the next
     sorted id repeats the key), the slot keys, and the dependent round trips of every tile of slots
-    over the resident programs (as the lane update's), plus per level a launch and, with chunks, the
+    over the resident programs (as the lane update's), plus per level MERGE_LEVEL_DEVICE_S and, with chunks, the
     serial walk of its last program over the tiles after its first (counted: MERGE_EMPTY_TRIPS each,
     not fitted; one tile's chain is in the fit of the trips). ``rounded_block_d``: BLOCK_D of rows stored
     with stochastic rounding (0: fp32 rows): the tiles that hold a piece round every element
@@ -365,7 +378,7 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     holding = slot_tiles * -math.expm1(LEVEL_TILE * math.log1p(-min(crossing, 1.0 - 1e-12)))  # tiles with a piece
     round_s = rounding_seconds(holding * LEVEL_TILE * rounded_block_d, "merge", spec) if rounded_block_d else 0.0
     device = (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + round_s
-              + levels * (ceil.launch_latency.value + walk_s))
+              + levels * (MERGE_LEVEL_DEVICE_S[spec.vendor] + walk_s))
     return max(device, levels * issue_s)
 
 
@@ -405,6 +418,14 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     floor = update_dram_floor(moved, nnz=nnz, grad_row_bytes=grad_row_bytes)
     return (max(floor / copy, max(moved / (fraction * copy), chain_s, issue_s) + state_s) + scan_s + round_s
             + UPDATE_TRIPS[shape.variant] * lat
-            + merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
-                            spec=spec, ceil=ceil, chunks=shape.merge_chunks,
-                            rounded_block_d=round(block_d) if shape.stochastic else 0, issue_s=level_issue_s))
+            + update_merge_seconds(shape, spec, ceil, nnz=nnz, unique=unique, grad_row_bytes=grad_row_bytes,
+                                   level_issue_s=level_issue_s))
+
+
+def update_merge_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
+                         grad_row_bytes: float, level_issue_s: float = 0.0) -> float:
+    """``merge_seconds`` of the merge after the update ``shape`` (its programs' spans, merge chunks and rounding)."""
+    block_d = shape.block_d(spec.warp_size)
+    return merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
+                         spec=spec, ceil=ceil, chunks=shape.merge_chunks,
+                         rounded_block_d=round(block_d) if shape.stochastic else 0, issue_s=level_issue_s)

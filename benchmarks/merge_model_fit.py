@@ -1,0 +1,187 @@
+"""Fit the merge's per-level device time (``polyrec.perfmodel.tbe.MERGE_LEVEL_DEVICE_S``) on the merge kernels that
+``tbe_device_times`` runs recorded on an H100 and an H200, offline (CPU).
+
+Each row is one ``tbe_shapes`` case whose update ran as one launch (a module of one dim group): the device ms and
+launches of its ``merge_level_kernel`` in a step (one launch per level). The case is re-drawn from its seed and
+priced as the planner prices it (``shard_cost.tbe_group_seconds``, at the device's committed calibration), with the
+update config the run recorded (variant, tile, chunks, warps; a case whose planner config differs is left out)
+and the merge chunks it ran: recorded (``m1`` / ``m8`` in runs since 435f34e) or, in runs before, the one whose
+level count is the launches measured. The merge's price is its work (bytes, round trips, rounding, the chunked walk)
+plus one MERGE_LEVEL_DEVICE_S per level: least squares on relative errors gives the constant. The rms log error is
+printed for the fit and for each level priced at the calibrated launch latency (the model before), per device, and on
+the full-size MLPerf profiles (``sort_model_fit.PROFILES``, not fitted on) as a check.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/merge_model_fit.py [--tag T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+from sort_model_fit import CALIBRATIONS, PROFILES, RESULTS, device_ceilings, device_of, rms_log
+from tbe_groups_model_check import shard_loads
+from tbe_shapes import draw_case
+
+from polyrec.hardware.catalog import get_device
+from polyrec.kernels.tbe_select import MERGE_CHUNK_CHOICES
+from polyrec.models import preset
+from polyrec.perfmodel import tbe, tbe_step
+from polyrec.planner import shard_cost
+from polyrec.planner.types import TablePlan, model_spec_from_config
+from polyrec.results import write_results
+
+#: The ``tbe_device_times`` runs fitted on: their merge kernels run today's code (the H200 runs before 2026-12-02
+#: ran a merge whose open-run carry came after the scan, ce59424).
+TIMES = (RESULTS / "h100_backward_2026-12-06" / "tbe_device_times_nvidia-h100-80gb-hbm3_2026-12-06.json",)
+#: The cases per seed the runs drew (``tbe_device_times --cases``).
+CASES_PER_SEED = 16
+#: The output gradient's element size in the runs (``tbe_shapes_probe.time_config``: fp32) and in the MLPerf
+#: profiles (bf16).
+RUN_GRAD_BYTES, PROFILE_GRAD_BYTES = 4, 2
+MERGE_KERNEL = "merge_level_kernel"
+
+
+@dataclasses.dataclass(frozen=True)
+class Merge:
+    """One measured merge and what the model needs to price it: the update shape that ran, its merge's inputs."""
+
+    device: str
+    label: str
+    shape: tbe.UpdateShape
+    inputs: dict  # update_merge_seconds' nnz, unique, grad_row_bytes
+    levels: int
+    measured_s: float
+
+    def work_s(self) -> float:
+        """The merge's price less its levels' fixed time (``MERGE_LEVEL_DEVICE_S`` each)."""
+        spec = get_device(self.device)
+        priced = tbe.update_merge_seconds(self.shape, spec, device_ceilings(self.device), **self.inputs)
+        return priced - self.levels * tbe.MERGE_LEVEL_DEVICE_S[spec.vendor]
+
+    def priced_s(self, level_s: float) -> float:
+        return self.work_s() + self.levels * level_s
+
+
+def planned_merges(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tbe.UpdateShape, dict]]:
+    """The update shape and merge inputs of each update launch the planner prices for a module of ``loads``."""
+    with mock.patch.object(tbe_step, "update_seconds", wraps=tbe_step.update_seconds) as seen:  # not the selector's
+        shard_cost.tbe_group_seconds(loads, get_device(device), device_ceilings(device), grad_bytes)
+    return [(c.args[0], {k: c.kwargs[k] for k in ("nnz", "unique", "grad_row_bytes")}) for c in seen.call_args_list]
+
+
+def ran_merge_chunks(shape: tbe.UpdateShape, nnz: float, label: str, launches: float) -> int | None:
+    """The merge chunks the run took: from its label where recorded, else the choice whose levels are ``launches``
+    (None where neither or both fit)."""
+    marks = [w for w in label.split() if w[0] == "m" and w[1:].isdigit()]
+    if marks:
+        return int(marks[0][1:])
+    fits = [m for m in MERGE_CHUNK_CHOICES if tbe.update_merge_levels(nnz, shape.tile * shape.chunks, m) == launches]
+    return fits[0] if len(fits) == 1 else None
+
+
+def label_matches(shape: tbe.UpdateShape, label: str) -> bool:
+    """Whether the run's config label ("lane t8 c8 [m1] w1") names ``shape``'s variant, tile, chunks and warps."""
+    words = set(label.split())
+    return {shape.variant, f"t{shape.tile}", f"c{shape.chunks}", f"w{shape.num_warps}"} <= words
+
+
+def run_merges(path: Path) -> list[Merge]:
+    """The one-launch cases of one ``tbe_device_times`` run with a merge kernel recorded, as ``Merge`` rows."""
+    run = json.loads(path.read_text())
+    device = device_of(run["environment"]["gpu"])
+    drawn: dict[int, list[dict]] = {}
+    out = []
+    for row in run["results"]["rows"]:
+        if row["seed"] not in drawn:
+            rng = random.Random(row["seed"])
+            drawn[row["seed"]] = [draw_case(rng, False) for _ in range(CASES_PER_SEED)]
+        kernels = [k for k in row.get("kernels", []) if MERGE_KERNEL in k["kernel"]]
+        planned = planned_merges(shard_loads(drawn[row["seed"]][row["case"]]), device, RUN_GRAD_BYTES)
+        if len(kernels) != 1 or len(planned) != 1 or not label_matches(planned[0][0], row["update"]):
+            continue
+        shape, inputs = planned[0]
+        launches = kernels[0]["calls_per_step"]
+        chunks = ran_merge_chunks(shape, row["nnz"], row["update"], launches)
+        if chunks is None:
+            continue
+        shape = dataclasses.replace(shape, merge_chunks=chunks)
+        out.append(Merge(device=device, label=f"seed {row['seed']} case {row['case']}", shape=shape,
+                         inputs=inputs, levels=round(launches), measured_s=kernels[0]["ms_per_step"] * 1e-3))
+    return out
+
+
+def profile_merges() -> list[Merge]:
+    """The full-size MLPerf step of each profile (bf16 rows, batch 65536, uniform ids), its merge as it ran."""
+    model = model_spec_from_config(preset("mlperf-dcnv2"))
+    plans = [TablePlan(table=t.name, sharding="table_wise", ranks=(0,), weight_dtype="bf16") for t in model.tables]
+    loads = tuple(shard_cost.shard_loads(model, plans, 65536, 1))
+    out = []
+    for path in PROFILES:
+        run = json.loads(path.read_text())
+        device = device_of(run["environment"]["gpu"])
+        (kernel,) = [k for k in run["results"]["rows"] if MERGE_KERNEL in k["kernel"]]
+        ((shape, inputs),) = planned_merges(loads, device, PROFILE_GRAD_BYTES)
+        chunks = ran_merge_chunks(shape, inputs["nnz"], "", kernel["calls_per_step"])
+        out.append(Merge(device=device, label=path.name, shape=dataclasses.replace(shape, merge_chunks=chunks or 1),
+                         inputs=inputs, levels=round(kernel["calls_per_step"]),
+                         measured_s=kernel["ms_per_step"] * 1e-3))
+    return out
+
+
+def fit(merges: list[Merge]) -> float:
+    """MERGE_LEVEL_DEVICE_S minimising the squared relative error of the merges' prices."""
+    a = np.array([m.levels / m.measured_s for m in merges])
+    b = np.array([1.0 - m.work_s() / m.measured_s for m in merges])
+    return float(a @ b / (a @ a))
+
+
+def launch_latency_s(device: str) -> float:
+    return device_ceilings(device).launch_latency.value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tag", default="", help="suffix of the results name")
+    args = parser.parse_args()
+    merges = [m for path in TIMES for m in run_merges(path)]
+    level_s = fit(merges)
+    summary = {"cases": len(merges), "level_us": level_s * 1e6,
+               "committed_level_us": tbe.MERGE_LEVEL_DEVICE_S["nvidia"] * 1e6}
+    for device in CALIBRATIONS:
+        on = [m for m in merges if m.device == device]
+        if not on:
+            continue
+        before = [(m.priced_s(launch_latency_s(device)), m.measured_s) for m in on]
+        summary[f"{device}_cases"] = len(on)
+        summary[f"{device}_fit_rms_log"] = rms_log([(m.priced_s(level_s), m.measured_s) for m in on])
+        summary[f"{device}_launch_latency_rms_log"] = rms_log(before)
+        summary[f"{device}_launch_latency_mean_log"] = sum(math.log(p / t) for p, t in before) / len(before)
+    checks = [{"device": m.device, "file": m.label, "levels": m.levels, "merge_chunks": m.shape.merge_chunks,
+               "measured_ms": m.measured_s * 1e3, "fit_ms": m.priced_s(level_s) * 1e3,
+               "launch_latency_ms": m.priced_s(launch_latency_s(m.device)) * 1e3} for m in profile_merges()]
+    print(f"fit on {len(merges)} merges: {level_s * 1e6:.2f} us per level")
+    for device in CALIBRATIONS:
+        if f"{device}_cases" in summary:
+            print(f"  {device}: {summary[device + '_cases']} cases, rms log error fit "
+                  f"{summary[device + '_fit_rms_log']:.3f}, each level at the launch latency "
+                  f"{summary[device + '_launch_latency_rms_log']:.3f} "
+                  f"(mean {summary[device + '_launch_latency_mean_log']:+.3f})")
+    for c in checks:
+        print(f"  check {c['device']} MLPerf full size ({c['levels']} levels, merge chunks {c['merge_chunks']}): "
+              f"measured {c['measured_ms']:.3f} ms, fit {c['fit_ms']:.3f}, levels at the launch latency "
+              f"{c['launch_latency_ms']:.3f}")
+    rows = [{"device": m.device, "case": m.label, "levels": m.levels, "merge_chunks": m.shape.merge_chunks,
+             "measured_ms": m.measured_s * 1e3, "fit_ms": m.priced_s(level_s) * 1e3} for m in merges]
+    write_results("merge_model_fit" + (f"_{args.tag}" if args.tag else ""), {"rows": rows, "checks": checks},
+                  rows=rows, summary=summary)
+
+
+if __name__ == "__main__":
+    main()
