@@ -84,6 +84,17 @@ class StepEstimate:
 #: pricing them so made the planner's MLPerf steps worse on four committed runs (its backward over-prices
 #: them by as much), so it is not adopted until that is mended.
 SORT_KEY_BYTES_PER_ID = 8
+#: SM cycles per id the trained forward takes at least (its lookup and key stores together, whatever the rows'
+#: bytes), spread over the compute units: small-dim lookups of many ids ran at 9-11 cycles per id on an H200 and an
+#: H100 alike (same SMs and clock, 1.41x apart in copy rate), priced 1.5-3.5x low by their bytes and round trips
+#: (dim 16, 14.75M ids: 0.486 / 0.603 ms measured, 0.159 / 0.179 priced). Fitted (benchmarks/trained_forward_fit.py,
+#: least rms log error on a 0.05 grid) on the pooled-lookup kernels of the 96 ``tbe_device_times`` cases of today's
+#: forward kernel (64 on H200s, 32 on an H100): rms log error 0.444 -> 0.312 over all, 0.423 -> 0.133 over the 59
+#: forwards of more than 0.1 ms (mean -0.21 -> -0.02); the smaller are priced high by their fixed terms (+9% mean
+#: now). Not binding on the MLPerf tables (14M ids at dim 128: 0.54 ms floor against ~1.9 ms), so the planner's
+#: committed accuracy runs re-predict the same (benchmarks/results/trained_forward_2026-12-07/). Not measured on AMD
+#: (the same count per CU assumed). The selectors do not see it: it is the planner's, like SORT_KEY_BYTES_PER_ID.
+TRAINED_FORWARD_SM_CYCLES_PER_ID = 10.0
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
@@ -91,7 +102,7 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
              weight_bytes: int = 4, row_state: bool = False) -> StepEstimate:
     """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
     forward is ``planned_forward_seconds`` of the launches the module runs (``fwd``: each a tile and the
-    tables it reads) and the update ``update_seconds`` of the config the selector runs (``bwd``), the
+    tables it reads) with its sort-key stores, at least TRAINED_FORWARD_SM_CYCLES_PER_ID per id, and the update ``update_seconds`` of the config the selector runs (``bwd``), the
     same models that pick them.
     ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
     id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision.
@@ -106,8 +117,9 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     key_bytes = 4
     sort_keys = nnz * SORT_KEY_BYTES_PER_ID
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
-    fwd_s = (planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
-             + sort_keys / ceil.copy_bandwidth.value)
+    fwd_s = max(planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
+                + sort_keys / ceil.copy_bandwidth.value, nnz * TRAINED_FORWARD_SM_CYCLES_PER_ID
+                / (spec.compute_units * spec.boost_clock_hz))
     uniq = sum(unique_rows(t) for t in tables)
     # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
     # dims would hide the floor of the small ones)
