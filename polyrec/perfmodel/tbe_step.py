@@ -102,8 +102,8 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
              weight_bytes: int = 4, row_state: bool = False) -> StepEstimate:
     """Time of one forward and one fused backward + update over ``tables`` (each feature's load); the
     forward is ``planned_forward_seconds`` of the launches the module runs (``fwd``: each a tile and the
-    tables it reads) with its sort-key stores, at least TRAINED_FORWARD_SM_CYCLES_PER_ID per id, and the update ``update_seconds`` of the config the selector runs (``bwd``), the
-    same models that pick them.
+    tables it reads) with its sort-key stores, at least TRAINED_FORWARD_SM_CYCLES_PER_ID per id, and the update
+    ``update_seconds`` of the config the selector runs (``bwd``), the same models that pick them.
     ``weight_bytes``: element size of the rows (their ``row_bytes`` / dim), so that the gradient slice per
     id is priced at the gradient's element size (``bwd.grad_bytes``) whatever the rows' precision.
     ``row_state``: the optimizer keeps per-row state (row-wise Adagrad), whose per-row work
