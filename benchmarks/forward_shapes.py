@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import random
 
 import torch
 from gather_rate import config_text
 from tbe import bench_ms
-from tbe_shapes import DTYPES, draw_case, make_batch
+from tbe_shapes import DTYPES, make_batch, seed_cases
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
@@ -76,12 +75,6 @@ def run_case(seed: int, index: int, case: dict, gen: torch.Generator) -> dict:
     return row
 
 
-def draws(seed: int, cases: int) -> list[dict]:
-    """The first ``cases`` cases ``tbe_shapes`` draws from ``seed``."""
-    rng = random.Random(seed)
-    return [draw_case(rng, False) for _ in range(cases)]
-
-
 def mlperf_cases(cap: int) -> list[dict]:
     """The MLPerf DLRM-DCNv2 tables (rows capped at ``cap``; 0: full size) at batch 65536, fixed bags,
     sum pooling, unweighted: fp32 rows with uniform and skewed ids, fp16 rows with uniform ids."""
@@ -107,7 +100,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("forward_shapes needs a GPU")
     rows = []
-    drawn = [(seed, draws(seed, args.cases)) for seed in args.seed]
+    drawn = [(seed, seed_cases(seed, args.cases)) for seed in args.seed]
     drawn += [(-1 - cap, mlperf_cases(cap)) for cap in args.mlperf]  # seed -1 - CAP names the MLPerf cases
     for seed, cases in drawn:
         gen = torch.Generator(device="cuda").manual_seed(seed % 2**31)

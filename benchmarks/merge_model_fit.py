@@ -20,14 +20,13 @@ import argparse
 import dataclasses
 import json
 import math
-import random
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
 from sort_model_fit import CALIBRATIONS, PROFILES, RESULTS, device_ceilings, device_of, rms_log
 from tbe_groups_model_check import shard_loads
-from tbe_shapes import draw_case
+from tbe_shapes import seed_cases
 
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels.tbe_select import MERGE_CHUNK_CHOICES
@@ -96,14 +95,10 @@ def run_merges(path: Path) -> list[Merge]:
     """The one-launch cases of one ``tbe_device_times`` run with a merge kernel recorded, as ``Merge`` rows."""
     run = json.loads(path.read_text())
     device = device_of(run["environment"]["gpu"])
-    drawn: dict[int, list[dict]] = {}
     out = []
     for row in run["results"]["rows"]:
-        if row["seed"] not in drawn:
-            rng = random.Random(row["seed"])
-            drawn[row["seed"]] = [draw_case(rng, False) for _ in range(CASES_PER_SEED)]
         kernels = [k for k in row.get("kernels", []) if MERGE_KERNEL in k["kernel"]]
-        planned = planned_merges(shard_loads(drawn[row["seed"]][row["case"]]), device, RUN_GRAD_BYTES)
+        planned = planned_merges(shard_loads(seed_cases(row["seed"], CASES_PER_SEED)[row["case"]]), device, RUN_GRAD_BYTES)
         if len(kernels) != 1 or len(planned) != 1 or not label_matches(planned[0][0], row["update"]):
             continue
         shape, inputs = planned[0]

@@ -14,10 +14,9 @@ seeds 21-22 run took 200 repetitions for it where time_config takes 300). Writes
 from __future__ import annotations
 
 import argparse
-import random
 
 import torch
-from tbe_shapes import draw_case, make_batch
+from tbe_shapes import make_batch, seed_cases
 from tbe_shapes_probe import time_config
 
 from polyrec.results import write_results
@@ -39,8 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for seed in args.seed or [21]:
-        rng = random.Random(seed)
-        cases = [draw_case(rng, False) for _ in range(args.cases)]
+        cases = seed_cases(seed, args.cases)
         gen = torch.Generator(device="cuda").manual_seed(seed)
         for index, case in enumerate(cases):
             row = measure(seed, index, case, gen)

@@ -11,13 +11,12 @@ what the default (``group_dims=None``: ``tbe_select.groups_pay``) chooses for th
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 
 import torch
 import triton
 from profiling import kernel_table
-from tbe_shapes import DTYPES, draw_case, make_batch
+from tbe_shapes import DTYPES, make_batch, seed_cases
 
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.results import write_results
@@ -62,8 +61,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=16, help="cases drawn (as tbe_shapes --cases)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    cases = [draw_case(rng, False) for _ in range(args.cases)]
+    cases = seed_cases(args.seed, args.cases)
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     rows = []
     for index in args.case:

@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import statistics
 from pathlib import Path
 
 from planner_accuracy import geomean_abs_error
-from tbe_shapes import draw_case
+from tbe_shapes import seed_cases
 
 from polyrec.models import preset
 from polyrec.planner.estimate import Estimator
@@ -84,13 +83,9 @@ def check(rows: list[dict], estimator: Estimator, cases_per_seed: int, device: s
     """Each measured row with the planner's price of its case and the measured device time of the form
     the planner prices (grouped or not: the module's default takes the same ``groups_pay``; the rows
     measured after the rule was in place say what the module chose, ``module_auto``)."""
-    drawn: dict[int, list[dict]] = {}
     out = []
     for row in rows:
-        if row["seed"] not in drawn:
-            rng = random.Random(row["seed"])
-            drawn[row["seed"]] = [draw_case(rng, False) for _ in range(cases_per_seed)]
-        case = drawn[row["seed"]][row["case"]]
+        case = seed_cases(row["seed"], cases_per_seed)[row["case"]]
         loads = shard_loads(case)
         fwd_s, bwd_s, sort_s, label = estimator.tbe_seconds(device, loads)
         grouped = len(estimator.tbe_update_configs(device, loads)) > 1

@@ -19,6 +19,7 @@ forward is first checked against the float64 reference (``tbe_reference.ref_pool
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import math
 import random
@@ -59,6 +60,13 @@ def draw_case(rng: random.Random, quick: bool) -> dict:
             "ragged": rng.random() < 0.5, "skew": rng.random() < 0.5, "dtype": rng.choice(list(DTYPES)),
             "optimizer": rng.choice(OPTIMIZERS), "weighted": weighted,
             "pooling": ["sum" if weighted or rng.random() < 0.6 else "mean" for _ in range(count)]}
+
+
+@functools.cache
+def seed_cases(seed: int, cases: int) -> tuple[dict, ...]:
+    """The first ``cases`` full-size cases ``draw_case`` draws from ``seed``, as every run of them drew them."""
+    rng = random.Random(seed)
+    return tuple(draw_case(rng, False) for _ in range(cases))
 
 
 def make_batch(case: dict, gen: torch.Generator) -> JaggedBatch:

@@ -12,12 +12,11 @@ selected one (warps as the selector's lane warps).
 from __future__ import annotations
 
 import argparse
-import random
 
 import torch
 import triton
 from profiling import host_profile as profile_calls, kernel_table
-from tbe_shapes import DTYPES, draw_case, make_batch, update_text
+from tbe_shapes import DTYPES, make_batch, seed_cases, update_text
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
@@ -74,8 +73,7 @@ def main() -> None:
     parser.add_argument("--grad-dtype", choices=sorted(DTYPES), default="fp32",
                         help="the output gradient's dtype (bf16: as the trainer's bf16 dense half hands it)")
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    cases = [draw_case(rng, False) for _ in range(args.cases)]
+    cases = seed_cases(args.seed, args.cases)
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     rows, host = [], None
     for index in args.case:

@@ -19,13 +19,12 @@ import argparse
 import dataclasses
 import json
 import math
-import random
 from pathlib import Path
 from unittest import mock
 
 from sort_model_fit import CALIBRATIONS, RESULTS, device_ceilings, device_of, rms_log
 from tbe_groups_model_check import FORWARD_KERNELS, kernels_ms, shard_loads
-from tbe_shapes import draw_case
+from tbe_shapes import seed_cases
 
 from polyrec.hardware.catalog import get_device
 from polyrec.perfmodel import tbe_step
@@ -66,16 +65,12 @@ def run_forwards(path: Path) -> list[Forward]:
     run = json.loads(path.read_text())
     device = device_of(run["environment"]["gpu"])
     spec, ceil = get_device(device), device_ceilings(device)
-    drawn: dict[int, list[dict]] = {}
     out = []
     for row in run["results"]["rows"]:
-        if row["seed"] not in drawn:
-            rng = random.Random(row["seed"])
-            drawn[row["seed"]] = [draw_case(rng, False) for _ in range(CASES_PER_SEED)]
         measured = kernels_ms(row.get("kernels", []), FORWARD_KERNELS) * 1e-3
         if measured <= 0:
             continue
-        loads = shard_loads(drawn[row["seed"]][row["case"]])
+        loads = shard_loads(seed_cases(row["seed"], CASES_PER_SEED)[row["case"]])
         with mock.patch.object(tbe_step, "TRAINED_FORWARD_SM_CYCLES_PER_ID", 0.0):
             fwd_s, *_ = shard_cost.tbe_group_seconds(loads, spec, ceil, GRAD_BYTES)
         out.append(Forward(device=device, label=f"seed {row['seed']} case {row['case']}", unfloored_s=fwd_s,
