@@ -1,14 +1,15 @@
-"""Fit the trained forward's per-id floor (``polyrec.perfmodel.tbe_step.TRAINED_FORWARD_SM_CYCLES_PER_ID``) on the
-pooled-lookup kernels that ``tbe_device_times`` runs recorded on an H200 and an H100, offline (CPU).
+"""Fit the trained forward's per-id floor (``polyrec.perfmodel.tbe_step.TRAINED_FORWARD_SM_CYCLES_PER_ID``) and its
+per-launch device time (``tbe_lookup.FORWARD_LAUNCH_DEVICE_S``) on the pooled-lookup kernels that ``tbe_device_times``
+runs recorded on an H200 and an H100, offline (CPU).
 
 Each row is one ``tbe_shapes`` case: the device ms of its ``pooled_forward`` kernels in a training step (the
 trained forward: it also stores the backward's sort keys). The case is re-drawn from its seed and its forward
 priced as the planner prices it (``shard_cost.tbe_group_seconds`` at the device's committed calibration) without the
-floor; the floor is the expected ids times ``cycles`` SM cycles over the device's compute units, and the forward the
-longer of the two. The H100 and the H200 share SM count and clock and differ 1.41x in copy rate: small-dim lookups of
-many ids ran at ~9-11 cycles per id on both. The constant minimising the rms log error over every case is printed,
-with the error under it and without the floor, per device and over the forwards of more than 0.1 ms (the smaller
-are priced high by their fixed terms, which the floor does not touch).
+floor and with ``launch_s`` per launch; the floor is the expected ids times ``cycles`` SM cycles over the device's
+compute units, and the forward the longer of the two. The H100 and the H200 share SM count and clock and differ
+1.41x in copy rate: small-dim lookups of many ids ran at ~9-11 cycles per id on both. The two constants minimising
+the rms log error over every case are printed, with the error under them and under the model before (no floor,
+each launch at the calibrated launch latency), per device and over the forwards of more than 0.1 ms.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/trained_forward_fit.py [--tag T]
 """
@@ -27,7 +28,7 @@ from tbe_groups_model_check import FORWARD_KERNELS, kernels_ms, shard_loads
 from tbe_shapes import seed_cases
 
 from polyrec.hardware.catalog import get_device
-from polyrec.perfmodel import tbe_step
+from polyrec.perfmodel import tbe_lookup, tbe_step
 from polyrec.planner import shard_cost
 from polyrec.results import write_results
 
@@ -39,25 +40,33 @@ TIMES = (RESULTS / "tbe_model_check_2026-12-02" / "tbe_device_times_nvidia-h200_
 CASES_PER_SEED = 16
 #: The runs' output gradient (``tbe_shapes_probe.time_config``: fp32), which the planner's price takes.
 GRAD_BYTES = 4
-#: Grid of the fit, SM cycles per id.
+#: Grids of the fit: SM cycles per id, and seconds per launch.
 GRID_STEP, GRID_MAX = 0.05, 20.0
+LAUNCH_STEP, LAUNCH_MAX = 0.5e-6, 10e-6
 #: Forwards above this (seconds) are reported apart.
 LARGE_S = 1e-4
 
 
 @dataclasses.dataclass(frozen=True)
 class Forward:
-    """One measured trained forward: its device, the planner's price without the floor, ids expected and ran."""
+    """One measured trained forward: its device, the planner's price without the floor and without its launches'
+    time, its launches, the ids expected, the time measured."""
 
     device: str
     label: str
-    unfloored_s: float
+    unlaunched_s: float
+    launches: int
     ids: float  # the expected ids the planner prices (the loads' accesses)
     measured_s: float
 
-    def priced_s(self, cycles: float) -> float:
+    def priced_s(self, cycles: float, launch_s: float) -> float:
         spec = get_device(self.device)
-        return max(self.unfloored_s, self.ids * cycles / (spec.compute_units * spec.boost_clock_hz))
+        return max(self.unlaunched_s + self.launches * launch_s,
+                   self.ids * cycles / (spec.compute_units * spec.boost_clock_hz))
+
+    def before_s(self) -> float:
+        """The model before: no floor, each launch at the calibrated launch latency."""
+        return self.priced_s(0.0, device_ceilings(self.device).launch_latency.value)
 
 
 def run_forwards(path: Path) -> list[Forward]:
@@ -72,21 +81,24 @@ def run_forwards(path: Path) -> list[Forward]:
             continue
         loads = shard_loads(seed_cases(row["seed"], CASES_PER_SEED)[row["case"]])
         with mock.patch.object(tbe_step, "TRAINED_FORWARD_SM_CYCLES_PER_ID", 0.0):
-            fwd_s, *_ = shard_cost.tbe_group_seconds(loads, spec, ceil, GRAD_BYTES)
-        out.append(Forward(device=device, label=f"seed {row['seed']} case {row['case']}", unfloored_s=fwd_s,
+            fwd_s, _, _, label = shard_cost.tbe_group_seconds(loads, spec, ceil, GRAD_BYTES)
+        launches = label.split(";")[0].count(" + ") + 1  # "fwd bags=.. hots=.. warps=.. + bags=.. ..; update .."
+        out.append(Forward(device=device, label=f"seed {row['seed']} case {row['case']}",
+                           unlaunched_s=fwd_s - launches * tbe_lookup.FORWARD_LAUNCH_DEVICE_S, launches=launches,
                            ids=sum(s.accesses for s in loads), measured_s=measured))
     return out
 
 
-def fit(forwards: list[Forward]) -> float:
-    """The cycles per id on the grid with the least rms log error over ``forwards``."""
-    grid = [i * GRID_STEP for i in range(round(GRID_MAX / GRID_STEP) + 1)]
-    return min(grid, key=lambda c: rms_log([(f.priced_s(c), f.measured_s) for f in forwards]))
+def fit(forwards: list[Forward]) -> tuple[float, float]:
+    """(cycles per id, seconds per launch) on the grids with the least rms log error over ``forwards``."""
+    grid = [(i * GRID_STEP, j * LAUNCH_STEP) for i in range(round(GRID_MAX / GRID_STEP) + 1)
+            for j in range(round(LAUNCH_MAX / LAUNCH_STEP) + 1)]
+    return min(grid, key=lambda g: rms_log([(f.priced_s(*g), f.measured_s) for f in forwards]))
 
 
-def errors(forwards: list[Forward], cycles: float) -> dict:
-    """Rms and mean log error of ``forwards`` priced with ``cycles``."""
-    pairs = [(f.priced_s(cycles), f.measured_s) for f in forwards]
+def errors(forwards: list[Forward], priced) -> dict:
+    """Rms and mean log error of ``forwards`` priced by ``priced(forward)``."""
+    pairs = [(priced(f), f.measured_s) for f in forwards]
     return {"rms_log": rms_log(pairs), "mean_log": sum(math.log(p / m) for p, m in pairs) / len(pairs),
             "cases": len(pairs)}
 
@@ -96,23 +108,26 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="suffix of the results name")
     args = parser.parse_args()
     forwards = [f for path in TIMES for f in run_forwards(path)]
-    cycles = fit(forwards)
-    summary = {"cases": len(forwards), "cycles_per_id": cycles,
-               "committed_cycles_per_id": tbe_step.TRAINED_FORWARD_SM_CYCLES_PER_ID}
-    print(f"fit on {len(forwards)} trained forwards: {cycles:.2f} SM cycles per id")
+    cycles, launch_s = fit(forwards)
+    summary = {"cases": len(forwards), "cycles_per_id": cycles, "launch_us": launch_s * 1e6,
+               "committed_cycles_per_id": tbe_step.TRAINED_FORWARD_SM_CYCLES_PER_ID,
+               "committed_launch_us": tbe_lookup.FORWARD_LAUNCH_DEVICE_S * 1e6}
+    print(f"fit on {len(forwards)} trained forwards: {cycles:.2f} SM cycles per id, {launch_s * 1e6:.1f} us per "
+          "launch")
     for device in (None, *CALIBRATIONS):
         for large in (False, True):
             on = [f for f in forwards if device in (None, f.device) and (not large or f.measured_s > LARGE_S)]
             if not on:
                 continue
             key = f"{device or 'all'}{'_large' if large else ''}"
-            summary[key + "_fit"] = errors(on, cycles)
-            summary[key + "_no_floor"] = errors(on, 0.0)
-            print(f"  {key}: {len(on)} cases, rms log error {summary[key + '_no_floor']['rms_log']:.3f} "
-                  f"(mean {summary[key + '_no_floor']['mean_log']:+.3f}) without the floor, "
-                  f"{summary[key + '_fit']['rms_log']:.3f} (mean {summary[key + '_fit']['mean_log']:+.3f}) with it")
+            summary[key + "_fit"] = errors(on, lambda f: f.priced_s(cycles, launch_s))
+            summary[key + "_before"] = errors(on, Forward.before_s)
+            print(f"  {key}: {len(on)} cases, rms log error {summary[key + '_before']['rms_log']:.3f} "
+                  f"(mean {summary[key + '_before']['mean_log']:+.3f}) before, "
+                  f"{summary[key + '_fit']['rms_log']:.3f} (mean {summary[key + '_fit']['mean_log']:+.3f}) fitted")
     rows = [{"device": f.device, "case": f.label, "ids": f.ids, "measured_ms": f.measured_s * 1e3,
-             "no_floor_ms": f.unfloored_s * 1e3, "fit_ms": f.priced_s(cycles) * 1e3} for f in forwards]
+             "launches": f.launches, "before_ms": f.before_s() * 1e3,
+             "fit_ms": f.priced_s(cycles, launch_s) * 1e3} for f in forwards]
     write_results("trained_forward_fit" + (f"_{args.tag}" if args.tag else ""), {"rows": rows}, rows=rows,
                   summary=summary)
 

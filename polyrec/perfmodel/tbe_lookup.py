@@ -69,6 +69,15 @@ HALF_ELEMENT_REGISTERS = 0.5
 LSU_BYTES_PER_CLK = {"nvidia": 128, "amd": 64}
 
 
+#: Device seconds each forward launch adds in the planner's price (``planned_forward_seconds``) beyond
+#: ``forward_seconds``, whose chains already hold a program's start and tail. Fitted with
+#: ``tbe_step.TRAINED_FORWARD_SM_CYCLES_PER_ID`` (benchmarks/trained_forward_fit.py, the pooled-lookup kernels of 96
+#: ``tbe_device_times`` cases on H200s and an H100): 0 on a 0.5 us grid. Until then each launch took the calibrated
+#: launch latency (the host's rate of launching small torch ops, 6.9 us H200, 9.7 us H100), which priced the
+#: lookups of less than 0.1 ms +23% (H200) and +28% (H100) in the mean, +8% and +2% now. The module's own plan
+#: (``tbe_forward_plan.plan_forward``) still weighs an extra launch at the launch latency: that choice is the
+#: runtime's, not re-measured.
+FORWARD_LAUNCH_DEVICE_S = 0.0
 #: Per (BAGS, HOTS) tile, each feature's loop iterations per program on a batch (``forward_seconds``'s
 #: ``loop_trips``, computed by ``polyrec.kernels.tbe_forward.loop_trips``).
 LoopTrips = Mapping[tuple[int, int], Sequence[float]]
@@ -172,7 +181,7 @@ def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[Fo
                             batch_size: int, out_bytes: int, spec: DeviceSpec, ceil: Ceilings) -> float:
     """The pooled forward as the module launches it: each launch (a tile over the tables it reads, by
     index, its rows of ``block_d`` elements) priced by ``forward_seconds`` at those tables'
-    ``hit_fraction``, plus a launch latency each."""
+    ``hit_fraction``, plus FORWARD_LAUNCH_DEVICE_S each."""
     total = 0.0
     for tile, reads in launches:
         loads = [tables[i] for i in reads]
@@ -180,5 +189,5 @@ def planned_forward_seconds(tables: list[TableLoad], launches: Sequence[tuple[Fo
                                  bag_lengths=[t.accesses / max(batch_size, 1) for t in loads],
                                  row_bytes=tile.block_d * tile.elem_bytes, out_bytes=out_bytes,
                                  hit_fraction=hit_fraction(loads, spec))
-        total += ceil.launch_latency.value
+        total += FORWARD_LAUNCH_DEVICE_S
     return total

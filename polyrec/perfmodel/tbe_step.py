@@ -87,14 +87,14 @@ SORT_KEY_BYTES_PER_ID = 8
 #: SM cycles per id the trained forward takes at least (its lookup and key stores together, whatever the rows'
 #: bytes), spread over the compute units: small-dim lookups of many ids ran at 9-11 cycles per id on an H200 and an
 #: H100 alike (same SMs and clock, 1.41x apart in copy rate), priced 1.5-3.5x low by their bytes and round trips
-#: (dim 16, 14.75M ids: 0.486 / 0.603 ms measured, 0.159 / 0.179 priced). Fitted (benchmarks/trained_forward_fit.py,
-#: least rms log error on a 0.05 grid) on the pooled-lookup kernels of the 96 ``tbe_device_times`` cases of today's
-#: forward kernel (64 on H200s, 32 on an H100): rms log error 0.444 -> 0.312 over all, 0.423 -> 0.133 over the 59
-#: forwards of more than 0.1 ms (mean -0.21 -> -0.02); the smaller are priced high by their fixed terms (+9% mean
-#: now). Not binding on the MLPerf tables (14M ids at dim 128: 0.54 ms floor against ~1.9 ms), so the planner's
-#: committed accuracy runs re-predict the same (benchmarks/results/trained_forward_2026-12-07/). Not measured on AMD
-#: (the same count per CU assumed). The selectors do not see it: it is the planner's, like SORT_KEY_BYTES_PER_ID.
-TRAINED_FORWARD_SM_CYCLES_PER_ID = 10.0
+#: (dim 16, 14.75M ids: 0.486 / 0.603 ms measured, 0.159 / 0.179 priced). Fitted with
+#: ``tbe_lookup.FORWARD_LAUNCH_DEVICE_S`` (benchmarks/trained_forward_fit.py, least rms log error on a grid) on the
+#: pooled-lookup kernels of the 96 ``tbe_device_times`` cases of today's forward kernel (64 on H200s, 32 on an H100):
+#: rms log error 0.444 -> 0.206 over all (no floor and each launch at the calibrated launch latency before), 0.423
+#: -> 0.138 over the 59 forwards of more than 0.1 ms (mean -0.21 -> -0.04). Not binding on the MLPerf tables (14M
+#: ids at dim 128: 0.54 ms floor against ~1.9 ms). Not measured on AMD (the same count per CU assumed). The
+#: selectors do not see it: it is the planner's, like SORT_KEY_BYTES_PER_ID.
+TRAINED_FORWARD_SM_CYCLES_PER_ID = 10.15
 
 
 def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_bytes: int, state_bytes_per_row: float,
