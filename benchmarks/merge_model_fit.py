@@ -98,7 +98,8 @@ def run_merges(path: Path) -> list[Merge]:
     out = []
     for row in run["results"]["rows"]:
         kernels = [k for k in row.get("kernels", []) if MERGE_KERNEL in k["kernel"]]
-        planned = planned_merges(shard_loads(seed_cases(row["seed"], CASES_PER_SEED)[row["case"]]), device, RUN_GRAD_BYTES)
+        case = seed_cases(row["seed"], CASES_PER_SEED)[row["case"]]
+        planned = planned_merges(shard_loads(case), device, RUN_GRAD_BYTES)
         if len(kernels) != 1 or len(planned) != 1 or not label_matches(planned[0][0], row["update"]):
             continue
         shape, inputs = planned[0]

@@ -135,7 +135,8 @@ def update_text(module: TableBatchedEmbedding, nnz: int) -> str:
     """The update config of each update launch ("lane t8 c8 m1 w1": tile, chunks, merge chunks, warps; "D32 ... /
     D128 ..." per dim group)."""
     plan = module.key_plan(nnz)
-    texts = [f"{c.variant} t{c.tile} c{c.chunks} m{c.merge_chunks} w{c.num_warps}" for c in module.plan_configs(plan, nnz)]
+    texts = [f"{c.variant} t{c.tile} c{c.chunks} m{c.merge_chunks} w{c.num_warps}"
+             for c in module.plan_configs(plan, nnz)]
     if len(texts) == 1:
         return texts[0]
     return " / ".join(f"D{b} {t}" for b, t in zip(plan.blocks, texts))

@@ -100,11 +100,11 @@ UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: the merge and the per-row work ``row_state_seconds`` (0.50 ms) against lane update + permute + merge,
 #: fp32 gradient 19.64 GB in 4.088 + 0.149 + 0.129 ms -> 1.241; bf16 gradient 16.05 GB in 3.539 + 0.148 +
 #: 0.129 ms -> 1.190 (1.258 / 1.209 while the merge priced each level at the calibrated launch latency, before
-#: MERGE_LEVEL_DEVICE_S; refitted so that the two rows stay priced as measured). Above 1: the byte count takes one gradient slice per id from DRAM where a bag's
-#: repeated slices hit L2 (so the floor of ``update_seconds`` is ``update_dram_floor``), and the fit of
-#: UPDATE_COPY_FRACTION did not take the per-row term out (it came later). Checked on the same run's
-#: Zipf-skewed row (12.45 GB): 3.07 ms predicted, 2.438 + 0.145 + 0.187 measured (+11%); and by the planner
-#: against this session's e2e run (tests/test_tbe_state_trips.py).
+#: MERGE_LEVEL_DEVICE_S; refitted so that the two rows stay priced as measured). Above 1: the byte count takes one
+#: gradient slice per id from DRAM where a bag's repeated slices hit L2 (so the floor of ``update_seconds`` is
+#: ``update_dram_floor``), and the fit of UPDATE_COPY_FRACTION did not take the per-row term out (it came later).
+#: Checked on the same run's Zipf-skewed row (12.45 GB): 3.07 ms predicted, 2.438 + 0.145 + 0.187 measured
+#: (+11%); and by the planner against this session's e2e run (tests/test_tbe_state_trips.py).
 #: Not for optimizers with a per-element state tile, which the one-dim kernel sped up far less (tables capped
 #: at 4M rows, bf16 gradient, lane + permute + merge, s16d_*: Adagrad 5.124 -> 4.738 ms, Adam 7.252 -> 6.860,
 #: against row-wise Adagrad 3.885 -> 2.926, SGD 3.228 -> 2.529): they keep UPDATE_COPY_FRACTION and
@@ -354,8 +354,8 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     ``chunks``: tiles of LEVEL_TILE slots per merge-level program): the pieces the update parks
     (written, then read by the first level: a program end splits a run with the chance that the next
     sorted id repeats the key), the slot keys, and the dependent round trips of every tile of slots
-    over the resident programs (as the lane update's), plus per level MERGE_LEVEL_DEVICE_S and, with chunks, the
-    serial walk of its last program over the tiles after its first (counted: MERGE_EMPTY_TRIPS each,
+    over the resident programs (as the lane update's), plus per level MERGE_LEVEL_DEVICE_S and, with chunks,
+    the serial walk of its last program over the tiles after its first (counted: MERGE_EMPTY_TRIPS each,
     not fitted; one tile's chain is in the fit of the trips). ``rounded_block_d``: BLOCK_D of rows stored
     with stochastic rounding (0: fp32 rows): the tiles that hold a piece round every element
     (``rounding_seconds``), and the rounding's registers leave fewer programs resident. ``issue_s``:
