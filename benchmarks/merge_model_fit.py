@@ -1,15 +1,17 @@
-"""Fit the merge's per-level device time (``polyrec.perfmodel.tbe.MERGE_LEVEL_DEVICE_S``) on the merge kernels that
-``tbe_device_times`` runs recorded on an H100 and an H200, offline (CPU).
+"""Fit the merge's per-level device time and its chunked walk (``polyrec.perfmodel.tbe.MERGE_LEVEL_DEVICE_S``,
+``MERGE_WALK_TRIPS``) on the merge kernels that ``tbe_device_times`` runs recorded on an H100, offline (CPU).
 
 Each row is one ``tbe_shapes`` case whose update ran as one launch (a module of one dim group): the device ms and
 launches of its ``merge_level_kernel`` in a step (one launch per level). The case is re-drawn from its seed and
 priced as the planner prices it (``shard_cost.tbe_group_seconds``, at the device's committed calibration), with the
 update config the run recorded (variant, tile, chunks, warps; a case whose planner config differs is left out)
 and the merge chunks it ran: recorded (``m1`` / ``m8`` in runs since 435f34e) or, in runs before, the one whose
-level count is the launches measured. The merge's price is its work (bytes, round trips, rounding, the chunked walk)
-plus one MERGE_LEVEL_DEVICE_S per level: least squares on relative errors gives the constant. The rms log error is
-printed for the fit and for each level priced at the calibrated launch latency (the model before), per device, and on
-the full-size MLPerf profiles (``sort_model_fit.PROFILES``, not fitted on) as a check.
+level count is the launches measured. The merge's price is its work (bytes, round trips, rounding) plus per level
+MERGE_LEVEL_DEVICE_S and, with 8 tiles per program, MERGE_WALK_TRIPS round trips per tile walked after the first:
+least squares on relative errors gives both. The rms log error is printed for the fit and for the model before (each
+level at the calibrated launch latency, the walk at MERGE_EMPTY_TRIPS), per device; checks not fitted on: the
+full-size MLPerf profiles (``sort_model_fit.PROFILES``) and the H100's A/B of 1 and 8 tiles per merge program on
+them (``AB``).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/merge_model_fit.py [--tag T]
 """
@@ -19,12 +21,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
-from sort_model_fit import CALIBRATIONS, PROFILES, RESULTS, device_ceilings, device_of, rms_log
+from sort_model_fit import PROFILES, RESULTS, device_ceilings, device_of, mean_log, rms_log
 from tbe_groups_model_check import shard_loads
 from tbe_shapes import seed_cases
 
@@ -32,13 +33,18 @@ from polyrec.hardware.catalog import get_device
 from polyrec.kernels.tbe_select import MERGE_CHUNK_CHOICES
 from polyrec.models import preset
 from polyrec.perfmodel import tbe, tbe_step
+from polyrec.perfmodel.tbe_reads import LOADED_LATENCY_S
 from polyrec.planner import shard_cost
 from polyrec.planner.types import TablePlan, model_spec_from_config
 from polyrec.results import write_results
 
 #: The ``tbe_device_times`` runs fitted on: their merge kernels run today's code (the H200 runs before 2026-12-02
 #: ran a merge whose open-run carry came after the scan, ce59424).
-TIMES = (RESULTS / "h100_backward_2026-12-06" / "tbe_device_times_nvidia-h100-80gb-hbm3_2026-12-06.json",)
+TIMES = (RESULTS / "h100_backward_2026-12-06" / "tbe_device_times_nvidia-h100-80gb-hbm3_2026-12-06.json",
+         RESULTS / "h100_merge_2026-12-07" / "tbe_device_times_seed29_nvidia-h100-80gb-hbm3_2026-12-07.json",
+         RESULTS / "h100_merge_2026-12-07" / "tbe_device_times_seed30_nvidia-h100-80gb-hbm3_2026-12-07.json")
+#: ``tbe_breakdown --merge-ab 1,8`` on the full-size MLPerf step with bf16 rows and gradient (an H100).
+AB = RESULTS / "h100_merge_2026-12-07" / "tbe_breakdown_bf16_gradbf16_mergeab_nvidia-h100-80gb-hbm3_2026-12-07.json"
 #: The cases per seed the runs drew (``tbe_device_times --cases``).
 CASES_PER_SEED = 16
 #: The output gradient's element size in the runs (``tbe_shapes_probe.time_config``: fp32) and in the MLPerf
@@ -58,14 +64,22 @@ class Merge:
     levels: int
     measured_s: float
 
+    def walked(self) -> float:
+        """Round-trip latencies of the chunked walk per MERGE_WALK_TRIPS: each level's tiles after the first."""
+        return self.levels * (self.shape.merge_chunks - 1) * LOADED_LATENCY_S[get_device(self.device).vendor]
+
     def work_s(self) -> float:
-        """The merge's price less its levels' fixed time (``MERGE_LEVEL_DEVICE_S`` each)."""
+        """The merge's price less its levels' fixed time and its walk."""
         spec = get_device(self.device)
         priced = tbe.update_merge_seconds(self.shape, spec, device_ceilings(self.device), **self.inputs)
-        return priced - self.levels * tbe.MERGE_LEVEL_DEVICE_S[spec.vendor]
+        return priced - self.levels * tbe.MERGE_LEVEL_DEVICE_S[spec.vendor] - self.walked() * tbe.MERGE_WALK_TRIPS
 
-    def priced_s(self, level_s: float) -> float:
-        return self.work_s() + self.levels * level_s
+    def priced_s(self, level_s: float, walk_trips: float) -> float:
+        return self.work_s() + self.levels * level_s + self.walked() * walk_trips
+
+    def before_s(self) -> float:
+        """The model before: each level at the calibrated launch latency, the walk at MERGE_EMPTY_TRIPS."""
+        return self.priced_s(device_ceilings(self.device).launch_latency.value, tbe.MERGE_EMPTY_TRIPS)
 
 
 def planned_merges(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tbe.UpdateShape, dict]]:
@@ -131,15 +145,28 @@ def profile_merges() -> list[Merge]:
     return out
 
 
-def fit(merges: list[Merge]) -> float:
-    """MERGE_LEVEL_DEVICE_S minimising the squared relative error of the merges' prices."""
-    a = np.array([m.levels / m.measured_s for m in merges])
+def fit(merges: list[Merge]) -> tuple[float, float]:
+    """(MERGE_LEVEL_DEVICE_S, MERGE_WALK_TRIPS) minimising the squared relative error of the merges' prices."""
+    a = np.array([[m.levels / m.measured_s, m.walked() / m.measured_s] for m in merges])
     b = np.array([1.0 - m.work_s() / m.measured_s for m in merges])
-    return float(a @ b / (a @ a))
+    (level_s, walk_trips), *_ = np.linalg.lstsq(a, b, rcond=None)
+    return float(level_s), float(walk_trips)
 
 
-def launch_latency_s(device: str) -> float:
-    return device_ceilings(device).launch_latency.value
+def ab_check(level_s: float, walk_trips: float) -> dict:
+    """The A/B's merge with 1 and with 8 tiles per program, measured (median) and priced by the fit and as before."""
+    run = json.loads(AB.read_text())["summary"]
+    (h100,) = [m for m in profile_merges() if m.device == "H100"]
+    out = {}
+    for chunks in (1, 8):
+        shape = dataclasses.replace(h100.shape, merge_chunks=chunks)
+        levels = tbe.update_merge_levels(h100.inputs["nnz"], shape.tile * shape.chunks, chunks)
+        measured_s = run[f"chunks{chunks}_merge_ms_median"] * 1e-3
+        m = dataclasses.replace(h100, shape=shape, levels=levels, measured_s=measured_s)
+        out[chunks] = {"levels": levels, "launches_measured": run[f"chunks{chunks}_merge_launches"],
+                       "measured_ms": m.measured_s * 1e3, "fit_ms": m.priced_s(level_s, walk_trips) * 1e3,
+                       "before_ms": m.before_s() * 1e3}
+    return out
 
 
 def main() -> None:
@@ -147,34 +174,29 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="suffix of the results name")
     args = parser.parse_args()
     merges = [m for path in TIMES for m in run_merges(path)]
-    level_s = fit(merges)
-    summary = {"cases": len(merges), "level_us": level_s * 1e6,
-               "committed_level_us": tbe.MERGE_LEVEL_DEVICE_S["nvidia"] * 1e6}
-    for device in CALIBRATIONS:
-        on = [m for m in merges if m.device == device]
-        if not on:
-            continue
-        before = [(m.priced_s(launch_latency_s(device)), m.measured_s) for m in on]
-        summary[f"{device}_cases"] = len(on)
-        summary[f"{device}_fit_rms_log"] = rms_log([(m.priced_s(level_s), m.measured_s) for m in on])
-        summary[f"{device}_launch_latency_rms_log"] = rms_log(before)
-        summary[f"{device}_launch_latency_mean_log"] = sum(math.log(p / t) for p, t in before) / len(before)
+    level_s, walk_trips = fit(merges)
+    fitted = [(m.priced_s(level_s, walk_trips), m.measured_s) for m in merges]
+    before = [(m.before_s(), m.measured_s) for m in merges]
+    summary = {"cases": len(merges), "level_us": level_s * 1e6, "walk_trips": walk_trips,
+               "committed_level_us": tbe.MERGE_LEVEL_DEVICE_S["nvidia"] * 1e6,
+               "committed_walk_trips": tbe.MERGE_WALK_TRIPS, "fit_rms_log": rms_log(fitted),
+               "fit_mean_log": mean_log(fitted), "before_rms_log": rms_log(before), "before_mean_log": mean_log(before),
+               "ab": ab_check(level_s, walk_trips)}
     checks = [{"device": m.device, "file": m.label, "levels": m.levels, "merge_chunks": m.shape.merge_chunks,
-               "measured_ms": m.measured_s * 1e3, "fit_ms": m.priced_s(level_s) * 1e3,
-               "launch_latency_ms": m.priced_s(launch_latency_s(m.device)) * 1e3} for m in profile_merges()]
-    print(f"fit on {len(merges)} merges: {level_s * 1e6:.2f} us per level")
-    for device in CALIBRATIONS:
-        if f"{device}_cases" in summary:
-            print(f"  {device}: {summary[device + '_cases']} cases, rms log error fit "
-                  f"{summary[device + '_fit_rms_log']:.3f}, each level at the launch latency "
-                  f"{summary[device + '_launch_latency_rms_log']:.3f} "
-                  f"(mean {summary[device + '_launch_latency_mean_log']:+.3f})")
+               "measured_ms": m.measured_s * 1e3, "fit_ms": m.priced_s(level_s, walk_trips) * 1e3,
+               "before_ms": m.before_s() * 1e3} for m in profile_merges()]
+    print(f"fit on {len(merges)} merges: {level_s * 1e6:.2f} us per level, {walk_trips:.2f} round trips per tile "
+          f"walked; rms log error {summary['fit_rms_log']:.3f} (mean {summary['fit_mean_log']:+.3f}), before "
+          f"{summary['before_rms_log']:.3f} (mean {summary['before_mean_log']:+.3f})")
     for c in checks:
         print(f"  check {c['device']} MLPerf full size ({c['levels']} levels, merge chunks {c['merge_chunks']}): "
-              f"measured {c['measured_ms']:.3f} ms, fit {c['fit_ms']:.3f}, levels at the launch latency "
-              f"{c['launch_latency_ms']:.3f}")
+              f"measured {c['measured_ms']:.3f} ms, fit {c['fit_ms']:.3f}, before {c['before_ms']:.3f}")
+    for chunks, c in summary["ab"].items():
+        print(f"  check H100 A/B, merge chunks {chunks} ({c['levels']} levels): measured {c['measured_ms']:.3f} ms, "
+              f"fit {c['fit_ms']:.3f}, before {c['before_ms']:.3f}")
     rows = [{"device": m.device, "case": m.label, "levels": m.levels, "merge_chunks": m.shape.merge_chunks,
-             "measured_ms": m.measured_s * 1e3, "fit_ms": m.priced_s(level_s) * 1e3} for m in merges]
+             "measured_ms": m.measured_s * 1e3, "fit_ms": m.priced_s(level_s, walk_trips) * 1e3,
+             "before_ms": m.before_s() * 1e3} for m in merges]
     write_results("merge_model_fit" + (f"_{args.tag}" if args.tag else ""), {"rows": rows, "checks": checks},
                   rows=rows, summary=summary)
 

@@ -98,6 +98,10 @@ def rms_log(pairs: list[tuple[float, float]]) -> float:
     return math.sqrt(sum(math.log(p / m) ** 2 for p, m in pairs) / len(pairs))
 
 
+def mean_log(pairs: list[tuple[float, float]]) -> float:
+    return sum(math.log(p / m) for p, m in pairs) / len(pairs)
+
+
 def committed(device: str, n: int) -> float:
     """``sort_seconds`` as the package has it now."""
     return tbe_step.sort_seconds(n, KEY_BYTES, device_ceilings(device), get_device(device))

@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 from pathlib import Path
 from unittest import mock
 
-from sort_model_fit import CALIBRATIONS, RESULTS, device_ceilings, device_of, rms_log
+from sort_model_fit import CALIBRATIONS, RESULTS, device_ceilings, device_of, mean_log, rms_log
 from tbe_groups_model_check import FORWARD_KERNELS, kernels_ms, shard_loads
 from tbe_shapes import seed_cases
 
@@ -99,8 +98,7 @@ def fit(forwards: list[Forward]) -> tuple[float, float]:
 def errors(forwards: list[Forward], priced) -> dict:
     """Rms and mean log error of ``forwards`` priced by ``priced(forward)``."""
     pairs = [(priced(f), f.measured_s) for f in forwards]
-    return {"rms_log": rms_log(pairs), "mean_log": sum(math.log(p / m) for p, m in pairs) / len(pairs),
-            "cases": len(pairs)}
+    return {"rms_log": rms_log(pairs), "mean_log": mean_log(pairs), "cases": len(pairs)}
 
 
 def main() -> None:

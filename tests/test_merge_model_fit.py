@@ -1,9 +1,9 @@
-"""benchmarks/merge_model_fit.py: the merge's per-level device time against the merge kernels measured on an H100."""
+"""benchmarks/merge_model_fit.py: the merge's per-level device time and chunked walk against the merge kernels
+measured on H100s."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 
@@ -21,20 +21,30 @@ def merges(fit):
     return [m for path in fit.TIMES for m in fit.run_merges(path)]
 
 
-def test_the_committed_level_time_is_the_fit(fit, merges):
-    assert len(merges) >= 25
-    assert fit.fit(merges) == pytest.approx(tbe.MERGE_LEVEL_DEVICE_S["nvidia"], rel=0.05)
+def test_the_committed_constants_are_the_fit(fit, merges):
+    assert len(merges) >= 50
+    level_s, walk_trips = fit.fit(merges)
+    assert level_s == pytest.approx(tbe.MERGE_LEVEL_DEVICE_S["nvidia"], rel=0.05)
+    assert walk_trips == pytest.approx(tbe.MERGE_WALK_TRIPS, rel=0.05)
 
 
 def test_pricing_each_level_at_the_launch_latency_prices_the_merges_high(fit, merges):
-    """The model before (each level at the calibrated launch latency, 9.7 us on the H100) priced the merges 2.2x
-    high in the mean, rms log error 0.92; the fitted level time halves the error and leaves no large bias."""
-    on = [m for m in merges if m.device == "H100"]
-    before = [(m.priced_s(fit.launch_latency_s("H100")), m.measured_s) for m in on]
-    after = [(m.priced_s(tbe.MERGE_LEVEL_DEVICE_S["nvidia"]), m.measured_s) for m in on]
-    assert sum(math.log(p / t) for p, t in before) / len(before) > 0.6
+    """The model before (each level at the calibrated launch latency, 9.7 us on the H100) priced the merges 2.3x
+    high in the mean, rms log error 0.94; the fitted constants halve the error and leave no large bias."""
+    before = [(m.before_s(), m.measured_s) for m in merges]
+    after = [(m.priced_s(tbe.MERGE_LEVEL_DEVICE_S["nvidia"], tbe.MERGE_WALK_TRIPS), m.measured_s) for m in merges]
+    assert fit.mean_log(before) > 0.6
     assert fit.rms_log(after) < 0.55 * fit.rms_log(before)
-    assert abs(sum(math.log(p / t) for p, t in after) / len(after)) < 0.15
+    assert abs(fit.mean_log(after)) < 0.15
+
+
+def test_the_mlperf_ab_of_merge_chunks_is_priced_within_a_microsecond_of_a_tie(fit):
+    """Measured on an H100: 8 tiles per program 5 us faster than 1 (0.141 / 0.146 ms); priced 1 us slower, where
+    the model before priced 8 23 us faster (both far above the measured merges)."""
+    ab = fit.ab_check(tbe.MERGE_LEVEL_DEVICE_S["nvidia"], tbe.MERGE_WALK_TRIPS)
+    assert ab[8]["measured_ms"] < ab[1]["measured_ms"] and (ab[1]["levels"], ab[8]["levels"]) == (9, 4)
+    assert abs(ab[8]["fit_ms"] - ab[1]["fit_ms"]) < 0.002
+    assert ab[1]["launches_measured"] == ab[1]["levels"] and ab[8]["launches_measured"] == ab[8]["levels"]
 
 
 def test_the_merge_chunks_that_ran_are_read_from_the_label_or_the_level_count(fit):

@@ -133,7 +133,7 @@ def test_selector_carries_merge_chunks_and_model_prices_its_levels():
     """The selector takes the merge chunks the model prices lower (on the MLPerf step with fp16 rows of
     mixed dims; 1 on a small one), among those the compile jobs cover; the model prices the levels of
     the chunks it is given: 11 -> 5 on the MLPerf step with one-tile lane programs (14.02M ids, tile 8),
-    as counted in 691c40d; with one tile per program it prices 0.960 ms on the H200 with the datasheet
+    as counted in 691c40d; with one tile per program it prices 0.962 ms on the H200 with the datasheet
     ceilings (0.997 while each level was priced at the calibrated launch latency, 1.838 before
     MERGE_CROSSING_TRIPS was refitted to the faster merge)."""
     from polyrec.hardware.calibrate import ceilings
@@ -156,7 +156,7 @@ def test_selector_carries_merge_chunks_and_model_prices_its_levels():
     assert (merge_levels(tiles, LEVEL_TILE), merge_levels(tiles, LEVEL_TILE * 8)) == (11, 5)
     ceil, kw = ceilings(spec), dict(nnz=14_024_704, unique=10.21e6, grad_row_bytes=512)
     merge = {m: merge_seconds(tile=8, spec=spec, ceil=ceil, chunks=m, **kw) for m in (1, 8)}
-    assert merge[1] == pytest.approx(0.9595517597853536e-3, rel=1e-9) and merge[8] != merge[1]
+    assert merge[1] == pytest.approx(0.9623017597853536e-3, rel=1e-9) and merge[8] != merge[1]
     upd = {m: update_seconds(UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, merge_chunks=m),
                              spec, ceil, row_bytes=512, state_bytes_per_row=4, **kw) for m in (1, 8)}
     assert upd[1] - upd[8] == pytest.approx(merge[1] - merge[8], rel=1e-9)
@@ -209,12 +209,13 @@ def test_selector_weighs_each_merge_levels_host_issue_where_the_step_is_host_bou
 def test_half_precision_rows_are_selected_with_their_rounding_priced():
     """The selector prices the stochastic rounding of fp16 / bf16 rows (as the planner's estimate does): its pick
     is the cheapest candidate priced with the rounding, and on the MLPerf step with fp16 rows of one dim (14.02M
-    ids, fp32 output gradient) the merge's rounding narrows what 8 tiles per merge program cost over one (27 ->
-    17 us: the rounding runs on the tiles that hold a piece, fewer with fewer programs). Each level priced at the
+    ids, fp32 output gradient) the merge's rounding narrows what 8 tiles per merge program cost over one (12 ->
+    1.4 us: the rounding runs on the tiles that hold a piece, fewer with fewer programs). Each level priced at the
     launch latency, the rounding made 8 the cheaper (predicted 0.283 -> 0.256 ms); measured in one process on the
     H200 (benchmarks/results/tbe_breakdown_fp16_mergeab_nvidia-h200_2026-12-01 and its _skewed_ twin, 3 rounds,
-    full tables, the merge kernel of then): merge 0.209 -> 0.203 ms uniform, 0.302 -> 0.289 ms skewed, so the
-    model's 1 (MERGE_LEVEL_DEVICE_S) costs ~6-13 us there if those still hold."""
+    full tables, the merge kernel of then): merge 0.209 -> 0.203 ms uniform, 0.302 -> 0.289 ms skewed; on an H100
+    with bf16 rows (h100_merge_2026-12-07) 0.146 -> 0.141. The model's 1 (MERGE_LEVEL_DEVICE_S, MERGE_WALK_TRIPS)
+    costs those 5-13 us."""
     from polyrec.hardware.calibrate import ceilings
     from polyrec.hardware.catalog import get_device
     from polyrec.perfmodel.tbe import UpdateShape, update_seconds

@@ -61,17 +61,24 @@ LEVEL_TILE = 8
 MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
 #: Device seconds of one merge level beyond its slots' work: the start and end of a small kernel that waits on
-#: the level before it (the profiler's kernel time; the gap between two queued kernels is not in it). Fitted
-#: (benchmarks/merge_model_fit.py, least squares on relative errors) on the merge kernels of 29 one-launch
-#: ``tbe_device_times`` cases on an H100 (benchmarks/results/h100_backward_2026-12-06/, 3-8 levels each): 1.61 us.
-#: Until then each level was priced at the calibrated launch latency (``Ceilings.launch_latency``: the host's rate
-#: of launching small torch ops, 6.9 us on the H200, 9.7 us on the H100): those merges were priced 2.2x high in
-#: the mean (rms log error 0.92 -> 0.44), and the selector took 8 tiles per merge program on the H100 where an
-#: H200 ran the same cases with 1 in 0.6-0.8x the merge time (tbe_model_check_2026-12-02, 41f78d1). Full-size
-#: MLPerf (4 levels; checks, not fitted): 0.140 / 0.142 ms measured on an H200 / H100, 0.231 / 0.243 priced before,
-#: 0.210 now (the rest of the gap is the round trips', not the levels').
-#: The same value is assumed on AMD (not measured).
-MERGE_LEVEL_DEVICE_S = {"nvidia": 1.6e-6, "amd": 1.6e-6}
+#: the level before it (the profiler's kernel time; the gap between two queued kernels is not in it). Until the
+#: sixty-eighth session each level was priced at the calibrated launch latency (``Ceilings.launch_latency``: the
+#: host's rate of launching small torch ops, 6.9 us on the H200, 9.7 us on the H100), which priced the merges of
+#: the random cases 2.3x high in the mean, and the selector took 8 tiles per merge program on the H100 where an
+#: H200 ran the same cases with 1 in 0.6-0.8x the merge time (tbe_model_check_2026-12-02, 41f78d1). Fitted with
+#: MERGE_WALK_TRIPS (benchmarks/merge_model_fit.py, least squares on relative errors) on the merge kernels of 56
+#: one-launch ``tbe_device_times`` cases on H100s (benchmarks/results/h100_backward_2026-12-06/ seeds 27-28,
+#: h100_merge_2026-12-07/ seeds 29-30; 3-9 levels each): 1.85 us and 1.50 trips; rms log error 0.935 (mean +0.83)
+#: -> 0.424 (-0.11). A fit of the level alone on seeds 27-28 (1.6 us) priced seeds 29-30, unseen, 0.952 -> 0.479.
+#: Checks not fitted on: full-size MLPerf (4 levels of 8 tiles) 0.140 / 0.142 ms measured on an H200 / H100, 0.231 /
+#: 0.243 priced before, 0.197 now (the rest of the gap is the slots' round trips); the H100's A/B of 1 and 8 tiles
+#: per program there (bf16 rows and gradient): 0.146 / 0.141 ms measured, 0.196 / 0.197 priced (0.266 / 0.243
+#: before), so the selector takes 1 and the merge runs 5 us (0.1% of the 5.6 ms step) longer than with 8.
+#: The same values are assumed on AMD (not measured).
+MERGE_LEVEL_DEVICE_S = {"nvidia": 1.85e-6, "amd": 1.85e-6}
+#: Dependent round trips (of LOADED_LATENCY_S) per tile a chunked merge program walks after its first
+#: (``merge_seconds``' walk), fitted with MERGE_LEVEL_DEVICE_S; MERGE_EMPTY_TRIPS (2), counted, before.
+MERGE_WALK_TRIPS = 1.5
 #: Host seconds to issue one merge level (a Triton launch of ~20 arguments), priced as the GEMM's
 #: epilogue-pass launch (``polyrec.perfmodel.gemm.TRITON_PASS_HOST_S``, 35 us). The levels depend on one
 #: another and each runs for a few microseconds of device time past the first, so on a step that waits on
@@ -98,7 +105,7 @@ UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: (benchmarks/results/tbe_lane_ab_2026-11-30/s16c_F128_*, full MLPerf tables, uniform ids, row-wise
 #: Adagrad, the committed calibration's copy rate, 4.24 TB/s) as ``tbe_step.estimate`` prices them: this term,
 #: the merge and the per-row work ``row_state_seconds`` (0.50 ms) against lane update + permute + merge,
-#: fp32 gradient 19.64 GB in 4.088 + 0.149 + 0.129 ms -> 1.241; bf16 gradient 16.05 GB in 3.539 + 0.148 +
+#: fp32 gradient 19.64 GB in 4.088 + 0.149 + 0.129 ms -> 1.242; bf16 gradient 16.05 GB in 3.539 + 0.148 +
 #: 0.129 ms -> 1.190 (1.258 / 1.209 while the merge priced each level at the calibrated launch latency, before
 #: MERGE_LEVEL_DEVICE_S; refitted so that the two rows stay priced as measured). Above 1: the byte count takes one
 #: gradient slice per id from DRAM where a bag's repeated slices hit L2 (so the floor of ``update_seconds`` is
@@ -109,7 +116,7 @@ UPDATE_COPY_FRACTION = {4: 1.0, 2: 0.880}
 #: at 4M rows, bf16 gradient, lane + permute + merge, s16d_*: Adagrad 5.124 -> 4.738 ms, Adam 7.252 -> 6.860,
 #: against row-wise Adagrad 3.885 -> 2.926, SGD 3.228 -> 2.529): they keep UPDATE_COPY_FRACTION and
 #: LANE_INSTRUCTIONS.
-ONE_DIM_UPDATE_COPY_FRACTION = {4: 1.241, 2: 1.190}
+ONE_DIM_UPDATE_COPY_FRACTION = {4: 1.242, 2: 1.190}
 #: Dependent DRAM round trips per update tile that each fp32 optimizer-state array adds beyond the kernel
 #: UPDATE_COPY_FRACTION was fitted on (FIT_STATE_ARRAYS). None since the lane update issues all of a tile's
 #: row, state and gradient loads before a barrier (02e0c4b; the cuda:90 SASS of the one-tile lane update
@@ -355,8 +362,8 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     (written, then read by the first level: a program end splits a run with the chance that the next
     sorted id repeats the key), the slot keys, and the dependent round trips of every tile of slots
     over the resident programs (as the lane update's), plus per level MERGE_LEVEL_DEVICE_S and, with chunks,
-    the serial walk of its last program over the tiles after its first (counted: MERGE_EMPTY_TRIPS each,
-    not fitted; one tile's chain is in the fit of the trips). ``rounded_block_d``: BLOCK_D of rows stored
+    the serial walk of its last program over the tiles after its first (MERGE_WALK_TRIPS each; one tile's
+    chain is in the fit of the trips). ``rounded_block_d``: BLOCK_D of rows stored
     with stochastic rounding (0: fp32 rows): the tiles that hold a piece round every element
     (``rounding_seconds``), and the rounding's registers leave fewer programs resident. ``issue_s``:
     host seconds to issue one level (``MERGE_LEVEL_HOST_S`` when selecting; 0, device time only, in
@@ -374,7 +381,7 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     extra = MERGE_ROUNDING_REGISTERS[nearest] if rounded_block_d else 0
     chain_s = slot_tiles * trips * lat / update_resident(lane, spec, extra)
     levels = update_merge_levels(nnz, tile, chunks)
-    walk_s = (chunks - 1) * MERGE_EMPTY_TRIPS * lat
+    walk_s = (chunks - 1) * MERGE_WALK_TRIPS * lat
     holding = slot_tiles * -math.expm1(LEVEL_TILE * math.log1p(-min(crossing, 1.0 - 1e-12)))  # tiles with a piece
     round_s = rounding_seconds(holding * LEVEL_TILE * rounded_block_d, "merge", spec) if rounded_block_d else 0.0
     device = (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + round_s
