@@ -82,8 +82,7 @@ def terms(device: str, n: int) -> tuple[float, float, float]:
     rate (seconds), the passes' id visits over the device's SM cycles per second."""
     spec, ceil = get_device(device), device_ceilings(device)
     passes = tbe_step.sort_passes(KEY_BYTES)
-    return (1.0, tbe_step.sort_bytes(n, KEY_BYTES) / ceil.copy_bandwidth.value,
-            passes * n / (spec.compute_units * spec.boost_clock_hz))
+    return (1.0, tbe_step.sort_bytes(n, KEY_BYTES) / ceil.copy_bandwidth.value, tbe_step.sm_seconds(passes * n, spec))
 
 
 def fit(data: list[tuple[str, int, float]]) -> np.ndarray:

@@ -59,9 +59,8 @@ class Forward:
     measured_s: float
 
     def priced_s(self, cycles: float, launch_s: float) -> float:
-        spec = get_device(self.device)
         return max(self.unlaunched_s + self.launches * launch_s,
-                   self.ids * cycles / (spec.compute_units * spec.boost_clock_hz))
+                   tbe_step.sm_seconds(self.ids * cycles, get_device(self.device)))
 
     def before_s(self) -> float:
         """The model before: no floor, each launch at the calibrated launch latency."""

@@ -47,6 +47,11 @@ SORT_SM_CYCLES_PER_ID_PASS = 1.92
 ROW_STATE_SM_CYCLES = 9.3
 
 
+def sm_seconds(cycles: float, spec: DeviceSpec) -> float:
+    """Seconds ``cycles`` SM (CU) cycles take spread over all of the device's compute units at its boost clock."""
+    return cycles / (spec.compute_units * spec.boost_clock_hz)
+
+
 def sort_passes(key_bytes: int) -> int:
     """Radix passes over keys of ``key_bytes``: one per digit."""
     return math.ceil(8 * key_bytes / SORT_DIGIT_BITS)
@@ -61,9 +66,8 @@ def sort_bytes(n: int, key_bytes: int) -> int:
 def sort_seconds(n: int, key_bytes: int, ceil: Ceilings, spec: DeviceSpec) -> float:
     """Radix sort of n (key, int64 index) pairs: SORT_FIXED_S, ``sort_bytes`` at SORT_COPY_FRACTION of the copy
     rate, and SORT_SM_CYCLES_PER_ID_PASS per id and pass over the device's compute units."""
-    cycles = sort_passes(key_bytes) * n * SORT_SM_CYCLES_PER_ID_PASS
     return (SORT_FIXED_S + sort_bytes(n, key_bytes) / (SORT_COPY_FRACTION * ceil.copy_bandwidth.value)
-            + cycles / (spec.compute_units * spec.boost_clock_hz))
+            + sm_seconds(sort_passes(key_bytes) * n * SORT_SM_CYCLES_PER_ID_PASS, spec))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,8 +122,7 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     sort_keys = nnz * SORT_KEY_BYTES_PER_ID
     fwd_bytes = gathered + out + nnz * 8 + batch_size * len(tables) * 8 + sort_keys
     fwd_s = max(planned_forward_seconds(tables, fwd, batch_size=batch_size, out_bytes=out_bytes, spec=spec, ceil=ceil)
-                + sort_keys / ceil.copy_bandwidth.value, nnz * TRAINED_FORWARD_SM_CYCLES_PER_ID
-                / (spec.compute_units * spec.boost_clock_hz))
+                + sort_keys / ceil.copy_bandwidth.value, sm_seconds(nnz * TRAINED_FORWARD_SM_CYCLES_PER_ID, spec))
     uniq = sum(unique_rows(t) for t in tables)
     # per id, each table's rows and gradient slices at their random-read cost (a mean row size of mixed
     # dims would hide the floor of the small ones)
@@ -140,4 +143,4 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
 def row_state_seconds(positions: float, spec: DeviceSpec) -> float:
     """The per-row work of an optimizer with per-row state over ``positions`` id positions
     (ROW_STATE_SM_CYCLES each, spread over the compute units)."""
-    return positions * ROW_STATE_SM_CYCLES / (spec.compute_units * spec.boost_clock_hz)
+    return sm_seconds(positions * ROW_STATE_SM_CYCLES, spec)
