@@ -2,8 +2,8 @@
 checking the cost model on cases it was not fitted on (``tbe_groups_model_check`` prices them offline).
 
 Each case of ``--seed`` (drawn as ``tbe_shapes`` draws them) is built as the module builds it by default,
-stepped on fresh batches, and its kernels summed by the torch profiler (the device time of a step; the ten
-heaviest kernels' times are kept, as ``time_config`` returns them, where runs before 2026-12-07 kept eight);
+stepped on fresh batches, and its kernels summed by the torch profiler (the device time of a step; every
+kernel's time is kept, where runs of the code up to c021ade kept the ten heaviest, and before 2026-12-07 eight);
 ``do_bench`` gives the step's wall time beside it (``tbe_shapes_probe.time_config``; the committed
 seeds 21-22 run took 200 repetitions for it where time_config takes 300). Writes
 ``tbe_device_times_<gpu>_<date>.json``.
@@ -28,7 +28,7 @@ def measure(seed: int, index: int, case: dict, gen: torch.Generator) -> dict:
     return {"seed": seed, "case": index, "dims": "/".join(str(d) for d in sorted(set(case["dims"]))),
             "batch": case["batch"], "dtype": case["dtype"], "optimizer": case["optimizer"], "nnz": batches[0].nnz,
             "update": timed["config"], "device_ms": timed["device_ms"], "step_ms": timed["step_ms"],
-            "kernels": timed["kernels"]}  # the ten heaviest: the sort's memsets and the merge are light but priced
+            "kernels": timed["kernels"]}  # all: the sort's memsets and the merge are light but priced
 
 
 def main() -> None:
