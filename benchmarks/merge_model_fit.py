@@ -82,11 +82,18 @@ class Merge:
         return self.priced_s(device_ceilings(self.device).launch_latency.value, tbe.MERGE_EMPTY_TRIPS)
 
 
-def planned_merges(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tbe.UpdateShape, dict]]:
-    """The update shape and merge inputs of each update launch the planner prices for a module of ``loads``."""
+def planned_updates(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tbe.UpdateShape, dict]]:
+    """The update shape and ``update_seconds`` keywords of each update launch the planner prices for a module of
+    ``loads``."""
     with mock.patch.object(tbe_step, "update_seconds", wraps=tbe_step.update_seconds) as seen:  # not the selector's
         shard_cost.tbe_group_seconds(loads, get_device(device), device_ceilings(device), grad_bytes)
-    return [(c.args[0], {k: c.kwargs[k] for k in ("nnz", "unique", "grad_row_bytes")}) for c in seen.call_args_list]
+    return [(c.args[0], dict(c.kwargs)) for c in seen.call_args_list]
+
+
+def planned_merges(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tbe.UpdateShape, dict]]:
+    """The update shape and merge inputs of each update launch the planner prices for a module of ``loads``."""
+    return [(shape, {k: kw[k] for k in ("nnz", "unique", "grad_row_bytes")})
+            for shape, kw in planned_updates(loads, device, grad_bytes)]
 
 
 def ran_merge_chunks(shape: tbe.UpdateShape, nnz: float, label: str, launches: float) -> int | None:

@@ -389,6 +389,12 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     return max(device, levels * issue_s)
 
 
+def one_dim_priced(shape: UpdateShape, state_bytes_per_row: float, warp_size: int) -> bool:
+    """Whether ``update_seconds`` prices ``shape`` with the one-dim lane update's constants (ONE_DIM_*): tables of
+    one dim and an optimizer without a per-element state tile (the one-dim kernel sped the others up far less)."""
+    return shape.one_dim and shape.variant == "lane" and state_bytes_per_row < 4 * shape.block_d(warp_size)
+
+
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
                    row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float,
                    level_issue_s: float = 0.0) -> float:
@@ -412,8 +418,7 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     state_s = (arrays - FIT_STATE_ARRAYS) * STATE_ARRAY_TRIPS[spec.vendor] * tiles * lat / resident
     scan_s = nnz * shape.tile * SCAN_SECONDS_PER_POSITION_TILE if shape.variant == "scan" else 0.0
     elements = tiles * shape.tile * block_d
-    # the one-dim kernel's constants hold for optimizers without a per-element state tile
-    one_dim = shape.one_dim and shape.variant == "lane" and state_bytes_per_row < 4 * block_d
+    one_dim = one_dim_priced(shape, state_bytes_per_row, spec.warp_size)
     instructions = ONE_DIM_LANE_INSTRUCTIONS if one_dim else LANE_INSTRUCTIONS
     issue_fraction = lane_issue_fraction(shape, spec)
     round_s = rounding_seconds(elements, shape.variant, spec) if shape.stochastic else 0.0

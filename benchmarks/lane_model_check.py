@@ -1,0 +1,108 @@
+"""The lane update's price against the lane update + permute kernels that ``tbe_device_times`` runs recorded,
+offline (CPU), by kind of rows and optimizer.
+
+``tbe_groups_model_check`` compares each module's phases, the update's with its merge; ``merge_model_fit`` the merge
+alone. This takes the rest: each case whose update ran as one launch (a module of one dim group) under the config
+the planner prices (variant, tile, chunks, warps; the merge chunks it ran, from its label or level count), priced as
+``tbe_step.estimate`` prices it (``update_seconds`` less its merge, plus row-wise Adagrad's per-row work,
+``row_state_seconds``), against the ``lane_update`` + ``permute`` kernels of its step. The log errors are grouped by
+the rows' dtype and the constants that price them (fp32 / fp16 / bf16; the one-dim update's, ``tbe.one_dim_priced``,
+or the mixed-dims update's) and by optimizer. Nothing is measured here.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/lane_model_check.py [RESULTS.json ...] [--tag T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+
+from merge_model_fit import CASES_PER_SEED, RUN_GRAD_BYTES, label_matches, planned_updates, ran_merge_chunks
+from sort_model_fit import RESULTS, device_ceilings, device_of
+from tbe_groups_model_check import kernels_ms, shard_loads
+from tbe_shapes import seed_cases
+
+from polyrec.hardware.catalog import get_device
+from polyrec.perfmodel import tbe, tbe_step
+from polyrec.planner import memory as mem
+from polyrec.results import write_results
+
+#: The runs checked by default: the H100's at today's update kernel (seeds 27-36).
+DEFAULT_RUNS = (RESULTS / "h100_backward_2026-12-06" / "tbe_device_times_nvidia-h100-80gb-hbm3_2026-12-06.json",
+                *sorted((RESULTS / "h100_merge_2026-12-07").glob("tbe_device_times_seed*.json")),
+                *sorted((RESULTS / "h100_seeds31_36_2026-12-07").glob("tbe_device_times_seed*.json")))
+#: The kernels the price covers: the update and the permute pass before it.
+LANE_KERNELS = ("lane_update_kernel", "permute_kernel")
+MERGE_KERNEL = "merge_level_kernel"
+
+
+def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: str) -> float:
+    """``estimate``'s price of the update without its merge: ``update_seconds`` less ``update_merge_seconds``, plus
+    the per-row work of an optimizer with per-row state."""
+    spec, ceil = get_device(device), device_ceilings(device)
+    merge_kw = {k: kwargs[k] for k in ("nnz", "unique", "grad_row_bytes")}
+    row_s = tbe_step.row_state_seconds(kwargs["nnz"], spec) if mem.STATE_PER_ROW[optimizer] > 0 else 0.0
+    return (tbe.update_seconds(shape, spec, ceil, **kwargs) - tbe.update_merge_seconds(shape, spec, ceil, **merge_kw)
+            + row_s)
+
+
+def run_lanes(path: Path) -> list[dict]:
+    """The one-launch cases of one ``tbe_device_times`` run, each with its lane price and measured ms."""
+    run = json.loads(path.read_text())
+    device = device_of(run["environment"]["gpu"])
+    out = []
+    for row in run["results"]["rows"]:
+        kernels = row.get("kernels", [])
+        lanes = [k for k in kernels if LANE_KERNELS[0] in k["kernel"]]
+        if len(lanes) != 1 or lanes[0]["calls_per_step"] != 1:
+            continue
+        case = seed_cases(row["seed"], CASES_PER_SEED)[row["case"]]
+        planned = planned_updates(shard_loads(case), device, RUN_GRAD_BYTES)
+        if len(planned) != 1 or not label_matches(planned[0][0], row["update"]):
+            continue
+        shape, kwargs = planned[0]
+        levels = sum(k["calls_per_step"] for k in kernels if MERGE_KERNEL in k["kernel"])
+        chunks = ran_merge_chunks(shape, row["nnz"], row["update"], levels)
+        shape = dataclasses.replace(shape, merge_chunks=chunks or shape.merge_chunks)
+        one_dim = tbe.one_dim_priced(shape, kwargs["state_bytes_per_row"], get_device(device).warp_size)
+        out.append({"device": device, "case": f"seed {row['seed']} case {row['case']}", "rows": case["dtype"],
+                    "priced_as": "one-dim" if one_dim else "mixed-dims", "optimizer": case["optimizer"],
+                    "batch": case["batch"], "priced_ms": lane_price_s(shape, device, kwargs, case["optimizer"]) * 1e3,
+                    "measured_ms": kernels_ms(kernels, LANE_KERNELS)})
+    return out
+
+
+def groups(rows: list[dict], key) -> dict[str, dict]:
+    """Cases, mean and rms log error of ``rows`` grouped by ``key(row)``."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(key(r), []).append(math.log(r["priced_ms"] / r["measured_ms"]))
+    return {k: {"cases": len(v), "mean_log": statistics.mean(v), "rms_log": math.sqrt(statistics.mean(x * x for x in v))}
+            for k, v in sorted(by.items())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="*", type=Path, help="tbe_device_times results (default: DEFAULT_RUNS)")
+    parser.add_argument("--tag", default="", help="suffix of the results name")
+    args = parser.parse_args()
+    paths = args.results or list(DEFAULT_RUNS)
+    rows = [r for path in paths for r in run_lanes(path)]
+    summary = {"files": [str(p) for p in paths], "all": groups(rows, lambda r: "all")["all"],
+               "by_rows": groups(rows, lambda r: f"{r['rows']} {r['priced_as']}"),
+               "by_optimizer": groups(rows, lambda r: r["optimizer"])}
+    print(f"{len(rows)} one-launch lane updates: mean log error {summary['all']['mean_log']:+.3f}, "
+          f"rms {summary['all']['rms_log']:.3f}")
+    for name in ("by_rows", "by_optimizer"):
+        for k, g in summary[name].items():
+            print(f"  {k:>18}: {g['cases']:3d} cases, mean {g['mean_log']:+.3f}, rms {g['rms_log']:.3f}")
+    write_results("lane_model_check" + (f"_{args.tag}" if args.tag else ""), {"rows": rows}, rows=rows,
+                  summary=summary)
+
+
+if __name__ == "__main__":
+    main()

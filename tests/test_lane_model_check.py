@@ -1,0 +1,59 @@
+"""benchmarks/lane_model_check.py: the lane update's price (estimate's, less its merge) against the lane update +
+permute kernels of the committed tbe_device_times runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from benchmark_util import load_benchmark
+from polyrec.hardware.catalog import get_device
+from polyrec.perfmodel import tbe, tbe_step
+
+
+@pytest.fixture(scope="module")
+def check():
+    return load_benchmark("lane_model_check")
+
+
+def _shape(**kw) -> tbe.UpdateShape:
+    return tbe.UpdateShape(variant="lane", tile=8, num_warps=1, elems_per_thread=32, chunks=8, **kw)
+
+
+def test_the_one_dim_constants_price_one_dim_tables_without_a_per_element_state():
+    block = _shape(one_dim=True).block_d(32)  # 128
+    assert tbe.one_dim_priced(_shape(one_dim=True), 4, 32)  # row-wise Adagrad
+    assert tbe.one_dim_priced(_shape(one_dim=True), 0, 32)  # SGD
+    assert not tbe.one_dim_priced(_shape(one_dim=True), 4 * block, 32)  # Adagrad: a state tile
+    assert not tbe.one_dim_priced(_shape(), 4, 32)  # several dims
+    assert not tbe.one_dim_priced(dataclasses.replace(_shape(one_dim=True), variant="scan"), 4, 32)
+
+
+def test_the_price_is_the_update_less_its_merge_plus_the_per_row_work(check):
+    kw = dict(nnz=2_000_000, unique=1_500_000, row_bytes=512, grad_row_bytes=512, state_bytes_per_row=4)
+    spec, ceil = get_device("H100"), check.device_ceilings("H100")
+    sgd = check.lane_price_s(_shape(), "H100", kw, "sgd")
+    merge = tbe.update_merge_seconds(_shape(), spec, ceil, nnz=2_000_000, unique=1_500_000, grad_row_bytes=512)
+    assert sgd == pytest.approx(tbe.update_seconds(_shape(), spec, ceil, **kw) - merge)
+    assert check.lane_price_s(_shape(), "H100", kw, "rowwise_adagrad") - sgd == pytest.approx(
+        tbe_step.row_state_seconds(2_000_000, spec))
+
+
+def test_groups_give_the_mean_and_rms_log_error_of_each(check):
+    rows = [{"k": "a", "priced_ms": 2.0, "measured_ms": 1.0}, {"k": "a", "priced_ms": 0.5, "measured_ms": 1.0},
+            {"k": "b", "priced_ms": 1.0, "measured_ms": 1.0}]
+    out = check.groups(rows, lambda r: r["k"])
+    assert out["a"] == {"cases": 2, "mean_log": pytest.approx(0.0), "rms_log": pytest.approx(math.log(2))}
+    assert out["b"]["rms_log"] == 0.0
+
+
+def test_every_one_launch_update_of_a_committed_run_is_checked(check):
+    """Seeds 31-36 on the H100: each case whose lane update ran as one launch under the planner's config is a row,
+    priced and measured (lane update + permute)."""
+    path = sorted((check.RESULTS / "h100_seeds31_36_2026-12-07").glob("tbe_device_times_seed31_*.json"))[0]
+    rows = check.run_lanes(path)
+    assert 8 <= len(rows) <= 16
+    assert all(r["priced_ms"] > 0 and r["measured_ms"] > 0 and r["device"] == "H100" for r in rows)
+    assert {r["priced_as"] for r in rows} <= {"one-dim", "mixed-dims"}
