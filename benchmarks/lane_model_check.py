@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import statistics
 from pathlib import Path
 
-from merge_model_fit import CASES_PER_SEED, RUN_GRAD_BYTES, label_matches, planned_updates, ran_merge_chunks
-from sort_model_fit import RESULTS, device_ceilings, device_of
-from tbe_groups_model_check import kernels_ms, shard_loads
-from tbe_shapes import seed_cases
+from merge_model_fit import merge_kernels, one_launch_updates, ran_merge_chunks
+from sort_model_fit import RESULTS, device_ceilings
+from tbe_groups_model_check import kernels_ms
 
 from polyrec.hardware.catalog import get_device
 from polyrec.perfmodel import tbe, tbe_step
@@ -37,7 +35,6 @@ DEFAULT_RUNS = (RESULTS / "h100_backward_2026-12-06" / "tbe_device_times_nvidia-
                 *sorted((RESULTS / "h100_seeds31_36_2026-12-07").glob("tbe_device_times_seed*.json")))
 #: The kernels the price covers: the update and the permute pass before it.
 LANE_KERNELS = ("lane_update_kernel", "permute_kernel")
-MERGE_KERNEL = "merge_level_kernel"
 
 
 def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: str) -> float:
@@ -50,29 +47,23 @@ def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: s
             + row_s)
 
 
+def one_lane_launch(kernels: list[dict]) -> bool:
+    lanes = [k for k in kernels if LANE_KERNELS[0] in k["kernel"]]
+    return len(lanes) == 1 and lanes[0]["calls_per_step"] == 1
+
+
 def run_lanes(path: Path) -> list[dict]:
     """The one-launch cases of one ``tbe_device_times`` run, each with its lane price and measured ms."""
-    run = json.loads(path.read_text())
-    device = device_of(run["environment"]["gpu"])
     out = []
-    for row in run["results"]["rows"]:
-        kernels = row.get("kernels", [])
-        lanes = [k for k in kernels if LANE_KERNELS[0] in k["kernel"]]
-        if len(lanes) != 1 or lanes[0]["calls_per_step"] != 1:
-            continue
-        case = seed_cases(row["seed"], CASES_PER_SEED)[row["case"]]
-        planned = planned_updates(shard_loads(case), device, RUN_GRAD_BYTES)
-        if len(planned) != 1 or not label_matches(planned[0][0], row["update"]):
-            continue
-        shape, kwargs = planned[0]
-        levels = sum(k["calls_per_step"] for k in kernels if MERGE_KERNEL in k["kernel"])
+    for device, row, case, shape, kwargs in one_launch_updates(path, one_lane_launch):
+        levels = sum(k["calls_per_step"] for k in merge_kernels(row["kernels"]))
         chunks = ran_merge_chunks(shape, row["nnz"], row["update"], levels)
         shape = dataclasses.replace(shape, merge_chunks=chunks or shape.merge_chunks)
         one_dim = tbe.one_dim_priced(shape, kwargs["state_bytes_per_row"], get_device(device).warp_size)
         out.append({"device": device, "case": f"seed {row['seed']} case {row['case']}", "rows": case["dtype"],
                     "priced_as": "one-dim" if one_dim else "mixed-dims", "optimizer": case["optimizer"],
                     "batch": case["batch"], "priced_ms": lane_price_s(shape, device, kwargs, case["optimizer"]) * 1e3,
-                    "measured_ms": kernels_ms(kernels, LANE_KERNELS)})
+                    "measured_ms": kernels_ms(row["kernels"], LANE_KERNELS)})
     return out
 
 
@@ -81,8 +72,8 @@ def groups(rows: list[dict], key) -> dict[str, dict]:
     by: dict[str, list[float]] = {}
     for r in rows:
         by.setdefault(key(r), []).append(math.log(r["priced_ms"] / r["measured_ms"]))
-    return {k: {"cases": len(v), "mean_log": statistics.mean(v), "rms_log": math.sqrt(statistics.mean(x * x for x in v))}
-            for k, v in sorted(by.items())}
+    return {k: {"cases": len(v), "mean_log": statistics.mean(v),
+                "rms_log": math.sqrt(statistics.mean(x * x for x in v))} for k, v in sorted(by.items())}
 
 
 def main() -> None:

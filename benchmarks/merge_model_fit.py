@@ -112,27 +112,40 @@ def label_matches(shape: tbe.UpdateShape, label: str) -> bool:
     return {shape.variant, f"t{shape.tile}", f"c{shape.chunks}", f"w{shape.num_warps}"} <= words
 
 
-def run_merges(path: Path) -> list[Merge]:
-    """The one-launch cases of one ``tbe_device_times`` run with a merge kernel recorded, as ``Merge`` rows."""
+def one_launch_updates(path: Path, keep) -> list[tuple[str, dict, dict, tbe.UpdateShape, dict]]:
+    """(device, run row, case, update shape, ``update_seconds`` keywords) of each row of one ``tbe_device_times`` run
+    whose kernels pass ``keep`` and whose module the planner prices with one update launch of the config the run's
+    label names (merge chunks as planned: see ``ran_merge_chunks``)."""
     run = json.loads(path.read_text())
     device = device_of(run["environment"]["gpu"])
     out = []
     for row in run["results"]["rows"]:
-        kernels = [k for k in row.get("kernels", []) if MERGE_KERNEL in k["kernel"]]
-        if len(kernels) != 1:
+        if not keep(row.get("kernels", [])):
             continue
         case = seed_cases(row["seed"], CASES_PER_SEED)[row["case"]]
-        planned = planned_merges(shard_loads(case), device, RUN_GRAD_BYTES)
-        if len(planned) != 1 or not label_matches(planned[0][0], row["update"]):
-            continue
-        shape, inputs = planned[0]
-        launches = kernels[0]["calls_per_step"]
+        planned = planned_updates(shard_loads(case), device, RUN_GRAD_BYTES)
+        if len(planned) == 1 and label_matches(planned[0][0], row["update"]):
+            out.append((device, row, case, *planned[0]))
+    return out
+
+
+def merge_kernels(kernels: list[dict]) -> list[dict]:
+    return [k for k in kernels if MERGE_KERNEL in k["kernel"]]
+
+
+def run_merges(path: Path) -> list[Merge]:
+    """The one-launch cases of one ``tbe_device_times`` run with a merge kernel recorded, as ``Merge`` rows."""
+    out = []
+    for device, row, _, shape, kwargs in one_launch_updates(path, lambda kernels: len(merge_kernels(kernels)) == 1):
+        (kernel,) = merge_kernels(row["kernels"])
+        launches = kernel["calls_per_step"]
         chunks = ran_merge_chunks(shape, row["nnz"], row["update"], launches)
         if chunks is None:
             continue
-        shape = dataclasses.replace(shape, merge_chunks=chunks)
-        out.append(Merge(device=device, label=f"seed {row['seed']} case {row['case']}", shape=shape,
-                         inputs=inputs, levels=round(launches), measured_s=kernels[0]["ms_per_step"] * 1e-3))
+        inputs = {k: kwargs[k] for k in ("nnz", "unique", "grad_row_bytes")}
+        out.append(Merge(device=device, label=f"seed {row['seed']} case {row['case']}",
+                         shape=dataclasses.replace(shape, merge_chunks=chunks), inputs=inputs, levels=round(launches),
+                         measured_s=kernel["ms_per_step"] * 1e-3))
     return out
 
 
