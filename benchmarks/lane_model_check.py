@@ -3,7 +3,7 @@ offline (CPU), by kind of rows and optimizer.
 
 ``tbe_groups_model_check`` compares each module's phases, the update's with its merge; ``merge_model_fit`` the merge
 alone. This takes the rest: each case whose update ran as one launch (a module of one dim group) under the config
-the planner prices (variant, tile, chunks, warps; the merge chunks it ran, from its label or level count), priced as
+the planner prices (variant, tile, chunks, warps; the merge's chunks do not enter: its price is taken out), priced as
 ``tbe_step.estimate`` prices it (``update_seconds`` less its merge, plus row-wise Adagrad's per-row work,
 ``row_state_seconds``), against the ``lane_update`` + ``permute`` kernels of its step. The log errors are grouped by
 the rows' dtype and the constants that price them (fp32 / fp16 / bf16; the one-dim update's, ``tbe.one_dim_priced``,
@@ -15,12 +15,11 @@ or the mixed-dims update's) and by optimizer. Nothing is measured here.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import statistics
 from pathlib import Path
 
-from merge_model_fit import merge_kernels, one_launch_updates, ran_merge_chunks
+from merge_model_fit import one_launch_updates
 from sort_model_fit import RESULTS, device_ceilings
 from tbe_groups_model_check import kernels_ms
 
@@ -48,6 +47,7 @@ def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: s
 
 
 def one_lane_launch(kernels: list[dict]) -> bool:
+    """Whether a step's ``kernels`` hold one lane-update launch."""
     lanes = [k for k in kernels if LANE_KERNELS[0] in k["kernel"]]
     return len(lanes) == 1 and lanes[0]["calls_per_step"] == 1
 
@@ -56,9 +56,6 @@ def run_lanes(path: Path) -> list[dict]:
     """The one-launch cases of one ``tbe_device_times`` run, each with its lane price and measured ms."""
     out = []
     for device, row, case, shape, kwargs in one_launch_updates(path, one_lane_launch):
-        levels = sum(k["calls_per_step"] for k in merge_kernels(row["kernels"]))
-        chunks = ran_merge_chunks(shape, row["nnz"], row["update"], levels)
-        shape = dataclasses.replace(shape, merge_chunks=chunks or shape.merge_chunks)
         one_dim = tbe.one_dim_priced(shape, kwargs["state_bytes_per_row"], get_device(device).warp_size)
         out.append({"device": device, "case": f"seed {row['seed']} case {row['case']}", "rows": case["dtype"],
                     "priced_as": "one-dim" if one_dim else "mixed-dims", "optimizer": case["optimizer"],

@@ -130,6 +130,7 @@ def one_launch_updates(path: Path, keep) -> list[tuple[str, dict, dict, tbe.Upda
 
 
 def merge_kernels(kernels: list[dict]) -> list[dict]:
+    """The merge-level kernels among a step's ``kernels``."""
     return [k for k in kernels if MERGE_KERNEL in k["kernel"]]
 
 
