@@ -15,12 +15,10 @@ or the mixed-dims update's) and by optimizer. Nothing is measured here.
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 from pathlib import Path
 
 from merge_model_fit import one_launch_updates
-from sort_model_fit import RESULTS, device_ceilings
+from sort_model_fit import RESULTS, device_ceilings, mean_log, rms_log
 from tbe_groups_model_check import kernels_ms
 
 from polyrec.hardware.catalog import get_device
@@ -66,11 +64,10 @@ def run_lanes(path: Path) -> list[dict]:
 
 def groups(rows: list[dict], key) -> dict[str, dict]:
     """Cases, mean and rms log error of ``rows`` grouped by ``key(row)``."""
-    by: dict[str, list[float]] = {}
+    by: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
-        by.setdefault(key(r), []).append(math.log(r["priced_ms"] / r["measured_ms"]))
-    return {k: {"cases": len(v), "mean_log": statistics.mean(v),
-                "rms_log": math.sqrt(statistics.mean(x * x for x in v))} for k, v in sorted(by.items())}
+        by.setdefault(key(r), []).append((r["priced_ms"], r["measured_ms"]))
+    return {k: {"cases": len(v), "mean_log": mean_log(v), "rms_log": rms_log(v)} for k, v in sorted(by.items())}
 
 
 def main() -> None:
