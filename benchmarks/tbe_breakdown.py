@@ -21,7 +21,7 @@ import triton
 from polyrec.hardware.calibrate import ceilings
 from polyrec.kernels import tbe_select
 from polyrec.kernels.jagged import JaggedBatch
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.kernels.tbe import ROUNDED_ROWS, EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.kernels.tbe_optim import OPTIMIZERS
 from polyrec.perfmodel.tbe import merge_seconds
 from polyrec.results import write_results
@@ -142,9 +142,10 @@ def predicted_merge_ms(module: TableBatchedEmbedding, batch: JaggedBatch, base: 
     (half-precision rows: with their stochastic rounding)."""
     spec = tbe_select.selection_spec(module.weights.device)
     unique = unique_rows(batch)
-    rounded = module.block_d if module.weight_dtype != torch.float32 else 0
+    rounding = ROUNDED_ROWS.get(module.weight_dtype, "")
     return {m: 1e3 * merge_seconds(nnz=batch.nnz, unique=unique, tile=base.span, grad_row_bytes=4 * module.block_d,
-                                   spec=spec, ceil=ceilings(spec), chunks=m, rounded_block_d=rounded) for m in values}
+                                   spec=spec, ceil=ceilings(spec), chunks=m, rounding=rounding,
+                                   rounded_block_d=module.block_d) for m in values}
 
 
 def print_merge_ab(rows: list[dict], summary: dict, values: list[int]) -> None:

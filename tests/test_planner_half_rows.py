@@ -34,7 +34,7 @@ def test_half_rows_pay_the_rounding_and_fp32_rows_do_not(monkeypatch):
     for dt in ("fp16", "bf16"):
         assert faster[dt][0] == base[dt][0]  # the forward does not round
         nnz = 65536 * 130
-        lane_half = (-(-nnz // 8)) * 8 * 128 * tbe.ROUNDING_INSTRUCTIONS["lane"] / (
+        lane_half = (-(-nnz // 8)) * 8 * 128 * tbe.ROUNDING_INSTRUCTIONS[dt]["lane"] / (
             spec.compute_units * tbe.ISSUE_LANES_PER_CLK["nvidia"] * spec.boost_clock_hz * tbe.ROUNDING_ISSUE_FRACTION)
         # doubling the rate halves the rounding: at least the lane update's half is gone
         assert base[dt][1] - faster[dt][1] >= lane_half * (1 - 1e-9)
@@ -58,6 +58,6 @@ def test_half_rows_take_chunked_programs_as_the_runtime():
     from polyrec.kernels import tbe_select
 
     spec = get_device("H200")
-    cfg = tbe_select.select_update(spec, nnz=65536 * 130, block_d=128, row_bytes=256, state_tiles=0, stochastic=True,
+    cfg = tbe_select.select_update(spec, nnz=65536 * 130, block_d=128, row_bytes=256, state_tiles=0, rounding="fp16",
                                    grad_bytes=2)
     assert cfg.chunks == tbe_select.LANE_CHUNKS and cfg.variant == "lane"

@@ -141,10 +141,10 @@ def test_selector_carries_merge_chunks_and_model_prices_its_levels():
     from polyrec.perfmodel.tbe import UpdateShape, merge_seconds, update_seconds
 
     spec = get_device("H200")
-    mlperf = dict(nnz=14_024_704, block_d=128, row_bytes=256, state_tiles=0, grad_bytes=2, stochastic=True)
+    mlperf = dict(nnz=14_024_704, block_d=128, row_bytes=256, state_tiles=0, grad_bytes=2, rounding="fp16")
     cfg = tbe_select.select_update(spec, **mlperf)
     priced = {m: update_seconds(UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks,
-                                            merge_chunks=m, stochastic=True, grad_bytes=2, elems_per_thread=32),
+                                            merge_chunks=m, rounding="fp16", grad_bytes=2, elems_per_thread=32),
                                 spec, ceilings(spec), nnz=mlperf["nnz"], unique=mlperf["nnz"] * tbe_select.UNIQUE_FRACTION,
                                 row_bytes=256, grad_row_bytes=256, state_bytes_per_row=4)
               for m in tbe_select.MERGE_CHUNK_CHOICES}
@@ -222,18 +222,18 @@ def test_half_precision_rows_are_selected_with_their_rounding_priced():
 
     spec, nnz = get_device("H200"), 14_024_704
     cfg = tbe_select.select_update(spec, nnz=nnz, block_d=128, row_bytes=256, state_tiles=0, grad_bytes=4,
-                                   stochastic=True, one_dim=True)
+                                   rounding="fp16", one_dim=True)
     assert (cfg.variant, cfg.span) == ("lane", 64)
 
-    def priced(merge_chunks: int, stochastic: bool) -> float:
+    def priced(merge_chunks: int, rounding: str) -> float:
         shape = UpdateShape(variant="lane", tile=cfg.tile, num_warps=cfg.num_warps, chunks=cfg.chunks, grad_bytes=4,
-                            merge_chunks=merge_chunks, stochastic=stochastic, one_dim=True, elems_per_thread=32,
+                            merge_chunks=merge_chunks, rounding=rounding, one_dim=True, elems_per_thread=32,
                             max_registers=cfg.max_registers)
         return update_seconds(shape, spec, ceilings(spec), nnz=nnz, unique=nnz * tbe_select.UNIQUE_FRACTION,
                               row_bytes=256, grad_row_bytes=512, state_bytes_per_row=4)
 
-    assert cfg.merge_chunks == min(tbe_select.MERGE_CHUNK_CHOICES, key=lambda m: priced(m, True))
-    rounded, plain = (priced(8, s) - priced(1, s) for s in (True, False))
+    assert cfg.merge_chunks == min(tbe_select.MERGE_CHUNK_CHOICES, key=lambda m: priced(m, "fp16"))
+    rounded, plain = (priced(8, s) - priced(1, s) for s in ("fp16", ""))
     assert 0 < rounded < 0.7 * plain
 
 

@@ -30,6 +30,8 @@ from polyrec.kernels.tbe_optim import STATE_PER_ELEMENT, STATE_PER_ROW, Embeddin
 
 POOLINGS = ("sum", "mean", "none")
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: ``perfmodel.tbe.UpdateShape.rounding`` of the row dtypes whose updates round stochastically.
+ROUNDED_ROWS = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 OUTPUT_DTYPES = WEIGHT_DTYPES  # the update's cost model prices gradients of 4 and 2 bytes
 
 __all__ = ["EmbeddingOptimizer", "TableSpec", "TableBatchedEmbedding", "JaggedBatch"]
@@ -370,8 +372,8 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
     def _update_shape(self, block: int) -> dict:
         """What the update's selection and cost depend on at BLOCK_D ``block``, besides nnz."""
         return dict(block_d=block, row_bytes=block * self.weights.element_size(),
-                    state_tiles=STATE_PER_ELEMENT[self.optimizer.kind], stochastic=self.weight_dtype != torch.float32,
-                    grad_bytes=self.output_dtype.itemsize)
+                    state_tiles=STATE_PER_ELEMENT[self.optimizer.kind],
+                    rounding=ROUNDED_ROWS.get(self.weight_dtype, ""), grad_bytes=self.output_dtype.itemsize)
 
     def key_plan(self, nnz: int) -> KeyPlan:
         """How the backward of a batch of ``nnz`` ids keys and launches its update (``KeyPlan``): one launch

@@ -340,22 +340,22 @@ GROUP_MIN_UPDATE_S = 2e-3
 
 
 def select_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
-                  unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
+                  unique: float | None = None, rounding: str = "", grad_bytes: int = 4,
                   one_dim: bool = False, host_bound: bool = False, ceil: Ceilings | None = None) -> UpdateConfig:
     """The update config (variant, tile, warps, merge chunks) with the least predicted time
     (``polyrec.perfmodel.tbe.update_seconds``; ``host_bound``: the step waits on the host, so each merge
     level takes at least its host issue, ``MERGE_LEVEL_HOST_S``, ties broken by device time);
     ``state_tiles``: per-element fp32 state tiles (0, 1, 2);
-    ``stochastic``: rows below fp32 (updates rounded stochastically); ``grad_bytes``: the output
+    ``rounding``: "fp16" / "bf16" rows, updates rounded stochastically ("" fp32 rows); ``grad_bytes``: the output
     gradient's element size (the module's output dtype); ``one_dim``: every table has the same dim;
     ``ceil``: as ``select_forward``'s."""
     return _best_update(spec, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles, unique=unique,
-                        stochastic=stochastic, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound,
+                        rounding=rounding, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound,
                         ceil=ceil)[0]
 
 
 def groups_pay(spec: DeviceSpec, *, nnz: int, groups: int, total_rows: int, block_d: int, row_bytes: int,
-               state_tiles: int, stochastic: bool = False, grad_bytes: int = 4, host_bound: bool = False,
+               state_tiles: int, rounding: str = "", grad_bytes: int = 4, host_bound: bool = False,
                ceil: Ceilings | None = None) -> bool:
     """Whether a module of ``total_rows`` rows whose dims take ``groups`` BLOCK_D should update each dim
     group by a launch of its own (``TableBatchedEmbedding.key_plan``, ``planner.shard_cost.dim_groups``): where
@@ -366,24 +366,24 @@ def groups_pay(spec: DeviceSpec, *, nnz: int, groups: int, total_rows: int, bloc
     if host_bound or groups * total_rows >= INT32_KEY_LIMIT > total_rows:
         return False
     seconds = _best_update(spec, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles,
-                           stochastic=stochastic, grad_bytes=grad_bytes, ceil=ceil)[1]
+                           rounding=rounding, grad_bytes=grad_bytes, ceil=ceil)[1]
     return seconds >= GROUP_MIN_UPDATE_S
 
 
 def _best_update(spec: DeviceSpec, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
-                 unique: float | None = None, stochastic: bool = False, grad_bytes: int = 4,
+                 unique: float | None = None, rounding: str = "", grad_bytes: int = 4,
                  one_dim: bool = False, host_bound: bool = False,
                  ceil: Ceilings | None = None) -> tuple[UpdateConfig, float]:
     """``select_update``'s config and its predicted device seconds."""
     ceil = ceil or ceilings(spec)
-    args = (nnz, block_d, row_bytes, state_tiles, unique, stochastic, grad_bytes, one_dim, host_bound)
+    args = (nnz, block_d, row_bytes, state_tiles, unique, rounding, grad_bytes, one_dim, host_bound)
     return remembered("update", spec, ceil, args, functools.partial(
         _price_updates, spec, ceil, nnz=nnz, block_d=block_d, row_bytes=row_bytes, state_tiles=state_tiles,
-        unique=unique, stochastic=stochastic, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound))
+        unique=unique, rounding=rounding, grad_bytes=grad_bytes, one_dim=one_dim, host_bound=host_bound))
 
 
 def _price_updates(spec: DeviceSpec, ceil: Ceilings, *, nnz: int, block_d: int, row_bytes: int, state_tiles: int,
-                   unique: float | None, stochastic: bool, grad_bytes: int, one_dim: bool,
+                   unique: float | None, rounding: str, grad_bytes: int, one_dim: bool,
                    host_bound: bool) -> tuple[UpdateConfig, float]:
     """Every fitting update candidate priced: the fastest and its predicted device seconds."""
     unique = nnz * UNIQUE_FRACTION if unique is None else unique
@@ -391,7 +391,7 @@ def _price_updates(spec: DeviceSpec, ceil: Ceilings, *, nnz: int, block_d: int, 
     best, best_s = None, (math.inf, math.inf)
     for cand in fitting_update_candidates(block_d, spec, state_tiles, one_dim):
         shape = UpdateShape(variant=cand.variant, tile=cand.tile, num_warps=cand.num_warps, chunks=cand.chunks,
-                            merge_chunks=cand.merge_chunks, stochastic=stochastic, grad_bytes=grad_bytes,
+                            merge_chunks=cand.merge_chunks, rounding=rounding, grad_bytes=grad_bytes,
                             one_dim=one_dim, elems_per_thread=_elems_per_thread(cand, block_d, spec),
                             state_tiles=state_tiles, max_registers=cand.max_registers)
         priced = functools.partial(update_seconds, shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,

@@ -135,11 +135,11 @@ FIT_STATE_ARRAYS = 1
 #: ``tbe_optim.round_stochastic`` of ``random_u32``: the per-row hash shared by the row's elements, each element's
 #: multiply, the dither and truncation (fp16) or the carry (bf16), and the row's load converted to fp32) adds to a
 #: program: counted, not fitted, as the difference of the cuda:90 SASS (``benchmarks/sass_count.py --weights fp16``
-#: / ``--weights fp32``) of the kernels with STOCHASTIC on (fp16 rows, the longer of the two: bf16 rows add ~3 fewer
-#: per element) and off (fp32 rows), row-wise Adagrad, BLOCK_D 128, one warp, no weight decay or scale: the
-#: mixed-dims lane update (TILE 8, 8-tile chunks, 152-register cap) 1145 -> 1579 warp instructions per loop trip;
-#: the one-tile merge level 1368 -> 1824 in all (8 tiles per program: 1090 -> 1527 per trip; 1004 -> 1441 since the
-#: thirty-fifth session's carry) x 32 / 1024 elements.
+#: / ``--weights fp32``) of the kernels with STOCHASTIC on (by the rows' dtype) and off (fp32 rows), row-wise
+#: Adagrad, BLOCK_D 128, one warp, no weight decay or scale: the mixed-dims lane update (TILE 8, 8-tile chunks,
+#: 152-register cap) 1145 -> 1579 warp instructions per loop trip; the one-tile merge level 1368 -> 1824 in all (8
+#: tiles per program: 1090 -> 1527 per trip; 1004 -> 1441 since the thirty-fifth session's carry) x 32 / 1024
+#: elements.
 #: Every element of a tile executes them, masked or not. The scan variant runs the same ``store_update``: the lane
 #: count. (Before the thirty-third session's rounding: 24.5 / 24.5 / 23.75, a hash per element and the ulp gap drawn
 #: against.) Recounted for the lane when the open run's carry moved before the scan (thirty-fifth session,
@@ -147,8 +147,12 @@ FIT_STATE_ARRAYS = 1
 #: one-tile merge level does not run that code (unchanged). Recounted after the forty-eighth session's cheaper
 #: random bits and NaN guard (``tbe_optim.random_u32``, ``round_stochastic``; benchmarks/results/lane_alu_2026-12-04/):
 #: the lane update 1016 -> 1438 per trip, the one-tile merge level 3464 -> 3840 in all (3864 before the change: the
-#: 14.25 above was a count of an older merge kernel).
-ROUNDING_INSTRUCTIONS = {"lane": 13.19, "scan": 13.19, "merge": 11.75}
+#: 14.25 above was a count of an older merge kernel). Counted for bf16 rows apart since the seventieth session (fp16's
+#: count priced both until then; benchmarks/results/rounding_by_dtype_2026-12-07/): the lane update 1016 -> 1298
+#: per trip, the one-tile merge level 3464 -> 3736 in all (bf16's carry rounds with fewer instructions than fp16's
+#: dither and truncation).
+ROUNDING_INSTRUCTIONS = {"fp16": {"lane": 13.19, "scan": 13.19, "merge": 11.75},
+                         "bf16": {"lane": 8.81, "scan": 8.81, "merge": 8.50}}
 #: Registers per thread stochastic rounding adds to a merge-level program, by its tiles per program (same
 #: compiles, the larger of fp16 / bf16 rows: one tile 189 -> 192 / 221, eight 207 -> 229 / 233 since the
 #: carry moved before the scan, 191 -> 221 / 217 before): fewer merge programs stay resident. (66 and 39 with
@@ -197,10 +201,11 @@ ONE_DIM_LANE_INSTRUCTIONS = 19.53
 #: Instructions per tile element that stochastic rounding adds to the one-dim lane update with 8-tile
 #: chunks and the 128-register cap (fp16 / bf16 rows of one dim), counted as LANE_INSTRUCTIONS: fp16 rows
 #: 1039 warp instructions per loop trip against 625 without rounding (cuda:90, ``sass_count.py``, row-wise
-#: Adagrad, the compile job at BLOCK_D 128) x 32 / 1024; bf16 rows 881 (8.0 per element). Since the
-#: forty-eighth session's cheaper random bits and NaN guard (``tbe_optim.random_u32``): 1089 and 979 before
-#: (14.5; 13.03 before the thirty-fifth session's carry: 1183 against 766).
-ONE_DIM_ROUNDING_INSTRUCTIONS = 12.94
+#: Adagrad, the compile job at BLOCK_D 128) x 32 / 1024; bf16 rows 881 (8.0 per element; fp16's count priced both
+#: until the seventieth session). Since the forty-eighth session's cheaper random bits and NaN guard
+#: (``tbe_optim.random_u32``): 1089 and 979 before (14.5; 13.03 before the thirty-fifth session's carry: 1183
+#: against 766).
+ONE_DIM_ROUNDING_INSTRUCTIONS = {"fp16": 12.94, "bf16": 8.00}
 #: Fraction of ISSUE_LANES_PER_CLK the one-dim lane update with rounding reaches: its rounding is part of
 #: its instruction stream rather than added after the loads (``rounding_seconds``); Nsight Compute on the
 #: H200 saw the fp16 update before the thirty-third session ALU-bound (ALU pipe 69% busy, issue slots 70%;
@@ -246,7 +251,7 @@ class UpdateShape:
     elems_per_thread: float  # fp32 gradient-tile elements per thread
     chunks: int = 1  # tiles per program, taken in turn ("lane"): pieces for the merge only at program ends
     merge_chunks: int = 1  # tiles of LEVEL_TILE slots per merge-level program, taken in turn (``merge_seconds``)
-    stochastic: bool = False  # fp16 / bf16 rows: the update and the merge round stochastically (``rounding_seconds``)
+    rounding: str = ""  # "fp16" / "bf16" rows: the update and the merge round stochastically (``rounding_seconds``)
     grad_bytes: int = 4  # element size of the output gradient (4 fp32, 2 bf16 / fp16): UPDATE_COPY_FRACTION
     one_dim: bool = False  # "lane": every table has the same dim (the ONE_DIM_* constants)
     state_tiles: int = 0  # per-element fp32 optimizer-state tiles the program holds (Adagrad 1, Adam 2)
@@ -349,22 +354,30 @@ def issue_seconds(instructions: float, fraction: float, spec: DeviceSpec) -> flo
     return instructions / (spec.compute_units * ISSUE_LANES_PER_CLK[spec.vendor] * spec.boost_clock_hz * fraction)
 
 
-def rounding_seconds(elements: float, kernel: str, spec: DeviceSpec) -> float:
-    """Issue time of the stochastic rounding over ``elements`` tile elements of ``kernel`` ("lane", "scan"
-    or "merge"; ROUNDING_INSTRUCTIONS each), at ROUNDING_ISSUE_FRACTION of the device's issue rate."""
-    return issue_seconds(elements * ROUNDING_INSTRUCTIONS[kernel], ROUNDING_ISSUE_FRACTION, spec)
+def rounded(dtype: str) -> str:
+    """``UpdateShape.rounding`` of rows of ``dtype`` ("fp32", "fp16", "bf16"): the dtype where its updates round
+    stochastically, "" for fp32 rows."""
+    return dtype if dtype in ROUNDING_INSTRUCTIONS else ""
+
+
+def rounding_seconds(elements: float, kernel: str, rounding: str, spec: DeviceSpec) -> float:
+    """Issue time of the stochastic rounding of ``rounding`` rows ("fp16" / "bf16") over ``elements`` tile
+    elements of ``kernel`` ("lane", "scan" or "merge"; ROUNDING_INSTRUCTIONS each), at ROUNDING_ISSUE_FRACTION of
+    the device's issue rate."""
+    return issue_seconds(elements * ROUNDING_INSTRUCTIONS[rounding][kernel], ROUNDING_ISSUE_FRACTION, spec)
 
 
 def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float, spec: DeviceSpec,
-                  ceil: Ceilings, chunks: int = 1, rounded_block_d: int = 0, issue_s: float = 0.0) -> float:
+                  ceil: Ceilings, chunks: int = 1, rounding: str = "", rounded_block_d: int = 0,
+                  issue_s: float = 0.0) -> float:
     """Merge of runs crossing update-program ends (``tile``: sorted positions per update program;
     ``chunks``: tiles of LEVEL_TILE slots per merge-level program): the pieces the update parks
     (written, then read by the first level: a program end splits a run with the chance that the next
     sorted id repeats the key), the slot keys, and the dependent round trips of every tile of slots
     over the resident programs (as the lane update's), plus per level MERGE_LEVEL_DEVICE_S and, with chunks,
     the serial walk of its last program over the tiles after its first (MERGE_WALK_TRIPS each; one tile's
-    chain is in the fit of the trips). ``rounded_block_d``: BLOCK_D of rows stored
-    with stochastic rounding (0: fp32 rows): the tiles that hold a piece round every element
+    chain is in the fit of the trips). ``rounding``: "fp16" / "bf16" rows, stored with stochastic rounding
+    ("": fp32 rows) at BLOCK_D ``rounded_block_d``: the tiles that hold a piece round every element
     (``rounding_seconds``), and the rounding's registers leave fewer programs resident. ``issue_s``:
     host seconds to issue one level (``MERGE_LEVEL_HOST_S`` when selecting; 0, device time only, in
     the planner's estimate): the merge takes at least the levels' issue."""
@@ -378,12 +391,12 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     trips = MERGE_EMPTY_TRIPS + crossing * MERGE_CROSSING_TRIPS
     lat = LOADED_LATENCY_S[spec.vendor]
     nearest = min(MERGE_ROUNDING_REGISTERS, key=lambda c: abs(c - chunks))  # the compiled chunk count nearest
-    extra = MERGE_ROUNDING_REGISTERS[nearest] if rounded_block_d else 0
+    extra = MERGE_ROUNDING_REGISTERS[nearest] if rounding else 0
     chain_s = slot_tiles * trips * lat / update_resident(lane, spec, extra)
     levels = update_merge_levels(nnz, tile, chunks)
     walk_s = (chunks - 1) * MERGE_WALK_TRIPS * lat
     holding = slot_tiles * -math.expm1(LEVEL_TILE * math.log1p(-min(crossing, 1.0 - 1e-12)))  # tiles with a piece
-    round_s = rounding_seconds(holding * LEVEL_TILE * rounded_block_d, "merge", spec) if rounded_block_d else 0.0
+    round_s = rounding_seconds(holding * LEVEL_TILE * rounded_block_d, "merge", rounding, spec) if rounding else 0.0
     device = (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + round_s
               + levels * (MERGE_LEVEL_DEVICE_S[spec.vendor] + walk_s))
     return max(device, levels * issue_s)
@@ -421,9 +434,9 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     one_dim = one_dim_priced(shape, state_bytes_per_row, spec.warp_size)
     instructions = ONE_DIM_LANE_INSTRUCTIONS if one_dim else LANE_INSTRUCTIONS
     issue_fraction = lane_issue_fraction(shape, spec)
-    round_s = rounding_seconds(elements, shape.variant, spec) if shape.stochastic else 0.0
-    if one_dim and shape.stochastic:  # one instruction stream, issue-bound: the rounding is part of it
-        instructions += ONE_DIM_ROUNDING_INSTRUCTIONS
+    round_s = rounding_seconds(elements, shape.variant, shape.rounding, spec) if shape.rounding else 0.0
+    if one_dim and shape.rounding:  # one instruction stream, issue-bound: the rounding is part of it
+        instructions += ONE_DIM_ROUNDING_INSTRUCTIONS[shape.rounding]
         issue_fraction, round_s = ONE_DIM_ROUNDED_ISSUE_FRACTION, 0.0
     issue_s = issue_seconds(elements * instructions, issue_fraction, spec) if shape.variant == "lane" else 0.0
     fraction = (ONE_DIM_UPDATE_COPY_FRACTION if one_dim else UPDATE_COPY_FRACTION)[shape.grad_bytes]
@@ -440,4 +453,4 @@ def update_merge_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *
     block_d = shape.block_d(spec.warp_size)
     return merge_seconds(nnz=nnz, unique=unique, tile=shape.tile * shape.chunks, grad_row_bytes=grad_row_bytes,
                          spec=spec, ceil=ceil, chunks=shape.merge_chunks,
-                         rounded_block_d=round(block_d) if shape.stochastic else 0, issue_s=level_issue_s)
+                         rounding=shape.rounding, rounded_block_d=round(block_d), issue_s=level_issue_s)

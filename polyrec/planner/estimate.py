@@ -242,7 +242,7 @@ class Estimator:
         ucfg = tbe_select.select_update(self.specs[device], nnz=max(int(lookups), 1), block_d=block_d,
                                         row_bytes=block_d * WEIGHT_BYTES[weight_dtype],
                                         state_tiles=mem.STATE_PER_ELEMENT[optimizer],
-                                        stochastic=WEIGHT_BYTES[weight_dtype] < 4,
+                                        rounding=tbe.rounded(weight_dtype),
                                         grad_bytes=mem.DENSE_DTYPE_BYTES[self.dense_dtype], ceil=self.ceilings[device])
         return mem.tbe_workspace_bytes(lookups=lookups, block_d=block_d, tile=ucfg.tile,
                                        wide_keys=self.model.total_rows >= 2**31 - 1)

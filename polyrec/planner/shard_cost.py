@@ -83,7 +83,7 @@ def _update_kwargs(loads: tuple[ShardLoad, ...], grad_bytes: int, block_d: int) 
     ``TableBatchedEmbedding._update_shape``)."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     return dict(block_d=block_d, row_bytes=block_d * wb, state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer],
-                stochastic=wb < 4, grad_bytes=grad_bytes)
+                rounding=tbe.rounded(loads[0].weight_dtype), grad_bytes=grad_bytes)
 
 
 def module_nnz(loads: tuple[ShardLoad, ...]) -> int:
@@ -165,7 +165,8 @@ def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec:
     one_dim = len({s.dim for s in module}) == 1  # as TableBatchedEmbedding.one_dim
     ucfg = update_config(loads, spec, ceil, grad_bytes, module=module)
     bwd = tbe.UpdateShape(variant=ucfg.variant, tile=ucfg.tile, num_warps=ucfg.num_warps, chunks=ucfg.chunks,
-                          merge_chunks=ucfg.merge_chunks, stochastic=wb < 4, grad_bytes=grad_bytes, one_dim=one_dim,
+                          merge_chunks=ucfg.merge_chunks, rounding=tbe.rounded(loads[0].weight_dtype),
+                          grad_bytes=grad_bytes, one_dim=one_dim,
                           elems_per_thread=ucfg.tile * block_d / (ucfg.num_warps * spec.warp_size),
                           state_tiles=mem.STATE_PER_ELEMENT[loads[0].optimizer], max_registers=ucfg.max_registers)
     state_row = 4 * (mem.STATE_PER_ROW[loads[0].optimizer] + mem.STATE_PER_ELEMENT[loads[0].optimizer] * block_d)
