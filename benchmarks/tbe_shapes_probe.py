@@ -3,10 +3,11 @@
 step (cProfile). A diagnostic; writes ``tbe_shapes_probe_<gpu>_<date>.json``.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/tbe_shapes_probe.py --seed 1 --case 12 [--case 1 ...] \
-        [--force lane:8:8:8:152 ...] [--host-case 0] [--grad-dtype bf16]
+        [--force lane:8:8:8:152 ...] [--host-case 0] [--grad-dtype bf16] [--batch 64]
 
 ``--force variant:tile:chunks:merge_chunks[:max_registers]`` adds an update config to time beside the
-selected one (warps as the selector's lane warps).
+selected one (warps as the selector's: the lane's along BLOCK_D, the scan candidate's of that tile).
+``--batch`` replaces the cases' batch (a small one: the update of a few ids).
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ def build(case: dict, update_config: tbe_select.UpdateConfig | None) -> TableBat
 
 def parse_force(text: str, block_d: int) -> tbe_select.UpdateConfig:
     variant, tile, chunks, merge, *cap = text.split(":")
+    if variant == "lane":
+        warps = tbe_select.lane_warps(block_d, 32)
+    else:
+        warps = {c.tile: c.num_warps for c in tbe_select.scan_candidates(block_d, 32)}.get(int(tile))
+        if warps is None:
+            raise SystemExit(f"--force {text}: no scan candidate has tile {tile} at BLOCK_D {block_d}")
     return tbe_select.UpdateConfig(variant=variant, tile=int(tile), chunks=int(chunks), merge_chunks=int(merge),
-                                   num_warps=tbe_select.lane_warps(block_d, 32),
-                                   max_registers=int(cap[0]) if cap else None)
+                                   num_warps=warps, max_registers=int(cap[0]) if cap else None)
 
 
 def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch.Generator,
@@ -73,10 +79,11 @@ def main() -> None:
     parser.add_argument("--force", action="append", default=[], help="variant:tile:chunks:merge_chunks[:max_registers]")
     parser.add_argument("--host-case", type=int, default=None, help="cProfile this case's steps")
     parser.add_argument("--cases", type=int, default=16, help="cases drawn (as tbe_shapes --cases)")
+    parser.add_argument("--batch", type=int, default=None, help="replace the cases' batch")
     parser.add_argument("--grad-dtype", choices=sorted(DTYPES), default="fp32",
                         help="the output gradient's dtype (bf16: as the trainer's bf16 dense half hands it)")
     args = parser.parse_args()
-    cases = seed_cases(args.seed, args.cases)
+    cases = [c | {"batch": args.batch or c["batch"]} for c in seed_cases(args.seed, args.cases)]
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     rows, host = [], None
     for index in args.case:
@@ -97,7 +104,8 @@ def main() -> None:
     if args.host_case is not None:
         host = host_profile(cases[args.host_case], gen)
         print(host[:6000])
-    write_results("tbe_shapes_probe", {"seed": args.seed, "grad_dtype": args.grad_dtype, "rows": rows, "host_profile": host},
+    write_results("tbe_shapes_probe", {"seed": args.seed, "grad_dtype": args.grad_dtype, "batch": args.batch,
+                                       "rows": rows, "host_profile": host},
                   rows=[{k: v for k, v in r.items() if k != "kernels"} for r in rows])
 
 
