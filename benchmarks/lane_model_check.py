@@ -1,5 +1,5 @@
 """The lane update's price against the lane update + permute kernels that ``tbe_device_times`` runs recorded,
-offline (CPU), by kind of rows and optimizer.
+offline (CPU), by kind of rows, optimizer and ids.
 
 ``tbe_groups_model_check`` compares each module's phases, the update's with its merge; ``merge_model_fit`` the merge
 alone. This takes the rest: each case whose update ran as one launch (a module of one dim group) under the config
@@ -7,7 +7,7 @@ the planner prices (variant, tile, chunks, warps; the merge's chunks do not ente
 ``tbe_step.estimate`` prices it (``update_seconds`` less its merge, plus row-wise Adagrad's per-row work,
 ``row_state_seconds``), against the ``lane_update`` + ``permute`` kernels of its step. The log errors are grouped by
 the rows' dtype and the constants that price them (fp32 / fp16 / bf16; the one-dim update's, ``tbe.one_dim_priced``,
-or the mixed-dims update's) and by optimizer. Nothing is measured here.
+or the mixed-dims update's), by optimizer, and by those constants and the ids' skew. Nothing is measured here.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/lane_model_check.py [RESULTS.json ...] [--tag T]
 """
@@ -57,6 +57,7 @@ def run_lanes(path: Path) -> list[dict]:
         one_dim = tbe.one_dim_priced(shape, kwargs["state_bytes_per_row"], get_device(device).warp_size)
         out.append({"device": device, "case": f"seed {row['seed']} case {row['case']}", "rows": case["dtype"],
                     "priced_as": "one-dim" if one_dim else "mixed-dims", "optimizer": case["optimizer"],
+                    "ids": "skewed" if case["skew"] else "uniform",
                     "batch": case["batch"], "priced_ms": lane_price_s(shape, device, kwargs, case["optimizer"]) * 1e3,
                     "measured_ms": kernels_ms(row["kernels"], LANE_KERNELS)})
     return out
@@ -79,10 +80,11 @@ def main() -> None:
     rows = [r for path in paths for r in run_lanes(path)]
     summary = {"files": [str(p) for p in paths], "all": groups(rows, lambda r: "all")["all"],
                "by_rows": groups(rows, lambda r: f"{r['rows']} {r['priced_as']}"),
-               "by_optimizer": groups(rows, lambda r: r["optimizer"])}
+               "by_optimizer": groups(rows, lambda r: r["optimizer"]),
+               "by_ids": groups(rows, lambda r: f"{r['priced_as']} {r['ids']}")}
     print(f"{len(rows)} one-launch lane updates: mean log error {summary['all']['mean_log']:+.3f}, "
           f"rms {summary['all']['rms_log']:.3f}")
-    for name in ("by_rows", "by_optimizer"):
+    for name in ("by_rows", "by_optimizer", "by_ids"):
         for k, g in summary[name].items():
             print(f"  {k:>18}: {g['cases']:3d} cases, mean {g['mean_log']:+.3f}, rms {g['rms_log']:.3f}")
     write_results("lane_model_check" + (f"_{args.tag}" if args.tag else ""), {"rows": rows}, rows=rows,

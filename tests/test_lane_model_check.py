@@ -57,3 +57,4 @@ def test_every_one_launch_update_of_a_committed_run_is_checked(check):
     assert 8 <= len(rows) <= 16
     assert all(r["priced_ms"] > 0 and r["measured_ms"] > 0 and r["device"] == "H100" for r in rows)
     assert {r["priced_as"] for r in rows} <= {"one-dim", "mixed-dims"}
+    assert {r["ids"] for r in rows} <= {"skewed", "uniform"}
