@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from merge_model_fit import one_launch_updates
+from merge_model_fit import merge_inputs, one_launch_updates
 from sort_model_fit import RESULTS, device_ceilings, mean_log, rms_log
 from tbe_groups_model_check import kernels_ms
 
@@ -38,10 +38,9 @@ def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: s
     """``estimate``'s price of the update without its merge: ``update_seconds`` less ``update_merge_seconds``, plus
     the per-row work of an optimizer with per-row state."""
     spec, ceil = get_device(device), device_ceilings(device)
-    merge_kw = {k: kwargs[k] for k in ("nnz", "unique", "grad_row_bytes")}
     row_s = tbe_step.row_state_seconds(kwargs["nnz"], spec) if mem.STATE_PER_ROW[optimizer] > 0 else 0.0
-    return (tbe.update_seconds(shape, spec, ceil, **kwargs) - tbe.update_merge_seconds(shape, spec, ceil, **merge_kw)
-            + row_s)
+    merge_s = tbe.update_merge_seconds(shape, spec, ceil, **merge_inputs(kwargs))
+    return tbe.update_seconds(shape, spec, ceil, **kwargs) - merge_s + row_s
 
 
 def one_lane_launch(kernels: list[dict]) -> bool:

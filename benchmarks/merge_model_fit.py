@@ -90,10 +90,14 @@ def planned_updates(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tb
     return [(c.args[0], dict(c.kwargs)) for c in seen.call_args_list]
 
 
+def merge_inputs(update_kwargs: dict) -> dict:
+    """The keywords of ``update_seconds`` that ``update_merge_seconds`` takes too."""
+    return {k: update_kwargs[k] for k in ("nnz", "unique", "grad_row_bytes")}
+
+
 def planned_merges(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tbe.UpdateShape, dict]]:
     """The update shape and merge inputs of each update launch the planner prices for a module of ``loads``."""
-    return [(shape, {k: kw[k] for k in ("nnz", "unique", "grad_row_bytes")})
-            for shape, kw in planned_updates(loads, device, grad_bytes)]
+    return [(shape, merge_inputs(kw)) for shape, kw in planned_updates(loads, device, grad_bytes)]
 
 
 def ran_merge_chunks(shape: tbe.UpdateShape, nnz: float, label: str, launches: float) -> int | None:
@@ -143,9 +147,9 @@ def run_merges(path: Path) -> list[Merge]:
         chunks = ran_merge_chunks(shape, row["nnz"], row["update"], launches)
         if chunks is None:
             continue
-        inputs = {k: kwargs[k] for k in ("nnz", "unique", "grad_row_bytes")}
         out.append(Merge(device=device, label=f"seed {row['seed']} case {row['case']}",
-                         shape=dataclasses.replace(shape, merge_chunks=chunks), inputs=inputs, levels=round(launches),
+                         shape=dataclasses.replace(shape, merge_chunks=chunks), inputs=merge_inputs(kwargs),
+                         levels=round(launches),
                          measured_s=kernel["ms_per_step"] * 1e-3))
     return out
 
