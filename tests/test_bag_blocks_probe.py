@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from benchmark_util import load_benchmark
+from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 
 probe = load_benchmark("bag_blocks_probe")
@@ -32,12 +33,14 @@ def test_block_order_takes_one_block_runs_by_block_then_the_spanning_runs():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="runs Triton kernels through TRITON_INTERPRET=1")
 @pytest.mark.parametrize("blocks", [2, 4])
 def test_update_over_bag_blocks_leaves_the_tables_of_the_sorted_order(blocks):
+    """The lane update (the probe's subject), forced: the selector takes the scan update for so few ids."""
     rows, hots, batch_size, dim = [50, 7, 300, 3], [3, 2, 5, 1], 16, 8
+    lane = tbe_select.UpdateConfig(tile=32, num_warps=1, variant="lane", chunks=8)  # one program: 256 >= 176 ids
 
     def tables_after(reorder: bool):
         tables = [TableSpec(name=f"t{i}", rows=r, dim=dim) for i, r in enumerate(rows)]
         module = TableBatchedEmbedding(tables, optimizer=EmbeddingOptimizer(kind="rowwise_adagrad", lr=0.1),
-                                       deterministic=True)
+                                       deterministic=True, update_config=lane)
         gen = torch.Generator().manual_seed(1)
         batch = tbe_bench.make_batch(rows, hots, batch_size, False, gen)
         grad = torch.randn(batch_size, dim * len(tables), generator=gen)

@@ -413,7 +413,8 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
                    level_issue_s: float = 0.0) -> float:
     """Predicted update (+ permute) + merge time (``level_issue_s``: ``merge_seconds``'s ``issue_s``): the
     longest of the bytes at the fitted fraction of the copy rate, the programs' dependent round trips over
-    the resident programs (Little's law) and, for the lane update, the issue of its instructions
+    the resident programs (Little's law; at least one program's walk over its chunks after its first tile,
+    where the tiles are too few to fill the device) and, for the lane update, the issue of its instructions
     (LANE_INSTRUCTIONS per tile element; ONE_DIM_* for tables of one dim), plus the round trips of the state
     arrays the fitted kernel did not read (or minus those it did and this one does not: STATE_ARRAY_TRIPS),
     never below the bytes that must cross DRAM at the copy rate (``update_dram_floor``), plus the rounding
@@ -425,7 +426,8 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     tiles = math.ceil(nnz / shape.tile)  # each waits on its round trips, in one program or in turn
     lat = LOADED_LATENCY_S[spec.vendor]
     resident = update_resident(shape, spec)
-    chain_s = tiles * UPDATE_TRIPS[shape.variant] * lat / resident
+    # the tiles' round trips over the resident programs, or one program's walk over its chunks (few tiles)
+    chain_s = max(tiles / resident, min(shape.chunks, tiles) - 1) * UPDATE_TRIPS[shape.variant] * lat
     block_d = shape.block_d(spec.warp_size)
     arrays = state_arrays(state_bytes_per_row, block_d)
     state_s = (arrays - FIT_STATE_ARRAYS) * STATE_ARRAY_TRIPS[spec.vendor] * tiles * lat / resident
