@@ -131,12 +131,16 @@ def naive_step_ms(case: dict, batches: list[JaggedBatch], grad: torch.Tensor) ->
     return ms
 
 
+def config_label(config) -> str:
+    """One update config as "lane t8 c8 m1 w1": variant, tile, chunks, merge chunks, warps."""
+    return f"{config.variant} t{config.tile} c{config.chunks} m{config.merge_chunks} w{config.num_warps}"
+
+
 def update_text(module: TableBatchedEmbedding, nnz: int) -> str:
     """The update config of each update launch ("lane t8 c8 m1 w1": tile, chunks, merge chunks, warps; "D32 ... /
     D128 ..." per dim group)."""
     plan = module.key_plan(nnz)
-    texts = [f"{c.variant} t{c.tile} c{c.chunks} m{c.merge_chunks} w{c.num_warps}"
-             for c in module.plan_configs(plan, nnz)]
+    texts = [config_label(c) for c in module.plan_configs(plan, nnz)]
     if len(texts) == 1:
         return texts[0]
     return " / ".join(f"D{b} {t}" for b, t in zip(plan.blocks, texts))

@@ -17,7 +17,7 @@ import argparse
 import torch
 import triton
 from profiling import host_profile as profile_calls, kernel_table
-from tbe_shapes import DTYPES, make_batch, seed_cases, update_text
+from tbe_shapes import DTYPES, config_label, make_batch, seed_cases, update_text
 
 from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
@@ -57,7 +57,7 @@ def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch
 
     ms = triton.testing.do_bench(step, warmup=10, rep=300, return_mode="median")
     kernels = kernel_table(step, reps=3)
-    chosen = str(config) if config is not None else update_text(module, batches[0].nnz)
+    chosen = config_label(config) if config is not None else update_text(module, batches[0].nnz)
     del module
     return {"config": chosen, "step_ms": ms, "device_ms": sum(k["ms_per_step"] for k in kernels), "kernels": kernels}
 
