@@ -119,19 +119,22 @@ def test_gemm_launches_follow_the_backend():
 
 
 def test_tbe_launches_count_the_selected_merge_levels():
-    """The backward issues a permute and the update launches per module, then the merge levels of the config its
-    selector picks by device time: MLPerf DLRM-DCNv2 on one H200 at batch 65536 (one fp32 module, 14.02M
-    ids, bf16 output gradient, 8-tile lane programs): one tile per merge program, 9 levels (the count
-    this replaced took one-tile lane programs: 11)."""
+    """The backward issues a permute (for a lane update) and the update launches per module, then the merge levels
+    of the config its selector picks by device time: MLPerf DLRM-DCNv2 on one H200 at batch 65536 (one fp32
+    module, 14.02M ids, bf16 output gradient, 8-tile lane programs): one tile per merge program, 9 levels (the
+    count this replaced took one-tile lane programs: 11)."""
     from polyrec.planner import parse_fleet
     from polyrec.planner.estimate import Estimator
     from polyrec.planner.shard_cost import module_key, shard_loads
     from polyrec.planner.types import TablePlan
 
-    # two modules: forward lookup + ends check each; backward a permute each, 1 and 3 update launches
-    # (one module of three dim groups), 4 + 9 merge levels
-    assert host.tbe_launches([4, 9], [1, 3]) == (Launches(triton=2 * 2, torch_ops=2 * host.TBE_FWD_TORCH_OPS),
-                                                 Launches(triton=2 + 4 + 13, torch_ops=2 * host.TBE_BWD_TORCH_OPS))
+    # two modules: forward lookup + ends check each; backward a permute each (each has a lane update), 1 and 3
+    # update launches (one module of three dim groups), 4 + 9 merge levels
+    assert host.tbe_launches([4, 9], [["lane"], ["scan", "lane", "lane"]]) == (
+        Launches(triton=2 * 2, torch_ops=2 * host.TBE_FWD_TORCH_OPS),
+        Launches(triton=2 + 4 + 13, torch_ops=2 * host.TBE_BWD_TORCH_OPS))
+    # a module whose every update launch is the scan update's has no permute
+    assert host.tbe_launches([2], [["scan"]])[1] == Launches(triton=1 + 2, torch_ops=host.TBE_BWD_TORCH_OPS)
     assert host.tbe_launches([], []) == (Launches(), Launches())
     spec = model_spec_from_config(preset("mlperf-dcnv2"))
     est = Estimator(spec, parse_fleet("H200"))

@@ -362,7 +362,7 @@ class Estimator:
         device = self.rank_devices[rank]
         keys = [module_key(group) for group in modules(loads).values()]
         emb_f, emb_b = tbe_launches([self.tbe_merge_levels(device, k, host_bound) for k in keys],
-                                    [len(self.tbe_update_configs(device, k, host_bound)) for k in keys])
+                                    [[c.variant for c in self.tbe_update_configs(device, k, host_bound)] for k in keys])
         costs: HostCosts = self.host[self.rank_devices[rank]]
         return (emb_f + emb_b + split_launches(len(keys)) + dense.launches
                 + dense.optimizer_launches).step_seconds(costs)

@@ -51,10 +51,11 @@ GRAPHED_DENSE_HOST_S = 0.88e-3
 TBE_FWD_TORCH_OPS = 10
 TBE_BWD_TORCH_OPS = 7
 #: Triton launches per TBE module per step: forward 2 (the lookup, which writes the sort keys too, and
-#: the one-program check of the offsets' ends); backward the permute, then the update launches (one,
-#: or one per dim group) and the merge levels of the selected update configs (``tbe_launches``).
+#: the one-program check of the offsets' ends); backward the permute where a selected update config is the
+#: lane update's (TBE_PERMUTE_LAUNCHES), then the update launches (one, or one per dim group) and the merge
+#: levels of the selected update configs (``tbe_launches``).
 TBE_FWD_LAUNCHES = 2
-TBE_BWD_LAUNCHES = 1
+TBE_PERMUTE_LAUNCHES = 1
 #: Torch ops of a lookup split between TBE modules (tables of several row dtypes, polyrec.models.mixed_embeddings):
 #: once, the whole batch's validation and its host bounds compared with its offsets on the device (the bounds'
 #: page-locked copy, the comparison, ``any``, the flag's ``logical_or_``); per module, its ids joined, its offsets'
@@ -158,14 +159,15 @@ def gemm_launches(backend: str, split_k: int, epilogue: str) -> Launches:
     return Launches(triton=2 if split_k > 1 else 1, torch_ops=GEMM_CALL_TORCH_OPS + (1 if split_k > 1 else 0))
 
 
-def tbe_launches(merge_levels: Sequence[int], update_launches: Sequence[int]) -> tuple[Launches, Launches]:
+def tbe_launches(merge_levels: Sequence[int], update_variants: Sequence[Sequence[str]]) -> tuple[Launches, Launches]:
     """(forward, backward) launches of table-batched embedding modules, one per entry of
-    ``merge_levels`` (the merge levels its selected update configs launch) and of ``update_launches``
-    (its update launches: 1, or one per dim group)."""
+    ``merge_levels`` (the merge levels its selected update configs launch) and of ``update_variants``
+    (the variant of each of its update launches: one, or one per dim group; a "lane" one needs the permute)."""
     modules = len(merge_levels)
+    permutes = sum(TBE_PERMUTE_LAUNCHES for variants in update_variants if "lane" in variants)
+    updates = sum(len(variants) for variants in update_variants)
     return (Launches(triton=TBE_FWD_LAUNCHES * modules, torch_ops=TBE_FWD_TORCH_OPS * modules),
-            Launches(triton=TBE_BWD_LAUNCHES * modules + sum(update_launches) + sum(merge_levels),
-                     torch_ops=TBE_BWD_TORCH_OPS * modules))
+            Launches(triton=permutes + updates + sum(merge_levels), torch_ops=TBE_BWD_TORCH_OPS * modules))
 
 
 def split_launches(modules: int) -> Launches:
