@@ -3,11 +3,13 @@
 step (cProfile). A diagnostic; writes ``tbe_shapes_probe_<gpu>_<date>.json``.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/tbe_shapes_probe.py --seed 1 --case 12 [--case 1 ...] \
-        [--force lane:8:8:8:152 ...] [--host-case 0] [--grad-dtype bf16] [--batch 64]
+        [--force lane:8:8:8:152 ...] [--host-case 0] [--grad-dtype bf16] [--batch 64] [--rounds 3]
 
 ``--force variant:tile:chunks:merge_chunks[:max_registers]`` adds an update config to time beside the
 selected one (warps as the selector's: the lane's along BLOCK_D, the scan candidate's of that tile).
-``--batch`` replaces the cases' batch (a small one: the update of a few ids).
+``--batch`` replaces the cases' batch (a small one: the update of a few ids). ``--rounds N`` times every config
+N times, the order reversed every other round (``round_order``), so that a step time that depends on which config ran
+first shows as such.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ def host_profile(case: dict, gen: torch.Generator, steps: int = 50) -> str:
     return profile_calls(lambda: module(batch).backward(grad), steps)
 
 
+def round_order(configs: list, rounds: int) -> list[tuple[int, object]]:
+    """(round, config) in the order they are timed: ``configs`` as given in even rounds, reversed in odd ones."""
+    return [(r, c) for r in range(rounds) for c in (configs if r % 2 == 0 else configs[::-1])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -80,9 +87,12 @@ def main() -> None:
     parser.add_argument("--host-case", type=int, default=None, help="cProfile this case's steps")
     parser.add_argument("--cases", type=int, default=16, help="cases drawn (as tbe_shapes --cases)")
     parser.add_argument("--batch", type=int, default=None, help="replace the cases' batch")
+    parser.add_argument("--rounds", type=int, default=1, help="times each config is timed, in alternating order")
     parser.add_argument("--grad-dtype", choices=sorted(DTYPES), default="fp32",
                         help="the output gradient's dtype (bf16: as the trainer's bf16 dense half hands it)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     cases = [c | {"batch": args.batch or c["batch"]} for c in seed_cases(args.seed, args.cases)]
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     rows, host = [], None
@@ -92,11 +102,12 @@ def main() -> None:
         probe = build(case, None)
         grad_shape, block_d = (case["batch"], probe.output_dim), probe.block_d
         del probe
-        for config in [None] + [parse_force(f, block_d) for f in args.force]:
-            row = {"case": index, "forced": config is not None,
+        for turn, config in round_order([None] + [parse_force(f, block_d) for f in args.force], args.rounds):
+            row = {"case": index, "round": turn, "forced": config is not None,
                    **time_config(case, batches, grad_shape, config, gen, DTYPES[args.grad_dtype])}
             rows.append(row)
-            print(f"case {index} {row['config']}: step {row['step_ms']:.3f} ms, device {row['device_ms']:.3f} ms", flush=True)
+            print(f"case {index} round {turn} {row['config']}: step {row['step_ms']:.3f} ms, "
+                  f"device {row['device_ms']:.3f} ms", flush=True)
             for k in row["kernels"][:6]:
                 print(f"    {k['ms_per_step']:8.3f} ms  x{k['calls_per_step']:<4g} {k['kernel'][:80]}")
         del batches

@@ -5,8 +5,9 @@ which ran faster.
 recording every kernel of the step. This prices each of those configs as the planner prices the case's update
 (``update_seconds`` less its merge, plus the per-row work of an optimizer with per-row state, as
 ``lane_model_check``; the merge by ``update_merge_seconds``) and sets the price beside the update kernels (the lane
-update and its permute pass, or the scan update) and the merge levels the step ran. Cases whose module updates with
-one launch only (one dim group). Nothing is measured here.
+update and its permute pass, or the scan update) and the merge levels the step ran; a config timed in several rounds
+(``tbe_shapes_probe --rounds``) counts by its medians, and each config's median step is printed beside (small steps
+wait on the host). Cases whose module updates with one launch only (one dim group). Nothing is measured here.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/update_probe_check.py RESULTS.json [RESULTS.json ...] [--tag T]
 """
@@ -17,13 +18,14 @@ import argparse
 import dataclasses
 import json
 import re
+import statistics
 from pathlib import Path
 
 from lane_model_check import lane_price_s
 from merge_model_fit import MERGE_KERNEL, merge_inputs, planned_updates
 from sort_model_fit import device_ceilings, device_of
 from tbe_groups_model_check import kernels_ms, shard_loads
-from tbe_shapes import seed_cases
+from tbe_shapes import config_label, seed_cases
 
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
@@ -75,25 +77,38 @@ def probe_rows(path: Path) -> list[dict]:
         shape = config_shape(planned, config, device)
         merge_s = tbe.update_merge_seconds(shape, spec, ceil, **merge_inputs(kwargs))
         out.append({"seed": results["seed"], "case": row["case"], "batch": case["batch"], "nnz": kwargs["nnz"],
-                    "forced": row["forced"], "config": row["config"],
+                    "round": row.get("round", 0), "forced": row["forced"], "config": row["config"],
+                    "step_ms": row["step_ms"],
                     "update_priced_ms": lane_price_s(shape, device, kwargs, case["optimizer"]) * 1e3,
                     "update_ms": kernels_ms(row["kernels"], UPDATE_KERNELS[config.variant]),
                     "merge_priced_ms": merge_s * 1e3, "merge_ms": kernels_ms(row["kernels"], (MERGE_KERNEL,))})
     return out
 
 
-def verdicts(rows: list[dict]) -> list[dict]:
-    """Per case: the config priced fastest and the one measured fastest (update + merge)."""
-    by: dict[tuple, list[dict]] = {}
+def by_config(rows: list[dict]) -> dict[tuple, dict[tbe_select.UpdateConfig, dict]]:
+    """Per case, per config (its rounds together): the price and the medians of the measured update + merge and
+    step (ms)."""
+    out: dict[tuple, dict[tbe_select.UpdateConfig, dict]] = {}
     for r in rows:
-        by.setdefault((r["seed"], r["case"], r["batch"]), []).append(r)
+        config = parse_config(r["config"])
+        runs = out.setdefault((r["seed"], r["case"], r["batch"]), {}).setdefault(config, {
+            "label": config_label(config), "priced_ms": r["update_priced_ms"] + r["merge_priced_ms"],
+            "device": [], "step": []})
+        runs["device"].append(r["update_ms"] + r["merge_ms"])
+        runs["step"].append(r["step_ms"])
+    return out
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Per case: the config priced fastest and the one measured fastest (update + merge, median over its rounds),
+    and each config's median step (it waits on the host in small cases)."""
     out = []
-    for (seed, case, batch), rs in by.items():
-        priced = min(rs, key=lambda r: r["update_priced_ms"] + r["merge_priced_ms"])
-        measured = min(rs, key=lambda r: r["update_ms"] + r["merge_ms"])
-        out.append({"seed": seed, "case": case, "batch": batch, "priced_fastest": priced["config"],
-                    "measured_fastest": measured["config"],
-                    "agree": parse_config(priced["config"]) == parse_config(measured["config"])})
+    for (seed, case, batch), configs in by_config(rows).items():
+        priced = min(configs, key=lambda c: configs[c]["priced_ms"])
+        measured = min(configs, key=lambda c: statistics.median(configs[c]["device"]))
+        out.append({"seed": seed, "case": case, "batch": batch, "priced_fastest": configs[priced]["label"],
+                    "measured_fastest": configs[measured]["label"], "agree": priced == measured,
+                    "step_ms": {v["label"]: statistics.median(v["step"]) for v in configs.values()}})
     return out
 
 
@@ -108,6 +123,9 @@ def main() -> None:
               f"{r['update_priced_ms'] * 1e3:6.1f} / {r['update_ms'] * 1e3:6.1f} us, merge "
               f"{r['merge_priced_ms'] * 1e3:6.1f} / {r['merge_ms'] * 1e3:6.1f} us (priced / measured)")
     cases = verdicts(rows)
+    for c in cases:
+        steps = ", ".join(f"{label} {ms:.3f}" for label, ms in c["step_ms"].items())
+        print(f"seed {c['seed']} case {c['case']:2d}: median step ms {steps}")
     print(f"{sum(c['agree'] for c in cases)} of {len(cases)} cases: the config priced fastest ran fastest")
     write_results("update_probe_check" + (f"_{args.tag}" if args.tag else ""), {"rows": rows, "cases": cases},
                   rows=rows, summary={"files": [str(p) for p in args.results], "cases": len(cases),

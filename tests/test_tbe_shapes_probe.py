@@ -28,3 +28,10 @@ def test_a_forced_scan_config_takes_its_candidates_warps(probe):
 def test_a_scan_tile_no_candidate_has_is_refused(probe):
     with pytest.raises(SystemExit, match="no scan candidate has tile 8 at BLOCK_D 64"):
         probe.parse_force("scan:8:1:1", 64)
+
+
+def test_rounds_alternate_the_order_of_the_configs(probe):
+    assert probe.round_order(["own", "lane", "scan"], 3) == [(0, "own"), (0, "lane"), (0, "scan"),
+                                                              (1, "scan"), (1, "lane"), (1, "own"),
+                                                              (2, "own"), (2, "lane"), (2, "scan")]
+    assert probe.round_order(["own"], 1) == [(0, "own")]

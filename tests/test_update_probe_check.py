@@ -39,13 +39,27 @@ def test_the_shape_takes_the_config_at_the_planned_row_width(check):
     assert (shape.rounding, shape.one_dim) == ("bf16", True)
 
 
-def test_the_verdict_compares_update_plus_merge(check):
-    def row(config, priced, measured):
-        return {"seed": 1, "case": 2, "batch": 64, "config": config, "update_priced_ms": priced, "merge_priced_ms": 0.0,
-                "update_ms": measured, "merge_ms": 0.001}
+def _row(config, priced, measured, step=0.5):
+    return {"seed": 1, "case": 2, "batch": 64, "config": config, "update_priced_ms": priced, "merge_priced_ms": 0.0,
+            "update_ms": measured, "merge_ms": 0.001, "step_ms": step}
 
-    lane, scan = "lane t32 c8 m1 w1", "scan t64 c1 m1 w4"
-    (agree,) = check.verdicts([row(lane, 0.02, 0.03), row(scan, 0.01, 0.02)])
-    assert agree["agree"] and agree["priced_fastest"] == agree["measured_fastest"] == scan
-    (differ,) = check.verdicts([row(lane, 0.01, 0.03), row(scan, 0.02, 0.02)])
-    assert not differ["agree"] and differ["priced_fastest"] == lane
+
+LANE, SCAN = "lane t32 c8 m1 w1", "scan t64 c1 m1 w4"
+
+
+def test_the_verdict_compares_update_plus_merge(check):
+    (agree,) = check.verdicts([_row(LANE, 0.02, 0.03), _row(SCAN, 0.01, 0.02)])
+    assert agree["agree"] and agree["priced_fastest"] == agree["measured_fastest"] == SCAN
+    (differ,) = check.verdicts([_row(LANE, 0.01, 0.03), _row(SCAN, 0.02, 0.02)])
+    assert not differ["agree"] and differ["priced_fastest"] == LANE
+
+
+def test_rounds_of_one_config_count_by_their_medians_whatever_its_label(check):
+    """The module's own config (its label) and the same config forced (its repr, in older runs) are one config; three
+    rounds of each: the scan's median device time (0.02) beats the lane's (0.03) though one lane round ran faster."""
+    scan_repr = repr(check.parse_config(SCAN))
+    rows = [_row(LANE, 0.01, 0.03, 0.6), _row(LANE, 0.01, 0.005, 0.7), _row(LANE, 0.01, 0.04, 0.8),
+            _row(SCAN, 0.02, 0.02, 1.0), _row(scan_repr, 0.02, 0.019, 1.4), _row(SCAN, 0.02, 0.025, 0.9)]
+    (verdict,) = check.verdicts(rows)
+    assert verdict["measured_fastest"] == SCAN and verdict["priced_fastest"] == LANE and not verdict["agree"]
+    assert verdict["step_ms"] == {LANE: 0.7, SCAN: 1.0}
