@@ -22,10 +22,10 @@ import statistics
 from pathlib import Path
 
 from lane_model_check import lane_price_s
-from merge_model_fit import MERGE_KERNEL, merge_inputs, planned_updates
+from merge_model_fit import CASES_PER_SEED, MERGE_KERNEL, merge_inputs, planned_updates
 from sort_model_fit import device_ceilings, device_of
 from tbe_groups_model_check import kernels_ms, shard_loads
-from tbe_shapes import config_label, seed_cases
+from tbe_shapes import DTYPES, config_label, seed_cases
 
 from polyrec.hardware.catalog import get_device
 from polyrec.kernels import tbe_select
@@ -68,11 +68,12 @@ def probe_rows(path: Path) -> list[dict]:
     device = device_of(run["environment"]["gpu"])
     spec, ceil = get_device(device), device_ceilings(device)
     results = run["results"]
+    grad_bytes = DTYPES[results["grad_dtype"]].itemsize  # the output gradient the probe handed the backward
     out = []
     for row in results["rows"]:
-        case = seed_cases(results["seed"], 16)[row["case"]]
+        case = seed_cases(results["seed"], CASES_PER_SEED)[row["case"]]
         case = case | {"batch": results["batch"] or case["batch"]}
-        (planned, kwargs), = planned_updates(shard_loads(case), device, 4)
+        (planned, kwargs), = planned_updates(shard_loads(case), device, grad_bytes)
         config = parse_config(row["config"])
         shape = config_shape(planned, config, device)
         merge_s = tbe.update_merge_seconds(shape, spec, ceil, **merge_inputs(kwargs))
