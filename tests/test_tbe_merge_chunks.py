@@ -206,6 +206,33 @@ def test_selector_weighs_each_merge_levels_host_issue_where_the_step_is_host_bou
     assert upd[MERGE_LEVEL_HOST_S] - upd[0.0] == pytest.approx(issued[1] - device[1], rel=1e-9)
 
 
+def test_host_bound_selection_charges_the_lane_updates_permute_launch():
+    """On a host-bound step the lane update's permute pass adds its host issue (``LANE_PERMUTE_HOST_S``) to the
+    lane's price and nothing to the scan's; on a small update (4096 ids, one dim 32, H100) that is what moves the
+    host-bound pick from lane to scan, as four small updates measured on one H100
+    (benchmarks/results/small_update_rounds_2026-12-07/) stepped faster under the scan."""
+    from polyrec.hardware.catalog import get_device
+    from polyrec.perfmodel.tbe import LANE_PERMUTE_HOST_S, MERGE_LEVEL_HOST_S
+
+    calls = []
+
+    def priced(**kw):
+        calls.append(kw)
+        return 1e-5
+
+    lane = tbe_select.UpdateConfig(variant="lane", tile=8, num_warps=1, chunks=8, merge_chunks=8)
+    scan = dataclasses.replace(lane, variant="scan", chunks=1, num_warps=4)
+    assert tbe_select._host_bound_seconds(lane, priced) == pytest.approx(1e-5 + LANE_PERMUTE_HOST_S)
+    assert tbe_select._host_bound_seconds(scan, priced) == pytest.approx(1e-5)
+    assert calls == [{"level_issue_s": MERGE_LEVEL_HOST_S}] * 2
+    spec = get_device("H100")
+    kw = dict(nnz=4096, block_d=32, row_bytes=128, state_tiles=0, grad_bytes=4, one_dim=True, host_bound=True)
+    assert tbe_select.select_update(spec, **kw).variant == "scan"
+    tbe_select.clear_cache()
+    with mock.patch.object(tbe_select, "LANE_PERMUTE_HOST_S", 0.0):
+        assert tbe_select.select_update(spec, **kw).variant == "lane"
+
+
 def test_half_precision_rows_are_selected_with_their_rounding_priced():
     """The selector prices the stochastic rounding of fp16 / bf16 rows (as the planner's estimate does): its pick
     is the cheapest candidate priced with the rounding, and on the MLPerf step with fp16 rows of one dim (14.02M

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.perfmodel.tbe import MERGE_LEVEL_HOST_S, UpdateShape, update_fits_registers, update_seconds
+from polyrec.perfmodel.tbe import (LANE_PERMUTE_HOST_S, MERGE_LEVEL_HOST_S, UpdateShape, update_fits_registers,
+                                   update_seconds)
 from polyrec.perfmodel.tbe_lookup import ForwardTile, LoopTrips, forward_seconds
 
 if TYPE_CHECKING:
@@ -397,10 +398,17 @@ def _price_updates(spec: DeviceSpec, ceil: Ceilings, *, nnz: int, block_d: int, 
         priced = functools.partial(update_seconds, shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
                                    grad_row_bytes=grad_bytes * block_d, state_bytes_per_row=state_row)
         device = priced()
-        seconds = (priced(level_issue_s=MERGE_LEVEL_HOST_S) if host_bound else device, device)
+        seconds = (_host_bound_seconds(cand, priced) if host_bound else device, device)
         if seconds < best_s:
             best, best_s = cand, seconds
     return best, best_s[1]
+
+
+def _host_bound_seconds(cand: UpdateConfig, priced: Callable[..., float]) -> float:
+    """The update's price on a step that waits on the host: each merge level takes at least its host issue
+    (``MERGE_LEVEL_HOST_S``), and the lane update's permute pass adds its own (``LANE_PERMUTE_HOST_S``)."""
+    permute_s = LANE_PERMUTE_HOST_S if cand.variant == "lane" else 0.0
+    return priced(level_issue_s=MERGE_LEVEL_HOST_S) + permute_s
 
 
 def sequence_positions(block_d: int) -> int:

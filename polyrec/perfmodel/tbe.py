@@ -86,6 +86,12 @@ MERGE_WALK_TRIPS = 1.5
 #: (``tbe_select.select_update``'s ``host_bound``; ``merge_seconds``'s ``issue_s``); the planner's device
 #: estimate does not (it counts the launches in ``planner.host``).
 MERGE_LEVEL_HOST_S = TRITON_PASS_HOST_S
+#: Host seconds to issue the lane update's permute pass (a Triton launch before the update; the scan update
+#: takes none), priced as a merge level, so a host-bound selection counts every launch of either variant. Four
+#: small updates on one H100 (830-4000 ids, eager steps of 1.1-1.6 ms, each config in three rounds of
+#: alternating order) took as many launches under each (the lane's permute against the scan's second merge
+#: level) and stepped 0.12-0.27 ms shorter under the scan (``benchmarks/results/small_update_rounds_2026-12-07/``).
+LANE_PERMUTE_HOST_S = TRITON_PASS_HOST_S
 #: Fraction of the copy rate the update's traffic reaches (rows read and written back in place plus
 #: gradient slices gathered in sorted order), by the output gradient's element size. Each fitted on one
 #: row, the config the selector runs at e041e0d + the register cap (TILE 8, 8-tile chunks, 152 registers;
