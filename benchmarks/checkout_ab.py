@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from polyrec.results import write_results
+from polyrec.results import dirty_marked, write_results
 
 #: What a child process runs: build the trainer, time it, print one JSON line.
 CHILD = """
@@ -52,13 +52,14 @@ print(json.dumps({**timed, "polyrec_file": polyrec.__file__, "options": options}
 
 
 def commit_of(checkout: Path) -> str:
-    """The checkout's git commit where it is a repository's root, else its directory's name (a copy)."""
+    """The checkout's git commit where it is a repository's root ("-dirty" where its tracked files differ from
+    it), else its directory's name (a copy)."""
     try:
         top, commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--show-toplevel", "--short", "HEAD"],
                                      capture_output=True, text=True, check=True, timeout=30).stdout.split()
     except (OSError, subprocess.SubprocessError, ValueError):
         return checkout.name
-    return commit if Path(top).resolve() == checkout.resolve() else checkout.name
+    return dirty_marked(checkout, commit) if Path(top).resolve() == checkout.resolve() else checkout.name
 
 
 def run_child(checkout: Path, code: str, argv: list[str], what: str) -> dict:

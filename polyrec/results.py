@@ -21,14 +21,21 @@ RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
 def _git_commit() -> str:
+    here = Path(__file__).parent
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, check=True, timeout=10)
+                             cwd=here, check=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return dirty_marked(here, out.stdout.strip())
+
+
+def dirty_marked(directory: Path, commit: str) -> str:
+    """``commit`` + "-dirty" where ``directory``'s tracked files differ from it (a working tree, or a copy of one
+    whose git metadata did not move with its files)."""
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
+                           text=True, cwd=directory, timeout=10).stdout.strip()
+    return commit + ("-dirty" if dirty else "")
 
 
 def environment() -> dict[str, Any]:

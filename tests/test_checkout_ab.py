@@ -34,8 +34,25 @@ def test_a_trial_refuses_a_child_that_imported_another_trees_polyrec(tmp_path):
 
 def test_a_checkout_is_named_by_its_commit_or_its_directory(tmp_path):
     assert ab.commit_of(tmp_path) == tmp_path.name
-    name = ab.commit_of(ROOT)
+    name = ab.commit_of(ROOT).removesuffix("-dirty")
     assert name == ROOT.name or (len(name) >= 7 and all(c in "0123456789abcdef" for c in name))
+
+
+def test_a_checkout_whose_files_differ_from_its_commit_is_named_dirty(tmp_path):
+    """A copy of a working tree whose git metadata stayed behind its files (the device's copies) says so."""
+    import subprocess
+
+    def git(*argv):
+        subprocess.run(["git", "-C", str(tmp_path), *argv], check=True, capture_output=True, timeout=30)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    clean = ab.commit_of(tmp_path)
+    assert len(clean) >= 7 and not clean.endswith("-dirty")
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert ab.commit_of(tmp_path) == clean + "-dirty"
 
 
 def test_configs_must_name_a_preset_and_a_batch():
