@@ -101,7 +101,7 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         self.update_config, self.group_dims = update_config, group_dims
         self.output_columns = output_columns
         # The step waits on the host (the trainer says so from the planner's prediction): the update's
-        # selection then weighs the merge levels' host issue (tbe_select.select_update's host_bound)
+        # selection then weighs its launches' host issue (tbe_select.select_update's host_bound)
         self.host_bound = False
         self.staged_forward: bool | None = None  # pooled_forward_kernel's STAGED; None: tbe_select.staged_loads
         # On the CPU, keep flagged bad input for check_errors instead of raising in the lookup (sharded

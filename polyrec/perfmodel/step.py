@@ -125,7 +125,7 @@ class StepTime:
     host_s: float = 0.0  # CPU time to issue the step (slowest rank)
     graphed_host_s: float = 0.0  # the same with the dense half CUDA-graphed (not in total_s)
     # the eager / graphed step is host-bound with its embedding updates selected by device time: they
-    # then select weighing the merge levels' host issue, and host_s / graphed_host_s count those levels
+    # then select weighing their launches' host issue, and host_s / graphed_host_s count those launches
     host_bound: bool = False
     graphed_host_bound: bool = False
 

@@ -418,7 +418,7 @@ class StepBreakdown:
     host_ms: float = 0.0  # CPU time to issue the whole step (launches x host cost + fixed part)
     graphed_host_ms: float = 0.0  # the same with the dense half CUDA-graphed (polyrec train's default where host-bound)
     # host-bound with the embedding updates selected by device time, eager / graphed: the trainer's
-    # updates then weigh the merge levels' host issue, and host_ms / graphed_host_ms count that selection
+    # updates then weigh their launches' host issue, and host_ms / graphed_host_ms count that selection
     host_bound: bool = False
     graphed_host_bound: bool = False
 

@@ -17,9 +17,10 @@ there the choice is the user's (``--cuda-graphs``).
 
 The same prediction says whether the step, as it will run (graphed or eager), waits on the host with its
 embedding updates selected by GPU time (``GraphChoice.host_bound``: the planner's ``StepBreakdown.host_bound``
-or ``graphed_host_bound``): the trainer then has its embedding backward choose fewer, longer merge
-launches (``TableBatchedEmbedding.host_bound``), the selection the planner's host time counts. That
-stays so where the fewer launches leave the step bound by the GPU.
+or ``graphed_host_bound``): the trainer then has its embedding backward choose fewer launches (longer merge
+levels, no lane permute pass where the scan update is as fast; ``TableBatchedEmbedding.host_bound``), the
+selection the planner's host time counts. That stays so where the fewer launches leave the step bound by the
+GPU.
 
 ``capture`` makes the graphed dense half, warmed up with the loss's true gradient (not
 make_graphed_callables's uninitialized one, which fp8 scaling would record).
@@ -134,7 +135,7 @@ def planner_dtype(rt) -> str:
 
 def mark_host_bound(model, host_bound: bool) -> None:
     """Tell every polyrec embedding module of ``model`` whether its step waits on the host
-    (``TableBatchedEmbedding.host_bound``: its update config weighs the merge levels' host issue)."""
+    (``TableBatchedEmbedding.host_bound``: its update config weighs its launches' host issue)."""
     for tbe in tbe_modules(model):
         tbe.host_bound = host_bound
 
