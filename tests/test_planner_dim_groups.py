@@ -39,6 +39,23 @@ def test_a_long_mixed_dims_update_is_priced_per_dim_group():
     assert small.tile > wide.tile  # the narrow group takes longer tiles, as the module selects them
 
 
+def test_each_group_launch_pays_for_its_programs_over_the_other_groups_ids():
+    """Every group's launch covers all the module's sorted positions (``tbe_fused_backward``): its programs over
+    the other groups' ids each load two keys and exit (IDLE_PROGRAM_TRIPS round trips over the resident
+    programs), which the grouped price adds to the groups' own."""
+    loads = _loads(10_000_000)
+    groups = dim_groups(loads, SPEC, CEIL, 2)
+    fwd = [(tbe_lookup.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1, vec=4, elem_bytes=4), (0,))]
+    parts = [_estimate(g, loads, SPEC, CEIL, 2, fwd) for g in groups]
+    own = sum(est.backward_s for est, _, _ in parts)
+    idle = [tbe.idle_programs_seconds(shape, SPEC, programs=10_000_000 / cfg.span) for _, cfg, shape in parts]
+    lat = tbe.LOADED_LATENCY_S[SPEC.vendor]
+    for (_, cfg, shape), seconds in zip(parts, idle):
+        assert seconds == 10_000_000 / cfg.span / tbe.update_resident(shape, SPEC) * tbe.IDLE_PROGRAM_TRIPS * lat
+    assert tbe_group_seconds(loads, SPEC, CEIL, 2)[1] == own + sum(idle)
+    assert 0 < sum(idle) < 0.1 * own
+
+
 def test_a_short_one_is_priced_as_one_launch():
     loads = _loads(100_000)
     assert dim_groups(loads, SPEC, CEIL, 2) == [loads]

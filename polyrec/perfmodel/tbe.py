@@ -23,6 +23,9 @@ from polyrec.perfmodel.tbe_reads import (GATHER_GRANULARITY, LOADED_LATENCY_S, M
 #: "scan": keys -> perm -> source row -> gradient slices -> weight rows (the column lookup hits L1);
 #: "lane": keys with sorted gradient offsets -> gradient slices together with the weight rows.
 UPDATE_TRIPS = {"scan": 5, "lane": 2}
+#: Dependent DRAM round trips of an update program whose positions hold none of its launch's dim group's ids
+#: (``tbe_backward._group_active``: the first and the last key loaded together, then two slots stored): counted.
+IDLE_PROGRAM_TRIPS = 1
 #: Extra time of the "scan" variant per sorted position and per unit of TILE, seconds: its cross-warp
 #: segmented scan and layout conversions grow with the tile. Fitted on one row of
 #: benchmarks/results/tbe_update_variants_nvidia-h200_2026-11-29 (scan tile 64, 8 warps: 27.59 ms of
@@ -305,6 +308,15 @@ def update_resident(shape: UpdateShape, spec: DeviceSpec, extra_registers: int =
     per_cu = min(spec.registers_per_cu // (regs * threads), MAX_WARPS_PER_CU[spec.vendor] // shape.num_warps,
                  MAX_PROGRAMS_PER_CU[spec.vendor])
     return max(per_cu, 1) * spec.compute_units
+
+
+def idle_programs_seconds(shape: UpdateShape, spec: DeviceSpec, *, programs: float) -> float:
+    """Device seconds of ``programs`` programs of a dim group's update launch that hold none of its group's ids:
+    every launch of a module of several dim groups covers all the module's sorted positions
+    (``tbe_fused_backward``), and a program over the other groups' positions loads its first and last key, finds
+    them outside its group's range and stores its two slots empty (``tbe_backward._group_active``):
+    IDLE_PROGRAM_TRIPS round trips, over the programs resident."""
+    return programs / update_resident(shape, spec) * IDLE_PROGRAM_TRIPS * LOADED_LATENCY_S[spec.vendor]
 
 
 def update_bytes(variant: str, *, nnz: float, unique: float, row_bytes: float, grad_row_bytes: float,

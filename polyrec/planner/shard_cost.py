@@ -131,7 +131,7 @@ def tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceil
     fwd = [(tbe_lookup.ForwardTile(bags=la.config.bags, hots=la.config.hots, block_d=block_d,
                                    num_warps=la.config.num_warps, vec=vec, elem_bytes=wb), la.features)
            for la in launches]
-    est, ucfg = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
+    est, ucfg, _ = _estimate(loads, loads, spec, ceil, grad_bytes, fwd)
     label = "fwd " + " + ".join(f"bags={la.config.bags} hots={la.config.hots} warps={la.config.num_warps}"
                                 for la in launches)
     groups = dim_groups(loads, spec, ceil, grad_bytes)
@@ -139,13 +139,16 @@ def tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceil
         return (est.forward_s, est.backward_s, est.sort_s,
                 label + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
     # one launch per dim group: each group's ids priced at its own BLOCK_D and config (their sorts and
-    # merges add up to about the module's: both go with the ids)
+    # merges add up to about the module's: both go with the ids), plus its programs over the other groups' ids
     parts = [_estimate(group, loads, spec, ceil, grad_bytes, [(fwd[0][0], tuple(range(len(group))))])
              for group in groups]  # (their forward, of one launch over the group's tables, is not used)
     label += "; update " + " / ".join(f"D{tbe_forward.block_d([s.dim for s in g])} {c.variant} tile={c.tile} "
                                       f"warps={c.num_warps}"
-                                      for g, (_, c) in zip(groups, parts))
-    return est.forward_s, sum(p.backward_s for p, _ in parts), sum(p.sort_s for p, _ in parts), label
+                                      for g, (_, c, _) in zip(groups, parts))
+    ids = sum(s.accesses for s in loads)
+    idle = sum(tbe.idle_programs_seconds(shape, spec, programs=(ids - sum(s.accesses for s in g)) / c.span)
+               for g, (_, c, shape) in zip(groups, parts))
+    return est.forward_s, sum(p.backward_s for p, _, _ in parts) + idle, sum(p.sort_s for p, _, _ in parts), label
 
 
 def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe_reads.TableLoad]:
@@ -156,10 +159,10 @@ def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe_reads.TableLoad]:
 
 
 def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceilings,
-              grad_bytes: int, fwd: list) -> tuple[tbe_step.StepEstimate, tbe_select.UpdateConfig]:
+              grad_bytes: int, fwd: list) -> tuple[tbe_step.StepEstimate, tbe_select.UpdateConfig, tbe.UpdateShape]:
     """``tbe_step.estimate`` of ``loads`` (the module ``module``, or one of its dim groups) with the update
-    launch that takes them, and that launch's selected config (at its BLOCK_D); ``fwd``: forward
-    launches over ``loads``."""
+    launch that takes them, and that launch's selected config (at its BLOCK_D) and the shape it is priced as;
+    ``fwd``: forward launches over ``loads``."""
     wb = WEIGHT_BYTES[loads[0].weight_dtype]
     block_d = tbe_forward.block_d([s.dim for s in loads])
     one_dim = len({s.dim for s in module}) == 1  # as TableBatchedEmbedding.one_dim
@@ -173,7 +176,7 @@ def _estimate(loads: tuple[ShardLoad, ...], module: tuple[ShardLoad, ...], spec:
     est = tbe_step.estimate(_table_loads(loads), batch_size=loads[0].bags, out_dim=sum(s.dim for s in loads),
                             out_bytes=POOLED_BYTES, state_bytes_per_row=state_row, spec=spec, ceil=ceil, fwd=fwd,
                             bwd=bwd, weight_bytes=wb, row_state=mem.STATE_PER_ROW[loads[0].optimizer] > 0)
-    return est, ucfg
+    return est, ucfg, bwd
 
 
 def host_traffic_seconds(s: ShardLoad, spec: DeviceSpec) -> float:
