@@ -20,10 +20,12 @@ from torch.profiler import ProfilerActivity, profile
 PROBE_POOL = 45
 
 
-def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2, trace: Path | None = None) -> list[dict]:
+def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2, trace: Path | None = None,
+                 per_call: tuple[str, ...] = ()) -> list[dict]:
     """Run ``step`` ``warmup`` times, then ``reps`` times under the profiler; rows of the CUDA kernels
     grouped by name with their calls and milliseconds per step, largest first. ``trace``: also write
-    the timeline there (Chrome trace JSON: every kernel with its stream, start and duration)."""
+    the timeline there (Chrome trace JSON: every kernel with its stream, start and duration). The kernels
+    named in ``per_call`` also get ``call_ms``: each launch of a step apart, in launch order (``calls_in_order``)."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -39,7 +41,31 @@ def kernel_table(step: Callable[[], object], *, reps: int = 3, warmup: int = 2, 
         cuda_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
         if cuda_us > 0 and evt.device_type == torch.autograd.DeviceType.CUDA:
             rows.append({"kernel": evt.key[:110], "calls_per_step": evt.count / reps, "ms_per_step": cuda_us / 1e3 / reps})
+    if per_call:
+        launches = [(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+                    if e.device_type == torch.autograd.DeviceType.CUDA]
+        calls = calls_in_order(launches, per_call, reps)
+        for row in rows:
+            if row["kernel"] in calls:
+                row["call_ms"] = calls[row["kernel"]]  # None: not as many launches in every step
     return sorted(rows, key=lambda r: -r["ms_per_step"])
+
+
+def calls_in_order(launches: list[tuple[str, float, float]], names: tuple[str, ...],
+                   reps: int) -> dict[str, list[float] | None]:
+    """Milliseconds of each launch of a step of the kernels ``names``, by its place in the step's launches of that
+    kernel (the mean over ``reps`` steps): ``launches`` (name, start us, duration us) of ``reps`` steps, a kernel
+    launched as many times in every step. None for a kernel whose launches do not divide evenly over the steps
+    (its places would not line up)."""
+    durations: dict[str, list[float]] = {}
+    for name, _, us in sorted(launches, key=lambda launch: launch[1]):
+        if name in names:
+            durations.setdefault(name, []).append(us)
+    calls: dict[str, list[float] | None] = {}
+    for name, seen in durations.items():
+        per_step = len(seen) // reps
+        calls[name] = [sum(seen[i::per_step]) / reps / 1e3 for i in range(per_step)] if len(seen) % reps == 0 else None
+    return calls
 
 
 def host_profile(step: Callable[[], object], steps: int) -> str:

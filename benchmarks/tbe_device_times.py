@@ -3,7 +3,8 @@ checking the cost model on cases it was not fitted on (``tbe_groups_model_check`
 
 Each case of ``--seed`` (drawn as ``tbe_shapes`` draws them) is built as the module builds it by default,
 stepped on fresh batches, and its kernels summed by the torch profiler (the device time of a step; every
-kernel's time is kept, where runs of the code up to c021ade kept the ten heaviest, and before 2026-12-07 eight);
+kernel's time is kept, where runs of the code up to c021ade kept the ten heaviest, and before 2026-12-07 eight;
+since the seventy-second session each update launch of a step apart too, ``call_ms``: one per dim group);
 ``do_bench`` gives the step's wall time beside it (``tbe_shapes_probe.time_config``; the committed
 seeds 21-22 run took 200 repetitions for it where time_config takes 300). Writes
 ``tbe_device_times_<gpu>_<date>.json``.

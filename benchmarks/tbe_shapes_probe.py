@@ -25,6 +25,11 @@ from polyrec.kernels import tbe_select
 from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.results import write_results
 
+#: Kernels whose launches of a step the results keep apart (``call_ms``, in launch order): a module of several dim
+#: groups updates each by a launch of its own, as many in every step. (Not the merge's levels: their count follows
+#: each batch's ids, so their places in the step would not line up.)
+UPDATE_LAUNCHES = ("lane_update_kernel", "update_kernel")
+
 
 def build(case: dict, update_config: tbe_select.UpdateConfig | None) -> TableBatchedEmbedding:
     tables = [TableSpec(name=f"t{i}", rows=r, dim=d, pooling=p)
@@ -49,7 +54,7 @@ def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch
                 grad_dtype: torch.dtype = torch.float32) -> dict:
     """Step time (``do_bench`` median) and device time of one case under ``config`` (None: the module's own
     selection), with every kernel of the step as the profiler names it (the code up to c021ade kept the ten
-    heaviest, before 2026-12-07 eight)."""
+    heaviest, before 2026-12-07 eight), and each launch of UPDATE_LAUNCHES apart (since 2026-12-07)."""
     module = build(case, config)
     grad = torch.randn(grad_shape, device="cuda", generator=gen).to(grad_dtype)
     turn = iter(range(10**9))
@@ -58,7 +63,7 @@ def time_config(case: dict, batches: list, grad_shape: tuple, config, gen: torch
         module(batches[next(turn) % len(batches)]).backward(grad)
 
     ms = triton.testing.do_bench(step, warmup=10, rep=300, return_mode="median")
-    kernels = kernel_table(step, reps=3)
+    kernels = kernel_table(step, reps=3, per_call=UPDATE_LAUNCHES)
     chosen = config_label(config) if config is not None else update_text(module, batches[0].nnz)
     del module
     return {"config": chosen, "step_ms": ms, "device_ms": sum(k["ms_per_step"] for k in kernels), "kernels": kernels}
