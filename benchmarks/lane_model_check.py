@@ -7,7 +7,9 @@ the planner prices (variant, tile, chunks, warps; the merge's chunks do not ente
 ``tbe_step.estimate`` prices it (``update_seconds`` less its merge, plus row-wise Adagrad's per-row work,
 ``row_state_seconds``), against the ``lane_update`` + ``permute`` kernels of its step. The log errors are grouped by
 the rows' dtype and the constants that price them (fp32 / fp16 / bf16; the one-dim update's, ``tbe.one_dim_priced``,
-or the mixed-dims update's), by optimizer, and by those constants and the ids' skew. Nothing is measured here.
+or the mixed-dims update's), by optimizer, and by those constants and the ids' skew. Modules updated by a launch per
+dim group, where the run kept each launch's time, are checked launch by launch too (``run_group_launches``, by group's
+BLOCK_D). Nothing is measured here.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/lane_model_check.py [RESULTS.json ...] [--tag T]
 """
@@ -15,11 +17,14 @@ or the mixed-dims update's), by optimizer, and by those constants and the ids' s
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from merge_model_fit import merge_inputs, one_launch_updates
-from sort_model_fit import RESULTS, device_ceilings, mean_log, rms_log
-from tbe_groups_model_check import kernels_ms
+from merge_model_fit import (CASES_PER_SEED, RUN_GRAD_BYTES, label_matches, merge_inputs, one_launch_updates,
+                             planned_updates)
+from sort_model_fit import RESULTS, device_ceilings, device_of, mean_log, rms_log
+from tbe_groups_model_check import kernels_ms, shard_loads
+from tbe_shapes import seed_cases
 
 from polyrec.hardware.catalog import get_device
 from polyrec.perfmodel import tbe, tbe_step
@@ -62,6 +67,38 @@ def run_lanes(path: Path) -> list[dict]:
     return out
 
 
+def run_group_launches(path: Path) -> list[dict]:
+    """The modules of one ``tbe_device_times`` run that updated each dim group by a launch of its own, where the run
+    kept each launch's time (``call_ms``, runs since the seventy-second session): a row per launch, priced as the
+    planner prices it (``lane_price_s`` at the group's ids, plus its programs over the other groups' ids,
+    ``tbe.idle_programs_seconds``) against its own launch plus the group's share, by ids, of the module's permute pass
+    (one for all the groups). Modules whose launches the planner prices under other configs are left out."""
+    run = json.loads(path.read_text())
+    device = device_of(run["environment"]["gpu"])
+    spec = get_device(device)
+    out = []
+    for row in run["results"]["rows"]:
+        lanes = [k for k in row.get("kernels", []) if k["kernel"] == LANE_KERNELS[0] and k.get("call_ms")]
+        if not lanes or len(lanes[0]["call_ms"]) < 2:
+            continue
+        case = seed_cases(row["seed"], CASES_PER_SEED)[row["case"]]
+        # the module's whole estimate first, then each group's launch
+        module, *launches = planned_updates(shard_loads(case), device, RUN_GRAD_BYTES)
+        labels = row["update"].split(" / ")
+        if len(launches) != len(lanes[0]["call_ms"]) or not all(
+                shape.variant == "lane" and label_matches(shape, label) for (shape, _), label in zip(launches, labels)):
+            continue
+        ids, permute_ms = module[1]["nnz"], kernels_ms(row["kernels"], LANE_KERNELS[1:])
+        for (shape, kwargs), label, launch_ms in zip(launches, labels, lanes[0]["call_ms"]):
+            idle = (ids - kwargs["nnz"]) / (shape.tile * shape.chunks)  # programs over the other groups' ids
+            idle_s = tbe.idle_programs_seconds(shape, spec, programs=idle)
+            out.append({"device": device, "case": f"seed {row['seed']} case {row['case']}", "group": label.split()[0],
+                        "rows": case["dtype"], "optimizer": case["optimizer"], "batch": case["batch"],
+                        "priced_ms": (lane_price_s(shape, device, kwargs, case["optimizer"]) + idle_s) * 1e3,
+                        "idle_ms": idle_s * 1e3, "measured_ms": launch_ms + permute_ms * kwargs["nnz"] / ids})
+    return out
+
+
 def groups(rows: list[dict], key) -> dict[str, dict]:
     """Cases, mean and rms log error of ``rows`` grouped by ``key(row)``."""
     by: dict[str, list[tuple[float, float]]] = {}
@@ -81,13 +118,16 @@ def main() -> None:
                "by_rows": groups(rows, lambda r: f"{r['rows']} {r['priced_as']}"),
                "by_optimizer": groups(rows, lambda r: r["optimizer"]),
                "by_ids": groups(rows, lambda r: f"{r['priced_as']} {r['ids']}")}
+    launches = [r for path in paths for r in run_group_launches(path)]
+    if launches:
+        summary["group_launches"] = groups(launches, lambda r: r["group"])
     print(f"{len(rows)} one-launch lane updates: mean log error {summary['all']['mean_log']:+.3f}, "
           f"rms {summary['all']['rms_log']:.3f}")
-    for name in ("by_rows", "by_optimizer", "by_ids"):
-        for k, g in summary[name].items():
+    for name in ("by_rows", "by_optimizer", "by_ids", "group_launches"):
+        for k, g in summary.get(name, {}).items():
             print(f"  {k:>18}: {g['cases']:3d} cases, mean {g['mean_log']:+.3f}, rms {g['rms_log']:.3f}")
-    write_results("lane_model_check" + (f"_{args.tag}" if args.tag else ""), {"rows": rows}, rows=rows,
-                  summary=summary)
+    write_results("lane_model_check" + (f"_{args.tag}" if args.tag else ""), {"rows": rows, "group_launches": launches},
+                  rows=rows, summary=summary)
 
 
 if __name__ == "__main__":

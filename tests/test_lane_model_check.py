@@ -58,3 +58,34 @@ def test_every_one_launch_update_of_a_committed_run_is_checked(check):
     assert all(r["priced_ms"] > 0 and r["measured_ms"] > 0 and r["device"] == "H100" for r in rows)
     assert {r["priced_as"] for r in rows} <= {"one-dim", "mixed-dims"}
     assert {r["ids"] for r in rows} <= {"skewed", "uniform"}
+
+
+def test_a_grouped_module_is_checked_launch_by_launch_where_each_launch_was_kept(check, tmp_path):
+    """A run that kept each lane launch's time (``call_ms``): one row per dim group, priced at the group's ids plus
+    its programs over the other groups' ids, measured as its launch plus its share of the module's one permute; the
+    same row without ``call_ms`` (older runs) gives none."""
+    import json
+
+    src = check.RESULTS / "h100_seeds47_52_2026-12-07" / "tbe_device_times_seed52_nvidia-h100-80gb-hbm3_2026-12-07.json"
+    run = json.loads(src.read_text())
+    row = dict(run["results"]["rows"][5], kernels=[
+        {"kernel": "lane_update_kernel", "calls_per_step": 4.0, "ms_per_step": 10.0, "call_ms": [1.0, 2.0, 3.0, 4.0]},
+        {"kernel": "permute_kernel", "calls_per_step": 1.0, "ms_per_step": 0.8}])
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"environment": run["environment"], "results": {"rows": [row]}}))
+    rows = check.run_group_launches(path)
+    assert [r["group"] for r in rows] == ["D16", "D32", "D64", "D128"]
+    case = check.seed_cases(52, check.CASES_PER_SEED)[5]
+    module, *launches = check.planned_updates(check.shard_loads(case), "H100", check.RUN_GRAD_BYTES)
+    ids = module[1]["nnz"]
+    for r, (shape, kw), launch_ms in zip(rows, launches, (1.0, 2.0, 3.0, 4.0)):
+        assert r["measured_ms"] == pytest.approx(launch_ms + 0.8 * kw["nnz"] / ids)
+        programs = (ids - kw["nnz"]) / (shape.tile * shape.chunks)
+        idle = tbe.idle_programs_seconds(shape, get_device("H100"), programs=programs)
+        assert r["idle_ms"] == pytest.approx(idle * 1e3) and idle > 0
+        assert r["priced_ms"] == pytest.approx(check.lane_price_s(shape, "H100", kw, case["optimizer"]) * 1e3
+                                               + r["idle_ms"])
+    assert sum(kw["nnz"] for _, kw in launches) == pytest.approx(ids)
+    row["kernels"][0].pop("call_ms")
+    path.write_text(json.dumps({"environment": run["environment"], "results": {"rows": [row]}}))
+    assert check.run_group_launches(path) == []
