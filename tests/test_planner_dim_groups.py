@@ -4,6 +4,10 @@ config, the merge over every launch's slots; one launch at the widest BLOCK_D ot
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
 from polyrec.perfmodel import tbe, tbe_lookup
@@ -42,18 +46,38 @@ def test_a_long_mixed_dims_update_is_priced_per_dim_group():
 def test_each_group_launch_pays_for_its_programs_over_the_other_groups_ids():
     """Every group's launch covers all the module's sorted positions (``tbe_fused_backward``): its programs over
     the other groups' ids each load two keys and exit (IDLE_PROGRAM_TRIPS round trips over the resident
-    programs), which the grouped price adds to the groups' own."""
+    programs), which the grouped price adds to the groups' own; and one merge runs over every launch's slots
+    (``slots_merge_seconds``) in place of a merge per group."""
     loads = _loads(10_000_000)
     groups = dim_groups(loads, SPEC, CEIL, 2)
     fwd = [(tbe_lookup.ForwardTile(bags=1, hots=1, block_d=128, num_warps=1, vec=4, elem_bytes=4), (0,))]
     parts = [_estimate(g, loads, SPEC, CEIL, 2, fwd) for g in groups]
-    own = sum(est.backward_s for est, _, _ in parts)
+    own = sum(est.backward_s - est.merge_s for est, _, _ in parts)
     idle = [tbe.idle_programs_seconds(shape, SPEC, programs=10_000_000 / cfg.span) for _, cfg, shape in parts]
     lat = tbe.LOADED_LATENCY_S[SPEC.vendor]
     for (_, cfg, shape), seconds in zip(parts, idle):
         assert seconds == 10_000_000 / cfg.span / tbe.update_resident(shape, SPEC) * tbe.IDLE_PROGRAM_TRIPS * lat
-    assert tbe_group_seconds(loads, SPEC, CEIL, 2)[1] == own + sum(idle)
+    launches = [tbe.MergeLaunch(programs=math.ceil(10_000_000 / cfg.span), grad_row_bytes=est.grad_row_bytes,
+                                crossing=1 - est.unique_rows / 10_000_000) for est, cfg, _ in parts]
+    merge = tbe.slots_merge_seconds(launches, programs=sum(math.ceil(20_000_000 / cfg.span) for _, cfg, _ in parts),
+                                    spec=SPEC, ceil=CEIL, chunks=parts[-1][1].merge_chunks, rounded_block_d=128)
+    assert tbe_group_seconds(loads, SPEC, CEIL, 2)[1] == pytest.approx(own + sum(idle) + merge, rel=1e-12)
     assert 0 < sum(idle) < 0.1 * own
+    assert merge > 0
+
+
+def test_one_merge_over_every_launchs_slots():
+    """``slots_merge_seconds`` of one launch whose programs are all the slots' is ``merge_seconds``; slots of other
+    launches' programs (empty) cost MERGE_IDLE_TILE_TRIPS per tile and count in the levels."""
+    kw = dict(spec=SPEC, ceil=CEIL, chunks=1)
+    one = tbe.MergeLaunch(programs=4096, crossing=0.3, grad_row_bytes=256)
+    assert tbe.slots_merge_seconds([one], programs=4096, **kw) == pytest.approx(
+        tbe.merge_seconds(nnz=4096 * 64, unique=0.7 * 4096 * 64, tile=64, grad_row_bytes=256, **kw), rel=1e-12)
+    assert tbe.merge_seconds(nnz=4096 * 64, unique=0.7 * 4096 * 64, tile=64, grad_row_bytes=256, chunks=8,
+                             spec=SPEC, ceil=CEIL) == pytest.approx(
+        tbe.slots_merge_seconds([one], programs=4096, spec=SPEC, ceil=CEIL, chunks=8), rel=1e-12)
+    with_idle = tbe.slots_merge_seconds([one], programs=4 * 4096, **kw)
+    assert with_idle > tbe.slots_merge_seconds([one], programs=4096, **kw)
 
 
 def test_a_short_one_is_priced_as_one_launch():

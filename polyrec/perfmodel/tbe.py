@@ -12,6 +12,7 @@ at the SMs' issue rate. The pooled lookup's own model is ``tbe_lookup``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
@@ -63,6 +64,10 @@ LEVEL_TILE = 8
 #: crossings (0.27 and 0.50) of the previous code; the capped tables' crossing is not re-measured.
 MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
+#: Dependent round trips of a merge tile of slots that no program of their launch filled (the slots of a dim group's
+#: launch over the other groups' ids, ``idle_programs_seconds``): the load of its keys, all empty, and out
+#: (``tbe_merge._merge_one_tile``): counted.
+MERGE_IDLE_TILE_TRIPS = 1.0
 #: Device seconds of one merge level beyond its slots' work: the start and end of a small kernel that waits on
 #: the level before it (the profiler's kernel time; the gap between two queued kernels is not in it). Until the
 #: sixty-eighth session each level was priced at the calibrated launch latency (``Ceilings.launch_latency``: the
@@ -400,20 +405,46 @@ def merge_seconds(*, nnz: float, unique: float, tile: int, grad_row_bytes: float
     host seconds to issue one level (``MERGE_LEVEL_HOST_S`` when selecting; 0, device time only, in
     the planner's estimate): the merge takes at least the levels' issue."""
     tiles = math.ceil(nnz / tile)
-    crossing = max(0.0, 1.0 - unique / max(nnz, 1.0))
-    pieces = 2 * tiles * crossing * 2 * grad_row_bytes  # head and tail piece, written and read
+    launch = MergeLaunch(programs=tiles, crossing=max(0.0, 1.0 - unique / max(nnz, 1.0)), grad_row_bytes=grad_row_bytes)
+    return slots_merge_seconds([launch], programs=tiles, spec=spec, ceil=ceil, chunks=chunks, rounding=rounding,
+                               rounded_block_d=rounded_block_d, issue_s=issue_s)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MergeLaunch:
+    """The pieces one update launch parks for the merge: its ``programs`` that hold ids of its own (two slots
+    each), the chance ``crossing`` that a program end splits a run, and the gradient bytes of a piece's row."""
+
+    programs: float
+    crossing: float
+    grad_row_bytes: float
+
+
+def slots_merge_seconds(launches: Sequence[MergeLaunch], *, programs: float, spec: DeviceSpec, ceil: Ceilings,
+                        chunks: int = 1, rounding: str = "", rounded_block_d: int = 0, issue_s: float = 0.0) -> float:
+    """``merge_seconds`` of one merge over the slots of ``programs`` update programs, of which ``launches``' park
+    pieces: a module of several dim groups updates each by a launch over all its sorted positions, whose programs
+    over the other groups' ids park empty slots (``idle_programs_seconds``), and merges every launch's slots once,
+    at the merge config (``chunks``) and BLOCK_D (``rounded_block_d``) of its widest group. Each tile of slots takes
+    MERGE_EMPTY_TRIPS, those of a launch's own programs MERGE_CROSSING_TRIPS more per crossing; the levels are those
+    of all the slots."""
     per = LEVEL_TILE * chunks  # slots per merge-level program
-    slot_tiles = 2 * tiles / LEVEL_TILE * (1 + 2 / per)  # the first two levels' tiles; the rest are small
+    tiles_per_program = 2 / LEVEL_TILE * (1 + 2 / per)  # the first two levels' tiles; the rest are small
+    slot_tiles = programs * tiles_per_program
+    pieces = sum(2 * la.programs * la.crossing * 2 * la.grad_row_bytes for la in launches)  # head and tail, w + r
     keys = slot_tiles * LEVEL_TILE * SLOT_KEY_BYTES * 2  # read, and written by the level before
     lane = UpdateShape(variant="lane", tile=LEVEL_TILE, num_warps=1, elems_per_thread=LEVEL_TILE * LANE_VEC_ELEMS)
-    trips = MERGE_EMPTY_TRIPS + crossing * MERGE_CROSSING_TRIPS
+    own_tiles = sum(la.programs for la in launches) * tiles_per_program
+    trips = ((slot_tiles - own_tiles) * MERGE_IDLE_TILE_TRIPS + own_tiles * MERGE_EMPTY_TRIPS
+             + sum(la.programs * tiles_per_program * la.crossing * MERGE_CROSSING_TRIPS for la in launches))
     lat = LOADED_LATENCY_S[spec.vendor]
     nearest = min(MERGE_ROUNDING_REGISTERS, key=lambda c: abs(c - chunks))  # the compiled chunk count nearest
     extra = MERGE_ROUNDING_REGISTERS[nearest] if rounding else 0
-    chain_s = slot_tiles * trips * lat / update_resident(lane, spec, extra)
-    levels = update_merge_levels(nnz, tile, chunks)
+    chain_s = trips * lat / update_resident(lane, spec, extra)
+    levels = merge_levels(max(1, math.ceil(programs)), per)
     walk_s = (chunks - 1) * MERGE_WALK_TRIPS * lat
-    holding = slot_tiles * -math.expm1(LEVEL_TILE * math.log1p(-min(crossing, 1.0 - 1e-12)))  # tiles with a piece
+    holding = sum(la.programs * tiles_per_program * -math.expm1(LEVEL_TILE * math.log1p(-min(la.crossing, 1 - 1e-12)))
+                  for la in launches)  # tiles with a piece
     round_s = rounding_seconds(holding * LEVEL_TILE * rounded_block_d, "merge", rounding, spec) if rounding else 0.0
     device = (max((pieces + keys) / ceil.copy_bandwidth.value, chain_s) + round_s
               + levels * (MERGE_LEVEL_DEVICE_S[spec.vendor] + walk_s))

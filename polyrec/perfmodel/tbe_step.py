@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.perfmodel.tbe import UpdateShape, update_bytes, update_seconds
+from polyrec.perfmodel.tbe import UpdateShape, update_bytes, update_merge_seconds, update_seconds
 from polyrec.perfmodel.tbe_lookup import ForwardTile, planned_forward_seconds
 from polyrec.perfmodel.tbe_reads import (GATHER_GRANULARITY, TableLoad, gather_efficiency, l2_hits, random_read_bytes,
                                          unique_rows)
@@ -80,6 +80,8 @@ class StepEstimate:
     backward_bytes: float
     unique_rows: float
     sort_s: float  # of backward_s, the part that reads only the ids (the sort of the forward's keys)
+    merge_s: float = 0.0  # of backward_s, the merge after the update (``update_merge_seconds``)
+    grad_row_bytes: float = 0.0  # the gradient bytes per id the update reads (each table's at its random-read cost)
 
 
 #: Bytes per id a trained forward writes for the backward (int32 sort key and gradient row), priced at the
@@ -136,8 +138,9 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
     bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
     if row_state:
         bwd_s += row_state_seconds(nnz, spec)
+    merge_s = update_merge_seconds(bwd, spec, ceil, nnz=nnz, unique=uniq, grad_row_bytes=grad_row)
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
-                        unique_rows=uniq, sort_s=sort_s)
+                        unique_rows=uniq, sort_s=sort_s, merge_s=merge_s, grad_row_bytes=grad_row)
 
 
 def row_state_seconds(positions: float, spec: DeviceSpec) -> float:

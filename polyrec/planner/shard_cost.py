@@ -9,6 +9,7 @@ host-cached shards.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -138,8 +139,9 @@ def tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceil
     if len(groups) == 1:
         return (est.forward_s, est.backward_s, est.sort_s,
                 label + f"; update {ucfg.variant} tile={ucfg.tile} warps={ucfg.num_warps}")
-    # one launch per dim group: each group's ids priced at its own BLOCK_D and config (their sorts and
-    # merges add up to about the module's: both go with the ids), plus its programs over the other groups' ids
+    # one launch per dim group: each group's ids priced at its own BLOCK_D and config (their sorts add up to
+    # about the module's: the sort goes with the ids), plus its programs over the other groups' ids; one merge
+    # over every launch's slots
     parts = [_estimate(group, loads, spec, ceil, grad_bytes, [(fwd[0][0], tuple(range(len(group))))])
              for group in groups]  # (their forward, of one launch over the group's tables, is not used)
     label += "; update " + " / ".join(f"D{tbe_forward.block_d([s.dim for s in g])} {c.variant} tile={c.tile} "
@@ -148,7 +150,24 @@ def tbe_group_seconds(loads: tuple[ShardLoad, ...], spec: DeviceSpec, ceil: Ceil
     ids = sum(s.accesses for s in loads)
     idle = sum(tbe.idle_programs_seconds(shape, spec, programs=(ids - sum(s.accesses for s in g)) / c.span)
                for g, (_, c, shape) in zip(groups, parts))
-    return est.forward_s, sum(p.backward_s for p, _, _ in parts) + idle, sum(p.sort_s for p, _, _ in parts), label
+    backward = sum(p.backward_s - p.merge_s for p, _, _ in parts) + idle
+    merge = _groups_merge_seconds(groups, parts, ids, block_d, spec, ceil)
+    return est.forward_s, backward + merge, sum(p.sort_s for p, _, _ in parts), label
+
+
+def _groups_merge_seconds(groups: list, parts: list, ids: float, block_d: int, spec: DeviceSpec,
+                          ceil: Ceilings) -> float:
+    """The one merge after a module's launches, one per dim group (``groups``, priced as ``parts``), each over all
+    ``ids`` sorted positions: every launch's slots, the pieces of its own ids, at the widest group's merge chunks
+    and the module's BLOCK_D (``tbe_fused_backward``)."""
+    launches, programs = [], 0.0
+    for group, (est, cfg, _) in zip(groups, parts):
+        own = sum(s.accesses for s in group)
+        launches.append(tbe.MergeLaunch(programs=math.ceil(own / cfg.span), grad_row_bytes=est.grad_row_bytes,
+                                        crossing=max(0.0, 1.0 - est.unique_rows / max(own, 1.0))))
+        programs += math.ceil(ids / cfg.span)
+    return tbe.slots_merge_seconds(launches, programs=programs, spec=spec, ceil=ceil, chunks=parts[-1][1].merge_chunks,
+                                   rounding=tbe.rounded(groups[0][0].weight_dtype), rounded_block_d=block_d)
 
 
 def _table_loads(loads: tuple[ShardLoad, ...]) -> list[tbe_reads.TableLoad]:
