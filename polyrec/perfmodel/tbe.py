@@ -65,8 +65,8 @@ LEVEL_TILE = 8
 MERGE_EMPTY_TRIPS = 2.0
 MERGE_CROSSING_TRIPS = 2.66
 #: Dependent round trips of a merge tile of slots that no program of their launch filled (the slots of a dim group's
-#: launch over the other groups' ids, ``idle_programs_seconds``): the load of its keys, all empty, and out
-#: (``tbe_merge._merge_one_tile``): counted.
+#: launch over the other groups' ids, ``idle_programs_seconds``): the load of its keys, all empty, then its two
+#: empty slots stored out (``tbe_merge._merge_one_tile``): counted.
 MERGE_IDLE_TILE_TRIPS = 1.0
 #: Device seconds of one merge level beyond its slots' work: the start and end of a small kernel that waits on
 #: the level before it (the profiler's kernel time; the gap between two queued kernels is not in it). Until the
@@ -425,9 +425,9 @@ def slots_merge_seconds(launches: Sequence[MergeLaunch], *, programs: float, spe
     """``merge_seconds`` of one merge over the slots of ``programs`` update programs, of which ``launches``' park
     pieces: a module of several dim groups updates each by a launch over all its sorted positions, whose programs
     over the other groups' ids park empty slots (``idle_programs_seconds``), and merges every launch's slots once,
-    at the merge config (``chunks``) and BLOCK_D (``rounded_block_d``) of its widest group. Each tile of slots takes
-    MERGE_EMPTY_TRIPS, those of a launch's own programs MERGE_CROSSING_TRIPS more per crossing; the levels are those
-    of all the slots."""
+    at the merge config (``chunks``) and BLOCK_D (``rounded_block_d``) of its widest group. A tile of a launch's own
+    programs' slots takes MERGE_EMPTY_TRIPS and MERGE_CROSSING_TRIPS more per crossing, a tile of the others' empty
+    slots MERGE_IDLE_TILE_TRIPS; the levels are those of all the slots."""
     per = LEVEL_TILE * chunks  # slots per merge-level program
     tiles_per_program = 2 / LEVEL_TILE * (1 + 2 / per)  # the first two levels' tiles; the rest are small
     slot_tiles = programs * tiles_per_program
