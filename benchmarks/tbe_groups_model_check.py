@@ -110,6 +110,25 @@ def phase_errors(rows: list[dict]) -> dict:
     return out
 
 
+def update_form(row: dict) -> str:
+    """How the planner prices a row's update: "one dim", "mixed dims, one launch" or "dim groups"."""
+    if len(set(row["dims"].split("/"))) == 1:
+        return "one dim"
+    return "dim groups" if row["planner_groups"] else "mixed dims, one launch"
+
+
+def update_log_errors(rows: list[dict]) -> dict:
+    """Modules, mean and rms log error (priced over measured) of the update phase by row dtype and ``update_form``,
+    over the rows that measured it."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("update_measured_ms", 0) > 0:
+            by.setdefault(f"{r['dtype']} {update_form(r)}", []).append(
+                math.log(r["update_predicted_ms"] / r["update_measured_ms"]))
+    return {k: {"modules": len(v), "mean_log": statistics.mean(v), "rms_log": math.sqrt(statistics.mean(
+        e * e for e in v))} for k, v in sorted(by.items())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="tbe_groups_ab or tbe_device_times results files")
@@ -135,7 +154,8 @@ def main() -> None:
                "max_abs_error": max(abs(r["error"]) for r in rows), "files": [str(p) for p in args.results],
                "device": args.device, **phase_errors(rows),
                "mean_error_by_optimizer": {o: statistics.mean(r["error"] for r in rows if r["optimizer"] == o)
-                                           for o in sorted({r["optimizer"] for r in rows})}}
+                                           for o in sorted({r["optimizer"] for r in rows})},
+               "update_log_error_by_form": update_log_errors(rows)}
     print(summary)
     write_results("tbe_groups_model_check" + (f"_{args.tag}" if args.tag else ""), {"rows": rows}, rows=rows,
                   summary=summary)

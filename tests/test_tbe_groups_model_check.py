@@ -50,3 +50,22 @@ def test_the_phases_split_the_measured_step_by_its_kernels(mc):
     assert mc.phases({"device_ms": 3.0}, 0.4e-3, 2.5e-3, 0.7e-3) == {}
     errors = mc.phase_errors([got | {"x": 1}, {"fwd_measured_ms": 0.0, "fwd_predicted_ms": 1.0}])
     assert errors["fwd_geomean_abs_error"] == pytest.approx(0.25)  # the unmeasured row left out
+
+
+def test_the_update_phase_is_split_by_row_dtype_and_form(mc):
+    """One dim, several dims in one launch, a launch per dim group: each its own mean and rms log error; rows that
+    did not measure the phase are left out."""
+    import math
+
+    def row(dims, groups, priced, measured, dtype="fp16"):
+        return {"dims": dims, "planner_groups": groups, "dtype": dtype, "update_predicted_ms": priced,
+                "update_measured_ms": measured}
+
+    rows = [row("128", False, 2.0, 1.0), row("16/128", False, 1.0, 1.0), row("16/128", True, 1.0, 2.0),
+            row("16/128", True, 2.0, 2.0), row("64", False, 1.0, 0.0), {"dims": "64", "dtype": "fp16"}]
+    out = mc.update_log_errors(rows)
+    assert set(out) == {"fp16 one dim", "fp16 mixed dims, one launch", "fp16 dim groups"}
+    assert out["fp16 one dim"] == {"modules": 1, "mean_log": math.log(2), "rms_log": math.log(2)}
+    assert out["fp16 dim groups"]["modules"] == 2
+    assert out["fp16 dim groups"]["mean_log"] == -math.log(2) / 2
+    assert out["fp16 dim groups"]["rms_log"] == math.sqrt(math.log(2) ** 2 / 2)
