@@ -2,14 +2,14 @@
 offline (CPU), by kind of rows, optimizer and ids.
 
 ``tbe_groups_model_check`` compares each module's phases, the update's with its merge; ``merge_model_fit`` the merge
-alone. This takes the rest: each case whose update ran as one launch (a module of one dim group) under the config
-the planner prices (variant, tile, chunks, warps; the merge's chunks do not enter: its price is taken out), priced as
-``tbe_step.estimate`` prices it (``update_seconds`` less its merge, plus row-wise Adagrad's per-row work,
-``row_state_seconds``), against the ``lane_update`` + ``permute`` kernels of its step. The log errors are grouped by
-the rows' dtype and the constants that price them (fp32 / fp16 / bf16; the one-dim update's, ``tbe.one_dim_priced``,
-or the mixed-dims update's), by optimizer, and by those constants and the ids' skew. Modules updated by a launch per
-dim group, where the run kept each launch's time, are checked launch by launch too (``run_group_launches``, by group's
-BLOCK_D). Nothing is measured here.
+alone. This takes the rest: each case whose update ran as one launch (a module of one dim group) under the config the
+planner prices (variant, tile, chunks, warps; the merge's chunks do not enter: its price is taken out), priced as
+``tbe_step.estimate`` prices it (``update_launch_seconds``: the update without its merge, plus row-wise Adagrad's
+per-row work, ``row_state_seconds``), against the ``lane_update`` + ``permute`` kernels of its step. The log errors are
+grouped by the rows' dtype and the constants that price them (fp32 / fp16 / bf16; the one-dim update's,
+``tbe.one_dim_priced``, or the mixed-dims update's), by optimizer, and by those constants and the ids' skew. Modules
+updated by a launch per dim group, where the run kept each launch's time, are checked launch by launch too
+(``run_group_launches``, by group's BLOCK_D). Nothing is measured here.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/lane_model_check.py [RESULTS.json ...] [--tag T]
 """
@@ -20,8 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from merge_model_fit import (CASES_PER_SEED, RUN_GRAD_BYTES, label_matches, merge_inputs, one_launch_updates,
-                             planned_updates)
+from merge_model_fit import CASES_PER_SEED, RUN_GRAD_BYTES, label_matches, one_launch_updates, planned_updates
 from sort_model_fit import RESULTS, device_ceilings, device_of, mean_log, rms_log
 from tbe_groups_model_check import kernels_ms, shard_loads
 from tbe_shapes import seed_cases
@@ -40,12 +39,11 @@ LANE_KERNELS = ("lane_update_kernel", "permute_kernel")
 
 
 def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: str) -> float:
-    """``estimate``'s price of the update without its merge: ``update_seconds`` less ``update_merge_seconds``, plus
-    the per-row work of an optimizer with per-row state."""
+    """``estimate``'s price of the update without its merge (``update_launch_seconds``), plus the per-row work of an
+    optimizer with per-row state."""
     spec, ceil = get_device(device), device_ceilings(device)
     row_s = tbe_step.row_state_seconds(kwargs["nnz"], spec) if mem.STATE_PER_ROW[optimizer] > 0 else 0.0
-    merge_s = tbe.update_merge_seconds(shape, spec, ceil, **merge_inputs(kwargs))
-    return tbe.update_seconds(shape, spec, ceil, **kwargs) - merge_s + row_s
+    return tbe.update_launch_seconds(shape, spec, ceil, **kwargs) + row_s
 
 
 def one_lane_launch(kernels: list[dict]) -> bool:

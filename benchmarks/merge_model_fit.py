@@ -85,7 +85,8 @@ class Merge:
 def planned_updates(loads: tuple, device: str, grad_bytes: int) -> list[tuple[tbe.UpdateShape, dict]]:
     """The update shape and ``update_seconds`` keywords of each update launch the planner prices for a module of
     ``loads``."""
-    with mock.patch.object(tbe_step, "update_seconds", wraps=tbe_step.update_seconds) as seen:  # not the selector's
+    # the planner's calls (through ``tbe_step``), not the selector's
+    with mock.patch.object(tbe_step, "update_launch_seconds", wraps=tbe_step.update_launch_seconds) as seen:
         shard_cost.tbe_group_seconds(loads, get_device(device), device_ceilings(device), grad_bytes)
     return [(c.args[0], dict(c.kwargs)) for c in seen.call_args_list]
 

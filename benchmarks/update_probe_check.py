@@ -3,7 +3,7 @@ which ran faster.
 
 ``tbe_shapes_probe`` times one case under the module's own update config and under forced ones (``--force``),
 recording every kernel of the step. This prices each of those configs as the planner prices the case's update
-(``update_seconds`` less its merge, plus the per-row work of an optimizer with per-row state, as
+(``update_launch_seconds``: the update without its merge, plus the per-row work of an optimizer with per-row state, as
 ``lane_model_check``; the merge by ``update_merge_seconds``) and sets the price beside the update kernels (the lane
 update and its permute pass, or the scan update) and the merge levels the step ran; a config timed in several rounds
 (``tbe_shapes_probe --rounds``) counts by its medians, and each config's median step is printed beside (small steps

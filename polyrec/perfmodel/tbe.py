@@ -460,14 +460,23 @@ def one_dim_priced(shape: UpdateShape, state_bytes_per_row: float, warp_size: in
 def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
                    row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float,
                    level_issue_s: float = 0.0) -> float:
-    """Predicted update (+ permute) + merge time (``level_issue_s``: ``merge_seconds``'s ``issue_s``): the
-    longest of the bytes at the fitted fraction of the copy rate, the programs' dependent round trips over
-    the resident programs (Little's law; at least one program's walk over its chunks after its first tile,
-    where the tiles are too few to fill the device) and, for the lane update, the issue of its instructions
-    (LANE_INSTRUCTIONS per tile element; ONE_DIM_* for tables of one dim), plus the round trips of the state
-    arrays the fitted kernel did not read (or minus those it did and this one does not: STATE_ARRAY_TRIPS),
-    never below the bytes that must cross DRAM at the copy rate (``update_dram_floor``), plus the rounding
-    and the merge."""
+    """Predicted update (+ permute) + merge time (``level_issue_s``: ``merge_seconds``'s ``issue_s``):
+    ``update_launch_seconds`` and ``update_merge_seconds``."""
+    return (update_launch_seconds(shape, spec, ceil, nnz=nnz, unique=unique, row_bytes=row_bytes,
+                                  grad_row_bytes=grad_row_bytes, state_bytes_per_row=state_bytes_per_row)
+            + update_merge_seconds(shape, spec, ceil, nnz=nnz, unique=unique, grad_row_bytes=grad_row_bytes,
+                                   level_issue_s=level_issue_s))
+
+
+def update_launch_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
+                          row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float) -> float:
+    """Predicted update (+ permute) time, its merge apart: the longest of the bytes at the fitted fraction of the
+    copy rate, the programs' dependent round trips over the resident programs (Little's law; at least one program's
+    walk over its chunks after its first tile, where the tiles are too few to fill the device) and, for the lane
+    update, the issue of its instructions (LANE_INSTRUCTIONS per tile element; ONE_DIM_* for tables of one dim),
+    plus the round trips of the state arrays the fitted kernel did not read (or minus those it did and this one does
+    not: STATE_ARRAY_TRIPS), never below the bytes that must cross DRAM at the copy rate (``update_dram_floor``),
+    plus the rounding."""
     gran = GATHER_GRANULARITY[spec.vendor]
     copy = ceil.copy_bandwidth.value
     moved = update_bytes(shape.variant, nnz=nnz, unique=unique, row_bytes=row_bytes, grad_row_bytes=grad_row_bytes,
@@ -493,9 +502,7 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
     fraction = (ONE_DIM_UPDATE_COPY_FRACTION if one_dim else UPDATE_COPY_FRACTION)[shape.grad_bytes]
     floor = update_dram_floor(moved, nnz=nnz, grad_row_bytes=grad_row_bytes)
     return (max(floor / copy, max(moved / (fraction * copy), chain_s, issue_s) + state_s) + scan_s + round_s
-            + UPDATE_TRIPS[shape.variant] * lat
-            + update_merge_seconds(shape, spec, ceil, nnz=nnz, unique=unique, grad_row_bytes=grad_row_bytes,
-                                   level_issue_s=level_issue_s))
+            + UPDATE_TRIPS[shape.variant] * lat)
 
 
 def update_merge_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyrec.hardware.types import Ceilings, DeviceSpec
-from polyrec.perfmodel.tbe import UpdateShape, update_bytes, update_merge_seconds, update_seconds
+from polyrec.perfmodel.tbe import UpdateShape, update_bytes, update_launch_seconds, update_merge_seconds
 from polyrec.perfmodel.tbe_lookup import ForwardTile, planned_forward_seconds
 from polyrec.perfmodel.tbe_reads import (GATHER_GRANULARITY, TableLoad, gather_efficiency, l2_hits, random_read_bytes,
                                          unique_rows)
@@ -135,10 +135,11 @@ def estimate(tables: list[TableLoad], *, batch_size: int, out_dim: int, out_byte
                      state_bytes_per_row=state_bytes_per_row)
     bwd_bytes = update_bytes(bwd.variant, gran=gran, **update_kw)
     sort_s = sort_seconds(int(nnz), key_bytes, ceil, spec)
-    bwd_s = sort_s + update_seconds(bwd, spec, ceil, **update_kw) + 2 * ceil.launch_latency.value
+    merge_s = update_merge_seconds(bwd, spec, ceil, nnz=nnz, unique=uniq, grad_row_bytes=grad_row)
+    update_s = update_launch_seconds(bwd, spec, ceil, **update_kw) + merge_s  # as update_seconds
+    bwd_s = sort_s + update_s + 2 * ceil.launch_latency.value
     if row_state:
         bwd_s += row_state_seconds(nnz, spec)
-    merge_s = update_merge_seconds(bwd, spec, ceil, nnz=nnz, unique=uniq, grad_row_bytes=grad_row)
     return StepEstimate(forward_s=fwd_s, backward_s=bwd_s, forward_bytes=fwd_bytes, backward_bytes=bwd_bytes,
                         unique_rows=uniq, sort_s=sort_s, merge_s=merge_s, grad_row_bytes=grad_row)
 
