@@ -52,6 +52,7 @@ from polyrec.perfmodel.tbe_step import SORT_KEY_BYTES_PER_ID
 from polyrec.results import write_results
 
 import module_forward_check
+from sort_model_fit import device_of
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GATHER = RESULTS / "gather_rate_2026-12-01" / "gather_rate_nvidia-h200_2026-12-01.json"
@@ -84,6 +85,7 @@ class Case:
     elem_bytes: int
     measured: dict[tuple[int, int, int], float]  # (bags, hots, warps) -> ms
     skew: str = "uniform"  # the ids' distribution (``perfmodel.tbe_reads.SKEWS``)
+    device: str = "H200"  # the catalog device it was measured on (its price's spec)
 
     @property
     def block_d(self) -> int:
@@ -101,7 +103,9 @@ def parse_config(name: str) -> tuple[int, int, int]:
 
 
 def gather_cases(path: Path) -> list[Case]:
-    rows = json.loads(path.read_text())["results"]["rows"]
+    """The lookups of a ``gather_rate`` run, each on the device the run measured it on."""
+    run = json.loads(path.read_text())
+    device, rows = device_of(run["environment"]["gpu"]), run["results"]["rows"]
     out = []
     for r in rows:
         if r["kind"] != "lookup":
@@ -114,7 +118,7 @@ def gather_cases(path: Path) -> list[Case]:
         for name, ms in r["configs_ms"].items():
             measured[parse_config(name)] = ms
         out.append(Case(f"D{r['dim']} {r['dtype']} bags {r.get('bags', 16)} B {batch}", batch, lengths,
-                        (table_rows,) * len(lengths), r["dim"], elem, measured))
+                        (table_rows,) * len(lengths), r["dim"], elem, measured, device=device))
     return out
 
 
@@ -156,12 +160,12 @@ def hit_of(case: Case, skew: str) -> float:
     forward plan prices any ids; the planner knows the skew)."""
     loads = [TableLoad(rows=r, row_bytes=case.block_d * case.elem_bytes, accesses=case.batch * h, skew=skew)
              for r, h in zip(case.table_rows, case.bag_lengths, strict=True)]
-    return hit_fraction(loads, get_device("H200"))
+    return hit_fraction(loads, get_device(case.device))
 
 
 def predict_ms(case: Case, key: tuple[int, int, int], skew: str = "uniform") -> float:
-    """Predicted ms of ``case`` under config ``key``, its rows' L2 hits as under ids of ``skew``."""
-    spec = get_device("H200")
+    """Predicted ms of ``case`` under config ``key`` on its device, its rows' L2 hits as under ids of ``skew``."""
+    spec = get_device(case.device)
     row_bytes = case.block_d * case.elem_bytes
     hit = hit_of(case, skew)
     tile = ForwardTile(bags=key[0], hots=key[1], block_d=case.block_d, num_warps=key[2], vec=case.vec,
@@ -171,12 +175,17 @@ def predict_ms(case: Case, key: tuple[int, int, int], skew: str = "uniform") -> 
                                        hit_fraction=hit)
 
 
+def log_errors(cases: list[Case]) -> list[float]:
+    """log(predicted / measured) of every config of ``cases``, each priced at its ids' L2 hits (as the planner
+    prices it)."""
+    return [math.log(predict_ms(case, k, case.skew) / ms) for case in cases for k, ms in case.measured.items()]
+
+
 def score(cases: list[Case]) -> tuple[float, list[tuple[str, float, str]]]:
     """(rms log error over every row, per case: (name, measured pick / measured best candidate, pick)). The
     errors price each case at its ids' L2 hits (as the planner does), the picks at the least (as the module)."""
-    errs, picks = [], []
+    errs, picks = log_errors(cases), []
     for case in cases:
-        errs += [math.log(predict_ms(case, k, case.skew) / ms) for k, ms in case.measured.items()]
         preds = {k: predict_ms(case, k) for k in case.measured}
         cands = {(c.bags, c.hots, c.num_warps) for c in tbe_select.forward_candidates(case.block_d, 32)}
         timed = [k for k in case.measured if k in cands]
@@ -236,7 +245,8 @@ def report_modules() -> None:
 def report(label: str, cases: list[Case]) -> None:
     rms, picks = score(cases)
     worst = max(p[1] for p in picks)
-    print(f"{label}: rms log error {rms:.3f}, pick / fastest: geomean "
+    errs = log_errors(cases)
+    print(f"{label}: rms log error {rms:.3f} (mean {sum(errs) / len(errs):+.3f}), pick / fastest: geomean "
           f"{math.exp(sum(math.log(p[1]) for p in picks) / len(picks)):.3f}, worst {worst:.3f}")
     for name, ratio, pick in picks:
         print(f"   {name:<26} {ratio:6.3f}  ({pick})")
