@@ -35,6 +35,8 @@ from polyrec.results import write_results
 
 #: nvidia-smi's sampling period (ms).
 SAMPLE_MS = 50
+#: Seconds of nvidia-smi's first samples left out: its start-up, before the load's calls begin.
+START_S = 0.3
 #: The lookup workload: features, ids per bag, row width, batch, table bytes in all.
 FEATURES, HOTS, DIM, BATCH, TABLE_BYTES = 4, 16, 128, 65536, 8 << 30
 
@@ -44,7 +46,7 @@ def sampled(work: Callable[[], object], seconds: float) -> tuple[list[tuple[floa
     the calls made. The device is drained before the sampler stops."""
     sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
                                 f"--loop-ms={SAMPLE_MS}"], stdout=subprocess.PIPE, text=True)
-    time.sleep(0.3)  # the first samples are nvidia-smi's start-up, not the load's
+    time.sleep(START_S)  # the first samples are nvidia-smi's start-up, not the load's
     calls, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         for _ in range(8):
@@ -53,13 +55,26 @@ def sampled(work: Callable[[], object], seconds: float) -> tuple[list[tuple[floa
         torch.cuda.synchronize()
     sampler.terminate()
     out, _ = sampler.communicate(timeout=10)
+    return samples_of(out, skip=round(START_S * 1e3 / SAMPLE_MS)), calls
+
+
+def samples_of(out: str, *, skip: int) -> list[tuple[float, float]]:
+    """(SM clock MHz, power W) of each line of nvidia-smi's ``clocks.sm,power.draw`` CSV output after the first
+    ``skip``; an error naming the line where one is not two numbers (a GPU that reports "[N/A]"), or where none is
+    left."""
     samples = []
-    for line in out.splitlines()[6:]:  # the first 0.3 s
-        clock, power = (field.strip() for field in line.split(","))
-        samples.append((float(clock), float(power)))
+    for number, line in enumerate(out.splitlines(), 1):
+        if number <= skip:
+            continue
+        fields = [field.strip() for field in line.split(",")]
+        try:
+            clock, power = map(float, fields)
+        except ValueError:
+            raise SystemExit(f"clock_probe: nvidia-smi line {number} is not 'clock, power': {line!r}") from None
+        samples.append((clock, power))
     if not samples:
-        raise SystemExit(f"clock_probe: nvidia-smi gave no samples: {out!r}")
-    return samples, calls
+        raise SystemExit(f"clock_probe: nvidia-smi gave no samples after its first {skip} lines: {out!r}")
+    return samples
 
 
 def workloads() -> dict[str, Callable[[], object]]:
