@@ -11,7 +11,8 @@ checked before any device time: fewer instructions per tile, or more resident wa
 MLPerf step runs without weight decay or per-sample scales). The counts are
 static (each instruction once, whatever the loop trip counts), except ``loop path``: one trip of the
 kernel's loop on its common path (``loop_path``). ``--dump DIR`` writes each job's SASS.
-Run with TRITON_INTERPRET unset. Writes ``sass_count_cpu_<date>.json`` with ``--save``.
+``--lane-grid``: instead of ``--match``, the lane update at every layout the selector can launch (``lane_grid``).
+Run with TRITON_INTERPRET unset. Writes ``sass_count_cpu_<date>.json`` with ``--save`` (``sass_count_lane_grid_*``).
 """
 
 from __future__ import annotations
@@ -147,6 +148,50 @@ def with_register_cap(job, cap: int):
     return dataclasses.replace(job, options={**job.options, "maxnreg": cap}, label=label)
 
 
+#: BLOCK_D of the lane update's layouts ``--lane-grid`` compiles (one dim group's padded width), each at every TILE
+#: of ``tbe_select.LANE_TILES``.
+LANE_GRID_BLOCK_D = (16, 32, 64, 128, 256, 512)
+#: The compile job ``--lane-grid`` varies: the lane update of one dim group of mixed dims.
+LANE_GRID_BASE = "tbe update-lane rowwise_adagrad fp32 D32 mixed grouped128 tile32 chunks8 w1"
+
+
+def lane_grid(jobs: dict) -> list:
+    """The lane update at every layout the selector can launch: of mixed dims (one dim group's launch, ``GROUPED``)
+    for every optimizer, and of one dim (``ONE_DIM``) for those without a per-element state tile, at each BLOCK_D of
+    LANE_GRID_BLOCK_D and TILE of ``tbe_select.LANE_TILES``, with the selector's warps and register cap; fp32 rows,
+    no weight decay or per-id scales (the MLPerf step's)."""
+    from polyrec.kernels import tbe_select
+    from polyrec.kernels.tbe_optim import OPTIM_CODE, STATE_PER_ELEMENT
+
+    if LANE_GRID_BASE not in jobs:
+        raise SystemExit(f"--lane-grid: no compile job {LANE_GRID_BASE!r} (tbe_compile.compile_jobs) to vary")
+    base = jobs[LANE_GRID_BASE]
+    out = []
+    for one_dim in (False, True):
+        for optimizer, state_tiles in STATE_PER_ELEMENT.items():
+            if one_dim and state_tiles:
+                continue
+            for block_d in LANE_GRID_BLOCK_D:
+                for tile in tbe_select.LANE_TILES:
+                    warps = tbe_select.lane_warps(block_d, 32)
+                    constexprs = {**base.constexprs, "OPTIM": OPTIM_CODE[optimizer], "BLOCK_D": block_d, "TILE": tile,
+                                  "HAS_WD": 0, "HAS_SCALE": 0, "ONE_DIM": block_d if one_dim else 0,
+                                  "GROUPED": not one_dim}
+                    job = dataclasses.replace(base, constexprs=constexprs, num_warps=warps, label=(
+                        f"lane {'one dim' if one_dim else 'mixed grouped'} {optimizer} D{block_d} tile{tile} w{warps}"))
+                    cap = tbe_select.lane_register_cap("nvidia", tbe_select.LANE_CHUNKS, tile, state_tiles, one_dim)
+                    out.append(with_register_cap(job, cap) if cap else job)
+    return out
+
+
+def per_element(row: dict, job) -> float | None:
+    """Thread instructions per tile element of one trip of the loop path (warp instructions x 32 lanes x warps over
+    TILE x BLOCK_D), as ``perfmodel.tbe.LANE_INSTRUCTIONS`` counts them; None for a kernel without a loop or a tile."""
+    if row["loop_path"] is None or not {"TILE", "BLOCK_D"} <= job.constexprs.keys():
+        return None
+    return row["loop_path"] * 32 * job.num_warps / (job.constexprs["TILE"] * job.constexprs["BLOCK_D"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--match", default="update-lane rowwise_adagrad fp32 D128",
@@ -161,32 +206,44 @@ def main() -> None:
     parser.add_argument("--dump", type=Path, help="write each job's SASS into this folder")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/sass_count_cpu_<date>.json")
+    parser.add_argument("--lane-grid", action="store_true",
+                        help="instead of --match: the lane update at every optimizer, BLOCK_D and TILE "
+                             "(``lane_grid``), with instructions per tile element")
     args = parser.parse_args()
     from polyrec.hardware.catalog import get_device
     from polyrec.kernels.tbe_compile import compile_jobs
 
     overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
-    jobs = {j.label: j for j in compile_jobs(get_device("H200")) if args.match in j.label}
-    jobs = [dataclasses.replace(j, constexprs={**j.constexprs, **overrides}) for j in jobs.values()]
+    if args.lane_grid:
+        jobs = lane_grid({j.label: j for j in compile_jobs(get_device("H200"))})
+    else:
+        jobs = {j.label: j for j in compile_jobs(get_device("H200")) if args.match in j.label}
+        jobs = list(jobs.values())
+    jobs = [dataclasses.replace(j, constexprs={**j.constexprs, **overrides}) for j in jobs]
     if args.weights:
         jobs = [with_weights(j, args.weights) for j in jobs]
     if args.maxnreg:
         jobs = [with_register_cap(j, args.maxnreg) for j in jobs]
     if not jobs:
         raise SystemExit(f"no compile job label contains {args.match!r}")
-    rows = [analyse(j, args.dump) for j in jobs]
+    rows = []
+    for job in jobs:
+        rows.append(analyse(job, args.dump))
+        rows[-1]["per_element"] = per_element(rows[-1], job)
     if args.save:
         from polyrec.results import write_results
-        write_results("sass_count", {"rows": rows}, rows=rows,
-                      summary={"target": "cuda:90", "match": args.match, "overrides": overrides})
+        write_results("sass_count" + ("_lane_grid" if args.lane_grid else ""), {"rows": rows}, rows=rows,
+                      summary={"target": "cuda:90", "match": "lane grid" if args.lane_grid else args.match,
+                               "overrides": overrides})
     if args.json:
         print(json.dumps(rows, indent=1))
         return
     kinds = ["total"] + list(KINDS) + ["uniform", "other"]
-    print("| job | regs | warps/SM | loop path | " + " | ".join(kinds) + " |")
-    print("|---" * (len(kinds) + 4) + "|")
+    print("| job | regs | warps/SM | loop path | per element | " + " | ".join(kinds) + " |")
+    print("|---" * (len(kinds) + 5) + "|")
     for r in rows:
-        print(f"| {r['label']} | {r['registers']} | {r['resident_warps']} | {r['loop_path']} | "
+        each = "-" if r["per_element"] is None else f"{r['per_element']:.2f}"
+        print(f"| {r['label']} | {r['registers']} | {r['resident_warps']} | {r['loop_path']} | {each} | "
               + " | ".join(str(r.get(k, 0)) for k in kinds) + " |")
 
 
