@@ -88,3 +88,36 @@ def test_a_job_takes_another_register_cap():
     assert capped.options == {"maxnreg": 96, "other": 1}
     uncapped = dataclasses.replace(job, label="tbe merge-level sgd fp32 D128 tile8 chunks1 w1", options={})
     assert sass_count.with_register_cap(uncapped, 112).label.endswith("chunks1 w1 maxnreg112")
+
+
+def test_the_lane_grid_takes_every_layout_the_selector_launches():
+    """--lane-grid: mixed dims (grouped) for every optimizer and one dim for those without a per-element state tile,
+    at every BLOCK_D and TILE, each with the selector's warps and register cap; a missing base job is named."""
+    from polyrec.hardware.compile import CompileJob
+    from polyrec.kernels import tbe_select
+    from polyrec.kernels.tbe_optim import OPTIM_CODE
+
+    base = CompileJob(label=sass_count.LANE_GRID_BASE, kernel=None, num_warps=1, signature={},
+                      constexprs={"OPTIM": 1, "BLOCK_D": 32, "TILE": 32, "ONE_DIM": 0, "GROUPED": True,
+                                  "HAS_WD": 1, "HAS_SCALE": 1, "CHUNKS": 8})
+    grid = sass_count.lane_grid({base.label: base})
+    layouts = len(sass_count.LANE_GRID_BLOCK_D) * len(tbe_select.LANE_TILES)
+    assert len(grid) == (4 + 2) * layouts and len({j.label for j in grid}) == len(grid)
+    adam = next(j for j in grid if j.label.startswith("lane mixed grouped adam D512 tile8"))
+    assert adam.constexprs["OPTIM"] == OPTIM_CODE["adam"] and adam.num_warps == tbe_select.lane_warps(512, 32)
+    assert adam.constexprs["HAS_WD"] == 0 and adam.constexprs["GROUPED"] and not adam.options.get("maxnreg")
+    one = next(j for j in grid if j.label.startswith("lane one dim sgd D128 tile8"))
+    assert one.constexprs["ONE_DIM"] == 128 and not one.constexprs["GROUPED"]
+    assert one.options["maxnreg"] == tbe_select.lane_register_cap("nvidia", tbe_select.LANE_CHUNKS, 8, 0, True)
+    with pytest.raises(SystemExit, match="no compile job"):
+        sass_count.lane_grid({})
+
+
+def test_instructions_per_element_follow_the_tile():
+    """Warp instructions x 32 lanes x warps over the tile's elements; None without a loop or a tile."""
+    from polyrec.hardware.compile import CompileJob
+
+    job = CompileJob(label="x", kernel=None, num_warps=2, signature={}, constexprs={"TILE": 8, "BLOCK_D": 256})
+    assert sass_count.per_element({"loop_path": 1024}, job) == 1024 * 32 * 2 / (8 * 256)
+    assert sass_count.per_element({"loop_path": None}, job) is None
+    assert sass_count.per_element({"loop_path": 10}, dataclasses.replace(job, constexprs={})) is None
