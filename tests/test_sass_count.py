@@ -40,6 +40,30 @@ def test_loop_path_skips_the_rare_block():
     assert sass_count.loop_path(SASS) == 9
 
 
+# The same loop laid out the other way (as ptxas lays out the lane update at BLOCK_D 16): the first conditional branch
+# jumps over the rare block, which falls through from it, to the common path (no jump back from the rare block).
+SASS_IF_THEN = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_2:
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   ISETP.NE.AND P0, PT, R4, R5, PT ;
+        /*0030*/              @!P0 BRA `(.L_x_1) ;
+        /*0040*/                   SHFL.BFLY PT, R7, R6, 0x1, 0x1f ;
+        /*0050*/                   SHFL.BFLY PT, R8, R7, 0x2, 0x1f ;
+        /*0060*/                   FADD R9, R7, R8 ;
+.L_x_1:
+        /*0070*/                   FFMA R10, R6, R9, R4 ;
+        /*0080*/                   STG.E desc[UR4][R2.64], R10 ;
+        /*0090*/               @P1 BRA `(.L_x_2) ;
+        /*00a0*/                   EXIT ;
+"""
+
+
+def test_loop_path_skips_a_rare_block_the_branch_jumps_over():
+    # head .. the branch: LDG, ISETP, @!P0 BRA (3); its target .. back-edge: FFMA, STG, @P1 BRA (3)
+    assert sass_count.loop_path(SASS_IF_THEN) == 6
+
+
 def test_no_loop_has_no_path():
     assert sass_count.loop_path("        /*0000*/                   EXIT ;\n") is None
 
