@@ -2,12 +2,15 @@
 and the cuda:90 static count of its layout (../lane_counts_2026-12-07/): executed warp instructions over the count
 times the launch's active programs' loop trips, the issue slots busy, DRAM throughput.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/results/lane_ncu_2026-12-07/ncu_vs_counts.py > ncu_vs_counts.txt
+    PYTHONPATH=.:benchmarks python3 benchmarks/results/lane_ncu_2026-12-07/ncu_vs_counts.py [COUNTS.json] > OUT.txt
+
+COUNTS.json: a ``sass_count --lane-grid`` run (default GRID, the counts before ``loop_path`` took the if-then case).
 """
 
 import csv
 import json
 import math
+import sys
 from pathlib import Path
 
 from lane_model_check import lane_price_s
@@ -30,7 +33,8 @@ def launches(path: Path) -> list[dict]:
 
 
 def main() -> None:
-    counts = {r["label"].rsplit(" w", 1)[0]: r for r in json.loads(GRID.read_text())["results"]["rows"]}
+    grid = Path(sys.argv[1]) if len(sys.argv) > 1 else GRID
+    counts = {r["label"].rsplit(" w", 1)[0]: r for r in json.loads(grid.read_text())["results"]["rows"]}
     print(f"{'case':8} {'launch':24} {'ms':>6} {'priced':>6} {'inst M':>8} {'count M':>8} {'ratio':>5} "
           f"{'issue%':>6} {'dram%':>5} {'warps%':>6}")
     for path in sorted(HERE.glob("s*_c*.csv")):
