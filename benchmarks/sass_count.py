@@ -92,7 +92,7 @@ def loop_path(sass: str) -> int | None:
     if-then), the fall-through the branch jumps over. The lane update's first branch is the per-key table lookup
     of a tile at a table's edge (``_sorted_table_fields``), so this is its per-tile count; ptxas lays it out
     either way (BLOCK_D 128: the lookup at the target; 16: falling through). Checked against Nsight Compute's
-    executed instructions: 1.00-1.13x the count at every BLOCK_D since the if-then case, 0.25-0.32x at 16
+    executed instructions: 1.00-1.13x the count at BLOCK_D 16-256 since the if-then case, 0.25-0.32x at 16
     before (benchmarks/results/lane_ncu_2026-12-07/). None without a loop."""
     lines = sass.splitlines()
     labels = _label_lines(lines)
