@@ -12,9 +12,11 @@ Nothing is measured; the results name the run they re-read and the code that pre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from planner_accuracy import FP8, FULL, cases, geomean_abs_error, predict, summary_line
@@ -22,6 +24,25 @@ from planner_accuracy import FP8, FULL, cases, geomean_abs_error, predict, summa
 
 #: The device of the planner_accuracy runs made before their summaries named one (all on H200s).
 DEFAULT_DEVICE = "H200"
+
+
+@contextlib.contextmanager
+def calibrated(device: str, calibration: Path) -> Iterator[None]:
+    """Within: ``calibration`` (a ``hw calibrate`` file) is ``device``'s stored calibration, in a cache of its own
+    (``POLYREC_CACHE_DIR`` set to a temporary folder, and back after), so the planner prices at its rates."""
+    before = os.environ.get("POLYREC_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as cache:
+        stored = Path(cache) / "polyrec" / "calibration" / f"{device.lower()}.json"
+        stored.parent.mkdir(parents=True)
+        stored.write_text(calibration.read_text())
+        os.environ["POLYREC_CACHE_DIR"] = cache
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["POLYREC_CACHE_DIR"]
+            else:
+                os.environ["POLYREC_CACHE_DIR"] = before
 
 
 def repredict(rows: list[dict], device: str = DEFAULT_DEVICE) -> list[dict]:
@@ -78,11 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     run = json.loads(args.results.read_text())
     device = run["summary"].get("device", DEFAULT_DEVICE)
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["POLYREC_CACHE_DIR"] = cache
-        stored = Path(cache) / "polyrec" / "calibration" / f"{device.lower()}.json"
-        stored.parent.mkdir(parents=True)
-        stored.write_text(args.calibration.read_text())
+    with calibrated(device, args.calibration):
         rows = repredict(run["results"]["rows"], device)
     from polyrec.results import write_results
 

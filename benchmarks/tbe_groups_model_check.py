@@ -5,24 +5,27 @@ BLOCK_D group, and one at the widest BLOCK_D) and recorded the device time of ea
 ``tbe_device_times`` recorded it for every case under the module's default. This re-draws those cases
 from their seeds, prices each as the planner does (``Estimator.tbe_seconds``: forward + backward +
 update of one module, grouped where ``tbe_select.groups_pay`` says the module groups, on the catalog
-device ``--device``, default H200, with its stored calibration where ``polyrec hw calibrate`` left one) and
-compares the price with the measured device time (of the form the planner prices, where both were timed)
+device ``--device``, default H200, at its stored calibration where ``polyrec hw calibrate`` left one, or at
+``--calibration``'s rates; the summary names the copy rate it took) and compares the price with the measured
+device time (of the form the planner prices, where both were timed)
 and, where the run recorded the step's kernels (``tbe_device_times``), each phase's price with its kernels:
 the lookup, the id sort and the rest (update, permute, merge). Nothing is measured here.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/tbe_groups_model_check.py RESULTS.json [RESULTS.json ...] \
-        [--device H100] [--tag T]
+        [--device H100] [--calibration CALIBRATION.json] [--tag T]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
 from pathlib import Path
 
 from planner_accuracy import geomean_abs_error
+from planner_accuracy_offline import calibrated
 from tbe_shapes import seed_cases
 
 from polyrec.models import preset
@@ -135,11 +138,17 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=16, help="cases drawn per seed (as the A/B's --cases)")
     parser.add_argument("--device", default="H200", help="catalog device the cases are priced on (default H200)")
     parser.add_argument("--tag", default="", help="suffix of the results name")
+    parser.add_argument("--calibration", type=Path, default=None,
+                        help="price at this `hw calibrate` file's rates (default: the device's stored calibration, "
+                             "else its datasheet)")
     args = parser.parse_args()
     measured = [r for path in args.results for r in json.loads(path.read_text())["results"]["rows"]]
     model = model_spec_from_config(preset("dcnv2-small"))  # only its tables' module is priced, not the model's
-    estimator = Estimator(model, parse_fleet(args.device), dense_dtype=GRADIENT_DTYPE)
-    rows = check(measured, estimator, args.cases, args.device)
+    with calibrated(args.device, args.calibration) if args.calibration else contextlib.nullcontext():
+        estimator = Estimator(model, parse_fleet(args.device), dense_dtype=GRADIENT_DTYPE)
+        rows = check(measured, estimator, args.cases, args.device)
+    rates = {"copy_bandwidth": estimator.ceilings[args.device].copy_bandwidth.value,
+             "origin": estimator.ceilings[args.device].copy_bandwidth.origin}
     for r in rows:
         print(f"seed {r['seed']:>2} case {r['case']:>2} {r['dims']:>16} B={r['batch']:>5} {r['dtype']} "
               f"{r['optimizer']:>15} module {r['module_auto']:>7} planner {'grouped' if r['planner_groups'] else 'single':>7}: "
@@ -152,7 +161,8 @@ def main() -> None:
                                                   for r in after_rule),
                "geomean_abs_error": geomean_abs_error([(r["predicted_ms"], r["measured_device_ms"]) for r in rows]),
                "max_abs_error": max(abs(r["error"]) for r in rows), "files": [str(p) for p in args.results],
-               "device": args.device, **phase_errors(rows),
+               "device": args.device, "copy_rate": rates,
+               "calibration": str(args.calibration) if args.calibration else None, **phase_errors(rows),
                "mean_error_by_optimizer": {o: statistics.mean(r["error"] for r in rows if r["optimizer"] == o)
                                            for o in sorted({r["optimizer"] for r in rows})},
                "update_log_error_by_form": update_log_errors(rows)}

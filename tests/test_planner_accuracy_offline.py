@@ -58,3 +58,22 @@ def test_rows_are_predicted_on_the_device_the_run_names(offline):
     (h100,) = offline.repredict([row], "H100")
     assert h100["predicted_now_ms"] == pytest.approx(predict(case, "H100").step.total_ms)
     assert h100["predicted_now_ms"] != pytest.approx(offline.repredict([row])[0]["predicted_now_ms"])
+
+
+@pytest.mark.parametrize("before", [None, "/somewhere/else"])
+def test_a_calibration_is_the_devices_stored_one_within_and_the_cache_after_as_before(offline, monkeypatch,
+                                                                                     tmp_path, before):
+    """``calibrated``: inside, the file is the device's stored calibration (the planner's ceilings take its copy rate);
+    after, ``POLYREC_CACHE_DIR`` is what it was (unset stays unset)."""
+    from polyrec.hardware.calibrate import ceilings
+    from polyrec.hardware.catalog import get_device
+
+    if before is None:
+        monkeypatch.delenv("POLYREC_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("POLYREC_CACHE_DIR", before)
+    file = tmp_path / "calibration_h100.json"
+    file.write_text('{"device": "H100", "copy_bandwidth": 3.0e12}')
+    with offline.calibrated("H100", file):
+        assert ceilings(get_device("H100")).copy_bandwidth.value == 3.0e12
+    assert offline.os.environ.get("POLYREC_CACHE_DIR") == before
