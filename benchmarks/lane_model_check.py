@@ -9,15 +9,18 @@ per-row work, ``row_state_seconds``), against the ``lane_update`` + ``permute`` 
 grouped by the rows' dtype and the constants that price them (fp32 / fp16 / bf16; the one-dim update's,
 ``tbe.one_dim_priced``, or the mixed-dims update's), by optimizer, and by those constants and the ids' skew. Modules
 updated by a launch per dim group, where the run kept each launch's time, are checked launch by launch too
-(``run_group_launches``, by group's BLOCK_D). Nothing is measured here.
+(``run_group_launches``, by group's BLOCK_D). Priced at the device's committed calibration
+(``sort_model_fit.CALIBRATIONS``), or with ``--datasheet`` at the catalog's datasheet rates, as
+``tbe_groups_model_check`` prices without a calibration. Nothing is measured here.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/lane_model_check.py [RESULTS.json ...] [--tag T]
+    PYTHONPATH=.:benchmarks python3 benchmarks/lane_model_check.py [RESULTS.json ...] [--datasheet] [--tag T]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from merge_model_fit import CASES_PER_SEED, RUN_GRAD_BYTES, label_matches, one_launch_updates, planned_updates
@@ -25,7 +28,9 @@ from sort_model_fit import RESULTS, device_ceilings, device_of, mean_log, rms_lo
 from tbe_groups_model_check import kernels_ms, shard_loads
 from tbe_shapes import seed_cases
 
+from polyrec.hardware.calibrate import ceilings
 from polyrec.hardware.catalog import get_device
+from polyrec.hardware.types import Ceilings
 from polyrec.perfmodel import tbe, tbe_step
 from polyrec.planner import memory as mem
 from polyrec.results import write_results
@@ -38,10 +43,16 @@ DEFAULT_RUNS = (RESULTS / "h100_backward_2026-12-06" / "tbe_device_times_nvidia-
 LANE_KERNELS = ("lane_update_kernel", "permute_kernel")
 
 
-def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: str) -> float:
+def datasheet_ceilings(device: str) -> Ceilings:
+    """``device``'s ceilings at its catalog's datasheet rates (no calibration)."""
+    return ceilings(get_device(device), {})
+
+
+def lane_price_s(shape: tbe.UpdateShape, device: str, kwargs: dict, optimizer: str,
+                 rates: Callable[[str], Ceilings] = device_ceilings) -> float:
     """``estimate``'s price of the update without its merge (``update_launch_seconds``), plus the per-row work of an
-    optimizer with per-row state."""
-    spec, ceil = get_device(device), device_ceilings(device)
+    optimizer with per-row state, at the ceilings ``rates`` gives the device."""
+    spec, ceil = get_device(device), rates(device)
     row_s = tbe_step.row_state_seconds(kwargs["nnz"], spec) if mem.STATE_PER_ROW[optimizer] > 0 else 0.0
     return tbe.update_launch_seconds(shape, spec, ceil, **kwargs) + row_s
 
@@ -52,20 +63,20 @@ def one_lane_launch(kernels: list[dict]) -> bool:
     return len(lanes) == 1 and lanes[0]["calls_per_step"] == 1
 
 
-def run_lanes(path: Path) -> list[dict]:
-    """The one-launch cases of one ``tbe_device_times`` run, each with its lane price and measured ms."""
+def run_lanes(path: Path, rates: Callable[[str], Ceilings] = device_ceilings) -> list[dict]:
+    """The one-launch cases of one ``tbe_device_times`` run, each with its lane price (at ``rates``) and measured ms."""
     out = []
     for device, row, case, shape, kwargs in one_launch_updates(path, one_lane_launch):
         one_dim = tbe.one_dim_priced(shape, kwargs["state_bytes_per_row"], get_device(device).warp_size)
         out.append({"device": device, "case": f"seed {row['seed']} case {row['case']}", "rows": case["dtype"],
                     "priced_as": "one-dim" if one_dim else "mixed-dims", "optimizer": case["optimizer"],
-                    "ids": "skewed" if case["skew"] else "uniform",
-                    "batch": case["batch"], "priced_ms": lane_price_s(shape, device, kwargs, case["optimizer"]) * 1e3,
+                    "ids": "skewed" if case["skew"] else "uniform", "batch": case["batch"],
+                    "priced_ms": lane_price_s(shape, device, kwargs, case["optimizer"], rates) * 1e3,
                     "measured_ms": kernels_ms(row["kernels"], LANE_KERNELS)})
     return out
 
 
-def run_group_launches(path: Path) -> list[dict]:
+def run_group_launches(path: Path, rates: Callable[[str], Ceilings] = device_ceilings) -> list[dict]:
     """The modules of one ``tbe_device_times`` run that updated each dim group by a launch of its own, where the run
     kept each launch's time (``call_ms``, runs since the seventy-second session): a row per launch, priced as the
     planner prices it (``lane_price_s`` at the group's ids, plus its programs over the other groups' ids,
@@ -92,7 +103,7 @@ def run_group_launches(path: Path) -> list[dict]:
             idle_s = tbe.idle_programs_seconds(shape, spec, programs=idle)
             out.append({"device": device, "case": f"seed {row['seed']} case {row['case']}", "group": label.split()[0],
                         "rows": case["dtype"], "optimizer": case["optimizer"], "batch": case["batch"],
-                        "priced_ms": (lane_price_s(shape, device, kwargs, case["optimizer"]) + idle_s) * 1e3,
+                        "priced_ms": (lane_price_s(shape, device, kwargs, case["optimizer"], rates) + idle_s) * 1e3,
                         "idle_ms": idle_s * 1e3, "measured_ms": launch_ms + permute_ms * kwargs["nnz"] / ids})
     return out
 
@@ -109,14 +120,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="*", type=Path, help="tbe_device_times results (default: DEFAULT_RUNS)")
     parser.add_argument("--tag", default="", help="suffix of the results name")
+    parser.add_argument("--datasheet", action="store_true",
+                        help="price at the catalog's datasheet rates instead of the committed calibrations")
     args = parser.parse_args()
     paths = args.results or list(DEFAULT_RUNS)
-    rows = [r for path in paths for r in run_lanes(path)]
-    summary = {"files": [str(p) for p in paths], "all": groups(rows, lambda r: "all")["all"],
+    rates = datasheet_ceilings if args.datasheet else device_ceilings
+    rows = [r for path in paths for r in run_lanes(path, rates)]
+    summary = {"files": [str(p) for p in paths], "rates": "datasheet" if args.datasheet else "calibration",
+               "all": groups(rows, lambda r: "all")["all"],
                "by_rows": groups(rows, lambda r: f"{r['rows']} {r['priced_as']}"),
                "by_optimizer": groups(rows, lambda r: r["optimizer"]),
                "by_ids": groups(rows, lambda r: f"{r['priced_as']} {r['ids']}")}
-    launches = [r for path in paths for r in run_group_launches(path)]
+    launches = [r for path in paths for r in run_group_launches(path, rates)]
     if launches:
         summary["group_launches"] = groups(launches, lambda r: r["group"])
     print(f"{len(rows)} one-launch lane updates: mean log error {summary['all']['mean_log']:+.3f}, "

@@ -41,6 +41,16 @@ def test_the_price_is_the_update_less_its_merge_plus_the_per_row_work(check):
         tbe_step.row_state_seconds(2_000_000, spec))
 
 
+def test_datasheet_rates_price_at_the_catalogs_copy_rate(check):
+    """``--datasheet``: the lane price at the catalog's rates, not the committed calibration's (the H100's measured
+    copy rate is below its datasheet's, so a bytes-bound update is priced cheaper)."""
+    assert check.datasheet_ceilings("H100").copy_bandwidth.value == get_device("H100").hbm_bandwidth
+    kw = dict(nnz=8_000_000, unique=6_000_000, row_bytes=512, grad_row_bytes=512, state_bytes_per_row=0)
+    calibrated = check.lane_price_s(_shape(), "H100", kw, "sgd")
+    datasheet = check.lane_price_s(_shape(), "H100", kw, "sgd", check.datasheet_ceilings)
+    assert datasheet < calibrated
+
+
 def test_groups_give_the_mean_and_rms_log_error_of_each(check):
     rows = [{"k": "a", "priced_ms": 2.0, "measured_ms": 1.0}, {"k": "a", "priced_ms": 0.5, "measured_ms": 1.0},
             {"k": "b", "priced_ms": 1.0, "measured_ms": 1.0}]
