@@ -61,9 +61,9 @@ def sampled(work: Callable[[], object], seconds: float) -> tuple[list[tuple[floa
 def samples_of(out: str, *, skip: int) -> list[tuple[float, float]]:
     """(SM clock MHz, power W) of each line of nvidia-smi's ``clocks.sm,power.draw`` CSV output after the first
     ``skip``; an error naming the line where one is not two numbers (a GPU that reports "[N/A]"), or where none is
-    left."""
+    left. A last line without its newline is left out: the sampler was stopped while writing it."""
     samples = []
-    for number, line in enumerate(out.splitlines(), 1):
+    for number, line in enumerate(out[:out.rfind("\n") + 1].splitlines(), 1):
         if number <= skip:
             continue
         fields = [field.strip() for field in line.split(",")]

@@ -26,3 +26,7 @@ def test_a_line_not_clock_and_power_is_named(probe, line):
 def test_no_samples_left_is_an_error(probe):
     with pytest.raises(SystemExit, match="no samples after its first 2 lines"):
         probe.samples_of("1980, 300\n1980, 301\n", skip=2)
+
+
+def test_a_line_cut_off_by_the_stopped_sampler_is_left_out(probe):
+    assert probe.samples_of("1980, 300\n1980, 301\n19", skip=0) == [(1980.0, 300.0), (1980.0, 301.0)]
