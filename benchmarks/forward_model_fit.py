@@ -184,7 +184,14 @@ def log_errors(cases: list[Case]) -> list[float]:
 def score(cases: list[Case]) -> tuple[float, list[tuple[str, float, str]]]:
     """(rms log error over every row, per case: (name, measured pick / measured best candidate, pick)). The
     errors price each case at its ids' L2 hits (as the planner does), the picks at the least (as the module)."""
-    errs, picks = log_errors(cases), []
+    errs = log_errors(cases)
+    return math.sqrt(sum(e * e for e in errs) / len(errs)), picks_of(cases)
+
+
+def picks_of(cases: list[Case]) -> list[tuple[str, float, str]]:
+    """Per case: (name, measured pick / measured best candidate, pick), the candidates priced at the least L2
+    hits (as the module picks)."""
+    picks = []
     for case in cases:
         preds = {k: predict_ms(case, k) for k in case.measured}
         cands = {(c.bags, c.hots, c.num_warps) for c in tbe_select.forward_candidates(case.block_d, 32)}
@@ -192,7 +199,7 @@ def score(cases: list[Case]) -> tuple[float, list[tuple[str, float, str]]]:
         pick = min(timed, key=preds.get)
         best = min(case.measured[k] for k in timed)
         picks.append((case.name, case.measured[pick] / best, "%dx%d w%d" % pick))
-    return math.sqrt(sum(e * e for e in errs) / len(errs)), picks
+    return picks
 
 
 def steps(lo: float, hi: float, per_unit: int) -> list[float]:
@@ -243,9 +250,8 @@ def report_modules() -> None:
 
 
 def report(label: str, cases: list[Case]) -> None:
-    rms, picks = score(cases)
-    worst = max(p[1] for p in picks)
-    errs = log_errors(cases)
+    errs, picks = log_errors(cases), picks_of(cases)
+    rms, worst = math.sqrt(sum(e * e for e in errs) / len(errs)), max(p[1] for p in picks)
     print(f"{label}: rms log error {rms:.3f} (mean {sum(errs) / len(errs):+.3f}), pick / fastest: geomean "
           f"{math.exp(sum(math.log(p[1]) for p in picks) / len(picks)):.3f}, worst {worst:.3f}")
     for name, ratio, pick in picks:
