@@ -396,13 +396,25 @@ def test_the_plan_table_shows_slow_rates_and_no_negative_zero():
     """Was: '0.00M samples/s' for a plan at batch 1, and '-0.000' hidden overlap on every one-GPU plan."""
     from rich.console import Console
 
-    from polyrec.cli.plan_tables import per_second, plan_table
+    from polyrec.cli.plan_tables import per_second, print_plan
 
     assert [per_second(r) for r in (3_414_000, 512_300, 950.4, 114.2)] == ["3.41M", "512k", "950", "114"]
     console = Console(width=200, record=True)
-    console.print(plan_table(make_plan(MLPERF, H200, PlanConstraints(batch_per_gpu=1))))
+    print_plan(make_plan(MLPERF, H200, PlanConstraints(batch_per_gpu=1)), console)
     text = console.export_text()
-    assert "-0.000" not in text and " 0.00M" not in text
+    assert "-0.000" not in text and " 0.00M" not in text and "samples/s predicted (batch 1/GPU" in text
+
+
+def test_the_plan_headline_is_one_line_in_a_narrow_terminal():
+    """Was: the headline was the step table's title, which rich wrapped to that table's ~34 columns (four lines at 120)."""
+    from rich.console import Console
+
+    from polyrec.cli.plan_tables import plan_headline, print_plan
+
+    plan = make_plan(MLPERF, H200, PlanConstraints())
+    console = Console(width=len(plan_headline(plan)) + 1, record=True)
+    print_plan(plan, console)
+    assert plan_headline(plan) in console.export_text().splitlines()
 
 
 def test_codesign_refuses_a_kind_compared_twice_as_the_what_if_does():

@@ -44,10 +44,16 @@ def per_second(rate: float) -> str:
     return f"{rate:.3g}"
 
 
+def plan_headline(plan: Plan) -> str:
+    """The plan in one line: model, fleet, samples/s, batch, dense dtype and step. Printed above the tables, not as
+    the step table's title, which rich wraps to that narrow table's width."""
+    return (f"{model_label(plan.model)} on {plan.fleet.text}: {per_second(plan.samples_per_s)} samples/s predicted "
+            f"(batch {plan.batch_per_gpu}/GPU, {plan.dense_dtype} dense, step {plan.step.total_ms:.2f} ms)")
+
+
 def plan_table(plan: Plan) -> Table:
     s = plan.step
-    t = Table(title=f"{model_label(plan.model)} on {plan.fleet.text}: {per_second(plan.samples_per_s)} samples/s "
-                    f"predicted (batch {plan.batch_per_gpu}/GPU, {plan.dense_dtype} dense, step {s.total_ms:.2f} ms)")
+    t = Table(title="step")
     t.add_column("step term")
     t.add_column("ms", justify="right")
     for label, value in (("embedding fwd", s.embedding_fwd_ms), ("embedding bwd + update", s.embedding_bwd_ms),
@@ -109,7 +115,8 @@ def origins_table(plan: Plan) -> Table:
 
 
 def print_plan(plan: Plan, console: Console) -> None:
-    """The plan's four tables, then its notes."""
+    """The plan's headline and four tables, then its notes."""
+    console.print(plan_headline(plan), style="bold", highlight=False)
     for table in (plan_table(plan), tables_table(plan), memory_table(plan), origins_table(plan)):
         console.print(table)
     for note in plan.notes:
