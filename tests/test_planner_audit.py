@@ -406,7 +406,8 @@ def test_the_plan_table_shows_slow_rates_and_no_negative_zero():
 
 
 def test_the_plan_headline_is_one_line_in_a_narrow_terminal():
-    """Was: the headline was the step table's title, which rich wrapped to that table's ~34 columns (four lines at 120)."""
+    """Was: the headline was the step table's title, which rich wrapped to that table's ~34 columns (four lines in a
+    120-column terminal)."""
     from rich.console import Console
 
     from polyrec.cli.plan_tables import plan_headline, print_plan
