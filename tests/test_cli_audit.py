@@ -346,3 +346,19 @@ def test_train_help_names_no_subcommand_and_the_exit_codes():
         assert code in text, text
     eval_batches = next(p for p in get_command(app).commands["train"].params if p.name == "eval_batches")
     assert "at most once" in eval_batches.help
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """Was: `bench e2e --seed`, `migrate rules --json` and `migrate verify --json` listed in --help with no text."""
+    import typer
+
+    def options(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from options(sub, [*path, name])
+        for param in getattr(command, "params", []):
+            if type(param).__name__.endswith("Option") and param.name != "help":
+                yield " ".join(path), param
+
+    silent = [f"{path} {param.opts[0]}" for path, param in options(typer.main.get_command(app), ["polyrec"])
+              if not param.help]
+    assert not silent, f"options without help text: {silent}"

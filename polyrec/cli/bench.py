@@ -41,7 +41,7 @@ def e2e_command(
         None, show_default="warmup + steps (synthetic data)",
         help="Synthetic batches generated once and cycled (0: a new one per step). The default makes as many as "
              "the run takes: a model memorises a few cycled batches and then steps faster than on new data."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Seed of model init, synthetic data and shuffles (the same for both paths)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Train the direct port and polyrec's path on the same model and data; print samples/s and the ratio."""

@@ -145,7 +145,7 @@ def _print_table(result, out: Console) -> None:
 
 
 @app.command()
-def rules(as_json: bool = typer.Option(False, "--json")) -> None:
+def rules(as_json: bool = typer.Option(False, "--json", help="Print the rules as JSON.")) -> None:
     """List the rule catalog (IDs are stable)."""
     from polyrec.migrate.rules import RULES
 
@@ -239,7 +239,7 @@ def verify(
     seed: int | None = _SEED,
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="Compile for sm_90, gfx942, gfx950."),
     timeout: float = _TIMEOUT,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of the verdict line."),
 ) -> None:
     """Verify a hand-written kernel. Exit 0 accepted, 1 rejected, 2 bad input."""
     from polyrec.migrate.verify import verify as run_verify
