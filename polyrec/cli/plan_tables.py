@@ -116,7 +116,7 @@ def origins_table(plan: Plan) -> Table:
 
 def print_plan(plan: Plan, console: Console) -> None:
     """The plan's headline and four tables, then its notes."""
-    console.print(plan_headline(plan), style="bold", highlight=False)
+    console.print(plan_headline(plan), style="bold", highlight=False, markup=False)
     for table in (plan_table(plan), tables_table(plan), memory_table(plan), origins_table(plan)):
         console.print(table)
     for note in plan.notes:
