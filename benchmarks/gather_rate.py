@@ -12,7 +12,9 @@ This measures, in one process on one device, for each row size:
   four features of ``HOTS``-id bags, batch 65536) under every config ``tbe_select.forward_candidates``
   offers, and the module's own launches (``forward_plan``).
 
-Rates are useful row bytes per second (ids and output not counted), and ids per second.
+Rates are useful row bytes per second (ids and output not counted), and ids per second. The summary's
+``timer_floor_ms`` is ``bench_ms`` of a one-program launch (``timer_floor_ms``): what every timing here holds
+beside the kernel's own device time.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py --draw SEED [--cases 12]
@@ -89,6 +91,20 @@ def gather_sum_kernel(table_ptr, ids_ptr, out_ptr, n, ROW: tl.constexpr, IDS: tl
         idx = tl.load(ids_ptr + i, mask=ok, other=0)
         acc += tl.sum(tl.load(table_ptr + idx[:, None] * ROW + d[None, :], mask=ok[:, None], other=0.0), axis=0)
     tl.store(out_ptr + tl.program_id(0) * ROW + d, acc)
+
+
+@triton.jit
+def timer_floor_kernel(sink_ptr):
+    """One program storing one value: a launch with next to no work of its own."""
+    tl.store(sink_ptr + tl.program_id(0), 0.0)
+
+
+def timer_floor_ms() -> float:
+    """``bench_ms`` of ``timer_floor_kernel``: what the timer measures of any launch beside the kernel's work (the
+    launch between its events). ``forward_model_fit`` adds it to its price of the lookups this run times, whose
+    model prices the kernels' device time alone."""
+    sink = torch.empty(1, device="cuda")
+    return bench_ms(lambda: timer_floor_kernel[(1,)](sink))
 
 
 def floor_rows(row_bytes_list: tuple[int, ...], gen: torch.Generator) -> list[dict]:
@@ -173,8 +189,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("gather_rate needs a GPU")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    copy = copy_rate()
-    print(f"copy rate {copy / 1e12:.2f} TB/s", flush=True)
+    copy, timer_floor = copy_rate(), timer_floor_ms()
+    print(f"copy rate {copy / 1e12:.2f} TB/s; timer floor {timer_floor * 1e3:.2f} us", flush=True)
     sizes = () if args.draw is not None else ROW_BYTES[1:3] if args.quick else ROW_BYTES
     result = [rates(r, copy) for r in floor_rows(sizes, gen)] if sizes else []
     for r in result:
@@ -194,7 +210,8 @@ def main() -> None:
     name = "gather_rate" + ("_quick" if args.quick else "") + (f"_draw{args.draw}" if args.draw is not None else "")
     table = [{k: v for k, v in r.items() if k not in ("tiles_ms", "configs_ms")} for r in result]
     write_results(name, {"rows": result}, rows=table, summary={"copy_tb_s": copy / 1e12, "table_gib": TABLE_BYTES >> 30,
-                                                                  "draw": args.draw, "cases": len(lookups)})
+                                                                  "draw": args.draw, "cases": len(lookups),
+                                                                  "timer_floor_ms": timer_floor})
 
 
 if __name__ == "__main__":
