@@ -22,11 +22,13 @@ constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fr
 ``objective`` (rms log error and the picks' slowdowns; ``--modules``: plus the rms log error of the H200's
 ``module_forward_check`` rows, the planner's price of whole modules; the H100's rows are reported as a check).
 ``--gather FILE --only``: a ``gather_rate --draw`` file's cases alone (a check on cases the constants were not fitted
-on). ``--shapes FILE...``: ``forward_shapes`` files (random ``tbe_shapes`` cases: ragged bags, small tables, trained
-forwards), priced with and without the batch's loop trips.
+on). A ``gather_rate`` time holds, beside the kernel's device time that the model prices, what the timer adds to any
+launch (``do_bench`` of a one-program kernel: ``gather_rate``'s ``timer_floor_ms``); each case is priced with its run's
+(``--timer-floor-us`` for runs that did not measure it). ``--shapes FILE...``: ``forward_shapes`` files (random
+``tbe_shapes`` cases: ragged bags, small tables, trained forwards), priced with and without the batch's loop trips.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py [--grid [--modules]] [--gather FILE [--only]]
-        [--constants S,I,C[,L]]
+        [--timer-floor-us US] [--constants S,I,C[,L]]
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py --shapes FILE [FILE ...] [--tag T]
 """
 
@@ -86,6 +88,7 @@ class Case:
     measured: dict[tuple[int, int, int], float]  # (bags, hots, warps) -> ms
     skew: str = "uniform"  # the ids' distribution (``perfmodel.tbe_reads.SKEWS``)
     device: str = "H200"  # the catalog device it was measured on (its price's spec)
+    timer_floor_ms: float = 0.0  # what the run's timer holds of every launch beside the kernel's work: priced in
 
     @property
     def block_d(self) -> int:
@@ -102,10 +105,12 @@ def parse_config(name: str) -> tuple[int, int, int]:
     return bags, hots, warps
 
 
-def gather_cases(path: Path) -> list[Case]:
-    """The lookups of a ``gather_rate`` run, each on the device the run measured it on."""
+def gather_cases(path: Path, timer_floor_ms: float = 0.0) -> list[Case]:
+    """The lookups of a ``gather_rate`` run, each on the device the run measured it on, with the timer floor the run
+    measured (its summary's ``timer_floor_ms``, since a6793fe), else ``timer_floor_ms``."""
     run = json.loads(path.read_text())
     device, rows = device_of(run["environment"]["gpu"]), run["results"]["rows"]
+    floor = run["summary"].get("timer_floor_ms", timer_floor_ms)
     out = []
     for r in rows:
         if r["kind"] != "lookup":
@@ -118,7 +123,7 @@ def gather_cases(path: Path) -> list[Case]:
         for name, ms in r["configs_ms"].items():
             measured[parse_config(name)] = ms
         out.append(Case(f"D{r['dim']} {r['dtype']} bags {r.get('bags', 16)} B {batch}", batch, lengths,
-                        (table_rows,) * len(lengths), r["dim"], elem, measured, device=device))
+                        (table_rows,) * len(lengths), r["dim"], elem, measured, device=device, timer_floor_ms=floor))
     return out
 
 
@@ -164,7 +169,8 @@ def hit_of(case: Case, skew: str) -> float:
 
 
 def predict_ms(case: Case, key: tuple[int, int, int], skew: str = "uniform") -> float:
-    """Predicted ms of ``case`` under config ``key`` on its device, its rows' L2 hits as under ids of ``skew``."""
+    """Predicted ms of ``case`` under config ``key`` on its device, its rows' L2 hits as under ids of ``skew``, plus
+    what the case's timer adds to a launch (``Case.timer_floor_ms``)."""
     spec = get_device(case.device)
     row_bytes = case.block_d * case.elem_bytes
     hit = hit_of(case, skew)
@@ -172,7 +178,7 @@ def predict_ms(case: Case, key: tuple[int, int, int], skew: str = "uniform") -> 
                        elem_bytes=case.elem_bytes)
     return 1e3 * model.forward_seconds(tile, spec, tbe_select.ceilings(spec), batch_size=case.batch,
                                        bag_lengths=list(case.bag_lengths), row_bytes=row_bytes, out_bytes=4,
-                                       hit_fraction=hit)
+                                       hit_fraction=hit) + case.timer_floor_ms
 
 
 def log_errors(cases: list[Case]) -> list[float]:
@@ -319,6 +325,9 @@ def main() -> None:
     parser.add_argument("--modules", action="store_true",
                         help="with --grid: the H200's module_forward_check rows in the objective too (their rms log "
                              "error added); the modules' errors are reported either way")
+    parser.add_argument("--timer-floor-us", type=float, default=0.0,
+                        help="what the --gather run's timer adds to each launch, priced in, where the run did not "
+                             "measure it (gather_rate before a6793fe; default 0)")
     parser.add_argument("--constants", default=None,
                         help="setup,per_iter,cross_warp trips[,L2-hit latency fraction, default 1] "
                              "instead of the committed")
@@ -328,7 +337,9 @@ def main() -> None:
         return
     fitted = [] if args.only else (plan_ab_cases(PLAN_AB) + power_law_cases(POWER_LAW)
                                    + [c for path in FIT_DRAWS for c in gather_cases(path)])
-    cases = gather_cases(args.gather) + fitted
+    if args.timer_floor_us < 0:
+        parser.error(f"--timer-floor-us must be 0 or more, got {args.timer_floor_us}")
+    cases = gather_cases(args.gather, args.timer_floor_us / 1e3) + fitted
     checks = [] if args.only else [c for path in CHECK_DRAWS for c in gather_cases(path)]
     if args.constants:
         set_constants(*map(float, args.constants.split(",")))

@@ -43,3 +43,24 @@ def test_a_gather_run_is_priced_on_the_device_it_was_measured_on(fit):
     config = min(case.measured, key=case.measured.get)
     on_h200 = fit.dataclasses.replace(case, device="H200")
     assert fit.predict_ms(case, config) > 1.2 * fit.predict_ms(on_h200, config)
+
+
+def test_a_gather_run_is_priced_with_its_timer_floor(fit, tmp_path):
+    """A ``gather_rate`` time holds what the timer adds to any launch: each candidate is priced that much higher, the
+    run's own measured floor (its summary's ``timer_floor_ms``) taking precedence over one given for runs without; the
+    picks do not move (the same for every candidate)."""
+    import json
+
+    path = fit.RESULTS / "h100_forward_2026-12-07" / "gather_rate_draw107_nvidia-h100-80gb-hbm3_2026-12-07.json"
+    run = json.loads(path.read_text())
+    assert "timer_floor_ms" not in run["summary"]
+    plain, given = fit.gather_cases(path), fit.gather_cases(path, timer_floor_ms=0.007)
+    run["summary"]["timer_floor_ms"] = 0.005
+    measured = tmp_path / path.name
+    measured.write_text(json.dumps(run))
+    own = fit.gather_cases(measured, timer_floor_ms=0.007)
+    for a, b, c in zip(plain, given, own):
+        key = next(iter(a.measured))
+        assert fit.predict_ms(b, key) - fit.predict_ms(a, key) == pytest.approx(0.007)
+        assert fit.predict_ms(c, key) - fit.predict_ms(a, key) == pytest.approx(0.005)
+    assert fit.picks_of(plain) == fit.picks_of(given)
