@@ -7,6 +7,8 @@ measured H100 / H200. CPU only, nothing measured:
 """
 
 import glob
+import json
+import statistics
 from pathlib import Path
 
 import lane_model_check as lmc
@@ -56,6 +58,12 @@ def main() -> None:
                     if runs["H100"][k][0] == "fp32")
     print(f"fp32-row lanes of seeds 27-28 on both: {len(ratios)}, measured H100 / H200 "
           f"{' '.join(f'{r:.2f}' for r in ratios)}")
+    lookups = {name: {(r["seed"], r["case"]): lmc.kernels_ms(r["kernels"], ("pooled_forward_kernel",))
+                      for r in json.loads(path.read_text())["results"]["rows"]} for name, path in BOTH.items()}
+    ratios = sorted(lookups["H100"][k] / lookups["H200"][k] for k in lookups["H100"].keys() & lookups["H200"].keys()
+                    if lookups["H200"][k] > 0)
+    print(f"pooled-lookup kernels of seeds 27-28 on both: {len(ratios)}, measured H100 / H200, median "
+          f"{statistics.median(ratios):.2f}: {' '.join(f'{r:.2f}' for r in ratios)}")
 
 
 if __name__ == "__main__":
