@@ -61,3 +61,17 @@ def test_summary_takes_the_fewest_chains_for_unloaded_and_the_first_near_the_bes
     assert got["best_sector_GBps"] == 2210.0
     with pytest.raises(ValueError, match="no rows"):
         probe.summarize([], 0.9)
+
+
+@pytest.mark.compile
+def test_the_chase_kernel_compiles_for_hopper_without_spills():
+    """The probe has not run on a GPU yet: the kernel as ``main`` launches it builds for sm_90 and fits."""
+    from polyrec.hardware.catalog import get_device
+    from polyrec.hardware.compile import CompileJob, compile_for
+
+    job = CompileJob(label="latency probe chase", kernel=probe.chase_kernel,
+                     signature={"next_ptr": "*i32", "start_ptr": "*i32", "out_ptr": "*i32", "hops": "i32",
+                                "LANES": "constexpr", "SLOTS": "constexpr"},
+                     constexprs={"LANES": probe.LANES, "SLOTS": probe.SLOTS}, num_warps=1)
+    report = compile_for(job, get_device("H200"))
+    assert report.fits, report
