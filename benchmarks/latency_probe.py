@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from polyrec.perfmodel.tbe_reads import MAX_PROGRAMS_PER_CU
 from polyrec.results import write_results
 
 #: Bytes a hop reads: one sector, the DRAM access unit of NVIDIA GPUs (perfmodel.tbe_reads.GATHER_GRANULARITY).
@@ -32,7 +33,8 @@ SECTOR_BYTES = 32
 SLOTS = SECTOR_BYTES // 4
 #: Independent chains per program (one per thread of one warp).
 LANES = 32
-#: Programs launched, rising: from one warp's chains on the whole device to every warp slot of 132 SMs filled.
+#: Programs launched, rising from one warp's chains on the whole device; those past what the device holds at once
+#: (``resident_programs``) are left out, so that every row's chains run in one wave and a hop's time is its latency.
 PROGRAMS = (1, 4, 16, 66, 132, 264, 528, 1056, 2112, 4224, 8448)
 
 
@@ -45,6 +47,12 @@ def chase_kernel(next_ptr, start_ptr, out_ptr, hops, LANES: tl.constexpr, SLOTS:
     for _ in range(hops):
         at = tl.load(next_ptr + at.to(tl.int64) * SLOTS)
     tl.store(out_ptr + lane, at)
+
+
+def resident_programs(compute_units: int, vendor: str) -> int:
+    """One-warp programs the device runs at once: its compute units times the programs one may hold
+    (``perfmodel.tbe_reads.MAX_PROGRAMS_PER_CU``; a one-warp program uses few registers and no shared memory)."""
+    return compute_units * MAX_PROGRAMS_PER_CU[vendor]
 
 
 def chase_reference(nxt: torch.Tensor, start: torch.Tensor, hops: int) -> torch.Tensor:
@@ -105,8 +113,10 @@ def main() -> None:
     copy = copy_rate()
     sectors = int(args.buffer_gib * 2**30) // SECTOR_BYTES
     nxt = sector_cycle(sectors, gen)
+    props = torch.cuda.get_device_properties(0)
+    resident = resident_programs(props.multi_processor_count, "amd" if torch.version.hip else "nvidia")
     rows = []
-    for programs in PROGRAMS:
+    for programs in (p for p in PROGRAMS if p <= resident):
         start = torch.randint(0, sectors, (programs * LANES,), device="cuda", generator=gen, dtype=torch.int32)
         out = torch.empty_like(start)
         ms = bench_ms(lambda: chase_kernel[(programs,)](nxt, start, out, args.hops, LANES=LANES, SLOTS=SLOTS,

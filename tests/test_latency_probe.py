@@ -75,3 +75,9 @@ def test_the_chase_kernel_compiles_for_hopper_without_spills():
                      constexprs={"LANES": probe.LANES, "SLOTS": probe.SLOTS}, num_warps=1)
     report = compile_for(job, get_device("H200"))
     assert report.fits, report
+
+
+def test_the_rows_stop_at_what_the_device_holds_at_once():
+    """A row past the resident programs would run in two waves and report twice the latency."""
+    assert probe.resident_programs(132, "nvidia") == 132 * 32
+    assert max(p for p in probe.PROGRAMS if p <= probe.resident_programs(132, "nvidia")) == 4224
