@@ -14,7 +14,8 @@ This measures, in one process on one device, for each row size:
 
 Rates are useful row bytes per second (ids and output not counted), and ids per second. The summary's
 ``timer_floor_ms`` is ``bench_ms`` of a one-program launch (``timer_floor_ms``): what every timing here holds
-beside the kernel's own device time.
+beside the kernel's own device time; the ``timer_check`` rows time three short lookups both by ``bench_ms`` and by the
+profiler (``timer_check_rows``), the difference being the same share on the lookup's own launch path.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py --draw SEED [--cases 12]
@@ -107,6 +108,32 @@ def timer_floor_ms() -> float:
     return bench_ms(lambda: timer_floor_kernel[(1,)](sink))
 
 
+#: Short lookups timed both ways by ``timer_check_rows``: (dim, batch, ids per bag), one fp32 feature of 2^20 rows.
+TIMER_CHECK_LOOKUPS = ((8, 8192, 2), (48, 8192, 2), (128, 32768, 5))
+#: Profiled launches of each (the kernels' mean device time).
+TIMER_CHECK_REPS = 50
+
+
+def timer_check_rows(gen: torch.Generator) -> list[dict]:
+    """Each of TIMER_CHECK_LOOKUPS under the module's own plan, timed by ``bench_ms`` (as every lookup here) and by the
+    profiler (the kernels' device time alone): what the timer adds to a lookup's launch, beside ``timer_floor_ms``."""
+    from profiling import kernel_table
+
+    rows = []
+    for dim, batch_size, bag in TIMER_CHECK_LOOKUPS:
+        module = TableBatchedEmbedding([TableSpec(name="t", rows=1 << 20, dim=dim)], device="cuda",
+                                       optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01))
+        batch = make_batch([1 << 20], [bag], batch_size, False, gen)
+        out = torch.empty(batch_size, module.output_dim, device="cuda")
+        plan = module.forward_plan(batch)
+        timed = bench_ms(lambda: launch_plan(module, batch, out, plan))
+        kernels = sum(r["ms_per_step"] for r in kernel_table(lambda: launch_plan(module, batch, out, plan),
+                                                              reps=TIMER_CHECK_REPS, warmup=5))
+        rows.append({"kind": "timer_check", "dim": dim, "batch": batch_size, "bags": [bag], "timed_ms": timed,
+                     "kernels_ms": kernels, "timer_ms": timed - kernels})
+    return rows
+
+
 def floor_rows(row_bytes_list: tuple[int, ...], gen: torch.Generator) -> list[dict]:
     """Best ``gather_sum_kernel`` time of each row size over FLOOR_TILES."""
     table = torch.rand(TABLE_BYTES // 4, device="cuda", generator=gen)
@@ -191,6 +218,10 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     copy, timer_floor = copy_rate(), timer_floor_ms()
     print(f"copy rate {copy / 1e12:.2f} TB/s; timer floor {timer_floor * 1e3:.2f} us", flush=True)
+    checks = timer_check_rows(gen)
+    for r in checks:
+        print(f"timer check D{r['dim']} B={r['batch']} bags {r['bags']}: timed {r['timed_ms'] * 1e3:.2f} us, kernels "
+              f"{r['kernels_ms'] * 1e3:.2f} us, timer {r['timer_ms'] * 1e3:.2f} us", flush=True)
     sizes = () if args.draw is not None else ROW_BYTES[1:3] if args.quick else ROW_BYTES
     result = [rates(r, copy) for r in floor_rows(sizes, gen)] if sizes else []
     for r in result:
@@ -207,6 +238,7 @@ def main() -> None:
         print(f"lookup D{r['dim']:<4} {r['dtype']:<8} bags {r['bags']} B={r['batch']}: best {r['ms']:7.3f} ms "
               f"({r['best']}) {r['of_copy']:.2f} of copy {r['gids_s']:6.2f} G ids/s; selected {r['selected_ms']:7.3f} "
               f"ms ({r['selected']})", flush=True)
+    result += checks
     name = "gather_rate" + ("_quick" if args.quick else "") + (f"_draw{args.draw}" if args.draw is not None else "")
     table = [{k: v for k, v in r.items() if k not in ("tiles_ms", "configs_ms")} for r in result]
     write_results(name, {"rows": result}, rows=table, summary={"copy_tb_s": copy / 1e12, "table_gib": TABLE_BYTES >> 30,
