@@ -64,6 +64,11 @@ FIT_DRAWS = tuple(RESULTS / "gather_rate_2026-12-01" / f"gather_rate_draw{s}_nvi
                   for s in (101, 102))
 CHECK_DRAWS = tuple(RESULTS / "gather_rate_2026-12-01" / f"gather_rate_draw{s}_nvidia-h200_2026-12-01.json"
                     for s in (103, 104))
+#: Every ``gather_rate --draw`` run no constant was fitted on: draws 103-106 (H200s) and 107-112 (H100s).
+UNSEEN_DRAWS = (*CHECK_DRAWS,
+                *sorted((RESULTS / "forward_layout_2026-12-01").glob("gather_rate_draw10[56]_nvidia-h200_*.json")),
+                *sorted((RESULTS / "h100_forward_2026-12-07").glob("gather_rate_draw1*_nvidia*.json")),
+                *sorted((RESULTS / "h100_seeds60_65_2026-12-07").glob("gather_rate_draw*_nvidia*.json")))
 POWER_LAW = RESULTS / "tbe_forward_groups_nvidia-h200_2026-11-30.json"
 #: ``module_forward_check`` runs (each module's forward as the planner prices it, the full MLPerf table sets): the
 #: H200's, fitted on with ``--modules``, and the H100's, a check.
@@ -187,11 +192,15 @@ def log_errors(cases: list[Case]) -> list[float]:
     return [math.log(predict_ms(case, k, case.skew) / ms) for case in cases for k, ms in case.measured.items()]
 
 
+def rms(errs: list[float]) -> float:
+    """Root mean square of log errors."""
+    return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+
 def score(cases: list[Case]) -> tuple[float, list[tuple[str, float, str]]]:
     """(rms log error over every row, per case: (name, measured pick / measured best candidate, pick)). The
     errors price each case at its ids' L2 hits (as the planner does), the picks at the least (as the module)."""
-    errs = log_errors(cases)
-    return math.sqrt(sum(e * e for e in errs) / len(errs)), picks_of(cases)
+    return rms(log_errors(cases)), picks_of(cases)
 
 
 def picks_of(cases: list[Case]) -> list[tuple[str, float, str]]:
@@ -257,8 +266,8 @@ def report_modules() -> None:
 
 def report(label: str, cases: list[Case]) -> None:
     errs, picks = log_errors(cases), picks_of(cases)
-    rms, worst = math.sqrt(sum(e * e for e in errs) / len(errs)), max(p[1] for p in picks)
-    print(f"{label}: rms log error {rms:.3f} (mean {sum(errs) / len(errs):+.3f}), pick / fastest: geomean "
+    worst = max(p[1] for p in picks)
+    print(f"{label}: rms log error {rms(errs):.3f} (mean {sum(errs) / len(errs):+.3f}), pick / fastest: geomean "
           f"{math.exp(sum(math.log(p[1]) for p in picks) / len(picks)):.3f}, worst {worst:.3f}")
     for name, ratio, pick in picks:
         print(f"   {name:<26} {ratio:6.3f}  ({pick})")

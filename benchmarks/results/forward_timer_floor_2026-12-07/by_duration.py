@@ -13,10 +13,6 @@ import math
 
 import forward_model_fit as fit
 
-DRAWS = [*sorted(fit.RESULTS.glob("gather_rate_2026-12-01/gather_rate_draw10[34]_nvidia-h200_*.json")),
-         *sorted(fit.RESULTS.glob("forward_layout_2026-12-01/gather_rate_draw10[56]_nvidia-h200_*.json")),
-         *sorted(fit.RESULTS.glob("h100_forward_2026-12-07/gather_rate_draw1*_nvidia*.json")),
-         *sorted(fit.RESULTS.glob("h100_seeds60_65_2026-12-07/gather_rate_draw*_nvidia*.json"))]
 MODULE_CHECKS = sorted(fit.RESULTS.glob("forward_timer_floor_2026-12-07/tbe_groups_model_check_h100_seeds43_65_*.json"))
 BANDS_MS = ((0.02, "< 0.02 ms"), (0.05, "0.02-0.05 ms"), (0.2, "0.05-0.2 ms"), (1.0, "0.2-1 ms"), (math.inf, ">= 1 ms"))
 
@@ -40,10 +36,10 @@ def show(title: str, pairs: list[tuple[float, float]]) -> None:
 
 def main() -> None:
     picked = []
-    for case in (c for path in DRAWS for c in fit.gather_cases(path)):
+    for case in (c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path)):
         key = min(case.measured, key=lambda k: fit.predict_ms(case, k, case.skew))
         picked.append((fit.predict_ms(case, key, case.skew), case.measured[key]))
-    show(f"unseen lookups at the model's pick, do_bench ({len(DRAWS)} draws)", picked)
+    show(f"unseen lookups at the model's pick, do_bench ({len(fit.UNSEEN_DRAWS)} draws)", picked)
     rows = [r for path in MODULE_CHECKS for r in json.loads(path.read_text())["rows"]]
     show(f"H100 modules' pooled-lookup kernels, profiler ({len(rows)} modules)",
          [(r["fwd_predicted_ms"], r["fwd_measured_ms"]) for r in rows if r["fwd_measured_ms"]])

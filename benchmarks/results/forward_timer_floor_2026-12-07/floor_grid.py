@@ -14,10 +14,6 @@ import forward_model_fit as fit
 
 from polyrec.perfmodel import tbe_lookup
 
-UNSEEN = [*sorted(fit.RESULTS.glob("gather_rate_2026-12-01/gather_rate_draw10[34]_nvidia-h200_*.json")),
-          *sorted(fit.RESULTS.glob("forward_layout_2026-12-01/gather_rate_draw10[56]_nvidia-h200_*.json")),
-          *sorted(fit.RESULTS.glob("h100_forward_2026-12-07/gather_rate_draw1*_nvidia*.json")),
-          *sorted(fit.RESULTS.glob("h100_seeds60_65_2026-12-07/gather_rate_draw*_nvidia*.json"))]
 GRID = ((0.0, 0.25, 0.5, 0.75), (1.5, 1.75, 2.0, 2.25), (1.5, 2.0, 2.5), (0.1, 0.2, 0.4))
 
 
@@ -44,7 +40,7 @@ def main() -> None:
     floor = float(sys.argv[1]) / 1e3
     cases = [*fit.gather_cases(fit.GATHER, floor), *fit.plan_ab_cases(fit.PLAN_AB), *fit.power_law_cases(fit.POWER_LAW),
              *(c for path in fit.FIT_DRAWS for c in fit.gather_cases(path, floor))]
-    checks = [c for path in UNSEEN for c in fit.gather_cases(path, floor)]
+    checks = [c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path, floor)]
     committed = (tbe_lookup.FORWARD_SETUP_TRIPS, tbe_lookup.FORWARD_TRIPS_PER_ITER,
                  tbe_lookup.FORWARD_CROSS_WARP_TRIPS, tbe_lookup.L2_HIT_LATENCY_FRACTION)
     show(f"floor {floor * 1e3:g} us, committed constants {committed}", cases, checks)
