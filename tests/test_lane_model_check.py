@@ -31,6 +31,13 @@ def test_the_one_dim_constants_price_one_dim_tables_without_a_per_element_state(
     assert not tbe.one_dim_priced(dataclasses.replace(_shape(one_dim=True), variant="scan"), 4, 32)
 
 
+def test_the_copy_fraction_follows_the_one_dim_pricing_and_the_gradient_size():
+    bf16 = dataclasses.replace(_shape(), grad_bytes=2)
+    assert tbe.update_copy_fraction(_shape(one_dim=True), 4, 32) == tbe.ONE_DIM_UPDATE_COPY_FRACTION[4]
+    assert tbe.update_copy_fraction(_shape(), 4, 32) == tbe.UPDATE_COPY_FRACTION[4]
+    assert tbe.update_copy_fraction(bf16, 4, 32) == tbe.UPDATE_COPY_FRACTION[2] != tbe.UPDATE_COPY_FRACTION[4]
+
+
 def test_the_price_is_the_update_less_its_merge_plus_the_per_row_work(check):
     kw = dict(nnz=2_000_000, unique=1_500_000, row_bytes=512, grad_row_bytes=512, state_bytes_per_row=4)
     spec, ceil = get_device("H100"), check.device_ceilings("H100")

@@ -468,6 +468,13 @@ def update_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz:
                                    level_issue_s=level_issue_s))
 
 
+def update_copy_fraction(shape: UpdateShape, state_bytes_per_row: float, warp_size: int) -> float:
+    """The fraction of the copy rate at which the update ``shape`` moves its bytes: UPDATE_COPY_FRACTION by the
+    gradient's element size, ONE_DIM_UPDATE_COPY_FRACTION where its tables are priced as sharing one dim."""
+    one_dim = one_dim_priced(shape, state_bytes_per_row, warp_size)
+    return (ONE_DIM_UPDATE_COPY_FRACTION if one_dim else UPDATE_COPY_FRACTION)[shape.grad_bytes]
+
+
 def update_launch_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, *, nnz: float, unique: float,
                           row_bytes: float, grad_row_bytes: float, state_bytes_per_row: float) -> float:
     """Predicted update (+ permute) time, its merge apart: the longest of the bytes at the fitted fraction of the
@@ -499,7 +506,7 @@ def update_launch_seconds(shape: UpdateShape, spec: DeviceSpec, ceil: Ceilings, 
         instructions += ONE_DIM_ROUNDING_INSTRUCTIONS[shape.rounding]
         issue_fraction, round_s = ONE_DIM_ROUNDED_ISSUE_FRACTION, 0.0
     issue_s = issue_seconds(elements * instructions, issue_fraction, spec) if shape.variant == "lane" else 0.0
-    fraction = (ONE_DIM_UPDATE_COPY_FRACTION if one_dim else UPDATE_COPY_FRACTION)[shape.grad_bytes]
+    fraction = update_copy_fraction(shape, state_bytes_per_row, spec.warp_size)
     floor = update_dram_floor(moved, nnz=nnz, grad_row_bytes=grad_row_bytes)
     return (max(floor / copy, max(moved / (fraction * copy), chain_s, issue_s) + state_s) + scan_s + round_s
             + UPDATE_TRIPS[shape.variant] * lat)

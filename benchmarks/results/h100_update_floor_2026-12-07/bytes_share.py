@@ -34,8 +34,7 @@ def lanes(paths):
             moved = tbe.update_bytes(shape.variant, nnz=kw["nnz"], unique=kw["unique"], row_bytes=kw["row_bytes"],
                                      grad_row_bytes=kw["grad_row_bytes"], gran=tbe.GATHER_GRANULARITY[spec.vendor],
                                      state_bytes_per_row=kw["state_bytes_per_row"])
-            one_dim = tbe.one_dim_priced(shape, kw["state_bytes_per_row"], spec.warp_size)
-            fraction = (tbe.ONE_DIM_UPDATE_COPY_FRACTION if one_dim else tbe.UPDATE_COPY_FRACTION)[shape.grad_bytes]
+            fraction = tbe.update_copy_fraction(shape, kw["state_bytes_per_row"], spec.warp_size)
             priced = lmc.lane_price_s(shape, device, kw, case["optimizer"])
             share = moved / (fraction * ceil.copy_bandwidth.value) / priced
             out.append(((row["seed"], row["case"]), case["dtype"], share, priced,
