@@ -22,9 +22,9 @@ constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fr
 ``objective`` (rms log error and the picks' slowdowns; ``--modules``: plus the rms log error of the H200's
 ``module_forward_check`` rows, the planner's price of whole modules; the H100's rows are reported as a check).
 ``--gather FILE --only``: a ``gather_rate --draw`` file's cases alone (a check on cases the constants were not fitted
-on). A ``gather_rate`` time holds, beside the kernel's device time that the model prices, what the timer adds to any
-launch (``do_bench`` of a one-program kernel: ``gather_rate``'s ``timer_floor_ms``); each case is priced with its run's
-(``--timer-floor-us`` for runs that did not measure it). ``--shapes FILE...``: ``forward_shapes`` files (random
+on). A ``gather_rate`` time holds, beside the kernel's device time that the model prices, what the timer adds to a
+lookup's launch; each case is priced with its run's measure of it (``run_timer_floor_ms``; ``--timer-floor-us`` for runs
+that did not measure it). ``--shapes FILE...``: ``forward_shapes`` files (random
 ``tbe_shapes`` cases: ragged bags, small tables, trained forwards), priced with and without the batch's loop trips.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py [--grid [--modules]] [--gather FILE [--only]]
@@ -41,6 +41,7 @@ import itertools
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 
 from polyrec.hardware.catalog import get_device
@@ -110,12 +111,22 @@ def parse_config(name: str) -> tuple[int, int, int]:
     return bags, hots, warps
 
 
+def run_timer_floor_ms(run: dict, default_ms: float) -> float:
+    """What a ``gather_rate`` run's timer adds to a lookup's launch: the median of its ``timer_check`` rows (short
+    lookups timed by ``do_bench`` less their kernels' profiled time, since 65c3c00), else its summary's
+    ``timer_floor_ms`` (``do_bench`` of a one-program kernel, since a6793fe), else ``default_ms``. The check is the
+    lookups' own launch path: on an H100 it measured 5.8-6.4 us on the short lookups where the one-program kernel
+    took 4.2-4.4 us in all (``results/latency_probe_2026-12-07/``)."""
+    checks = [r["timer_ms"] for r in run["results"]["rows"] if r["kind"] == "timer_check"]
+    return statistics.median(checks) if checks else run["summary"].get("timer_floor_ms", default_ms)
+
+
 def gather_cases(path: Path, timer_floor_ms: float = 0.0) -> list[Case]:
-    """The lookups of a ``gather_rate`` run, each on the device the run measured it on, with the timer floor the run
-    measured (its summary's ``timer_floor_ms``, since a6793fe), else ``timer_floor_ms``."""
+    """The lookups of a ``gather_rate`` run, each on the device the run measured it on, priced with what the run's
+    timer adds to a launch (``run_timer_floor_ms``; ``timer_floor_ms`` where the run did not measure it)."""
     run = json.loads(path.read_text())
     device, rows = device_of(run["environment"]["gpu"]), run["results"]["rows"]
-    floor = run["summary"].get("timer_floor_ms", timer_floor_ms)
+    floor = run_timer_floor_ms(run, timer_floor_ms)
     out = []
     for r in rows:
         if r["kind"] != "lookup":

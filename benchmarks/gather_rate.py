@@ -13,9 +13,10 @@ This measures, in one process on one device, for each row size:
   offers, and the module's own launches (``forward_plan``).
 
 Rates are useful row bytes per second (ids and output not counted), and ids per second. The summary's
-``timer_floor_ms`` is ``bench_ms`` of a one-program launch (``timer_floor_ms``): what every timing here holds
-beside the kernel's own device time; the ``timer_check`` rows time three short lookups both by ``bench_ms`` and by the
-profiler (``timer_check_rows``), the difference being the same share on the lookup's own launch path.
+``timer_floor_ms`` is ``bench_ms`` of a one-program launch (``timer_floor_ms``): what any timing here holds beside
+the kernel's own work; the ``timer_check`` rows time three short lookups both by ``bench_ms`` and by the profiler
+(``timer_check_rows``): the same share on the lookup's own launch path, 1.3-2.1 us more than the bare launch on an H100
+(``results/latency_probe_2026-12-07/``).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py --draw SEED [--cases 12]
@@ -103,8 +104,8 @@ def timer_floor_kernel(sink_ptr):
 
 def timer_floor_ms() -> float:
     """``bench_ms`` of ``timer_floor_kernel``: what the timer measures of any launch beside the kernel's work (the
-    launch between its events). ``forward_model_fit`` adds it to its price of the lookups this run times, whose
-    model prices the kernels' device time alone."""
+    launch between its events); ``forward_model_fit`` prices a run's lookups with it where the run has no
+    ``timer_check`` rows (``run_timer_floor_ms``)."""
     sink = torch.empty(1, device="cuda")
     return bench_ms(lambda: timer_floor_kernel[(1,)](sink))
 

@@ -12,8 +12,8 @@ reach. The rows: chains in flight, ns per hop, and the sectors' bytes per second
 
     PYTHONPATH=.:benchmarks python3 benchmarks/latency_probe.py [--buffer-gib 8] [--hops 1024]
 
-Writes ``latency_probe_<gpu>_<date>.json``. Written in the seventy-fourth session after its device time ran out: not yet
-run on a GPU (its kernel and arithmetic are tested through the interpreter, tests/test_latency_probe.py).
+Writes ``latency_probe_<gpu>_<date>.json``. Run on an H100 (``results/latency_probe_2026-12-07/``); not yet on an
+H200, nor on AMD (its kernel and arithmetic are tested through the interpreter, tests/test_latency_probe.py).
 """
 
 from __future__ import annotations

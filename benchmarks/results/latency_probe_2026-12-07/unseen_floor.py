@@ -1,0 +1,54 @@
+"""The unseen lookups' log error by how long they ran, each priced with what its run's timer adds to a launch (CPU
+only, nothing measured):
+
+- draws 113-114 (H100, this folder) with their own measure (``forward_model_fit.run_timer_floor_ms``: the median of
+  their ``timer_check`` rows);
+- draws 103-112 (``forward_model_fit.UNSEEN_DRAWS``; H200 and H100), which measured none, with the mean of draws
+  113-114's (an H100's: the H200's is not measured).
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/results/latency_probe_2026-12-07/unseen_floor.py
+"""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import forward_model_fit as fit
+
+sys.path.insert(0, str(fit.RESULTS / "forward_timer_floor_2026-12-07"))
+from by_duration import show  # noqa: E402  (a results folder's script, not a package)
+
+NEW_DRAWS = sorted(Path(__file__).parent.glob("draw11[34]/gather_rate_draw*.json"))
+
+
+def at_pick(cases: list[fit.Case]) -> list[tuple[float, float]]:
+    """(predicted, measured) ms of each case at the config the model picks."""
+    out = []
+    for case in cases:
+        key = min(case.measured, key=lambda k: fit.predict_ms(case, k, case.skew))
+        out.append((fit.predict_ms(case, key, case.skew), case.measured[key]))
+    return out
+
+
+def main() -> None:
+    floors = []
+    for path in NEW_DRAWS:
+        run = json.loads(path.read_text())
+        checks = [f"{r['timer_ms'] * 1e3:.2f}" for r in run["results"]["rows"] if r["kind"] == "timer_check"]
+        floors.append(fit.run_timer_floor_ms(run, 0.0))
+        print(f"{path.name}: one-program launch {run['summary']['timer_floor_ms'] * 1e3:.2f} us, timer_check rows "
+              f"{' '.join(checks)} us: priced with {floors[-1] * 1e3:.2f} us")
+    assumed = statistics.mean(floors)
+    new = [c for path in NEW_DRAWS for c in fit.gather_cases(path)]
+    show("draws 113-114 at the model's pick, their own timer", at_pick(new))
+    every = [(fit.predict_ms(c, k, c.skew), ms) for c in new for k, ms in c.measured.items()]
+    show("all configs of draws 113-114, their own timer", every)
+    old = [c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path, assumed)]
+    show(f"draws 103-112 at the model's pick, {assumed * 1e3:.2f} us", at_pick(old))
+    bare = [c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path)]
+    show("draws 103-112 at the model's pick, no timer", at_pick(bare))
+
+
+if __name__ == "__main__":
+    main()
