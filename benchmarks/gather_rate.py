@@ -15,7 +15,7 @@ This measures, in one process on one device, for each row size:
 Rates are useful row bytes per second (ids and output not counted), and ids per second. The summary's
 ``timer_floor_ms`` is ``bench_ms`` of a one-program launch (``timer_floor_ms``): what any timing here holds beside
 the kernel's own work; the ``timer_check`` rows time three short lookups both by ``bench_ms`` and by the profiler
-(``timer_check_rows``): the same share on the lookup's own launch path, 1.3-2.1 us more than the bare launch on an H100
+(``timer_check_rows``): the same share on the lookup's own launch path, 1.1-2.0 us more than the bare launch on an H100
 (``results/latency_probe_2026-12-07/``).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]

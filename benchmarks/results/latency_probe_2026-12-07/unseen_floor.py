@@ -1,10 +1,10 @@
 """The unseen lookups' log error by how long they ran, each priced with what its run's timer adds to a launch (CPU
 only, nothing measured):
 
-- draws 113-114 (H100, this folder) with their own measure (``forward_model_fit.run_timer_floor_ms``: the median of
+- draws 113-115 (H100, this folder) with their own measure (``forward_model_fit.run_timer_floor_ms``: the least of
   their ``timer_check`` rows);
 - draws 103-112 (``forward_model_fit.UNSEEN_DRAWS``; H200 and H100), which measured none, with the mean of draws
-  113-114's (an H100's: the H200's is not measured).
+  113-115's (an H100's: the H200's is not measured).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/results/latency_probe_2026-12-07/unseen_floor.py
 """
@@ -19,7 +19,11 @@ import forward_model_fit as fit
 sys.path.insert(0, str(fit.RESULTS / "forward_timer_floor_2026-12-07"))
 from by_duration import show  # noqa: E402  (a results folder's script, not a package)
 
-NEW_DRAWS = sorted(Path(__file__).parent.glob("draw11[34]/gather_rate_draw*.json"))
+HERE = Path(__file__).parent
+#: The unseen draws of this folder (the second call's draw 113 repeats the first's cases: left out).
+NEW_DRAWS = [HERE / "draw113" / "gather_rate_draw113_nvidia-h100-80gb-hbm3_2026-12-07.json",
+             HERE / "draw114" / "gather_rate_draw114_nvidia-h100-80gb-hbm3_2026-12-07.json",
+             HERE / "b49943d" / "draw115" / "gather_rate_draw115_nvidia-h100-80gb-hbm3_2026-12-07.json"]
 
 
 def at_pick(cases: list[fit.Case]) -> list[tuple[float, float]]:
@@ -41,9 +45,9 @@ def main() -> None:
               f"{' '.join(checks)} us: priced with {floors[-1] * 1e3:.2f} us")
     assumed = statistics.mean(floors)
     new = [c for path in NEW_DRAWS for c in fit.gather_cases(path)]
-    show("draws 113-114 at the model's pick, their own timer", at_pick(new))
+    show("draws 113-115 at the model's pick, their own timer", at_pick(new))
     every = [(fit.predict_ms(c, k, c.skew), ms) for c in new for k, ms in c.measured.items()]
-    show("all configs of draws 113-114, their own timer", every)
+    show("all configs of draws 113-115, their own timer", every)
     old = [c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path, assumed)]
     show(f"draws 103-112 at the model's pick, {assumed * 1e3:.2f} us", at_pick(old))
     bare = [c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path)]
