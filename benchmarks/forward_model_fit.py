@@ -24,8 +24,8 @@ constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fr
 ``--gather FILE --only``: a ``gather_rate --draw`` file's cases alone (a check on cases the constants were not fitted
 on). A ``gather_rate`` time holds, beside the kernel's device time that the model prices, what the timer adds to a
 lookup's launch; each case is priced with its run's measure of it (``run_timer_floor_ms``; ``--timer-floor-us`` for runs
-that did not measure it). ``--shapes FILE...``: ``forward_shapes`` files (random
-``tbe_shapes`` cases: ragged bags, small tables, trained forwards), priced with and without the batch's loop trips.
+that did not measure it). ``--shapes FILE...``: ``forward_shapes`` files (random ``tbe_shapes`` cases: ragged bags,
+small tables, trained forwards), priced with and without the batch's loop trips.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py [--grid [--modules]] [--gather FILE [--only]]
         [--timer-floor-us US] [--constants S,I,C[,L]]
