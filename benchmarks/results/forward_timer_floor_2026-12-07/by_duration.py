@@ -34,11 +34,17 @@ def show(title: str, pairs: list[tuple[float, float]]) -> None:
                   f"rms {math.sqrt(sum(e * e for e in errs) / len(errs)):.3f}")
 
 
-def main() -> None:
-    picked = []
-    for case in (c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path)):
+def at_pick(cases: list[fit.Case]) -> list[tuple[float, float]]:
+    """(predicted, measured) ms of each case at the config the model picks."""
+    out = []
+    for case in cases:
         key = min(case.measured, key=lambda k: fit.predict_ms(case, k, case.skew))
-        picked.append((fit.predict_ms(case, key, case.skew), case.measured[key]))
+        out.append((fit.predict_ms(case, key, case.skew), case.measured[key]))
+    return out
+
+
+def main() -> None:
+    picked = at_pick([c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path)])
     show(f"unseen lookups at the model's pick, do_bench ({len(fit.UNSEEN_DRAWS)} draws)", picked)
     rows = [r for path in MODULE_CHECKS for r in json.loads(path.read_text())["rows"]]
     show(f"H100 modules' pooled-lookup kernels, profiler ({len(rows)} modules)",

@@ -17,22 +17,13 @@ from pathlib import Path
 import forward_model_fit as fit
 
 sys.path.insert(0, str(fit.RESULTS / "forward_timer_floor_2026-12-07"))
-from by_duration import show  # noqa: E402  (a results folder's script, not a package)
+from by_duration import at_pick, show  # noqa: E402  (a results folder's script, not a package)
 
 HERE = Path(__file__).parent
 #: The unseen draws of this folder (the second call's draw 113 repeats the first's cases: left out).
 NEW_DRAWS = [HERE / "draw113" / "gather_rate_draw113_nvidia-h100-80gb-hbm3_2026-12-07.json",
              HERE / "draw114" / "gather_rate_draw114_nvidia-h100-80gb-hbm3_2026-12-07.json",
              HERE / "b49943d" / "draw115" / "gather_rate_draw115_nvidia-h100-80gb-hbm3_2026-12-07.json"]
-
-
-def at_pick(cases: list[fit.Case]) -> list[tuple[float, float]]:
-    """(predicted, measured) ms of each case at the config the model picks."""
-    out = []
-    for case in cases:
-        key = min(case.measured, key=lambda k: fit.predict_ms(case, k, case.skew))
-        out.append((fit.predict_ms(case, key, case.skew), case.measured[key]))
-    return out
 
 
 def main() -> None:
