@@ -65,7 +65,8 @@ def test_summary_takes_the_fewest_chains_for_unloaded_and_the_first_near_the_bes
 
 @pytest.mark.compile
 def test_the_chase_kernel_compiles_for_hopper_without_spills():
-    """The probe has not run on a GPU yet: the kernel as ``main`` launches it builds for sm_90 and fits."""
+    """The kernel as ``main`` launches it builds for sm_90 and fits (CPU: the GPU runs are in
+    results/latency_probe_2026-12-07/)."""
     from polyrec.hardware.catalog import get_device
     from polyrec.hardware.compile import CompileJob, compile_for
 
