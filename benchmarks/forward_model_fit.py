@@ -23,12 +23,13 @@ constants (setup trips, trips per iteration, cross-warp trips, L2-hit latency fr
 ``module_forward_check`` rows, the planner's price of whole modules; the H100's rows are reported as a check).
 ``--gather FILE --only``: a ``gather_rate --draw`` file's cases alone (a check on cases the constants were not fitted
 on). A ``gather_rate`` time holds, beside the kernel's device time that the model prices, what the timer adds to a
-lookup's launch; each case is priced with its run's measure of it (``run_timer_floor_ms``; ``--timer-floor-us`` for runs
-that did not measure it). ``--shapes FILE...``: ``forward_shapes`` files (random ``tbe_shapes`` cases: ragged bags,
+lookup's launch, more where the lookup fills the L2; each case is priced with its run's measure of both
+(``run_timer_floor_ms``, ``run_timer_sweep_ms``; ``--timer-floor-us`` and ``--timer-sweep-us`` for runs that did not
+measure them). ``--shapes FILE...``: ``forward_shapes`` files (random ``tbe_shapes`` cases: ragged bags,
 small tables, trained forwards), priced with and without the batch's loop trips.
 
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py [--grid [--modules]] [--gather FILE [--only]]
-        [--timer-floor-us US] [--constants S,I,C[,L]]
+        [--timer-floor-us US] [--timer-sweep-us US] [--constants S,I,C[,L]]
     PYTHONPATH=.:benchmarks python3 benchmarks/forward_model_fit.py --shapes FILE [FILE ...] [--tag T]
 """
 
@@ -49,11 +50,12 @@ from polyrec.kernels.tbe_forward import block_d, vector_width
 from polyrec.models.config import mlperf_dcnv2
 from polyrec.perfmodel import tbe_lookup as model
 from polyrec.perfmodel.tbe_lookup import ForwardTile
-from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction
+from polyrec.perfmodel.tbe_reads import TableLoad, hit_fraction, random_read_bytes
 from polyrec.perfmodel.tbe_step import SORT_KEY_BYTES_PER_ID
 from polyrec.results import write_results
 
 import module_forward_check
+from gather_rate import TIMER_CHECK_TABLE_ROWS
 from sort_model_fit import device_of
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -94,6 +96,7 @@ class Case:
     skew: str = "uniform"  # the ids' distribution (``perfmodel.tbe_reads.SKEWS``)
     device: str = "H200"  # the catalog device it was measured on (its price's spec)
     timer_floor_ms: float = 0.0  # what the run's timer holds of every launch beside the kernel's work: priced in
+    timer_sweep_ms: float = 0.0  # what it holds beyond that of a lookup that fills the L2: priced by ``l2_share``
 
     @property
     def block_d(self) -> int:
@@ -120,12 +123,32 @@ def run_timer_floor_ms(run: dict, default_ms: float) -> float:
     return min(checks) if checks else run["summary"].get("timer_floor_ms", default_ms)
 
 
-def gather_cases(path: Path, timer_floor_ms: float = 0.0) -> list[Case]:
+def check_case(row: dict, device: str) -> Case:
+    """The lookup a ``timer_check`` row timed (one fp32 feature of TIMER_CHECK_TABLE_ROWS rows), unmeasured."""
+    bags = tuple(float(b) for b in row["bags"])
+    return Case(f"timer check D{row['dim']}", row["batch"], bags, (TIMER_CHECK_TABLE_ROWS,) * len(bags), row["dim"], 4,
+                {}, device=device)
+
+
+def run_timer_sweep_ms(run: dict, default_ms: float) -> float:
+    """What a ``gather_rate`` run's timer adds, beyond ``run_timer_floor_ms``, to a lookup that fills the L2: the least
+    of its ``timer_check`` rows whose lookup fills it (``l2_share`` 1) less that floor, else ``default_ms``. The timer
+    (``do_bench``) empties the L2 before each call by writing to it, so the call starts with the L2 full of dirty lines
+    to write back as its own lines come in: on an H100 2.5-3.7 us where a lookup moved 100 MB
+    (``results/latency_probe_2026-12-07/``)."""
+    device = device_of(run["environment"]["gpu"])
+    full = [r["timer_ms"] for r in run["results"]["rows"]
+            if r["kind"] == "timer_check" and l2_share(check_case(r, device)) >= 1.0]
+    return min(full) - run_timer_floor_ms(run, 0.0) if full else default_ms
+
+
+def gather_cases(path: Path, timer_floor_ms: float = 0.0, timer_sweep_ms: float = 0.0) -> list[Case]:
     """The lookups of a ``gather_rate`` run, each on the device the run measured it on, priced with what the run's
-    timer adds to a launch (``run_timer_floor_ms``; ``timer_floor_ms`` where the run did not measure it)."""
+    timer adds to a launch (``run_timer_floor_ms``, ``run_timer_sweep_ms``; ``timer_floor_ms`` and ``timer_sweep_ms``
+    where the run did not measure them)."""
     run = json.loads(path.read_text())
     device, rows = device_of(run["environment"]["gpu"]), run["results"]["rows"]
-    floor = run_timer_floor_ms(run, timer_floor_ms)
+    floor, sweep = run_timer_floor_ms(run, timer_floor_ms), run_timer_sweep_ms(run, timer_sweep_ms)
     out = []
     for r in rows:
         if r["kind"] != "lookup":
@@ -138,7 +161,8 @@ def gather_cases(path: Path, timer_floor_ms: float = 0.0) -> list[Case]:
         for name, ms in r["configs_ms"].items():
             measured[parse_config(name)] = ms
         out.append(Case(f"D{r['dim']} {r['dtype']} bags {r.get('bags', 16)} B {batch}", batch, lengths,
-                        (table_rows,) * len(lengths), r["dim"], elem, measured, device=device, timer_floor_ms=floor))
+                        (table_rows,) * len(lengths), r["dim"], elem, measured, device=device, timer_floor_ms=floor,
+                        timer_sweep_ms=sweep))
     return out
 
 
@@ -183,9 +207,17 @@ def hit_of(case: Case, skew: str) -> float:
     return hit_fraction(loads, get_device(case.device))
 
 
+def l2_share(case: Case) -> float:
+    """How much of its device's L2 the lookup ``case`` fills, at most 1: its row reads that miss L2 under uniform ids
+    (each at least RANDOM_READ_MIN_BYTES, as the model prices them) and its fp32 output, over the L2's bytes."""
+    row_reads = random_read_bytes(case.block_d * case.elem_bytes) * (1.0 - hit_of(case, "uniform"))
+    moved = case.batch * sum(length * row_reads + case.dim * 4 for length in case.bag_lengths)
+    return min(1.0, moved / get_device(case.device).l2_bytes)
+
+
 def predict_ms(case: Case, key: tuple[int, int, int], skew: str = "uniform") -> float:
     """Predicted ms of ``case`` under config ``key`` on its device, its rows' L2 hits as under ids of ``skew``, plus
-    what the case's timer adds to a launch (``Case.timer_floor_ms``)."""
+    what the case's timer adds to its launch (``Case.timer_floor_ms``, and ``Case.timer_sweep_ms`` by ``l2_share``)."""
     spec = get_device(case.device)
     row_bytes = case.block_d * case.elem_bytes
     hit = hit_of(case, skew)
@@ -193,7 +225,7 @@ def predict_ms(case: Case, key: tuple[int, int, int], skew: str = "uniform") -> 
                        elem_bytes=case.elem_bytes)
     return 1e3 * model.forward_seconds(tile, spec, tbe_select.ceilings(spec), batch_size=case.batch,
                                        bag_lengths=list(case.bag_lengths), row_bytes=row_bytes, out_bytes=4,
-                                       hit_fraction=hit) + case.timer_floor_ms
+                                       hit_fraction=hit) + case.timer_floor_ms + case.timer_sweep_ms * l2_share(case)
 
 
 def log_errors(cases: list[Case]) -> list[float]:
@@ -347,6 +379,10 @@ def main() -> None:
     parser.add_argument("--timer-floor-us", type=float, default=0.0,
                         help="what the --gather run's timer adds to each launch, priced in, where the run did not "
                              "measure it (gather_rate before a6793fe; default 0)")
+    parser.add_argument("--timer-sweep-us", type=float, default=0.0,
+                        help="what it adds beyond that to a lookup that fills the L2, priced by the share of the L2 "
+                             "each lookup fills, where the run did not measure it (gather_rate before 65c3c00; "
+                             "default 0)")
     parser.add_argument("--constants", default=None,
                         help="setup,per_iter,cross_warp trips[,L2-hit latency fraction, default 1] "
                              "instead of the committed")
@@ -356,9 +392,10 @@ def main() -> None:
         return
     fitted = [] if args.only else (plan_ab_cases(PLAN_AB) + power_law_cases(POWER_LAW)
                                    + [c for path in FIT_DRAWS for c in gather_cases(path)])
-    if args.timer_floor_us < 0:
-        parser.error(f"--timer-floor-us must be 0 or more, got {args.timer_floor_us}")
-    cases = gather_cases(args.gather, args.timer_floor_us / 1e3) + fitted
+    for name, us in (("--timer-floor-us", args.timer_floor_us), ("--timer-sweep-us", args.timer_sweep_us)):
+        if us < 0:
+            parser.error(f"{name} must be 0 or more, got {us}")
+    cases = gather_cases(args.gather, args.timer_floor_us / 1e3, args.timer_sweep_us / 1e3) + fitted
     checks = [] if args.only else [c for path in CHECK_DRAWS for c in gather_cases(path)]
     if args.constants:
         set_constants(*map(float, args.constants.split(",")))

@@ -14,9 +14,10 @@ This measures, in one process on one device, for each row size:
 
 Rates are useful row bytes per second (ids and output not counted), and ids per second. The summary's
 ``timer_floor_ms`` is ``bench_ms`` of a one-program launch (``timer_floor_ms``): what any timing here holds beside
-the kernel's own work; the ``timer_check`` rows time three short lookups both by ``bench_ms`` and by the profiler
+the kernel's own work; the ``timer_check`` rows time three lookups both by ``bench_ms`` and by the profiler
 (``timer_check_rows``): the same share on the lookup's own launch path, 1.1-2.0 us more than the bare launch on an H100
-(``results/latency_probe_2026-12-07/``).
+for the two short ones, 2.5-3.7 us more again for the one that fills the L2 (``bench_ms`` empties the L2 before each
+call by writing to it; ``results/latency_probe_2026-12-07/``).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py --draw SEED [--cases 12]
@@ -110,8 +111,11 @@ def timer_floor_ms() -> float:
     return bench_ms(lambda: timer_floor_kernel[(1,)](sink))
 
 
-#: Short lookups timed both ways by ``timer_check_rows``: (dim, batch, ids per bag), one fp32 feature of 2^20 rows.
+#: Lookups timed both ways by ``timer_check_rows``: (dim, batch, ids per bag), one fp32 feature of
+#: TIMER_CHECK_TABLE_ROWS rows. The first two fill a few MB of L2, the third more than an H100's or H200's whole L2
+#: (84 MB of rows and 16 MB of output): ``forward_model_fit.run_timer_sweep_ms``.
 TIMER_CHECK_LOOKUPS = ((8, 8192, 2), (48, 8192, 2), (128, 32768, 5))
+TIMER_CHECK_TABLE_ROWS = 1 << 20
 #: Profiled launches of each (the kernels' mean device time).
 TIMER_CHECK_REPS = 50
 
@@ -123,9 +127,9 @@ def timer_check_rows(gen: torch.Generator) -> list[dict]:
 
     rows = []
     for dim, batch_size, bag in TIMER_CHECK_LOOKUPS:
-        module = TableBatchedEmbedding([TableSpec(name="t", rows=1 << 20, dim=dim)], device="cuda",
+        module = TableBatchedEmbedding([TableSpec(name="t", rows=TIMER_CHECK_TABLE_ROWS, dim=dim)], device="cuda",
                                        optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01))
-        batch = make_batch([1 << 20], [bag], batch_size, False, gen)
+        batch = make_batch([TIMER_CHECK_TABLE_ROWS], [bag], batch_size, False, gen)
         out = torch.empty(batch_size, module.output_dim, device="cuda")
         launch = functools.partial(launch_plan, module, batch, out, module.forward_plan(batch))
         timed = bench_ms(launch)

@@ -76,3 +76,33 @@ def test_a_runs_timer_check_rows_take_precedence_over_its_one_program_floor(fit)
     assert fit.run_timer_floor_ms(run, 0.007) == 0.004
     run["results"]["rows"] += [{**check, "timer_ms": ms} for ms in (0.0062, 0.0091, 0.0058)]
     assert fit.run_timer_floor_ms(run, 0.007) == 0.0058
+
+
+def test_the_timer_sweep_is_the_least_check_that_fills_the_l2_less_the_floor(fit):
+    """``run_timer_sweep_ms``: of a run's ``timer_check`` rows, those whose lookup fills the device's L2 (D128, 32768
+    bags of 5 over 2^20 rows: 100 MB) give the sweep, less the run's floor (the least row); the short ones do not
+    fill it; a run without such a row takes the value given."""
+    short = {"kind": "timer_check", "dim": 8, "batch": 8192, "bags": [2]}
+    full = {"kind": "timer_check", "dim": 128, "batch": 32768, "bags": [5]}
+    run = {"environment": {"gpu": "NVIDIA H100 80GB HBM3"}, "summary": {},
+           "results": {"rows": [{**short, "timer_ms": 0.0061}, {**short, "dim": 48, "timer_ms": 0.0058}]}}
+    assert fit.run_timer_sweep_ms(run, 0.002) == 0.002
+    run["results"]["rows"] += [{**full, "timer_ms": 0.0093}, {**full, "timer_ms": 0.0090}]
+    assert fit.run_timer_sweep_ms(run, 0.002) == pytest.approx(0.0090 - 0.0058)
+    shares = [fit.l2_share(fit.check_case(r, "H100")) for r in run["results"]["rows"]]
+    assert shares[0] < shares[1] < 0.2 and shares[2:] == [1.0, 1.0]
+
+
+def test_a_lookup_is_priced_with_the_sweep_by_the_share_of_the_l2_it_fills(fit):
+    """``predict_ms`` adds ``timer_sweep_ms`` times ``l2_share``: the whole of it for a lookup that fills the L2, a
+    part for a smaller one (the same batch of fewer bags: fewer rows read), the same for every config (no pick
+    moves)."""
+    big = fit.Case("big", 65536, (16.0,) * 4, (1 << 24,) * 4, 64, 4, {(8, 4, 2): 1.0, (2, 4, 2): 1.0}, device="H100")
+    small = fit.dataclasses.replace(big, batch=2048, bag_lengths=(2.0,), table_rows=(1 << 24,))
+    assert fit.l2_share(big) == 1.0 and 0.0 < fit.l2_share(small) < 0.1
+    for case in (big, small):
+        swept = fit.dataclasses.replace(case, timer_sweep_ms=0.003)
+        for key in case.measured:
+            added = fit.predict_ms(swept, key) - fit.predict_ms(case, key)
+            assert added == pytest.approx(0.003 * fit.l2_share(case))
+    assert fit.picks_of([big]) == fit.picks_of([fit.dataclasses.replace(big, timer_sweep_ms=0.003)])
