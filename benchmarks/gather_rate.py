@@ -17,7 +17,7 @@ Rates are useful row bytes per second (ids and output not counted), and ids per 
 the kernel's own work; the ``timer_check`` rows time three lookups both by ``bench_ms`` and by the profiler
 (``timer_check_rows``): the same share on the lookup's own launch path, 1.1-2.0 us more than the bare launch on an H100
 for the two short ones, 2.5-3.7 us more again for the one that fills the L2 (``bench_ms`` empties the L2 before each
-call by writing to it; ``results/latency_probe_2026-12-07/``).
+call by writing to it, the profiler does not; ``results/latency_probe_2026-12-07/``).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py --draw SEED [--cases 12]
