@@ -10,7 +10,6 @@ measured):
     PYTHONPATH=.:benchmarks python3 benchmarks/results/latency_probe_2026-12-07/timer_sweep.py
 """
 
-import dataclasses
 import json
 import math
 import statistics
@@ -23,14 +22,10 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(fit.RESULTS / "forward_timer_floor_2026-12-07"))
 from by_duration import at_pick, show  # noqa: E402  (results folders' scripts, not packages)
-from unseen_floor import NEW_DRAWS  # noqa: E402
+from unseen_floor import NEW_DRAWS, floor_only  # noqa: E402
 
 DRAWS = [*NEW_DRAWS, *(HERE / "8580b0f" / f"draw{s}" / f"gather_rate_draw{s}_nvidia-h100-80gb-hbm3_2026-12-07.json"
                        for s in (116, 117))]
-
-
-def no_sweep(cases: list[fit.Case]) -> list[fit.Case]:
-    return [dataclasses.replace(c, timer_sweep_ms=0.0) for c in cases]
 
 
 def every_config(cases: list[fit.Case]) -> list[tuple[float, float]]:
@@ -55,7 +50,7 @@ def main() -> None:
     old = [c for path in fit.UNSEEN_DRAWS for c in fit.gather_cases(path, floor, sweep)]
     for label, cases in (("draws 113-117, their own timer", new),
                          (f"draws 103-112, floor {floor * 1e3:.2f} us, sweep {sweep * 1e3:.2f} us", old)):
-        for how, priced in (("floor only", no_sweep(cases)), ("floor and sweep", cases)):
+        for how, priced in (("floor only", floor_only(cases)), ("floor and sweep", cases)):
             show(f"{label}, {how}, at the model's pick", at_pick(priced))
             overall(f"{label}, {how}, every config", every_config(priced))
             picks = [p[1] for p in fit.picks_of(priced)]

@@ -1,5 +1,5 @@
-"""The unseen lookups' log error by how long they ran, each priced with what its run's timer adds to a launch (CPU
-only, nothing measured):
+"""The unseen lookups' log error by how long they ran, each priced with what its run's timer adds to a launch, its
+floor alone (``floor_only``: the sweep came after this script, ``timer_sweep.py``; CPU only, nothing measured):
 
 - draws 113-115 (H100, this folder) with their own measure (``forward_model_fit.run_timer_floor_ms``: the least of
   their ``timer_check`` rows);
@@ -9,6 +9,7 @@ only, nothing measured):
     PYTHONPATH=.:benchmarks python3 benchmarks/results/latency_probe_2026-12-07/unseen_floor.py
 """
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -26,6 +27,11 @@ NEW_DRAWS = [HERE / "draw113" / "gather_rate_draw113_nvidia-h100-80gb-hbm3_2026-
              HERE / "b49943d" / "draw115" / "gather_rate_draw115_nvidia-h100-80gb-hbm3_2026-12-07.json"]
 
 
+def floor_only(cases: list[fit.Case]) -> list[fit.Case]:
+    """``cases`` priced with their timer's floor alone (no ``timer_sweep_ms``)."""
+    return [dataclasses.replace(c, timer_sweep_ms=0.0) for c in cases]
+
+
 def main() -> None:
     floors = []
     for path in NEW_DRAWS:
@@ -35,7 +41,7 @@ def main() -> None:
         print(f"{path.name}: one-program launch {run['summary']['timer_floor_ms'] * 1e3:.2f} us, timer_check rows "
               f"{' '.join(checks)} us: priced with {floors[-1] * 1e3:.2f} us")
     assumed = statistics.mean(floors)
-    new = [c for path in NEW_DRAWS for c in fit.gather_cases(path)]
+    new = floor_only([c for path in NEW_DRAWS for c in fit.gather_cases(path)])
     show("draws 113-115 at the model's pick, their own timer", at_pick(new))
     every = [(fit.predict_ms(c, k, c.skew), ms) for c in new for k, ms in c.measured.items()]
     show("all configs of draws 113-115, their own timer", every)
