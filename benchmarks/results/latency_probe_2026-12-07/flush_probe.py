@@ -1,0 +1,69 @@
+"""Why a lookup that fills the L2 holds more of ``do_bench``'s timer (``timer_check``'s third row): each of
+``gather_rate.TIMER_CHECK_LOOKUPS`` timed between two events after the L2 is emptied three ways, and by the profiler:
+
+- ``zeroed``: ``do_bench``'s own way, a 256 MB buffer zeroed (the L2 left full of dirty lines);
+- ``read``: the same buffer summed (the L2 left full of clean lines);
+- ``none``: nothing between launches (the lookup's ids, output and some rows still in L2);
+- ``kernels``: the profiler's mean kernel time over back-to-back launches (``timer_check``'s ``kernels_ms``).
+
+Median of ``REPS`` event-timed launches each. If ``zeroed`` - ``read`` is the sweep (2.5-3.7 us on an H100 for the
+third row, none for the short ones), the dirty lines' write-back is its cause.
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/results/latency_probe_2026-12-07/flush_probe.py
+"""
+
+import functools
+import statistics
+
+import torch
+from gather_rate import TIMER_CHECK_LOOKUPS, TIMER_CHECK_TABLE_ROWS, launch_plan
+from profiling import kernel_table
+from tbe import make_batch
+
+from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
+from polyrec.results import write_results
+
+#: Bytes of the buffer that empties the L2 (``do_bench``'s).
+FLUSH_BYTES = 256 << 20
+REPS = 200
+
+
+def event_ms(launch, flush) -> float:
+    """Median ms between two events around ``launch``, ``flush`` run before each."""
+    times = []
+    for _ in range(REPS):
+        flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main() -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+    flushes = {"zeroed": buffer.zero_, "read": lambda: torch.sum(buffer, out=sink), "none": lambda: None}
+    rows = []
+    for dim, batch_size, bag in TIMER_CHECK_LOOKUPS:
+        module = TableBatchedEmbedding([TableSpec(name="t", rows=TIMER_CHECK_TABLE_ROWS, dim=dim)], device="cuda",
+                                       optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01))
+        batch = make_batch([TIMER_CHECK_TABLE_ROWS], [bag], batch_size, False, gen)
+        out = torch.empty(batch_size, module.output_dim, device="cuda")
+        launch = functools.partial(launch_plan, module, batch, out, module.forward_plan(batch))
+        for _ in range(10):
+            launch()
+        row = {"dim": dim, "batch": batch_size, "bags": [bag]}
+        row.update({f"{name}_ms": event_ms(launch, flush) for name, flush in flushes.items()})
+        row["kernels_ms"] = sum(r["ms_per_step"] for r in kernel_table(launch, reps=50, warmup=5))
+        rows.append(row)
+        print("D{dim} B={batch}: zeroed {zeroed_ms:.4f} read {read_ms:.4f} none {none_ms:.4f} kernels {kernels_ms:.4f} "
+              "ms".format(**row), flush=True)
+    write_results("flush_probe", {}, rows=rows, summary={"reps": REPS, "flush_bytes": FLUSH_BYTES})
+
+
+if __name__ == "__main__":
+    main()
