@@ -46,7 +46,7 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     sink = torch.empty((), dtype=torch.int64, device="cuda")
-    flushes = {"zeroed": buffer.zero_, "read": lambda: torch.sum(buffer, out=sink), "none": lambda: None}
+    flushes = {"zeroed": buffer.zero_, "read": lambda: sink.copy_(buffer.sum()), "none": lambda: None}
     rows = []
     for dim, batch_size, bag in TIMER_CHECK_LOOKUPS:
         module = TableBatchedEmbedding([TableSpec(name="t", rows=TIMER_CHECK_TABLE_ROWS, dim=dim)], device="cuda",
