@@ -133,9 +133,9 @@ def check_case(row: dict, device: str) -> Case:
 def run_timer_sweep_ms(run: dict, default_ms: float) -> float:
     """What a ``gather_rate`` run's timer adds, beyond ``run_timer_floor_ms``, to a lookup that fills the L2: the least
     of its ``timer_check`` rows whose lookup fills it (``l2_share`` 1) less that floor, else ``default_ms``. On an H100
-    2.5-3.7 us for a lookup that moved 100 MB (``results/latency_probe_2026-12-07/``). Why is not measured apart: the
-    timer (``do_bench``) empties the L2 before each call by writing a 256 MB buffer, so the lookup's own lines evict
-    dirty ones, where the profiler's back-to-back launches find its ids and output in L2."""
+    2.5-3.7 us for a lookup that moved 100 MB (``results/latency_probe_2026-12-07/``): the timer (``do_bench``)
+    empties the L2 before each call by writing a 256 MB buffer, and the lookup's own lines evict those dirty ones
+    (emptied by a read instead, the same lookup took 7.1-7.2 us less there, the short ones 1.3-1.4 us less)."""
     device = device_of(run["environment"]["gpu"])
     full = [r["timer_ms"] for r in run["results"]["rows"]
             if r["kind"] == "timer_check" and l2_share(check_case(r, device)) >= 1.0]
