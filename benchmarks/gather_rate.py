@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import functools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -120,6 +121,15 @@ TIMER_CHECK_TABLE_ROWS = 1 << 20
 TIMER_CHECK_REPS = 50
 
 
+def timer_check_launch(dim: int, batch_size: int, bag: int, gen: torch.Generator) -> Callable[[], None]:
+    """The launches of one TIMER_CHECK_LOOKUPS lookup under the module's own plan (a fresh table and batch)."""
+    module = TableBatchedEmbedding([TableSpec(name="t", rows=TIMER_CHECK_TABLE_ROWS, dim=dim)], device="cuda",
+                                   optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01))
+    batch = make_batch([TIMER_CHECK_TABLE_ROWS], [bag], batch_size, False, gen)
+    out = torch.empty(batch_size, module.output_dim, device="cuda")
+    return functools.partial(launch_plan, module, batch, out, module.forward_plan(batch))
+
+
 def timer_check_rows(gen: torch.Generator) -> list[dict]:
     """Each of TIMER_CHECK_LOOKUPS under the module's own plan, timed by ``bench_ms`` (as every lookup here) and by the
     profiler (the kernels' device time alone): what the timer adds to a lookup's launch, beside ``timer_floor_ms``."""
@@ -127,11 +137,7 @@ def timer_check_rows(gen: torch.Generator) -> list[dict]:
 
     rows = []
     for dim, batch_size, bag in TIMER_CHECK_LOOKUPS:
-        module = TableBatchedEmbedding([TableSpec(name="t", rows=TIMER_CHECK_TABLE_ROWS, dim=dim)], device="cuda",
-                                       optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01))
-        batch = make_batch([TIMER_CHECK_TABLE_ROWS], [bag], batch_size, False, gen)
-        out = torch.empty(batch_size, module.output_dim, device="cuda")
-        launch = functools.partial(launch_plan, module, batch, out, module.forward_plan(batch))
+        launch = timer_check_launch(dim, batch_size, bag, gen)
         timed = bench_ms(launch)
         kernels = sum(r["ms_per_step"] for r in kernel_table(launch, reps=TIMER_CHECK_REPS, warmup=5))
         rows.append({"kind": "timer_check", "dim": dim, "batch": batch_size, "bags": [bag], "timed_ms": timed,

@@ -12,15 +12,12 @@ third row, none for the short ones), the dirty lines' write-back is its cause.
     PYTHONPATH=.:benchmarks python3 benchmarks/results/latency_probe_2026-12-07/flush_probe.py
 """
 
-import functools
 import statistics
 
 import torch
-from gather_rate import TIMER_CHECK_LOOKUPS, TIMER_CHECK_TABLE_ROWS, launch_plan
+from gather_rate import TIMER_CHECK_LOOKUPS, timer_check_launch
 from profiling import kernel_table
-from tbe import make_batch
 
-from polyrec.kernels.tbe import EmbeddingOptimizer, TableBatchedEmbedding, TableSpec
 from polyrec.results import write_results
 
 #: Bytes of the buffer that empties the L2 (``do_bench``'s).
@@ -49,11 +46,7 @@ def main() -> None:
     flushes = {"zeroed": buffer.zero_, "read": lambda: sink.copy_(buffer.sum()), "none": lambda: None}
     rows = []
     for dim, batch_size, bag in TIMER_CHECK_LOOKUPS:
-        module = TableBatchedEmbedding([TableSpec(name="t", rows=TIMER_CHECK_TABLE_ROWS, dim=dim)], device="cuda",
-                                       optimizer=EmbeddingOptimizer(kind="sgd", lr=0.01))
-        batch = make_batch([TIMER_CHECK_TABLE_ROWS], [bag], batch_size, False, gen)
-        out = torch.empty(batch_size, module.output_dim, device="cuda")
-        launch = functools.partial(launch_plan, module, batch, out, module.forward_plan(batch))
+        launch = timer_check_launch(dim, batch_size, bag, gen)
         for _ in range(10):
             launch()
         row = {"dim": dim, "batch": batch_size, "bags": [bag]}
