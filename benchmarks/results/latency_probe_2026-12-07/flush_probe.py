@@ -3,11 +3,11 @@
 
 - ``zeroed``: ``do_bench``'s own way, a 256 MB buffer zeroed (the L2 left full of dirty lines);
 - ``read``: the same buffer summed (the L2 left full of clean lines);
-- ``none``: nothing between launches (the lookup's ids, output and some rows still in L2);
+- ``none``: nothing between launches (not a kernel time: the GPU then waits on the host's launch of the lookup);
 - ``kernels``: the profiler's mean kernel time over back-to-back launches (``timer_check``'s ``kernels_ms``).
 
-Median of ``REPS`` event-timed launches each. If ``zeroed`` - ``read`` is the sweep (2.5-3.7 us on an H100 for the
-third row, none for the short ones), the dirty lines' write-back is its cause.
+Median of ``REPS`` event-timed launches each. ``zeroed`` - ``read`` is what the dirty lines' write-back costs the
+lookup: on an H100 7.1-7.2 us for the third (L2-filling) lookup, 1.3-1.4 us for the short ones (the README).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/results/latency_probe_2026-12-07/flush_probe.py
 """
