@@ -207,6 +207,7 @@ def hit_of(case: Case, skew: str) -> float:
     return hit_fraction(loads, get_device(case.device))
 
 
+@functools.cache
 def l2_share(case: Case) -> float:
     """How much of its device's L2 the lookup ``case`` fills, at most 1: its row reads that miss L2 under uniform ids
     (each at least RANDOM_READ_MIN_BYTES, as the model prices them) and its fp32 output, over the L2's bytes."""

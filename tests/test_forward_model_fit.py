@@ -95,7 +95,7 @@ def test_the_timer_sweep_is_the_least_check_that_fills_the_l2_less_the_floor(fit
 
 def test_a_lookup_is_priced_with_the_sweep_by_the_share_of_the_l2_it_fills(fit):
     """``predict_ms`` adds ``timer_sweep_ms`` times ``l2_share``: the whole of it for a lookup that fills the L2, a
-    part for a smaller one (the same batch of fewer bags: fewer rows read), the same for every config (no pick
+    part for a smaller one (a smaller batch of fewer bags: fewer rows read), the same for every config (no pick
     moves)."""
     big = fit.Case("big", 65536, (16.0,) * 4, (1 << 24,) * 4, 64, 4, {(8, 4, 2): 1.0, (2, 4, 2): 1.0}, device="H100")
     small = fit.dataclasses.replace(big, batch=2048, bag_lengths=(2.0,), table_rows=(1 << 24,))

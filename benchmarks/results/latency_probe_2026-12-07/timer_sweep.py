@@ -28,14 +28,10 @@ DRAWS = [*NEW_DRAWS, *(HERE / "8580b0f" / f"draw{s}" / f"gather_rate_draw{s}_nvi
                        for s in (116, 117))]
 
 
-def every_config(cases: list[fit.Case]) -> list[tuple[float, float]]:
-    return [(fit.predict_ms(c, k, c.skew), ms) for c in cases for k, ms in c.measured.items()]
-
-
-def overall(title: str, pairs: list[tuple[float, float]]) -> None:
-    errs = [math.log(p / m) for p, m in pairs]
-    print(f"{title}: {len(errs)} configs, rms log error {math.sqrt(sum(e * e for e in errs) / len(errs)):.3f}, "
-          f"mean {sum(errs) / len(errs):+.3f}")
+def overall(title: str, cases: list[fit.Case]) -> None:
+    """Rms and mean log error over every config of ``cases`` (``forward_model_fit.log_errors``)."""
+    errs = fit.log_errors(cases)
+    print(f"{title}: {len(errs)} configs, rms log error {fit.rms(errs):.3f}, mean {sum(errs) / len(errs):+.3f}")
 
 
 def main() -> None:
@@ -52,7 +48,7 @@ def main() -> None:
                          (f"draws 103-112, floor {floor * 1e3:.2f} us, sweep {sweep * 1e3:.2f} us", old)):
         for how, priced in (("floor only", floor_only(cases)), ("floor and sweep", cases)):
             show(f"{label}, {how}, at the model's pick", at_pick(priced))
-            overall(f"{label}, {how}, every config", every_config(priced))
+            overall(f"{label}, {how}, every config", priced)
             picks = [p[1] for p in fit.picks_of(priced)]
             print(f"  picks / fastest: geomean {math.exp(sum(map(math.log, picks)) / len(picks)):.3f}")
 
