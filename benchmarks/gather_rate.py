@@ -19,7 +19,7 @@ the kernel's own work; the ``timer_check`` rows time three lookups both by ``ben
 for the two short ones, 2.5-3.7 us more again for the one that fills the L2 (``bench_ms`` empties the L2 before each
 call by writing to it, the profiler does not; ``results/latency_probe_2026-12-07/``).
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick]
+    PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py [--quick | --floor]
     PYTHONPATH=.:benchmarks python3 benchmarks/gather_rate.py --draw SEED [--cases 12]
 
 About 2 minutes on an H200. Writes ``gather_rate_<gpu>_<date>.json``. ``--draw``: no floor; instead
@@ -49,6 +49,13 @@ from polyrec.results import write_results
 TABLE_BYTES = 8 << 30
 #: Row sizes of the floor, bytes.
 ROW_BYTES = (16, 32, 64, 128, 256, 512, 1024)
+#: Row sizes between powers of two, measured with ROW_BYTES by ``--floor``: rows that start at multiples of their
+#: size touch on average (row + unit - gcd(row, unit)) / unit units of the DRAM's fetch unit
+#: (``perfmodel.tbe_reads.gather_efficiency``), and 48, 80, 96, 160 and 224 B rows touch more bytes in 64 B units than in
+#: 32 B sectors (``perfmodel.tbe_reads.GATHER_GRANULARITY``: 32 on NVIDIA), so their rate tells which the device
+#: fetches; the kernel reads each at the next power of two with the lanes past the row masked off, as the pooled
+#: lookup reads rows of such dims.
+BETWEEN_ROW_BYTES = (48, 80, 96, 160, 192, 224, 320, 384, 640)
 #: (ids per iteration x row elements, warps) tiles of the floor kernel.
 FLOOR_TILES = ((2048, 4), (4096, 4), (4096, 8), (8192, 8))
 FEATURES = 4
@@ -86,16 +93,20 @@ MIN_IDS = 8 << 20
 
 
 @triton.jit
-def gather_sum_kernel(table_ptr, ids_ptr, out_ptr, n, ROW: tl.constexpr, IDS: tl.constexpr, ITERS: tl.constexpr):
-    """out[program] = sum of the table rows (ROW fp32 elements) of ids ITERS * IDS * program ...+ ITERS * IDS."""
-    d = tl.arange(0, ROW)
-    acc = tl.zeros([ROW], dtype=tl.float32)
+def gather_sum_kernel(table_ptr, ids_ptr, out_ptr, n, ROW: tl.constexpr, BLOCK: tl.constexpr, IDS: tl.constexpr,
+                      ITERS: tl.constexpr):
+    """out[program] = sum of the table rows (ROW fp32 elements, read as BLOCK >= ROW lanes with those past ROW masked
+    off, as the pooled lookup reads a row) of ids ITERS * IDS * program ...+ ITERS * IDS."""
+    d = tl.arange(0, BLOCK)
+    in_row = d < ROW
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
     for it in range(ITERS):
         i = (tl.program_id(0) * ITERS + it) * IDS + tl.arange(0, IDS)
         ok = i < n
         idx = tl.load(ids_ptr + i, mask=ok, other=0)
-        acc += tl.sum(tl.load(table_ptr + idx[:, None] * ROW + d[None, :], mask=ok[:, None], other=0.0), axis=0)
-    tl.store(out_ptr + tl.program_id(0) * ROW + d, acc)
+        acc += tl.sum(tl.load(table_ptr + idx[:, None] * ROW + d[None, :], mask=ok[:, None] & in_row[None, :],
+                              other=0.0), axis=0)
+    tl.store(out_ptr + tl.program_id(0) * ROW + d, acc, mask=in_row)
 
 
 @triton.jit
@@ -146,23 +157,24 @@ def timer_check_rows(gen: torch.Generator) -> list[dict]:
 
 
 def floor_rows(row_bytes_list: tuple[int, ...], gen: torch.Generator) -> list[dict]:
-    """Best ``gather_sum_kernel`` time of each row size over FLOOR_TILES."""
+    """Best ``gather_sum_kernel`` time of each row size (a multiple of 4 B) over FLOOR_TILES."""
     table = torch.rand(TABLE_BYTES // 4, device="cuda", generator=gen)
     out = []
     for row_bytes in row_bytes_list:
         row = row_bytes // 4
+        block = triton.next_power_of_2(row)
         rows = table.numel() // row
         n = max(MIN_IDS, (1 << 30) // row_bytes)
         ids = torch.randint(0, rows, (n,), device="cuda", generator=gen)
         tiles = {}
         for elems, warps in FLOOR_TILES:
-            per_iter = elems // row
+            per_iter = elems // block
             iters = 4
             programs = triton.cdiv(n, per_iter * iters)
             dst = torch.empty(programs, row, device="cuda")
-            ms = bench_ms(lambda: gather_sum_kernel[(programs,)](table, ids, dst, n, ROW=row, IDS=per_iter,
-                                                                  ITERS=iters, num_warps=warps))
-            tiles[f"{per_iter}x{row} w{warps}"] = ms
+            ms = bench_ms(lambda: gather_sum_kernel[(programs,)](table, ids, dst, n, ROW=row, BLOCK=block,
+                                                                  IDS=per_iter, ITERS=iters, num_warps=warps))
+            tiles[f"{per_iter}x{block} w{warps}"] = ms
         best = min(tiles, key=tiles.get)
         out.append({"kind": "floor", "row_bytes": row_bytes, "ids": n, "best": best, "ms": tiles[best],
                     "tiles_ms": tiles})
@@ -222,8 +234,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two row sizes and two lookups (a smoke run)")
     parser.add_argument("--draw", type=int, default=None, metavar="SEED", help="random lookups, no floor")
+    parser.add_argument("--floor", action="store_true",
+                        help="the floor alone, at ROW_BYTES and the sizes between them (BETWEEN_ROW_BYTES)")
     parser.add_argument("--cases", type=int, default=12, help="lookups drawn with --draw")
     args = parser.parse_args()
+    if args.floor and (args.quick or args.draw is not None):
+        parser.error("--floor measures the floor alone: not with --quick or --draw")
     if not torch.cuda.is_available():
         raise SystemExit("gather_rate needs a GPU")
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -233,7 +249,8 @@ def main() -> None:
     for r in checks:
         print(f"timer check D{r['dim']} B={r['batch']} bags {r['bags']}: timed {r['timed_ms'] * 1e3:.2f} us, kernels "
               f"{r['kernels_ms'] * 1e3:.2f} us, timer {r['timer_ms'] * 1e3:.2f} us", flush=True)
-    sizes = () if args.draw is not None else ROW_BYTES[1:3] if args.quick else ROW_BYTES
+    sizes = (() if args.draw is not None else ROW_BYTES[1:3] if args.quick
+             else tuple(sorted(ROW_BYTES + BETWEEN_ROW_BYTES)) if args.floor else ROW_BYTES)
     result = [rates(r, copy) for r in floor_rows(sizes, gen)] if sizes else []
     for r in result:
         print(f"floor  {r['row_bytes']:>5} B rows: {r['ms']:7.3f} ms  {r['of_copy']:.2f} of copy  "
@@ -242,7 +259,7 @@ def main() -> None:
         rng = random.Random(args.draw)
         lookups = tuple(draw_lookup(rng) for _ in range(args.cases))
     else:
-        lookups = LOOKUPS[1:2] + LOOKUPS[7:8] if args.quick else LOOKUPS
+        lookups = () if args.floor else LOOKUPS[1:2] + LOOKUPS[7:8] if args.quick else LOOKUPS
     for lookup in lookups:
         r = rates(lookup_rows(lookup, gen), copy)
         result.append(r)
@@ -250,7 +267,8 @@ def main() -> None:
               f"({r['best']}) {r['of_copy']:.2f} of copy {r['gids_s']:6.2f} G ids/s; selected {r['selected_ms']:7.3f} "
               f"ms ({r['selected']})", flush=True)
     result += checks
-    name = "gather_rate" + ("_quick" if args.quick else "") + (f"_draw{args.draw}" if args.draw is not None else "")
+    name = ("gather_rate" + ("_quick" if args.quick else "") + ("_floor" if args.floor else "")
+            + (f"_draw{args.draw}" if args.draw is not None else ""))
     table = [{k: v for k, v in r.items() if k not in ("tiles_ms", "configs_ms")} for r in result]
     write_results(name, {"rows": result}, rows=table, summary={"copy_tb_s": copy / 1e12, "table_gib": TABLE_BYTES >> 30,
                                                                   "draw": args.draw, "cases": len(lookups),

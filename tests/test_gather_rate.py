@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from benchmark_util import load_benchmark
@@ -32,3 +33,29 @@ def test_a_run_with_timer_checks_gives_the_fit_its_lookups_priced_with_the_check
     newer.write_text(json.dumps(run))
     cases = fit.gather_cases(newer)
     assert len(cases) == lookups and {c.timer_floor_ms for c in cases} == {0.007}
+
+
+def test_the_floor_kernel_sums_rows_of_a_size_between_powers_of_two_and_writes_nothing_past_them():
+    """Rows of 5 fp32 elements read as 8 lanes (3 masked off): each program's sum of its ids' rows, duplicates and a
+    tail program with fewer ids than a tile included, against torch; the row past each program's stays poisoned."""
+    row, ids_per_iter, iters = 5, 4, 2
+    table = torch.randn(13 * row, dtype=torch.float32)
+    ids = torch.tensor([3, 3, 0, 12, 7, 1, 1, 9, 4, 11, 2], dtype=torch.int64)
+    programs = -(-ids.numel() // (ids_per_iter * iters))
+    out = torch.full((programs + 1, row), float("nan"))
+    gather.gather_sum_kernel[(programs,)](table, ids, out, ids.numel(), ROW=row, BLOCK=8, IDS=ids_per_iter,
+                                          ITERS=iters)
+    rows = table.view(13, row)
+    for p in range(programs):
+        mine = ids[p * ids_per_iter * iters:(p + 1) * ids_per_iter * iters]
+        torch.testing.assert_close(out[p], rows[mine].sum(0))
+    assert out[programs].isnan().all()
+
+
+def test_floor_alone_is_refused_with_the_quick_run_or_draws(monkeypatch, capsys):
+    for extra in (["--quick"], ["--draw", "5"]):
+        monkeypatch.setattr("sys.argv", ["gather_rate.py", "--floor", *extra])
+        with pytest.raises(SystemExit) as raised:
+            gather.main()
+        assert raised.value.code == 2
+        assert "--floor measures the floor alone" in capsys.readouterr().err
