@@ -49,12 +49,12 @@ from polyrec.results import write_results
 TABLE_BYTES = 8 << 30
 #: Row sizes of the floor, bytes.
 ROW_BYTES = (16, 32, 64, 128, 256, 512, 1024)
-#: Row sizes between powers of two, measured with ROW_BYTES by ``--floor``: rows that start at multiples of their
-#: size touch on average (row + unit - gcd(row, unit)) / unit units of the DRAM's fetch unit
-#: (``perfmodel.tbe_reads.gather_efficiency``), and 48, 80, 96, 160 and 224 B rows touch more bytes in 64 B units than in
-#: 32 B sectors (``perfmodel.tbe_reads.GATHER_GRANULARITY``: 32 on NVIDIA), so their rate tells which the device
-#: fetches; the kernel reads each at the next power of two with the lanes past the row masked off, as the pooled
-#: lookup reads rows of such dims.
+#: Row sizes between powers of two, measured with ROW_BYTES by ``--floor``: rows that start at multiples of their size
+#: touch on average (row + unit - gcd(row, unit)) / unit units of the DRAM's fetch unit
+#: (``perfmodel.tbe_reads.gather_efficiency``), and 48, 80, 96, 160 and 224 B rows touch more bytes in 64 B units than
+#: in 32 B sectors (``perfmodel.tbe_reads.GATHER_GRANULARITY``: 32 on NVIDIA), so their rate tells which the device
+#: fetches; the kernel reads each at the next power of two with the lanes past the row masked off, as the pooled lookup
+#: reads rows of such dims.
 BETWEEN_ROW_BYTES = (48, 80, 96, 160, 192, 224, 320, 384, 640)
 #: (ids per iteration x row elements, warps) tiles of the floor kernel.
 FLOOR_TILES = ((2048, 4), (4096, 4), (4096, 8), (8192, 8))
