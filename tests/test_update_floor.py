@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 from benchmark_util import load_benchmark
 
@@ -14,31 +15,34 @@ MODES, ideal_update_kernel, mode_bytes = floor.MODES, floor.ideal_update_kernel,
 DIM, ROWS, UNIQUE, SLICES = 8, 40, 13, 30
 
 
-def _run(mode: str, r: int = 4, layout: str = "separate"):
-    """The kernel once over UNIQUE sorted rows; the table comes back as [ROWS, stride] (state columns and
-    padding included) and the separate state array beside it."""
+def _run(mode: str, r: int = 4, layout: str = "separate", dim: int = DIM):
+    """The kernel once over UNIQUE sorted rows of ``dim`` elements (read as the next power of two of lanes); the
+    table comes back as [ROWS, stride] (state columns and padding included) and the separate state array beside
+    it."""
     gen = torch.Generator().manual_seed(1)
-    stride = floor.row_stride(layout, DIM)
+    stride = floor.row_stride(layout, dim)
     weights = torch.randn(ROWS * stride, generator=gen)
-    weights.view(ROWS, stride)[:, DIM:] = torch.rand(ROWS, stride - DIM, generator=gen)  # state >= 0 inline
+    weights.view(ROWS, stride)[:, dim:] = torch.rand(ROWS, stride - dim, generator=gen)  # state >= 0 inline
     state = torch.rand(ROWS, generator=gen)
     rows = torch.randperm(ROWS, generator=gen)[:UNIQUE].sort().values
     src = torch.randint(0, SLICES, (UNIQUE,), generator=gen)
-    grad = torch.randn(SLICES * DIM, generator=gen)
+    grad = torch.randn(SLICES * dim, generator=gen)
     programs = -(-UNIQUE // r)
-    sink = torch.full((programs * DIM,), float("nan"))
+    sink = torch.full((programs * dim + 1,), float("nan"))  # one element past the sums: must stay unwritten
     w0, s0 = weights.clone(), state.clone()
-    ideal_update_kernel[(programs,)](weights, state, grad, rows, src, sink, UNIQUE, 0.1, 1e-8, D=DIM, R=r,
-                                     MODE=MODES[mode], STRIDE=stride, STATE=floor.LAYOUTS[layout][1], num_warps=1)
-    return (w0.view(ROWS, stride), s0, weights.view(ROWS, stride), state, rows, src, grad.view(SLICES, DIM),
+    ideal_update_kernel[(programs,)](weights, state, grad, rows, src, sink, UNIQUE, 0.1, 1e-8, D=dim,
+                                     BLOCK=triton.next_power_of_2(dim), R=r, MODE=MODES[mode], STRIDE=stride,
+                                     STATE=floor.LAYOUTS[layout][1], num_warps=1)
+    return (w0.view(ROWS, stride), s0, weights.view(ROWS, stride), state, rows, src, grad.view(SLICES, dim),
             sink)
 
 
-def test_read_sums_the_rows_of_each_program_and_writes_nothing():
-    w0, s0, w, s, rows, _, _, sink = _run("read")
-    want = torch.stack([w0[rows[i:i + 4]].sum(0) for i in range(0, UNIQUE, 4)]).flatten()
-    torch.testing.assert_close(sink, want)
-    assert torch.equal(w, w0) and torch.equal(s, s0)
+@pytest.mark.parametrize("dim", [DIM, 5])
+def test_read_sums_the_rows_of_each_program_and_writes_nothing(dim):
+    w0, s0, w, s, rows, _, _, sink = _run("read", dim=dim)
+    want = torch.stack([w0[rows[i:i + 4], :dim].sum(0) for i in range(0, UNIQUE, 4)]).flatten()
+    torch.testing.assert_close(sink[:-1], want)
+    assert sink[-1].isnan() and torch.equal(w, w0) and torch.equal(s, s0)
 
 
 def test_rmw_touches_exactly_the_given_rows():
@@ -58,6 +62,21 @@ def test_update_is_rowwise_adagrad_in_float64(r):
     w_want = w0[rows].double() - 0.1 * g / (s_want.sqrt() + 1e-8)[:, None]
     torch.testing.assert_close(s[rows].double(), s_want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(w[rows].double(), w_want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dim_between_powers_of_two_updates_its_rows_and_leaves_their_neighbours():
+    """Rows of 5 elements packed one after another, read as 8 lanes: the masked lanes would land on the next row,
+    and the sorted rows include neighbours."""
+    w0, s0, w, s, rows, src, grad, _ = _run("update", 4, dim=5)
+    hit = torch.zeros(ROWS, dtype=torch.bool)
+    hit[rows] = True
+    g = grad[src].double()
+    s_want = s0[rows].double() + (g * g).mean(1)
+    torch.testing.assert_close(s[rows].double(), s_want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w[rows].double(), w0[rows].double() - 0.1 * g / (s_want.sqrt() + 1e-8)[:, None],
+                               rtol=1e-5, atol=1e-5)
+    assert torch.equal(w[~hit], w0[~hit]) and torch.equal(s[~hit], s0[~hit])
+    assert bool((rows[1:] == rows[:-1] + 1).any())  # the case the mask is for
 
 
 @pytest.mark.parametrize("layout", ["inline-528", "inline-544"])
