@@ -11,9 +11,9 @@ touch, the reads L2 serves, and the bytes a random read costs.
   Measured since on an H100 (``gather_rate --floor``, benchmarks/results/gather_floor_2026-12-07/): random
   reads of 160 and 224 B rows ran at 0.88 / 0.93 of the copy rate counted in 64 B units, as their 192 and
   256 B neighbours (0.88 / 0.95), and at 0.73 / 0.81 counted in 32 B sectors, so random rows there arrive
-  in 64 B units. The update prices its
-  sorted rows at the 32 B the constants were fitted with (at 64 B its H100 module checks lose: that
-  folder's README), and the pooled lookup at its tile's BLOCK_D elements (``tbe_lookup.forward_seconds``).
+  in 64 B units. The update prices its sorted rows at the 32 B the constants were fitted with (at 64 B
+  its H100 module checks lose: that folder's README), and the pooled lookup at its tile's BLOCK_D
+  elements (``tbe_lookup.forward_seconds``).
 * **L2 reuse under skew.** Ids of a table follow a distribution over ranks (uniform, or the
   log-uniform skew of the benchmark: rank = floor((rows+1)^u) - 1, which is Zipf with exponent ~1).
   L2 is modelled as an ideal frequency cache shared by all tables: the hottest rows, over all tables,
