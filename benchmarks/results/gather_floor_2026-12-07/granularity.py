@@ -7,12 +7,13 @@ under which rows of every size run at one rate is the one the device fetches. CP
 
 import json
 import sys
+from pathlib import Path
 
 from polyrec.perfmodel.tbe_reads import gather_efficiency
 
 
 def main() -> None:
-    run = json.loads(open(sys.argv[1]).read())
+    run = json.loads(Path(sys.argv[1]).read_text())
     copy = run["summary"]["copy_tb_s"] * 1e12
     print(f"{run['environment']['gpu']}, copy {copy / 1e12:.2f} TB/s")
     print(" row B | useful/copy | touched 32 B: bytes, /copy | touched 64 B: bytes, /copy | G ids/s")
