@@ -230,6 +230,19 @@ def rates(row: dict, copy: float) -> dict:
                   "of_copy": row["ids"] * row["row_bytes"] / seconds / copy, "gids_s": row["ids"] / seconds / 1e9}
 
 
+def measured_set(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[Lookup, ...]]:
+    """The floor's row sizes and the lookups a run measures: lookups drawn from ``--draw``'s seed alone, two of each
+    (``--quick``), the floor alone at every size (``--floor``), or the floor and the fixed lookups."""
+    if args.draw is not None:
+        rng = random.Random(args.draw)
+        return (), tuple(draw_lookup(rng) for _ in range(args.cases))
+    if args.quick:
+        return ROW_BYTES[1:3], LOOKUPS[1:2] + LOOKUPS[7:8]
+    if args.floor:
+        return tuple(sorted(ROW_BYTES + BETWEEN_ROW_BYTES)), ()
+    return ROW_BYTES, LOOKUPS
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two row sizes and two lookups (a smoke run)")
@@ -249,17 +262,11 @@ def main() -> None:
     for r in checks:
         print(f"timer check D{r['dim']} B={r['batch']} bags {r['bags']}: timed {r['timed_ms'] * 1e3:.2f} us, kernels "
               f"{r['kernels_ms'] * 1e3:.2f} us, timer {r['timer_ms'] * 1e3:.2f} us", flush=True)
-    sizes = (() if args.draw is not None else ROW_BYTES[1:3] if args.quick
-             else tuple(sorted(ROW_BYTES + BETWEEN_ROW_BYTES)) if args.floor else ROW_BYTES)
+    sizes, lookups = measured_set(args)
     result = [rates(r, copy) for r in floor_rows(sizes, gen)] if sizes else []
     for r in result:
         print(f"floor  {r['row_bytes']:>5} B rows: {r['ms']:7.3f} ms  {r['of_copy']:.2f} of copy  "
               f"{r['gids_s']:6.2f} G ids/s  ({r['best']})", flush=True)
-    if args.draw is not None:
-        rng = random.Random(args.draw)
-        lookups = tuple(draw_lookup(rng) for _ in range(args.cases))
-    else:
-        lookups = () if args.floor else LOOKUPS[1:2] + LOOKUPS[7:8] if args.quick else LOOKUPS
     for lookup in lookups:
         r = rates(lookup_rows(lookup, gen), copy)
         result.append(r)

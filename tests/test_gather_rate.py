@@ -3,6 +3,7 @@ cases, which take the run's measured floor."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -59,3 +60,16 @@ def test_floor_alone_is_refused_with_the_quick_run_or_draws(monkeypatch, capsys)
             gather.main()
         assert raised.value.code == 2
         assert "--floor measures the floor alone" in capsys.readouterr().err
+
+
+def test_each_mode_measures_its_own_set():
+    """--floor: every row size, ascending, and no lookup; --draw: its seed's lookups alone, the same each time; the
+    default: the floor at the powers of two and the fixed lookups."""
+    def mode(**kw):
+        return argparse.Namespace(**({"quick": False, "draw": None, "floor": False, "cases": 3} | kw))
+
+    sizes, lookups = gather.measured_set(mode(floor=True))
+    assert sizes == tuple(sorted(gather.ROW_BYTES + gather.BETWEEN_ROW_BYTES)) and len(sizes) == 16 and lookups == ()
+    sizes, lookups = gather.measured_set(mode(draw=7))
+    assert sizes == () and len(lookups) == 3 and lookups == gather.measured_set(mode(draw=7))[1]
+    assert gather.measured_set(mode()) == (gather.ROW_BYTES, gather.LOOKUPS)
