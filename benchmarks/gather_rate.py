@@ -245,14 +245,13 @@ def measured_set(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[Looku
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="two row sizes and two lookups (a smoke run)")
-    parser.add_argument("--draw", type=int, default=None, metavar="SEED", help="random lookups, no floor")
-    parser.add_argument("--floor", action="store_true",
-                        help="the floor alone, at ROW_BYTES and the sizes between them (BETWEEN_ROW_BYTES)")
+    run = parser.add_mutually_exclusive_group()  # each picks a different set to measure (measured_set)
+    run.add_argument("--quick", action="store_true", help="two row sizes and two lookups (a smoke run)")
+    run.add_argument("--draw", type=int, default=None, metavar="SEED", help="random lookups, no floor")
+    run.add_argument("--floor", action="store_true",
+                     help="the floor alone, at ROW_BYTES and the sizes between them (BETWEEN_ROW_BYTES)")
     parser.add_argument("--cases", type=int, default=12, help="lookups drawn with --draw")
     args = parser.parse_args()
-    if args.floor and (args.quick or args.draw is not None):
-        parser.error("--floor measures the floor alone: not with --quick or --draw")
     if not torch.cuda.is_available():
         raise SystemExit("gather_rate needs a GPU")
     gen = torch.Generator(device="cuda").manual_seed(0)
