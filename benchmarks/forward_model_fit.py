@@ -115,12 +115,12 @@ def parse_config(name: str) -> tuple[int, int, int]:
 
 def run_timer_floor_ms(run: dict, default_ms: float) -> float:
     """What a ``gather_rate`` run's timer adds to a lookup's launch: the least of its ``timer_check`` rows (short
-    lookups timed by ``do_bench`` less their kernels' profiled time, since 65c3c00; noise only adds to a row), else its
-    summary's ``timer_floor_ms`` (``do_bench`` of a one-program kernel, since a6793fe), else ``default_ms``. The check
-    is the lookups' own launch path: on an H100 its least row was 5.6-6.2 us where the one-program kernel took 4.2-4.5
-    us in all (``results/latency_probe_2026-12-07/``)."""
+    lookups timed by ``do_bench`` less their kernels' profiled time, since 65c3c00; noise only adds to a row), else
+    ``default_ms``. The check is the lookups' own launch path: on an H100 its least row was 5.6-6.2 us where the
+    summary's ``timer_floor_ms`` (``do_bench`` of a one-program kernel) took 4.2-4.5 us in all
+    (``results/latency_probe_2026-12-07/``); every committed run with that summary has the rows."""
     checks = [r["timer_ms"] for r in run["results"]["rows"] if r["kind"] == "timer_check"]
-    return min(checks) if checks else run["summary"].get("timer_floor_ms", default_ms)
+    return min(checks) if checks else default_ms
 
 
 def check_case(row: dict, device: str) -> Case:

@@ -47,15 +47,15 @@ def test_a_gather_run_is_priced_on_the_device_it_was_measured_on(fit):
 
 def test_a_gather_run_is_priced_with_its_timer_floor(fit, tmp_path):
     """A ``gather_rate`` time holds what the timer adds to any launch: each candidate is priced that much higher, the
-    run's own measured floor (its summary's ``timer_floor_ms``) taking precedence over one given for runs without; the
+    run's own measured floor (its short ``timer_check`` lookup) taking precedence over one given for runs without; the
     picks do not move (the same for every candidate)."""
     import json
 
     path = fit.RESULTS / "h100_forward_2026-12-07" / "gather_rate_draw107_nvidia-h100-80gb-hbm3_2026-12-07.json"
     run = json.loads(path.read_text())
-    assert "timer_floor_ms" not in run["summary"]
+    assert not [r for r in run["results"]["rows"] if r["kind"] == "timer_check"]
     plain, given = fit.gather_cases(path), fit.gather_cases(path, timer_floor_ms=0.007)
-    run["summary"]["timer_floor_ms"] = 0.005
+    run["results"]["rows"].append({"kind": "timer_check", "timer_ms": 0.005, "dim": 32, "batch": 1024, "bags": [1]})
     measured = tmp_path / path.name
     measured.write_text(json.dumps(run))
     own = fit.gather_cases(measured, timer_floor_ms=0.007)
@@ -66,14 +66,12 @@ def test_a_gather_run_is_priced_with_its_timer_floor(fit, tmp_path):
     assert fit.picks_of(plain) == fit.picks_of(given)
 
 
-def test_a_runs_timer_check_rows_take_precedence_over_its_one_program_floor(fit):
-    """The least of a run's ``timer_check`` rows (the lookups' own launch path) before its summary's
-    ``timer_floor_ms``, before the value given for runs that measured neither."""
+def test_a_runs_timer_check_rows_set_its_timer_floor(fit):
+    """The least of a run's ``timer_check`` rows (the lookups' own launch path), not its summary's one-program
+    ``timer_floor_ms``; the value given for runs without the rows."""
     check = {"kind": "timer_check", "timer_ms": 0.0}
-    run = {"summary": {}, "results": {"rows": [{"kind": "lookup"}]}}
+    run = {"summary": {"timer_floor_ms": 0.004}, "results": {"rows": [{"kind": "lookup"}]}}
     assert fit.run_timer_floor_ms(run, 0.007) == 0.007
-    run["summary"]["timer_floor_ms"] = 0.004
-    assert fit.run_timer_floor_ms(run, 0.007) == 0.004
     run["results"]["rows"] += [{**check, "timer_ms": ms} for ms in (0.0062, 0.0091, 0.0058)]
     assert fit.run_timer_floor_ms(run, 0.007) == 0.0058
 
