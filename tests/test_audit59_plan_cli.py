@@ -133,3 +133,12 @@ def test_a_plan_written_that_the_trainer_would_refuse_says_so(tmp_path):
         else:
             assert len(set(t["weight_dtype"] for t in json.loads(path.read_text())["tables"])) == (
                 1 if fleet == "H200x1" else 2)
+
+def test_preset_names_the_model_as_in_polyrec_train():
+    """`polyrec train --preset P` and `polyrec bench e2e --preset P` name a model; `polyrec plan --preset P` plans the
+    same model as `--model P` (it was refused: "No such option: --preset")."""
+    by_preset = runner.invoke(app, ["plan", "--preset", "dcnv2-small", "--json"])
+    by_model = runner.invoke(app, ["plan", "--model", "dcnv2-small", "--json"])
+    assert by_preset.exit_code == by_model.exit_code == 0, by_preset.output
+    assert json.loads(by_preset.output) == json.loads(by_model.output)
+    assert json.loads(by_preset.output) != json.loads(runner.invoke(app, ["plan", "--json"]).output)

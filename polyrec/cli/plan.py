@@ -316,7 +316,8 @@ def _check_dense_dtype(dense_dtype: str) -> None:
 @app.callback(invoke_without_command=True)
 @closed_stdout_exits
 def plan(
-    model: str = typer.Option("mlperf-dcnv2", "--model", help="model preset (polyrec.models presets)"),
+    model: str = typer.Option("mlperf-dcnv2", "--model", "--preset",
+                              help="model preset (polyrec.models presets); --preset as in polyrec train"),
     fleet: str | None = typer.Option(None, "--fleet", help=f"devices: {FLEET_SYNTAX} (default: {DEFAULT_FLEET}; "
                                                          "--compare without --codesign finds each kind's fleet)"),
     weight_dtypes: str = typer.Option("fp32,fp16", help="embedding weight precisions allowed, preferred first"),
