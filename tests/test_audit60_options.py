@@ -17,11 +17,12 @@ def _said(result) -> str:
 
 
 def test_plan_names_model_for_an_unknown_preset():
-    """Was "unknown preset 'foo'": the option is --model, a word the message did not say."""
+    """Was "unknown preset 'foo'": the option is --model (or its alias --preset), words the message did not say."""
     for mode in ([], ["--codesign"], ["--compare", "H100,H200"]):
-        result = runner.invoke(app, ["plan", "--model", "foo", *mode])
-        assert result.exit_code == 2, result.output
-        assert "--model foo: unknown preset 'foo'; known: mlperf-dcnv2" in _said(result), mode
+        for option in ("--model", "--preset"):
+            result = runner.invoke(app, ["plan", option, "foo", *mode])
+            assert result.exit_code == 2, result.output
+            assert "--model/--preset foo: unknown preset 'foo'; known: mlperf-dcnv2" in _said(result), mode
 
 
 def test_train_names_preset_for_an_unknown_preset():

@@ -149,7 +149,7 @@ def load_model(name: str, distribution: str | None, one_hot: bool = False, row_c
     try:
         config = preset(name)
     except ValueError as unknown:
-        raise FleetError(f"--model {name}: {unknown}") from None
+        raise FleetError(f"--model/--preset {name}: {unknown}") from None
     if one_hot:
         config = config.replace(multi_hot=(1,) * config.num_tables)
     if row_cap is not None:
