@@ -62,10 +62,10 @@ def report(path: Path) -> None:
     for key, best in s.items():
         if not key.endswith("_best"):
             continue
-        mode, grad, order, *layout = key[:-5].split("_")
+        mode, grad, _order, *layout = key[:-5].split("_")
         if layout:  # the state kept elsewhere than its own array: its units are not counted here
             continue
-        case = {"mode": mode, "grad": grad, "order": order}
+        case = {"mode": mode, "grad": grad}
         seconds = best["ms"] * 1e-3
         fracs = [unique * case_touched(case, dim, per_unit[unit], unit) / seconds / copy for unit in (32, 64)]
         print(f"  {key[:-5]:34} | {best['ms']:6.3f} | {best['frac_of_copy']:12.3f} | {fracs[0]:9.3f} | {fracs[1]:9.3f}")

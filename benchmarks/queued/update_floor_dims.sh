@@ -8,19 +8,14 @@ C=${1:?commit}
 git rev-parse HEAD; [ "$(git rev-parse HEAD)" = "$C" ] || echo "WARNING: HEAD is not $C"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
 export PYTHONPATH=.:benchmarks
-for d in 40 48; do
-  mkdir -p $OUT/sparse_d$d
-  POLYREC_RESULTS_DIR=$OUT/sparse_d$d timeout 100 python3 benchmarks/update_floor.py --dim $d --layouts separate \
-    --orders sorted > $OUT/sparse_d$d/log.txt 2>&1; echo "sparse d$d rc=$?"
-  tail -1 $OUT/sparse_d$d/log.txt | cut -c1-600; (cd $OUT && tar czf all.tgz */)
-done
-for d in 40; do
-  mkdir -p $OUT/dense_d$d
-  POLYREC_RESULTS_DIR=$OUT/dense_d$d timeout 80 python3 benchmarks/update_floor.py --dim $d --rows 12000000 \
-    --unique 10000000 --layouts separate --orders sorted > $OUT/dense_d$d/log.txt 2>&1; echo "dense d$d rc=$?"
-  tail -1 $OUT/dense_d$d/log.txt | cut -c1-600; (cd $OUT && tar czf all.tgz */)
-done
-d=32; mkdir -p $OUT/sparse_d$d
-POLYREC_RESULTS_DIR=$OUT/sparse_d$d timeout 100 python3 benchmarks/update_floor.py --dim $d --layouts separate \
-  --orders sorted > $OUT/sparse_d$d/log.txt 2>&1; echo "sparse d$d rc=$?"; tail -1 $OUT/sparse_d$d/log.txt | cut -c1-600
-cd $OUT && tar czf all.tgz */ && ls -la
+step() {  # name, timeout, update_floor.py options...
+  local name=$1 t=$2; shift 2; mkdir -p $OUT/$name
+  POLYREC_RESULTS_DIR=$OUT/$name timeout $t python3 benchmarks/update_floor.py --layouts separate --orders sorted "$@" \
+    > $OUT/$name/log.txt 2>&1; echo "$name rc=$? $(date +%T)"
+  tail -1 $OUT/$name/log.txt | cut -c1-600; (cd $OUT && tar czf all.tgz */)
+}
+step sparse_d40 100 --dim 40
+step sparse_d48 100 --dim 48
+step dense_d40 80 --dim 40 --rows 12000000 --unique 10000000
+step sparse_d32 100 --dim 32
+ls -la $OUT
