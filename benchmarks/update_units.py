@@ -39,14 +39,14 @@ def touched_per_visit(rows: int, unique: int, dim: int, unit: int) -> tuple[floa
     return row, state
 
 
-def case_touched(r: dict, dim: int, per_row: tuple[float, float], unit: int) -> float:
+def case_touched(mode: str, grad_dtype: str, dim: int, per_row: tuple[float, float], unit: int) -> float:
     """Bytes one case touches per visit: rows (and state) read, written back where the mode writes, and a
     gradient slice per visit in the update."""
     row, state = per_row
-    if r["mode"] == "read":
+    if mode == "read":
         return row
-    slice_bytes = GRAD_BYTES[r["grad"]] * dim
-    grad = slice_bytes / gather_efficiency(slice_bytes, unit) if r["mode"] == "update" else 0.0
+    slice_bytes = GRAD_BYTES[grad_dtype] * dim
+    grad = slice_bytes / gather_efficiency(slice_bytes, unit) if mode == "update" else 0.0
     return 2 * (row + state) + grad
 
 
@@ -65,9 +65,8 @@ def report(path: Path) -> None:
         mode, grad, _order, *layout = key[:-5].split("_")
         if layout:  # the state kept elsewhere than its own array: its units are not counted here
             continue
-        case = {"mode": mode, "grad": grad}
         seconds = best["ms"] * 1e-3
-        fracs = [unique * case_touched(case, dim, per_unit[unit], unit) / seconds / copy for unit in (32, 64)]
+        fracs = [unique * case_touched(mode, grad, dim, per_unit[unit], unit) / seconds / copy for unit in (32, 64)]
         print(f"  {key[:-5]:34} | {best['ms']:6.3f} | {best['frac_of_copy']:12.3f} | {fracs[0]:9.3f} | {fracs[1]:9.3f}")
 
 

@@ -134,6 +134,7 @@ def test_a_plan_written_that_the_trainer_would_refuse_says_so(tmp_path):
             assert len(set(t["weight_dtype"] for t in json.loads(path.read_text())["tables"])) == (
                 1 if fleet == "H200x1" else 2)
 
+
 def test_preset_names_the_model_as_in_polyrec_train():
     """`polyrec train --preset P` and `polyrec bench e2e --preset P` name a model; `polyrec plan --preset P` plans the
     same model as `--model P` (it was refused: "No such option: --preset")."""
