@@ -34,6 +34,28 @@ def test_a_count_glued_to_a_kind_ending_in_x_names_the_fleet_meant(fleet, meant)
         parse_fleet(fleet)
 
 
+@pytest.mark.parametrize("fleet, meant", [("mi350x:8", "MI350Xx8"), ("H200 8", "H200x8"), ("MI300X/8@2", "MI300Xx8"),
+                                          ("H100x2,B200_4", "B200x4"), ("h100-2", "H100x2"), ("H200=16", "H200x16")])
+def test_a_count_after_another_separator_than_x_names_the_fleet_meant(fleet, meant):
+    """`--fleet mi350x:8` said "unknown device 'mi350x:8'" and listed the devices, not that the count goes after an
+    'x' (seventy-ninth session)."""
+    from polyrec.planner import parse_fleet
+
+    with pytest.raises(FleetError, match=rf"did you mean {meant} \(KINDxCOUNT\)\? Valid devices: A100"):
+        parse_fleet(fleet)
+
+
+@pytest.mark.parametrize("fleet", ["H2008", "H200:0", "H200:x", "H200:８"])
+def test_an_entry_that_is_no_kind_and_count_gets_no_guess(fleet):
+    """A count glued to a kind not ending in 'x' may be a device of its own name; a count of 0 or none, or in other
+    digits than ASCII, is no fleet: those get the list of devices, with no entry guessed."""
+    from polyrec.planner import parse_fleet
+
+    with pytest.raises(FleetError, match=r"'; valid devices: A100") as raised:
+        parse_fleet(fleet)
+    assert "did you mean" not in str(raised.value)
+
+
 @pytest.mark.parametrize("fleet", ["cpu", "CPUx2", "H200x2,cpu"])
 def test_a_cpu_fleet_says_what_cpu_is(fleet):
     """`polyrec hw detect` names the host `cpu` where torch sees no GPU; `plan --fleet cpu` said only "unknown device

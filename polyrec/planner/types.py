@@ -281,14 +281,23 @@ _FLEET_ITEM = re.compile(r"^\s*([A-Za-z0-9_.-]+?)\s*[xX\*]\s*(-?\d+)\s*$")
 FLEET_SYNTAX = "KINDxCOUNT[,KINDxCOUNT][@HOSTS], e.g. H200x8, MI300Xx8@4 or H100x4,H200x4"
 
 
-def _glued_count(entry: str, devices: Sequence[str]) -> str | None:
-    """The fleet entry meant where a count is glued to a device kind ending in 'x' (``MI300X8``, read as 8 of
-    'MI300': ``MI300Xx8``), or None."""
+#: What users put between a device kind and its count in place of the fleet's 'x' (``H200:8``, ``H100 8``,
+#: ``MI300X/8``, ``B200=8``, ``H200#8``, ``H200_8``, ``H200-8``).
+_OTHER_SEPARATOR = re.compile(r"^[\s:=/#_-]+(\d+)$")
+#: A count glued to a kind ending in 'x' (``MI300X8``, read as 8 of 'MI300'). Only those: ``H2008`` may be a device
+#: of its own name as much as 8 H200s.
+_GLUED = re.compile(r"^(\d+)$")
+
+
+def _meant_entry(entry: str, devices: Sequence[str]) -> str | None:
+    """The fleet entry meant where a count follows a device kind with no 'x' before it: glued to a kind ending in
+    'x' (``MI300X8``: ``MI300Xx8``) or after another separator (``H200:8``: ``H200x8``), or None."""
     for device in devices:
-        count = entry[len(device):]
-        if (device[-1] in "xX" and entry[:len(device)].lower() == device.lower() and count.isascii()
-                and count.isdecimal() and int(count) >= 1):
-            return f"{device}x{int(count)}"
+        rest = entry[len(device):]
+        count = _OTHER_SEPARATOR.match(rest) or (_GLUED.match(rest) if device[-1] in "xX" else None)
+        if (count and entry[:len(device)].lower() == device.lower() and count.group(1).isascii()
+                and int(count.group(1)) >= 1):
+            return f"{device}x{int(count.group(1))}"
     return None
 
 
@@ -303,8 +312,8 @@ def _ascii_count(text: str, entry: str, count: str) -> None:
 
 def _unknown_hint(name: str, entry: str, valid: Sequence[str]) -> str:
     """What comes between an unknown device of a fleet ``entry`` and the list of valid ones: the entry meant where a
-    count is glued to the kind (``_glued_count``), or what ``cpu`` (``polyrec hw detect``'s name of the host) is."""
-    meant = _glued_count(entry.strip(), valid)
+    count follows the kind with no 'x' before it (``_meant_entry``), or what ``cpu`` (``polyrec hw detect``'s name of the host) is."""
+    meant = _meant_entry(entry.strip(), valid)
     if meant:
         return f"; did you mean {meant} (KINDxCOUNT)? Valid devices: "
     if same_name(name, [CPU_NAME]) is not None:
