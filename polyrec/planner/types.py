@@ -312,7 +312,8 @@ def _ascii_count(text: str, entry: str, count: str) -> None:
 
 def _unknown_hint(name: str, entry: str, valid: Sequence[str]) -> str:
     """What comes between an unknown device of a fleet ``entry`` and the list of valid ones: the entry meant where a
-    count follows the kind with no 'x' before it (``_meant_entry``), or what ``cpu`` (``polyrec hw detect``'s name of the host) is."""
+    count follows the kind with no 'x' before it (``_meant_entry``), or what ``cpu`` (``polyrec hw detect``'s name of
+    the host) is."""
     meant = _meant_entry(entry.strip(), valid)
     if meant:
         return f"; did you mean {meant} (KINDxCOUNT)? Valid devices: "
