@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
-from torchmetrics.functional.classification import binary_auroc
 
 from polyrec import jsontext
 
@@ -22,7 +21,10 @@ included), embedding backward (with the fused update for polyrec's TBE), optimiz
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     """ROC AUC of scores [N] against labels [N] in {0, 1} (torchmetrics' binary AUROC); NaN where it is
     undefined: labels of one class (or none), or a NaN score (torchmetrics gives 0.0 for the first and
-    up to 1.0 for the second)."""
+    up to 1.0 for the second). torchmetrics is imported here, on the first evaluation: it brings matplotlib in, half
+    a second of every ``polyrec`` command's start (``hw``, ``plan``, ``migrate`` never take an AUC)."""
+    from torchmetrics.functional.classification import binary_auroc
+
     labels = labels.long()
     if labels.numel() == 0 or bool(labels.min() == labels.max()) or bool(scores.isnan().any()):
         return math.nan
