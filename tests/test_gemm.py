@@ -27,18 +27,6 @@ M, N, K = 17, 33, 29  # odd: every tile edge is partial
 
 
 @pytest.fixture
-def poisoned(monkeypatch):
-    """Make every torch.empty of a float dtype start as NaN, so unwritten outputs show."""
-    real = torch.empty
-
-    def nan_empty(*args, **kwargs):
-        t = real(*args, **kwargs)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", nan_empty)
-
-
-@pytest.fixture
 def precision(request):
     previous = torch.get_float32_matmul_precision()
     yield lambda name: torch.set_float32_matmul_precision("high" if name == "tf32" else "highest")

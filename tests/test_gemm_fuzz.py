@@ -1,0 +1,138 @@
+"""Randomized differential test of ``polyrec.kernels.gemm.matmul`` through the Triton interpreter.
+
+``test_gemm.py`` checks every layout, epilogue and dtype at one odd shape (17 x 33 x 29) and one tile. Here each
+seed of SEEDS draws a case (``_draw``): sizes of 1-193 (often 1, a tile's edge or one either side of it), any of the
+four layouts, a dtype and an output dtype, an epilogue (bias, ReLU, both, the cross layer's, a residual given or given
+up), a tile (block sides 16-64, group_m 1-8, split-K 1-5, warps, stages) or the library path (torch.matmul and the
+epilogue pass) or the selector's choice, and operands that are strided views of larger buffers. The output, its
+buffers poisoned with NaN, is compared against a float64 product (torch alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+import pytest
+import torch
+
+from polyrec.kernels.gemm import matmul
+from polyrec.kernels.gemm_configs import GemmConfig
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="CPU GEMM tests run the Triton interpreter (TRITON_INTERPRET=1)")
+
+#: Seeds of the cases drawn; each is one test case. ``GEMM_FUZZ_SEEDS=a-b`` draws others (a hunt).
+_SPAN = os.environ.get("GEMM_FUZZ_SEEDS", "0-23").partition("-")
+SEEDS = list(range(int(_SPAN[0]), int(_SPAN[2] or _SPAN[0]) + 1))
+#: Relative error allowed per dtype (of the inputs, or of the output where it is narrower), times sqrt(K): the
+#: rounding of the inputs' products summed in fp32 (tf32: 10-bit mantissas), then of the output.
+TOLERANCE = {"fp32": 1e-5, "tf32": 5e-3, "fp16": 2e-3, "bf16": 2e-2}
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+EPILOGUES = ("none", "bias", "relu", "bias_relu", "cross", "residual", "residual_given_up")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One drawn GEMM: op(a) [m, k] @ op(b) [k, n] under ``config``, with ``epilogue``."""
+
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    dtype: str  # a key of DTYPES
+    out_dtype: torch.dtype
+    epilogue: str  # one of EPILOGUES
+    config: GemmConfig
+    path: str  # "config" (the Triton kernel under ``config``), "library" or "selector" (config=None)
+    padded: tuple[int, int]  # extra rows and columns of the buffers the operands are views of
+
+
+def _size(rng: random.Random, block: int) -> int:
+    """A size of 1-80, or 1, or 1-3 tiles of ``block`` and one element less or more."""
+    kind = rng.random()
+    if kind < 0.15:
+        return 1
+    if kind < 0.45:
+        return rng.randint(1, 3) * block + rng.choice((-1, 0, 1))
+    return rng.randint(2, 80)
+
+
+def _draw(seed: int) -> Case:
+    rng = random.Random(seed)
+    config = GemmConfig(block_m=rng.choice((16, 32, 64)), block_n=rng.choice((16, 32, 64)),
+                        block_k=rng.choice((16, 32)), group_m=rng.choice((1, 2, 3, 8)),
+                        split_k=rng.choice((1, 1, 2, 3, 5)), num_warps=rng.choice((1, 2, 4)),
+                        num_stages=rng.choice((1, 2, 3)))
+    dtype = rng.choice(tuple(DTYPES))
+    out_dtype = DTYPES[dtype] if rng.random() < 0.6 else rng.choice(tuple(NAMES))
+    epilogue = rng.choice(EPILOGUES)
+    if epilogue == "residual_given_up":
+        out_dtype = DTYPES[dtype]  # the output is written over the residual: same dtype
+    return Case(m=_size(rng, config.block_m), n=_size(rng, config.block_n), k=_size(rng, config.block_k),
+                trans_a=rng.random() < 0.5, trans_b=rng.random() < 0.5, dtype=dtype, out_dtype=out_dtype,
+                epilogue=epilogue, config=config, path=rng.choice(("config",) * 4 + ("library", "selector")),
+                padded=(rng.choice((0, 3)), rng.choice((0, 5))))
+
+
+def _operand(rows: int, cols: int, dtype: torch.dtype, padded: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
+    """A [rows, cols] operand: a view into a buffer ``padded`` larger (its rows strided) when padded."""
+    whole = torch.randn(rows + padded[0], cols + padded[1], generator=gen).to(dtype)
+    return whole[padded[0]:, :cols]
+
+
+def _arguments(case: Case, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    dtype = DTYPES[case.dtype]
+    a = _operand(*((case.k, case.m) if case.trans_a else (case.m, case.k)), dtype, case.padded, gen)
+    b = _operand(*((case.n, case.k) if case.trans_b else (case.k, case.n)), dtype, case.padded, gen)
+    kwargs: dict = {"trans_a": case.trans_a, "trans_b": case.trans_b, "out_dtype": case.out_dtype,
+                    "config": case.config if case.path == "config" else None, "library": case.path == "library"}
+    if case.epilogue in ("bias", "bias_relu", "cross"):
+        kwargs["bias"] = torch.randn(case.n, generator=gen).to(dtype)
+    if case.epilogue in ("relu", "bias_relu"):
+        kwargs["activation"] = "relu"
+    if case.epilogue == "cross":
+        kwargs["cross"] = tuple(torch.randn(case.m, case.n, generator=gen).to(dtype) for _ in range(2))
+    if case.epilogue.startswith("residual"):
+        kwargs["residual"] = torch.randn(case.m, case.n, generator=gen).to(case.out_dtype)
+        kwargs["overwrite_residual"] = case.epilogue == "residual_given_up"
+    return a, b, kwargs
+
+
+def _reference(a: torch.Tensor, b: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    """The float64 product and epilogue, from torch alone."""
+    y = (a.t() if kwargs["trans_a"] else a).double() @ (b.t() if kwargs["trans_b"] else b).double()
+    if "bias" in kwargs:
+        y = y + kwargs["bias"].double()
+    if kwargs.get("activation") == "relu":
+        y = y.relu()
+    if "cross" in kwargs:
+        y = kwargs["cross"][0].double() * y + kwargs["cross"][1].double()
+    if "residual" in kwargs:
+        y = y + kwargs["residual"].double()
+    return y
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_gemm_matches_float64(seed, poisoned):
+    case = _draw(seed)
+    gen = torch.Generator().manual_seed(seed)
+    a, b, kwargs = _arguments(case, gen)
+    want = _reference(a, b, kwargs)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if case.dtype == "tf32" else "highest")
+    try:
+        out = matmul(a, b, **kwargs)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert out.shape == (case.m, case.n) and out.dtype == case.out_dtype, case
+    if case.epilogue == "residual_given_up":
+        assert out.data_ptr() == kwargs["residual"].data_ptr(), case
+    assert not out.isnan().any(), f"unwritten (NaN) elements: {case}"
+    tol = max(TOLERANCE[case.dtype], TOLERANCE[NAMES[case.out_dtype]])
+    scale = want.abs().max().item() + 1.0
+    err = (out.double() - want).abs().max().item()
+    assert err <= tol * scale * max(1.0, case.k ** 0.5), f"max error {err:.3g} over {tol} x {scale:.3g}: {case}"
