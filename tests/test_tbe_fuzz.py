@@ -16,13 +16,15 @@ optimizer state, and rows no id touched (bit-identical). Deterministic cases rep
 a copy of the module (the same bits). Every buffer the module gets from ``torch.empty`` is poisoned
 (NaN; integers: row id 1), so an element no kernel writes shows.
 
-Gradients are dyadic (k / 16) and per-sample weights too (k / 8), so duplicates sum exactly in fp32 and
-the comparison sees which terms were summed and the optimizer's arithmetic. Mean pooling's 1/len is not
-dyadic: there a cancelled sum can be a few fp32 ulps off zero, which an accumulator starting at zero
-(or Adam's eps of 1e-8) would blow up to an lr-sized step, so those cases start the accumulators at
-0.1 and give Adam eps 1e-3. fp16 / bf16 rows are rounded stochastically: each step the reference
-restarts from the module's rounded rows and a row element may be one ulp of its precision away
-(either neighbour of the fp32 value); the fp32 state is followed across steps.
+Gradients are dyadic (k / 16) and per-sample weights too (k / 8), so duplicates sum exactly in fp32 and the comparison
+sees which terms were summed and the optimizer's arithmetic. Mean pooling's 1/len is not dyadic: there a cancelled sum
+can be a few fp32 ulps off zero, which an accumulator starting at zero (or Adam's eps of 1e-8) would blow up to an
+lr-sized step, so those cases start the accumulators at 0.1 and give Adam eps 1e-2: Adam's first step moves an element
+by lr g / (|g| + eps), whose slope in g is up to lr / eps, and at eps 1e-3 a float64 gradient of exactly 0 plus weight
+decay (seed 7975: 0.01 x -0.005) came out of fp32 a few 1e-8 off and its fp16 row two ulps from the reference's (lr
+0.2: a slope of 181). fp16 / bf16 rows are rounded stochastically: each step the reference restarts from the module's
+rounded rows and a row element may be one ulp of its precision away (either neighbour of the fp32 value); the fp32
+state is followed across steps.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def _draw_case(seed: int) -> Case:
     kind = OPTIMIZERS[seed % len(OPTIMIZERS)]
     init = 0.1 if has_mean or rnd.random() < 0.5 else 0.0
     opt = EmbeddingOptimizer(kind=kind, lr=rnd.choice([0.01, 0.05, 0.2]),
-                             eps=1e-3 if kind == "adam" and has_mean else rnd.choice([1e-8, 1e-6]),
+                             eps=1e-2 if kind == "adam" and has_mean else rnd.choice([1e-8, 1e-6]),
                              weight_decay=rnd.choice([0.0, 0.0, 0.01]),
                              initial_accumulator_value=init if "adagrad" in kind else 0.0,
                              beta1=rnd.choice([0.9, 0.5]), beta2=rnd.choice([0.999, 0.9]))
