@@ -365,9 +365,17 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         key = ("upd", max(nnz, 1).bit_length(), self.host_bound, block)
         if key not in self._configs:
             self._configs[key] = tbe_select.select_update(
-                tbe_select.selection_spec(self.weights.device), nnz=nnz, one_dim=self.one_dim > 0,
+                tbe_select.selection_spec(self.weights.device), nnz=self._selection_nnz(nnz), one_dim=self.one_dim > 0,
                 host_bound=self.host_bound, **self._update_shape(block))
         return self._configs[key]
+
+    def _selection_nnz(self, nnz: int) -> int:
+        """The ids the backward's choices (update config, dim groups) are priced at: the batch's own, or when
+        deterministic the least of the power-of-two bucket the choices are kept under. Priced at the first batch of
+        its bucket, a choice depended on the batches the module had seen: a module resumed from a checkpoint could
+        tile a batch otherwise than the one that ran on, and sum its duplicates in another order (the TBE fuzz's seed
+        20067: tiles of 32 against 64, rows one fp32 ulp apart)."""
+        return 1 << (max(nnz, 1).bit_length() - 1) if self.deterministic else nnz
 
     def _update_shape(self, block: int) -> dict:
         """What the update's selection and cost depend on at BLOCK_D ``block``, besides nnz."""
@@ -390,8 +398,9 @@ class TableBatchedEmbedding(Lookups, FusedBackward, torch.nn.Module):
         key = ("groups", max(nnz, 1).bit_length(), self.host_bound)
         if key not in self._configs:
             self._configs[key] = tbe_select.groups_pay(
-                tbe_select.selection_spec(self.weights.device), nnz=nnz, groups=len(self.dim_blocks),
-                total_rows=self.total_rows, host_bound=self.host_bound, **self._update_shape(self.block_d))
+                tbe_select.selection_spec(self.weights.device), nnz=self._selection_nnz(nnz),
+                groups=len(self.dim_blocks), total_rows=self.total_rows, host_bound=self.host_bound,
+                **self._update_shape(self.block_d))
         return grouped if self._configs[key] else single
 
     def plan_configs(self, plan: KeyPlan, nnz: int) -> list[tbe_select.UpdateConfig]:
