@@ -50,11 +50,13 @@ def _epilogue_args(epilogue: str, dtype: torch.dtype, m=M, n=N) -> dict:
     return args
 
 
-def _check(out: torch.Tensor, ref: torch.Tensor, k: int, tol: float) -> None:
-    assert not torch.isnan(out).any(), "output has unwritten (NaN) elements"
+def _check(out: torch.Tensor, ref: torch.Tensor, k: int, tol: float, what: str = "output") -> None:
+    """No NaN (unwritten) element of ``out``, and each within ``tol`` of ``ref``'s largest value (plus 1) times
+    sqrt(``k``), the terms summed; ``what`` names it in the messages."""
+    assert not torch.isnan(out).any(), f"{what} has unwritten (NaN) elements"
     scale = ref.abs().max().item() + 1.0
     err = (out.double() - ref).abs().max().item()
-    assert err <= tol * scale * max(1.0, k ** 0.5), f"max error {err:.3g} > {tol} x {scale:.3g}"
+    assert err <= tol * scale * max(1.0, k ** 0.5), f"{what}: max error {err:.3g} > {tol} x {scale:.3g}"
 
 
 @pytest.mark.parametrize("layout,epilogue,dtype_name",

@@ -6,7 +6,7 @@ layouts, a dtype and an output dtype, an epilogue (bias, ReLU, both, the cross l
 the cross layer's backward: ``CrossGrad``, its d_x0 overwritten or added to, in fp32 or the inputs' dtype, with or
 without a bias gradient), a tile (block sides 16-64, group_m 1-8, split-K 1-5, warps, stages) or the library path
 (torch.matmul and the epilogue pass) or the selector's choice, and operands that are strided views of larger buffers.
-The output, its buffers poisoned with NaN, is compared against a float64 product (torch alone).
+The output, its buffers poisoned with NaN, is compared against ``reference_matmul``'s float64 product.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import random
 import pytest
 import torch
 
-from polyrec.kernels.gemm import matmul
+from polyrec.kernels.gemm import matmul, reference_matmul
 from polyrec.kernels.gemm_configs import GemmConfig
 from polyrec.kernels.gemm_epilogue import CrossGrad
+from test_gemm import _check
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="CPU GEMM tests run the Triton interpreter (TRITON_INTERPRET=1)")
@@ -116,17 +117,10 @@ def _arguments(case: Case, gen: torch.Generator) -> tuple[torch.Tensor, torch.Te
 
 
 def _reference(a: torch.Tensor, b: torch.Tensor, kwargs: dict) -> torch.Tensor:
-    """The float64 product and epilogue, from torch alone (for ``CrossGrad``, the product y before it)."""
-    y = (a.t() if kwargs["trans_a"] else a).double() @ (b.t() if kwargs["trans_b"] else b).double()
-    if "bias" in kwargs:
-        y = y + kwargs["bias"].double()
-    if kwargs.get("activation") == "relu":
-        y = y.relu()
-    if "cross" in kwargs:
-        y = kwargs["cross"][0].double() * y + kwargs["cross"][1].double()
-    if "residual" in kwargs:
-        y = y + kwargs["residual"].double()
-    return y
+    """The float64 product and epilogue (for ``CrossGrad``, the product y before it)."""
+    y = reference_matmul(a, b, trans_a=kwargs["trans_a"], trans_b=kwargs["trans_b"], bias=kwargs.get("bias"),
+                         activation=kwargs.get("activation", "none"), cross=kwargs.get("cross"))
+    return y + kwargs["residual"].double() if "residual" in kwargs else y
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -152,16 +146,8 @@ def test_random_gemm_matches_float64(seed, poisoned):
     if case.epilogue == "residual_given_up":
         assert out.data_ptr() == kwargs["residual"].data_ptr(), case
     tol = max(TOLERANCE[case.dtype], TOLERANCE[NAMES[case.out_dtype]])
-    _check(out, want, tol, case.k, "output", case)
+    _check(out, want, case.k, tol, f"output of {case}")
     if cross_grad is not None:
-        _check(cross_grad.d_x0, d_x0_want, max(tol, TOLERANCE[NAMES[cross_grad.d_x0.dtype]]), case.k, "d_x0", case)
+        _check(cross_grad.d_x0, d_x0_want, case.k, max(tol, TOLERANCE[NAMES[cross_grad.d_x0.dtype]]), f"d_x0 of {case}")
         if cross_grad.bias_grad is not None:
-            _check(cross_grad.bias_grad, want.sum(0), tol, case.m, "bias gradient", case)
-
-
-def _check(got: torch.Tensor, want: torch.Tensor, tol: float, terms: int, what: str, case: Case) -> None:
-    """No NaN (unwritten) element, and each within ``tol`` of the largest reference value times sqrt(``terms``)."""
-    assert not got.isnan().any(), f"{what}: unwritten (NaN) elements: {case}"
-    scale = want.abs().max().item() + 1.0
-    err = (got.double() - want).abs().max().item()
-    assert err <= tol * scale * max(1.0, terms ** 0.5), f"{what}: max error {err:.3g} over {tol} x {scale:.3g}: {case}"
+            _check(cross_grad.bias_grad, want.sum(0), case.m, tol, f"bias gradient of {case}")
